@@ -1,0 +1,251 @@
+//! libnrt's enums with their exact values (spec §1, §3.1, §3.3, §7.1, §8) and the public
+//! `NRT_STATUS` codes (`nrt_status.h`).
+#![allow(non_camel_case_types, missing_docs)]
+#![deny(unsafe_code)]
+
+use crate::abi_enum;
+
+abi_enum! {
+    /// The device generation gate (spec §1 NOTE): SUNDA = NC-v2 (trn1/inf2), CAYMAN = NC-v3
+    /// (trn2), MARIANA = NC-v4 (trn3).
+    pub enum al_hal_tpb_arch_type_t [section = "1"] {
+        AL_HAL_TPB_ARCH_TYPE_INVALID = 0,
+        AL_HAL_TPB_ARCH_TYPE_INVALID_1 = 1,
+        AL_HAL_TPB_ARCH_TYPE_SUNDA = 2,
+        AL_HAL_TPB_ARCH_TYPE_CAYMAN = 3,
+        AL_HAL_TPB_ARCH_TYPE_MARIANA = 4,
+        AL_HAL_TPB_ARCH_TYPE_NUM = 5,
+    }
+}
+
+abi_enum! {
+    /// The two allocator tiers (spec §3.1): per-core GLOBAL, per-model MODEL.
+    pub enum dmem_allocator_type_t [section = "3.1"] {
+        DMEM_ALLOCATOR_TYPE_GLOBAL = 0,
+        DMEM_ALLOCATOR_TYPE_MODEL = 1,
+    }
+}
+
+abi_enum! {
+    /// Where an allocation lives (spec §3.1): host pinned DRAM or on-package HBM.
+    pub enum dma_mem_location_t [section = "3.1"] {
+        DMA_MEM_LOC_INVALID = 0,
+        HOST_DRAM = 1,
+        TONGA_DRAM = 2,
+    }
+}
+
+abi_enum! {
+    /// What an allocation is for (spec §3.3; 23 members). Values 18–22 are the spec's; the
+    /// names of 0–17 are this project's, chosen from what §3–§10 say is allocated.
+    pub enum dma_mem_usage_type_t [section = "3.3"] {
+        /// Not classified.
+        DMA_MEM_USAGE_TYPE_UNKNOWN = 0,
+        /// Instruction streams (`sequencer_setup_instr`, §5.3).
+        DMA_MEM_USAGE_TYPE_CODE = 1,
+        /// Application IO tensors (`nrt_tensor_allocate`, §7.2).
+        DMA_MEM_USAGE_TYPE_TENSOR = 2,
+        /// Weights and constants of a NEFF (§5.2).
+        DMA_MEM_USAGE_TYPE_CONSTANTS = 3,
+        /// Per-core scratchpad pages shared by resident models (§8).
+        DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD = 4,
+        /// A model's private scratch memory.
+        DMA_MEM_USAGE_TYPE_NONSHARED_SCRATCHPAD = 5,
+        /// Notification queues (§5.1).
+        DMA_MEM_USAGE_TYPE_NOTIFICATION = 6,
+        /// GPSIMD / ext-isa library code (`lib_dmem`, §6).
+        DMA_MEM_USAGE_TYPE_UCODE_LIB = 7,
+        /// GPSIMD library table, extram and scratch space (§6).
+        DMA_MEM_USAGE_TYPE_UCODE_TABLE = 8,
+        /// IO queues of a model (§5.3).
+        DMA_MEM_USAGE_TYPE_IO_QUEUE = 9,
+        /// mr pointer variables (§5.3).
+        DMA_MEM_USAGE_TYPE_MR_POINTER = 10,
+        /// dbtc storage (§5.3).
+        DMA_MEM_USAGE_TYPE_DBTC = 11,
+        /// Queue-bundle instance look-up tables (§5.3).
+        DMA_MEM_USAGE_TYPE_QUEUE_BUNDLE_LUT = 12,
+        /// Data-refill buffers (§5.3).
+        DMA_MEM_USAGE_TYPE_DATA_REFILL = 13,
+        /// Activation / DVE engine configuration (§5.3).
+        DMA_MEM_USAGE_TYPE_ENGINE_CONFIG = 14,
+        /// kbin patch information (§5.4).
+        DMA_MEM_USAGE_TYPE_PATCH_INFO = 15,
+        /// Collectives buffers.
+        DMA_MEM_USAGE_TYPE_COLLECTIVES = 16,
+        /// Runtime-internal memory of no finer class (cc init descriptors, ddrs cache).
+        DMA_MEM_USAGE_TYPE_MISC = 17,
+        /// DMA descriptor rings (spec value).
+        DMA_MEM_USAGE_TYPE_DMA_RING = 18,
+        /// DMA ring spill (spec value).
+        DMA_MEM_USAGE_TYPE_DMA_RING_SPILL = 19,
+        /// DMA rings for IO (spec value).
+        DMA_MEM_USAGE_TYPE_DMA_RING_IO = 20,
+        /// DMA rings for collectives (spec value).
+        DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES = 21,
+        /// Not an allocation type: the per-core grand-total index of the ledger (spec value).
+        DMA_MEM_USAGE_TYPE_MAX = 22,
+    }
+}
+
+abi_enum! {
+    /// SBUF carveout kinds a NEFF may reserve (spec §8).
+    pub enum kbin_sb_carveout_type_t [section = "8"] {
+        KBIN_SB_CARVEOUT_TYPE_INVALID = 0,
+        KBIN_SB_CARVEOUT_TYPE_EVTACCEL = 1,
+    }
+}
+
+abi_enum! {
+    /// `nrt_tensor_storage_t.type` (spec §7.1; values follow the listed order).
+    pub enum dmem_storage_type [section = "7.1"] {
+        INVALID = 0,
+        MALLOC = 1,
+        DMA = 2,
+        FAKE = 3,
+    }
+}
+
+abi_enum! {
+    /// The driver's allocation categories (`mem_alloc_category_t`), the byte the spec's
+    /// category tables produce; `MAX` (20) is the "invalid for this location" sentinel.
+    pub enum mem_alloc_category_t [section = "3.3"] {
+        UNKNOWN_HOST = 0,
+        CODE_HOST = 1,
+        TENSORS_HOST = 2,
+        CONSTANTS_HOST = 3,
+        MISC_HOST = 4,
+        NCDEV_HOST = 5,
+        NOTIFICATION_HOST = 6,
+        UNKNOWN_DEVICE = 7,
+        CODE_DEVICE = 8,
+        TENSORS_DEVICE = 9,
+        CONSTANTS_DEVICE = 10,
+        SCRATCHPAD_DEVICE = 11,
+        MISC_DEVICE = 12,
+        NCDEV_DEVICE = 13,
+        COLLECTIVES_DEVICE = 14,
+        SCRATCHPAD_NONSHARED_DEVICE = 15,
+        NOTIFICATION_DEVICE = 16,
+        DMA_RINGS_HOST = 17,
+        DMA_RINGS_DEVICE = 18,
+        CONTIGUOUS_SCRATCHPAD_DEVICE = 19,
+        MAX = 20,
+    }
+}
+
+abi_enum! {
+    /// The neuron-monitor roll-up classes the aggregate table maps usage types to (spec §3.3
+    /// `map_dmem_usage_type_to_aggr_index`); names follow neuron-monitor's JSON.
+    pub enum mem_aggr_index_t [section = "3.3"] {
+        AGGR_TENSORS = 0,
+        AGGR_CONSTANTS = 1,
+        AGGR_MODEL_CODE = 2,
+        AGGR_MODEL_SHARED_SCRATCHPAD = 3,
+        AGGR_RUNTIME_MEMORY = 4,
+        AGGR_DMA_BUFFERS = 5,
+        AGGR_NONE = 6,
+    }
+}
+
+abi_enum! {
+    /// Public status codes (`nrt_status.h`).
+    pub enum NRT_STATUS [section = "public"] {
+        NRT_SUCCESS = 0,
+        NRT_FAILURE = 1,
+        NRT_INVALID = 2,
+        NRT_INVALID_HANDLE = 3,
+        NRT_RESOURCE = 4,
+        NRT_TIMEOUT = 5,
+        NRT_HW_ERROR = 6,
+        NRT_QUEUE_FULL = 7,
+        NRT_LOAD_NOT_ENOUGH_NC = 9,
+        NRT_UNSUPPORTED_NEFF_VERSION = 10,
+        NRT_FAIL_HOST_MEM_ALLOC = 11,
+        NRT_UNINITIALIZED = 13,
+        NRT_CLOSED = 14,
+        NRT_QUEUE_EMPTY = 15,
+        NRT_EXEC_UNIT_UNRECOVERABLE = 101,
+        NRT_EXEC_BAD_INPUT = 1002,
+        NRT_EXEC_COMPLETED_WITH_NUM_ERR = 1003,
+        NRT_EXEC_COMPLETED_WITH_ERR = 1004,
+        NRT_EXEC_NC_BUSY = 1005,
+        NRT_EXEC_OOB = 1006,
+        NRT_COLL_PENDING = 1100,
+        NRT_EXEC_HW_ERR_COLLECTIVES = 1200,
+        NRT_EXEC_HW_ERR_HBM_UE = 1201,
+        NRT_EXEC_HW_ERR_NC_UE = 1202,
+        NRT_EXEC_HW_ERR_DMA_ABORT = 1203,
+        NRT_EXEC_SW_NQ_OVERFLOW = 1204,
+        NRT_EXEC_HW_ERR_REPAIRABLE_HBM_UE = 1205,
+        NRT_NETWORK_PROXY_FAILURE = 1206,
+    }
+}
+
+impl dma_mem_usage_type_t {
+    /// Number of members (spec §3.3).
+    pub const COUNT: usize = 23;
+    /// Every allocatable member (0..=21), in value order.
+    pub fn all() -> impl Iterator<Item = Self> {
+        (0..22u32).filter_map(Self::from_raw)
+    }
+    /// The name without the `DMA_MEM_USAGE_TYPE_` prefix (`TENSOR`, `DMA_RING`, …).
+    pub fn short_name(self) -> &'static str {
+        let n = self.name();
+        n.strip_prefix("DMA_MEM_USAGE_TYPE_").unwrap_or(n)
+    }
+    /// Parses a member name (with or without the prefix, any case) or its number.
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim();
+        if let Ok(v) = s.parse::<u32>() {
+            return Self::from_raw(v).filter(|u| *u != Self::DMA_MEM_USAGE_TYPE_MAX);
+        }
+        let bytes = s.as_bytes();
+        let prefix = b"DMA_MEM_USAGE_TYPE_";
+        let body =
+            if bytes.len() > prefix.len() && bytes[..prefix.len()].eq_ignore_ascii_case(prefix) {
+                &s[prefix.len()..]
+            } else {
+                s
+            };
+        Self::all().find(|u| u.short_name().eq_ignore_ascii_case(body))
+    }
+}
+
+impl NRT_STATUS {
+    /// The text `nrt_get_status_as_str` returns.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            NRT_STATUS::NRT_SUCCESS => "Success",
+            NRT_STATUS::NRT_FAILURE => "Error",
+            NRT_STATUS::NRT_INVALID => "Invalid argument",
+            NRT_STATUS::NRT_INVALID_HANDLE => "Invalid handle",
+            NRT_STATUS::NRT_RESOURCE => "Failed to allocate a resource",
+            NRT_STATUS::NRT_TIMEOUT => "Timed out",
+            NRT_STATUS::NRT_HW_ERROR => "Hardware failure",
+            NRT_STATUS::NRT_QUEUE_FULL => "Queue full",
+            NRT_STATUS::NRT_LOAD_NOT_ENOUGH_NC => "Not enough NeuronCores for the model",
+            NRT_STATUS::NRT_UNSUPPORTED_NEFF_VERSION => "Unsupported NEFF version",
+            NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC => "Failed to allocate host memory",
+            NRT_STATUS::NRT_UNINITIALIZED => "Runtime not initialized",
+            NRT_STATUS::NRT_CLOSED => "Runtime closed",
+            NRT_STATUS::NRT_QUEUE_EMPTY => "Queue empty",
+            NRT_STATUS::NRT_EXEC_UNIT_UNRECOVERABLE => "Execution unit unrecoverable",
+            NRT_STATUS::NRT_EXEC_BAD_INPUT => "Bad input to execution",
+            NRT_STATUS::NRT_EXEC_COMPLETED_WITH_NUM_ERR => {
+                "Execution completed with numerical errors"
+            }
+            NRT_STATUS::NRT_EXEC_COMPLETED_WITH_ERR => "Execution completed with errors",
+            NRT_STATUS::NRT_EXEC_NC_BUSY => "NeuronCore busy",
+            NRT_STATUS::NRT_EXEC_OOB => "Out-of-bounds access during execution",
+            NRT_STATUS::NRT_COLL_PENDING => "Collectives operation pending",
+            NRT_STATUS::NRT_EXEC_HW_ERR_COLLECTIVES => "Hardware error in collectives",
+            NRT_STATUS::NRT_EXEC_HW_ERR_HBM_UE => "Uncorrectable HBM error",
+            NRT_STATUS::NRT_EXEC_HW_ERR_NC_UE => "Uncorrectable NeuronCore error",
+            NRT_STATUS::NRT_EXEC_HW_ERR_DMA_ABORT => "DMA abort",
+            NRT_STATUS::NRT_EXEC_SW_NQ_OVERFLOW => "Notification queue overflow",
+            NRT_STATUS::NRT_EXEC_HW_ERR_REPAIRABLE_HBM_UE => "Repairable HBM error",
+            NRT_STATUS::NRT_NETWORK_PROXY_FAILURE => "Network proxy failure",
+        }
+    }
+}

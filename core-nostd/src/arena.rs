@@ -1,0 +1,223 @@
+//! Static slab pools: where every `dmem_t`, `model_t`, tensor, ref node and hint string of the
+//! core comes from (no heap; ARCHITECTURE.md "arena").
+//!
+//! An [`Arena`] is valid when all-zero, so it lives in `.bss` or a zeroed allocation and costs
+//! nothing until a slot is touched. A full arena is its own error ([`ArenaFull`]), distinct from
+//! device out-of-memory. Freeing checks ownership and liveness, so a double free or a foreign
+//! pointer is reported instead of corrupting the pool.
+
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+
+use crate::abi::meta::ZeroValid;
+use crate::abi::nrt_mutex_t;
+
+/// The arena had no free slot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ArenaFull {
+    /// Which arena (for the message).
+    pub arena: &'static str,
+    /// Its capacity.
+    pub capacity: usize,
+}
+
+/// Why a slot could not be released.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ReleaseError {
+    /// The pointer is not a slot of this arena.
+    Foreign,
+    /// The slot is not live (already freed, or never handed out).
+    NotLive,
+}
+
+/// A pool of `N` zero-initialised `T` slots.
+#[repr(C)]
+pub struct Arena<T, const N: usize> {
+    lock: nrt_mutex_t,
+    /// Slots handed out at least once (fresh slots are taken from here first).
+    bump: UnsafeCell<u32>,
+    /// Number of indices on the free stack.
+    free_top: UnsafeCell<u32>,
+    /// Live slots right now.
+    live_count: UnsafeCell<u32>,
+    /// High-water mark of live slots.
+    peak: UnsafeCell<u32>,
+    free: UnsafeCell<[u32; N]>,
+    live: UnsafeCell<[u8; N]>,
+    slots: [UnsafeCell<T>; N],
+}
+
+// SAFETY: slot hand-out is serialised by `lock`; a slot's contents are only reached through
+// the pointer returned by `alloc`, whose users synchronise among themselves.
+unsafe impl<T: Send, const N: usize> Sync for Arena<T, N> {}
+// SAFETY: as above; the arena owns plain data.
+unsafe impl<T: Send, const N: usize> Send for Arena<T, N> {}
+// SAFETY: every member is zero-valid: a zero lock is unlocked, zero counters mean "empty",
+// and the slots hold `T: ZeroValid`.
+unsafe impl<T: ZeroValid, const N: usize> ZeroValid for Arena<T, N> {}
+
+/// Statistics of an arena.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ArenaStats {
+    /// Capacity in slots.
+    pub capacity: usize,
+    /// Live slots.
+    pub live: usize,
+    /// High-water mark.
+    pub peak: usize,
+    /// Bytes the arena occupies.
+    pub bytes: usize,
+}
+
+impl<T: ZeroValid, const N: usize> Arena<T, N> {
+    /// Bytes one arena occupies (for footprint reports).
+    pub const BYTES: usize = core::mem::size_of::<Self>();
+
+    /// Takes a zeroed slot.
+    pub fn alloc(&self, name: &'static str) -> Result<NonNull<T>, ArenaFull> {
+        let _g = self.lock.lock();
+        // SAFETY: the counters and stacks are only touched with `lock` held.
+        let (bump, top, live, live_count, peak) = unsafe {
+            (
+                &mut *self.bump.get(),
+                &mut *self.free_top.get(),
+                &mut *self.live.get(),
+                &mut *self.live_count.get(),
+                &mut *self.peak.get(),
+            )
+        };
+        let idx = if *top > 0 {
+            *top -= 1;
+            // SAFETY: lock held (see above).
+            unsafe { (*self.free.get())[*top as usize] as usize }
+        } else if (*bump as usize) < N {
+            *bump += 1;
+            *bump as usize - 1
+        } else {
+            return Err(ArenaFull {
+                arena: name,
+                capacity: N,
+            });
+        };
+        live[idx] = 1;
+        *live_count += 1;
+        *peak = (*peak).max(*live_count);
+        let p = self.slots[idx].get();
+        // SAFETY: the slot is not live (it was free or fresh), so nobody else references it;
+        // zero bytes are a valid T (T: ZeroValid).
+        unsafe { core::ptr::write_bytes(p, 0, 1) };
+        // SAFETY: UnsafeCell::get never returns null.
+        Ok(unsafe { NonNull::new_unchecked(p) })
+    }
+
+    fn index_of(&self, p: *const T) -> Option<usize> {
+        let base = self.slots.as_ptr() as usize;
+        let addr = p as usize;
+        let sz = core::mem::size_of::<UnsafeCell<T>>().max(1);
+        if addr < base || addr >= base + N * sz || (addr - base) % sz != 0 {
+            return None;
+        }
+        Some((addr - base) / sz)
+    }
+
+    /// Whether `p` is a live slot of this arena (used to validate pointers from callers).
+    pub fn is_live(&self, p: *const T) -> bool {
+        match self.index_of(p) {
+            Some(i) => {
+                let _g = self.lock.lock();
+                // SAFETY: lock held.
+                unsafe { (*self.live.get())[i] == 1 }
+            }
+            None => false,
+        }
+    }
+
+    /// Returns a slot. The caller must no longer use `p` afterwards.
+    pub fn release(&self, p: *const T) -> Result<(), ReleaseError> {
+        let i = self.index_of(p).ok_or(ReleaseError::Foreign)?;
+        let _g = self.lock.lock();
+        // SAFETY: lock held.
+        let (top, live, live_count) = unsafe {
+            (
+                &mut *self.free_top.get(),
+                &mut *self.live.get(),
+                &mut *self.live_count.get(),
+            )
+        };
+        if live[i] != 1 {
+            return Err(ReleaseError::NotLive);
+        }
+        live[i] = 0;
+        *live_count -= 1;
+        // SAFETY: lock held; at most N indices can be free, so `top < N`.
+        unsafe { (*self.free.get())[*top as usize] = i as u32 };
+        *top += 1;
+        Ok(())
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> ArenaStats {
+        let _g = self.lock.lock();
+        // SAFETY: lock held.
+        unsafe {
+            ArenaStats {
+                capacity: N,
+                live: *self.live_count.get() as usize,
+                peak: *self.peak.get() as usize,
+                bytes: Self::BYTES,
+            }
+        }
+    }
+
+    /// Calls `f` on every live slot (under the arena lock; `f` must not call back into it).
+    pub fn for_each_live(&self, mut f: impl FnMut(NonNull<T>)) {
+        let _g = self.lock.lock();
+        // SAFETY: lock held.
+        let live = unsafe { &*self.live.get() };
+        for (i, l) in live.iter().enumerate() {
+            if *l == 1 {
+                // SAFETY: UnsafeCell::get never returns null.
+                f(unsafe { NonNull::new_unchecked(self.slots[i].get()) });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    extern crate std;
+    use std::boxed::Box;
+
+    fn arena<const N: usize>() -> Box<Arena<u64, N>> {
+        // SAFETY: Arena<u64, N> is ZeroValid.
+        unsafe { Box::<Arena<u64, N>>::new_zeroed().assume_init() }
+    }
+
+    #[test]
+    fn full_double_free_and_foreign_are_errors() {
+        let a = arena::<2>();
+        let p = a.alloc("t").unwrap();
+        let q = a.alloc("t").unwrap();
+        assert_eq!(
+            a.alloc("t"),
+            Err(ArenaFull {
+                arena: "t",
+                capacity: 2
+            })
+        );
+        assert_eq!(a.release(p.as_ptr()), Ok(()));
+        assert_eq!(a.release(p.as_ptr()), Err(ReleaseError::NotLive));
+        let x = 5u64;
+        assert_eq!(a.release(&x), Err(ReleaseError::Foreign));
+        assert!(a.is_live(q.as_ptr()));
+        assert!(!a.is_live(p.as_ptr()));
+        let r = a.alloc("t").unwrap();
+        assert_eq!(r, p, "a freed slot is reused");
+        assert_eq!(a.stats().live, 2);
+        assert_eq!(a.stats().peak, 2);
+    }
+}

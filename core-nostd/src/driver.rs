@@ -1,0 +1,197 @@
+//! The driver portal (spec §3.2's `ndl_*` calls): the only way the core reaches device memory.
+//!
+//! Implemented by the simulated device ([`crate::sim`]) and, in `nrt-host`, by the real
+//! `/dev/neuron<N>` ioctl backend. Errors are errno values exactly as the kernel returns them
+//! (`ENOMEM` for an exhausted pool, `EINVAL` for a bad argument, …). All methods take `&self`:
+//! drivers serialise internally, so the core can call them from several threads.
+
+use crate::abi::al_hal_tpb_arch_type_t;
+
+/// errno values the driver portal returns (Linux numbering).
+pub mod errno {
+    /// Operation not permitted.
+    pub const EPERM: i32 = 1;
+    /// No such file or directory (no device node).
+    pub const ENOENT: i32 = 2;
+    /// I/O error.
+    pub const EIO: i32 = 5;
+    /// Bad file descriptor.
+    pub const EBADF: i32 = 9;
+    /// Out of memory in the requested pool.
+    pub const ENOMEM: i32 = 12;
+    /// Bad address (copy outside an allocation).
+    pub const EFAULT: i32 = 14;
+    /// Device or resource busy.
+    pub const EBUSY: i32 = 16;
+    /// No such device.
+    pub const ENODEV: i32 = 19;
+    /// Invalid argument.
+    pub const EINVAL: i32 = 22;
+    /// Inappropriate ioctl (command unknown to this driver version).
+    pub const ENOTTY: i32 = 25;
+    /// Operation not supported.
+    pub const EOPNOTSUPP: i32 = 95;
+
+    /// The symbolic name of an errno value.
+    pub const fn name(e: i32) -> &'static str {
+        match e {
+            EPERM => "EPERM",
+            ENOENT => "ENOENT",
+            EIO => "EIO",
+            EBADF => "EBADF",
+            ENOMEM => "ENOMEM",
+            EFAULT => "EFAULT",
+            EBUSY => "EBUSY",
+            ENODEV => "ENODEV",
+            EINVAL => "EINVAL",
+            ENOTTY => "ENOTTY",
+            EOPNOTSUPP => "EOPNOTSUPP",
+            _ => "E?",
+        }
+    }
+}
+
+/// An errno value returned by the driver.
+pub type Errno = i32;
+
+/// Driver feature bits (`DRIVER_INFO_GET.feature_flags1`, public ioctl ABI).
+pub mod feature {
+    /// dma-buf export.
+    pub const DMABUF: u64 = 1 << 0;
+    /// Asynchronous DMA.
+    pub const ASYNC_DMA: u64 = 1 << 1;
+    /// Batched DMA queue init.
+    pub const BATCH_DMAQ_INIT: u64 = 1 << 2;
+    /// Large core maps.
+    pub const BIG_CORE_MAPS: u64 = 1 << 3;
+    /// MEM_ALLOC carries a category (`mem_type`).
+    pub const MEM_ALLOC_TYPE: u64 = 1 << 4;
+    /// HBM scrub.
+    pub const HBM_SCRUB: u64 = 1 << 5;
+    /// MEM_ALLOC supports ≥ 4 GiB (V2MT64).
+    pub const MEM_ALLOC64: u64 = 1 << 6;
+    /// Contiguous scratchpad (the spec's "driver-feature 0x80", §8).
+    pub const CONTIGUOUS_SCRATCHPAD: u64 = 1 << 7;
+}
+
+/// What the runtime learns about one device at bring-up.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DeviceInfo {
+    /// Core generation.
+    pub arch: al_hal_tpb_arch_type_t,
+    /// Physical NeuronCores on the device (≤ 8).
+    pub cores_per_device: u32,
+    /// HBM channels (pools) on the device.
+    pub hbm_channels: u32,
+    /// Bytes per HBM channel, before the firmware carve-out.
+    pub hbm_channel_size: u64,
+    /// Bytes of host DMA memory the driver will hand this process.
+    pub host_dma_capacity: u64,
+    /// `feature::*` bits.
+    pub feature_flags: u64,
+    /// Whether MEM_ALLOC honours an alignment (spec §3.2 `ndl_supports_align`).
+    pub supports_aligned_alloc: bool,
+    /// Allocation granule: sizes are rounded up to it.
+    pub page_size: u64,
+}
+
+impl DeviceInfo {
+    /// The HBM channel that serves physical core `tpb_idx` (public ABI §3 "HBM ↔ core"):
+    /// v2 (SUNDA) core i → HBM i; v3+ cores 2i and 2i+1 share HBM i.
+    pub fn default_hbm_for_core(&self, tpb_idx: u32) -> u32 {
+        let channels = self.hbm_channels.max(1);
+        let cores = self.cores_per_device.max(1);
+        let per = cores.div_ceil(channels).max(1);
+        (tpb_idx / per).min(channels - 1)
+    }
+}
+
+/// One MEM_ALLOC request (the arguments of `ndl_memory_alloc`, spec §3.2 step 4).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AllocRequest {
+    /// Bytes requested.
+    pub size: u64,
+    /// Alignment in bytes (0 = the driver's natural alignment).
+    pub align: u64,
+    /// Host DMA memory (true) or device HBM (false).
+    pub host: bool,
+    /// HBM channel (ignored for host memory).
+    pub hbm_idx: u32,
+    /// DRAM region; 0 on current devices.
+    pub region: u32,
+    /// Core the allocation is accounted to (range checked, not a placement).
+    pub nc_id: u32,
+    /// The driver category byte (`mem_alloc_category_t`).
+    pub category: u8,
+}
+
+/// Occupancy of one driver pool (an HBM channel or the host DMA pool).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PoolStats {
+    /// Bytes the pool manages.
+    pub capacity: u64,
+    /// Bytes free.
+    pub free: u64,
+    /// The largest single free block (what the next big allocation can get).
+    pub largest_free: u64,
+    /// Live allocations.
+    pub allocations: u64,
+}
+
+impl PoolStats {
+    /// External fragmentation in per mille: `1000 * (1 - largest_free / free)`.
+    pub fn fragmentation_permille(&self) -> u32 {
+        if self.free == 0 {
+            0
+        } else {
+            (1000 - (self.largest_free as u128 * 1000 / self.free as u128) as u64) as u32
+        }
+    }
+}
+
+/// The driver portal libnrt calls (spec §3.2).
+pub trait Driver: Sync {
+    /// Devices this driver exposes (≤ 32).
+    fn device_count(&self) -> u32;
+    /// Geometry and features of device `dev`.
+    fn device_info(&self, dev: u32) -> Result<DeviceInfo, Errno>;
+    /// `ndl_memory_alloc`: carves memory and returns an opaque non-zero handle.
+    fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> Result<u64, Errno>;
+    /// `ndl_memory_get_pa`: the physical (device) address of an allocation.
+    fn memory_get_pa(&self, dev: u32, handle: u64) -> Result<u64, Errno>;
+    /// `ndl_memory_free`.
+    fn memory_free(&self, dev: u32, handle: u64) -> Result<(), Errno>;
+    /// `ndl_memory_unmap`: drops a host mapping made of the allocation (no-op when none).
+    fn memory_unmap(&self, _dev: u32, _handle: u64) -> Result<(), Errno> {
+        Ok(())
+    }
+    /// `ndl_get_copy_buf`: the per-core staging buffer cookie recorded in `dmem_t.cpy_buf`.
+    fn get_copy_buf(&self, _dev: u32, nc_id: u32) -> u64 {
+        0x1000 + nc_id as u64
+    }
+    /// MEM_BUF_COPY to the device: `src` → allocation bytes `[offset, offset+len)`.
+    fn copy_in(&self, dev: u32, handle: u64, offset: u64, src: &[u8]) -> Result<(), Errno>;
+    /// MEM_BUF_COPY from the device: allocation bytes `[offset, offset+len)` → `dst`.
+    fn copy_out(&self, dev: u32, handle: u64, offset: u64, dst: &mut [u8]) -> Result<(), Errno>;
+    /// Fills allocation bytes `[offset, offset+len)` with `value` (memset on device).
+    fn fill(&self, dev: u32, handle: u64, offset: u64, len: u64, value: u8) -> Result<(), Errno> {
+        let chunk = [value; 256];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(chunk.len() as u64) as usize;
+            self.copy_in(dev, handle, offset + done, &chunk[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+    /// Occupancy of an HBM channel (`host == false`) or the host DMA pool.
+    fn pool_stats(&self, dev: u32, host: bool, hbm_idx: u32) -> Result<PoolStats, Errno>;
+    /// The host-device-id → routing-id map (spec §1); `EOPNOTSUPP` makes the runtime fall back
+    /// to the identity.
+    fn host_device_id_rid_map(&self, _out: &mut [u32; 32]) -> Result<(), Errno> {
+        Err(errno::EOPNOTSUPP)
+    }
+}

@@ -1,0 +1,244 @@
+//! The core's error type: small, `Copy`, heap-free, convertible to `NRT_STATUS` (STYLE.md #8).
+//!
+//! Every variant carries what a person needs to act on it; `Display` renders the message.
+#![deny(unsafe_code)]
+
+use core::fmt;
+
+use crate::abi::{dma_mem_location_t, dma_mem_usage_type_t, NRT_STATUS};
+use crate::arena::ArenaFull;
+use crate::driver::{errno, Errno};
+
+/// Result alias of the core.
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// Everything the core can refuse or fail at.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Error {
+    /// An allocation of zero bytes.
+    ZeroSize,
+    /// `size + alignment` (or an offset + length) does not fit 64 bits.
+    SizeOverflow {
+        /// Requested size.
+        size: u64,
+        /// Requested alignment or offset.
+        extra: u64,
+    },
+    /// Alignment is not a power of two.
+    BadAlignment(u64),
+    /// A memory location other than HOST_DRAM / TONGA_DRAM.
+    InvalidLocation(u32),
+    /// A usage type outside 0..=21.
+    InvalidUsage(u32),
+    /// The usage's category byte is the sentinel 20 for this location (spec §3.2).
+    UsageInvalidForLocation {
+        /// Usage type.
+        usage: dma_mem_usage_type_t,
+        /// Location.
+        loc: dma_mem_location_t,
+    },
+    /// HBM channel index past the device's channels.
+    HbmOutOfRange {
+        /// Requested index.
+        hbm: u32,
+        /// Channels on the device.
+        channels: u32,
+    },
+    /// A physical core that is not present (where libnrt asserts, spec §1.1).
+    CoreOutOfRange {
+        /// Device.
+        device: u32,
+        /// Core within the device.
+        tpb: u32,
+    },
+    /// A device index that is not attached.
+    DeviceOutOfRange(u32),
+    /// A logical core this process does not own (spec §7.2 range gate).
+    LogicalCoreOutOfRange {
+        /// Requested logical core.
+        vnc: i64,
+        /// Logical cores the process owns.
+        owned: u32,
+    },
+    /// A dmem that was already freed (or never allocated).
+    DoubleFree,
+    /// A dmem that does not belong to the allocator it was given to.
+    ForeignDmem,
+    /// A static arena is full (distinct from device OOM).
+    ArenaFull(ArenaFull),
+    /// Device HBM exhausted (`ENOMEM` on TONGA_DRAM → NRT_RESOURCE, spec §3.2 GOTCHA).
+    DeviceOom {
+        /// Bytes requested.
+        size: u64,
+        /// Alignment requested.
+        align: u64,
+        /// Device.
+        device: u32,
+        /// Core.
+        nc: u32,
+        /// HBM channel.
+        hbm: u32,
+        /// Usage type.
+        usage: dma_mem_usage_type_t,
+    },
+    /// Host DMA memory exhausted (`ENOMEM` on HOST_DRAM → NRT_FAIL_HOST_MEM_ALLOC).
+    HostOom {
+        /// Bytes requested.
+        size: u64,
+    },
+    /// Any other driver failure.
+    Driver(Errno),
+    /// Invalid logical-core configuration (spec §9).
+    VncConfig(&'static str, u32),
+    /// Unknown or stale model handle.
+    UnknownModel(u32),
+    /// A model handle already present in the core's model_db (spec §4.3).
+    DuplicateModel(u32),
+    /// A model description that cannot be loaded (message says why).
+    InvalidModel(&'static str),
+    /// More than 9 GPSIMD libraries (spec §6).
+    TooManyLibs(u32),
+    /// SBUF carveout geometry mismatch (spec §8).
+    BadCarveout(&'static str),
+    /// Bad argument to a tensor operation (message says which).
+    InvalidArgument(&'static str),
+    /// An offset/size window outside the object.
+    OutOfBounds {
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// Object size.
+        size: u64,
+    },
+    /// The operation is refused on this device class (spec §7.2 host-on-CAYMAN).
+    Unsupported(&'static str),
+    /// A wait ran out of time.
+    Timeout,
+    /// Runtime not initialised.
+    Uninitialized,
+    /// Runtime closed.
+    Closed,
+}
+
+impl Error {
+    /// The public status code this error surfaces as.
+    pub const fn status(&self) -> NRT_STATUS {
+        use NRT_STATUS::*;
+        match self {
+            Error::DeviceOom { .. } => NRT_RESOURCE,
+            Error::HostOom { .. } => NRT_FAIL_HOST_MEM_ALLOC,
+            Error::ArenaFull(_) => NRT_RESOURCE,
+            Error::UnknownModel(_) | Error::DuplicateModel(_) => NRT_INVALID_HANDLE,
+            Error::TooManyLibs(_) => NRT_FAILURE,
+            Error::Driver(e) if *e == errno::ENOMEM => NRT_RESOURCE,
+            Error::Driver(_) => NRT_FAILURE,
+            Error::Unsupported(_) => NRT_RESOURCE,
+            Error::Timeout => NRT_TIMEOUT,
+            Error::Uninitialized => NRT_UNINITIALIZED,
+            Error::Closed => NRT_CLOSED,
+            _ => NRT_INVALID,
+        }
+    }
+}
+
+impl From<ArenaFull> for Error {
+    fn from(a: ArenaFull) -> Self {
+        Error::ArenaFull(a)
+    }
+}
+
+fn mb(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Error::ZeroSize => f.write_str("allocation size is 0"),
+            Error::SizeOverflow { size, extra } => {
+                write!(f, "size {size} + {extra} overflows 64 bits")
+            }
+            Error::BadAlignment(a) => write!(f, "alignment {a} is not a power of two"),
+            Error::InvalidLocation(l) => {
+                write!(
+                    f,
+                    "memory location {l} is not HOST_DRAM (1) or TONGA_DRAM (2)"
+                )
+            }
+            Error::InvalidUsage(u) => {
+                write!(f, "usage type {u} is not a dma_mem_usage_type_t (0..=21)")
+            }
+            Error::UsageInvalidForLocation { usage, loc } => write!(
+                f,
+                "usage {} cannot be allocated in {} (category table says 20)",
+                usage.name(),
+                loc.name()
+            ),
+            Error::HbmOutOfRange { hbm, channels } => {
+                write!(f, "HBM index {hbm} out of range (device has {channels})")
+            }
+            Error::CoreOutOfRange { device, tpb } => {
+                write!(f, "physical core nd{device}:nc{tpb} is not present")
+            }
+            Error::DeviceOutOfRange(d) => write!(f, "device {d} is not attached"),
+            Error::LogicalCoreOutOfRange { vnc, owned } => write!(
+                f,
+                "Logical NeuronCore {vnc} is out of range: this process owns {owned} (0..{owned})"
+            ),
+            Error::DoubleFree => f.write_str("dmem already freed (double free)"),
+            Error::ForeignDmem => f.write_str("dmem does not belong to this allocator"),
+            Error::ArenaFull(a) => write!(
+                f,
+                "static arena `{}` is full ({} slots); raise its capacity in nrt_core::config",
+                a.arena, a.capacity
+            ),
+            Error::DeviceOom {
+                size,
+                align,
+                device,
+                nc,
+                hbm,
+                usage,
+            } => {
+                write!(
+                    f,
+                    "Failed to allocate {:.3}MB (usage: {}) on ND {}:NC {} (HBM {})",
+                    mb(size),
+                    usage.short_name(),
+                    device,
+                    nc,
+                    hbm
+                )?;
+                if align != 0 {
+                    write!(f, "; alignment {align} requested: the device may be running out of alignment boundaries")?;
+                }
+                Ok(())
+            }
+            Error::HostOom { size } => {
+                write!(f, "Failed to allocate {:.3}MB of host DMA memory", mb(size))
+            }
+            Error::Driver(e) => write!(f, "driver error {} ({})", e, errno::name(e)),
+            Error::VncConfig(msg, v) => write!(f, "{msg} (value {v})"),
+            Error::UnknownModel(h) => write!(
+                f,
+                "model handle {h} is unknown (never loaded or already unloaded)"
+            ),
+            Error::DuplicateModel(h) => write!(f, "Model {h} already in DB"),
+            Error::InvalidModel(m) => write!(f, "invalid model: {m}"),
+            Error::TooManyLibs(n) => write!(f, "Exceeded max number of GPSIMD libs: {n} > 9"),
+            Error::BadCarveout(m) => write!(f, "SBUF EVTACCEL carveout: {m}"),
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::OutOfBounds { offset, len, size } => write!(
+                f,
+                "window [{offset}, {offset}+{len}) is outside the object of {size} bytes"
+            ),
+            Error::Unsupported(m) => f.write_str(m),
+            Error::Timeout => f.write_str("timed out"),
+            Error::Uninitialized => f.write_str("runtime not initialized (call nrt_init first)"),
+            Error::Closed => f.write_str("runtime closed (nrt_close was called)"),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Logging that compiles away (STYLE.md #9, after embassy's `fmt.rs`): the core's log macros
+//! route to `defmt`, to `log`, or to nothing, by feature. Declared first in `lib.rs` so every
+//! module sees the macros.
+#![allow(unused_macros)]
+
+macro_rules! nrt_log {
+    ($level:ident, $($arg:tt)*) => {{
+        #[cfg(feature = "log")]
+        { ::log::$level!(target: "nrt", $($arg)*); }
+        #[cfg(feature = "defmt")]
+        { ::defmt::$level!($($arg)*); }
+        #[cfg(not(any(feature = "log", feature = "defmt")))]
+        { let _ = || { let _ = ($($arg)*,); }; }
+    }};
+}
+
+macro_rules! trace { ($($arg:tt)*) => { nrt_log!(trace, $($arg)*) }; }
+macro_rules! debug { ($($arg:tt)*) => { nrt_log!(debug, $($arg)*) }; }
+macro_rules! info { ($($arg:tt)*) => { nrt_log!(info, $($arg)*) }; }
+macro_rules! warn { ($($arg:tt)*) => { nrt_log!(warn, $($arg)*) }; }
+macro_rules! error { ($($arg:tt)*) => { nrt_log!(error, $($arg)*) }; }

@@ -1,0 +1,94 @@
+//! Spin locks that live inside libnrt's 40-byte `pthread_mutex_t` slots (spec §2, §3.1, §6, §8).
+//!
+//! Hand-rolled rather than `spin::Mutex<T>` on purpose: libnrt's locks sit at fixed offsets
+//! *beside* the data they guard (`model_db_lock` at tpb_t+19992 guards `model_db` at +20032),
+//! so the lock word must be a bare `AtomicU32` at offset 0 of the slot, with all-zero meaning
+//! unlocked. The integrator can install a relax hook (the std shim yields the thread) so long
+//! waits do not burn a core.
+
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use crate::abi::nrt_mutex_t;
+
+static RELAX_HOOK: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Installs the function called by spinning waiters after a short busy phase (e.g.
+/// `std::thread::yield_now`). Without one, waiters use `core::hint::spin_loop`.
+pub fn set_relax_hook(hook: fn()) {
+    RELAX_HOOK.store(hook as *mut (), Ordering::Release);
+}
+
+/// One step of a wait loop: spins for the first iterations, then calls the relax hook.
+#[inline]
+pub fn relax(iteration: u32) {
+    if iteration < 64 {
+        core::hint::spin_loop();
+        return;
+    }
+    let p = RELAX_HOOK.load(Ordering::Acquire);
+    if p.is_null() {
+        core::hint::spin_loop();
+    } else {
+        // SAFETY: the only non-null value ever stored is a `fn()` cast in `set_relax_hook`.
+        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
+        f();
+    }
+}
+
+impl nrt_mutex_t {
+    /// An unlocked lock (all zero, like `PTHREAD_MUTEX_INITIALIZER`).
+    pub const fn new() -> Self {
+        nrt_mutex_t {
+            state: AtomicU32::new(0),
+            _reserved_0004: [0; 4],
+            _reserved_0008: [0; 4],
+        }
+    }
+
+    /// Acquires the lock, spinning (then relaxing) while another holder has it.
+    pub fn lock(&self) -> MutexGuard<'_> {
+        let mut i = 0u32;
+        while self
+            .state
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.state.load(Ordering::Relaxed) != 0 {
+                relax(i);
+                i = i.saturating_add(1);
+            }
+        }
+        MutexGuard { m: self }
+    }
+
+    /// Acquires the lock if it is free.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_>> {
+        self.state
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| MutexGuard { m: self })
+    }
+
+    /// Whether some holder has the lock right now (diagnostics only).
+    pub fn is_locked(&self) -> bool {
+        self.state.load(Ordering::Relaxed) != 0
+    }
+}
+
+impl Default for nrt_mutex_t {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Holds an [`nrt_mutex_t`] until dropped.
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct MutexGuard<'a> {
+    m: &'a nrt_mutex_t,
+}
+
+impl Drop for MutexGuard<'_> {
+    fn drop(&mut self) {
+        self.m.state.store(0, Ordering::Release);
+    }
+}
