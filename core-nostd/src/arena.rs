@@ -76,8 +76,18 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
     /// Bytes one arena occupies (for footprint reports).
     pub const BYTES: usize = core::mem::size_of::<Self>();
 
-    /// Takes a zeroed slot.
+    /// Takes a zeroed slot (most recently freed first: keeps the touched footprint small).
     pub fn alloc(&self, name: &'static str) -> Result<NonNull<T>, ArenaFull> {
+        self.alloc_impl(name, false)
+    }
+
+    /// Takes a zeroed slot, preferring never-used slots over freed ones, so a stale pointer to
+    /// a freed slot stays detectably dead for as long as possible (caller-visible handles).
+    pub fn alloc_fresh_first(&self, name: &'static str) -> Result<NonNull<T>, ArenaFull> {
+        self.alloc_impl(name, true)
+    }
+
+    fn alloc_impl(&self, name: &'static str, fresh_first: bool) -> Result<NonNull<T>, ArenaFull> {
         let _g = self.lock.lock();
         // SAFETY: the counters and stacks are only touched with `lock` held.
         let (bump, top, live, live_count, peak) = unsafe {
@@ -89,7 +99,10 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
                 &mut *self.peak.get(),
             )
         };
-        let idx = if *top > 0 {
+        let idx = if fresh_first && (*bump as usize) < N {
+            *bump += 1;
+            *bump as usize - 1
+        } else if *top > 0 {
             *top -= 1;
             // SAFETY: lock held (see above).
             unsafe { (*self.free.get())[*top as usize] as usize }

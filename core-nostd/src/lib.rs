@@ -17,8 +17,21 @@ mod fmt;
 
 pub mod abi;
 pub mod arena;
+pub mod carve;
+pub mod config;
+pub mod ctx;
+pub mod dmem;
 pub mod driver;
 pub mod error;
+pub mod ht;
+pub mod ledger;
+pub mod model;
+pub mod scratchpad;
+pub mod sim;
 pub mod sync;
+pub mod tensor;
+pub mod ulib;
+pub mod vcore;
 
+pub use ctx::{CoreState, InitOptions, Nrt};
 pub use error::{Error, Result};

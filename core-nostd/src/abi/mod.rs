@@ -33,6 +33,7 @@ pub const STRUCTS: &[StructInfo] = &[
     ht_node_t::INFO,
     H_MODEL::INFO,
     model_t::INFO,
+    model_io_t::INFO,
     vtpb_info_shared_mr_set_t::INFO,
     scratchpad_cleanup_info_t::INFO,
     ucode_lib_set_info_t::INFO,

@@ -32,6 +32,7 @@ abi_struct! {
 abi_struct! {
     /// A physical NeuronCore coordinate `(device_id, device_tpb_idx)` with a back-pointer to
     /// its owning logical core (spec §1.1, 24 B).
+    #[derive(Copy, Clone, Debug)]
     pub struct physical_core_t [size = 24, align = 8, section = "1.1"] {
         @0 pub device_id: u32 = Chosen,
         @4 pub device_tpb_idx: u32 = Chosen,
@@ -42,6 +43,7 @@ abi_struct! {
 
 abi_struct! {
     /// A Logical NeuronCore (LNC / vtpb): 1–2 physical cores presented as one (spec §9, 64 B).
+    #[derive(Copy, Clone, Debug)]
     pub struct virtual_core_t [size = 64, align = 8, section = "9"] {
         @0 pub vtpb_idx: u32 = Chosen,
         @4 pub tpb_count: u32 = Chosen,
@@ -310,7 +312,10 @@ abi_struct! {
         @224 pub sg_mem_ref_sets: [*mut ht_t; 8] = Chosen,
         @288 pub sg_gc_trackers: [*mut dmem_list_t; 8] = Chosen,
         @352 pub exec_count: AtomicU64 = Chosen,
-        @360 _reserved_0360: [u8; 6128] = Reserved,
+        @360 pub num_inputs: u32 = Chosen,
+        @364 pub num_outputs: u32 = Chosen,
+        @368 pub io: [model_io_t; 32] = Chosen,
+        @2160 _reserved_2160: [u8; 4328] = Reserved,
         @6488 pub ref_count: AtomicU64 = Observed,
         @6496 _reserved_6496: [u8; 722] = Reserved,
         @7218 pub reset_evt_accel: u8 = Chosen,
@@ -319,6 +324,15 @@ abi_struct! {
         @7221 _reserved_7221: [u8; 275] = Reserved,
         @7496 pub ht_node: ht_node_t = Observed,
         @7544 _reserved_7544: [u8; 200] = Reserved,
+    }
+}
+
+abi_struct! {
+    /// One declared input or output of a model (this project's record inside `model_t`'s
+    /// reserved span; NEFFs declare their IO tensors by name and size).
+    pub struct model_io_t [size = 56, align = 8, section = "5.3"] {
+        @0 pub size: u64 = Chosen,
+        @8 pub name: [u8; 48] = Chosen,
     }
 }
 
@@ -411,3 +425,15 @@ impl crate::abi::meta::CType for *mut *mut nrt_tensor_t {
 }
 // SAFETY: null is a valid raw pointer value.
 unsafe impl crate::abi::meta::ZeroValid for *mut *mut nrt_tensor_t {}
+
+impl physical_core_t {
+    /// The coordinate `(device_id, device_tpb_idx)` with no owning logical core.
+    pub const fn new(device_id: u32, device_tpb_idx: u32) -> Self {
+        physical_core_t {
+            device_id,
+            device_tpb_idx,
+            vcore: core::ptr::null_mut(),
+            _reserved_0016: [0; 8],
+        }
+    }
+}

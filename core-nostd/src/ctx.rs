@@ -1,0 +1,490 @@
+//! The process-global context tree `tdrv_ctx → mla[32] → tpb[8]` (spec §1): its state block,
+//! the [`Nrt`] handle every operation goes through, bring-up (`db_tdrv_ctx_init`), the resolver
+//! (`db_physical_core_get_mla_and_tpb`, §1.1) and teardown (`tdrv_destroy`, §12).
+//!
+//! [`CoreState`] holds the 18.9 MB `tdrv_ctx_t` plus every static arena; it is valid when
+//! all-zero, so it lives in `.bss` (firmware, the C ABI singleton) or in a zeroed allocation
+//! (independent instances for Rust users and tests) and is never built on the stack.
+
+use core::cell::UnsafeCell;
+use core::ptr::{addr_of_mut, null_mut};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::abi::meta::ZeroValid;
+use crate::abi::*;
+use crate::arena::Arena;
+use crate::config::*;
+use crate::driver::{errno, DeviceInfo, Driver};
+use crate::error::{Error, Result};
+use crate::ht::{self, HtBuckets};
+use crate::vcore::{VcoreOptions, VcoreTable};
+
+/// Geometry of one attached device, as the driver reported it at bring-up.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct DevGeom {
+    /// `al_hal_tpb_arch_type_t` value.
+    pub arch: u32,
+    /// Physical cores.
+    pub cores: u32,
+    /// HBM channels.
+    pub channels: u32,
+    /// 1 when the driver honours an alignment.
+    pub aligned_alloc: u32,
+    /// Bytes per HBM channel.
+    pub channel_size: u64,
+    /// Host DMA bytes.
+    pub host_capacity: u64,
+    /// Driver feature bits.
+    pub features: u64,
+    /// Allocation granule.
+    pub page_size: u64,
+}
+
+impl DevGeom {
+    fn from_info(i: &DeviceInfo) -> Self {
+        DevGeom {
+            arch: i.arch as u32,
+            cores: i.cores_per_device,
+            channels: i.hbm_channels,
+            aligned_alloc: i.supports_aligned_alloc as u32,
+            channel_size: i.hbm_channel_size,
+            host_capacity: i.host_dma_capacity,
+            features: i.feature_flags,
+            page_size: i.page_size,
+        }
+    }
+    /// The arch as an enum (INVALID for an unknown value).
+    pub fn arch(&self) -> al_hal_tpb_arch_type_t {
+        al_hal_tpb_arch_type_t::from_raw(self.arch)
+            .unwrap_or(al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_INVALID)
+    }
+    /// The HBM channel that serves core `tpb` (public ABI §3 "HBM ↔ core").
+    pub fn default_hbm(&self, tpb: u32) -> u32 {
+        let channels = self.channels.max(1);
+        let per = self.cores.max(1).div_ceil(channels).max(1);
+        (tpb / per).min(channels - 1)
+    }
+    /// HBM capacity attributed to one core: its channel's size shared by the cores on it.
+    pub fn hbm_bytes_per_core(&self) -> u64 {
+        let channels = self.channels.max(1) as u64;
+        let per = (self.cores.max(1) as u64).div_ceil(channels).max(1);
+        self.channel_size / per
+    }
+}
+
+/// Runtime-wide settings chosen at bring-up (spec §8, §9).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Settings {
+    /// Scratchpad page size when not contiguous.
+    pub scratchpad_page_size: u64,
+    /// `experimental_contiguous_scratchpad` (spec §8).
+    pub contiguous_scratchpad: u32,
+    /// Reserved.
+    pub _pad: u32,
+}
+
+/// A GPSIMD library set with room for its `ucode_lib_info_t` array (spec §6).
+#[repr(C)]
+pub struct UlibSet {
+    /// The set header libnrt points at.
+    pub info: ucode_lib_set_info_t,
+    /// Per-library info (`info.libs` points here).
+    pub libs: [ucode_lib_info_t; constants::ULIB_MAX_LIBS],
+}
+// SAFETY: both members are ZeroValid abi structs.
+unsafe impl ZeroValid for UlibSet {}
+
+/// A model_db table (`ht_t` + buckets).
+pub type ModelDb = HtBuckets<MODEL_DB_BUCKETS>;
+/// A 1024-bucket mem_ref_set (spec §5.2 `ht_init(&mr_set->mem_ref_set, 0x400, …)`).
+pub type MemRefSet = HtBuckets<{ constants::MEM_REF_SET_BUCKETS }>;
+
+/// Runtime lifecycle (`NRT_STATE_*`).
+pub const STATE_UNINIT: u32 = 0;
+/// Initialised.
+pub const STATE_INIT: u32 = 1;
+/// Closed.
+pub const STATE_CLOSED: u32 = 2;
+
+/// Everything the core owns: the context tree and all static arenas. Valid when all-zero.
+#[repr(C)]
+pub struct CoreState {
+    pub(crate) ctx: UnsafeCell<tdrv_ctx_t>,
+    pub(crate) geom: UnsafeCell<[DevGeom; constants::MAX_MLA_PER_PROCESS]>,
+    pub(crate) vc: UnsafeCell<VcoreTable>,
+    pub(crate) settings: UnsafeCell<Settings>,
+    pub(crate) state: AtomicU32,
+    pub(crate) init_lock: nrt_mutex_t,
+    pub(crate) oom_lock: nrt_mutex_t,
+    /// 1 once `last_oom` holds a value (MaybeUninit keeps the all-zero state valid).
+    pub(crate) last_oom_set: AtomicU32,
+    pub(crate) last_oom: UnsafeCell<core::mem::MaybeUninit<Error>>,
+    pub(crate) dmems: Arena<dmem_t, MAX_DMEM>,
+    pub(crate) hints: Arena<[u8; HINT_LEN], MAX_DMEM>,
+    pub(crate) allocators: Arena<dmem_allocator_t, MAX_ALLOCATORS>,
+    pub(crate) ref_nodes: Arena<dmem_ref_node_t, MAX_DMEM>,
+    pub(crate) dmem_lists: Arena<dmem_list_t, MAX_MR_SETS>,
+    pub(crate) models: Arena<model_t, MAX_MODELS>,
+    pub(crate) model_dbs:
+        Arena<ModelDb, { constants::MAX_MLA_PER_PROCESS * constants::TPBS_PER_MLA }>,
+    pub(crate) mem_ref_sets: Arena<MemRefSet, MAX_MR_SETS>,
+    pub(crate) mem_ref_nodes: Arena<ht_node_t, MAX_DMEM>,
+    pub(crate) sp_cleanup: Arena<scratchpad_cleanup_info_t, MAX_MODELS>,
+    pub(crate) ulib_sets: Arena<UlibSet, MAX_ULIB_SETS>,
+    pub(crate) tensors: Arena<nrt_tensor_t, MAX_TENSORS>,
+    pub(crate) storages: Arena<nrt_tensor_storage_t, MAX_STORAGES>,
+}
+
+// SAFETY: every member is zero-valid: the abi structs and arenas by their own ZeroValid impls,
+// the plain-integer tables trivially, a zero lock is unlocked, state 0 is UNINIT, and
+// `last_oom` is a MaybeUninit only read after `last_oom_set` became 1.
+unsafe impl ZeroValid for CoreState {}
+// SAFETY: all shared mutation goes through atomics, the nrt_mutex_t locks placed where libnrt
+// places them, or the arenas' own locks; raw pointers inside point into this same block.
+unsafe impl Sync for CoreState {}
+// SAFETY: as above; the state owns no thread-bound resource.
+unsafe impl Send for CoreState {}
+
+impl CoreState {
+    /// Bytes of one `CoreState` (address space; untouched pages cost nothing).
+    pub const BYTES: usize = core::mem::size_of::<Self>();
+
+    /// A zeroed state on the heap (tests and the std shim; firmware uses a `static`).
+    #[cfg(any(test, feature = "std"))]
+    pub fn new_boxed() -> std::boxed::Box<Self> {
+        // SAFETY: CoreState is ZeroValid.
+        unsafe { std::boxed::Box::<Self>::new_zeroed().assume_init() }
+    }
+
+    /// Per-arena occupancy, for footprint reports.
+    pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); 13] {
+        [
+            ("dmem_t", self.dmems.stats()),
+            ("hint", self.hints.stats()),
+            ("dmem_allocator_t", self.allocators.stats()),
+            ("dmem_ref_node_t", self.ref_nodes.stats()),
+            ("dmem_list_t", self.dmem_lists.stats()),
+            ("model_t", self.models.stats()),
+            ("model_db", self.model_dbs.stats()),
+            ("mem_ref_set", self.mem_ref_sets.stats()),
+            ("mem_ref_node", self.mem_ref_nodes.stats()),
+            ("scratchpad_cleanup_info_t", self.sp_cleanup.stats()),
+            ("ulib_set", self.ulib_sets.stats()),
+            ("nrt_tensor_t", self.tensors.stats()),
+            ("nrt_tensor_storage_t", self.storages.stats()),
+        ]
+    }
+}
+
+/// Bring-up options (the environment of spec §9, already parsed by the caller).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct InitOptions {
+    /// Logical cores: size, visible range, core count.
+    pub vcores: VcoreOptions,
+    /// Scratchpad page size (default [`DEFAULT_SCRATCHPAD_PAGE_SIZE`]).
+    pub scratchpad_page_size: Option<u64>,
+    /// `experimental_contiguous_scratchpad` (spec §8).
+    pub contiguous_scratchpad: bool,
+}
+
+/// The runtime: a view pairing the state block with the driver. Cheap to copy; every
+/// operation of the core is a method on it.
+#[derive(Copy, Clone)]
+pub struct Nrt<'a> {
+    pub(crate) st: &'a CoreState,
+    pub(crate) drv: &'a dyn Driver,
+}
+
+impl<'a> Nrt<'a> {
+    /// Pairs a state block with a driver.
+    pub fn new(st: &'a CoreState, drv: &'a dyn Driver) -> Self {
+        Nrt { st, drv }
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &'a dyn Driver {
+        self.drv
+    }
+
+    /// The state block.
+    pub fn state(&self) -> &'a CoreState {
+        self.st
+    }
+
+    pub(crate) fn ctx(&self) -> *mut tdrv_ctx_t {
+        self.st.ctx.get()
+    }
+
+    /// Raw pointer to `mla[dev]` (no check).
+    pub(crate) fn mla_ptr(&self, dev: u32) -> *mut mla_t {
+        // SAFETY: in-bounds projection of the context; callers check `dev < 32`.
+        unsafe { addr_of_mut!((*self.ctx()).mla[dev as usize]) }
+    }
+
+    /// Raw pointer to `mla[dev]._tpbs[tpb]` (no check).
+    pub(crate) fn tpb_ptr(&self, dev: u32, tpb: u32) -> *mut tpb_t {
+        // SAFETY: in-bounds projection; callers check the indices.
+        unsafe { addr_of_mut!((*self.mla_ptr(dev))._tpbs[tpb as usize]) }
+    }
+
+    /// Geometry of device `dev` (zeroed when not attached).
+    pub fn geom(&self, dev: u32) -> DevGeom {
+        if dev as usize >= constants::MAX_MLA_PER_PROCESS {
+            return DevGeom::default();
+        }
+        // SAFETY: written only during bring-up under init_lock, before state becomes INIT.
+        unsafe { (*self.st.geom.get())[dev as usize] }
+    }
+
+    pub(crate) fn settings(&self) -> Settings {
+        // SAFETY: written only during bring-up.
+        unsafe { *self.st.settings.get() }
+    }
+
+    /// Lifecycle state (`STATE_*`).
+    pub fn lifecycle(&self) -> u32 {
+        self.st.state.load(Ordering::Acquire)
+    }
+
+    /// The state gate of the public API (spec §7.2): `Uninitialized` before init, `Closed` after.
+    pub fn check_state(&self) -> Result<()> {
+        match self.lifecycle() {
+            STATE_INIT => Ok(()),
+            STATE_CLOSED => Err(Error::Closed),
+            _ => Err(Error::Uninitialized),
+        }
+    }
+
+    /// Devices attached (`tdrv_ctx.num_mla`).
+    pub fn num_devices(&self) -> u32 {
+        // SAFETY: written only during bring-up.
+        unsafe { (*self.ctx()).num_mla }
+    }
+
+    /// `db_physical_core_get_mla_and_tpb` (spec §1.1): where libnrt asserts a live device and
+    /// a mapped core, this returns [`Error::CoreOutOfRange`].
+    pub fn db_physical_core_get_mla_and_tpb(
+        &self,
+        pc: &physical_core_t,
+    ) -> Result<(*mut mla_t, *mut tpb_t)> {
+        let (d, t) = (pc.device_id, pc.device_tpb_idx);
+        if d as usize >= constants::MAX_MLA_PER_PROCESS || t as usize >= constants::TPBS_PER_MLA {
+            return Err(Error::CoreOutOfRange { device: d, tpb: t });
+        }
+        let mla = self.mla_ptr(d);
+        // SAFETY: in-bounds; is_used/tpb_map are written at bring-up before use.
+        unsafe {
+            if (*mla).is_used == 0 || (*mla).tpb_map.map[t as usize] == 0 {
+                return Err(Error::CoreOutOfRange { device: d, tpb: t });
+            }
+        }
+        Ok((mla, self.tpb_ptr(d, t)))
+    }
+
+    /// Resolves `(device, core)` to its `tpb_t`, checked.
+    pub(crate) fn tpb(&self, dev: u32, tpb: u32) -> Result<*mut tpb_t> {
+        let pc = physical_core_t::new(dev, tpb);
+        self.db_physical_core_get_mla_and_tpb(&pc).map(|(_, t)| t)
+    }
+
+    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `(dev, core)`.
+    pub fn core_allocator(&self, dev: u32, core: u32) -> Result<*mut dmem_allocator_t> {
+        let tpb = self.tpb(dev, core)?;
+        // SAFETY: resolved tpb; set at bring-up.
+        let al = unsafe { (*tpb).tpb_allocator };
+        if al.is_null() {
+            return Err(Error::CoreOutOfRange {
+                device: dev,
+                tpb: core,
+            });
+        }
+        Ok(al)
+    }
+
+    /// `db_tdrv_ctx_init` + `tdrv_init` (spec §1, §5.1): attaches every device the driver
+    /// exposes, builds each core's GLOBAL allocator, model_db and scratchpad, the routing map,
+    /// and the logical-core table (spec §9). Fails cleanly (nothing left allocated).
+    pub fn init(&self, opts: &InitOptions) -> Result<()> {
+        let _g = self.st.init_lock.lock();
+        match self.lifecycle() {
+            STATE_INIT => return Err(Error::InvalidArgument("runtime already initialized")),
+            STATE_CLOSED => {
+                // Re-init after close: start again from the all-zero tree.
+                // SAFETY: init_lock held and the runtime is closed: nobody uses the tree.
+                unsafe {
+                    core::ptr::write_bytes(
+                        self.ctx() as *mut u8,
+                        0,
+                        core::mem::size_of::<tdrv_ctx_t>(),
+                    );
+                    *self.st.geom.get() = [DevGeom::default(); constants::MAX_MLA_PER_PROCESS];
+                }
+            }
+            _ => {}
+        }
+        let n = self
+            .drv
+            .device_count()
+            .min(constants::MAX_MLA_PER_PROCESS as u32);
+        if n == 0 {
+            return Err(Error::Driver(errno::ENODEV));
+        }
+        let mut infos = [None; constants::MAX_MLA_PER_PROCESS];
+        for (d, slot) in infos.iter_mut().enumerate().take(n as usize) {
+            let info = self.drv.device_info(d as u32).map_err(Error::Driver)?;
+            if info.cores_per_device == 0
+                || info.cores_per_device as usize > constants::TPBS_PER_MLA
+            {
+                return Err(Error::Driver(errno::EINVAL));
+            }
+            *slot = Some(info);
+        }
+        // SAFETY: state is UNINIT and init_lock is held: nothing else touches the tree.
+        unsafe {
+            *self.st.settings.get() = Settings {
+                scratchpad_page_size: opts
+                    .scratchpad_page_size
+                    .filter(|p| *p > 0)
+                    .unwrap_or(DEFAULT_SCRATCHPAD_PAGE_SIZE),
+                contiguous_scratchpad: opts.contiguous_scratchpad as u32,
+                _pad: 0,
+            };
+            let ctx = self.ctx();
+            (*ctx).num_mla = n;
+            for (d, info) in infos.iter().enumerate().take(n as usize) {
+                let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
+                (*self.st.geom.get())[d] = DevGeom::from_info(info);
+                let mla = self.mla_ptr(d as u32);
+                (*mla).device = d as u64;
+                (*mla).idx = d as u32;
+                (*mla).num_tpbs = info.cores_per_device;
+                (*mla).arch = info.arch as u32;
+                (*mla).num_hbm = info.hbm_channels;
+                (*mla).hbm_size = info.hbm_channel_size;
+                (*mla).bdf = d as u32;
+                (*mla).is_used = 1;
+                for t in 0..info.cores_per_device {
+                    (*mla).tpb_map.map[t as usize] = 1;
+                }
+            }
+            (*ctx).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
+            let mut map = [0u32; 32];
+            if self.drv.host_device_id_rid_map(&mut map).is_err() {
+                // Identity fallback (spec §1: single-device routing is the identity).
+                for (i, m) in map.iter_mut().enumerate() {
+                    *m = i as u32;
+                }
+            }
+            (*ctx).host_did_to_rid_map = map;
+        }
+        let r = self
+            .vcores_init(&opts.vcores)
+            .and_then(|_| self.init_cores(n));
+        if let Err(e) = r {
+            self.teardown_cores();
+            // SAFETY: still under init_lock; reset to the all-zero UNINIT tree.
+            unsafe {
+                core::ptr::write_bytes(self.ctx() as *mut u8, 0, core::mem::size_of::<tdrv_ctx_t>())
+            };
+            return Err(e);
+        }
+        self.st.state.store(STATE_INIT, Ordering::Release);
+        info!("nrt-core initialised: {} device(s)", n);
+        Ok(())
+    }
+
+    fn init_cores(&self, n: u32) -> Result<()> {
+        for d in 0..n {
+            let g = self.geom(d);
+            for t in 0..g.cores {
+                let tpb = self.tpb_ptr(d, t);
+                // SAFETY: bring-up under init_lock; tpb is in-bounds.
+                unsafe {
+                    (*tpb).idx = t;
+                    (*tpb).device_id = d;
+                    (*tpb).pcore.device_id = d;
+                    (*tpb).pcore.device_tpb_idx = t;
+                    let pcore = addr_of_mut!((*tpb).pcore);
+                    (*tpb).tpb_allocator = self.dmem_allocator_create(
+                        pcore,
+                        dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
+                    )?;
+                    let db = self.st.model_dbs.alloc("model_db")?.as_ptr();
+                    ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
+                    (*tpb).model_db = addr_of_mut!((*db).hdr);
+                    self.tdrv_scratchpad_init(tpb, &g);
+                    (*tpb).is_init = 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees what `init_cores` built for every core (GLOBAL allocators, model_dbs).
+    fn teardown_cores(&self) {
+        for d in 0..self.num_devices() {
+            for t in 0..constants::TPBS_PER_MLA as u32 {
+                let tpb = self.tpb_ptr(d, t);
+                // SAFETY: teardown is single-threaded by contract (close/init hold init_lock).
+                unsafe {
+                    if !(*tpb).tpb_allocator.is_null() {
+                        let _ = self.dmem_allocator_destroy((*tpb).tpb_allocator);
+                        (*tpb).tpb_allocator = null_mut();
+                    }
+                    if !(*tpb).model_db.is_null() {
+                        let _ = self.st.model_dbs.release((*tpb).model_db as *const ModelDb);
+                        (*tpb).model_db = null_mut();
+                    }
+                    (*tpb).is_init = 0;
+                }
+            }
+        }
+    }
+
+    /// `tdrv_destroy` (spec §12): unloads every model (draining in-flight executions), frees
+    /// every tensor, the scratchpad pages, the shared ext-isa copies and the GLOBAL allocators,
+    /// then clears the tree. Afterwards the driver holds no memory of this runtime.
+    pub fn close(&self) -> Result<()> {
+        let _g = self.st.init_lock.lock();
+        if self.lifecycle() != STATE_INIT {
+            return Err(if self.lifecycle() == STATE_CLOSED {
+                Error::Closed
+            } else {
+                Error::Uninitialized
+            });
+        }
+        // New API calls fail from here on; in-flight ones drain in remove_model.
+        self.st.state.store(STATE_CLOSED, Ordering::Release);
+        self.unload_all_models();
+        self.free_all_tensors();
+        for d in 0..self.num_devices() {
+            for t in 0..self.geom(d).cores {
+                let tpb = self.tpb_ptr(d, t);
+                self.tdrv_scratchpad_free(tpb);
+                self.ulib_free_shared(tpb);
+            }
+        }
+        self.teardown_cores();
+        info!("nrt-core closed");
+        Ok(())
+    }
+
+    /// Total bytes the driver still holds for this runtime, over every pool of every device.
+    pub fn driver_bytes_in_use(&self) -> u64 {
+        let mut used = 0;
+        for d in 0..self.num_devices() {
+            let g = self.geom(d);
+            for h in 0..g.channels {
+                if let Ok(s) = self.drv.pool_stats(d, false, h) {
+                    used += s.capacity - s.free;
+                }
+            }
+            if let Ok(s) = self.drv.pool_stats(d, true, 0) {
+                used += s.capacity - s.free;
+            }
+        }
+        used
+    }
+}

@@ -1,0 +1,569 @@
+//! The host device-memory allocator (spec §3): allocator tiers, `dmem_alloc_internal` with the
+//! category tables, the aligned-alloc emulation, free / acquire, and the weak ref lists.
+//!
+//! Invariant (ARCHITECTURE.md principle 4): every live `dmem_t` came through the driver, is
+//! booked in its device's ledger under its usage type, and is on exactly one allocator's list
+//! (or, after its allocator was destroyed while others still reference it, on none). Every
+//! failure path restores the ledger, the arenas and the driver to their state before the call.
+
+use core::ptr::{addr_of_mut, null_mut};
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::abi::tables::{category_for, CATEGORY_INVALID};
+use crate::abi::*;
+use crate::config::HINT_LEN;
+use crate::ctx::Nrt;
+use crate::driver::{errno, AllocRequest};
+use crate::error::{Error, Result};
+
+/// `DMEM_ACTION_*` of `dml_add_entry`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    Alloc,
+    Free,
+}
+
+/// Arguments of one allocation (`dmem_alloc_internal`'s parameter list, spec §3.2).
+#[derive(Copy, Clone, Debug)]
+pub struct AllocArgs<'h> {
+    /// Bytes.
+    pub size: u64,
+    /// Alignment (0 = none; else a power of two).
+    pub align: u64,
+    /// Raw `dma_mem_location_t` value (checked).
+    pub loc: u32,
+    /// HBM channel (device allocations).
+    pub hbm_idx: u32,
+    /// Raw `dma_mem_usage_type_t` value (checked).
+    pub usage: u32,
+    /// What it is for; kept (truncated to [`HINT_LEN`]−1 bytes) for OOM reports.
+    pub hint: &'h str,
+}
+
+impl<'h> AllocArgs<'h> {
+    /// A device (TONGA_DRAM) allocation.
+    pub fn device(size: u64, hbm_idx: u32, usage: dma_mem_usage_type_t, hint: &'h str) -> Self {
+        AllocArgs {
+            size,
+            align: 0,
+            loc: dma_mem_location_t::TONGA_DRAM as u32,
+            hbm_idx,
+            usage: usage as u32,
+            hint,
+        }
+    }
+    /// A host DMA (HOST_DRAM) allocation.
+    pub fn host(size: u64, usage: dma_mem_usage_type_t, hint: &'h str) -> Self {
+        AllocArgs {
+            size,
+            align: 0,
+            loc: dma_mem_location_t::HOST_DRAM as u32,
+            hbm_idx: 0,
+            usage: usage as u32,
+            hint,
+        }
+    }
+    /// With an alignment.
+    pub fn aligned(mut self, align: u64) -> Self {
+        self.align = align;
+        self
+    }
+}
+
+/// A `dmem_t` pointer. Copyable; validity is checked by the allocator on free.
+pub type Dmem = *mut dmem_t;
+
+impl Nrt<'_> {
+    /// `dmem_allocator_create` (spec §3.1): a GLOBAL or MODEL allocator for `pcore`, with its
+    /// dummy head/tail wired and its lock initialised.
+    pub fn dmem_allocator_create(
+        &self,
+        pcore: *mut physical_core_t,
+        ty: dmem_allocator_type_t,
+    ) -> Result<*mut dmem_allocator_t> {
+        let al = self.st.allocators.alloc("dmem_allocator_t")?.as_ptr();
+        // SAFETY: fresh zeroed slot owned by us.
+        unsafe {
+            (*al).r#type = ty as u32;
+            (*al).pcore = pcore;
+            let head = addr_of_mut!((*al).dummy_head);
+            let tail = addr_of_mut!((*al).dummy_tail);
+            (*head).next = tail;
+            (*tail).prev = head;
+        }
+        Ok(al)
+    }
+
+    /// `dmem_allocator_destroy` (spec §5.4): drops the allocator's reference on every dmem on
+    /// its list — one call reclaims a model's whole footprint — and releases the allocator.
+    /// A dmem still referenced elsewhere (a shared page) survives, detached, until its last
+    /// `dmem_free`.
+    pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
+        if !self.st.allocators.is_live(al) {
+            return Err(Error::InvalidArgument("allocator is not live"));
+        }
+        loop {
+            // SAFETY: `al` is live; the list is only modified under its lock.
+            let first = unsafe {
+                let _g = (*al).lock.lock();
+                let head = addr_of_mut!((*al).dummy_head);
+                let tail = addr_of_mut!((*al).dummy_tail);
+                let n = (*head).next;
+                if n == tail || n.is_null() {
+                    break;
+                }
+                // Detach: the allocator no longer owns it.
+                Self::list_unlink(al, n);
+                n
+            };
+            self.dmem_release_ref(first);
+        }
+        self.st
+            .allocators
+            .release(al)
+            .map_err(|_| Error::InvalidArgument("allocator is not live"))
+    }
+
+    /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
+    ///
+    /// Checks every argument, books the allocation in the ledger, links it before `al`'s dummy
+    /// tail and, with `ref_list`, records it in that weak index. On any error nothing changes.
+    pub fn dmem_alloc(
+        &self,
+        al: *mut dmem_allocator_t,
+        a: &AllocArgs<'_>,
+        ref_list: Option<*mut dmem_list_t>,
+    ) -> Result<Dmem> {
+        // 1. arguments (no side effects yet)
+        if a.size == 0 {
+            return Err(Error::ZeroSize);
+        }
+        if a.align != 0 && !a.align.is_power_of_two() {
+            return Err(Error::BadAlignment(a.align));
+        }
+        if a.size.checked_add(a.align).is_none() {
+            return Err(Error::SizeOverflow {
+                size: a.size,
+                extra: a.align,
+            });
+        }
+        let loc = match dma_mem_location_t::from_raw(a.loc) {
+            Some(l) if l != dma_mem_location_t::DMA_MEM_LOC_INVALID => l,
+            _ => return Err(Error::InvalidLocation(a.loc)),
+        };
+        let usage = match dma_mem_usage_type_t::from_raw(a.usage) {
+            Some(u) if u != dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX => u,
+            _ => return Err(Error::InvalidUsage(a.usage)),
+        };
+        let host = loc == dma_mem_location_t::HOST_DRAM;
+        // 2. byte-category: host vs device table; 20 ⇒ usage invalid here.
+        let cat = category_for(loc, usage);
+        if cat == CATEGORY_INVALID {
+            return Err(Error::UsageInvalidForLocation { usage, loc });
+        }
+        if !self.st.allocators.is_live(al) {
+            return Err(Error::InvalidArgument("allocator is not live"));
+        }
+        // SAFETY: live allocator; pcore was set at creation and points into the tree.
+        let pcore = unsafe { (*al).pcore };
+        if pcore.is_null() {
+            return Err(Error::InvalidArgument("allocator has no core"));
+        }
+        // SAFETY: pcore points into the context tree (a tpb's or model's physical_core_t).
+        let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
+        // SAFETY: resolved pointers are in-bounds and initialised.
+        let (dev, nc_id) = unsafe { ((*mla).idx, (*tpb).idx) };
+        let g = self.geom(dev);
+        let hbm = if host { 0 } else { a.hbm_idx };
+        if !host && hbm >= g.channels {
+            return Err(Error::HbmOutOfRange {
+                hbm,
+                channels: g.channels,
+            });
+        }
+        // 3. metadata from the arenas (before touching the driver, so a full arena is its own
+        //    error and needs no driver rollback)
+        let m = self.st.dmems.alloc("dmem_t")?.as_ptr();
+        let hint = match self.st.hints.alloc("hint") {
+            Ok(h) => h.as_ptr(),
+            Err(e) => {
+                let _ = self.st.dmems.release(m);
+                return Err(e.into());
+            }
+        };
+        let ref_node = match ref_list {
+            Some(_) => match self.st.ref_nodes.alloc("dmem_ref_node_t") {
+                Ok(n) => n.as_ptr(),
+                Err(e) => {
+                    let _ = self.st.hints.release(hint);
+                    let _ = self.st.dmems.release(m);
+                    return Err(e.into());
+                }
+            },
+            None => null_mut(),
+        };
+        let undo_meta = || {
+            if !ref_node.is_null() {
+                let _ = self.st.ref_nodes.release(ref_node);
+            }
+            let _ = self.st.hints.release(hint);
+            let _ = self.st.dmems.release(m);
+        };
+        // 4. carve: natively aligned, or the over-allocate-and-offset emulation
+        let emulate = a.align != 0 && g.aligned_alloc == 0;
+        let drv_size = if emulate { a.size + a.align } else { a.size };
+        let req = AllocRequest {
+            size: drv_size,
+            align: if emulate { 0 } else { a.align },
+            host,
+            hbm_idx: hbm,
+            region: 0,
+            nc_id,
+            category: cat,
+        };
+        let handle = match self.drv.memory_alloc(dev, &req) {
+            Ok(h) => h,
+            Err(e) => {
+                undo_meta();
+                return Err(self.alloc_failed(dev, nc_id, hbm, a, usage, host, e));
+            }
+        };
+        let pa = match self.drv.memory_get_pa(dev, handle) {
+            Ok(pa) => pa,
+            Err(e) => {
+                let _ = self.drv.memory_free(dev, handle);
+                undo_meta();
+                return Err(Error::Driver(e));
+            }
+        };
+        // 5. fields
+        // SAFETY: `m` and `hint` are fresh zeroed slots owned by this call.
+        unsafe {
+            copy_hint(&mut *hint, a.hint);
+            (*m).mem_handle = handle;
+            (*m)._pa = pa;
+            (*m)._va = null_mut();
+            (*m).size = a.size;
+            (*m).align = a.align;
+            (*m).align_offset = if emulate {
+                align_offset(pa, a.align)
+            } else {
+                0
+            };
+            (*m).allocated_size = a.size + (*m).align_offset;
+            (*m).mem_type = loc as u32;
+            (*m).mem_usage_type = usage as u32;
+            (*m).tdram_channel = hbm;
+            (*m).pcore = pcore;
+            (*m).nc_id = nc_id;
+            (*m).device_id = dev;
+            (*m).ref_count.store(1, Ordering::Release);
+            (*m).hint = hint as *mut core::ffi::c_char;
+            (*m).cpy_buf = self.drv.get_copy_buf(dev, nc_id) as usize as *mut core::ffi::c_void;
+        }
+        // 6. ledger + trace
+        self.dml_add_entry(mla, Action::Alloc, m);
+        // 7. link before dummy_tail
+        // SAFETY: live allocator; `m` is ours and unlinked.
+        unsafe {
+            let _g = (*al).lock.lock();
+            Self::list_insert_tail(al, m);
+        }
+        // 8. weak GC index
+        if let Some(list) = ref_list {
+            // SAFETY: ref_node is a fresh slot; the list belongs to the caller.
+            unsafe {
+                (*ref_node).dmem = m;
+                dmem_list_push(list, ref_node);
+            }
+        }
+        Ok(m)
+    }
+
+    /// Classifies a driver failure (spec §3.2 GOTCHA): device ENOMEM → `DeviceOom`
+    /// (NRT_RESOURCE, with the ledger dump recorded), host ENOMEM → `HostOom`
+    /// (NRT_FAIL_HOST_MEM_ALLOC), anything else → `Driver(errno)`.
+    #[allow(clippy::too_many_arguments)]
+    fn alloc_failed(
+        &self,
+        dev: u32,
+        nc: u32,
+        hbm: u32,
+        a: &AllocArgs<'_>,
+        usage: dma_mem_usage_type_t,
+        host: bool,
+        e: i32,
+    ) -> Error {
+        if e != errno::ENOMEM {
+            return Error::Driver(e);
+        }
+        // SAFETY: dev was resolved by the caller.
+        unsafe {
+            (*self.mla_ptr(dev))
+                .dmem_logger
+                .oom_count
+                .fetch_add(1, Ordering::Relaxed)
+        };
+        if host {
+            let err = Error::HostOom { size: a.size };
+            error!("{}", err);
+            return err;
+        }
+        let err = Error::DeviceOom {
+            size: a.size,
+            align: a.align,
+            device: dev,
+            nc,
+            hbm,
+            usage,
+        };
+        error!("{}", err);
+        self.record_oom(err);
+        err
+    }
+
+    /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem.
+    pub fn dmem_acquire_reference(&self, m: Dmem) -> Result<()> {
+        if !self.st.dmems.is_live(m) {
+            return Err(Error::DoubleFree);
+        }
+        // SAFETY: live slot.
+        unsafe { (*m).ref_count.fetch_add(1, Ordering::AcqRel) };
+        Ok(())
+    }
+
+    /// `dmem_free` (spec §3.2): drops one reference; the last one unmaps and frees the driver
+    /// memory, books the free in the ledger, unlinks from the allocator and releases the node.
+    /// A dmem that is not live is [`Error::DoubleFree`], never undefined behaviour.
+    pub fn dmem_free(&self, m: Dmem) -> Result<()> {
+        if !self.st.dmems.is_live(m) {
+            return Err(Error::DoubleFree);
+        }
+        self.dmem_release_ref(m);
+        Ok(())
+    }
+
+    /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
+    pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
+        if !self.st.dmems.is_live(m) {
+            return Err(Error::DoubleFree);
+        }
+        // SAFETY: live slot; the field is accessed atomically (see dmem_release_ref).
+        if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
+            != al
+        {
+            return Err(Error::ForeignDmem);
+        }
+        self.dmem_free(m)
+    }
+
+    /// Drops one reference; at zero unlinks the dmem from its allocator (under the allocator's
+    /// lock, so a concurrent walk never sees a freed node) and returns everything to the
+    /// driver, the ledger and the arenas.
+    fn dmem_release_ref(&self, m: Dmem) {
+        // SAFETY: caller checked liveness. `allocator` is read/written atomically because
+        // `dmem_allocator_destroy` may detach the node concurrently; once detached it is null.
+        unsafe {
+            let al_slot = AtomicPtr::from_ptr(addr_of_mut!((*m).allocator));
+            loop {
+                let al = al_slot.load(Ordering::Acquire);
+                if al.is_null() {
+                    if (*m).ref_count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        self.dmem_finalize(m);
+                    }
+                    return;
+                }
+                let g = (*al).lock.lock();
+                if al_slot.load(Ordering::Acquire) != al {
+                    drop(g);
+                    continue; // detached meanwhile: retry on the new state
+                }
+                let last = (*m).ref_count.fetch_sub(1, Ordering::AcqRel) == 1;
+                if last {
+                    Self::list_unlink(al, m);
+                }
+                drop(g);
+                if last {
+                    self.dmem_finalize(m);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Returns an unlinked, unreferenced dmem to the driver, ledger and arenas.
+    ///
+    /// # Safety
+    /// `m` is live, unlinked and its ref count reached zero (we are the only user).
+    unsafe fn dmem_finalize(&self, m: Dmem) {
+        // SAFETY: caller contract.
+        unsafe {
+            let dev = (*m).device_id;
+            if !(*m)._va.is_null() {
+                let _ = self.drv.memory_unmap(dev, (*m).mem_handle);
+            }
+            let _ = self.drv.memory_free(dev, (*m).mem_handle);
+            self.dml_add_entry(self.mla_ptr(dev), Action::Free, m);
+            let _ = self.st.hints.release((*m).hint as *const [u8; HINT_LEN]);
+            (*m).hint = null_mut();
+            let _ = self.st.dmems.release(m);
+        }
+    }
+
+    /// Number of dmems on `al`'s list and their allocated bytes.
+    pub fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
+        if !self.st.allocators.is_live(al) {
+            return (0, 0);
+        }
+        // SAFETY: live allocator; counters are maintained under its lock.
+        unsafe {
+            let _g = (*al).lock.lock();
+            ((*al).count, (*al).bytes)
+        }
+    }
+
+    /// Calls `f` on every dmem of `al` (under its lock; `f` must not free).
+    pub fn allocator_for_each(&self, al: *mut dmem_allocator_t, mut f: impl FnMut(&dmem_t)) {
+        if !self.st.allocators.is_live(al) {
+            return;
+        }
+        // SAFETY: live allocator, walked under its lock.
+        unsafe {
+            let _g = (*al).lock.lock();
+            let tail = addr_of_mut!((*al).dummy_tail);
+            let mut n = (*al).dummy_head.next;
+            while !n.is_null() && n != tail {
+                f(&*n);
+                n = (*n).next;
+            }
+        }
+    }
+
+    /// Whether `m` is a live dmem of this runtime.
+    pub fn dmem_is_live(&self, m: Dmem) -> bool {
+        self.st.dmems.is_live(m)
+    }
+
+    /// `list_insert_before(&al->dummy_tail, m)`; detects a double insert.
+    ///
+    /// # Safety
+    /// `al` live, its lock held; `m` a live dmem.
+    unsafe fn list_insert_tail(al: *mut dmem_allocator_t, m: Dmem) {
+        // SAFETY: caller contract.
+        unsafe {
+            debug_assert!((*m).prev.is_null() && (*m).next.is_null(), "double insert");
+            let tail = addr_of_mut!((*al).dummy_tail);
+            let last = (*tail).prev;
+            (*m).prev = last;
+            (*m).next = tail;
+            (*last).next = m;
+            (*tail).prev = m;
+            AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).store(al, Ordering::Release);
+            (*al).count += 1;
+            (*al).bytes += (*m).allocated_size;
+        }
+    }
+
+    /// Unlinks `m` from `al` (no-op when not linked).
+    ///
+    /// # Safety
+    /// `al` live, its lock held.
+    unsafe fn list_unlink(al: *mut dmem_allocator_t, m: Dmem) {
+        // SAFETY: caller contract.
+        unsafe {
+            if (*m).prev.is_null() || (*m).next.is_null() {
+                return;
+            }
+            (*(*m).prev).next = (*m).next;
+            (*(*m).next).prev = (*m).prev;
+            (*m).prev = null_mut();
+            (*m).next = null_mut();
+            AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).store(null_mut(), Ordering::Release);
+            (*al).count -= 1;
+            (*al).bytes -= (*m).allocated_size;
+        }
+    }
+
+    /// A weak GC index (`dmem_list_t`) from the arena.
+    pub(crate) fn dmem_list_new(&self) -> Result<*mut dmem_list_t> {
+        Ok(self.st.dmem_lists.alloc("dmem_list_t")?.as_ptr())
+    }
+
+    /// Releases a weak index and its nodes (not the dmems: the list does not own them).
+    pub(crate) fn dmem_list_destroy(&self, list: *mut dmem_list_t) {
+        if list.is_null() {
+            return;
+        }
+        // SAFETY: the list's nodes came from `ref_nodes` and are owned by the list.
+        unsafe {
+            let mut n = (*list).head;
+            while !n.is_null() {
+                let next = (*n).next;
+                let _ = self.st.ref_nodes.release(n);
+                n = next;
+            }
+        }
+        let _ = self.st.dmem_lists.release(list);
+    }
+}
+
+/// Appends `node` to a weak index.
+///
+/// # Safety
+/// `list` and `node` valid; `node` not on any list.
+unsafe fn dmem_list_push(list: *mut dmem_list_t, node: *mut dmem_ref_node_t) {
+    // SAFETY: caller contract.
+    unsafe {
+        (*node).next = null_mut();
+        if (*list).tail.is_null() {
+            (*list).head = node;
+        } else {
+            (*(*list).tail).next = node;
+        }
+        (*list).tail = node;
+    }
+}
+
+/// The aligned-alloc emulation's offset, reproduced exactly (spec §3.2):
+/// `((pa + alignment) & -alignment) - pa`. Quirk kept: an already aligned `pa` gets a full
+/// `alignment` of offset, not 0 — the over-allocation of `size + alignment` covers it.
+pub const fn align_offset(pa: u64, alignment: u64) -> u64 {
+    (pa.wrapping_add(alignment) & alignment.wrapping_neg()).wrapping_sub(pa)
+}
+
+fn copy_hint(dst: &mut [u8; HINT_LEN], hint: &str) {
+    let mut n = hint.len().min(HINT_LEN - 1);
+    while n > 0 && !hint.is_char_boundary(n) {
+        n -= 1;
+    }
+    dst[..n].copy_from_slice(&hint.as_bytes()[..n]);
+    dst[n] = 0;
+}
+
+/// The hint of a dmem as text.
+pub fn dmem_hint(m: &dmem_t) -> &str {
+    if m.hint.is_null() {
+        return "";
+    }
+    // SAFETY: `hint` points at a live HINT_LEN-byte, NUL-terminated slot while `m` is live.
+    let bytes = unsafe { &*(m.hint as *const [u8; HINT_LEN]) };
+    let end = bytes.iter().position(|b| *b == 0).unwrap_or(HINT_LEN);
+    core::str::from_utf8(&bytes[..end]).unwrap_or("?")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::align_offset;
+
+    #[test]
+    fn align_offset_quirk() {
+        assert_eq!(
+            align_offset(0x1000, 0x1000),
+            0x1000,
+            "aligned pa gets a full alignment"
+        );
+        assert_eq!(align_offset(0x1001, 0x1000), 0xfff);
+        assert_eq!(align_offset(0x1fff, 0x1000), 1);
+        assert_eq!(align_offset(0x10_0040, 64), 64);
+    }
+}

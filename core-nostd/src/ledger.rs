@@ -1,0 +1,358 @@
+//! The per-device usage ledger `mla.dmem_logger` (spec §3.4, §7.4): bookkeeping on every alloc
+//! and free, peaks like the driver's sysfs counters, logical-core memory stats, and the OOM
+//! dump — written without heap into any `core::fmt::Write`.
+
+use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::abi::tables::aggr_index;
+use crate::abi::*;
+use crate::ctx::Nrt;
+use crate::dmem::{dmem_hint, Action};
+use crate::error::{Error, Result};
+
+const TOTAL: usize = constants::USAGE_TYPE_MAX_INDEX;
+
+/// Used / limit of a logical core (`nrt_get_vnc_memory_stats`, spec §7.4).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct VncMemoryStats {
+    /// Device bytes booked to the logical core's physical cores (`[nc][22]` summed).
+    pub bytes_used: u64,
+    /// HBM capacity attributed to the logical core.
+    pub bytes_limit: u64,
+    /// High-water mark of `bytes_used` (sum of the cores' peaks).
+    pub bytes_peak: u64,
+}
+
+/// A per-usage breakdown of one logical core: `[usage]` current and peak, device and host.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct UsageBreakdown {
+    /// Device bytes per usage type; index 22 is the total.
+    pub device: [u64; 23],
+    /// Device peak per usage type.
+    pub device_peak: [u64; 23],
+    /// Host DMA bytes per usage type; index 22 is the total.
+    pub host: [u64; 23],
+    /// Host peak per usage type.
+    pub host_peak: [u64; 23],
+}
+
+impl UsageBreakdown {
+    /// Device bytes rolled up to neuron-monitor's classes (index = `mem_aggr_index_t`).
+    pub fn device_by_aggr(&self) -> [u64; 7] {
+        roll_up(&self.device)
+    }
+    /// Host bytes rolled up to neuron-monitor's classes.
+    pub fn host_by_aggr(&self) -> [u64; 7] {
+        roll_up(&self.host)
+    }
+}
+
+fn roll_up(v: &[u64; 23]) -> [u64; 7] {
+    let mut out = [0u64; 7];
+    for u in dma_mem_usage_type_t::all() {
+        out[aggr_index(u) as usize] += v[u as usize];
+    }
+    out
+}
+
+fn bump(cur: &AtomicU64, peak: &AtomicU64, delta: u64) {
+    let now = cur.fetch_add(delta, Ordering::AcqRel) + delta;
+    peak.fetch_max(now, Ordering::AcqRel);
+}
+
+impl Nrt<'_> {
+    /// `dml_add_entry` (spec §3.2 step 6): books `m` in its device's ledger (`[nc][usage]` and
+    /// `[nc][22]`, device or host side), updates peaks and aggregates, and emits the trace line.
+    pub(crate) fn dml_add_entry(&self, mla: *mut mla_t, action: Action, m: *const dmem_t) {
+        // SAFETY: `mla` is a resolved device; `m` is live; all counters are atomics.
+        unsafe {
+            let nc = ((*m).nc_id as usize).min(constants::TPBS_PER_MLA - 1);
+            let usage = ((*m).mem_usage_type as usize).min(TOTAL - 1);
+            let bytes = (*m).allocated_size;
+            let host = (*m).mem_type == dma_mem_location_t::HOST_DRAM as u32;
+            let log = &(*mla).dmem_logger;
+            let (rows, peaks, total, total_peak) = if host {
+                (
+                    &(*mla).host_usage_nc,
+                    &(*mla).host_peak_nc,
+                    &log.total_host_bytes,
+                    &log.peak_host_bytes,
+                )
+            } else {
+                (
+                    &log.memory_usage_nc,
+                    &(*mla).dmem_peak_nc,
+                    &log.total_device_bytes,
+                    &log.peak_device_bytes,
+                )
+            };
+            match action {
+                Action::Alloc => {
+                    bump(&rows[nc][usage], &peaks[nc][usage], bytes);
+                    bump(&rows[nc][TOTAL], &peaks[nc][TOTAL], bytes);
+                    bump(total, total_peak, bytes);
+                    log.live_allocs.fetch_add(1, Ordering::Relaxed);
+                    log.alloc_count.fetch_add(1, Ordering::Relaxed);
+                }
+                Action::Free => {
+                    rows[nc][usage].fetch_sub(bytes, Ordering::AcqRel);
+                    rows[nc][TOTAL].fetch_sub(bytes, Ordering::AcqRel);
+                    total.fetch_sub(bytes, Ordering::AcqRel);
+                    log.live_allocs.fetch_sub(1, Ordering::Relaxed);
+                    log.free_count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let _cap = self.geom((*mla).idx).hbm_bytes_per_core();
+            trace!(
+                "MEM_USAGE: {} bytes, channel {}, total ({}/{})",
+                bytes,
+                (*m).tdram_channel,
+                rows[nc][TOTAL].load(Ordering::Relaxed),
+                _cap
+            );
+        }
+    }
+
+    /// Device bytes booked to physical core `(dev, tpb)` under `usage` (22 = total).
+    pub fn ledger_device(&self, dev: u32, tpb: u32, usage: usize) -> u64 {
+        if dev >= self.num_devices() || tpb as usize >= constants::TPBS_PER_MLA || usage > TOTAL {
+            return 0;
+        }
+        // SAFETY: in-bounds; atomics.
+        unsafe {
+            (*self.mla_ptr(dev)).dmem_logger.memory_usage_nc[tpb as usize][usage]
+                .load(Ordering::Acquire)
+        }
+    }
+
+    /// Host DMA bytes booked to physical core `(dev, tpb)` under `usage` (22 = total).
+    pub fn ledger_host(&self, dev: u32, tpb: u32, usage: usize) -> u64 {
+        if dev >= self.num_devices() || tpb as usize >= constants::TPBS_PER_MLA || usage > TOTAL {
+            return 0;
+        }
+        // SAFETY: in-bounds; atomics.
+        unsafe { (*self.mla_ptr(dev)).host_usage_nc[tpb as usize][usage].load(Ordering::Acquire) }
+    }
+
+    /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`.
+    pub fn ledger_snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
+        let mut d = [[0u64; 23]; 8];
+        let mut h = [[0u64; 23]; 8];
+        for nc in 0..8u32 {
+            for u in 0..23usize {
+                d[nc as usize][u] = self.ledger_device(dev, nc, u);
+                h[nc as usize][u] = self.ledger_host(dev, nc, u);
+            }
+        }
+        (d, h)
+    }
+
+    /// Per-usage breakdown of logical core `vnc` (sum over its physical cores).
+    pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
+        let mut b = UsageBreakdown::default();
+        for pc in self.vcore_tpbs(vnc)? {
+            let mla = self.mla_ptr(pc.device_id);
+            let nc = pc.device_tpb_idx as usize;
+            for u in 0..23 {
+                // SAFETY: resolved device; atomics.
+                unsafe {
+                    b.device[u] +=
+                        (*mla).dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
+                    b.device_peak[u] += (*mla).dmem_peak_nc[nc][u].load(Ordering::Acquire);
+                    b.host[u] += (*mla).host_usage_nc[nc][u].load(Ordering::Acquire);
+                    b.host_peak[u] += (*mla).host_peak_nc[nc][u].load(Ordering::Acquire);
+                }
+            }
+        }
+        Ok(b)
+    }
+
+    /// `dmem_get_memory_stats` (spec §7.4): used = Σ `[nc][22]` over the logical core's
+    /// physical cores; limit = their HBM capacity.
+    pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
+        let mut s = VncMemoryStats::default();
+        for pc in self.vcore_tpbs(vnc)? {
+            let mla = self.mla_ptr(pc.device_id);
+            let nc = pc.device_tpb_idx as usize;
+            // SAFETY: resolved device; atomics.
+            unsafe {
+                s.bytes_used +=
+                    (*mla).dmem_logger.memory_usage_nc[nc][TOTAL].load(Ordering::Acquire);
+                s.bytes_peak += (*mla).dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
+            }
+            s.bytes_limit += self.geom(pc.device_id).hbm_bytes_per_core();
+        }
+        Ok(s)
+    }
+
+    /// Resets every peak of logical core `vnc` to its current value (CUDA-style
+    /// `reset_peak_memory_stats`).
+    pub fn reset_peak(&self, vnc: i64) -> Result<()> {
+        for pc in self.vcore_tpbs(vnc)? {
+            let mla = self.mla_ptr(pc.device_id);
+            let nc = pc.device_tpb_idx as usize;
+            for u in 0..23 {
+                // SAFETY: resolved device; atomics.
+                unsafe {
+                    let d = (*mla).dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
+                    (*mla).dmem_peak_nc[nc][u].store(d, Ordering::Release);
+                    let h = (*mla).host_usage_nc[nc][u].load(Ordering::Acquire);
+                    (*mla).host_peak_nc[nc][u].store(h, Ordering::Release);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Remembers the last device OOM for [`Self::last_oom`] and the dump.
+    pub(crate) fn record_oom(&self, e: Error) {
+        let _g = self.st.oom_lock.lock();
+        // SAFETY: guarded by oom_lock.
+        unsafe { (*self.st.last_oom.get()).write(e) };
+        self.st.last_oom_set.store(1, Ordering::Release);
+    }
+
+    /// The most recent device OOM of this runtime, if any.
+    pub fn last_oom(&self) -> Option<Error> {
+        let _g = self.st.oom_lock.lock();
+        if self.st.last_oom_set.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        // SAFETY: guarded by oom_lock; initialised since last_oom_set is 1.
+        Some(unsafe { (*self.st.last_oom.get()).assume_init() })
+    }
+
+    /// `dml_dump` / `dml_log_dev_mem` (spec §3.4): the utilisation table of device `dev` —
+    /// one row per core with total and the categories users know from libnrt's OOM reports —
+    /// followed by the `top` largest live allocations with their hints. Heap-free.
+    pub fn dump_ledger(
+        &self,
+        w: &mut dyn Write,
+        dev: u32,
+        failed: Option<&Error>,
+        top: usize,
+    ) -> fmt::Result {
+        if dev >= self.num_devices() {
+            return writeln!(w, "ND {dev}: not attached");
+        }
+        if let Some(e) = failed {
+            writeln!(w, "{e}")?;
+        }
+        let g = self.geom(dev);
+        writeln!(
+            w,
+            "ND {} memory usage ({} HBM x {:.3}MB, {} cores):",
+            dev,
+            g.channels,
+            mb(g.channel_size),
+            g.cores
+        )?;
+        writeln!(
+            w,
+            "  {:<6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "core",
+            "total",
+            "model code",
+            "tensors",
+            "constants",
+            "shared scr",
+            "dma rings",
+            "collectives",
+            "runtime"
+        )?;
+        let (rows, _) = self.ledger_snapshot(dev);
+        use dma_mem_usage_type_t::*;
+        for (nc, r) in rows.iter().enumerate().take(g.cores as usize) {
+            let code = r[DMA_MEM_USAGE_TYPE_CODE as usize]
+                + r[DMA_MEM_USAGE_TYPE_UCODE_LIB as usize]
+                + r[DMA_MEM_USAGE_TYPE_UCODE_TABLE as usize];
+            let rings: u64 = (18..22).map(|u| r[u]).sum::<u64>()
+                - r[DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES as usize];
+            let coll = r[DMA_MEM_USAGE_TYPE_COLLECTIVES as usize]
+                + r[DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES as usize];
+            let tens = r[DMA_MEM_USAGE_TYPE_TENSOR as usize];
+            let cons = r[DMA_MEM_USAGE_TYPE_CONSTANTS as usize];
+            let scr = r[DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD as usize];
+            let runtime = r[TOTAL] - code - rings - coll - tens - cons - scr;
+            writeln!(
+                w,
+                "  NC {:<3} {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB",
+                nc,
+                mb(r[TOTAL]),
+                mb(code),
+                mb(tens),
+                mb(cons),
+                mb(scr),
+                mb(rings),
+                mb(coll),
+                mb(runtime)
+            )?;
+        }
+        for h in 0..g.channels {
+            if let Ok(s) = self.drv.pool_stats(dev, false, h) {
+                writeln!(
+                    w,
+                    "  HBM {}: {:.3}MB free of {:.3}MB, largest free block {:.3}MB, fragmentation {}.{}%",
+                    h,
+                    mb(s.free),
+                    mb(s.capacity),
+                    mb(s.largest_free),
+                    s.fragmentation_permille() / 10,
+                    s.fragmentation_permille() % 10
+                )?;
+            }
+        }
+        // The largest live allocations, found with a fixed-size selection (no heap).
+        let top = top.min(16);
+        let mut best: [(u64, *const dmem_t); 16] = [(0, core::ptr::null()); 16];
+        self.st.dmems.for_each_live(|p| {
+            let m = p.as_ptr() as *const dmem_t;
+            // SAFETY: live slot under the arena lock; read-only.
+            let (d, sz) = unsafe { ((*m).device_id, (*m).allocated_size) };
+            if d != dev || top == 0 {
+                return;
+            }
+            if let Some(min_i) = (0..top).min_by_key(|i| best[*i].0) {
+                if sz > best[min_i].0 {
+                    best[min_i] = (sz, m);
+                }
+            }
+        });
+        best[..top].sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        if best.iter().take(top).any(|b| b.0 > 0) {
+            writeln!(w, "  largest live allocations:")?;
+        }
+        for (sz, m) in best.iter().take(top) {
+            if *sz == 0 {
+                continue;
+            }
+            // SAFETY: best-effort diagnostics of a slot that was live during the walk.
+            let m = unsafe { &**m };
+            let usage = dma_mem_usage_type_t::from_raw(m.mem_usage_type)
+                .map(|u| u.short_name())
+                .unwrap_or("?");
+            let loc = if m.mem_type == dma_mem_location_t::HOST_DRAM as u32 {
+                "host"
+            } else {
+                "hbm"
+            };
+            writeln!(
+                w,
+                "    {:>10.3}MB  NC {} {} {} usage {:<20} {}",
+                mb(*sz),
+                m.nc_id,
+                loc,
+                m.tdram_channel,
+                usage,
+                dmem_hint(m)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn mb(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}

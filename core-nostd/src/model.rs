@@ -1,0 +1,825 @@
+//! Many models on one core (spec §4, §5): handle minting, the per-core `model_db`, load
+//! (`vtpb_info_shared_init_vtpb` + `kbl_model_add`), remove-then-drain, `model_free`, and the
+//! exec seam that serialises executions per core.
+
+use core::ptr::{addr_of_mut, null_mut};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::abi::tables::{category_for, CATEGORY_INVALID};
+use crate::abi::*;
+use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
+use crate::ctx::{MemRefSet, Nrt};
+use crate::dmem::AllocArgs;
+use crate::error::{Error, Result};
+use crate::ht;
+use crate::sync::{relax, MutexGuard};
+use crate::ulib::UlibRequest;
+
+/// `last_model_handle.50`: the process-global handle counter (spec §4.2).
+static LAST_MODEL_HANDLE: AtomicU32 = AtomicU32::new(0);
+
+/// The atomic-add the handle counter needs (lets loom check the same code).
+pub trait FetchAdd {
+    /// `fetch_add(1) + 1`, wrapping.
+    fn incr(&self) -> u32;
+}
+impl FetchAdd for AtomicU32 {
+    fn incr(&self) -> u32 {
+        self.fetch_add(1, Ordering::AcqRel).wrapping_add(1)
+    }
+}
+
+/// `tdrv_get_unique_h_model` over a given counter: `++counter`, bumped again when the
+/// increment wraps to 0 (handle 0 is reserved, spec §4.2).
+pub fn mint_handle<C: FetchAdd>(counter: &C) -> u32 {
+    let mut h = counter.incr();
+    while h == constants::MODEL_HANDLE_RESERVED {
+        h = counter.incr();
+    }
+    h
+}
+
+/// `tdrv_get_unique_h_model` (spec §4.2): unique across every core and model of the process,
+/// never 0.
+pub fn tdrv_get_unique_h_model() -> H_MODEL {
+    H_MODEL {
+        id: mint_handle(&LAST_MODEL_HANDLE),
+    }
+}
+
+/// Sets the process-global counter (tests of the wrap-around only).
+#[doc(hidden)]
+pub fn set_last_model_handle_for_test(v: u32) {
+    LAST_MODEL_HANDLE.store(v, Ordering::SeqCst);
+}
+
+/// Waits until `ref_count` reaches zero: the drain of `remove_model` (spec §4.5). Spins, then
+/// relaxes through the integrator's hook (the std shim yields).
+pub fn drain(ref_count: &core::sync::atomic::AtomicU64) {
+    let mut i = 0u32;
+    while ref_count.load(Ordering::Acquire) != 0 {
+        relax(i);
+        i = i.saturating_add(1);
+    }
+}
+
+/// One allocation a model makes at load (a NEFF's memory request; the manifest's
+/// `allocations[]`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ModelAlloc<'a> {
+    /// Raw `dma_mem_usage_type_t`.
+    pub usage: u32,
+    /// Raw `dma_mem_location_t`.
+    pub location: u32,
+    /// Bytes.
+    pub size: u64,
+    /// Alignment (0 = none).
+    pub align: u64,
+    /// Name (kept as the dmem hint and the mem_ref_set key).
+    pub hint: &'a str,
+}
+
+/// A declared input or output tensor.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TensorDecl<'a> {
+    /// Name.
+    pub name: &'a str,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// The SBUF carveout a NEFF reserves (spec §8).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SbufCarveout {
+    /// Raw `kbin_sb_carveout_type_t`.
+    pub ty: u32,
+    /// First partition.
+    pub partition_start: u64,
+    /// Partitions.
+    pub partition_count: u64,
+    /// SB partition byte offset.
+    pub offset: u64,
+    /// Size.
+    pub size: u64,
+}
+
+/// What a model needs: the no_std form of a model manifest (the NEFF stand-in).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct ModelSpec<'a> {
+    /// Model name.
+    pub name: &'a str,
+    /// Subgraphs (≥ 1); subgraph `s` is staged on physical core `s % LNC size`.
+    pub subgraphs: u32,
+    /// Allocations, made once per subgraph in that subgraph's MODEL heap.
+    pub allocations: &'a [ModelAlloc<'a>],
+    /// GPSIMD libraries (spec §6), staged on SUNDA.
+    pub gpsimd_libs: Option<UlibRequest>,
+    /// Scratchpad bytes (spec §8), claimed as shared pages on the first core.
+    pub scratchpad_bytes: u64,
+    /// SBUF carveout, validated on CAYMAN.
+    pub sbuf_carveout: Option<SbufCarveout>,
+    /// Inputs.
+    pub inputs: &'a [TensorDecl<'a>],
+    /// Outputs.
+    pub outputs: &'a [TensorDecl<'a>],
+}
+
+/// A resident model's memory footprint.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Handle.
+    pub handle: u32,
+    /// Logical core.
+    pub vnc: u32,
+    /// dmems in its MODEL heaps.
+    pub allocations: u64,
+    /// Bytes in its MODEL heaps (device + host).
+    pub bytes: u64,
+    /// Device bytes per usage type in its MODEL heaps.
+    pub by_usage: [u64; 23],
+    /// Scratchpad pages it holds.
+    pub scratchpad_pages: u32,
+    /// Whether it uses the core's shared ext-isa copy.
+    pub shared_ulib: bool,
+    /// Subgraphs.
+    pub subgraphs: u32,
+    /// Current users (executions in flight).
+    pub ref_count: u64,
+}
+
+/// Executing: holds the model reference and every physical core's exec lock (spec §4.6).
+pub struct ExecGuard<'a> {
+    nrt: Nrt<'a>,
+    model: *mut model_t,
+    tpbs: [*mut tpb_t; 2],
+    _locks: [Option<MutexGuard<'a>>; 2],
+}
+
+impl ExecGuard<'_> {
+    /// The model being executed.
+    pub fn model(&self) -> &model_t {
+        // SAFETY: the guard holds a reference: the model cannot be freed meanwhile.
+        unsafe { &*self.model }
+    }
+}
+
+impl Drop for ExecGuard<'_> {
+    fn drop(&mut self) {
+        for t in self.tpbs.iter().filter(|t| !t.is_null()) {
+            // SAFETY: resolved core whose exec lock we hold.
+            unsafe { (**t).h_running_model = H_MODEL { id: 0 } };
+        }
+        // Locks drop after this body (fields drop after `drop`), then the reference goes.
+        let _ = self.nrt;
+        // SAFETY: we took this reference in exec_begin.
+        unsafe { (*self.model).ref_count.fetch_sub(1, Ordering::AcqRel) };
+    }
+}
+
+/// A model under construction; `Drop`-free so rollback is explicit.
+struct Building {
+    model: *mut model_t,
+    tpbs: [*mut tpb_t; MAX_SUBGRAPHS],
+    sp_tpb: *mut tpb_t,
+    sp_pages: u32,
+    ulib: *mut ucode_lib_set_info_t,
+    ulib_shared: bool,
+    ulib_tpb: *mut tpb_t,
+}
+
+fn copy_name(dst: &mut [u8], s: &str) {
+    let mut n = s.len().min(dst.len() - 1);
+    while n > 0 && !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    dst[..n].copy_from_slice(&s.as_bytes()[..n]);
+    dst[n..].fill(0);
+}
+
+/// FNV-1a of a name: the mem_ref_set key.
+pub const fn name_key(s: &str) -> u64 {
+    let b = s.as_bytes();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < b.len() {
+        h ^= b[i] as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+/// The text of a NUL-padded name field.
+pub fn c_name(b: &[u8]) -> &str {
+    let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+    core::str::from_utf8(&b[..end]).unwrap_or("?")
+}
+
+impl<'a> Nrt<'a> {
+    /// Validates a spec before anything is allocated.
+    fn check_spec(&self, spec: &ModelSpec<'_>, arch: al_hal_tpb_arch_type_t) -> Result<()> {
+        if spec.name.is_empty() {
+            return Err(Error::InvalidModel("name is empty"));
+        }
+        if spec.subgraphs == 0 {
+            return Err(Error::InvalidModel("subgraphs must be at least 1"));
+        }
+        if spec.subgraphs as usize > MAX_SUBGRAPHS {
+            return Err(Error::InvalidModel("more than 8 subgraphs"));
+        }
+        if spec.inputs.len() + spec.outputs.len() > 32 {
+            return Err(Error::InvalidModel("more than 32 inputs + outputs"));
+        }
+        for t in spec.inputs.iter().chain(spec.outputs.iter()) {
+            if t.name.is_empty() || t.name.len() >= 48 {
+                return Err(Error::InvalidModel("tensor names must be 1..=47 bytes"));
+            }
+            if t.size == 0 {
+                return Err(Error::InvalidModel("tensor size must be > 0"));
+            }
+        }
+        for a in spec.allocations {
+            if a.hint.len() > MEM_REF_NAME_LEN_MAX {
+                return Err(Error::InvalidModel("allocation hint longer than 47 bytes"));
+            }
+            let loc = dma_mem_location_t::from_raw(a.location)
+                .filter(|l| *l != dma_mem_location_t::DMA_MEM_LOC_INVALID)
+                .ok_or(Error::InvalidLocation(a.location))?;
+            let usage = dma_mem_usage_type_t::from_raw(a.usage)
+                .filter(|u| *u != dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX)
+                .ok_or(Error::InvalidUsage(a.usage))?;
+            if category_for(loc, usage) == CATEGORY_INVALID {
+                return Err(Error::UsageInvalidForLocation { usage, loc });
+            }
+            if a.size == 0 {
+                return Err(Error::ZeroSize);
+            }
+            if a.align != 0 && !a.align.is_power_of_two() {
+                return Err(Error::BadAlignment(a.align));
+            }
+        }
+        if let Some(l) = spec.gpsimd_libs {
+            if l.count as usize > constants::ULIB_MAX_LIBS {
+                return Err(Error::TooManyLibs(l.count));
+            }
+        }
+        if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN {
+            if let Some(c) = spec.sbuf_carveout {
+                // kbl_model_add's EVTACCEL geometry checks (spec §8).
+                if c.ty != kbin_sb_carveout_type_t::KBIN_SB_CARVEOUT_TYPE_EVTACCEL as u32 {
+                    return Err(Error::BadCarveout("type must be EVTACCEL (1)"));
+                }
+                if c.partition_start != constants::EVTACCEL_PARTITION_START {
+                    return Err(Error::BadCarveout("partition start must be 0"));
+                }
+                if c.partition_count != constants::EVTACCEL_PARTITION_COUNT {
+                    return Err(Error::BadCarveout("partition count must be 128"));
+                }
+                if c.offset != constants::EVTACCEL_PARTITION_BYTE_OFFSET {
+                    return Err(Error::BadCarveout(
+                        "SB partition byte offset must be 0x37ff8",
+                    ));
+                }
+                if c.size != constants::EVTACCEL_SIZE {
+                    return Err(Error::BadCarveout("size must be 8"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Device bytes booked to a logical core (the "mem_usage before/after" of §5.3).
+    fn vnc_device_bytes(&self, vnc: i64) -> u64 {
+        self.dmem_get_memory_stats(vnc)
+            .map(|s| s.bytes_used)
+            .unwrap_or(0)
+    }
+
+    /// Loads a model onto logical core `vnc` (spec §5): builds one MODEL heap per subgraph in
+    /// an mr_set slot and moves it into the `model_t` (zeroing the slot), validates the SBUF
+    /// carveout on CAYMAN, makes the allocations, claims scratchpad pages, stages GPSIMD
+    /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger,
+    /// every allocator and every arena are exactly as before.
+    pub fn load_model(&self, vnc: i64, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
+        self.check_state()?;
+        let v = *self.vtpb_get_virtual_core(vnc)?;
+        let g = self.geom(v.tpbs[0].device_id);
+        let arch = g.arch();
+        self.check_spec(spec, arch)?;
+        let before = self.vnc_device_bytes(vnc);
+        let model = self.st.models.alloc("model_t")?.as_ptr();
+        let mut b = Building {
+            model,
+            tpbs: [null_mut(); MAX_SUBGRAPHS],
+            sp_tpb: null_mut(),
+            sp_pages: 0,
+            ulib: null_mut(),
+            ulib_shared: false,
+            ulib_tpb: null_mut(),
+        };
+        match self.load_into(&mut b, &v, spec, arch, vnc, before) {
+            Ok(h) => Ok(h),
+            Err(e) => {
+                self.rollback(&b);
+                Err(e)
+            }
+        }
+    }
+
+    fn load_into(
+        &self,
+        b: &mut Building,
+        v: &virtual_core_t,
+        spec: &ModelSpec<'_>,
+        arch: al_hal_tpb_arch_type_t,
+        vnc: i64,
+        before: u64,
+    ) -> Result<H_MODEL> {
+        let m = b.model;
+        let lnc = v.tpb_count.max(1);
+        // vtpb_info_shared_init_vtpb (§5.2) then the ownership move of kbl_model_add (§5.3).
+        for s in 0..spec.subgraphs as usize {
+            let pc = &v.tpbs[s % lnc as usize];
+            let tpb = self.tpb(pc.device_id, pc.device_tpb_idx)?;
+            b.tpbs[s] = tpb;
+            let mut mr_set = vtpb_info_shared_mr_set_t {
+                mem_ref_set: null_mut(),
+                model_allocator: null_mut(),
+                gc_tracker: null_mut(),
+                scratchpad_cleanup_info: null_mut(),
+            };
+            // SAFETY: tpb resolved; its `pcore` lives as long as the context.
+            mr_set.model_allocator = self.dmem_allocator_create(
+                unsafe { addr_of_mut!((*tpb).pcore) },
+                dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
+            )?;
+            // SAFETY: `m` is our fresh model slot; we record ownership as soon as we have it so
+            // rollback finds everything.
+            unsafe { (*m).sg_allocators[s] = mr_set.model_allocator };
+            let set = self.st.mem_ref_sets.alloc("mem_ref_set")?.as_ptr();
+            // SAFETY: fresh slot.
+            unsafe {
+                ht::ht_init(addr_of_mut!((*set).hdr), constants::MEM_REF_SET_BUCKETS);
+                mr_set.mem_ref_set = addr_of_mut!((*set).hdr);
+                (*m).sg_mem_ref_sets[s] = mr_set.mem_ref_set;
+            }
+            mr_set.gc_tracker = self.dmem_list_new()?;
+            // SAFETY: as above.
+            unsafe { (*m).sg_gc_trackers[s] = mr_set.gc_tracker };
+            if s == 0 {
+                mr_set.scratchpad_cleanup_info = self
+                    .st
+                    .sp_cleanup
+                    .alloc("scratchpad_cleanup_info_t")?
+                    .as_ptr();
+                // SAFETY: as above.
+                unsafe { (*m).scratchpad_cleanup_info = mr_set.scratchpad_cleanup_info };
+            }
+            // MOVE into the model_t, then ZERO the shared slot (kbl_model_add, §5.3).
+            // SAFETY: our model slot.
+            unsafe {
+                if s == 0 {
+                    (*m).dmem_allocator = mr_set.model_allocator;
+                    (*m).mem_ref_set = mr_set.mem_ref_set;
+                    (*m).gc_tracker = mr_set.gc_tracker;
+                }
+            }
+            mr_set = vtpb_info_shared_mr_set_t {
+                mem_ref_set: null_mut(),
+                model_allocator: null_mut(),
+                gc_tracker: null_mut(),
+                scratchpad_cleanup_info: null_mut(),
+            };
+            let _ = mr_set;
+        }
+        // SBUF EVTACCEL (§8): validated in check_spec; here the model flags.
+        if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN {
+            if spec.sbuf_carveout.is_some() {
+                // SAFETY: our model slot.
+                unsafe {
+                    (*m).reset_evt_accel = 1;
+                    (*m).program_fp8_cfg = 1;
+                }
+            } else {
+                info!("model {} has no evtaccel reservation on SBUF", spec.name);
+            }
+        }
+        // The NEFF's allocations, per subgraph, into that subgraph's MODEL heap.
+        for s in 0..spec.subgraphs as usize {
+            // SAFETY: our model slot; tpbs[s] resolved above.
+            let (al, list, set, hbm) = unsafe {
+                let tpb = b.tpbs[s];
+                let hbm = self.geom((*tpb).device_id).default_hbm((*tpb).idx);
+                (
+                    (*m).sg_allocators[s],
+                    (*m).sg_gc_trackers[s],
+                    (*m).sg_mem_ref_sets[s],
+                    hbm,
+                )
+            };
+            for a in spec.allocations {
+                let args = AllocArgs {
+                    size: a.size,
+                    align: a.align,
+                    loc: a.location,
+                    hbm_idx: hbm,
+                    usage: a.usage,
+                    hint: a.hint,
+                };
+                let d = self.dmem_alloc(al, &args, Some(list))?;
+                let node = match self.st.mem_ref_nodes.alloc("mem_ref_node") {
+                    Ok(n) => n.as_ptr(),
+                    Err(e) => {
+                        let _ = self.dmem_free(d);
+                        return Err(e.into());
+                    }
+                };
+                // SAFETY: fresh node; the set is ours (not yet published).
+                unsafe {
+                    (*node).buf_size = a.size;
+                    (*node).key_type = 1; // string key (hashed)
+                    ht::ht_insert(set, name_key(a.hint), node, d as *mut core::ffi::c_void);
+                }
+            }
+        }
+        // Scratchpad pages (§8), shared on the first core.
+        if spec.scratchpad_bytes > 0 {
+            let tpb = b.tpbs[0];
+            // SAFETY: resolved tpb.
+            let (ps, dev, idx) = unsafe {
+                (
+                    (*tpb).scratchpad.page_size.max(1),
+                    (*tpb).device_id,
+                    (*tpb).idx,
+                )
+            };
+            let pages = spec.scratchpad_bytes.div_ceil(ps);
+            if pages > constants::SCRATCHPAD_MAX_PAGES as u64 {
+                return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
+            }
+            self.scratchpad_claim(tpb, pages as u32, self.geom(dev).default_hbm(idx))?;
+            b.sp_tpb = tpb;
+            b.sp_pages = pages as u32;
+            // SAFETY: our cleanup record.
+            unsafe {
+                let c = (*m).scratchpad_cleanup_info;
+                (*c).first_page = 0;
+                (*c).num_pages = pages as u32;
+                (*c).tpb_idx = idx;
+                (*c).device_id = dev;
+            }
+        }
+        // GPSIMD ext-isa staging only on SUNDA (kbl_model_add: cmp $0x2 → ucode_stage_libs).
+        if let Some(req) = spec.gpsimd_libs {
+            if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
+                let tpb = b.tpbs[0];
+                // SAFETY: resolved tpb; our model.
+                let (hbm, al) = unsafe {
+                    (
+                        self.geom((*tpb).device_id).default_hbm((*tpb).idx),
+                        (*m).dmem_allocator,
+                    )
+                };
+                b.ulib_tpb = tpb;
+                let (set, shared) = self.ucode_stage_libs(tpb, al, hbm, req)?;
+                b.ulib = set;
+                b.ulib_shared = shared;
+                // SAFETY: our model.
+                unsafe {
+                    (*m).ulib_set_info = set;
+                    (*m).ulib_is_shared = shared as u8;
+                }
+            } else {
+                debug!(
+                    "gpsimd libraries are staged only on SUNDA; ignored for {}",
+                    spec.name
+                );
+            }
+        }
+        // Fill in the model and publish it.
+        let h = tdrv_get_unique_h_model();
+        // SAFETY: our model slot, not yet visible to anyone.
+        unsafe {
+            (*m).h_model = h;
+            (*m).vtpb_idx = v.vtpb_idx;
+            (*m).pcore = v.tpbs[0];
+            (*m).num_subgraphs = spec.subgraphs;
+            (*m).state = 1;
+            copy_name(&mut (*m).name, spec.name);
+            (*m).num_inputs = spec.inputs.len() as u32;
+            (*m).num_outputs = spec.outputs.len() as u32;
+            for (i, t) in spec.inputs.iter().chain(spec.outputs.iter()).enumerate() {
+                (*m).io[i].size = t.size;
+                copy_name(&mut (*m).io[i].name, t.name);
+            }
+            (*m).mem_usage_before = before;
+            (*m).mem_usage_after = self.vnc_device_bytes(vnc);
+        }
+        self.add_model(b.tpbs[0], m)?;
+        info!(
+            "Added model: {} on (nd{}:nc{}) mem_usage before {} after {}",
+            h.id,
+            v.tpbs[0].device_id,
+            v.tpbs[0].device_tpb_idx,
+            before,
+            // SAFETY: published, but we still hold no lock-free mutators of this field.
+            unsafe { (*m).mem_usage_after }
+        );
+        Ok(h)
+    }
+
+    /// Undoes a partial load.
+    fn rollback(&self, b: &Building) {
+        let m = b.model;
+        if !b.ulib.is_null() {
+            self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared);
+        }
+        if !b.ulib_tpb.is_null() && b.ulib_shared {
+            self.ulib_unstage_if_unused(b.ulib_tpb);
+        } else if !b.ulib_tpb.is_null() && b.ulib.is_null() {
+            // A failed first staging leaves nothing cached; nothing to undo.
+        }
+        if b.sp_pages > 0 {
+            self.scratchpad_release(b.sp_tpb, b.sp_pages);
+        }
+        self.free_model_heaps(m);
+        let _ = self.st.models.release(m);
+    }
+
+    /// Frees a model's per-subgraph heaps, mem_ref sets, gc trackers and cleanup record.
+    fn free_model_heaps(&self, m: *mut model_t) {
+        for s in 0..MAX_SUBGRAPHS {
+            // SAFETY: the model is unpublished or drained: we are its only user.
+            unsafe {
+                let set = (*m).sg_mem_ref_sets[s];
+                if !set.is_null() {
+                    ht::for_each(set, |n| {
+                        let _ = self.st.mem_ref_nodes.release(n);
+                    });
+                    let _ = self.st.mem_ref_sets.release(set as *const MemRefSet);
+                }
+                let al = (*m).sg_allocators[s];
+                if !al.is_null() {
+                    // One call reclaims the subgraph's whole footprint (§5.4).
+                    let _ = self.dmem_allocator_destroy(al);
+                }
+                self.dmem_list_destroy((*m).sg_gc_trackers[s]);
+            }
+        }
+        // SAFETY: as above.
+        unsafe {
+            let c = (*m).scratchpad_cleanup_info;
+            if !c.is_null() {
+                let _ = self.st.sp_cleanup.release(c);
+            }
+        }
+    }
+
+    /// `add_model` (spec §4.3): links the model into the core's `model_db` through its embedded
+    /// node; a handle already present is `DuplicateModel` (NRT_INVALID_HANDLE).
+    fn add_model(&self, tpb: *mut tpb_t, m: *mut model_t) -> Result<()> {
+        // SAFETY: resolved tpb; model_db guarded by model_db_lock.
+        unsafe {
+            let _g = (*tpb).model_db_lock.lock();
+            let id = (*m).h_model.id as u64;
+            // ht_find != 0 means "absent, safe to insert" (spec §4.3 QUIRK).
+            if ht::ht_find((*tpb).model_db, id, None) != 0 {
+                ht::ht_insert(
+                    (*tpb).model_db,
+                    id,
+                    addr_of_mut!((*m).ht_node),
+                    m as *mut core::ffi::c_void,
+                );
+                Ok(())
+            } else {
+                Err(Error::DuplicateModel((*m).h_model.id))
+            }
+        }
+    }
+
+    /// container_of(node) → model (ht_node at model_t+7496, spec §4.4).
+    fn model_of(node: *mut ht_node_t) -> *mut model_t {
+        (node as *mut u8).wrapping_sub(core::mem::offset_of!(model_t, ht_node)) as *mut model_t
+    }
+
+    /// The core (`tpb_t` of the first physical core) whose model_db holds `h`, and its vnc.
+    fn find_model_core(&self, h: H_MODEL) -> Result<(*mut tpb_t, u32)> {
+        if h.id == 0 {
+            return Err(Error::UnknownModel(0));
+        }
+        for vnc in 0..self.visible_vnc_count() {
+            let v = self.vtpb_get_virtual_core(vnc as i64)?;
+            let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
+            // SAFETY: resolved tpb; under model_db_lock.
+            let found = unsafe {
+                let _g = (*tpb).model_db_lock.lock();
+                !(*tpb).model_db.is_null() && ht::find((*tpb).model_db, h.id as u64).is_some()
+            };
+            if found {
+                return Ok((tpb, vnc));
+            }
+        }
+        Err(Error::UnknownModel(h.id))
+    }
+
+    /// `get_model_ref_count` (spec §4.4): looks `h` up and takes a reference under the lock,
+    /// so an in-flight unload cannot free it.
+    fn get_model_ref_count(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<*mut model_t> {
+        // SAFETY: resolved tpb; under model_db_lock.
+        unsafe {
+            let _g = (*tpb).model_db_lock.lock();
+            let node = ht::find((*tpb).model_db, h.id as u64).ok_or(Error::UnknownModel(h.id))?;
+            let m = Self::model_of(node);
+            (*m).ref_count.fetch_add(1, Ordering::AcqRel);
+            Ok(m)
+        }
+    }
+
+    /// `remove_model` (spec §4.5): unlinks `h` from the lookup first (no new execution can
+    /// acquire it), then drains until every in-flight user has released it.
+    fn remove_model(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<*mut model_t> {
+        // SAFETY: resolved tpb; the table under model_db_lock, the drain on an atomic.
+        unsafe {
+            let node = {
+                let _g = (*tpb).model_db_lock.lock();
+                if ht::ht_find((*tpb).model_db, h.id as u64, None) != 0 {
+                    return Err(Error::UnknownModel(h.id));
+                }
+                ht::ht_remove((*tpb).model_db, h.id as u64)
+            };
+            let m = Self::model_of(node);
+            drain(&(*m).ref_count);
+            Ok(m)
+        }
+    }
+
+    /// `model_free` (spec §5.4): releases the ulib set (not the shared ext-isa copy), the
+    /// scratchpad claim, then destroys the MODEL heaps — one call per subgraph reclaims the
+    /// whole footprint — and frees the `model_t`.
+    fn model_free(&self, m: *mut model_t) {
+        // SAFETY: drained and unlinked: we are the only user.
+        unsafe {
+            let tpb = self
+                .tpb((*m).pcore.device_id, (*m).pcore.device_tpb_idx)
+                .unwrap_or(null_mut());
+            if !tpb.is_null() {
+                self.ucode_release(tpb, (*m).ulib_set_info, (*m).ulib_is_shared != 0);
+                let c = (*m).scratchpad_cleanup_info;
+                if !c.is_null() && (*c).num_pages > 0 {
+                    if let Ok(sp_tpb) = self.tpb((*c).device_id, (*c).tpb_idx) {
+                        self.scratchpad_release(sp_tpb, (*c).num_pages);
+                    }
+                }
+            }
+            (*m).ulib_set_info = null_mut();
+        }
+        self.free_model_heaps(m);
+        let _ = self.st.models.release(m);
+    }
+
+    /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
+    /// `model_free`. No other model's memory changes.
+    pub fn unload_model(&self, h: H_MODEL) -> Result<()> {
+        if self.lifecycle() == crate::ctx::STATE_UNINIT {
+            return Err(Error::Uninitialized);
+        }
+        let (tpb, _) = self.find_model_core(h)?;
+        let m = self.remove_model(tpb, h)?;
+        self.model_free(m);
+        Ok(())
+    }
+
+    /// Teardown: unloads every resident model.
+    pub(crate) fn unload_all_models(&self) {
+        for vnc in 0..self.visible_vnc_count() {
+            let Ok(v) = self.vtpb_get_virtual_core(vnc as i64) else {
+                continue;
+            };
+            let Ok(tpb) = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx) else {
+                continue;
+            };
+            loop {
+                // SAFETY: resolved tpb; under model_db_lock.
+                let next = unsafe {
+                    let _g = (*tpb).model_db_lock.lock();
+                    let mut first = None;
+                    if !(*tpb).model_db.is_null() {
+                        ht::for_each((*tpb).model_db, |n| {
+                            if first.is_none() {
+                                first = Some((*n).key as u32);
+                            }
+                        });
+                    }
+                    first
+                };
+                match next {
+                    Some(id) => {
+                        if let Ok(m) = self.remove_model(tpb, H_MODEL { id }) {
+                            self.model_free(m);
+                        }
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// The exec seam (spec §4.6): takes a reference on `h` (so an unload waits), then each of
+    /// its physical cores' exec locks in order (one model executes at a time per core), and
+    /// marks it `h_running_model`. Dropping the guard undoes all three.
+    pub fn exec_begin(&self, h: H_MODEL) -> Result<ExecGuard<'a>> {
+        self.check_state()?;
+        let (tpb0, vnc) = self.find_model_core(h)?;
+        let m = self.get_model_ref_count(tpb0, h)?;
+        let v = *self.vtpb_get_virtual_core(vnc as i64)?;
+        let mut g = ExecGuard {
+            nrt: *self,
+            model: m,
+            tpbs: [null_mut(); 2],
+            _locks: [None, None],
+        };
+        for j in 0..v.tpb_count.min(2) as usize {
+            let tpb = self.tpb(v.tpbs[j].device_id, v.tpbs[j].device_tpb_idx)?;
+            // SAFETY: resolved tpb that lives as long as `'a`.
+            let lock: &'a nrt_mutex_t = unsafe { &*addr_of_mut!((*tpb).exec_lock) };
+            g._locks[j] = Some(lock.lock());
+            // SAFETY: under this core's exec lock.
+            unsafe {
+                (*tpb).h_running_model = h;
+                (*tpb).exec_count.fetch_add(1, Ordering::Relaxed);
+            }
+            g.tpbs[j] = tpb;
+        }
+        // SAFETY: we hold a reference.
+        unsafe { (*m).exec_count.fetch_add(1, Ordering::Relaxed) };
+        Ok(g)
+    }
+
+    /// Footprint of a resident model.
+    pub fn model_info(&self, h: H_MODEL) -> Result<ModelInfo> {
+        let (tpb, vnc) = self.find_model_core(h)?;
+        let m = self.get_model_ref_count(tpb, h)?;
+        let mut info = ModelInfo {
+            handle: h.id,
+            vnc,
+            ..Default::default()
+        };
+        // SAFETY: we hold a reference.
+        unsafe {
+            for s in 0..MAX_SUBGRAPHS {
+                self.allocator_for_each((*m).sg_allocators[s], |d| {
+                    info.allocations += 1;
+                    info.bytes += d.allocated_size;
+                    if d.mem_type == dma_mem_location_t::TONGA_DRAM as u32 {
+                        info.by_usage[(d.mem_usage_type as usize).min(21)] += d.allocated_size;
+                        info.by_usage[22] += d.allocated_size;
+                    }
+                });
+            }
+            let c = (*m).scratchpad_cleanup_info;
+            info.scratchpad_pages = if c.is_null() { 0 } else { (*c).num_pages };
+            info.shared_ulib = (*m).ulib_is_shared != 0;
+            info.subgraphs = (*m).num_subgraphs;
+            info.ref_count = (*m).ref_count.fetch_sub(1, Ordering::AcqRel) - 1;
+        }
+        Ok(info)
+    }
+
+    /// Handles of the models resident on logical core `vnc`.
+    pub fn models_on(&self, vnc: i64, out: &mut [u32]) -> Result<usize> {
+        let v = self.vtpb_get_virtual_core(vnc)?;
+        let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
+        let mut n = 0;
+        // SAFETY: resolved tpb; under model_db_lock.
+        unsafe {
+            let _g = (*tpb).model_db_lock.lock();
+            ht::for_each((*tpb).model_db, |node| {
+                if n < out.len() {
+                    out[n] = (*node).key as u32;
+                }
+                n += 1;
+            });
+        }
+        Ok(n)
+    }
+
+    /// Declared input (`output == false`) or output `i` of a resident model: `(name, size)`.
+    pub fn model_io<'s>(
+        &self,
+        g: &'s ExecGuard<'_>,
+        output: bool,
+        i: usize,
+    ) -> Option<(&'s str, u64)> {
+        let m = g.model();
+        let (start, n) = if output {
+            (m.num_inputs as usize, m.num_outputs as usize)
+        } else {
+            (0, m.num_inputs as usize)
+        };
+        if i >= n || start + i >= m.io.len() {
+            return None;
+        }
+        let io = &m.io[start + i];
+        Some((c_name(&io.name), io.size))
+    }
+}

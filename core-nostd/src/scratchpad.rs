@@ -1,0 +1,197 @@
+//! The per-core DRAM scratchpad (spec §8): ref-counted pages from the GLOBAL allocator that
+//! several resident models share (they execute one at a time per core).
+
+use core::ptr::addr_of_mut;
+
+use crate::abi::*;
+use crate::ctx::{DevGeom, Nrt};
+use crate::dmem::{AllocArgs, Dmem};
+use crate::driver::feature;
+use crate::error::{Error, Result};
+
+impl Nrt<'_> {
+    /// `tdrv_scratchpad_init` (spec §8): page size from the settings, or contiguous 64 MiB
+    /// pages when `experimental_contiguous_scratchpad` && arch > SUNDA && LNC > 1 && the driver
+    /// has the contiguous-scratchpad feature (0x80).
+    pub(crate) fn tdrv_scratchpad_init(&self, tpb: *mut tpb_t, g: &DevGeom) {
+        let s = self.settings();
+        let contiguous = s.contiguous_scratchpad != 0
+            && g.arch > al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA as u32
+            && self.lnc_size() > 1
+            && g.features & feature::CONTIGUOUS_SCRATCHPAD != 0;
+        // SAFETY: bring-up, exclusive.
+        unsafe {
+            let sp = addr_of_mut!((*tpb).scratchpad);
+            (*sp).page_size = if contiguous {
+                constants::SCRATCHPAD_CONTIGUOUS_PAGE_SIZE
+            } else {
+                s.scratchpad_page_size
+            };
+            (*sp).is_contiguous = contiguous as u8;
+            (*sp).num_pages = 0;
+        }
+    }
+
+    /// Claims the first `pages` scratchpad pages of `tpb` for one model: allocates missing
+    /// pages (usage SHARED_SCRATCHPAD, GLOBAL allocator) and takes a reference on each.
+    /// All-or-nothing: on failure every page this call created or referenced is released.
+    pub(crate) fn scratchpad_claim(&self, tpb: *mut tpb_t, pages: u32, hbm: u32) -> Result<()> {
+        if pages as usize > constants::SCRATCHPAD_MAX_PAGES {
+            return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
+        }
+        // SAFETY: tpb resolved by the caller; the page table is guarded by the scratchpad lock.
+        unsafe {
+            let sp = addr_of_mut!((*tpb).scratchpad);
+            let _g = (*sp).lock.lock();
+            let page_size = (*sp).page_size;
+            for i in 0..pages as usize {
+                let page = addr_of_mut!((*sp).pages[i]);
+                let r = if (*page).dmem.is_null() {
+                    let args = AllocArgs::device(
+                        page_size,
+                        hbm,
+                        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD,
+                        "scratchpad_page",
+                    );
+                    self.dmem_alloc((*tpb).tpb_allocator, &args, None).map(|m| {
+                        (*page).dmem = m;
+                        (*sp).num_pages = (*sp).num_pages.max(i as u32 + 1);
+                    })
+                } else {
+                    self.dmem_acquire_reference((*page).dmem)
+                };
+                match r {
+                    Ok(()) => (*page).refs += 1,
+                    Err(e) => {
+                        Self::scratchpad_release_locked(self, sp, i as u32);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops one model's claim on the first `pages` pages (a page is freed with its last user).
+    pub(crate) fn scratchpad_release(&self, tpb: *mut tpb_t, pages: u32) {
+        // SAFETY: tpb resolved; guarded by the scratchpad lock.
+        unsafe {
+            let sp = addr_of_mut!((*tpb).scratchpad);
+            let _g = (*sp).lock.lock();
+            Self::scratchpad_release_locked(self, sp, pages);
+        }
+    }
+
+    /// # Safety
+    /// The scratchpad lock is held.
+    unsafe fn scratchpad_release_locked(&self, sp: *mut tdrv_scratchpad_t, pages: u32) {
+        // SAFETY: caller holds the lock.
+        unsafe {
+            for i in 0..(pages as usize).min(constants::SCRATCHPAD_MAX_PAGES) {
+                let page = addr_of_mut!((*sp).pages[i]);
+                if (*page).refs == 0 || (*page).dmem.is_null() {
+                    continue;
+                }
+                (*page).refs -= 1;
+                let m = (*page).dmem;
+                if (*page).refs == 0 {
+                    // Last user: drop the model's ref and the page's own (GLOBAL) ref.
+                    let _ = self.dmem_free(m);
+                    (*page).dmem = core::ptr::null_mut();
+                }
+                let _ = self.dmem_free(m);
+            }
+            while (*sp).num_pages > 0 && (*sp).pages[(*sp).num_pages as usize - 1].dmem.is_null() {
+                (*sp).num_pages -= 1;
+            }
+        }
+    }
+
+    /// Frees every page regardless of users (teardown).
+    pub(crate) fn tdrv_scratchpad_free(&self, tpb: *mut tpb_t) {
+        // SAFETY: teardown; guarded by the scratchpad lock.
+        unsafe {
+            let sp = addr_of_mut!((*tpb).scratchpad);
+            let _g = (*sp).lock.lock();
+            for i in 0..constants::SCRATCHPAD_MAX_PAGES {
+                let page = addr_of_mut!((*sp).pages[i]);
+                let m = (*page).dmem;
+                if m.is_null() {
+                    continue;
+                }
+                for _ in 0..=(*page).refs {
+                    let _ = self.dmem_free(m);
+                }
+                (*page).dmem = core::ptr::null_mut();
+                (*page).refs = 0;
+            }
+            (*sp).num_pages = 0;
+        }
+    }
+
+    /// `tdrv_scratchpad_get_mem` (spec §8): maps a scratchpad window to `(page dmem, offset in
+    /// page)`. Contiguous mode lays pages out in reverse order (the driver carves them growing
+    /// backwards from the end of the pool).
+    pub fn tdrv_scratchpad_get_mem(
+        &self,
+        dev: u32,
+        core: u32,
+        offset: u64,
+        size: u64,
+    ) -> Result<(Dmem, u64)> {
+        let tpb = self.tpb(dev, core)?;
+        // SAFETY: resolved tpb; guarded by the scratchpad lock.
+        unsafe {
+            let sp = addr_of_mut!((*tpb).scratchpad);
+            let _g = (*sp).lock.lock();
+            let ps = (*sp).page_size.max(1);
+            let n = (*sp).num_pages as u64;
+            let mut idx = offset / ps;
+            let in_page = offset % ps;
+            if idx >= n || in_page.checked_add(size).is_none_or(|e| e > ps) {
+                return Err(Error::OutOfBounds {
+                    offset,
+                    len: size,
+                    size: n * ps,
+                });
+            }
+            if (*sp).is_contiguous != 0 {
+                idx = n - 1 - idx;
+            }
+            let m = (*sp).pages[idx as usize].dmem;
+            if m.is_null() {
+                return Err(Error::OutOfBounds {
+                    offset,
+                    len: size,
+                    size: n * ps,
+                });
+            }
+            Ok((m, in_page))
+        }
+    }
+
+    /// `(page_size, pages in use, is_contiguous)` of a core's scratchpad.
+    pub fn scratchpad_info(&self, dev: u32, core: u32) -> Result<(u64, u32, bool)> {
+        let tpb = self.tpb(dev, core)?;
+        // SAFETY: resolved tpb; guarded by the scratchpad lock.
+        unsafe {
+            let sp = addr_of_mut!((*tpb).scratchpad);
+            let _g = (*sp).lock.lock();
+            Ok(((*sp).page_size, (*sp).num_pages, (*sp).is_contiguous != 0))
+        }
+    }
+
+    /// References held on scratchpad page `i` of a core.
+    pub fn scratchpad_page_refs(&self, dev: u32, core: u32, i: usize) -> Result<u32> {
+        let tpb = self.tpb(dev, core)?;
+        if i >= constants::SCRATCHPAD_MAX_PAGES {
+            return Err(Error::InvalidArgument("page index"));
+        }
+        // SAFETY: resolved tpb; guarded by the scratchpad lock.
+        unsafe {
+            let sp = addr_of_mut!((*tpb).scratchpad);
+            let _g = (*sp).lock.lock();
+            Ok((*sp).pages[i].refs)
+        }
+    }
+}

@@ -1,0 +1,727 @@
+//! Tensors, tensor sets and the execute data path (spec §7): `nrt_tensor_t` windows onto
+//! ref-counted `nrt_tensor_storage_t`, allocated through the public wrapper's gates in order.
+//!
+//! DEVICE tensors come from the logical core's GLOBAL allocator (usage TENSOR, default HBM
+//! channel) and outlive any model; HOST tensors are host DMA memory; VIRTUAL tensors are plain
+//! host memory from the integrator's [`HostMem`] provider. Tensor pointers handed to callers
+//! are validated (live arena slot + magic) before every use.
+
+use core::ffi::c_void;
+use core::ptr::{addr_of_mut, null_mut, NonNull};
+use core::sync::atomic::Ordering;
+
+use crate::abi::*;
+use crate::ctx::Nrt;
+use crate::dmem::{AllocArgs, Dmem};
+use crate::error::{Error, Result};
+use crate::model::{c_name, ExecGuard};
+
+const TENSOR_MAGIC: u32 = 0x7e45_0a11;
+const STORAGE_MAGIC: u32 = 0x570a_6e01;
+
+/// Where a tensor lives (`nrt_tensor_placement_t`, public `nrt.h`).
+#[repr(u32)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Placement {
+    /// Device HBM.
+    Device = 0,
+    /// DMA-able host memory.
+    Host = 1,
+    /// Ordinary host memory.
+    Virtual = 2,
+}
+
+impl Placement {
+    /// From the C value.
+    pub fn from_raw(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Placement::Device),
+            1 => Some(Placement::Host),
+            2 => Some(Placement::Virtual),
+            _ => None,
+        }
+    }
+}
+
+/// Plain host memory for VIRTUAL tensors (malloc in the std shim, a static pool in firmware).
+pub trait HostMem: Sync {
+    /// `size` bytes aligned to 64, zeroed; `None` when exhausted.
+    fn alloc(&self, size: usize) -> Option<NonNull<u8>>;
+    /// Returns memory from [`HostMem::alloc`].
+    ///
+    /// # Safety
+    /// `p` came from `alloc(size)` of this provider and is not used afterwards.
+    unsafe fn free(&self, p: NonNull<u8>, size: usize);
+}
+
+/// `nrt_tensor_device_allocation_info_t`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceAllocationInfo {
+    /// Device physical address of the tensor's first byte.
+    pub physical_address: u64,
+    /// Tensor bytes.
+    pub size: u64,
+    /// HBM channel.
+    pub hbm_index: i32,
+}
+
+/// A tensor pointer as handed to callers.
+pub type Tensor = *mut nrt_tensor_t;
+
+/// Longest tensor name (bytes, excluding the NUL).
+pub const TENSOR_NAME_MAX: usize = 95;
+
+impl<'a> Nrt<'a> {
+    /// Checks that `t` is a live tensor of this runtime (never dereferences garbage).
+    pub fn tensor_check(&self, t: *const nrt_tensor_t) -> Result<()> {
+        if t.is_null() {
+            return Err(Error::InvalidArgument("tensor is NULL"));
+        }
+        if !self.st.tensors.is_live(t) {
+            return Err(Error::InvalidArgument(
+                "not a live tensor (freed, foreign or corrupt pointer)",
+            ));
+        }
+        // SAFETY: live slot of our arena.
+        if unsafe { (*t).magic } != TENSOR_MAGIC {
+            return Err(Error::InvalidArgument(
+                "not a live tensor (freed, foreign or corrupt pointer)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn new_tensor(&self, name: Option<&str>) -> Result<Tensor> {
+        let name = name.unwrap_or("");
+        if name.len() > TENSOR_NAME_MAX {
+            return Err(Error::InvalidArgument("tensor name longer than 95 bytes"));
+        }
+        let t = self.st.tensors.alloc_fresh_first("nrt_tensor_t")?.as_ptr();
+        // SAFETY: fresh zeroed slot.
+        unsafe {
+            (&mut (*t).name_buf)[..name.len()].copy_from_slice(name.as_bytes());
+            (*t).name = addr_of_mut!((*t).name_buf) as *mut core::ffi::c_char;
+            (*t).ref_count.store(1, Ordering::Release);
+            (*t).magic = TENSOR_MAGIC;
+        }
+        Ok(t)
+    }
+
+    fn new_storage(&self) -> Result<*mut nrt_tensor_storage_t> {
+        let s = self
+            .st
+            .storages
+            .alloc_fresh_first("nrt_tensor_storage_t")?
+            .as_ptr();
+        // SAFETY: fresh zeroed slot.
+        unsafe {
+            (*s).ref_count.store(1, Ordering::Release);
+            (*s).magic = STORAGE_MAGIC;
+        }
+        Ok(s)
+    }
+
+    /// `nrt_tensor_allocate` → `tensor_allocate` (spec §7.2), gates in order: state, logical
+    /// core range (VIRTUAL and HOST accept −1), host placement on CAYMAN, then the allocation.
+    pub fn tensor_allocate(
+        &self,
+        placement: u32,
+        vnc: i64,
+        size: u64,
+        name: Option<&str>,
+        host: Option<&dyn HostMem>,
+    ) -> Result<Tensor> {
+        self.check_state()?;
+        let placement = Placement::from_raw(placement).ok_or(Error::InvalidArgument(
+            "placement must be DEVICE (0), HOST (1) or VIRTUAL (2)",
+        ))?;
+        let vnc = if vnc == -1 && placement != Placement::Device {
+            0
+        } else {
+            vnc
+        };
+        let v = *self.vtpb_get_virtual_core(vnc)?;
+        let arch = self.geom(v.tpbs[0].device_id).arch();
+        if placement == Placement::Host
+            && arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN
+        {
+            error!(
+                "Can not allocate tensor (name:{}) on Host for NC:{}",
+                name.unwrap_or(""),
+                vnc
+            );
+            return Err(Error::Unsupported("Can not allocate tensor on Host for this NeuronCore (host DMA tensors are not supported on CAYMAN)"));
+        }
+        if size == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let t = self.new_tensor(name)?;
+        let s = match self.new_storage() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = self.st.tensors.release(t);
+                return Err(e);
+            }
+        };
+        let r = match placement {
+            Placement::Device | Placement::Host => {
+                let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
+                let usage = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
+                let hint = name.unwrap_or("tensor");
+                let args = if placement == Placement::Device {
+                    AllocArgs::device(size, v.default_hbm_idx, usage, hint)
+                } else {
+                    AllocArgs::host(size, usage, hint)
+                };
+                // SAFETY: resolved tpb; its GLOBAL allocator lives until teardown.
+                self.dmem_alloc(unsafe { (*tpb).tpb_allocator }, &args, None)
+                    .map(|m| {
+                        // SAFETY: fresh storage.
+                        unsafe {
+                            (*s).r#type = dmem_storage_type::DMA as u32;
+                            (*s).mem = m as *mut c_void;
+                            (*s).hbm_idx = if placement == Placement::Device {
+                                v.default_hbm_idx
+                            } else {
+                                0
+                            };
+                            (*s).device_id = v.tpbs[0].device_id;
+                            (*s).tpb_idx = v.tpbs[0].device_tpb_idx;
+                        }
+                    })
+            }
+            Placement::Virtual => {
+                match host.and_then(|h| usize::try_from(size).ok().and_then(|sz| h.alloc(sz))) {
+                    // SAFETY: fresh storage.
+                    Some(p) => unsafe {
+                        (*s).r#type = dmem_storage_type::MALLOC as u32;
+                        (*s).mem = p.as_ptr() as *mut c_void;
+                        Ok(())
+                    },
+                    None if host.is_none() => Err(Error::Unsupported(
+                        "no host memory provider for VIRTUAL tensors",
+                    )),
+                    None => Err(Error::HostOom { size }),
+                }
+            }
+        };
+        if let Err(e) = r {
+            let _ = self.st.storages.release(s);
+            let _ = self.st.tensors.release(t);
+            return Err(e);
+        }
+        // SAFETY: fresh tensor and storage.
+        unsafe {
+            (*s).allocated_size = size;
+            (*s).mem_owned_by_tensor = 1;
+            (*s).vtpb_idx = v.vtpb_idx;
+            (*t).sto = s;
+            (*t)._offset = 0;
+            (*t)._size = size;
+        }
+        Ok(t)
+    }
+
+    /// `nrt_tensor_allocate_empty`: a tensor with no storage yet.
+    pub fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<Tensor> {
+        self.check_state()?;
+        self.new_tensor(name)
+    }
+
+    /// `nrt_tensor_attach_buffer`: makes `t` a VIRTUAL view of the caller's buffer (never
+    /// freed by us). Any previous storage is released.
+    pub fn tensor_attach_buffer(
+        &self,
+        t: Tensor,
+        buf: *mut u8,
+        size: u64,
+        host: Option<&dyn HostMem>,
+    ) -> Result<()> {
+        self.check_state()?;
+        self.tensor_check(t)?;
+        if buf.is_null() || size == 0 {
+            return Err(Error::InvalidArgument("buffer is NULL or size is 0"));
+        }
+        let s = self.new_storage()?;
+        // SAFETY: live tensor, fresh storage.
+        unsafe {
+            (*s).r#type = dmem_storage_type::MALLOC as u32;
+            (*s).mem = buf as *mut c_void;
+            (*s).allocated_size = size;
+            (*s).mem_owned_by_tensor = 0;
+            let old = (*t).sto;
+            (*t).sto = s;
+            (*t)._offset = 0;
+            (*t)._size = size;
+            if !old.is_null() {
+                self.storage_put(old, host);
+            }
+        }
+        Ok(())
+    }
+
+    /// `nrt_tensor_allocate_slice`: a new tensor viewing `[offset, offset+size)` of `src`,
+    /// sharing its ref-counted storage (freed with the last user).
+    pub fn tensor_allocate_slice(
+        &self,
+        src: Tensor,
+        offset: u64,
+        size: u64,
+        name: Option<&str>,
+    ) -> Result<Tensor> {
+        self.check_state()?;
+        self.tensor_check(src)?;
+        // SAFETY: live tensor.
+        let (sto, base, len) = unsafe { ((*src).sto, (*src)._offset, (*src)._size) };
+        if sto.is_null() {
+            return Err(Error::InvalidArgument("source tensor has no storage"));
+        }
+        check_window(offset, size, len)?;
+        if size == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let t = self.new_tensor(name)?;
+        // SAFETY: live storage shared by a live tensor.
+        unsafe {
+            (*sto).ref_count.fetch_add(1, Ordering::AcqRel);
+            (*t).sto = sto;
+            (*t)._offset = base + offset;
+            (*t)._size = size;
+        }
+        Ok(t)
+    }
+
+    /// `nrt_tensor_free`: releases the tensor and its reference on the storage.
+    pub fn tensor_free(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
+        self.tensor_check(t)?;
+        // SAFETY: live tensor; after this the slot is dead.
+        unsafe {
+            let sto = (*t).sto;
+            (*t).magic = 0;
+            (*t).sto = null_mut();
+            if !sto.is_null() {
+                self.storage_put(sto, host);
+            }
+        }
+        let _ = self.st.tensors.release(t);
+        Ok(())
+    }
+
+    /// Drops one reference on a storage; the last one frees its memory if owned.
+    ///
+    /// # Safety
+    /// `s` is a live storage on which the caller holds a reference.
+    unsafe fn storage_put(&self, s: *mut nrt_tensor_storage_t, host: Option<&dyn HostMem>) {
+        // SAFETY: caller contract.
+        unsafe {
+            if (*s).ref_count.fetch_sub(1, Ordering::AcqRel) != 1 {
+                return;
+            }
+            if (*s).mem_owned_by_tensor != 0 && !(*s).mem.is_null() {
+                match dmem_storage_type::from_raw((*s).r#type) {
+                    Some(dmem_storage_type::DMA) => {
+                        let _ = self.dmem_free((*s).mem as Dmem);
+                    }
+                    Some(dmem_storage_type::MALLOC) => {
+                        if let (Some(h), Some(p)) = (host, NonNull::new((*s).mem as *mut u8)) {
+                            h.free(p, (*s).allocated_size as usize);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            (*s).magic = 0;
+            let _ = self.st.storages.release(s);
+        }
+    }
+
+    /// Teardown: frees every tensor still alive (their device memory returns to the driver).
+    /// VIRTUAL storages owned by a host provider are leaked to it (the provider outlives us).
+    pub(crate) fn free_all_tensors(&self) {
+        let mut live: [Tensor; 64] = [null_mut(); 64];
+        loop {
+            let mut n = 0;
+            self.st.tensors.for_each_live(|p| {
+                if n < live.len() {
+                    live[n] = p.as_ptr();
+                    n += 1;
+                }
+            });
+            if n == 0 {
+                break;
+            }
+            for t in &live[..n] {
+                let _ = self.tensor_free(*t, None);
+            }
+        }
+    }
+
+    /// Bytes of a tensor.
+    pub fn tensor_get_size(&self, t: *const nrt_tensor_t) -> Result<u64> {
+        self.tensor_check(t)?;
+        // SAFETY: live tensor.
+        Ok(unsafe { (*t)._size })
+    }
+
+    /// The tensor's name.
+    pub fn tensor_name(&self, t: *const nrt_tensor_t) -> Result<&'a str> {
+        self.tensor_check(t)?;
+        // SAFETY: live tensor; name_buf lives in the arena slot (valid for 'a while live).
+        Ok(c_name(unsafe { &(*t).name_buf }))
+    }
+
+    /// Storage of a live tensor, checked.
+    fn storage_of(&self, t: *const nrt_tensor_t) -> Result<(*mut nrt_tensor_storage_t, u64, u64)> {
+        self.tensor_check(t)?;
+        // SAFETY: live tensor.
+        let (s, off, len) = unsafe { ((*t).sto, (*t)._offset, (*t)._size) };
+        if s.is_null() {
+            return Err(Error::InvalidArgument(
+                "tensor has no storage (allocate_empty without attach_buffer)",
+            ));
+        }
+        Ok((s, off, len))
+    }
+
+    /// Moves bytes between a tensor window and host memory.
+    fn tensor_io(
+        &self,
+        t: *const nrt_tensor_t,
+        offset: u64,
+        write: Option<&[u8]>,
+        read: Option<&mut [u8]>,
+    ) -> Result<()> {
+        let (s, base, len) = self.storage_of(t)?;
+        let n = write
+            .map(|w| w.len())
+            .or(read.as_ref().map(|r| r.len()))
+            .unwrap_or(0) as u64;
+        check_window(offset, n, len)?;
+        // SAFETY: live storage of a live tensor.
+        unsafe {
+            match dmem_storage_type::from_raw((*s).r#type) {
+                Some(dmem_storage_type::DMA) => {
+                    let m = (*s).mem as Dmem;
+                    let at = (*m).align_offset + base + offset;
+                    let r = match (write, read) {
+                        (Some(w), _) => self.drv.copy_in((*m).device_id, (*m).mem_handle, at, w),
+                        (_, Some(r)) => self.drv.copy_out((*m).device_id, (*m).mem_handle, at, r),
+                        _ => Ok(()),
+                    };
+                    r.map_err(Error::Driver)
+                }
+                Some(dmem_storage_type::MALLOC) => {
+                    let p = ((*s).mem as *mut u8).add((base + offset) as usize);
+                    match (write, read) {
+                        (Some(w), _) => core::ptr::copy(w.as_ptr(), p, w.len()),
+                        (_, Some(r)) => core::ptr::copy(p, r.as_mut_ptr(), r.len()),
+                        _ => {}
+                    }
+                    Ok(())
+                }
+                _ => Err(Error::InvalidArgument("tensor storage has no memory")),
+            }
+        }
+    }
+
+    /// `nrt_tensor_write`.
+    pub fn tensor_write(&self, t: Tensor, buf: &[u8], offset: u64) -> Result<()> {
+        self.check_state()?;
+        self.tensor_io(t, offset, Some(buf), None)
+    }
+
+    /// `nrt_tensor_read`.
+    pub fn tensor_read(&self, t: *const nrt_tensor_t, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.check_state()?;
+        self.tensor_io(t, offset, None, Some(buf))
+    }
+
+    /// `nrt_tensor_memset`.
+    pub fn tensor_memset(&self, t: Tensor, offset: u64, value: u8, size: u64) -> Result<()> {
+        self.check_state()?;
+        let (s, base, len) = self.storage_of(t)?;
+        check_window(offset, size, len)?;
+        // SAFETY: live storage.
+        unsafe {
+            match dmem_storage_type::from_raw((*s).r#type) {
+                Some(dmem_storage_type::DMA) => {
+                    let m = (*s).mem as Dmem;
+                    self.drv
+                        .fill(
+                            (*m).device_id,
+                            (*m).mem_handle,
+                            (*m).align_offset + base + offset,
+                            size,
+                            value,
+                        )
+                        .map_err(Error::Driver)
+                }
+                _ => {
+                    let chunk = [value; 256];
+                    let mut done = 0;
+                    while done < size {
+                        let k = (size - done).min(256);
+                        self.tensor_io(t, offset + done, Some(&chunk[..k as usize]), None)?;
+                        done += k;
+                    }
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// `nrt_tensor_copy`: `size` bytes from `src[src_off..]` to `dst[dst_off..]`; two device
+    /// tensors must be on the same physical core (else NRT_INVALID, as the public API says).
+    pub fn tensor_copy(
+        &self,
+        src: *const nrt_tensor_t,
+        src_off: u64,
+        dst: Tensor,
+        dst_off: u64,
+        size: u64,
+    ) -> Result<()> {
+        self.check_state()?;
+        let (ss, _, slen) = self.storage_of(src)?;
+        let (ds, _, dlen) = self.storage_of(dst)?;
+        check_window(src_off, size, slen)?;
+        check_window(dst_off, size, dlen)?;
+        // SAFETY: live storages.
+        unsafe {
+            let dma = dmem_storage_type::DMA as u32;
+            if (*ss).r#type == dma && (*ds).r#type == dma {
+                let (a, b) = ((*ss).mem as Dmem, (*ds).mem as Dmem);
+                if (*a).mem_type == (*b).mem_type
+                    && (*a).mem_type == dma_mem_location_t::TONGA_DRAM as u32
+                    && ((*a).device_id, (*a).nc_id) != ((*b).device_id, (*b).nc_id)
+                {
+                    return Err(Error::InvalidArgument(
+                        "device-to-device copy must stay on one NeuronCore",
+                    ));
+                }
+            }
+        }
+        let mut buf = [0u8; 4096];
+        let mut done = 0;
+        while done < size {
+            let k = (size - done).min(buf.len() as u64) as usize;
+            self.tensor_io(src, src_off + done, None, Some(&mut buf[..k]))?;
+            self.tensor_io(dst, dst_off + done, Some(&buf[..k]), None)?;
+            done += k as u64;
+        }
+        Ok(())
+    }
+
+    /// `nrt_tensor_get_va`: host address of a VIRTUAL tensor's first byte; null for memory
+    /// the host cannot address (device and host-DMA tensors here).
+    pub fn tensor_get_va(&self, t: *const nrt_tensor_t) -> Result<*mut u8> {
+        let (s, base, _) = self.storage_of(t)?;
+        // SAFETY: live storage.
+        unsafe {
+            if (*s).r#type == dmem_storage_type::MALLOC as u32 {
+                Ok(((*s).mem as *mut u8).wrapping_add(base as usize))
+            } else {
+                Ok(null_mut())
+            }
+        }
+    }
+
+    /// `nrt_tensor_get_device_allocation_info`.
+    pub fn tensor_device_allocation_info(
+        &self,
+        t: *const nrt_tensor_t,
+    ) -> Result<DeviceAllocationInfo> {
+        let (s, base, len) = self.storage_of(t)?;
+        // SAFETY: live storage.
+        unsafe {
+            if (*s).r#type != dmem_storage_type::DMA as u32 {
+                return Err(Error::InvalidArgument(
+                    "tensor is not in device-visible memory",
+                ));
+            }
+            let m = (*s).mem as Dmem;
+            Ok(DeviceAllocationInfo {
+                physical_address: (*m)._pa + (*m).align_offset + base,
+                size: len,
+                hbm_index: (*s).hbm_idx as i32,
+            })
+        }
+    }
+
+    /// Output completions recorded on `t` (`output_completion_count`).
+    pub fn tensor_output_completion(&self, t: *const nrt_tensor_t) -> Result<u64> {
+        self.tensor_check(t)?;
+        // SAFETY: live tensor; atomic.
+        Ok(unsafe { (*t).output_completion_count.load(Ordering::Acquire) })
+    }
+
+    /// `nrt_tensor_reset_output_completion`.
+    pub fn tensor_reset_output_completion(&self, t: Tensor) -> Result<()> {
+        self.tensor_check(t)?;
+        // SAFETY: live tensor; atomic.
+        unsafe { (*t).output_completion_count.store(0, Ordering::Release) };
+        Ok(())
+    }
+
+    /// `(pending_exec_count_read, pending_exec_count_write)` of a tensor's storage.
+    pub fn tensor_pending(&self, t: *const nrt_tensor_t) -> Result<(u64, u64)> {
+        let (s, _, _) = self.storage_of(t)?;
+        // SAFETY: live storage; atomics.
+        unsafe {
+            Ok((
+                (*s).pending_exec_count_read.load(Ordering::Acquire),
+                (*s).pending_exec_count_write.load(Ordering::Acquire),
+            ))
+        }
+    }
+
+    /// The execute data path behind `nrt_execute`: binds `inputs`/`outputs` (each `(name,
+    /// tensor)`) to the model's declared tensors by name — a missing or wrongly sized one is
+    /// NRT_INVALID — then, inside the exec seam, copies each input's bytes to the output of the
+    /// same position (zero-filling the rest) and bumps each output's completion count.
+    pub fn execute(&self, h: H_MODEL, inputs: &TensorSet, outputs: &TensorSet) -> Result<()> {
+        let g = self.exec_begin(h)?;
+        let mut ins: [Tensor; 32] = [null_mut(); 32];
+        let mut outs: [Tensor; 32] = [null_mut(); 32];
+        let ni = self.bind(&g, false, inputs, &mut ins)?;
+        let no = self.bind(&g, true, outputs, &mut outs)?;
+        let mark = |ts: &[Tensor], write: bool, up: bool| {
+            for t in ts {
+                // SAFETY: bound tensors were checked live with storage.
+                unsafe {
+                    let s = (**t).sto;
+                    let c = if write {
+                        &(*s).pending_exec_count_write
+                    } else {
+                        &(*s).pending_exec_count_read
+                    };
+                    if up {
+                        c.fetch_add(1, Ordering::AcqRel);
+                    } else {
+                        c.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+            }
+        };
+        mark(&ins[..ni], false, true);
+        mark(&outs[..no], true, true);
+        let mut r = Ok(());
+        for (k, o) in outs[..no].iter().enumerate() {
+            // SAFETY: bound, live.
+            let olen = unsafe { (**o)._size };
+            let copied = if k < ni {
+                // SAFETY: bound, live.
+                let n = unsafe { (*ins[k])._size }.min(olen);
+                self.tensor_copy(ins[k], 0, *o, 0, n).map(|_| n)
+            } else {
+                Ok(0)
+            };
+            r = copied.and_then(|n| {
+                if n < olen {
+                    self.tensor_memset(*o, n, 0, olen - n)
+                } else {
+                    Ok(())
+                }
+            });
+            if r.is_err() {
+                break;
+            }
+        }
+        mark(&ins[..ni], false, false);
+        mark(&outs[..no], true, false);
+        if r.is_ok() {
+            for o in &outs[..no] {
+                // SAFETY: bound, live; atomic.
+                unsafe { (**o).output_completion_count.fetch_add(1, Ordering::AcqRel) };
+            }
+        }
+        drop(g);
+        r
+    }
+
+    fn bind(
+        &self,
+        g: &ExecGuard<'_>,
+        output: bool,
+        set: &TensorSet,
+        out: &mut [Tensor; 32],
+    ) -> Result<usize> {
+        let mut i = 0;
+        while let Some((name, size)) = self.model_io(g, output, i) {
+            let t = set.get(name).ok_or(Error::InvalidArgument(if output {
+                "output tensor set lacks a tensor the model declares"
+            } else {
+                "input tensor set lacks a tensor the model declares"
+            }))?;
+            let (_, _, len) = self.storage_of(t)?;
+            if len != size {
+                return Err(Error::InvalidArgument(
+                    "tensor size differs from the model's declaration",
+                ));
+            }
+            out[i] = t;
+            i += 1;
+        }
+        Ok(i)
+    }
+}
+
+/// `[offset, offset+len)` inside `size`, overflow-checked.
+pub fn check_window(offset: u64, len: u64, size: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfBounds { offset, len, size }),
+    }
+}
+
+/// A tensor set: name → tensor (spec §7.3; libnrt's `kbl_feature_map_set_t`). Fixed capacity,
+/// heap-free.
+#[derive(Default)]
+pub struct TensorSet {
+    entries: heapless::Vec<(heapless::String<96>, usize), 64>,
+}
+
+impl TensorSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds or replaces `name`. The tensor must stay valid while it is in the set.
+    pub fn add(&mut self, name: &str, t: Tensor) -> Result<()> {
+        let key: heapless::String<96> = heapless::String::try_from(name)
+            .map_err(|_| Error::InvalidArgument("tensor name longer than 95 bytes"))?;
+        if let Some(e) = self.entries.iter_mut().find(|e| e.0 == key) {
+            e.1 = t as usize;
+            return Ok(());
+        }
+        self.entries
+            .push((key, t as usize))
+            .map_err(|_| Error::InvalidArgument("tensor set is full (64 tensors)"))
+    }
+    /// The tensor under `name`.
+    pub fn get(&self, name: &str) -> Option<Tensor> {
+        self.entries
+            .iter()
+            .find(|e| e.0.as_str() == name)
+            .map(|e| e.1 as Tensor)
+    }
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// The flat-array form (`nrt_tensor_list_t`, spec §7.3) over a caller buffer.
+    pub fn as_list(&self, buf: &mut [Tensor]) -> nrt_tensor_list_t {
+        let n = self.entries.len().min(buf.len());
+        for (i, e) in self.entries.iter().take(n).enumerate() {
+            buf[i] = e.1 as Tensor;
+        }
+        nrt_tensor_list_t {
+            tensors: buf.as_mut_ptr(),
+            num_tensors: n as u64,
+        }
+    }
+}

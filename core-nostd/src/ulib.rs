@@ -1,0 +1,238 @@
+//! GPSIMD ucode libraries (spec §6): the single ext-isa library staged once per core under
+//! `ulib_staging_lock` from the GLOBAL allocator and shared by every model on the core;
+//! multi-library custom-op sets (2..=9) staged per model from the model's own allocator.
+
+use core::ptr::{addr_of_mut, null_mut};
+use core::sync::atomic::Ordering;
+
+use crate::abi::*;
+use crate::ctx::{Nrt, UlibSet};
+use crate::dmem::AllocArgs;
+use crate::error::{Error, Result};
+
+/// Bytes of each staging buffer besides the libraries themselves.
+const SCRATCH_SPACE_BYTES: u64 = 64 << 10;
+const EXTRAM_BYTES: u64 = 64 << 10;
+const LIB_ALIGN: u64 = 4096;
+
+/// What a model asks to stage (the manifest's `gpsimd_libs`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct UlibRequest {
+    /// Number of libraries (1 = the shared ext-isa case).
+    pub count: u32,
+    /// Bytes of each library.
+    pub bytes: u64,
+}
+
+impl Nrt<'_> {
+    /// `ucode_alloc_new_staged_libs` + `ucode_stage_libs_impl`: allocates the set's buffers from
+    /// `al` and copies the library images in at running offsets, recording each library's
+    /// device address `pa + align_offset + offset`. All-or-nothing.
+    fn ulib_alloc_and_stage(
+        &self,
+        al: *mut dmem_allocator_t,
+        hbm: u32,
+        req: UlibRequest,
+    ) -> Result<*mut UlibSet> {
+        let lib_bytes = req
+            .bytes
+            .checked_next_multiple_of(LIB_ALIGN)
+            .and_then(|b| b.checked_mul(req.count as u64))
+            .filter(|b| *b > 0)
+            .ok_or(Error::InvalidModel(
+                "gpsimd_libs.bytes must be > 0 and small enough",
+            ))?;
+        let set = self.st.ulib_sets.alloc("ulib_set")?.as_ptr();
+        let parts: [(u64, dma_mem_usage_type_t, &str); 4] = [
+            (
+                SCRATCH_SPACE_BYTES,
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_TABLE,
+                "ulib_scratch_space",
+            ),
+            (
+                (core::mem::size_of::<SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY>()
+                    * constants::SUNDA_ULIB_TABLE_ENTRIES) as u64,
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_TABLE,
+                "ulib_ucode_table",
+            ),
+            (
+                EXTRAM_BYTES,
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_TABLE,
+                "ulib_extram",
+            ),
+            (
+                lib_bytes,
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB,
+                "ulib_lib_dmem",
+            ),
+        ];
+        let mut got = [null_mut::<dmem_t>(); 4];
+        for (i, (size, usage, hint)) in parts.iter().enumerate() {
+            let args = AllocArgs::device(*size, hbm, *usage, hint).aligned(if i == 3 {
+                LIB_ALIGN
+            } else {
+                0
+            });
+            match self.dmem_alloc(al, &args, None) {
+                Ok(m) => got[i] = m,
+                Err(e) => {
+                    for m in got.iter().take(i) {
+                        let _ = self.dmem_free(*m);
+                    }
+                    let _ = self.st.ulib_sets.release(set);
+                    return Err(e);
+                }
+            }
+        }
+        // SAFETY: `set` is a fresh slot; the dmems are live and ours.
+        unsafe {
+            let info = addr_of_mut!((*set).info);
+            (*info).scratch_space = got[0];
+            (*info).ucode_table = got[1];
+            (*info).extram = got[2];
+            (*info).lib_dmem = got[3];
+            (*info).num_libs = req.count as i32;
+            (*info).libs = addr_of_mut!((*set).libs) as *mut ucode_lib_info_t;
+            let lib = got[3];
+            let stride = lib_bytes / req.count as u64;
+            for i in 0..req.count as usize {
+                let off = i as u64 * stride;
+                let l = addr_of_mut!((*set).libs[i]);
+                (*l).address = (*lib)._pa + (*lib).align_offset + off;
+                (*l).cpu_id = i as u32;
+                (*l).total_cpus = req.count;
+                // Stage the image (a recognisable pattern stands in for the ELF bytes). A
+                // device without host-visible memory (EOPNOTSUPP) keeps the allocation only.
+                let pattern = [0x5au8 ^ i as u8; 64];
+                let _ = self.drv.copy_in(
+                    (*lib).device_id,
+                    (*lib).mem_handle,
+                    (*lib).align_offset + off,
+                    &pattern,
+                );
+            }
+        }
+        Ok(set)
+    }
+
+    /// Frees a set's buffers and its slot.
+    pub(crate) fn ulib_free_set(&self, set: *mut UlibSet) {
+        if set.is_null() || !self.st.ulib_sets.is_live(set) {
+            return;
+        }
+        // SAFETY: live slot; its dmems are live until freed here.
+        unsafe {
+            let info = addr_of_mut!((*set).info);
+            for m in [
+                (*info).scratch_space,
+                (*info).ucode_table,
+                (*info).extram,
+                (*info).lib_dmem,
+            ] {
+                if !m.is_null() {
+                    let _ = self.dmem_free(m);
+                }
+            }
+        }
+        let _ = self.st.ulib_sets.release(set);
+    }
+
+    /// `ucode_stage_libs` (spec §6): > 9 libraries → `TooManyLibs` (NRT_FAILURE); exactly one
+    /// → reuse the core's cached ext-isa copy or stage it once under `ulib_staging_lock`;
+    /// 2..=9 → a per-model copy from `model_al`. Returns `(set, shared)`.
+    pub(crate) fn ucode_stage_libs(
+        &self,
+        tpb: *mut tpb_t,
+        model_al: *mut dmem_allocator_t,
+        hbm: u32,
+        req: UlibRequest,
+    ) -> Result<(*mut ucode_lib_set_info_t, bool)> {
+        if req.count as usize > constants::ULIB_MAX_LIBS {
+            return Err(Error::TooManyLibs(req.count));
+        }
+        if req.count == 0 {
+            return Ok((null_mut(), false));
+        }
+        if req.count == 1 {
+            // SAFETY: resolved tpb; the cache is read and written under ulib_staging_lock.
+            unsafe {
+                let sunda = addr_of_mut!((*tpb).sunda);
+                let _g = (*sunda).ulib_staging_lock.lock();
+                if (*sunda).ulib_set_info_extisa_only.is_null() {
+                    let set = self.ulib_alloc_and_stage((*tpb).tpb_allocator, hbm, req)?;
+                    (*sunda).ulib_set_info_extisa_only = addr_of_mut!((*set).info);
+                    (*sunda).ulib_stage_count.fetch_add(1, Ordering::AcqRel);
+                }
+                (*sunda).ulib_users.fetch_add(1, Ordering::AcqRel);
+                return Ok(((*sunda).ulib_set_info_extisa_only, true));
+            }
+        }
+        let set = self.ulib_alloc_and_stage(model_al, hbm, req)?;
+        // SAFETY: fresh live set.
+        Ok((unsafe { addr_of_mut!((*set).info) }, false))
+    }
+
+    /// A model's release of its ulib set: drops its use of the shared copy (which stays cached
+    /// until teardown), or frees a per-model set.
+    pub(crate) fn ucode_release(
+        &self,
+        tpb: *mut tpb_t,
+        set: *mut ucode_lib_set_info_t,
+        shared: bool,
+    ) {
+        if set.is_null() {
+            return;
+        }
+        if shared {
+            // SAFETY: resolved tpb; atomics.
+            unsafe { (*tpb).sunda.ulib_users.fetch_sub(1, Ordering::AcqRel) };
+        } else {
+            // `info` is the first member of UlibSet.
+            self.ulib_free_set(set as *mut UlibSet);
+        }
+    }
+
+    /// Undoes a shared staging that no model uses (a failed first load's rollback).
+    pub(crate) fn ulib_unstage_if_unused(&self, tpb: *mut tpb_t) {
+        // SAFETY: resolved tpb; under ulib_staging_lock.
+        unsafe {
+            let sunda = addr_of_mut!((*tpb).sunda);
+            let _g = (*sunda).ulib_staging_lock.lock();
+            if (*sunda).ulib_users.load(Ordering::Acquire) == 0
+                && !(*sunda).ulib_set_info_extisa_only.is_null()
+            {
+                self.ulib_free_set((*sunda).ulib_set_info_extisa_only as *mut UlibSet);
+                (*sunda).ulib_set_info_extisa_only = null_mut();
+                (*sunda).ulib_stage_count.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Teardown: frees the core's shared ext-isa copy.
+    pub(crate) fn ulib_free_shared(&self, tpb: *mut tpb_t) {
+        // SAFETY: teardown; under ulib_staging_lock.
+        unsafe {
+            let sunda = addr_of_mut!((*tpb).sunda);
+            let _g = (*sunda).ulib_staging_lock.lock();
+            let s = (*sunda).ulib_set_info_extisa_only;
+            if !s.is_null() {
+                self.ulib_free_set(s as *mut UlibSet);
+                (*sunda).ulib_set_info_extisa_only = null_mut();
+            }
+            (*sunda).ulib_users.store(0, Ordering::Release);
+        }
+    }
+
+    /// How many times the shared ext-isa library was staged on a core (exactly once however
+    /// many models use it), and how many models use it now.
+    pub fn ulib_shared_stats(&self, dev: u32, core: u32) -> Result<(u32, u32)> {
+        let tpb = self.tpb(dev, core)?;
+        // SAFETY: resolved tpb; atomics.
+        unsafe {
+            Ok((
+                (*tpb).sunda.ulib_stage_count.load(Ordering::Acquire),
+                (*tpb).sunda.ulib_users.load(Ordering::Acquire),
+            ))
+        }
+    }
+}

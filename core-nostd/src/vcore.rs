@@ -1,0 +1,214 @@
+//! Logical NeuronCores (LNC / vtpb / vnc, spec §9): `parse_vnc_config`, the `virtual_core_t`
+//! table, the process's owned slice and the bounds-checked lookup.
+
+use core::ptr::addr_of_mut;
+
+use crate::abi::*;
+use crate::config::{MAX_LNC_SIZE, MAX_VCORES};
+use crate::ctx::{DevGeom, Nrt};
+use crate::error::{Error, Result};
+
+/// Logical-core configuration (`NEURON_RT_VIRTUAL_CORE_SIZE`, `NEURON_RT_VISIBLE_CORES`,
+/// `NEURON_RT_NUM_CORES`, already parsed).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct VcoreOptions {
+    /// Requested LNC size (`None` = default 2; SUNDA forces 1).
+    pub lnc_size: Option<u32>,
+    /// Visible logical cores `(first, count)`, global logical indices across devices.
+    /// Wins over `num_cores`.
+    pub visible: Option<(u32, u32)>,
+    /// Use the first N logical cores (`0` or `None` = all).
+    pub num_cores: Option<u32>,
+}
+
+/// The process's logical cores (`owned_vcores[num_owned_vcores]`).
+#[repr(C)]
+pub struct VcoreTable {
+    /// Owned logical cores; `vtpb_idx` is the application-visible index (from 0).
+    pub owned: [virtual_core_t; MAX_VCORES],
+    /// Number of owned logical cores.
+    pub num_owned: u32,
+    /// Logical cores on all attached devices.
+    pub num_total: u32,
+    /// LNC size in force.
+    pub lnc_size: u32,
+    /// Global logical index of `owned[0]`.
+    pub first_global: u32,
+}
+
+/// `parse_vnc_config` (spec §9): the LNC size for a device of `arch` with `nc_per_device`
+/// cores, given the requested size. SUNDA forces 1; otherwise the size (default 2) must be
+/// non-zero, a power of two no larger than [`MAX_LNC_SIZE`], divide the core count, and on
+/// instance types that accept only 2 (MARIANA here) be 2.
+pub fn parse_vnc_config(
+    arch: al_hal_tpb_arch_type_t,
+    nc_per_device: u32,
+    requested: Option<u32>,
+) -> Result<u32> {
+    if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
+        return Ok(1);
+    }
+    let out = requested.unwrap_or(constants::LNC_DEFAULT_SIZE);
+    if out == 0 {
+        return Err(Error::VncConfig(
+            "NEURON_RT_VIRTUAL_CORE_SIZE: out != 0",
+            out,
+        ));
+    }
+    if !out.is_power_of_two() || out > MAX_LNC_SIZE {
+        return Err(Error::VncConfig(
+            "Logical core size must be a power of two and less than or equal to 2",
+            out,
+        ));
+    }
+    if nc_per_device % out != 0 {
+        return Err(Error::VncConfig(
+            "(nc_per_device % out) == 0 failed: size must divide the cores per device",
+            out,
+        ));
+    }
+    if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_MARIANA && out != 2 {
+        return Err(Error::VncConfig(
+            "Only LNC Size of 2 is supported at this moment on this instance type. Requested LNC Size",
+            out,
+        ));
+    }
+    Ok(out)
+}
+
+impl Nrt<'_> {
+    fn vc(&self) -> *mut VcoreTable {
+        self.st.vc.get()
+    }
+
+    /// Builds the owned logical-core slice (bring-up, under init_lock).
+    pub(crate) fn vcores_init(&self, o: &VcoreOptions) -> Result<()> {
+        let n = self.num_devices();
+        let g0: DevGeom = self.geom(0);
+        let lnc = parse_vnc_config(g0.arch(), g0.cores, o.lnc_size)?;
+        let mut total = 0u32;
+        for d in 0..n {
+            total += self.geom(d).cores / lnc;
+        }
+        let (first, count) = match (o.visible, o.num_cores) {
+            (Some((f, c)), _) => (f, c),
+            (None, Some(c)) if c > 0 => (0, c),
+            _ => (0, total),
+        };
+        if count == 0 || first.checked_add(count).is_none_or(|end| end > total) {
+            return Err(Error::VncConfig(
+                "visible logical cores exceed the logical cores present (first+count > total)",
+                first.saturating_add(count),
+            ));
+        }
+        if count as usize > MAX_VCORES {
+            return Err(Error::VncConfig(
+                "too many logical cores for MAX_VCORES",
+                count,
+            ));
+        }
+        let vc = self.vc();
+        // SAFETY: bring-up under init_lock: exclusive access to the table and the tree.
+        unsafe {
+            core::ptr::write_bytes(vc as *mut u8, 0, core::mem::size_of::<VcoreTable>());
+            (*vc).lnc_size = lnc;
+            (*vc).num_total = total;
+            (*vc).first_global = first;
+            let mut global = 0u32;
+            let mut k = 0usize;
+            for d in 0..n {
+                let g = self.geom(d);
+                for l in 0..g.cores / lnc {
+                    if global >= first && global < first + count {
+                        let v = addr_of_mut!((*vc).owned[k]);
+                        (*v).vtpb_idx = k as u32;
+                        (*v).tpb_count = lnc;
+                        for j in 0..lnc {
+                            let t = l * lnc + j;
+                            (*v).tpbs[j as usize].device_id = d;
+                            (*v).tpbs[j as usize].device_tpb_idx = t;
+                            (*v).tpbs[j as usize].vcore = v;
+                            (*self.tpb_ptr(d, t)).pcore.vcore = v;
+                        }
+                        (*v).default_hbm_idx = g.default_hbm(l * lnc);
+                        k += 1;
+                    }
+                    global += 1;
+                }
+            }
+            (*vc).num_owned = k as u32;
+        }
+        Ok(())
+    }
+
+    /// Logical cores this process owns (`nrt_get_visible_vnc_count`).
+    pub fn visible_vnc_count(&self) -> u32 {
+        // SAFETY: written only at bring-up.
+        unsafe { (*self.vc()).num_owned }
+    }
+
+    /// Logical cores present on all attached devices (`nrt_get_total_vnc_count`).
+    pub fn total_vnc_count(&self) -> u32 {
+        // SAFETY: written only at bring-up.
+        unsafe { (*self.vc()).num_total }
+    }
+
+    /// The LNC size in force.
+    pub fn lnc_size(&self) -> u32 {
+        // SAFETY: written only at bring-up.
+        unsafe { (*self.vc()).lnc_size }
+    }
+
+    /// `vtpb_get_virtual_core(idx)`: the owned logical core `idx`, bounds-checked.
+    pub fn vtpb_get_virtual_core(&self, idx: i64) -> Result<&virtual_core_t> {
+        let owned = self.visible_vnc_count();
+        if idx < 0 || idx >= owned as i64 {
+            return Err(Error::LogicalCoreOutOfRange { vnc: idx, owned });
+        }
+        // SAFETY: idx < num_owned ≤ MAX_VCORES; entries are immutable after bring-up.
+        Ok(unsafe { &(*self.vc()).owned[idx as usize] })
+    }
+
+    /// `vtpb_get_default_hbm_idx`: the HBM channel a logical core's tensors go to.
+    pub fn vtpb_get_default_hbm_idx(&self, idx: i64) -> Result<u32> {
+        self.vtpb_get_virtual_core(idx).map(|v| v.default_hbm_idx)
+    }
+
+    /// The physical cores of logical core `idx`.
+    pub fn vcore_tpbs(&self, idx: i64) -> Result<&[physical_core_t]> {
+        let v = self.vtpb_get_virtual_core(idx)?;
+        Ok(&v.tpbs[..v.tpb_count.min(MAX_LNC_SIZE) as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use al_hal_tpb_arch_type_t::*;
+
+    #[test]
+    fn vnc_rules() {
+        assert_eq!(
+            parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_SUNDA, 2, Some(2)),
+            Ok(1)
+        );
+        assert_eq!(
+            parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, None),
+            Ok(2)
+        );
+        assert_eq!(
+            parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, Some(1)),
+            Ok(1)
+        );
+        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, Some(0)).is_err());
+        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, Some(3)).is_err());
+        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, Some(4)).is_err());
+        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 6, Some(2)).is_ok());
+        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 3, Some(2)).is_err());
+        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_MARIANA, 8, Some(1)).is_err());
+        assert_eq!(
+            parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_MARIANA, 8, None),
+            Ok(2)
+        );
+    }
+}

@@ -1,0 +1,54 @@
+//! Shared fixtures: a runtime over a simulated device.
+#![allow(dead_code)]
+
+use nrt_core::abi::*;
+use nrt_core::sim::{Preset, SimConfig, SimDevice};
+use nrt_core::{CoreState, InitOptions, Nrt};
+
+pub struct Fixture {
+    pub st: Box<CoreState>,
+    pub sim: Box<SimDevice>,
+    pub backing: Vec<Vec<u8>>,
+}
+
+impl Fixture {
+    pub fn new(cfg: SimConfig) -> Self {
+        let mut sim = SimDevice::new_boxed(&cfg).expect("sim");
+        let mut backing = Vec::new();
+        if cfg.channel_size_override.is_some() {
+            for d in 0..cfg.devices {
+                let mut v = vec![0u8; sim.backing_len(d) as usize];
+                // SAFETY: the Vec outlives the device (both owned by the fixture, sim dropped first
+                // is irrelevant: it never touches the backing on drop).
+                unsafe { sim.set_backing(d, v.as_mut_ptr(), v.len() as u64).unwrap() };
+                backing.push(v);
+            }
+        }
+        Fixture {
+            st: CoreState::new_boxed(),
+            sim,
+            backing,
+        }
+    }
+    pub fn trn2() -> Self {
+        Self::new(SimConfig::new(Preset::Trn2, 1))
+    }
+    pub fn nrt(&self) -> Nrt<'_> {
+        Nrt::new(&self.st, &*self.sim)
+    }
+    pub fn up(cfg: SimConfig, opts: InitOptions) -> Self {
+        let f = Self::new(cfg);
+        f.nrt().init(&opts).expect("init");
+        f
+    }
+}
+
+/// Every ledger row of every device, plus the driver's view: equal before/after a failed call.
+pub fn snapshot(n: &Nrt<'_>) -> (Vec<([[u64; 23]; 8], [[u64; 23]; 8])>, u64) {
+    (
+        (0..n.num_devices()).map(|d| n.ledger_snapshot(d)).collect(),
+        n.driver_bytes_in_use(),
+    )
+}
+
+pub const TENSOR: dma_mem_usage_type_t = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;

@@ -1,0 +1,381 @@
+//! The dmem allocator and its ledger (spec §3): bookkeeping, every bad input, OOM routing,
+//! the aligned-alloc emulation, and a property test against a reference model.
+
+mod common;
+
+use common::*;
+use nrt_core::abi::*;
+use nrt_core::dmem::{align_offset, AllocArgs};
+use nrt_core::sim::{Preset, SimConfig};
+use nrt_core::{Error, InitOptions};
+use proptest::prelude::*;
+
+#[test]
+fn alloc_books_and_free_returns() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 1).unwrap();
+    let m = n
+        .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "t0"), None)
+        .unwrap();
+    assert_eq!(n.ledger_device(0, 1, TENSOR as usize), 1 << 20);
+    assert_eq!(n.ledger_device(0, 1, 22), 1 << 20);
+    assert_eq!(n.allocator_usage(al), (1, 1 << 20));
+    let h = n
+        .dmem_alloc(al, &AllocArgs::host(8192, TENSOR, "h0"), None)
+        .unwrap();
+    assert_eq!(n.ledger_host(0, 1, TENSOR as usize), 8192);
+    assert_eq!(
+        n.ledger_device(0, 1, 22),
+        1 << 20,
+        "host bytes are not HBM usage"
+    );
+    n.dmem_free(m).unwrap();
+    n.dmem_free(h).unwrap();
+    assert_eq!(n.ledger_device(0, 1, 22), 0);
+    assert_eq!(n.ledger_host(0, 1, 22), 0);
+    assert_eq!(n.allocator_usage(al), (0, 0));
+    n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0);
+}
+
+#[test]
+fn every_bad_input_is_refused_and_changes_nothing() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let keep = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "keep"), None)
+        .unwrap();
+    let before = snapshot(&n);
+    let dev = dma_mem_location_t::TONGA_DRAM as u32;
+    let bad: Vec<(AllocArgs<'_>, NRT_STATUS)> = vec![
+        (
+            AllocArgs::device(0, 0, TENSOR, "zero"),
+            NRT_STATUS::NRT_INVALID,
+        ),
+        (
+            AllocArgs::device(u64::MAX - 10, 0, TENSOR, "ovf").aligned(64),
+            NRT_STATUS::NRT_INVALID,
+        ),
+        (
+            AllocArgs::device(4096, 0, TENSOR, "align").aligned(48),
+            NRT_STATUS::NRT_INVALID,
+        ),
+        (
+            AllocArgs {
+                size: 4096,
+                align: 0,
+                loc: 0,
+                hbm_idx: 0,
+                usage: 2,
+                hint: "loc0",
+            },
+            NRT_STATUS::NRT_INVALID,
+        ),
+        (
+            AllocArgs {
+                size: 4096,
+                align: 0,
+                loc: 7,
+                hbm_idx: 0,
+                usage: 2,
+                hint: "loc7",
+            },
+            NRT_STATUS::NRT_INVALID,
+        ),
+        (
+            AllocArgs {
+                size: 4096,
+                align: 0,
+                loc: dev,
+                hbm_idx: 0,
+                usage: 22,
+                hint: "max",
+            },
+            NRT_STATUS::NRT_INVALID,
+        ),
+        (
+            AllocArgs {
+                size: 4096,
+                align: 0,
+                loc: dev,
+                hbm_idx: 0,
+                usage: 99,
+                hint: "u99",
+            },
+            NRT_STATUS::NRT_INVALID,
+        ),
+        (
+            AllocArgs::host(
+                4096,
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING,
+                "ring",
+            ),
+            NRT_STATUS::NRT_INVALID,
+        ),
+        (
+            AllocArgs::device(4096, 4, TENSOR, "hbm4"),
+            NRT_STATUS::NRT_INVALID,
+        ),
+    ];
+    for (a, st) in &bad {
+        let e = n.dmem_alloc(al, a, None).unwrap_err();
+        assert_eq!(e.status(), *st, "{a:?} → {e}");
+        assert_eq!(snapshot(&n), before, "{a:?} changed state");
+    }
+    // Each host-invalid usage of the spec (18..=21) is refused on the host.
+    for u in 18..=21 {
+        let a = AllocArgs {
+            size: 4096,
+            align: 0,
+            loc: 1,
+            hbm_idx: 0,
+            usage: u,
+            hint: "h",
+        };
+        assert!(matches!(
+            n.dmem_alloc(al, &a, None),
+            Err(Error::UsageInvalidForLocation { .. })
+        ));
+    }
+    // Core out of range: an allocator for a core that does not exist.
+    let mut bogus = physical_core_t::new(0, 9);
+    let al_bad = n
+        .dmem_allocator_create(&mut bogus, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+        .unwrap();
+    let e = n
+        .dmem_alloc(al_bad, &AllocArgs::device(4096, 0, TENSOR, "x"), None)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::CoreOutOfRange { device: 0, tpb: 9 }),
+        "{e}"
+    );
+    n.dmem_allocator_destroy(al_bad).unwrap();
+    // Double free and foreign dmem.
+    let other = n.core_allocator(0, 1).unwrap();
+    assert_eq!(n.dmem_free_in(other, keep), Err(Error::ForeignDmem));
+    n.dmem_free(keep).unwrap();
+    assert_eq!(n.dmem_free(keep), Err(Error::DoubleFree));
+    assert_eq!(n.dmem_acquire_reference(keep), Err(Error::DoubleFree));
+    assert_eq!(n.ledger_device(0, 0, 22), 0);
+}
+
+#[test]
+fn oom_routes_device_and_host_differently() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let before = snapshot(&n);
+    let e = n
+        .dmem_alloc(al, &AllocArgs::device(200 << 30, 0, TENSOR, "huge"), None)
+        .unwrap_err();
+    assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE);
+    assert!(e.to_string().contains("Failed to allocate"), "{e}");
+    assert!(e.to_string().contains("usage: TENSOR"), "{e}");
+    assert_eq!(n.last_oom(), Some(e));
+    let e = n
+        .dmem_alloc(
+            al,
+            &AllocArgs::device(200 << 30, 0, TENSOR, "huge").aligned(1 << 20),
+            None,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("alignment boundaries"), "{e}");
+    let e = n
+        .dmem_alloc(al, &AllocArgs::host(64 << 30, TENSOR, "hostbig"), None)
+        .unwrap_err();
+    assert_eq!(e.status(), NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC);
+    assert_eq!(snapshot(&n), before);
+    let mut dump = String::new();
+    n.dump_ledger(&mut dump, 0, n.last_oom().as_ref(), 5)
+        .unwrap();
+    assert!(
+        dump.contains("NC 0") && dump.contains("largest free block"),
+        "{dump}"
+    );
+}
+
+#[test]
+fn arena_exhaustion_is_its_own_error() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let mut live = Vec::new();
+    let err = loop {
+        let hbm = (live.len() % 4) as u32;
+        match n.dmem_alloc(al, &AllocArgs::device(4096, hbm, TENSOR, "fill"), None) {
+            Ok(m) => live.push(m),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::ArenaFull(_)), "{err}");
+    assert_eq!(live.len(), nrt_core::config::MAX_DMEM);
+    let before = snapshot(&n);
+    assert!(n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "x"), None)
+        .is_err());
+    assert_eq!(snapshot(&n), before);
+    for m in live {
+        n.dmem_free(m).unwrap();
+    }
+    assert_eq!(n.ledger_device(0, 0, 22), 0);
+}
+
+#[test]
+fn aligned_alloc_emulation_reproduces_the_quirk() {
+    let mut cfg = SimConfig::new(Preset::Trn2, 1);
+    cfg.aligned_alloc = false;
+    let f = Fixture::up(cfg, InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    for align in [4096u64, 1 << 16, 1 << 21] {
+        let m = n
+            .dmem_alloc(
+                al,
+                &AllocArgs::device(10_000, 0, TENSOR, "a").aligned(align),
+                None,
+            )
+            .unwrap();
+        // SAFETY: live dmem of this runtime.
+        let d = unsafe { &*m };
+        assert_eq!(d.align_offset, align_offset(d._pa, align));
+        assert_eq!((d._pa + d.align_offset) % align, 0);
+        assert!(
+            d.align_offset > 0 && d.align_offset <= align,
+            "quirk: aligned pa gets a full alignment"
+        );
+        assert_eq!(d.allocated_size, 10_000 + d.align_offset);
+        n.dmem_free(m).unwrap();
+    }
+    // Native path: the driver aligns, no offset.
+    f.sim.set_aligned_alloc(true);
+    let g = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n2 = g.nrt();
+    let m = n2
+        .dmem_alloc(
+            n2.core_allocator(0, 0).unwrap(),
+            &AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16),
+            None,
+        )
+        .unwrap();
+    // SAFETY: live.
+    let d = unsafe { &*m };
+    assert_eq!((d.align_offset, d._pa % (1 << 16)), (0, 0));
+}
+
+#[test]
+fn destroy_keeps_shared_dmems_until_their_last_reference() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let pc = n.core_allocator(0, 0).unwrap();
+    // SAFETY: live allocator.
+    let pcore = unsafe { (*pc).pcore };
+    let al = n
+        .dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+        .unwrap();
+    let shared = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "shared"), None)
+        .unwrap();
+    let _own = n
+        .dmem_alloc(al, &AllocArgs::device(8192, 0, TENSOR, "own"), None)
+        .unwrap();
+    n.dmem_acquire_reference(shared).unwrap();
+    n.dmem_allocator_destroy(al).unwrap();
+    assert_eq!(
+        n.ledger_device(0, 0, 22),
+        4096,
+        "only the shared dmem survives"
+    );
+    n.dmem_free(shared).unwrap();
+    assert_eq!(n.ledger_device(0, 0, 22), 0);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc {
+        core: u32,
+        host: bool,
+        usage: u32,
+        kib: u64,
+        align_log: u8,
+    },
+    Free(usize),
+    Acquire(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u32..8, any::<bool>(), 0u32..18, 1u64..4096, 0u8..14).prop_map(|(core, host, usage, kib, align_log)| Op::Alloc { core, host, usage, kib, align_log }),
+        3 => any::<usize>().prop_map(Op::Free),
+        1 => any::<usize>().prop_map(Op::Acquire),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Reference model: a list of live (dmem, core, host, usage, bytes, refs). After every step
+    /// the ledger equals the model's sums, live device ranges never overlap, and at the end
+    /// everything returns to empty with the driver holding nothing.
+    #[test]
+    fn ledger_matches_reference_model(ops in proptest::collection::vec(op(), 1..120), aligned in any::<bool>()) {
+        let mut cfg = SimConfig::new(Preset::Trn2, 1);
+        cfg.aligned_alloc = aligned;
+        let f = Fixture::up(cfg, InitOptions::default());
+        let n = f.nrt();
+        let mut live: Vec<(*mut dmem_t, u32, bool, u32, u64, u32)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Alloc { core, host, usage, kib, align_log } => {
+                    let al = n.core_allocator(0, core).unwrap();
+                    let align = if align_log == 0 { 0 } else { 1u64 << (align_log + 5) };
+                    let a = if host { AllocArgs::host(kib * 1024, dma_mem_usage_type_t::from_raw(usage).unwrap(), "p") } else {
+                        AllocArgs::device(kib * 1024, core / 2, dma_mem_usage_type_t::from_raw(usage).unwrap(), "p").aligned(align)
+                    };
+                    match n.dmem_alloc(al, &a, None) {
+                        Ok(m) => {
+                            // SAFETY: live.
+                            let bytes = unsafe { (*m).allocated_size };
+                            live.push((m, core, host, usage, bytes, 1));
+                        }
+                        Err(e) => prop_assert!(host && align != 0 || matches!(e, Error::DeviceOom{..} | Error::HostOom{..}), "{e}"),
+                    }
+                }
+                Op::Free(i) if !live.is_empty() => {
+                    let i = i % live.len();
+                    n.dmem_free(live[i].0).unwrap();
+                    live[i].5 -= 1;
+                    if live[i].5 == 0 { live.swap_remove(i); }
+                }
+                Op::Acquire(i) if !live.is_empty() => {
+                    let i = i % live.len();
+                    n.dmem_acquire_reference(live[i].0).unwrap();
+                    live[i].5 += 1;
+                }
+                _ => {}
+            }
+            for core in 0..8u32 {
+                for usage in 0..23usize {
+                    let want = |host: bool| live.iter().filter(|l| l.1 == core && l.2 == host && (usage == 22 || l.3 as usize == usage)).map(|l| l.4).sum::<u64>();
+                    prop_assert_eq!(n.ledger_device(0, core, usage), want(false));
+                    prop_assert_eq!(n.ledger_host(0, core, usage), want(true));
+                }
+            }
+            let mut ranges: Vec<(u64, u64, u32)> = live.iter().filter(|l| !l.2).map(|l| {
+                // SAFETY: live.
+                let d = unsafe { &*l.0 };
+                (d._pa, d._pa + d.size + d.align_offset, d.tdram_channel)
+            }).collect();
+            ranges.sort();
+            for w in ranges.windows(2) {
+                prop_assert!(w[0].1 <= w[1].0, "overlap {:?}", w);
+            }
+        }
+        for l in &live {
+            for _ in 0..l.5 { n.dmem_free(l.0).unwrap(); }
+        }
+        for core in 0..8 { prop_assert_eq!(n.ledger_device(0, core, 22), 0); }
+        n.close().unwrap();
+        prop_assert_eq!(n.driver_bytes_in_use(), 0);
+    }
+}
