@@ -1,0 +1,1231 @@
+//! The carve allocator: an out-of-band device address-range allocator, what the kernel driver
+//! does per HBM channel (public ABI §3 "How the driver carves memory").
+//!
+//! Device memory cannot hold the allocator's own bookkeeping (the host cannot cheaply touch it,
+//! and on a simulated device it may not exist at all), so every block — free or used — is
+//! described by a node in a fixed-capacity array *inside the struct*; the managed range
+//! `[base, base + size)` is never read or written. Offsets and sizes are `u64`.
+//!
+//! # Algorithm
+//!
+//! TLSF-style two-level segregated free lists: a first-level class per power of two and 32
+//! linear second-level classes inside it (class width ≤ 1/32 of its lower bound), each with a
+//! LIFO list head and a bitmap bit, so finding a non-empty class is two bit scans. On top of
+//! textbook TLSF:
+//!
+//! * **Good fit for exact holes.** Textbook TLSF rounds a request up to the next class and so
+//!   never reuses a freed hole of exactly the requested size when that hole sits in the
+//!   request's own class. [`Carve::alloc`] first scans at most [`OWN_CLASS_SCAN`] entries of the
+//!   request's own class (best fit among them, stopping early on an exact fit), then takes the
+//!   next class up, then — for alignments above the granule — the class that guarantees an
+//!   aligned fit. Every step is bounded, so alloc stays O(1)-class. Only a request that would
+//!   otherwise be refused scans its own class to the end (so "out of space" is never reported
+//!   while a fitting block of that class exists).
+//! * **Native alignment.** The head fragment in front of an aligned start is split off as its
+//!   own free block instead of being wasted.
+//! * **Immediate coalescing.** Each node links to its physical neighbours, so free merges with
+//!   free neighbours in O(1).
+//! * **Checked ids.** An allocation is named by a [`CarveId`] (node index + generation); a
+//!   double free or a stale id is an error ([`CarveError::InvalidId`]), never corruption.
+//!
+//! With immediate coalescing there is at most one free block per used block plus one, so a
+//! `Carve<N>` holds at least `(N - 1) / 2` live allocations whatever the pattern. Running out of
+//! nodes is [`CarveError::NodesExhausted`], distinct from [`CarveError::OutOfSpace`].
+//!
+//! The all-zero value is a valid, uninitialised carve ([`ZeroValid`]), so large instances live
+//! in `.bss` or a zeroed allocation; [`Carve::init`] touches only the header and one node, so the
+//! node array costs nothing until it is used.
+#![deny(unsafe_code)]
+
+use core::fmt;
+
+use crate::abi::meta::ZeroValid;
+use crate::driver::{errno, Errno, PoolStats};
+
+/// log2 of the second-level class count.
+const SL_LOG2: u32 = 5;
+/// Second-level classes per first-level class.
+const SL: usize = 1 << SL_LOG2;
+/// First-level classes: sizes below `SL` share class 0; `2^f` (f ≥ 5) gets class `f - 4`.
+const FL: usize = 64 - SL_LOG2 as usize + 1;
+/// Entries of a size class [`Carve::alloc`] examines before moving up a class (the bound that
+/// keeps the good-fit scan O(1)).
+pub const OWN_CLASS_SCAN: u32 = 32;
+/// The largest node capacity a carve may have (indices and generations share a `u64` id).
+pub const MAX_NODES: usize = (u32::MAX - 1) as usize;
+
+/// Node index 0 is "none"; node `i` lives at `nodes[i - 1]`.
+const NIL: u32 = 0;
+const UNUSED: u8 = 0;
+const FREE: u8 = 1;
+const USED: u8 = 2;
+
+/// Why a carve operation was refused (public ABI §3 "How the driver carves memory").
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CarveError {
+    /// [`Carve::init`] was never called (the all-zero state).
+    Uninitialized,
+    /// `init` arguments: granule not a power of two, base not granule-aligned, a range smaller
+    /// than one granule, or `base + size` overflowing 64 bits.
+    BadRegion,
+    /// An allocation of zero bytes.
+    ZeroSize,
+    /// Alignment not a power of two (0 means "the granule").
+    BadAlignment(u64),
+    /// Rounding the size up to the granule overflows 64 bits.
+    SizeOverflow,
+    /// No free block can hold the request (with its alignment).
+    OutOfSpace,
+    /// The node array is full: metadata, not address space, ran out.
+    NodesExhausted,
+    /// Unknown, stale or already-freed allocation id.
+    InvalidId,
+}
+
+impl CarveError {
+    /// The errno a driver reports for this error: `ENOMEM` for exhaustion (space or
+    /// metadata), `EINVAL` for everything the caller got wrong (public ABI §3).
+    pub const fn errno(self) -> Errno {
+        match self {
+            CarveError::OutOfSpace | CarveError::NodesExhausted => errno::ENOMEM,
+            _ => errno::EINVAL,
+        }
+    }
+}
+
+impl fmt::Display for CarveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            CarveError::Uninitialized => f.write_str("carve allocator not initialised"),
+            CarveError::BadRegion => f.write_str("bad carve region (granule/base/size)"),
+            CarveError::ZeroSize => f.write_str("allocation size is 0"),
+            CarveError::BadAlignment(a) => write!(f, "alignment {a} is not a power of two"),
+            CarveError::SizeOverflow => f.write_str("size rounded to the granule overflows"),
+            CarveError::OutOfSpace => f.write_str("no free block large enough"),
+            CarveError::NodesExhausted => f.write_str("carve metadata (node array) exhausted"),
+            CarveError::InvalidId => f.write_str("unknown, stale or already freed allocation"),
+        }
+    }
+}
+
+/// Names one live allocation of a [`Carve`]: node index (≥ 1) in the low 32 bits and the
+/// node's generation in the high 32 bits, so the raw value is never 0 and a reused node gets a
+/// different id (public ABI §3: handles are opaque non-zero `u64`s).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CarveId(u64);
+
+impl CarveId {
+    /// Builds an id from its parts (for handle encodings that pack them elsewhere).
+    pub const fn from_parts(index: u32, generation: u32) -> Self {
+        CarveId(((generation as u64) << 32) | index as u64)
+    }
+    /// Rebuilds an id from [`CarveId::raw`].
+    pub const fn from_raw(raw: u64) -> Self {
+        CarveId(raw)
+    }
+    /// The raw value (non-zero for every id a carve hands out).
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+    /// Node index part (1-based).
+    pub const fn index(self) -> u32 {
+        self.0 as u32
+    }
+    /// Generation part.
+    pub const fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+/// One allocation: its id and the absolute address range `[addr, addr + size)` it covers
+/// (`size` rounded up to the granule).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CarveBlock {
+    /// The id to free or look the allocation up with.
+    pub id: CarveId,
+    /// First byte (absolute: `base + offset`).
+    pub addr: u64,
+    /// Bytes (the request rounded up to the granule).
+    pub size: u64,
+}
+
+/// One block of the physical chain, as [`Carve::for_each_block`] reports it (the shape of the
+/// driver's DUMP_MEM_CHUNKS entries, public ABI §3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct BlockInfo {
+    /// First byte (absolute).
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Allocated (true) or free.
+    pub used: bool,
+}
+
+/// Occupancy of one carve (what the driver reports per pool, public ABI §3 / §6 "largest free
+/// block").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct CarveStats {
+    /// Bytes managed.
+    pub capacity: u64,
+    /// Bytes free.
+    pub free: u64,
+    /// The largest single free block.
+    pub largest_free: u64,
+    /// Live allocations.
+    pub live_allocations: u64,
+    /// Bytes in live allocations (`capacity - free`).
+    pub live_bytes: u64,
+    /// Free blocks (fragments).
+    pub free_blocks: u32,
+    /// Nodes describing blocks right now.
+    pub nodes_used: u32,
+    /// Node capacity `N`.
+    pub node_capacity: u32,
+}
+
+impl CarveStats {
+    /// External fragmentation in per mille: `1000 * (1 - largest_free / free)`, 0 when
+    /// nothing is free (same figure as [`PoolStats::fragmentation_permille`]).
+    pub fn fragmentation_permille(&self) -> u32 {
+        PoolStats::from(*self).fragmentation_permille()
+    }
+}
+
+impl From<CarveStats> for PoolStats {
+    fn from(s: CarveStats) -> Self {
+        PoolStats {
+            capacity: s.capacity,
+            free: s.free,
+            largest_free: s.largest_free,
+            allocations: s.live_allocations,
+        }
+    }
+}
+
+/// One block descriptor (free, used, or an unused slot on the spare stack).
+#[derive(Copy, Clone)]
+struct Node {
+    addr: u64,
+    size: u64,
+    prev_phys: u32,
+    next_phys: u32,
+    /// Free-list links while FREE; `next_free` also chains the spare stack while UNUSED.
+    prev_free: u32,
+    next_free: u32,
+    /// Bumped each time the node becomes USED; never reset (not even by `init`).
+    generation: u32,
+    state: u8,
+}
+
+impl Node {
+    const ZERO: Node = Node {
+        addr: 0,
+        size: 0,
+        prev_phys: NIL,
+        next_phys: NIL,
+        prev_free: NIL,
+        next_free: NIL,
+        generation: 0,
+        state: UNUSED,
+    };
+}
+
+/// An out-of-band range allocator over `[base, base + size)` with `N` block descriptors
+/// (public ABI §3 "How the driver carves memory"; see the module docs for the algorithm).
+pub struct Carve<const N: usize> {
+    base: u64,
+    /// Bytes managed; 0 = not initialised.
+    size: u64,
+    granule: u64,
+    free_bytes: u64,
+    live_bytes: u64,
+    live_count: u64,
+    free_blocks: u32,
+    /// Nodes `1..=bump` have been handed out at least once since `init`.
+    bump: u32,
+    /// Spare stack of released nodes (chained through `next_free`).
+    spare_head: u32,
+    spare_count: u32,
+    fl_bitmap: u64,
+    sl_bitmap: [u32; FL],
+    /// Free-list heads; only meaningful where the bitmap bit is set.
+    heads: [[u32; SL]; FL],
+    nodes: [Node; N],
+}
+
+// SAFETY: every member is an integer, an array of integers, or an array of `Node` (integers
+// only). All-zero is the documented uninitialised state: `size == 0` makes every operation
+// return `Uninitialized`, and `init` never trusts stale node or head contents.
+#[allow(unsafe_code)]
+unsafe impl<const N: usize> ZeroValid for Carve<N> {}
+
+/// `(fl, sl)` of the class that holds blocks of `size` (size ≥ 1).
+#[inline]
+fn mapping_insert(size: u64) -> (usize, usize) {
+    if size < SL as u64 {
+        (0, size as usize)
+    } else {
+        let f = 63 - size.leading_zeros();
+        let sl = (size >> (f - SL_LOG2)) as usize - SL;
+        ((f - SL_LOG2 + 1) as usize, sl)
+    }
+}
+
+/// The first class all of whose blocks are ≥ `size`; `None` if no class is (size near 2^64).
+#[inline]
+fn mapping_search(size: u64) -> Option<(usize, usize)> {
+    if size < SL as u64 {
+        Some((0, size as usize))
+    } else {
+        let f = 63 - size.leading_zeros();
+        let round = (1u64 << (f - SL_LOG2)) - 1;
+        Some(mapping_insert(size.checked_add(round)?))
+    }
+}
+
+/// Padding in front of `addr` to reach `align`, if `[addr, addr + bsize)` then still holds
+/// `size` bytes.
+#[inline]
+fn fit(addr: u64, bsize: u64, size: u64, align: u64) -> Option<u64> {
+    let aligned = addr.checked_add(align - 1)? & !(align - 1);
+    let pad = aligned - addr;
+    if pad <= bsize && bsize - pad >= size {
+        Some(pad)
+    } else {
+        None
+    }
+}
+
+impl<const N: usize> Carve<N> {
+    const CAPACITY_OK: () = assert!(
+        N >= 2 && N <= MAX_NODES,
+        "Carve<N>: N must be in 2..=u32::MAX-1"
+    );
+
+    /// Node capacity.
+    pub const NODE_CAPACITY: usize = N;
+
+    /// An uninitialised carve (all zero). For large `N` prefer a `static`, a zeroed box
+    /// (`Carve::new_boxed`, with the `std` feature) or a field of a zeroed struct: this value
+    /// is `N * 40` bytes.
+    pub const fn new() -> Self {
+        Carve {
+            base: 0,
+            size: 0,
+            granule: 0,
+            free_bytes: 0,
+            live_bytes: 0,
+            live_count: 0,
+            free_blocks: 0,
+            bump: 0,
+            spare_head: NIL,
+            spare_count: 0,
+            fl_bitmap: 0,
+            sl_bitmap: [0; FL],
+            heads: [[NIL; SL]; FL],
+            nodes: [Node::ZERO; N],
+        }
+    }
+
+    /// An uninitialised carve on the heap, without building it on the stack (the zeroed
+    /// allocation is only touched as nodes are used).
+    #[cfg(any(test, feature = "std"))]
+    pub fn new_boxed() -> std::boxed::Box<Self> {
+        zeroed_box()
+    }
+
+    /// Sets the carve up to manage `[base, base + size)` in units of `granule` (a power of two;
+    /// `base` must be a multiple of it, `size` is rounded down to it). Forgets every previous
+    /// allocation; ids handed out before stay invalid. Touches the header and one node only.
+    pub fn init(&mut self, base: u64, size: u64, granule: u64) -> Result<(), CarveError> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::CAPACITY_OK;
+        if !granule.is_power_of_two() || base & (granule - 1) != 0 {
+            return Err(CarveError::BadRegion);
+        }
+        let size = size & !(granule - 1);
+        if size == 0 || base.checked_add(size).is_none() {
+            return Err(CarveError::BadRegion);
+        }
+        self.base = base;
+        self.size = size;
+        self.granule = granule;
+        self.free_bytes = size;
+        self.live_bytes = 0;
+        self.live_count = 0;
+        self.free_blocks = 0;
+        self.bump = 0;
+        self.spare_head = NIL;
+        self.spare_count = 0;
+        self.fl_bitmap = 0;
+        self.sl_bitmap = [0; FL];
+        // `heads` is left as is: a head is only read where its bitmap bit is set.
+        let first = self.take_node();
+        self.setup(first, base, size, FREE);
+        self.node_mut(first).prev_phys = NIL;
+        self.node_mut(first).next_phys = NIL;
+        self.insert_free(first);
+        Ok(())
+    }
+
+    /// Whether [`Carve::init`] has run.
+    pub fn is_initialized(&self) -> bool {
+        self.size != 0
+    }
+
+    /// First managed address.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Bytes managed (0 before `init`).
+    pub fn capacity(&self) -> u64 {
+        self.size
+    }
+
+    /// Allocation granule (0 before `init`).
+    pub fn granule(&self) -> u64 {
+        self.granule
+    }
+
+    /// Bytes free.
+    pub fn free_bytes(&self) -> u64 {
+        self.free_bytes
+    }
+
+    /// Live allocations.
+    pub fn live_allocations(&self) -> u64 {
+        self.live_count
+    }
+
+    /// Carves `size` bytes (rounded up to the granule) whose absolute start is a multiple of
+    /// `align` (a power of two; 0 = the granule). Bounded work: at most two short class scans
+    /// and two bitmap searches, plus one full scan of the request's own class before refusing
+    /// with [`CarveError::OutOfSpace`] (public ABI §3 "How the driver carves memory").
+    pub fn alloc(&mut self, size: u64, align: u64) -> Result<CarveBlock, CarveError> {
+        if self.size == 0 {
+            return Err(CarveError::Uninitialized);
+        }
+        if size == 0 {
+            return Err(CarveError::ZeroSize);
+        }
+        if align != 0 && !align.is_power_of_two() {
+            return Err(CarveError::BadAlignment(align));
+        }
+        let g = self.granule;
+        let align = align.max(g);
+        let size = match size.checked_add(g - 1) {
+            Some(s) => s & !(g - 1),
+            None => return Err(CarveError::SizeOverflow),
+        };
+        if size > self.free_bytes {
+            return Err(CarveError::OutOfSpace);
+        }
+        let (idx, pad) = self.find(size, align).ok_or(CarveError::OutOfSpace)?;
+        let (baddr, bsize) = {
+            let n = self.node(idx);
+            (n.addr, n.size)
+        };
+        let tail = bsize - pad - size;
+        let need = u32::from(pad > 0) + u32::from(tail > 0);
+        if need > self.spare_nodes() {
+            return Err(CarveError::NodesExhausted);
+        }
+        self.remove_free(idx);
+        let used = if pad > 0 {
+            // `idx` keeps the head fragment; the allocation gets a fresh node after it.
+            self.node_mut(idx).size = pad;
+            let u = self.take_node();
+            self.setup(u, baddr + pad, size, USED);
+            self.link_after(idx, u);
+            self.insert_free(idx);
+            u
+        } else {
+            let n = self.node_mut(idx);
+            n.size = size;
+            n.state = USED;
+            idx
+        };
+        if tail > 0 {
+            let t = self.take_node();
+            self.setup(t, baddr + pad + size, tail, FREE);
+            self.link_after(used, t);
+            self.insert_free(t);
+        }
+        let n = self.node_mut(used);
+        n.generation = n.generation.wrapping_add(1);
+        let block = CarveBlock {
+            id: CarveId::from_parts(used, n.generation),
+            addr: n.addr,
+            size,
+        };
+        self.free_bytes -= size;
+        self.live_bytes += size;
+        self.live_count += 1;
+        Ok(block)
+    }
+
+    /// Returns an allocation, merging it with free neighbours. A stale, foreign or repeated id
+    /// is [`CarveError::InvalidId`] and changes nothing.
+    pub fn free(&mut self, id: CarveId) -> Result<CarveBlock, CarveError> {
+        let block = self.lookup(id)?;
+        let mut cur = id.index();
+        self.free_bytes += block.size;
+        self.live_bytes -= block.size;
+        self.live_count -= 1;
+        let prev = self.node(cur).prev_phys;
+        if prev != NIL && self.node(prev).state == FREE {
+            self.remove_free(prev);
+            self.node_mut(prev).size += block.size;
+            self.unlink(cur);
+            self.release_node(cur);
+            cur = prev;
+        }
+        let next = self.node(cur).next_phys;
+        if next != NIL && self.node(next).state == FREE {
+            self.remove_free(next);
+            let ns = self.node(next).size;
+            self.node_mut(cur).size += ns;
+            self.unlink(next);
+            self.release_node(next);
+        }
+        self.node_mut(cur).state = FREE;
+        self.insert_free(cur);
+        Ok(block)
+    }
+
+    /// The live allocation `id` names, or [`CarveError::InvalidId`].
+    pub fn lookup(&self, id: CarveId) -> Result<CarveBlock, CarveError> {
+        if self.size == 0 {
+            return Err(CarveError::Uninitialized);
+        }
+        let i = id.index();
+        if i == NIL || i > self.bump {
+            return Err(CarveError::InvalidId);
+        }
+        let n = self.node(i);
+        if n.state != USED || n.generation != id.generation() {
+            return Err(CarveError::InvalidId);
+        }
+        Ok(CarveBlock {
+            id,
+            addr: n.addr,
+            size: n.size,
+        })
+    }
+
+    /// The largest free block in bytes. Bounded by the length of the top non-empty class list
+    /// (a diagnostics path, not an allocation path).
+    pub fn largest_free(&self) -> u64 {
+        if self.fl_bitmap == 0 {
+            return 0;
+        }
+        let f = 63 - self.fl_bitmap.leading_zeros() as usize;
+        let s = 31 - self.sl_bitmap[f].leading_zeros() as usize;
+        let mut i = self.heads[f][s];
+        let mut best = 0;
+        while i != NIL {
+            let n = self.node(i);
+            best = best.max(n.size);
+            i = n.next_free;
+        }
+        best
+    }
+
+    /// Occupancy figures (public ABI §6 "users cannot see the largest free block").
+    pub fn stats(&self) -> CarveStats {
+        CarveStats {
+            capacity: self.size,
+            free: self.free_bytes,
+            largest_free: self.largest_free(),
+            live_allocations: self.live_count,
+            live_bytes: self.live_bytes,
+            free_blocks: self.free_blocks,
+            nodes_used: self.bump - self.spare_count,
+            node_capacity: N as u32,
+        }
+    }
+
+    /// Calls `f` for every block, free or used, in address order (O(blocks)).
+    pub fn for_each_block(&self, mut f: impl FnMut(BlockInfo)) {
+        if self.size == 0 {
+            return;
+        }
+        // Node 1 is the block at `base` for the carve's whole life: it is never merged away
+        // (only a block with a predecessor is) and splits keep it at the front.
+        let mut i = 1;
+        while i != NIL {
+            let n = self.node(i);
+            f(BlockInfo {
+                addr: n.addr,
+                size: n.size,
+                used: n.state == USED,
+            });
+            i = n.next_phys;
+        }
+    }
+
+    /// Verifies every internal invariant (O(N)); for tests and debugging. Returns the first
+    /// violation found.
+    pub fn check(&self) -> Result<(), &'static str> {
+        if self.size == 0 {
+            return Ok(());
+        }
+        let mut expect = self.base;
+        let mut prev = NIL;
+        let (mut free, mut used, mut used_bytes, mut free_blocks, mut nodes) = (0, 0, 0, 0, 0);
+        let mut prev_free = false;
+        let mut i = 1;
+        while i != NIL {
+            if i > self.bump {
+                return Err("physical link past bump");
+            }
+            let n = self.node(i);
+            nodes += 1;
+            if n.prev_phys != prev {
+                return Err("prev_phys mismatch");
+            }
+            if n.addr != expect || n.size == 0 || n.size % self.granule != 0 {
+                return Err("blocks not contiguous / granule-sized");
+            }
+            match n.state {
+                FREE => {
+                    if prev_free {
+                        return Err("two adjacent free blocks (missed coalesce)");
+                    }
+                    free += n.size;
+                    free_blocks += 1;
+                    let (fl, sl) = mapping_insert(n.size);
+                    if self.sl_bitmap[fl] & (1 << sl) == 0 || self.fl_bitmap & (1 << fl) == 0 {
+                        return Err("free block's class bit clear");
+                    }
+                    let mut j = self.heads[fl][sl];
+                    let mut found = false;
+                    while j != NIL {
+                        if j == i {
+                            found = true;
+                            break;
+                        }
+                        j = self.node(j).next_free;
+                    }
+                    if !found {
+                        return Err("free block missing from its class list");
+                    }
+                }
+                USED => {
+                    used += 1;
+                    used_bytes += n.size;
+                }
+                _ => return Err("unused node in the physical chain"),
+            }
+            prev_free = n.state == FREE;
+            expect = n.addr + n.size;
+            prev = i;
+            i = n.next_phys;
+        }
+        if expect != self.base + self.size {
+            return Err("chain does not end at base + size");
+        }
+        if free != self.free_bytes || used_bytes != self.live_bytes || used != self.live_count {
+            return Err("counters disagree with the chain");
+        }
+        if free + used_bytes != self.size {
+            return Err("free + live != capacity");
+        }
+        if free_blocks != self.free_blocks {
+            return Err("free block count mismatch");
+        }
+        if nodes + self.spare_count != self.bump {
+            return Err("node accounting mismatch");
+        }
+        let mut listed = 0;
+        for fl in 0..FL {
+            if (self.fl_bitmap >> fl) & 1 != u64::from(self.sl_bitmap[fl] != 0) {
+                return Err("first-level bitmap disagrees with second level");
+            }
+            for sl in 0..SL {
+                if self.sl_bitmap[fl] & (1 << sl) == 0 {
+                    continue;
+                }
+                let mut j = self.heads[fl][sl];
+                if j == NIL {
+                    return Err("class bit set on an empty list");
+                }
+                let mut back = NIL;
+                while j != NIL {
+                    let n = self.node(j);
+                    if n.state != FREE || mapping_insert(n.size) != (fl, sl) || n.prev_free != back
+                    {
+                        return Err("bad free-list entry");
+                    }
+                    listed += 1;
+                    back = j;
+                    j = n.next_free;
+                }
+            }
+        }
+        if listed != self.free_blocks {
+            return Err("free lists hold a different number of blocks");
+        }
+        Ok(())
+    }
+
+    // ---- internals -------------------------------------------------------------------------
+
+    #[inline]
+    fn node(&self, i: u32) -> &Node {
+        &self.nodes[(i - 1) as usize]
+    }
+
+    #[inline]
+    fn node_mut(&mut self, i: u32) -> &mut Node {
+        &mut self.nodes[(i - 1) as usize]
+    }
+
+    /// Nodes that can still be taken.
+    #[inline]
+    fn spare_nodes(&self) -> u32 {
+        (N as u32 - self.bump) + self.spare_count
+    }
+
+    /// Takes a node (caller checked `spare_nodes() > 0`); its generation is preserved.
+    #[inline]
+    fn take_node(&mut self) -> u32 {
+        if self.spare_head != NIL {
+            let i = self.spare_head;
+            self.spare_head = self.node(i).next_free;
+            self.spare_count -= 1;
+            i
+        } else {
+            self.bump += 1;
+            self.bump
+        }
+    }
+
+    #[inline]
+    fn release_node(&mut self, i: u32) {
+        let head = self.spare_head;
+        let n = self.node_mut(i);
+        n.state = UNUSED;
+        n.next_free = head;
+        self.spare_head = i;
+        self.spare_count += 1;
+    }
+
+    /// Sets a taken node's block fields, keeping its generation.
+    #[inline]
+    fn setup(&mut self, i: u32, addr: u64, size: u64, state: u8) {
+        let n = self.node_mut(i);
+        n.addr = addr;
+        n.size = size;
+        n.state = state;
+        n.prev_free = NIL;
+        n.next_free = NIL;
+    }
+
+    /// Puts `b` right after `a` in the physical chain.
+    #[inline]
+    fn link_after(&mut self, a: u32, b: u32) {
+        let next = self.node(a).next_phys;
+        {
+            let nb = self.node_mut(b);
+            nb.prev_phys = a;
+            nb.next_phys = next;
+        }
+        if next != NIL {
+            self.node_mut(next).prev_phys = b;
+        }
+        self.node_mut(a).next_phys = b;
+    }
+
+    /// Removes `i` from the physical chain (it is being merged into its predecessor).
+    #[inline]
+    fn unlink(&mut self, i: u32) {
+        let (p, n) = {
+            let x = self.node(i);
+            (x.prev_phys, x.next_phys)
+        };
+        if p != NIL {
+            self.node_mut(p).next_phys = n;
+        }
+        if n != NIL {
+            self.node_mut(n).prev_phys = p;
+        }
+    }
+
+    #[inline]
+    fn insert_free(&mut self, i: u32) {
+        let (fl, sl) = mapping_insert(self.node(i).size);
+        let head = if self.sl_bitmap[fl] & (1 << sl) != 0 {
+            self.heads[fl][sl]
+        } else {
+            NIL
+        };
+        {
+            let n = self.node_mut(i);
+            n.prev_free = NIL;
+            n.next_free = head;
+        }
+        if head != NIL {
+            self.node_mut(head).prev_free = i;
+        }
+        self.heads[fl][sl] = i;
+        self.sl_bitmap[fl] |= 1 << sl;
+        self.fl_bitmap |= 1 << fl;
+        self.free_blocks += 1;
+    }
+
+    #[inline]
+    fn remove_free(&mut self, i: u32) {
+        let (size, p, n) = {
+            let x = self.node(i);
+            (x.size, x.prev_free, x.next_free)
+        };
+        let (fl, sl) = mapping_insert(size);
+        if p != NIL {
+            self.node_mut(p).next_free = n;
+        } else {
+            self.heads[fl][sl] = n;
+            if n == NIL {
+                self.sl_bitmap[fl] &= !(1 << sl);
+                if self.sl_bitmap[fl] == 0 {
+                    self.fl_bitmap &= !(1 << fl);
+                }
+            }
+        }
+        if n != NIL {
+            self.node_mut(n).prev_free = p;
+        }
+        self.free_blocks -= 1;
+    }
+
+    /// The first non-empty class at or above `(fl, sl)`.
+    #[inline]
+    fn find_suitable(&self, fl: usize, sl: usize) -> Option<(usize, usize)> {
+        let sl_map = self.sl_bitmap[fl] & (u32::MAX << sl);
+        if sl_map != 0 {
+            return Some((fl, sl_map.trailing_zeros() as usize));
+        }
+        let fl_map = if fl + 1 >= 64 {
+            0
+        } else {
+            self.fl_bitmap & (u64::MAX << (fl + 1))
+        };
+        if fl_map == 0 {
+            return None;
+        }
+        let f = fl_map.trailing_zeros() as usize;
+        Some((f, self.sl_bitmap[f].trailing_zeros() as usize))
+    }
+
+    /// Scans at most `limit` entries of one class. `best`: keep the smallest fitting block
+    /// (stopping at an exact fit); otherwise take the first that fits.
+    #[inline]
+    fn scan_class(
+        &self,
+        (fl, sl): (usize, usize),
+        size: u64,
+        align: u64,
+        best: bool,
+        limit: u32,
+    ) -> Option<(u32, u64)> {
+        if self.sl_bitmap[fl] & (1 << sl) == 0 {
+            return None;
+        }
+        let mut i = self.heads[fl][sl];
+        let mut hit: Option<(u32, u64, u64)> = None;
+        let mut seen = 0;
+        while i != NIL && seen < limit {
+            let n = self.node(i);
+            if let Some(pad) = fit(n.addr, n.size, size, align) {
+                if !best || (pad == 0 && n.size == size) {
+                    return Some((i, pad));
+                }
+                if hit.is_none_or(|(_, _, s)| n.size < s) {
+                    hit = Some((i, pad, n.size));
+                }
+            }
+            i = n.next_free;
+            seen += 1;
+        }
+        hit.map(|(i, pad, _)| (i, pad))
+    }
+
+    /// Finds a free block for `size` bytes at `align` (both granule multiples): own class
+    /// (good fit, bounded), then the next class up, then the class that guarantees an aligned
+    /// fit. Only when all of these fail — the request would otherwise be refused — is the own
+    /// class scanned to its end, so a fitting block is never missed for want of looking.
+    fn find(&self, size: u64, align: u64) -> Option<(u32, u64)> {
+        let own = mapping_insert(size);
+        if let Some(hit) = self.scan_class(own, size, align, true, OWN_CLASS_SCAN) {
+            return Some(hit);
+        }
+        if let Some(up) = mapping_search(size) {
+            if let Some(class) = self.find_suitable(up.0, up.1) {
+                if class != own {
+                    if let Some(hit) = self.scan_class(class, size, align, false, OWN_CLASS_SCAN) {
+                        return Some(hit);
+                    }
+                }
+            }
+        }
+        if align > self.granule {
+            if let Some(hit) = self.find_aligned(size, align) {
+                return Some(hit);
+            }
+        }
+        self.scan_class(own, size, align, true, u32::MAX)
+    }
+
+    /// The head of the first class whose every block holds `size` at any `align` position.
+    fn find_aligned(&self, size: u64, align: u64) -> Option<(u32, u64)> {
+        let need = size.checked_add(align - self.granule)?;
+        let (f0, s0) = mapping_search(need)?;
+        let (f, s) = self.find_suitable(f0, s0)?;
+        let h = self.heads[f][s];
+        let n = self.node(h);
+        fit(n.addr, n.size, size, align).map(|pad| (h, pad))
+    }
+}
+
+/// A heap allocation of a zero-valid `T`, all bytes zero, never built on the stack (the
+/// allocation is lazily backed, so huge zero-valid structs cost nothing until touched).
+/// Aborts like `Box::new` if the allocator fails. (`Box::new_zeroed` is newer than the MSRV.)
+#[cfg(any(test, feature = "std"))]
+#[allow(unsafe_code)]
+pub(crate) fn zeroed_box<T: ZeroValid>() -> std::boxed::Box<T> {
+    use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
+    let layout = Layout::new::<T>();
+    if layout.size() == 0 {
+        // SAFETY: for a zero-sized `T`, a dangling aligned pointer is a valid box, and
+        // `T: ZeroValid` makes its (empty) zero value valid.
+        return unsafe { std::boxed::Box::from_raw(core::ptr::NonNull::<T>::dangling().as_ptr()) };
+    }
+    // SAFETY: `layout` has a non-zero size.
+    let p = unsafe { alloc_zeroed(layout) }.cast::<T>();
+    if p.is_null() {
+        handle_alloc_error(layout);
+    }
+    // SAFETY: `p` is a global-allocator allocation with `T`'s layout, every byte zero, which is
+    // a valid `T` (`T: ZeroValid`); ownership passes to the box.
+    unsafe { std::boxed::Box::from_raw(p) }
+}
+
+impl<const N: usize> Default for Carve<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> fmt::Debug for Carve<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Carve")
+            .field("base", &self.base)
+            .field("size", &self.size)
+            .field("granule", &self.granule)
+            .field("free_bytes", &self.free_bytes)
+            .field("live_count", &self.live_count)
+            .field("free_blocks", &self.free_blocks)
+            .field("node_capacity", &N)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    extern crate std;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+    use std::vec::Vec;
+
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+
+    fn carve<const N: usize>(base: u64, size: u64, granule: u64) -> std::boxed::Box<Carve<N>> {
+        let mut c = Carve::<N>::new_boxed();
+        c.init(base, size, granule).unwrap();
+        c
+    }
+
+    #[test]
+    fn class_mapping_is_monotonic_and_search_rounds_up() {
+        let mut last = (0, 0);
+        for s in 1..5000u64 {
+            let m = mapping_insert(s);
+            assert!(m >= last, "mapping not monotonic at {s}");
+            last = m;
+            // every member of the searched class is >= s
+            let (f, sl) = mapping_search(s).unwrap();
+            let lower = if f == 0 {
+                sl as u64
+            } else {
+                ((SL + sl) as u64) << (f - 1)
+            };
+            assert!(lower >= s, "class lower bound {lower} < {s}");
+            assert_eq!(mapping_insert(lower), (f, sl));
+        }
+        assert_eq!(mapping_insert(u64::MAX), (FL - 1, SL - 1));
+        assert_eq!(mapping_search(u64::MAX), None);
+    }
+
+    #[test]
+    fn zeroed_carve_is_uninitialised_not_ub() {
+        let mut c = Carve::<8>::new();
+        assert!(!c.is_initialized());
+        assert_eq!(c.alloc(4096, 0), Err(CarveError::Uninitialized));
+        assert_eq!(
+            c.free(CarveId::from_parts(1, 1)),
+            Err(CarveError::Uninitialized)
+        );
+        assert_eq!(
+            c.stats(),
+            CarveStats {
+                node_capacity: 8,
+                ..Default::default()
+            }
+        );
+        assert_eq!(c.check(), Ok(()));
+        let boxed = Carve::<16384>::new_boxed();
+        assert_eq!(boxed.capacity(), 0);
+    }
+
+    #[test]
+    fn init_rejects_bad_regions() {
+        let mut c = Carve::<8>::new();
+        assert_eq!(c.init(0, 4096, 0), Err(CarveError::BadRegion));
+        assert_eq!(c.init(0, 4096, 3), Err(CarveError::BadRegion));
+        assert_eq!(c.init(100, 4096, 64), Err(CarveError::BadRegion));
+        assert_eq!(c.init(0, 63, 64), Err(CarveError::BadRegion));
+        assert_eq!(c.init(u64::MAX - 63, 128, 64), Err(CarveError::BadRegion));
+        assert_eq!(c.init(0, 4096 + 100, 64), Ok(()));
+        assert_eq!(c.capacity(), 4096 + 64);
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_not_panics() {
+        let mut c = carve::<64>(0x10_0000, 16 * MIB, 4096);
+        assert_eq!(c.alloc(0, 0), Err(CarveError::ZeroSize));
+        assert_eq!(c.alloc(4096, 3), Err(CarveError::BadAlignment(3)));
+        assert_eq!(c.alloc(u64::MAX, 0), Err(CarveError::SizeOverflow));
+        assert_eq!(c.alloc(u64::MAX - 4095, 0), Err(CarveError::OutOfSpace));
+        assert_eq!(c.alloc(17 * MIB, 0), Err(CarveError::OutOfSpace));
+        assert_eq!(c.alloc(4096, 1 << 63), Err(CarveError::OutOfSpace));
+        assert_eq!(
+            c.alloc(u64::MAX - 8191, 1 << 63),
+            Err(CarveError::OutOfSpace)
+        );
+        assert_eq!(c.free(CarveId::from_raw(0)), Err(CarveError::InvalidId));
+        assert_eq!(
+            c.free(CarveId::from_raw(u64::MAX)),
+            Err(CarveError::InvalidId)
+        );
+        assert_eq!(
+            c.free(CarveId::from_parts(1, 0)),
+            Err(CarveError::InvalidId)
+        );
+        // the whole range in one block
+        let all = c.alloc(16 * MIB, 0).unwrap();
+        assert_eq!((all.addr, all.size), (0x10_0000, 16 * MIB));
+        assert_eq!(c.alloc(1, 0), Err(CarveError::OutOfSpace));
+        c.free(all.id).unwrap();
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn rounding_alignment_and_head_fragment() {
+        let mut c = carve::<64>(0, MIB, 64);
+        let a = c.alloc(1, 0).unwrap();
+        assert_eq!((a.addr, a.size), (0, 64));
+        // aligned request: [64, 4096) becomes a free head fragment
+        let b = c.alloc(100, 4096).unwrap();
+        assert_eq!((b.addr, b.size), (4096, 128));
+        c.check().unwrap();
+        assert_eq!(c.stats().free_blocks, 2);
+        // the head fragment is reused by a request that fits it
+        let d = c.alloc(4096 - 64, 0).unwrap();
+        assert_eq!(d.addr, 64);
+        assert_eq!(c.stats().free_blocks, 1);
+        // alignment relative to the absolute address, not the offset
+        let mut e = carve::<64>(4096, MIB, 4096);
+        let x = e.alloc(4096, 1 << 16).unwrap();
+        assert_eq!(x.addr % (1 << 16), 0);
+        e.check().unwrap();
+    }
+
+    #[test]
+    fn double_free_and_stale_ids_are_detected() {
+        let mut c = carve::<64>(0, MIB, 4096);
+        let a = c.alloc(8192, 0).unwrap();
+        assert_eq!(c.free(a.id).map(|b| b.addr), Ok(0));
+        assert_eq!(c.free(a.id), Err(CarveError::InvalidId));
+        assert_eq!(c.lookup(a.id), Err(CarveError::InvalidId));
+        // the same node reused: the old id is still stale
+        let b = c.alloc(8192, 0).unwrap();
+        assert_eq!(b.id.index(), a.id.index());
+        assert_ne!(b.id, a.id);
+        assert_eq!(c.free(a.id), Err(CarveError::InvalidId));
+        assert_eq!(c.lookup(b.id).map(|x| x.size), Ok(8192));
+        // re-init forgets everything; old ids stay invalid
+        c.init(0, MIB, 4096).unwrap();
+        assert_eq!(c.free(b.id), Err(CarveError::InvalidId));
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn coalescing_returns_to_one_block() {
+        let mut c = carve::<64>(0, MIB, 4096);
+        let ids: Vec<_> = (0..8).map(|_| c.alloc(4096, 0).unwrap().id).collect();
+        for &i in [1usize, 3, 5, 7, 0, 2, 6, 4].iter() {
+            c.free(ids[i]).unwrap();
+            c.check().unwrap();
+        }
+        let s = c.stats();
+        assert_eq!((s.free, s.largest_free, s.free_blocks), (MIB, MIB, 1));
+        assert_eq!(s.nodes_used, 1);
+    }
+
+    #[test]
+    fn metadata_exhaustion_is_distinct_from_out_of_space() {
+        let mut c = carve::<4>(0, MIB, 4096);
+        let a = c.alloc(4096, 0).unwrap(); // node 1 used, tail node 2
+        let _b = c.alloc(4096, 0).unwrap(); // tail node 3
+        let _c = c.alloc(4096, 0).unwrap(); // tail node 4
+        assert_eq!(c.alloc(4096, 0), Err(CarveError::NodesExhausted));
+        assert_eq!(CarveError::NodesExhausted.errno(), errno::ENOMEM);
+        // an exact fit needs no node
+        c.free(a.id).unwrap();
+        assert_eq!(c.alloc(4096, 0).map(|b| b.addr), Ok(0));
+        // the remaining tail can be taken whole without a node
+        let rest = MIB - 3 * 4096;
+        assert_eq!(c.alloc(rest, 0).map(|b| b.size), Ok(rest));
+        assert_eq!(c.alloc(4096, 0), Err(CarveError::OutOfSpace));
+        c.check().unwrap();
+    }
+
+    /// The issue's reuse test: 100 equal blocks, free every second, refill: all 50 fit into
+    /// the holes (textbook TLSF fails this for sizes inside a class).
+    fn exact_reuse(size: u64, granule: u64, tail: bool) {
+        let cap = 100 * size + if tail { 10 * MIB } else { 0 };
+        let mut c = carve::<512>(0, cap, granule);
+        let ids: Vec<_> = (0..100).map(|_| c.alloc(size, 0).unwrap()).collect();
+        let mut holes: Vec<u64> = Vec::new();
+        for b in ids.iter().step_by(2) {
+            c.free(b.id).unwrap();
+            holes.push(b.addr);
+        }
+        let mut got: Vec<u64> = (0..50).map(|_| c.alloc(size, 0).unwrap().addr).collect();
+        got.sort_unstable();
+        assert_eq!(got, holes, "refill must land exactly in the holes");
+        assert_eq!(c.stats().largest_free, if tail { 10 * MIB } else { 0 });
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn exact_size_holes_are_reused() {
+        exact_reuse(4096, 4096, false);
+        exact_reuse(3 * 4096 + 4096 * 7, 4096, true); // 40 KiB: not a power of two
+        exact_reuse(100 * KIB + 4096, 4096, true);
+        exact_reuse(1000, 8, true);
+        exact_reuse(37 * MIB + 64 * 3, 64, true);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Alloc { size: u64, align_log2: u8 },
+        Free(usize),
+        FreeStale(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            5 => (1u64..40_000, 0u8..14).prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
+            1 => (1u64..4 * MIB).prop_map(|size| Op::Alloc { size, align_log2: 0 }),
+            4 => any::<usize>().prop_map(Op::Free),
+            1 => any::<usize>().prop_map(Op::FreeStale),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+        #[test]
+        fn matches_a_reference_model(
+            base_units in 0u64..64,
+            granule_log2 in 0u32..13,
+            size_units in 1u64..4096,
+            ops in proptest::collection::vec(op(), 1..160),
+        ) {
+            let granule = 1u64 << granule_log2;
+            let base = base_units * granule;
+            let cap = size_units * granule.max(256);
+            let mut c = Carve::<96>::new_boxed();
+            c.init(base, cap, granule).unwrap();
+            // reference model: live ranges by start address
+            let mut live: BTreeMap<u64, (u64, CarveId)> = BTreeMap::new();
+            let mut freed: Vec<CarveId> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Alloc { size, align_log2 } => {
+                        let align = if align_log2 == 0 { 0 } else { 1u64 << align_log2 };
+                        match c.alloc(size, align) {
+                            Ok(b) => {
+                                prop_assert!(b.size >= size && b.size % granule == 0);
+                                prop_assert!(b.size < size + granule);
+                                prop_assert_eq!(b.addr % align.max(granule), 0);
+                                prop_assert!(b.addr >= base && b.addr + b.size <= base + cap);
+                                if let Some((&a, &(s, _))) = live.range(..=b.addr).next_back() {
+                                    prop_assert!(a + s <= b.addr, "overlap with previous");
+                                }
+                                if let Some((&a, _)) = live.range(b.addr..).next() {
+                                    prop_assert!(b.addr + b.size <= a, "overlap with next");
+                                }
+                                live.insert(b.addr, (b.size, b.id));
+                            }
+                            Err(CarveError::OutOfSpace) => {
+                                // only legitimate if no free block could hold it unaligned
+                                let need = size.div_ceil(granule) * granule;
+                                if align <= granule {
+                                    prop_assert!(c.largest_free() < need);
+                                }
+                            }
+                            Err(CarveError::NodesExhausted) => {}
+                            Err(e) => prop_assert!(false, "unexpected error {:?}", e),
+                        }
+                    }
+                    Op::Free(k) => {
+                        if !live.is_empty() {
+                            let addr = *live.keys().nth(k % live.len()).unwrap();
+                            let (size, id) = live.remove(&addr).unwrap();
+                            let b = c.free(id).unwrap();
+                            prop_assert_eq!((b.addr, b.size), (addr, size));
+                            freed.push(id);
+                        }
+                    }
+                    Op::FreeStale(k) => {
+                        if !freed.is_empty() {
+                            let id = freed[k % freed.len()];
+                            prop_assert_eq!(c.free(id), Err(CarveError::InvalidId));
+                        }
+                    }
+                }
+                prop_assert_eq!(c.check(), Ok(()));
+                let live_bytes: u64 = live.values().map(|v| v.0).sum();
+                let s = c.stats();
+                prop_assert_eq!(s.free, cap - live_bytes);
+                prop_assert_eq!(s.live_allocations, live.len() as u64);
+                prop_assert!(s.largest_free <= s.free);
+            }
+            for (_, (_, id)) in core::mem::take(&mut live) {
+                c.free(id).unwrap();
+            }
+            let s = c.stats();
+            prop_assert_eq!((s.free, s.largest_free, s.free_blocks, s.nodes_used), (cap, cap, 1, 1));
+            prop_assert_eq!(c.check(), Ok(()));
+        }
+    }
+}

@@ -1,0 +1,1266 @@
+//! The simulated Neuron device: a [`Driver`] that carves memory the way the kernel driver does
+//! (public ABI §3 "How the driver carves memory"), so code that works on it works against
+//! `/dev/neuron<N>`.
+//!
+//! Per device: one [`Carve`] pool per HBM channel, minus a 16 MiB firmware carve-out at the
+//! start of the channel, plus a separate small-object pool (the top 1 GiB of the channel) for
+//! requests ≤ 512 KiB that falls back to the main pool when full; and one host DMA pool with its
+//! own capacity. Requests are rounded up to the 4 KiB page. Errors are errno values exactly as
+//! the driver returns them.
+//!
+//! # Address map (per device)
+//!
+//! ```text
+//! HBM channel c:  pa = c * channel_size + offset
+//!   [0, 16 MiB)                          firmware carve-out (never handed out)
+//!   [16 MiB, channel_size - small)       main pool
+//!   [channel_size - small, channel_size) small-object pool (small = min(1 GiB, channel_size / 4))
+//! host DMA pool:  pa = HOST_PA_BASE + offset, offset < host_dma_capacity
+//! ```
+//!
+//! # Bytes
+//!
+//! The core simulator has no memory of its own. [`SimDevice::set_backing`] gives a device a
+//! byte range laid out as all HBM channels back to back (`channels * channel_size` bytes, so an
+//! HBM address *is* its backing offset) followed by the host pool (`host_dma_capacity` bytes);
+//! [`SimDevice::backing_len`] says how many bytes that is (≈ 104 GiB for trn2: the std shim
+//! maps it with `MAP_NORESERVE`, so only touched pages cost memory). Without a backing,
+//! `copy_in`/`copy_out`/`fill` return `EOPNOTSUPP` after their bounds checks.
+//!
+//! # Footprint
+//!
+//! Each pool's metadata is a fixed node array ([`MAIN_NODES`], [`SMALL_NODES`], [`HOST_NODES`]
+//! = 16 384 nodes of 40 B each, so at least 8 191 live allocations per pool whatever the
+//! pattern). A [`SimDevice`] for 32 devices × 4 channels is ~190 MB of *zero-valid* memory:
+//! `Box::new_zeroed` or a `.bss` static costs nothing until a pool is used, and
+//! [`SimDevice::init`] touches a few hundred bytes per pool.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::abi::al_hal_tpb_arch_type_t;
+use crate::abi::meta::ZeroValid;
+use crate::abi::nrt_mutex_t;
+use crate::carve::{Carve, CarveBlock, CarveError, CarveId};
+use crate::driver::{errno, feature, AllocRequest, DeviceInfo, Driver, Errno, PoolStats};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+
+/// Devices one simulator can expose (the context tree's `mla[32]`, spec §1).
+pub const MAX_DEVICES: u32 = 32;
+/// HBM channels per device the simulator supports (trn2/trn3 have 4).
+pub const MAX_HBM_CHANNELS: u32 = 4;
+/// Firmware carve-out at the start of each HBM channel (public ABI §3).
+pub const FIRMWARE_CARVEOUT: u64 = 16 * MIB;
+/// The driver's allocation granule: sizes are rounded up to it (public ABI §3).
+pub const PAGE_SIZE: u64 = 4 * KIB;
+/// Requests of at most this many bytes go to the small-object pool (public ABI §3).
+pub const SMALL_OBJECT_MAX: u64 = 512 * KIB;
+/// Size of the small-object pool at the top of a full-size channel (public ABI §3); shrunk
+/// to a quarter of the channel for test geometries ([`SimConfig::channel_size_override`]).
+pub const SMALL_REGION_SIZE: u64 = GIB;
+/// Default host DMA capacity per device.
+pub const DEFAULT_HOST_DMA_CAPACITY: u64 = 8 * GIB;
+/// Physical address of the first host DMA pool byte (its own range, far above any HBM).
+pub const HOST_PA_BASE: u64 = 1 << 48;
+/// `nc_id` must be below this (range checked, not a placement; public ABI §3).
+pub const MAX_NC_ID: u32 = 8;
+/// Smallest channel size accepted as an override (carve-out + small pool + main pool).
+pub const MIN_CHANNEL_SIZE: u64 = 32 * MIB;
+/// Largest channel or host-pool size accepted (keeps HBM addresses below [`HOST_PA_BASE`]).
+pub const MAX_POOL_SIZE: u64 = 1 << 44;
+/// Node capacity of each main HBM pool.
+pub const MAIN_NODES: usize = 16384;
+/// Node capacity of each small-object pool.
+pub const SMALL_NODES: usize = 16384;
+/// Node capacity of each host DMA pool.
+pub const HOST_NODES: usize = 16384;
+/// The first allocation category byte that is not a category (`mem_alloc_category_t` MAX,
+/// public ABI §3): refused with `EINVAL`.
+pub const CATEGORY_MAX: u8 = 20;
+
+// Handle layout (public ABI §3: opaque non-zero u64):
+// bits 0..18 node index, 18..23 device, 23..27 pool, 27..59 generation, 59..64 tag.
+const H_INDEX_BITS: u32 = 18;
+const H_DEV_SHIFT: u32 = 18;
+const H_POOL_SHIFT: u32 = 23;
+const H_GEN_SHIFT: u32 = 27;
+const H_TAG_SHIFT: u32 = 59;
+const H_TAG: u64 = 0b10110;
+const POOL_HOST: u32 = 2 * MAX_HBM_CHANNELS;
+
+const _: () = {
+    assert!(MAIN_NODES < 1 << H_INDEX_BITS);
+    assert!(SMALL_NODES < 1 << H_INDEX_BITS);
+    assert!(HOST_NODES < 1 << H_INDEX_BITS);
+    assert!((MAX_DEVICES as u64) <= 1 << (H_POOL_SHIFT - H_DEV_SHIFT));
+    assert!((POOL_HOST as u64) < 1 << (H_GEN_SHIFT - H_POOL_SHIFT));
+    assert!(H_GEN_SHIFT + 32 == H_TAG_SHIFT);
+};
+
+/// A simulated instance type (public ABI §4 "Devices").
+#[repr(u8)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Preset {
+    /// inf2: SUNDA (NeuronCore-v2), 2 cores, 2 × 16 GiB, HBM i ↔ core i.
+    Inf2 = 1,
+    /// trn1: SUNDA (NeuronCore-v2), 2 cores, 2 × 16 GiB, HBM i ↔ core i.
+    Trn1 = 2,
+    /// trn2: CAYMAN (NeuronCore-v3), 8 cores, 4 × 24 GiB, HBM i shared by cores 2i, 2i+1.
+    Trn2 = 3,
+    /// trn3: MARIANA (NeuronCore-v4), 8 cores, 4 × 36 GiB = 144 GiB.
+    Trn3 = 4,
+}
+
+impl Preset {
+    /// Every preset, in declaration order.
+    pub const ALL: [Preset; 4] = [Preset::Inf2, Preset::Trn1, Preset::Trn2, Preset::Trn3];
+
+    /// Parses `inf2`, `trn1`, `trn2` or `trn3`, ignoring ASCII case.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// The lower-case instance name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Preset::Inf2 => "inf2",
+            Preset::Trn1 => "trn1",
+            Preset::Trn2 => "trn2",
+            Preset::Trn3 => "trn3",
+        }
+    }
+
+    const fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Preset::Inf2),
+            2 => Some(Preset::Trn1),
+            3 => Some(Preset::Trn2),
+            4 => Some(Preset::Trn3),
+            _ => None,
+        }
+    }
+
+    /// The driver feature bits this preset reports by default (`DRIVER_INFO_GET.feature_flags1`,
+    /// public ABI §3): MEM_ALLOC_TYPE | MEM_ALLOC64 everywhere, plus CONTIGUOUS_SCRATCHPAD on
+    /// v3+ (trn2, trn3), whose scratchpad uses it (spec §8).
+    pub const fn default_feature_flags(self) -> u64 {
+        let common = feature::MEM_ALLOC_TYPE | feature::MEM_ALLOC64;
+        match self {
+            Preset::Inf2 | Preset::Trn1 => common,
+            Preset::Trn2 | Preset::Trn3 => common | feature::CONTIGUOUS_SCRATCHPAD,
+        }
+    }
+
+    /// Geometry and features of one device of this preset with the default host DMA capacity
+    /// (public ABI §3 "per channel sizes", §4 "Devices").
+    pub const fn device_info(self) -> DeviceInfo {
+        let (arch, cores, channels, channel_size) = match self {
+            Preset::Inf2 | Preset::Trn1 => (
+                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA,
+                2,
+                2,
+                16 * GIB,
+            ),
+            Preset::Trn2 => (
+                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN,
+                8,
+                4,
+                24 * GIB,
+            ),
+            Preset::Trn3 => (
+                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_MARIANA,
+                8,
+                4,
+                36 * GIB,
+            ),
+        };
+        DeviceInfo {
+            arch,
+            cores_per_device: cores,
+            hbm_channels: channels,
+            hbm_channel_size: channel_size,
+            host_dma_capacity: DEFAULT_HOST_DMA_CAPACITY,
+            feature_flags: self.default_feature_flags(),
+            supports_aligned_alloc: true,
+            page_size: PAGE_SIZE,
+        }
+    }
+}
+
+/// Parses a device spec: a preset name, optionally followed by `x<count>` (`trn2` → 1 device,
+/// `inf2x2` → 2, `TRN2X16` → 16). The count must be in `1..=32`.
+pub fn parse_device_spec(s: &str) -> Option<(Preset, u32)> {
+    let s = s.trim();
+    if let Some(p) = Preset::parse(s) {
+        return Some((p, 1));
+    }
+    let at = s.find(['x', 'X'])?;
+    let preset = Preset::parse(&s[..at])?;
+    let digits = &s[at + 1..];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u32 = digits.parse().ok()?;
+    (1..=MAX_DEVICES).contains(&n).then_some((preset, n))
+}
+
+/// How to build a [`SimDevice`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SimConfig {
+    /// Instance type.
+    pub preset: Preset,
+    /// Devices, `1..=32`.
+    pub devices: u32,
+    /// Whether MEM_ALLOC honours an alignment (spec §3.2 `ndl_supports_align`); when false
+    /// the driver refuses `align != 0` with `EINVAL` and the runtime emulates alignment.
+    pub aligned_alloc: bool,
+    /// Bytes of host DMA memory per device (page multiple, ≤ 16 TiB).
+    pub host_dma_capacity: u64,
+    /// Driver feature bits; `None` = the preset's [`Preset::default_feature_flags`].
+    pub feature_flags: Option<u64>,
+    /// Shrinks every HBM channel to this many bytes (page multiple, ≥ 32 MiB) for tests that
+    /// need a real backing; the 16 MiB carve-out stays, the small pool becomes a quarter of
+    /// the channel.
+    pub channel_size_override: Option<u64>,
+}
+
+impl SimConfig {
+    /// The preset's real geometry: aligned alloc on, 8 GiB host DMA pool, default features.
+    pub const fn new(preset: Preset, devices: u32) -> Self {
+        SimConfig {
+            preset,
+            devices,
+            aligned_alloc: true,
+            host_dma_capacity: DEFAULT_HOST_DMA_CAPACITY,
+            feature_flags: None,
+            channel_size_override: None,
+        }
+    }
+
+    /// A scaled-down geometry for tests that need bytes: 64 MiB channels (16 MiB carve-out,
+    /// 32 MiB main pool, 16 MiB small pool) and a 32 MiB host pool, so a backing is
+    /// `channels * 64 MiB + 32 MiB`.
+    pub const fn scaled_down(preset: Preset, devices: u32) -> Self {
+        SimConfig {
+            host_dma_capacity: 32 * MIB,
+            channel_size_override: Some(64 * MIB),
+            ..Self::new(preset, devices)
+        }
+    }
+}
+
+/// Where a live allocation sits (the `MEM_GET_EXTENDED_INFO` view, public ABI §3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SimMemInfo {
+    /// Physical address.
+    pub pa: u64,
+    /// Bytes (rounded up to the page).
+    pub size: u64,
+    /// Host DMA pool (true) or HBM.
+    pub host: bool,
+    /// HBM channel (0 for host memory).
+    pub hbm_idx: u32,
+    /// Whether it came from the small-object pool.
+    pub small_pool: bool,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Pool {
+    Main(u32),
+    Small(u32),
+    Host,
+}
+
+impl Pool {
+    const fn code(self) -> u32 {
+        match self {
+            Pool::Main(c) => c,
+            Pool::Small(c) => MAX_HBM_CHANNELS + c,
+            Pool::Host => POOL_HOST,
+        }
+    }
+    const fn from_code(v: u32) -> Option<Self> {
+        if v < MAX_HBM_CHANNELS {
+            Some(Pool::Main(v))
+        } else if v < POOL_HOST {
+            Some(Pool::Small(v - MAX_HBM_CHANNELS))
+        } else if v == POOL_HOST {
+            Some(Pool::Host)
+        } else {
+            None
+        }
+    }
+}
+
+/// Everything one device owns; guarded by its slot's lock.
+struct DeviceState {
+    main: [Carve<MAIN_NODES>; MAX_HBM_CHANNELS as usize],
+    small: [Carve<SMALL_NODES>; MAX_HBM_CHANNELS as usize],
+    host: Carve<HOST_NODES>,
+    backing: *mut u8,
+    backing_len: u64,
+}
+
+impl DeviceState {
+    /// The live allocation `id` of `pool`, or `EINVAL`.
+    fn lookup(&self, pool: Pool, id: CarveId) -> Result<CarveBlock, Errno> {
+        match pool {
+            Pool::Main(c) => self.main[c as usize].lookup(id),
+            Pool::Small(c) => self.small[c as usize].lookup(id),
+            Pool::Host => self.host.lookup(id),
+        }
+        .map_err(|_| errno::EINVAL)
+    }
+}
+
+struct DeviceSlot {
+    lock: nrt_mutex_t,
+    state: UnsafeCell<DeviceState>,
+}
+
+/// The simulated device set (public ABI §3–§4; see the module docs). Valid when all-zero
+/// (an uninitialised simulator exposes no device); set up with [`SimDevice::init`].
+pub struct SimDevice {
+    slots: [DeviceSlot; MAX_DEVICES as usize],
+    device_count: u32,
+    preset: u8,
+    channels: u32,
+    channel_size: u64,
+    host_capacity: u64,
+    aligned_alloc: AtomicU32,
+    feature_flags: AtomicU64,
+    alloc_calls: AtomicU64,
+    /// Fault: the allocation call that brings this from 1 to 0 fails.
+    fail_countdown: AtomicU64,
+    /// Fault: bit `c` set → every allocation of category `c` fails.
+    fail_categories: AtomicU64,
+}
+
+// SAFETY: every member is zero-valid: the locks are unlocked when zero, atomics and integers
+// are zero, the carves are `ZeroValid` (uninitialised), the backing pointer is null (none).
+// `device_count == 0` makes every driver call return ENODEV until `init`.
+unsafe impl ZeroValid for SimDevice {}
+// SAFETY: all mutable per-device state (carves, backing pointer) is reached only with that
+// device's lock held (or through `&mut self`); the rest is atomics or written only through
+// `&mut self`. The backing memory is, by `set_backing`'s contract, usable from any thread.
+unsafe impl Sync for SimDevice {}
+// SAFETY: as above; the raw backing pointer is not tied to the creating thread.
+unsafe impl Send for SimDevice {}
+
+fn carve_errno(e: CarveError) -> Errno {
+    e.errno()
+}
+
+impl SimDevice {
+    /// Sets the simulator up (or resets it) for `cfg`: every pool empty, faults cleared, the
+    /// call counter at 0, backings forgotten. `EINVAL` for a device count outside `1..=32` or
+    /// a bad size override.
+    pub fn init(&mut self, cfg: &SimConfig) -> Result<(), Errno> {
+        if cfg.devices == 0 || cfg.devices > MAX_DEVICES {
+            return Err(errno::EINVAL);
+        }
+        let info = cfg.preset.device_info();
+        let cs = cfg.channel_size_override.unwrap_or(info.hbm_channel_size);
+        if cs % PAGE_SIZE != 0 || !(MIN_CHANNEL_SIZE..=MAX_POOL_SIZE).contains(&cs) {
+            return Err(errno::EINVAL);
+        }
+        let host = cfg.host_dma_capacity;
+        if host % PAGE_SIZE != 0 || !(PAGE_SIZE..=MAX_POOL_SIZE).contains(&host) {
+            return Err(errno::EINVAL);
+        }
+        let small = small_region(cs);
+        for (d, slot) in self.slots.iter_mut().enumerate() {
+            if d as u32 >= cfg.devices {
+                break;
+            }
+            let st = slot.state.get_mut();
+            for c in 0..info.hbm_channels {
+                let ch = c as u64 * cs;
+                st.main[c as usize]
+                    .init(
+                        ch + FIRMWARE_CARVEOUT,
+                        cs - FIRMWARE_CARVEOUT - small,
+                        PAGE_SIZE,
+                    )
+                    .map_err(carve_errno)?;
+                st.small[c as usize]
+                    .init(ch + cs - small, small, PAGE_SIZE)
+                    .map_err(carve_errno)?;
+            }
+            st.host
+                .init(HOST_PA_BASE, host, PAGE_SIZE)
+                .map_err(carve_errno)?;
+            st.backing = core::ptr::null_mut();
+            st.backing_len = 0;
+        }
+        self.device_count = cfg.devices;
+        self.preset = cfg.preset as u8;
+        self.channels = info.hbm_channels;
+        self.channel_size = cs;
+        self.host_capacity = host;
+        *self.aligned_alloc.get_mut() = u32::from(cfg.aligned_alloc);
+        *self.feature_flags.get_mut() = cfg.feature_flags.unwrap_or(info.feature_flags);
+        *self.alloc_calls.get_mut() = 0;
+        *self.fail_countdown.get_mut() = 0;
+        *self.fail_categories.get_mut() = 0;
+        Ok(())
+    }
+
+    /// A zeroed simulator on the heap, initialised for `cfg` (never built on the stack).
+    #[cfg(any(test, feature = "std"))]
+    pub fn new_boxed(cfg: &SimConfig) -> Result<std::boxed::Box<Self>, Errno> {
+        let mut b = crate::carve::zeroed_box::<Self>();
+        b.init(cfg)?;
+        Ok(b)
+    }
+
+    /// The preset the simulator was initialised with (`None` before `init`).
+    pub fn preset(&self) -> Option<Preset> {
+        Preset::from_u8(self.preset)
+    }
+
+    /// Bytes per HBM channel (after any override).
+    pub fn channel_size(&self) -> u64 {
+        self.channel_size
+    }
+
+    /// Bytes a backing for device `dev` must have: all HBM channels back to back, then the
+    /// host pool (0 for a device that does not exist).
+    pub fn backing_len(&self, dev: u32) -> u64 {
+        if dev >= self.device_count {
+            return 0;
+        }
+        self.channels as u64 * self.channel_size + self.host_capacity
+    }
+
+    /// Gives device `dev` bytes: `[base, base + len)` holds all HBM channels back to back
+    /// (HBM address = offset) followed by the host pool. A null `base` removes the backing.
+    /// `ENODEV` for a bad device, `EINVAL` when `len < backing_len(dev)`.
+    ///
+    /// # Safety
+    /// Unless `base` is null, `base` must be valid for reads and writes of `len` bytes from any
+    /// thread, and nothing else may access those bytes, for as long as this simulator may use
+    /// them: until the backing is replaced or removed, `init` runs again, or the simulator is
+    /// dropped.
+    pub unsafe fn set_backing(&mut self, dev: u32, base: *mut u8, len: u64) -> Result<(), Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if !base.is_null() && len < self.backing_len(dev) {
+            return Err(errno::EINVAL);
+        }
+        let st = self.slots[dev as usize].state.get_mut();
+        st.backing = base;
+        st.backing_len = if base.is_null() { 0 } else { len };
+        Ok(())
+    }
+
+    /// Fault injection: the `n`th `memory_alloc` call from now (1-based) fails with `ENOMEM`
+    /// (unless it is refused earlier for bad arguments); `n == 0` disarms.
+    pub fn fail_nth_alloc(&self, n: u64) {
+        self.fail_countdown.store(n, Ordering::Release);
+    }
+
+    /// Fault injection: every allocation of driver category `category` (public ABI §3
+    /// `mem_alloc_category_t`) fails with `ENOMEM` until [`SimDevice::clear_faults`].
+    pub fn fail_category(&self, category: u8) {
+        if category < 64 {
+            self.fail_categories
+                .fetch_or(1 << category, Ordering::AcqRel);
+        }
+    }
+
+    /// Removes every injected fault.
+    pub fn clear_faults(&self) {
+        self.fail_countdown.store(0, Ordering::Release);
+        self.fail_categories.store(0, Ordering::Release);
+    }
+
+    /// `memory_alloc` calls since `init` (failed ones included).
+    pub fn alloc_calls(&self) -> u64 {
+        self.alloc_calls.load(Ordering::Acquire)
+    }
+
+    /// Grants or withdraws aligned-alloc support (spec §3.2 `ndl_supports_align`): without it
+    /// `align != 0` is `EINVAL` and [`DeviceInfo::supports_aligned_alloc`] is false.
+    pub fn set_aligned_alloc(&self, on: bool) {
+        self.aligned_alloc.store(u32::from(on), Ordering::Release);
+    }
+
+    /// Clears driver feature bits (`feature::*`, public ABI §3).
+    pub fn clear_feature_flags(&self, bits: u64) {
+        self.feature_flags.fetch_and(!bits, Ordering::AcqRel);
+    }
+
+    /// Sets driver feature bits (`feature::*`, public ABI §3).
+    pub fn set_feature_flags(&self, bits: u64) {
+        self.feature_flags.fetch_or(bits, Ordering::AcqRel);
+    }
+
+    /// Where a live allocation sits (`MEM_GET_EXTENDED_INFO`, public ABI §3); `EINVAL` for a
+    /// bad or stale handle.
+    pub fn memory_info(&self, dev: u32, handle: u64) -> Result<SimMemInfo, Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        self.with_dev(dev, |st| {
+            let b = st.lookup(pool, id)?;
+            let (host, hbm_idx, small_pool) = match pool {
+                Pool::Main(c) => (false, c, false),
+                Pool::Small(c) => (false, c, true),
+                Pool::Host => (true, 0, false),
+            };
+            Ok(SimMemInfo {
+                pa: b.addr,
+                size: b.size,
+                host,
+                hbm_idx,
+                small_pool,
+            })
+        })
+    }
+
+    /// Runs `f` on device `dev`'s state with its lock held.
+    fn with_dev<R>(
+        &self,
+        dev: u32,
+        f: impl FnOnce(&mut DeviceState) -> Result<R, Errno>,
+    ) -> Result<R, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        let slot = &self.slots[dev as usize];
+        let _g = slot.lock.lock();
+        // SAFETY: the slot's lock is held for the whole call, so this is the only reference to
+        // the state (every other path takes the same lock or has `&mut self`).
+        let st = unsafe { &mut *slot.state.get() };
+        f(st)
+    }
+
+    fn encode(dev: u32, pool: Pool, id: CarveId) -> u64 {
+        (H_TAG << H_TAG_SHIFT)
+            | ((id.generation() as u64) << H_GEN_SHIFT)
+            | ((pool.code() as u64) << H_POOL_SHIFT)
+            | ((dev as u64) << H_DEV_SHIFT)
+            | id.index() as u64
+    }
+
+    /// Splits a handle, checking everything that does not need the pool (`EINVAL`).
+    fn decode(&self, dev: u32, handle: u64) -> Result<(Pool, CarveId), Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if handle >> H_TAG_SHIFT != H_TAG {
+            return Err(errno::EINVAL);
+        }
+        let field = |shift: u32, bits: u32| ((handle >> shift) & ((1 << bits) - 1)) as u32;
+        if field(H_DEV_SHIFT, H_POOL_SHIFT - H_DEV_SHIFT) != dev {
+            return Err(errno::EINVAL);
+        }
+        let pool = Pool::from_code(field(H_POOL_SHIFT, H_GEN_SHIFT - H_POOL_SHIFT))
+            .ok_or(errno::EINVAL)?;
+        if let Pool::Main(c) | Pool::Small(c) = pool {
+            if c >= self.channels {
+                return Err(errno::EINVAL);
+            }
+        }
+        let id = CarveId::from_parts(field(0, H_INDEX_BITS), field(H_GEN_SHIFT, 32));
+        Ok((pool, id))
+    }
+
+    /// Validates a copy window and returns a pointer to its first backing byte.
+    fn window(
+        &self,
+        st: &DeviceState,
+        pool: Pool,
+        id: CarveId,
+        offset: u64,
+        len: u64,
+    ) -> Result<*mut u8, Errno> {
+        let b = st.lookup(pool, id)?;
+        let end = offset.checked_add(len).ok_or(errno::EFAULT)?;
+        if end > b.size {
+            return Err(errno::EFAULT);
+        }
+        if st.backing.is_null() {
+            return Err(errno::EOPNOTSUPP);
+        }
+        let boff = match pool {
+            Pool::Host => self.channels as u64 * self.channel_size + (b.addr - HOST_PA_BASE),
+            _ => b.addr,
+        };
+        let start = boff.checked_add(offset).ok_or(errno::EFAULT)?;
+        if start.checked_add(len).is_none_or(|e| e > st.backing_len) {
+            return Err(errno::EFAULT);
+        }
+        let start = usize::try_from(start).map_err(|_| errno::EFAULT)?;
+        // SAFETY: `start + len <= backing_len`, and `set_backing`'s contract makes the whole
+        // `[backing, backing + backing_len)` range one valid allocation.
+        Ok(unsafe { st.backing.add(start) })
+    }
+
+    fn oom_log(&self, dev: u32, req: &AllocRequest, size: u64, stats: PoolStats) {
+        warn!(
+            "nd{}: {} out of memory: total {} occupied {} needed {} available {} (largest free {})",
+            dev,
+            if req.host { "host DMA pool" } else { "HBM" },
+            stats.capacity,
+            stats.capacity - stats.free,
+            size,
+            stats.free,
+            stats.largest_free
+        );
+    }
+}
+
+/// Small-object pool size for a channel: 1 GiB, or a quarter of a scaled-down channel.
+const fn small_region(channel_size: u64) -> u64 {
+    let q = (channel_size / 4) & !(PAGE_SIZE - 1);
+    if q < SMALL_REGION_SIZE {
+        q
+    } else {
+        SMALL_REGION_SIZE
+    }
+}
+
+fn combine(a: PoolStats, b: PoolStats) -> PoolStats {
+    PoolStats {
+        capacity: a.capacity + b.capacity,
+        free: a.free + b.free,
+        largest_free: a.largest_free.max(b.largest_free),
+        allocations: a.allocations + b.allocations,
+    }
+}
+
+impl Driver for SimDevice {
+    fn device_count(&self) -> u32 {
+        self.device_count
+    }
+
+    fn device_info(&self, dev: u32) -> Result<DeviceInfo, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        let preset = self.preset().ok_or(errno::ENODEV)?;
+        let mut info = preset.device_info();
+        info.hbm_channel_size = self.channel_size;
+        info.host_dma_capacity = self.host_capacity;
+        info.feature_flags = self.feature_flags.load(Ordering::Acquire);
+        info.supports_aligned_alloc = self.aligned_alloc.load(Ordering::Acquire) != 0;
+        Ok(info)
+    }
+
+    fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> Result<u64, Errno> {
+        self.alloc_calls.fetch_add(1, Ordering::AcqRel);
+        let fire = self
+            .fail_countdown
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
+            == Ok(1);
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if req.size == 0
+            || req.nc_id >= MAX_NC_ID
+            || req.region != 0
+            || req.category >= CATEGORY_MAX
+            || (req.align != 0 && !req.align.is_power_of_two())
+        {
+            return Err(errno::EINVAL);
+        }
+        if req.host {
+            if req.align != 0 {
+                return Err(errno::EINVAL); // the host pool refuses aligned requests
+            }
+        } else {
+            if req.hbm_idx >= self.channels {
+                return Err(errno::EINVAL);
+            }
+            if req.align != 0 && self.aligned_alloc.load(Ordering::Acquire) == 0 {
+                return Err(errno::EINVAL);
+            }
+        }
+        let category_fault = req.category < 64
+            && self.fail_categories.load(Ordering::Acquire) >> req.category & 1 != 0;
+        if fire || category_fault {
+            return Err(errno::ENOMEM);
+        }
+        // Page rounding; a size that cannot be rounded is larger than any pool.
+        let size = match req.size.checked_add(PAGE_SIZE - 1) {
+            Some(s) => s & !(PAGE_SIZE - 1),
+            None => return Err(errno::ENOMEM),
+        };
+        self.with_dev(dev, |st| {
+            let (pool, r) = if req.host {
+                (Pool::Host, st.host.alloc(size, 0))
+            } else {
+                let c = req.hbm_idx;
+                let small = if size <= SMALL_OBJECT_MAX {
+                    match st.small[c as usize].alloc(size, req.align) {
+                        Ok(b) => Some(b),
+                        Err(CarveError::OutOfSpace | CarveError::NodesExhausted) => None,
+                        Err(e) => return Err(e.errno()),
+                    }
+                } else {
+                    None
+                };
+                match small {
+                    Some(b) => (Pool::Small(c), Ok(b)),
+                    None => (Pool::Main(c), st.main[c as usize].alloc(size, req.align)),
+                }
+            };
+            match r {
+                Ok(b) => Ok(Self::encode(dev, pool, b.id)),
+                Err(e) => {
+                    if e.errno() == errno::ENOMEM {
+                        let stats = if req.host {
+                            st.host.stats().into()
+                        } else {
+                            let c = req.hbm_idx as usize;
+                            combine(st.main[c].stats().into(), st.small[c].stats().into())
+                        };
+                        self.oom_log(dev, req, size, stats);
+                    }
+                    Err(e.errno())
+                }
+            }
+        })
+    }
+
+    fn memory_get_pa(&self, dev: u32, handle: u64) -> Result<u64, Errno> {
+        self.memory_info(dev, handle).map(|i| i.pa)
+    }
+
+    fn memory_free(&self, dev: u32, handle: u64) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        self.with_dev(dev, |st| {
+            match pool {
+                Pool::Main(c) => st.main[c as usize].free(id),
+                Pool::Small(c) => st.small[c as usize].free(id),
+                Pool::Host => st.host.free(id),
+            }
+            .map(|_| ())
+            .map_err(|_| errno::EINVAL)
+        })
+    }
+
+    fn copy_in(&self, dev: u32, handle: u64, offset: u64, src: &[u8]) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        self.with_dev(dev, |st| {
+            let p = self.window(st, pool, id, offset, src.len() as u64)?;
+            // SAFETY: `window` checked `[p, p + len)` lies inside the backing, which nothing
+            // else accesses (set_backing's contract) while we hold the device lock; `src` is a
+            // distinct Rust slice, so the ranges do not overlap.
+            unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+            Ok(())
+        })
+    }
+
+    fn copy_out(&self, dev: u32, handle: u64, offset: u64, dst: &mut [u8]) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        self.with_dev(dev, |st| {
+            let p = self.window(st, pool, id, offset, dst.len() as u64)?;
+            // SAFETY: as in `copy_in`; `dst` is an exclusive Rust slice outside the backing.
+            unsafe { core::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+            Ok(())
+        })
+    }
+
+    fn fill(&self, dev: u32, handle: u64, offset: u64, len: u64, value: u8) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        self.with_dev(dev, |st| {
+            let p = self.window(st, pool, id, offset, len)?;
+            let n = usize::try_from(len).map_err(|_| errno::EFAULT)?;
+            // SAFETY: `window` checked `[p, p + len)` lies inside the backing, which only we
+            // access while the device lock is held.
+            unsafe { core::ptr::write_bytes(p, value, n) };
+            Ok(())
+        })
+    }
+
+    fn pool_stats(&self, dev: u32, host: bool, hbm_idx: u32) -> Result<PoolStats, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if !host && hbm_idx >= self.channels {
+            return Err(errno::EINVAL);
+        }
+        self.with_dev(dev, |st| {
+            Ok(if host {
+                st.host.stats().into()
+            } else {
+                let c = hbm_idx as usize;
+                combine(st.main[c].stats().into(), st.small[c].stats().into())
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    extern crate std;
+    use std::boxed::Box;
+    use std::vec;
+    use std::vec::Vec;
+
+    fn req(size: u64) -> AllocRequest {
+        AllocRequest {
+            size,
+            align: 0,
+            host: false,
+            hbm_idx: 0,
+            region: 0,
+            nc_id: 0,
+            category: 9, // TENSORS_DEVICE
+        }
+    }
+
+    fn host_req(size: u64) -> AllocRequest {
+        AllocRequest {
+            host: true,
+            category: 2, // TENSORS_HOST
+            ..req(size)
+        }
+    }
+
+    /// Test-only builders for requests.
+    trait With {
+        fn hbm(self, v: u32) -> Self;
+        fn align(self, v: u64) -> Self;
+        fn nc(self, v: u32) -> Self;
+        fn region(self, v: u32) -> Self;
+        fn cat(self, v: u8) -> Self;
+    }
+
+    impl With for AllocRequest {
+        fn hbm(self, v: u32) -> Self {
+            AllocRequest { hbm_idx: v, ..self }
+        }
+        fn align(self, v: u64) -> Self {
+            AllocRequest { align: v, ..self }
+        }
+        fn nc(self, v: u32) -> Self {
+            AllocRequest { nc_id: v, ..self }
+        }
+        fn region(self, v: u32) -> Self {
+            AllocRequest { region: v, ..self }
+        }
+        fn cat(self, v: u8) -> Self {
+            AllocRequest {
+                category: v,
+                ..self
+            }
+        }
+    }
+
+    fn sim(cfg: SimConfig) -> Box<SimDevice> {
+        SimDevice::new_boxed(&cfg).unwrap()
+    }
+
+    #[test]
+    fn presets_have_the_public_geometry() {
+        for (p, arch, cores, ch, cs) in [
+            (
+                Preset::Inf2,
+                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA,
+                2,
+                2,
+                16 * GIB,
+            ),
+            (
+                Preset::Trn1,
+                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA,
+                2,
+                2,
+                16 * GIB,
+            ),
+            (
+                Preset::Trn2,
+                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN,
+                8,
+                4,
+                24 * GIB,
+            ),
+            (
+                Preset::Trn3,
+                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_MARIANA,
+                8,
+                4,
+                36 * GIB,
+            ),
+        ] {
+            let s = sim(SimConfig::new(p, 2));
+            let i = s.device_info(1).unwrap();
+            assert_eq!(
+                (
+                    i.arch,
+                    i.cores_per_device,
+                    i.hbm_channels,
+                    i.hbm_channel_size
+                ),
+                (arch, cores, ch, cs)
+            );
+            assert_eq!(i.page_size, PAGE_SIZE);
+            assert_eq!(i.host_dma_capacity, DEFAULT_HOST_DMA_CAPACITY);
+            assert!(i.supports_aligned_alloc);
+            assert_eq!(s.device_info(2), Err(errno::ENODEV));
+            for c in 0..ch {
+                let st = s.pool_stats(1, false, c).unwrap();
+                assert_eq!(st.capacity, cs - FIRMWARE_CARVEOUT);
+                assert_eq!(
+                    (st.free, st.largest_free),
+                    (st.capacity, cs - FIRMWARE_CARVEOUT - GIB)
+                );
+            }
+            assert_eq!(s.pool_stats(1, false, ch), Err(errno::EINVAL));
+            assert_eq!(
+                s.pool_stats(0, true, 0).unwrap().capacity,
+                DEFAULT_HOST_DMA_CAPACITY
+            );
+            assert_eq!(s.backing_len(0), ch as u64 * cs + DEFAULT_HOST_DMA_CAPACITY);
+        }
+        let t2 = Preset::Trn2.device_info();
+        let hbm: Vec<u32> = (0..8).map(|c| t2.default_hbm_for_core(c)).collect();
+        assert_eq!(hbm, [0, 0, 1, 1, 2, 2, 3, 3]);
+        let t1 = Preset::Trn1.device_info();
+        assert_eq!(
+            (t1.default_hbm_for_core(0), t1.default_hbm_for_core(1)),
+            (0, 1)
+        );
+        assert_eq!(Preset::Trn3.device_info().hbm_channel_size * 4, 144 * GIB);
+    }
+
+    #[test]
+    fn feature_flags_default_and_clear() {
+        let f3 = feature::MEM_ALLOC_TYPE | feature::MEM_ALLOC64 | feature::CONTIGUOUS_SCRATCHPAD;
+        for p in [Preset::Trn2, Preset::Trn3] {
+            assert_eq!(
+                sim(SimConfig::new(p, 1))
+                    .device_info(0)
+                    .unwrap()
+                    .feature_flags,
+                f3
+            );
+        }
+        let s = sim(SimConfig::new(Preset::Trn2, 1));
+        s.clear_feature_flags(feature::CONTIGUOUS_SCRATCHPAD);
+        assert_eq!(
+            s.device_info(0).unwrap().feature_flags,
+            feature::MEM_ALLOC_TYPE | feature::MEM_ALLOC64
+        );
+        s.set_feature_flags(feature::DMABUF);
+        assert_ne!(s.device_info(0).unwrap().feature_flags & feature::DMABUF, 0);
+        let cfg = SimConfig {
+            feature_flags: Some(0),
+            ..SimConfig::new(Preset::Trn2, 1)
+        };
+        assert_eq!(sim(cfg).device_info(0).unwrap().feature_flags, 0);
+    }
+
+    #[test]
+    fn parsing() {
+        assert_eq!(Preset::parse("trn2"), Some(Preset::Trn2));
+        assert_eq!(Preset::parse("TRN2"), Some(Preset::Trn2));
+        assert_eq!(Preset::parse("Inf2"), Some(Preset::Inf2));
+        assert_eq!(Preset::parse("trn4"), None);
+        assert_eq!(parse_device_spec("trn2"), Some((Preset::Trn2, 1)));
+        assert_eq!(parse_device_spec("trn2x4"), Some((Preset::Trn2, 4)));
+        assert_eq!(parse_device_spec("inf2x2"), Some((Preset::Inf2, 2)));
+        assert_eq!(parse_device_spec("TRN1X32"), Some((Preset::Trn1, 32)));
+        for bad in [
+            "trn2x0", "trn2x33", "trn2x", "x2", "trn2x+1", "trn2x1x", "", "trn5x2",
+        ] {
+            assert_eq!(parse_device_spec(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn init_rejects_bad_configs() {
+        let mut s: Box<SimDevice> = crate::carve::zeroed_box();
+        assert_eq!(s.device_count(), 0);
+        assert_eq!(s.memory_alloc(0, &req(4096)), Err(errno::ENODEV));
+        assert_eq!(s.init(&SimConfig::new(Preset::Trn2, 0)), Err(errno::EINVAL));
+        assert_eq!(
+            s.init(&SimConfig::new(Preset::Trn2, 33)),
+            Err(errno::EINVAL)
+        );
+        for cs in [16 * MIB, 64 * MIB + 1, 1 << 45] {
+            let cfg = SimConfig {
+                channel_size_override: Some(cs),
+                ..SimConfig::new(Preset::Trn2, 1)
+            };
+            assert_eq!(s.init(&cfg), Err(errno::EINVAL));
+        }
+        for host in [0, 100] {
+            let cfg = SimConfig {
+                host_dma_capacity: host,
+                ..SimConfig::new(Preset::Trn2, 1)
+            };
+            assert_eq!(s.init(&cfg), Err(errno::EINVAL));
+        }
+        assert_eq!(s.init(&SimConfig::new(Preset::Trn2, 32)), Ok(()));
+        assert_eq!(s.device_count(), 32);
+        let h = s.memory_alloc(31, &req(1).hbm(3)).unwrap();
+        assert_eq!(s.memory_get_pa(31, h), Ok(3 * 24 * GIB + 24 * GIB - GIB));
+    }
+
+    #[test]
+    fn carve_out_page_rounding_and_placement() {
+        let s = sim(SimConfig::new(Preset::Trn2, 1));
+        let cs = 24 * GIB;
+        // large requests: main pool, right after the carve-out
+        let a = s
+            .memory_alloc(0, &req(SMALL_OBJECT_MAX + 1).hbm(2))
+            .unwrap();
+        assert_eq!(s.memory_get_pa(0, a), Ok(2 * cs + FIRMWARE_CARVEOUT));
+        let i = s.memory_info(0, a).unwrap();
+        assert_eq!(
+            (i.size, i.host, i.hbm_idx, i.small_pool),
+            (SMALL_OBJECT_MAX + PAGE_SIZE, false, 2, false)
+        );
+        // small requests: the top 1 GiB, page rounded
+        let b = s.memory_alloc(0, &req(1)).unwrap();
+        let c = s.memory_alloc(0, &req(SMALL_OBJECT_MAX)).unwrap();
+        assert_eq!(s.memory_get_pa(0, b), Ok(cs - GIB));
+        assert_eq!(s.memory_get_pa(0, c), Ok(cs - GIB + PAGE_SIZE));
+        assert!(s.memory_info(0, b).unwrap().small_pool);
+        assert_eq!(s.memory_info(0, b).unwrap().size, PAGE_SIZE);
+        // host pool in its own range
+        let h = s.memory_alloc(0, &host_req(100)).unwrap();
+        assert_eq!(s.memory_get_pa(0, h), Ok(HOST_PA_BASE));
+        let st = s.pool_stats(0, false, 0).unwrap();
+        assert_eq!(st.allocations, 2);
+        assert_eq!(
+            st.free,
+            cs - FIRMWARE_CARVEOUT - PAGE_SIZE - SMALL_OBJECT_MAX
+        );
+        assert_eq!(s.pool_stats(0, true, 0).unwrap().allocations, 1);
+        for x in [a, b, c] {
+            s.memory_free(0, x).unwrap();
+        }
+        s.memory_free(0, h).unwrap();
+        let st = s.pool_stats(0, false, 2).unwrap();
+        assert_eq!((st.free, st.allocations), (st.capacity, 0));
+    }
+
+    #[test]
+    fn small_pool_falls_back_to_main_then_enomem() {
+        let s = sim(SimConfig::scaled_down(Preset::Trn1, 1));
+        let cs = 64 * MIB;
+        let small = cs / 4; // 16 MiB
+        let n = small / SMALL_OBJECT_MAX;
+        let mut hs: Vec<u64> = (0..n)
+            .map(|_| s.memory_alloc(0, &req(SMALL_OBJECT_MAX)).unwrap())
+            .collect();
+        for h in &hs {
+            assert!(s.memory_info(0, *h).unwrap().small_pool);
+        }
+        // small pool full → the main pool
+        let f = s.memory_alloc(0, &req(4096)).unwrap();
+        let i = s.memory_info(0, f).unwrap();
+        assert!(!i.small_pool);
+        assert_eq!(i.pa, FIRMWARE_CARVEOUT);
+        hs.push(f);
+        // fill the main pool
+        let main = cs - FIRMWARE_CARVEOUT - small - PAGE_SIZE;
+        hs.push(s.memory_alloc(0, &req(main)).unwrap());
+        assert_eq!(s.memory_alloc(0, &req(4096)), Err(errno::ENOMEM));
+        assert_eq!(
+            s.memory_alloc(0, &req(SMALL_OBJECT_MAX + 1)),
+            Err(errno::ENOMEM)
+        );
+        let st = s.pool_stats(0, false, 0).unwrap();
+        assert_eq!((st.free, st.largest_free), (0, 0));
+        // the other channel is untouched
+        assert!(s.memory_alloc(0, &req(4096).hbm(1)).is_ok());
+        // and memory comes back
+        s.memory_free(0, hs[3]).unwrap();
+        assert!(s.memory_alloc(0, &req(SMALL_OBJECT_MAX)).is_ok());
+        // a request larger than any pool
+        assert_eq!(s.memory_alloc(0, &req(u64::MAX)), Err(errno::ENOMEM));
+        assert_eq!(s.memory_alloc(0, &req(1 << 40)), Err(errno::ENOMEM));
+        // host pool exhaustion
+        assert!(s.memory_alloc(0, &host_req(32 * MIB)).is_ok());
+        assert_eq!(s.memory_alloc(0, &host_req(1)), Err(errno::ENOMEM));
+    }
+
+    #[test]
+    fn alignment_rules() {
+        let s = sim(SimConfig::new(Preset::Trn2, 1));
+        // aligned host allocations are refused
+        assert_eq!(
+            s.memory_alloc(0, &host_req(4096).align(4096)),
+            Err(errno::EINVAL)
+        );
+        // aligned device allocations are honoured
+        let _pad = s.memory_alloc(0, &req(MIB)).unwrap();
+        let a = s.memory_alloc(0, &req(MIB).align(1 << 30)).unwrap();
+        assert_eq!(s.memory_get_pa(0, a).unwrap() % (1 << 30), 0);
+        let b = s.memory_alloc(0, &req(4096).align(1 << 16)).unwrap();
+        assert_eq!(s.memory_get_pa(0, b).unwrap() % (1 << 16), 0);
+        assert_eq!(
+            s.memory_alloc(0, &req(4096).align(3000)),
+            Err(errno::EINVAL)
+        );
+        // withdrawn support: EINVAL for align != 0, plain requests still work
+        s.set_aligned_alloc(false);
+        assert!(!s.device_info(0).unwrap().supports_aligned_alloc);
+        assert_eq!(
+            s.memory_alloc(0, &req(4096).align(4096)),
+            Err(errno::EINVAL)
+        );
+        assert!(s.memory_alloc(0, &req(4096)).is_ok());
+        let cfg = SimConfig {
+            aligned_alloc: false,
+            ..SimConfig::new(Preset::Trn1, 1)
+        };
+        assert!(!sim(cfg).device_info(0).unwrap().supports_aligned_alloc);
+    }
+
+    #[test]
+    fn bad_arguments() {
+        let s = sim(SimConfig::new(Preset::Trn1, 1));
+        assert_eq!(s.memory_alloc(1, &req(4096)), Err(errno::ENODEV));
+        assert_eq!(s.memory_alloc(0, &req(0)), Err(errno::EINVAL));
+        assert_eq!(s.memory_alloc(0, &req(4096).nc(8)), Err(errno::EINVAL));
+        assert!(s.memory_alloc(0, &req(4096).nc(7)).is_ok());
+        assert_eq!(s.memory_alloc(0, &req(4096).hbm(2)), Err(errno::EINVAL));
+        assert!(s.memory_alloc(0, &host_req(4096).hbm(9)).is_ok());
+        assert_eq!(s.memory_alloc(0, &req(4096).region(1)), Err(errno::EINVAL));
+        assert_eq!(s.memory_alloc(0, &req(4096).cat(20)), Err(errno::EINVAL));
+        assert_eq!(s.pool_stats(1, false, 0), Err(errno::ENODEV));
+        assert_eq!(s.memory_free(1, 1), Err(errno::ENODEV));
+        assert_eq!(s.alloc_calls(), 8);
+    }
+
+    #[test]
+    fn stale_and_foreign_handles_are_einval() {
+        let s = sim(SimConfig::new(Preset::Trn2, 2));
+        let h = s.memory_alloc(0, &req(8192)).unwrap();
+        assert_ne!(h, 0);
+        assert_eq!(
+            s.memory_free(1, h),
+            Err(errno::EINVAL),
+            "another device's handle"
+        );
+        assert_eq!(s.memory_get_pa(1, h), Err(errno::EINVAL));
+        s.memory_free(0, h).unwrap();
+        assert_eq!(s.memory_free(0, h), Err(errno::EINVAL), "double free");
+        assert_eq!(s.memory_get_pa(0, h), Err(errno::EINVAL), "stale");
+        // the slot is reused with a new generation: the old handle stays stale
+        let h2 = s.memory_alloc(0, &req(8192)).unwrap();
+        assert_ne!(h2, h);
+        assert_eq!(s.memory_free(0, h), Err(errno::EINVAL));
+        assert_eq!(s.copy_in(0, h, 0, &[1]), Err(errno::EINVAL));
+        for junk in [
+            0u64,
+            1,
+            u64::MAX,
+            h2 ^ (1 << 20),
+            h2 ^ (0xF << H_POOL_SHIFT),
+            h2 + 1,
+        ] {
+            assert_eq!(s.memory_free(0, junk), Err(errno::EINVAL), "{junk:#x}");
+        }
+        assert_eq!(s.memory_free(0, h2), Ok(()));
+    }
+
+    #[test]
+    fn fault_injection_and_call_count() {
+        let s = sim(SimConfig::new(Preset::Trn2, 1));
+        s.fail_nth_alloc(3);
+        assert!(s.memory_alloc(0, &req(4096)).is_ok());
+        assert!(s.memory_alloc(0, &req(4096)).is_ok());
+        assert_eq!(s.memory_alloc(0, &req(4096)), Err(errno::ENOMEM));
+        assert!(s.memory_alloc(0, &req(4096)).is_ok());
+        assert_eq!(s.alloc_calls(), 4);
+        s.fail_category(10); // CONSTANTS_DEVICE
+        assert_eq!(s.memory_alloc(0, &req(4096).cat(10)), Err(errno::ENOMEM));
+        assert_eq!(s.memory_alloc(0, &req(4096).cat(10)), Err(errno::ENOMEM));
+        assert!(s.memory_alloc(0, &req(4096).cat(9)).is_ok());
+        s.fail_nth_alloc(1);
+        s.clear_faults();
+        assert!(s.memory_alloc(0, &req(4096).cat(10)).is_ok());
+        assert_eq!(s.alloc_calls(), 8);
+        assert_eq!(s.pool_stats(0, false, 0).unwrap().allocations, 5);
+    }
+
+    #[test]
+    fn copies_are_bounds_checked_and_use_the_backing() {
+        let mut s = sim(SimConfig::scaled_down(Preset::Trn1, 2));
+        let h = s.memory_alloc(1, &req(10_000).hbm(1)).unwrap();
+        let hh = s.memory_alloc(1, &host_req(5000)).unwrap();
+        // no backing: bounds first, then EOPNOTSUPP
+        assert_eq!(s.copy_in(1, h, 0, &[1, 2, 3]), Err(errno::EOPNOTSUPP));
+        assert_eq!(s.copy_in(1, h, 12_288, &[1]), Err(errno::EFAULT));
+        let len = s.backing_len(1);
+        assert_eq!(len, 2 * 64 * MIB + 32 * MIB);
+        let mut mem = vec![0u8; len as usize];
+        // SAFETY: `mem` outlives every use below (the simulator is dropped first... or the
+        // backing is removed before `mem` is) and is accessed only through the simulator.
+        unsafe {
+            assert_eq!(
+                s.set_backing(1, mem.as_mut_ptr(), len - 1),
+                Err(errno::EINVAL)
+            );
+            assert_eq!(s.set_backing(2, mem.as_mut_ptr(), len), Err(errno::ENODEV));
+            s.set_backing(1, mem.as_mut_ptr(), len).unwrap();
+        }
+        s.copy_in(1, h, 100, b"hello").unwrap();
+        let mut out = [0u8; 5];
+        s.copy_out(1, h, 100, &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+        // the whole rounded allocation is addressable, one byte more is not
+        assert_eq!(s.copy_in(1, h, 12_287, &[7]), Ok(()));
+        assert_eq!(s.copy_in(1, h, 12_287, &[7, 7]), Err(errno::EFAULT));
+        assert_eq!(s.copy_out(1, h, u64::MAX, &mut out), Err(errno::EFAULT));
+        assert_eq!(s.fill(1, h, 0, 12_289, 0), Err(errno::EFAULT));
+        s.fill(1, h, 0, 4, 0xAB).unwrap();
+        s.copy_out(1, h, 0, &mut out).unwrap();
+        assert_eq!(out, [0xAB, 0xAB, 0xAB, 0xAB, 0]);
+        // host pool bytes sit after the channels
+        s.copy_in(1, hh, 1, b"host").unwrap();
+        let pa = s.memory_get_pa(1, h).unwrap();
+        let removed = {
+            // SAFETY: removing the backing (null) has no requirement.
+            unsafe { s.set_backing(1, core::ptr::null_mut(), 0) }
+        };
+        removed.unwrap();
+        assert_eq!(&mem[pa as usize + 100..pa as usize + 105], b"hello");
+        assert_eq!(
+            pa,
+            64 * MIB + 48 * MIB,
+            "channel 1's small pool (16 MiB at the top)"
+        );
+        let host_off = 2 * 64 * MIB as usize;
+        assert_eq!(&mem[host_off + 1..host_off + 5], b"host");
+        assert_eq!(s.copy_in(1, h, 0, &[1]), Err(errno::EOPNOTSUPP));
+        // device 0 never had a backing
+        let d0 = s.memory_alloc(0, &req(4096)).unwrap();
+        assert_eq!(s.copy_in(0, d0, 0, &[1]), Err(errno::EOPNOTSUPP));
+    }
+
+    #[test]
+    fn concurrent_allocations_from_two_threads() {
+        let s = sim(SimConfig::scaled_down(Preset::Trn2, 1));
+        std::thread::scope(|t| {
+            for hbm in 0..2 {
+                let s = &*s;
+                t.spawn(move || {
+                    for _ in 0..200 {
+                        let h = s.memory_alloc(0, &req(8192).hbm(hbm)).unwrap();
+                        s.memory_free(0, h).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(s.alloc_calls(), 400);
+        assert_eq!(s.pool_stats(0, false, 0).unwrap().allocations, 0);
+    }
+}
