@@ -785,6 +785,20 @@ impl<'a> Nrt<'a> {
         Ok(info)
     }
 
+    /// Calls `f` on every dmem of a resident model's MODEL heaps.
+    pub fn for_each_model_dmem(&self, h: H_MODEL, mut f: impl FnMut(&dmem_t)) -> Result<()> {
+        let (tpb, _) = self.find_model_core(h)?;
+        let m = self.get_model_ref_count(tpb, h)?;
+        // SAFETY: we hold a reference.
+        unsafe {
+            for s in 0..MAX_SUBGRAPHS {
+                self.allocator_for_each((*m).sg_allocators[s], &mut f);
+            }
+            (*m).ref_count.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
     /// Handles of the models resident on logical core `vnc`.
     pub fn models_on(&self, vnc: i64, out: &mut [u32]) -> Result<usize> {
         let v = self.vtpb_get_virtual_core(vnc)?;
@@ -821,5 +835,18 @@ impl<'a> Nrt<'a> {
         }
         let io = &m.io[start + i];
         Some((c_name(&io.name), io.size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_counter_skips_zero_on_wrap() {
+        let c = AtomicU32::new(u32::MAX - 1);
+        assert_eq!(mint_handle(&c), u32::MAX);
+        assert_eq!(mint_handle(&c), 1, "0 is reserved: the wrap bumps again");
+        assert_eq!(mint_handle(&c), 2);
     }
 }

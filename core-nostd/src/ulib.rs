@@ -223,6 +223,14 @@ impl Nrt<'_> {
         }
     }
 
+    /// Drops a core's cached ext-isa copy when no model uses it (tests; teardown does this).
+    #[doc(hidden)]
+    pub fn ulib_unstage_for_test(&self, dev: u32, core: u32) {
+        if let Ok(tpb) = self.tpb(dev, core) {
+            self.ulib_unstage_if_unused(tpb);
+        }
+    }
+
     /// How many times the shared ext-isa library was staged on a core (exactly once however
     /// many models use it), and how many models use it now.
     pub fn ulib_shared_stats(&self, dev: u32, core: u32) -> Result<(u32, u32)> {
