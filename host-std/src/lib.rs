@@ -1,1 +1,23 @@
-//! nrt-host
+//! # nrt-host
+//!
+//! The std shim of nrt-dmem (ARCHITECTURE.md "host-std"): what the `no_std` core cannot do
+//! by itself.
+//!
+//! - [`ioctl`]: the kernel driver's ioctl ABI (public ABI §3) — argument structs, command
+//!   numbers, the syscall layer [`ioctl::Sys`] and a fake driver for tests.
+//! - [`NeuronDriver`]: the [`nrt_core::driver::Driver`] portal over `/dev/neuron<N>`.
+//! - [`backing`]: lazily committed host memory ([`HostReservation`]) for the simulated device.
+//! - [`simdev`]: [`HostSim`], the simulated device with that memory behind it.
+//! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod backing;
+pub mod error;
+pub mod ioctl;
+pub mod neuron_driver;
+pub mod simdev;
+
+pub use backing::HostReservation;
+pub use error::{Error, Result, SIM_HINT};
+pub use neuron_driver::{AllocVariant, Geometry, NeuronDriver};
+pub use simdev::HostSim;

@@ -1,0 +1,116 @@
+//! The kernel driver boundary (public ABI §3): argument structs and command numbers ([`abi`]),
+//! the syscall layer ([`Sys`], real [`RealSys`]) and a fake driver ([`fake::FakeSys`]) with the
+//! same signatures, so everything above is testable without hardware (STYLE.md #14).
+
+pub mod abi;
+pub mod fake;
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use zerocopy::{FromBytes, IntoBytes};
+
+/// The three system calls the driver backend needs. Implemented by [`RealSys`] (libc) and by
+/// [`fake::FakeSys`] (an in-process emulation of the kernel driver).
+pub trait Sys: Send + Sync {
+    /// `open(path, O_RDWR | O_CLOEXEC)`.
+    fn open(&self, path: &Path) -> Result<RawFd, Errno>;
+
+    /// `ioctl(fd, cmd, arg)`; returns the (non-negative) return value of the call.
+    ///
+    /// # Safety
+    ///
+    /// `arg` must be valid for reads and writes of the argument struct `cmd` takes (public ABI
+    /// §3) for the duration of the call, and every user address inside that struct (handle
+    /// out-pointers, copy buffers, dump arrays) must be valid for what the command does with it.
+    unsafe fn ioctl(&self, fd: RawFd, cmd: u64, arg: *mut u8) -> Result<i32, Errno>;
+
+    /// `close(fd)`.
+    fn close(&self, fd: RawFd) -> Result<(), Errno>;
+}
+
+impl<T: Sys + ?Sized> Sys for &T {
+    fn open(&self, path: &Path) -> Result<RawFd, Errno> {
+        (**self).open(path)
+    }
+    unsafe fn ioctl(&self, fd: RawFd, cmd: u64, arg: *mut u8) -> Result<i32, Errno> {
+        // SAFETY: forwarded contract.
+        unsafe { (**self).ioctl(fd, cmd, arg) }
+    }
+    fn close(&self, fd: RawFd) -> Result<(), Errno> {
+        (**self).close(fd)
+    }
+}
+
+impl<T: Sys + ?Sized> Sys for std::sync::Arc<T> {
+    fn open(&self, path: &Path) -> Result<RawFd, Errno> {
+        (**self).open(path)
+    }
+    unsafe fn ioctl(&self, fd: RawFd, cmd: u64, arg: *mut u8) -> Result<i32, Errno> {
+        // SAFETY: forwarded contract.
+        unsafe { (**self).ioctl(fd, cmd, arg) }
+    }
+    fn close(&self, fd: RawFd) -> Result<(), Errno> {
+        (**self).close(fd)
+    }
+}
+
+/// Issues `cmd` with `arg` as its argument struct.
+///
+/// # Safety
+///
+/// `T` must be the struct `cmd` takes, and every user address inside `arg` must be valid for
+/// what the command does with it (see [`Sys::ioctl`]).
+pub unsafe fn ioctl_arg<S: Sys + ?Sized, T: IntoBytes + FromBytes>(
+    sys: &S,
+    fd: RawFd,
+    cmd: u64,
+    arg: &mut T,
+) -> Result<i32, Errno> {
+    let p = arg.as_mut_bytes().as_mut_ptr();
+    // SAFETY: `p` points to a live, exclusively borrowed `T` (the struct `cmd` takes, by the
+    // caller's contract); embedded addresses are the caller's responsibility.
+    unsafe { sys.ioctl(fd, cmd, p) }
+}
+
+/// The real system calls, through libc.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct RealSys;
+
+impl Sys for RealSys {
+    fn open(&self, path: &Path) -> Result<RawFd, Errno> {
+        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+        // SAFETY: `c` is a NUL-terminated string that outlives the call; open has no other
+        // memory effects.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            Err(Errno::last())
+        } else {
+            Ok(fd)
+        }
+    }
+
+    unsafe fn ioctl(&self, fd: RawFd, cmd: u64, arg: *mut u8) -> Result<i32, Errno> {
+        // SAFETY: the caller guarantees `arg` (and the addresses inside it) are valid for the
+        // command (this method's contract); the kernel validates `fd` and `cmd`.
+        let r = unsafe { libc::ioctl(fd, cmd as nix::sys::ioctl::ioctl_num_type, arg) };
+        if r < 0 {
+            Err(Errno::last())
+        } else {
+            Ok(r)
+        }
+    }
+
+    fn close(&self, fd: RawFd) -> Result<(), Errno> {
+        // SAFETY: closing a descriptor has no memory effects; the caller owns `fd`.
+        let r = unsafe { libc::close(fd) };
+        if r < 0 {
+            Err(Errno::last())
+        } else {
+            Ok(())
+        }
+    }
+}
