@@ -242,3 +242,5 @@ impl fmt::Display for Error {
         }
     }
 }
+
+impl core::error::Error for Error {}

@@ -1,0 +1,244 @@
+//! Runtime configuration as the real runtime reads it (public ABI §4 "Environment"):
+//! `NRT_DMEM_DEVICE`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_NUM_CORES`,
+//! `NEURON_RT_VIRTUAL_CORE_SIZE`, plus this project's scratchpad knobs. Flags override the
+//! environment: build a [`RuntimeConfig`] from the environment, then set fields.
+#![deny(unsafe_code)]
+
+use nrt_core::sim::{parse_device_spec, Preset};
+use nrt_core::vcore::VcoreOptions;
+
+/// Which driver backs the runtime.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The simulated device (`sim:trn2`, `sim:inf2x2`, …), host-backed memory.
+    Sim {
+        /// Instance preset.
+        preset: Preset,
+        /// Devices.
+        devices: u32,
+    },
+    /// The real driver over `/dev/neuron*`.
+    Neuron,
+}
+
+impl DeviceChoice {
+    /// Parses `NRT_DMEM_DEVICE`: `sim:<preset>[x<devices>]` or `neuron`.
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("neuron") {
+            return Ok(DeviceChoice::Neuron);
+        }
+        let spec = t.strip_prefix("sim:").unwrap_or(t);
+        parse_device_spec(spec)
+            .map(|(preset, devices)| DeviceChoice::Sim { preset, devices })
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "NRT_DMEM_DEVICE",
+                    s,
+                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>] or neuron",
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceChoice::Sim { preset, devices: 1 } => write!(f, "sim:{}", preset.name()),
+            DeviceChoice::Sim { preset, devices } => write!(f, "sim:{}x{}", preset.name(), devices),
+            DeviceChoice::Neuron => f.write_str("neuron"),
+        }
+    }
+}
+
+/// A configuration value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value:?}: {reason}")]
+pub struct ConfigError {
+    /// Variable (or flag) name.
+    pub var: &'static str,
+    /// The value given.
+    pub value: String,
+    /// What is wrong.
+    pub reason: &'static str,
+}
+
+impl ConfigError {
+    fn new(var: &'static str, value: &str, reason: &'static str) -> Self {
+        ConfigError {
+            var,
+            value: value.to_string(),
+            reason,
+        }
+    }
+}
+
+/// Everything bring-up needs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// The device.
+    pub device: DeviceChoice,
+    /// Logical cores.
+    pub vcores: VcoreOptions,
+    /// Scratchpad page size.
+    pub scratchpad_page_size: Option<u64>,
+    /// `experimental_contiguous_scratchpad`.
+    pub contiguous_scratchpad: bool,
+    /// Simulated device only: honour alignments natively (off exercises the emulation).
+    pub aligned_alloc: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            device: DeviceChoice::Sim {
+                preset: Preset::Trn2,
+                devices: 1,
+            },
+            vcores: VcoreOptions::default(),
+            scratchpad_page_size: None,
+            contiguous_scratchpad: false,
+            aligned_alloc: true,
+        }
+    }
+}
+
+/// Parses `NEURON_RT_VISIBLE_CORES`: a core `3` or a range `1-3` → `(first, count)`.
+pub fn parse_visible_cores(s: &str) -> Result<(u32, u32), ConfigError> {
+    let bad = || {
+        ConfigError::new(
+            "NEURON_RT_VISIBLE_CORES",
+            s,
+            "expected a core index (3) or a range (1-3)",
+        )
+    };
+    let t = s.trim();
+    match t.split_once('-') {
+        Some((a, b)) => {
+            let a: u32 = a.trim().parse().map_err(|_| bad())?;
+            let b: u32 = b.trim().parse().map_err(|_| bad())?;
+            if b < a {
+                return Err(ConfigError::new(
+                    "NEURON_RT_VISIBLE_CORES",
+                    s,
+                    "range end is before its start",
+                ));
+            }
+            Ok((a, b - a + 1))
+        }
+        None => t.parse().map(|a| (a, 1)).map_err(|_| bad()),
+    }
+}
+
+fn parse_u32(var: &'static str, v: &str) -> Result<u32, ConfigError> {
+    v.trim()
+        .parse()
+        .map_err(|_| ConfigError::new(var, v, "expected a non-negative integer"))
+}
+
+impl RuntimeConfig {
+    /// From the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// From any variable lookup (tests pass a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut c = RuntimeConfig::default();
+        if let Some(v) = get("NRT_DMEM_DEVICE").filter(|v| !v.trim().is_empty()) {
+            c.device = DeviceChoice::parse(&v)?;
+        }
+        if let Some(v) = get("NEURON_RT_VIRTUAL_CORE_SIZE").filter(|v| !v.trim().is_empty()) {
+            c.vcores.lnc_size = Some(parse_u32("NEURON_RT_VIRTUAL_CORE_SIZE", &v)?);
+        }
+        if let Some(v) = get("NEURON_RT_VISIBLE_CORES").filter(|v| !v.trim().is_empty()) {
+            c.vcores.visible = Some(parse_visible_cores(&v)?);
+        }
+        if let Some(v) = get("NEURON_RT_NUM_CORES").filter(|v| !v.trim().is_empty()) {
+            // 0 means all; NEURON_RT_VISIBLE_CORES wins when both are set.
+            let n = parse_u32("NEURON_RT_NUM_CORES", &v)?;
+            c.vcores.num_cores = (n > 0).then_some(n);
+        }
+        if let Some(v) = get("NRT_DMEM_SCRATCHPAD_PAGE_SIZE").filter(|v| !v.trim().is_empty()) {
+            let p: u64 = v.trim().parse().map_err(|_| {
+                ConfigError::new("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", &v, "expected bytes")
+            })?;
+            c.scratchpad_page_size = Some(p);
+        }
+        if let Some(v) = get("NEURON_RT_EXPERIMENTAL_CONTIGUOUS_SCRATCHPAD") {
+            c.contiguous_scratchpad = v.trim() == "1";
+        }
+        Ok(c)
+    }
+
+    /// The core's bring-up options.
+    pub fn init_options(&self) -> nrt_core::InitOptions {
+        nrt_core::InitOptions {
+            vcores: self.vcores,
+            scratchpad_page_size: self.scratchpad_page_size,
+            contiguous_scratchpad: self.contiguous_scratchpad,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<RuntimeConfig, ConfigError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        RuntimeConfig::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn environment_is_read_like_the_real_runtime() {
+        assert_eq!(cfg(&[]).unwrap(), RuntimeConfig::default());
+        let c = cfg(&[
+            ("NRT_DMEM_DEVICE", "sim:inf2x2"),
+            ("NEURON_RT_VISIBLE_CORES", "1-3"),
+            ("NEURON_RT_NUM_CORES", "2"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.device,
+            DeviceChoice::Sim {
+                preset: Preset::Inf2,
+                devices: 2
+            }
+        );
+        assert_eq!(c.vcores.visible, Some((1, 3)));
+        assert_eq!(c.vcores.num_cores, Some(2));
+        assert_eq!(
+            cfg(&[("NEURON_RT_NUM_CORES", "0")])
+                .unwrap()
+                .vcores
+                .num_cores,
+            None
+        );
+        assert_eq!(
+            cfg(&[("NRT_DMEM_DEVICE", "neuron")]).unwrap().device,
+            DeviceChoice::Neuron
+        );
+        assert_eq!(
+            cfg(&[("NEURON_RT_VIRTUAL_CORE_SIZE", "1")])
+                .unwrap()
+                .vcores
+                .lnc_size,
+            Some(1)
+        );
+        assert_eq!(parse_visible_cores("3"), Ok((3, 1)));
+        for (k, v) in [
+            ("NRT_DMEM_DEVICE", "gpu"),
+            ("NEURON_RT_VISIBLE_CORES", "3-1"),
+            ("NEURON_RT_VISIBLE_CORES", "a"),
+            ("NEURON_RT_VIRTUAL_CORE_SIZE", "-2"),
+        ] {
+            let e = cfg(&[(k, v)]).unwrap_err();
+            assert_eq!(e.var, k);
+        }
+    }
+}

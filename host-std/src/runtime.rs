@@ -1,0 +1,204 @@
+//! [`HostRuntime`]: one runtime instance with its state block, its driver (simulated or real)
+//! and host memory for VIRTUAL tensors — what the C ABI and the CLI run on.
+//!
+//! Threads (issue "std shim"): executions are serialised per core by the core's exec locks;
+//! waiters (locks, the `remove_model` drain) yield the thread instead of burning a core once
+//! they have spun briefly (the relax hook installed here); output-completion waits block on a
+//! condvar with a timeout.
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use nrt_core::abi::nrt_tensor_t;
+use nrt_core::driver::Driver;
+use nrt_core::sim::{SimConfig, SimDevice};
+use nrt_core::tensor::{HostMem, TensorSet};
+use nrt_core::{CoreState, Nrt};
+
+use crate::config::{DeviceChoice, RuntimeConfig};
+use crate::{HostSim, NeuronDriver};
+
+/// `malloc`-backed host memory for VIRTUAL tensors.
+#[derive(Default, Debug)]
+pub struct MallocHostMem;
+
+impl HostMem for MallocHostMem {
+    fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
+        let layout = Layout::from_size_align(size.max(1), 64).ok()?;
+        // SAFETY: non-zero size.
+        NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+    }
+    unsafe fn free(&self, p: NonNull<u8>, size: usize) {
+        if let Ok(layout) = Layout::from_size_align(size.max(1), 64) {
+            // SAFETY: caller contract: `p` came from `alloc(size)` with this layout.
+            unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+        }
+    }
+}
+
+enum Backend {
+    Sim(HostSim),
+    Neuron(NeuronDriver),
+}
+
+/// A runtime: state block + driver + host memory. Not yet initialised when built.
+pub struct HostRuntime {
+    // Field order: the state (which refers to driver memory by handle only) can drop in any
+    // order; the backend owns the device memory.
+    st: Box<CoreState>,
+    backend: Backend,
+    host: MallocHostMem,
+    config: RuntimeConfig,
+    completions: (Mutex<u64>, Condvar),
+}
+
+/// Why a runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Host layer (device missing, reservation refused, …).
+    #[error(transparent)]
+    Host(#[from] crate::Error),
+}
+
+impl HostRuntime {
+    /// Builds the driver the configuration names (does not initialise the runtime).
+    pub fn new(config: RuntimeConfig) -> Result<Self, BuildError> {
+        nrt_core::sync::set_relax_hook(std::thread::yield_now);
+        let backend = match config.device {
+            DeviceChoice::Sim { preset, devices } => {
+                let mut c = SimConfig::new(preset, devices);
+                c.aligned_alloc = config.aligned_alloc;
+                Backend::Sim(HostSim::new(&c)?)
+            }
+            DeviceChoice::Neuron => Backend::Neuron(NeuronDriver::open()?),
+        };
+        Ok(HostRuntime {
+            st: CoreState::new_boxed(),
+            backend,
+            host: MallocHostMem,
+            config,
+            completions: (Mutex::new(0), Condvar::new()),
+        })
+    }
+
+    /// Builds and initialises (`nrt_init`).
+    pub fn start(config: RuntimeConfig) -> Result<Self, StartError> {
+        let rt = Self::new(config)?;
+        rt.nrt()
+            .init(&config.init_options())
+            .map_err(StartError::Init)?;
+        Ok(rt)
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &dyn Driver {
+        match &self.backend {
+            Backend::Sim(s) => s,
+            Backend::Neuron(n) => n,
+        }
+    }
+
+    /// The core runtime view.
+    pub fn nrt(&self) -> Nrt<'_> {
+        Nrt::new(&self.st, self.driver())
+    }
+
+    /// Host memory for VIRTUAL tensors.
+    pub fn host_mem(&self) -> &dyn HostMem {
+        &self.host
+    }
+
+    /// The simulated device (fault injection), when simulated.
+    pub fn sim(&self) -> Option<&SimDevice> {
+        match &self.backend {
+            Backend::Sim(s) => Some(s.device()),
+            Backend::Neuron(_) => None,
+        }
+    }
+
+    /// The configuration it was built with.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// `nrt_execute`'s data path, waking completion waiters afterwards.
+    pub fn execute(
+        &self,
+        h: nrt_core::abi::H_MODEL,
+        inputs: &TensorSet,
+        outputs: &TensorSet,
+    ) -> nrt_core::Result<()> {
+        let r = self.nrt().execute(h, inputs, outputs);
+        let (m, cv) = &self.completions;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        cv.notify_all();
+        r
+    }
+
+    /// `nrt_tensor_check_output_completion`: waits up to `timeout` (None = forever) until the
+    /// tensor's completion count reaches `expected`; `Timeout` otherwise.
+    pub fn wait_output_completion(
+        &self,
+        t: *const nrt_tensor_t,
+        timeout: Option<Duration>,
+        expected: u64,
+    ) -> nrt_core::Result<()> {
+        let deadline = timeout.map(|d| Instant::now() + d);
+        let (m, cv) = &self.completions;
+        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.nrt().tensor_output_completion(t)? >= expected {
+                return Ok(());
+            }
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return Err(nrt_core::Error::Timeout),
+                },
+                None => Duration::from_millis(100),
+            };
+            g = cv
+                .wait_timeout(g, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Closes the runtime if it is initialised (frees everything on the device).
+    pub fn close(&self) -> nrt_core::Result<()> {
+        self.nrt().close()
+    }
+}
+
+impl Drop for HostRuntime {
+    fn drop(&mut self) {
+        if self.nrt().lifecycle() == nrt_core::ctx::STATE_INIT {
+            let _ = self.nrt().close();
+        }
+    }
+}
+
+/// Why `start` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Building the driver failed.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// `nrt_init` failed.
+    #[error("runtime initialisation failed: {0}")]
+    Init(nrt_core::Error),
+}
+
+impl From<crate::Error> for StartError {
+    fn from(e: crate::Error) -> Self {
+        StartError::Build(BuildError::Host(e))
+    }
+}
+
+// SAFETY: the state block is Sync (see nrt_core::ctx); the backends are Sync drivers; the
+// host memory provider is stateless.
+unsafe impl Sync for HostRuntime {}
+// SAFETY: as above; nothing is tied to the creating thread.
+unsafe impl Send for HostRuntime {}
