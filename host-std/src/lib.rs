@@ -8,16 +8,22 @@
 //! - [`NeuronDriver`]: the [`nrt_core::driver::Driver`] portal over `/dev/neuron<N>`.
 //! - [`backing`]: lazily committed host memory ([`HostReservation`]) for the simulated device.
 //! - [`simdev`]: [`HostSim`], the simulated device with that memory behind it.
+//! - [`config`]: the environment the real runtime reads ([`RuntimeConfig`]).
+//! - [`runtime`]: [`HostRuntime`], a runtime with its driver — what the C ABI and CLI use.
 //! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
+pub mod config;
 pub mod error;
 pub mod ioctl;
 pub mod neuron_driver;
+pub mod runtime;
 pub mod simdev;
 
 pub use backing::HostReservation;
+pub use config::{ConfigError, DeviceChoice, RuntimeConfig};
 pub use error::{Error, Result, SIM_HINT};
 pub use neuron_driver::{AllocVariant, Geometry, NeuronDriver};
+pub use runtime::{HostRuntime, MallocHostMem};
 pub use simdev::HostSim;
