@@ -130,7 +130,7 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
         let base = self.slots.as_ptr() as usize;
         let addr = p as usize;
         let sz = core::mem::size_of::<UnsafeCell<T>>().max(1);
-        if addr < base || addr >= base + N * sz || (addr - base) % sz != 0 {
+        if addr < base || addr >= base + N * sz || !(addr - base).is_multiple_of(sz) {
             return None;
         }
         Some((addr - base) / sz)

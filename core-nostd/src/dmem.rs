@@ -5,6 +5,10 @@
 //! booked in its device's ledger under its usage type, and is on exactly one allocator's list
 //! (or, after its allocator was destroyed while others still reference it, on none). Every
 //! failure path restores the ledger, the arenas and the driver to their state before the call.
+// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
+// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
+// stale or foreign pointer is an error, not undefined behaviour.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ptr::{addr_of_mut, null_mut};
 use core::sync::atomic::{AtomicPtr, Ordering};

@@ -105,7 +105,7 @@ pub unsafe fn ht_insert(
         let b = bucket(ht, key);
         (*node).key = key;
         (*node).val = val;
-        (*node).bucket = (mix(key) & (*ht).size_mask) as u64;
+        (*node).bucket = mix(key) & (*ht).size_mask;
         (*node).next = (*b).next;
         (*b).next = node;
         (*ht).count += 1;

@@ -1,6 +1,10 @@
 //! The per-device usage ledger `mla.dmem_logger` (spec §3.4, §7.4): bookkeeping on every alloc
 //! and free, peaks like the driver's sysfs counters, logical-core memory stats, and the OOM
 //! dump — written without heap into any `core::fmt::Write`.
+// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
+// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
+// stale or foreign pointer is an error, not undefined behaviour.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -320,7 +324,7 @@ impl Nrt<'_> {
                 }
             }
         });
-        best[..top].sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        best[..top].sort_unstable_by_key(|b| core::cmp::Reverse(b.0));
         if best.iter().take(top).any(|b| b.0 > 0) {
             writeln!(w, "  largest live allocations:")?;
         }

@@ -1,6 +1,10 @@
 //! Many models on one core (spec §4, §5): handle minting, the per-core `model_db`, load
 //! (`vtpb_info_shared_init_vtpb` + `kbl_model_add`), remove-then-drain, `model_free`, and the
 //! exec seam that serialises executions per core.
+// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
+// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
+// stale or foreign pointer is an error, not undefined behaviour.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ptr::{addr_of_mut, null_mut};
 use core::sync::atomic::{AtomicU32, Ordering};

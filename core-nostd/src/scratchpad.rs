@@ -1,5 +1,9 @@
 //! The per-core DRAM scratchpad (spec §8): ref-counted pages from the GLOBAL allocator that
 //! several resident models share (they execute one at a time per core).
+// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
+// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
+// stale or foreign pointer is an error, not undefined behaviour.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ptr::addr_of_mut;
 

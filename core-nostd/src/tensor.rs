@@ -5,6 +5,10 @@
 //! channel) and outlive any model; HOST tensors are host DMA memory; VIRTUAL tensors are plain
 //! host memory from the integrator's [`HostMem`] provider. Tensor pointers handed to callers
 //! are validated (live arena slot + magic) before every use.
+// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
+// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
+// stale or foreign pointer is an error, not undefined behaviour.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::c_void;
 use core::ptr::{addr_of_mut, null_mut, NonNull};

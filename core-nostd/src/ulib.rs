@@ -1,6 +1,10 @@
 //! GPSIMD ucode libraries (spec §6): the single ext-isa library staged once per core under
 //! `ulib_staging_lock` from the GLOBAL allocator and shared by every model on the core;
 //! multi-library custom-op sets (2..=9) staged per model from the model's own allocator.
+// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
+// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
+// stale or foreign pointer is an error, not undefined behaviour.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ptr::{addr_of_mut, null_mut};
 use core::sync::atomic::Ordering;

@@ -61,7 +61,7 @@ pub fn parse_vnc_config(
             out,
         ));
     }
-    if nc_per_device % out != 0 {
+    if !nc_per_device.is_multiple_of(out) {
         return Err(Error::VncConfig(
             "(nc_per_device % out) == 0 failed: size must divide the cores per device",
             out,
