@@ -166,7 +166,10 @@ mod tests {
         // SAFETY: HtBuckets is ZeroValid.
         let mut t: Box<HtBuckets<8>> = unsafe { Box::new_zeroed().assume_init() };
         let ht = &mut t.hdr as *mut ht_t;
-        let mut nodes: Vec<ht_node_t> = (0..20).map(|_| unsafe { core::mem::zeroed() }).collect();
+        let mut nodes: Vec<ht_node_t> = (0..20)
+            // SAFETY: ht_node_t is ZeroValid.
+            .map(|_| unsafe { core::mem::zeroed() })
+            .collect();
         // SAFETY: single-threaded test over owned memory.
         unsafe {
             ht_init(ht, 8);

@@ -16,15 +16,44 @@ const HOST: u32 = dma_mem_location_t::HOST_DRAM as u32;
 
 fn allocs() -> Vec<ModelAlloc<'static>> {
     vec![
-        ModelAlloc { usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32, location: DEV, size: 3 << 20, align: 0, hint: "weights" },
-        ModelAlloc { usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CODE as u32, location: DEV, size: 256 << 10, align: 4096, hint: "instr" },
-        ModelAlloc { usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING as u32, location: DEV, size: 64 << 10, align: 0, hint: "qPoolIO0" },
-        ModelAlloc { usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_IO_QUEUE as u32, location: HOST, size: 16 << 10, align: 0, hint: "ioq" },
+        ModelAlloc {
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            location: DEV,
+            size: 3 << 20,
+            align: 0,
+            hint: "weights",
+        },
+        ModelAlloc {
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CODE as u32,
+            location: DEV,
+            size: 256 << 10,
+            align: 4096,
+            hint: "instr",
+        },
+        ModelAlloc {
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING as u32,
+            location: DEV,
+            size: 64 << 10,
+            align: 0,
+            hint: "qPoolIO0",
+        },
+        ModelAlloc {
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_IO_QUEUE as u32,
+            location: HOST,
+            size: 16 << 10,
+            align: 0,
+            hint: "ioq",
+        },
     ]
 }
 
 fn spec<'a>(name: &'a str, a: &'a [ModelAlloc<'a>]) -> ModelSpec<'a> {
-    ModelSpec { name, subgraphs: 1, allocations: a, ..Default::default() }
+    ModelSpec {
+        name,
+        subgraphs: 1,
+        allocations: a,
+        ..Default::default()
+    }
 }
 
 /// Writes `pattern` into every device dmem of the model (through the driver) and returns the
@@ -41,7 +70,9 @@ fn stamp(f: &Fixture, h: H_MODEL, pattern: u8) -> Vec<(u64, u64)> {
     })
     .unwrap();
     for (handle, size) in &out {
-        f.sim.copy_in(0, *handle, 0, &vec![pattern; (*size).min(8192) as usize]).unwrap();
+        f.sim
+            .copy_in(0, *handle, 0, &vec![pattern; (*size).min(8192) as usize])
+            .unwrap();
     }
     out
 }
@@ -50,13 +81,19 @@ fn check_stamp(f: &Fixture, handles: &[(u64, u64)], pattern: u8) {
     for (handle, size) in handles {
         let mut buf = vec![0u8; (*size).min(8192) as usize];
         f.sim.copy_out(0, *handle, 0, &mut buf).unwrap();
-        assert!(buf.iter().all(|b| *b == pattern), "bytes of another model changed");
+        assert!(
+            buf.iter().all(|b| *b == pattern),
+            "bytes of another model changed"
+        );
     }
 }
 
 #[test]
 fn three_models_share_a_core_and_unload_frees_exactly_one() {
-    let f = Fixture::up(SimConfig::scaled_down(Preset::Trn2, 1), InitOptions::default());
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn2, 1),
+        InitOptions::default(),
+    );
     let n = f.nrt();
     let a = allocs();
     let h1 = n.load_model(0, &spec("m1", &a)).unwrap();
@@ -76,14 +113,25 @@ fn three_models_share_a_core_and_unload_frees_exactly_one() {
     let m2_bytes = after2 - after1;
     n.unload_model(h2).unwrap();
     let ledger_after = n.vnc_usage(0).unwrap();
-    assert_eq!(ledger_before.device[22] - ledger_after.device[22], m2_bytes, "only m2's bytes went");
+    assert_eq!(
+        ledger_before.device[22] - ledger_after.device[22],
+        m2_bytes,
+        "only m2's bytes went"
+    );
     assert_eq!(n.model_info(h1).unwrap(), i1);
     assert_eq!(n.model_info(h3).unwrap(), i3);
     check_stamp(&f, &s1, 0x11);
     check_stamp(&f, &s3, 0x33);
     assert_eq!(n.models_on(0, &mut on).unwrap(), 2);
-    assert_eq!(n.unload_model(h2), Err(Error::UnknownModel(h2.id)), "double unload");
-    assert_eq!(n.unload_model(H_MODEL { id: 0 }).unwrap_err().status(), NRT_STATUS::NRT_INVALID_HANDLE);
+    assert_eq!(
+        n.unload_model(h2),
+        Err(Error::UnknownModel(h2.id)),
+        "double unload"
+    );
+    assert_eq!(
+        n.unload_model(H_MODEL { id: 0 }).unwrap_err().status(),
+        NRT_STATUS::NRT_INVALID_HANDLE
+    );
     // Teardown with models still loaded returns every byte to the driver.
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
@@ -97,7 +145,10 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
     let mut s = spec("big", &a);
     s.subgraphs = 1;
     s.scratchpad_bytes = 9 << 20;
-    s.gpsimd_libs = Some(UlibRequest { count: 1, bytes: 65536 });
+    s.gpsimd_libs = Some(UlibRequest {
+        count: 1,
+        bytes: 65536,
+    });
     // Count the driver allocations one successful load makes.
     let c0 = f.sim.alloc_calls();
     let h = n.load_model(0, &s).unwrap();
@@ -115,12 +166,24 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
         let host_point = matches!(e, Error::HostOom { .. });
         assert_eq!(
             e.status(),
-            if host_point { NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC } else { NRT_STATUS::NRT_RESOURCE },
+            if host_point {
+                NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC
+            } else {
+                NRT_STATUS::NRT_RESOURCE
+            },
             "point {k}: {e}"
         );
         assert_eq!(snapshot(&n), before, "point {k} left memory behind");
-        assert_eq!(n.state().arena_stats().map(|(name, s)| (name, s.live)), arenas, "point {k} leaked metadata");
-        assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (0, 0), "point {k} left a staged ext-isa");
+        assert_eq!(
+            n.state().arena_stats().map(|(name, s)| (name, s.live)),
+            arenas,
+            "point {k} leaked metadata"
+        );
+        assert_eq!(
+            n.ulib_shared_stats(0, 0).unwrap(),
+            (0, 0),
+            "point {k} left a staged ext-isa"
+        );
     }
     // And it still loads afterwards.
     n.load_model(0, &s).unwrap();
@@ -132,26 +195,54 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
     let n = f.nrt();
     let a = allocs();
     let mut s = spec("gp", &a);
-    s.gpsimd_libs = Some(UlibRequest { count: 1, bytes: 65536 });
+    s.gpsimd_libs = Some(UlibRequest {
+        count: 1,
+        bytes: 65536,
+    });
     let hs: Vec<_> = (0..3).map(|_| n.load_model(0, &s).unwrap()).collect();
     assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 3));
-    let lib_bytes = n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize);
+    let lib_bytes = n.ledger_device(
+        0,
+        0,
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize,
+    );
     assert!(lib_bytes >= 65536);
     n.unload_model(hs[0]).unwrap();
     n.unload_model(hs[1]).unwrap();
     assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 1));
-    assert_eq!(n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize), lib_bytes, "shared copy survives");
+    assert_eq!(
+        n.ledger_device(
+            0,
+            0,
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize
+        ),
+        lib_bytes,
+        "shared copy survives"
+    );
     // 2..=9 libraries: per-model copies from the model's heap.
-    s.gpsimd_libs = Some(UlibRequest { count: 3, bytes: 4096 });
+    s.gpsimd_libs = Some(UlibRequest {
+        count: 3,
+        bytes: 4096,
+    });
     let h = n.load_model(0, &s).unwrap();
     assert!(!n.model_info(h).unwrap().shared_ulib);
-    assert!(n.model_info(h).unwrap().by_usage[dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize] > 0);
+    assert!(
+        n.model_info(h).unwrap().by_usage
+            [dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize]
+            > 0
+    );
     n.unload_model(h).unwrap();
     // More than 9: NRT_FAILURE, nothing allocated.
     let before = snapshot(&n);
-    s.gpsimd_libs = Some(UlibRequest { count: 10, bytes: 4096 });
+    s.gpsimd_libs = Some(UlibRequest {
+        count: 10,
+        bytes: 4096,
+    });
     let e = n.load_model(0, &s).unwrap_err();
-    assert_eq!((e, e.status()), (Error::TooManyLibs(10), NRT_STATUS::NRT_FAILURE));
+    assert_eq!(
+        (e, e.status()),
+        (Error::TooManyLibs(10), NRT_STATUS::NRT_FAILURE)
+    );
     assert_eq!(snapshot(&n), before);
 }
 
@@ -159,7 +250,10 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
 fn scratchpad_pages_are_shared_and_ref_counted() {
     let f = Fixture::up(
         SimConfig::new(Preset::Trn2, 1),
-        InitOptions { scratchpad_page_size: Some(4 << 20), ..Default::default() },
+        InitOptions {
+            scratchpad_page_size: Some(4 << 20),
+            ..Default::default()
+        },
     );
     let n = f.nrt();
     let mut small = spec("small", &[]);
@@ -168,24 +262,38 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     big.scratchpad_bytes = 10 << 20; // 3 pages
     let hs = n.load_model(0, &small).unwrap();
     let hb = n.load_model(0, &big).unwrap();
-    let refs: Vec<u32> = (0..4).map(|i| n.scratchpad_page_refs(0, 0, i).unwrap()).collect();
+    let refs: Vec<u32> = (0..4)
+        .map(|i| n.scratchpad_page_refs(0, 0, i).unwrap())
+        .collect();
     assert_eq!(refs, vec![2, 2, 1, 0]);
     assert_eq!(n.scratchpad_info(0, 0).unwrap(), (4 << 20, 3, false));
     let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD as usize;
     assert_eq!(n.ledger_device(0, 0, scr), 12 << 20);
-    let (page, off) = n.tdrv_scratchpad_get_mem(0, 0, (4 << 20) + 100, 16).unwrap();
+    let (page, off) = n
+        .tdrv_scratchpad_get_mem(0, 0, (4 << 20) + 100, 16)
+        .unwrap();
     assert_eq!(off, 100);
     assert!(!page.is_null());
     assert!(n.tdrv_scratchpad_get_mem(0, 0, 12 << 20, 1).is_err());
     n.unload_model(hb).unwrap();
-    assert_eq!(n.ledger_device(0, 0, scr), 8 << 20, "page 2 went with its last user");
+    assert_eq!(
+        n.ledger_device(0, 0, scr),
+        8 << 20,
+        "page 2 went with its last user"
+    );
     n.unload_model(hs).unwrap();
     assert_eq!(n.ledger_device(0, 0, scr), 0);
 }
 
 #[test]
 fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
-    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions { contiguous_scratchpad: true, ..Default::default() });
+    let f = Fixture::up(
+        SimConfig::new(Preset::Trn2, 1),
+        InitOptions {
+            contiguous_scratchpad: true,
+            ..Default::default()
+        },
+    );
     let n = f.nrt();
     let mut s = spec("c", &[]);
     s.scratchpad_bytes = 100 << 20;
@@ -194,18 +302,34 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
     let (first, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
     let (second, _) = n.tdrv_scratchpad_get_mem(0, 0, 64 << 20, 1).unwrap();
     let (p0, _) = (n.scratchpad_page_dmem(0, 0, 0).unwrap(), 0);
-    assert_eq!(first, n.scratchpad_page_dmem(0, 0, 1).unwrap(), "offset 0 maps to the last page");
+    assert_eq!(
+        first,
+        n.scratchpad_page_dmem(0, 0, 1).unwrap(),
+        "offset 0 maps to the last page"
+    );
     assert_eq!(second, p0);
     // Without the driver feature the pages stay small.
     let g = Fixture::new(SimConfig::new(Preset::Trn2, 1));
-    g.sim.clear_feature_flags(nrt_core::driver::feature::CONTIGUOUS_SCRATCHPAD);
-    g.nrt().init(&InitOptions { contiguous_scratchpad: true, ..Default::default() }).unwrap();
+    g.sim
+        .clear_feature_flags(nrt_core::driver::feature::CONTIGUOUS_SCRATCHPAD);
+    g.nrt()
+        .init(&InitOptions {
+            contiguous_scratchpad: true,
+            ..Default::default()
+        })
+        .unwrap();
     assert!(!g.nrt().scratchpad_info(0, 0).unwrap().2);
 }
 
 #[test]
 fn sbuf_carveout_is_checked_on_cayman_only() {
-    let good = SbufCarveout { ty: 1, partition_start: 0, partition_count: 128, offset: 0x37ff8, size: 8 };
+    let good = SbufCarveout {
+        ty: 1,
+        partition_start: 0,
+        partition_count: 128,
+        offset: 0x37ff8,
+        size: 8,
+    };
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     let mut s = spec("sb", &[]);
@@ -214,9 +338,18 @@ fn sbuf_carveout_is_checked_on_cayman_only() {
     let before = snapshot(&n);
     for bad in [
         SbufCarveout { ty: 0, ..good },
-        SbufCarveout { partition_start: 1, ..good },
-        SbufCarveout { partition_count: 64, ..good },
-        SbufCarveout { offset: 0x37ff0, ..good },
+        SbufCarveout {
+            partition_start: 1,
+            ..good
+        },
+        SbufCarveout {
+            partition_count: 64,
+            ..good
+        },
+        SbufCarveout {
+            offset: 0x37ff0,
+            ..good
+        },
         SbufCarveout { size: 16, ..good },
     ] {
         s.sbuf_carveout = Some(bad);
@@ -240,13 +373,32 @@ fn bad_model_inputs() {
     s.subgraphs = 0;
     assert!(matches!(n.load_model(0, &s), Err(Error::InvalidModel(_))));
     s.subgraphs = 1;
-    assert!(matches!(n.load_model(4, &s), Err(Error::LogicalCoreOutOfRange { vnc: 4, owned: 4 })));
-    assert!(matches!(n.load_model(-1, &s), Err(Error::LogicalCoreOutOfRange { .. })));
+    assert!(matches!(
+        n.load_model(4, &s),
+        Err(Error::LogicalCoreOutOfRange { vnc: 4, owned: 4 })
+    ));
+    assert!(matches!(
+        n.load_model(-1, &s),
+        Err(Error::LogicalCoreOutOfRange { .. })
+    ));
     let wrong = [ModelAlloc { usage: 99, ..a[0] }];
-    assert!(matches!(n.load_model(0, &spec("u", &wrong)), Err(Error::InvalidUsage(99))));
-    let ring_on_host = [ModelAlloc { usage: 18, location: HOST, ..a[0] }];
-    assert!(matches!(n.load_model(0, &spec("r", &ring_on_host)), Err(Error::UsageInvalidForLocation { .. })));
-    assert_eq!(n.unload_model(H_MODEL { id: 987654 }), Err(Error::UnknownModel(987654)));
+    assert!(matches!(
+        n.load_model(0, &spec("u", &wrong)),
+        Err(Error::InvalidUsage(99))
+    ));
+    let ring_on_host = [ModelAlloc {
+        usage: 18,
+        location: HOST,
+        ..a[0]
+    }];
+    assert!(matches!(
+        n.load_model(0, &spec("r", &ring_on_host)),
+        Err(Error::UsageInvalidForLocation { .. })
+    ));
+    assert_eq!(
+        n.unload_model(H_MODEL { id: 987654 }),
+        Err(Error::UnknownModel(987654))
+    );
     assert_eq!(n.ledger_device(0, 0, 22), 0);
 }
 

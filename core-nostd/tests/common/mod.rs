@@ -43,8 +43,11 @@ impl Fixture {
     }
 }
 
+/// One device's ledger: `(device rows, host rows)`.
+pub type Ledger = ([[u64; 23]; 8], [[u64; 23]; 8]);
+
 /// Every ledger row of every device, plus the driver's view: equal before/after a failed call.
-pub fn snapshot(n: &Nrt<'_>) -> (Vec<([[u64; 23]; 8], [[u64; 23]; 8])>, u64) {
+pub fn snapshot(n: &Nrt<'_>) -> (Vec<Ledger>, u64) {
     (
         (0..n.num_devices()).map(|d| n.ledger_snapshot(d)).collect(),
         n.driver_bytes_in_use(),
