@@ -159,6 +159,10 @@ pub struct ExecGuard<'a> {
     _locks: [Option<MutexGuard<'a>>; 2],
 }
 
+// SAFETY: the guard holds spin locks (releasable from any thread) and raw pointers into the
+// context tree, which is Sync; dropping it on another thread is what an async completion does.
+unsafe impl Send for ExecGuard<'_> {}
+
 impl ExecGuard<'_> {
     /// The model being executed.
     pub fn model(&self) -> &model_t {
