@@ -57,14 +57,44 @@ pub fn set_last_model_handle_for_test(v: u32) {
     LAST_MODEL_HANDLE.store(v, Ordering::SeqCst);
 }
 
-/// Waits until `ref_count` reaches zero: the drain of `remove_model` (spec §4.5). Spins, then
-/// relaxes through the integrator's hook (the std shim yields).
-pub fn drain(ref_count: &core::sync::atomic::AtomicU64) {
+/// A reference count the drain can watch (lets loom check the same code).
+pub trait RefCount {
+    /// The current count (acquire).
+    fn current(&self) -> u64;
+}
+impl RefCount for core::sync::atomic::AtomicU64 {
+    fn current(&self) -> u64 {
+        self.load(Ordering::Acquire)
+    }
+}
+#[cfg(loom)]
+impl RefCount for loom::sync::atomic::AtomicU64 {
+    fn current(&self) -> u64 {
+        self.load(loom::sync::atomic::Ordering::Acquire)
+    }
+}
+#[cfg(loom)]
+impl FetchAdd for loom::sync::atomic::AtomicU32 {
+    fn incr(&self) -> u32 {
+        self.fetch_add(1, loom::sync::atomic::Ordering::AcqRel)
+            .wrapping_add(1)
+    }
+}
+
+/// Waits until `ref_count` reaches zero, calling `relax` between looks: the drain of
+/// `remove_model` (spec §4.5: `while (ref_count != 0) _mm_pause()`).
+pub fn drain_with<R: RefCount>(ref_count: &R, mut relax: impl FnMut(u32)) {
     let mut i = 0u32;
-    while ref_count.load(Ordering::Acquire) != 0 {
+    while ref_count.current() != 0 {
         relax(i);
         i = i.saturating_add(1);
     }
+}
+
+/// [`drain_with`] that spins, then relaxes through the integrator's hook (the std shim yields
+/// the thread, so a long drain does not burn a core).
+pub fn drain(ref_count: &core::sync::atomic::AtomicU64) {
+    drain_with(ref_count, relax)
 }
 
 /// One allocation a model makes at load (a NEFF's memory request; the manifest's

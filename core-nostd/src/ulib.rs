@@ -28,6 +28,24 @@ pub struct UlibRequest {
     pub bytes: u64,
 }
 
+/// The stage-once protocol of `ucode_stage_libs` (spec §6): under the staging lock, reuse the
+/// cached value or stage it and cache it. Returns `(value, staged_now)`. Generic so loom can
+/// check the very code the runtime uses.
+pub fn stage_once<G, T: Copy, E>(
+    lock: impl FnOnce() -> G,
+    cached: impl FnOnce() -> Option<T>,
+    stage: impl FnOnce() -> Result<T, E>,
+    store: impl FnOnce(T),
+) -> Result<(T, bool), E> {
+    let _g = lock();
+    if let Some(v) = cached() {
+        return Ok((v, false));
+    }
+    let v = stage()?;
+    store(v);
+    Ok((v, true))
+}
+
 impl Nrt<'_> {
     /// `ucode_alloc_new_staged_libs` + `ucode_stage_libs_impl`: allocates the set's buffers from
     /// `al` and copies the library images in at running offsets, recording each library's
@@ -158,17 +176,30 @@ impl Nrt<'_> {
             return Ok((null_mut(), false));
         }
         if req.count == 1 {
-            // SAFETY: resolved tpb; the cache is read and written under ulib_staging_lock.
+            // SAFETY: resolved tpb; the cache is read and written only inside stage_once, under
+            // ulib_staging_lock; `ulib_users` is bumped inside the same critical section.
             unsafe {
                 let sunda = addr_of_mut!((*tpb).sunda);
-                let _g = (*sunda).ulib_staging_lock.lock();
-                if (*sunda).ulib_set_info_extisa_only.is_null() {
-                    let set = self.ulib_alloc_and_stage((*tpb).tpb_allocator, hbm, req)?;
-                    (*sunda).ulib_set_info_extisa_only = addr_of_mut!((*set).info);
-                    (*sunda).ulib_stage_count.fetch_add(1, Ordering::AcqRel);
-                }
-                (*sunda).ulib_users.fetch_add(1, Ordering::AcqRel);
-                return Ok(((*sunda).ulib_set_info_extisa_only, true));
+                let (set, _) = stage_once(
+                    || {
+                        let g = (*sunda).ulib_staging_lock.lock();
+                        (*sunda).ulib_users.fetch_add(1, Ordering::AcqRel);
+                        g
+                    },
+                    || Some((*sunda).ulib_set_info_extisa_only).filter(|p| !p.is_null()),
+                    || {
+                        self.ulib_alloc_and_stage((*tpb).tpb_allocator, hbm, req)
+                            .map(|set| addr_of_mut!((*set).info))
+                            .inspect_err(|_| {
+                                (*sunda).ulib_users.fetch_sub(1, Ordering::AcqRel);
+                            })
+                    },
+                    |p| {
+                        (*sunda).ulib_set_info_extisa_only = p;
+                        (*sunda).ulib_stage_count.fetch_add(1, Ordering::AcqRel);
+                    },
+                )?;
+                return Ok((set, true));
             }
         }
         let set = self.ulib_alloc_and_stage(model_al, hbm, req)?;
