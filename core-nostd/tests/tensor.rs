@@ -1,0 +1,293 @@
+//! Tensors (spec §7): the public wrapper's gates in order, placements, bounds, slices sharing
+//! storage, attach_buffer, device allocation info, and the execute data path.
+
+mod common;
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+
+use common::*;
+use nrt_core::abi::*;
+use nrt_core::model::{ModelSpec, TensorDecl};
+use nrt_core::sim::{Preset, SimConfig};
+use nrt_core::tensor::{HostMem, TensorSet};
+use nrt_core::{CoreState, Error, InitOptions, Nrt};
+
+struct Heap;
+impl HostMem for Heap {
+    fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
+        // SAFETY: non-zero size layout.
+        NonNull::new(unsafe {
+            std::alloc::alloc_zeroed(Layout::from_size_align(size.max(1), 64).ok()?)
+        })
+    }
+    unsafe fn free(&self, p: NonNull<u8>, size: usize) {
+        // SAFETY: caller contract.
+        unsafe {
+            std::alloc::dealloc(
+                p.as_ptr(),
+                Layout::from_size_align(size.max(1), 64).unwrap(),
+            )
+        }
+    }
+}
+
+#[test]
+fn gates_in_order() {
+    let f = Fixture::new(SimConfig::scaled_down(Preset::Trn2, 1));
+    let n = f.nrt();
+    assert_eq!(
+        n.tensor_allocate(0, 0, 16, Some("t"), None)
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_UNINITIALIZED
+    );
+    n.init(&InitOptions::default()).unwrap();
+    // range gate before the host-on-CAYMAN gate
+    assert_eq!(
+        n.tensor_allocate(1, 9, 16, Some("t"), None)
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_INVALID
+    );
+    let e = n.tensor_allocate(1, 0, 16, Some("t"), None).unwrap_err();
+    assert_eq!(
+        e.status(),
+        NRT_STATUS::NRT_RESOURCE,
+        "host tensors are refused on CAYMAN: {e}"
+    );
+    assert_eq!(
+        n.tensor_allocate(7, 0, 16, Some("t"), None)
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_INVALID
+    );
+    assert_eq!(
+        n.tensor_allocate(0, 0, 0, Some("t"), None)
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_INVALID
+    );
+    let long = "x".repeat(96);
+    assert_eq!(
+        n.tensor_allocate(0, 0, 16, Some(&long), None)
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_INVALID
+    );
+    n.close().unwrap();
+    assert_eq!(
+        n.tensor_allocate(0, 0, 16, Some("t"), None)
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_CLOSED
+    );
+}
+
+#[test]
+fn device_tensor_round_trip_slices_and_info() {
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn2, 1),
+        InitOptions::default(),
+    );
+    let n = f.nrt();
+    let t = n.tensor_allocate(0, 1, 8192, Some("in"), None).unwrap();
+    assert_eq!(
+        n.ledger_device(
+            0,
+            2,
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as usize
+        ),
+        8192,
+        "vnc 1 = cores 2,3; GLOBAL heap of core 2"
+    );
+    let data: Vec<u8> = (0..8192u32).map(|i| i as u8).collect();
+    n.tensor_write(t, &data, 0).unwrap();
+    let mut back = vec![0u8; 8192];
+    n.tensor_read(t, &mut back, 0).unwrap();
+    assert_eq!(back, data);
+    assert!(matches!(
+        n.tensor_write(t, &data, 1),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        n.tensor_read(t, &mut back, u64::MAX),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let info = n.tensor_device_allocation_info(t).unwrap();
+    assert_eq!((info.size, info.hbm_index), (8192, 1));
+    let s = n
+        .tensor_allocate_slice(t, 4096, 100, Some("slice"))
+        .unwrap();
+    let mut b = vec![0u8; 100];
+    n.tensor_read(s, &mut b, 0).unwrap();
+    assert_eq!(b, data[4096..4196]);
+    assert_eq!(
+        n.tensor_device_allocation_info(s).unwrap().physical_address,
+        info.physical_address + 4096
+    );
+    assert!(n.tensor_allocate_slice(t, 8000, 500, None).is_err());
+    n.tensor_memset(s, 0, 0xee, 100).unwrap();
+    n.tensor_free(t, None).unwrap();
+    assert_eq!(
+        n.tensor_free(t, None).unwrap_err().status(),
+        NRT_STATUS::NRT_INVALID,
+        "double free detected"
+    );
+    // The slice keeps the storage alive.
+    n.tensor_read(s, &mut b, 0).unwrap();
+    assert!(b.iter().all(|x| *x == 0xee));
+    assert_eq!(n.ledger_device(0, 2, 22), 8192);
+    n.tensor_free(s, None).unwrap();
+    assert_eq!(n.ledger_device(0, 2, 22), 0, "freed with the last user");
+}
+
+#[test]
+fn virtual_attach_copy_and_host_placement() {
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn1, 1),
+        InitOptions::default(),
+    );
+    let n = f.nrt();
+    let v = n
+        .tensor_allocate(2, -1, 64, Some("v"), Some(&Heap))
+        .unwrap();
+    assert!(!n.tensor_get_va(v).unwrap().is_null());
+    n.tensor_write(v, &[7u8; 64], 0).unwrap();
+    let h = n.tensor_allocate(1, 0, 64, Some("h"), None).unwrap();
+    assert_eq!(
+        n.ledger_host(
+            0,
+            0,
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as usize
+        ),
+        64
+    );
+    let d0 = n.tensor_allocate(0, 0, 64, Some("d0"), None).unwrap();
+    let d1 = n.tensor_allocate(0, 1, 64, Some("d1"), None).unwrap();
+    n.tensor_copy(v, 0, d0, 0, 64).unwrap();
+    n.tensor_copy(d0, 0, h, 0, 64).unwrap();
+    let mut b = [0u8; 64];
+    n.tensor_read(h, &mut b, 0).unwrap();
+    assert_eq!(b, [7u8; 64]);
+    assert_eq!(
+        n.tensor_copy(d0, 0, d1, 0, 64).unwrap_err().status(),
+        NRT_STATUS::NRT_INVALID,
+        "device copies stay on a core"
+    );
+    let mut buf = vec![1u8; 32];
+    let e = n.tensor_allocate_empty(Some("e")).unwrap();
+    assert!(n.tensor_read(e, &mut b[..1], 0).is_err(), "no storage yet");
+    n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&Heap))
+        .unwrap();
+    n.tensor_write(e, &[9u8; 4], 0).unwrap();
+    n.tensor_free(e, Some(&Heap)).unwrap();
+    assert_eq!(
+        &buf[..5],
+        &[9, 9, 9, 9, 1],
+        "the caller's buffer is never freed by us"
+    );
+    for t in [v, h, d0, d1] {
+        n.tensor_free(t, Some(&Heap)).unwrap();
+    }
+    assert_eq!(
+        n.tensor_free(std::ptr::null_mut(), None)
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_INVALID
+    );
+    let mut fake = [0u8; 192];
+    assert!(
+        n.tensor_check(fake.as_mut_ptr() as *const nrt_tensor_t)
+            .is_err(),
+        "foreign pointer"
+    );
+    n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0);
+}
+
+#[test]
+fn execute_binds_by_name_and_copies_inputs_to_outputs() {
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn2, 1),
+        InitOptions::default(),
+    );
+    let n = f.nrt();
+    let ins = [
+        TensorDecl {
+            name: "a",
+            size: 16,
+        },
+        TensorDecl { name: "b", size: 8 },
+    ];
+    let outs = [
+        TensorDecl {
+            name: "x",
+            size: 16,
+        },
+        TensorDecl {
+            name: "y",
+            size: 12,
+        },
+    ];
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let h = n.load_model(0, &spec).unwrap();
+    let mk = |name, size| n.tensor_allocate(0, 0, size, Some(name), None).unwrap();
+    let (a, b, x, y) = (mk("a", 16), mk("b", 8), mk("x", 16), mk("y", 12));
+    n.tensor_write(a, &[1u8; 16], 0).unwrap();
+    n.tensor_write(b, &[2u8; 8], 0).unwrap();
+    n.tensor_write(y, &[0xffu8; 12], 0).unwrap();
+    let mut si = TensorSet::new();
+    let mut so = TensorSet::new();
+    si.add("a", a).unwrap();
+    so.add("x", x).unwrap();
+    assert_eq!(
+        n.execute(h, &si, &so).unwrap_err().status(),
+        NRT_STATUS::NRT_INVALID,
+        "missing input b"
+    );
+    si.add("b", b).unwrap();
+    so.add("y", a).unwrap();
+    assert_eq!(
+        n.execute(h, &si, &so).unwrap_err().status(),
+        NRT_STATUS::NRT_INVALID,
+        "wrong size"
+    );
+    so.add("y", y).unwrap();
+    n.execute(h, &si, &so).unwrap();
+    let mut out = [0u8; 12];
+    n.tensor_read(y, &mut out, 0).unwrap();
+    assert_eq!(out, [2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0]);
+    assert_eq!(n.tensor_output_completion(y).unwrap(), 1);
+    assert_eq!(n.tensor_pending(y).unwrap(), (0, 0));
+    n.tensor_reset_output_completion(y).unwrap();
+    assert_eq!(n.tensor_output_completion(y).unwrap(), 0);
+    let mut buf = [std::ptr::null_mut(); 4];
+    assert_eq!(si.as_list(&mut buf).num_tensors, 2);
+    n.unload_model(h).unwrap();
+    assert!(n.execute(h, &si, &so).is_err());
+}
+
+#[test]
+fn independent_instances_do_not_share_state() {
+    let f1 = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let st = CoreState::new_boxed();
+    let n2 = Nrt::new(&st, &*f1.sim);
+    assert_eq!(
+        n2.tensor_allocate(0, 0, 16, None, None)
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_UNINITIALIZED
+    );
+    let t = f1.nrt().tensor_allocate(0, 0, 16, None, None).unwrap();
+    assert!(
+        n2.tensor_check(t).is_err(),
+        "another instance's tensor is foreign"
+    );
+}
