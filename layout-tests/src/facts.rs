@@ -1,0 +1,409 @@
+//! The spec's layout facts (`shared/spec/layout-facts.toml`) and what they pin.
+//!
+//! A copy is vendored at `layout-tests/facts/layout-facts.toml` (a test keeps it equal to the
+//! shared one) and compiled in, so the DWARF checker knows, fact by fact, which sizes, offsets,
+//! array bounds and enum values the spec states (`observed`/`inferred`: must match) and which are
+//! the project's own choice (`chosen`: a mismatch is a finding).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use nrt_core::abi::{self, meta::StructInfo, tables};
+use serde::Deserialize;
+
+/// The vendored `layout-facts.toml` text (libnrt 2.31.24.0, x86-64).
+pub const VENDORED: &str = include_str!("../facts/layout-facts.toml");
+
+/// The whole facts file.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Facts {
+    /// `[[struct]]` tables.
+    #[serde(rename = "struct", default)]
+    pub structs: Vec<StructFact>,
+    /// `[[enum]]` tables.
+    #[serde(rename = "enum", default)]
+    pub enums: Vec<EnumFact>,
+    /// `[constants]`: integers, or arrays of integers.
+    #[serde(default)]
+    pub constants: BTreeMap<String, toml::Value>,
+    /// `[outcomes]`: status names per error path (spec §3.2, §4.3, §7.2).
+    #[serde(default)]
+    pub outcomes: BTreeMap<String, String>,
+}
+
+/// One `[[struct]]`: a pinned size and the members the spec places.
+#[derive(Clone, Debug, Deserialize)]
+pub struct StructFact {
+    /// libnrt's type name.
+    pub name: String,
+    /// `sizeof`, always pinned.
+    pub size: usize,
+    /// Spec section.
+    pub section: String,
+    /// `observed` unless stated (`inferred` for sizes derived by division).
+    #[serde(default)]
+    pub provenance: Option<String>,
+    /// Members the spec states something about.
+    #[serde(default)]
+    pub fields: Vec<FieldFact>,
+}
+
+/// One member fact; each present attribute is pinned.
+#[derive(Clone, Debug, Deserialize)]
+pub struct FieldFact {
+    /// Member name.
+    pub name: String,
+    /// Byte offset, when the spec states it.
+    #[serde(default)]
+    pub offset: Option<usize>,
+    /// Byte size, when stated.
+    #[serde(default)]
+    pub size: Option<usize>,
+    /// Element count of an array member, when stated.
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// `observed` or `inferred`.
+    pub provenance: String,
+}
+
+/// One `[[enum]]`: the member values the spec states.
+#[derive(Clone, Debug, Deserialize)]
+pub struct EnumFact {
+    /// libnrt's type name.
+    pub name: String,
+    /// `sizeof`, when stated.
+    #[serde(default)]
+    pub size: Option<usize>,
+    /// Spec section.
+    pub section: String,
+    /// Number of members, when stated.
+    #[serde(default)]
+    pub count: Option<usize>,
+    /// `observed` unless stated.
+    #[serde(default)]
+    pub provenance: Option<String>,
+    /// `NAME = value` for every pinned member.
+    #[serde(default)]
+    pub members: BTreeMap<String, i64>,
+}
+
+impl Facts {
+    /// Parses a facts file.
+    pub fn parse(text: &str) -> Result<Facts, String> {
+        toml::from_str(text).map_err(|e| format!("layout-facts.toml: {e}"))
+    }
+
+    /// The compiled-in vendored facts.
+    pub fn vendored() -> Result<&'static Facts, String> {
+        static CELL: OnceLock<Result<Facts, String>> = OnceLock::new();
+        CELL.get_or_init(|| Facts::parse(VENDORED))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The `[[struct]]` entry for `name`.
+    pub fn struct_fact(&self, name: &str) -> Option<&StructFact> {
+        self.structs.iter().find(|s| s.name == name)
+    }
+
+    /// The `[[enum]]` entry for `name`.
+    pub fn enum_fact(&self, name: &str) -> Option<&EnumFact> {
+        self.enums.iter().find(|e| e.name == name)
+    }
+}
+
+impl StructFact {
+    /// The member fact for `name`.
+    pub fn field(&self, name: &str) -> Option<&FieldFact> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+}
+
+/// Which attributes of one member are pinned by the spec.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldPins {
+    /// The offset is the spec's.
+    pub offset: bool,
+    /// The byte size is the spec's.
+    pub size: bool,
+    /// The array bounds (element count) are the spec's.
+    pub bounds: bool,
+}
+
+impl FieldPins {
+    /// Any attribute pinned.
+    pub fn any(self) -> bool {
+        self.offset || self.size || self.bounds
+    }
+}
+
+/// What is pinned, derived from the facts and the Rust tables together.
+///
+/// * A member whose Rust provenance is `Observed`/`Inferred` is pinned whole (offset, size,
+///   bounds): the project claims it is the spec's.
+/// * Any attribute the facts file lists for a member is pinned, whatever the Rust provenance
+///   (e.g. `tpb_t.pooling_q7_nrtucode_core` has a chosen offset but an observed count of 8).
+/// * A struct's size is pinned when the facts list the struct, or when a pinned member embeds it
+///   by value with a stated size (`tpb_t.sunda` pins `tpb_sunda_t` at 2960, `tpb_t.model_db_lock`
+///   pins `nrt_mutex_t` at 40).
+#[derive(Clone, Debug)]
+pub struct Pins {
+    facts: Facts,
+}
+
+impl Pins {
+    /// Pins from the compiled-in facts.
+    pub fn vendored() -> Result<Pins, String> {
+        Ok(Pins {
+            facts: Facts::vendored()?.clone(),
+        })
+    }
+
+    /// Pins from an explicit facts file.
+    pub fn new(facts: Facts) -> Pins {
+        Pins { facts }
+    }
+
+    /// The facts these pins come from.
+    pub fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
+    /// The spec section that pins `s`'s size, or `None` when the size is the project's choice.
+    pub fn struct_size(&self, s: &StructInfo) -> Option<String> {
+        if let Some(f) = self.facts.struct_fact(s.name) {
+            return Some(f.section.clone());
+        }
+        for parent in abi::STRUCTS {
+            let Some(pf) = self.facts.struct_fact(parent.name) else {
+                continue;
+            };
+            for field in parent.fields {
+                if field.c_base != s.name {
+                    continue;
+                }
+                if let Some(ff) = pf.field(field.name) {
+                    if ff.size.is_some() {
+                        return Some(pf.section.clone());
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Which attributes of `s.field` are pinned.
+    pub fn field(&self, s: &StructInfo, field: &str) -> FieldPins {
+        let mut p = FieldPins::default();
+        if let Some(f) = s.field(field) {
+            if crate::is_pinned(f) {
+                p = FieldPins {
+                    offset: true,
+                    size: true,
+                    bounds: true,
+                };
+            }
+        }
+        if let Some(ff) = self
+            .facts
+            .struct_fact(s.name)
+            .and_then(|sf| sf.field(field))
+        {
+            p.offset |= ff.offset.is_some();
+            p.size |= ff.size.is_some();
+            p.bounds |= ff.count.is_some();
+        }
+        p
+    }
+
+    /// `true` when the facts pin `enum_name::member`.
+    pub fn enum_member(&self, enum_name: &str, member: &str) -> bool {
+        self.facts
+            .enum_fact(enum_name)
+            .is_some_and(|e| e.members.contains_key(member))
+    }
+
+    /// The pinned `sizeof` of an enum.
+    pub fn enum_size(&self, enum_name: &str) -> Option<usize> {
+        self.facts.enum_fact(enum_name).and_then(|e| e.size)
+    }
+
+    /// The pinned member count of an enum.
+    pub fn enum_count(&self, enum_name: &str) -> Option<usize> {
+        self.facts.enum_fact(enum_name).and_then(|e| e.count)
+    }
+
+    /// The spec section of an enum, when the facts list it.
+    pub fn enum_section(&self, enum_name: &str) -> Option<&str> {
+        self.facts.enum_fact(enum_name).map(|e| e.section.as_str())
+    }
+
+    /// Indices of the host category table pinned to the sentinel (spec §3.3: `[18, 19, 20, 21]`).
+    pub fn host_invalid_indices(&self) -> Vec<usize> {
+        match self
+            .facts
+            .constants
+            .get("host_category_invalid_usage_indices")
+        {
+            Some(toml::Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_integer())
+                .filter_map(|v| usize::try_from(v).ok())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The pinned sentinel byte (spec §3.2: 20).
+    pub fn sentinel(&self) -> Option<u8> {
+        self.facts
+            .constants
+            .get("category_invalid_sentinel")
+            .and_then(|v| v.as_integer())
+            .and_then(|v| u8::try_from(v).ok())
+    }
+}
+
+fn value_u64(v: &toml::Value) -> Option<u64> {
+    v.as_integer().and_then(|i| u64::try_from(i).ok())
+}
+
+/// Every disagreement between `facts` and the project's tables (empty = all facts hold): struct
+/// sizes, each listed member's offset/size/count and provenance, enum sizes/counts/values, and
+/// every constant (both ways). Spec: all sections; this is issue 2 item 4's "Rust" proof.
+pub fn verify_tables(facts: &Facts) -> Vec<String> {
+    let mut errs = Vec::new();
+    for sf in &facts.structs {
+        let Some(s) = abi::struct_info(&sf.name) else {
+            errs.push(format!("struct {}: not in abi::STRUCTS", sf.name));
+            continue;
+        };
+        if s.size != sf.size {
+            errs.push(format!(
+                "{}: size {} in the tables, {} in the facts",
+                sf.name, s.size, sf.size
+            ));
+        }
+        for ff in &sf.fields {
+            let Some(f) = s.field(&ff.name) else {
+                errs.push(format!(
+                    "{}.{}: no such member in the tables",
+                    sf.name, ff.name
+                ));
+                continue;
+            };
+            let at = format!("{}.{}", sf.name, ff.name);
+            if let Some(o) = ff.offset {
+                if f.offset != o {
+                    errs.push(format!(
+                        "{at}: offset {} in the tables, {o} in the facts",
+                        f.offset
+                    ));
+                }
+                if f.provenance.as_str() != ff.provenance {
+                    errs.push(format!(
+                        "{at}: provenance {} in the tables, {} in the facts",
+                        f.provenance.as_str(),
+                        ff.provenance
+                    ));
+                }
+            }
+            if let Some(z) = ff.size {
+                if f.size != z {
+                    errs.push(format!(
+                        "{at}: size {} in the tables, {z} in the facts",
+                        f.size
+                    ));
+                }
+            }
+            if let Some(c) = ff.count {
+                if f.count() != c {
+                    errs.push(format!(
+                        "{at}: count {} in the tables, {c} in the facts",
+                        f.count()
+                    ));
+                }
+            }
+        }
+    }
+    for ef in &facts.enums {
+        let Some(e) = abi::ENUMS.iter().find(|e| e.name == ef.name) else {
+            errs.push(format!("enum {}: not in abi::ENUMS", ef.name));
+            continue;
+        };
+        if let Some(z) = ef.size {
+            if e.size != z {
+                errs.push(format!(
+                    "{}: size {} in the tables, {z} in the facts",
+                    ef.name, e.size
+                ));
+            }
+        }
+        if let Some(c) = ef.count {
+            if e.members.len() != c {
+                errs.push(format!(
+                    "{}: {} members in the tables, {c} in the facts",
+                    ef.name,
+                    e.members.len()
+                ));
+            }
+        }
+        for (n, v) in &ef.members {
+            match e.members.iter().find(|(m, _)| m == n) {
+                None => errs.push(format!("{}.{n}: no such member in the tables", ef.name)),
+                Some((_, t)) if t != v => errs.push(format!(
+                    "{}.{n}: {t} in the tables, {v} in the facts",
+                    ef.name
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    for (name, v) in &facts.constants {
+        if let toml::Value::Array(items) = v {
+            let want: Vec<Option<u64>> = items.iter().map(value_u64).collect();
+            match name.as_str() {
+                "host_category_invalid_usage_indices" => {
+                    let have: Vec<Option<u64>> =
+                        tables::constants::HOST_CATEGORY_INVALID_USAGE_INDICES
+                            .iter()
+                            .map(|i| Some(*i as u64))
+                            .collect();
+                    if have != want {
+                        errs.push(format!(
+                            "constant {name}: {have:?} in the tables, {want:?} in the facts"
+                        ));
+                    }
+                    for i in want.iter().flatten() {
+                        let byte = usize::try_from(*i)
+                            .ok()
+                            .and_then(|i| tables::DMEM_USAGE_TYPE_TO_HOST_CATEGORY.get(i));
+                        if byte != Some(&tables::CATEGORY_INVALID) {
+                            errs.push(format!(
+                                "host_category[{i}] is {byte:?}, the facts pin the sentinel {}",
+                                tables::CATEGORY_INVALID
+                            ));
+                        }
+                    }
+                }
+                _ => errs.push(format!(
+                    "constant {name}: array constant the checker does not know"
+                )),
+            }
+            continue;
+        }
+        match tables::constants::ALL.iter().find(|(n, _)| n == name) {
+            None => errs.push(format!("constant {name}: not in tables::constants::ALL")),
+            Some((_, t)) if Some(*t) != value_u64(v) => errs.push(format!(
+                "constant {name}: {t} in the tables, {v} in the facts"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (n, _) in tables::constants::ALL {
+        if !facts.constants.contains_key(*n) {
+            errs.push(format!("constant {n}: in the tables but not in the facts"));
+        }
+    }
+    errs
+}
