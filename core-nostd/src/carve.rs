@@ -16,11 +16,11 @@
 //! * **Good fit for exact holes.** Textbook TLSF rounds a request up to the next class and so
 //!   never reuses a freed hole of exactly the requested size when that hole sits in the
 //!   request's own class. [`Carve::alloc`] first scans at most [`OWN_CLASS_SCAN`] entries of the
-//!   request's own class (best fit among them, stopping early on an exact fit), then takes the
-//!   next class up, then — for alignments above the granule — the class that guarantees an
-//!   aligned fit. Every step is bounded, so alloc stays O(1)-class. Only a request that would
-//!   otherwise be refused scans its own class to the end (so "out of space" is never reported
-//!   while a fitting block of that class exists).
+//!   request's own class (first fit: blocks too small are skipped, and blocks of one class
+//!   differ by less than 1/32), then takes the next class up, then — for alignments above the
+//!   granule — the class that guarantees an aligned fit. Every step is bounded, so alloc stays
+//!   O(1)-class. Only a request that would otherwise be refused scans its own class to the end
+//!   (so "out of space" is never reported while a fitting block of that class exists).
 //! * **Native alignment.** The head fragment in front of an aligned start is split off as its
 //!   own free block instead of being wasted.
 //! * **Immediate coalescing.** Each node links to its physical neighbours, so free merges with
@@ -38,6 +38,7 @@
 #![deny(unsafe_code)]
 
 use core::fmt;
+use core::num::NonZeroU64;
 
 use crate::abi::meta::ZeroValid;
 use crate::driver::{errno, Errno, PoolStats};
@@ -110,32 +111,40 @@ impl fmt::Display for CarveError {
 }
 
 /// Names one live allocation of a [`Carve`]: node index (≥ 1) in the low 32 bits and the
-/// node's generation in the high 32 bits, so the raw value is never 0 and a reused node gets a
-/// different id (public ABI §3: handles are opaque non-zero `u64`s).
+/// node's generation in the high 32 bits, so the raw value is never 0 (`Option<CarveId>` is 8
+/// bytes) and a reused node gets a different id (public ABI §3: handles are opaque non-zero
+/// `u64`s).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct CarveId(u64);
+pub struct CarveId(NonZeroU64);
 
 impl CarveId {
-    /// Builds an id from its parts (for handle encodings that pack them elsewhere).
-    pub const fn from_parts(index: u32, generation: u32) -> Self {
-        CarveId(((generation as u64) << 32) | index as u64)
+    /// Builds an id from its parts (for handle encodings that pack them elsewhere); `None`
+    /// for index 0, which no allocation has.
+    pub const fn from_parts(index: u32, generation: u32) -> Option<Self> {
+        if index == NIL {
+            return None;
+        }
+        match NonZeroU64::new(((generation as u64) << 32) | index as u64) {
+            Some(v) => Some(CarveId(v)),
+            None => None,
+        }
     }
-    /// Rebuilds an id from [`CarveId::raw`].
-    pub const fn from_raw(raw: u64) -> Self {
-        CarveId(raw)
+    /// Rebuilds an id from [`CarveId::raw`]; `None` for a value no allocation can have.
+    pub const fn from_raw(raw: u64) -> Option<Self> {
+        Self::from_parts(raw as u32, (raw >> 32) as u32)
     }
-    /// The raw value (non-zero for every id a carve hands out).
+    /// The raw value (never 0).
     pub const fn raw(self) -> u64 {
-        self.0
+        self.0.get()
     }
     /// Node index part (1-based).
     pub const fn index(self) -> u32 {
-        self.0 as u32
+        self.0.get() as u32
     }
     /// Generation part.
     pub const fn generation(self) -> u32 {
-        (self.0 >> 32) as u32
+        (self.0.get() >> 32) as u32
     }
 }
 
@@ -219,6 +228,8 @@ struct Node {
     next_free: u32,
     /// Bumped each time the node becomes USED; never reset (not even by `init`).
     generation: u32,
+    /// `fl * SL + sl` of the free list the node is on (valid while FREE).
+    class: u16,
     state: u8,
 }
 
@@ -231,6 +242,7 @@ impl Node {
         prev_free: NIL,
         next_free: NIL,
         generation: 0,
+        class: 0,
         state: UNUSED,
     };
 }
@@ -336,7 +348,12 @@ impl<const N: usize> Carve<N> {
     /// allocation is only touched as nodes are used).
     #[cfg(any(test, feature = "std"))]
     pub fn new_boxed() -> std::boxed::Box<Self> {
-        zeroed_box()
+        let b = std::boxed::Box::<Self>::new_zeroed();
+        // SAFETY: `Carve<N>` is `ZeroValid`: all-zero bytes are its uninitialised state.
+        #[allow(unsafe_code)]
+        unsafe {
+            b.assume_init()
+        }
     }
 
     /// Sets the carve up to manage `[base, base + size)` in units of `granule` (a power of two;
@@ -460,7 +477,12 @@ impl<const N: usize> Carve<N> {
         let n = self.node_mut(used);
         n.generation = n.generation.wrapping_add(1);
         let block = CarveBlock {
-            id: CarveId::from_parts(used, n.generation),
+            // `used` is a taken node, so its index is ≥ 1: the value is non-zero and the
+            // fallback is unreachable.
+            id: CarveId(
+                NonZeroU64::new(((n.generation as u64) << 32) | used as u64)
+                    .unwrap_or(NonZeroU64::MIN),
+            ),
             addr: n.addr,
             size,
         };
@@ -590,7 +612,7 @@ impl<const N: usize> Carve<N> {
             if n.prev_phys != prev {
                 return Err("prev_phys mismatch");
             }
-            if n.addr != expect || n.size == 0 || n.size % self.granule != 0 {
+            if n.addr != expect || n.size == 0 || !n.size.is_multiple_of(self.granule) {
                 return Err("blocks not contiguous / granule-sized");
             }
             match n.state {
@@ -659,7 +681,10 @@ impl<const N: usize> Carve<N> {
                 let mut back = NIL;
                 while j != NIL {
                     let n = self.node(j);
-                    if n.state != FREE || mapping_insert(n.size) != (fl, sl) || n.prev_free != back
+                    if n.state != FREE
+                        || mapping_insert(n.size) != (fl, sl)
+                        || n.class as usize != fl * SL + sl
+                        || n.prev_free != back
                     {
                         return Err("bad free-list entry");
                     }
@@ -677,12 +702,12 @@ impl<const N: usize> Carve<N> {
 
     // ---- internals -------------------------------------------------------------------------
 
-    #[inline]
+    #[inline(always)]
     fn node(&self, i: u32) -> &Node {
         &self.nodes[(i - 1) as usize]
     }
 
-    #[inline]
+    #[inline(always)]
     fn node_mut(&mut self, i: u32) -> &mut Node {
         &mut self.nodes[(i - 1) as usize]
     }
@@ -694,7 +719,7 @@ impl<const N: usize> Carve<N> {
     }
 
     /// Takes a node (caller checked `spare_nodes() > 0`); its generation is preserved.
-    #[inline]
+    #[inline(always)]
     fn take_node(&mut self) -> u32 {
         if self.spare_head != NIL {
             let i = self.spare_head;
@@ -707,7 +732,7 @@ impl<const N: usize> Carve<N> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn release_node(&mut self, i: u32) {
         let head = self.spare_head;
         let n = self.node_mut(i);
@@ -718,7 +743,7 @@ impl<const N: usize> Carve<N> {
     }
 
     /// Sets a taken node's block fields, keeping its generation.
-    #[inline]
+    #[inline(always)]
     fn setup(&mut self, i: u32, addr: u64, size: u64, state: u8) {
         let n = self.node_mut(i);
         n.addr = addr;
@@ -729,7 +754,7 @@ impl<const N: usize> Carve<N> {
     }
 
     /// Puts `b` right after `a` in the physical chain.
-    #[inline]
+    #[inline(always)]
     fn link_after(&mut self, a: u32, b: u32) {
         let next = self.node(a).next_phys;
         {
@@ -744,7 +769,7 @@ impl<const N: usize> Carve<N> {
     }
 
     /// Removes `i` from the physical chain (it is being merged into its predecessor).
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, i: u32) {
         let (p, n) = {
             let x = self.node(i);
@@ -758,7 +783,7 @@ impl<const N: usize> Carve<N> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn insert_free(&mut self, i: u32) {
         let (fl, sl) = mapping_insert(self.node(i).size);
         let head = if self.sl_bitmap[fl] & (1 << sl) != 0 {
@@ -770,6 +795,7 @@ impl<const N: usize> Carve<N> {
             let n = self.node_mut(i);
             n.prev_free = NIL;
             n.next_free = head;
+            n.class = (fl * SL + sl) as u16;
         }
         if head != NIL {
             self.node_mut(head).prev_free = i;
@@ -780,13 +806,13 @@ impl<const N: usize> Carve<N> {
         self.free_blocks += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn remove_free(&mut self, i: u32) {
-        let (size, p, n) = {
+        let (class, p, n) = {
             let x = self.node(i);
-            (x.size, x.prev_free, x.next_free)
+            (x.class as usize, x.prev_free, x.next_free)
         };
-        let (fl, sl) = mapping_insert(size);
+        let (fl, sl) = (class / SL, class % SL);
         if p != NIL {
             self.node_mut(p).next_free = n;
         } else {
@@ -805,7 +831,7 @@ impl<const N: usize> Carve<N> {
     }
 
     /// The first non-empty class at or above `(fl, sl)`.
-    #[inline]
+    #[inline(always)]
     fn find_suitable(&self, fl: usize, sl: usize) -> Option<(usize, usize)> {
         let sl_map = self.sl_bitmap[fl] & (u32::MAX << sl);
         if sl_map != 0 {
@@ -823,37 +849,31 @@ impl<const N: usize> Carve<N> {
         Some((f, self.sl_bitmap[f].trailing_zeros() as usize))
     }
 
-    /// Scans at most `limit` entries of one class. `best`: keep the smallest fitting block
-    /// (stopping at an exact fit); otherwise take the first that fits.
-    #[inline]
+    /// The first of at most `limit` entries of one class that holds `size` at `align`
+    /// (blocks of one class differ by less than 1/32 of their size, so first fit inside a
+    /// class costs at most that much over best fit; blocks too small are skipped).
+    #[inline(always)]
     fn scan_class(
         &self,
         (fl, sl): (usize, usize),
         size: u64,
         align: u64,
-        best: bool,
         limit: u32,
     ) -> Option<(u32, u64)> {
         if self.sl_bitmap[fl] & (1 << sl) == 0 {
             return None;
         }
         let mut i = self.heads[fl][sl];
-        let mut hit: Option<(u32, u64, u64)> = None;
         let mut seen = 0;
         while i != NIL && seen < limit {
             let n = self.node(i);
             if let Some(pad) = fit(n.addr, n.size, size, align) {
-                if !best || (pad == 0 && n.size == size) {
-                    return Some((i, pad));
-                }
-                if hit.is_none_or(|(_, _, s)| n.size < s) {
-                    hit = Some((i, pad, n.size));
-                }
+                return Some((i, pad));
             }
             i = n.next_free;
             seen += 1;
         }
-        hit.map(|(i, pad, _)| (i, pad))
+        None
     }
 
     /// Finds a free block for `size` bytes at `align` (both granule multiples): own class
@@ -862,13 +882,13 @@ impl<const N: usize> Carve<N> {
     /// class scanned to its end, so a fitting block is never missed for want of looking.
     fn find(&self, size: u64, align: u64) -> Option<(u32, u64)> {
         let own = mapping_insert(size);
-        if let Some(hit) = self.scan_class(own, size, align, true, OWN_CLASS_SCAN) {
+        if let Some(hit) = self.scan_class(own, size, align, OWN_CLASS_SCAN) {
             return Some(hit);
         }
         if let Some(up) = mapping_search(size) {
             if let Some(class) = self.find_suitable(up.0, up.1) {
                 if class != own {
-                    if let Some(hit) = self.scan_class(class, size, align, false, OWN_CLASS_SCAN) {
+                    if let Some(hit) = self.scan_class(class, size, align, OWN_CLASS_SCAN) {
                         return Some(hit);
                     }
                 }
@@ -879,7 +899,7 @@ impl<const N: usize> Carve<N> {
                 return Some(hit);
             }
         }
-        self.scan_class(own, size, align, true, u32::MAX)
+        self.scan_class(own, size, align, u32::MAX)
     }
 
     /// The head of the first class whose every block holds `size` at any `align` position.
@@ -891,29 +911,6 @@ impl<const N: usize> Carve<N> {
         let n = self.node(h);
         fit(n.addr, n.size, size, align).map(|pad| (h, pad))
     }
-}
-
-/// A heap allocation of a zero-valid `T`, all bytes zero, never built on the stack (the
-/// allocation is lazily backed, so huge zero-valid structs cost nothing until touched).
-/// Aborts like `Box::new` if the allocator fails. (`Box::new_zeroed` is newer than the MSRV.)
-#[cfg(any(test, feature = "std"))]
-#[allow(unsafe_code)]
-pub(crate) fn zeroed_box<T: ZeroValid>() -> std::boxed::Box<T> {
-    use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
-    let layout = Layout::new::<T>();
-    if layout.size() == 0 {
-        // SAFETY: for a zero-sized `T`, a dangling aligned pointer is a valid box, and
-        // `T: ZeroValid` makes its (empty) zero value valid.
-        return unsafe { std::boxed::Box::from_raw(core::ptr::NonNull::<T>::dangling().as_ptr()) };
-    }
-    // SAFETY: `layout` has a non-zero size.
-    let p = unsafe { alloc_zeroed(layout) }.cast::<T>();
-    if p.is_null() {
-        handle_alloc_error(layout);
-    }
-    // SAFETY: `p` is a global-allocator allocation with `T`'s layout, every byte zero, which is
-    // a valid `T` (`T: ZeroValid`); ownership passes to the box.
-    unsafe { std::boxed::Box::from_raw(p) }
 }
 
 impl<const N: usize> Default for Carve<N> {
@@ -980,7 +977,7 @@ mod tests {
         assert!(!c.is_initialized());
         assert_eq!(c.alloc(4096, 0), Err(CarveError::Uninitialized));
         assert_eq!(
-            c.free(CarveId::from_parts(1, 1)),
+            c.free(CarveId::from_parts(1, 1).unwrap()),
             Err(CarveError::Uninitialized)
         );
         assert_eq!(
@@ -1020,13 +1017,14 @@ mod tests {
             c.alloc(u64::MAX - 8191, 1 << 63),
             Err(CarveError::OutOfSpace)
         );
-        assert_eq!(c.free(CarveId::from_raw(0)), Err(CarveError::InvalidId));
+        assert_eq!(CarveId::from_raw(0), None);
+        assert_eq!(CarveId::from_parts(0, 7), None);
         assert_eq!(
-            c.free(CarveId::from_raw(u64::MAX)),
+            c.free(CarveId::from_raw(u64::MAX).unwrap()),
             Err(CarveError::InvalidId)
         );
         assert_eq!(
-            c.free(CarveId::from_parts(1, 0)),
+            c.free(CarveId::from_parts(1, 0).unwrap()),
             Err(CarveError::InvalidId)
         );
         // the whole range in one block

@@ -369,11 +369,11 @@ impl SimDevice {
         }
         let info = cfg.preset.device_info();
         let cs = cfg.channel_size_override.unwrap_or(info.hbm_channel_size);
-        if cs % PAGE_SIZE != 0 || !(MIN_CHANNEL_SIZE..=MAX_POOL_SIZE).contains(&cs) {
+        if !cs.is_multiple_of(PAGE_SIZE) || !(MIN_CHANNEL_SIZE..=MAX_POOL_SIZE).contains(&cs) {
             return Err(errno::EINVAL);
         }
         let host = cfg.host_dma_capacity;
-        if host % PAGE_SIZE != 0 || !(PAGE_SIZE..=MAX_POOL_SIZE).contains(&host) {
+        if !host.is_multiple_of(PAGE_SIZE) || !(PAGE_SIZE..=MAX_POOL_SIZE).contains(&host) {
             return Err(errno::EINVAL);
         }
         let small = small_region(cs);
@@ -417,7 +417,9 @@ impl SimDevice {
     /// A zeroed simulator on the heap, initialised for `cfg` (never built on the stack).
     #[cfg(any(test, feature = "std"))]
     pub fn new_boxed(cfg: &SimConfig) -> Result<std::boxed::Box<Self>, Errno> {
-        let mut b = crate::carve::zeroed_box::<Self>();
+        let b = std::boxed::Box::<Self>::new_zeroed();
+        // SAFETY: `SimDevice` is `ZeroValid`: all-zero bytes are its uninitialised state.
+        let mut b = unsafe { b.assume_init() };
         b.init(cfg)?;
         Ok(b)
     }
@@ -570,7 +572,8 @@ impl SimDevice {
                 return Err(errno::EINVAL);
             }
         }
-        let id = CarveId::from_parts(field(0, H_INDEX_BITS), field(H_GEN_SHIFT, 32));
+        let id = CarveId::from_parts(field(0, H_INDEX_BITS), field(H_GEN_SHIFT, 32))
+            .ok_or(errno::EINVAL)?;
         Ok((pool, id))
     }
 
@@ -982,7 +985,8 @@ mod tests {
 
     #[test]
     fn init_rejects_bad_configs() {
-        let mut s: Box<SimDevice> = crate::carve::zeroed_box();
+        // SAFETY: `SimDevice` is `ZeroValid`.
+        let mut s: Box<SimDevice> = unsafe { Box::<SimDevice>::new_zeroed().assume_init() };
         assert_eq!(s.device_count(), 0);
         assert_eq!(s.memory_alloc(0, &req(4096)), Err(errno::ENODEV));
         assert_eq!(s.init(&SimConfig::new(Preset::Trn2, 0)), Err(errno::EINVAL));

@@ -52,6 +52,7 @@ fn ci() -> DynResult {
         c.args(["test", "--workspace"]);
         c
     })?;
+    bench(&["--quick".into(), "--json".into()])?;
     run(
         "layout drift (nrt_layout.h, LAYOUT.md)",
         layout_tool(&["drift"]),
@@ -118,15 +119,16 @@ fn bench(args: &[String]) -> DynResult {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <ci|layout>\n  ci    fmt check, clippy -D warnings, tests (what .ci/run runs)\n  \
+    "usage: cargo xtask <ci|bench|layout>\n  ci    fmt check, clippy -D warnings, tests (what .ci/run runs)\n  \
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
-     layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME"
+     layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)"
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("bench") => bench(&args[1..]),
         Some("layout") => layout(&args[1..]),
         _ => {
             eprintln!("{}", usage());

@@ -1,0 +1,134 @@
+//! `nrt-bench [--quick] [--json]`: runs the carve-vs-crates comparison and prints one JSON
+//! object on stdout (keys in `docs/PERFORMANCE.md`); without `--json` a human summary goes to
+//! stderr as well.
+
+use std::process::ExitCode;
+
+use nrt_bench::{
+    carve_raw_ns_per_op_same_trace, dmem_path_ns_per_op, exact_reuse, measure, measure_all,
+    CarveBench, Measurement, OffsetBench, RangeBench, Trace, TraceSession, TraceSpec,
+    CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
+};
+use serde_json::json;
+
+const USAGE: &str = "usage: nrt-bench [--quick] [--json]
+  --quick  small op counts (CI smoke): 10k churn ops, 3 repetitions
+  --json   print only the JSON object (no human summary on stderr)";
+
+fn opt(x: Option<f64>) -> serde_json::Value {
+    x.map_or(serde_json::Value::Null, |v| json!(v))
+}
+
+fn main() -> ExitCode {
+    let mut quick = false;
+    let mut json_only = false;
+    for a in std::env::args().skip(1) {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--json" => json_only = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!("nrt-bench: unknown argument `{other}`\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let (ops, reps) = if quick { (10_000, 3) } else { (100_000, 7) };
+
+    let a = Trace::generate(TraceSpec::trace_a(ops));
+    let b = Trace::generate(TraceSpec::trace_b(ops));
+
+    let ms = {
+        let mut c = TraceSession::new(CarveBench::new(CHANNEL), &a);
+        let mut cf = TraceSession::new(CarveBench::with_granule(CHANNEL, CARVE_FINE_GRANULE), &a);
+        let mut o = TraceSession::new(OffsetBench::new(CHANNEL), &a);
+        let mut cb = TraceSession::new(CarveBench::new(CHANNEL), &b);
+        let mut ob = TraceSession::new(OffsetBench::new(CHANNEL), &b);
+        measure_all(&mut [&mut c, &mut cf, &mut o, &mut cb, &mut ob], reps)
+    };
+    let (carve, carve_fine, offset, carve_b, offset_b) = (ms[0], ms[1], ms[2], ms[3], ms[4]);
+    // range-alloc is O(free ranges) per op: fewer repetitions, run on its own.
+    let range = measure(RangeBench::new(CHANNEL), &a, reps.min(3));
+
+    let reuse_carve = exact_reuse(CarveBench::new);
+    let reuse_offset = exact_reuse(OffsetBench::new);
+    let reuse_range = exact_reuse(RangeBench::new);
+
+    let out = json!({
+        "carve_ns_per_op": carve.ns_per_op,
+        "offset_allocator_ns_per_op": offset.ns_per_op,
+        "range_alloc_ns_per_op": range.ns_per_op,
+        "carve_ns_per_op_68k_live": carve_b.ns_per_op,
+        "offset_allocator_ns_per_op_68k_live": offset_b.ns_per_op,
+        "carve_utilisation_at_first_failure": carve.utilisation_at_first_failure,
+        "offset_allocator_utilisation_at_first_failure": offset.utilisation_at_first_failure,
+        "range_alloc_utilisation_at_first_failure": range.utilisation_at_first_failure,
+        "carve_utilisation_at_first_failure_68k_live": carve_b.utilisation_at_first_failure,
+        "offset_allocator_utilisation_at_first_failure_68k_live": offset_b.utilisation_at_first_failure,
+        "carve_exact_reuse": reuse_carve,
+        "offset_allocator_exact_reuse": reuse_offset,
+        "range_alloc_exact_reuse": reuse_range,
+        "carve_ns_per_op_granule_64": carve_fine.ns_per_op,
+        "carve_utilisation_at_first_failure_granule_64": carve_fine.utilisation_at_first_failure,
+        "carve_utilisation_after_fill": carve.utilisation_after_fill,
+        "offset_allocator_utilisation_after_fill": offset.utilisation_after_fill,
+        "range_alloc_utilisation_after_fill": range.utilisation_after_fill,
+        "carve_trace_failures": carve.failures,
+        "offset_allocator_trace_failures": offset.failures,
+        "range_alloc_trace_failures": range.failures,
+        "carve_vs_offset_allocator_ns_ratio": carve.ns_per_op / offset.ns_per_op,
+        "carve_68k_vs_trace_a_ns_ratio": carve_b.ns_per_op / carve.ns_per_op,
+        "dmem_path_ns_per_op": opt(dmem_path_ns_per_op(quick)),
+        "carve_raw_ns_per_op_same_trace": opt(carve_raw_ns_per_op_same_trace(quick)),
+        "config": {
+            "quick": quick,
+            "churn_ops": ops,
+            "repetitions": reps,
+            "channel_bytes": CHANNEL,
+            "carve_granule_bytes": CARVE_GRANULE,
+            "carve_fine_granule_bytes": CARVE_FINE_GRANULE,
+            "offset_allocator_unit_bytes": OFFSET_UNIT,
+            "reuse_block_bytes": REUSE_BLOCK,
+            "trace_a_live_after_warmup": a.live_after_warmup,
+            "trace_a_mean_live": a.mean_live_in_churn,
+            "trace_b_live_after_warmup": b.live_after_warmup,
+            "trace_b_mean_live": b.mean_live_in_churn,
+        },
+    });
+
+    if !json_only {
+        let row = |name: &str, m: &Measurement| {
+            eprintln!(
+                "{name:<26} {:>8.1} ns/op (min {:>7.1}, max {:>7.1})  util@first-fail {:.4}  after fill {:.4}  trace failures {}",
+                m.ns_per_op,
+                m.min_ns_per_op,
+                m.max_ns_per_op,
+                m.utilisation_at_first_failure,
+                m.utilisation_after_fill,
+                m.failures
+            );
+        };
+        eprintln!(
+            "trace A: {} churn ops, {} reps, ~{:.0} live",
+            ops, reps, a.mean_live_in_churn
+        );
+        row("carve (4 KiB granule)", &carve);
+        row("carve (64 B granule)", &carve_fine);
+        row("offset-allocator (4 KiB)", &offset);
+        row("range-alloc", &range);
+        eprintln!(
+            "trace B: {} churn ops, {} reps, ~{:.0} live",
+            ops, reps, b.mean_live_in_churn
+        );
+        row("carve (4 KiB granule)", &carve_b);
+        row("offset-allocator (4 KiB)", &offset_b);
+        eprintln!(
+            "exact reuse (of 50): carve {reuse_carve}, offset-allocator {reuse_offset}, range-alloc {reuse_range}"
+        );
+    }
+    println!("{out}");
+    ExitCode::SUCCESS
+}
