@@ -22,6 +22,7 @@ use crate::vcore::{VcoreOptions, VcoreTable};
 /// Geometry of one attached device, as the driver reported it at bring-up.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct DevGeom {
     /// `al_hal_tpb_arch_type_t` value.
     pub arch: u32,
@@ -76,6 +77,7 @@ impl DevGeom {
 /// Runtime-wide settings chosen at bring-up (spec §8, §9).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Settings {
     /// Scratchpad page size when not contiguous.
     pub scratchpad_page_size: u64,
@@ -180,6 +182,7 @@ impl CoreState {
 
 /// Bring-up options (the environment of spec §9, already parsed by the caller).
 #[derive(Copy, Clone, Debug, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct InitOptions {
     /// Logical cores: size, visible range, core count.
     pub vcores: VcoreOptions,

@@ -29,6 +29,7 @@ pub(crate) enum Action {
 
 /// Arguments of one allocation (`dmem_alloc_internal`'s parameter list, spec §3.2).
 #[derive(Copy, Clone, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct AllocArgs<'h> {
     /// Bytes.
     pub size: u64,

@@ -31,6 +31,7 @@ pub struct VncMemoryStats {
 
 /// A per-usage breakdown of one logical core: `[usage]` current and peak, device and host.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct UsageBreakdown {
     /// Device bytes per usage type; index 22 is the total.
     pub device: [u64; 23],

@@ -100,6 +100,7 @@ pub fn drain(ref_count: &core::sync::atomic::AtomicU64) {
 /// One allocation a model makes at load (a NEFF's memory request; the manifest's
 /// `allocations[]`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ModelAlloc<'a> {
     /// Raw `dma_mem_usage_type_t`.
     pub usage: u32,
@@ -115,6 +116,7 @@ pub struct ModelAlloc<'a> {
 
 /// A declared input or output tensor.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct TensorDecl<'a> {
     /// Name.
     pub name: &'a str,
@@ -124,6 +126,7 @@ pub struct TensorDecl<'a> {
 
 /// The SBUF carveout a NEFF reserves (spec §8).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SbufCarveout {
     /// Raw `kbin_sb_carveout_type_t`.
     pub ty: u32,
@@ -139,6 +142,7 @@ pub struct SbufCarveout {
 
 /// What a model needs: the no_std form of a model manifest (the NEFF stand-in).
 #[derive(Copy, Clone, Debug, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ModelSpec<'a> {
     /// Model name.
     pub name: &'a str,
@@ -160,6 +164,7 @@ pub struct ModelSpec<'a> {
 
 /// A resident model's memory footprint.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ModelInfo {
     /// Handle.
     pub handle: u32,

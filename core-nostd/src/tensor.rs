@@ -61,6 +61,7 @@ pub trait HostMem: Sync {
 
 /// `nrt_tensor_device_allocation_info_t`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct DeviceAllocationInfo {
     /// Device physical address of the tensor's first byte.
     pub physical_address: u64,

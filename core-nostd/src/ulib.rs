@@ -21,6 +21,7 @@ const LIB_ALIGN: u64 = 4096;
 
 /// What a model asks to stage (the manifest's `gpsimd_libs`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct UlibRequest {
     /// Number of libraries (1 = the shared ext-isa case).
     pub count: u32,

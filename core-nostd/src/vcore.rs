@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 /// Logical-core configuration (`NEURON_RT_VIRTUAL_CORE_SIZE`, `NEURON_RT_VISIBLE_CORES`,
 /// `NEURON_RT_NUM_CORES`, already parsed).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct VcoreOptions {
     /// Requested LNC size (`None` = default 2; SUNDA forces 1).
     pub lnc_size: Option<u32>,

@@ -57,6 +57,7 @@ fn ci() -> DynResult {
         "layout drift (nrt_layout.h, LAYOUT.md)",
         layout_tool(&["drift"]),
     )?;
+    firmware_ci()?;
     Ok(())
 }
 
@@ -119,9 +120,11 @@ fn bench(args: &[String]) -> DynResult {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <ci|bench|layout>\n  ci    fmt check, clippy -D warnings, tests (what .ci/run runs)\n  \
+    "usage: cargo xtask <ci|bench|layout|firmware>\n  ci    fmt check, clippy -D warnings, tests (what .ci/run runs)\n  \
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
-     layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)"
+     layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
+     firmware [--report|--json|--ci]  the no_std image: build, run, footprint targets\n  \
+     bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)"
 }
 
 fn main() -> ExitCode {
@@ -130,6 +133,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
         Some("layout") => layout(&args[1..]),
+        Some("firmware") => firmware(&args[1..]),
         _ => {
             eprintln!("{}", usage());
             return ExitCode::from(2);
@@ -142,4 +146,372 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `cargo xtask firmware` (issue 7): the no_std firmware-style image, its footprint and targets.
+// ---------------------------------------------------------------------------------------------
+
+/// Footprint targets of the image: text + data, and the peak RSS of a run (the 48.8 MB of
+/// `.bss` statics count only where touched).
+const FIRMWARE_TEXT_DATA_MAX: u64 = 256 * 1024;
+const FIRMWARE_PEAK_RSS_MAX_KIB: u64 = 8 * 1024;
+
+/// Allocated-section sizes of an ELF, as Berkeley `size` counts them.
+#[derive(Debug, Default)]
+struct ElfSizes {
+    /// Read-only allocated sections (code, rodata, eh_frame).
+    text: u64,
+    /// Writable allocated sections with file contents.
+    data: u64,
+    /// Writable allocated sections without (NOBITS).
+    bss: u64,
+    /// Size of the image's `STATE` static (`CoreState`), if its symbol is present.
+    state: Option<u64>,
+    /// Size of the image's `SIM` static (`SimDevice`), if its symbol is present.
+    sim: Option<u64>,
+}
+
+fn elf_sizes(image: &Path) -> DynResult<ElfSizes> {
+    use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SectionKind};
+    let bytes = std::fs::read(image)?;
+    let file = object::File::parse(&*bytes)?;
+    let mut s = ElfSizes::default();
+    for sec in file.sections() {
+        let SectionFlags::Elf { sh_flags } = sec.flags() else {
+            continue;
+        };
+        if sh_flags & u64::from(object::elf::SHF_ALLOC) == 0 {
+            continue;
+        }
+        let nobits = matches!(
+            sec.kind(),
+            SectionKind::UninitializedData | SectionKind::UninitializedTls
+        );
+        if nobits {
+            s.bss += sec.size();
+        } else if sh_flags & u64::from(object::elf::SHF_WRITE) != 0 {
+            s.data += sec.size();
+        } else {
+            s.text += sec.size();
+        }
+    }
+    for sym in file.symbols() {
+        let name = sym.name().unwrap_or("");
+        // Legacy-mangled `nrt_firmware::STATE` / `nrt_firmware::SIM`.
+        if name.contains("12nrt_firmware5STATE") {
+            s.state = Some(sym.size());
+        } else if name.contains("12nrt_firmware3SIM") {
+            s.sim = Some(sym.size());
+        }
+    }
+    Ok(s)
+}
+
+/// Builds the image (`--profile firmware --features image`) and returns its path, as cargo
+/// reports it (so `CARGO_TARGET_DIR` and `build.target-dir` are honoured).
+fn firmware_build(features: &str, quiet: bool) -> DynResult<PathBuf> {
+    if !quiet {
+        eprintln!(
+            "==> build nrt-firmware (profile firmware: panic=abort, opt-level=s, lto; features {features})"
+        );
+    }
+    let out = cargo()
+        .args([
+            "build",
+            "-p",
+            "nrt-firmware",
+            "--profile",
+            "firmware",
+            "--features",
+            features,
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("building the firmware image failed ({})", out.status).into());
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    const KEY: &str = "\"executable\":\"";
+    stdout
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("nrt-firmware"))
+        .find_map(|l| {
+            let at = l.find(KEY)? + KEY.len();
+            let end = l[at..].find('"')?;
+            Some(PathBuf::from(&l[at..at + end]))
+        })
+        .ok_or_else(|| "cargo reported no nrt-firmware executable".into())
+}
+
+/// One run of the image: its exit status, what it printed and its peak RSS.
+struct FirmwareRun {
+    status: std::process::ExitStatus,
+    stdout: String,
+    peak_rss_kib: u64,
+    /// `GNU time -v` or `wait4 rusage`.
+    measured_by: &'static str,
+}
+
+/// Runs the image under GNU `time -v` (`/usr/bin/time`), or, where that is absent (or
+/// `XTASK_FIRMWARE_NO_GNU_TIME` is set), as a plain child reaped with `wait4` for its rusage.
+fn firmware_run(image: &Path, args: &[&str]) -> DynResult<FirmwareRun> {
+    use std::os::unix::process::ExitStatusExt;
+    let gnu_time = Path::new("/usr/bin/time");
+    if gnu_time.exists() && std::env::var_os("XTASK_FIRMWARE_NO_GNU_TIME").is_none() {
+        let report = image.with_extension("time-v.txt");
+        let out = Command::new(gnu_time)
+            .arg("-v")
+            .arg("-o")
+            .arg(&report)
+            .arg(image)
+            .args(args)
+            .stderr(std::process::Stdio::inherit())
+            .output()?;
+        let text = std::fs::read_to_string(&report).unwrap_or_default();
+        let rss = text.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("Maximum resident set size (kbytes):")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        });
+        // GNU time exits with the child's code; "Command terminated by signal" covers kills.
+        if let Some(peak_rss_kib) = rss {
+            let status = match text.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("Command terminated by signal ")
+                    .and_then(|v| v.trim().parse::<i32>().ok())
+            }) {
+                Some(sig) => std::process::ExitStatus::from_raw(sig),
+                None => out.status,
+            };
+            return Ok(FirmwareRun {
+                status,
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                peak_rss_kib,
+                measured_by: "GNU time -v",
+            });
+        }
+        eprintln!(
+            "xtask: {} gave no peak RSS; measuring with wait4",
+            gnu_time.display()
+        );
+    }
+    let mut child = Command::new(image)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut stdout = String::new();
+    if let Some(mut pipe) = child.stdout.take() {
+        std::io::Read::read_to_string(&mut pipe, &mut stdout)?;
+    }
+    let pid = libc::pid_t::try_from(child.id())?;
+    let mut raw_status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own un-reaped child (std has not waited for it); `raw_status` and
+    // `ru` are valid for writes for the duration of the call.
+    let r = unsafe { libc::wait4(pid, &mut raw_status, 0, &mut ru) };
+    if r != pid {
+        return Err(format!(
+            "wait4 on the firmware image: {}",
+            std::io::Error::last_os_error()
+        )
+        .into());
+    }
+    Ok(FirmwareRun {
+        status: std::process::ExitStatus::from_raw(raw_status),
+        stdout,
+        peak_rss_kib: u64::try_from(ru.ru_maxrss).unwrap_or(0),
+        measured_by: "wait4 rusage",
+    })
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// `cargo xtask firmware [--report | --json]`: builds the no_std image, runs it, and fails when
+/// it exits non-zero or misses a footprint target (text + data ≤ 256 KiB, peak RSS ≤ 8 MiB).
+/// `--report` adds the ELF sizes, the static arenas and the measured RSS; `--json` prints one
+/// object `{image, text, data, bss, peak_rss_kib}` on stdout (the image's report goes to stderr).
+/// `--ci` runs the whole issue-7 part of `ci` ([`firmware_ci`]).
+fn firmware(args: &[String]) -> DynResult {
+    let mut report = false;
+    let mut json = false;
+    for a in args {
+        match a.as_str() {
+            "--report" => report = true,
+            "--json" => json = true,
+            "--ci" => return firmware_ci(),
+            other => return Err(format!("firmware: unknown argument `{other}`").into()),
+        }
+    }
+    let image = firmware_build("image", json)?;
+    let sizes = elf_sizes(&image)?;
+    if !json {
+        eprintln!("==> run {}", image.display());
+    }
+    let run = firmware_run(&image, if report { &["--arenas"] } else { &[] })?;
+    if json {
+        eprint!("{}", run.stdout);
+        println!(
+            "{{\"image\":{},\"text\":{},\"data\":{},\"bss\":{},\"peak_rss_kib\":{}}}",
+            json_str(&image.display().to_string()),
+            sizes.text,
+            sizes.data,
+            sizes.bss,
+            run.peak_rss_kib
+        );
+    } else {
+        print!("{}", run.stdout);
+    }
+    let text_data = sizes.text + sizes.data;
+    let size_ok = text_data <= FIRMWARE_TEXT_DATA_MAX;
+    let rss_ok = run.peak_rss_kib <= FIRMWARE_PEAK_RSS_MAX_KIB;
+    if report && !json {
+        let kib = |b: u64| b as f64 / 1024.0;
+        let opt = |v: Option<u64>| v.map_or("?".to_string(), |b| b.to_string());
+        let verdict = |ok: bool| if ok { "ok" } else { "MISSED" };
+        println!("footprint of {}", image.display());
+        println!(
+            "  text       {:>10} B  {:>9.1} KiB",
+            sizes.text,
+            kib(sizes.text)
+        );
+        println!(
+            "  data       {:>10} B  {:>9.1} KiB",
+            sizes.data,
+            kib(sizes.data)
+        );
+        println!(
+            "  text+data  {:>10} B  {:>9.1} KiB  target <= {} KiB: {}",
+            text_data,
+            kib(text_data),
+            FIRMWARE_TEXT_DATA_MAX / 1024,
+            verdict(size_ok)
+        );
+        println!(
+            "  bss        {:>10} B  {:>9.1} MiB  (static CoreState {} B, static SimDevice {} B)",
+            sizes.bss,
+            kib(sizes.bss) / 1024.0,
+            opt(sizes.state),
+            opt(sizes.sim)
+        );
+        println!(
+            "  peak RSS   {:>10} KiB            target <= {} KiB: {} ({})",
+            run.peak_rss_kib,
+            FIRMWARE_PEAK_RSS_MAX_KIB,
+            verdict(rss_ok),
+            run.measured_by
+        );
+    }
+    if !run.status.success() {
+        return Err(format!("the firmware image failed ({})", run.status).into());
+    }
+    if !size_ok {
+        return Err(format!(
+            "firmware text + data is {text_data} B, over the {FIRMWARE_TEXT_DATA_MAX} B target"
+        )
+        .into());
+    }
+    if !rss_ok {
+        return Err(format!(
+            "firmware peak RSS is {} KiB, over the {FIRMWARE_PEAK_RSS_MAX_KIB} KiB target",
+            run.peak_rss_kib
+        )
+        .into());
+    }
+    if !json {
+        eprintln!(
+            "==> firmware ok: text+data {} B, bss {} B, peak RSS {} KiB",
+            text_data, sizes.bss, run.peak_rss_kib
+        );
+    }
+    Ok(())
+}
+
+/// The issue-7 part of `ci`: the core builds with each logging backend (and none), the
+/// firmware crate passes clippy with its own profile (the workspace clippy run skips its
+/// binary: it needs `--features image`), and the image runs within its footprint targets.
+fn firmware_ci() -> DynResult {
+    for (what, features) in [
+        ("no default features", None),
+        ("defmt", Some("defmt")),
+        ("log", Some("log")),
+    ] {
+        run(&format!("build nrt-core: {what}"), {
+            let mut c = cargo();
+            c.args([
+                "build",
+                "--quiet",
+                "-p",
+                "nrt-core",
+                "--no-default-features",
+            ]);
+            if let Some(f) = features {
+                c.args(["--features", f]);
+            }
+            c
+        })?;
+    }
+    for features in ["image", "image,log"] {
+        run(
+            &format!("clippy nrt-firmware (profile firmware, features {features})"),
+            {
+                let mut c = cargo();
+                c.args([
+                    "clippy",
+                    "-p",
+                    "nrt-firmware",
+                    "--profile",
+                    "firmware",
+                    "--features",
+                    features,
+                    "--",
+                    "-D",
+                    "warnings",
+                ]);
+                c
+            },
+        )?;
+    }
+    // `defmt` and `log` together must be refused at compile time (lib.rs `compile_error!`).
+    eprintln!("==> build nrt-core: defmt + log (must fail)");
+    let both = cargo()
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "nrt-core",
+            "--no-default-features",
+        ])
+        .args(["--features", "defmt,log"])
+        .output()?;
+    if both.status.success()
+        || !String::from_utf8_lossy(&both.stderr).contains("mutually exclusive")
+    {
+        return Err("nrt-core built with both `defmt` and `log`: expected a compile_error!".into());
+    }
+    // The image with nrt-core's `log` backend wired to its own logger: must behave the same.
+    let image = firmware_build("image,log", false)?;
+    eprintln!("==> run {} --log-level=warn", image.display());
+    let logged = firmware_run(&image, &["--log-level=warn"])?;
+    if !logged.status.success() {
+        print!("{}", logged.stdout);
+        return Err(format!("the firmware image with `log` failed ({})", logged.status).into());
+    }
+    // Last, so the image left in target/firmware is the default one.
+    firmware(&[])
 }

@@ -33,6 +33,7 @@ impl Provenance {
 
 /// One member of an ABI struct.
 #[derive(Copy, Clone, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct FieldInfo {
     /// Member name (libnrt's where the spec gives it).
     pub name: &'static str,
@@ -67,6 +68,7 @@ impl FieldInfo {
 
 /// One ABI struct's layout.
 #[derive(Copy, Clone, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct StructInfo {
     /// Type name (libnrt's).
     pub name: &'static str,
@@ -89,6 +91,7 @@ impl StructInfo {
 
 /// One ABI enum.
 #[derive(Copy, Clone, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct EnumInfo {
     /// Type name.
     pub name: &'static str,

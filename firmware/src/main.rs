@@ -1,0 +1,622 @@
+//! # nrt-firmware
+//!
+//! A firmware-style image over `nrt-core`: `#![no_std]`, `#![no_main]`, its own panic handler,
+//! linked `-nostartfiles -nostdlib -static` for the host target and entered at its own
+//! `_start`; it talks to Linux only through raw syscalls (`write`, `getrusage`, `exit_group`).
+//!
+//! That it links at all is the proof that nothing in the core's dependency graph needs `std`
+//! (a std crate would bring a second `panic_impl` and `libc`), and it allocates nothing on a
+//! heap: the core's state ([`CoreState`], the 18.9 MB context tree and every arena) and the
+//! simulated device ([`SimDevice`]) are zero-valid `.bss` statics that cost memory only where
+//! they are touched.
+//!
+//! The run: bring up a simulated trn2, load three models onto logical core 0, allocate device
+//! tensors on logical cores 0 and 1, unload one model and check exactly its bytes went; then
+//! the bad inputs — a full arena, an OOM during a load (rolled back), an unknown handle, a
+//! double free — each must give its own error and change nothing; then `close`, and the ledger,
+//! the driver's pools and every arena must be empty. It prints a short report and exits 0, or 1
+//! on any discrepancy (101 on a panic). `--arenas` adds the per-arena table; built with the
+//! `log` feature, `--log-level=LEVEL` shows nrt-core's own log lines on stderr.
+//!
+//! Build and run it with `cargo xtask firmware` (`--report`, `--json` for the footprint).
+#![no_std]
+#![no_main]
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+compile_error!(
+    "nrt-firmware is a host stand-in for a bare-metal image: it needs x86_64 Linux (raw syscalls)"
+);
+
+#[cfg(feature = "log")]
+mod logger;
+mod mem;
+mod out;
+mod rt;
+
+use core::fmt::{self, Write};
+use core::mem::{size_of, MaybeUninit};
+use core::ptr::{addr_of, addr_of_mut, null_mut};
+
+use nrt_core::abi::*;
+use nrt_core::dmem::AllocArgs;
+use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
+use nrt_core::sim::{Preset, SimConfig, SimDevice};
+use nrt_core::tensor::{Placement, Tensor};
+use nrt_core::{config, CoreState, Error, InitOptions, Nrt};
+
+use out::{Mib, Out};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// The core's whole state, zero-initialised, so it lands in `.bss` (ARCHITECTURE.md
+/// principle 2). Shared (`&'static`) from the start: `CoreState` is `Sync` and every mutation
+/// goes through its own locks and atomics.
+static STATE: MaybeUninit<CoreState> = MaybeUninit::zeroed();
+
+/// The simulated device, zero-initialised in `.bss`; `static mut` because [`SimDevice::init`]
+/// takes `&mut self` once before the device is shared.
+static mut SIM: MaybeUninit<SimDevice> = MaybeUninit::zeroed();
+
+const DEV: u32 = dma_mem_location_t::TONGA_DRAM as u32;
+const HOST: u32 = dma_mem_location_t::HOST_DRAM as u32;
+
+const fn alloc(
+    usage: dma_mem_usage_type_t,
+    location: u32,
+    size: u64,
+    align: u64,
+    hint: &'static str,
+) -> ModelAlloc<'static> {
+    ModelAlloc {
+        usage: usage as u32,
+        location,
+        size,
+        align,
+        hint,
+    }
+}
+
+use dma_mem_usage_type_t::{
+    DMA_MEM_USAGE_TYPE_CODE as CODE, DMA_MEM_USAGE_TYPE_CONSTANTS as CONSTANTS,
+    DMA_MEM_USAGE_TYPE_DMA_RING as DMA_RING, DMA_MEM_USAGE_TYPE_IO_QUEUE as IO_QUEUE,
+    DMA_MEM_USAGE_TYPE_TENSOR as TENSOR,
+};
+
+/// The EVTACCEL SBUF carveout CAYMAN models declare (spec §8).
+const EVTACCEL: SbufCarveout = SbufCarveout {
+    ty: kbin_sb_carveout_type_t::KBIN_SB_CARVEOUT_TYPE_EVTACCEL as u32,
+    partition_start: constants::EVTACCEL_PARTITION_START,
+    partition_count: constants::EVTACCEL_PARTITION_COUNT,
+    offset: constants::EVTACCEL_PARTITION_BYTE_OFFSET,
+    size: constants::EVTACCEL_SIZE,
+};
+
+static ENCODER_ALLOCS: [ModelAlloc<'static>; 4] = [
+    alloc(CONSTANTS, DEV, 24 * MIB, 0, "encoder.weights"),
+    alloc(CODE, DEV, 512 * KIB, 4096, "encoder.instr"),
+    alloc(DMA_RING, DEV, 64 * KIB, 0, "encoder.qPoolIO0"),
+    alloc(IO_QUEUE, HOST, 16 * KIB, 0, "encoder.ioq"),
+];
+static DECODER_ALLOCS: [ModelAlloc<'static>; 3] = [
+    alloc(CONSTANTS, DEV, 48 * MIB, 0, "decoder.weights"),
+    alloc(CODE, DEV, MIB, 4096, "decoder.instr"),
+    alloc(DMA_RING, DEV, 128 * KIB, 0, "decoder.qPoolIO0"),
+];
+static CLASSIFIER_ALLOCS: [ModelAlloc<'static>; 2] = [
+    alloc(CONSTANTS, DEV, 6 * MIB, 0, "classifier.weights"),
+    alloc(CODE, DEV, 256 * KIB, 4096, "classifier.instr"),
+];
+/// A manifest whose last allocation cannot fit a 24 GiB HBM channel: the load must fail with
+/// `DeviceOom` after its first allocations succeeded, and roll them back.
+static OVERSIZED_ALLOCS: [ModelAlloc<'static>; 3] = [
+    alloc(CONSTANTS, DEV, 4 * MIB, 0, "oversized.small"),
+    alloc(CODE, DEV, 256 * KIB, 4096, "oversized.instr"),
+    alloc(CONSTANTS, DEV, 64 * GIB, 0, "oversized.weights"),
+];
+
+static MODELS: [ModelSpec<'static>; 3] = [
+    ModelSpec {
+        name: "encoder",
+        subgraphs: 2,
+        allocations: &ENCODER_ALLOCS,
+        gpsimd_libs: None,
+        scratchpad_bytes: 8 * MIB,
+        sbuf_carveout: Some(EVTACCEL),
+        inputs: &[TensorDecl {
+            name: "tokens",
+            size: 64 * KIB,
+        }],
+        outputs: &[TensorDecl {
+            name: "hidden",
+            size: 4 * MIB,
+        }],
+    },
+    ModelSpec {
+        name: "decoder",
+        subgraphs: 1,
+        allocations: &DECODER_ALLOCS,
+        gpsimd_libs: None,
+        scratchpad_bytes: 0,
+        sbuf_carveout: Some(EVTACCEL),
+        inputs: &[],
+        outputs: &[],
+    },
+    ModelSpec {
+        name: "classifier",
+        subgraphs: 1,
+        allocations: &CLASSIFIER_ALLOCS,
+        gpsimd_libs: None,
+        scratchpad_bytes: 0,
+        sbuf_carveout: None,
+        inputs: &[],
+        outputs: &[],
+    },
+];
+
+static OVERSIZED: ModelSpec<'static> = ModelSpec {
+    name: "oversized",
+    subgraphs: 1,
+    allocations: &OVERSIZED_ALLOCS,
+    gpsimd_libs: None,
+    scratchpad_bytes: 0,
+    sbuf_carveout: None,
+    inputs: &[],
+    outputs: &[],
+};
+
+/// Logical core the three models share.
+const MODEL_VNC: i64 = 0;
+/// The two logical cores that get device tensors.
+const TENSOR_VNCS: [i64; 2] = [0, 1];
+/// The model unloaded mid-run (index into [`MODELS`]).
+const UNLOADED: usize = 1;
+
+/// Everything observable that a failed call must leave unchanged.
+#[derive(PartialEq, Eq)]
+struct Snapshot {
+    ledger: ([[u64; 23]; 8], [[u64; 23]; 8]),
+    driver_bytes: u64,
+    arena_live: [usize; 13],
+    models: usize,
+}
+
+struct Run {
+    nrt: Nrt<'static>,
+    out: Out<4096>,
+    fails: u32,
+}
+
+/// Entry from `_start`; returns the exit code.
+fn run(args: &rt::Args) -> i32 {
+    // SAFETY: `run` is called once, by the single thread of this process, before anything
+    // else touches SIM; this is the only `&mut` to it ever made, and it ends (reborrowed as
+    // shared) before the device is used. All-zero bytes are a valid SimDevice (its ZeroValid
+    // contract), which is what `MaybeUninit::zeroed` put there.
+    let sim: &'static mut SimDevice = unsafe { &mut *addr_of_mut!(SIM).cast::<SimDevice>() };
+    // SAFETY: all-zero bytes are a valid CoreState (ZeroValid); STATE is only ever shared.
+    let state: &'static CoreState = unsafe { &*addr_of!(STATE).cast::<CoreState>() };
+    #[cfg(feature = "log")]
+    logger::init(args.value("--log-level"));
+    let mut out = Out::<4096>::new(1);
+    let cfg = SimConfig::new(Preset::Trn2, 1);
+    if let Err(e) = sim.init(&cfg) {
+        let _ = writeln!(out, "nrt-firmware: FAIL simulator init: errno {e}");
+        return 1;
+    }
+    let sim: &'static SimDevice = sim;
+    let mut r = Run {
+        nrt: Nrt::new(state, sim),
+        out,
+        fails: 0,
+    };
+    r.header(sim);
+    match r.scenario() {
+        Ok(()) => {}
+        Err(e) => r.fail(format_args!("unexpected error: {e}")),
+    }
+    r.teardown();
+    if args.has("--arenas") {
+        r.arena_table();
+    }
+    let rss = rt::peak_rss_kib();
+    let _ = writeln!(
+        r.out,
+        "  peak RSS      {rss} KiB (getrusage of this process)"
+    );
+    if r.fails == 0 {
+        let _ = writeln!(r.out, "nrt-firmware: OK");
+        0
+    } else {
+        let _ = writeln!(r.out, "nrt-firmware: FAILED ({} discrepancies)", r.fails);
+        1
+    }
+}
+
+impl Run {
+    fn fail(&mut self, what: fmt::Arguments<'_>) {
+        self.fails += 1;
+        let _ = writeln!(self.out, "  FAIL          {what}");
+    }
+
+    fn check(&mut self, ok: bool, what: fmt::Arguments<'_>) {
+        if !ok {
+            self.fail(what);
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut arena_live = [0; 13];
+        for (l, (_, s)) in arena_live.iter_mut().zip(self.nrt.state().arena_stats()) {
+            *l = s.live;
+        }
+        let mut on = [0u32; config::MAX_MODELS];
+        Snapshot {
+            ledger: self.nrt.ledger_snapshot(0),
+            driver_bytes: self.nrt.driver_bytes_in_use(),
+            arena_live,
+            models: self.nrt.models_on(MODEL_VNC, &mut on).unwrap_or(usize::MAX),
+        }
+    }
+
+    fn header(&mut self, sim: &SimDevice) {
+        let g = self.nrt.driver().device_info(0);
+        let _ = writeln!(
+            self.out,
+            "nrt-firmware: no_std/no_main image, nrt-core over a simulated {} ({} device)",
+            sim.preset().map(Preset::name).unwrap_or("?"),
+            self.nrt.driver().device_count()
+        );
+        if let Ok(g) = g {
+            let _ = writeln!(
+                self.out,
+                "  device        {} cores, {} HBM channels x {} GiB, {} GiB host DMA",
+                g.cores_per_device,
+                g.hbm_channels,
+                g.hbm_channel_size / GIB,
+                g.host_dma_capacity / GIB
+            );
+        }
+        let _ = writeln!(
+            self.out,
+            "  static state  CoreState {} B + SimDevice {} B in .bss (zero pages until touched)",
+            CoreState::BYTES,
+            size_of::<SimDevice>()
+        );
+    }
+
+    fn scenario(&mut self) -> Result<(), Error> {
+        let n = self.nrt;
+        n.init(&InitOptions::default())?;
+        let _ = writeln!(
+            self.out,
+            "  init          LNC {}, {} logical cores; driver holds {} after bring-up",
+            n.lnc_size(),
+            n.visible_vnc_count(),
+            Mib(n.driver_bytes_in_use())
+        );
+
+        // Three models on one logical core.
+        let mut handles = [H_MODEL { id: 0 }; 3];
+        let mut bytes = [0u64; 3];
+        for (i, spec) in MODELS.iter().enumerate() {
+            let before = n.driver_bytes_in_use();
+            handles[i] = n.load_model(MODEL_VNC, spec)?;
+            let info = n.model_info(handles[i])?;
+            bytes[i] = info.bytes;
+            let _ = writeln!(
+                self.out,
+                "  load          {:<10} h{} on vnc {}: {} model heap, driver +{}",
+                spec.name,
+                handles[i].id,
+                MODEL_VNC,
+                Mib(info.bytes),
+                Mib(n.driver_bytes_in_use() - before)
+            );
+        }
+        let mut on = [0u32; 8];
+        let resident = n.models_on(MODEL_VNC, &mut on)?;
+        self.check(
+            resident == 3,
+            format_args!("{resident} models resident on vnc {MODEL_VNC}, expected 3"),
+        );
+
+        // Device tensors on two logical cores.
+        let mut tensors: [Tensor; 2] = [null_mut(); 2];
+        for (t, vnc) in tensors.iter_mut().zip(TENSOR_VNCS) {
+            let name = if vnc == 0 { "input0" } else { "output0" };
+            *t = n.tensor_allocate(Placement::Device as u32, vnc, 4 * MIB, Some(name), None)?;
+            let info = n.tensor_device_allocation_info(*t)?;
+            let pc = n.vcore_tpbs(vnc)?[0];
+            let booked = n.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR as usize);
+            self.check(
+                booked >= 4 * MIB,
+                format_args!("tensor on vnc {vnc}: only {booked} B booked as TENSOR"),
+            );
+            let _ = writeln!(
+                self.out,
+                "  tensor        {:<10} vnc {} = nd{}:nc{}, HBM {}, pa {:#x}, {}",
+                name,
+                vnc,
+                pc.device_id,
+                pc.device_tpb_idx,
+                info.hbm_index,
+                info.physical_address,
+                Mib(info.size)
+            );
+        }
+        // One is freed here, the other is left for `close` to reclaim.
+        n.tensor_free(tensors[0], None)?;
+
+        // Unload one model: exactly its bytes go, the others stay.
+        let h = handles[UNLOADED];
+        let others: [_; 2] = [n.model_info(handles[0])?, n.model_info(handles[2])?];
+        let before = n.driver_bytes_in_use();
+        n.unload_model(h)?;
+        let freed = before - n.driver_bytes_in_use();
+        self.check(
+            freed == bytes[UNLOADED],
+            format_args!(
+                "unload h{} freed {freed} B, its model heap held {} B",
+                h.id, bytes[UNLOADED]
+            ),
+        );
+        self.check(
+            n.model_info(handles[0])? == others[0] && n.model_info(handles[2])? == others[1],
+            format_args!("unloading h{} changed another model", h.id),
+        );
+        let resident = n.models_on(MODEL_VNC, &mut on)?;
+        self.check(
+            resident == 2,
+            format_args!("{resident} models resident after unload, expected 2"),
+        );
+        let _ = writeln!(
+            self.out,
+            "  unload        {:<10} h{}: driver -{} (exactly its heap), {} models left",
+            MODELS[UNLOADED].name,
+            h.id,
+            Mib(freed),
+            resident
+        );
+
+        self.bad_full_arena()?;
+        self.bad_oom_during_load()?;
+        self.bad_unknown_handle(h)?;
+        self.bad_double_free()?;
+        Ok(())
+    }
+
+    /// Takes every `nrt_tensor_t` slot: the next allocation must be `ArenaFull` naming the
+    /// arena (not a device OOM) and change nothing; then every slot is returned.
+    fn bad_full_arena(&mut self) -> Result<(), Error> {
+        let n = self.nrt;
+        let mut taken: [Tensor; config::MAX_TENSORS] = [null_mut(); config::MAX_TENSORS];
+        let mut count = 0;
+        let err = loop {
+            match n.tensor_allocate_empty(Some("filler")) {
+                Ok(t) if count < taken.len() => {
+                    taken[count] = t;
+                    count += 1;
+                }
+                Ok(t) => {
+                    n.tensor_free(t, None)?;
+                    break None;
+                }
+                Err(e) => break Some(e),
+            }
+        };
+        let before = self.snapshot();
+        let again = n.tensor_allocate(Placement::Device as u32, 0, MIB, Some("late"), None);
+        let unchanged = self.snapshot() == before;
+        for t in &taken[..count] {
+            n.tensor_free(*t, None)?;
+        }
+        let ok = matches!(err, Some(Error::ArenaFull(a)) if a.arena == "nrt_tensor_t" && a.capacity == config::MAX_TENSORS)
+            && count + 1 == config::MAX_TENSORS // one slot is held by the tensor `close` frees
+            && matches!(again, Err(Error::ArenaFull(_)))
+            && unchanged;
+        self.check(
+            ok,
+            format_args!(
+                "full arena: {count} tensors then {err:?}; a device tensor then {again:?}; \
+                 state unchanged: {unchanged}"
+            ),
+        );
+        if let Some(e) = err {
+            let _ = writeln!(self.out, "  full arena    after {count} tensors: {e}");
+        }
+        self.bad_full_arena_during_load()
+    }
+
+    /// Takes every `dmem_allocator_t` slot, then loads a model: the load needs a MODEL
+    /// allocator after it has taken its `model_t`, so it fails half-way with the allocator
+    /// arena's own error and must roll back to exactly the state before.
+    fn bad_full_arena_during_load(&mut self) -> Result<(), Error> {
+        let n = self.nrt;
+        // The fillers are never allocated from, so the core they name is never dereferenced;
+        // it outlives them all the same (they are destroyed before this function returns).
+        let mut pcore = physical_core_t::new(0, 0);
+        let mut fillers = [null_mut(); config::MAX_ALLOCATORS];
+        let mut count = 0;
+        let err = loop {
+            if count == fillers.len() {
+                break None;
+            }
+            match n
+                .dmem_allocator_create(&mut pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+            {
+                Ok(al) => {
+                    fillers[count] = al;
+                    count += 1;
+                }
+                Err(e) => break Some(e),
+            }
+        };
+        let before = self.snapshot();
+        let r = n.load_model(MODEL_VNC, &MODELS[2]);
+        let unchanged = self.snapshot() == before;
+        for al in &fillers[..count] {
+            n.dmem_allocator_destroy(*al)?;
+        }
+        let ok = matches!(err, Some(Error::ArenaFull(a)) if a.arena == "dmem_allocator_t")
+            && matches!(r, Err(Error::ArenaFull(a)) if a.arena == "dmem_allocator_t")
+            && unchanged;
+        self.check(
+            ok,
+            format_args!(
+                "full arena during load: {count} allocators then {err:?}; load {r:?}; \
+                 state unchanged: {unchanged}"
+            ),
+        );
+        if let Err(Error::ArenaFull(a)) = r {
+            let _ = writeln!(
+                self.out,
+                "  full in load  {}: arena `{}` full ({} slots) mid-load: rolled back",
+                MODELS[2].name, a.arena, a.capacity
+            );
+        }
+        Ok(())
+    }
+
+    /// A load whose last allocation cannot fit: `DeviceOom`, and the ledger, the driver, the
+    /// arenas and the model_db exactly as before (the first allocations were rolled back).
+    fn bad_oom_during_load(&mut self) -> Result<(), Error> {
+        let n = self.nrt;
+        let before = self.snapshot();
+        let r = n.load_model(MODEL_VNC, &OVERSIZED);
+        let unchanged = self.snapshot() == before;
+        let ok = matches!(r, Err(Error::DeviceOom { size, .. }) if size == 64 * GIB)
+            && n.last_oom() == r.err()
+            && unchanged;
+        self.check(
+            ok,
+            format_args!("OOM during load: {r:?}; state unchanged: {unchanged}"),
+        );
+        if let Err(e) = r {
+            let _ = writeln!(self.out, "  OOM in load   {e}: rolled back");
+        }
+        Ok(())
+    }
+
+    /// The unloaded handle and one never minted: `UnknownModel`, nothing changes.
+    fn bad_unknown_handle(&mut self, unloaded: H_MODEL) -> Result<(), Error> {
+        let n = self.nrt;
+        let before = self.snapshot();
+        let twice = n.unload_model(unloaded);
+        let never = n.model_info(H_MODEL { id: u32::MAX });
+        let unchanged = self.snapshot() == before;
+        self.check(
+            twice == Err(Error::UnknownModel(unloaded.id))
+                && never.err() == Some(Error::UnknownModel(u32::MAX))
+                && unchanged,
+            format_args!(
+                "unknown handle: {twice:?} / {:?}; state unchanged: {unchanged}",
+                never.err()
+            ),
+        );
+        if let Err(e) = twice {
+            let _ = writeln!(self.out, "  unknown       {e}");
+        }
+        Ok(())
+    }
+
+    /// Frees a dmem twice: the second is `DoubleFree`, and the ledger is not debited twice.
+    fn bad_double_free(&mut self) -> Result<(), Error> {
+        let n = self.nrt;
+        let before = self.snapshot();
+        let al = n.core_allocator(0, 1)?;
+        let m = n.dmem_alloc(
+            al,
+            &AllocArgs::device(64 * KIB, 0, TENSOR, "fw.twice"),
+            None,
+        )?;
+        n.dmem_free(m)?;
+        let second = n.dmem_free(m);
+        let unchanged = self.snapshot() == before;
+        self.check(
+            second == Err(Error::DoubleFree) && unchanged,
+            format_args!("double free: {second:?}; state unchanged: {unchanged}"),
+        );
+        if let Err(e) = second {
+            let _ = writeln!(self.out, "  double free   {e}");
+        }
+        Ok(())
+    }
+
+    /// `close`, then everything must be back to empty.
+    fn teardown(&mut self) {
+        let n = self.nrt;
+        if let Err(e) = n.close() {
+            self.fail(format_args!("close: {e}"));
+        }
+        let after_close = n.load_model(MODEL_VNC, &MODELS[0]);
+        self.check(
+            after_close == Err(Error::Closed),
+            format_args!("load after close: {after_close:?}, expected Closed"),
+        );
+        let in_use = n.driver_bytes_in_use();
+        self.check(
+            in_use == 0,
+            format_args!("driver still holds {in_use} B after close"),
+        );
+        let drv = n.driver();
+        let mut pools = 0;
+        for dev in 0..drv.device_count() {
+            let channels = drv.device_info(dev).map(|i| i.hbm_channels).unwrap_or(0);
+            for (host, hbm) in (0..channels).map(|h| (false, h)).chain([(true, 0)]) {
+                match drv.pool_stats(dev, host, hbm) {
+                    Ok(s) if s.free == s.capacity && s.allocations == 0 && s.capacity > 0 => {
+                        pools += 1
+                    }
+                    r => self.fail(format_args!(
+                        "pool nd{dev} {} {hbm} not empty after close: {r:?}",
+                        if host { "host" } else { "HBM" }
+                    )),
+                }
+            }
+        }
+        let (dev_rows, host_rows) = n.ledger_snapshot(0);
+        let ledger_zero = dev_rows
+            .iter()
+            .chain(host_rows.iter())
+            .flatten()
+            .all(|b| *b == 0);
+        self.check(ledger_zero, format_args!("ledger not zero after close"));
+        let mut arenas = 0;
+        for (name, s) in n.state().arena_stats() {
+            if s.live == 0 {
+                arenas += 1;
+            } else {
+                self.fail(format_args!("arena {name}: {} live after close", s.live));
+            }
+        }
+        let _ = writeln!(
+            self.out,
+            "  teardown      close: driver holds {in_use} B, {pools} pools empty, ledger {}, {arenas}/13 arenas empty",
+            if ledger_zero { "zero" } else { "NOT zero" }
+        );
+    }
+
+    fn arena_table(&mut self) {
+        let _ = writeln!(
+            self.out,
+            "  arenas        {:<26} {:>6} {:>6} {:>10}",
+            "name", "slots", "peak", "bytes"
+        );
+        let mut total = 0;
+        for (name, s) in self.nrt.state().arena_stats() {
+            total += s.bytes;
+            let _ = writeln!(
+                self.out,
+                "                {:<26} {:>6} {:>6} {:>10}",
+                name, s.capacity, s.peak, s.bytes
+            );
+        }
+        let _ = writeln!(
+            self.out,
+            "                {:<26} {:>6} {:>6} {:>10}",
+            "(all arenas)", "", "", total
+        );
+    }
+}
