@@ -10,6 +10,7 @@
 //! - [`simdev`]: [`HostSim`], the simulated device with that memory behind it.
 //! - [`config`]: the environment the real runtime reads ([`RuntimeConfig`]).
 //! - [`runtime`]: [`HostRuntime`], a runtime with its driver — what the C ABI and CLI use.
+//! - [`manifest`]: the model manifest, the JSON stand-in for a NEFF ([`Manifest`]).
 //! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -17,6 +18,7 @@ pub mod backing;
 pub mod config;
 pub mod error;
 pub mod ioctl;
+pub mod manifest;
 pub mod neuron_driver;
 pub mod runtime;
 pub mod simdev;
@@ -24,6 +26,7 @@ pub mod simdev;
 pub use backing::HostReservation;
 pub use config::{ConfigError, DeviceChoice, RuntimeConfig};
 pub use error::{Error, Result, SIM_HINT};
+pub use manifest::{Manifest, ManifestError};
 pub use neuron_driver::{AllocVariant, Geometry, NeuronDriver};
 pub use runtime::{HostRuntime, MallocHostMem};
 pub use simdev::HostSim;

@@ -119,12 +119,25 @@ fn bench(args: &[String]) -> DynResult {
     })
 }
 
+/// `cargo xtask headers`: rewrites `ffi/include/nrt/{nrt_status,nrt,nrtx}.h` from the
+/// `nrt-ffi` source. The generator is the test `ffi/tests/headers.rs`, which `ci`'s test step
+/// runs without the variable: there, a header that differs from the source fails the build.
+fn headers() -> DynResult {
+    run("headers (nrt-ffi tests/headers.rs)", {
+        let mut c = cargo();
+        c.args(["test", "--quiet", "-p", "nrt-ffi", "--test", "headers"]);
+        c.env("NRT_UPDATE_HEADERS", "1");
+        c
+    })
+}
+
 fn usage() -> &'static str {
     "usage: cargo xtask <ci|bench|layout|firmware>\n  ci    fmt check, clippy -D warnings, tests (what .ci/run runs)\n  \
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--ci]  the no_std image: build, run, footprint targets\n  \
-     bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)"
+     bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)\n  \
+     headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src"
 }
 
 fn main() -> ExitCode {
@@ -134,6 +147,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("layout") => layout(&args[1..]),
         Some("firmware") => firmware(&args[1..]),
+        Some("headers") => headers(),
         _ => {
             eprintln!("{}", usage());
             return ExitCode::from(2);

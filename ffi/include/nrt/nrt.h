@@ -1,0 +1,347 @@
+/*
+ * nrt/nrt.h -- GENERATED, do not edit.
+ *
+ * nrt-dmem's libnrt.so-compatible subset of the Neuron runtime API (nrt.h, API 2.0, public API
+ * section 2): init/close, load/unload/execute, tensors, tensor sets, memory stats. A program
+ * written for AWS's <nrt/nrt.h> compiles unchanged against this header for these functions and
+ * links with -lnrt. Generated from ffi/src/types.rs, ffi/src/runtime.rs, ffi/src/model.rs,
+ * ffi/src/set.rs, ffi/src/tensor.rs, ffi/src/stats.rs by ffi/tests/headers.rs; regenerate with
+ * `cargo xtask headers`.
+ */
+#ifndef NRT_DMEM_NRT_NRT_H
+#define NRT_DMEM_NRT_NRT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "nrt/nrt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Major version of the runtime API this library implements. */
+#define NRT_MAJOR_VERSION 2
+
+/** Minor version of the runtime API this library implements. */
+#define NRT_MINOR_VERSION 0
+
+/** A loaded model (opaque; from `nrt_load`, released by `nrt_unload`). */
+typedef struct nrt_model nrt_model_t;
+
+/** A tensor (opaque; from `nrt_tensor_allocate` and friends, released by `nrt_tensor_free`). */
+typedef struct nrt_tensor nrt_tensor_t;
+
+/** A container of named tensors (the inputs or outputs of one `nrt_execute`). */
+typedef void nrt_tensor_set_t;
+
+/** Where a tensor lives. Values are fixed by the public API. */
+typedef enum {
+    /** Device HBM of the logical core. */
+    NRT_TENSOR_PLACEMENT_DEVICE = 0,
+    /** DMA-able host memory (deprecated; refused on trn2 with NRT_RESOURCE). */
+    NRT_TENSOR_PLACEMENT_HOST = 1,
+    /** Ordinary host memory. */
+    NRT_TENSOR_PLACEMENT_VIRTUAL = 2,
+} nrt_tensor_placement_t;
+
+/** The framework calling `nrt_init`. Values are fixed by the public API. */
+typedef enum {
+    /** Invalid. */
+    NRT_FRAMEWORK_TYPE_INVALID = 0,
+    /** Framework-less execution. */
+    NRT_FRAMEWORK_TYPE_NO_FW = 1,
+    /** TensorFlow. */
+    NRT_FRAMEWORK_TYPE_TENSORFLOW = 2,
+    /** PyTorch. */
+    NRT_FRAMEWORK_TYPE_PYTORCH = 3,
+    /** MXNet. */
+    NRT_FRAMEWORK_TYPE_MXNET = 4,
+    /** Neuron node precheck. */
+    NRT_FRAMEWORK_TYPE_PRECHECK = 5,
+} nrt_framework_type_t;
+
+/** Where a device tensor's memory is (`nrt_tensor_get_device_allocation_info`). */
+typedef struct nrt_tensor_device_allocation_info {
+    /** Device physical address of the tensor's first byte. */
+    uint64_t physical_address;
+    /** Bytes of the tensor. */
+    size_t size;
+    /** The HBM the tensor is placed on. */
+    int hbm_index;
+} nrt_tensor_device_allocation_info_t;
+
+/**
+ * Memory of one logical core (`nrt_get_vnc_memory_stats`). Fields are only ever added at the
+ * end; the size-in/size-out pair of the call keeps old and new callers compatible.
+ */
+typedef struct nrt_vnc_memory_stats {
+    /** Device bytes in use on the logical core (tensors, models, shared resources). */
+    size_t bytes_used;
+    /** Device bytes the logical core can use (its share of its HBM). */
+    size_t bytes_limit;
+} nrt_vnc_memory_stats_t;
+
+/**
+ * Initializes the runtime. The device comes from the environment, read now:
+ * `NRT_DMEM_DEVICE` (`sim:trn2` by default, `sim:trn1`, `sim:inf2x2`, ... or `neuron` for
+ * `/dev/neuron*`), `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_NUM_CORES` and
+ * `NEURON_RT_VIRTUAL_CORE_SIZE`. The runtime can be initialized again after `nrt_close`.
+ *
+ * `framework` is a `nrt_framework_type_t` (NRT_INVALID for other values); `fw_version` and
+ * `fal_version` are informational and may be NULL.
+ *
+ * Safety:
+ * `fw_version` and `fal_version` are NULL or NUL-terminated strings (they are not read).
+ */
+NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_version, const char *fal_version);
+
+/**
+ * Closes the runtime: unloads every model, frees every tensor still allocated and returns
+ * all device memory. Calls made afterwards fail with NRT_CLOSED until `nrt_init` runs again.
+ * A no-op when the runtime is not initialized.
+ */
+void nrt_close(void);
+
+/**
+ * Logical NeuronCores on the instance (all attached devices, at the configured logical core
+ * size). Can be called before `nrt_init`.
+ *
+ * Safety:
+ * `vnc_count` is NULL or valid for a write.
+ */
+NRT_STATUS nrt_get_total_vnc_count(uint32_t *vnc_count);
+
+/**
+ * Logical NeuronCores this process owns (`NEURON_RT_VISIBLE_CORES` /
+ * `NEURON_RT_NUM_CORES`); the application numbers them from 0. Can be called before
+ * `nrt_init`.
+ *
+ * Safety:
+ * `vnc_count` is NULL or valid for a write.
+ */
+NRT_STATUS nrt_get_visible_vnc_count(uint32_t *vnc_count);
+
+/**
+ * Loads a model onto logical core `vnc` (-1: the first logical core this process owns) and
+ * makes all of its device memory: per-subgraph allocations, GPSIMD libraries, scratchpad.
+ * All-or-nothing: on failure no memory stays allocated.
+ *
+ * `neff_bytes`/`size` hold a model manifest (JSON, format "nrt-dmem-model/1"), the stand-in
+ * for a NEFF in this runtime; a compiled NEFF is refused with NRT_UNSUPPORTED_NEFF_VERSION.
+ * A malformed manifest is NRT_INVALID (the message names the field, line and column); device
+ * out-of-memory is NRT_RESOURCE (`nrtx_get_oom_report` shows the memory at that moment).
+ * `vnc_count` is deprecated and ignored (pass -1).
+ *
+ * Safety:
+ * `neff_bytes` is valid for reads of `size` bytes; `model` is NULL or valid for a write.
+ */
+NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t vnc, int32_t vnc_count, nrt_model_t **model);
+
+/**
+ * Unloads a model: waits for its executions in flight, then frees all of its device memory
+ * (no other model's memory changes). The pointer is invalid afterwards; passing it again is
+ * NRT_INVALID_HANDLE.
+ *
+ * Safety:
+ * `model` is any pointer value (it is looked up, never dereferenced).
+ */
+NRT_STATUS nrt_unload(nrt_model_t *model);
+
+/**
+ * Executes a model. Inputs and outputs are bound by the names the model declares; a missing
+ * or wrongly sized tensor is NRT_INVALID. This runtime models memory, not compute: each
+ * declared output receives the bytes of the input at the same position (the rest of it is
+ * zero-filled), and every output's completion count goes up by one
+ * (`nrt_tensor_check_output_completion`).
+ *
+ * Safety:
+ * `model`, `input_set` and `output_set` are any pointer values (looked up, never
+ * dereferenced); the tensors in the sets are live.
+ */
+NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t *input_set, nrt_tensor_set_t *output_set);
+
+/**
+ * Allocates an empty tensor set.
+ *
+ * Safety:
+ * `result` is NULL or valid for a write.
+ */
+NRT_STATUS nrt_allocate_tensor_set(nrt_tensor_set_t **result);
+
+/**
+ * Destroys a tensor set (not the tensors in it) and sets `*tensor_set` to NULL. NULL, or a
+ * pointer that is not a live set, is a no-op (logged). Works after `nrt_close` too.
+ *
+ * Safety:
+ * `tensor_set` is NULL or valid for a read and a write.
+ */
+void nrt_destroy_tensor_set(nrt_tensor_set_t **tensor_set);
+
+/**
+ * Adds `tensor` to the set under `tensor_name`, replacing a tensor of the same name. The
+ * tensor must stay valid until the set is destroyed or the name is replaced. Names are at
+ * most 95 bytes; a set holds at most 64 tensors (NRT_RESOURCE beyond).
+ *
+ * Safety:
+ * `tensor_name` is NULL or a NUL-terminated string; `tensor_set` and `tensor` are any pointer
+ * values (looked up, never dereferenced unless live).
+ */
+NRT_STATUS nrt_add_tensor_to_tensor_set(nrt_tensor_set_t *tensor_set, const char *tensor_name, nrt_tensor_t *tensor);
+
+/**
+ * Looks up the tensor stored under `tensor_name`; NRT_INVALID when the set has none.
+ *
+ * Safety:
+ * `tensor_name` is NULL or a NUL-terminated string; `tensor` is NULL or valid for a write;
+ * `tensor_set` is any pointer value (looked up, never dereferenced).
+ */
+NRT_STATUS nrt_get_tensor_from_tensor_set(nrt_tensor_set_t *tensor_set, const char *tensor_name, nrt_tensor_t **tensor);
+
+/**
+ * Allocates a tensor of `size` bytes. DEVICE tensors take HBM of logical core `vnc` and
+ * outlive any model; HOST tensors take DMA-able host memory (refused with NRT_RESOURCE on
+ * trn2); VIRTUAL tensors take ordinary host memory. `vnc` may be -1 for the host placements.
+ * `name` is optional (NULL) and at most 95 bytes. Out-of-memory on the device is
+ * NRT_RESOURCE.
+ *
+ * Safety:
+ * `name` is NULL or a NUL-terminated string; `tensor` is NULL or valid for a write.
+ */
+NRT_STATUS nrt_tensor_allocate(nrt_tensor_placement_t tensor_placement, int vnc, size_t size, const char *name, nrt_tensor_t **tensor);
+
+/**
+ * Frees a tensor and sets `*tensor` to NULL. Its memory is released with the last tensor
+ * that shares it (slices); a buffer attached with `nrt_tensor_attach_buffer` is never freed.
+ * NULL, `*tensor == NULL`, and pointers that are not live tensors are no-ops (the latter
+ * logged).
+ *
+ * Safety:
+ * `tensor` is NULL or valid for a read and a write.
+ */
+void nrt_tensor_free(nrt_tensor_t **tensor);
+
+/**
+ * Copies `size` bytes at `offset` of the tensor into `buf`.
+ *
+ * Safety:
+ * `buf` is valid for writes of `size` bytes; `tensor` is any pointer value (checked).
+ */
+NRT_STATUS nrt_tensor_read(const nrt_tensor_t *tensor, void *buf, size_t offset, size_t size);
+
+/**
+ * Copies `size` bytes from `buf` into the tensor at `offset`.
+ *
+ * Safety:
+ * `buf` is valid for reads of `size` bytes; `tensor` is any pointer value (checked).
+ */
+NRT_STATUS nrt_tensor_write(nrt_tensor_t *tensor, const void *buf, size_t offset, size_t size);
+
+/**
+ * Copies `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`. Two device
+ * tensors must be on the same NeuronCore (NRT_INVALID otherwise).
+ *
+ * Safety:
+ * `src` and `dst` are any pointer values (checked).
+ */
+NRT_STATUS nrt_tensor_copy(const nrt_tensor_t *src, size_t src_offset, nrt_tensor_t *dst, size_t dst_offset, size_t size);
+
+/**
+ * Bytes of the tensor (0 for a pointer that is not a live tensor).
+ *
+ * Safety:
+ * `tensor` is any pointer value (checked).
+ */
+size_t nrt_tensor_get_size(const nrt_tensor_t *tensor);
+
+/**
+ * Sets `size` bytes at `offset` of the tensor to `value` (converted to unsigned char).
+ *
+ * Safety:
+ * `tensor` is any pointer value (checked).
+ */
+NRT_STATUS nrt_tensor_memset(nrt_tensor_t *tensor, uint64_t offset, int value, size_t size);
+
+/**
+ * Allocates a tensor without storage; give it memory with `nrt_tensor_attach_buffer`.
+ *
+ * Safety:
+ * `name` is NULL or a NUL-terminated string; `tensor` is NULL or valid for a write.
+ */
+NRT_STATUS nrt_tensor_allocate_empty(const char *name, nrt_tensor_t **tensor);
+
+/**
+ * Makes the caller's `buffer` of `size` bytes the tensor's storage (the tensor becomes
+ * VIRTUAL). Storage the tensor had before is released if it owned it. The buffer is never
+ * freed by the runtime and must outlive the tensor.
+ *
+ * Safety:
+ * `buffer` is valid for reads and writes of `size` bytes for the tensor's lifetime; `tensor`
+ * is any pointer value (checked).
+ */
+NRT_STATUS nrt_tensor_attach_buffer(nrt_tensor_t *tensor, void *buffer, size_t size);
+
+/**
+ * Allocates a tensor viewing `[offset, offset + size)` of `tensor_source` (no copy). The
+ * storage is shared and reference-counted: it is freed with the last tensor using it.
+ *
+ * Safety:
+ * `name` is NULL or a NUL-terminated string; `tensor_slice` is NULL or valid for a write;
+ * `tensor_source` is any pointer value (checked).
+ */
+NRT_STATUS nrt_tensor_allocate_slice(const nrt_tensor_t *tensor_source, size_t offset, size_t size, const char *name, nrt_tensor_t **tensor_slice);
+
+/**
+ * The host address of the tensor's first byte, for tensors in host memory (VIRTUAL and
+ * attached buffers); NULL for device and host-DMA tensors and on failure.
+ *
+ * Safety:
+ * `tensor` is any pointer value (checked).
+ */
+void *nrt_tensor_get_va(const nrt_tensor_t *tensor);
+
+/**
+ * Where a device (or host-DMA) tensor is: device physical address, size, HBM index.
+ * NRT_INVALID for tensors in ordinary host memory.
+ *
+ * Safety:
+ * `alloc_info` is NULL or valid for a write; `tensor` is any pointer value (checked).
+ */
+NRT_STATUS nrt_tensor_get_device_allocation_info(const nrt_tensor_t *tensor, nrt_tensor_device_allocation_info_t *alloc_info);
+
+/**
+ * Waits until `output_tensor` has been written by `expected_completion_count` executions.
+ * `timeout` is in microseconds; negative waits without bound, 0 checks once. NRT_TIMEOUT when
+ * the count is not reached in time; NRT_INVALID for a pointer that is not a live tensor.
+ *
+ * Safety:
+ * `output_tensor` is any pointer value (checked).
+ */
+NRT_STATUS nrt_tensor_check_output_completion(const nrt_tensor_t *output_tensor, int64_t timeout, uint64_t expected_completion_count);
+
+/**
+ * Sets the tensor's output completion count back to 0.
+ *
+ * Safety:
+ * `output_tensor` is any pointer value (checked).
+ */
+NRT_STATUS nrt_tensor_reset_output_completion(nrt_tensor_t *output_tensor);
+
+/**
+ * Device memory of logical core `vnc`: bytes in use (every allocation booked to its
+ * NeuronCores: tensors, models, shared scratchpad and libraries) and the limit (its share of
+ * its HBM). Copies `min(stats_size_in, sizeof(nrt_vnc_memory_stats_t))` bytes to `stats` and
+ * writes this library's `sizeof(nrt_vnc_memory_stats_t)` to `*stats_size_out` (when not
+ * NULL), so callers built against an older or newer header stay compatible.
+ *
+ * Safety:
+ * `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+ * valid for a write.
+ */
+NRT_STATUS nrt_get_vnc_memory_stats(uint32_t vnc, nrt_vnc_memory_stats_t *stats, size_t stats_size_in, size_t *stats_size_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NRT_DMEM_NRT_NRT_H */

@@ -1,0 +1,191 @@
+/*
+ * nrt/nrtx.h -- GENERATED, do not edit.
+ *
+ * nrt-dmem extensions (nrtx_*): the per-usage memory ledger of a logical core, peaks and their
+ * reset, free bytes and the largest free block of each HBM, a model's footprint, the
+ * out-of-memory report as text, the last error message. Generated from ffi/src/nrtx.rs by
+ * ffi/tests/headers.rs; regenerate with `cargo xtask headers`.
+ */
+#ifndef NRT_DMEM_NRT_NRTX_H
+#define NRT_DMEM_NRT_NRTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "nrt/nrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Entries of a per-usage array: one per `dma_mem_usage_type_t` (0..=21) plus the total. */
+#define NRTX_USAGE_TYPE_COUNT 23
+
+/** Index of the total in a per-usage array. */
+#define NRTX_USAGE_TOTAL 22
+
+/**
+ * Memory of one logical core with peaks (`nrtx_get_vnc_memory_stats`); starts with the same
+ * two fields as `nrt_vnc_memory_stats_t`.
+ */
+typedef struct nrtx_vnc_memory_stats {
+    /** Device bytes in use (as `nrt_vnc_memory_stats_t.bytes_used`). */
+    uint64_t bytes_used;
+    /** Device bytes the logical core can use (as `nrt_vnc_memory_stats_t.bytes_limit`). */
+    uint64_t bytes_limit;
+    /**
+     * High-water mark of `bytes_used` since `nrt_init` or the last
+     * `nrtx_reset_vnc_memory_peak`.
+     */
+    uint64_t bytes_peak;
+    /** Host DMA bytes booked to the logical core. */
+    uint64_t host_bytes_used;
+    /** High-water mark of `host_bytes_used`. */
+    uint64_t host_bytes_peak;
+} nrtx_vnc_memory_stats_t;
+
+/**
+ * The usage ledger of one logical core (`nrtx_get_vnc_usage`): bytes per
+ * `dma_mem_usage_type_t`, index `NRTX_USAGE_TOTAL` holding the total. Names of the indices:
+ * `nrtx_get_usage_type_name`.
+ */
+typedef struct nrtx_vnc_usage {
+    /** Device bytes per usage type. */
+    uint64_t device[NRTX_USAGE_TYPE_COUNT];
+    /** Device high-water mark per usage type. */
+    uint64_t device_peak[NRTX_USAGE_TYPE_COUNT];
+    /** Host DMA bytes per usage type. */
+    uint64_t host[NRTX_USAGE_TYPE_COUNT];
+    /** Host DMA high-water mark per usage type. */
+    uint64_t host_peak[NRTX_USAGE_TYPE_COUNT];
+} nrtx_vnc_usage_t;
+
+/**
+ * One HBM of one device as the driver sees it (`nrtx_get_hbm_stats`): free bytes and the
+ * largest free block, i.e. the biggest allocation that can still succeed there.
+ */
+typedef struct nrtx_hbm_stats {
+    /** Device index. */
+    uint32_t device;
+    /** HBM index on the device. */
+    uint32_t hbm_index;
+    /** Devices attached (to iterate: device < num_devices). */
+    uint32_t num_devices;
+    /** HBMs on this device (to iterate: hbm_index < num_hbm). */
+    uint32_t num_hbm;
+    /** Bytes the driver manages on this HBM. */
+    uint64_t capacity;
+    /** Bytes free. */
+    uint64_t free;
+    /** The largest free block. */
+    uint64_t largest_free_block;
+    /** Live allocations. */
+    uint64_t allocations;
+} nrtx_hbm_stats_t;
+
+/** The device memory a loaded model holds (`nrtx_get_model_memory`). */
+typedef struct nrtx_model_memory {
+    /** Logical core it is loaded on. */
+    uint32_t vnc;
+    /** Subgraphs (one MODEL heap each). */
+    uint32_t subgraphs;
+    /** Allocations in its heaps. */
+    uint64_t allocations;
+    /** Bytes in its heaps (device and host). */
+    uint64_t bytes;
+    /** Device bytes per usage type (index `NRTX_USAGE_TOTAL` = total). */
+    uint64_t device_by_usage[NRTX_USAGE_TYPE_COUNT];
+    /** Shared scratchpad pages it holds. */
+    uint32_t scratchpad_pages;
+    /** 1 when it uses its core's shared ext-isa library copy. */
+    uint32_t shared_ext_isa;
+} nrtx_model_memory_t;
+
+/**
+ * Memory of logical core `vnc` with peaks. Size-in/size-out as `nrt_get_vnc_memory_stats`.
+ *
+ * Safety:
+ * `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+ * valid for a write.
+ */
+NRT_STATUS nrtx_get_vnc_memory_stats(uint32_t vnc, nrtx_vnc_memory_stats_t *stats, size_t stats_size_in, size_t *stats_size_out);
+
+/**
+ * Resets every peak of logical core `vnc` (device and host, per usage type and total) to the
+ * current value.
+ */
+NRT_STATUS nrtx_reset_vnc_memory_peak(uint32_t vnc);
+
+/**
+ * The usage ledger of logical core `vnc`: current and peak bytes per usage type, device and
+ * host. Size-in/size-out as `nrt_get_vnc_memory_stats`.
+ *
+ * Safety:
+ * `usage` is NULL or valid for writes of `usage_size_in` bytes; `usage_size_out` is NULL or
+ * valid for a write.
+ */
+NRT_STATUS nrtx_get_vnc_usage(uint32_t vnc, nrtx_vnc_usage_t *usage, size_t usage_size_in, size_t *usage_size_out);
+
+/**
+ * The name of usage index `usage` ("CODE", "TENSOR", "DMA_RING", ..., "TOTAL" for
+ * `NRTX_USAGE_TOTAL`); NULL past the last index. The string is static.
+ */
+const char *nrtx_get_usage_type_name(uint32_t usage);
+
+/**
+ * Free bytes and the largest free block of HBM `hbm_index` of device `device`. Start at
+ * (0, 0) and iterate with `num_devices` / `num_hbm`. Size-in/size-out as
+ * `nrt_get_vnc_memory_stats`.
+ *
+ * Safety:
+ * `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+ * valid for a write.
+ */
+NRT_STATUS nrtx_get_hbm_stats(uint32_t device, uint32_t hbm_index, nrtx_hbm_stats_t *stats, size_t stats_size_in, size_t *stats_size_out);
+
+/**
+ * As `nrtx_get_hbm_stats`, for the HBM that holds logical core `vnc`'s tensors.
+ *
+ * Safety:
+ * `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+ * valid for a write.
+ */
+NRT_STATUS nrtx_get_vnc_hbm_stats(uint32_t vnc, nrtx_hbm_stats_t *stats, size_t stats_size_in, size_t *stats_size_out);
+
+/**
+ * The device memory `model` holds. Size-in/size-out as `nrt_get_vnc_memory_stats`.
+ *
+ * Safety:
+ * `mem` is NULL or valid for writes of `mem_size_in` bytes; `mem_size_out` is NULL or valid
+ * for a write; `model` is any pointer value (looked up, never dereferenced).
+ */
+NRT_STATUS nrtx_get_model_memory(const nrt_model_t *model, nrtx_model_memory_t *mem, size_t mem_size_in, size_t *mem_size_out);
+
+/**
+ * The out-of-memory report as text, captured when the last device out-of-memory of this
+ * runtime happened: "Failed to allocate ... (usage: ...) on ND d:NC c" followed by the memory of
+ * that device at that moment -- per NeuronCore and category, each HBM's free bytes and largest
+ * free block, and the largest live allocations. Without an OOM since `nrt_init`, the same
+ * table for device 0 now.
+ *
+ * Writes at most `buf_size_in` bytes (NUL-terminated) to `buf` and the full length including
+ * the NUL to `*buf_size_out`. NRT_RESOURCE when the text was truncated; pass `buf` NULL and
+ * `buf_size_in` 0 to ask for the length only.
+ *
+ * Safety:
+ * `buf` is NULL or valid for writes of `buf_size_in` bytes; `buf_size_out` is NULL or valid
+ * for a write.
+ */
+NRT_STATUS nrtx_get_oom_report(char *buf, size_t buf_size_in, size_t *buf_size_out);
+
+/**
+ * The message of the last call on this thread that failed ("function: what went wrong", the
+ * same text the log shows), or "" when none did. The string stays valid until the next
+ * failing call on this thread; copy it to keep it.
+ */
+const char *nrtx_get_last_error_message(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NRT_DMEM_NRT_NRTX_H */

@@ -1,0 +1,442 @@
+//! The process-global runtime behind the C ABI and the machinery every entry point shares:
+//! the lifecycle (`Uninit → Init → Closed → Init …`), the registries that validate the opaque
+//! pointers handed to C (models, tensor sets, tensors to free at close), the error type with
+//! its `NRT_STATUS`, the thread-local last error, and the panic fence.
+//!
+//! libnrt has one runtime per process (ARCHITECTURE.md principle 3: the C ABI uses one global
+//! context). Every call takes the lifecycle lock shared; `nrt_init`/`nrt_close` take it
+//! exclusively, so close waits for calls in flight and no call sees a half-closed runtime.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{c_char, CString};
+use std::fmt::Display;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{LazyLock, Mutex, MutexGuard, RwLock};
+
+use nrt_core::abi::{H_MODEL, NRT_STATUS as CoreStatus};
+use nrt_host::HostRuntime;
+
+use crate::status::NRT_STATUS;
+
+/// What an entry point failed with: the status C sees and the message it logs.
+#[derive(Debug, Clone)]
+pub(crate) struct Fail {
+    pub status: CoreStatus,
+    pub msg: String,
+}
+
+impl Fail {
+    pub fn new(status: CoreStatus, msg: impl Display) -> Self {
+        Fail {
+            status,
+            msg: msg.to_string(),
+        }
+    }
+    /// `NRT_INVALID`: a bad argument.
+    pub fn invalid(msg: impl Display) -> Self {
+        Fail::new(CoreStatus::NRT_INVALID, msg)
+    }
+}
+
+impl From<nrt_core::Error> for Fail {
+    fn from(e: nrt_core::Error) -> Self {
+        Fail::new(e.status(), e)
+    }
+}
+
+pub(crate) type Res<T = ()> = Result<T, Fail>;
+
+/// A resident model as C sees it: the heap box `nrt_model_t *` points at (never dereferenced
+/// through the caller's pointer: the registry is keyed by its address).
+pub(crate) struct ModelBox {
+    pub h: H_MODEL,
+    pub vnc: u32,
+}
+
+/// One initialised runtime and the C-side objects tied to it.
+pub(crate) struct Runtime {
+    pub rt: HostRuntime,
+    /// `nrt_model_t *` address → its box.
+    pub models: Mutex<BTreeMap<usize, Box<ModelBox>>>,
+    /// Tensors made through the C ABI and not yet freed: `nrt_close` frees them with the host
+    /// memory provider, so VIRTUAL tensors the application forgot do not leak.
+    pub tensors: Mutex<BTreeSet<usize>>,
+    /// The OOM report captured when the last device out-of-memory happened (libnrt writes its
+    /// report at the failure, not when someone asks).
+    pub oom_report: Mutex<Option<String>>,
+}
+
+impl Runtime {
+    /// Passes a core result through, capturing the OOM report when it is a device
+    /// out-of-memory (`NRT_RESOURCE`, spec §3.2 GOTCHA).
+    pub fn core<T>(&self, r: nrt_core::Result<T>) -> Res<T> {
+        if let Err(e @ nrt_core::Error::DeviceOom { .. }) = &r {
+            let text = crate::nrtx::oom_report_text(self, Some(*e));
+            *lock(&self.oom_report) = Some(text);
+        }
+        Ok(r?)
+    }
+
+    /// Frees what the application left, then closes the core (spec §12).
+    fn shutdown(self) {
+        let nrt = self.rt.nrt();
+        let left = std::mem::take(&mut *lock(&self.tensors));
+        for t in left {
+            let t = t as nrt_core::tensor::Tensor;
+            if nrt.tensor_check(t).is_ok() {
+                let _ = nrt.tensor_free(t, Some(self.rt.host_mem()));
+            }
+        }
+        if let Err(e) = self.rt.close() {
+            log::warn!(target: "nrt_close", "{e}");
+        }
+        lock(&self.models).clear();
+    }
+}
+
+enum Life {
+    Uninit,
+    Init(Box<Runtime>),
+    Closed,
+}
+
+static RT: RwLock<Life> = RwLock::new(Life::Uninit);
+
+/// Locks a mutex, ignoring poisoning (a panic is fenced at the boundary; the data stays
+/// consistent because every critical section here is a single map operation).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` on the initialised runtime: `NRT_UNINITIALIZED` before `nrt_init`, `NRT_CLOSED`
+/// after `nrt_close` (the public API's state gate, spec §7.2).
+pub(crate) fn with_rt<T>(f: impl FnOnce(&Runtime) -> Res<T>) -> Res<T> {
+    let g = RT.read().unwrap_or_else(|e| e.into_inner());
+    match &*g {
+        Life::Init(r) => f(r),
+        Life::Uninit => Err(nrt_core::Error::Uninitialized.into()),
+        Life::Closed => Err(nrt_core::Error::Closed.into()),
+    }
+}
+
+/// `nrt_init`: builds the runtime from the environment unless one is up.
+pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
+    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
+    if let Life::Init(_) = &*g {
+        return Err(Fail::new(
+            CoreStatus::NRT_FAILURE,
+            "the runtime is already initialized (call nrt_close first)",
+        ));
+    }
+    let rt = build()?;
+    *g = Life::Init(Box::new(Runtime {
+        rt,
+        models: Mutex::new(BTreeMap::new()),
+        tensors: Mutex::new(BTreeSet::new()),
+        oom_report: Mutex::new(None),
+    }));
+    Ok(())
+}
+
+/// `nrt_close`: tears the runtime down; `false` when none was up.
+pub(crate) fn close() -> bool {
+    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
+    match std::mem::replace(&mut *g, Life::Closed) {
+        Life::Init(r) => {
+            r.shutdown();
+            true
+        }
+        Life::Uninit => {
+            *g = Life::Uninit;
+            false
+        }
+        Life::Closed => false,
+    }
+}
+
+/// A tensor set as C sees it (`nrt_tensor_set_t *`, a `void *`): the registry is keyed by the
+/// address of `_handle`, so a caller's pointer is looked up, never dereferenced.
+pub(crate) struct SetEntry {
+    _handle: Box<u64>,
+    /// `(name, tensor)` in insertion order.
+    pub entries: Vec<(String, usize)>,
+}
+
+impl SetEntry {
+    pub fn new() -> (usize, Self) {
+        let h = Box::new(0x5e7_5e7u64);
+        let key = &*h as *const u64 as usize;
+        (
+            key,
+            SetEntry {
+                _handle: h,
+                entries: Vec::new(),
+            },
+        )
+    }
+}
+
+/// Live tensor sets. Not tied to one runtime: a set made before `nrt_close` can still be
+/// destroyed after it.
+pub(crate) static SETS: LazyLock<Mutex<BTreeMap<usize, SetEntry>>> =
+    LazyLock::new(|| Mutex::new(BTreeMap::new()));
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Records `msg` as this thread's last error (`nrtx_get_last_error_message`).
+pub(crate) fn set_last_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// This thread's last error message (empty when none); valid until the thread's next failing
+/// call.
+pub(crate) fn last_error_ptr() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+fn report(func: &'static str, f: &Fail) {
+    // A timeout is an answer ("not yet"), not a failure: callers poll with timeout 0.
+    let level = if f.status == CoreStatus::NRT_TIMEOUT {
+        log::Level::Debug
+    } else {
+        log::Level::Error
+    };
+    log::log!(target: func, level, "{}", f.msg);
+    set_last_error(&format!("{func}: {}", f.msg));
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// The body of every status-returning entry point: runs `f` behind the panic fence
+/// (ARCHITECTURE.md principle 5: nothing unwinds across the C boundary), logs a failure with
+/// the core's message and records it as the thread's last error.
+pub(crate) fn entry(func: &'static str, f: impl FnOnce() -> Res) -> NRT_STATUS {
+    crate::logger::install();
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => CoreStatus::NRT_SUCCESS as NRT_STATUS,
+        Ok(Err(e)) => {
+            report(func, &e);
+            e.status as NRT_STATUS
+        }
+        Err(p) => {
+            let e = Fail::new(
+                CoreStatus::NRT_FAILURE,
+                format_args!("internal error (panic): {}", panic_text(&*p)),
+            );
+            report(func, &e);
+            CoreStatus::NRT_FAILURE as NRT_STATUS
+        }
+    }
+}
+
+/// The body of an entry point that returns a value instead of a status (`void`, a size, a
+/// pointer): `fallback` on failure or panic.
+pub(crate) fn entry_value<T>(func: &'static str, fallback: T, f: impl FnOnce() -> Res<T>) -> T {
+    crate::logger::install();
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            report(func, &e);
+            fallback
+        }
+        Err(p) => {
+            report(
+                func,
+                &Fail::new(
+                    CoreStatus::NRT_FAILURE,
+                    format_args!("internal error (panic): {}", panic_text(&*p)),
+                ),
+            );
+            fallback
+        }
+    }
+}
+
+/// Longest tensor / tensor-set name (bytes, excluding the NUL; public API: > 95 → NRT_INVALID).
+pub(crate) const NAME_MAX: usize = nrt_core::tensor::TENSOR_NAME_MAX;
+
+/// Reads an optional C name, never more than `NAME_MAX + 1` bytes: `None` for NULL, an error
+/// when it is longer than [`NAME_MAX`] or not UTF-8.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string (only bytes up to its NUL, and at most
+/// `NAME_MAX + 1` of them, are read).
+pub(crate) unsafe fn read_name<'a>(p: *const c_char, what: &str) -> Res<Option<&'a str>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    let mut n = 0;
+    // SAFETY: caller contract: the string is readable up to its NUL; we stop at the NUL or
+    // after NAME_MAX + 1 bytes, whichever comes first.
+    while n <= NAME_MAX && unsafe { *p.add(n) } != 0 {
+        n += 1;
+    }
+    if n > NAME_MAX {
+        return Err(Fail::invalid(format_args!(
+            "{what} is longer than {NAME_MAX} bytes"
+        )));
+    }
+    // SAFETY: the n bytes before the NUL were just read.
+    let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, n) };
+    std::str::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| Fail::invalid(format_args!("{what} is not UTF-8")))
+}
+
+/// A required name: NULL is `NRT_INVALID`.
+///
+/// # Safety
+/// As [`read_name`].
+pub(crate) unsafe fn required_name<'a>(p: *const c_char, what: &str) -> Res<&'a str> {
+    // SAFETY: forwarded contract.
+    unsafe { read_name(p, what) }?.ok_or_else(|| Fail::invalid(format_args!("{what} is NULL")))
+}
+
+/// Writes `v` through an out-pointer, `NRT_INVALID` when it is NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for a write of `T`.
+pub(crate) unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Res {
+    if p.is_null() {
+        return Err(Fail::invalid(format_args!("{what} is NULL")));
+    }
+    // SAFETY: non-null, and the caller guarantees it is writable.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// The size-in/size-out protocol of `nrt_get_vnc_memory_stats` (public API §2): copies
+/// `min(size_in, sizeof(T))` bytes of `v` to `dst` and reports `sizeof(T)` through `size_out`
+/// (when not NULL). A struct that only grows at its end stays compatible both ways.
+///
+/// # Safety
+/// `dst` is NULL or valid for writes of `size_in` bytes; `size_out` is NULL or writable.
+pub(crate) unsafe fn put_sized<T: Copy>(
+    v: &T,
+    dst: *mut T,
+    size_in: usize,
+    size_out: *mut usize,
+) -> Res {
+    if dst.is_null() && size_in > 0 {
+        return Err(Fail::invalid("stats is NULL but stats_size_in is not 0"));
+    }
+    let n = size_in.min(std::mem::size_of::<T>());
+    if n > 0 {
+        // SAFETY: `v` is a plain-data `T` (no padding in our repr(C) structs of integers);
+        // `dst` holds at least `size_in >= n` bytes; they cannot overlap (ours is a local).
+        unsafe { std::ptr::copy_nonoverlapping(v as *const T as *const u8, dst as *mut u8, n) };
+    }
+    if !size_out.is_null() {
+        // SAFETY: caller contract.
+        unsafe { size_out.write(std::mem::size_of::<T>()) };
+    }
+    Ok(())
+}
+
+/// `size` bytes at `p` as a slice, refusing NULL (unless empty) and sizes past `isize::MAX`.
+///
+/// # Safety
+/// `p` is valid for reads of `size` bytes.
+pub(crate) unsafe fn in_bytes<'a>(p: *const u8, size: usize, what: &str) -> Res<&'a [u8]> {
+    if size == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Fail::invalid(format_args!("{what} is NULL")));
+    }
+    if size > isize::MAX as usize {
+        return Err(Fail::invalid(format_args!("size {size} is too large")));
+    }
+    // SAFETY: non-null, in range, readable by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, size) })
+}
+
+/// Mutable counterpart of [`in_bytes`].
+///
+/// # Safety
+/// `p` is valid for writes of `size` bytes and not otherwise borrowed.
+pub(crate) unsafe fn out_bytes<'a>(p: *mut u8, size: usize, what: &str) -> Res<&'a mut [u8]> {
+    if size == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(Fail::invalid(format_args!("{what} is NULL")));
+    }
+    if size > isize::MAX as usize {
+        return Err(Fail::invalid(format_args!("size {size} is too large")));
+    }
+    // SAFETY: non-null, in range, writable by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, size) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_nrt_failure_and_the_last_error() {
+        let st = entry("nrt_test", || panic!("boom"));
+        assert_eq!(st, CoreStatus::NRT_FAILURE as NRT_STATUS);
+        // SAFETY: a NUL-terminated thread-local string.
+        let msg = unsafe { std::ffi::CStr::from_ptr(last_error_ptr()) };
+        assert!(msg
+            .to_str()
+            .unwrap()
+            .contains("nrt_test: internal error (panic): boom"));
+        assert_eq!(entry_value("nrt_test", 7usize, || panic!("again")), 7);
+        assert_eq!(entry("nrt_test", || Ok(())), 0);
+        let st = entry("nrt_test", || Err(Fail::invalid("bad")));
+        assert_eq!(st, CoreStatus::NRT_INVALID as NRT_STATUS);
+    }
+
+    #[test]
+    fn names_are_read_with_a_bound() {
+        let ok = CString::new("n".repeat(NAME_MAX)).unwrap();
+        // SAFETY: NUL-terminated strings (and NULL).
+        unsafe {
+            assert_eq!(read_name(ok.as_ptr(), "name").unwrap().unwrap().len(), 95);
+            let long = CString::new("n".repeat(NAME_MAX + 1)).unwrap();
+            let e = read_name(long.as_ptr(), "name").unwrap_err();
+            assert_eq!(e.status, CoreStatus::NRT_INVALID);
+            assert!(e.msg.contains("longer than 95"));
+            assert_eq!(read_name(std::ptr::null(), "name").unwrap(), None);
+            assert!(required_name(std::ptr::null(), "name").is_err());
+            let bad = [0xffu8 as c_char, 0xfeu8 as c_char, 0];
+            assert!(read_name(bad.as_ptr(), "name").is_err());
+            // 96 bytes without a NUL: refused after reading exactly NAME_MAX + 1 of them.
+            let unterminated = [b'x' as c_char; NAME_MAX + 1];
+            assert!(read_name(unterminated.as_ptr(), "name").is_err());
+        }
+    }
+
+    #[test]
+    fn sized_copies_follow_the_size_in_size_out_protocol() {
+        #[derive(Copy, Clone)]
+        #[repr(C)]
+        struct S {
+            a: u64,
+            b: u64,
+        }
+        let v = S { a: 1, b: 2 };
+        let mut dst = [0xEEu8; 32];
+        let mut out = 0usize;
+        // SAFETY: `dst` holds 32 bytes; `out` is writable.
+        unsafe {
+            put_sized(&v, dst.as_mut_ptr() as *mut S, 8, &mut out).unwrap();
+            assert_eq!((out, dst[0], dst[8]), (16, 1, 0xEE));
+            put_sized(&v, dst.as_mut_ptr() as *mut S, 32, &mut out).unwrap();
+            assert_eq!((dst[8], dst[16]), (2, 0xEE));
+            assert!(put_sized(&v, std::ptr::null_mut(), 16, &mut out).is_err());
+            put_sized(&v, std::ptr::null_mut(), 0, std::ptr::null_mut()).unwrap();
+        }
+    }
+}

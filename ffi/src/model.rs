@@ -1,0 +1,168 @@
+//! `nrt_load`, `nrt_unload`, `nrt_execute` (public API §2; spec §4–§5, §7.3).
+//!
+//! `nrt_load` takes a model manifest (JSON, format `"nrt-dmem-model/1"`, docs/MANIFEST.md) in
+//! place of a NEFF: this runtime models libnrt's device memory, not the NeuronCore's
+//! instruction set. The `nrt_model_t *` handed back is the address of a heap box registered
+//! with the runtime; every call looks a caller's pointer up in that registry before using it.
+
+use std::ffi::c_void;
+
+use nrt_core::abi::NRT_STATUS as CoreStatus;
+use nrt_core::tensor::TensorSet;
+use nrt_host::{Manifest, ManifestError};
+
+use crate::global::{self, entry, in_bytes, lock, put, Fail, ModelBox, Res, Runtime};
+use crate::status::NRT_STATUS;
+use crate::types::{nrt_model_t, nrt_tensor_set_t};
+
+/// The registered model behind a caller's pointer.
+fn model_of(r: &Runtime, model: *const nrt_model_t) -> Res<(nrt_core::abi::H_MODEL, u32)> {
+    if model.is_null() {
+        return Err(Fail::invalid("model is NULL"));
+    }
+    lock(&r.models)
+        .get(&(model as usize))
+        .map(|b| (b.h, b.vnc))
+        .ok_or_else(|| {
+            Fail::new(
+                CoreStatus::NRT_INVALID_HANDLE,
+                "model is not a loaded model of this runtime (unloaded, foreign or corrupt pointer)",
+            )
+        })
+}
+
+/// Loads a model onto logical core `vnc` (-1: the first logical core this process owns) and
+/// makes all of its device memory: per-subgraph allocations, GPSIMD libraries, scratchpad.
+/// All-or-nothing: on failure no memory stays allocated.
+///
+/// `neff_bytes`/`size` hold a model manifest (JSON, format "nrt-dmem-model/1"), the stand-in
+/// for a NEFF in this runtime; a compiled NEFF is refused with NRT_UNSUPPORTED_NEFF_VERSION.
+/// A malformed manifest is NRT_INVALID (the message names the field, line and column); device
+/// out-of-memory is NRT_RESOURCE (`nrtx_get_oom_report` shows the memory at that moment).
+/// `vnc_count` is deprecated and ignored (pass -1).
+///
+/// # Safety
+/// `neff_bytes` is valid for reads of `size` bytes; `model` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_load(
+    neff_bytes: *const c_void,
+    size: usize,
+    vnc: i32,
+    vnc_count: i32,
+    model: *mut *mut nrt_model_t,
+) -> NRT_STATUS {
+    let _ = vnc_count;
+    entry("nrt_load", || {
+        global::with_rt(|r| {
+            if model.is_null() {
+                return Err(Fail::invalid("model is NULL"));
+            }
+            if size == 0 {
+                return Err(Fail::invalid("the model is empty (size 0)"));
+            }
+            // SAFETY: caller contract.
+            let bytes = unsafe { in_bytes(neff_bytes as *const u8, size, "neff_bytes") }?;
+            let m = Manifest::parse(bytes).map_err(|e| match e {
+                ManifestError::Neff { .. } => {
+                    Fail::new(CoreStatus::NRT_UNSUPPORTED_NEFF_VERSION, e)
+                }
+                e => Fail::invalid(e),
+            })?;
+            let vnc = if vnc == -1 { 0 } else { vnc as i64 };
+            let storage = m.spec();
+            let h = r
+                .core(r.rt.nrt().load_model(vnc, &storage.as_spec()))
+                .inspect_err(|f| {
+                    if f.status == CoreStatus::NRT_RESOURCE {
+                        note_model_oom(r, &m, vnc);
+                    }
+                })?;
+            let b = Box::new(ModelBox { h, vnc: vnc as u32 });
+            let p = &*b as *const ModelBox as *mut nrt_model_t;
+            lock(&r.models).insert(p as usize, b);
+            log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.id, m.name);
+            // SAFETY: checked non-null; caller contract.
+            unsafe { put(model, p, "model") }
+        })
+    })
+}
+
+/// Adds what the model asked for to the captured OOM report (users budget with it, public API
+/// §6).
+fn note_model_oom(r: &Runtime, m: &Manifest, vnc: i64) {
+    if let Some(text) = lock(&r.oom_report).as_mut() {
+        let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
+        text.push_str(&format!(
+            "while loading model \"{}\" onto logical core {vnc}: it asks for {:.3}MB of device \
+             memory ({} allocation(s) x {} subgraph(s), before page rounding) plus {:.3}MB of \
+             shared scratchpad; the load was rolled back\n",
+            m.name,
+            mb(m.requested_bytes(nrt_host::manifest::Location::Device)),
+            m.allocations.len(),
+            m.subgraphs,
+            mb(m.scratchpad_bytes),
+        ));
+    }
+}
+
+/// Unloads a model: waits for its executions in flight, then frees all of its device memory
+/// (no other model's memory changes). The pointer is invalid afterwards; passing it again is
+/// NRT_INVALID_HANDLE.
+///
+/// # Safety
+/// `model` is any pointer value (it is looked up, never dereferenced).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
+    entry("nrt_unload", || {
+        global::with_rt(|r| {
+            let (h, _) = model_of(r, model)?;
+            r.rt.nrt().unload_model(h)?;
+            lock(&r.models).remove(&(model as usize));
+            Ok(())
+        })
+    })
+}
+
+/// Snapshot of a registered tensor set as the core's `TensorSet`.
+fn set_snapshot(set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>> {
+    if set.is_null() {
+        return Err(Fail::invalid(format_args!("{what} is NULL")));
+    }
+    let sets = lock(&global::SETS);
+    let e = sets.get(&(set as usize)).ok_or_else(|| {
+        Fail::invalid(format_args!(
+            "{what} is not a live tensor set (destroyed, foreign or corrupt pointer)"
+        ))
+    })?;
+    let mut ts = Box::<TensorSet>::default();
+    for (name, t) in &e.entries {
+        ts.add(name, *t as nrt_core::tensor::Tensor)?;
+    }
+    Ok(ts)
+}
+
+/// Executes a model. Inputs and outputs are bound by the names the model declares; a missing
+/// or wrongly sized tensor is NRT_INVALID. This runtime models memory, not compute: each
+/// declared output receives the bytes of the input at the same position (the rest of it is
+/// zero-filled), and every output's completion count goes up by one
+/// (`nrt_tensor_check_output_completion`).
+///
+/// # Safety
+/// `model`, `input_set` and `output_set` are any pointer values (looked up, never
+/// dereferenced); the tensors in the sets are live.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_execute(
+    model: *mut nrt_model_t,
+    input_set: *const nrt_tensor_set_t,
+    output_set: *mut nrt_tensor_set_t,
+) -> NRT_STATUS {
+    entry("nrt_execute", || {
+        global::with_rt(|r| {
+            let (h, _) = model_of(r, model)?;
+            let ins = set_snapshot(input_set, "input_set")?;
+            let outs = set_snapshot(output_set, "output_set")?;
+            r.rt.execute(h, &ins, &outs)?;
+            Ok(())
+        })
+    })
+}

@@ -1,0 +1,400 @@
+//! `nrt/nrtx.h`: what the public API lacks and users ask for (public API §6) — the per-usage
+//! ledger of a logical core (spec §3.4), peaks and their reset (CUDA-style), the largest free
+//! block of each HBM (fragmentation), a model's footprint, the OOM report as text, and the last
+//! error message. Named `nrtx_` so they can never collide with a future `nrt_` function; the
+//! structs follow `nrt_get_vnc_memory_stats`'s size-in/size-out protocol and only grow at
+//! their end.
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, CStr, CString};
+use std::sync::LazyLock;
+
+use nrt_core::abi::{dma_mem_usage_type_t, NRT_STATUS as CoreStatus};
+use nrt_core::Error;
+
+use crate::global::{self, entry, lock, put_sized, Fail, Res};
+use crate::status::NRT_STATUS;
+use crate::types::nrt_model_t;
+
+/// Entries of a per-usage array: one per `dma_mem_usage_type_t` (0..=21) plus the total.
+pub const NRTX_USAGE_TYPE_COUNT: usize = 23;
+/// Index of the total in a per-usage array.
+pub const NRTX_USAGE_TOTAL: usize = 22;
+
+/// Memory of one logical core with peaks (`nrtx_get_vnc_memory_stats`); starts with the same
+/// two fields as `nrt_vnc_memory_stats_t`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct nrtx_vnc_memory_stats_t {
+    /// Device bytes in use (as `nrt_vnc_memory_stats_t.bytes_used`).
+    pub bytes_used: u64,
+    /// Device bytes the logical core can use (as `nrt_vnc_memory_stats_t.bytes_limit`).
+    pub bytes_limit: u64,
+    /// High-water mark of `bytes_used` since `nrt_init` or the last
+    /// `nrtx_reset_vnc_memory_peak`.
+    pub bytes_peak: u64,
+    /// Host DMA bytes booked to the logical core.
+    pub host_bytes_used: u64,
+    /// High-water mark of `host_bytes_used`.
+    pub host_bytes_peak: u64,
+}
+
+/// The usage ledger of one logical core (`nrtx_get_vnc_usage`): bytes per
+/// `dma_mem_usage_type_t`, index `NRTX_USAGE_TOTAL` holding the total. Names of the indices:
+/// `nrtx_get_usage_type_name`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct nrtx_vnc_usage_t {
+    /// Device bytes per usage type.
+    pub device: [u64; NRTX_USAGE_TYPE_COUNT],
+    /// Device high-water mark per usage type.
+    pub device_peak: [u64; NRTX_USAGE_TYPE_COUNT],
+    /// Host DMA bytes per usage type.
+    pub host: [u64; NRTX_USAGE_TYPE_COUNT],
+    /// Host DMA high-water mark per usage type.
+    pub host_peak: [u64; NRTX_USAGE_TYPE_COUNT],
+}
+
+/// One HBM of one device as the driver sees it (`nrtx_get_hbm_stats`): free bytes and the
+/// largest free block, i.e. the biggest allocation that can still succeed there.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct nrtx_hbm_stats_t {
+    /// Device index.
+    pub device: u32,
+    /// HBM index on the device.
+    pub hbm_index: u32,
+    /// Devices attached (to iterate: device < num_devices).
+    pub num_devices: u32,
+    /// HBMs on this device (to iterate: hbm_index < num_hbm).
+    pub num_hbm: u32,
+    /// Bytes the driver manages on this HBM.
+    pub capacity: u64,
+    /// Bytes free.
+    pub free: u64,
+    /// The largest free block.
+    pub largest_free_block: u64,
+    /// Live allocations.
+    pub allocations: u64,
+}
+
+/// The device memory a loaded model holds (`nrtx_get_model_memory`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct nrtx_model_memory_t {
+    /// Logical core it is loaded on.
+    pub vnc: u32,
+    /// Subgraphs (one MODEL heap each).
+    pub subgraphs: u32,
+    /// Allocations in its heaps.
+    pub allocations: u64,
+    /// Bytes in its heaps (device and host).
+    pub bytes: u64,
+    /// Device bytes per usage type (index `NRTX_USAGE_TOTAL` = total).
+    pub device_by_usage: [u64; NRTX_USAGE_TYPE_COUNT],
+    /// Shared scratchpad pages it holds.
+    pub scratchpad_pages: u32,
+    /// 1 when it uses its core's shared ext-isa library copy.
+    pub shared_ext_isa: u32,
+}
+
+/// Memory of logical core `vnc` with peaks. Size-in/size-out as `nrt_get_vnc_memory_stats`.
+///
+/// # Safety
+/// `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrtx_get_vnc_memory_stats(
+    vnc: u32,
+    stats: *mut nrtx_vnc_memory_stats_t,
+    stats_size_in: usize,
+    stats_size_out: *mut usize,
+) -> NRT_STATUS {
+    entry("nrtx_get_vnc_memory_stats", || {
+        global::with_rt(|r| {
+            let n = r.rt.nrt();
+            let s = n.dmem_get_memory_stats(vnc as i64)?;
+            let u = n.vnc_usage(vnc as i64)?;
+            let v = nrtx_vnc_memory_stats_t {
+                bytes_used: s.bytes_used,
+                bytes_limit: s.bytes_limit,
+                bytes_peak: s.bytes_peak,
+                host_bytes_used: u.host[NRTX_USAGE_TOTAL],
+                host_bytes_peak: u.host_peak[NRTX_USAGE_TOTAL],
+            };
+            // SAFETY: caller contract.
+            unsafe { put_sized(&v, stats, stats_size_in, stats_size_out) }
+        })
+    })
+}
+
+/// Resets every peak of logical core `vnc` (device and host, per usage type and total) to the
+/// current value.
+#[no_mangle]
+pub extern "C" fn nrtx_reset_vnc_memory_peak(vnc: u32) -> NRT_STATUS {
+    entry("nrtx_reset_vnc_memory_peak", || {
+        global::with_rt(|r| Ok(r.rt.nrt().reset_peak(vnc as i64)?))
+    })
+}
+
+/// The usage ledger of logical core `vnc`: current and peak bytes per usage type, device and
+/// host. Size-in/size-out as `nrt_get_vnc_memory_stats`.
+///
+/// # Safety
+/// `usage` is NULL or valid for writes of `usage_size_in` bytes; `usage_size_out` is NULL or
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrtx_get_vnc_usage(
+    vnc: u32,
+    usage: *mut nrtx_vnc_usage_t,
+    usage_size_in: usize,
+    usage_size_out: *mut usize,
+) -> NRT_STATUS {
+    entry("nrtx_get_vnc_usage", || {
+        global::with_rt(|r| {
+            let u = r.rt.nrt().vnc_usage(vnc as i64)?;
+            let v = nrtx_vnc_usage_t {
+                device: u.device,
+                device_peak: u.device_peak,
+                host: u.host,
+                host_peak: u.host_peak,
+            };
+            // SAFETY: caller contract.
+            unsafe { put_sized(&v, usage, usage_size_in, usage_size_out) }
+        })
+    })
+}
+
+static USAGE_NAMES: LazyLock<Vec<CString>> = LazyLock::new(|| {
+    (0..NRTX_USAGE_TYPE_COUNT as u32)
+        .map(|u| {
+            let name = match dma_mem_usage_type_t::from_raw(u) {
+                Some(dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX) | None => "TOTAL",
+                Some(t) => t.short_name(),
+            };
+            CString::new(name).unwrap_or_default()
+        })
+        .collect()
+});
+
+/// The name of usage index `usage` ("CODE", "TENSOR", "DMA_RING", …, "TOTAL" for
+/// `NRTX_USAGE_TOTAL`); NULL past the last index. The string is static.
+#[no_mangle]
+pub extern "C" fn nrtx_get_usage_type_name(usage: u32) -> *const c_char {
+    global::entry_value("nrtx_get_usage_type_name", std::ptr::null(), || {
+        Ok(USAGE_NAMES
+            .get(usage as usize)
+            .map_or(std::ptr::null(), |s| s.as_ptr()))
+    })
+}
+
+fn hbm_stats(r: &global::Runtime, device: u32, hbm: u32) -> Res<nrtx_hbm_stats_t> {
+    let n = r.rt.nrt();
+    if device >= n.num_devices() {
+        return Err(Error::DeviceOutOfRange(device).into());
+    }
+    let g = n.geom(device);
+    if hbm >= g.channels {
+        return Err(Error::HbmOutOfRange {
+            hbm,
+            channels: g.channels,
+        }
+        .into());
+    }
+    let s = n
+        .driver()
+        .pool_stats(device, false, hbm)
+        .map_err(Error::Driver)?;
+    Ok(nrtx_hbm_stats_t {
+        device,
+        hbm_index: hbm,
+        num_devices: n.num_devices(),
+        num_hbm: g.channels,
+        capacity: s.capacity,
+        free: s.free,
+        largest_free_block: s.largest_free,
+        allocations: s.allocations,
+    })
+}
+
+/// Free bytes and the largest free block of HBM `hbm_index` of device `device`. Start at
+/// (0, 0) and iterate with `num_devices` / `num_hbm`. Size-in/size-out as
+/// `nrt_get_vnc_memory_stats`.
+///
+/// # Safety
+/// `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrtx_get_hbm_stats(
+    device: u32,
+    hbm_index: u32,
+    stats: *mut nrtx_hbm_stats_t,
+    stats_size_in: usize,
+    stats_size_out: *mut usize,
+) -> NRT_STATUS {
+    entry("nrtx_get_hbm_stats", || {
+        global::with_rt(|r| {
+            let v = hbm_stats(r, device, hbm_index)?;
+            // SAFETY: caller contract.
+            unsafe { put_sized(&v, stats, stats_size_in, stats_size_out) }
+        })
+    })
+}
+
+/// As `nrtx_get_hbm_stats`, for the HBM that holds logical core `vnc`'s tensors.
+///
+/// # Safety
+/// `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrtx_get_vnc_hbm_stats(
+    vnc: u32,
+    stats: *mut nrtx_hbm_stats_t,
+    stats_size_in: usize,
+    stats_size_out: *mut usize,
+) -> NRT_STATUS {
+    entry("nrtx_get_vnc_hbm_stats", || {
+        global::with_rt(|r| {
+            let v = *r.rt.nrt().vtpb_get_virtual_core(vnc as i64)?;
+            let s = hbm_stats(r, v.tpbs[0].device_id, v.default_hbm_idx)?;
+            // SAFETY: caller contract.
+            unsafe { put_sized(&s, stats, stats_size_in, stats_size_out) }
+        })
+    })
+}
+
+/// The device memory `model` holds. Size-in/size-out as `nrt_get_vnc_memory_stats`.
+///
+/// # Safety
+/// `mem` is NULL or valid for writes of `mem_size_in` bytes; `mem_size_out` is NULL or valid
+/// for a write; `model` is any pointer value (looked up, never dereferenced).
+#[no_mangle]
+pub unsafe extern "C" fn nrtx_get_model_memory(
+    model: *const nrt_model_t,
+    mem: *mut nrtx_model_memory_t,
+    mem_size_in: usize,
+    mem_size_out: *mut usize,
+) -> NRT_STATUS {
+    entry("nrtx_get_model_memory", || {
+        global::with_rt(|r| {
+            if model.is_null() {
+                return Err(Fail::invalid("model is NULL"));
+            }
+            let h = lock(&r.models)
+                .get(&(model as usize))
+                .map(|b| b.h)
+                .ok_or_else(|| {
+                    Fail::new(
+                        CoreStatus::NRT_INVALID_HANDLE,
+                        "model is not a loaded model of this runtime",
+                    )
+                })?;
+            let i = r.rt.nrt().model_info(h)?;
+            let v = nrtx_model_memory_t {
+                vnc: i.vnc,
+                subgraphs: i.subgraphs,
+                allocations: i.allocations,
+                bytes: i.bytes,
+                device_by_usage: i.by_usage,
+                scratchpad_pages: i.scratchpad_pages,
+                shared_ext_isa: i.shared_ulib as u32,
+            };
+            // SAFETY: caller contract.
+            unsafe { put_sized(&v, mem, mem_size_in, mem_size_out) }
+        })
+    })
+}
+
+/// The report: `failed` (the OOM) and the memory of its device now — per NeuronCore and
+/// category, each HBM's free bytes and largest free block, the largest live allocations.
+pub(crate) fn oom_report_text(r: &global::Runtime, failed: Option<Error>) -> String {
+    let n = r.rt.nrt();
+    let mut s = String::new();
+    let dev = match failed {
+        Some(Error::DeviceOom { device, .. }) => device,
+        _ => 0,
+    };
+    if failed.is_none() {
+        s.push_str("no device out-of-memory error since nrt_init\n");
+    }
+    let _ = n.dump_ledger(&mut s, dev, failed.as_ref(), 8);
+    s
+}
+
+/// The out-of-memory report as text, captured when the last device out-of-memory of this
+/// runtime happened: "Failed to allocate … (usage: …) on ND d:NC c" followed by the memory of
+/// that device at that moment — per NeuronCore and category, each HBM's free bytes and largest
+/// free block, and the largest live allocations. Without an OOM since `nrt_init`, the same
+/// table for device 0 now.
+///
+/// Writes at most `buf_size_in` bytes (NUL-terminated) to `buf` and the full length including
+/// the NUL to `*buf_size_out`. NRT_RESOURCE when the text was truncated; pass `buf` NULL and
+/// `buf_size_in` 0 to ask for the length only.
+///
+/// # Safety
+/// `buf` is NULL or valid for writes of `buf_size_in` bytes; `buf_size_out` is NULL or valid
+/// for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrtx_get_oom_report(
+    buf: *mut c_char,
+    buf_size_in: usize,
+    buf_size_out: *mut usize,
+) -> NRT_STATUS {
+    entry("nrtx_get_oom_report", || {
+        global::with_rt(|r| {
+            let text = lock(&r.oom_report)
+                .clone()
+                .unwrap_or_else(|| oom_report_text(r, None));
+            // SAFETY: caller contract.
+            unsafe { put_text(&text, buf, buf_size_in, buf_size_out) }
+        })
+    })
+}
+
+/// Copies `text` as a C string into a caller buffer (size-in/size-out); NRT_RESOURCE when
+/// truncated.
+///
+/// # Safety
+/// `buf` is NULL or valid for writes of `size_in` bytes; `size_out` is NULL or writable.
+unsafe fn put_text(text: &str, buf: *mut c_char, size_in: usize, size_out: *mut usize) -> Res {
+    let need = text.len() + 1;
+    if !size_out.is_null() {
+        // SAFETY: caller contract.
+        unsafe { size_out.write(need) };
+    }
+    if buf.is_null() {
+        return if size_in == 0 {
+            Ok(())
+        } else {
+            Err(Fail::invalid("buf is NULL but buf_size_in is not 0"))
+        };
+    }
+    if size_in == 0 {
+        return Err(Fail::new(
+            CoreStatus::NRT_RESOURCE,
+            format_args!("buffer of 0 bytes; the text needs {need}"),
+        ));
+    }
+    let n = text.len().min(size_in - 1);
+    // SAFETY: `buf` holds `size_in > n` bytes; `text` is ours, so no overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n);
+        *buf.add(n) = 0;
+    }
+    if n < text.len() {
+        return Err(Fail::new(
+            CoreStatus::NRT_RESOURCE,
+            format_args!("buffer of {size_in} bytes truncated the text; it needs {need}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The message of the last call on this thread that failed ("function: what went wrong", the
+/// same text the log shows), or "" when none did. The string stays valid until the next
+/// failing call on this thread; copy it to keep it.
+#[no_mangle]
+pub extern "C" fn nrtx_get_last_error_message() -> *const c_char {
+    const EMPTY: &CStr = c"";
+    std::panic::catch_unwind(global::last_error_ptr).unwrap_or(EMPTY.as_ptr())
+}

@@ -1,0 +1,138 @@
+//! `nrt_init`, `nrt_close` and the core counts (public API §2; spec §1, §9, §12).
+
+use std::ffi::c_char;
+
+use nrt_core::abi::NRT_STATUS as CoreStatus;
+use nrt_core::driver::Driver;
+use nrt_core::vcore::parse_vnc_config;
+use nrt_host::runtime::StartError;
+use nrt_host::{DeviceChoice, HostRuntime, NeuronDriver, RuntimeConfig};
+
+use crate::global::{self, entry, put, Fail, Res};
+use crate::status::NRT_STATUS;
+use crate::types::{nrt_framework_type_t, NRT_FRAMEWORK_TYPE_PRECHECK};
+
+fn config() -> Res<RuntimeConfig> {
+    RuntimeConfig::from_env().map_err(Fail::invalid)
+}
+
+/// Initializes the runtime. The device comes from the environment, read now:
+/// `NRT_DMEM_DEVICE` (`sim:trn2` by default, `sim:trn1`, `sim:inf2x2`, … or `neuron` for
+/// `/dev/neuron*`), `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_NUM_CORES` and
+/// `NEURON_RT_VIRTUAL_CORE_SIZE`. The runtime can be initialized again after `nrt_close`.
+///
+/// `framework` is a `nrt_framework_type_t` (NRT_INVALID for other values); `fw_version` and
+/// `fal_version` are informational and may be NULL.
+///
+/// # Safety
+/// `fw_version` and `fal_version` are NULL or NUL-terminated strings (they are not read).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_init(
+    framework: nrt_framework_type_t,
+    fw_version: *const c_char,
+    fal_version: *const c_char,
+) -> NRT_STATUS {
+    let _ = (fw_version, fal_version);
+    entry("nrt_init", || {
+        if framework > NRT_FRAMEWORK_TYPE_PRECHECK {
+            return Err(Fail::invalid(format_args!(
+                "framework {framework} is not a nrt_framework_type_t (0..=5)"
+            )));
+        }
+        global::init(|| {
+            let cfg = config()?;
+            log::info!(target: "nrt_init", "device {} (NRT_DMEM_DEVICE)", cfg.device);
+            HostRuntime::start(cfg).map_err(|e| match e {
+                StartError::Init(e) => Fail::from(e),
+                StartError::Build(b) => Fail::new(CoreStatus::NRT_FAILURE, b),
+            })
+        })
+    })
+}
+
+/// Closes the runtime: unloads every model, frees every tensor still allocated and returns
+/// all device memory. Calls made afterwards fail with NRT_CLOSED until `nrt_init` runs again.
+/// A no-op when the runtime is not initialized.
+#[no_mangle]
+pub extern "C" fn nrt_close() {
+    global::entry_value("nrt_close", (), || {
+        if !global::close() {
+            log::warn!(target: "nrt_close", "the runtime is not initialized");
+        }
+        Ok(())
+    })
+}
+
+/// `(total, visible)` logical cores from the configuration alone (before `nrt_init`): what
+/// bring-up will compute (spec §9 `parse_vnc_config`, the visible slice).
+fn counts_from_config() -> Res<(u32, u32)> {
+    let cfg = config()?;
+    let (arch, cores, devices) = match cfg.device {
+        DeviceChoice::Sim { preset, devices } => {
+            let i = preset.device_info();
+            (i.arch, i.cores_per_device, devices)
+        }
+        DeviceChoice::Neuron => {
+            let d = NeuronDriver::open().map_err(|e| Fail::new(CoreStatus::NRT_FAILURE, e))?;
+            let i = d
+                .device_info(0)
+                .map_err(|e| Fail::from(nrt_core::Error::Driver(e)))?;
+            (i.arch, i.cores_per_device, d.device_count())
+        }
+    };
+    let lnc = parse_vnc_config(arch, cores, cfg.vcores.lnc_size)?;
+    let total = devices * (cores / lnc);
+    let visible = match (cfg.vcores.visible, cfg.vcores.num_cores) {
+        (Some((first, count)), _) => first
+            .checked_add(count)
+            .filter(|end| *end <= total)
+            .map(|_| count),
+        (None, Some(n)) if n > 0 => (n <= total).then_some(n),
+        _ => Some(total),
+    }
+    .ok_or_else(|| {
+        Fail::invalid(format_args!(
+            "NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES name more logical cores than the {total} present"
+        ))
+    })?;
+    Ok((total, visible))
+}
+
+fn counts() -> Res<(u32, u32)> {
+    match global::with_rt(|r| {
+        let n = r.rt.nrt();
+        Ok((n.total_vnc_count(), n.visible_vnc_count()))
+    }) {
+        Ok(c) => Ok(c),
+        Err(_) => counts_from_config(),
+    }
+}
+
+/// Logical NeuronCores on the instance (all attached devices, at the configured logical core
+/// size). Can be called before `nrt_init`.
+///
+/// # Safety
+/// `vnc_count` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_get_total_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
+    entry("nrt_get_total_vnc_count", || {
+        let (total, _) = counts()?;
+        // SAFETY: caller contract.
+        unsafe { put(vnc_count, total, "vnc_count") }
+    })
+}
+
+/// Logical NeuronCores this process owns (`NEURON_RT_VISIBLE_CORES` /
+/// `NEURON_RT_NUM_CORES`); the application numbers them from 0. Can be called before
+/// `nrt_init`.
+///
+/// # Safety
+/// `vnc_count` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_get_visible_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
+    entry("nrt_get_visible_vnc_count", || {
+        let (_, visible) = counts()?;
+        // SAFETY: caller contract.
+        unsafe { put(vnc_count, visible, "vnc_count") }
+    })
+}

@@ -1,0 +1,367 @@
+//! Tensors (public API §2; spec §7). A tensor pointer is the core's `nrt_tensor_t` slot; every
+//! call checks it with `Nrt::tensor_check` (a live slot of the runtime's tensor arena with the
+//! tensor magic) before touching it, so freed, foreign or corrupt pointers are NRT_INVALID.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::time::{Duration, Instant};
+
+use nrt_core::tensor::check_window;
+
+use crate::global::{self, entry, in_bytes, lock, out_bytes, put, read_name, Fail, Res, Runtime};
+use crate::status::NRT_STATUS;
+use crate::types::{nrt_tensor_device_allocation_info_t, nrt_tensor_placement_t, nrt_tensor_t};
+
+fn track(r: &Runtime, t: *mut nrt_tensor_t) {
+    lock(&r.tensors).insert(t as usize);
+}
+
+/// Allocates a tensor of `size` bytes. DEVICE tensors take HBM of logical core `vnc` and
+/// outlive any model; HOST tensors take DMA-able host memory (refused with NRT_RESOURCE on
+/// trn2); VIRTUAL tensors take ordinary host memory. `vnc` may be -1 for the host placements.
+/// `name` is optional (NULL) and at most 95 bytes. Out-of-memory on the device is
+/// NRT_RESOURCE.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `tensor` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_allocate(
+    tensor_placement: nrt_tensor_placement_t,
+    vnc: c_int,
+    size: usize,
+    name: *const c_char,
+    tensor: *mut *mut nrt_tensor_t,
+) -> NRT_STATUS {
+    entry("nrt_tensor_allocate", || {
+        global::with_rt(|r| {
+            if tensor.is_null() {
+                return Err(Fail::invalid("tensor is NULL"));
+            }
+            // SAFETY: caller contract.
+            let name = unsafe { read_name(name, "name") }?;
+            let t = r.core(r.rt.nrt().tensor_allocate(
+                tensor_placement,
+                vnc as i64,
+                size as u64,
+                name,
+                Some(r.rt.host_mem()),
+            ))?;
+            track(r, t);
+            // SAFETY: checked non-null; caller contract.
+            unsafe { put(tensor, t, "tensor") }
+        })
+    })
+}
+
+/// Frees a tensor and sets `*tensor` to NULL. Its memory is released with the last tensor
+/// that shares it (slices); a buffer attached with `nrt_tensor_attach_buffer` is never freed.
+/// NULL, `*tensor == NULL`, and pointers that are not live tensors are no-ops (the latter
+/// logged).
+///
+/// # Safety
+/// `tensor` is NULL or valid for a read and a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
+    global::entry_value("nrt_tensor_free", (), || {
+        if tensor.is_null() {
+            return Ok(());
+        }
+        // SAFETY: non-null; caller contract.
+        let t = unsafe { *tensor };
+        if t.is_null() {
+            return Ok(());
+        }
+        // SAFETY: as above. After nrt_tensor_free the caller's pointer is always NULL.
+        unsafe { *tensor = std::ptr::null_mut() };
+        global::with_rt(|r| {
+            r.rt.nrt().tensor_free(t, Some(r.rt.host_mem()))?;
+            lock(&r.tensors).remove(&(t as usize));
+            Ok(())
+        })
+    })
+}
+
+/// The window `[offset, offset + size)` of a live tensor, checked before any caller buffer is
+/// formed into a slice.
+fn window(r: &Runtime, t: *const nrt_tensor_t, offset: usize, size: usize) -> Res {
+    let len = r.rt.nrt().tensor_get_size(t)?;
+    check_window(offset as u64, size as u64, len)?;
+    Ok(())
+}
+
+/// Copies `size` bytes at `offset` of the tensor into `buf`.
+///
+/// # Safety
+/// `buf` is valid for writes of `size` bytes; `tensor` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_read(
+    tensor: *const nrt_tensor_t,
+    buf: *mut c_void,
+    offset: usize,
+    size: usize,
+) -> NRT_STATUS {
+    entry("nrt_tensor_read", || {
+        global::with_rt(|r| {
+            window(r, tensor, offset, size)?;
+            // SAFETY: caller contract.
+            let b = unsafe { out_bytes(buf as *mut u8, size, "buf") }?;
+            Ok(r.rt.nrt().tensor_read(tensor, b, offset as u64)?)
+        })
+    })
+}
+
+/// Copies `size` bytes from `buf` into the tensor at `offset`.
+///
+/// # Safety
+/// `buf` is valid for reads of `size` bytes; `tensor` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_write(
+    tensor: *mut nrt_tensor_t,
+    buf: *const c_void,
+    offset: usize,
+    size: usize,
+) -> NRT_STATUS {
+    entry("nrt_tensor_write", || {
+        global::with_rt(|r| {
+            window(r, tensor, offset, size)?;
+            // SAFETY: caller contract.
+            let b = unsafe { in_bytes(buf as *const u8, size, "buf") }?;
+            Ok(r.rt.nrt().tensor_write(tensor, b, offset as u64)?)
+        })
+    })
+}
+
+/// Copies `size` bytes from `src` at `src_offset` to `dst` at `dst_offset`. Two device
+/// tensors must be on the same NeuronCore (NRT_INVALID otherwise).
+///
+/// # Safety
+/// `src` and `dst` are any pointer values (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_copy(
+    src: *const nrt_tensor_t,
+    src_offset: usize,
+    dst: *mut nrt_tensor_t,
+    dst_offset: usize,
+    size: usize,
+) -> NRT_STATUS {
+    entry("nrt_tensor_copy", || {
+        global::with_rt(|r| {
+            Ok(r.rt.nrt().tensor_copy(
+                src,
+                src_offset as u64,
+                dst,
+                dst_offset as u64,
+                size as u64,
+            )?)
+        })
+    })
+}
+
+/// Bytes of the tensor (0 for a pointer that is not a live tensor).
+///
+/// # Safety
+/// `tensor` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_get_size(tensor: *const nrt_tensor_t) -> usize {
+    global::entry_value("nrt_tensor_get_size", 0, || {
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(tensor)? as usize))
+    })
+}
+
+/// Sets `size` bytes at `offset` of the tensor to `value` (converted to unsigned char).
+///
+/// # Safety
+/// `tensor` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_memset(
+    tensor: *mut nrt_tensor_t,
+    offset: u64,
+    value: c_int,
+    size: usize,
+) -> NRT_STATUS {
+    entry("nrt_tensor_memset", || {
+        global::with_rt(|r| {
+            Ok(r.rt
+                .nrt()
+                .tensor_memset(tensor, offset, value as u8, size as u64)?)
+        })
+    })
+}
+
+/// Allocates a tensor without storage; give it memory with `nrt_tensor_attach_buffer`.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `tensor` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_allocate_empty(
+    name: *const c_char,
+    tensor: *mut *mut nrt_tensor_t,
+) -> NRT_STATUS {
+    entry("nrt_tensor_allocate_empty", || {
+        global::with_rt(|r| {
+            if tensor.is_null() {
+                return Err(Fail::invalid("tensor is NULL"));
+            }
+            // SAFETY: caller contract.
+            let name = unsafe { read_name(name, "name") }?;
+            let t = r.rt.nrt().tensor_allocate_empty(name)?;
+            track(r, t);
+            // SAFETY: checked non-null; caller contract.
+            unsafe { put(tensor, t, "tensor") }
+        })
+    })
+}
+
+/// Makes the caller's `buffer` of `size` bytes the tensor's storage (the tensor becomes
+/// VIRTUAL). Storage the tensor had before is released if it owned it. The buffer is never
+/// freed by the runtime and must outlive the tensor.
+///
+/// # Safety
+/// `buffer` is valid for reads and writes of `size` bytes for the tensor's lifetime; `tensor`
+/// is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_attach_buffer(
+    tensor: *mut nrt_tensor_t,
+    buffer: *mut c_void,
+    size: usize,
+) -> NRT_STATUS {
+    entry("nrt_tensor_attach_buffer", || {
+        global::with_rt(|r| {
+            Ok(r.rt.nrt().tensor_attach_buffer(
+                tensor,
+                buffer as *mut u8,
+                size as u64,
+                Some(r.rt.host_mem()),
+            )?)
+        })
+    })
+}
+
+/// Allocates a tensor viewing `[offset, offset + size)` of `tensor_source` (no copy). The
+/// storage is shared and reference-counted: it is freed with the last tensor using it.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `tensor_slice` is NULL or valid for a write;
+/// `tensor_source` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_allocate_slice(
+    tensor_source: *const nrt_tensor_t,
+    offset: usize,
+    size: usize,
+    name: *const c_char,
+    tensor_slice: *mut *mut nrt_tensor_t,
+) -> NRT_STATUS {
+    entry("nrt_tensor_allocate_slice", || {
+        global::with_rt(|r| {
+            if tensor_slice.is_null() {
+                return Err(Fail::invalid("tensor_slice is NULL"));
+            }
+            // SAFETY: caller contract.
+            let name = unsafe { read_name(name, "name") }?;
+            let t = r.rt.nrt().tensor_allocate_slice(
+                tensor_source as *mut nrt_tensor_t,
+                offset as u64,
+                size as u64,
+                name,
+            )?;
+            track(r, t);
+            // SAFETY: checked non-null; caller contract.
+            unsafe { put(tensor_slice, t, "tensor_slice") }
+        })
+    })
+}
+
+/// The host address of the tensor's first byte, for tensors in host memory (VIRTUAL and
+/// attached buffers); NULL for device and host-DMA tensors and on failure.
+///
+/// # Safety
+/// `tensor` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_get_va(tensor: *const nrt_tensor_t) -> *mut c_void {
+    global::entry_value("nrt_tensor_get_va", std::ptr::null_mut(), || {
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_va(tensor)? as *mut c_void))
+    })
+}
+
+/// Where a device (or host-DMA) tensor is: device physical address, size, HBM index.
+/// NRT_INVALID for tensors in ordinary host memory.
+///
+/// # Safety
+/// `alloc_info` is NULL or valid for a write; `tensor` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_get_device_allocation_info(
+    tensor: *const nrt_tensor_t,
+    alloc_info: *mut nrt_tensor_device_allocation_info_t,
+) -> NRT_STATUS {
+    entry("nrt_tensor_get_device_allocation_info", || {
+        global::with_rt(|r| {
+            if alloc_info.is_null() {
+                return Err(Fail::invalid("alloc_info is NULL"));
+            }
+            let i = r.rt.nrt().tensor_device_allocation_info(tensor)?;
+            let v = nrt_tensor_device_allocation_info_t {
+                physical_address: i.physical_address,
+                size: i.size as usize,
+                hbm_index: i.hbm_index,
+            };
+            // SAFETY: checked non-null; caller contract.
+            unsafe { put(alloc_info, v, "alloc_info") }
+        })
+    })
+}
+
+/// Slice of one completion wait: the lifecycle lock is released between slices so
+/// `nrt_close` is never blocked by a waiter.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// Waits until `output_tensor` has been written by `expected_completion_count` executions.
+/// `timeout` is in microseconds; negative waits without bound, 0 checks once. NRT_TIMEOUT when
+/// the count is not reached in time; NRT_INVALID for a pointer that is not a live tensor.
+///
+/// # Safety
+/// `output_tensor` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_check_output_completion(
+    output_tensor: *const nrt_tensor_t,
+    timeout: i64,
+    expected_completion_count: u64,
+) -> NRT_STATUS {
+    entry("nrt_tensor_check_output_completion", || {
+        let deadline =
+            (timeout >= 0).then(|| Instant::now() + Duration::from_micros(timeout as u64));
+        loop {
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
+                None => WAIT_SLICE,
+            };
+            let r = global::with_rt(|r| {
+                Ok(r.rt.wait_output_completion(
+                    output_tensor,
+                    Some(slice),
+                    expected_completion_count,
+                )?)
+            });
+            match r {
+                Err(f)
+                    if f.status == nrt_core::abi::NRT_STATUS::NRT_TIMEOUT
+                        && deadline.is_none_or(|d| Instant::now() < d) =>
+                {
+                    continue
+                }
+                other => return other,
+            }
+        }
+    })
+}
+
+/// Sets the tensor's output completion count back to 0.
+///
+/// # Safety
+/// `output_tensor` is any pointer value (checked).
+#[no_mangle]
+pub unsafe extern "C" fn nrt_tensor_reset_output_completion(
+    output_tensor: *mut nrt_tensor_t,
+) -> NRT_STATUS {
+    entry("nrt_tensor_reset_output_completion", || {
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_reset_output_completion(output_tensor)?))
+    })
+}

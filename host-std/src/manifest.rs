@@ -1,0 +1,823 @@
+//! The model manifest: the JSON stand-in for a NEFF (`nrt_load`'s `neff_bytes`, public API §2).
+//!
+//! A NEFF tells libnrt what device memory a model needs (spec §5: its allocations per
+//! subgraph, GPSIMD libraries §6, scratchpad and SBUF carveout §8) and which IO tensors it
+//! declares (§7). This runtime models exactly that and nothing else, so a model is described by
+//! a small JSON document, format `"nrt-dmem-model/1"` (docs/MANIFEST.md):
+//!
+//! ```json
+//! { "format": "nrt-dmem-model/1", "name": "bert-base",
+//!   "allocations": [ { "usage": "CONSTANTS", "location": "device", "size": 438000000 } ],
+//!   "inputs": [ { "name": "input_ids", "size": 512 } ],
+//!   "outputs": [ { "name": "last_hidden_state", "size": 393216 } ] }
+//! ```
+//!
+//! [`Manifest::parse`] reads one (unknown keys, a wrong `format` and unknown usage names are
+//! refused with the JSON path, line and column); [`Manifest::spec`] lends it to
+//! [`nrt_core::model::load_model`](nrt_core::Nrt::load_model) as a
+//! [`ModelSpec`]. A real, compiled NEFF is recognised and refused with
+//! [`ManifestError::Neff`], which the C ABI reports as `NRT_UNSUPPORTED_NEFF_VERSION`.
+#![deny(unsafe_code)]
+
+use std::fmt;
+use std::path::Path;
+
+use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, kbin_sb_carveout_type_t};
+use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
+use nrt_core::ulib::UlibRequest;
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+/// The one manifest format this runtime reads.
+pub const FORMAT: &str = "nrt-dmem-model/1";
+
+/// Why bytes handed to `nrt_load` are not a loadable manifest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// The bytes are a compiled NEFF (or some other binary blob), not a manifest.
+    #[error(
+        "the model is a compiled NEFF ({why}); nrt-dmem re-implements libnrt's device-memory and \
+         multi-model core only and loads JSON model manifests (format \"{FORMAT}\", see \
+         docs/MANIFEST.md) that describe a model's memory in place of a NEFF"
+    )]
+    Neff {
+        /// What gave it away.
+        why: &'static str,
+    },
+    /// The JSON is malformed or does not follow the format.
+    #[error("model manifest: {path}: {msg} (line {line}, column {column})")]
+    Invalid {
+        /// The JSON path of the offending value (`allocations[2].usage`), or `.` for the
+        /// document itself.
+        path: String,
+        /// What is wrong.
+        msg: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+    },
+    /// The manifest file could not be read.
+    #[error("model manifest {path}: {msg}")]
+    Io {
+        /// File.
+        path: String,
+        /// The I/O error.
+        msg: String,
+    },
+}
+
+/// Where an allocation lives (`dma_mem_location_t`, spec §3.1).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// Device HBM (`TONGA_DRAM`).
+    Device,
+    /// Host DMA memory (`HOST_DRAM`).
+    Host,
+}
+
+impl Location {
+    /// The raw `dma_mem_location_t`.
+    pub fn raw(self) -> u32 {
+        match self {
+            Location::Device => dma_mem_location_t::TONGA_DRAM as u32,
+            Location::Host => dma_mem_location_t::HOST_DRAM as u32,
+        }
+    }
+}
+
+/// One memory request of the model (`allocations[]`): made once per subgraph in that
+/// subgraph's MODEL heap (spec §5.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// What it is for.
+    pub usage: dma_mem_usage_type_t,
+    /// Device or host.
+    pub location: Location,
+    /// Bytes.
+    pub size: u64,
+    /// Alignment (0 = the driver's natural alignment).
+    pub align: u64,
+    /// The dmem hint and mem_ref_set key (≤ 47 bytes); defaults to the usage name.
+    pub hint: String,
+}
+
+/// A declared input or output tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tensor {
+    /// Name the caller's tensor set must use (1..=47 bytes).
+    pub name: String,
+    /// Bytes the caller's tensor must have.
+    pub size: u64,
+}
+
+/// GPSIMD libraries (spec §6): `count` libraries of `bytes` each; one library is the shared
+/// ext-isa case.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpsimdLibs {
+    /// Libraries (≤ 9).
+    pub count: u32,
+    /// Bytes of each.
+    pub bytes: u64,
+}
+
+/// The SBUF carveout a NEFF reserves (spec §8).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Carveout {
+    /// `kbin_sb_carveout_type_t` (`"evtaccel"` or its number).
+    #[serde(rename = "type", deserialize_with = "de_carveout_type")]
+    pub ty: u32,
+    /// First partition.
+    pub partition_start: u64,
+    /// Partitions.
+    pub partition_count: u64,
+    /// SB partition byte offset.
+    pub offset: u64,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// A parsed model manifest (owned). [`Manifest::spec`] lends it to the core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    /// Model name.
+    pub name: String,
+    /// Subgraphs (default 1).
+    pub subgraphs: u32,
+    /// Memory requests, per subgraph.
+    pub allocations: Vec<Allocation>,
+    /// GPSIMD libraries.
+    pub gpsimd_libs: Option<GpsimdLibs>,
+    /// Shared scratchpad bytes (spec §8).
+    pub scratchpad_bytes: u64,
+    /// SBUF carveout.
+    pub sbuf_carveout: Option<Carveout>,
+    /// Declared inputs, in position order.
+    pub inputs: Vec<Tensor>,
+    /// Declared outputs, in position order.
+    pub outputs: Vec<Tensor>,
+}
+
+/// Storage a [`ModelSpec`] borrows: returned by [`Manifest::spec`].
+pub struct ManifestSpec<'m> {
+    m: &'m Manifest,
+    allocations: Vec<ModelAlloc<'m>>,
+    inputs: Vec<TensorDecl<'m>>,
+    outputs: Vec<TensorDecl<'m>>,
+}
+
+impl ManifestSpec<'_> {
+    /// The core's view of the manifest.
+    pub fn as_spec(&self) -> ModelSpec<'_> {
+        ModelSpec {
+            name: &self.m.name,
+            subgraphs: self.m.subgraphs,
+            allocations: &self.allocations,
+            gpsimd_libs: self.m.gpsimd_libs.map(|l| UlibRequest {
+                count: l.count,
+                bytes: l.bytes,
+            }),
+            scratchpad_bytes: self.m.scratchpad_bytes,
+            sbuf_carveout: self.m.sbuf_carveout.map(|c| SbufCarveout {
+                ty: c.ty,
+                partition_start: c.partition_start,
+                partition_count: c.partition_count,
+                offset: c.offset,
+                size: c.size,
+            }),
+            inputs: &self.inputs,
+            outputs: &self.outputs,
+        }
+    }
+}
+
+impl Manifest {
+    /// Parses manifest bytes (what `nrt_load` receives). A compiled NEFF or other binary blob
+    /// is [`ManifestError::Neff`]; anything else that is not a valid manifest is
+    /// [`ManifestError::Invalid`] naming the JSON path, line and column.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ManifestError> {
+        if let Some(why) = sniff_neff(bytes) {
+            return Err(ManifestError::Neff { why });
+        }
+        let invalid = |path: String, e: serde_json::Error| ManifestError::Invalid {
+            path,
+            msg: strip_position(&e.to_string()),
+            line: e.line(),
+            column: e.column(),
+        };
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let raw: RawManifest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            invalid(path, e.into_inner())
+        })?;
+        // Trailing data after the document is an error, as for `serde_json::from_slice`.
+        de.end().map_err(|e| invalid(".".into(), e))?;
+        Ok(raw.into_manifest())
+    }
+
+    /// Parses a manifest file.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Self, ManifestError> {
+        let p = path.as_ref();
+        let bytes = std::fs::read(p).map_err(|e| ManifestError::Io {
+            path: p.display().to_string(),
+            msg: e.to_string(),
+        })?;
+        Self::parse(&bytes)
+    }
+
+    /// Lends the manifest to the core: the returned storage yields a [`ModelSpec`] through
+    /// [`ManifestSpec::as_spec`].
+    pub fn spec(&self) -> ManifestSpec<'_> {
+        ManifestSpec {
+            m: self,
+            allocations: self
+                .allocations
+                .iter()
+                .map(|a| ModelAlloc {
+                    usage: a.usage as u32,
+                    location: a.location.raw(),
+                    size: a.size,
+                    align: a.align,
+                    hint: &a.hint,
+                })
+                .collect(),
+            inputs: self
+                .inputs
+                .iter()
+                .map(|t| TensorDecl {
+                    name: &t.name,
+                    size: t.size,
+                })
+                .collect(),
+            outputs: self
+                .outputs
+                .iter()
+                .map(|t| TensorDecl {
+                    name: &t.name,
+                    size: t.size,
+                })
+                .collect(),
+        }
+    }
+
+    /// Bytes the model's allocations ask for at `location`, over all subgraphs (before the
+    /// driver's page rounding; libraries and scratchpad not included).
+    pub fn requested_bytes(&self, location: Location) -> u64 {
+        self.allocations
+            .iter()
+            .filter(|a| a.location == location)
+            .map(|a| a.size)
+            .fold(0u64, u64::saturating_add)
+            .saturating_mul(self.subgraphs as u64)
+    }
+}
+
+/// Recognises a compiled NEFF or another binary blob: a gzip stream (NEFFs are
+/// gzip-compressed tar archives), a tar header, a `NEFF` magic, NUL bytes or invalid UTF-8
+/// where a JSON document is expected. `None` means "try it as JSON".
+pub fn sniff_neff(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        return Some("a gzip stream");
+    }
+    if bytes.len() >= 262 && &bytes[257..262] == b"ustar" {
+        return Some("a tar archive");
+    }
+    if bytes.len() >= 4 && bytes[..4].eq_ignore_ascii_case(b"NEFF") {
+        return Some("it starts with a NEFF header");
+    }
+    let head = &bytes[..bytes.len().min(4096)];
+    if head.contains(&0) {
+        return Some("binary data with NUL bytes, not JSON text");
+    }
+    if std::str::from_utf8(bytes).is_err() {
+        return Some("binary data that is not UTF-8 text");
+    }
+    None
+}
+
+/// serde_json appends " at line L column C"; the error carries them separately.
+fn strip_position(s: &str) -> String {
+    match s.rfind(" at line ") {
+        Some(i) if s[i..].contains(" column ") => s[..i].to_string(),
+        _ => s.to_string(),
+    }
+}
+
+// ---- the serde form -------------------------------------------------------------------------
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    #[allow(dead_code)] // validated while deserialising
+    format: FormatTag,
+    name: String,
+    #[serde(default = "one")]
+    subgraphs: u32,
+    allocations: Vec<RawAlloc>,
+    #[serde(default)]
+    gpsimd_libs: Option<GpsimdLibs>,
+    #[serde(default)]
+    scratchpad_bytes: u64,
+    #[serde(default)]
+    sbuf_carveout: Option<Carveout>,
+    #[serde(default)]
+    inputs: Vec<Tensor>,
+    #[serde(default)]
+    outputs: Vec<Tensor>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlloc {
+    usage: Usage,
+    location: RawLocation,
+    size: u64,
+    #[serde(default)]
+    align: u64,
+    #[serde(default)]
+    hint: Option<String>,
+}
+
+impl RawManifest {
+    fn into_manifest(self) -> Manifest {
+        Manifest {
+            name: self.name,
+            subgraphs: self.subgraphs,
+            allocations: self
+                .allocations
+                .into_iter()
+                .map(|a| Allocation {
+                    usage: a.usage.0,
+                    location: a.location.0,
+                    size: a.size,
+                    align: a.align,
+                    hint: a
+                        .hint
+                        .unwrap_or_else(|| a.usage.0.short_name().to_ascii_lowercase()),
+                })
+                .collect(),
+            gpsimd_libs: self.gpsimd_libs,
+            scratchpad_bytes: self.scratchpad_bytes,
+            sbuf_carveout: self.sbuf_carveout,
+            inputs: self.inputs,
+            outputs: self.outputs,
+        }
+    }
+}
+
+/// `"format"`: exactly [`FORMAT`].
+struct FormatTag;
+
+impl<'de> Deserialize<'de> for FormatTag {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = FormatTag;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "the string \"{FORMAT}\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<FormatTag, E> {
+                if s == FORMAT {
+                    Ok(FormatTag)
+                } else {
+                    Err(E::custom(format_args!(
+                        "unsupported manifest format {s:?}: this runtime reads \"{FORMAT}\""
+                    )))
+                }
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// `"usage"`: a `dma_mem_usage_type_t` name (with or without `DMA_MEM_USAGE_TYPE_`, any
+/// case) or its number.
+struct Usage(dma_mem_usage_type_t);
+
+/// `UNKNOWN (0), CODE (1), …` for error messages.
+fn usage_names() -> String {
+    dma_mem_usage_type_t::all()
+        .map(|u| format!("{} ({})", u.short_name(), u as u32))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl<'de> Deserialize<'de> for Usage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Usage;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a dma_mem_usage_type_t name or number (0..=21)")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Usage, E> {
+                dma_mem_usage_type_t::parse(s).map(Usage).ok_or_else(|| {
+                    E::custom(format_args!(
+                        "unknown usage {s:?}: expected a dma_mem_usage_type_t name (with or \
+                         without the DMA_MEM_USAGE_TYPE_ prefix, any case) or its number: {}",
+                        usage_names()
+                    ))
+                })
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Usage, E> {
+                u32::try_from(v)
+                    .ok()
+                    .and_then(dma_mem_usage_type_t::from_raw)
+                    .filter(|u| *u != dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX)
+                    .map(Usage)
+                    .ok_or_else(|| {
+                        E::custom(format_args!(
+                            "usage {v} is not an allocatable dma_mem_usage_type_t: {}",
+                            usage_names()
+                        ))
+                    })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Usage, E> {
+                match u64::try_from(v) {
+                    Ok(u) => self.visit_u64(u),
+                    Err(_) => Err(E::custom(format_args!(
+                        "usage {v} is negative: {}",
+                        usage_names()
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `"location"`: `device` or `host`, any case.
+struct RawLocation(Location);
+
+impl<'de> Deserialize<'de> for RawLocation {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawLocation;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"device\" or \"host\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<RawLocation, E> {
+                if s.eq_ignore_ascii_case("device") {
+                    Ok(RawLocation(Location::Device))
+                } else if s.eq_ignore_ascii_case("host") {
+                    Ok(RawLocation(Location::Host))
+                } else {
+                    Err(E::custom(format_args!(
+                        "unknown location {s:?}: expected \"device\" (HBM) or \"host\" (host DMA memory)"
+                    )))
+                }
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// `"type"` of the carveout: `evtaccel` (any case) or a `kbin_sb_carveout_type_t` number.
+fn de_carveout_type<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = u32;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("\"evtaccel\" or a kbin_sb_carveout_type_t number")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<u32, E> {
+            const PREFIX: &str = "KBIN_SB_CARVEOUT_TYPE_";
+            let body = match s.get(..PREFIX.len()) {
+                Some(p) if p.eq_ignore_ascii_case(PREFIX) => &s[PREFIX.len()..],
+                _ => s,
+            };
+            if body.eq_ignore_ascii_case("evtaccel") {
+                Ok(kbin_sb_carveout_type_t::KBIN_SB_CARVEOUT_TYPE_EVTACCEL as u32)
+            } else {
+                Err(E::custom(format_args!(
+                    "unknown carveout type {s:?}: expected \"evtaccel\" (1)"
+                )))
+            }
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
+            u32::try_from(v)
+                .map_err(|_| E::custom(format_args!("carveout type {v} does not fit 32 bits")))
+        }
+    }
+    d.deserialize_any(V)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BERT: &str = r#"{ "format": "nrt-dmem-model/1", "name": "bert-base", "subgraphs": 1,
+  "allocations": [ { "usage": "DMA_RING", "location": "device", "size": 4194304, "align": 0, "hint": "qPoolIO0" },
+                   { "usage": "dma_mem_usage_type_constants", "location": "Device", "size": 1000 },
+                   { "usage": 2, "location": "host", "size": 64 } ],
+  "gpsimd_libs": { "count": 1, "bytes": 65536 }, "scratchpad_bytes": 0,
+  "sbuf_carveout": { "type": "evtaccel", "partition_start": 0, "partition_count": 128, "offset": 229368, "size": 8 },
+  "inputs":  [ { "name": "input0",  "size": 4096 } ], "outputs": [ { "name": "output0", "size": 4096 } ] }"#;
+
+    fn invalid(json: &str) -> (String, String, usize, usize) {
+        match Manifest::parse(json.as_bytes()) {
+            Err(ManifestError::Invalid {
+                path,
+                msg,
+                line,
+                column,
+            }) => (path, msg, line, column),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let m = Manifest::parse(BERT.as_bytes()).unwrap();
+        assert_eq!(m.name, "bert-base");
+        assert_eq!(m.subgraphs, 1);
+        assert_eq!(m.allocations.len(), 3);
+        let a = &m.allocations[0];
+        assert_eq!(a.usage, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING);
+        assert_eq!(a.location, Location::Device);
+        assert_eq!((a.size, a.align, a.hint.as_str()), (4194304, 0, "qPoolIO0"));
+        assert_eq!(
+            m.allocations[1].usage,
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS
+        );
+        assert_eq!(
+            m.allocations[1].hint, "constants",
+            "hint defaults to the usage"
+        );
+        assert_eq!(
+            m.allocations[2].usage,
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR
+        );
+        assert_eq!(m.allocations[2].location, Location::Host);
+        assert_eq!(
+            m.gpsimd_libs,
+            Some(GpsimdLibs {
+                count: 1,
+                bytes: 65536
+            })
+        );
+        let c = m.sbuf_carveout.unwrap();
+        assert_eq!(
+            (c.ty, c.partition_count, c.offset, c.size),
+            (1, 128, 229368, 8)
+        );
+        assert_eq!(m.inputs[0].name, "input0");
+        assert_eq!(m.outputs[0].size, 4096);
+        assert_eq!(m.requested_bytes(Location::Device), 4194304 + 1000);
+        assert_eq!(m.requested_bytes(Location::Host), 64);
+
+        let s = m.spec();
+        let spec = s.as_spec();
+        assert_eq!(spec.name, "bert-base");
+        assert_eq!(spec.allocations[0].usage, 18);
+        assert_eq!(
+            spec.allocations[0].location,
+            dma_mem_location_t::TONGA_DRAM as u32
+        );
+        assert_eq!(
+            spec.allocations[2].location,
+            dma_mem_location_t::HOST_DRAM as u32
+        );
+        assert_eq!(spec.allocations[0].hint, "qPoolIO0");
+        assert_eq!(
+            spec.gpsimd_libs.map(|l| (l.count, l.bytes)),
+            Some((1, 65536))
+        );
+        assert_eq!(spec.sbuf_carveout.map(|c| c.offset), Some(0x37ff8));
+        assert_eq!(spec.inputs[0].size, 4096);
+        assert_eq!(spec.outputs[0].name, "output0");
+    }
+
+    #[test]
+    fn optional_fields_default() {
+        let m = Manifest::parse(br#"{"format":"nrt-dmem-model/1","name":"tiny","allocations":[]}"#)
+            .unwrap();
+        assert_eq!(m.subgraphs, 1);
+        assert!(m.allocations.is_empty());
+        assert_eq!(m.gpsimd_libs, None);
+        assert_eq!(m.scratchpad_bytes, 0);
+        assert_eq!(m.sbuf_carveout, None);
+        assert!(m.inputs.is_empty() && m.outputs.is_empty());
+        let s = m.spec();
+        assert!(s.as_spec().gpsimd_libs.is_none());
+    }
+
+    #[test]
+    fn every_usage_name_and_number_parses() {
+        for u in dma_mem_usage_type_t::all() {
+            for text in [
+                format!("\"{}\"", u.name()),
+                format!("\"{}\"", u.short_name().to_ascii_lowercase()),
+                format!("{}", u as u32),
+            ] {
+                let j = format!(
+                    r#"{{"format":"nrt-dmem-model/1","name":"m","allocations":[{{"usage":{text},"location":"device","size":1}}]}}"#
+                );
+                let m = Manifest::parse(j.as_bytes()).unwrap();
+                assert_eq!(m.allocations[0].usage, u, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_keys_naming_them() {
+        let (path, msg, line, col) = invalid(
+            "{\"format\":\"nrt-dmem-model/1\",\"name\":\"m\",\"allocations\":[],\n \"weights\":1}",
+        );
+        assert!(msg.contains("unknown field `weights`"), "{msg}");
+        assert_eq!(path, "weights");
+        assert_eq!(line, 2);
+        assert!(col > 1);
+        let (path, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[
+                {"usage":"CODE","location":"device","size":1,"sise":2}]}"#,
+        );
+        assert!(msg.contains("unknown field `sise`"), "{msg}");
+        assert_eq!(path, "allocations[0].sise");
+        let (path, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[],
+                "inputs":[{"name":"a","size":1,"dtype":"fp32"}]}"#,
+        );
+        assert!(msg.contains("unknown field `dtype`"), "{msg}");
+        assert_eq!(path, "inputs[0].dtype");
+        let (path, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[],
+                "gpsimd_libs":{"count":1,"bytes":1,"isa":"x"}}"#,
+        );
+        assert_eq!(path, "gpsimd_libs.isa");
+    }
+
+    #[test]
+    fn rejects_a_wrong_format() {
+        let (path, msg, line, _) =
+            invalid(r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[]}"#);
+        assert_eq!(path, "format");
+        assert!(msg.contains("nrt-dmem-model/2"), "{msg}");
+        assert!(msg.contains("nrt-dmem-model/1"), "{msg}");
+        assert_eq!(line, 1);
+        let (path, ..) = invalid(r#"{"format":1,"name":"m","allocations":[]}"#);
+        assert_eq!(path, "format");
+    }
+
+    #[test]
+    fn rejects_unknown_usage_listing_the_valid_names() {
+        let (path, msg, line, col) = invalid(
+            "{\"format\":\"nrt-dmem-model/1\",\"name\":\"m\",\"allocations\":[\n  {\"usage\":\"WEIGHTS\",\"location\":\"device\",\"size\":1}]}",
+        );
+        assert_eq!(path, "allocations[0].usage");
+        assert!(msg.contains("\"WEIGHTS\""), "{msg}");
+        for name in [
+            "UNKNOWN (0)",
+            "TENSOR (2)",
+            "CONSTANTS (3)",
+            "DMA_RING_COLLECTIVES (21)",
+        ] {
+            assert!(msg.contains(name), "{name} missing from {msg}");
+        }
+        assert_eq!(line, 2);
+        assert!(col > 10);
+        let (path, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":22,"location":"device","size":1}]}"#,
+        );
+        assert_eq!(path, "allocations[0].usage");
+        assert!(msg.contains("22"), "{msg}");
+        let (_, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":-1,"location":"device","size":1}]}"#,
+        );
+        assert!(msg.contains("negative"), "{msg}");
+    }
+
+    #[test]
+    fn rejects_bad_locations_types_and_missing_fields() {
+        let (path, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":"CODE","location":"hbm","size":1}]}"#,
+        );
+        assert_eq!(path, "allocations[0].location");
+        assert!(msg.contains("\"hbm\""), "{msg}");
+        let (path, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":"CODE","location":"device","size":-4}]}"#,
+        );
+        assert_eq!(path, "allocations[0].size");
+        assert!(msg.contains("invalid value"), "{msg}");
+        let (path, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":"CODE","location":"device"}]}"#,
+        );
+        assert_eq!(path, "allocations[0]");
+        assert!(msg.contains("missing field `size`"), "{msg}");
+        let (_, msg, ..) = invalid(r#"{"format":"nrt-dmem-model/1","allocations":[]}"#);
+        assert!(msg.contains("missing field `name`"), "{msg}");
+        let (_, msg, ..) = invalid(r#"{"name":"m","allocations":[]}"#);
+        assert!(msg.contains("missing field `format`"), "{msg}");
+        let (_, msg, ..) = invalid(r#"{"format":"nrt-dmem-model/1","name":"m"}"#);
+        assert!(msg.contains("missing field `allocations`"), "{msg}");
+        let (path, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[],
+               "sbuf_carveout":{"type":"dma","partition_start":0,"partition_count":128,"offset":0,"size":8}}"#,
+        );
+        assert_eq!(path, "sbuf_carveout.type");
+        assert!(msg.contains("evtaccel"), "{msg}");
+    }
+
+    #[test]
+    fn rejects_malformed_json_with_a_position() {
+        let (_, msg, line, col) =
+            invalid("{\"format\":\"nrt-dmem-model/1\",\n\"name\":\"m\",,\"allocations\":[]}");
+        assert!(!msg.is_empty());
+        assert_eq!((line, col > 0), (2, true));
+        let (_, msg, ..) = invalid("");
+        assert!(msg.contains("EOF"), "{msg}");
+        let (_, msg, ..) =
+            invalid(r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[]} {}"#);
+        assert!(msg.contains("trailing"), "{msg}");
+        let (_, msg, ..) = invalid("model: bert\n");
+        assert!(msg.contains("expected value"), "{msg}");
+    }
+
+    #[test]
+    fn recognises_neffs_and_binary_blobs() {
+        let neff = |b: &[u8]| matches!(Manifest::parse(b), Err(ManifestError::Neff { .. }));
+        assert!(neff(&[0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0]));
+        let mut tar = vec![b'a'; 600];
+        tar[257..262].copy_from_slice(b"ustar");
+        assert!(neff(&tar));
+        assert!(neff(b"NEFF\x01\x00\x00\x00"));
+        assert!(neff(b"neff header v2"));
+        assert!(neff(&[b'{', 0, 1, 2]));
+        assert!(neff(&[0xff, 0xfe, b'{', b'}']));
+        let e = Manifest::parse(&[0x1f, 0x8b]).unwrap_err().to_string();
+        assert!(e.contains("NEFF") && e.contains("nrt-dmem-model/1"), "{e}");
+        assert!(!neff(BERT.as_bytes()));
+    }
+
+    #[test]
+    fn shipped_examples_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "json") {
+                let m = Manifest::from_path(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                assert!(!m.name.is_empty());
+                n += 1;
+            }
+        }
+        assert!(n >= 4, "expected at least 4 example manifests, found {n}");
+        assert!(matches!(
+            Manifest::from_path(dir.join("no-such-model.json")),
+            Err(ManifestError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn shipped_examples_load_together_on_one_core_of_trn2_and_trn1() {
+        use crate::config::{DeviceChoice, RuntimeConfig};
+        use nrt_core::sim::Preset;
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        paths.sort();
+        for preset in [Preset::Trn2, Preset::Trn1] {
+            let cfg = RuntimeConfig {
+                device: DeviceChoice::Sim { preset, devices: 1 },
+                ..RuntimeConfig::default()
+            };
+            let rt = crate::HostRuntime::start(cfg).unwrap();
+            let nrt = rt.nrt();
+            let before = nrt.dmem_get_memory_stats(0).unwrap().bytes_used;
+            let mut handles = Vec::new();
+            for p in &paths {
+                let m = Manifest::from_path(p).unwrap();
+                let s = m.spec();
+                let h = nrt
+                    .load_model(0, &s.as_spec())
+                    .unwrap_or_else(|e| panic!("{preset:?} {}: {e}", p.display()));
+                let info = nrt.model_info(h).unwrap();
+                assert!(
+                    info.bytes >= m.requested_bytes(Location::Device),
+                    "{}: {} < {}",
+                    m.name,
+                    info.bytes,
+                    m.requested_bytes(Location::Device)
+                );
+                handles.push(h);
+            }
+            assert!(nrt.dmem_get_memory_stats(0).unwrap().bytes_used > before);
+            for h in handles {
+                nrt.unload_model(h).unwrap();
+            }
+            rt.close().unwrap();
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! The C door end to end (issue 5 item 3): `libnrt.so` built by cargo, C programs compiled
+//! with the system `cc` against the generated headers and linked with `-lnrt`, run on the
+//! simulated device — natively on trn2 and trn1, and under
+//! `valgrind --error-exitcode=1 --leak-check=full`.
+//!
+//! - `ffi/examples/nrt_client.c`: the whole memory API and its bad inputs; prints
+//!   `N passed, M failed` and exits non-zero on any failure.
+//! - `ffi/examples/dropin.c`: only `#include <nrt/nrt.h>` and `-lnrt`, as for AWS's library;
+//!   also compiled as C++ (the `extern "C"` guards) and linked against `libnrt.a`.
+//! - The C compiler's `sizeof`/`offsetof` of every struct in the headers equal Rust's.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| if p.is_relative() { root().join(p) } else { p })
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// Where this test puts what it builds (a symlink farm for `-lnrt` and the binaries).
+fn out_dir() -> PathBuf {
+    let d = target_dir().join("nrt-c-client");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Builds `libnrt.so`/`libnrt.a` once (`cargo build -p nrt-ffi`) and returns the directory
+/// with `libnrt.so`, `libnrt.so.1` (the SONAME programs record) and `libnrt.a`.
+fn libdir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .current_dir(root())
+            .args(["build", "--quiet", "-p", "nrt-ffi"])
+            .status()
+            .expect("run cargo build -p nrt-ffi");
+        assert!(st.success(), "cargo build -p nrt-ffi failed");
+        let built = target_dir().join("debug");
+        let dir = out_dir().join("lib");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (link, file) in [
+            ("libnrt.so", "libnrt.so"),
+            ("libnrt.so.1", "libnrt.so"),
+            ("libnrt.a", "libnrt.a"),
+        ] {
+            let l = dir.join(link);
+            let _ = std::fs::remove_file(&l);
+            std::os::unix::fs::symlink(built.join(file), &l).unwrap();
+        }
+        dir
+    })
+}
+
+fn include_dir() -> PathBuf {
+    root().join("ffi/include")
+}
+
+fn cc() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "cc".into())
+}
+
+fn check(what: &str, o: Output) -> Output {
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// `cc -std=c11 -Wall -Wextra -Werror -pedantic -I ffi/include SRC -L lib -lnrt`.
+fn compile(src: &str, exe: &str) -> PathBuf {
+    let out = out_dir().join(exe);
+    let lib = libdir();
+    let o = Command::new(cc())
+        .args([
+            "-std=c11",
+            "-g",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-I",
+        ])
+        .arg(include_dir())
+        .arg(root().join("ffi/examples").join(src))
+        .arg("-o")
+        .arg(&out)
+        .arg("-L")
+        .arg(lib)
+        .arg("-lnrt")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .expect("run the C compiler");
+    check(&format!("compiling {src}"), o);
+    out
+}
+
+fn client() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| compile("nrt_client.c", "nrt_client"))
+}
+
+fn run_client(device: &str, wrapper: &[&str]) -> String {
+    let exe = client();
+    let (prog, args): (&Path, Vec<&std::ffi::OsStr>) = match wrapper.split_first() {
+        Some((w, rest)) => (
+            Path::new(w),
+            rest.iter()
+                .map(std::ffi::OsStr::new)
+                .chain([exe.as_os_str()])
+                .collect(),
+        ),
+        None => (exe, Vec::new()),
+    };
+    let o = Command::new(prog)
+        .args(args)
+        .arg(root().join("examples/models"))
+        .env("NRT_DMEM_DEVICE", device)
+        .env_remove("NEURON_RT_VISIBLE_CORES")
+        .env_remove("NEURON_RT_NUM_CORES")
+        .env_remove("NEURON_RT_VIRTUAL_CORE_SIZE")
+        .env("NEURON_RT_LOG_LEVEL", "ERROR")
+        .output()
+        .expect("run nrt_client");
+    let o = check(&format!("nrt_client on {device} {wrapper:?}"), o);
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let last = stdout.lines().last().unwrap_or_default().to_string();
+    let (p, f) = last
+        .split_once(" passed, ")
+        .unwrap_or_else(|| panic!("no summary line in:\n{stdout}"));
+    let passed: u32 = p.trim().parse().unwrap();
+    assert_eq!(f.trim(), "0 failed", "{stdout}");
+    assert!(passed > 300, "only {passed} checks ran:\n{stdout}");
+    eprintln!("nrt_client on {device} {wrapper:?}: {last}");
+    stdout
+}
+
+#[test]
+fn c_client_passes_on_trn2() {
+    let out = run_client("sim:trn2", &[]);
+    assert!(
+        out.contains("Failed to allocate"),
+        "OOM report printed:\n{out}"
+    );
+}
+
+#[test]
+fn c_client_passes_on_trn1_where_host_tensors_work() {
+    run_client("sim:trn1", &[]);
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Valgrind cannot map more than 64 GiB; a simulated trn2 reserves 104 GiB of (lazily
+/// committed) address space for its HBM, a trn1 40 GiB — so memcheck runs the client on trn1.
+/// The C ABI code paths are the same; the trn2-only differences (LNC 2, host tensors refused)
+/// run natively above.
+#[test]
+fn c_client_is_clean_under_valgrind() {
+    if !have("valgrind") {
+        eprintln!("SKIPPED: valgrind is not installed (.ci/run installs it)");
+        return;
+    }
+    run_client(
+        "sim:trn1",
+        &[
+            "valgrind",
+            "--quiet",
+            "--error-exitcode=1",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+        ],
+    );
+}
+
+#[test]
+fn dropin_program_builds_with_only_nrt_h_and_lnrt() {
+    let exe = compile("dropin.c", "dropin");
+    let o = check(
+        "dropin",
+        Command::new(&exe)
+            .env("NRT_DMEM_DEVICE", "sim:trn2")
+            .output()
+            .unwrap(),
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("round trip ok"));
+    // SONAME: the program depends on libnrt.so.1, as against AWS's library.
+    let d = Command::new("readelf").arg("-d").arg(&exe).output();
+    if let Ok(d) = d {
+        let text = String::from_utf8_lossy(&d.stdout);
+        assert!(text.contains("[libnrt.so.1]"), "{text}");
+    }
+}
+
+#[test]
+fn headers_compile_as_cpp() {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    if !have(&cxx) {
+        eprintln!("SKIPPED: no C++ compiler");
+        return;
+    }
+    let out = out_dir().join("dropin_cpp.o");
+    let o = Command::new(&cxx)
+        .args([
+            "-x",
+            "c++",
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-c",
+            "-I",
+        ])
+        .arg(include_dir())
+        .arg(root().join("ffi/examples/dropin.c"))
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    check("compiling dropin.c as C++", o);
+}
+
+#[test]
+fn dropin_links_statically_against_libnrt_a() {
+    let exe = out_dir().join("dropin_static");
+    let o = Command::new(cc())
+        .args(["-std=c11", "-I"])
+        .arg(include_dir())
+        .arg(root().join("ffi/examples/dropin.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(libdir().join("libnrt.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-lgcc_s"])
+        .output()
+        .unwrap();
+    check("linking dropin.c with libnrt.a", o);
+    let o = Command::new(&exe)
+        .env("NRT_DMEM_DEVICE", "sim:trn1")
+        .output()
+        .unwrap();
+    check("dropin_static", o);
+}
+
+/// The C compiler and Rust agree on every struct the headers declare.
+#[test]
+fn header_structs_have_rust_sizes_and_offsets() {
+    use std::mem::{offset_of, size_of};
+    macro_rules! facts {
+        ($($t:ident { $($f:ident),* }),* $(,)?) => {{
+            let mut s = String::new();
+            $(
+                s += &format!(
+                    "_Static_assert(sizeof({}) == {}, \"sizeof {}\");\n",
+                    stringify!($t), size_of::<nrt::$t>(), stringify!($t)
+                );
+                $(
+                    s += &format!(
+                        "_Static_assert(offsetof({}, {}) == {}, \"{}.{}\");\n",
+                        stringify!($t), stringify!($f), offset_of!(nrt::$t, $f),
+                        stringify!($t), stringify!($f)
+                    );
+                )*
+            )*
+            s
+        }};
+    }
+    let mut c = String::from("#include <stddef.h>\n#include <nrt/nrt.h>\n#include <nrt/nrtx.h>\n");
+    c += &facts!(
+        nrt_tensor_device_allocation_info_t {
+            physical_address,
+            size,
+            hbm_index
+        },
+        nrt_vnc_memory_stats_t {
+            bytes_used,
+            bytes_limit
+        },
+        nrtx_vnc_memory_stats_t {
+            bytes_used,
+            bytes_limit,
+            bytes_peak,
+            host_bytes_used,
+            host_bytes_peak
+        },
+        nrtx_vnc_usage_t {
+            device,
+            device_peak,
+            host,
+            host_peak
+        },
+        nrtx_hbm_stats_t {
+            device,
+            hbm_index,
+            num_devices,
+            num_hbm,
+            capacity,
+            free,
+            largest_free_block,
+            allocations
+        },
+        nrtx_model_memory_t {
+            vnc,
+            subgraphs,
+            allocations,
+            bytes,
+            device_by_usage,
+            scratchpad_pages,
+            shared_ext_isa
+        },
+    );
+    c += &format!(
+        "_Static_assert(sizeof(NRT_STATUS) == {}, \"status\");\n\
+         _Static_assert(NRT_TENSOR_PLACEMENT_VIRTUAL == {} && NRT_FRAMEWORK_TYPE_PRECHECK == {}, \"enums\");\n\
+         _Static_assert(NRTX_USAGE_TYPE_COUNT == {}, \"usage count\");\n",
+        size_of::<nrt::NRT_STATUS>(),
+        nrt::NRT_TENSOR_PLACEMENT_VIRTUAL,
+        nrt::NRT_FRAMEWORK_TYPE_PRECHECK,
+        nrt::NRTX_USAGE_TYPE_COUNT,
+    );
+    let src = out_dir().join("layout_check.c");
+    std::fs::write(&src, c).unwrap();
+    let o = Command::new(cc())
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-pedantic",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(include_dir())
+        .arg(&src)
+        .output()
+        .unwrap();
+    check("layout_check.c", o);
+}
