@@ -585,19 +585,118 @@ pub fn exact_reuse<A: BenchAlloc>(make: impl FnOnce(u64) -> A) -> u32 {
         .count() as u32
 }
 
-/// ns/op of the runtime's whole device-memory path (`dmem_alloc_aligned` / `dmem_free` over a
-/// `SimDevice`, with resolver, arenas, ledger and list linking) on a trace of runtime-sized
-/// requests. **Not implemented yet**: to be filled in by the engineer who owns the dmem API;
-/// returns `None`, which the report prints as `null`.
-pub fn dmem_path_ns_per_op(_quick: bool) -> Option<f64> {
-    None
+/// One step of the runtime-sized trace shared by [`dmem_path_ns_per_op`] and
+/// [`carve_raw_ns_per_op_same_trace`].
+#[derive(Copy, Clone, Debug)]
+enum PathOp {
+    Alloc { slot: usize, size: u64 },
+    Free { slot: usize },
 }
 
-/// ns/op of the raw carve on the *same* trace as [`dmem_path_ns_per_op`] (page-rounded sizes,
-/// 4 KiB granule), so the two give the runtime's overhead over the allocator. **Not
-/// implemented yet** (it needs that trace); returns `None`, printed as `null`.
-pub fn carve_raw_ns_per_op_same_trace(_quick: bool) -> Option<f64> {
-    None
+/// Runtime-sized requests (4 KiB–16 MiB log-uniform, page multiples) with ~1000 live, on one
+/// HBM channel: what model loads and tensor allocations look like to `dmem_alloc`.
+fn path_trace(ops: usize) -> (Vec<PathOp>, usize) {
+    let mut rng = StdRng::seed_from_u64(0x6d65_6d70);
+    let slots = 2048;
+    let mut live: Vec<usize> = Vec::new();
+    let mut free: Vec<usize> = (0..slots).rev().collect();
+    let mut out = Vec::with_capacity(ops);
+    while out.len() < ops {
+        let grow = live.len() < 1000 && (live.len() < 200 || rng.gen_bool(0.55));
+        if (grow || live.is_empty()) && !free.is_empty() {
+            let slot = free.pop().unwrap_or(0);
+            let size = log_uniform(&mut rng, 4 << 10, 16 << 20).next_multiple_of(4096);
+            live.push(slot);
+            out.push(PathOp::Alloc { slot, size });
+        } else {
+            let i = rng.gen_range(0..live.len());
+            let slot = live.swap_remove(i);
+            free.push(slot);
+            out.push(PathOp::Free { slot });
+        }
+    }
+    (out, slots)
+}
+
+/// `(dmem path ns/op, raw carve ns/op)` measured in one interleaved run (median of the reps).
+fn dmem_vs_carve(quick: bool) -> Option<(f64, f64)> {
+    use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
+    use nrt_core::dmem::AllocArgs;
+    use nrt_core::sim::{Preset, SimConfig, SimDevice, FIRMWARE_CARVEOUT};
+    use nrt_core::{CoreState, InitOptions, Nrt};
+    use std::sync::OnceLock;
+
+    static CACHE: OnceLock<Option<(f64, f64)>> = OnceLock::new();
+    *CACHE.get_or_init(|| {
+        let (ops, reps) = if quick { (4_000, 3) } else { (40_000, 7) };
+        let (trace, slots) = path_trace(ops);
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).ok()?;
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).ok()?;
+        let al = n.core_allocator(0, 0).ok()?;
+        let channel = Preset::Trn2.device_info().hbm_channel_size;
+        let mut carve = Carve::<{ nrt_core::sim::MAIN_NODES }>::new_boxed();
+        carve.init(0, channel - FIRMWARE_CARVEOUT, 4096).ok()?;
+        let mut dm: Vec<nrt_core::dmem::Dmem> = vec![std::ptr::null_mut(); slots];
+        let mut ids: Vec<Option<CarveId>> = vec![None; slots];
+        let (mut t_dmem, mut t_carve) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let t0 = thread_cpu_ns();
+            for op in &trace {
+                match *op {
+                    PathOp::Alloc { slot, size } => {
+                        dm[slot] = n
+                            .dmem_alloc(
+                                al,
+                                &AllocArgs::device(size, 0, DMA_MEM_USAGE_TYPE_TENSOR, "bench"),
+                                None,
+                            )
+                            .ok()?;
+                    }
+                    PathOp::Free { slot } => n.dmem_free(dm[slot]).ok()?,
+                }
+            }
+            t_dmem.push((thread_cpu_ns() - t0) as f64 / trace.len() as f64);
+            for m in dm.iter_mut().filter(|m| !m.is_null()) {
+                if n.dmem_is_live(*m) {
+                    n.dmem_free(*m).ok()?;
+                }
+                *m = std::ptr::null_mut();
+            }
+            let t0 = thread_cpu_ns();
+            for op in &trace {
+                match *op {
+                    PathOp::Alloc { slot, size } => ids[slot] = Some(carve.alloc(size, 0).ok()?.id),
+                    PathOp::Free { slot } => {
+                        carve.free(ids[slot].take()?).ok()?;
+                    }
+                }
+            }
+            t_carve.push((thread_cpu_ns() - t0) as f64 / trace.len() as f64);
+            for id in ids.iter_mut() {
+                if let Some(id) = id.take() {
+                    carve.free(id).ok()?;
+                }
+            }
+        }
+        n.close().ok()?;
+        Some((median(&mut t_dmem), median(&mut t_carve)))
+    })
+}
+
+/// ns/op of the runtime's whole device-memory path (`dmem_alloc` / `dmem_free` over a trn2
+/// `SimDevice`: argument checks, resolver, arenas, driver carve, ledger, list linking) on a
+/// trace of runtime-sized requests, measured interleaved with
+/// [`carve_raw_ns_per_op_same_trace`]. `None` (printed `null`) only if the trace cannot run.
+pub fn dmem_path_ns_per_op(quick: bool) -> Option<f64> {
+    dmem_vs_carve(quick).map(|r| r.0)
+}
+
+/// ns/op of the raw carve allocator on the same trace as [`dmem_path_ns_per_op`] (page-rounded
+/// sizes, 4 KiB granule, one 24 GiB channel), so the ratio is the runtime's overhead.
+pub fn carve_raw_ns_per_op_same_trace(quick: bool) -> Option<f64> {
+    dmem_vs_carve(quick).map(|r| r.1)
 }
 
 #[cfg(test)]

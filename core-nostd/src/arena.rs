@@ -8,6 +8,7 @@
 
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::nrt_mutex_t;
@@ -45,7 +46,8 @@ pub struct Arena<T, const N: usize> {
     /// High-water mark of live slots.
     peak: UnsafeCell<u32>,
     free: UnsafeCell<[u32; N]>,
-    live: UnsafeCell<[u8; N]>,
+    /// 1 while a slot is handed out; written under `lock`, read lock-free by `is_live`.
+    live: [AtomicU8; N],
     slots: [UnsafeCell<T>; N],
 }
 
@@ -90,11 +92,10 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
     fn alloc_impl(&self, name: &'static str, fresh_first: bool) -> Result<NonNull<T>, ArenaFull> {
         let _g = self.lock.lock();
         // SAFETY: the counters and stacks are only touched with `lock` held.
-        let (bump, top, live, live_count, peak) = unsafe {
+        let (bump, top, live_count, peak) = unsafe {
             (
                 &mut *self.bump.get(),
                 &mut *self.free_top.get(),
-                &mut *self.live.get(),
                 &mut *self.live_count.get(),
                 &mut *self.peak.get(),
             )
@@ -115,13 +116,14 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
                 capacity: N,
             });
         };
-        live[idx] = 1;
         *live_count += 1;
         *peak = (*peak).max(*live_count);
         let p = self.slots[idx].get();
         // SAFETY: the slot is not live (it was free or fresh), so nobody else references it;
         // zero bytes are a valid T (T: ZeroValid).
         unsafe { core::ptr::write_bytes(p, 0, 1) };
+        // Published after the zeroing: whoever sees it live sees a zeroed slot.
+        self.live[idx].store(1, Ordering::Release);
         // SAFETY: UnsafeCell::get never returns null.
         Ok(unsafe { NonNull::new_unchecked(p) })
     }
@@ -139,11 +141,7 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
     /// Whether `p` is a live slot of this arena (used to validate pointers from callers).
     pub fn is_live(&self, p: *const T) -> bool {
         match self.index_of(p) {
-            Some(i) => {
-                let _g = self.lock.lock();
-                // SAFETY: lock held.
-                unsafe { (*self.live.get())[i] == 1 }
-            }
+            Some(i) => self.live[i].load(Ordering::Acquire) == 1,
             None => false,
         }
     }
@@ -153,17 +151,11 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
         let i = self.index_of(p).ok_or(ReleaseError::Foreign)?;
         let _g = self.lock.lock();
         // SAFETY: lock held.
-        let (top, live, live_count) = unsafe {
-            (
-                &mut *self.free_top.get(),
-                &mut *self.live.get(),
-                &mut *self.live_count.get(),
-            )
-        };
-        if live[i] != 1 {
+        let (top, live_count) = unsafe { (&mut *self.free_top.get(), &mut *self.live_count.get()) };
+        if self.live[i].load(Ordering::Acquire) != 1 {
             return Err(ReleaseError::NotLive);
         }
-        live[i] = 0;
+        self.live[i].store(0, Ordering::Release);
         *live_count -= 1;
         // SAFETY: lock held; at most N indices can be free, so `top < N`.
         unsafe { (*self.free.get())[*top as usize] = i as u32 };
@@ -188,10 +180,8 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
     /// Calls `f` on every live slot (under the arena lock; `f` must not call back into it).
     pub fn for_each_live(&self, mut f: impl FnMut(NonNull<T>)) {
         let _g = self.lock.lock();
-        // SAFETY: lock held.
-        let live = unsafe { &*self.live.get() };
-        for (i, l) in live.iter().enumerate() {
-            if *l == 1 {
+        for (i, l) in self.live.iter().enumerate() {
+            if l.load(Ordering::Acquire) == 1 {
                 // SAFETY: UnsafeCell::get never returns null.
                 f(unsafe { NonNull::new_unchecked(self.slots[i].get()) });
             }

@@ -15,7 +15,7 @@ pub const MAX_MODELS: usize = 128;
 pub const MAX_MR_SETS: usize = 256;
 /// Buckets of each core's model_db (power of two, spec §4.1).
 pub const MODEL_DB_BUCKETS: usize = 64;
-/// Bytes kept of each allocation's hint (including the NUL).
+/// Bytes kept of each allocation's hint, including the NUL (`dmem_t.hint_buf`).
 pub const HINT_LEN: usize = 48;
 /// Staged ulib sets (shared ext-isa copies + per-model sets, spec §6).
 pub const MAX_ULIB_SETS: usize = 256;

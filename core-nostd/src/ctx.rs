@@ -124,7 +124,6 @@ pub struct CoreState {
     pub(crate) last_oom_set: AtomicU32,
     pub(crate) last_oom: UnsafeCell<core::mem::MaybeUninit<Error>>,
     pub(crate) dmems: Arena<dmem_t, MAX_DMEM>,
-    pub(crate) hints: Arena<[u8; HINT_LEN], MAX_DMEM>,
     pub(crate) allocators: Arena<dmem_allocator_t, MAX_ALLOCATORS>,
     pub(crate) ref_nodes: Arena<dmem_ref_node_t, MAX_DMEM>,
     pub(crate) dmem_lists: Arena<dmem_list_t, MAX_MR_SETS>,
@@ -161,10 +160,9 @@ impl CoreState {
     }
 
     /// Per-arena occupancy, for footprint reports.
-    pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); 13] {
+    pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); 12] {
         [
             ("dmem_t", self.dmems.stats()),
-            ("hint", self.hints.stats()),
             ("dmem_allocator_t", self.allocators.stats()),
             ("dmem_ref_node_t", self.ref_nodes.stats()),
             ("dmem_list_t", self.dmem_lists.stats()),

@@ -189,18 +189,10 @@ impl Nrt<'_> {
         // 3. metadata from the arenas (before touching the driver, so a full arena is its own
         //    error and needs no driver rollback)
         let m = self.st.dmems.alloc("dmem_t")?.as_ptr();
-        let hint = match self.st.hints.alloc("hint") {
-            Ok(h) => h.as_ptr(),
-            Err(e) => {
-                let _ = self.st.dmems.release(m);
-                return Err(e.into());
-            }
-        };
         let ref_node = match ref_list {
             Some(_) => match self.st.ref_nodes.alloc("dmem_ref_node_t") {
                 Ok(n) => n.as_ptr(),
                 Err(e) => {
-                    let _ = self.st.hints.release(hint);
                     let _ = self.st.dmems.release(m);
                     return Err(e.into());
                 }
@@ -211,7 +203,6 @@ impl Nrt<'_> {
             if !ref_node.is_null() {
                 let _ = self.st.ref_nodes.release(ref_node);
             }
-            let _ = self.st.hints.release(hint);
             let _ = self.st.dmems.release(m);
         };
         // 4. carve: natively aligned, or the over-allocate-and-offset emulation
@@ -242,9 +233,9 @@ impl Nrt<'_> {
             }
         };
         // 5. fields
-        // SAFETY: `m` and `hint` are fresh zeroed slots owned by this call.
+        // SAFETY: `m` is a fresh zeroed slot owned by this call.
         unsafe {
-            copy_hint(&mut *hint, a.hint);
+            copy_hint(&mut (*m).hint_buf, a.hint);
             (*m).mem_handle = handle;
             (*m)._pa = pa;
             (*m)._va = null_mut();
@@ -263,7 +254,7 @@ impl Nrt<'_> {
             (*m).nc_id = nc_id;
             (*m).device_id = dev;
             (*m).ref_count.store(1, Ordering::Release);
-            (*m).hint = hint as *mut core::ffi::c_char;
+            (*m).hint = addr_of_mut!((*m).hint_buf) as *mut core::ffi::c_char;
             (*m).cpy_buf = self.drv.get_copy_buf(dev, nc_id) as usize as *mut core::ffi::c_void;
         }
         // 6. ledger + trace
@@ -409,7 +400,6 @@ impl Nrt<'_> {
             }
             let _ = self.drv.memory_free(dev, (*m).mem_handle);
             self.dml_add_entry(self.mla_ptr(dev), Action::Free, m);
-            let _ = self.st.hints.release((*m).hint as *const [u8; HINT_LEN]);
             (*m).hint = null_mut();
             let _ = self.st.dmems.release(m);
         }
@@ -547,13 +537,7 @@ fn copy_hint(dst: &mut [u8; HINT_LEN], hint: &str) {
 
 /// The hint of a dmem as text.
 pub fn dmem_hint(m: &dmem_t) -> &str {
-    if m.hint.is_null() {
-        return "";
-    }
-    // SAFETY: `hint` points at a live HINT_LEN-byte, NUL-terminated slot while `m` is live.
-    let bytes = unsafe { &*(m.hint as *const [u8; HINT_LEN]) };
-    let end = bytes.iter().position(|b| *b == 0).unwrap_or(HINT_LEN);
-    core::str::from_utf8(&bytes[..end]).unwrap_or("?")
+    crate::model::c_name(&m.hint_buf)
 }
 
 #[cfg(test)]

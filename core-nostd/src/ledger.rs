@@ -62,9 +62,13 @@ fn roll_up(v: &[u64; 23]) -> [u64; 7] {
     out
 }
 
+/// Adds to a counter and raises its high-water mark. The peak is only written (a CAS loop)
+/// when it actually rises: the common path is one RMW and one load.
 fn bump(cur: &AtomicU64, peak: &AtomicU64, delta: u64) {
     let now = cur.fetch_add(delta, Ordering::AcqRel) + delta;
-    peak.fetch_max(now, Ordering::AcqRel);
+    if now > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(now, Ordering::AcqRel);
+    }
 }
 
 impl Nrt<'_> {

@@ -661,10 +661,12 @@ impl Driver for SimDevice {
 
     fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> Result<u64, Errno> {
         self.alloc_calls.fetch_add(1, Ordering::AcqRel);
-        let fire = self
-            .fail_countdown
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
-            == Ok(1);
+        // Only touch the countdown (a CAS) when a fault is armed.
+        let fire = self.fail_countdown.load(Ordering::Acquire) != 0
+            && self
+                .fail_countdown
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
+                == Ok(1);
         if dev >= self.device_count {
             return Err(errno::ENODEV);
         }

@@ -412,7 +412,8 @@ struct dmem_t {
     uint32_t generation;             /*      120        4  chosen */
     uint32_t nc_id;                  /*      124        4  chosen */
     uint32_t device_id;              /*      128        4  chosen */
-    uint8_t _reserved_0132[60];      /*      132       60  reserved */
+    uint8_t hint_buf[48];            /*      132       48  chosen */
+    uint8_t _reserved_0180[12];      /*      180       12  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 _Static_assert(sizeof(dmem_t) == 192, "dmem_t: size 192");

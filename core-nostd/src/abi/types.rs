@@ -186,6 +186,7 @@ abi_struct! {
 abi_struct! {
     /// One device-memory allocation (spec §3.1–§3.2, 192 B): the driver handle, physical
     /// address, sizes, location/usage/channel, ref count, hint, and its allocator-list links.
+    /// libnrt `strdup`s the hint; here `hint` points at `hint_buf` inside the node (no heap).
     pub struct dmem_t [size = 192, align = 8, section = "3.1"] {
         @0 pub mem_handle: u64 = Chosen,
         @8 pub _pa: u64 = Chosen,
@@ -207,7 +208,8 @@ abi_struct! {
         @120 pub generation: u32 = Chosen,
         @124 pub nc_id: u32 = Chosen,
         @128 pub device_id: u32 = Chosen,
-        @132 _reserved_0132: [u8; 60] = Reserved,
+        @132 pub hint_buf: [u8; 48] = Chosen,
+        @180 _reserved_0180: [u8; 12] = Reserved,
     }
 }
 
