@@ -11,16 +11,20 @@
 //! - [`config`]: the environment the real runtime reads ([`RuntimeConfig`]).
 //! - [`runtime`]: [`HostRuntime`], a runtime with its driver — what the C ABI and CLI use.
 //! - [`manifest`]: the model manifest, the JSON stand-in for a NEFF ([`Manifest`]).
+//! - [`scenario`]: scenario files (TOML) and the [`scenario::Session`] that runs them.
+//! - [`cli`]: the `nrt-dmem` command line (demo, run, stats, layout).
 //! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod ioctl;
 pub mod manifest;
 pub mod neuron_driver;
 pub mod runtime;
+pub mod scenario;
 pub mod simdev;
 
 pub use backing::HostReservation;

@@ -1,0 +1,359 @@
+//! `nrt-dmem demo`: the tour a newcomer runs first, in one screen. On the simulated trn2 it
+//! loads the shipped model manifests (three onto logical core 0, the rest one per core),
+//! allocates IO tensors on every logical core and executes each model (input bytes in, output
+//! bytes back, compared), unloads the middle model of core 0 and shows that exactly its bytes
+//! went, provokes a device OOM and shows libnrt's table, then tears down to zero bytes.
+
+use std::io::Write;
+
+use nrt_core::abi::mem_aggr_index_t;
+use nrt_core::tensor::Placement;
+
+use super::{paint, CliError, Ui, BOLD, GREEN, RED};
+use crate::manifest::Manifest;
+use crate::scenario::{fmt_bytes, oom_dump_text, Category, ManifestRef, Session, DEVICE_CLASSES};
+
+/// The shipped manifests the demo loads, embedded so the binary runs from anywhere:
+/// `(file, text, logical core before wrapping to the visible count)`.
+const MODELS: [(&str, &str, i64); 6] = [
+    (
+        "resnet50.json",
+        include_str!("../../../examples/models/resnet50.json"),
+        0,
+    ),
+    (
+        "bert-base.json",
+        include_str!("../../../examples/models/bert-base.json"),
+        0,
+    ),
+    (
+        "gpsimd-topk.json",
+        include_str!("../../../examples/models/gpsimd-topk.json"),
+        0,
+    ),
+    (
+        "llama3-8b-tp8-shard.json",
+        include_str!("../../../examples/models/llama3-8b-tp8-shard.json"),
+        1,
+    ),
+    (
+        "sd-unet.json",
+        include_str!("../../../examples/models/sd-unet.json"),
+        2,
+    ),
+    (
+        "custom-op-3libs.json",
+        include_str!("../../../examples/models/custom-op-3libs.json"),
+        3,
+    ),
+];
+
+/// Declared tensor name → session tensor name.
+type Binds = Vec<(String, String)>;
+
+/// Index in [`MODELS`] of the model unloaded from the middle of core 0's three.
+const MIDDLE: usize = 1;
+
+struct Out<'a> {
+    w: &'a mut dyn Write,
+    color: bool,
+    ok: bool,
+}
+
+impl Out<'_> {
+    fn line(&mut self, s: &str) -> Result<(), CliError> {
+        writeln!(self.w, "{s}").map_err(|e| CliError::input(format!("writing output: {e}")))
+    }
+    fn heading(&mut self, s: &str) -> Result<(), CliError> {
+        let t = paint(self.color, BOLD, s);
+        self.line(&t)
+    }
+    fn check(&mut self, good: bool) -> String {
+        self.ok &= good;
+        if good {
+            paint(self.color, GREEN, "✓")
+        } else {
+            paint(self.color, RED, "✗")
+        }
+    }
+}
+
+fn fail(msg: impl std::fmt::Display) -> CliError {
+    CliError {
+        code: 1,
+        message: format!("demo: {msg}"),
+    }
+}
+
+/// Runs the demo on `s`, narrating to `out`. With `full`, it also provokes the OOM and closes
+/// the runtime at the end; without, it stops after the unload (the workload `stats` reports
+/// on). Exit code 0 when every check held.
+pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<i32, CliError> {
+    let mut o = Out {
+        w: out,
+        color: ui.color,
+        ok: true,
+    };
+    let nrt = s.nrt();
+    let g = nrt.geom(0);
+    let ncores = nrt.visible_vnc_count().max(1) as i64;
+    o.heading(&format!(
+        "nrt-dmem demo · {} ({} device{}: {} NeuronCores, {} HBM × {}) · LNC {} → {} logical cores",
+        s.runtime().config().device,
+        nrt.num_devices(),
+        if nrt.num_devices() == 1 { "" } else { "s" },
+        g.cores,
+        g.channels,
+        fmt_bytes(g.channel_size),
+        nrt.lnc_size(),
+        ncores
+    ))?;
+
+    // 1. Load.
+    o.line("")?;
+    o.heading("1. Load models — three share logical core 0")?;
+    o.line(&format!(
+        "   {:<4} {:<22} {:>6} {:>12} {:>12}",
+        "core", "model", "handle", "device", "host"
+    ))?;
+    let mut loaded: Vec<(String, i64, ManifestRef)> = Vec::new();
+    for (file, text, core) in MODELS {
+        let m: ManifestRef = std::rc::Rc::new(
+            Manifest::parse(text.as_bytes())
+                .map_err(|e| fail(format!("examples/models/{file}: {e}")))?,
+        );
+        let core = core % ncores;
+        let h = s
+            .load(&m, core, &m.name)
+            .map_err(|e| fail(format!("loading {file} onto core {core}: {e}")))?;
+        let (dev, host) = s.footprint(h).map_err(fail)?;
+        o.line(&format!(
+            "   {:<4} {:<22} {:>6} {:>12} {:>12}",
+            core,
+            m.name,
+            h.id,
+            fmt_bytes(dev[22]),
+            fmt_bytes(host[22])
+        ))?;
+        loaded.push((m.name.clone(), core, m));
+    }
+
+    // 2. Tensors and execution.
+    o.line("")?;
+    o.heading("2. IO tensors on every logical core, then execute (bytes in → bytes back)")?;
+    let mut per_core = vec![(0usize, 0u64); ncores as usize];
+    let mut binds: Vec<(Binds, Binds)> = Vec::new();
+    for (name, core, m) in &loaded {
+        let mut b = (Vec::new(), Vec::new());
+        for (decls, side) in [(&m.inputs, &mut b.0), (&m.outputs, &mut b.1)] {
+            for d in decls.iter() {
+                let tn = format!("{name}:{}", d.name);
+                s.alloc_tensor(&tn, Placement::Device, *core, d.size)
+                    .map_err(|e| fail(format!("tensor {tn}: {e}")))?;
+                per_core[*core as usize].0 += 1;
+                per_core[*core as usize].1 += d.size;
+                side.push((d.name.clone(), tn));
+            }
+        }
+        binds.push(b);
+    }
+    let summary: Vec<String> = per_core
+        .iter()
+        .enumerate()
+        .map(|(c, (n, b))| format!("core {c}: {n} tensors, {}", fmt_bytes(*b)))
+        .collect();
+    o.line(&format!("   {}", summary.join(" · ")))?;
+    for ((name, core, m), (ins, outs)) in loaded.iter().zip(&binds) {
+        let r = s.execute(name, ins, outs, true);
+        let (good, what) = match r {
+            Ok(w) => (
+                true,
+                format!(
+                    "{} into {} input{}, {} output{} read back: bytes match",
+                    fmt_bytes(w),
+                    m.inputs.len(),
+                    if m.inputs.len() == 1 { "" } else { "s" },
+                    m.outputs.len(),
+                    if m.outputs.len() == 1 { "" } else { "s" }
+                ),
+            ),
+            Err(e) => (false, e.to_string()),
+        };
+        let mark = o.check(good);
+        o.line(&format!("   {mark} {name:<22} core {core}: {what}"))?;
+    }
+
+    // 3. Unload the middle model of core 0.
+    let (mid, mid_core, _) = loaded[MIDDLE].clone();
+    let neighbours: Vec<&(String, i64, ManifestRef)> = loaded
+        .iter()
+        .filter(|(n, c, _)| *c == mid_core && *n != mid)
+        .collect();
+    o.line("")?;
+    o.heading(&format!(
+        "3. Unload {mid}, the middle of core {mid_core}'s {} models",
+        neighbours.len() + 1
+    ))?;
+    let footprint = |s: &Session, n: &str| -> Result<u64, CliError> {
+        let m = s.model(n).map_err(fail)?;
+        Ok(s.footprint(m.handle).map_err(fail)?.0[22])
+    };
+    let mid_bytes = footprint(s, &mid)?;
+    let others_before: Vec<u64> = neighbours
+        .iter()
+        .map(|(n, _, _)| footprint(s, n))
+        .collect::<Result<_, _>>()?;
+    let before = s.nrt().vnc_usage(mid_core).map_err(fail)?;
+    s.unload(&mid)
+        .map_err(|e| fail(format!("unloading {mid}: {e}")))?;
+    let after = s.nrt().vnc_usage(mid_core).map_err(fail)?;
+    o.line(&format!(
+        "   {:<26} {:>12} {:>12} {:>12}",
+        format!("core {mid_core}"),
+        "before",
+        "after",
+        "change"
+    ))?;
+    let ring = Category::Class(mem_aggr_index_t::AGGR_DMA_BUFFERS);
+    for (name, cls) in DEVICE_CLASSES {
+        let cat = Category::Class(cls);
+        let v = |u: &[u64; 23]| {
+            if cls == mem_aggr_index_t::AGGR_RUNTIME_MEMORY {
+                cat.of(u) - ring.of(u)
+            } else {
+                cat.of(u)
+            }
+        };
+        let (b, a) = (v(&before.device), v(&after.device));
+        o.line(&format!(
+            "   {:<26} {:>12} {:>12} {:>12}",
+            name,
+            fmt_bytes(b),
+            fmt_bytes(a),
+            delta(b, a)
+        ))?;
+    }
+    let (b, a) = (before.device[22], after.device[22]);
+    o.line(&format!(
+        "   {:<26} {:>12} {:>12} {:>12}",
+        "total",
+        fmt_bytes(b),
+        fmt_bytes(a),
+        delta(b, a)
+    ))?;
+    let freed = b.saturating_sub(a);
+    let mark = o.check(freed == mid_bytes && a <= b);
+    o.line(&format!(
+        "   {mark} freed {} = {mid}'s footprint {}",
+        fmt_bytes(freed),
+        fmt_bytes(mid_bytes)
+    ))?;
+    let mut same = Vec::new();
+    let mut all_same = true;
+    for ((n, _, _), was) in neighbours.iter().zip(&others_before) {
+        let now = footprint(s, n)?;
+        all_same &= now == *was;
+        same.push(format!("{n} {} → {}", fmt_bytes(*was), fmt_bytes(now)));
+    }
+    let mark = o.check(all_same);
+    o.line(&format!(
+        "   {mark} the others are untouched: {}",
+        same.join(", ")
+    ))?;
+
+    if !full {
+        return Ok(if o.ok { 0 } else { 1 });
+    }
+
+    // 4. OOM on purpose.
+    let oom_core = ncores - 1;
+    o.line("")?;
+    let hbm = s.nrt().vtpb_get_default_hbm_idx(oom_core).unwrap_or(0);
+    let dev = s
+        .nrt()
+        .vcore_tpbs(oom_core)
+        .ok()
+        .and_then(|t| t.first().map(|p| p.device_id))
+        .unwrap_or(0);
+    let largest = s
+        .runtime()
+        .driver()
+        .pool_stats(dev, false, hbm)
+        .map(|p| p.largest_free)
+        .unwrap_or(0);
+    let huge = (largest / (1 << 30) + 1) << 30;
+    o.heading(&format!(
+        "4. Out of memory, on purpose: a {} tensor on core {oom_core} (HBM {hbm}'s largest free block is {})",
+        fmt_bytes(huge),
+        fmt_bytes(largest)
+    ))?;
+    let used_before = s
+        .nrt()
+        .dmem_get_memory_stats(oom_core)
+        .map(|x| x.bytes_used)
+        .unwrap_or(0);
+    match s.alloc_tensor("too-big", Placement::Device, oom_core, huge) {
+        Ok(_) => {
+            let mark = o.check(false);
+            o.line(&format!(
+                "   {mark} the allocation succeeded; no OOM to show"
+            ))?;
+            let _ = s.free_tensor("too-big");
+        }
+        Err(e) => {
+            let status = e.status().map_or("?", |st| st.name());
+            o.line(&format!(
+                "   nrt_tensor_allocate → {status}; libnrt's table for the device:"
+            ))?;
+            if let crate::scenario::StepError::Nrt(err) = &e {
+                if let Some((_, text)) = oom_dump_text(&s.nrt(), err, 3) {
+                    for l in text.lines() {
+                        o.line(&format!("   │ {l}"))?;
+                    }
+                }
+            }
+            match s.last_oom_file.take() {
+                Some(Ok(p)) => o.line(&format!("   table also written to {}", p.display()))?,
+                Some(Err(why)) => {
+                    o.line(&format!("   (could not write the table to a file: {why})"))?
+                }
+                None => {}
+            }
+            let used_after = s
+                .nrt()
+                .dmem_get_memory_stats(oom_core)
+                .map(|x| x.bytes_used)
+                .unwrap_or(0);
+            let mark = o.check(used_after == used_before);
+            o.line(&format!(
+                "   {mark} core {oom_core} unchanged by the failed allocation: {}",
+                fmt_bytes(used_after)
+            ))?;
+        }
+    }
+
+    // 5. Teardown.
+    o.line("")?;
+    o.heading("5. Tear down (nrt_close)")?;
+    let held = s.driver_bytes();
+    s.close().map_err(|e| fail(format!("nrt_close: {e}")))?;
+    let left = s.driver_bytes();
+    let mark = o.check(left == 0);
+    o.line(&format!(
+        "   {mark} {left} bytes left in the driver after nrt_close (it held {} before)",
+        fmt_bytes(held)
+    ))?;
+    Ok(if o.ok { 0 } else { 1 })
+}
+
+fn delta(before: u64, after: u64) -> String {
+    if after >= before {
+        if after == before {
+            "0".into()
+        } else {
+            format!("+{}", fmt_bytes(after - before))
+        }
+    } else {
+        format!("-{}", fmt_bytes(before - after))
+    }
+}

@@ -1,0 +1,479 @@
+//! The `nrt-dmem` command line (issue 6 item 5): the demo, the scenario runner, the memory
+//! report and the layout report.
+//!
+//! ```text
+//! nrt-dmem [--device sim:trn2|sim:inf2x2|neuron] [--lnc-size N] [--visible-cores 1-3]
+//!          [--num-cores N] [-v|-q] <demo | run FILE | stats [--json] [--scenario FILE] | layout …>
+//! ```
+//!
+//! Flags override the environment the real runtime reads (`NRT_DMEM_DEVICE`,
+//! `NEURON_RT_VIRTUAL_CORE_SIZE`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_NUM_CORES`); a scenario
+//! file's settings sit between the two. Logs go through `log` + `env_logger` to stderr: the core
+//! logs under target `nrt`, this crate under `nrt_host::…` and `nrt_dmem::…`; `RUST_LOG`
+//! refines what `-v`/`-q` set (`RUST_LOG=nrt=debug`).
+//!
+//! Exit codes: 0 = done and every expectation held; 1 = an expectation failed or a step failed
+//! unexpectedly; 2 = bad input (usage, unreadable or malformed file, no such device).
+#![deny(unsafe_code)]
+
+mod demo;
+mod layout;
+mod stats;
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+use crate::config::{parse_visible_cores, DeviceChoice, RuntimeConfig};
+use crate::runtime::StartError;
+use crate::scenario::{self, RunOptions, Scenario, Session};
+
+/// Device-memory core of AWS Neuron's runtime (libnrt), on a simulated Trainium device.
+#[derive(Debug, Parser)]
+#[command(name = "nrt-dmem", version)]
+pub struct Cli {
+    /// Settings that override the environment.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags accepted before or after the subcommand.
+#[derive(Debug, Args, Default)]
+pub struct GlobalArgs {
+    /// Device: sim:<inf2|trn1|trn2|trn3>[x<N>] or neuron (overrides NRT_DMEM_DEVICE).
+    #[arg(long, global = true, value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Option<DeviceChoice>,
+    /// Physical cores per logical core (overrides NEURON_RT_VIRTUAL_CORE_SIZE).
+    #[arg(long, global = true, value_name = "N")]
+    pub lnc_size: Option<u32>,
+    /// Logical cores to use: a core (3) or a range (1-3) (overrides NEURON_RT_VISIBLE_CORES).
+    #[arg(long, global = true, value_name = "CORES", value_parser = parse_cores)]
+    pub visible_cores: Option<(u32, u32)>,
+    /// Use the first N logical cores, 0 = all (overrides NEURON_RT_NUM_CORES).
+    #[arg(long, global = true, value_name = "N")]
+    pub num_cores: Option<u32>,
+    /// More log output (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+    /// Less output (-q errors only and no step lines, -qq no logs).
+    #[arg(short, long, global = true, action = ArgAction::Count, conflicts_with = "verbose")]
+    pub quiet: u8,
+}
+
+fn parse_device(s: &str) -> Result<DeviceChoice, String> {
+    DeviceChoice::parse(s).map_err(|e| e.reason.to_string())
+}
+
+fn parse_cores(s: &str) -> Result<(u32, u32), String> {
+    parse_visible_cores(s).map_err(|e| e.reason.to_string())
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load models (three on one core), allocate tensors on every core, execute, unload the
+    /// middle model, provoke an OOM, tear down — on the simulated trn2 unless --device says
+    /// otherwise.
+    Demo,
+    /// Run a scenario file (TOML, docs/SCENARIOS.md); exit 0 only if every expectation holds.
+    Run {
+        /// The scenario.
+        scenario: PathBuf,
+    },
+    /// The memory report (per logical core, per model, per HBM) after the demo workload or a
+    /// scenario, before teardown.
+    Stats {
+        /// neuron-monitor's JSON field names (plus `nrt_dmem` extras).
+        #[arg(long)]
+        json: bool,
+        /// Run this scenario instead of the demo workload.
+        #[arg(long, value_name = "FILE")]
+        scenario: Option<PathBuf>,
+    },
+    /// The layout report (libnrt's structs as this project reproduces them), or check/dump an
+    /// ELF's DWARF (delegates to nrt-layout).
+    Layout(layout::LayoutArgs),
+}
+
+/// A failure the command line reports: exit code and message.
+#[derive(Debug)]
+pub struct CliError {
+    /// Process exit code.
+    pub code: i32,
+    /// What to tell the person.
+    pub message: String,
+}
+
+impl CliError {
+    fn input(message: impl Into<String>) -> Self {
+        CliError {
+            code: 2,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StartError> for CliError {
+    fn from(e: StartError) -> Self {
+        // The host error names the device node and the simulated alternative; its sources
+        // (the errno) follow in parentheses.
+        let mut msg = e.to_string();
+        if msg.ends_with(crate::SIM_HINT) {
+            msg.push_str(" or --device sim:trn2");
+        }
+        let mut causes = Vec::new();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            let t = s.to_string();
+            if !msg.contains(&t) && !causes.contains(&t) {
+                causes.push(t);
+            }
+            src = s.source();
+        }
+        if !causes.is_empty() {
+            msg.push_str(&format!(" ({})", causes.join(": ")));
+        }
+        CliError::input(msg)
+    }
+}
+
+/// Output and presentation choices shared by the subcommands.
+pub struct Ui {
+    /// ANSI colour on stdout.
+    pub color: bool,
+    /// `-q` given.
+    pub quiet: bool,
+}
+
+fn init_logging(g: &GlobalArgs) {
+    let level = match (g.quiet, g.verbose) {
+        (q, _) if q >= 2 => log::LevelFilter::Off,
+        (1, _) => log::LevelFilter::Error,
+        (_, 0) => log::LevelFilter::Warn,
+        (_, 1) => log::LevelFilter::Info,
+        (_, 2) => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    };
+    let mut b = env_logger::Builder::new();
+    b.filter_level(level);
+    if let Ok(spec) = std::env::var("RUST_LOG") {
+        b.parse_filters(&spec);
+    }
+    b.format_timestamp(None)
+        .format_module_path(false)
+        .format_target(true);
+    let _ = b.try_init();
+}
+
+/// The runtime configuration: the environment, then the scenario's settings, then the flags.
+/// With `demo_default`, the device defaults to `sim:trn2` whatever `NRT_DMEM_DEVICE` says.
+fn runtime_config(
+    g: &GlobalArgs,
+    sc: Option<&Scenario>,
+    demo_default: bool,
+) -> Result<RuntimeConfig, CliError> {
+    let mut cfg = RuntimeConfig::from_env().map_err(|e| CliError::input(e.to_string()))?;
+    if demo_default {
+        cfg.device = RuntimeConfig::default().device;
+    }
+    if let Some(s) = sc {
+        s.apply_to(&mut cfg);
+    }
+    if let Some(d) = g.device {
+        cfg.device = d;
+    }
+    if let Some(n) = g.lnc_size {
+        cfg.vcores.lnc_size = Some(n);
+    }
+    if let Some(v) = g.visible_cores {
+        cfg.vcores.visible = Some(v);
+    }
+    if let Some(n) = g.num_cores {
+        cfg.vcores.num_cores = (n > 0).then_some(n);
+    }
+    log::debug!(target: "nrt_dmem::cli", "runtime configuration: {cfg:?}");
+    Ok(cfg)
+}
+
+/// Runs the command line with `args` (program name first); returns the exit code.
+pub fn main<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    init_logging(&cli.global);
+    let ui = Ui {
+        color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
+        quiet: cli.global.quiet > 0,
+    };
+    let mut out = anstream::stdout();
+    let r = match &cli.command {
+        Command::Demo => cmd_demo(&cli.global, &ui, &mut out),
+        Command::Run { scenario } => cmd_run(&cli.global, &ui, scenario, &mut out),
+        Command::Stats { json, scenario } => {
+            cmd_stats(&cli.global, &ui, *json, scenario.as_deref(), &mut out)
+        }
+        Command::Layout(a) => Ok(layout::run(a)),
+    };
+    let _ = out.flush();
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            let mut err = anstream::stderr();
+            let _ = writeln!(
+                err,
+                "{}nrt-dmem: error:{} {}",
+                if ui.color { "\x1b[1;31m" } else { "" },
+                if ui.color { "\x1b[0m" } else { "" },
+                e.message
+            );
+            e.code
+        }
+    }
+}
+
+fn cmd_demo(g: &GlobalArgs, ui: &Ui, out: &mut dyn Write) -> Result<i32, CliError> {
+    let cfg = runtime_config(g, None, true)?;
+    let mut s = Session::start(cfg)?;
+    demo::run(&mut s, out, ui, true)
+}
+
+fn load_scenario(path: &std::path::Path) -> Result<Scenario, CliError> {
+    Scenario::load(path).map_err(|e| CliError::input(e.to_string()))
+}
+
+struct Suspend<'a> {
+    bar: &'a indicatif::ProgressBar,
+    out: &'a mut dyn Write,
+}
+
+impl Write for Suspend<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let out = &mut self.out;
+        self.bar.suspend(|| out.write(buf))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Runs a scenario, with step lines on `out` (unless quiet) and a progress bar on a terminal
+/// for long ones; returns the report.
+fn run_scenario(
+    sc: &Scenario,
+    s: &mut Session,
+    out: &mut dyn Write,
+    ui: &Ui,
+    show_steps: bool,
+) -> scenario::RunReport {
+    let total = sc.total_operations();
+    let long = total > 50 || sc.has_repeat();
+    let bar = (long && std::io::stderr().is_terminal()).then(|| {
+        let b = indicatif::ProgressBar::new(total);
+        if let Ok(st) = indicatif::ProgressStyle::with_template(
+            "{spinner} {bar:40} {pos}/{len} steps {elapsed}",
+        ) {
+            b.set_style(st);
+        }
+        b
+    });
+    let mut tick = |n: u64| {
+        if let Some(b) = &bar {
+            b.set_position(n);
+        }
+    };
+    let report = match &bar {
+        Some(b) => {
+            let mut w = Suspend { bar: b, out };
+            scenario::run(
+                sc,
+                s,
+                RunOptions {
+                    out: show_steps.then_some(&mut w as &mut dyn Write),
+                    color: ui.color,
+                    progress: Some(&mut tick),
+                },
+            )
+        }
+        None => scenario::run(
+            sc,
+            s,
+            RunOptions {
+                out: show_steps.then_some(out),
+                color: ui.color,
+                progress: Some(&mut tick),
+            },
+        ),
+    };
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    report
+}
+
+fn cmd_run(
+    g: &GlobalArgs,
+    ui: &Ui,
+    path: &std::path::Path,
+    out: &mut dyn Write,
+) -> Result<i32, CliError> {
+    let sc = load_scenario(path)?;
+    let cfg = runtime_config(g, Some(&sc), false)?;
+    let mut s = Session::start(cfg)?;
+    let io = |e: std::io::Error| CliError::input(format!("writing output: {e}"));
+    if !ui.quiet {
+        writeln!(
+            out,
+            "scenario {} ({}) on {}",
+            sc.name,
+            path.display(),
+            cfg.device
+        )
+        .map_err(io)?;
+        if let Some(d) = &sc.description {
+            writeln!(out, "  {}", d.trim()).map_err(io)?;
+        }
+    }
+    let report = run_scenario(&sc, &mut s, out, ui, !ui.quiet);
+    let c = ui.color;
+    if report.passed() {
+        writeln!(
+            out,
+            "{}: {} operations, {} expectations held",
+            paint(c, GREEN, "PASS"),
+            report.operations,
+            report.expectations
+        )
+        .map_err(io)?;
+        Ok(0)
+    } else {
+        writeln!(
+            out,
+            "{}: {} failure{} ({} operations, {} expectations checked){}",
+            paint(c, RED, "FAIL"),
+            report.failures.len(),
+            if report.failures.len() == 1 { "" } else { "s" },
+            report.operations,
+            report.expectations,
+            if report.stopped {
+                " (stopped at an unexpected failure)"
+            } else {
+                ""
+            }
+        )
+        .map_err(io)?;
+        for f in &report.failures {
+            writeln!(out, "  {}: {f}", path.display()).map_err(io)?;
+        }
+        Ok(1)
+    }
+}
+
+fn cmd_stats(
+    g: &GlobalArgs,
+    ui: &Ui,
+    json: bool,
+    scenario: Option<&std::path::Path>,
+    out: &mut dyn Write,
+) -> Result<i32, CliError> {
+    let (mut s, source, code) = match scenario {
+        Some(p) => {
+            let sc = load_scenario(p)?;
+            let cfg = runtime_config(g, Some(&sc), false)?;
+            let mut s = Session::start(cfg)?;
+            let mut sink = std::io::sink();
+            let report = run_scenario(&sc, &mut s, &mut sink, ui, false);
+            for f in &report.failures {
+                log::warn!(target: "nrt_dmem::cli", "{}: {f}", p.display());
+            }
+            (
+                s,
+                format!("scenario {}", p.display()),
+                if report.passed() { 0 } else { 1 },
+            )
+        }
+        None => {
+            let cfg = runtime_config(g, None, true)?;
+            let mut s = Session::start(cfg)?;
+            let mut sink = std::io::sink();
+            let quiet = Ui {
+                color: false,
+                quiet: true,
+            };
+            demo::run(&mut s, &mut sink, &quiet, false)?;
+            (s, "the demo workload".to_string(), 0)
+        }
+    };
+    let report = stats::collect(&s, &source);
+    let io = |e: std::io::Error| CliError::input(format!("writing output: {e}"));
+    if json {
+        let text = serde_json::to_string_pretty(&stats::to_json(&report))
+            .map_err(|e| CliError::input(e.to_string()))?;
+        writeln!(out, "{text}").map_err(io)?;
+    } else {
+        stats::write_text(&report, out, ui.color).map_err(io)?;
+    }
+    let _ = s.close();
+    Ok(code)
+}
+
+const GREEN: anstyle::Style = anstyle::Style::new()
+    .fg_color(Some(anstyle::Color::Ansi(anstyle::AnsiColor::Green)))
+    .bold();
+const RED: anstyle::Style = anstyle::Style::new()
+    .fg_color(Some(anstyle::Color::Ansi(anstyle::AnsiColor::Red)))
+    .bold();
+const BOLD: anstyle::Style = anstyle::Style::new().bold();
+
+fn paint(on: bool, style: anstyle::Style, text: &str) -> String {
+    if on {
+        format!("{}{text}{}", style.render(), style.render_reset())
+    } else {
+        text.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_and_override() {
+        let cli = Cli::try_parse_from([
+            "nrt-dmem",
+            "stats",
+            "--json",
+            "--device",
+            "sim:inf2x2",
+            "--visible-cores",
+            "1-2",
+            "-vv",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.global.device,
+            Some(DeviceChoice::Sim {
+                preset: nrt_core::sim::Preset::Inf2,
+                devices: 2
+            })
+        );
+        assert_eq!(cli.global.visible_cores, Some((1, 2)));
+        assert_eq!(cli.global.verbose, 2);
+        assert!(Cli::try_parse_from(["nrt-dmem", "--device", "gpu", "demo"]).is_err());
+        assert!(Cli::try_parse_from(["nrt-dmem", "demo", "--bogus"]).is_err());
+        let cfg = runtime_config(&cli.global, None, true).unwrap();
+        assert_eq!(cfg.vcores.visible, Some((1, 2)));
+    }
+}

@@ -1,0 +1,400 @@
+//! `nrt-dmem stats`: the memory report — per logical core used / limit / peak by category,
+//! per model its footprint, per HBM the largest free block — as text or as neuron-monitor JSON
+//! (public interfaces §5: `memory_used.neuron_runtime_used_bytes`, `usage_breakdown`,
+//! `neuroncore_memory_usage`, `loaded_models`), with this project's extras under `nrt_dmem`.
+
+use std::io::{self, Write};
+
+use nrt_core::abi::tables::aggr_index;
+use nrt_core::abi::{dma_mem_usage_type_t, mem_aggr_index_t};
+use nrt_core::driver::PoolStats;
+use nrt_core::ledger::UsageBreakdown;
+use serde_json::{json, Map, Value};
+
+use crate::scenario::{fmt_bytes, Category, Session, DEVICE_CLASSES};
+
+/// One logical core.
+pub struct CoreStats {
+    /// Logical index.
+    pub index: i64,
+    /// `(device, core)` of each physical core.
+    pub tpbs: Vec<(u32, u32)>,
+    /// Device bytes used.
+    pub used: u64,
+    /// HBM attributed to it.
+    pub limit: u64,
+    /// High-water mark.
+    pub peak: u64,
+    /// Per-usage figures.
+    pub usage: UsageBreakdown,
+    /// Models resident.
+    pub models: usize,
+}
+
+/// One loaded model.
+pub struct ModelStats {
+    /// Name in the session.
+    pub name: String,
+    /// Handle.
+    pub handle: u32,
+    /// Logical core.
+    pub core: i64,
+    /// Device of its first physical core.
+    pub device: u32,
+    /// Device bytes per usage (`[22]` total).
+    pub dev: [u64; 23],
+    /// Host bytes per usage (`[22]` total).
+    pub host: [u64; 23],
+    /// Scratchpad pages held.
+    pub scratchpad_pages: u32,
+    /// Subgraphs.
+    pub subgraphs: u32,
+}
+
+/// The whole report.
+pub struct Report {
+    /// What ran before it.
+    pub source: String,
+    /// The device in use.
+    pub device: String,
+    /// LNC size.
+    pub lnc_size: u32,
+    /// Logical cores.
+    pub cores: Vec<CoreStats>,
+    /// Models.
+    pub models: Vec<ModelStats>,
+    /// `(device, hbm, pool)` per HBM channel.
+    pub hbm: Vec<(u32, u32, PoolStats)>,
+    /// `(device, pool)` host DMA pools.
+    pub host_pools: Vec<(u32, PoolStats)>,
+    /// Bytes the driver holds.
+    pub driver_bytes: u64,
+}
+
+/// Gathers the report from a live session.
+pub fn collect(s: &Session, source: &str) -> Report {
+    let nrt = s.nrt();
+    let mut cores = Vec::new();
+    for v in 0..nrt.visible_vnc_count() as i64 {
+        let tpbs = nrt
+            .vcore_tpbs(v)
+            .map(|t| t.iter().map(|p| (p.device_id, p.device_tpb_idx)).collect())
+            .unwrap_or_default();
+        let st = nrt.dmem_get_memory_stats(v).unwrap_or_default();
+        cores.push(CoreStats {
+            index: v,
+            tpbs,
+            used: st.bytes_used,
+            limit: st.bytes_limit,
+            peak: st.bytes_peak,
+            usage: nrt.vnc_usage(v).unwrap_or_default(),
+            models: nrt.models_on(v, &mut []).unwrap_or(0),
+        });
+    }
+    let models = s
+        .models()
+        .iter()
+        .map(|m| {
+            let (dev, host) = s.footprint(m.handle).unwrap_or(([0; 23], [0; 23]));
+            let info = nrt.model_info(m.handle).unwrap_or_default();
+            let device = nrt
+                .vcore_tpbs(m.core)
+                .ok()
+                .and_then(|t| t.first().map(|p| p.device_id))
+                .unwrap_or(0);
+            ModelStats {
+                name: m.name.clone(),
+                handle: m.handle.id,
+                core: m.core,
+                device,
+                dev,
+                host,
+                scratchpad_pages: info.scratchpad_pages,
+                subgraphs: info.subgraphs,
+            }
+        })
+        .collect();
+    let mut hbm = Vec::new();
+    let mut host_pools = Vec::new();
+    let drv = s.runtime().driver();
+    for d in 0..nrt.num_devices() {
+        for h in 0..nrt.geom(d).channels {
+            if let Ok(p) = drv.pool_stats(d, false, h) {
+                hbm.push((d, h, p));
+            }
+        }
+        if let Ok(p) = drv.pool_stats(d, true, 0) {
+            host_pools.push((d, p));
+        }
+    }
+    Report {
+        source: source.to_string(),
+        device: s.runtime().config().device.to_string(),
+        lnc_size: nrt.lnc_size(),
+        cores,
+        models,
+        hbm,
+        host_pools,
+        driver_bytes: nrt.driver_bytes_in_use(),
+    }
+}
+
+/// neuron-monitor's per-core classes (device): rings count as `runtime_memory`.
+fn device_classes(dev: &[u64; 23]) -> Map<String, Value> {
+    let mut m = Map::new();
+    for (name, c) in DEVICE_CLASSES.iter().take(5) {
+        m.insert((*name).into(), json!(Category::Class(*c).of(dev)));
+    }
+    m
+}
+
+/// neuron-monitor's host classes: `tensors`, `constants`, `dma_buffers`, and everything else
+/// as `application_memory`.
+fn host_classes(host: &[u64; 23]) -> Map<String, Value> {
+    let mut by = [0u64; 7];
+    for u in dma_mem_usage_type_t::all() {
+        by[aggr_index(u) as usize] += host[u as usize];
+    }
+    let t = by[mem_aggr_index_t::AGGR_TENSORS as usize];
+    let c = by[mem_aggr_index_t::AGGR_CONSTANTS as usize];
+    let d = by[mem_aggr_index_t::AGGR_DMA_BUFFERS as usize];
+    let mut m = Map::new();
+    m.insert(
+        "application_memory".into(),
+        json!(host[22].saturating_sub(t + c + d)),
+    );
+    m.insert("constants".into(), json!(c));
+    m.insert("dma_buffers".into(), json!(d));
+    m.insert("tensors".into(), json!(t));
+    m
+}
+
+fn pool_json(p: &PoolStats) -> Value {
+    json!({
+        "capacity_bytes": p.capacity,
+        "free_bytes": p.free,
+        "largest_free_block_bytes": p.largest_free,
+        "fragmentation_percent": p.fragmentation_permille() as f64 / 10.0,
+        "allocations": p.allocations,
+    })
+}
+
+/// The report as JSON: one runtime's `report.memory_used` in neuron-monitor's shape, plus an
+/// `nrt_dmem` object with what neuron-monitor does not show (limit, peak, largest free block).
+pub fn to_json(r: &Report) -> Value {
+    let mut host_total = [0u64; 23];
+    let mut per_core = Map::new();
+    let mut device_total = 0u64;
+    let mut extras = Map::new();
+    for c in &r.cores {
+        for (i, v) in c.usage.host.iter().enumerate() {
+            host_total[i] += v;
+        }
+        device_total += c.usage.device[22];
+        per_core.insert(
+            c.index.to_string(),
+            Value::Object(device_classes(&c.usage.device)),
+        );
+        let mut peak = device_classes(&c.usage.device_peak);
+        peak.insert("total".into(), json!(c.peak));
+        extras.insert(
+            c.index.to_string(),
+            json!({
+                "used_bytes": c.used,
+                "limit_bytes": c.limit,
+                "peak_bytes": c.peak,
+                "peak_breakdown": peak,
+                "dma_rings_bytes": Category::Class(mem_aggr_index_t::AGGR_DMA_BUFFERS).of(&c.usage.device),
+                "physical_cores": c.tpbs.iter().map(|(d, t)| format!("nd{d}:nc{t}")).collect::<Vec<_>>(),
+                "models": c.models,
+            }),
+        );
+    }
+    let models: Vec<Value> = r
+        .models
+        .iter()
+        .map(|m| {
+            json!({
+                "name": m.name,
+                "uuid": format!("{:016x}{:016x}", nrt_core::model::name_key(&m.name), m.handle as u64),
+                "model_id": m.handle,
+                "neuroncore": m.core,
+                "neuron_device": m.device,
+                "subgraphs": m.subgraphs,
+                "memory_used_bytes": {
+                    "host": m.host[22],
+                    "neuron_device": m.dev[22],
+                    "usage_breakdown": {
+                        "host": host_classes(&m.host),
+                        "neuron_device": device_classes(&m.dev),
+                    }
+                },
+                "nrt_dmem": { "scratchpad_pages": m.scratchpad_pages },
+            })
+        })
+        .collect();
+    json!({
+        "memory_used": {
+            "neuron_runtime_used_bytes": {
+                "host": host_total[22],
+                "neuron_device": device_total,
+                "usage_breakdown": {
+                    "host": host_classes(&host_total),
+                    "neuroncore_memory_usage": per_core,
+                }
+            },
+            "loaded_models": models,
+        },
+        "nrt_dmem": {
+            "source": r.source,
+            "device": r.device,
+            "lnc_size": r.lnc_size,
+            "neuroncores": extras,
+            "hbm": r.hbm.iter().map(|(d, h, p)| {
+                let mut v = pool_json(p);
+                if let Value::Object(m) = &mut v {
+                    m.insert("neuron_device".into(), json!(d));
+                    m.insert("hbm".into(), json!(h));
+                }
+                v
+            }).collect::<Vec<_>>(),
+            "host_dma_pool": r.host_pools.iter().map(|(d, p)| {
+                let mut v = pool_json(p);
+                if let Value::Object(m) = &mut v {
+                    m.insert("neuron_device".into(), json!(d));
+                }
+                v
+            }).collect::<Vec<_>>(),
+            "driver_bytes_in_use": r.driver_bytes,
+        }
+    })
+}
+
+/// The report as text.
+pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()> {
+    let h = |t: &str| super::paint(color, super::BOLD, t);
+    writeln!(
+        out,
+        "{}",
+        h(&format!(
+            "nrt-dmem stats · {} · LNC {} · {} logical cores · after {} (before teardown)",
+            r.device,
+            r.lnc_size,
+            r.cores.len(),
+            r.source
+        ))
+    )?;
+    for c in &r.cores {
+        let phys: Vec<String> = c.tpbs.iter().map(|(d, t)| format!("nd{d}:nc{t}")).collect();
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{}  used {} of {} ({:.1}%), peak {}",
+            h(&format!(
+                "core {} ({}, {} model{})",
+                c.index,
+                phys.join("+"),
+                c.models,
+                if c.models == 1 { "" } else { "s" }
+            )),
+            fmt_bytes(c.used),
+            fmt_bytes(c.limit),
+            if c.limit == 0 {
+                0.0
+            } else {
+                c.used as f64 * 100.0 / c.limit as f64
+            },
+            fmt_bytes(c.peak)
+        )?;
+        writeln!(
+            out,
+            "  {:<26} {:>12} {:>12} {:>12}",
+            "category", "device", "peak", "host"
+        )?;
+        for (name, cls) in DEVICE_CLASSES {
+            let cat = Category::Class(cls);
+            // The rings are shown on their own line; runtime_memory here excludes them.
+            let (d, p, ho) = if cls == mem_aggr_index_t::AGGR_RUNTIME_MEMORY {
+                let ring = Category::Class(mem_aggr_index_t::AGGR_DMA_BUFFERS);
+                (
+                    cat.of(&c.usage.device) - ring.of(&c.usage.device),
+                    cat.of(&c.usage.device_peak) - ring.of(&c.usage.device_peak),
+                    cat.of(&c.usage.host) - ring.of(&c.usage.host),
+                )
+            } else {
+                (
+                    cat.of(&c.usage.device),
+                    cat.of(&c.usage.device_peak),
+                    cat.of(&c.usage.host),
+                )
+            };
+            writeln!(
+                out,
+                "  {:<26} {:>12} {:>12} {:>12}",
+                name,
+                fmt_bytes(d),
+                fmt_bytes(p),
+                fmt_bytes(ho)
+            )?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "{}", h("models"))?;
+    writeln!(
+        out,
+        "  {:<22} {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>10}",
+        "name", "core", "handle", "device", "constants", "model_code", "host", "scratch pg"
+    )?;
+    if r.models.is_empty() {
+        writeln!(out, "  (none loaded)")?;
+    }
+    for m in &r.models {
+        writeln!(
+            out,
+            "  {:<22} {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>10}",
+            m.name,
+            m.core,
+            m.handle,
+            fmt_bytes(m.dev[22]),
+            fmt_bytes(Category::Class(mem_aggr_index_t::AGGR_CONSTANTS).of(&m.dev)),
+            fmt_bytes(Category::Class(mem_aggr_index_t::AGGR_MODEL_CODE).of(&m.dev)),
+            fmt_bytes(m.host[22]),
+            m.scratchpad_pages
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "{}", h("HBM"))?;
+    writeln!(
+        out,
+        "  {:<10} {:>12} {:>12} {:>20} {:>14}",
+        "pool", "capacity", "free", "largest free block", "fragmentation"
+    )?;
+    for (d, hb, p) in &r.hbm {
+        writeln!(
+            out,
+            "  {:<10} {:>12} {:>12} {:>20} {:>13.1}%",
+            format!("nd{d} hbm{hb}"),
+            fmt_bytes(p.capacity),
+            fmt_bytes(p.free),
+            fmt_bytes(p.largest_free),
+            p.fragmentation_permille() as f64 / 10.0
+        )?;
+    }
+    for (d, p) in &r.host_pools {
+        writeln!(
+            out,
+            "  {:<10} {:>12} {:>12} {:>20} {:>13.1}%",
+            format!("nd{d} host"),
+            fmt_bytes(p.capacity),
+            fmt_bytes(p.free),
+            fmt_bytes(p.largest_free),
+            p.fragmentation_permille() as f64 / 10.0
+        )?;
+    }
+    writeln!(
+        out,
+        "  driver holds {} for this runtime",
+        fmt_bytes(r.driver_bytes)
+    )?;
+    Ok(())
+}

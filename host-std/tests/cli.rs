@@ -1,0 +1,275 @@
+//! The `nrt-dmem` binary as a person runs it: the demo, the shipped scenarios (passing and
+//! failing), the memory report's JSON, bad input, a missing device and unknown flags.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt-dmem"));
+    // The tests describe the default environment: no device or core settings leak in.
+    for v in [
+        "NRT_DMEM_DEVICE",
+        "NEURON_RT_VISIBLE_CORES",
+        "NEURON_RT_NUM_CORES",
+        "NEURON_RT_VIRTUAL_CORE_SIZE",
+        "RUST_LOG",
+        "CLICOLOR_FORCE",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run nrt-dmem")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scenarios")
+}
+
+fn scenario(rel: &str) -> String {
+    examples().join(rel).to_string_lossy().into_owned()
+}
+
+#[test]
+fn demo_shows_every_section_and_ends_with_zero_bytes() {
+    let o = run(&["demo"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    for section in [
+        "1. Load models",
+        "2. IO tensors on every logical core",
+        "3. Unload bert-base",
+        "4. Out of memory",
+        "5. Tear down",
+    ] {
+        assert!(out.contains(section), "missing {section:?}:\n{out}");
+    }
+    assert!(out.contains("bytes match"), "{out}");
+    assert!(out.contains("= bert-base's footprint"), "{out}");
+    assert!(out.contains("NRT_RESOURCE"), "{out}");
+    assert!(out.contains("Failed to allocate"), "the OOM table:\n{out}");
+    assert!(out.contains("largest free block"), "{out}");
+    assert!(!out.contains('✗'), "a demo check failed:\n{out}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.contains("0 bytes left in the driver"), "{last}");
+    // The OOM table was written to a file whose path is printed.
+    let path = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("table also written to "))
+        .expect("the OOM file path");
+    let table = std::fs::read_to_string(path).expect("the OOM file exists");
+    assert!(table.contains("Failed to allocate"), "{table}");
+    let _ = std::fs::remove_file(path);
+    assert!(
+        out.lines().count() <= 60,
+        "one screen: {} lines",
+        out.lines().count()
+    );
+    // Not a terminal: no colour codes.
+    assert!(!out.contains('\u{1b}'), "{out}");
+}
+
+#[test]
+fn shipped_scenarios_pass() {
+    let mut n = 0;
+    for e in std::fs::read_dir(examples()).expect("examples/scenarios") {
+        let p = e.expect("dir entry").path();
+        if p.extension().and_then(|x| x.to_str()) != Some("toml") {
+            continue;
+        }
+        let o = bin().arg("run").arg(&p).output().expect("run");
+        let (out, err) = text(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}:\nstdout:\n{out}\nstderr:\n{err}",
+            p.display()
+        );
+        assert!(out.contains("PASS"), "{out}");
+        n += 1;
+    }
+    assert!(n >= 3, "at least three shipped scenarios, found {n}");
+}
+
+#[test]
+fn failing_scenario_exits_nonzero_with_the_reason() {
+    let o = run(&["run", &scenario("failing/wrong-expectation.toml")]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("FAIL"), "{out}");
+    assert!(out.contains("step 2 (line 11)"), "{out}");
+    assert!(out.contains("expected at most 100 MiB"), "{out}");
+}
+
+#[test]
+fn stats_json_has_neuron_monitor_keys() {
+    let o = run(&["stats", "--json"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stats --json is JSON");
+    let used = &v["memory_used"]["neuron_runtime_used_bytes"];
+    assert!(
+        used["host"].is_u64() && used["neuron_device"].as_u64() > Some(0),
+        "{used}"
+    );
+    let host = &used["usage_breakdown"]["host"];
+    for k in ["application_memory", "constants", "dma_buffers", "tensors"] {
+        assert!(host[k].is_u64(), "host.{k}: {host}");
+    }
+    let cores = used["usage_breakdown"]["neuroncore_memory_usage"]
+        .as_object()
+        .expect("neuroncore_memory_usage");
+    assert_eq!(cores.len(), 4, "trn2 at LNC 2: four logical cores");
+    let mut sum = 0;
+    for (_, c) in cores {
+        for k in [
+            "constants",
+            "model_code",
+            "model_shared_scratchpad",
+            "runtime_memory",
+            "tensors",
+        ] {
+            sum += c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}"));
+        }
+    }
+    assert_eq!(
+        Some(sum),
+        used["neuron_device"].as_u64(),
+        "per-core classes sum to the device total"
+    );
+    let models = v["memory_used"]["loaded_models"]
+        .as_array()
+        .expect("loaded_models");
+    assert_eq!(
+        models.len(),
+        5,
+        "the demo workload leaves five models: {models:?}"
+    );
+    for m in models {
+        assert!(m["name"].is_string() && m["uuid"].is_string() && m["neuroncore"].is_i64());
+        let b = &m["memory_used_bytes"];
+        assert!(b["neuron_device"].as_u64() > Some(0), "{m}");
+        assert!(
+            b["usage_breakdown"]["neuron_device"]["constants"].is_u64(),
+            "{m}"
+        );
+    }
+    let extras = &v["nrt_dmem"];
+    assert!(
+        extras["neuroncores"]["0"]["peak_bytes"].as_u64()
+            >= extras["neuroncores"]["0"]["used_bytes"].as_u64()
+    );
+    assert!(extras["neuroncores"]["0"]["limit_bytes"].as_u64() > Some(0));
+    let hbm = extras["hbm"].as_array().expect("hbm");
+    assert_eq!(hbm.len(), 4);
+    assert!(hbm
+        .iter()
+        .all(|h| h["largest_free_block_bytes"].as_u64() > Some(0)));
+}
+
+#[test]
+fn stats_text_after_a_scenario() {
+    let o = run(&[
+        "stats",
+        "--scenario",
+        &scenario("failing/wrong-expectation.toml"),
+    ]);
+    let (out, _) = text(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the scenario's failure shows in the exit code"
+    );
+    assert!(out.contains("core 0 ("), "{out}");
+    assert!(out.contains("bert"), "{out}");
+    assert!(out.contains("largest free block"), "{out}");
+}
+
+#[test]
+fn malformed_scenario_names_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("nrt-dmem-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "device = \"sim:trn2\"\n\n[[step]]\nalloc_tensor = \"t\"\nsize = \"twelve\"\n",
+    )
+    .expect("write");
+    let o = bin().arg("run").arg(&bad).output().expect("run");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad.toml:5:"), "{err}");
+    assert!(err.contains("field `size`"), "{err}");
+
+    // A manifest with a bad field: the scenario's line and the manifest's path, line, field.
+    let manifest = dir.join("m.json");
+    std::fs::write(
+        &manifest,
+        "{\n  \"format\": \"nrt-dmem-model/1\",\n  \"name\": \"m\",\n  \"allocations\": [\n    { \"usage\": \"BOGUS\", \"location\": \"device\", \"size\": 4096 }\n  ]\n}\n",
+    )
+    .expect("write");
+    let sc = dir.join("uses-bad-manifest.toml");
+    std::fs::write(&sc, "[[step]]\nload = \"m.json\"\n").expect("write");
+    let o = bin().arg("run").arg(&sc).output().expect("run");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("uses-bad-manifest.toml:2:"), "{err}");
+    assert!(err.contains("m.json"), "{err}");
+    assert!(err.contains("allocations[0].usage"), "{err}");
+    assert!(err.contains("line 5"), "{err}");
+
+    let missing = dir.join("missing.toml");
+    let o = bin().arg("run").arg(&missing).output().expect("run");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("missing.toml") && err.contains("cannot read"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn missing_device_is_a_clear_error() {
+    if Path::new("/dev/neuron0").exists() {
+        return; // real hardware: nothing to check here
+    }
+    let o = run(&["--device", "neuron", "demo"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(err.contains("/dev/neuron0"), "{err}");
+    assert!(err.contains("sim:trn2"), "{err}");
+}
+
+#[test]
+fn unknown_flag_gets_clap_help() {
+    let o = run(&["demo", "--frobnicate"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--frobnicate") && err.contains("Usage:"),
+        "{err}"
+    );
+    let o = run(&["--device", "gpu", "demo"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("sim:<inf2|trn1|trn2|trn3>"), "{err}");
+}
+
+#[test]
+fn layout_report_is_delegated() {
+    let o = run(&["layout", "--json"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("layout --json is JSON");
+    assert!(v.is_object() || v.is_array());
+}
