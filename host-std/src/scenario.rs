@@ -412,7 +412,12 @@ struct Src<'a> {
 
 impl Src<'_> {
     fn line_col(&self, offset: usize) -> (usize, usize) {
-        let off = offset.min(self.text.len());
+        // A span always starts on a character boundary; step back to one anyway rather than
+        // panic on a surprise.
+        let mut off = offset.min(self.text.len());
+        while !self.text.is_char_boundary(off) {
+            off -= 1;
+        }
         let before = &self.text[..off];
         let line = before.matches('\n').count() + 1;
         let col = before.rfind('\n').map_or(off, |p| off - p - 1) + 1;
@@ -2170,6 +2175,26 @@ mod tests {
         assert_eq!((e.line, e.field.as_deref()), (3, Some("core")), "{e}");
         let e = parse_err("[[step]\n");
         assert_eq!(e.line, 1, "{e}");
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for text in [
+            "",
+            "\u{feff}",
+            "ünïcödé = \"é\"\n[[step]]\nclose = \"ja\"\n",
+            "[[step]]\nalloc_tensor = \"é\"\nsize = \"½ GiB\"\n",
+            "[[step]]\nrepeat = 3\n",
+            "[[step]]\nexpect = 3\n",
+            "[[step]]\nfail_next_alloc = 0\n",
+            "[[step]]\nexpect.status = -1\n",
+            "[[step]]\nload = \"/nonexistent/ü.json\"\n",
+            "visible_cores = \"5-2\"\n[[step]]\nclose = true\n",
+            "[[step]]\nalloc_tensor = \"\"\nsize = 1\n",
+        ] {
+            let e = Scenario::parse(Path::new("g.toml"), text).unwrap_err();
+            assert!(!e.message.is_empty(), "{text:?}");
+        }
     }
 
     #[test]

@@ -45,7 +45,8 @@ pub struct Cli {
 /// Flags accepted before or after the subcommand.
 #[derive(Debug, Args, Default)]
 pub struct GlobalArgs {
-    /// Device: sim:<inf2|trn1|trn2|trn3>[x<N>] or neuron (overrides NRT_DMEM_DEVICE).
+    /// Device: sim:trn2, sim:inf2x2, … (inf2, trn1, trn2 or trn3, times 1-32 devices) or neuron
+    /// (overrides NRT_DMEM_DEVICE).
     #[arg(long, global = true, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<DeviceChoice>,
     /// Physical cores per logical core (overrides NEURON_RT_VIRTUAL_CORE_SIZE).
