@@ -481,12 +481,20 @@ static void oom_and_manifests(void) {
     CHECK(strstr(report, "Failed to allocate") != NULL && strstr(report, "constants") != NULL,
           "the report names the failed allocation");
     CHECK(strstr(report, "largest free block") != NULL, "the report shows free blocks");
+    CHECK(strstr(report, "while loading model \"too-big\"") != NULL,
+          "the report says what the model asked for");
     printf("---- OOM report ----\n%s--------------------\n", report);
     free(report);
 
     nrt_tensor_t *t = NULL;
     EXPECT(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, 0, (size_t)64 << 30, "huge", &t),
            NRT_RESOURCE);
+    EXPECT(nrtx_get_oom_report(small, sizeof small, &need), NRT_RESOURCE);
+    report = malloc(need);
+    EXPECT(nrtx_get_oom_report(report, need, &need), NRT_SUCCESS);
+    CHECK(strstr(report, "usage: TENSOR") != NULL && strstr(report, "too-big") == NULL,
+          "a later OOM replaces the report");
+    free(report);
 
     /* A compiled NEFF is refused with what this runtime loads instead. */
     static const unsigned char gz[] = {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 3};
