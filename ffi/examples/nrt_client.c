@@ -465,6 +465,7 @@ static const char OOM_MODEL[] =
     " \"hint\": \"weights_64GiB\" } ] }";
 
 static void oom_and_manifests(void) {
+    nrt_model_t *resident = load("bert-base.json", 0, NRT_SUCCESS);
     size_t base = used(0);
     nrt_model_t *m = NULL;
     EXPECT(nrt_load(OOM_MODEL, strlen(OOM_MODEL), 0, -1, &m), NRT_RESOURCE);
@@ -483,6 +484,7 @@ static void oom_and_manifests(void) {
     CHECK(strstr(report, "largest free block") != NULL, "the report shows free blocks");
     CHECK(strstr(report, "while loading model \"too-big\"") != NULL,
           "the report says what the model asked for");
+    CHECK(strstr(report, "weights_bf16") != NULL, "the report lists the resident model's weights");
     printf("---- OOM report ----\n%s--------------------\n", report);
     free(report);
 
@@ -527,6 +529,7 @@ static void oom_and_manifests(void) {
     EXPECT(nrt_load(json, n, -5, -1, &m), NRT_INVALID);
     free(json);
     CHECK(used(0) == base, "failed loads leave no memory behind");
+    EXPECT(nrt_unload(resident), NRT_SUCCESS);
 }
 
 /* ---- nrtx: ledger, peaks, HBMs ---------------------------------------------------------------- */
