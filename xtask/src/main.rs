@@ -58,7 +58,29 @@ fn ci() -> DynResult {
         layout_tool(&["drift"]),
     )?;
     firmware_ci()?;
+    loom()?;
     Ok(())
+}
+
+/// `cargo xtask loom`: the loom models of the core's concurrency protocols (handle counter,
+/// remove-then-drain, ext-isa stage-once), built with `--cfg loom` in their own target dir so
+/// the normal build is not invalidated.
+fn loom() -> DynResult {
+    run("loom models (nrt-core --cfg loom)", {
+        let mut c = cargo();
+        c.args([
+            "test",
+            "-p",
+            "nrt-core",
+            "--test",
+            "loom",
+            "--release",
+            "--target-dir",
+        ])
+        .arg(root().join("target").join("loom"))
+        .env("RUSTFLAGS", "--cfg loom");
+        c
+    })
 }
 
 /// `nrt-layout <args> --root <workspace>` through cargo: the layout logic lives in the
@@ -132,12 +154,13 @@ fn headers() -> DynResult {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <ci|bench|layout|firmware>\n  ci    fmt check, clippy -D warnings, tests (what .ci/run runs)\n  \
+    "usage: cargo xtask <ci|bench|layout|firmware|headers|loom>\n  ci    fmt check, clippy -D warnings, tests (what .ci/run runs)\n  \
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--ci]  the no_std image: build, run, footprint targets\n  \
      bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)\n  \
-     headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src"
+     headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
+     loom     loom models of the handle counter, drain and ext-isa staging"
 }
 
 fn main() -> ExitCode {
@@ -148,6 +171,7 @@ fn main() -> ExitCode {
         Some("layout") => layout(&args[1..]),
         Some("firmware") => firmware(&args[1..]),
         Some("headers") => headers(),
+        Some("loom") => loom(),
         _ => {
             eprintln!("{}", usage());
             return ExitCode::from(2);
