@@ -33,3 +33,6 @@ pub const MAX_SUBGRAPHS: usize = 8;
 pub const DEFAULT_SCRATCHPAD_PAGE_SIZE: u64 = 4 << 20;
 /// Longest allocation hint a model may declare (bytes, excluding the NUL).
 pub const MEM_REF_NAME_LEN_MAX: usize = HINT_LEN - 1;
+/// Bytes kept of the OOM table captured at the moment of the last device OOM (spec §3.4
+/// `dml_driver_dump`); a longer table is truncated.
+pub const OOM_DUMP_BYTES: usize = 8192;

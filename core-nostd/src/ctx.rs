@@ -123,6 +123,9 @@ pub struct CoreState {
     /// 1 once `last_oom` holds a value (MaybeUninit keeps the all-zero state valid).
     pub(crate) last_oom_set: AtomicU32,
     pub(crate) last_oom: UnsafeCell<core::mem::MaybeUninit<Error>>,
+    /// The OOM table as it was when the last device OOM happened (guarded by `oom_lock`).
+    pub(crate) oom_dump: UnsafeCell<[u8; OOM_DUMP_BYTES]>,
+    pub(crate) oom_dump_len: UnsafeCell<usize>,
     pub(crate) dmems: Arena<dmem_t, MAX_DMEM>,
     pub(crate) allocators: Arena<dmem_allocator_t, MAX_ALLOCATORS>,
     pub(crate) ref_nodes: Arena<dmem_ref_node_t, MAX_DMEM>,

@@ -215,12 +215,43 @@ impl Nrt<'_> {
         Ok(())
     }
 
-    /// Remembers the last device OOM for [`Self::last_oom`] and the dump.
+    /// Remembers the last device OOM for [`Self::last_oom`] and captures the OOM table of its
+    /// device as it is at this moment (`dml_driver_dump`, spec §3.2), before any caller rolls
+    /// back what it had allocated.
     pub(crate) fn record_oom(&self, e: Error) {
+        let dev = match e {
+            Error::DeviceOom { device, .. } => device,
+            _ => 0,
+        };
         let _g = self.st.oom_lock.lock();
-        // SAFETY: guarded by oom_lock.
-        unsafe { (*self.st.last_oom.get()).write(e) };
+        // SAFETY: guarded by oom_lock; dump_ledger does not take oom_lock.
+        unsafe {
+            (*self.st.last_oom.get()).write(e);
+            let mut w = FixedWriter {
+                buf: &mut *self.st.oom_dump.get(),
+                len: 0,
+            };
+            let _ = self.dump_ledger(&mut w, dev, Some(&e), 5);
+            *self.st.oom_dump_len.get() = w.len;
+        }
         self.st.last_oom_set.store(1, Ordering::Release);
+    }
+
+    /// Writes the OOM table captured when the last device OOM happened (what libnrt dumps and
+    /// writes to a file on `ENOMEM`); nothing when there was none.
+    pub fn last_oom_dump(&self, w: &mut dyn Write) -> fmt::Result {
+        let _g = self.st.oom_lock.lock();
+        if self.st.last_oom_set.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        // SAFETY: guarded by oom_lock; `oom_dump_len` bytes were written by record_oom.
+        let bytes = unsafe { &(&*self.st.oom_dump.get())[..*self.st.oom_dump_len.get()] };
+        let text = match core::str::from_utf8(bytes) {
+            Ok(t) => t,
+            // Truncated inside a character: keep the valid prefix.
+            Err(e) => core::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
+        };
+        w.write_str(text)
     }
 
     /// The most recent device OOM of this runtime, if any.
@@ -358,6 +389,21 @@ impl Nrt<'_> {
                 dmem_hint(m)
             )?;
         }
+        Ok(())
+    }
+}
+
+/// A `fmt::Write` into a fixed buffer that keeps what fits and drops the rest (no heap).
+struct FixedWriter<'b> {
+    buf: &'b mut [u8],
+    len: usize,
+}
+
+impl Write for FixedWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
         Ok(())
     }
 }

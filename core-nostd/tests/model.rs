@@ -430,3 +430,39 @@ fn handles_are_unique_across_cores_and_never_zero() {
     }
     assert_eq!(seen.len(), 24);
 }
+
+#[test]
+fn the_oom_table_is_captured_before_the_load_rolls_back() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let big = [
+        ModelAlloc {
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            location: DEV,
+            size: 3 << 30,
+            align: 0,
+            hint: "first_weights",
+        },
+        ModelAlloc {
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            location: DEV,
+            size: 30 << 30,
+            align: 0,
+            hint: "too_big",
+        },
+    ];
+    let e = n.load_model(0, &spec("oom", &big)).unwrap_err();
+    assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE);
+    assert_eq!(n.ledger_device(0, 0, 22), 0, "rolled back");
+    let mut dump = String::new();
+    n.last_oom_dump(&mut dump).unwrap();
+    assert!(
+        dump.starts_with("Failed to allocate 30720.000MB (usage: CONSTANTS) on ND 0:NC 0"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("first_weights"),
+        "the table shows memory as it was at the failure:\n{dump}"
+    );
+    assert!(dump.contains("NC 0     3072.000MB"), "{dump}");
+}

@@ -305,19 +305,20 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
     })
 }
 
-/// The report: `failed` (the OOM) and the memory of its device now — per NeuronCore and
-/// category, each HBM's free bytes and largest free block, the largest live allocations.
+/// The report: the OOM table the core captured at the moment of the last device OOM (before
+/// anything was rolled back); without an OOM since `nrt_init`, device 0's table now.
 pub(crate) fn oom_report_text(r: &global::Runtime, failed: Option<Error>) -> String {
     let n = r.rt.nrt();
     let mut s = String::new();
-    let dev = match failed {
-        Some(Error::DeviceOom { device, .. }) => device,
-        _ => 0,
-    };
-    if failed.is_none() {
-        s.push_str("no device out-of-memory error since nrt_init\n");
+    match failed {
+        Some(Error::DeviceOom { .. }) => {
+            let _ = n.last_oom_dump(&mut s);
+        }
+        _ => {
+            s.push_str("no device out-of-memory error since nrt_init\n");
+            let _ = n.dump_ledger(&mut s, 0, None, 8);
+        }
     }
-    let _ = n.dump_ledger(&mut s, dev, failed.as_ref(), 8);
     s
 }
 

@@ -1194,21 +1194,21 @@ impl From<nrt_core::Error> for StepError {
     }
 }
 
-/// The OOM table libnrt writes on a device OOM, as text (the `dump_ledger` table of the device,
-/// headed by the failure, with the 8 largest live allocations).
-pub fn oom_dump_text(nrt: &Nrt<'_>, err: &nrt_core::Error, top: usize) -> Option<(u32, String)> {
+/// The OOM table libnrt writes on a device OOM, as text: the table the core captured at the
+/// moment of the failure (headed by the failure, with the 5 largest live allocations).
+pub fn oom_dump_text(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<(u32, String)> {
     let nrt_core::Error::DeviceOom { device, .. } = *err else {
         return None;
     };
     let mut s = String::new();
-    nrt.dump_ledger(&mut s, device, Some(err), top).ok()?;
+    nrt.last_oom_dump(&mut s).ok()?;
     Some((device, s))
 }
 
 /// Writes the OOM table to `$TMPDIR/nrt-dmem-oom-nd<D>-<pid>.txt` (one file per device and
 /// process, as libnrt keeps one per device) and returns its path.
 pub fn write_oom_file(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<std::io::Result<PathBuf>> {
-    let (device, text) = oom_dump_text(nrt, err, 8)?;
+    let (device, text) = oom_dump_text(nrt, err)?;
     let path = std::env::temp_dir().join(format!(
         "nrt-dmem-oom-nd{device}-{}.txt",
         std::process::id()

@@ -306,7 +306,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
                 "   nrt_tensor_allocate → {status}; libnrt's table for the device:"
             ))?;
             if let crate::scenario::StepError::Nrt(err) = &e {
-                if let Some((_, text)) = oom_dump_text(&s.nrt(), err, 3) {
+                if let Some((_, text)) = oom_dump_text(&s.nrt(), err) {
                     for l in text.lines() {
                         o.line(&format!("   │ {l}"))?;
                     }
