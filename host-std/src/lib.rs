@@ -17,6 +17,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod ioctl;
 pub mod manifest;
 pub mod neuron_driver;
 pub mod runtime;
+#[cfg(feature = "cli")]
 pub mod scenario;
 pub mod simdev;
 
