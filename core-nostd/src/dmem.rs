@@ -217,19 +217,12 @@ impl Nrt<'_> {
             nc_id,
             category: cat,
         };
-        let handle = match self.drv.memory_alloc(dev, &req) {
-            Ok(h) => h,
+        // ndl_memory_alloc + ndl_memory_get_pa (steps 4–5)
+        let (handle, pa) = match self.drv.memory_alloc_pa(dev, &req) {
+            Ok(r) => r,
             Err(e) => {
                 undo_meta();
                 return Err(self.alloc_failed(dev, nc_id, hbm, a, usage, host, e));
-            }
-        };
-        let pa = match self.drv.memory_get_pa(dev, handle) {
-            Ok(pa) => pa,
-            Err(e) => {
-                let _ = self.drv.memory_free(dev, handle);
-                undo_meta();
-                return Err(Error::Driver(e));
             }
         };
         // 5. fields

@@ -160,6 +160,19 @@ pub trait Driver: Sync {
     fn device_info(&self, dev: u32) -> Result<DeviceInfo, Errno>;
     /// `ndl_memory_alloc`: carves memory and returns an opaque non-zero handle.
     fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> Result<u64, Errno>;
+    /// `ndl_memory_alloc` followed by `ndl_memory_get_pa` (spec §3.2 steps 4–5): the handle and
+    /// physical address of a new allocation. If the address cannot be read the allocation is
+    /// freed again. A driver that learns the address while carving overrides this.
+    fn memory_alloc_pa(&self, dev: u32, req: &AllocRequest) -> Result<(u64, u64), Errno> {
+        let h = self.memory_alloc(dev, req)?;
+        match self.memory_get_pa(dev, h) {
+            Ok(pa) => Ok((h, pa)),
+            Err(e) => {
+                let _ = self.memory_free(dev, h);
+                Err(e)
+            }
+        }
+    }
     /// `ndl_memory_get_pa`: the physical (device) address of an allocation.
     fn memory_get_pa(&self, dev: u32, handle: u64) -> Result<u64, Errno>;
     /// `ndl_memory_free`.

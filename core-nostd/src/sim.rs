@@ -528,6 +528,85 @@ impl SimDevice {
         })
     }
 
+    /// MEM_ALLOC: carves the request from its pool; returns `(handle, physical address)`.
+    fn alloc_block(&self, dev: u32, req: &AllocRequest) -> Result<(u64, u64), Errno> {
+        self.alloc_calls.fetch_add(1, Ordering::AcqRel);
+        // Only touch the countdown (a CAS) when a fault is armed.
+        let fire = self.fail_countdown.load(Ordering::Acquire) != 0
+            && self
+                .fail_countdown
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
+                == Ok(1);
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if req.size == 0
+            || req.nc_id >= MAX_NC_ID
+            || req.region != 0
+            || req.category >= CATEGORY_MAX
+            || (req.align != 0 && !req.align.is_power_of_two())
+        {
+            return Err(errno::EINVAL);
+        }
+        if req.host {
+            if req.align != 0 {
+                return Err(errno::EINVAL); // the host pool refuses aligned requests
+            }
+        } else {
+            if req.hbm_idx >= self.channels {
+                return Err(errno::EINVAL);
+            }
+            if req.align != 0 && self.aligned_alloc.load(Ordering::Acquire) == 0 {
+                return Err(errno::EINVAL);
+            }
+        }
+        let category_fault = req.category < 64
+            && self.fail_categories.load(Ordering::Acquire) >> req.category & 1 != 0;
+        if fire || category_fault {
+            return Err(errno::ENOMEM);
+        }
+        // Page rounding; a size that cannot be rounded is larger than any pool.
+        let size = match req.size.checked_add(PAGE_SIZE - 1) {
+            Some(s) => s & !(PAGE_SIZE - 1),
+            None => return Err(errno::ENOMEM),
+        };
+        self.with_dev(dev, |st| {
+            let (pool, r) = if req.host {
+                (Pool::Host, st.host.alloc(size, 0))
+            } else {
+                let c = req.hbm_idx;
+                let small = if size <= SMALL_OBJECT_MAX {
+                    match st.small[c as usize].alloc(size, req.align) {
+                        Ok(b) => Some(b),
+                        Err(CarveError::OutOfSpace | CarveError::NodesExhausted) => None,
+                        Err(e) => return Err(e.errno()),
+                    }
+                } else {
+                    None
+                };
+                match small {
+                    Some(b) => (Pool::Small(c), Ok(b)),
+                    None => (Pool::Main(c), st.main[c as usize].alloc(size, req.align)),
+                }
+            };
+            match r {
+                Ok(b) => Ok((Self::encode(dev, pool, b.id), b.addr)),
+                Err(e) => {
+                    if e.errno() == errno::ENOMEM {
+                        let stats = if req.host {
+                            st.host.stats().into()
+                        } else {
+                            let c = req.hbm_idx as usize;
+                            combine(st.main[c].stats().into(), st.small[c].stats().into())
+                        };
+                        self.oom_log(dev, req, size, stats);
+                    }
+                    Err(e.errno())
+                }
+            }
+        })
+    }
+
     /// Runs `f` on device `dev`'s state with its lock held.
     fn with_dev<R>(
         &self,
@@ -660,81 +739,12 @@ impl Driver for SimDevice {
     }
 
     fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> Result<u64, Errno> {
-        self.alloc_calls.fetch_add(1, Ordering::AcqRel);
-        // Only touch the countdown (a CAS) when a fault is armed.
-        let fire = self.fail_countdown.load(Ordering::Acquire) != 0
-            && self
-                .fail_countdown
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
-                == Ok(1);
-        if dev >= self.device_count {
-            return Err(errno::ENODEV);
-        }
-        if req.size == 0
-            || req.nc_id >= MAX_NC_ID
-            || req.region != 0
-            || req.category >= CATEGORY_MAX
-            || (req.align != 0 && !req.align.is_power_of_two())
-        {
-            return Err(errno::EINVAL);
-        }
-        if req.host {
-            if req.align != 0 {
-                return Err(errno::EINVAL); // the host pool refuses aligned requests
-            }
-        } else {
-            if req.hbm_idx >= self.channels {
-                return Err(errno::EINVAL);
-            }
-            if req.align != 0 && self.aligned_alloc.load(Ordering::Acquire) == 0 {
-                return Err(errno::EINVAL);
-            }
-        }
-        let category_fault = req.category < 64
-            && self.fail_categories.load(Ordering::Acquire) >> req.category & 1 != 0;
-        if fire || category_fault {
-            return Err(errno::ENOMEM);
-        }
-        // Page rounding; a size that cannot be rounded is larger than any pool.
-        let size = match req.size.checked_add(PAGE_SIZE - 1) {
-            Some(s) => s & !(PAGE_SIZE - 1),
-            None => return Err(errno::ENOMEM),
-        };
-        self.with_dev(dev, |st| {
-            let (pool, r) = if req.host {
-                (Pool::Host, st.host.alloc(size, 0))
-            } else {
-                let c = req.hbm_idx;
-                let small = if size <= SMALL_OBJECT_MAX {
-                    match st.small[c as usize].alloc(size, req.align) {
-                        Ok(b) => Some(b),
-                        Err(CarveError::OutOfSpace | CarveError::NodesExhausted) => None,
-                        Err(e) => return Err(e.errno()),
-                    }
-                } else {
-                    None
-                };
-                match small {
-                    Some(b) => (Pool::Small(c), Ok(b)),
-                    None => (Pool::Main(c), st.main[c as usize].alloc(size, req.align)),
-                }
-            };
-            match r {
-                Ok(b) => Ok(Self::encode(dev, pool, b.id)),
-                Err(e) => {
-                    if e.errno() == errno::ENOMEM {
-                        let stats = if req.host {
-                            st.host.stats().into()
-                        } else {
-                            let c = req.hbm_idx as usize;
-                            combine(st.main[c].stats().into(), st.small[c].stats().into())
-                        };
-                        self.oom_log(dev, req, size, stats);
-                    }
-                    Err(e.errno())
-                }
-            }
-        })
+        self.alloc_block(dev, req).map(|(h, _)| h)
+    }
+
+    /// The carve already knows the address: one lock instead of alloc + get_pa's two.
+    fn memory_alloc_pa(&self, dev: u32, req: &AllocRequest) -> Result<(u64, u64), Errno> {
+        self.alloc_block(dev, req)
     }
 
     fn memory_get_pa(&self, dev: u32, handle: u64) -> Result<u64, Errno> {

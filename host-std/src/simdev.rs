@@ -72,6 +72,13 @@ impl Driver for HostSim {
     fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> core::result::Result<u64, i32> {
         self.dev.memory_alloc(dev, req)
     }
+    fn memory_alloc_pa(
+        &self,
+        dev: u32,
+        req: &AllocRequest,
+    ) -> core::result::Result<(u64, u64), i32> {
+        self.dev.memory_alloc_pa(dev, req)
+    }
     fn memory_get_pa(&self, dev: u32, handle: u64) -> core::result::Result<u64, i32> {
         self.dev.memory_get_pa(dev, handle)
     }
