@@ -185,8 +185,8 @@ impl Nrt<'_> {
         }
     }
 
-    /// The dmem backing scratchpad page `i` of a core (null when not allocated).
-    pub fn scratchpad_page_dmem(&self, dev: u32, core: u32, i: usize) -> Result<Dmem> {
+    /// Scratchpad page `i` of a core: `(backing dmem or null, references held)`.
+    pub fn scratchpad_page(&self, dev: u32, core: u32, i: usize) -> Result<(Dmem, u32)> {
         let tpb = self.tpb(dev, core)?;
         if i >= constants::SCRATCHPAD_MAX_PAGES {
             return Err(Error::InvalidArgument("page index"));
@@ -195,21 +195,7 @@ impl Nrt<'_> {
         unsafe {
             let sp = addr_of_mut!((*tpb).scratchpad);
             let _g = (*sp).lock.lock();
-            Ok((*sp).pages[i].dmem)
-        }
-    }
-
-    /// References held on scratchpad page `i` of a core.
-    pub fn scratchpad_page_refs(&self, dev: u32, core: u32, i: usize) -> Result<u32> {
-        let tpb = self.tpb(dev, core)?;
-        if i >= constants::SCRATCHPAD_MAX_PAGES {
-            return Err(Error::InvalidArgument("page index"));
-        }
-        // SAFETY: resolved tpb; guarded by the scratchpad lock.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            let _g = (*sp).lock.lock();
-            Ok((*sp).pages[i].refs)
+            Ok(((*sp).pages[i].dmem, (*sp).pages[i].refs))
         }
     }
 }

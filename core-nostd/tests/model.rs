@@ -263,7 +263,7 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     let hs = n.load_model(0, &small).unwrap();
     let hb = n.load_model(0, &big).unwrap();
     let refs: Vec<u32> = (0..4)
-        .map(|i| n.scratchpad_page_refs(0, 0, i).unwrap())
+        .map(|i| n.scratchpad_page(0, 0, i).unwrap().1)
         .collect();
     assert_eq!(refs, vec![2, 2, 1, 0]);
     assert_eq!(n.scratchpad_info(0, 0).unwrap(), (4 << 20, 3, false));
@@ -301,10 +301,10 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
     assert_eq!(n.scratchpad_info(0, 0).unwrap(), (64 << 20, 2, true));
     let (first, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
     let (second, _) = n.tdrv_scratchpad_get_mem(0, 0, 64 << 20, 1).unwrap();
-    let (p0, _) = (n.scratchpad_page_dmem(0, 0, 0).unwrap(), 0);
+    let p0 = n.scratchpad_page(0, 0, 0).unwrap().0;
     assert_eq!(
         first,
-        n.scratchpad_page_dmem(0, 0, 1).unwrap(),
+        n.scratchpad_page(0, 0, 1).unwrap().0,
         "offset 0 maps to the last page"
     );
     assert_eq!(second, p0);

@@ -157,7 +157,7 @@ fn threads_load_execute_unload_on_one_core() {
     );
     assert_eq!(used, resident_bytes(&rt) + scr);
     assert_eq!(
-        n.scratchpad_page_refs(0, 0, 0).unwrap(),
+        n.scratchpad_page(0, 0, 0).unwrap().1,
         1,
         "only the shared model holds the page"
     );
