@@ -357,7 +357,7 @@ impl Nrt<'_> {
             loop {
                 let al = al_slot.load(Ordering::Acquire);
                 if al.is_null() {
-                    if (*m).ref_count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    if release_one(&(*m).ref_count) {
                         self.dmem_finalize(m);
                     }
                     return;
@@ -367,7 +367,7 @@ impl Nrt<'_> {
                     drop(g);
                     continue; // detached meanwhile: retry on the new state
                 }
-                let last = (*m).ref_count.fetch_sub(1, Ordering::AcqRel) == 1;
+                let last = release_one(&(*m).ref_count);
                 if last {
                     Self::list_unlink(al, m);
                 }
@@ -492,6 +492,18 @@ impl Nrt<'_> {
             }
         }
         let _ = self.st.dmem_lists.release(list);
+    }
+}
+
+/// Drops one reference; `true` when it was the last. A holder of the only reference is the
+/// only one who may take another (acquiring needs a reference in hand), so a count of 1 can
+/// be cleared with a plain store — the common single-owner free costs no read-modify-write.
+fn release_one(rc: &core::sync::atomic::AtomicU32) -> bool {
+    if rc.load(Ordering::Acquire) == 1 {
+        rc.store(0, Ordering::Release);
+        true
+    } else {
+        rc.fetch_sub(1, Ordering::AcqRel) == 1
     }
 }
 

@@ -102,15 +102,11 @@ impl Nrt<'_> {
                     bump(&rows[nc][usage], &peaks[nc][usage], bytes);
                     bump(&rows[nc][TOTAL], &peaks[nc][TOTAL], bytes);
                     bump(total, total_peak, bytes);
-                    log.live_allocs.fetch_add(1, Ordering::Relaxed);
-                    log.alloc_count.fetch_add(1, Ordering::Relaxed);
                 }
                 Action::Free => {
                     rows[nc][usage].fetch_sub(bytes, Ordering::AcqRel);
                     rows[nc][TOTAL].fetch_sub(bytes, Ordering::AcqRel);
                     total.fetch_sub(bytes, Ordering::AcqRel);
-                    log.live_allocs.fetch_sub(1, Ordering::Relaxed);
-                    log.free_count.fetch_add(1, Ordering::Relaxed);
                 }
             }
             let _cap = self.geom((*mla).idx).hbm_bytes_per_core();
@@ -122,6 +118,24 @@ impl Nrt<'_> {
                 _cap
             );
         }
+    }
+
+    /// Device-wide aggregates of `dev` (spec §3.4): `(device bytes, host bytes, device peak,
+    /// host peak, device OOMs)`.
+    pub fn device_totals(&self, dev: u32) -> (u64, u64, u64, u64, u64) {
+        if dev >= self.num_devices() {
+            return (0, 0, 0, 0, 0);
+        }
+        // SAFETY: attached device; atomics.
+        let log = unsafe { &(*self.mla_ptr(dev)).dmem_logger };
+        let l = |a: &AtomicU64| a.load(Ordering::Acquire);
+        (
+            l(&log.total_device_bytes),
+            l(&log.total_host_bytes),
+            l(&log.peak_device_bytes),
+            l(&log.peak_host_bytes),
+            l(&log.oom_count),
+        )
     }
 
     /// Device bytes booked to physical core `(dev, tpb)` under `usage` (22 = total).

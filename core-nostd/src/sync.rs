@@ -46,6 +46,7 @@ impl nrt_mutex_t {
     }
 
     /// Acquires the lock, spinning (then relaxing) while another holder has it.
+    #[inline]
     pub fn lock(&self) -> MutexGuard<'_> {
         let mut i = 0u32;
         while self
@@ -88,6 +89,7 @@ pub struct MutexGuard<'a> {
 }
 
 impl Drop for MutexGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.m.state.store(0, Ordering::Release);
     }

@@ -318,11 +318,8 @@ struct dma_mem_log_t {
     uint64_t total_host_bytes;       /*     1480        8  chosen */
     uint64_t peak_device_bytes;      /*     1488        8  chosen */
     uint64_t peak_host_bytes;        /*     1496        8  chosen */
-    uint64_t live_allocs;            /*     1504        8  chosen */
-    uint64_t alloc_count;            /*     1512        8  chosen */
-    uint64_t free_count;             /*     1520        8  chosen */
-    uint64_t oom_count;              /*     1528        8  chosen */
-    uint8_t _reserved_1536[64];      /*     1536       64  reserved */
+    uint64_t oom_count;              /*     1504        8  chosen */
+    uint8_t _reserved_1512[88];      /*     1512       88  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 _Static_assert(sizeof(dma_mem_log_t) == 1600, "dma_mem_log_t: size 1600");

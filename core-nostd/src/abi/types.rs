@@ -69,19 +69,16 @@ abi_struct! {
 
 abi_struct! {
     /// The per-device usage ledger `mla.dmem_logger` (spec §3.4, 1600 B): bytes of device
-    /// memory (HBM) per (core, usage type); `[nc][22]` is the per-core total. The aggregates
-    /// after it count every allocation the device saw.
+    /// memory (HBM) per (core, usage type); `[nc][22]` is the per-core total. After it, the
+    /// device-wide totals and their high-water marks, and the count of device OOMs.
     pub struct dma_mem_log_t [size = 1600, align = 8, section = "3.4"] {
         @0 pub memory_usage_nc: [[AtomicU64; 23]; 8] = Chosen,
         @1472 pub total_device_bytes: AtomicU64 = Chosen,
         @1480 pub total_host_bytes: AtomicU64 = Chosen,
         @1488 pub peak_device_bytes: AtomicU64 = Chosen,
         @1496 pub peak_host_bytes: AtomicU64 = Chosen,
-        @1504 pub live_allocs: AtomicU64 = Chosen,
-        @1512 pub alloc_count: AtomicU64 = Chosen,
-        @1520 pub free_count: AtomicU64 = Chosen,
-        @1528 pub oom_count: AtomicU64 = Chosen,
-        @1536 _reserved_1536: [u8; 64] = Reserved,
+        @1504 pub oom_count: AtomicU64 = Chosen,
+        @1512 _reserved_1512: [u8; 88] = Reserved,
     }
 }
 
