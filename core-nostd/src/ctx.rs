@@ -162,8 +162,11 @@ impl CoreState {
         unsafe { std::boxed::Box::<Self>::new_zeroed().assume_init() }
     }
 
+    /// Number of static arenas in a `CoreState` (the length of [`Self::arena_stats`]).
+    pub const ARENA_COUNT: usize = 12;
+
     /// Per-arena occupancy, for footprint reports.
-    pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); 12] {
+    pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); Self::ARENA_COUNT] {
         [
             ("dmem_t", self.dmems.stats()),
             ("dmem_allocator_t", self.allocators.stats()),

@@ -178,7 +178,7 @@ const UNLOADED: usize = 1;
 struct Snapshot {
     ledger: ([[u64; 23]; 8], [[u64; 23]; 8]),
     driver_bytes: u64,
-    arena_live: [usize; 13],
+    arena_live: [usize; CoreState::ARENA_COUNT],
     models: usize,
 }
 
@@ -247,7 +247,7 @@ impl Run {
     }
 
     fn snapshot(&self) -> Snapshot {
-        let mut arena_live = [0; 13];
+        let mut arena_live = [0; CoreState::ARENA_COUNT];
         for (l, (_, s)) in arena_live.iter_mut().zip(self.nrt.state().arena_stats()) {
             *l = s.live;
         }
@@ -593,8 +593,9 @@ impl Run {
         }
         let _ = writeln!(
             self.out,
-            "  teardown      close: driver holds {in_use} B, {pools} pools empty, ledger {}, {arenas}/13 arenas empty",
-            if ledger_zero { "zero" } else { "NOT zero" }
+            "  teardown      close: driver holds {in_use} B, {pools} pools empty, ledger {}, {arenas}/{} arenas empty",
+            if ledger_zero { "zero" } else { "NOT zero" },
+            CoreState::ARENA_COUNT
         );
     }
 
