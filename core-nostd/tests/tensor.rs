@@ -291,3 +291,32 @@ fn independent_instances_do_not_share_state() {
         "another instance's tensor is foreign"
     );
 }
+
+#[test]
+fn virtual_tensors_from_a_static_arena() {
+    static POOL: nrt_core::tensor::ArenaHostMem<{ 1 << 20 }, 256> =
+        nrt_core::tensor::ArenaHostMem::new();
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let before = POOL.free_bytes();
+    let a = n
+        .tensor_allocate(2, -1, 1000, Some("a"), Some(&POOL))
+        .unwrap();
+    let b = n
+        .tensor_allocate(2, -1, 4096, Some("b"), Some(&POOL))
+        .unwrap();
+    n.tensor_write(a, &[3u8; 1000], 0).unwrap();
+    n.tensor_copy(a, 0, b, 100, 1000).unwrap();
+    let mut out = [0u8; 1100];
+    n.tensor_read(b, &mut out, 0).unwrap();
+    assert!(out[..100].iter().all(|x| *x == 0) && out[100..].iter().all(|x| *x == 3));
+    assert_eq!(
+        n.tensor_allocate(2, -1, 2 << 20, Some("big"), Some(&POOL))
+            .unwrap_err()
+            .status(),
+        NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC
+    );
+    n.tensor_free(a, Some(&POOL)).unwrap();
+    n.tensor_free(b, Some(&POOL)).unwrap();
+    assert_eq!(POOL.free_bytes(), before.min(1 << 20));
+}
