@@ -180,7 +180,9 @@ impl<T: CType, const N: usize> CType for [T; N] {
 unsafe impl<T: ZeroValid, const N: usize> ZeroValid for [T; N] {}
 
 /// Declares an ABI struct: the `#[repr(C)]` type, a compile-time assert block beside it (size,
-/// alignment, every offset, exact tiling), its [`AbiStruct`] table, its [`CType`] spellings and
+/// alignment, every offset, exact tiling — plain `const _: () = assert!(…)`, which does what the
+/// `static_assertions` crate did before const panics were stable, so that crate is not needed),
+/// its [`AbiStruct`] table, its [`CType`] spellings and
 /// its [`ZeroValid`] proof (every member must itself be zero-valid).
 ///
 /// Each member is written `@ OFFSET vis name: Type = provenance,` in offset order.
