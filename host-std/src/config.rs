@@ -73,6 +73,20 @@ impl ConfigError {
     }
 }
 
+/// Device and logical-core settings that override the environment: the CLI's flags, a
+/// scenario file's header, or the environment itself over the defaults.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `NRT_DMEM_DEVICE` / `--device` / `device =`.
+    pub device: Option<DeviceChoice>,
+    /// `NEURON_RT_VIRTUAL_CORE_SIZE` / `--lnc-size` / `lnc_size =`.
+    pub lnc_size: Option<u32>,
+    /// `NEURON_RT_VISIBLE_CORES` / `--visible-cores` / `visible_cores =`, as `(first, count)`.
+    pub visible_cores: Option<(u32, u32)>,
+    /// `NEURON_RT_NUM_CORES` / `--num-cores` / `num_cores =` (0 = all).
+    pub num_cores: Option<u32>,
+}
+
 /// Everything bring-up needs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeConfig {
@@ -144,21 +158,22 @@ impl RuntimeConfig {
 
     /// From any variable lookup (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let mut c = RuntimeConfig::default();
-        if let Some(v) = get("NRT_DMEM_DEVICE").filter(|v| !v.trim().is_empty()) {
-            c.device = DeviceChoice::parse(&v)?;
-        }
-        if let Some(v) = get("NEURON_RT_VIRTUAL_CORE_SIZE").filter(|v| !v.trim().is_empty()) {
-            c.vcores.lnc_size = Some(parse_u32("NEURON_RT_VIRTUAL_CORE_SIZE", &v)?);
-        }
-        if let Some(v) = get("NEURON_RT_VISIBLE_CORES").filter(|v| !v.trim().is_empty()) {
-            c.vcores.visible = Some(parse_visible_cores(&v)?);
-        }
-        if let Some(v) = get("NEURON_RT_NUM_CORES").filter(|v| !v.trim().is_empty()) {
-            // 0 means all; NEURON_RT_VISIBLE_CORES wins when both are set.
-            let n = parse_u32("NEURON_RT_NUM_CORES", &v)?;
-            c.vcores.num_cores = (n > 0).then_some(n);
-        }
+        c.apply(&Overrides {
+            device: var("NRT_DMEM_DEVICE")
+                .map(|v| DeviceChoice::parse(&v))
+                .transpose()?,
+            lnc_size: var("NEURON_RT_VIRTUAL_CORE_SIZE")
+                .map(|v| parse_u32("NEURON_RT_VIRTUAL_CORE_SIZE", &v))
+                .transpose()?,
+            visible_cores: var("NEURON_RT_VISIBLE_CORES")
+                .map(|v| parse_visible_cores(&v))
+                .transpose()?,
+            num_cores: var("NEURON_RT_NUM_CORES")
+                .map(|v| parse_u32("NEURON_RT_NUM_CORES", &v))
+                .transpose()?,
+        });
         if let Some(v) = get("NRT_DMEM_SCRATCHPAD_PAGE_SIZE").filter(|v| !v.trim().is_empty()) {
             let p: u64 = v.trim().parse().map_err(|_| {
                 ConfigError::new("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", &v, "expected bytes")
@@ -169,6 +184,24 @@ impl RuntimeConfig {
             c.contiguous_scratchpad = v.trim() == "1";
         }
         Ok(c)
+    }
+
+    /// Applies the settings `o` sets (environment, then a scenario file, then flags). A
+    /// `num_cores` of 0 means all cores; visible cores win over `num_cores` when both are set
+    /// (the core's rule, `VcoreOptions`).
+    pub fn apply(&mut self, o: &Overrides) {
+        if let Some(d) = o.device {
+            self.device = d;
+        }
+        if let Some(n) = o.lnc_size {
+            self.vcores.lnc_size = Some(n);
+        }
+        if let Some(v) = o.visible_cores {
+            self.vcores.visible = Some(v);
+        }
+        if let Some(n) = o.num_cores {
+            self.vcores.num_cores = (n > 0).then_some(n);
+        }
     }
 
     /// The core's bring-up options.

@@ -30,7 +30,7 @@ pub mod scenario;
 pub mod simdev;
 
 pub use backing::HostReservation;
-pub use config::{ConfigError, DeviceChoice, RuntimeConfig};
+pub use config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};
 pub use error::{Error, Result, SIM_HINT};
 pub use manifest::{Manifest, ManifestError};
 pub use neuron_driver::{AllocVariant, Geometry, NeuronDriver};

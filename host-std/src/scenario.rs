@@ -25,7 +25,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::config::{parse_visible_cores, DeviceChoice, RuntimeConfig};
+use crate::config::{parse_visible_cores, DeviceChoice, Overrides, RuntimeConfig};
 use crate::manifest::Manifest;
 use crate::runtime::{HostRuntime, StartError};
 
@@ -746,18 +746,12 @@ impl Scenario {
     /// Applies the scenario's device and core settings to `cfg` (which the caller builds from
     /// the environment and then overrides with flags).
     pub fn apply_to(&self, cfg: &mut RuntimeConfig) {
-        if let Some(d) = self.device {
-            cfg.device = d;
-        }
-        if let Some(n) = self.lnc_size {
-            cfg.vcores.lnc_size = Some(n);
-        }
-        if let Some(v) = self.visible_cores {
-            cfg.vcores.visible = Some(v);
-        }
-        if let Some(n) = self.num_cores {
-            cfg.vcores.num_cores = (n > 0).then_some(n);
-        }
+        cfg.apply(&Overrides {
+            device: self.device,
+            lnc_size: self.lnc_size,
+            visible_cores: self.visible_cores,
+            num_cores: self.num_cores,
+        });
     }
 }
 

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::config::{parse_visible_cores, DeviceChoice, RuntimeConfig};
+use crate::config::{parse_visible_cores, DeviceChoice, Overrides, RuntimeConfig};
 use crate::runtime::StartError;
 use crate::scenario::{self, RunOptions, Scenario, Session};
 
@@ -185,18 +185,12 @@ fn runtime_config(
     if let Some(s) = sc {
         s.apply_to(&mut cfg);
     }
-    if let Some(d) = g.device {
-        cfg.device = d;
-    }
-    if let Some(n) = g.lnc_size {
-        cfg.vcores.lnc_size = Some(n);
-    }
-    if let Some(v) = g.visible_cores {
-        cfg.vcores.visible = Some(v);
-    }
-    if let Some(n) = g.num_cores {
-        cfg.vcores.num_cores = (n > 0).then_some(n);
-    }
+    cfg.apply(&Overrides {
+        device: g.device,
+        lnc_size: g.lnc_size,
+        visible_cores: g.visible_cores,
+        num_cores: g.num_cores,
+    });
     log::debug!(target: "nrt_dmem::cli", "runtime configuration: {cfg:?}");
     Ok(cfg)
 }
