@@ -191,14 +191,7 @@ pub trait Driver: Sync {
     fn copy_out(&self, dev: u32, handle: u64, offset: u64, dst: &mut [u8]) -> Result<(), Errno>;
     /// Fills allocation bytes `[offset, offset+len)` with `value` (memset on device).
     fn fill(&self, dev: u32, handle: u64, offset: u64, len: u64, value: u8) -> Result<(), Errno> {
-        let chunk = [value; 256];
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(chunk.len() as u64) as usize;
-            self.copy_in(dev, handle, offset + done, &chunk[..n])?;
-            done += n as u64;
-        }
-        Ok(())
+        fill_by_copies(self, dev, handle, offset, len, &[value; 256])
     }
     /// Occupancy of an HBM channel (`host == false`) or the host DMA pool.
     fn pool_stats(&self, dev: u32, host: bool, hbm_idx: u32) -> Result<PoolStats, Errno>;
@@ -207,4 +200,27 @@ pub trait Driver: Sync {
     fn host_device_id_rid_map(&self, _out: &mut [u32; 32]) -> Result<(), Errno> {
         Err(errno::EOPNOTSUPP)
     }
+}
+
+/// Fills `[offset, offset+len)` of an allocation by repeated [`Driver::copy_in`] of `pattern`
+/// (a buffer of the fill byte, any length ≥ 1): the one loop behind every `fill` that has no
+/// device memset.
+pub fn fill_by_copies<D: Driver + ?Sized>(
+    drv: &D,
+    dev: u32,
+    handle: u64,
+    offset: u64,
+    len: u64,
+    pattern: &[u8],
+) -> Result<(), Errno> {
+    if pattern.is_empty() {
+        return Err(errno::EINVAL);
+    }
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(pattern.len() as u64) as usize;
+        drv.copy_in(dev, handle, offset + done, &pattern[..n])?;
+        done += n as u64;
+    }
+    Ok(())
 }

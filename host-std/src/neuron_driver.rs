@@ -573,15 +573,8 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         value: u8,
     ) -> core::result::Result<(), i32> {
         // One staging buffer of up to a copy chunk instead of the trait's 256-byte steps.
-        let n = len.min(self.copy_chunk) as usize;
-        let buf = vec![value; n];
-        let mut done = 0u64;
-        while done < len {
-            let k = (len - done).min(n as u64) as usize;
-            self.copy_in(dev, handle, offset + done, &buf[..k])?;
-            done += k as u64;
-        }
-        Ok(())
+        let buf = vec![value; len.min(self.copy_chunk).max(1) as usize];
+        nrt_core::driver::fill_by_copies(self, dev, handle, offset, len, &buf)
     }
 
     /// HBM channels: from DUMP_MEM_CHUNKS (every process's chunks). `capacity` is the channel
