@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
-use crate::config::HINT_LEN;
+use crate::cstr::{c_name, copy_c_name};
 use crate::ctx::Nrt;
 use crate::driver::{errno, AllocRequest};
 use crate::error::{Error, Result};
@@ -41,7 +41,7 @@ pub struct AllocArgs<'h> {
     pub hbm_idx: u32,
     /// Raw `dma_mem_usage_type_t` value (checked).
     pub usage: u32,
-    /// What it is for; kept (truncated to [`HINT_LEN`]−1 bytes) for OOM reports.
+    /// What it is for; kept (truncated to [`HINT_LEN`](crate::config::HINT_LEN)−1 bytes) for OOM reports.
     pub hint: &'h str,
 }
 
@@ -228,7 +228,7 @@ impl Nrt<'_> {
         // 5. fields
         // SAFETY: `m` is a fresh zeroed slot owned by this call.
         unsafe {
-            copy_hint(&mut (*m).hint_buf, a.hint);
+            copy_c_name(&mut (*m).hint_buf, a.hint);
             (*m).mem_handle = handle;
             (*m)._pa = pa;
             (*m)._va = null_mut();
@@ -531,18 +531,9 @@ pub const fn align_offset(pa: u64, alignment: u64) -> u64 {
     (pa.wrapping_add(alignment) & alignment.wrapping_neg()).wrapping_sub(pa)
 }
 
-fn copy_hint(dst: &mut [u8; HINT_LEN], hint: &str) {
-    let mut n = hint.len().min(HINT_LEN - 1);
-    while n > 0 && !hint.is_char_boundary(n) {
-        n -= 1;
-    }
-    dst[..n].copy_from_slice(&hint.as_bytes()[..n]);
-    dst[n] = 0;
-}
-
 /// The hint of a dmem as text.
 pub fn dmem_hint(m: &dmem_t) -> &str {
-    crate::model::c_name(&m.hint_buf)
+    c_name(&m.hint_buf)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use core::fmt;
 
 use crate::abi::{dma_mem_location_t, dma_mem_usage_type_t, NRT_STATUS};
 use crate::arena::ArenaFull;
+use crate::cstr::mb;
 use crate::driver::{errno, Errno};
 
 /// Result alias of the core.
@@ -148,10 +149,6 @@ impl From<ArenaFull> for Error {
     fn from(a: ArenaFull) -> Self {
         Error::ArenaFull(a)
     }
-}
-
-fn mb(b: u64) -> f64 {
-    b as f64 / (1024.0 * 1024.0)
 }
 
 impl fmt::Display for Error {

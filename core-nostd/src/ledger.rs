@@ -11,6 +11,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::tables::aggr_index;
 use crate::abi::*;
+use crate::cstr::mb;
 use crate::ctx::Nrt;
 use crate::dmem::{dmem_hint, Action};
 use crate::error::{Error, Result};
@@ -109,13 +110,14 @@ impl Nrt<'_> {
                     total.fetch_sub(bytes, Ordering::AcqRel);
                 }
             }
-            let _cap = self.geom((*mla).idx).hbm_bytes_per_core();
+            // The figures are computed only when trace logging is on (the macro's arguments
+            // are not evaluated otherwise): this is the allocation hot path.
             trace!(
                 "MEM_USAGE: {} bytes, channel {}, total ({}/{})",
                 bytes,
                 (*m).tdram_channel,
                 rows[nc][TOTAL].load(Ordering::Relaxed),
-                _cap
+                self.geom((*mla).idx).hbm_bytes_per_core()
             );
         }
     }
@@ -140,23 +142,29 @@ impl Nrt<'_> {
 
     /// Device bytes booked to physical core `(dev, tpb)` under `usage` (22 = total).
     pub fn ledger_device(&self, dev: u32, tpb: u32, usage: usize) -> u64 {
-        if dev >= self.num_devices() || tpb as usize >= constants::TPBS_PER_MLA || usage > TOTAL {
-            return 0;
-        }
-        // SAFETY: in-bounds; atomics.
-        unsafe {
-            (*self.mla_ptr(dev)).dmem_logger.memory_usage_nc[tpb as usize][usage]
-                .load(Ordering::Acquire)
-        }
+        self.ledger_cell(dev, tpb, usage, false)
     }
 
     /// Host DMA bytes booked to physical core `(dev, tpb)` under `usage` (22 = total).
     pub fn ledger_host(&self, dev: u32, tpb: u32, usage: usize) -> u64 {
+        self.ledger_cell(dev, tpb, usage, true)
+    }
+
+    /// One ledger cell, bounds-checked (0 outside the ledger).
+    fn ledger_cell(&self, dev: u32, tpb: u32, usage: usize, host: bool) -> u64 {
         if dev >= self.num_devices() || tpb as usize >= constants::TPBS_PER_MLA || usage > TOTAL {
             return 0;
         }
-        // SAFETY: in-bounds; atomics.
-        unsafe { (*self.mla_ptr(dev)).host_usage_nc[tpb as usize][usage].load(Ordering::Acquire) }
+        let mla = self.mla_ptr(dev);
+        // SAFETY: attached device, in-bounds indices; the cells are atomics.
+        let rows = unsafe {
+            if host {
+                &(*mla).host_usage_nc
+            } else {
+                &(*mla).dmem_logger.memory_usage_nc
+            }
+        };
+        rows[tpb as usize][usage].load(Ordering::Acquire)
     }
 
     /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`.
@@ -420,8 +428,4 @@ impl Write for FixedWriter<'_> {
         self.len += n;
         Ok(())
     }
-}
-
-fn mb(b: u64) -> f64 {
-    b as f64 / (1024.0 * 1024.0)
 }

@@ -19,6 +19,7 @@ pub mod abi;
 pub mod arena;
 pub mod carve;
 pub mod config;
+pub mod cstr;
 pub mod ctx;
 pub mod dmem;
 pub mod driver;

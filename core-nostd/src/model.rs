@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
+use crate::cstr::{c_name, copy_c_name};
 use crate::ctx::{MemRefSet, Nrt};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
@@ -188,7 +189,6 @@ pub struct ModelInfo {
 
 /// Executing: holds the model reference and every physical core's exec lock (spec §4.6).
 pub struct ExecGuard<'a> {
-    nrt: Nrt<'a>,
     model: *mut model_t,
     tpbs: [*mut tpb_t; 2],
     _locks: [Option<MutexGuard<'a>>; 2],
@@ -212,8 +212,8 @@ impl Drop for ExecGuard<'_> {
             // SAFETY: resolved core whose exec lock we hold.
             unsafe { (**t).h_running_model = H_MODEL { id: 0 } };
         }
-        // Locks drop after this body (fields drop after `drop`), then the reference goes.
-        let _ = self.nrt;
+        // The reference goes here; the exec locks are released right after, when the fields
+        // drop. Only the cores (which outlive every model) are touched after the reference.
         // SAFETY: we took this reference in exec_begin.
         unsafe { (*self.model).ref_count.fetch_sub(1, Ordering::AcqRel) };
     }
@@ -230,15 +230,6 @@ struct Building {
     ulib_tpb: *mut tpb_t,
 }
 
-fn copy_name(dst: &mut [u8], s: &str) {
-    let mut n = s.len().min(dst.len() - 1);
-    while n > 0 && !s.is_char_boundary(n) {
-        n -= 1;
-    }
-    dst[..n].copy_from_slice(&s.as_bytes()[..n]);
-    dst[n..].fill(0);
-}
-
 /// FNV-1a of a name: the mem_ref_set key.
 pub const fn name_key(s: &str) -> u64 {
     let b = s.as_bytes();
@@ -250,12 +241,6 @@ pub const fn name_key(s: &str) -> u64 {
         i += 1;
     }
     h
-}
-
-/// The text of a NUL-padded name field.
-pub fn c_name(b: &[u8]) -> &str {
-    let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
-    core::str::from_utf8(&b[..end]).unwrap_or("?")
 }
 
 impl<'a> Nrt<'a> {
@@ -380,60 +365,39 @@ impl<'a> Nrt<'a> {
     ) -> Result<H_MODEL> {
         let m = b.model;
         let lnc = v.tpb_count.max(1);
-        // vtpb_info_shared_init_vtpb (§5.2) then the ownership move of kbl_model_add (§5.3).
+        // vtpb_info_shared_init_vtpb (§5.2) + the ownership move of kbl_model_add (§5.3): each
+        // subgraph's mr_set (MODEL allocator, 1024-bucket mem_ref_set, gc_tracker; the cleanup
+        // record once per model) is built straight into the model_t's per-subgraph slots.
+        // libnrt builds them in shared `vtpb_info_shared_mr_set_t` slots and then moves them
+        // out, zeroing the slot; a load here builds its own, so there is no shared slot to zero.
         for s in 0..spec.subgraphs as usize {
             let pc = &v.tpbs[s % lnc as usize];
             let tpb = self.tpb(pc.device_id, pc.device_tpb_idx)?;
             b.tpbs[s] = tpb;
-            let mut mr_set = vtpb_info_shared_mr_set_t {
-                mem_ref_set: null_mut(),
-                model_allocator: null_mut(),
-                gc_tracker: null_mut(),
-                scratchpad_cleanup_info: null_mut(),
-            };
-            // SAFETY: tpb resolved; its `pcore` lives as long as the context.
-            mr_set.model_allocator = self.dmem_allocator_create(
-                unsafe { addr_of_mut!((*tpb).pcore) },
-                dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
-            )?;
-            // SAFETY: `m` is our fresh model slot; we record ownership as soon as we have it so
-            // rollback finds everything.
-            unsafe { (*m).sg_allocators[s] = mr_set.model_allocator };
-            let set = self.st.mem_ref_sets.alloc("mem_ref_set")?.as_ptr();
-            // SAFETY: fresh slot.
+            // Each piece is stored in the model the moment it exists, so rollback finds it.
+            // SAFETY: tpb resolved (its `pcore` lives as long as the context); `m` is our fresh,
+            // unpublished model slot.
             unsafe {
+                (*m).sg_allocators[s] = self.dmem_allocator_create(
+                    addr_of_mut!((*tpb).pcore),
+                    dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
+                )?;
+                let set = self.st.mem_ref_sets.alloc("mem_ref_set")?.as_ptr();
                 ht::ht_init(addr_of_mut!((*set).hdr), constants::MEM_REF_SET_BUCKETS);
-                mr_set.mem_ref_set = addr_of_mut!((*set).hdr);
-                (*m).sg_mem_ref_sets[s] = mr_set.mem_ref_set;
+                (*m).sg_mem_ref_sets[s] = addr_of_mut!((*set).hdr);
+                (*m).sg_gc_trackers[s] = self.dmem_list_new()?;
             }
-            mr_set.gc_tracker = self.dmem_list_new()?;
-            // SAFETY: as above.
-            unsafe { (*m).sg_gc_trackers[s] = mr_set.gc_tracker };
-            if s == 0 {
-                mr_set.scratchpad_cleanup_info = self
-                    .st
-                    .sp_cleanup
-                    .alloc("scratchpad_cleanup_info_t")?
-                    .as_ptr();
-                // SAFETY: as above.
-                unsafe { (*m).scratchpad_cleanup_info = mr_set.scratchpad_cleanup_info };
-            }
-            // MOVE into the model_t, then ZERO the shared slot (kbl_model_add, §5.3).
-            // SAFETY: our model slot.
-            unsafe {
-                if s == 0 {
-                    (*m).dmem_allocator = mr_set.model_allocator;
-                    (*m).mem_ref_set = mr_set.mem_ref_set;
-                    (*m).gc_tracker = mr_set.gc_tracker;
-                }
-            }
-            mr_set = vtpb_info_shared_mr_set_t {
-                mem_ref_set: null_mut(),
-                model_allocator: null_mut(),
-                gc_tracker: null_mut(),
-                scratchpad_cleanup_info: null_mut(),
-            };
-            let _ = mr_set;
+        }
+        // SAFETY: our model slot; subgraph 0's slots were filled above (subgraphs >= 1).
+        unsafe {
+            (*m).scratchpad_cleanup_info = self
+                .st
+                .sp_cleanup
+                .alloc("scratchpad_cleanup_info_t")?
+                .as_ptr();
+            (*m).dmem_allocator = (*m).sg_allocators[0];
+            (*m).mem_ref_set = (*m).sg_mem_ref_sets[0];
+            (*m).gc_tracker = (*m).sg_gc_trackers[0];
         }
         // SBUF EVTACCEL (§8): validated in check_spec; here the model flags.
         if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN {
@@ -548,12 +512,12 @@ impl<'a> Nrt<'a> {
             (*m).pcore = v.tpbs[0];
             (*m).num_subgraphs = spec.subgraphs;
             (*m).state = 1;
-            copy_name(&mut (*m).name, spec.name);
+            copy_c_name(&mut (*m).name, spec.name);
             (*m).num_inputs = spec.inputs.len() as u32;
             (*m).num_outputs = spec.outputs.len() as u32;
             for (i, t) in spec.inputs.iter().chain(spec.outputs.iter()).enumerate() {
                 (*m).io[i].size = t.size;
-                copy_name(&mut (*m).io[i].name, t.name);
+                copy_c_name(&mut (*m).io[i].name, t.name);
             }
             (*m).mem_usage_before = before;
             (*m).mem_usage_after = self.vnc_device_bytes(vnc);
@@ -577,10 +541,9 @@ impl<'a> Nrt<'a> {
         if !b.ulib.is_null() {
             self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared);
         }
+        // A failed first staging cached nothing (stage_once stores only on success).
         if !b.ulib_tpb.is_null() && b.ulib_shared {
             self.ulib_unstage_if_unused(b.ulib_tpb);
-        } else if !b.ulib_tpb.is_null() && b.ulib.is_null() {
-            // A failed first staging leaves nothing cached; nothing to undo.
         }
         if b.sp_pages > 0 {
             self.scratchpad_release(b.sp_tpb, b.sp_pages);
@@ -776,7 +739,6 @@ impl<'a> Nrt<'a> {
         let m = self.get_model_ref_count(tpb0, h)?;
         let v = *self.vtpb_get_virtual_core(vnc as i64)?;
         let mut g = ExecGuard {
-            nrt: *self,
             model: m,
             tpbs: [null_mut(); 2],
             _locks: [None, None],
@@ -800,17 +762,21 @@ impl<'a> Nrt<'a> {
 
     /// Footprint of a resident model.
     pub fn model_info(&self, h: H_MODEL) -> Result<ModelInfo> {
-        let (tpb, vnc) = self.find_model_core(h)?;
-        let m = self.get_model_ref_count(tpb, h)?;
-        let mut info = ModelInfo {
-            handle: h.id,
-            vnc,
-            ..Default::default()
-        };
-        // SAFETY: we hold a reference.
-        unsafe {
-            for s in 0..MAX_SUBGRAPHS {
-                self.allocator_for_each((*m).sg_allocators[s], |d| {
+        self.with_model(h, |m, vnc, refs| {
+            let c = m.scratchpad_cleanup_info;
+            // SAFETY: the cleanup record (when set) lives as long as the model, which is held.
+            let scratchpad_pages = unsafe { c.as_ref() }.map_or(0, |c| c.num_pages);
+            let mut info = ModelInfo {
+                handle: h.id,
+                vnc,
+                scratchpad_pages,
+                shared_ulib: m.ulib_is_shared != 0,
+                subgraphs: m.num_subgraphs,
+                ref_count: refs,
+                ..Default::default()
+            };
+            for al in m.sg_allocators {
+                self.allocator_for_each(al, |d| {
                     info.allocations += 1;
                     info.bytes += d.allocated_size;
                     if d.mem_type == dma_mem_location_t::TONGA_DRAM as u32 {
@@ -819,27 +785,29 @@ impl<'a> Nrt<'a> {
                     }
                 });
             }
-            let c = (*m).scratchpad_cleanup_info;
-            info.scratchpad_pages = if c.is_null() { 0 } else { (*c).num_pages };
-            info.shared_ulib = (*m).ulib_is_shared != 0;
-            info.subgraphs = (*m).num_subgraphs;
-            info.ref_count = (*m).ref_count.fetch_sub(1, Ordering::AcqRel) - 1;
-        }
-        Ok(info)
+            info
+        })
     }
 
     /// Calls `f` on every dmem of a resident model's MODEL heaps.
     pub fn for_each_model_dmem(&self, h: H_MODEL, mut f: impl FnMut(&dmem_t)) -> Result<()> {
-        let (tpb, _) = self.find_model_core(h)?;
-        let m = self.get_model_ref_count(tpb, h)?;
-        // SAFETY: we hold a reference.
-        unsafe {
-            for s in 0..MAX_SUBGRAPHS {
-                self.allocator_for_each((*m).sg_allocators[s], &mut f);
+        self.with_model(h, |m, _, _| {
+            for al in m.sg_allocators {
+                self.allocator_for_each(al, &mut f);
             }
-            (*m).ref_count.fetch_sub(1, Ordering::AcqRel);
-        }
-        Ok(())
+        })
+    }
+
+    /// Runs `f` on a resident model while holding a reference on it (so an unload waits):
+    /// `f(model, logical core, references held by others)`.
+    fn with_model<R>(&self, h: H_MODEL, f: impl FnOnce(&model_t, u32, u64) -> R) -> Result<R> {
+        let (tpb, vnc) = self.find_model_core(h)?;
+        let m = self.get_model_ref_count(tpb, h)?;
+        // SAFETY: we hold a reference: the model is not freed until we drop it below.
+        let r = unsafe { f(&*m, vnc, (*m).ref_count.load(Ordering::Acquire) - 1) };
+        // SAFETY: the reference taken above.
+        unsafe { (*m).ref_count.fetch_sub(1, Ordering::AcqRel) };
+        Ok(r)
     }
 
     /// Handles of the models resident on logical core `vnc`.

@@ -133,6 +133,23 @@ impl Nrt<'_> {
         }
     }
 
+    /// Runs `f` on the scratchpad of physical core `(dev, core)` with its lock held.
+    fn with_scratchpad<R>(
+        &self,
+        dev: u32,
+        core: u32,
+        f: impl FnOnce(&tdrv_scratchpad_t) -> R,
+    ) -> Result<R> {
+        let tpb = self.tpb(dev, core)?;
+        // SAFETY: resolved tpb; the page table is only written under this lock, which we hold
+        // for as long as the shared reference lives.
+        unsafe {
+            let sp = addr_of_mut!((*tpb).scratchpad);
+            let _g = (*sp).lock.lock();
+            Ok(f(&*sp))
+        }
+    }
+
     /// `tdrv_scratchpad_get_mem` (spec §8): maps a scratchpad window to `(page dmem, offset in
     /// page)`. Contiguous mode lays pages out in reverse order (the driver carves them growing
     /// backwards from the end of the pool).
@@ -143,59 +160,45 @@ impl Nrt<'_> {
         offset: u64,
         size: u64,
     ) -> Result<(Dmem, u64)> {
-        let tpb = self.tpb(dev, core)?;
-        // SAFETY: resolved tpb; guarded by the scratchpad lock.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            let _g = (*sp).lock.lock();
-            let ps = (*sp).page_size.max(1);
-            let n = (*sp).num_pages as u64;
-            let mut idx = offset / ps;
-            let in_page = offset % ps;
+        self.with_scratchpad(dev, core, |sp| {
+            let ps = sp.page_size.max(1);
+            let n = sp.num_pages as u64;
+            let outside = Error::OutOfBounds {
+                offset,
+                len: size,
+                size: n * ps,
+            };
+            let (idx, in_page) = (offset / ps, offset % ps);
             if idx >= n || in_page.checked_add(size).is_none_or(|e| e > ps) {
-                return Err(Error::OutOfBounds {
-                    offset,
-                    len: size,
-                    size: n * ps,
-                });
+                return Err(outside);
             }
-            if (*sp).is_contiguous != 0 {
-                idx = n - 1 - idx;
-            }
-            let m = (*sp).pages[idx as usize].dmem;
+            let idx = if sp.is_contiguous != 0 {
+                n - 1 - idx
+            } else {
+                idx
+            };
+            let m = sp.pages[idx as usize].dmem;
             if m.is_null() {
-                return Err(Error::OutOfBounds {
-                    offset,
-                    len: size,
-                    size: n * ps,
-                });
+                return Err(outside);
             }
             Ok((m, in_page))
-        }
+        })?
     }
 
     /// `(page_size, pages in use, is_contiguous)` of a core's scratchpad.
     pub fn scratchpad_info(&self, dev: u32, core: u32) -> Result<(u64, u32, bool)> {
-        let tpb = self.tpb(dev, core)?;
-        // SAFETY: resolved tpb; guarded by the scratchpad lock.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            let _g = (*sp).lock.lock();
-            Ok(((*sp).page_size, (*sp).num_pages, (*sp).is_contiguous != 0))
-        }
+        self.with_scratchpad(dev, core, |sp| {
+            (sp.page_size, sp.num_pages, sp.is_contiguous != 0)
+        })
     }
 
     /// Scratchpad page `i` of a core: `(backing dmem or null, references held)`.
     pub fn scratchpad_page(&self, dev: u32, core: u32, i: usize) -> Result<(Dmem, u32)> {
-        let tpb = self.tpb(dev, core)?;
-        if i >= constants::SCRATCHPAD_MAX_PAGES {
-            return Err(Error::InvalidArgument("page index"));
-        }
-        // SAFETY: resolved tpb; guarded by the scratchpad lock.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            let _g = (*sp).lock.lock();
-            Ok(((*sp).pages[i].dmem, (*sp).pages[i].refs))
-        }
+        self.with_scratchpad(dev, core, |sp| {
+            sp.pages
+                .get(i)
+                .map(|p| (p.dmem, p.refs))
+                .ok_or(Error::InvalidArgument("page index"))
+        })?
     }
 }

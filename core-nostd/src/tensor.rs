@@ -15,10 +15,11 @@ use core::ptr::{addr_of_mut, null_mut, NonNull};
 use core::sync::atomic::Ordering;
 
 use crate::abi::*;
+use crate::cstr::c_name;
 use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, Result};
-use crate::model::{c_name, ExecGuard};
+use crate::model::ExecGuard;
 
 const TENSOR_MAGIC: u32 = 0x7e45_0a11;
 const STORAGE_MAGIC: u32 = 0x570a_6e01;
@@ -447,7 +448,8 @@ impl<'a> Nrt<'a> {
         self.check_state()?;
         let (s, base, len) = self.storage_of(t)?;
         check_window(offset, size, len)?;
-        // SAFETY: live storage.
+        // SAFETY: live storage; the window lies inside it (checked above), and a MALLOC storage
+        // owns (or was attached with) `allocated_size` writable bytes.
         unsafe {
             match dmem_storage_type::from_raw((*s).r#type) {
                 Some(dmem_storage_type::DMA) => {
@@ -462,16 +464,13 @@ impl<'a> Nrt<'a> {
                         )
                         .map_err(Error::Driver)
                 }
-                _ => {
-                    let chunk = [value; 256];
-                    let mut done = 0;
-                    while done < size {
-                        let k = (size - done).min(256);
-                        self.tensor_io(t, offset + done, Some(&chunk[..k as usize]), None)?;
-                        done += k;
-                    }
+                Some(dmem_storage_type::MALLOC) => {
+                    // The window was checked against the storage above.
+                    let p = ((*s).mem as *mut u8).add((base + offset) as usize);
+                    core::ptr::write_bytes(p, value, size as usize);
                     Ok(())
                 }
+                _ => Err(Error::InvalidArgument("tensor storage has no memory")),
             }
         }
     }
