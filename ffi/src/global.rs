@@ -301,6 +301,20 @@ pub(crate) unsafe fn required_name<'a>(p: *const c_char, what: &str) -> Res<&'a 
     unsafe { read_name(p, what) }?.ok_or_else(|| Fail::invalid(format_args!("{what} is NULL")))
 }
 
+/// The `free(T **p)` convention of the public API: takes `*p` and leaves NULL behind, so a
+/// second call with the same variable is a no-op. `None` when `p` or `*p` is NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for a read and a write.
+pub(crate) unsafe fn take_nulled<T>(p: *mut *mut T) -> Option<*mut T> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null; the caller guarantees it is readable and writable.
+    let v = unsafe { p.replace(std::ptr::null_mut()) };
+    (!v.is_null()).then_some(v)
+}
+
 /// Writes `v` through an out-pointer, `NRT_INVALID` when it is NULL.
 ///
 /// # Safety

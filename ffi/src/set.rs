@@ -40,16 +40,10 @@ pub unsafe extern "C" fn nrt_allocate_tensor_set(result: *mut *mut nrt_tensor_se
 #[no_mangle]
 pub unsafe extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut nrt_tensor_set_t) {
     global::entry_value("nrt_destroy_tensor_set", (), || {
-        if tensor_set.is_null() {
+        // SAFETY: caller contract.
+        let Some(set) = (unsafe { global::take_nulled(tensor_set) }) else {
             return Ok(());
-        }
-        // SAFETY: non-null; caller contract.
-        let set = unsafe { *tensor_set };
-        if set.is_null() {
-            return Ok(());
-        }
-        // SAFETY: as above.
-        unsafe { *tensor_set = std::ptr::null_mut() };
+        };
         match lock(&SETS).remove(&(set as usize)) {
             Some(_) => Ok(()),
             None => Err(Fail::invalid(

@@ -62,16 +62,10 @@ pub unsafe extern "C" fn nrt_tensor_allocate(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
     global::entry_value("nrt_tensor_free", (), || {
-        if tensor.is_null() {
+        // SAFETY: caller contract. After nrt_tensor_free the caller's pointer is always NULL.
+        let Some(t) = (unsafe { global::take_nulled(tensor) }) else {
             return Ok(());
-        }
-        // SAFETY: non-null; caller contract.
-        let t = unsafe { *tensor };
-        if t.is_null() {
-            return Ok(());
-        }
-        // SAFETY: as above. After nrt_tensor_free the caller's pointer is always NULL.
-        unsafe { *tensor = std::ptr::null_mut() };
+        };
         global::with_rt(|r| {
             r.rt.nrt().tensor_free(t, Some(r.rt.host_mem()))?;
             lock(&r.tensors).remove(&(t as usize));
