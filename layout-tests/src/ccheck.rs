@@ -245,18 +245,33 @@ fn run_tool(cmd: &mut Command, what: &str) -> Result<std::process::Output, CcErr
     cmd.output().map_err(|e| CcError::Io(what.to_string(), e))
 }
 
+/// Creates `dir` and writes `header_text` as `dir/nrt_layout.h` and `source` as `src`.
+fn write_sources(dir: &Path, header_text: &str, src: &Path, source: &str) -> Result<(), CcError> {
+    std::fs::create_dir_all(dir).map_err(|e| CcError::Io(format!("mkdir {}", dir.display()), e))?;
+    let header = dir.join("nrt_layout.h");
+    std::fs::write(&header, header_text)
+        .map_err(|e| CcError::Io(format!("write {}", header.display()), e))?;
+    std::fs::write(src, source).map_err(|e| CcError::Io(format!("write {}", src.display()), e))
+}
+
+/// Runs a `cc` invocation; a failed compile is [`CcError::Compile`] with cc's stderr.
+fn run_cc(cmd: &mut Command) -> Result<(), CcError> {
+    let out = run_tool(cmd, "run cc")?;
+    if !out.status.success() {
+        return Err(CcError::Compile(
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// Writes `header_text` as `dir/nrt_layout.h`, compiles and runs the probe for every ABI struct,
 /// and returns every disagreement with the Rust tables (empty = the C compiler agrees).
 pub fn cross_check(header_text: &str, dir: &Path) -> Result<Vec<Mismatch>, CcError> {
-    std::fs::create_dir_all(dir).map_err(|e| CcError::Io(format!("mkdir {}", dir.display()), e))?;
-    let header = dir.join("nrt_layout.h");
     let src = dir.join("probe.c");
     let exe = dir.join("probe");
-    std::fs::write(&header, header_text)
-        .map_err(|e| CcError::Io(format!("write {}", header.display()), e))?;
-    std::fs::write(&src, probe_source(abi::STRUCTS))
-        .map_err(|e| CcError::Io(format!("write {}", src.display()), e))?;
-    let out = run_tool(
+    write_sources(dir, header_text, &src, &probe_source(abi::STRUCTS))?;
+    run_cc(
         Command::new(compiler())
             .arg("-std=gnu11")
             .arg("-I")
@@ -264,13 +279,7 @@ pub fn cross_check(header_text: &str, dir: &Path) -> Result<Vec<Mismatch>, CcErr
             .arg("-o")
             .arg(&exe)
             .arg(&src),
-        "run cc",
     )?;
-    if !out.status.success() {
-        return Err(CcError::Compile(
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ));
-    }
     let run = run_tool(&mut Command::new(&exe), "run the probe")?;
     if !run.status.success() {
         return Err(CcError::Probe(format!("exit {}", run.status)));
@@ -321,14 +330,10 @@ pub fn compile_c(
     stem: &str,
     extra_flags: &[&str],
 ) -> Result<PathBuf, CcError> {
-    std::fs::create_dir_all(dir).map_err(|e| CcError::Io(format!("mkdir {}", dir.display()), e))?;
-    let header = dir.join("nrt_layout.h");
     let src = dir.join(format!("{stem}.c"));
     let obj = dir.join(format!("{stem}.o"));
-    std::fs::write(&header, header_text)
-        .map_err(|e| CcError::Io(format!("write {}", header.display()), e))?;
-    std::fs::write(&src, source).map_err(|e| CcError::Io(format!("write {}", src.display()), e))?;
-    let out = run_tool(
+    write_sources(dir, header_text, &src, source)?;
+    run_cc(
         Command::new(compiler())
             .current_dir(dir)
             .arg("-std=gnu11")
@@ -340,12 +345,6 @@ pub fn compile_c(
             .arg("-o")
             .arg(&obj)
             .arg(&src),
-        "run cc",
     )?;
-    if !out.status.success() {
-        return Err(CcError::Compile(
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ));
-    }
     Ok(obj)
 }
