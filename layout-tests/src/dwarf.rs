@@ -701,15 +701,10 @@ impl<'a> Ctx<'a> {
         if depth > MAX_DEPTH {
             return None;
         }
+        // typedefs and qualifiers have their target's size
+        let loc = self.peel(loc)?;
         let e = self.entry(loc)?;
         match e.tag() {
-            gimli::DW_TAG_typedef
-            | gimli::DW_TAG_const_type
-            | gimli::DW_TAG_volatile_type
-            | gimli::DW_TAG_atomic_type
-            | gimli::DW_TAG_restrict_type => {
-                self.type_size(self.type_ref(loc.unit, &e)?, depth + 1)
-            }
             gimli::DW_TAG_pointer_type
             | gimli::DW_TAG_reference_type
             | gimli::DW_TAG_rvalue_reference_type => Self::udata(&e, gimli::DW_AT_byte_size)
