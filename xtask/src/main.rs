@@ -246,6 +246,21 @@ fn elf_sizes(image: &Path) -> DynResult<ElfSizes> {
     Ok(s)
 }
 
+/// `cargo <verb> -p nrt-firmware --profile firmware --features <features>`.
+fn firmware_cargo(verb: &str, features: &str) -> Command {
+    let mut c = cargo();
+    c.args([
+        verb,
+        "-p",
+        "nrt-firmware",
+        "--profile",
+        "firmware",
+        "--features",
+        features,
+    ]);
+    c
+}
+
 /// Builds the image (`--profile firmware --features image`) and returns its path, as cargo
 /// reports it (so `CARGO_TARGET_DIR` and `build.target-dir` are honoured).
 fn firmware_build(features: &str, quiet: bool) -> DynResult<PathBuf> {
@@ -254,17 +269,8 @@ fn firmware_build(features: &str, quiet: bool) -> DynResult<PathBuf> {
             "==> build nrt-firmware (profile firmware: panic=abort, opt-level=s, lto; features {features})"
         );
     }
-    let out = cargo()
-        .args([
-            "build",
-            "-p",
-            "nrt-firmware",
-            "--profile",
-            "firmware",
-            "--features",
-            features,
-            "--message-format=json-render-diagnostics",
-        ])
+    let out = firmware_cargo("build", features)
+        .arg("--message-format=json-render-diagnostics")
         .stderr(std::process::Stdio::inherit())
         .output()?;
     if !out.status.success() {
@@ -508,19 +514,8 @@ fn firmware_ci() -> DynResult {
         run(
             &format!("clippy nrt-firmware (profile firmware, features {features})"),
             {
-                let mut c = cargo();
-                c.args([
-                    "clippy",
-                    "-p",
-                    "nrt-firmware",
-                    "--profile",
-                    "firmware",
-                    "--features",
-                    features,
-                    "--",
-                    "-D",
-                    "warnings",
-                ]);
+                let mut c = firmware_cargo("clippy", features);
+                c.args(["--", "-D", "warnings"]);
                 c
             },
         )?;
