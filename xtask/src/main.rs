@@ -84,7 +84,7 @@ fn loom() -> DynResult {
 }
 
 /// `nrt-layout <args> --root <workspace>` through cargo: the layout logic lives in the
-/// `nrt-layout` crate, so xtask itself stays dependency-free and quick to build.
+/// `nrt-layout` crate, so xtask does not build it (or its DWARF stack) for every task.
 fn layout_tool(args: &[&str]) -> Command {
     let mut c = cargo();
     c.args([
