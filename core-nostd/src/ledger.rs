@@ -63,20 +63,30 @@ fn roll_up(v: &[u64; 23]) -> [u64; 7] {
     out
 }
 
-/// Adds to a counter and raises its high-water mark. The peak is only written (a CAS loop)
-/// when it actually rises: the common path is one RMW and one load.
-fn bump(cur: &AtomicU64, peak: &AtomicU64, delta: u64) {
-    let now = cur.fetch_add(delta, Ordering::AcqRel) + delta;
+/// Adds to a counter and raises its high-water mark. Caller holds the ledger lock, so plain
+/// loads and stores suffice: one lock acquisition replaces three read-modify-writes per update.
+fn add_locked(cur: &AtomicU64, peak: &AtomicU64, delta: u64) {
+    let now = cur.load(Ordering::Relaxed).wrapping_add(delta);
+    cur.store(now, Ordering::Relaxed);
     if now > peak.load(Ordering::Relaxed) {
-        peak.fetch_max(now, Ordering::AcqRel);
+        peak.store(now, Ordering::Relaxed);
     }
+}
+
+/// Takes from a counter (caller holds the ledger lock).
+fn sub_locked(cur: &AtomicU64, delta: u64) {
+    cur.store(
+        cur.load(Ordering::Relaxed).wrapping_sub(delta),
+        Ordering::Relaxed,
+    );
 }
 
 impl Nrt<'_> {
     /// `dml_add_entry` (spec §3.2 step 6): books `m` in its device's ledger (`[nc][usage]` and
     /// `[nc][22]`, device or host side), updates peaks and aggregates, and emits the trace line.
     pub(crate) fn dml_add_entry(&self, mla: *mut mla_t, action: Action, m: *const dmem_t) {
-        // SAFETY: `mla` is a resolved device; `m` is live; all counters are atomics.
+        // SAFETY: `mla` is a resolved device; `m` is live; the counters are atomics, written only
+        // under the ledger lock.
         unsafe {
             let nc = ((*m).nc_id as usize).min(constants::TPBS_PER_MLA - 1);
             let usage = ((*m).mem_usage_type as usize).min(TOTAL - 1);
@@ -98,18 +108,20 @@ impl Nrt<'_> {
                     &log.peak_device_bytes,
                 )
             };
+            let g = log.lock.lock();
             match action {
                 Action::Alloc => {
-                    bump(&rows[nc][usage], &peaks[nc][usage], bytes);
-                    bump(&rows[nc][TOTAL], &peaks[nc][TOTAL], bytes);
-                    bump(total, total_peak, bytes);
+                    add_locked(&rows[nc][usage], &peaks[nc][usage], bytes);
+                    add_locked(&rows[nc][TOTAL], &peaks[nc][TOTAL], bytes);
+                    add_locked(total, total_peak, bytes);
                 }
                 Action::Free => {
-                    rows[nc][usage].fetch_sub(bytes, Ordering::AcqRel);
-                    rows[nc][TOTAL].fetch_sub(bytes, Ordering::AcqRel);
-                    total.fetch_sub(bytes, Ordering::AcqRel);
+                    sub_locked(&rows[nc][usage], bytes);
+                    sub_locked(&rows[nc][TOTAL], bytes);
+                    sub_locked(total, bytes);
                 }
             }
+            drop(g);
             // The figures are computed only when trace logging is on (the macro's arguments
             // are not evaluated otherwise): this is the allocation hot path.
             trace!(
@@ -167,14 +179,23 @@ impl Nrt<'_> {
         rows[tpb as usize][usage].load(Ordering::Acquire)
     }
 
-    /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`.
+    /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`, read under
+    /// the ledger lock (a consistent snapshot: every row sums to its `[nc][22]`). All zero for a
+    /// device that is not attached.
     pub fn ledger_snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
         let mut d = [[0u64; 23]; 8];
         let mut h = [[0u64; 23]; 8];
-        for nc in 0..8u32 {
-            for u in 0..23usize {
-                d[nc as usize][u] = self.ledger_device(dev, nc, u);
-                h[nc as usize][u] = self.ledger_host(dev, nc, u);
+        if dev >= self.num_devices() {
+            return (d, h);
+        }
+        let mla = self.mla_ptr(dev);
+        // SAFETY: attached device; the cells are atomics.
+        let (log, host) = unsafe { (&(*mla).dmem_logger, &(*mla).host_usage_nc) };
+        let _g = log.lock.lock();
+        for nc in 0..8 {
+            for u in 0..23 {
+                d[nc][u] = log.memory_usage_nc[nc][u].load(Ordering::Relaxed);
+                h[nc][u] = host[nc][u].load(Ordering::Relaxed);
             }
         }
         (d, h)
@@ -186,6 +207,8 @@ impl Nrt<'_> {
         for pc in self.vcore_tpbs(vnc)? {
             let mla = self.mla_ptr(pc.device_id);
             let nc = pc.device_tpb_idx as usize;
+            // SAFETY: resolved device (one consistent reading per physical core).
+            let _g = unsafe { (*mla).dmem_logger.lock.lock() };
             for u in 0..23 {
                 // SAFETY: resolved device; atomics.
                 unsafe {
@@ -224,6 +247,9 @@ impl Nrt<'_> {
         for pc in self.vcore_tpbs(vnc)? {
             let mla = self.mla_ptr(pc.device_id);
             let nc = pc.device_tpb_idx as usize;
+            // SAFETY: resolved device. Under the ledger lock no update can slip between the
+            // load of a row and the store of its peak.
+            let _g = unsafe { (*mla).dmem_logger.lock.lock() };
             for u in 0..23 {
                 // SAFETY: resolved device; atomics.
                 unsafe {

@@ -379,3 +379,72 @@ proptest! {
         prop_assert_eq!(n.driver_bytes_in_use(), 0);
     }
 }
+
+/// The ledger lock (spec §3.4, `dma_mem_log_t.lock`): while threads allocate and free on two
+/// cores under two usage types, every snapshot is consistent (each row's categories sum to its
+/// `[nc][22]` total) and a peak reset never leaves a peak below the current usage.
+#[test]
+fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const COLLECTIVES: dma_mem_usage_type_t = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_COLLECTIVES;
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for core in 0..2u32 {
+            let (f, stop) = (&f, &stop);
+            s.spawn(move || {
+                let n = f.nrt();
+                let al = n.core_allocator(0, core).unwrap();
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let a = n
+                        .dmem_alloc(
+                            al,
+                            &AllocArgs::device(4096 * (1 + i % 7), 0, TENSOR, "a"),
+                            None,
+                        )
+                        .unwrap();
+                    let b = n
+                        .dmem_alloc(al, &AllocArgs::device(8192, 0, COLLECTIVES, "b"), None)
+                        .unwrap();
+                    n.dmem_free(a).unwrap();
+                    n.dmem_free(b).unwrap();
+                    i += 1;
+                }
+            });
+        }
+        // Stops the writers however this thread leaves the scope (a failed assertion
+        // included), so a failure reports instead of hanging in the scope's join.
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        let n = f.nrt();
+        for round in 0..3_000 {
+            let (dev, _) = n.ledger_snapshot(0);
+            for (nc, row) in dev.iter().enumerate() {
+                let sum: u64 = row[..22].iter().sum();
+                assert_eq!(
+                    sum, row[22],
+                    "round {round}: core {nc}'s categories vs its total"
+                );
+            }
+            if round % 3 == 0 {
+                n.reset_peak(0).unwrap();
+            }
+            let u = n.vnc_usage(0).unwrap();
+            for c in 0..23 {
+                assert!(
+                    u.device_peak[c] >= u.device[c],
+                    "round {round}: peak below usage ({c})"
+                );
+            }
+        }
+    });
+    let n = f.nrt();
+    assert_eq!(n.ledger_snapshot(0), ([[0; 23]; 8], [[0; 23]; 8]));
+    n.close().unwrap();
+}

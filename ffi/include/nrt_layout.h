@@ -319,7 +319,8 @@ struct dma_mem_log_t {
     uint64_t peak_device_bytes;      /*     1488        8  chosen */
     uint64_t peak_host_bytes;        /*     1496        8  chosen */
     uint64_t oom_count;              /*     1504        8  chosen */
-    uint8_t _reserved_1512[88];      /*     1512       88  reserved */
+    nrt_mutex_t lock;                /*     1512       40  chosen */
+    uint8_t _reserved_1552[48];      /*     1552       48  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 _Static_assert(sizeof(dma_mem_log_t) == 1600, "dma_mem_log_t: size 1600");

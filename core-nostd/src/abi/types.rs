@@ -70,7 +70,9 @@ abi_struct! {
 abi_struct! {
     /// The per-device usage ledger `mla.dmem_logger` (spec §3.4, 1600 B): bytes of device
     /// memory (HBM) per (core, usage type); `[nc][22]` is the per-core total. After it, the
-    /// device-wide totals and their high-water marks, and the count of device OOMs.
+    /// device-wide totals and their high-water marks, the count of device OOMs, and the lock
+    /// every ledger update takes (so one alloc's row, per-core total, device total and peaks
+    /// move together, and a reader holding it sees a consistent ledger).
     pub struct dma_mem_log_t [size = 1600, align = 8, section = "3.4"] {
         @0 pub memory_usage_nc: [[AtomicU64; 23]; 8] = Chosen,
         @1472 pub total_device_bytes: AtomicU64 = Chosen,
@@ -78,7 +80,8 @@ abi_struct! {
         @1488 pub peak_device_bytes: AtomicU64 = Chosen,
         @1496 pub peak_host_bytes: AtomicU64 = Chosen,
         @1504 pub oom_count: AtomicU64 = Chosen,
-        @1512 _reserved_1512: [u8; 88] = Reserved,
+        @1512 pub lock: nrt_mutex_t = Chosen,
+        @1552 _reserved_1552: [u8; 48] = Reserved,
     }
 }
 
