@@ -307,6 +307,9 @@ struct DeviceState {
     host: Carve<HOST_NODES>,
     backing: *mut u8,
     backing_len: u64,
+    /// `memory_alloc` calls on this device since `init` (counted under the device lock, so
+    /// the hot path pays no extra atomic read-modify-write).
+    alloc_calls: u64,
 }
 
 impl DeviceState {
@@ -337,7 +340,9 @@ pub struct SimDevice {
     host_capacity: u64,
     aligned_alloc: AtomicU32,
     feature_flags: AtomicU64,
-    alloc_calls: AtomicU64,
+    /// `memory_alloc` calls naming no attached device (the per-device counts are in
+    /// [`DeviceState`]).
+    stray_alloc_calls: AtomicU64,
     /// Fault: the allocation call that brings this from 1 to 0 fails.
     fail_countdown: AtomicU64,
     /// Fault: bit `c` set → every allocation of category `c` fails.
@@ -400,6 +405,7 @@ impl SimDevice {
                 .map_err(carve_errno)?;
             st.backing = core::ptr::null_mut();
             st.backing_len = 0;
+            st.alloc_calls = 0;
         }
         self.device_count = cfg.devices;
         self.preset = cfg.preset as u8;
@@ -408,7 +414,7 @@ impl SimDevice {
         self.host_capacity = host;
         *self.aligned_alloc.get_mut() = u32::from(cfg.aligned_alloc);
         *self.feature_flags.get_mut() = cfg.feature_flags.unwrap_or(info.feature_flags);
-        *self.alloc_calls.get_mut() = 0;
+        *self.stray_alloc_calls.get_mut() = 0;
         *self.fail_countdown.get_mut() = 0;
         *self.fail_categories.get_mut() = 0;
         Ok(())
@@ -488,7 +494,9 @@ impl SimDevice {
 
     /// `memory_alloc` calls since `init` (failed ones included).
     pub fn alloc_calls(&self) -> u64 {
-        self.alloc_calls.load(Ordering::Acquire)
+        (0..self.device_count).fold(self.stray_alloc_calls.load(Ordering::Acquire), |n, d| {
+            n + self.with_dev(d, |st| Ok(st.alloc_calls)).unwrap_or(0)
+        })
     }
 
     /// Grants or withdraws aligned-alloc support (spec §3.2 `ndl_supports_align`): without it
@@ -528,18 +536,9 @@ impl SimDevice {
         })
     }
 
-    /// MEM_ALLOC: carves the request from its pool; returns `(handle, physical address)`.
-    fn alloc_block(&self, dev: u32, req: &AllocRequest) -> Result<(u64, u64), Errno> {
-        self.alloc_calls.fetch_add(1, Ordering::AcqRel);
-        // Only touch the countdown (a CAS) when a fault is armed.
-        let fire = self.fail_countdown.load(Ordering::Acquire) != 0
-            && self
-                .fail_countdown
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
-                == Ok(1);
-        if dev >= self.device_count {
-            return Err(errno::ENODEV);
-        }
+    /// The kernel's checks of a MEM_ALLOC request and the injected faults, in that order;
+    /// returns the page-rounded size.
+    fn check_alloc(&self, req: &AllocRequest, fire: bool) -> Result<u64, Errno> {
         if req.size == 0
             || req.nc_id >= MAX_NC_ID
             || req.region != 0
@@ -566,11 +565,27 @@ impl SimDevice {
             return Err(errno::ENOMEM);
         }
         // Page rounding; a size that cannot be rounded is larger than any pool.
-        let size = match req.size.checked_add(PAGE_SIZE - 1) {
-            Some(s) => s & !(PAGE_SIZE - 1),
-            None => return Err(errno::ENOMEM),
-        };
+        req.size
+            .checked_add(PAGE_SIZE - 1)
+            .map(|s| s & !(PAGE_SIZE - 1))
+            .ok_or(errno::ENOMEM)
+    }
+
+    /// MEM_ALLOC: carves the request from its pool; returns `(handle, physical address)`.
+    fn alloc_block(&self, dev: u32, req: &AllocRequest) -> Result<(u64, u64), Errno> {
+        // Only touch the countdown (a CAS) when a fault is armed.
+        let fire = self.fail_countdown.load(Ordering::Acquire) != 0
+            && self
+                .fail_countdown
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
+                == Ok(1);
+        if dev >= self.device_count {
+            self.stray_alloc_calls.fetch_add(1, Ordering::AcqRel);
+            return Err(errno::ENODEV);
+        }
         self.with_dev(dev, |st| {
+            st.alloc_calls += 1;
+            let size = self.check_alloc(req, fire)?;
             let (pool, r) = if req.host {
                 (Pool::Host, st.host.alloc(size, 0))
             } else {
