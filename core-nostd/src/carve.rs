@@ -21,6 +21,12 @@
 //!   granule — the class that guarantees an aligned fit. Every step is bounded, so alloc stays
 //!   O(1)-class. Only a request that would otherwise be refused scans its own class to the end
 //!   (so "out of space" is never reported while a fitting block of that class exists).
+//! * **Address-leaning lists.** The driver's pools are first-fit (lowest address). A freed
+//!   block goes to the head of its class list unless the head has the lower address, in which
+//!   case it goes right behind it. That one comparison, with a node the insert touches anyway,
+//!   makes allocation lean toward low addresses, so live blocks pack low and large holes
+//!   survive. On trace A (docs/PERFORMANCE.md), mean utilisation at the first failure goes
+//!   from 0.862 with textbook TLSF LIFO lists to 0.918 across 10 seeds.
 //! * **Native alignment.** The head fragment in front of an aligned start is split off as its
 //!   own free block instead of being wasted.
 //! * **Immediate coalescing.** Each node links to its physical neighbours, so free merges with
@@ -783,6 +789,12 @@ impl<const N: usize> Carve<N> {
         }
     }
 
+    /// Puts free block `i` on its class list: at the head, unless the head has the lower
+    /// address, then right behind it. One comparison with a node that is touched anyway keeps
+    /// every list's head the lower-addressed of its two most recent blocks, so allocation (which
+    /// takes the first fitting entry) leans toward low addresses instead of handing out the most
+    /// recently freed hole — much of the benefit of address-ordered fit for O(1) work
+    /// (docs/PERFORMANCE.md: utilisation at first failure 0.862 → 0.918, mean of 10 traces).
     #[inline(always)]
     fn insert_free(&mut self, i: u32) {
         let (fl, sl) = mapping_insert(self.node(i).size);
@@ -791,16 +803,25 @@ impl<const N: usize> Carve<N> {
         } else {
             NIL
         };
+        let (prev, next) = if head != NIL && self.node(head).addr < self.node(i).addr {
+            (head, self.node(head).next_free)
+        } else {
+            (NIL, head)
+        };
         {
             let n = self.node_mut(i);
-            n.prev_free = NIL;
-            n.next_free = head;
+            n.prev_free = prev;
+            n.next_free = next;
             n.class = (fl * SL + sl) as u16;
         }
-        if head != NIL {
-            self.node_mut(head).prev_free = i;
+        if next != NIL {
+            self.node_mut(next).prev_free = i;
         }
-        self.heads[fl][sl] = i;
+        if prev == NIL {
+            self.heads[fl][sl] = i;
+        } else {
+            self.node_mut(prev).next_free = i;
+        }
         self.sl_bitmap[fl] |= 1 << sl;
         self.fl_bitmap |= 1 << fl;
         self.free_blocks += 1;
@@ -1086,6 +1107,25 @@ mod tests {
         let s = c.stats();
         assert_eq!((s.free, s.largest_free, s.free_blocks), (MIB, MIB, 1));
         assert_eq!(s.nodes_used, 1);
+    }
+
+    /// The driver's pools are first-fit (public ABI §3): of two equal holes, the lower one is
+    /// reused first even when the higher one was freed last (textbook TLSF's LIFO lists would
+    /// hand out the higher, most recently freed hole).
+    #[test]
+    fn equal_holes_are_reused_lowest_address_first() {
+        let mut c = carve::<64>(0, MIB, 4096);
+        let blocks: Vec<_> = (0..6).map(|_| c.alloc(8192, 0).unwrap()).collect();
+        // holes at 0 and 32 KiB (blocks 0 and 4), freed low first, then high
+        c.free(blocks[0].id).unwrap();
+        c.free(blocks[4].id).unwrap();
+        assert_eq!(c.alloc(8192, 0).map(|b| b.addr), Ok(blocks[0].addr));
+        assert_eq!(c.alloc(8192, 0).map(|b| b.addr), Ok(blocks[4].addr));
+        // and freed high first, then low
+        c.free(blocks[3].id).unwrap();
+        c.free(blocks[1].id).unwrap();
+        assert_eq!(c.alloc(8192, 0).map(|b| b.addr), Ok(blocks[1].addr));
+        c.check().unwrap();
     }
 
     #[test]
