@@ -1,31 +1,41 @@
-//! `nrt-bench [--quick] [--json]`: runs the carve-vs-crates comparison and prints one JSON
-//! object on stdout (keys in `docs/PERFORMANCE.md`); without `--json` a human summary goes to
-//! stderr as well.
+//! `nrt-bench [--quick] [--json] [--dmem]`: runs the carve-vs-crates comparison and prints one
+//! JSON object on stdout (keys in `docs/PERFORMANCE.md`); without `--json` a human summary goes
+//! to stderr as well. `--dmem` runs only the dmem-path-vs-raw-carve comparison (small enough to
+//! run under `valgrind --tool=callgrind` for instruction counts).
 
 use std::process::ExitCode;
 
 use nrt_bench::{
     carve_raw_ns_per_op_same_trace, dmem_path_ns_per_op, exact_reuse, measure, measure_all,
-    CarveBench, Measurement, OffsetBench, RangeBench, Trace, TraceSession, TraceSpec,
-    CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
+    utilisation_over_seeds, CarveBench, FirstFitRef, Measurement, OffsetBench, RangeBench,
+    SeedSpread, Trace, TraceSession, TraceSpec, CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL,
+    OFFSET_UNIT, REUSE_BLOCK,
 };
 use serde_json::json;
 
-const USAGE: &str = "usage: nrt-bench [--quick] [--json]
+const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem]
   --quick  small op counts (CI smoke): 10k churn ops, 3 repetitions
-  --json   print only the JSON object (no human summary on stderr)";
+  --json   print only the JSON object (no human summary on stderr)
+  --dmem   only the full dmem path vs the raw carve (keys dmem_path_ns_per_op,
+           carve_raw_ns_per_op_same_trace, dmem_path_vs_carve_raw_ratio)";
 
 fn opt(x: Option<f64>) -> serde_json::Value {
     x.map_or(serde_json::Value::Null, |v| json!(v))
 }
 
+fn spread(s: SeedSpread) -> serde_json::Value {
+    json!({"mean": s.mean, "min": s.min, "max": s.max})
+}
+
 fn main() -> ExitCode {
     let mut quick = false;
     let mut json_only = false;
+    let mut dmem_only = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => quick = true,
             "--json" => json_only = true,
+            "--dmem" => dmem_only = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -35,6 +45,21 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         }
+    }
+    // Measured last in a full run (after the allocator comparison, as it always was), so the
+    // runtime's large state blocks do not change the heap the comparison starts from.
+    let dmem_json = || {
+        json!({
+            "dmem_path_ns_per_op": opt(dmem_path_ns_per_op(quick)),
+            "carve_raw_ns_per_op_same_trace": opt(carve_raw_ns_per_op_same_trace(quick)),
+            "dmem_path_vs_carve_raw_ratio": opt(dmem_path_ns_per_op(quick)
+                .zip(carve_raw_ns_per_op_same_trace(quick))
+                .map(|(d, c)| d / c)),
+        })
+    };
+    if dmem_only {
+        println!("{}", dmem_json());
+        return ExitCode::SUCCESS;
     }
     let (ops, reps) = if quick { (10_000, 3) } else { (100_000, 7) };
 
@@ -53,11 +78,20 @@ fn main() -> ExitCode {
     // range-alloc is O(free ranges) per op: fewer repetitions, run on its own.
     let range = measure(RangeBench::new(CHANNEL), &a, reps.min(3));
 
+    // Utilisation at the first failure averaged over several trace-A seeds (placement policy
+    // comparison; the single-trace figure above hinges on one fill request).
+    let seeds = if quick { 2 } else { 10 };
+    let spec = TraceSpec::trace_a(ops);
+    let seeds_carve = utilisation_over_seeds(|| CarveBench::new(CHANNEL), spec, seeds);
+    let seeds_offset = utilisation_over_seeds(|| OffsetBench::new(CHANNEL), spec, seeds);
+    let seeds_range = utilisation_over_seeds(|| RangeBench::new(CHANNEL), spec, seeds);
+    let seeds_first_fit = utilisation_over_seeds(|| FirstFitRef::new(CHANNEL), spec, seeds);
+
     let reuse_carve = exact_reuse(CarveBench::new);
     let reuse_offset = exact_reuse(OffsetBench::new);
     let reuse_range = exact_reuse(RangeBench::new);
 
-    let out = json!({
+    let mut out = json!({
         "carve_ns_per_op": carve.ns_per_op,
         "offset_allocator_ns_per_op": offset.ns_per_op,
         "range_alloc_ns_per_op": range.ns_per_op,
@@ -76,13 +110,18 @@ fn main() -> ExitCode {
         "carve_utilisation_after_fill": carve.utilisation_after_fill,
         "offset_allocator_utilisation_after_fill": offset.utilisation_after_fill,
         "range_alloc_utilisation_after_fill": range.utilisation_after_fill,
+        "utilisation_at_first_failure_over_seeds": {
+            "seeds": seeds,
+            "carve": spread(seeds_carve),
+            "offset_allocator": spread(seeds_offset),
+            "range_alloc": spread(seeds_range),
+            "first_fit_reference": spread(seeds_first_fit),
+        },
         "carve_trace_failures": carve.failures,
         "offset_allocator_trace_failures": offset.failures,
         "range_alloc_trace_failures": range.failures,
         "carve_vs_offset_allocator_ns_ratio": carve.ns_per_op / offset.ns_per_op,
         "carve_68k_vs_trace_a_ns_ratio": carve_b.ns_per_op / carve.ns_per_op,
-        "dmem_path_ns_per_op": opt(dmem_path_ns_per_op(quick)),
-        "carve_raw_ns_per_op_same_trace": opt(carve_raw_ns_per_op_same_trace(quick)),
         "config": {
             "quick": quick,
             "churn_ops": ops,
@@ -98,6 +137,10 @@ fn main() -> ExitCode {
             "trace_b_mean_live": b.mean_live_in_churn,
         },
     });
+
+    if let (Some(o), serde_json::Value::Object(d)) = (out.as_object_mut(), dmem_json()) {
+        o.extend(d);
+    }
 
     if !json_only {
         let row = |name: &str, m: &Measurement| {
@@ -125,9 +168,25 @@ fn main() -> ExitCode {
         );
         row("carve (4 KiB granule)", &carve_b);
         row("offset-allocator (4 KiB)", &offset_b);
+        eprintln!("utilisation at first failure over {seeds} trace-A seeds (mean, min-max):");
+        for (name, s) in [
+            ("carve", seeds_carve),
+            ("offset-allocator", seeds_offset),
+            ("range-alloc", seeds_range),
+            ("first fit (reference)", seeds_first_fit),
+        ] {
+            eprintln!("  {name:<24} {:.3}  ({:.3}-{:.3})", s.mean, s.min, s.max);
+        }
         eprintln!(
             "exact reuse (of 50): carve {reuse_carve}, offset-allocator {reuse_offset}, range-alloc {reuse_range}"
         );
+        if let Some((d, c)) = dmem_path_ns_per_op(quick).zip(carve_raw_ns_per_op_same_trace(quick))
+        {
+            eprintln!(
+                "dmem path {d:.1} ns/op vs raw carve {c:.1} ns/op on the same trace: {:.2}x",
+                d / c
+            );
+        }
     }
     println!("{out}");
     ExitCode::SUCCESS
