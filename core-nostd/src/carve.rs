@@ -10,7 +10,7 @@
 //!
 //! TLSF-style two-level segregated free lists: a first-level class per power of two and 32
 //! linear second-level classes inside it (class width ≤ 1/32 of its lower bound), each with a
-//! LIFO list head and a bitmap bit, so finding a non-empty class is two bit scans. On top of
+//! list head and a bitmap bit, so finding a non-empty class is two bit scans. On top of
 //! textbook TLSF:
 //!
 //! * **Good fit for exact holes.** Textbook TLSF rounds a request up to the next class and so
