@@ -851,17 +851,28 @@ mod tests {
         assert_eq!(f.alloc(1, 1), None, "full");
         f.free(a[3]);
         f.free(a[1]);
-        assert_eq!(f.alloc(100, 64), Some((4 * KIB, 8 * KIB)), "lowest hole first");
+        assert_eq!(
+            f.alloc(100, 64),
+            Some((4 * KIB, 8 * KIB)),
+            "lowest hole first"
+        );
         f.free(a[0]);
         f.free((4 * KIB, 8 * KIB));
         f.free(a[2]);
-        assert_eq!(f.alloc(16 * KIB, 4096), Some((0, 16 * KIB)), "all merged back");
+        assert_eq!(
+            f.alloc(16 * KIB, 4096),
+            Some((0, 16 * KIB)),
+            "all merged back"
+        );
     }
 
     #[test]
     fn seed_spread_brackets_its_mean() {
         let s = utilisation_over_seeds(|| CarveBench::new(CHANNEL), TraceSpec::trace_a(500), 2);
-        assert!(s.min <= s.mean && s.mean <= s.max && s.min > 0.5 && s.max <= 1.0, "{s:?}");
+        assert!(
+            s.min <= s.mean && s.mean <= s.max && s.min > 0.5 && s.max <= 1.0,
+            "{s:?}"
+        );
     }
 
     #[test]
