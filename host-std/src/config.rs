@@ -4,7 +4,7 @@
 //! environment: build a [`RuntimeConfig`] from the environment, then set fields.
 #![deny(unsafe_code)]
 
-use nrt_core::sim::{parse_device_spec, Preset};
+use nrt_core::sim::{self, parse_device_spec, Preset};
 use nrt_core::vcore::VcoreOptions;
 
 /// Which driver backs the runtime.
@@ -100,6 +100,10 @@ pub struct RuntimeConfig {
     pub contiguous_scratchpad: bool,
     /// Simulated device only: honour alignments natively (off exercises the emulation).
     pub aligned_alloc: bool,
+    /// Simulated device only: bytes per HBM channel instead of the preset's
+    /// (`NRT_DMEM_SIM_CHANNEL_SIZE`). A smaller device reserves less address space, which is
+    /// what lets a trn2 (4 × 24 GiB) run under valgrind, whose address space stops at 64 GiB.
+    pub sim_channel_size: Option<u64>,
 }
 
 impl Default for RuntimeConfig {
@@ -113,6 +117,7 @@ impl Default for RuntimeConfig {
             scratchpad_page_size: None,
             contiguous_scratchpad: false,
             aligned_alloc: true,
+            sim_channel_size: None,
         }
     }
 }
@@ -150,6 +155,28 @@ fn parse_u32(var: &'static str, v: &str) -> Result<u32, ConfigError> {
         .map_err(|_| ConfigError::new(var, v, "expected a non-negative integer"))
 }
 
+fn parse_bytes(var: &'static str, v: &str) -> Result<u64, ConfigError> {
+    v.trim()
+        .parse()
+        .map_err(|_| ConfigError::new(var, v, "expected bytes"))
+}
+
+/// `NRT_DMEM_SIM_CHANNEL_SIZE`: what the simulated device accepts as a channel size.
+fn parse_channel_size(v: &str) -> Result<u64, ConfigError> {
+    const VAR: &str = "NRT_DMEM_SIM_CHANNEL_SIZE";
+    let b = parse_bytes(VAR, v)?;
+    if !b.is_multiple_of(sim::PAGE_SIZE)
+        || !(sim::MIN_CHANNEL_SIZE..=sim::MAX_POOL_SIZE).contains(&b)
+    {
+        return Err(ConfigError::new(
+            VAR,
+            v,
+            "expected a multiple of 4096 bytes from 32 MiB to 16 TiB",
+        ));
+    }
+    Ok(b)
+}
+
 impl RuntimeConfig {
     /// From the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -174,12 +201,12 @@ impl RuntimeConfig {
                 .map(|v| parse_u32("NEURON_RT_NUM_CORES", &v))
                 .transpose()?,
         });
-        if let Some(v) = get("NRT_DMEM_SCRATCHPAD_PAGE_SIZE").filter(|v| !v.trim().is_empty()) {
-            let p: u64 = v.trim().parse().map_err(|_| {
-                ConfigError::new("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", &v, "expected bytes")
-            })?;
-            c.scratchpad_page_size = Some(p);
-        }
+        c.scratchpad_page_size = var("NRT_DMEM_SCRATCHPAD_PAGE_SIZE")
+            .map(|v| parse_bytes("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", &v))
+            .transpose()?;
+        c.sim_channel_size = var("NRT_DMEM_SIM_CHANNEL_SIZE")
+            .map(|v| parse_channel_size(&v))
+            .transpose()?;
         if let Some(v) = get("NEURON_RT_EXPERIMENTAL_CONTIGUOUS_SCRATCHPAD") {
             c.contiguous_scratchpad = v.trim() == "1";
         }
@@ -264,11 +291,22 @@ mod tests {
             Some(1)
         );
         assert_eq!(parse_visible_cores("3"), Ok((3, 1)));
+        let c = cfg(&[
+            ("NRT_DMEM_SIM_CHANNEL_SIZE", "8589934592"),
+            ("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", " 1048576 "),
+        ])
+        .unwrap();
+        assert_eq!(c.sim_channel_size, Some(8 << 30));
+        assert_eq!(c.scratchpad_page_size, Some(1 << 20));
         for (k, v) in [
             ("NRT_DMEM_DEVICE", "gpu"),
             ("NEURON_RT_VISIBLE_CORES", "3-1"),
             ("NEURON_RT_VISIBLE_CORES", "a"),
             ("NEURON_RT_VIRTUAL_CORE_SIZE", "-2"),
+            ("NRT_DMEM_SIM_CHANNEL_SIZE", "8G"),
+            ("NRT_DMEM_SIM_CHANNEL_SIZE", "12345"),
+            ("NRT_DMEM_SIM_CHANNEL_SIZE", "4096"),
+            ("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "-1"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err();
             assert_eq!(e.var, k);

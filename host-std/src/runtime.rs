@@ -70,6 +70,7 @@ impl HostRuntime {
             DeviceChoice::Sim { preset, devices } => {
                 let mut c = SimConfig::new(preset, devices);
                 c.aligned_alloc = config.aligned_alloc;
+                c.channel_size_override = config.sim_channel_size;
                 Backend::Sim(HostSim::new(&c)?)
             }
             DeviceChoice::Neuron => Backend::Neuron(NeuronDriver::open()?),

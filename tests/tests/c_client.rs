@@ -115,7 +115,9 @@ fn client() -> &'static Path {
     EXE.get_or_init(|| compile("nrt_client.c", "nrt_client"))
 }
 
-fn run_client(device: &str, wrapper: &[&str]) -> String {
+/// Runs the C client on `device` (extra environment `env`, under `wrapper` if any) and checks
+/// its summary line.
+fn run_client(device: &str, env: &[(&str, &str)], wrapper: &[&str]) -> String {
     let exe = client();
     let (prog, args): (&Path, Vec<&std::ffi::OsStr>) = match wrapper.split_first() {
         Some((w, rest)) => (
@@ -134,10 +136,12 @@ fn run_client(device: &str, wrapper: &[&str]) -> String {
         .env_remove("NEURON_RT_VISIBLE_CORES")
         .env_remove("NEURON_RT_NUM_CORES")
         .env_remove("NEURON_RT_VIRTUAL_CORE_SIZE")
+        .env_remove("NRT_DMEM_SIM_CHANNEL_SIZE")
+        .envs(env.iter().copied())
         .env("NEURON_RT_LOG_LEVEL", "ERROR")
         .output()
         .expect("run nrt_client");
-    let o = check(&format!("nrt_client on {device} {wrapper:?}"), o);
+    let o = check(&format!("nrt_client on {device} {env:?} {wrapper:?}"), o);
     let stdout = String::from_utf8_lossy(&o.stdout).to_string();
     let last = stdout.lines().last().unwrap_or_default().to_string();
     let (p, f) = last
@@ -146,13 +150,13 @@ fn run_client(device: &str, wrapper: &[&str]) -> String {
     let passed: u32 = p.trim().parse().unwrap();
     assert_eq!(f.trim(), "0 failed", "{stdout}");
     assert!(passed > 300, "only {passed} checks ran:\n{stdout}");
-    eprintln!("nrt_client on {device} {wrapper:?}: {last}");
+    eprintln!("nrt_client on {device} {env:?} {wrapper:?}: {last}");
     stdout
 }
 
 #[test]
 fn c_client_passes_on_trn2() {
-    let out = run_client("sim:trn2", &[]);
+    let out = run_client("sim:trn2", &[], &[]);
     assert!(
         out.contains("Failed to allocate"),
         "OOM report printed:\n{out}"
@@ -161,7 +165,7 @@ fn c_client_passes_on_trn2() {
 
 #[test]
 fn c_client_passes_on_trn1_where_host_tensors_work() {
-    run_client("sim:trn1", &[]);
+    run_client("sim:trn1", &[], &[]);
 }
 
 fn have(tool: &str) -> bool {
@@ -171,25 +175,41 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Valgrind cannot map more than 64 GiB; a simulated trn2 reserves 104 GiB of (lazily
-/// committed) address space for its HBM, a trn1 40 GiB — so memcheck runs the client on trn1.
-/// The C ABI code paths are the same; the trn2-only differences (LNC 2, host tensors refused)
-/// run natively above.
+const MEMCHECK: &[&str] = &[
+    "valgrind",
+    "--quiet",
+    "--error-exitcode=1",
+    "--leak-check=full",
+    "--errors-for-leak-kinds=definite,indirect,possible",
+];
+
+/// The client under memcheck on trn1 (host tensors work there).
 #[test]
-fn c_client_is_clean_under_valgrind() {
+fn c_client_is_clean_under_valgrind_on_trn1() {
     if !have("valgrind") {
         eprintln!("SKIPPED: valgrind is not installed (.ci/run installs it)");
         return;
     }
-    run_client(
-        "sim:trn1",
-        &[
-            "valgrind",
-            "--quiet",
-            "--error-exitcode=1",
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite,indirect,possible",
-        ],
+    run_client("sim:trn1", &[], MEMCHECK);
+}
+
+/// The client under memcheck on trn2 (LNC 2, host tensors refused). Valgrind's address space
+/// stops at 64 GiB and a full trn2 reserves 4 × 24 GiB of HBM, so this one runs with 8 GiB
+/// channels (`NRT_DMEM_SIM_CHANNEL_SIZE`); the client expects that limit.
+#[test]
+fn c_client_is_clean_under_valgrind_on_trn2() {
+    if !have("valgrind") {
+        eprintln!("SKIPPED: valgrind is not installed (.ci/run installs it)");
+        return;
+    }
+    let out = run_client(
+        "sim:trn2",
+        &[("NRT_DMEM_SIM_CHANNEL_SIZE", &(8u64 << 30).to_string())],
+        MEMCHECK,
+    );
+    assert!(
+        out.contains("Failed to allocate"),
+        "OOM report printed:\n{out}"
     );
 }
 
