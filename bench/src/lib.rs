@@ -432,7 +432,7 @@ pub struct SeedSpread {
 }
 
 /// Utilisation at the first failure on `seeds` variants of `spec` (seed, seed + 7919, …), one
-/// untimed-for-the-purpose replay each. The figure comes from one trace and so from one
+/// replay each (its timing is not used). The figure comes from one trace and so from one
 /// fill request; this is the same measurement averaged, to compare placement policies.
 pub fn utilisation_over_seeds<A: BenchAlloc>(
     mut make: impl FnMut() -> A,
