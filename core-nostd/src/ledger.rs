@@ -201,25 +201,30 @@ impl Nrt<'_> {
         (d, h)
     }
 
+    /// Calls `f(mla, nc, device)` for each physical core of logical core `vnc`, with that
+    /// device's ledger lock held: one consistent reading (or peak reset) per core.
+    fn for_each_vnc_core(&self, vnc: i64, mut f: impl FnMut(&mla_t, usize, u32)) -> Result<()> {
+        for pc in self.vcore_tpbs(vnc)? {
+            // SAFETY: the core resolved to an attached device; the ledger cells are atomics
+            // and the lock serialises their writers.
+            let mla = unsafe { &*self.mla_ptr(pc.device_id) };
+            let _g = mla.dmem_logger.lock.lock();
+            f(mla, pc.device_tpb_idx as usize, pc.device_id);
+        }
+        Ok(())
+    }
+
     /// Per-usage breakdown of logical core `vnc` (sum over its physical cores).
     pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
         let mut b = UsageBreakdown::default();
-        for pc in self.vcore_tpbs(vnc)? {
-            let mla = self.mla_ptr(pc.device_id);
-            let nc = pc.device_tpb_idx as usize;
-            // SAFETY: resolved device (one consistent reading per physical core).
-            let _g = unsafe { (*mla).dmem_logger.lock.lock() };
+        self.for_each_vnc_core(vnc, |mla, nc, _| {
             for u in 0..23 {
-                // SAFETY: resolved device; atomics.
-                unsafe {
-                    b.device[u] +=
-                        (*mla).dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
-                    b.device_peak[u] += (*mla).dmem_peak_nc[nc][u].load(Ordering::Acquire);
-                    b.host[u] += (*mla).host_usage_nc[nc][u].load(Ordering::Acquire);
-                    b.host_peak[u] += (*mla).host_peak_nc[nc][u].load(Ordering::Acquire);
-                }
+                b.device[u] += mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
+                b.device_peak[u] += mla.dmem_peak_nc[nc][u].load(Ordering::Acquire);
+                b.host[u] += mla.host_usage_nc[nc][u].load(Ordering::Acquire);
+                b.host_peak[u] += mla.host_peak_nc[nc][u].load(Ordering::Acquire);
             }
-        }
+        })?;
         Ok(b)
     }
 
@@ -227,40 +232,26 @@ impl Nrt<'_> {
     /// physical cores; limit = their HBM capacity.
     pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
-        for pc in self.vcore_tpbs(vnc)? {
-            let mla = self.mla_ptr(pc.device_id);
-            let nc = pc.device_tpb_idx as usize;
-            // SAFETY: resolved device; atomics.
-            unsafe {
-                s.bytes_used +=
-                    (*mla).dmem_logger.memory_usage_nc[nc][TOTAL].load(Ordering::Acquire);
-                s.bytes_peak += (*mla).dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
-            }
-            s.bytes_limit += self.geom(pc.device_id).hbm_bytes_per_core();
-        }
+        self.for_each_vnc_core(vnc, |mla, nc, dev| {
+            s.bytes_used += mla.dmem_logger.memory_usage_nc[nc][TOTAL].load(Ordering::Acquire);
+            s.bytes_peak += mla.dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
+            s.bytes_limit += self.geom(dev).hbm_bytes_per_core();
+        })?;
         Ok(s)
     }
 
     /// Resets every peak of logical core `vnc` to its current value (CUDA-style
-    /// `reset_peak_memory_stats`).
+    /// `reset_peak_memory_stats`). Under the ledger lock no update can slip between the load
+    /// of a row and the store of its peak.
     pub fn reset_peak(&self, vnc: i64) -> Result<()> {
-        for pc in self.vcore_tpbs(vnc)? {
-            let mla = self.mla_ptr(pc.device_id);
-            let nc = pc.device_tpb_idx as usize;
-            // SAFETY: resolved device. Under the ledger lock no update can slip between the
-            // load of a row and the store of its peak.
-            let _g = unsafe { (*mla).dmem_logger.lock.lock() };
+        self.for_each_vnc_core(vnc, |mla, nc, _| {
             for u in 0..23 {
-                // SAFETY: resolved device; atomics.
-                unsafe {
-                    let d = (*mla).dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
-                    (*mla).dmem_peak_nc[nc][u].store(d, Ordering::Release);
-                    let h = (*mla).host_usage_nc[nc][u].load(Ordering::Acquire);
-                    (*mla).host_peak_nc[nc][u].store(h, Ordering::Release);
-                }
+                let d = mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
+                mla.dmem_peak_nc[nc][u].store(d, Ordering::Release);
+                let h = mla.host_usage_nc[nc][u].load(Ordering::Acquire);
+                mla.host_peak_nc[nc][u].store(h, Ordering::Release);
             }
-        }
-        Ok(())
+        })
     }
 
     /// Remembers the last device OOM for [`Self::last_oom`] and captures the OOM table of its
