@@ -175,22 +175,26 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-const MEMCHECK: &[&str] = &[
-    "valgrind",
-    "--quiet",
-    "--error-exitcode=1",
-    "--leak-check=full",
-    "--errors-for-leak-kinds=definite,indirect,possible",
-];
+/// Runs the client under memcheck (`None`, with a note, when valgrind is not installed).
+fn run_client_under_memcheck(device: &str, env: &[(&str, &str)]) -> Option<String> {
+    if !have("valgrind") {
+        eprintln!("SKIPPED: valgrind is not installed (.ci/run installs it)");
+        return None;
+    }
+    let memcheck = [
+        "valgrind",
+        "--quiet",
+        "--error-exitcode=1",
+        "--leak-check=full",
+        "--errors-for-leak-kinds=definite,indirect,possible",
+    ];
+    Some(run_client(device, env, &memcheck))
+}
 
 /// The client under memcheck on trn1 (host tensors work there).
 #[test]
 fn c_client_is_clean_under_valgrind_on_trn1() {
-    if !have("valgrind") {
-        eprintln!("SKIPPED: valgrind is not installed (.ci/run installs it)");
-        return;
-    }
-    run_client("sim:trn1", &[], MEMCHECK);
+    run_client_under_memcheck("sim:trn1", &[]);
 }
 
 /// The client under memcheck on trn2 (LNC 2, host tensors refused). Valgrind's address space
@@ -198,19 +202,15 @@ fn c_client_is_clean_under_valgrind_on_trn1() {
 /// channels (`NRT_DMEM_SIM_CHANNEL_SIZE`); the client expects that limit.
 #[test]
 fn c_client_is_clean_under_valgrind_on_trn2() {
-    if !have("valgrind") {
-        eprintln!("SKIPPED: valgrind is not installed (.ci/run installs it)");
-        return;
+    let channel = (8u64 << 30).to_string();
+    if let Some(out) =
+        run_client_under_memcheck("sim:trn2", &[("NRT_DMEM_SIM_CHANNEL_SIZE", &channel)])
+    {
+        assert!(
+            out.contains("Failed to allocate"),
+            "OOM report printed:\n{out}"
+        );
     }
-    let out = run_client(
-        "sim:trn2",
-        &[("NRT_DMEM_SIM_CHANNEL_SIZE", &(8u64 << 30).to_string())],
-        MEMCHECK,
-    );
-    assert!(
-        out.contains("Failed to allocate"),
-        "OOM report printed:\n{out}"
-    );
 }
 
 #[test]
