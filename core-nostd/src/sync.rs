@@ -48,18 +48,35 @@ impl nrt_mutex_t {
     /// Acquires the lock, spinning (then relaxing) while another holder has it.
     #[inline]
     pub fn lock(&self) -> MutexGuard<'_> {
-        let mut i = 0u32;
-        while self
+        // Fast path: one compare-exchange, inlined at every lock site. The wait loop stays out
+        // of line so the callers' hot paths do not pay for its registers.
+        if self
             .state
             .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
+            self.lock_contended();
+        }
+        MutexGuard { m: self }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut i = 0u32;
+        loop {
             while self.state.load(Ordering::Relaxed) != 0 {
                 relax(i);
                 i = i.saturating_add(1);
             }
+            if self
+                .state
+                .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
         }
-        MutexGuard { m: self }
     }
 
     /// Acquires the lock if it is free.
