@@ -111,3 +111,57 @@ impl Drop for MutexGuard<'_> {
         self.m.state.store(0, Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use core::cell::UnsafeCell;
+    use std::sync::atomic::AtomicBool;
+
+    struct Guarded {
+        lock: nrt_mutex_t,
+        value: UnsafeCell<u64>,
+        inside: AtomicBool,
+    }
+    // SAFETY: `value` is only touched with `lock` held (the test checks exactly that).
+    unsafe impl Sync for Guarded {}
+
+    #[test]
+    fn lock_excludes_under_contention() {
+        const THREADS: u64 = 4;
+        const ITERS: u64 = 20_000;
+        let g = Guarded {
+            lock: nrt_mutex_t::new(),
+            value: UnsafeCell::new(0),
+            inside: AtomicBool::new(false),
+        };
+        let g = &g;
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(move || {
+                    for _ in 0..ITERS {
+                        let _l = g.lock.lock();
+                        assert!(!g.inside.swap(true, Ordering::Relaxed), "two holders");
+                        // SAFETY: lock held.
+                        unsafe { *g.value.get() += 1 };
+                        g.inside.store(false, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        // SAFETY: every thread has joined.
+        assert_eq!(unsafe { *g.value.get() }, THREADS * ITERS);
+        assert!(!g.lock.is_locked());
+    }
+
+    #[test]
+    fn try_lock_fails_while_held_and_succeeds_after() {
+        let m = nrt_mutex_t::new();
+        let l = m.lock();
+        assert!(m.try_lock().is_none());
+        drop(l);
+        assert!(m.try_lock().is_some());
+        assert!(!m.is_locked(), "the try_lock guard was dropped");
+    }
+}
