@@ -638,24 +638,44 @@ impl<A: BenchAlloc> Session for TraceSession<'_, A> {
 
 /// Runs `reps` repetitions of every session, interleaved (rep 1 of each, rep 2 of each, …),
 /// then each session's fill. Returns the measurements in session order.
-pub fn measure_all(sessions: &mut [&mut dyn Session], reps: usize) -> Vec<Measurement> {
+pub fn measure_all(sessions: &mut [&mut dyn Session], reps: usize) -> (Vec<Measurement>, RepTimes) {
     let mut times = vec![Vec::with_capacity(reps); sessions.len()];
     for _ in 0..reps.max(1) {
         for (s, t) in sessions.iter_mut().zip(&mut times) {
             t.push(s.rep());
         }
     }
-    sessions
+    let in_order = RepTimes(times.clone());
+    let ms = sessions
         .iter_mut()
         .zip(&mut times)
         .map(|(s, t)| s.finish(t))
-        .collect()
+        .collect();
+    (ms, in_order)
+}
+
+/// Per-repetition ns/op of each session of one [`measure_all`] run, in repetition order.
+pub struct RepTimes(Vec<Vec<f64>>);
+
+impl RepTimes {
+    /// Session `a`'s time relative to session `b`'s, by [`paired_median_ratio`].
+    pub fn paired_ratio(&self, a: usize, b: usize) -> f64 {
+        paired_median_ratio(&self.0[a], &self.0[b])
+    }
+}
+
+/// Median over the repetitions of `a[i] / b[i]`. Each ratio pairs two timings taken back to
+/// back, so a slow phase of a shared machine (this VM runs some seconds 1.5× slower than
+/// others) moves both sides of a ratio instead of one side of a ratio of medians.
+pub fn paired_median_ratio(a: &[f64], b: &[f64]) -> f64 {
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    median(&mut r)
 }
 
 /// Runs `trace` `reps` times on one allocator (warm-up untimed, churn timed), then the fill.
 pub fn measure<A: BenchAlloc>(alloc: A, trace: &Trace, reps: usize) -> Measurement {
     let mut s = TraceSession::new(alloc, trace);
-    measure_all(&mut [&mut s], reps)[0]
+    measure_all(&mut [&mut s], reps).0[0]
 }
 
 /// The exact-reuse test on a pool of exactly 100 blocks of [`REUSE_BLOCK`]: fill it,
@@ -679,8 +699,7 @@ pub fn exact_reuse<A: BenchAlloc>(make: impl FnOnce(u64) -> A) -> u32 {
         .count() as u32
 }
 
-/// One step of the runtime-sized trace shared by [`dmem_path_ns_per_op`] and
-/// [`carve_raw_ns_per_op_same_trace`].
+/// One step of the runtime-sized trace of [`dmem_path_vs_carve`].
 #[derive(Copy, Clone, Debug)]
 enum PathOp {
     Alloc { slot: usize, size: u64 },
@@ -712,15 +731,29 @@ fn path_trace(ops: usize) -> (Vec<PathOp>, usize) {
     (out, slots)
 }
 
-/// `(dmem path ns/op, raw carve ns/op)` measured in one interleaved run (median of the reps).
-fn dmem_vs_carve(quick: bool) -> Option<(f64, f64)> {
+/// The runtime's whole device-memory path against the raw carve allocator, on one trace.
+#[derive(Copy, Clone, Debug)]
+pub struct PathComparison {
+    /// ns/op of `dmem_alloc` / `dmem_free` over a trn2 `SimDevice` (argument checks, resolver,
+    /// arenas, the driver's checks and carve, ledger, list linking); median of the reps.
+    pub dmem_ns_per_op: f64,
+    /// ns/op of the raw carve allocator replaying the same requests (page-rounded sizes, 4 KiB
+    /// granule, one 24 GiB channel); median of the reps.
+    pub carve_ns_per_op: f64,
+    /// dmem / carve, by [`paired_median_ratio`]: the runtime's overhead factor.
+    pub ratio: f64,
+}
+
+/// Measures [`PathComparison`] once per process (the repetitions alternate: dmem, carve, dmem,
+/// …). `None` (printed `null`) only if the trace cannot run.
+pub fn dmem_path_vs_carve(quick: bool) -> Option<PathComparison> {
     use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
     use nrt_core::dmem::AllocArgs;
     use nrt_core::sim::{Preset, SimConfig, SimDevice, FIRMWARE_CARVEOUT};
     use nrt_core::{CoreState, InitOptions, Nrt};
     use std::sync::OnceLock;
 
-    static CACHE: OnceLock<Option<(f64, f64)>> = OnceLock::new();
+    static CACHE: OnceLock<Option<PathComparison>> = OnceLock::new();
     *CACHE.get_or_init(|| {
         let (ops, reps) = if quick { (4_000, 3) } else { (40_000, 7) };
         let (trace, slots) = path_trace(ops);
@@ -775,27 +808,33 @@ fn dmem_vs_carve(quick: bool) -> Option<(f64, f64)> {
             }
         }
         n.close().ok()?;
-        Some((median(&mut t_dmem), median(&mut t_carve)))
+        let ratio = paired_median_ratio(&t_dmem, &t_carve);
+        Some(PathComparison {
+            dmem_ns_per_op: median(&mut t_dmem),
+            carve_ns_per_op: median(&mut t_carve),
+            ratio,
+        })
     })
-}
-
-/// ns/op of the runtime's whole device-memory path (`dmem_alloc` / `dmem_free` over a trn2
-/// `SimDevice`: argument checks, resolver, arenas, driver carve, ledger, list linking) on a
-/// trace of runtime-sized requests, measured interleaved with
-/// [`carve_raw_ns_per_op_same_trace`]. `None` (printed `null`) only if the trace cannot run.
-pub fn dmem_path_ns_per_op(quick: bool) -> Option<f64> {
-    dmem_vs_carve(quick).map(|r| r.0)
-}
-
-/// ns/op of the raw carve allocator on the same trace as [`dmem_path_ns_per_op`] (page-rounded
-/// sizes, 4 KiB granule, one 24 GiB channel), so the ratio is the runtime's overhead.
-pub fn carve_raw_ns_per_op_same_trace(quick: bool) -> Option<f64> {
-    dmem_vs_carve(quick).map(|r| r.1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paired_ratio_is_robust_to_a_phase_change_between_the_two_sides() {
+        // a costs 2x b. In rep 2 the machine slowed down between timing a and timing b; in
+        // reps 3 and 5 it was slow for both. The ratio of the medians says 2 / 1.5 = 1.33;
+        // the median of the paired ratios still says 2.
+        let a = [2.0, 2.0, 3.0, 2.0, 3.0];
+        let b = [1.0, 1.5, 1.5, 1.0, 1.5];
+        assert_eq!(paired_median_ratio(&a, &b), 2.0);
+        assert!((median(&mut a.to_vec()) / median(&mut b.to_vec()) - 4.0 / 3.0).abs() < 1e-12);
+        let mut r = [4.0, 1.0, 2.0];
+        assert_eq!(paired_median_ratio(&r, &[1.0, 1.0, 1.0]), 2.0);
+        r.reverse();
+        assert_eq!(paired_median_ratio(&r, &[1.0, 1.0, 1.0]), 2.0);
+    }
 
     fn no_overlap(mut v: Vec<(u64, u64)>, cap: u64) {
         v.sort_unstable();

@@ -6,10 +6,9 @@
 use std::process::ExitCode;
 
 use nrt_bench::{
-    carve_raw_ns_per_op_same_trace, dmem_path_ns_per_op, exact_reuse, measure, measure_all,
-    utilisation_over_seeds, CarveBench, FirstFitRef, Measurement, OffsetBench, RangeBench,
-    SeedSpread, Trace, TraceSession, TraceSpec, CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL,
-    OFFSET_UNIT, REUSE_BLOCK,
+    dmem_path_vs_carve, exact_reuse, measure, measure_all, utilisation_over_seeds, CarveBench,
+    FirstFitRef, Measurement, OffsetBench, RangeBench, SeedSpread, Trace, TraceSession, TraceSpec,
+    CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
 };
 use serde_json::json;
 
@@ -49,12 +48,11 @@ fn main() -> ExitCode {
     // Measured last in a full run (after the allocator comparison, as it always was), so the
     // runtime's large state blocks do not change the heap the comparison starts from.
     let dmem_json = || {
+        let p = dmem_path_vs_carve(quick);
         json!({
-            "dmem_path_ns_per_op": opt(dmem_path_ns_per_op(quick)),
-            "carve_raw_ns_per_op_same_trace": opt(carve_raw_ns_per_op_same_trace(quick)),
-            "dmem_path_vs_carve_raw_ratio": opt(dmem_path_ns_per_op(quick)
-                .zip(carve_raw_ns_per_op_same_trace(quick))
-                .map(|(d, c)| d / c)),
+            "dmem_path_ns_per_op": opt(p.map(|p| p.dmem_ns_per_op)),
+            "carve_raw_ns_per_op_same_trace": opt(p.map(|p| p.carve_ns_per_op)),
+            "dmem_path_vs_carve_raw_ratio": opt(p.map(|p| p.ratio)),
         })
     };
     if dmem_only {
@@ -74,6 +72,7 @@ fn main() -> ExitCode {
         let mut ob = TraceSession::new(OffsetBench::new(CHANNEL), &b);
         measure_all(&mut [&mut c, &mut cf, &mut o, &mut cb, &mut ob], reps)
     };
+    let (ms, rep_times) = ms;
     let (carve, carve_fine, offset, carve_b, offset_b) = (ms[0], ms[1], ms[2], ms[3], ms[4]);
     // range-alloc is O(free ranges) per op: fewer repetitions, run on its own.
     let range = measure(RangeBench::new(CHANNEL), &a, reps.min(3));
@@ -120,8 +119,8 @@ fn main() -> ExitCode {
         "carve_trace_failures": carve.failures,
         "offset_allocator_trace_failures": offset.failures,
         "range_alloc_trace_failures": range.failures,
-        "carve_vs_offset_allocator_ns_ratio": carve.ns_per_op / offset.ns_per_op,
-        "carve_68k_vs_trace_a_ns_ratio": carve_b.ns_per_op / carve.ns_per_op,
+        "carve_vs_offset_allocator_ns_ratio": rep_times.paired_ratio(0, 2),
+        "carve_68k_vs_trace_a_ns_ratio": rep_times.paired_ratio(3, 0),
         "config": {
             "quick": quick,
             "churn_ops": ops,
@@ -180,11 +179,15 @@ fn main() -> ExitCode {
         eprintln!(
             "exact reuse (of 50): carve {reuse_carve}, offset-allocator {reuse_offset}, range-alloc {reuse_range}"
         );
-        if let Some((d, c)) = dmem_path_ns_per_op(quick).zip(carve_raw_ns_per_op_same_trace(quick))
-        {
+        eprintln!(
+            "carve / offset-allocator {:.3}, carve trace B / trace A {:.3} (medians of per-rep ratios)",
+            rep_times.paired_ratio(0, 2),
+            rep_times.paired_ratio(3, 0)
+        );
+        if let Some(p) = dmem_path_vs_carve(quick) {
             eprintln!(
-                "dmem path {d:.1} ns/op vs raw carve {c:.1} ns/op on the same trace: {:.2}x",
-                d / c
+                "dmem path {:.1} ns/op vs raw carve {:.1} ns/op on the same trace: {:.2}x",
+                p.dmem_ns_per_op, p.carve_ns_per_op, p.ratio
             );
         }
     }
