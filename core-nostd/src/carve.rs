@@ -899,8 +899,9 @@ impl<const N: usize> Carve<N> {
 
     /// Finds a free block for `size` bytes at `align` (both granule multiples): own class
     /// (good fit, bounded), then the next class up, then the class that guarantees an aligned
-    /// fit. Only when all of these fail — the request would otherwise be refused — is the own
-    /// class scanned to its end, so a fitting block is never missed for want of looking.
+    /// fit. Only when all of these fail — the request would otherwise be refused — are the
+    /// own class and every class above it scanned to their ends ([`Self::find_exhaustive`]),
+    /// so a fitting block is never missed for want of looking.
     fn find(&self, size: u64, align: u64) -> Option<(u32, u64)> {
         let own = mapping_insert(size);
         if let Some(hit) = self.scan_class(own, size, align, OWN_CLASS_SCAN) {
@@ -920,7 +921,30 @@ impl<const N: usize> Carve<N> {
                 return Some(hit);
             }
         }
-        self.scan_class(own, size, align, u32::MAX)
+        self.find_exhaustive(own, size, align)
+    }
+
+    /// The refusal path: every block of class `own` and of every class above it, lowest class
+    /// first. Blocks below `own` are smaller than `size`. An unaligned request only gets here
+    /// when no class above `own` has a block (any such block would have fitted); an aligned
+    /// one may fit in a block of an intermediate class that is too small to fit at every
+    /// position, which the bounded steps of [`Self::find`] do not look at.
+    #[cold]
+    fn find_exhaustive(&self, own: (usize, usize), size: u64, align: u64) -> Option<(u32, u64)> {
+        let mut class = self.find_suitable(own.0, own.1);
+        while let Some((fl, sl)) = class {
+            if let Some(hit) = self.scan_class((fl, sl), size, align, u32::MAX) {
+                return Some(hit);
+            }
+            class = if sl + 1 < SL {
+                self.find_suitable(fl, sl + 1)
+            } else if fl + 1 < FL {
+                self.find_suitable(fl + 1, 0)
+            } else {
+                None
+            };
+        }
+        None
     }
 
     /// The head of the first class whose every block holds `size` at any `align` position.
@@ -1173,6 +1197,26 @@ mod tests {
         exact_reuse(37 * MIB + 64 * 3, 64, true);
     }
 
+    #[test]
+    fn aligned_request_finds_a_fitting_block_between_the_classes_searched() {
+        // Free blocks of 3 and 2 pages; a 2-page request at 4-page alignment fits only in the
+        // 3-page block at 4P. The own class (2 pages) holds the block at 9P, which cannot be
+        // aligned; the block that fits sits in a class between the own class and the class
+        // that guarantees an aligned fit.
+        const P: u64 = 4096;
+        let mut c = carve::<64>(0, 16 * P, P);
+        let _a = c.alloc(4 * P, 0).unwrap();
+        let b = c.alloc(3 * P, 0).unwrap();
+        let _c = c.alloc(2 * P, 0).unwrap();
+        let d = c.alloc(2 * P, 0).unwrap();
+        let _e = c.alloc(5 * P, 0).unwrap();
+        assert_eq!((b.addr, d.addr), (4 * P, 9 * P));
+        c.free(b.id).unwrap();
+        c.free(d.id).unwrap();
+        assert_eq!(c.alloc(2 * P, 4 * P).map(|x| x.addr), Ok(4 * P));
+        c.check().unwrap();
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
         Alloc { size: u64, align_log2: u8 },
@@ -1225,10 +1269,24 @@ mod tests {
                                 live.insert(b.addr, (b.size, b.id));
                             }
                             Err(CarveError::OutOfSpace) => {
-                                // only legitimate if no free block could hold it unaligned
+                                // only legitimate if no gap between live ranges holds it at
+                                // its alignment (the driver's policy is first fit: a fitting
+                                // block must never be missed)
                                 let need = size.div_ceil(granule) * granule;
-                                if align <= granule {
-                                    prop_assert!(c.largest_free() < need);
+                                let a = align.max(granule);
+                                let mut start = base;
+                                let gaps = live
+                                    .iter()
+                                    .map(|(&addr, &(s, _))| (addr, addr + s))
+                                    .chain(core::iter::once((base + cap, base + cap)));
+                                for (lo, hi) in gaps {
+                                    let at = start.next_multiple_of(a);
+                                    prop_assert!(
+                                        at.checked_add(need).is_none_or(|end| end > lo),
+                                        "refused {} B at align {} but [{:#x}, {:#x}) is free",
+                                        need, a, start, lo
+                                    );
+                                    start = hi;
                                 }
                             }
                             Err(CarveError::NodesExhausted) => {}
