@@ -38,7 +38,10 @@ impl Nrt<'_> {
 
     /// Claims the first `pages` scratchpad pages of `tpb` for one model: allocates missing
     /// pages (usage SHARED_SCRATCHPAD, GLOBAL allocator) and takes a reference on each.
-    /// All-or-nothing: on failure every page this call created or referenced is released.
+    /// A page dmem holds the page's own reference (from `dmem_alloc`) plus one per model
+    /// (`refs`), which is what [`Self::scratchpad_release_locked`] and
+    /// [`Self::tdrv_scratchpad_free`] drop. All-or-nothing: on failure every page this call
+    /// created or referenced is released.
     pub(crate) fn scratchpad_claim(&self, tpb: *mut tpb_t, pages: u32, hbm: u32) -> Result<()> {
         if pages as usize > constants::SCRATCHPAD_MAX_PAGES {
             return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
@@ -57,10 +60,13 @@ impl Nrt<'_> {
                         dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD,
                         "scratchpad_page",
                     );
-                    self.dmem_alloc((*tpb).tpb_allocator, &args, None).map(|m| {
-                        (*page).dmem = m;
-                        (*sp).num_pages = (*sp).num_pages.max(i as u32 + 1);
-                    })
+                    self.dmem_alloc((*tpb).tpb_allocator, &args, None)
+                        .and_then(|m| {
+                            (*page).dmem = m;
+                            (*sp).num_pages = (*sp).num_pages.max(i as u32 + 1);
+                            // The model's reference, beside the page's own.
+                            self.dmem_acquire_reference(m)
+                        })
                 } else {
                     self.dmem_acquire_reference((*page).dmem)
                 };

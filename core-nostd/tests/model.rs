@@ -266,6 +266,17 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
         .map(|i| n.scratchpad_page(0, 0, i).unwrap().1)
         .collect();
     assert_eq!(refs, vec![2, 2, 1, 0]);
+    // Each page dmem holds one reference per model plus the page's own (GLOBAL) one, so the
+    // last user's release drops exactly the two that remain — never a third free that could
+    // hit whichever dmem reused the slot meanwhile.
+    let rc: Vec<u32> = (0..3)
+        .map(|i| {
+            let m = n.scratchpad_page(0, 0, i).unwrap().0;
+            // SAFETY: a live page dmem (the scratchpad holds references on it).
+            unsafe { (*m).ref_count.load(core::sync::atomic::Ordering::Acquire) }
+        })
+        .collect();
+    assert_eq!(rc, vec![3, 3, 2]);
     assert_eq!(n.scratchpad_info(0, 0).unwrap(), (4 << 20, 3, false));
     let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD as usize;
     assert_eq!(n.ledger_device(0, 0, scr), 12 << 20);
