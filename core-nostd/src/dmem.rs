@@ -246,9 +246,10 @@ impl Nrt<'_> {
             (*m).pcore = pcore;
             (*m).nc_id = nc_id;
             (*m).device_id = dev;
-            (*m).ref_count.store(1, Ordering::Release);
             (*m).hint = addr_of_mut!((*m).hint_buf) as *mut core::ffi::c_char;
             (*m).cpy_buf = self.drv.get_copy_buf(dev, nc_id) as usize as *mut core::ffi::c_void;
+            // Last: publishes the fields above to readers of live slots (the OOM dump).
+            (*m).ref_count.store(1, Ordering::Release);
         }
         // 6. ledger + trace
         self.dml_add_entry(mla, Action::Alloc, m);

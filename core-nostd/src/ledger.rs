@@ -11,9 +11,9 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::tables::aggr_index;
 use crate::abi::*;
-use crate::cstr::mb;
+use crate::cstr::{c_name, mb};
 use crate::ctx::Nrt;
-use crate::dmem::{dmem_hint, Action};
+use crate::dmem::Action;
 use crate::error::{Error, Result};
 
 const TOTAL: usize = constants::USAGE_TYPE_MAX_INDEX;
@@ -383,36 +383,32 @@ impl Nrt<'_> {
                 )?;
             }
         }
-        // The largest live allocations, found with a fixed-size selection (no heap).
-        let top = top.min(16);
-        let mut best: [(u64, *const dmem_t); 16] = [(0, core::ptr::null()); 16];
+        // The largest live allocations, found with a fixed-size selection (no heap). Each
+        // entry is copied while the arena lock keeps its slot from being released or reused,
+        // and only once the dmem is published (see `TopEntry::read`).
+        let top = top.min(TOP_MAX);
+        let mut best = [TopEntry::EMPTY; TOP_MAX];
         self.st.dmems.for_each_live(|p| {
-            let m = p.as_ptr() as *const dmem_t;
-            // SAFETY: live slot under the arena lock; read-only.
-            let (d, sz) = unsafe { ((*m).device_id, (*m).allocated_size) };
-            if d != dev || top == 0 {
+            // SAFETY: a live slot, which cannot be released or reused while the arena lock
+            // (held by `for_each_live`) is held.
+            let Some(e) = (unsafe { TopEntry::read(p.as_ptr(), dev) }) else {
                 return;
-            }
-            if let Some(min_i) = (0..top).min_by_key(|i| best[*i].0) {
-                if sz > best[min_i].0 {
-                    best[min_i] = (sz, m);
+            };
+            if let Some(min_i) = (0..top).min_by_key(|i| best[*i].size) {
+                if e.size > best[min_i].size {
+                    best[min_i] = e;
                 }
             }
         });
-        best[..top].sort_unstable_by_key(|b| core::cmp::Reverse(b.0));
-        if best.iter().take(top).any(|b| b.0 > 0) {
+        best[..top].sort_unstable_by_key(|b| core::cmp::Reverse(b.size));
+        if best.iter().take(top).any(|b| b.size > 0) {
             writeln!(w, "  largest live allocations:")?;
         }
-        for (sz, m) in best.iter().take(top) {
-            if *sz == 0 {
-                continue;
-            }
-            // SAFETY: best-effort diagnostics of a slot that was live during the walk.
-            let m = unsafe { &**m };
-            let usage = dma_mem_usage_type_t::from_raw(m.mem_usage_type)
+        for e in best.iter().take(top).filter(|e| e.size > 0) {
+            let usage = dma_mem_usage_type_t::from_raw(e.usage)
                 .map(|u| u.short_name())
                 .unwrap_or("?");
-            let loc = if m.mem_type == dma_mem_location_t::HOST_DRAM as u32 {
+            let loc = if e.mem_type == dma_mem_location_t::HOST_DRAM as u32 {
                 "host"
             } else {
                 "hbm"
@@ -420,15 +416,64 @@ impl Nrt<'_> {
             writeln!(
                 w,
                 "    {:>10.3}MB  NC {} {} {} usage {:<20} {}",
-                mb(*sz),
-                m.nc_id,
+                mb(e.size),
+                e.nc_id,
                 loc,
-                m.tdram_channel,
+                e.channel,
                 usage,
-                dmem_hint(m)
+                c_name(&e.hint)
             )?;
         }
         Ok(())
+    }
+}
+
+/// How many of the largest live allocations an OOM dump can list.
+const TOP_MAX: usize = 16;
+
+/// One line of the OOM dump's "largest live allocations", copied out of its `dmem_t`.
+#[derive(Copy, Clone)]
+struct TopEntry {
+    size: u64,
+    nc_id: u32,
+    mem_type: u32,
+    channel: u32,
+    usage: u32,
+    hint: [u8; 48],
+}
+
+impl TopEntry {
+    const EMPTY: TopEntry = TopEntry {
+        size: 0,
+        nc_id: 0,
+        mem_type: 0,
+        channel: 0,
+        usage: 0,
+        hint: [0; 48],
+    };
+
+    /// The dump's copy of `m` when it is a published dmem of device `dev`. `dmem_alloc` stores
+    /// `ref_count` (Release) after every other field; a non-zero count read with Acquire
+    /// therefore means those writes are visible, and none of these fields is written again
+    /// until the slot is released.
+    ///
+    /// # Safety
+    /// `m` is a live slot of the dmem arena and stays live for the call.
+    unsafe fn read(m: *const dmem_t, dev: u32) -> Option<TopEntry> {
+        // SAFETY: caller contract; the count is atomic, the other reads follow its Acquire.
+        unsafe {
+            if (*m).ref_count.load(Ordering::Acquire) == 0 || (*m).device_id != dev {
+                return None;
+            }
+            Some(TopEntry {
+                size: (*m).allocated_size,
+                nc_id: (*m).nc_id,
+                mem_type: (*m).mem_type,
+                channel: (*m).tdram_channel,
+                usage: (*m).mem_usage_type,
+                hint: (*m).hint_buf,
+            })
+        }
     }
 }
 

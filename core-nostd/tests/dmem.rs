@@ -448,3 +448,69 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
     assert_eq!(n.ledger_snapshot(0), ([[0; 23]; 8], [[0; 23]; 8]));
     n.close().unwrap();
 }
+
+/// The OOM dump's "largest live allocations" (spec §3.4) while other threads allocate and
+/// free: every listed line describes one allocation — its size and its hint agree — even
+/// when the dmem it was read from is freed and its slot reused during the dump.
+#[test]
+fn oom_dump_lines_stay_whole_under_concurrent_allocation() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const MIB: u64 = 1 << 20;
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for core in 0..2u32 {
+            let (f, stop) = (&f, &stop);
+            s.spawn(move || {
+                let n = f.nrt();
+                let al = n.core_allocator(0, core).unwrap();
+                let hints: Vec<String> = (1..=8).map(|k| format!("mib-{k}")).collect();
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = 1 + (i * 7 + core as usize) % 8;
+                    let m = n
+                        .dmem_alloc(
+                            al,
+                            &AllocArgs::device(k as u64 * MIB, 0, TENSOR, &hints[k - 1]),
+                            None,
+                        )
+                        .unwrap();
+                    n.dmem_free(m).unwrap();
+                    i += 1;
+                }
+            });
+        }
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        let n = f.nrt();
+        let mut listed = 0;
+        for round in 0..1_500 {
+            let mut out = String::new();
+            n.dump_ledger(&mut out, 0, None, 4).unwrap();
+            for line in out
+                .lines()
+                .skip_while(|l| !l.contains("largest live allocations"))
+                .skip(1)
+            {
+                let mb: f64 = line.split_whitespace().next().unwrap()[..]
+                    .trim_end_matches("MB")
+                    .parse()
+                    .unwrap();
+                let hint = line.split_whitespace().last().unwrap();
+                assert_eq!(
+                    hint,
+                    format!("mib-{mb}"),
+                    "round {round}: torn line {line:?}"
+                );
+                listed += 1;
+            }
+        }
+        assert!(listed > 0, "the dump never listed an allocation");
+    });
+    f.nrt().close().unwrap();
+}
