@@ -138,6 +138,11 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
         Some((addr - base) / sz)
     }
 
+    /// Whether `p` points at a slot of this arena, live or not (no dereference).
+    pub fn owns(&self, p: *const T) -> bool {
+        self.index_of(p).is_some()
+    }
+
     /// Whether `p` is a live slot of this arena (used to validate pointers from callers).
     pub fn is_live(&self, p: *const T) -> bool {
         match self.index_of(p) {

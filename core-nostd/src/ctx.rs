@@ -290,6 +290,24 @@ impl<'a> Nrt<'a> {
         Ok((mla, self.tpb_ptr(d, t)))
     }
 
+    /// `(device, core)` when `p` is the `pcore` of one of the context tree's `tpb_t`s
+    /// (address arithmetic only: a foreign pointer is never dereferenced).
+    pub(crate) fn tree_pcore(&self, p: *const physical_core_t) -> Option<(u32, u32)> {
+        // SAFETY: projection of the context block, no dereference.
+        let first = unsafe { addr_of_mut!((*self.ctx()).mla) } as usize;
+        let (mla_sz, tpb_sz) = (core::mem::size_of::<mla_t>(), core::mem::size_of::<tpb_t>());
+        let addr = (p as usize).checked_sub(first)?;
+        let (d, rest) = (addr / mla_sz, addr % mla_sz);
+        let t = rest.checked_sub(core::mem::offset_of!(mla_t, _tpbs))? / tpb_sz;
+        if d >= constants::MAX_MLA_PER_PROCESS || t >= constants::TPBS_PER_MLA {
+            return None;
+        }
+        let (d, t) = (d as u32, t as u32);
+        // SAFETY: in-bounds projection (both indices checked), no dereference.
+        let pcore = unsafe { addr_of_mut!((*self.tpb_ptr(d, t)).pcore) };
+        core::ptr::eq(pcore.cast_const(), p).then_some((d, t))
+    }
+
     /// Resolves `(device, core)` to its `tpb_t`, checked.
     pub(crate) fn tpb(&self, dev: u32, tpb: u32) -> Result<*mut tpb_t> {
         let pc = physical_core_t::new(dev, tpb);

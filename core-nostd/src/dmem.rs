@@ -80,12 +80,17 @@ pub type Dmem = *mut dmem_t;
 
 impl Nrt<'_> {
     /// `dmem_allocator_create` (spec §3.1): a GLOBAL or MODEL allocator for `pcore`, with its
-    /// dummy head/tail wired and its lock initialised.
+    /// dummy head/tail wired and its lock initialised. `pcore` must be the `pcore` of an
+    /// attached core's `tpb_t`: any other pointer is refused without being dereferenced.
     pub fn dmem_allocator_create(
         &self,
         pcore: *mut physical_core_t,
         ty: dmem_allocator_type_t,
     ) -> Result<*mut dmem_allocator_t> {
+        let (dev, core) = self.tree_pcore(pcore).ok_or(Error::InvalidArgument(
+            "pcore is not a physical core of the context tree",
+        ))?;
+        self.tpb(dev, core)?; // attached
         let al = self.st.allocators.alloc("dmem_allocator_t")?.as_ptr();
         // SAFETY: fresh zeroed slot owned by us.
         unsafe {
@@ -140,6 +145,9 @@ impl Nrt<'_> {
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<Dmem> {
         // 1. arguments (no side effects yet)
+        if ref_list.is_some_and(|l| !self.st.dmem_lists.is_live(l)) {
+            return Err(Error::InvalidArgument("ref_list is not a live dmem_list_t"));
+        }
         if a.size == 0 {
             return Err(Error::ZeroSize);
         }
@@ -186,6 +194,14 @@ impl Nrt<'_> {
                 channels: g.channels,
             });
         }
+        let emulate = a.align != 0 && g.aligned_alloc == 0;
+        if host && a.align != 0 && !emulate {
+            // The driver's host pool refuses aligned requests (public ABI §3); said here, with
+            // a clear message, instead of as the driver's bare EINVAL.
+            return Err(Error::InvalidArgument(
+                "the driver's host DMA pool does not take aligned allocations",
+            ));
+        }
         // 3. metadata from the arenas (before touching the driver, so a full arena is its own
         //    error and needs no driver rollback)
         let m = self.st.dmems.alloc("dmem_t")?.as_ptr();
@@ -206,7 +222,6 @@ impl Nrt<'_> {
             let _ = self.st.dmems.release(m);
         };
         // 4. carve: natively aligned, or the over-allocate-and-offset emulation
-        let emulate = a.align != 0 && g.aligned_alloc == 0;
         let drv_size = if emulate { a.size + a.align } else { a.size };
         let req = AllocRequest {
             size: drv_size,
@@ -287,6 +302,12 @@ impl Nrt<'_> {
         if e != errno::ENOMEM {
             return Error::Driver(e);
         }
+        if host {
+            let err = Error::HostOom { size: a.size };
+            error!("{}", err);
+            return err;
+        }
+        // Device OOMs only, as `device_totals` reports them.
         // SAFETY: dev was resolved by the caller.
         unsafe {
             (*self.mla_ptr(dev))
@@ -294,11 +315,6 @@ impl Nrt<'_> {
                 .oom_count
                 .fetch_add(1, Ordering::Relaxed)
         };
-        if host {
-            let err = Error::HostOom { size: a.size };
-            error!("{}", err);
-            return err;
-        }
         let err = Error::DeviceOom {
             size: a.size,
             align: a.align,
@@ -315,7 +331,7 @@ impl Nrt<'_> {
     /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem.
     pub fn dmem_acquire_reference(&self, m: Dmem) -> Result<()> {
         if !self.st.dmems.is_live(m) {
-            return Err(Error::DoubleFree);
+            return Err(self.not_live(m));
         }
         // SAFETY: live slot.
         unsafe { (*m).ref_count.fetch_add(1, Ordering::AcqRel) };
@@ -327,7 +343,7 @@ impl Nrt<'_> {
     /// A dmem that is not live is [`Error::DoubleFree`], never undefined behaviour.
     pub fn dmem_free(&self, m: Dmem) -> Result<()> {
         if !self.st.dmems.is_live(m) {
-            return Err(Error::DoubleFree);
+            return Err(self.not_live(m));
         }
         self.dmem_release_ref(m);
         Ok(())
@@ -336,7 +352,7 @@ impl Nrt<'_> {
     /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
     pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
         if !self.st.dmems.is_live(m) {
-            return Err(Error::DoubleFree);
+            return Err(self.not_live(m));
         }
         // SAFETY: live slot; the field is accessed atomically (see dmem_release_ref).
         if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
@@ -345,6 +361,16 @@ impl Nrt<'_> {
             return Err(Error::ForeignDmem);
         }
         self.dmem_free(m)
+    }
+
+    /// Why `m` is not a live dmem: a slot of the dmem arena that is free (a double free, or a
+    /// use after free), or no dmem of this runtime at all.
+    fn not_live(&self, m: Dmem) -> Error {
+        if self.st.dmems.owns(m) {
+            Error::DoubleFree
+        } else {
+            Error::InvalidArgument("not a dmem of this runtime")
+        }
     }
 
     /// Drops one reference; at zero unlinks the dmem from its allocator (under the allocator's

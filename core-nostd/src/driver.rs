@@ -147,7 +147,9 @@ impl PoolStats {
         if self.free == 0 {
             0
         } else {
-            (1000 - (self.largest_free as u128 * 1000 / self.free as u128) as u64) as u32
+            // Saturating: a driver that reports `largest_free > free` reads as 0 ‰.
+            1000u64.saturating_sub((self.largest_free as u128 * 1000 / self.free as u128) as u64)
+                as u32
         }
     }
 }

@@ -139,19 +139,44 @@ fn every_bad_input_is_refused_and_changes_nothing() {
             Err(Error::UsageInvalidForLocation { .. })
         ));
     }
-    // Core out of range: an allocator for a core that does not exist.
-    let mut bogus = physical_core_t::new(0, 9);
-    let al_bad = n
-        .dmem_allocator_create(&mut bogus, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
-        .unwrap();
+    // Core out of range, and a pcore that is not a core of the context tree: refused, the
+    // latter without being dereferenced.
+    assert!(matches!(
+        n.core_allocator(0, 9),
+        Err(Error::CoreOutOfRange { device: 0, tpb: 9 })
+    ));
+    let mut bogus = physical_core_t::new(0, 1);
+    assert!(matches!(
+        n.dmem_allocator_create(&mut bogus, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A ref_list that is not a live dmem_list_t: refused before anything is charged.
+    let mut not_a_list = dmem_list_t {
+        head: std::ptr::null_mut(),
+        tail: std::ptr::null_mut(),
+    };
     let e = n
-        .dmem_alloc(al_bad, &AllocArgs::device(4096, 0, TENSOR, "x"), None)
+        .dmem_alloc(
+            al,
+            &AllocArgs::device(4096, 0, TENSOR, "x"),
+            Some(&mut not_a_list),
+        )
         .unwrap_err();
-    assert!(
-        matches!(e, Error::CoreOutOfRange { device: 0, tpb: 9 }),
-        "{e}"
-    );
-    n.dmem_allocator_destroy(al_bad).unwrap();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    // An aligned host allocation while the driver aligns natively: its host pool refuses
+    // alignment, so the request is refused up front with a clear error.
+    let e = n
+        .dmem_alloc(al, &AllocArgs::host(4096, TENSOR, "h").aligned(4096), None)
+        .unwrap_err();
+    assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{e}");
+    assert_eq!(snapshot(&n), before);
+    // A pointer that is no dmem at all is not reported as a double free.
+    // SAFETY: dmem_t is plain data and valid all-zero (it is `ZeroValid`).
+    let mut zeroed: dmem_t = unsafe { std::mem::zeroed() };
+    assert!(matches!(
+        n.dmem_free(&mut zeroed),
+        Err(Error::InvalidArgument(_))
+    ));
     // Double free and foreign dmem.
     let other = n.core_allocator(0, 1).unwrap();
     assert_eq!(n.dmem_free_in(other, keep), Err(Error::ForeignDmem));
@@ -187,6 +212,11 @@ fn oom_routes_device_and_host_differently() {
         .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC);
     assert_eq!(snapshot(&n), before);
+    assert_eq!(
+        n.device_totals(0).4,
+        2,
+        "the two device OOMs, not the host one"
+    );
     let mut dump = String::new();
     n.dump_ledger(&mut dump, 0, n.last_oom().as_ref(), 5)
         .unwrap();
