@@ -186,6 +186,28 @@ fn every_bad_input_is_refused_and_changes_nothing() {
     assert_eq!(n.ledger_device(0, 0, 22), 0);
 }
 
+/// A stale dmem pointer (freed, then freed again after another allocation) is reported as a
+/// double free, and the allocation made in between is untouched: freed slots are not handed
+/// out again until `arena::QUARANTINE` other releases have passed.
+#[test]
+fn a_stale_dmem_does_not_alias_the_next_allocation() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let a = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
+        .unwrap();
+    n.dmem_free(a).unwrap();
+    let b = n
+        .dmem_alloc(al, &AllocArgs::device(8192, 0, TENSOR, "b"), None)
+        .unwrap();
+    assert_ne!(a, b);
+    assert_eq!(n.dmem_free(a), Err(Error::DoubleFree));
+    assert_eq!(n.ledger_device(0, 0, 22), 8192, "b is still booked");
+    n.dmem_free(b).unwrap();
+    assert_eq!(n.ledger_device(0, 0, 22), 0);
+}
+
 #[test]
 fn oom_routes_device_and_host_differently() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());

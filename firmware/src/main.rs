@@ -464,18 +464,17 @@ impl Run {
     /// arena's own error and must roll back to exactly the state before.
     fn bad_full_arena_during_load(&mut self) -> Result<(), Error> {
         let n = self.nrt;
-        // The fillers are never allocated from, so the core they name is never dereferenced;
-        // it outlives them all the same (they are destroyed before this function returns).
-        let mut pcore = physical_core_t::new(0, 0);
+        // The fillers name core 0's physical core, as its GLOBAL allocator does (an allocator
+        // must name a core of the context tree); they are never allocated from.
+        // SAFETY: `core_allocator` returns a live allocator of the running core.
+        let pcore = unsafe { (*n.core_allocator(0, 0)?).pcore };
         let mut fillers = [null_mut(); config::MAX_ALLOCATORS];
         let mut count = 0;
         let err = loop {
             if count == fillers.len() {
                 break None;
             }
-            match n
-                .dmem_allocator_create(&mut pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
-            {
+            match n.dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL) {
                 Ok(al) => {
                     fillers[count] = al;
                     count += 1;
