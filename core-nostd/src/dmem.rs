@@ -522,15 +522,52 @@ impl Nrt<'_> {
     }
 }
 
-/// Drops one reference; `true` when it was the last. A holder of the only reference is the
-/// only one who may take another (acquiring needs a reference in hand), so a count of 1 can
-/// be cleared with a plain store — the common single-owner free costs no read-modify-write.
-fn release_one(rc: &core::sync::atomic::AtomicU32) -> bool {
-    if rc.load(Ordering::Acquire) == 1 {
-        rc.store(0, Ordering::Release);
+/// A dmem's reference count as [`release_one`] uses it (lets loom check the same code).
+pub trait DmemRefCount {
+    /// Load (Acquire).
+    fn get(&self) -> u32;
+    /// Store (Release).
+    fn set(&self, v: u32);
+    /// Fetch-sub of one (AcqRel); returns the previous value.
+    fn decrement(&self) -> u32;
+}
+
+impl DmemRefCount for core::sync::atomic::AtomicU32 {
+    fn get(&self) -> u32 {
+        self.load(Ordering::Acquire)
+    }
+    fn set(&self, v: u32) {
+        self.store(v, Ordering::Release)
+    }
+    fn decrement(&self) -> u32 {
+        self.fetch_sub(1, Ordering::AcqRel)
+    }
+}
+
+#[cfg(loom)]
+impl DmemRefCount for loom::sync::atomic::AtomicU32 {
+    fn get(&self) -> u32 {
+        self.load(loom::sync::atomic::Ordering::Acquire)
+    }
+    fn set(&self, v: u32) {
+        self.store(v, loom::sync::atomic::Ordering::Release)
+    }
+    fn decrement(&self) -> u32 {
+        self.fetch_sub(1, loom::sync::atomic::Ordering::AcqRel)
+    }
+}
+
+/// `dmem_free`'s "decrement, last one frees" (spec §3.2); `true` when the caller dropped the
+/// last reference. A holder of the only reference is the only one who may take another
+/// (acquiring needs a reference in hand), so a count of 1 can be cleared with a plain store —
+/// the common single-owner free costs no read-modify-write. loom checks that concurrent
+/// holders still elect exactly one last releaser (`core-nostd/tests/loom.rs`).
+pub fn release_one<R: DmemRefCount>(rc: &R) -> bool {
+    if rc.get() == 1 {
+        rc.set(0);
         true
     } else {
-        rc.fetch_sub(1, Ordering::AcqRel) == 1
+        rc.decrement() == 1
     }
 }
 

@@ -1,12 +1,14 @@
 //! loom models of the core's concurrency protocols, run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p nrt-core --test loom --release` (`cargo xtask loom`).
-//! They drive the very functions the runtime uses (`mint_handle`, `drain_with`, `stage_once`)
+//! They drive the very functions the runtime uses (`mint_handle`, `drain_with`, `stage_once`,
+//! `release_one`)
 //! over loom's atomics and mutex.
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
+use nrt_core::dmem::{release_one, DmemRefCount};
 use nrt_core::model::{drain_with, mint_handle};
 use nrt_core::ulib::stage_once;
 
@@ -95,5 +97,33 @@ fn ext_isa_staged_once() {
             assert_eq!(t.join().unwrap(), 42);
         }
         assert_eq!(staged.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// dmem_free's reference drop (spec §3.2) with its store-only fast path for a count of 1:
+/// however the holders' releases interleave — including one holder handing a freshly acquired
+/// reference to another thread — exactly one of them sees the last reference go.
+#[test]
+fn dmem_release_elects_one_last_holder() {
+    loom::model(|| {
+        // Thread 0 holds the only reference, takes a second one (dmem_acquire_reference)
+        // and hands it to thread 1; both then release.
+        let rc = Arc::new(AtomicU32::new(1));
+        rc.fetch_add(1, Ordering::AcqRel);
+        let last = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (rc, last) = (rc.clone(), last.clone());
+            thread::spawn(move || {
+                if release_one(&*rc) {
+                    last.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        if release_one(&*rc) {
+            last.fetch_add(1, Ordering::SeqCst);
+        }
+        t.join().unwrap();
+        assert_eq!(last.load(Ordering::SeqCst), 1, "exactly one last release");
+        assert_eq!(rc.get(), 0);
     });
 }
