@@ -9,7 +9,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{LazyLock, Mutex, MutexGuard, RwLock};
@@ -186,26 +186,51 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-/// Records `msg` as this thread's last error (`nrtx_get_last_error_message`).
+/// What [`last_error_ptr`] returns when this thread's last error cannot be reached: its
+/// thread-local storage is being or has been destroyed (a call from an `atexit` handler, from
+/// a thread-local destructor, or from a thread that is exiting).
+pub(crate) const LAST_ERROR_UNAVAILABLE: &CStr =
+    c"(no last error message: this thread's storage has been destroyed, e.g. in an atexit handler)";
+
+/// Records `msg` as this thread's last error (`nrtx_get_last_error_message`). Never panics:
+/// when the thread's storage is gone (see [`LAST_ERROR_UNAVAILABLE`]) the message is only
+/// logged.
 pub(crate) fn set_last_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    // `try_with`, not `with`: `with` panics once the thread-local is destroyed, and this runs
+    // outside the panic fence. No call re-enters here while the slot is borrowed, so
+    // `try_borrow_mut` only guards against a panic that cannot happen.
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut slot) = e.try_borrow_mut() {
+            *slot = c;
+        }
+    });
 }
 
 /// This thread's last error message (empty when none); valid until the thread's next failing
-/// call.
+/// call or its exit. A static text ([`LAST_ERROR_UNAVAILABLE`]) once the thread's storage is
+/// destroyed. Never panics.
 pub(crate) fn last_error_ptr() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.try_borrow().map(|s| s.as_ptr()).ok())
+        .ok()
+        .flatten()
+        .unwrap_or(LAST_ERROR_UNAVAILABLE.as_ptr())
 }
 
+/// Logs a failure and records it as the thread's last error. Runs outside the entry point's
+/// panic fence, so it has its own: a panicking log backend (the host process may have
+/// installed any logger) is swallowed here instead of unwinding into C.
 fn report(func: &'static str, f: &Fail) {
-    // A timeout is an answer ("not yet"), not a failure: callers poll with timeout 0.
-    let level = if f.status == CoreStatus::NRT_TIMEOUT {
-        log::Level::Debug
-    } else {
-        log::Level::Error
-    };
-    log::log!(target: func, level, "{}", f.msg);
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // A timeout is an answer ("not yet"), not a failure: callers poll with timeout 0.
+        let level = if f.status == CoreStatus::NRT_TIMEOUT {
+            log::Level::Debug
+        } else {
+            log::Level::Error
+        };
+        log::log!(target: func, level, "{}", f.msg);
+    }));
     set_last_error(&format!("{func}: {}", f.msg));
 }
 
@@ -410,6 +435,46 @@ mod tests {
         assert_eq!(entry("nrt_test", || Ok(())), 0);
         let st = entry("nrt_test", || Err(Fail::invalid("bad")));
         assert_eq!(st, CoreStatus::NRT_INVALID as NRT_STATUS);
+    }
+
+    /// A failing call from a thread-local destructor that runs after `LAST_ERROR`'s (as from
+    /// an `atexit` handler in C): the status comes back, nothing panics, and the last-error
+    /// getter returns the static text instead of a dangling pointer.
+    #[test]
+    fn failing_calls_after_the_threads_storage_is_gone_do_not_panic() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        // 0: the destructor did not run; 1: it ran after LAST_ERROR was gone and all was
+        // well; 2: LAST_ERROR was still alive (the order the test needs did not happen);
+        // 3: a wrong answer.
+        static OUTCOME: AtomicU32 = AtomicU32::new(0);
+        struct Late;
+        impl Drop for Late {
+            fn drop(&mut self) {
+                if LAST_ERROR.try_with(|_| ()).is_ok() {
+                    OUTCOME.store(2, Ordering::SeqCst);
+                    return;
+                }
+                let st = entry("nrt_test", || Err(Fail::invalid("late")));
+                let v = entry_value("nrt_test", 5u8, || panic!("late panic"));
+                // SAFETY: last_error_ptr returns a NUL-terminated string, static here.
+                let msg = unsafe { std::ffi::CStr::from_ptr(last_error_ptr()) };
+                let ok = st == CoreStatus::NRT_INVALID as NRT_STATUS
+                    && v == 5
+                    && msg == LAST_ERROR_UNAVAILABLE;
+                OUTCOME.store(if ok { 1 } else { 3 }, Ordering::SeqCst);
+            }
+        }
+        thread_local! {
+            static LATE: Late = const { Late };
+        }
+        std::thread::spawn(|| {
+            // Destructors run in reverse order of registration: LATE's after LAST_ERROR's.
+            LATE.with(|_| ());
+            set_last_error("early");
+        })
+        .join()
+        .unwrap();
+        assert_eq!(OUTCOME.load(Ordering::SeqCst), 1);
     }
 
     #[test]
