@@ -317,6 +317,22 @@ static void sets(void) {
     nrt_destroy_tensor_set(&copy); /* stale copy: detected, no crash */
     nrt_destroy_tensor_set(NULL);
     EXPECT(nrt_get_tensor_from_tensor_set(copy, "a", &got), NRT_INVALID);
+    /* A stale pointer never reaches a newer set, even where the allocator hands the destroyed
+     * set's memory out again: destroying through it is a no-op and the new set keeps working. */
+    for (int i = 0; i < 8; i++) {
+        nrt_tensor_set_t *old = NULL, *fresh = NULL;
+        EXPECT(nrt_allocate_tensor_set(&old), NRT_SUCCESS);
+        nrt_tensor_set_t *stale = old;
+        nrt_destroy_tensor_set(&old);
+        EXPECT(nrt_allocate_tensor_set(&fresh), NRT_SUCCESS);
+        CHECK(fresh != stale, "a new set never gets a destroyed set's pointer");
+        EXPECT(nrt_add_tensor_to_tensor_set(fresh, "a", t1), NRT_SUCCESS);
+        nrt_destroy_tensor_set(&stale); /* not a live set: no-op (logged) */
+        CHECK(stale == NULL, "destroy NULLs a stale pointer too");
+        EXPECT(nrt_get_tensor_from_tensor_set(fresh, "a", &got), NRT_SUCCESS);
+        CHECK(got == t1, "the new set survived a stale destroy");
+        nrt_destroy_tensor_set(&fresh);
+    }
     nrt_tensor_free(&t1);
     nrt_tensor_free(&t2);
 }

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, RwLock};
 
 use nrt_core::abi::{H_MODEL, NRT_STATUS as CoreStatus};
@@ -155,30 +156,61 @@ pub(crate) fn close() -> bool {
     }
 }
 
-/// A tensor set as C sees it (`nrt_tensor_set_t *`, a `void *`): the registry is keyed by the
-/// address of `_handle`, so a caller's pointer is looked up, never dereferenced.
+/// First bit of every handle: on 64-bit Linux (x86-64, AArch64) the kernel half of the address
+/// space, where no object of a user process lives, so no pointer to the caller's own memory
+/// (a foreign pointer) ever equals a handle.
+const HANDLE_BASE: usize = 1 << (usize::BITS - 1);
+/// Handles are multiples of 16: aligned for any type a caller may imagine behind them.
+const HANDLE_SHIFT: u32 = 4;
+/// The next handle number (1-based, so no handle is `HANDLE_BASE` alone).
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+
+/// Mints the value of a new opaque C pointer (`nrt_model_t *`, `nrt_tensor_set_t *`):
+/// `HANDLE_BASE | n << 4` for a process-wide counter `n`.
+///
+/// A handle is a pointer value the library never dereferences: it is only a registry key. It
+/// is never handed out twice in the process (a heap address was: once freed, malloc gives the
+/// same address to the next object, and a stale pointer then named a different, live one);
+/// it is non-null and 16-byte aligned; models and sets share the counter, so the pointer of
+/// one kind is never a live object of the other. `NRT_RESOURCE` after 2^59 handles (2^27 on a
+/// 32-bit target) rather than ever reusing one.
+pub(crate) fn new_handle() -> Res<usize> {
+    mint_handle(&NEXT_HANDLE)
+}
+
+/// Handle numbers stop before this one (`n << 4` must stay below `HANDLE_BASE`).
+const HANDLE_LIMIT: usize = HANDLE_BASE >> HANDLE_SHIFT;
+
+/// [`new_handle`] on the counter `next`.
+fn mint_handle(next: &AtomicUsize) -> Res<usize> {
+    next.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n < HANDLE_LIMIT).then_some(n + 1)
+    })
+    .map(|n| HANDLE_BASE | n << HANDLE_SHIFT)
+    .map_err(|_| {
+        Fail::new(
+            CoreStatus::NRT_RESOURCE,
+            "out of handles (every model and tensor set handle of this process is used)",
+        )
+    })
+}
+
+/// The C pointer of handle `h`. It has no provenance: nothing may read or write through it
+/// (nothing does: pointers coming back from C are only looked up by address).
+pub(crate) fn handle_ptr<T>(h: usize) -> *mut T {
+    std::ptr::without_provenance_mut(h)
+}
+
+/// A tensor set as C sees it (`nrt_tensor_set_t *`, a `void *`): registered in [`SETS`] under
+/// its handle ([`new_handle`]), so a caller's pointer is looked up, never dereferenced.
+#[derive(Default)]
 pub(crate) struct SetEntry {
-    _handle: Box<u64>,
     /// `(name, tensor)` in insertion order.
     pub entries: Vec<(String, usize)>,
 }
 
-impl SetEntry {
-    pub fn new() -> (usize, Self) {
-        let h = Box::new(0x5e7_5e7u64);
-        let key = &*h as *const u64 as usize;
-        (
-            key,
-            SetEntry {
-                _handle: h,
-                entries: Vec::new(),
-            },
-        )
-    }
-}
-
-/// Live tensor sets. Not tied to one runtime: a set made before `nrt_close` can still be
-/// destroyed after it.
+/// Live tensor sets by handle. Not tied to one runtime: a set made before `nrt_close` can still
+/// be destroyed after it.
 pub(crate) static SETS: LazyLock<Mutex<BTreeMap<usize, SetEntry>>> =
     LazyLock::new(|| Mutex::new(BTreeMap::new()));
 
@@ -475,6 +507,26 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(OUTCOME.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn handles_are_unique_aligned_non_null_and_run_out_rather_than_wrap() {
+        let hs: Vec<usize> = (0..1000).map(|_| new_handle().unwrap()).collect();
+        let distinct: BTreeSet<usize> = hs.iter().copied().collect();
+        assert_eq!(distinct.len(), hs.len());
+        for &h in &hs {
+            assert!(h != 0 && h % 16 == 0 && h & HANDLE_BASE != 0, "{h:#x}");
+            assert_eq!(handle_ptr::<u8>(h).addr(), h);
+        }
+        let next = AtomicUsize::new(HANDLE_LIMIT - 1);
+        assert_eq!(
+            mint_handle(&next).unwrap(),
+            HANDLE_BASE | (HANDLE_LIMIT - 1) << HANDLE_SHIFT
+        );
+        for _ in 0..2 {
+            let e = mint_handle(&next).unwrap_err();
+            assert_eq!(e.status, CoreStatus::NRT_RESOURCE);
+        }
     }
 
     #[test]

@@ -129,7 +129,7 @@ fn set_snapshot(set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>>
         return Err(Fail::invalid(format_args!("{what} is NULL")));
     }
     let sets = lock(&global::SETS);
-    let e = sets.get(&(set as usize)).ok_or_else(|| {
+    let e = sets.get(&set.addr()).ok_or_else(|| {
         Fail::invalid(format_args!(
             "{what} is not a live tensor set (destroyed, foreign or corrupt pointer)"
         ))
