@@ -466,6 +466,24 @@ static void models(void) {
     EXPECT(nrtx_get_model_memory(resnet, &mm, sizeof mm, &out), NRT_INVALID_HANDLE);
     nrt_tensor_set_t *s = new_set();
     EXPECT(nrt_execute(resnet, s, s), NRT_INVALID_HANDLE);
+    /* A stale model pointer never reaches a newer model, even where the allocator would hand an
+     * unloaded model's memory out again: it stays NRT_INVALID_HANDLE and unloads nothing. */
+    nrt_model_t *old[16];
+    for (int i = 0; i < 16; i++) {
+        old[i] = load("resnet50.json", 0, NRT_SUCCESS);
+        EXPECT(nrt_unload(old[i]), NRT_SUCCESS);
+    }
+    nrt_model_t *live = load("resnet50.json", 0, NRT_SUCCESS);
+    for (int i = 0; i < 16; i++) {
+        CHECK(live != old[i] && live != resnet, "a new model never gets an unloaded one's pointer");
+        EXPECT(nrt_unload(old[i]), NRT_INVALID_HANDLE);
+        EXPECT(nrtx_get_model_memory(old[i], &mm, sizeof mm, &out), NRT_INVALID_HANDLE);
+    }
+    EXPECT(nrt_unload(resnet), NRT_INVALID_HANDLE);
+    EXPECT(nrtx_get_model_memory(live, &mm, sizeof mm, &out), NRT_SUCCESS);
+    EXPECT(nrt_unload(live), NRT_SUCCESS);
+    /* A set pointer is not a model (one handle space for both). */
+    EXPECT(nrt_unload((nrt_model_t *)s), NRT_INVALID_HANDLE);
     nrt_destroy_tensor_set(&s);
     EXPECT(nrt_unload(bert), NRT_SUCCESS);
     EXPECT(nrt_unload(custom), NRT_SUCCESS);

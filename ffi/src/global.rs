@@ -48,18 +48,20 @@ impl From<nrt_core::Error> for Fail {
 
 pub(crate) type Res<T = ()> = Result<T, Fail>;
 
-/// A resident model as C sees it: the heap box `nrt_model_t *` points at (never dereferenced
-/// through the caller's pointer: the registry is keyed by its address).
-pub(crate) struct ModelBox {
+/// A resident model as the registry keeps it, under the handle ([`new_handle`]) that C holds
+/// as its `nrt_model_t *` (looked up, never dereferenced).
+pub(crate) struct ModelEntry {
+    /// The core's model handle.
     pub h: H_MODEL,
+    /// The logical core the model is loaded on.
     pub vnc: u32,
 }
 
 /// One initialised runtime and the C-side objects tied to it.
 pub(crate) struct Runtime {
     pub rt: HostRuntime,
-    /// `nrt_model_t *` address → its box.
-    pub models: Mutex<BTreeMap<usize, Box<ModelBox>>>,
+    /// `nrt_model_t *` handle → the model.
+    pub models: Mutex<BTreeMap<usize, ModelEntry>>,
     /// Tensors made through the C ABI and not yet freed: `nrt_close` frees them with the host
     /// memory provider, so VIRTUAL tensors the application forgot do not leak.
     pub tensors: Mutex<BTreeSet<usize>>,

@@ -281,8 +281,8 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
                 return Err(Fail::invalid("model is NULL"));
             }
             let h = lock(&r.models)
-                .get(&(model as usize))
-                .map(|b| b.h)
+                .get(&model.addr())
+                .map(|e| e.h)
                 .ok_or_else(|| {
                     Fail::new(
                         CoreStatus::NRT_INVALID_HANDLE,
