@@ -317,6 +317,22 @@ static void sets(void) {
     nrt_destroy_tensor_set(&copy); /* stale copy: detected, no crash */
     nrt_destroy_tensor_set(NULL);
     EXPECT(nrt_get_tensor_from_tensor_set(copy, "a", &got), NRT_INVALID);
+    /* A stale pointer never reaches a newer set, even where the allocator hands the destroyed
+     * set's memory out again: destroying through it is a no-op and the new set keeps working. */
+    for (int i = 0; i < 8; i++) {
+        nrt_tensor_set_t *old = NULL, *fresh = NULL;
+        EXPECT(nrt_allocate_tensor_set(&old), NRT_SUCCESS);
+        nrt_tensor_set_t *stale = old;
+        nrt_destroy_tensor_set(&old);
+        EXPECT(nrt_allocate_tensor_set(&fresh), NRT_SUCCESS);
+        CHECK(fresh != stale, "a new set never gets a destroyed set's pointer");
+        EXPECT(nrt_add_tensor_to_tensor_set(fresh, "a", t1), NRT_SUCCESS);
+        nrt_destroy_tensor_set(&stale); /* not a live set: no-op (logged) */
+        CHECK(stale == NULL, "destroy NULLs a stale pointer too");
+        EXPECT(nrt_get_tensor_from_tensor_set(fresh, "a", &got), NRT_SUCCESS);
+        CHECK(got == t1, "the new set survived a stale destroy");
+        nrt_destroy_tensor_set(&fresh);
+    }
     nrt_tensor_free(&t1);
     nrt_tensor_free(&t2);
 }
@@ -450,6 +466,24 @@ static void models(void) {
     EXPECT(nrtx_get_model_memory(resnet, &mm, sizeof mm, &out), NRT_INVALID_HANDLE);
     nrt_tensor_set_t *s = new_set();
     EXPECT(nrt_execute(resnet, s, s), NRT_INVALID_HANDLE);
+    /* A stale model pointer never reaches a newer model, even where the allocator would hand an
+     * unloaded model's memory out again: it stays NRT_INVALID_HANDLE and unloads nothing. */
+    nrt_model_t *old[16];
+    for (int i = 0; i < 16; i++) {
+        old[i] = load("resnet50.json", 0, NRT_SUCCESS);
+        EXPECT(nrt_unload(old[i]), NRT_SUCCESS);
+    }
+    nrt_model_t *live = load("resnet50.json", 0, NRT_SUCCESS);
+    for (int i = 0; i < 16; i++) {
+        CHECK(live != old[i] && live != resnet, "a new model never gets an unloaded one's pointer");
+        EXPECT(nrt_unload(old[i]), NRT_INVALID_HANDLE);
+        EXPECT(nrtx_get_model_memory(old[i], &mm, sizeof mm, &out), NRT_INVALID_HANDLE);
+    }
+    EXPECT(nrt_unload(resnet), NRT_INVALID_HANDLE);
+    EXPECT(nrtx_get_model_memory(live, &mm, sizeof mm, &out), NRT_SUCCESS);
+    EXPECT(nrt_unload(live), NRT_SUCCESS);
+    /* A set pointer is not a model (one handle space for both). */
+    EXPECT(nrt_unload((nrt_model_t *)s), NRT_INVALID_HANDLE);
     nrt_destroy_tensor_set(&s);
     EXPECT(nrt_unload(bert), NRT_SUCCESS);
     EXPECT(nrt_unload(custom), NRT_SUCCESS);

@@ -9,9 +9,10 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, RwLock};
 
 use nrt_core::abi::{H_MODEL, NRT_STATUS as CoreStatus};
@@ -47,18 +48,20 @@ impl From<nrt_core::Error> for Fail {
 
 pub(crate) type Res<T = ()> = Result<T, Fail>;
 
-/// A resident model as C sees it: the heap box `nrt_model_t *` points at (never dereferenced
-/// through the caller's pointer: the registry is keyed by its address).
-pub(crate) struct ModelBox {
+/// A resident model as the registry keeps it, under the handle ([`new_handle`]) that C holds
+/// as its `nrt_model_t *` (looked up, never dereferenced).
+pub(crate) struct ModelEntry {
+    /// The core's model handle.
     pub h: H_MODEL,
+    /// The logical core the model is loaded on.
     pub vnc: u32,
 }
 
 /// One initialised runtime and the C-side objects tied to it.
 pub(crate) struct Runtime {
     pub rt: HostRuntime,
-    /// `nrt_model_t *` address → its box.
-    pub models: Mutex<BTreeMap<usize, Box<ModelBox>>>,
+    /// `nrt_model_t *` handle → the model.
+    pub models: Mutex<BTreeMap<usize, ModelEntry>>,
     /// Tensors made through the C ABI and not yet freed: `nrt_close` frees them with the host
     /// memory provider, so VIRTUAL tensors the application forgot do not leak.
     pub tensors: Mutex<BTreeSet<usize>>,
@@ -155,30 +158,61 @@ pub(crate) fn close() -> bool {
     }
 }
 
-/// A tensor set as C sees it (`nrt_tensor_set_t *`, a `void *`): the registry is keyed by the
-/// address of `_handle`, so a caller's pointer is looked up, never dereferenced.
+/// First bit of every handle: on 64-bit Linux (x86-64, AArch64) the kernel half of the address
+/// space, where no object of a user process lives, so no pointer to the caller's own memory
+/// (a foreign pointer) ever equals a handle.
+const HANDLE_BASE: usize = 1 << (usize::BITS - 1);
+/// Handles are multiples of 16: aligned for any type a caller may imagine behind them.
+const HANDLE_SHIFT: u32 = 4;
+/// The next handle number (1-based, so no handle is `HANDLE_BASE` alone).
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
+
+/// Mints the value of a new opaque C pointer (`nrt_model_t *`, `nrt_tensor_set_t *`):
+/// `HANDLE_BASE | n << 4` for a process-wide counter `n`.
+///
+/// A handle is a pointer value the library never dereferences: it is only a registry key. It
+/// is never handed out twice in the process (a heap address was: once freed, malloc gives the
+/// same address to the next object, and a stale pointer then named a different, live one);
+/// it is non-null and 16-byte aligned; models and sets share the counter, so the pointer of
+/// one kind is never a live object of the other. `NRT_RESOURCE` after 2^59 handles (2^27 on a
+/// 32-bit target) rather than ever reusing one.
+pub(crate) fn new_handle() -> Res<usize> {
+    mint_handle(&NEXT_HANDLE)
+}
+
+/// Handle numbers stop before this one (`n << 4` must stay below `HANDLE_BASE`).
+const HANDLE_LIMIT: usize = HANDLE_BASE >> HANDLE_SHIFT;
+
+/// [`new_handle`] on the counter `next`.
+fn mint_handle(next: &AtomicUsize) -> Res<usize> {
+    next.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n < HANDLE_LIMIT).then_some(n + 1)
+    })
+    .map(|n| HANDLE_BASE | n << HANDLE_SHIFT)
+    .map_err(|_| {
+        Fail::new(
+            CoreStatus::NRT_RESOURCE,
+            "out of handles (every model and tensor set handle of this process is used)",
+        )
+    })
+}
+
+/// The C pointer of handle `h`. It has no provenance: nothing may read or write through it
+/// (nothing does: pointers coming back from C are only looked up by address).
+pub(crate) fn handle_ptr<T>(h: usize) -> *mut T {
+    std::ptr::without_provenance_mut(h)
+}
+
+/// A tensor set as C sees it (`nrt_tensor_set_t *`, a `void *`): registered in [`SETS`] under
+/// its handle ([`new_handle`]), so a caller's pointer is looked up, never dereferenced.
+#[derive(Default)]
 pub(crate) struct SetEntry {
-    _handle: Box<u64>,
     /// `(name, tensor)` in insertion order.
     pub entries: Vec<(String, usize)>,
 }
 
-impl SetEntry {
-    pub fn new() -> (usize, Self) {
-        let h = Box::new(0x5e7_5e7u64);
-        let key = &*h as *const u64 as usize;
-        (
-            key,
-            SetEntry {
-                _handle: h,
-                entries: Vec::new(),
-            },
-        )
-    }
-}
-
-/// Live tensor sets. Not tied to one runtime: a set made before `nrt_close` can still be
-/// destroyed after it.
+/// Live tensor sets by handle. Not tied to one runtime: a set made before `nrt_close` can still
+/// be destroyed after it.
 pub(crate) static SETS: LazyLock<Mutex<BTreeMap<usize, SetEntry>>> =
     LazyLock::new(|| Mutex::new(BTreeMap::new()));
 
@@ -186,26 +220,51 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-/// Records `msg` as this thread's last error (`nrtx_get_last_error_message`).
+/// What [`last_error_ptr`] returns when this thread's last error cannot be reached: its
+/// thread-local storage is being or has been destroyed (a call from an `atexit` handler, from
+/// a thread-local destructor, or from a thread that is exiting).
+pub(crate) const LAST_ERROR_UNAVAILABLE: &CStr =
+    c"(no last error message: this thread's storage has been destroyed, e.g. in an atexit handler)";
+
+/// Records `msg` as this thread's last error (`nrtx_get_last_error_message`). Never panics:
+/// when the thread's storage is gone (see [`LAST_ERROR_UNAVAILABLE`]) the message is only
+/// logged.
 pub(crate) fn set_last_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    // `try_with`, not `with`: `with` panics once the thread-local is destroyed, and this runs
+    // outside the panic fence. No call re-enters here while the slot is borrowed, so
+    // `try_borrow_mut` only guards against a panic that cannot happen.
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut slot) = e.try_borrow_mut() {
+            *slot = c;
+        }
+    });
 }
 
 /// This thread's last error message (empty when none); valid until the thread's next failing
-/// call.
+/// call or its exit. A static text ([`LAST_ERROR_UNAVAILABLE`]) once the thread's storage is
+/// destroyed. Never panics.
 pub(crate) fn last_error_ptr() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.try_borrow().map(|s| s.as_ptr()).ok())
+        .ok()
+        .flatten()
+        .unwrap_or(LAST_ERROR_UNAVAILABLE.as_ptr())
 }
 
+/// Logs a failure and records it as the thread's last error. Runs outside the entry point's
+/// panic fence, so it has its own: a panicking log backend (the host process may have
+/// installed any logger) is swallowed here instead of unwinding into C.
 fn report(func: &'static str, f: &Fail) {
-    // A timeout is an answer ("not yet"), not a failure: callers poll with timeout 0.
-    let level = if f.status == CoreStatus::NRT_TIMEOUT {
-        log::Level::Debug
-    } else {
-        log::Level::Error
-    };
-    log::log!(target: func, level, "{}", f.msg);
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // A timeout is an answer ("not yet"), not a failure: callers poll with timeout 0.
+        let level = if f.status == CoreStatus::NRT_TIMEOUT {
+            log::Level::Debug
+        } else {
+            log::Level::Error
+        };
+        log::log!(target: func, level, "{}", f.msg);
+    }));
     set_last_error(&format!("{func}: {}", f.msg));
 }
 
@@ -410,6 +469,66 @@ mod tests {
         assert_eq!(entry("nrt_test", || Ok(())), 0);
         let st = entry("nrt_test", || Err(Fail::invalid("bad")));
         assert_eq!(st, CoreStatus::NRT_INVALID as NRT_STATUS);
+    }
+
+    /// A failing call from a thread-local destructor that runs after `LAST_ERROR`'s (as from
+    /// an `atexit` handler in C): the status comes back, nothing panics, and the last-error
+    /// getter returns the static text instead of a dangling pointer.
+    #[test]
+    fn failing_calls_after_the_threads_storage_is_gone_do_not_panic() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        // 0: the destructor did not run; 1: it ran after LAST_ERROR was gone and all was
+        // well; 2: LAST_ERROR was still alive (the order the test needs did not happen);
+        // 3: a wrong answer.
+        static OUTCOME: AtomicU32 = AtomicU32::new(0);
+        struct Late;
+        impl Drop for Late {
+            fn drop(&mut self) {
+                if LAST_ERROR.try_with(|_| ()).is_ok() {
+                    OUTCOME.store(2, Ordering::SeqCst);
+                    return;
+                }
+                let st = entry("nrt_test", || Err(Fail::invalid("late")));
+                let v = entry_value("nrt_test", 5u8, || panic!("late panic"));
+                // SAFETY: last_error_ptr returns a NUL-terminated string, static here.
+                let msg = unsafe { std::ffi::CStr::from_ptr(last_error_ptr()) };
+                let ok = st == CoreStatus::NRT_INVALID as NRT_STATUS
+                    && v == 5
+                    && msg == LAST_ERROR_UNAVAILABLE;
+                OUTCOME.store(if ok { 1 } else { 3 }, Ordering::SeqCst);
+            }
+        }
+        thread_local! {
+            static LATE: Late = const { Late };
+        }
+        std::thread::spawn(|| {
+            // Destructors run in reverse order of registration: LATE's after LAST_ERROR's.
+            LATE.with(|_| ());
+            set_last_error("early");
+        })
+        .join()
+        .unwrap();
+        assert_eq!(OUTCOME.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn handles_are_unique_aligned_non_null_and_run_out_rather_than_wrap() {
+        let hs: Vec<usize> = (0..1000).map(|_| new_handle().unwrap()).collect();
+        let distinct: BTreeSet<usize> = hs.iter().copied().collect();
+        assert_eq!(distinct.len(), hs.len());
+        for &h in &hs {
+            assert!(h != 0 && h % 16 == 0 && h & HANDLE_BASE != 0, "{h:#x}");
+            assert_eq!(handle_ptr::<u8>(h).addr(), h);
+        }
+        let next = AtomicUsize::new(HANDLE_LIMIT - 1);
+        assert_eq!(
+            mint_handle(&next).unwrap(),
+            HANDLE_BASE | (HANDLE_LIMIT - 1) << HANDLE_SHIFT
+        );
+        for _ in 0..2 {
+            let e = mint_handle(&next).unwrap_err();
+            assert_eq!(e.status, CoreStatus::NRT_RESOURCE);
+        }
     }
 
     #[test]

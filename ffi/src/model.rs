@@ -2,8 +2,9 @@
 //!
 //! `nrt_load` takes a model manifest (JSON, format `"nrt-dmem-model/1"`, docs/MANIFEST.md) in
 //! place of a NEFF: this runtime models libnrt's device memory, not the NeuronCore's
-//! instruction set. The `nrt_model_t *` handed back is the address of a heap box registered
-//! with the runtime; every call looks a caller's pointer up in that registry before using it.
+//! instruction set. The `nrt_model_t *` handed back is an opaque handle registered with the
+//! runtime and never reused within the process (`global::new_handle`); every call looks a
+//! caller's pointer up in that registry, never dereferences it.
 
 use std::ffi::c_void;
 
@@ -11,7 +12,7 @@ use nrt_core::abi::NRT_STATUS as CoreStatus;
 use nrt_core::tensor::TensorSet;
 use nrt_host::{Manifest, ManifestError};
 
-use crate::global::{self, entry, in_bytes, lock, put, Fail, ModelBox, Res, Runtime};
+use crate::global::{self, entry, in_bytes, lock, put, Fail, ModelEntry, Res, Runtime};
 use crate::status::NRT_STATUS;
 use crate::types::{nrt_model_t, nrt_tensor_set_t};
 
@@ -21,8 +22,8 @@ fn model_of(r: &Runtime, model: *const nrt_model_t) -> Res<(nrt_core::abi::H_MOD
         return Err(Fail::invalid("model is NULL"));
     }
     lock(&r.models)
-        .get(&(model as usize))
-        .map(|b| (b.h, b.vnc))
+        .get(&model.addr())
+        .map(|e| (e.h, e.vnc))
         .ok_or_else(|| {
             Fail::new(
                 CoreStatus::NRT_INVALID_HANDLE,
@@ -68,6 +69,9 @@ pub unsafe extern "C" fn nrt_load(
                 }
                 e => Fail::invalid(e),
             })?;
+            // Minted before the load, so nothing is left to roll back when the handles ran
+            // out (a failed load only skips a number).
+            let key = global::new_handle()?;
             let vnc = if vnc == -1 { 0 } else { vnc as i64 };
             let storage = m.spec();
             let h = r
@@ -77,12 +81,10 @@ pub unsafe extern "C" fn nrt_load(
                         note_model_oom(r, &m, vnc);
                     }
                 })?;
-            let b = Box::new(ModelBox { h, vnc: vnc as u32 });
-            let p = &*b as *const ModelBox as *mut nrt_model_t;
-            lock(&r.models).insert(p as usize, b);
+            lock(&r.models).insert(key, ModelEntry { h, vnc: vnc as u32 });
             log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.id, m.name);
             // SAFETY: checked non-null; caller contract.
-            unsafe { put(model, p, "model") }
+            unsafe { put(model, global::handle_ptr(key), "model") }
         })
     })
 }
@@ -106,8 +108,8 @@ fn note_model_oom(r: &Runtime, m: &Manifest, vnc: i64) {
 }
 
 /// Unloads a model: waits for its executions in flight, then frees all of its device memory
-/// (no other model's memory changes). The pointer is invalid afterwards; passing it again is
-/// NRT_INVALID_HANDLE.
+/// (no other model's memory changes). The pointer is invalid afterwards; passing it (or a copy)
+/// again is NRT_INVALID_HANDLE, also after later loads: model pointers are never reused.
 ///
 /// # Safety
 /// `model` is any pointer value (it is looked up, never dereferenced).
@@ -117,7 +119,7 @@ pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
         global::with_rt(|r| {
             let (h, _) = model_of(r, model)?;
             r.rt.nrt().unload_model(h)?;
-            lock(&r.models).remove(&(model as usize));
+            lock(&r.models).remove(&model.addr());
             Ok(())
         })
     })
@@ -129,7 +131,7 @@ fn set_snapshot(set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>>
         return Err(Fail::invalid(format_args!("{what} is NULL")));
     }
     let sets = lock(&global::SETS);
-    let e = sets.get(&(set as usize)).ok_or_else(|| {
+    let e = sets.get(&set.addr()).ok_or_else(|| {
         Fail::invalid(format_args!(
             "{what} is not a live tensor set (destroyed, foreign or corrupt pointer)"
         ))

@@ -6,7 +6,7 @@
 //! their end.
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CString};
 use std::sync::LazyLock;
 
 use nrt_core::abi::{dma_mem_usage_type_t, NRT_STATUS as CoreStatus};
@@ -281,8 +281,8 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
                 return Err(Fail::invalid("model is NULL"));
             }
             let h = lock(&r.models)
-                .get(&(model as usize))
-                .map(|b| b.h)
+                .get(&model.addr())
+                .map(|e| e.h)
                 .ok_or_else(|| {
                     Fail::new(
                         CoreStatus::NRT_INVALID_HANDLE,
@@ -393,9 +393,11 @@ unsafe fn put_text(text: &str, buf: *mut c_char, size_in: usize, size_out: *mut 
 
 /// The message of the last call on this thread that failed ("function: what went wrong", the
 /// same text the log shows), or "" when none did. The string stays valid until the next
-/// failing call on this thread; copy it to keep it.
+/// failing call on this thread or the thread's exit; copy it to keep it. Called while the
+/// thread's storage is torn down (from an atexit handler, for example), it returns a static
+/// text saying the message is not available. Never NULL.
 #[no_mangle]
 pub extern "C" fn nrtx_get_last_error_message() -> *const c_char {
-    const EMPTY: &CStr = c"";
-    std::panic::catch_unwind(global::last_error_ptr).unwrap_or(EMPTY.as_ptr())
+    std::panic::catch_unwind(global::last_error_ptr)
+        .unwrap_or(global::LAST_ERROR_UNAVAILABLE.as_ptr())
 }

@@ -1,6 +1,6 @@
 //! Tensor sets (public API §2; spec §7.3): name → tensor, the inputs or outputs of one
-//! `nrt_execute`. A `nrt_tensor_set_t *` is the address of a registered heap box; callers'
-//! pointers are looked up, never dereferenced.
+//! `nrt_execute`. A `nrt_tensor_set_t *` is an opaque handle, never reused within the process
+//! (`global::new_handle`); callers' pointers are looked up, never dereferenced.
 
 use std::ffi::c_char;
 
@@ -24,10 +24,10 @@ pub unsafe extern "C" fn nrt_allocate_tensor_set(result: *mut *mut nrt_tensor_se
             if result.is_null() {
                 return Err(Fail::invalid("result is NULL"));
             }
-            let (key, e) = SetEntry::new();
-            lock(&SETS).insert(key, e);
+            let h = global::new_handle()?;
+            lock(&SETS).insert(h, SetEntry::default());
             // SAFETY: checked non-null; caller contract.
-            unsafe { put(result, key as *mut nrt_tensor_set_t, "result") }
+            unsafe { put(result, global::handle_ptr(h), "result") }
         })
     })
 }
@@ -44,7 +44,7 @@ pub unsafe extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut nrt_tensor
         let Some(set) = (unsafe { global::take_nulled(tensor_set) }) else {
             return Ok(());
         };
-        match lock(&SETS).remove(&(set as usize)) {
+        match lock(&SETS).remove(&set.addr()) {
             Some(_) => Ok(()),
             None => Err(Fail::invalid(
                 "tensor_set is not a live tensor set (already destroyed, foreign or corrupt pointer)",
@@ -73,7 +73,7 @@ pub unsafe extern "C" fn nrt_add_tensor_to_tensor_set(
             r.rt.nrt().tensor_check(tensor)?;
             let mut sets = lock(&SETS);
             let e = sets
-                .get_mut(&(tensor_set as usize))
+                .get_mut(&tensor_set.addr())
                 .filter(|_| !tensor_set.is_null())
                 .ok_or_else(|| Fail::invalid("tensor_set is NULL or not a live tensor set"))?;
             if let Some(slot) = e.entries.iter_mut().find(|(n, _)| n == name) {
@@ -112,7 +112,7 @@ pub unsafe extern "C" fn nrt_get_tensor_from_tensor_set(
             }
             let sets = lock(&SETS);
             let e = sets
-                .get(&(tensor_set as usize))
+                .get(&tensor_set.addr())
                 .filter(|_| !tensor_set.is_null())
                 .ok_or_else(|| Fail::invalid("tensor_set is NULL or not a live tensor set"))?;
             let t = e

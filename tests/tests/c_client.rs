@@ -7,6 +7,8 @@
 //!   `N passed, M failed` and exits non-zero on any failure.
 //! - `ffi/examples/dropin.c`: only `#include <nrt/nrt.h>` and `-lnrt`, as for AWS's library;
 //!   also compiled as C++ (the `extern "C"` guards) and linked against `libnrt.a`.
+//! - `ffi/examples/atexit.c`: failing calls from an `atexit` handler, after the thread's
+//!   thread-local storage is gone: statuses come back, nothing aborts the process.
 //! - The C compiler's `sizeof`/`offsetof` of every struct in the headers equal Rust's.
 
 use std::path::{Path, PathBuf};
@@ -229,6 +231,50 @@ fn dropin_program_builds_with_only_nrt_h_and_lnrt() {
     if let Ok(d) = d {
         let text = String::from_utf8_lossy(&d.stdout);
         assert!(text.contains("[libnrt.so.1]"), "{text}");
+    }
+}
+
+/// Calls from an `atexit` handler, where the main thread's thread-local storage has already
+/// been destroyed: each failing call returns its status and the last-error getter a valid
+/// (static) string; no panic crosses the C ABI (it used to abort the process with SIGABRT).
+/// Also under memcheck when valgrind is installed: nothing reads freed thread-local memory.
+#[test]
+fn calls_from_an_atexit_handler_return_statuses() {
+    let exe = compile("atexit.c", "atexit");
+    let memcheck: &[&str] = &["valgrind", "--quiet", "--error-exitcode=1"];
+    let mut wrappers = vec![&[][..]];
+    if have("valgrind") {
+        wrappers.push(memcheck);
+    } else {
+        eprintln!("SKIPPED (memcheck part): valgrind is not installed");
+    }
+    for wrapper in wrappers {
+        for args in [&[][..], &["init"][..]] {
+            let mut cmd = match wrapper.split_first() {
+                Some((w, rest)) => {
+                    let mut c = Command::new(w);
+                    c.args(rest).arg(&exe);
+                    c
+                }
+                None => Command::new(&exe),
+            };
+            let o = cmd
+                .args(args)
+                .env("NRT_DMEM_DEVICE", "sim:trn1")
+                .env("NEURON_RT_LOG_LEVEL", "ERROR")
+                .output()
+                .unwrap();
+            let what = format!("atexit {args:?} {wrapper:?}");
+            let o = check(&what, o);
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                out.contains("main: returning")
+                    && out.contains("storage has been destroyed")
+                    && out.trim_end().ends_with("atexit: ok"),
+                "{what}:\n{out}\n--- stderr\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
     }
 }
 

@@ -140,8 +140,8 @@ NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t vnc, int32_t vn
 
 /**
  * Unloads a model: waits for its executions in flight, then frees all of its device memory
- * (no other model's memory changes). The pointer is invalid afterwards; passing it again is
- * NRT_INVALID_HANDLE.
+ * (no other model's memory changes). The pointer is invalid afterwards; passing it (or a copy)
+ * again is NRT_INVALID_HANDLE, also after later loads: model pointers are never reused.
  *
  * Safety:
  * `model` is any pointer value (it is looked up, never dereferenced).

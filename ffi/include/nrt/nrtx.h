@@ -180,7 +180,9 @@ NRT_STATUS nrtx_get_oom_report(char *buf, size_t buf_size_in, size_t *buf_size_o
 /**
  * The message of the last call on this thread that failed ("function: what went wrong", the
  * same text the log shows), or "" when none did. The string stays valid until the next
- * failing call on this thread; copy it to keep it.
+ * failing call on this thread or the thread's exit; copy it to keep it. Called while the
+ * thread's storage is torn down (from an atexit handler, for example), it returns a static
+ * text saying the message is not available. Never NULL.
  */
 const char *nrtx_get_last_error_message(void);
 
