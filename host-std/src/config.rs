@@ -143,7 +143,10 @@ pub fn parse_visible_cores(s: &str) -> Result<(u32, u32), ConfigError> {
                     "range end is before its start",
                 ));
             }
-            Ok((a, b - a + 1))
+            let count = (b - a).checked_add(1).ok_or_else(|| {
+                ConfigError::new("NEURON_RT_VISIBLE_CORES", s, "range is too large")
+            })?;
+            Ok((a, count))
         }
         None => t.parse().map(|a| (a, 1)).map_err(|_| bad()),
     }
@@ -177,9 +180,43 @@ fn parse_channel_size(v: &str) -> Result<u64, ConfigError> {
     Ok(b)
 }
 
+/// `NRT_DMEM_SCRATCHPAD_PAGE_SIZE`: a scratchpad page (spec §8) is carved like any device
+/// allocation, so a page multiple, at most a pool's size.
+fn parse_scratchpad_page_size(v: &str) -> Result<u64, ConfigError> {
+    const VAR: &str = "NRT_DMEM_SCRATCHPAD_PAGE_SIZE";
+    let b = parse_bytes(VAR, v)?;
+    if b == 0 || !b.is_multiple_of(sim::PAGE_SIZE) || b > sim::MAX_POOL_SIZE {
+        return Err(ConfigError::new(
+            VAR,
+            v,
+            "expected a non-zero multiple of 4096 bytes, at most 16 TiB",
+        ));
+    }
+    Ok(b)
+}
+
+/// Every variable [`RuntimeConfig::from_env`] reads.
+pub const ENV_VARS: [&str; 7] = [
+    "NRT_DMEM_DEVICE",
+    "NEURON_RT_VIRTUAL_CORE_SIZE",
+    "NEURON_RT_VISIBLE_CORES",
+    "NEURON_RT_NUM_CORES",
+    "NRT_DMEM_SCRATCHPAD_PAGE_SIZE",
+    "NRT_DMEM_SIM_CHANNEL_SIZE",
+    "NEURON_RT_EXPERIMENTAL_CONTIGUOUS_SCRATCHPAD",
+];
+
 impl RuntimeConfig {
-    /// From the process environment.
+    /// From the process environment. A variable that is set but not UTF-8 is an error, not
+    /// "unset".
     pub fn from_env() -> Result<Self, ConfigError> {
+        for k in ENV_VARS {
+            if let Some(v) = std::env::var_os(k) {
+                if v.to_str().is_none() {
+                    return Err(ConfigError::new(k, &v.to_string_lossy(), "not valid UTF-8"));
+                }
+            }
+        }
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
@@ -202,7 +239,7 @@ impl RuntimeConfig {
                 .transpose()?,
         });
         c.scratchpad_page_size = var("NRT_DMEM_SCRATCHPAD_PAGE_SIZE")
-            .map(|v| parse_bytes("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", &v))
+            .map(|v| parse_scratchpad_page_size(&v))
             .transpose()?;
         c.sim_channel_size = var("NRT_DMEM_SIM_CHANNEL_SIZE")
             .map(|v| parse_channel_size(&v))
@@ -307,6 +344,10 @@ mod tests {
             ("NRT_DMEM_SIM_CHANNEL_SIZE", "12345"),
             ("NRT_DMEM_SIM_CHANNEL_SIZE", "4096"),
             ("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "-1"),
+            ("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "0"),
+            ("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "4097"),
+            ("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "18446744073709551615"),
+            ("NEURON_RT_VISIBLE_CORES", "0-4294967295"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err();
             assert_eq!(e.var, k);

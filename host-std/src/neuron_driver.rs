@@ -150,6 +150,10 @@ impl DeviceState {
     }
 }
 
+/// The most chunks a DUMP_MEM_CHUNKS reply may claim for one channel: one per 4 KiB page of
+/// a 64 GiB channel (larger than any Neuron device's), 24 bytes each at most 384 MiB.
+pub const MAX_DUMP_CHUNKS: u32 = 1 << 24;
+
 /// The real driver portal: `/dev/neuron<N>` through the syscall layer `S`.
 pub struct NeuronDriver<S: Sys = RealSys> {
     sys: S,
@@ -360,6 +364,7 @@ impl<S: Sys> NeuronDriver<S> {
     }
 
     /// The chunks DUMP_MEM_CHUNKS lists for one HBM channel (every process's, public ABI §3).
+    /// A reply claiming more than [`MAX_DUMP_CHUNKS`] chunks is `EOVERFLOW`.
     pub fn dump_mem_chunks(
         &self,
         dev: u32,
@@ -371,6 +376,11 @@ impl<S: Sys> NeuronDriver<S> {
         check(unsafe { ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_DUMP_MEM_CHUNKS, &mut hdr) })?;
         // Chunks may come and go between the calls: retry a few times with room to spare.
         for _ in 0..4 {
+            // A channel holds at most one chunk per page of its capacity; a count beyond any
+            // real channel is a broken reply, not a reason to reserve gigabytes.
+            if hdr.num_entries_out > MAX_DUMP_CHUNKS {
+                return Err(Errno::EOVERFLOW);
+            }
             let want = hdr.num_entries_out as usize + 16;
             let mut buf = vec![MemChunkInfo::default(); want];
             hdr = DumpMemChunks::new(hbm, want as u32, buf.as_mut_ptr() as u64);
@@ -391,7 +401,7 @@ impl<S: Sys> NeuronDriver<S> {
         let mine = own
             .values()
             .filter(|a| a.host == host && (host || a.hbm == hbm));
-        let (used, n) = mine.fold((0u64, 0u64), |(u, n), a| (u + a.size, n + 1));
+        let (used, n) = mine.fold((0u64, 0u64), |(u, n), a| (u.saturating_add(a.size), n + 1));
         let free = capacity.saturating_sub(used);
         PoolStats {
             capacity,
@@ -501,7 +511,12 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         if handle == 0 {
             return Err(Errno::EIO as i32); // the driver claimed success without a handle
         }
-        let size = req.size.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        // What the driver carved (page-rounded); a size no page count can hold is kept as
+        // asked rather than overflowing (a driver that "succeeds" at that is broken anyway).
+        let size = req
+            .size
+            .checked_next_multiple_of(PAGE_SIZE)
+            .unwrap_or(req.size);
         d.own().insert(
             handle,
             OwnAlloc {
@@ -605,14 +620,15 @@ impl<S: Sys> Driver for NeuronDriver<S> {
             Err(e) => return Err(e as i32),
         };
         chunks.sort_unstable_by_key(|c| c.pa);
-        let used: u64 = chunks.iter().map(|c| c.size).sum();
+        // Saturating throughout: the sizes and addresses are the driver's word.
+        let used = chunks.iter().fold(0u64, |u, c| u.saturating_add(c.size));
         let free = capacity.saturating_sub(used);
         let mut inner_max = 0u64;
         let mut inner_sum = 0u64;
         for w in chunks.windows(2) {
             let gap = w[1].pa.saturating_sub(w[0].pa.saturating_add(w[0].size));
             inner_max = inner_max.max(gap);
-            inner_sum += gap;
+            inner_sum = inner_sum.saturating_add(gap);
         }
         let outside = free.saturating_sub(inner_sum);
         Ok(PoolStats {
@@ -993,5 +1009,97 @@ mod tests {
         let s = drv.pool_stats(0, false, 0).unwrap();
         assert!(s.allocations >= 1 && s.free < s.capacity);
         drv.memory_free(0, h).unwrap();
+    }
+
+    /// A trn2 driver that answers with what a test chooses: DUMP_MEM_CHUNKS claims `count`
+    /// chunks of `sizes`, MEM_ALLOC_V2MT64 succeeds for any size.
+    struct Hostile {
+        count: u32,
+        sizes: Vec<u64>,
+        handles: std::sync::atomic::AtomicU64,
+    }
+
+    fn hostile(count: u32, sizes: Vec<u64>) -> NeuronDriver<Hostile> {
+        NeuronDriver::open_with(Hostile {
+            count,
+            sizes,
+            handles: std::sync::atomic::AtomicU64::new(0x40),
+        })
+        .unwrap()
+    }
+
+    impl Sys for Hostile {
+        fn open(&self, p: &Path) -> Result<RawFd, Errno> {
+            if p == Path::new("/dev/neuron0") {
+                Ok(7)
+            } else {
+                Err(Errno::ENOENT)
+            }
+        }
+        unsafe fn ioctl(&self, _fd: RawFd, cmd: u64, arg: *mut u8) -> Result<i32, Errno> {
+            use crate::ioctl::abi::*;
+            use zerocopy::IntoBytes;
+            // SAFETY: the caller passes the struct `cmd` takes (Sys contract); the dump array
+            // is written only when it has room for every entry, as `num_entries_in` says.
+            unsafe {
+                match cmd {
+                    NEURON_IOCTL_DEVICE_BASIC_INFO => {
+                        let v = DeviceBasicInfo {
+                            architecture: 3,
+                            revision: 0,
+                        };
+                        std::ptr::copy_nonoverlapping(v.as_bytes().as_ptr(), arg, 8);
+                        Ok(0)
+                    }
+                    NEURON_IOCTL_DUMP_MEM_CHUNKS => {
+                        let mut h: DumpMemChunks = std::ptr::read_unaligned(arg.cast());
+                        h.num_entries_out = self.count;
+                        if h.num_entries_in as usize >= self.sizes.len() && h.data != 0 {
+                            for (i, s) in self.sizes.iter().enumerate() {
+                                let e = MemChunkInfo::new(i as u64 * 4096, *s, 9);
+                                std::ptr::write_unaligned((h.data as *mut MemChunkInfo).add(i), e);
+                            }
+                        }
+                        std::ptr::write_unaligned(arg.cast(), h);
+                        Ok(0)
+                    }
+                    NEURON_IOCTL_MEM_ALLOC_V2MT64 => {
+                        let a: MemAllocV2Mt64 = std::ptr::read_unaligned(arg.cast());
+                        let h = self.handles.fetch_add(0x40, Ordering::Relaxed);
+                        std::ptr::write_unaligned(a.mem_handle as *mut u64, h);
+                        Ok(0)
+                    }
+                    _ => Err(Errno::ENOTTY),
+                }
+            }
+        }
+        fn close(&self, _fd: RawFd) -> Result<(), Errno> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn hostile_driver_replies_are_errors_or_clamped_not_panics() {
+        // Chunk sizes whose sum overflows: the channel reads as full.
+        let half = u64::MAX / 2 + 1;
+        let s = hostile(2, vec![half, half])
+            .pool_stats(0, false, 0)
+            .unwrap();
+        assert_eq!((s.free, s.largest_free, s.allocations), (0, 0, 2));
+        // A chunk count no channel can hold: refused, nothing reserved for it.
+        assert_eq!(
+            hostile(u32::MAX, vec![]).pool_stats(0, false, 0),
+            Err(Errno::EOVERFLOW as i32)
+        );
+        // A driver that "succeeds" at host allocations no page count can hold, twice: this
+        // process's own ledger of them saturates instead of overflowing.
+        let d = hostile(0, vec![]);
+        let mut r = req(u64::MAX, 0);
+        r.host = true;
+        let a = d.memory_alloc(0, &r).unwrap();
+        let b = d.memory_alloc(0, &r).unwrap();
+        assert_ne!(a, b);
+        let s = d.pool_stats(0, true, 0).unwrap();
+        assert_eq!((s.free, s.allocations), (0, 2));
     }
 }

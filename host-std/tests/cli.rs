@@ -251,6 +251,40 @@ fn missing_device_is_a_clear_error() {
 }
 
 #[test]
+fn bad_settings_are_named_not_panicked_on() {
+    // A core range whose count does not fit in 32 bits.
+    let o = run(&["--visible-cores", "0-4294967295", "demo"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(err.contains("range is too large"), "{err}");
+    // A variable that is set but not UTF-8 is reported, not taken as unset.
+    use std::os::unix::ffi::OsStrExt;
+    let o = bin()
+        .env(
+            "NRT_DMEM_DEVICE",
+            std::ffi::OsStr::from_bytes(b"sim:\xfftrn2"),
+        )
+        .arg("demo")
+        .output()
+        .expect("run nrt-dmem");
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains("NRT_DMEM_DEVICE") && err.contains("UTF-8"),
+        "{err}"
+    );
+    // A scratchpad page that is not a page multiple.
+    let o = bin()
+        .env("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "4097")
+        .arg("demo")
+        .output()
+        .expect("run nrt-dmem");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("NRT_DMEM_SCRATCHPAD_PAGE_SIZE"), "{err}");
+}
+
+#[test]
 fn unknown_flag_gets_clap_help() {
     let o = run(&["demo", "--frobnicate"]);
     let (_, err) = text(&o);
