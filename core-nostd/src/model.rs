@@ -810,14 +810,21 @@ impl<'a> Nrt<'a> {
         Ok(r)
     }
 
-    /// Handles of the models resident on logical core `vnc`.
+    /// Handles of the models resident on logical core `vnc` (the core's `model_db`, spec
+    /// §4.3): writes up to `out.len()` of them and returns how many there are. `Closed` /
+    /// `Uninitialized` outside an initialised runtime (the table only exists while it is).
     pub fn models_on(&self, vnc: i64, out: &mut [u32]) -> Result<usize> {
+        self.check_state()?;
         let v = self.vtpb_get_virtual_core(vnc)?;
         let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
         let mut n = 0;
-        // SAFETY: resolved tpb; under model_db_lock.
+        // SAFETY: resolved tpb; the table is read under model_db_lock, and only when teardown
+        // has not cleared it (a close racing this call leaves it null).
         unsafe {
             let _g = (*tpb).model_db_lock.lock();
+            if (*tpb).model_db.is_null() {
+                return Err(Error::Closed);
+            }
             ht::for_each((*tpb).model_db, |node| {
                 if n < out.len() {
                     out[n] = (*node).key as u32;

@@ -477,3 +477,23 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
     );
     assert!(dump.contains("NC 0     3072.000MB"), "{dump}");
 }
+
+/// `models_on` after `close()` read the torn-down (null) model_db; it must be `Closed`.
+#[test]
+fn models_on_after_close_is_closed() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let h = n.load_model(0, &spec("m", &[])).unwrap();
+    let mut on = [0u32; 4];
+    assert_eq!(n.models_on(0, &mut on).unwrap(), 1);
+    assert_eq!(on[0], h.id);
+    n.close().unwrap();
+    let e = n.models_on(0, &mut on).unwrap_err();
+    assert_eq!(e, Error::Closed);
+    assert_eq!(e.status(), NRT_STATUS::NRT_CLOSED);
+    let fresh = Fixture::trn2();
+    assert_eq!(
+        fresh.nrt().models_on(0, &mut on).unwrap_err(),
+        Error::Uninitialized
+    );
+}
