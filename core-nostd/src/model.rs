@@ -329,7 +329,7 @@ impl<'a> Nrt<'a> {
     /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger,
     /// every allocator and every arena are exactly as before.
     pub fn load_model(&self, vnc: i64, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(vnc)?;
         let g = self.geom(v.tpbs[0].device_id);
         let arch = g.arch();
@@ -582,11 +582,15 @@ impl<'a> Nrt<'a> {
     }
 
     /// `add_model` (spec §4.3): links the model into the core's `model_db` through its embedded
-    /// node; a handle already present is `DuplicateModel` (NRT_INVALID_HANDLE).
+    /// node; a handle already present is `DuplicateModel` (NRT_INVALID_HANDLE); a core torn
+    /// down by `close` (null table) is `Closed`, and the caller rolls the load back.
     fn add_model(&self, tpb: *mut tpb_t, m: *mut model_t) -> Result<()> {
-        // SAFETY: resolved tpb; model_db guarded by model_db_lock.
+        // SAFETY: resolved tpb; model_db guarded by model_db_lock, checked non-null under it.
         unsafe {
             let _g = (*tpb).model_db_lock.lock();
+            if (*tpb).model_db.is_null() {
+                return Err(Error::Closed);
+            }
             let id = (*m).h_model.id as u64;
             // ht_find != 0 means "absent, safe to insert" (spec §4.3 QUIRK).
             if ht::ht_find((*tpb).model_db, id, None) != 0 {
@@ -629,11 +633,14 @@ impl<'a> Nrt<'a> {
     }
 
     /// `get_model_ref_count` (spec §4.4): looks `h` up and takes a reference under the lock,
-    /// so an in-flight unload cannot free it.
+    /// so an in-flight unload cannot free it. A table torn down by `close` is `Closed`.
     fn get_model_ref_count(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<*mut model_t> {
-        // SAFETY: resolved tpb; under model_db_lock.
+        // SAFETY: resolved tpb; under model_db_lock, the table checked non-null under it.
         unsafe {
             let _g = (*tpb).model_db_lock.lock();
+            if (*tpb).model_db.is_null() {
+                return Err(Error::Closed);
+            }
             let node = ht::find((*tpb).model_db, h.id as u64).ok_or(Error::UnknownModel(h.id))?;
             let m = Self::model_of(node);
             (*m).ref_count.fetch_add(1, Ordering::AcqRel);
@@ -642,12 +649,17 @@ impl<'a> Nrt<'a> {
     }
 
     /// `remove_model` (spec §4.5): unlinks `h` from the lookup first (no new execution can
-    /// acquire it), then drains until every in-flight user has released it.
+    /// acquire it), then drains until every in-flight user has released it. A table torn
+    /// down by `close` is `Closed`.
     fn remove_model(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<*mut model_t> {
-        // SAFETY: resolved tpb; the table under model_db_lock, the drain on an atomic.
+        // SAFETY: resolved tpb; the table under model_db_lock (checked non-null under it), the
+        // drain on an atomic.
         unsafe {
             let node = {
                 let _g = (*tpb).model_db_lock.lock();
+                if (*tpb).model_db.is_null() {
+                    return Err(Error::Closed);
+                }
                 if ht::ht_find((*tpb).model_db, h.id as u64, None) != 0 {
                     return Err(Error::UnknownModel(h.id));
                 }
@@ -684,11 +696,10 @@ impl<'a> Nrt<'a> {
     }
 
     /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
-    /// `model_free`. No other model's memory changes.
+    /// `model_free` (spec §4.5, §5.4). No other model's memory changes. `Closed` /
+    /// `Uninitialized` outside an initialised runtime (spec §7.2 state gate).
     pub fn unload_model(&self, h: H_MODEL) -> Result<()> {
-        if self.lifecycle() == crate::ctx::STATE_UNINIT {
-            return Err(Error::Uninitialized);
-        }
+        let _call = self.enter()?;
         let (tpb, _) = self.find_model_core(h)?;
         let m = self.remove_model(tpb, h)?;
         self.model_free(m);
@@ -734,7 +745,7 @@ impl<'a> Nrt<'a> {
     /// its physical cores' exec locks in order (one model executes at a time per core), and
     /// marks it `h_running_model`. Dropping the guard undoes all three.
     pub fn exec_begin(&self, h: H_MODEL) -> Result<ExecGuard<'a>> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let (tpb0, vnc) = self.find_model_core(h)?;
         let m = self.get_model_ref_count(tpb0, h)?;
         let v = *self.vtpb_get_virtual_core(vnc as i64)?;
@@ -760,7 +771,8 @@ impl<'a> Nrt<'a> {
         Ok(g)
     }
 
-    /// Footprint of a resident model.
+    /// Footprint of a resident model (spec §4.4 lookup + reference, §5). `Closed` /
+    /// `Uninitialized` outside an initialised runtime.
     pub fn model_info(&self, h: H_MODEL) -> Result<ModelInfo> {
         self.with_model(h, |m, vnc, refs| {
             let c = m.scratchpad_cleanup_info;
@@ -789,7 +801,8 @@ impl<'a> Nrt<'a> {
         })
     }
 
-    /// Calls `f` on every dmem of a resident model's MODEL heaps.
+    /// Calls `f` on every dmem of a resident model's MODEL heaps (spec §5.2). `Closed` /
+    /// `Uninitialized` outside an initialised runtime.
     pub fn for_each_model_dmem(&self, h: H_MODEL, mut f: impl FnMut(&dmem_t)) -> Result<()> {
         self.with_model(h, |m, _, _| {
             for al in m.sg_allocators {
@@ -801,6 +814,7 @@ impl<'a> Nrt<'a> {
     /// Runs `f` on a resident model while holding a reference on it (so an unload waits):
     /// `f(model, logical core, references held by others)`.
     fn with_model<R>(&self, h: H_MODEL, f: impl FnOnce(&model_t, u32, u64) -> R) -> Result<R> {
+        let _call = self.enter()?;
         let (tpb, vnc) = self.find_model_core(h)?;
         let m = self.get_model_ref_count(tpb, h)?;
         // SAFETY: we hold a reference: the model is not freed until we drop it below.
@@ -814,7 +828,7 @@ impl<'a> Nrt<'a> {
     /// §4.3): writes up to `out.len()` of them and returns how many there are. `Closed` /
     /// `Uninitialized` outside an initialised runtime (the table only exists while it is).
     pub fn models_on(&self, vnc: i64, out: &mut [u32]) -> Result<usize> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let v = self.vtpb_get_virtual_core(vnc)?;
         let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
         let mut n = 0;

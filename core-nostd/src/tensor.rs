@@ -4,7 +4,9 @@
 //! DEVICE tensors come from the logical core's GLOBAL allocator (usage TENSOR, default HBM
 //! channel) and outlive any model; HOST tensors are host DMA memory; VIRTUAL tensors are plain
 //! host memory from the integrator's [`HostMem`] provider. Tensor pointers handed to callers
-//! are validated (live arena slot + magic) before every use.
+//! are validated (live arena slot + magic) before every use. Every public call passes the
+//! state gate (spec §7.2, [`Nrt::enter`]): `Closed` / `Uninitialized` outside an initialised
+//! runtime, and a `close` waits for the calls already in flight (spec §12).
 // Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
 // tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
 // stale or foreign pointer is an error, not undefined behaviour.
@@ -138,7 +140,7 @@ impl<'a> Nrt<'a> {
         name: Option<&str>,
         host: Option<&dyn HostMem>,
     ) -> Result<Tensor> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let placement = Placement::from_raw(placement).ok_or(Error::InvalidArgument(
             "placement must be DEVICE (0), HOST (1) or VIRTUAL (2)",
         ))?;
@@ -231,7 +233,7 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_allocate_empty`: a tensor with no storage yet.
     pub fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<Tensor> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.new_tensor(name)
     }
 
@@ -244,7 +246,7 @@ impl<'a> Nrt<'a> {
         size: u64,
         host: Option<&dyn HostMem>,
     ) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         if buf.is_null() || size == 0 {
             return Err(Error::InvalidArgument("buffer is NULL or size is 0"));
@@ -276,7 +278,7 @@ impl<'a> Nrt<'a> {
         size: u64,
         name: Option<&str>,
     ) -> Result<Tensor> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.tensor_check(src)?;
         // SAFETY: live tensor.
         let (sto, base, len) = unsafe { ((*src).sto, (*src)._offset, (*src)._size) };
@@ -298,8 +300,15 @@ impl<'a> Nrt<'a> {
         Ok(t)
     }
 
-    /// `nrt_tensor_free`: releases the tensor and its reference on the storage.
+    /// `nrt_tensor_free`: releases the tensor and its reference on the storage. `Closed` /
+    /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
     pub fn tensor_free(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
+        let _call = self.enter()?;
+        self.tensor_free_inner(t, host)
+    }
+
+    /// [`Self::tensor_free`] without the gate (teardown runs after the gate closed).
+    fn tensor_free_inner(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
         self.tensor_check(t)?;
         // SAFETY: live tensor; after this the slot is dead.
         unsafe {
@@ -358,13 +367,14 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                let _ = self.tensor_free(*t, None);
+                let _ = self.tensor_free_inner(*t, None);
             }
         }
     }
 
     /// Bytes of a tensor.
     pub fn tensor_get_size(&self, t: *const nrt_tensor_t) -> Result<u64> {
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         // SAFETY: live tensor.
         Ok(unsafe { (*t)._size })
@@ -372,6 +382,7 @@ impl<'a> Nrt<'a> {
 
     /// The tensor's name.
     pub fn tensor_name(&self, t: *const nrt_tensor_t) -> Result<&'a str> {
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         // SAFETY: live tensor; name_buf lives in the arena slot (valid for 'a while live).
         Ok(c_name(unsafe { &(*t).name_buf }))
@@ -433,19 +444,19 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_write`.
     pub fn tensor_write(&self, t: Tensor, buf: &[u8], offset: u64) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.tensor_io(t, offset, Some(buf), None)
     }
 
     /// `nrt_tensor_read`.
     pub fn tensor_read(&self, t: *const nrt_tensor_t, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.tensor_io(t, offset, None, Some(buf))
     }
 
     /// `nrt_tensor_memset`.
     pub fn tensor_memset(&self, t: Tensor, offset: u64, value: u8, size: u64) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let (s, base, len) = self.storage_of(t)?;
         check_window(offset, size, len)?;
         // SAFETY: live storage; the window lies inside it (checked above), and a MALLOC storage
@@ -485,7 +496,7 @@ impl<'a> Nrt<'a> {
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let (ss, _, slen) = self.storage_of(src)?;
         let (ds, _, dlen) = self.storage_of(dst)?;
         check_window(src_off, size, slen)?;
@@ -519,6 +530,7 @@ impl<'a> Nrt<'a> {
     /// `nrt_tensor_get_va`: host address of a VIRTUAL tensor's first byte; null for memory
     /// the host cannot address (device and host-DMA tensors here).
     pub fn tensor_get_va(&self, t: *const nrt_tensor_t) -> Result<*mut u8> {
+        let _call = self.enter()?;
         let (s, base, _) = self.storage_of(t)?;
         // SAFETY: live storage.
         unsafe {
@@ -535,6 +547,7 @@ impl<'a> Nrt<'a> {
         &self,
         t: *const nrt_tensor_t,
     ) -> Result<DeviceAllocationInfo> {
+        let _call = self.enter()?;
         let (s, base, len) = self.storage_of(t)?;
         // SAFETY: live storage.
         unsafe {
@@ -554,6 +567,7 @@ impl<'a> Nrt<'a> {
 
     /// Output completions recorded on `t` (`output_completion_count`).
     pub fn tensor_output_completion(&self, t: *const nrt_tensor_t) -> Result<u64> {
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         // SAFETY: live tensor; atomic.
         Ok(unsafe { (*t).output_completion_count.load(Ordering::Acquire) })
@@ -561,6 +575,7 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_reset_output_completion`.
     pub fn tensor_reset_output_completion(&self, t: Tensor) -> Result<()> {
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         // SAFETY: live tensor; atomic.
         unsafe { (*t).output_completion_count.store(0, Ordering::Release) };
@@ -569,6 +584,7 @@ impl<'a> Nrt<'a> {
 
     /// `(pending_exec_count_read, pending_exec_count_write)` of a tensor's storage.
     pub fn tensor_pending(&self, t: *const nrt_tensor_t) -> Result<(u64, u64)> {
+        let _call = self.enter()?;
         let (s, _, _) = self.storage_of(t)?;
         // SAFETY: live storage; atomics.
         unsafe {
@@ -584,6 +600,7 @@ impl<'a> Nrt<'a> {
     /// NRT_INVALID — then, inside the exec seam, copies each input's bytes to the output of the
     /// same position (zero-filling the rest) and bumps each output's completion count.
     pub fn execute(&self, h: H_MODEL, inputs: &TensorSet, outputs: &TensorSet) -> Result<()> {
+        let _call = self.enter()?;
         let g = self.exec_begin(h)?;
         let mut ins: [Tensor; 32] = [null_mut(); 32];
         let mut outs: [Tensor; 32] = [null_mut(); 32];
