@@ -237,9 +237,26 @@ impl<'a> Nrt<'a> {
         self.new_tensor(name)
     }
 
-    /// `nrt_tensor_attach_buffer`: makes `t` a VIRTUAL view of the caller's buffer (never
-    /// freed by us). Any previous storage is released.
-    pub fn tensor_attach_buffer(
+    /// `nrt_tensor_attach_buffer` (spec §7.1, MALLOC storage not owned by the tensor): makes
+    /// `t` a VIRTUAL view of the caller's buffer (never freed by us). Any previous storage is
+    /// released. `t` is checked; a null `buf` or a zero `size` is `InvalidArgument`.
+    ///
+    /// Unsafe because the runtime keeps `buf` and later safe calls (`tensor_write`,
+    /// `tensor_memset`, `tensor_copy`, `execute`, …) read and write through it.
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(n: nrt_core::Nrt<'_>, t: nrt_core::tensor::Tensor, b: &mut [u8; 16]) {
+    /// // Attaching needs `unsafe`: the caller vouches for the buffer.
+    /// let _ = n.tensor_attach_buffer(t, b.as_mut_ptr(), 16, None);
+    /// # }
+    /// ```
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads and writes of `size` bytes, and must stay so (and not be
+    /// accessed through other references while a runtime call uses it) until no tensor views
+    /// it any more: `t` and every slice made from it are freed, or `t` gets another storage
+    /// and its slices are freed, or the runtime is closed.
+    pub unsafe fn tensor_attach_buffer(
         &self,
         t: Tensor,
         buf: *mut u8,

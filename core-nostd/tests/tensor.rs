@@ -178,8 +178,9 @@ fn virtual_attach_copy_and_host_placement() {
     let mut buf = vec![1u8; 32];
     let e = n.tensor_allocate_empty(Some("e")).unwrap();
     assert!(n.tensor_read(e, &mut b[..1], 0).is_err(), "no storage yet");
-    n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&Heap))
-        .unwrap();
+    // SAFETY: `buf` (32 bytes) outlives `e`, which is freed below; nothing else touches it
+    // meanwhile.
+    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&Heap)) }.unwrap();
     n.tensor_write(e, &[9u8; 4], 0).unwrap();
     n.tensor_free(e, Some(&Heap)).unwrap();
     assert_eq!(
