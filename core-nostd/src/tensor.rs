@@ -80,6 +80,10 @@ pub type Tensor = *mut nrt_tensor_t;
 /// Longest tensor name (bytes, excluding the NUL).
 pub const TENSOR_NAME_MAX: usize = 95;
 
+/// A tensor's name as [`Nrt::tensor_name`] returns it: an owned copy of `nrt_tensor_t`'s
+/// 96-byte `name_buf` (spec §7.1), so it stays valid after the tensor is freed.
+pub type TensorName = heapless::String<96>;
+
 impl<'a> Nrt<'a> {
     /// Checks that `t` is a live tensor of this runtime (never dereferences garbage).
     pub fn tensor_check(&self, t: *const nrt_tensor_t) -> Result<()> {
@@ -397,12 +401,18 @@ impl<'a> Nrt<'a> {
         Ok(unsafe { (*t)._size })
     }
 
-    /// The tensor's name.
-    pub fn tensor_name(&self, t: *const nrt_tensor_t) -> Result<&'a str> {
+    /// The tensor's name (`nrt_tensor_t.name`, spec §7.1), copied out: the slot's `name_buf`
+    /// is reused by the next tensor once `t` is freed, so no borrow of it is handed out.
+    pub fn tensor_name(&self, t: *const nrt_tensor_t) -> Result<TensorName> {
         let _call = self.enter()?;
         self.tensor_check(t)?;
-        // SAFETY: live tensor; name_buf lives in the arena slot (valid for 'a while live).
-        Ok(c_name(unsafe { &(*t).name_buf }))
+        // SAFETY: live tensor; its name_buf is written only when the slot is handed out.
+        let text = c_name(unsafe { &(*t).name_buf });
+        let mut name = TensorName::new();
+        // `name_buf` is 96 bytes, so its text always fits.
+        name.push_str(text)
+            .map_err(|_| Error::InvalidArgument("tensor name longer than 96 bytes"))?;
+        Ok(name)
     }
 
     /// Storage of a live tensor, checked.

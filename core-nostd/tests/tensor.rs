@@ -321,3 +321,34 @@ fn virtual_tensors_from_a_static_arena() {
     n.tensor_free(b, Some(&POOL)).unwrap();
     assert_eq!(POOL.free_bytes(), before.min(1 << 20));
 }
+
+/// `tensor_name` handed out a borrow of the arena slot's `name_buf`: once the tensor was freed
+/// and its slot reused, the same name read the new tensor's bytes. It is an owned copy now.
+#[test]
+fn tensor_name_outlives_the_tensor() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let t = n.tensor_allocate_empty(Some("alpha")).unwrap();
+    let name = n.tensor_name(t).unwrap();
+    n.tensor_free(t, None).unwrap();
+    let mut others = Vec::new();
+    loop {
+        let u = n.tensor_allocate_empty(Some("ZZZZZ")).unwrap();
+        others.push(u);
+        if u == t {
+            break; // the freed slot is reused (fresh slots go first)
+        }
+    }
+    assert_eq!(&*n.tensor_name(t).unwrap(), "ZZZZZ");
+    assert_eq!(
+        &*name, "alpha",
+        "the name read before the free is unchanged"
+    );
+    for u in others {
+        n.tensor_free(u, None).unwrap();
+    }
+    let long = "n".repeat(95);
+    let t = n.tensor_allocate_empty(Some(&long)).unwrap();
+    assert_eq!(&*n.tensor_name(t).unwrap(), long.as_str(), "95 bytes fit");
+    n.tensor_free(t, None).unwrap();
+}
