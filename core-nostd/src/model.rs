@@ -227,6 +227,8 @@ struct Building {
     sp_pages: u32,
     ulib: *mut ucode_lib_set_info_t,
     ulib_shared: bool,
+    /// This load staged the core's shared ext-isa copy (rather than finding it cached).
+    ulib_staged_now: bool,
     ulib_tpb: *mut tpb_t,
 }
 
@@ -343,6 +345,7 @@ impl<'a> Nrt<'a> {
             sp_pages: 0,
             ulib: null_mut(),
             ulib_shared: false,
+            ulib_staged_now: false,
             ulib_tpb: null_mut(),
         };
         match self.load_into(&mut b, &v, spec, arch, vnc, before) {
@@ -488,9 +491,10 @@ impl<'a> Nrt<'a> {
                     )
                 };
                 b.ulib_tpb = tpb;
-                let (set, shared) = self.ucode_stage_libs(tpb, al, hbm, req)?;
+                let (set, shared, staged_now) = self.ucode_stage_libs(tpb, al, hbm, req)?;
                 b.ulib = set;
                 b.ulib_shared = shared;
+                b.ulib_staged_now = staged_now;
                 // SAFETY: our model.
                 unsafe {
                     (*m).ulib_set_info = set;
@@ -541,8 +545,11 @@ impl<'a> Nrt<'a> {
         if !b.ulib.is_null() {
             self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared);
         }
-        // A failed first staging cached nothing (stage_once stores only on success).
-        if !b.ulib_tpb.is_null() && b.ulib_shared {
+        // Unstage the shared copy only if this load staged it: a copy that was cached before
+        // the call (kept after its last user unloaded) stays, so the rollback leaves the core
+        // as it found it. A failed first staging cached nothing (stage_once stores only on
+        // success), and a copy another load started using meanwhile is not unused.
+        if !b.ulib_tpb.is_null() && b.ulib_shared && b.ulib_staged_now {
             self.ulib_unstage_if_unused(b.ulib_tpb);
         }
         if b.sp_pages > 0 {
@@ -880,5 +887,70 @@ mod tests {
         assert_eq!(mint_handle(&c), u32::MAX);
         assert_eq!(mint_handle(&c), 1, "0 is reserved: the wrap bumps again");
         assert_eq!(mint_handle(&c), 2);
+    }
+
+    /// A failed load that found the shared ext-isa copy already cached must not unstage it
+    /// (spec §6): its rollback freed the copy although another load had staged it. Forcing
+    /// DuplicateModel after staging moves the process-global handle counter, so this test
+    /// lives here (the unit-test binary loads no other model) rather than in tests/model.rs,
+    /// whose parallel tests mint handles from the same counter.
+    #[test]
+    fn failed_load_keeps_an_ext_isa_copy_it_did_not_stage() {
+        use crate::ctx::{CoreState, InitOptions};
+        use crate::sim::{Preset, SimConfig, SimDevice};
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).unwrap();
+        let state = |n: &Nrt<'_>| {
+            (
+                n.ledger_snapshot(0),
+                n.driver_bytes_in_use(),
+                n.ulib_shared_stats(0, 0).unwrap(),
+                n.state().arena_stats().map(|(_, s)| s.live),
+            )
+        };
+        let mut g = ModelSpec {
+            name: "g",
+            subgraphs: 1,
+            ..Default::default()
+        };
+        g.gpsimd_libs = Some(UlibRequest {
+            count: 1,
+            bytes: 65536,
+        });
+        let hx = n.load_model(0, &g).unwrap();
+        n.unload_model(hx).unwrap();
+        assert_eq!(
+            n.ulib_shared_stats(0, 0).unwrap(),
+            (1, 0),
+            "copy stays cached"
+        );
+        let plain = ModelSpec {
+            name: "a",
+            subgraphs: 1,
+            ..Default::default()
+        };
+        let ha = n.load_model(0, &plain).unwrap();
+        let before = state(&n);
+        // The next handle minted is `ha` again: the load fails in add_model, after staging.
+        set_last_model_handle_for_test(ha.id - 1);
+        let e = n.load_model(0, &g).unwrap_err();
+        assert_eq!(e, Error::DuplicateModel(ha.id));
+        assert_eq!(state(&n), before, "the rollback left everything as it was");
+        // A load that stages the copy itself and fails still unstages it.
+        n.unload_model(ha).unwrap();
+        n.ulib_unstage_for_test(0, 0);
+        let hb = n.load_model(0, &plain).unwrap();
+        let before = state(&n);
+        assert_eq!(before.2, (0, 0), "nothing cached");
+        set_last_model_handle_for_test(hb.id - 1);
+        assert_eq!(
+            n.load_model(0, &g).unwrap_err(),
+            Error::DuplicateModel(hb.id)
+        );
+        assert_eq!(state(&n), before, "its own staging is undone");
+        n.unload_model(hb).unwrap();
+        n.close().unwrap();
     }
 }
