@@ -513,8 +513,10 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// `nrt_tensor_copy`: `size` bytes from `src[src_off..]` to `dst[dst_off..]`; two device
-    /// tensors must be on the same physical core (else NRT_INVALID, as the public API says).
+    /// `nrt_tensor_copy` (spec §7.1): `size` bytes from `src[src_off..]` to `dst[dst_off..]`;
+    /// two device tensors must be on the same physical core (else NRT_INVALID, as the public
+    /// API says). Overlapping ranges of one storage (one tensor, or slices sharing it) copy
+    /// as `memmove` does: the destination ends up holding the source's original bytes.
     pub fn tensor_copy(
         &self,
         src: *const nrt_tensor_t,
@@ -524,8 +526,8 @@ impl<'a> Nrt<'a> {
         size: u64,
     ) -> Result<()> {
         let _call = self.enter()?;
-        let (ss, _, slen) = self.storage_of(src)?;
-        let (ds, _, dlen) = self.storage_of(dst)?;
+        let (ss, sbase, slen) = self.storage_of(src)?;
+        let (ds, dbase, dlen) = self.storage_of(dst)?;
         check_window(src_off, size, slen)?;
         check_window(dst_off, size, dlen)?;
         // SAFETY: live storages.
@@ -543,13 +545,21 @@ impl<'a> Nrt<'a> {
                 }
             }
         }
+        // The copy goes through a bounce buffer, one chunk at a time (each chunk is read whole
+        // before it is written). When the destination starts above the source in the same
+        // storage, a forward pass would re-read bytes it already overwrote, so the chunks go
+        // from the end backwards (memmove). The windows were checked inside their tensors,
+        // whose offsets lie inside the storage, so these sums do not overflow.
+        let backwards = core::ptr::eq(ss, ds) && dbase + dst_off > sbase + src_off;
         let mut buf = [0u8; 4096];
         let mut done = 0;
         while done < size {
-            let k = (size - done).min(buf.len() as u64) as usize;
-            self.tensor_io(src, src_off + done, None, Some(&mut buf[..k]))?;
-            self.tensor_io(dst, dst_off + done, Some(&buf[..k]), None)?;
-            done += k as u64;
+            let k = (size - done).min(buf.len() as u64);
+            let at = if backwards { size - done - k } else { done };
+            let chunk = &mut buf[..k as usize];
+            self.tensor_io(src, src_off + at, None, Some(&mut *chunk))?;
+            self.tensor_io(dst, dst_off + at, Some(&*chunk), None)?;
+            done += k;
         }
         Ok(())
     }

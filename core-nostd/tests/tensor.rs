@@ -352,3 +352,53 @@ fn tensor_name_outlives_the_tensor() {
     assert_eq!(&*n.tensor_name(t).unwrap(), long.as_str(), "95 bytes fit");
     n.tensor_free(t, None).unwrap();
 }
+
+/// `tensor_copy` within one storage with overlapping ranges: the 4 KiB chunks went forward, so
+/// with the destination above the source a chunk re-read bytes an earlier chunk had already
+/// overwritten. It is memmove now, in both directions, for one tensor and for slices sharing
+/// a storage, on VIRTUAL and DEVICE tensors.
+#[test]
+fn overlapping_copy_within_a_storage_is_memmove() {
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn1, 1),
+        InitOptions::default(),
+    );
+    let n = f.nrt();
+    let pattern: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
+    let check = |t, src: u64, dst: u64, len: u64, what: &str| {
+        n.tensor_write(t, &pattern, 0).unwrap();
+        n.tensor_copy(t, src, t, dst, len).unwrap();
+        let mut want = pattern.clone();
+        want.copy_within(src as usize..(src + len) as usize, dst as usize);
+        let mut got = vec![0u8; 16384];
+        n.tensor_read(t, &mut got, 0).unwrap();
+        assert!(
+            got == want,
+            "{what}: copy({src} -> {dst}, {len}) is not memmove"
+        );
+    };
+    let v = n
+        .tensor_allocate(2, -1, 16384, Some("v"), Some(&Heap))
+        .unwrap();
+    let d = n.tensor_allocate(0, 0, 16384, Some("d"), None).unwrap();
+    for (t, what) in [(v, "VIRTUAL"), (d, "DEVICE")] {
+        check(t, 0, 100, 8192, what);
+        check(t, 100, 0, 8192, what);
+        check(t, 0, 4096, 12288, what);
+        check(t, 5000, 4999, 11000, what);
+        check(t, 0, 0, 16384, what);
+    }
+    // Two slices of one storage: [0, 12K) and [100, 12K + 100).
+    let lo = n.tensor_allocate_slice(v, 0, 12288, Some("lo")).unwrap();
+    let hi = n.tensor_allocate_slice(v, 100, 12288, Some("hi")).unwrap();
+    n.tensor_write(v, &pattern, 0).unwrap();
+    n.tensor_copy(lo, 0, hi, 0, 8192).unwrap();
+    let mut want = pattern.clone();
+    want.copy_within(0..8192, 100);
+    let mut got = vec![0u8; 16384];
+    n.tensor_read(v, &mut got, 0).unwrap();
+    assert!(got == want, "slices sharing a storage: not memmove");
+    for t in [lo, hi, v, d] {
+        n.tensor_free(t, Some(&Heap)).unwrap();
+    }
+}
