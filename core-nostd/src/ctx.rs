@@ -110,6 +110,20 @@ pub const STATE_INIT: u32 = 1;
 /// Closed.
 pub const STATE_CLOSED: u32 = 2;
 
+/// One public API call in flight (spec §7.2 state gate, §12 teardown): holds a count that
+/// `close` waits on before it tears anything down. Taken by [`Nrt::enter`]; dropping it ends
+/// the call.
+#[must_use = "the call is in flight only while the guard lives"]
+pub(crate) struct InFlight<'a> {
+    active: &'a AtomicU32,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Everything the core owns: the context tree and all static arenas. Valid when all-zero.
 #[repr(C)]
 pub struct CoreState {
@@ -118,6 +132,8 @@ pub struct CoreState {
     pub(crate) vc: UnsafeCell<VcoreTable>,
     pub(crate) settings: UnsafeCell<Settings>,
     pub(crate) state: AtomicU32,
+    /// API calls past the state gate right now ([`Nrt::enter`]); `close` waits for 0.
+    pub(crate) active_calls: AtomicU32,
     pub(crate) init_lock: nrt_mutex_t,
     pub(crate) oom_lock: nrt_mutex_t,
     /// 1 once `last_oom` holds a value (MaybeUninit keeps the all-zero state valid).
@@ -259,6 +275,23 @@ impl<'a> Nrt<'a> {
     pub fn check_state(&self) -> Result<()> {
         match self.lifecycle() {
             STATE_INIT => Ok(()),
+            STATE_CLOSED => Err(Error::Closed),
+            _ => Err(Error::Uninitialized),
+        }
+    }
+
+    /// The state gate plus the in-flight count (spec §7.2, §12): registers a call, then checks
+    /// that the runtime is initialised. Both steps are SeqCst, as are `close`'s store of
+    /// CLOSED and its read of the count, so either this call sees CLOSED (and fails, touching
+    /// nothing) or `close` sees the call and waits for its guard to drop before tearing down.
+    /// Never blocks, so nested calls (e.g. `execute` → `tensor_copy`) are fine.
+    pub(crate) fn enter(&self) -> Result<InFlight<'a>> {
+        self.st.active_calls.fetch_add(1, Ordering::SeqCst);
+        let g = InFlight {
+            active: &self.st.active_calls,
+        };
+        match self.st.state.load(Ordering::SeqCst) {
+            STATE_INIT => Ok(g),
             STATE_CLOSED => Err(Error::Closed),
             _ => Err(Error::Uninitialized),
         }
@@ -458,9 +491,14 @@ impl<'a> Nrt<'a> {
                         let _ = self.dmem_allocator_destroy((*tpb).tpb_allocator);
                         (*tpb).tpb_allocator = null_mut();
                     }
-                    if !(*tpb).model_db.is_null() {
-                        let _ = self.st.model_dbs.release((*tpb).model_db as *const ModelDb);
-                        (*tpb).model_db = null_mut();
+                    // Cleared under model_db_lock: a lookup holding the lock sees either the
+                    // table or null, never a released slot.
+                    let db = {
+                        let _l = (*tpb).model_db_lock.lock();
+                        core::mem::replace(&mut (*tpb).model_db, null_mut())
+                    };
+                    if !db.is_null() {
+                        let _ = self.st.model_dbs.release(db as *const ModelDb);
                     }
                     (*tpb).is_init = 0;
                 }
@@ -471,6 +509,11 @@ impl<'a> Nrt<'a> {
     /// `tdrv_destroy` (spec §12): unloads every model (draining in-flight executions), frees
     /// every tensor, the scratchpad pages, the shared ext-isa copies and the GLOBAL allocators,
     /// then clears the tree. Afterwards the driver holds no memory of this runtime.
+    ///
+    /// Calls racing `close` either complete before the teardown starts (close first waits for
+    /// every API call in flight, see [`Nrt::enter`]) or fail with `Closed`. Executions hold a
+    /// model reference, which the unload drains (spec §4.5): a thread must not call `close`
+    /// while it holds an [`crate::model::ExecGuard`] itself, or it waits for itself forever.
     pub fn close(&self) -> Result<()> {
         let _g = self.st.init_lock.lock();
         if self.lifecycle() != STATE_INIT {
@@ -480,8 +523,14 @@ impl<'a> Nrt<'a> {
                 Error::Uninitialized
             });
         }
-        // New API calls fail from here on; in-flight ones drain in remove_model.
-        self.st.state.store(STATE_CLOSED, Ordering::Release);
+        // New API calls fail from here on (SeqCst: pairs with `enter`); wait for the ones
+        // already past the gate, then for in-flight executions (drained in remove_model).
+        self.st.state.store(STATE_CLOSED, Ordering::SeqCst);
+        let mut i = 0u32;
+        while self.st.active_calls.load(Ordering::SeqCst) != 0 {
+            crate::sync::relax(i);
+            i = i.saturating_add(1);
+        }
         self.unload_all_models();
         self.free_all_tensors();
         for d in 0..self.num_devices() {

@@ -227,6 +227,8 @@ struct Building {
     sp_pages: u32,
     ulib: *mut ucode_lib_set_info_t,
     ulib_shared: bool,
+    /// This load staged the core's shared ext-isa copy (rather than finding it cached).
+    ulib_staged_now: bool,
     ulib_tpb: *mut tpb_t,
 }
 
@@ -329,7 +331,7 @@ impl<'a> Nrt<'a> {
     /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger,
     /// every allocator and every arena are exactly as before.
     pub fn load_model(&self, vnc: i64, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(vnc)?;
         let g = self.geom(v.tpbs[0].device_id);
         let arch = g.arch();
@@ -343,6 +345,7 @@ impl<'a> Nrt<'a> {
             sp_pages: 0,
             ulib: null_mut(),
             ulib_shared: false,
+            ulib_staged_now: false,
             ulib_tpb: null_mut(),
         };
         match self.load_into(&mut b, &v, spec, arch, vnc, before) {
@@ -488,9 +491,10 @@ impl<'a> Nrt<'a> {
                     )
                 };
                 b.ulib_tpb = tpb;
-                let (set, shared) = self.ucode_stage_libs(tpb, al, hbm, req)?;
+                let (set, shared, staged_now) = self.ucode_stage_libs(tpb, al, hbm, req)?;
                 b.ulib = set;
                 b.ulib_shared = shared;
+                b.ulib_staged_now = staged_now;
                 // SAFETY: our model.
                 unsafe {
                     (*m).ulib_set_info = set;
@@ -541,8 +545,11 @@ impl<'a> Nrt<'a> {
         if !b.ulib.is_null() {
             self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared);
         }
-        // A failed first staging cached nothing (stage_once stores only on success).
-        if !b.ulib_tpb.is_null() && b.ulib_shared {
+        // Unstage the shared copy only if this load staged it: a copy that was cached before
+        // the call (kept after its last user unloaded) stays, so the rollback leaves the core
+        // as it found it. A failed first staging cached nothing (stage_once stores only on
+        // success), and a copy another load started using meanwhile is not unused.
+        if !b.ulib_tpb.is_null() && b.ulib_shared && b.ulib_staged_now {
             self.ulib_unstage_if_unused(b.ulib_tpb);
         }
         if b.sp_pages > 0 {
@@ -582,11 +589,15 @@ impl<'a> Nrt<'a> {
     }
 
     /// `add_model` (spec §4.3): links the model into the core's `model_db` through its embedded
-    /// node; a handle already present is `DuplicateModel` (NRT_INVALID_HANDLE).
+    /// node; a handle already present is `DuplicateModel` (NRT_INVALID_HANDLE); a core torn
+    /// down by `close` (null table) is `Closed`, and the caller rolls the load back.
     fn add_model(&self, tpb: *mut tpb_t, m: *mut model_t) -> Result<()> {
-        // SAFETY: resolved tpb; model_db guarded by model_db_lock.
+        // SAFETY: resolved tpb; model_db guarded by model_db_lock, checked non-null under it.
         unsafe {
             let _g = (*tpb).model_db_lock.lock();
+            if (*tpb).model_db.is_null() {
+                return Err(Error::Closed);
+            }
             let id = (*m).h_model.id as u64;
             // ht_find != 0 means "absent, safe to insert" (spec §4.3 QUIRK).
             if ht::ht_find((*tpb).model_db, id, None) != 0 {
@@ -629,11 +640,14 @@ impl<'a> Nrt<'a> {
     }
 
     /// `get_model_ref_count` (spec §4.4): looks `h` up and takes a reference under the lock,
-    /// so an in-flight unload cannot free it.
+    /// so an in-flight unload cannot free it. A table torn down by `close` is `Closed`.
     fn get_model_ref_count(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<*mut model_t> {
-        // SAFETY: resolved tpb; under model_db_lock.
+        // SAFETY: resolved tpb; under model_db_lock, the table checked non-null under it.
         unsafe {
             let _g = (*tpb).model_db_lock.lock();
+            if (*tpb).model_db.is_null() {
+                return Err(Error::Closed);
+            }
             let node = ht::find((*tpb).model_db, h.id as u64).ok_or(Error::UnknownModel(h.id))?;
             let m = Self::model_of(node);
             (*m).ref_count.fetch_add(1, Ordering::AcqRel);
@@ -642,12 +656,17 @@ impl<'a> Nrt<'a> {
     }
 
     /// `remove_model` (spec §4.5): unlinks `h` from the lookup first (no new execution can
-    /// acquire it), then drains until every in-flight user has released it.
+    /// acquire it), then drains until every in-flight user has released it. A table torn
+    /// down by `close` is `Closed`.
     fn remove_model(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<*mut model_t> {
-        // SAFETY: resolved tpb; the table under model_db_lock, the drain on an atomic.
+        // SAFETY: resolved tpb; the table under model_db_lock (checked non-null under it), the
+        // drain on an atomic.
         unsafe {
             let node = {
                 let _g = (*tpb).model_db_lock.lock();
+                if (*tpb).model_db.is_null() {
+                    return Err(Error::Closed);
+                }
                 if ht::ht_find((*tpb).model_db, h.id as u64, None) != 0 {
                     return Err(Error::UnknownModel(h.id));
                 }
@@ -684,11 +703,10 @@ impl<'a> Nrt<'a> {
     }
 
     /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
-    /// `model_free`. No other model's memory changes.
+    /// `model_free` (spec §4.5, §5.4). No other model's memory changes. `Closed` /
+    /// `Uninitialized` outside an initialised runtime (spec §7.2 state gate).
     pub fn unload_model(&self, h: H_MODEL) -> Result<()> {
-        if self.lifecycle() == crate::ctx::STATE_UNINIT {
-            return Err(Error::Uninitialized);
-        }
+        let _call = self.enter()?;
         let (tpb, _) = self.find_model_core(h)?;
         let m = self.remove_model(tpb, h)?;
         self.model_free(m);
@@ -734,7 +752,7 @@ impl<'a> Nrt<'a> {
     /// its physical cores' exec locks in order (one model executes at a time per core), and
     /// marks it `h_running_model`. Dropping the guard undoes all three.
     pub fn exec_begin(&self, h: H_MODEL) -> Result<ExecGuard<'a>> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let (tpb0, vnc) = self.find_model_core(h)?;
         let m = self.get_model_ref_count(tpb0, h)?;
         let v = *self.vtpb_get_virtual_core(vnc as i64)?;
@@ -760,7 +778,8 @@ impl<'a> Nrt<'a> {
         Ok(g)
     }
 
-    /// Footprint of a resident model.
+    /// Footprint of a resident model (spec §4.4 lookup + reference, §5). `Closed` /
+    /// `Uninitialized` outside an initialised runtime.
     pub fn model_info(&self, h: H_MODEL) -> Result<ModelInfo> {
         self.with_model(h, |m, vnc, refs| {
             let c = m.scratchpad_cleanup_info;
@@ -789,7 +808,8 @@ impl<'a> Nrt<'a> {
         })
     }
 
-    /// Calls `f` on every dmem of a resident model's MODEL heaps.
+    /// Calls `f` on every dmem of a resident model's MODEL heaps (spec §5.2). `Closed` /
+    /// `Uninitialized` outside an initialised runtime.
     pub fn for_each_model_dmem(&self, h: H_MODEL, mut f: impl FnMut(&dmem_t)) -> Result<()> {
         self.with_model(h, |m, _, _| {
             for al in m.sg_allocators {
@@ -801,6 +821,7 @@ impl<'a> Nrt<'a> {
     /// Runs `f` on a resident model while holding a reference on it (so an unload waits):
     /// `f(model, logical core, references held by others)`.
     fn with_model<R>(&self, h: H_MODEL, f: impl FnOnce(&model_t, u32, u64) -> R) -> Result<R> {
+        let _call = self.enter()?;
         let (tpb, vnc) = self.find_model_core(h)?;
         let m = self.get_model_ref_count(tpb, h)?;
         // SAFETY: we hold a reference: the model is not freed until we drop it below.
@@ -810,14 +831,21 @@ impl<'a> Nrt<'a> {
         Ok(r)
     }
 
-    /// Handles of the models resident on logical core `vnc`.
+    /// Handles of the models resident on logical core `vnc` (the core's `model_db`, spec
+    /// §4.3): writes up to `out.len()` of them and returns how many there are. `Closed` /
+    /// `Uninitialized` outside an initialised runtime (the table only exists while it is).
     pub fn models_on(&self, vnc: i64, out: &mut [u32]) -> Result<usize> {
+        let _call = self.enter()?;
         let v = self.vtpb_get_virtual_core(vnc)?;
         let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
         let mut n = 0;
-        // SAFETY: resolved tpb; under model_db_lock.
+        // SAFETY: resolved tpb; the table is read under model_db_lock, and only when teardown
+        // has not cleared it (a close racing this call leaves it null).
         unsafe {
             let _g = (*tpb).model_db_lock.lock();
+            if (*tpb).model_db.is_null() {
+                return Err(Error::Closed);
+            }
             ht::for_each((*tpb).model_db, |node| {
                 if n < out.len() {
                     out[n] = (*node).key as u32;
@@ -859,5 +887,70 @@ mod tests {
         assert_eq!(mint_handle(&c), u32::MAX);
         assert_eq!(mint_handle(&c), 1, "0 is reserved: the wrap bumps again");
         assert_eq!(mint_handle(&c), 2);
+    }
+
+    /// A failed load that found the shared ext-isa copy already cached must not unstage it
+    /// (spec §6): its rollback freed the copy although another load had staged it. Forcing
+    /// DuplicateModel after staging moves the process-global handle counter, so this test
+    /// lives here (the unit-test binary loads no other model) rather than in tests/model.rs,
+    /// whose parallel tests mint handles from the same counter.
+    #[test]
+    fn failed_load_keeps_an_ext_isa_copy_it_did_not_stage() {
+        use crate::ctx::{CoreState, InitOptions};
+        use crate::sim::{Preset, SimConfig, SimDevice};
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).unwrap();
+        let state = |n: &Nrt<'_>| {
+            (
+                n.ledger_snapshot(0),
+                n.driver_bytes_in_use(),
+                n.ulib_shared_stats(0, 0).unwrap(),
+                n.state().arena_stats().map(|(_, s)| s.live),
+            )
+        };
+        let mut g = ModelSpec {
+            name: "g",
+            subgraphs: 1,
+            ..Default::default()
+        };
+        g.gpsimd_libs = Some(UlibRequest {
+            count: 1,
+            bytes: 65536,
+        });
+        let hx = n.load_model(0, &g).unwrap();
+        n.unload_model(hx).unwrap();
+        assert_eq!(
+            n.ulib_shared_stats(0, 0).unwrap(),
+            (1, 0),
+            "copy stays cached"
+        );
+        let plain = ModelSpec {
+            name: "a",
+            subgraphs: 1,
+            ..Default::default()
+        };
+        let ha = n.load_model(0, &plain).unwrap();
+        let before = state(&n);
+        // The next handle minted is `ha` again: the load fails in add_model, after staging.
+        set_last_model_handle_for_test(ha.id - 1);
+        let e = n.load_model(0, &g).unwrap_err();
+        assert_eq!(e, Error::DuplicateModel(ha.id));
+        assert_eq!(state(&n), before, "the rollback left everything as it was");
+        // A load that stages the copy itself and fails still unstages it.
+        n.unload_model(ha).unwrap();
+        n.ulib_unstage_for_test(0, 0);
+        let hb = n.load_model(0, &plain).unwrap();
+        let before = state(&n);
+        assert_eq!(before.2, (0, 0), "nothing cached");
+        set_last_model_handle_for_test(hb.id - 1);
+        assert_eq!(
+            n.load_model(0, &g).unwrap_err(),
+            Error::DuplicateModel(hb.id)
+        );
+        assert_eq!(state(&n), before, "its own staging is undone");
+        n.unload_model(hb).unwrap();
+        n.close().unwrap();
     }
 }

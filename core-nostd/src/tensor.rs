@@ -4,7 +4,9 @@
 //! DEVICE tensors come from the logical core's GLOBAL allocator (usage TENSOR, default HBM
 //! channel) and outlive any model; HOST tensors are host DMA memory; VIRTUAL tensors are plain
 //! host memory from the integrator's [`HostMem`] provider. Tensor pointers handed to callers
-//! are validated (live arena slot + magic) before every use.
+//! are validated (live arena slot + magic) before every use. Every public call passes the
+//! state gate (spec §7.2, [`Nrt::enter`]): `Closed` / `Uninitialized` outside an initialised
+//! runtime, and a `close` waits for the calls already in flight (spec §12).
 // Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
 // tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
 // stale or foreign pointer is an error, not undefined behaviour.
@@ -78,6 +80,10 @@ pub type Tensor = *mut nrt_tensor_t;
 /// Longest tensor name (bytes, excluding the NUL).
 pub const TENSOR_NAME_MAX: usize = 95;
 
+/// A tensor's name as [`Nrt::tensor_name`] returns it: an owned copy of `nrt_tensor_t`'s
+/// 96-byte `name_buf` (spec §7.1), so it stays valid after the tensor is freed.
+pub type TensorName = heapless::String<96>;
+
 impl<'a> Nrt<'a> {
     /// Checks that `t` is a live tensor of this runtime (never dereferences garbage).
     pub fn tensor_check(&self, t: *const nrt_tensor_t) -> Result<()> {
@@ -138,7 +144,7 @@ impl<'a> Nrt<'a> {
         name: Option<&str>,
         host: Option<&dyn HostMem>,
     ) -> Result<Tensor> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let placement = Placement::from_raw(placement).ok_or(Error::InvalidArgument(
             "placement must be DEVICE (0), HOST (1) or VIRTUAL (2)",
         ))?;
@@ -231,20 +237,37 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_allocate_empty`: a tensor with no storage yet.
     pub fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<Tensor> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.new_tensor(name)
     }
 
-    /// `nrt_tensor_attach_buffer`: makes `t` a VIRTUAL view of the caller's buffer (never
-    /// freed by us). Any previous storage is released.
-    pub fn tensor_attach_buffer(
+    /// `nrt_tensor_attach_buffer` (spec §7.1, MALLOC storage not owned by the tensor): makes
+    /// `t` a VIRTUAL view of the caller's buffer (never freed by us). Any previous storage is
+    /// released. `t` is checked; a null `buf` or a zero `size` is `InvalidArgument`.
+    ///
+    /// Unsafe because the runtime keeps `buf` and later safe calls (`tensor_write`,
+    /// `tensor_memset`, `tensor_copy`, `execute`, …) read and write through it.
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(n: nrt_core::Nrt<'_>, t: nrt_core::tensor::Tensor, b: &mut [u8; 16]) {
+    /// // Attaching needs `unsafe`: the caller vouches for the buffer.
+    /// let _ = n.tensor_attach_buffer(t, b.as_mut_ptr(), 16, None);
+    /// # }
+    /// ```
+    ///
+    /// # Safety
+    /// `buf` must be valid for reads and writes of `size` bytes, and must stay so (and not be
+    /// accessed through other references while a runtime call uses it) until no tensor views
+    /// it any more: `t` and every slice made from it are freed, or `t` gets another storage
+    /// and its slices are freed, or the runtime is closed.
+    pub unsafe fn tensor_attach_buffer(
         &self,
         t: Tensor,
         buf: *mut u8,
         size: u64,
         host: Option<&dyn HostMem>,
     ) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         if buf.is_null() || size == 0 {
             return Err(Error::InvalidArgument("buffer is NULL or size is 0"));
@@ -276,7 +299,7 @@ impl<'a> Nrt<'a> {
         size: u64,
         name: Option<&str>,
     ) -> Result<Tensor> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.tensor_check(src)?;
         // SAFETY: live tensor.
         let (sto, base, len) = unsafe { ((*src).sto, (*src)._offset, (*src)._size) };
@@ -298,8 +321,15 @@ impl<'a> Nrt<'a> {
         Ok(t)
     }
 
-    /// `nrt_tensor_free`: releases the tensor and its reference on the storage.
+    /// `nrt_tensor_free`: releases the tensor and its reference on the storage. `Closed` /
+    /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
     pub fn tensor_free(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
+        let _call = self.enter()?;
+        self.tensor_free_inner(t, host)
+    }
+
+    /// [`Self::tensor_free`] without the gate (teardown runs after the gate closed).
+    fn tensor_free_inner(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
         self.tensor_check(t)?;
         // SAFETY: live tensor; after this the slot is dead.
         unsafe {
@@ -358,23 +388,31 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                let _ = self.tensor_free(*t, None);
+                let _ = self.tensor_free_inner(*t, None);
             }
         }
     }
 
     /// Bytes of a tensor.
     pub fn tensor_get_size(&self, t: *const nrt_tensor_t) -> Result<u64> {
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         // SAFETY: live tensor.
         Ok(unsafe { (*t)._size })
     }
 
-    /// The tensor's name.
-    pub fn tensor_name(&self, t: *const nrt_tensor_t) -> Result<&'a str> {
+    /// The tensor's name (`nrt_tensor_t.name`, spec §7.1), copied out: the slot's `name_buf`
+    /// is reused by the next tensor once `t` is freed, so no borrow of it is handed out.
+    pub fn tensor_name(&self, t: *const nrt_tensor_t) -> Result<TensorName> {
+        let _call = self.enter()?;
         self.tensor_check(t)?;
-        // SAFETY: live tensor; name_buf lives in the arena slot (valid for 'a while live).
-        Ok(c_name(unsafe { &(*t).name_buf }))
+        // SAFETY: live tensor; its name_buf is written only when the slot is handed out.
+        let text = c_name(unsafe { &(*t).name_buf });
+        let mut name = TensorName::new();
+        // `name_buf` is 96 bytes, so its text always fits.
+        name.push_str(text)
+            .map_err(|_| Error::InvalidArgument("tensor name longer than 96 bytes"))?;
+        Ok(name)
     }
 
     /// Storage of a live tensor, checked.
@@ -433,19 +471,19 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_write`.
     pub fn tensor_write(&self, t: Tensor, buf: &[u8], offset: u64) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.tensor_io(t, offset, Some(buf), None)
     }
 
     /// `nrt_tensor_read`.
     pub fn tensor_read(&self, t: *const nrt_tensor_t, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         self.tensor_io(t, offset, None, Some(buf))
     }
 
     /// `nrt_tensor_memset`.
     pub fn tensor_memset(&self, t: Tensor, offset: u64, value: u8, size: u64) -> Result<()> {
-        self.check_state()?;
+        let _call = self.enter()?;
         let (s, base, len) = self.storage_of(t)?;
         check_window(offset, size, len)?;
         // SAFETY: live storage; the window lies inside it (checked above), and a MALLOC storage
@@ -475,8 +513,10 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// `nrt_tensor_copy`: `size` bytes from `src[src_off..]` to `dst[dst_off..]`; two device
-    /// tensors must be on the same physical core (else NRT_INVALID, as the public API says).
+    /// `nrt_tensor_copy` (spec §7.1): `size` bytes from `src[src_off..]` to `dst[dst_off..]`;
+    /// two device tensors must be on the same physical core (else NRT_INVALID, as the public
+    /// API says). Overlapping ranges of one storage (one tensor, or slices sharing it) copy
+    /// as `memmove` does: the destination ends up holding the source's original bytes.
     pub fn tensor_copy(
         &self,
         src: *const nrt_tensor_t,
@@ -485,9 +525,9 @@ impl<'a> Nrt<'a> {
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
-        self.check_state()?;
-        let (ss, _, slen) = self.storage_of(src)?;
-        let (ds, _, dlen) = self.storage_of(dst)?;
+        let _call = self.enter()?;
+        let (ss, sbase, slen) = self.storage_of(src)?;
+        let (ds, dbase, dlen) = self.storage_of(dst)?;
         check_window(src_off, size, slen)?;
         check_window(dst_off, size, dlen)?;
         // SAFETY: live storages.
@@ -505,13 +545,21 @@ impl<'a> Nrt<'a> {
                 }
             }
         }
+        // The copy goes through a bounce buffer, one chunk at a time (each chunk is read whole
+        // before it is written). When the destination starts above the source in the same
+        // storage, a forward pass would re-read bytes it already overwrote, so the chunks go
+        // from the end backwards (memmove). The windows were checked inside their tensors,
+        // whose offsets lie inside the storage, so these sums do not overflow.
+        let backwards = core::ptr::eq(ss, ds) && dbase + dst_off > sbase + src_off;
         let mut buf = [0u8; 4096];
         let mut done = 0;
         while done < size {
-            let k = (size - done).min(buf.len() as u64) as usize;
-            self.tensor_io(src, src_off + done, None, Some(&mut buf[..k]))?;
-            self.tensor_io(dst, dst_off + done, Some(&buf[..k]), None)?;
-            done += k as u64;
+            let k = (size - done).min(buf.len() as u64);
+            let at = if backwards { size - done - k } else { done };
+            let chunk = &mut buf[..k as usize];
+            self.tensor_io(src, src_off + at, None, Some(&mut *chunk))?;
+            self.tensor_io(dst, dst_off + at, Some(&*chunk), None)?;
+            done += k;
         }
         Ok(())
     }
@@ -519,6 +567,7 @@ impl<'a> Nrt<'a> {
     /// `nrt_tensor_get_va`: host address of a VIRTUAL tensor's first byte; null for memory
     /// the host cannot address (device and host-DMA tensors here).
     pub fn tensor_get_va(&self, t: *const nrt_tensor_t) -> Result<*mut u8> {
+        let _call = self.enter()?;
         let (s, base, _) = self.storage_of(t)?;
         // SAFETY: live storage.
         unsafe {
@@ -535,6 +584,7 @@ impl<'a> Nrt<'a> {
         &self,
         t: *const nrt_tensor_t,
     ) -> Result<DeviceAllocationInfo> {
+        let _call = self.enter()?;
         let (s, base, len) = self.storage_of(t)?;
         // SAFETY: live storage.
         unsafe {
@@ -554,6 +604,7 @@ impl<'a> Nrt<'a> {
 
     /// Output completions recorded on `t` (`output_completion_count`).
     pub fn tensor_output_completion(&self, t: *const nrt_tensor_t) -> Result<u64> {
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         // SAFETY: live tensor; atomic.
         Ok(unsafe { (*t).output_completion_count.load(Ordering::Acquire) })
@@ -561,6 +612,7 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_reset_output_completion`.
     pub fn tensor_reset_output_completion(&self, t: Tensor) -> Result<()> {
+        let _call = self.enter()?;
         self.tensor_check(t)?;
         // SAFETY: live tensor; atomic.
         unsafe { (*t).output_completion_count.store(0, Ordering::Release) };
@@ -569,6 +621,7 @@ impl<'a> Nrt<'a> {
 
     /// `(pending_exec_count_read, pending_exec_count_write)` of a tensor's storage.
     pub fn tensor_pending(&self, t: *const nrt_tensor_t) -> Result<(u64, u64)> {
+        let _call = self.enter()?;
         let (s, _, _) = self.storage_of(t)?;
         // SAFETY: live storage; atomics.
         unsafe {
@@ -584,6 +637,7 @@ impl<'a> Nrt<'a> {
     /// NRT_INVALID — then, inside the exec seam, copies each input's bytes to the output of the
     /// same position (zero-filling the rest) and bumps each output's completion count.
     pub fn execute(&self, h: H_MODEL, inputs: &TensorSet, outputs: &TensorSet) -> Result<()> {
+        let _call = self.enter()?;
         let g = self.exec_begin(h)?;
         let mut ins: [Tensor; 32] = [null_mut(); 32];
         let mut outs: [Tensor; 32] = [null_mut(); 32];

@@ -162,26 +162,28 @@ impl Nrt<'_> {
 
     /// `ucode_stage_libs` (spec §6): > 9 libraries → `TooManyLibs` (NRT_FAILURE); exactly one
     /// → reuse the core's cached ext-isa copy or stage it once under `ulib_staging_lock`;
-    /// 2..=9 → a per-model copy from `model_al`. Returns `(set, shared)`.
+    /// 2..=9 → a per-model copy from `model_al`. Returns `(set, shared, staged_now)`:
+    /// `staged_now` is true only when this call staged the core's shared copy (so only this
+    /// call's rollback may unstage it).
     pub(crate) fn ucode_stage_libs(
         &self,
         tpb: *mut tpb_t,
         model_al: *mut dmem_allocator_t,
         hbm: u32,
         req: UlibRequest,
-    ) -> Result<(*mut ucode_lib_set_info_t, bool)> {
+    ) -> Result<(*mut ucode_lib_set_info_t, bool, bool)> {
         if req.count as usize > constants::ULIB_MAX_LIBS {
             return Err(Error::TooManyLibs(req.count));
         }
         if req.count == 0 {
-            return Ok((null_mut(), false));
+            return Ok((null_mut(), false, false));
         }
         if req.count == 1 {
             // SAFETY: resolved tpb; the cache is read and written only inside stage_once, under
             // ulib_staging_lock; `ulib_users` is bumped inside the same critical section.
             unsafe {
                 let sunda = addr_of_mut!((*tpb).sunda);
-                let (set, _) = stage_once(
+                let (set, staged_now) = stage_once(
                     || {
                         let g = (*sunda).ulib_staging_lock.lock();
                         (*sunda).ulib_users.fetch_add(1, Ordering::AcqRel);
@@ -200,12 +202,12 @@ impl Nrt<'_> {
                         (*sunda).ulib_stage_count.fetch_add(1, Ordering::AcqRel);
                     },
                 )?;
-                return Ok((set, true));
+                return Ok((set, true, staged_now));
             }
         }
         let set = self.ulib_alloc_and_stage(model_al, hbm, req)?;
         // SAFETY: fresh live set.
-        Ok((unsafe { addr_of_mut!((*set).info) }, false))
+        Ok((unsafe { addr_of_mut!((*set).info) }, false, false))
     }
 
     /// A model's release of its ulib set: drops its use of the shared copy (which stays cached
@@ -228,7 +230,8 @@ impl Nrt<'_> {
         }
     }
 
-    /// Undoes a shared staging that no model uses (a failed first load's rollback).
+    /// Undoes a shared staging that no model uses: the rollback of a failed load that staged
+    /// the copy itself (`staged_now`), never of one that found it cached (spec §6).
     pub(crate) fn ulib_unstage_if_unused(&self, tpb: *mut tpb_t) {
         // SAFETY: resolved tpb; under ulib_staging_lock.
         unsafe {

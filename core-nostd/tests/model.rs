@@ -477,3 +477,94 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
     );
     assert!(dump.contains("NC 0     3072.000MB"), "{dump}");
 }
+
+/// `models_on` after `close()` read the torn-down (null) model_db; it must be `Closed`.
+#[test]
+fn models_on_after_close_is_closed() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let h = n.load_model(0, &spec("m", &[])).unwrap();
+    let mut on = [0u32; 4];
+    assert_eq!(n.models_on(0, &mut on).unwrap(), 1);
+    assert_eq!(on[0], h.id);
+    n.close().unwrap();
+    let e = n.models_on(0, &mut on).unwrap_err();
+    assert_eq!(e, Error::Closed);
+    assert_eq!(e.status(), NRT_STATUS::NRT_CLOSED);
+    let fresh = Fixture::trn2();
+    assert_eq!(
+        fresh.nrt().models_on(0, &mut on).unwrap_err(),
+        Error::Uninitialized
+    );
+}
+
+/// `close()` racing calls already past the state gate: `model_info` (find, then take a
+/// reference), `load_model` and `tensor_allocate`. Before the in-flight call gate a whole close
+/// fitted between those steps (a null model_db dereference, or a model / tensor published after
+/// teardown and leaked). Now every racing call either completes before teardown or fails
+/// `Closed`, and close leaves no memory behind.
+#[test]
+fn close_waits_for_in_flight_calls() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::{Duration, Instant};
+    let a = allocs();
+    let t0 = Instant::now();
+    let mut iters = 0;
+    while iters < 20 || t0.elapsed() < Duration::from_secs(4) {
+        iters += 1;
+        let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+        let n = f.nrt();
+        let h = n.load_model(0, &spec("m", &a)).unwrap();
+        let ready = AtomicU32::new(0);
+        std::thread::scope(|sc| {
+            let mut hs = Vec::new();
+            for _ in 0..2 {
+                hs.push(sc.spawn(|| {
+                    ready.fetch_add(1, Ordering::SeqCst);
+                    loop {
+                        if let Err(e) = n.model_info(h) {
+                            return e;
+                        }
+                    }
+                }));
+            }
+            hs.push(sc.spawn(|| {
+                ready.fetch_add(1, Ordering::SeqCst);
+                loop {
+                    match n.load_model(0, &spec("l", &a)) {
+                        Ok(h) => match n.unload_model(h) {
+                            Ok(()) => {}
+                            Err(e) => return e,
+                        },
+                        Err(e) => return e,
+                    }
+                }
+            }));
+            hs.push(sc.spawn(|| {
+                ready.fetch_add(1, Ordering::SeqCst);
+                loop {
+                    match n.tensor_allocate(0, 0, 4096, Some("t"), None) {
+                        Ok(t) => {
+                            if let Err(e) = n.tensor_free(t, None) {
+                                return e;
+                            }
+                        }
+                        Err(e) => return e,
+                    }
+                }
+            }));
+            while ready.load(Ordering::SeqCst) < 4 {
+                std::hint::spin_loop();
+            }
+            std::thread::sleep(Duration::from_micros(100 + (iters % 7) * 50));
+            n.close().unwrap();
+            for j in hs {
+                assert_eq!(j.join().unwrap(), Error::Closed);
+            }
+        });
+        assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
+        for (name, s) in n.state().arena_stats() {
+            assert_eq!(s.live, 0, "close left {name} slots live");
+        }
+    }
+}

@@ -178,8 +178,9 @@ fn virtual_attach_copy_and_host_placement() {
     let mut buf = vec![1u8; 32];
     let e = n.tensor_allocate_empty(Some("e")).unwrap();
     assert!(n.tensor_read(e, &mut b[..1], 0).is_err(), "no storage yet");
-    n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&Heap))
-        .unwrap();
+    // SAFETY: `buf` (32 bytes) outlives `e`, which is freed below; nothing else touches it
+    // meanwhile.
+    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&Heap)) }.unwrap();
     n.tensor_write(e, &[9u8; 4], 0).unwrap();
     n.tensor_free(e, Some(&Heap)).unwrap();
     assert_eq!(
@@ -319,4 +320,85 @@ fn virtual_tensors_from_a_static_arena() {
     n.tensor_free(a, Some(&POOL)).unwrap();
     n.tensor_free(b, Some(&POOL)).unwrap();
     assert_eq!(POOL.free_bytes(), before.min(1 << 20));
+}
+
+/// `tensor_name` handed out a borrow of the arena slot's `name_buf`: once the tensor was freed
+/// and its slot reused, the same name read the new tensor's bytes. It is an owned copy now.
+#[test]
+fn tensor_name_outlives_the_tensor() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let t = n.tensor_allocate_empty(Some("alpha")).unwrap();
+    let name = n.tensor_name(t).unwrap();
+    n.tensor_free(t, None).unwrap();
+    let mut others = Vec::new();
+    loop {
+        let u = n.tensor_allocate_empty(Some("ZZZZZ")).unwrap();
+        others.push(u);
+        if u == t {
+            break; // the freed slot is reused (fresh slots go first)
+        }
+    }
+    assert_eq!(&*n.tensor_name(t).unwrap(), "ZZZZZ");
+    assert_eq!(
+        &*name, "alpha",
+        "the name read before the free is unchanged"
+    );
+    for u in others {
+        n.tensor_free(u, None).unwrap();
+    }
+    let long = "n".repeat(95);
+    let t = n.tensor_allocate_empty(Some(&long)).unwrap();
+    assert_eq!(&*n.tensor_name(t).unwrap(), long.as_str(), "95 bytes fit");
+    n.tensor_free(t, None).unwrap();
+}
+
+/// `tensor_copy` within one storage with overlapping ranges: the 4 KiB chunks went forward, so
+/// with the destination above the source a chunk re-read bytes an earlier chunk had already
+/// overwritten. It is memmove now, in both directions, for one tensor and for slices sharing
+/// a storage, on VIRTUAL and DEVICE tensors.
+#[test]
+fn overlapping_copy_within_a_storage_is_memmove() {
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn1, 1),
+        InitOptions::default(),
+    );
+    let n = f.nrt();
+    let pattern: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
+    let check = |t, src: u64, dst: u64, len: u64, what: &str| {
+        n.tensor_write(t, &pattern, 0).unwrap();
+        n.tensor_copy(t, src, t, dst, len).unwrap();
+        let mut want = pattern.clone();
+        want.copy_within(src as usize..(src + len) as usize, dst as usize);
+        let mut got = vec![0u8; 16384];
+        n.tensor_read(t, &mut got, 0).unwrap();
+        assert!(
+            got == want,
+            "{what}: copy({src} -> {dst}, {len}) is not memmove"
+        );
+    };
+    let v = n
+        .tensor_allocate(2, -1, 16384, Some("v"), Some(&Heap))
+        .unwrap();
+    let d = n.tensor_allocate(0, 0, 16384, Some("d"), None).unwrap();
+    for (t, what) in [(v, "VIRTUAL"), (d, "DEVICE")] {
+        check(t, 0, 100, 8192, what);
+        check(t, 100, 0, 8192, what);
+        check(t, 0, 4096, 12288, what);
+        check(t, 5000, 4999, 11000, what);
+        check(t, 0, 0, 16384, what);
+    }
+    // Two slices of one storage: [0, 12K) and [100, 12K + 100).
+    let lo = n.tensor_allocate_slice(v, 0, 12288, Some("lo")).unwrap();
+    let hi = n.tensor_allocate_slice(v, 100, 12288, Some("hi")).unwrap();
+    n.tensor_write(v, &pattern, 0).unwrap();
+    n.tensor_copy(lo, 0, hi, 0, 8192).unwrap();
+    let mut want = pattern.clone();
+    want.copy_within(0..8192, 100);
+    let mut got = vec![0u8; 16384];
+    n.tensor_read(v, &mut got, 0).unwrap();
+    assert!(got == want, "slices sharing a storage: not memmove");
+    for t in [lo, hi, v, d] {
+        n.tensor_free(t, Some(&Heap)).unwrap();
+    }
 }

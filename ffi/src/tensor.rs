@@ -220,12 +220,16 @@ pub unsafe extern "C" fn nrt_tensor_attach_buffer(
 ) -> NRT_STATUS {
     entry("nrt_tensor_attach_buffer", || {
         global::with_rt(|r| {
-            Ok(r.rt.nrt().tensor_attach_buffer(
-                tensor,
-                buffer as *mut u8,
-                size as u64,
-                Some(r.rt.host_mem()),
-            )?)
+            // SAFETY: the caller's contract above is the core's: `buffer` is valid for reads
+            // and writes of `size` bytes for as long as the tensor (or a slice of it) views it.
+            Ok(unsafe {
+                r.rt.nrt().tensor_attach_buffer(
+                    tensor,
+                    buffer as *mut u8,
+                    size as u64,
+                    Some(r.rt.host_mem()),
+                )
+            }?)
         })
     })
 }
