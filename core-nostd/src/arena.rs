@@ -8,7 +8,7 @@
 
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::nrt_mutex_t;
@@ -41,6 +41,16 @@ pub enum ReleaseError {
 /// the reuse footprint small: 12 KiB of `dmem_t`s.
 pub const QUARANTINE: usize = 64;
 
+/// Where the next arena to come into use starts handing out never-used slots. A new state
+/// block often lands at the address of the one just freed (a runtime closed and initialised
+/// again); if its arenas started at slot 0 too, a pointer kept from the old runtime would name
+/// the new runtime's first allocations. Each arena instance starts somewhere else instead
+/// (golden-ratio steps, so consecutive instances are far apart for any `N`).
+static FRESH_START: AtomicU32 = AtomicU32::new(0);
+
+/// The step between consecutive arenas' fresh starts (2^32 / φ, odd).
+const FRESH_STEP: u32 = 0x9E37_79B9;
+
 /// A pool of `N` zero-initialised `T` slots. A freed slot goes through a quarantine of
 /// [`QUARANTINE`] releases before it is reused (most recently aged first, for locality).
 #[repr(C)]
@@ -48,6 +58,9 @@ pub struct Arena<T, const N: usize> {
     lock: nrt_mutex_t,
     /// Slots handed out at least once (fresh slots are taken from here first).
     bump: UnsafeCell<u32>,
+    /// Index of the first fresh slot (fresh slots go `fresh_start`, `fresh_start + 1`, … mod
+    /// `N`), drawn from [`FRESH_START`] at the arena's first allocation.
+    fresh_start: UnsafeCell<u32>,
     /// Number of indices on the free stack.
     free_top: UnsafeCell<u32>,
     /// Live slots right now.
@@ -108,9 +121,10 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
     fn alloc_impl(&self, name: &'static str, fresh_first: bool) -> Result<NonNull<T>, ArenaFull> {
         let _g = self.lock.lock();
         // SAFETY: the counters and stacks are only touched with `lock` held.
-        let (bump, top, live_count, peak, q_head, q_len) = unsafe {
+        let (bump, fresh_start, top, live_count, peak, q_head, q_len) = unsafe {
             (
                 &mut *self.bump.get(),
+                &mut *self.fresh_start.get(),
                 &mut *self.free_top.get(),
                 &mut *self.live_count.get(),
                 &mut *self.peak.get(),
@@ -118,16 +132,21 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
                 &mut *self.quarantine_len.get(),
             )
         };
+        if *bump == 0 {
+            *fresh_start =
+                (FRESH_START.fetch_add(FRESH_STEP, Ordering::Relaxed) as usize % N) as u32;
+        }
+        let start = *fresh_start as usize;
         let idx = if fresh_first && (*bump as usize) < N {
             *bump += 1;
-            *bump as usize - 1
+            (start + *bump as usize - 1) % N
         } else if *top > 0 {
             *top -= 1;
             // SAFETY: lock held (see above).
             unsafe { (*self.free.get())[*top as usize] as usize }
         } else if (*bump as usize) < N {
             *bump += 1;
-            *bump as usize - 1
+            (start + *bump as usize - 1) % N
         } else if *q_len > 0 {
             // Every other slot is live: the oldest quarantined one, rather than a false "full".
             // SAFETY: lock held (see above).
@@ -273,6 +292,37 @@ mod tests {
         );
         assert_eq!(a.stats().live, 2);
         assert_eq!(a.stats().peak, 2);
+    }
+
+    #[test]
+    fn a_new_arena_starts_handing_out_elsewhere() {
+        // Two arenas in turn, as two runtimes' state blocks at one address would be: the
+        // second one's first slots are not the first one's.
+        let a = arena::<8192>();
+        let first_a: std::vec::Vec<usize> = (0..4)
+            .map(|_| {
+                a.index_of(a.alloc_fresh_first("t").unwrap().as_ptr())
+                    .unwrap()
+            })
+            .collect();
+        let b = arena::<8192>();
+        let first_b: std::vec::Vec<usize> = (0..4)
+            .map(|_| {
+                b.index_of(b.alloc_fresh_first("t").unwrap().as_ptr())
+                    .unwrap()
+            })
+            .collect();
+        assert!(
+            first_a.iter().all(|i| !first_b.contains(i)),
+            "{first_a:?} {first_b:?}"
+        );
+        // Fresh slots are still consecutive (mod N), and every one is reachable.
+        let c = arena::<4>();
+        let mut got: std::vec::Vec<usize> = (0..4)
+            .map(|_| c.index_of(c.alloc("t").unwrap().as_ptr()).unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, [0, 1, 2, 3]);
     }
 
     #[test]

@@ -719,6 +719,7 @@ static void bad_input(void) {
 static void close_and_reinit(void) {
     /* Leave things behind: nrt_close frees them. */
     nrt_tensor_t *dev = tensor(NRT_TENSOR_PLACEMENT_DEVICE, 0, MIB, "left_dev");
+    nrt_tensor_t *old_dev = dev; /* kept: a stale pointer once the runtime closes */
     nrt_tensor_t *virt = tensor(NRT_TENSOR_PLACEMENT_VIRTUAL, -1, MIB, "left_virt");
     nrt_tensor_t *sl = NULL;
     EXPECT(nrt_tensor_allocate_slice(virt, 0, 16, "left_slice", &sl), NRT_SUCCESS);
@@ -754,6 +755,23 @@ static void close_and_reinit(void) {
     EXPECT(nrt_tensor_read(virt, b, 0, 16), NRT_INVALID);
     nrt_tensor_t *t = tensor(NRT_TENSOR_PLACEMENT_DEVICE, 0, 4096, "again");
     EXPECT(nrt_tensor_write(t, "again", 0, 6), NRT_SUCCESS);
+    /* The new runtime's state block may sit where the old one did; its tensors still must not
+     * reuse the old runtime's pointers, or a stale one would reach a live tensor. */
+    enum { FRESH = 256 };
+    nrt_tensor_t *fresh[FRESH];
+    int aliased = 0;
+    for (int i = 0; i < FRESH; i++) {
+        fresh[i] = NULL;
+        EXPECT(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_VIRTUAL, -1, 64, "fresh", &fresh[i]),
+               NRT_SUCCESS);
+        aliased += fresh[i] == old_dev || fresh[i] == virt || fresh[i] == sl;
+    }
+    CHECK(aliased == 0 && t != old_dev && t != virt && t != sl,
+          "%d new tensors got a pointer of the closed runtime", aliased + (t == old_dev));
+    nrt_tensor_free(&old_dev); /* stale: a no-op */
+    CHECK(nrt_tensor_get_size(t) == 4096, "a stale free leaves the new tensor alone");
+    for (int i = 0; i < FRESH; i++)
+        nrt_tensor_free(&fresh[i]);
     nrt_model_t *m2 = load("bert-base.json", -1, NRT_SUCCESS);
     EXPECT(nrt_unload(m2), NRT_SUCCESS);
     nrt_tensor_free(&t);
