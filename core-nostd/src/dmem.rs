@@ -303,7 +303,10 @@ impl Nrt<'_> {
             return Error::Driver(e);
         }
         if host {
-            let err = Error::HostOom { size: a.size };
+            let err = Error::HostOom {
+                size: a.size,
+                dma: true,
+            };
             error!("{}", err);
             return err;
         }

@@ -84,10 +84,13 @@ pub enum Error {
         /// Usage type.
         usage: dma_mem_usage_type_t,
     },
-    /// Host DMA memory exhausted (`ENOMEM` on HOST_DRAM → NRT_FAIL_HOST_MEM_ALLOC).
+    /// Host memory exhausted → NRT_FAIL_HOST_MEM_ALLOC: the driver's host DMA pool (`ENOMEM`
+    /// on HOST_DRAM), or the integrator's host memory for a VIRTUAL tensor.
     HostOom {
         /// Bytes requested.
         size: u64,
+        /// Host DMA memory (true) or plain host memory for a VIRTUAL tensor (false).
+        dma: bool,
     },
     /// Any other driver failure.
     Driver(Errno),
@@ -214,9 +217,16 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
-            Error::HostOom { size } => {
-                write!(f, "Failed to allocate {:.3}MB of host DMA memory", mb(size))
-            }
+            Error::HostOom { size, dma } => write!(
+                f,
+                "Failed to allocate {:.3}MB of {}",
+                mb(size),
+                if dma {
+                    "host DMA memory"
+                } else {
+                    "host memory (VIRTUAL tensor)"
+                }
+            ),
             Error::Driver(e) => write!(f, "driver error {} ({})", e, errno::name(e)),
             Error::VncConfig(msg, v) => write!(f, "{msg} (value {v})"),
             Error::UnknownModel(h) => write!(
@@ -241,3 +251,32 @@ impl fmt::Display for Error {
 }
 
 impl core::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::string::ToString;
+
+    #[test]
+    fn host_oom_names_the_memory_it_ran_out_of() {
+        let dma = Error::HostOom {
+            size: 3 << 20,
+            dma: true,
+        };
+        let virt = Error::HostOom {
+            size: 3 << 20,
+            dma: false,
+        };
+        assert_eq!(
+            dma.to_string(),
+            "Failed to allocate 3.000MB of host DMA memory"
+        );
+        assert_eq!(
+            virt.to_string(),
+            "Failed to allocate 3.000MB of host memory (VIRTUAL tensor)"
+        );
+        assert_eq!(dma.status(), NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC);
+        assert_eq!(virt.status(), NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC);
+    }
+}

@@ -214,7 +214,7 @@ impl<'a> Nrt<'a> {
                     None if host.is_none() => Err(Error::Unsupported(
                         "no host memory provider for VIRTUAL tensors",
                     )),
-                    None => Err(Error::HostOom { size }),
+                    None => Err(Error::HostOom { size, dma: false }),
                 }
             }
         };
