@@ -928,7 +928,9 @@ impl<const N: usize> Carve<N> {
     /// first. Blocks below `own` are smaller than `size`. An unaligned request only gets here
     /// when no class above `own` has a block (any such block would have fitted); an aligned
     /// one may fit in a block of an intermediate class that is too small to fit at every
-    /// position, which the bounded steps of [`Self::find`] do not look at.
+    /// position, which the bounded steps of [`Self::find`] do not look at. Costs one visit of
+    /// every free block in those classes, on the way to a refusal or to a hit the bounded
+    /// steps missed.
     #[cold]
     fn find_exhaustive(&self, own: (usize, usize), size: u64, align: u64) -> Option<(u32, u64)> {
         let mut class = self.find_suitable(own.0, own.1);

@@ -484,6 +484,13 @@ impl<'a> Nrt<'a> {
     /// `nrt_tensor_memset`.
     pub fn tensor_memset(&self, t: Tensor, offset: u64, value: u8, size: u64) -> Result<()> {
         let _call = self.enter()?;
+        self.tensor_memset_inner(t, offset, value, size)
+    }
+
+    /// [`Self::tensor_memset`] without the gate, for callers already past it (`execute`: a
+    /// second `enter` there could see a `close` that is waiting for that very call, and fail
+    /// it half-way).
+    fn tensor_memset_inner(&self, t: Tensor, offset: u64, value: u8, size: u64) -> Result<()> {
         let (s, base, len) = self.storage_of(t)?;
         check_window(offset, size, len)?;
         // SAFETY: live storage; the window lies inside it (checked above), and a MALLOC storage
@@ -526,6 +533,19 @@ impl<'a> Nrt<'a> {
         size: u64,
     ) -> Result<()> {
         let _call = self.enter()?;
+        self.tensor_copy_inner(src, src_off, dst, dst_off, size)
+    }
+
+    /// [`Self::tensor_copy`] without the gate, for callers already past it (see
+    /// [`Self::tensor_memset_inner`]).
+    fn tensor_copy_inner(
+        &self,
+        src: *const nrt_tensor_t,
+        src_off: u64,
+        dst: Tensor,
+        dst_off: u64,
+        size: u64,
+    ) -> Result<()> {
         let (ss, sbase, slen) = self.storage_of(src)?;
         let (ds, dbase, dlen) = self.storage_of(dst)?;
         check_window(src_off, size, slen)?;
@@ -670,13 +690,13 @@ impl<'a> Nrt<'a> {
             let copied = if k < ni {
                 // SAFETY: bound, live.
                 let n = unsafe { (*ins[k])._size }.min(olen);
-                self.tensor_copy(ins[k], 0, *o, 0, n).map(|_| n)
+                self.tensor_copy_inner(ins[k], 0, *o, 0, n).map(|_| n)
             } else {
                 Ok(0)
             };
             r = copied.and_then(|n| {
                 if n < olen {
-                    self.tensor_memset(*o, n, 0, olen - n)
+                    self.tensor_memset_inner(*o, n, 0, olen - n)
                 } else {
                     Ok(())
                 }

@@ -5,11 +5,13 @@ mod common;
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
 use common::*;
 use nrt_core::abi::*;
+use nrt_core::driver::{AllocRequest, DeviceInfo, Driver, Errno, PoolStats};
 use nrt_core::model::{ModelSpec, TensorDecl};
-use nrt_core::sim::{Preset, SimConfig};
+use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::tensor::{HostMem, TensorSet};
 use nrt_core::{CoreState, Error, InitOptions, Nrt};
 
@@ -401,4 +403,133 @@ fn overlapping_copy_within_a_storage_is_memmove() {
     for t in [lo, hi, v, d] {
         n.tensor_free(t, Some(&Heap)).unwrap();
     }
+}
+
+/// A driver that parks the first `copy_in` after `armed` is set until `go`: lets a test hold
+/// an `execute` in the middle of writing its outputs.
+struct ParkingDriver {
+    inner: Box<SimDevice>,
+    armed: AtomicBool,
+    parked: AtomicBool,
+    go: AtomicBool,
+}
+
+impl Driver for ParkingDriver {
+    fn device_count(&self) -> u32 {
+        self.inner.device_count()
+    }
+    fn device_info(&self, d: u32) -> Result<DeviceInfo, Errno> {
+        self.inner.device_info(d)
+    }
+    fn memory_alloc(&self, d: u32, r: &AllocRequest) -> Result<u64, Errno> {
+        self.inner.memory_alloc(d, r)
+    }
+    fn memory_alloc_pa(&self, d: u32, r: &AllocRequest) -> Result<(u64, u64), Errno> {
+        self.inner.memory_alloc_pa(d, r)
+    }
+    fn memory_get_pa(&self, d: u32, h: u64) -> Result<u64, Errno> {
+        self.inner.memory_get_pa(d, h)
+    }
+    fn memory_free(&self, d: u32, h: u64) -> Result<(), Errno> {
+        self.inner.memory_free(d, h)
+    }
+    fn copy_in(&self, d: u32, h: u64, o: u64, s: &[u8]) -> Result<(), Errno> {
+        if self.armed.swap(false, SeqCst) {
+            self.parked.store(true, SeqCst);
+            while !self.go.load(SeqCst) {
+                std::thread::yield_now();
+            }
+        }
+        self.inner.copy_in(d, h, o, s)
+    }
+    fn copy_out(&self, d: u32, h: u64, o: u64, s: &mut [u8]) -> Result<(), Errno> {
+        self.inner.copy_out(d, h, o, s)
+    }
+    fn fill(&self, d: u32, h: u64, o: u64, l: u64, v: u8) -> Result<(), Errno> {
+        self.inner.fill(d, h, o, l, v)
+    }
+    fn pool_stats(&self, d: u32, host: bool, i: u32) -> Result<PoolStats, Errno> {
+        self.inner.pool_stats(d, host, i)
+    }
+}
+
+/// `close` (spec §12) waits for the calls already past the gate, and those complete: an
+/// `execute` parked half-way through its outputs when `close` begins still writes them all
+/// and succeeds, instead of failing its nested copies with `Closed`.
+#[test]
+fn an_execute_in_flight_when_close_begins_completes() {
+    let cfg = SimConfig::scaled_down(Preset::Trn2, 1);
+    let mut sim = SimDevice::new_boxed(&cfg).unwrap();
+    let mut backing = vec![0u8; sim.backing_len(0) as usize];
+    // SAFETY: `backing` outlives every use of the device in this test.
+    unsafe { sim.set_backing(0, backing.as_mut_ptr(), backing.len() as u64) }.unwrap();
+    let drv = ParkingDriver {
+        inner: sim,
+        armed: AtomicBool::new(false),
+        parked: AtomicBool::new(false),
+        go: AtomicBool::new(false),
+    };
+    let st = CoreState::new_boxed();
+    let n = Nrt::new(&st, &drv);
+    n.init(&InitOptions::default()).unwrap();
+    let ins = [
+        TensorDecl {
+            name: "a",
+            size: 16,
+        },
+        TensorDecl {
+            name: "b",
+            size: 16,
+        },
+    ];
+    let outs = [
+        TensorDecl {
+            name: "x",
+            size: 16,
+        },
+        TensorDecl {
+            name: "y",
+            size: 16,
+        },
+    ];
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let h = n.load_model(0, &spec).unwrap();
+    let mk = |name| n.tensor_allocate(0, 0, 16, Some(name), None).unwrap();
+    let (a, b, x, y) = (mk("a"), mk("b"), mk("x"), mk("y"));
+    n.tensor_write(a, &[1; 16], 0).unwrap();
+    n.tensor_write(b, &[2; 16], 0).unwrap();
+    let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
+    si.add("a", a).unwrap();
+    si.add("b", b).unwrap();
+    so.add("x", x).unwrap();
+    so.add("y", y).unwrap();
+    drv.armed.store(true, SeqCst);
+    std::thread::scope(|s| {
+        let exec = s.spawn(|| n.execute(h, &si, &so));
+        while !drv.parked.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        let close = s.spawn(|| n.close());
+        while n.lifecycle() != nrt_core::ctx::STATE_CLOSED {
+            std::thread::yield_now();
+        }
+        drv.go.store(true, SeqCst);
+        assert_eq!(
+            exec.join().unwrap(),
+            Ok(()),
+            "the execute in flight completes"
+        );
+        assert_eq!(close.join().unwrap(), Ok(()));
+    });
+    assert_eq!(
+        n.driver_bytes_in_use(),
+        0,
+        "close still released everything"
+    );
 }
