@@ -226,3 +226,23 @@ pub fn fill_by_copies<D: Driver + ?Sized>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PoolStats;
+
+    #[test]
+    fn fragmentation_is_a_per_mille_and_survives_an_inconsistent_driver() {
+        let s = |free, largest_free| PoolStats {
+            capacity: 1000,
+            free,
+            largest_free,
+            allocations: 1,
+        };
+        assert_eq!(s(0, 0).fragmentation_permille(), 0);
+        assert_eq!(s(400, 400).fragmentation_permille(), 0);
+        assert_eq!(s(400, 100).fragmentation_permille(), 750);
+        // A driver reporting a largest free block above the free total reads as 0 ‰.
+        assert_eq!(s(400, 900).fragmentation_permille(), 0);
+    }
+}
