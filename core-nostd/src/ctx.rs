@@ -17,6 +17,7 @@ use crate::config::*;
 use crate::driver::{errno, DeviceInfo, Driver};
 use crate::error::{Error, Result};
 use crate::ht::{self, HtBuckets};
+use crate::sync::{gate_close, gate_enter, gate_exit};
 use crate::vcore::{VcoreOptions, VcoreTable};
 
 /// Geometry of one attached device, as the driver reported it at bring-up.
@@ -120,7 +121,7 @@ pub(crate) struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.active.fetch_sub(1, Ordering::SeqCst);
+        gate_exit(self.active);
     }
 }
 
@@ -132,7 +133,8 @@ pub struct CoreState {
     pub(crate) vc: UnsafeCell<VcoreTable>,
     pub(crate) settings: UnsafeCell<Settings>,
     pub(crate) state: AtomicU32,
-    /// API calls past the state gate right now ([`Nrt::enter`]); `close` waits for 0.
+    /// The in-flight gate word ([`Nrt::enter`], `sync::gate_enter`): calls past the gate,
+    /// plus `sync::GATE_CLOSED` once `close` shut it; `close` waits for the count to drain.
     pub(crate) active_calls: AtomicU32,
     pub(crate) init_lock: nrt_mutex_t,
     pub(crate) oom_lock: nrt_mutex_t,
@@ -280,17 +282,20 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// The state gate plus the in-flight count (spec §7.2, §12): registers a call, then checks
-    /// that the runtime is initialised. Both steps are SeqCst, as are `close`'s store of
-    /// CLOSED and its read of the count, so either this call sees CLOSED (and fails, touching
-    /// nothing) or `close` sees the call and waits for its guard to drop before tearing down.
-    /// Never blocks, so nested calls (e.g. `execute` → `tensor_copy`) are fine.
+    /// The state gate plus the in-flight count (spec §7.2, §12; [`gate_enter`], which loom
+    /// checks): either this call finds the gate shut (and fails, touching nothing) or `close`
+    /// sees the call and waits for its guard to drop before tearing down. It never blocks, so
+    /// a gated call made from inside another cannot deadlock with `close`; but made after
+    /// `close` began it fails, so a call's own sub-steps use ungated inner functions
+    /// (`execute`'s copies).
     pub(crate) fn enter(&self) -> Result<InFlight<'a>> {
-        self.st.active_calls.fetch_add(1, Ordering::SeqCst);
+        if !gate_enter(&self.st.active_calls) {
+            return Err(Error::Closed);
+        }
         let g = InFlight {
             active: &self.st.active_calls,
         };
-        match self.st.state.load(Ordering::SeqCst) {
+        match self.st.state.load(Ordering::Acquire) {
             STATE_INIT => Ok(g),
             STATE_CLOSED => Err(Error::Closed),
             _ => Err(Error::Uninitialized),
@@ -523,14 +528,10 @@ impl<'a> Nrt<'a> {
                 Error::Uninitialized
             });
         }
-        // New API calls fail from here on (SeqCst: pairs with `enter`); wait for the ones
-        // already past the gate, then for in-flight executions (drained in remove_model).
-        self.st.state.store(STATE_CLOSED, Ordering::SeqCst);
-        let mut i = 0u32;
-        while self.st.active_calls.load(Ordering::SeqCst) != 0 {
-            crate::sync::relax(i);
-            i = i.saturating_add(1);
-        }
+        // New API calls fail from here on; wait for the ones already past the gate, then for
+        // in-flight executions (drained in remove_model).
+        self.st.state.store(STATE_CLOSED, Ordering::Release);
+        gate_close(&self.st.active_calls, crate::sync::relax);
         self.unload_all_models();
         self.free_all_tensors();
         for d in 0..self.num_devices() {

@@ -112,6 +112,84 @@ impl Drop for MutexGuard<'_> {
     }
 }
 
+/// The in-flight call gate's word (spec §7.2 state gate, §12 teardown): the number of calls
+/// past the gate, plus [`GATE_CLOSED`] once `close` has shut it. One word, so every step of
+/// the protocol is a read-modify-write of the same location and the steps are totally ordered
+/// (no store-buffering pattern to get wrong; loom checks it as written).
+pub trait GateWord {
+    /// `fetch_add(1)` (AcqRel): the previous value.
+    fn count_in(&self) -> u32;
+    /// `fetch_sub(1)` (Release).
+    fn count_out(&self);
+    /// `fetch_or(GATE_CLOSED)` (AcqRel).
+    fn shut(&self);
+    /// Load (Acquire).
+    fn get(&self) -> u32;
+}
+
+/// The bit of the gate word that `close` sets.
+pub const GATE_CLOSED: u32 = 1 << 31;
+
+impl GateWord for AtomicU32 {
+    fn count_in(&self) -> u32 {
+        self.fetch_add(1, Ordering::AcqRel)
+    }
+    fn count_out(&self) {
+        self.fetch_sub(1, Ordering::Release);
+    }
+    fn shut(&self) {
+        self.fetch_or(GATE_CLOSED, Ordering::AcqRel);
+    }
+    fn get(&self) -> u32 {
+        self.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(loom)]
+impl GateWord for loom::sync::atomic::AtomicU32 {
+    fn count_in(&self) -> u32 {
+        self.fetch_add(1, loom::sync::atomic::Ordering::AcqRel)
+    }
+    fn count_out(&self) {
+        self.fetch_sub(1, loom::sync::atomic::Ordering::Release);
+    }
+    fn shut(&self) {
+        self.fetch_or(GATE_CLOSED, loom::sync::atomic::Ordering::AcqRel);
+    }
+    fn get(&self) -> u32 {
+        self.load(loom::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// A call passes the gate: `true` when it is counted in (it must call [`gate_exit`] when it
+/// ends); `false` when the gate is shut (the count is already taken back). If the count-in
+/// comes before [`gate_close`]'s shut in the word's order, the closer sees the call and waits
+/// for its exit; otherwise the call sees the closed bit.
+pub fn gate_enter<W: GateWord>(gate: &W) -> bool {
+    if gate.count_in() & GATE_CLOSED != 0 {
+        gate.count_out();
+        return false;
+    }
+    true
+}
+
+/// A call counted in by [`gate_enter`] ends (Release: what it did happens before the
+/// teardown that waited for it).
+pub fn gate_exit<W: GateWord>(gate: &W) {
+    gate.count_out();
+}
+
+/// Shuts the gate, then waits (calling `relax` between looks) until no call is counted in.
+/// When it returns, every call that got past the gate has ended, and none gets past any more.
+pub fn gate_close<W: GateWord>(gate: &W, mut relax: impl FnMut(u32)) {
+    gate.shut();
+    let mut i = 0u32;
+    while gate.get() & !GATE_CLOSED != 0 {
+        relax(i);
+        i = i.saturating_add(1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;

@@ -1,7 +1,7 @@
 //! loom models of the core's concurrency protocols, run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p nrt-core --test loom --release` (`cargo xtask loom`).
 //! They drive the very functions the runtime uses (`mint_handle`, `drain_with`, `stage_once`,
-//! `release_one`)
+//! `release_one`, `gate_enter` / `gate_exit` / `gate_close`)
 //! over loom's atomics and mutex.
 #![cfg(loom)]
 
@@ -10,6 +10,7 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 use nrt_core::dmem::{release_one, DmemRefCount};
 use nrt_core::model::{drain_with, mint_handle};
+use nrt_core::sync::{gate_close, gate_enter, gate_exit, GATE_CLOSED};
 use nrt_core::ulib::stage_once;
 
 /// Handles from concurrent mints are distinct and never 0, also across the wrap.
@@ -125,5 +126,36 @@ fn dmem_release_elects_one_last_holder() {
         t.join().unwrap();
         assert_eq!(last.load(Ordering::SeqCst), 1, "exactly one last release");
         assert_eq!(rc.get(), 0);
+    });
+}
+
+/// The in-flight call gate (spec §7.2, §12): `close` shuts the gate and waits for the calls
+/// counted in; a call counts itself in unless the gate is shut. Under every interleaving a
+/// call that got in ends before the teardown that follows `gate_close`, and a call that comes
+/// later does not get in.
+#[test]
+fn close_never_tears_down_under_a_call() {
+    loom::model(|| {
+        let gate = Arc::new(AtomicU32::new(0));
+        let torn_down = Arc::new(AtomicBool::new(false));
+        let call = {
+            let (gate, torn_down) = (gate.clone(), torn_down.clone());
+            thread::spawn(move || {
+                let got_in = gate_enter(&*gate);
+                if got_in {
+                    assert!(
+                        !torn_down.load(Ordering::Acquire),
+                        "call ran into the teardown"
+                    );
+                    gate_exit(&*gate);
+                }
+                got_in
+            })
+        };
+        gate_close(&*gate, |_| thread::yield_now());
+        torn_down.store(true, Ordering::Release);
+        call.join().unwrap();
+        assert!(!gate_enter(&*gate), "a call after close gets in");
+        assert_eq!(gate.load(Ordering::Acquire), GATE_CLOSED);
     });
 }
