@@ -27,12 +27,24 @@ typedef enum al_hal_tpb_arch_type_t {
     AL_HAL_TPB_ARCH_TYPE_MARIANA = 4,
     AL_HAL_TPB_ARCH_TYPE_NUM = 5,
 } al_hal_tpb_arch_type_t;
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+_Static_assert(AL_HAL_TPB_ARCH_TYPE_INVALID == 0, "AL_HAL_TPB_ARCH_TYPE_INVALID = 0");
+_Static_assert(AL_HAL_TPB_ARCH_TYPE_INVALID_1 == 1, "AL_HAL_TPB_ARCH_TYPE_INVALID_1 = 1");
+_Static_assert(AL_HAL_TPB_ARCH_TYPE_SUNDA == 2, "AL_HAL_TPB_ARCH_TYPE_SUNDA = 2");
+_Static_assert(AL_HAL_TPB_ARCH_TYPE_CAYMAN == 3, "AL_HAL_TPB_ARCH_TYPE_CAYMAN = 3");
+_Static_assert(AL_HAL_TPB_ARCH_TYPE_MARIANA == 4, "AL_HAL_TPB_ARCH_TYPE_MARIANA = 4");
+_Static_assert(AL_HAL_TPB_ARCH_TYPE_NUM == 5, "AL_HAL_TPB_ARCH_TYPE_NUM = 5");
+#endif
 
 /* dmem_allocator_type_t — spec §3.1, 4 bytes */
 typedef enum dmem_allocator_type_t {
     DMEM_ALLOCATOR_TYPE_GLOBAL = 0,
     DMEM_ALLOCATOR_TYPE_MODEL = 1,
 } dmem_allocator_type_t;
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+_Static_assert(DMEM_ALLOCATOR_TYPE_GLOBAL == 0, "DMEM_ALLOCATOR_TYPE_GLOBAL = 0");
+_Static_assert(DMEM_ALLOCATOR_TYPE_MODEL == 1, "DMEM_ALLOCATOR_TYPE_MODEL = 1");
+#endif
 
 /* dma_mem_location_t — spec §3.1, 4 bytes */
 typedef enum dma_mem_location_t {
@@ -40,6 +52,11 @@ typedef enum dma_mem_location_t {
     HOST_DRAM = 1,
     TONGA_DRAM = 2,
 } dma_mem_location_t;
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+_Static_assert(DMA_MEM_LOC_INVALID == 0, "DMA_MEM_LOC_INVALID = 0");
+_Static_assert(HOST_DRAM == 1, "HOST_DRAM = 1");
+_Static_assert(TONGA_DRAM == 2, "TONGA_DRAM = 2");
+#endif
 
 /* dma_mem_usage_type_t — spec §3.3, 4 bytes */
 typedef enum dma_mem_usage_type_t {
@@ -67,12 +84,23 @@ typedef enum dma_mem_usage_type_t {
     DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES = 21,
     DMA_MEM_USAGE_TYPE_MAX = 22,
 } dma_mem_usage_type_t;
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+_Static_assert(DMA_MEM_USAGE_TYPE_DMA_RING == 18, "DMA_MEM_USAGE_TYPE_DMA_RING = 18");
+_Static_assert(DMA_MEM_USAGE_TYPE_DMA_RING_SPILL == 19, "DMA_MEM_USAGE_TYPE_DMA_RING_SPILL = 19");
+_Static_assert(DMA_MEM_USAGE_TYPE_DMA_RING_IO == 20, "DMA_MEM_USAGE_TYPE_DMA_RING_IO = 20");
+_Static_assert(DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES == 21, "DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES = 21");
+_Static_assert(DMA_MEM_USAGE_TYPE_MAX == 22, "DMA_MEM_USAGE_TYPE_MAX = 22");
+#endif
 
 /* kbin_sb_carveout_type_t — spec §8, 4 bytes */
 typedef enum kbin_sb_carveout_type_t {
     KBIN_SB_CARVEOUT_TYPE_INVALID = 0,
     KBIN_SB_CARVEOUT_TYPE_EVTACCEL = 1,
 } kbin_sb_carveout_type_t;
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+_Static_assert(KBIN_SB_CARVEOUT_TYPE_INVALID == 0, "KBIN_SB_CARVEOUT_TYPE_INVALID = 0");
+_Static_assert(KBIN_SB_CARVEOUT_TYPE_EVTACCEL == 1, "KBIN_SB_CARVEOUT_TYPE_EVTACCEL = 1");
+#endif
 
 /* dmem_storage_type — spec §7.1, 4 bytes */
 typedef enum dmem_storage_type {
@@ -81,6 +109,12 @@ typedef enum dmem_storage_type {
     DMA = 2,
     FAKE = 3,
 } dmem_storage_type;
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+_Static_assert(INVALID == 0, "INVALID = 0");
+_Static_assert(MALLOC == 1, "MALLOC = 1");
+_Static_assert(DMA == 2, "DMA = 2");
+_Static_assert(FAKE == 3, "FAKE = 3");
+#endif
 
 /* mem_alloc_category_t — spec §3.3, 4 bytes */
 typedef enum mem_alloc_category_t {

@@ -337,7 +337,9 @@ fn struct_facts(
         size_section.is_some(),
         &size_prov,
         &section,
-        s.size.to_string(),
+        // What the spec states where it states it (else the tables): the DWARF is compared
+        // with the spec itself, not only with the tables that produced the build.
+        pins.expected_size(s).to_string(),
         d.size.map(|v| v.to_string()),
         note,
     ));
@@ -398,7 +400,7 @@ fn struct_facts(
             p.offset,
             prov,
             &section,
-            f.offset.to_string(),
+            pins.expected_offset(s, f).to_string(),
             m.offset.map(|v| v.to_string()),
             None,
         ));
@@ -408,7 +410,7 @@ fn struct_facts(
             p.size,
             prov,
             &section,
-            f.size.to_string(),
+            pins.expected_member_size(s, f).to_string(),
             m.size.map(|v| v.to_string()),
             None,
         ));
@@ -480,21 +482,25 @@ fn enum_facts(ex: &Extract, pins: &Pins, j: &Judge, mode: Mode, out: &mut Vec<Fa
             size_pinned,
             &prov(size_pinned),
             &section,
-            e.size.to_string(),
+            pins.enum_size(e.name).unwrap_or(e.size).to_string(),
             d.size.map(|v| v.to_string()),
             None,
         ));
         let count_pinned = pins.enum_count(e.name).is_some();
-        out.push(j.fact(
-            e.name.to_string(),
-            "count",
-            count_pinned,
-            &prov(count_pinned),
-            &section,
-            e.members.len().to_string(),
-            Some(d.members.len().to_string()),
-            None,
-        ));
+        out.push(
+            j.fact(
+                e.name.to_string(),
+                "count",
+                count_pinned,
+                &prov(count_pinned),
+                &section,
+                pins.enum_count(e.name)
+                    .unwrap_or(e.members.len())
+                    .to_string(),
+                Some(d.members.len().to_string()),
+                None,
+            ),
+        );
         for (n, v) in e.members {
             let pinned = pins.enum_member(e.name, n);
             let found = d
@@ -508,7 +514,7 @@ fn enum_facts(ex: &Extract, pins: &Pins, j: &Judge, mode: Mode, out: &mut Vec<Fa
                 pinned,
                 &prov(pinned),
                 &section,
-                v.to_string(),
+                pins.expected_enum_value(e.name, n, *v).to_string(),
                 found,
                 None,
             ));

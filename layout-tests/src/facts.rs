@@ -8,7 +8,11 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use nrt_core::abi::{self, meta::StructInfo, tables};
+use nrt_core::abi::{
+    self,
+    meta::{FieldInfo, StructInfo},
+    tables,
+};
 use serde::Deserialize;
 
 /// The vendored `layout-facts.toml` text (libnrt 2.31.24.0, x86-64).
@@ -214,6 +218,56 @@ impl Pins {
             p.bounds |= ff.count.is_some();
         }
         p
+    }
+
+    /// `sizeof(s)` as the spec states it (its own `[[struct]]` entry, or the stated size of a
+    /// member that embeds it by value), else the tables' value. The header's asserts and the
+    /// DWARF check expect this, so each of them compares what was built against the spec
+    /// itself, not against the tables that produced it.
+    pub fn expected_size(&self, s: &StructInfo) -> usize {
+        if let Some(f) = self.facts.struct_fact(s.name) {
+            return f.size;
+        }
+        for parent in abi::STRUCTS {
+            let Some(pf) = self.facts.struct_fact(parent.name) else {
+                continue;
+            };
+            for field in parent.fields.iter().filter(|f| f.c_base == s.name) {
+                if let Some(size) = pf.field(field.name).and_then(|ff| ff.size) {
+                    // An array member states the size of the whole array.
+                    return size / field.count().max(1);
+                }
+            }
+        }
+        s.size
+    }
+
+    /// `offsetof(s, f)` as the spec states it, else the tables' value.
+    pub fn expected_offset(&self, s: &StructInfo, f: &FieldInfo) -> usize {
+        self.field_fact(s, f)
+            .and_then(|ff| ff.offset)
+            .unwrap_or(f.offset)
+    }
+
+    /// The byte size of member `f` of `s` as the spec states it, else the tables' value.
+    pub fn expected_member_size(&self, s: &StructInfo, f: &FieldInfo) -> usize {
+        self.field_fact(s, f)
+            .and_then(|ff| ff.size)
+            .unwrap_or(f.size)
+    }
+
+    /// The value of `enum_name::member` as the spec states it, else `table_value`.
+    pub fn expected_enum_value(&self, enum_name: &str, member: &str, table_value: i64) -> i64 {
+        self.facts
+            .enum_fact(enum_name)
+            .and_then(|e| e.members.get(member).copied())
+            .unwrap_or(table_value)
+    }
+
+    fn field_fact(&self, s: &StructInfo, f: &FieldInfo) -> Option<&FieldFact> {
+        self.facts
+            .struct_fact(s.name)
+            .and_then(|sf| sf.field(f.name))
     }
 
     /// `true` when the facts pin `enum_name::member`.

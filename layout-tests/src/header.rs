@@ -9,6 +9,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::facts::Pins;
+
 use nrt_core::abi::{
     self,
     meta::{FieldInfo, StructInfo},
@@ -140,6 +142,7 @@ pub fn generate() -> Result<String, String> {
         o.push_str(line);
         o.push('\n');
     }
+    let pins = Pins::vendored()?;
     o.push_str("/* ---- enums (exact values) ---- */\n\n");
     for e in abi::ENUMS {
         o.push_str(&format!(
@@ -149,7 +152,23 @@ pub fn generate() -> Result<String, String> {
         for (n, v) in e.members {
             o.push_str(&format!("    {n} = {v},\n"));
         }
-        o.push_str(&format!("}} {};\n\n", e.name));
+        o.push_str(&format!("}} {};\n", e.name));
+        let pinned: Vec<_> = e
+            .members
+            .iter()
+            .filter(|(n, _)| pins.enum_member(e.name, n))
+            .collect();
+        if !pinned.is_empty() {
+            o.push_str("#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS\n");
+            for (n, v) in pinned {
+                let want = pins.expected_enum_value(e.name, n, *v);
+                o.push_str(&format!(
+                    "_Static_assert({n} == {want}, \"{n} = {want}\");\n"
+                ));
+            }
+            o.push_str("#endif\n");
+        }
+        o.push('\n');
     }
 
     o.push_str("/* ---- forward declarations ---- */\n\n");
@@ -180,21 +199,24 @@ pub fn generate() -> Result<String, String> {
         } else {
             o.push_str("};\n");
         }
+        // The asserts state what the spec says where it says it (`Pins::expected_*`), so a
+        // header regenerated from drifted tables no longer compiles.
         o.push_str("#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS\n");
         o.push_str(&format!(
             "_Static_assert(sizeof({0}) == {1}, \"{0}: size {1}\");\n",
-            s.name, s.size
+            s.name,
+            pins.expected_size(s)
         ));
         o.push_str(&format!(
             "_Static_assert(_Alignof({0}) == {1}, \"{0}: align {1}\");\n",
             s.name, s.align
         ));
-        for f in s.fields.iter().filter(|f| crate::is_pinned(f)) {
+        for f in s.fields.iter().filter(|f| pins.field(s, f.name).offset) {
             o.push_str(&format!(
                 "_Static_assert(offsetof({0}, {1}) == {2}, \"{0}.{1}: offset {2} ({3})\");\n",
                 s.name,
                 f.name,
-                f.offset,
+                pins.expected_offset(s, f),
                 f.provenance.as_str()
             ));
         }

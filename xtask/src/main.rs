@@ -57,6 +57,13 @@ fn ci() -> DynResult {
         "layout drift (nrt_layout.h, LAYOUT.md)",
         layout_tool(&["drift"]),
     )?;
+    // The third proof of the layouts: the debug info of the library the compiler actually
+    // built, compared with the spec's facts.
+    let libnrt = libnrt_build()?;
+    run(
+        "layout of the built libnrt.so (DWARF vs the spec's pinned facts)",
+        layout_tool(&["check", "--pinned", &libnrt.to_string_lossy()]),
+    )?;
     firmware_ci()?;
     loom()?;
     Ok(())
@@ -259,6 +266,32 @@ fn firmware_cargo(verb: &str, features: &str) -> Command {
         features,
     ]);
     c
+}
+
+/// Builds `libnrt.so` (nrt-ffi, debug, with debug info) and returns its path as cargo reports
+/// it (so `CARGO_TARGET_DIR` and `build.target-dir` are honoured).
+fn libnrt_build() -> DynResult<PathBuf> {
+    eprintln!("==> build nrt-ffi (libnrt.so)");
+    let out = cargo()
+        .args([
+            "build",
+            "-p",
+            "nrt-ffi",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("building libnrt.so failed ({})", out.status).into());
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .flat_map(|l| l.split('"'))
+        .find(|f| f.ends_with("/libnrt.so"))
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo reported no libnrt.so for nrt-ffi".into())
 }
 
 /// Builds the image (`--profile firmware --features image`) and returns its path, as cargo
