@@ -1,5 +1,6 @@
 //! The C compiler's word: compile a probe against a header with the system `cc`, run it, and
-//! compare every `sizeof`/`_Alignof`/`offsetof`/member size/array bound with the Rust tables
+//! compare every `sizeof`/`_Alignof`/`offsetof`/member size/array bound with what the spec
+//! states where it states it ([`Pins`]'s `expected_*`), and with the Rust tables elsewhere
 //! (ARCHITECTURE.md: "every size/offset pinned and proven three ways").
 //!
 //! Also builds the DWARF fixture source ([`fixture_source`]) that the issue-8 tests compile with
@@ -12,6 +13,8 @@ use std::process::Command;
 
 use nrt_core::abi::{self, meta::StructInfo};
 
+use crate::facts::Pins;
+
 /// One disagreement between what `cc` measured and the Rust tables.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mismatch {
@@ -21,7 +24,7 @@ pub struct Mismatch {
     pub member: Option<String>,
     /// `size`, `align`, `offset`, `member size`, `bounds`, `missing`.
     pub what: &'static str,
-    /// What the Rust tables say.
+    /// What the spec says (where it says it), else the Rust tables.
     pub expected: String,
     /// What the C compiler produced.
     pub found: String,
@@ -163,8 +166,9 @@ pub fn parse_probe_output(text: &str) -> Result<Measured, CcError> {
     Ok(m)
 }
 
-/// Compares measurements with the tables; every disagreement, in table order.
-pub fn compare(measured: &Measured, structs: &[StructInfo]) -> Vec<Mismatch> {
+/// Compares measurements with the spec's values where `pins` state them and the tables
+/// elsewhere; every disagreement, in table order.
+pub fn compare(measured: &Measured, structs: &[StructInfo], pins: &Pins) -> Vec<Mismatch> {
     let mut out = Vec::new();
     let mk = |s: &str, m: Option<&str>, what, e: String, f: String| Mismatch {
         strukt: s.to_string(),
@@ -177,14 +181,9 @@ pub fn compare(measured: &Measured, structs: &[StructInfo]) -> Vec<Mismatch> {
         match measured.structs.get(s.name) {
             None => out.push(mk(s.name, None, "missing", "struct".into(), "-".into())),
             Some(&(size, align)) => {
-                if size != s.size {
-                    out.push(mk(
-                        s.name,
-                        None,
-                        "size",
-                        s.size.to_string(),
-                        size.to_string(),
-                    ));
+                let want = pins.expected_size(s);
+                if size != want {
+                    out.push(mk(s.name, None, "size", want.to_string(), size.to_string()));
                 }
                 if align != s.align {
                     out.push(mk(
@@ -209,21 +208,23 @@ pub fn compare(measured: &Measured, structs: &[StructInfo]) -> Vec<Mismatch> {
                 ));
                 continue;
             };
-            if *off != f.offset {
+            let want_off = pins.expected_offset(s, f);
+            if *off != want_off {
                 out.push(mk(
                     s.name,
                     Some(f.name),
                     "offset",
-                    f.offset.to_string(),
+                    want_off.to_string(),
                     off.to_string(),
                 ));
             }
-            if *size != f.size {
+            let want_size = pins.expected_member_size(s, f);
+            if *size != want_size {
                 out.push(mk(
                     s.name,
                     Some(f.name),
                     "member size",
-                    f.size.to_string(),
+                    want_size.to_string(),
                     size.to_string(),
                 ));
             }
@@ -285,7 +286,8 @@ pub fn cross_check(header_text: &str, dir: &Path) -> Result<Vec<Mismatch>, CcErr
         return Err(CcError::Probe(format!("exit {}", run.status)));
     }
     let measured = parse_probe_output(&String::from_utf8_lossy(&run.stdout))?;
-    Ok(compare(&measured, abi::STRUCTS))
+    let pins = Pins::vendored().map_err(CcError::Probe)?;
+    Ok(compare(&measured, abi::STRUCTS, &pins))
 }
 
 /// The DWARF fixture: a translation unit that includes the header and declares one variable of
