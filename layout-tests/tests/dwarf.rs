@@ -512,7 +512,7 @@ fn a_linked_shared_object_passes_and_its_stripped_copy_is_refused() {
             "{err}"
         );
     } else {
-        eprintln!("skipping the stripped half: no `strip`");
+        common::skip("no `strip` for the stripped half");
     }
 }
 
@@ -554,7 +554,7 @@ fn bad_inputs_are_one_line_errors_with_exit_code_2() {
     if have_strip {
         cases.push((stripped, "stripped ELF"));
     } else {
-        eprintln!("skipping the stripped case: no `strip`");
+        common::skip("no `strip` for the stripped case");
     }
     for (path, want) in &cases {
         for sub in [&["check"][..], &["check", "--json"], &["dump"]] {
@@ -673,7 +673,7 @@ fn our_dwarf_reader_agrees_with_pahole() {
         return;
     }
     if Command::new("pahole").arg("--version").output().is_err() {
-        eprintln!("skipping: pahole (Debian `dwarves`) is not installed");
+        common::skip("pahole (Debian `dwarves`) is not installed");
         return;
     }
     let obj = fixture("pahole", &common::header(), &["-g"]);

@@ -13,11 +13,21 @@ pub fn workdir(name: &str) -> PathBuf {
     d
 }
 
-/// `true` when `cc` runs; otherwise prints why the test is skipped.
+/// A check that needs a tool this machine lacks: skipped with a note, or — when
+/// `NRT_REQUIRE_TOOLS` is set, as `.ci/run` sets it after installing them — a failure, so CI
+/// cannot pass without running it.
+pub fn skip(why: &str) {
+    if std::env::var_os("NRT_REQUIRE_TOOLS").is_some() {
+        panic!("{why}, and NRT_REQUIRE_TOOLS is set: this check must run here");
+    }
+    eprintln!("skipping: {why}");
+}
+
+/// `true` when `cc` runs; otherwise skips ([`skip`]).
 pub fn have_cc() -> bool {
     let ok = nrt_layout::ccheck::compiler_available();
     if !ok {
-        eprintln!("skipping: no C compiler (`cc` / $CC) on PATH");
+        skip("no C compiler (`cc` / $CC) on PATH");
     }
     ok
 }
