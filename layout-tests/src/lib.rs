@@ -1,16 +1,20 @@
 //! # nrt-layout — layout conformance for nrt-dmem
 //!
 //! nrt-dmem's structs must sit at libnrt 2.31's offsets (ARCHITECTURE.md, principle 1: "the bytes
-//! are the spec"). This crate proves it three ways, all from the one source of truth,
-//! `nrt_core::abi::{STRUCTS, ENUMS}` (the tables `abi_struct!` produces):
+//! are the spec"). This crate proves it three ways. Each compares what was built with the spec's
+//! facts (`layout-facts.toml`, [`facts::Pins`]'s `expected_*`) wherever the spec states a value,
+//! and with the tables `abi_struct!` produces (`nrt_core::abi::{STRUCTS, ENUMS}`) elsewhere; so a
+//! spec-breaking edit fails all three even after the generated files are regenerated:
 //!
 //! 1. **Rust** — [`report`]: the layout report (`cargo xtask layout [--json|--markdown]`), and the
 //!    integration tests that hold every fact of `layout-facts.toml` ([`facts`]) against the tables.
-//! 2. **The C compiler** — [`header`] generates `ffi/include/nrt_layout.h`; [`ccheck`] compiles a
-//!    probe against it with the system `cc` and compares every `offsetof`/`sizeof`/array bound.
+//! 2. **The C compiler** — [`header`] generates `ffi/include/nrt_layout.h`, whose
+//!    `_Static_assert`s state the spec's values; [`ccheck`] compiles a probe against it with the
+//!    system `cc` and compares every `offsetof`/`sizeof`/array bound.
 //! 3. **DWARF** — [`dwarf`] reads struct/enum types from an ELF's debug info (gimli + object);
-//!    [`check`] compares them fact by fact with the tables (issue 8), e.g. against a real
-//!    `libnrt.so.2.31.24.0`, which ships with DWARF (spec, "artifact & tooling" note).
+//!    [`check`] compares them fact by fact (issue 8): `cargo xtask ci` runs it on the
+//!    `libnrt.so` this workspace builds, and it runs as well on a real `libnrt.so.2.31.24.0`,
+//!    which ships with DWARF (spec, "artifact & tooling" note).
 //!
 //! [`cli::run_cli`] is the command line (`nrt-layout check|dump|show|write|drift`), shared by the
 //! `nrt-layout` binary, `cargo xtask layout` and `nrt-dmem layout`.

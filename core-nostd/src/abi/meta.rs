@@ -2,8 +2,8 @@
 //!
 //! The [`abi_struct!`](crate::abi_struct) macro turns one declaration into the `#[repr(C)]` type,
 //! compile-time asserts of its size/alignment/offsets/tiling, and a [`StructInfo`] table. The
-//! layout report, the generated C header and the DWARF checker all read these tables, so the
-//! three proofs (Rust, the C compiler, DWARF) are made from one source of truth.
+//! layout report, the generated C header and the DWARF checker read these tables, and check
+//! them against the spec's facts where the spec states a value (crate `nrt-layout`).
 
 /// Where a field's offset comes from (spec tags `[… × OBSERVED]` / `[… × INFERRED]`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
