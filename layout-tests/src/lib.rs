@@ -12,7 +12,7 @@
 //!    `_Static_assert`s state the spec's values; [`ccheck`] compiles a probe against it with the
 //!    system `cc` and compares every `offsetof`/`sizeof`/array bound.
 //! 3. **DWARF** — [`dwarf`] reads struct/enum types from an ELF's debug info (gimli + object);
-//!    [`check`] compares them fact by fact (issue 8): `cargo xtask ci` runs it on the
+//!    [`check`](mod@check) compares them fact by fact (issue 8): `cargo xtask ci` runs it on the
 //!    `libnrt.so` this workspace builds, and it runs as well on a real `libnrt.so.2.31.24.0`,
 //!    which ships with DWARF (spec, "artifact & tooling" note).
 //!
