@@ -116,6 +116,14 @@ impl Facts {
     }
 }
 
+impl EnumFact {
+    /// The member count the facts pin: `count` when given (the enum is listed in part),
+    /// else the number of listed members (the enum is listed whole).
+    pub fn whole_count(&self) -> usize {
+        self.count.unwrap_or(self.members.len())
+    }
+}
+
 impl StructFact {
     /// The member fact for `name`.
     pub fn field(&self, name: &str) -> Option<&FieldFact> {
@@ -282,9 +290,9 @@ impl Pins {
         self.facts.enum_fact(enum_name).and_then(|e| e.size)
     }
 
-    /// The pinned member count of an enum.
+    /// The pinned member count of an enum ([`EnumFact::whole_count`]).
     pub fn enum_count(&self, enum_name: &str) -> Option<usize> {
-        self.facts.enum_fact(enum_name).and_then(|e| e.count)
+        self.facts.enum_fact(enum_name).map(EnumFact::whole_count)
     }
 
     /// The spec section of an enum, when the facts list it.
@@ -393,14 +401,26 @@ pub fn verify_tables(facts: &Facts) -> Vec<String> {
                 ));
             }
         }
-        if let Some(c) = ef.count {
-            if e.members.len() != c {
-                errs.push(format!(
-                    "{}: {} members in the tables, {c} in the facts",
-                    ef.name,
-                    e.members.len()
-                ));
-            }
+        // An enum the facts list without a `count` is listed whole (the spec names every
+        // member); one listed in part says how many members there are instead.
+        let c = ef.whole_count();
+        if e.members.len() != c {
+            let extra: Vec<&str> = e
+                .members
+                .iter()
+                .map(|(n, _)| *n)
+                .filter(|n| !ef.members.contains_key(*n))
+                .collect();
+            errs.push(format!(
+                "{}: {} members in the tables, {c} in the facts{}",
+                ef.name,
+                e.members.len(),
+                if ef.count.is_none() && !extra.is_empty() {
+                    format!(" (which list it whole; not in them: {})", extra.join(", "))
+                } else {
+                    String::new()
+                }
+            ));
         }
         for (n, v) in &ef.members {
             match e.members.iter().find(|(m, _)| m == n) {
