@@ -139,29 +139,27 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
             let x = FRESH_START.fetch_add(FRESH_STEP, Ordering::Relaxed);
             *fresh_start = ((u64::from(x) * N as u64) >> 32) as u32;
         }
-        let start = *fresh_start as usize;
-        let idx = if fresh_first && (*bump as usize) < N {
+        let fresh_left = (*bump as usize) < N;
+        let idx = if fresh_left && (fresh_first || *top == 0) {
             *bump += 1;
-            (start + *bump as usize - 1) % N
+            (*fresh_start as usize + *bump as usize - 1) % N
         } else if *top > 0 {
             *top -= 1;
             // SAFETY: lock held (see above).
             unsafe { (*self.free.get())[*top as usize] as usize }
-        } else if (*bump as usize) < N {
-            *bump += 1;
-            (start + *bump as usize - 1) % N
-        } else if *q_len > 0 {
+        } else {
             // Every other slot is live: the oldest quarantined one, rather than a false "full".
             // SAFETY: lock held (see above).
-            let i = unsafe { (*self.quarantine.get())[*q_head as usize] };
-            *q_head = (*q_head + 1) % QUARANTINE as u32;
-            *q_len -= 1;
-            i as usize
-        } else {
-            return Err(ArenaFull {
-                arena: name,
-                capacity: N,
-            });
+            let ring = unsafe { &*self.quarantine.get() };
+            match ring_pop_oldest(ring, q_head, q_len) {
+                Some(i) => i as usize,
+                None => {
+                    return Err(ArenaFull {
+                        arena: name,
+                        capacity: N,
+                    })
+                }
+            }
         };
         *live_count += 1;
         *peak = (*peak).max(*live_count);
@@ -222,10 +220,10 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
             let ring = &mut *self.quarantine.get();
             if *q_len as usize == QUARANTINE {
                 // The oldest quarantined slot has waited long enough.
-                (*self.free.get())[*top as usize] = ring[*q_head as usize];
-                *top += 1;
-                *q_head = (*q_head + 1) % QUARANTINE as u32;
-                *q_len -= 1;
+                if let Some(aged) = ring_pop_oldest(ring, q_head, q_len) {
+                    (*self.free.get())[*top as usize] = aged;
+                    *top += 1;
+                }
             }
             ring[(*q_head + *q_len) as usize % QUARANTINE] = i as u32;
             *q_len += 1;
@@ -257,6 +255,17 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
             }
         }
     }
+}
+
+/// Takes the oldest entry of a quarantine ring (`head`, `len` as the arena keeps them).
+fn ring_pop_oldest(ring: &[u32; QUARANTINE], head: &mut u32, len: &mut u32) -> Option<u32> {
+    if *len == 0 {
+        return None;
+    }
+    let i = ring[*head as usize];
+    *head = (*head + 1) % QUARANTINE as u32;
+    *len -= 1;
+    Some(i)
 }
 
 #[cfg(test)]
