@@ -465,15 +465,7 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
                 }
             });
         }
-        // Stops the writers however this thread leaves the scope (a failed assertion
-        // included), so a failure reports instead of hanging in the scope's join.
-        struct StopOnDrop<'a>(&'a AtomicBool);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
-        let _stop = StopOnDrop(&stop);
+        let _stop = StopOnDrop(&stop); // stops the writers if an assertion fails
         let n = f.nrt();
         for round in 0..3_000 {
             let (dev, _) = n.ledger_snapshot(0);
@@ -531,12 +523,6 @@ fn oom_dump_lines_stay_whole_under_concurrent_allocation() {
                     i += 1;
                 }
             });
-        }
-        struct StopOnDrop<'a>(&'a AtomicBool);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
         }
         let _stop = StopOnDrop(&stop);
         let n = f.nrt();

@@ -55,3 +55,13 @@ pub fn snapshot(n: &Nrt<'_>) -> (Vec<Ledger>, u64) {
 }
 
 pub const TENSOR: dma_mem_usage_type_t = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
+
+/// Sets a stop flag however the owning thread leaves its scope (a failed assertion included),
+/// so a threaded test that fails reports instead of hanging in the scope's join.
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
