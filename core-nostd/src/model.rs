@@ -84,12 +84,8 @@ impl FetchAdd for loom::sync::atomic::AtomicU32 {
 
 /// Waits until `ref_count` reaches zero, calling `relax` between looks: the drain of
 /// `remove_model` (spec §4.5: `while (ref_count != 0) _mm_pause()`).
-pub fn drain_with<R: RefCount>(ref_count: &R, mut relax: impl FnMut(u32)) {
-    let mut i = 0u32;
-    while ref_count.current() != 0 {
-        relax(i);
-        i = i.saturating_add(1);
-    }
+pub fn drain_with<R: RefCount>(ref_count: &R, relax: impl FnMut(u32)) {
+    crate::sync::wait_until(|| ref_count.current() == 0, relax)
 }
 
 /// [`drain_with`] that spins, then relaxes through the integrator's hook (the std shim yields

@@ -181,10 +181,16 @@ pub fn gate_exit<W: GateWord>(gate: &W) {
 
 /// Shuts the gate, then waits (calling `relax` between looks) until no call is counted in.
 /// When it returns, every call that got past the gate has ended, and none gets past any more.
-pub fn gate_close<W: GateWord>(gate: &W, mut relax: impl FnMut(u32)) {
+pub fn gate_close<W: GateWord>(gate: &W, relax: impl FnMut(u32)) {
     gate.shut();
+    wait_until(|| gate.get() & !GATE_CLOSED == 0, relax);
+}
+
+/// Waits until `done()` holds, calling `relax` between looks with the number of looks so far
+/// (the waits of [`gate_close`] and of a model's drain, `model::drain_with`).
+pub fn wait_until(mut done: impl FnMut() -> bool, mut relax: impl FnMut(u32)) {
     let mut i = 0u32;
-    while gate.get() & !GATE_CLOSED != 0 {
+    while !done() {
         relax(i);
         i = i.saturating_add(1);
     }
