@@ -183,21 +183,23 @@ impl Pins {
 
     /// The spec section that pins `s`'s size, or `None` when the size is the project's choice.
     pub fn struct_size(&self, s: &StructInfo) -> Option<String> {
+        self.size_fact(s).map(|(_, section)| section.to_string())
+    }
+
+    /// The size the spec states for `s` and the section stating it: its own `[[struct]]`
+    /// entry, or the stated size of a member that embeds it by value (an array member states
+    /// the size of the whole array).
+    fn size_fact(&self, s: &StructInfo) -> Option<(usize, &str)> {
         if let Some(f) = self.facts.struct_fact(s.name) {
-            return Some(f.section.clone());
+            return Some((f.size, &f.section));
         }
         for parent in abi::STRUCTS {
             let Some(pf) = self.facts.struct_fact(parent.name) else {
                 continue;
             };
-            for field in parent.fields {
-                if field.c_base != s.name {
-                    continue;
-                }
-                if let Some(ff) = pf.field(field.name) {
-                    if ff.size.is_some() {
-                        return Some(pf.section.clone());
-                    }
+            for field in parent.fields.iter().filter(|f| f.c_base == s.name) {
+                if let Some(size) = pf.field(field.name).and_then(|ff| ff.size) {
+                    return Some((size / field.count().max(1), &pf.section));
                 }
             }
         }
@@ -233,21 +235,7 @@ impl Pins {
     /// DWARF check expect this, so each of them compares what was built against the spec
     /// itself, not against the tables that produced it.
     pub fn expected_size(&self, s: &StructInfo) -> usize {
-        if let Some(f) = self.facts.struct_fact(s.name) {
-            return f.size;
-        }
-        for parent in abi::STRUCTS {
-            let Some(pf) = self.facts.struct_fact(parent.name) else {
-                continue;
-            };
-            for field in parent.fields.iter().filter(|f| f.c_base == s.name) {
-                if let Some(size) = pf.field(field.name).and_then(|ff| ff.size) {
-                    // An array member states the size of the whole array.
-                    return size / field.count().max(1);
-                }
-            }
-        }
-        s.size
+        self.size_fact(s).map_or(s.size, |(size, _)| size)
     }
 
     /// `offsetof(s, f)` as the spec states it, else the tables' value.
