@@ -272,22 +272,10 @@ fn firmware_cargo(verb: &str, features: &str) -> Command {
 /// it (so `CARGO_TARGET_DIR` and `build.target-dir` are honoured).
 fn libnrt_build() -> DynResult<PathBuf> {
     eprintln!("==> build nrt-ffi (libnrt.so)");
-    let out = cargo()
-        .args([
-            "build",
-            "-p",
-            "nrt-ffi",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(std::process::Stdio::inherit())
-        .output()?;
-    if !out.status.success() {
-        return Err(format!("building libnrt.so failed ({})", out.status).into());
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout
-        .lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+    let mut c = cargo();
+    c.args(["build", "-p", "nrt-ffi"]);
+    artifact_lines(c, "libnrt.so")?
+        .iter()
         .flat_map(|l| l.split('"'))
         .find(|f| f.ends_with("/libnrt.so"))
         .map(PathBuf::from)
@@ -302,24 +290,33 @@ fn firmware_build(features: &str, quiet: bool) -> DynResult<PathBuf> {
             "==> build nrt-firmware (profile firmware: panic=abort, opt-level=s, lto; features {features})"
         );
     }
-    let out = firmware_cargo("build", features)
-        .arg("--message-format=json-render-diagnostics")
-        .stderr(std::process::Stdio::inherit())
-        .output()?;
-    if !out.status.success() {
-        return Err(format!("building the firmware image failed ({})", out.status).into());
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
     const KEY: &str = "\"executable\":\"";
-    stdout
-        .lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("nrt-firmware"))
+    artifact_lines(firmware_cargo("build", features), "the firmware image")?
+        .iter()
+        .filter(|l| l.contains("nrt-firmware"))
         .find_map(|l| {
             let at = l.find(KEY)? + KEY.len();
             let end = l[at..].find('"')?;
             Some(PathBuf::from(&l[at..at + end]))
         })
         .ok_or_else(|| "cargo reported no nrt-firmware executable".into())
+}
+
+/// Runs the cargo build `c` with JSON messages (diagnostics still rendered on stderr) and
+/// returns its `compiler-artifact` lines; `what` names the build in the error.
+fn artifact_lines(mut c: Command, what: &str) -> DynResult<Vec<String>> {
+    let out = c
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("building {what} failed ({})", out.status).into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .map(str::to_string)
+        .collect())
 }
 
 /// One run of the image: its exit status, what it printed and its peak RSS.
