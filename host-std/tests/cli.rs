@@ -6,15 +6,11 @@ use std::process::{Command, Output};
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_nrt-dmem"));
-    // The tests describe the default environment: no device or core settings leak in.
-    for v in [
-        "NRT_DMEM_DEVICE",
-        "NEURON_RT_VISIBLE_CORES",
-        "NEURON_RT_NUM_CORES",
-        "NEURON_RT_VIRTUAL_CORE_SIZE",
-        "RUST_LOG",
-        "CLICOLOR_FORCE",
-    ] {
+    // The tests describe the default environment: none of the runtime's settings leak in.
+    for v in nrt_host::config::ENV_VARS
+        .iter()
+        .chain(&["RUST_LOG", "CLICOLOR_FORCE"])
+    {
         c.env_remove(v);
     }
     c
