@@ -292,6 +292,22 @@ mod tests {
     }
 
     #[test]
+    fn env_vars_lists_exactly_what_from_lookup_reads() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        RuntimeConfig::from_lookup(|k| {
+            asked.borrow_mut().push(k.to_string());
+            None
+        })
+        .unwrap();
+        let mut asked = asked.into_inner();
+        asked.sort();
+        asked.dedup();
+        let mut listed: Vec<String> = ENV_VARS.iter().map(|v| v.to_string()).collect();
+        listed.sort();
+        assert_eq!(asked, listed);
+    }
+
+    #[test]
     fn environment_is_read_like_the_real_runtime() {
         assert_eq!(cfg(&[]).unwrap(), RuntimeConfig::default());
         let c = cfg(&[
