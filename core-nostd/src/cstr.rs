@@ -2,6 +2,8 @@
 //! the reports: the few text helpers the core's structs need, in one place.
 #![deny(unsafe_code)]
 
+use core::fmt::{self, Write as _};
+
 /// Copies `s` into the all-zero field `dst` as a NUL-terminated, NUL-padded C string,
 /// truncated at a character boundary to `dst.len() - 1` bytes.
 ///
@@ -25,6 +27,55 @@ pub fn c_name(b: &[u8]) -> &str {
     core::str::from_utf8(&b[..end]).unwrap_or("?")
 }
 
+/// Caller-supplied text (a hint, a model or tensor name) as a report shows it: control
+/// characters are escaped as Rust escapes them (`\n`, `\u{1b}`), so a name can neither forge
+/// report lines nor send terminal escape sequences. Everything else is shown as is. Honours
+/// width, fill and alignment (`{:<22}`) like `str`, counted in shown characters.
+#[derive(Copy, Clone, Debug)]
+pub struct Printable<'a>(pub &'a str);
+
+impl fmt::Display for Printable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.0.chars().any(char::is_control) {
+            return f.pad(self.0);
+        }
+        let len: usize = self
+            .0
+            .chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_debug().count()
+                } else {
+                    1
+                }
+            })
+            .sum();
+        let gap = f.width().map_or(0, |w| w.saturating_sub(len));
+        let (before, after) = match f.align() {
+            Some(fmt::Alignment::Right) => (gap, 0),
+            Some(fmt::Alignment::Center) => (gap / 2, gap - gap / 2),
+            _ => (0, gap),
+        };
+        let fill = f.fill();
+        for _ in 0..before {
+            f.write_char(fill)?;
+        }
+        for c in self.0.chars() {
+            if c.is_control() {
+                for e in c.escape_debug() {
+                    f.write_char(e)?;
+                }
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        for _ in 0..after {
+            f.write_char(fill)?;
+        }
+        Ok(())
+    }
+}
+
 /// Bytes as libnrt's reports print them: MB (2^20) as a float.
 pub(crate) fn mb(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
@@ -44,5 +95,21 @@ mod tests {
         copy_c_name(&mut b, "xy");
         assert_eq!(c_name(&b), "xy");
         assert_eq!(b[2..], [0; 4]);
+    }
+
+    #[test]
+    fn printable_escapes_controls_and_keeps_the_layout() {
+        extern crate std;
+        use std::format;
+        assert_eq!(format!("{}", Printable("résumé")), "résumé");
+        assert_eq!(
+            format!("{}", Printable("a\nb\x1b[2J\t")),
+            "a\\nb\\u{1b}[2J\\t"
+        );
+        // Width counts the shown characters, whatever the text holds.
+        assert_eq!(format!("[{:<6}]", Printable("ab")), "[ab    ]");
+        assert_eq!(format!("[{:>6}]", Printable("a\nb")), "[  a\\nb]");
+        assert_eq!(format!("[{:-^8}]", Printable("\n")), "[---\\n---]");
+        assert_eq!(format!("[{:<2}]", Printable("a\u{7}")), "[a\\u{7}]");
     }
 }

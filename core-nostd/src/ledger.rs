@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::abi::tables::aggr_index;
 use crate::abi::*;
-use crate::cstr::{c_name, mb};
+use crate::cstr::{c_name, mb, Printable};
 use crate::ctx::Nrt;
 use crate::dmem::Action;
 use crate::error::{Error, Result};
@@ -421,7 +421,7 @@ impl Nrt<'_> {
                 loc,
                 e.channel,
                 usage,
-                c_name(&e.hint)
+                Printable(c_name(&e.hint))
             )?;
         }
         Ok(())

@@ -18,6 +18,7 @@ use std::rc::Rc;
 use nrt_core::abi::{
     dma_mem_location_t, dma_mem_usage_type_t, mem_aggr_index_t, H_MODEL, NRT_STATUS,
 };
+use nrt_core::cstr::Printable;
 use nrt_core::model::ModelSpec;
 use nrt_core::tensor::{Placement, Tensor, TensorSet};
 use nrt_core::Nrt;
@@ -1916,13 +1917,15 @@ impl Runner<'_, '_> {
             paint(c, RED, "FAIL")
         };
         let loc = paint(c, DIM, &format!("line {:>3}", step.line));
-        let mut l = format!("  {mark} {label:>5}  {loc}  {text}");
+        // The text, note and reason carry names from the scenario file: shown escaped.
+        let mut l = format!("  {mark} {label:>5}  {loc}  {}", Printable(text));
         if let Some(n) = &step.note {
-            let _ = write!(l, "  {}", paint(c, DIM, &format!("# {n}")));
+            let n = format!("# {}", Printable(n));
+            let _ = write!(l, "  {}", paint(c, DIM, &n));
         }
         self.say(&l);
         if let Some(w) = why {
-            let t = format!("             {}", paint(c, RED, &w));
+            let t = format!("             {}", paint(c, RED, &Printable(&w).to_string()));
             self.say(&t);
         }
     }

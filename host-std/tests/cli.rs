@@ -303,3 +303,36 @@ fn layout_report_is_delegated() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("layout --json is JSON");
     assert!(v.is_object() || v.is_array());
 }
+
+#[test]
+fn names_from_a_scenario_are_shown_escaped() {
+    // A name or note with a terminal escape or a newline must not reach the terminal raw:
+    // it could clear the screen or forge a report line.
+    let dir = std::env::temp_dir().join(format!("nrt-dmem-cli-esc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let models = examples().join("../models");
+    let sc = dir.join("escapes.toml");
+    std::fs::write(
+        &sc,
+        format!(
+            "name = \"evil\\u001b[2J\"\ndescription = \"line one\\nline\\u001b[31m two\"\n\
+             device = \"sim:trn2\"\n\n[[step]]\nload = \"{}\"\ncore = 0\nas = \"m\\u001b[31m\\nFAKE\"\n\
+             note = \"n\\u0007\"\n",
+            models.join("resnet50.json").display()
+        ),
+    )
+    .expect("write");
+    for args in [&["run"][..], &["stats", "--scenario"][..]] {
+        let o = bin().args(args).arg(&sc).output().expect("run");
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {out}{err}");
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{args:?}: {out:?}");
+        assert!(!out.contains("\nFAKE"), "{args:?}: a forged line: {out}");
+        assert!(out.contains("\\u{1b}[31m\\nFAKE"), "{args:?}: {out}");
+    }
+    let o = bin().arg("run").arg(&sc).output().expect("run");
+    let (out, _) = text(&o);
+    assert!(out.contains("evil\\u{1b}[2J"), "{out}");
+    assert!(out.contains("  line one\n  line\\u{1b}[31m two\n"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

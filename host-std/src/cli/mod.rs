@@ -25,6 +25,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
+use nrt_core::cstr::Printable;
 
 use crate::config::{parse_visible_cores, DeviceChoice, Overrides, RuntimeConfig};
 use crate::runtime::StartError;
@@ -332,13 +333,15 @@ fn cmd_run(
         writeln!(
             out,
             "scenario {} ({}) on {}",
-            sc.name,
+            Printable(&sc.name),
             path.display(),
             cfg.device
         )
         .map_err(io)?;
         if let Some(d) = &sc.description {
-            writeln!(out, "  {}", d.trim()).map_err(io)?;
+            for l in d.trim().lines() {
+                writeln!(out, "  {}", Printable(l)).map_err(io)?;
+            }
         }
     }
     let report = run_scenario(&sc, &mut s, out, ui, !ui.quiet);

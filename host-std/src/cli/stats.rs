@@ -7,6 +7,7 @@ use std::io::{self, Write};
 
 use nrt_core::abi::tables::aggr_index;
 use nrt_core::abi::{dma_mem_usage_type_t, mem_aggr_index_t};
+use nrt_core::cstr::Printable;
 use nrt_core::driver::PoolStats;
 use nrt_core::ledger::UsageBreakdown;
 use serde_json::{json, Map, Value};
@@ -352,7 +353,7 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
         writeln!(
             out,
             "  {:<22} {:>4} {:>6} {:>12} {:>12} {:>12} {:>12} {:>10}",
-            m.name,
+            Printable(&m.name),
             m.core,
             m.handle,
             fmt_bytes(m.dev[22]),
