@@ -245,6 +245,17 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
         }
     }
 
+    /// The slots live at the moment each is looked at (lock-free; for sweeps when no other
+    /// thread allocates or frees, so the answer cannot go stale under the caller).
+    pub fn live_slots(&self) -> impl Iterator<Item = NonNull<T>> + '_ {
+        self.live
+            .iter()
+            .zip(&self.slots)
+            .filter(|(l, _)| l.load(Ordering::Acquire) == 1)
+            // SAFETY: UnsafeCell::get never returns null.
+            .map(|(_, s)| unsafe { NonNull::new_unchecked(s.get()) })
+    }
+
     /// Calls `f` on every live slot (under the arena lock; `f` must not call back into it).
     pub fn for_each_live(&self, mut f: impl FnMut(NonNull<T>)) {
         let _g = self.lock.lock();

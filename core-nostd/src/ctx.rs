@@ -470,7 +470,7 @@ impl<'a> Nrt<'a> {
                     (*tpb).pcore.device_id = d;
                     (*tpb).pcore.device_tpb_idx = t;
                     let pcore = addr_of_mut!((*tpb).pcore);
-                    (*tpb).tpb_allocator = self.dmem_allocator_create(
+                    (*tpb).tpb_allocator = self.dmem_allocator_create_inner(
                         pcore,
                         dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
                     )?;
@@ -493,7 +493,7 @@ impl<'a> Nrt<'a> {
                 // SAFETY: teardown is single-threaded by contract (close/init hold init_lock).
                 unsafe {
                     if !(*tpb).tpb_allocator.is_null() {
-                        let _ = self.dmem_allocator_destroy((*tpb).tpb_allocator);
+                        let _ = self.dmem_allocator_destroy_inner((*tpb).tpb_allocator);
                         (*tpb).tpb_allocator = null_mut();
                     }
                     // Cleared under model_db_lock: a lookup holding the lock sees either the
@@ -542,6 +542,13 @@ impl<'a> Nrt<'a> {
             }
         }
         self.teardown_cores();
+        let leftover = self.reclaim_leftover_dmems();
+        if leftover > 0 {
+            warn!(
+                "close: freed {} allocation(s) still held through the dmem API",
+                leftover
+            );
+        }
         info!("nrt-core closed");
         Ok(())
     }

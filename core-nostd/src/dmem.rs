@@ -79,10 +79,78 @@ impl<'h> AllocArgs<'h> {
 pub type Dmem = *mut dmem_t;
 
 impl Nrt<'_> {
+    // The public dmem API: each call passes the state gate ([`Nrt::enter`]), so it fails with
+    // `Closed` instead of racing `close`'s teardown of the allocators and arenas.
+
     /// `dmem_allocator_create` (spec §3.1): a GLOBAL or MODEL allocator for `pcore`, with its
     /// dummy head/tail wired and its lock initialised. `pcore` must be the `pcore` of an
     /// attached core's `tpb_t`: any other pointer is refused without being dereferenced.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_allocator_create(
+        &self,
+        pcore: *mut physical_core_t,
+        ty: dmem_allocator_type_t,
+    ) -> Result<*mut dmem_allocator_t> {
+        let _call = self.enter()?;
+        self.dmem_allocator_create_inner(pcore, ty)
+    }
+
+    /// `dmem_allocator_destroy` (spec §5.4): drops the allocator's reference on every dmem on
+    /// its list — one call reclaims a model's whole footprint — and releases the allocator.
+    /// A dmem still referenced elsewhere (a shared page) survives, detached, until its last
+    /// `dmem_free`.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
+        let _call = self.enter()?;
+        self.dmem_allocator_destroy_inner(al)
+    }
+
+    /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
+    ///
+    /// Checks every argument, books the allocation in the ledger, links it before `al`'s dummy
+    /// tail and, with `ref_list`, records it in that weak index. On any error nothing changes.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_alloc(
+        &self,
+        al: *mut dmem_allocator_t,
+        a: &AllocArgs<'_>,
+        ref_list: Option<*mut dmem_list_t>,
+    ) -> Result<Dmem> {
+        let _call = self.enter()?;
+        self.dmem_alloc_inner(al, a, ref_list)
+    }
+
+    /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_acquire_reference(&self, m: Dmem) -> Result<()> {
+        let _call = self.enter()?;
+        self.dmem_acquire_reference_inner(m)
+    }
+
+    /// `dmem_free` (spec §3.2): drops one reference; the last one unmaps and frees the driver
+    /// memory, books the free in the ledger, unlinks from the allocator and releases the node.
+    /// A dmem that is not live is [`Error::DoubleFree`], never undefined behaviour.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_free(&self, m: Dmem) -> Result<()> {
+        let _call = self.enter()?;
+        self.dmem_free_inner(m)
+    }
+
+    /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
+        let _call = self.enter()?;
+        self.dmem_free_in_inner(al, m)
+    }
+
+    /// [`Self::dmem_allocator_create`] without the gate (the runtime's own calls).
+    pub(crate) fn dmem_allocator_create_inner(
         &self,
         pcore: *mut physical_core_t,
         ty: dmem_allocator_type_t,
@@ -104,11 +172,8 @@ impl Nrt<'_> {
         Ok(al)
     }
 
-    /// `dmem_allocator_destroy` (spec §5.4): drops the allocator's reference on every dmem on
-    /// its list — one call reclaims a model's whole footprint — and releases the allocator.
-    /// A dmem still referenced elsewhere (a shared page) survives, detached, until its last
-    /// `dmem_free`.
-    pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
+    /// [`Self::dmem_allocator_destroy`] without the gate (the runtime's own calls).
+    pub(crate) fn dmem_allocator_destroy_inner(&self, al: *mut dmem_allocator_t) -> Result<()> {
         if !self.st.allocators.is_live(al) {
             return Err(Error::InvalidArgument("allocator is not live"));
         }
@@ -134,11 +199,8 @@ impl Nrt<'_> {
             .map_err(|_| Error::InvalidArgument("allocator is not live"))
     }
 
-    /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
-    ///
-    /// Checks every argument, books the allocation in the ledger, links it before `al`'s dummy
-    /// tail and, with `ref_list`, records it in that weak index. On any error nothing changes.
-    pub fn dmem_alloc(
+    /// [`Self::dmem_alloc`] without the gate (the runtime's own calls).
+    pub(crate) fn dmem_alloc_inner(
         &self,
         al: *mut dmem_allocator_t,
         a: &AllocArgs<'_>,
@@ -331,8 +393,8 @@ impl Nrt<'_> {
         err
     }
 
-    /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem.
-    pub fn dmem_acquire_reference(&self, m: Dmem) -> Result<()> {
+    /// [`Self::dmem_acquire_reference`] without the gate (the runtime's own calls).
+    pub(crate) fn dmem_acquire_reference_inner(&self, m: Dmem) -> Result<()> {
         if !self.st.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
@@ -341,10 +403,8 @@ impl Nrt<'_> {
         Ok(())
     }
 
-    /// `dmem_free` (spec §3.2): drops one reference; the last one unmaps and frees the driver
-    /// memory, books the free in the ledger, unlinks from the allocator and releases the node.
-    /// A dmem that is not live is [`Error::DoubleFree`], never undefined behaviour.
-    pub fn dmem_free(&self, m: Dmem) -> Result<()> {
+    /// [`Self::dmem_free`] without the gate (the runtime's own calls).
+    pub(crate) fn dmem_free_inner(&self, m: Dmem) -> Result<()> {
         if !self.st.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
@@ -352,8 +412,8 @@ impl Nrt<'_> {
         Ok(())
     }
 
-    /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
-    pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
+    /// [`Self::dmem_free_in`] without the gate (the runtime's own calls).
+    pub(crate) fn dmem_free_in_inner(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
         if !self.st.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
@@ -363,7 +423,7 @@ impl Nrt<'_> {
         {
             return Err(Error::ForeignDmem);
         }
-        self.dmem_free(m)
+        self.dmem_free_inner(m)
     }
 
     /// Why `m` is not a live dmem: a slot of the dmem arena that is free (a double free, or a
@@ -428,8 +488,34 @@ impl Nrt<'_> {
         }
     }
 
-    /// Number of dmems on `al`'s list and their allocated bytes.
+    /// `close`'s last sweep (spec §12: afterwards the driver holds nothing of this runtime).
+    /// Releases what an integrator left behind through the public dmem calls: allocators it
+    /// created and never destroyed (with every dmem on them), then dmems it still referenced
+    /// (`dmem_acquire_reference`) after their allocator went. Returns how many dmems were
+    /// reclaimed. Only for `close`, once the gate is shut: nothing else can reach them.
+    pub(crate) fn reclaim_leftover_dmems(&self) -> usize {
+        let before = self.st.dmems.stats().live;
+        for al in self.st.allocators.live_slots() {
+            let _ = self.dmem_allocator_destroy_inner(al.as_ptr());
+        }
+        for m in self.st.dmems.live_slots() {
+            let m = m.as_ptr();
+            // SAFETY: the gate is shut and every allocator is gone, so `m` is detached
+            // (unlinked) and no other thread holds it: dropping its last references is ours.
+            unsafe {
+                (*m).ref_count.store(0, Ordering::Release);
+                self.dmem_finalize(m);
+            }
+        }
+        before
+    }
+
+    /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is
+    /// not live, and outside `init`…`close`.
     pub fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
+        let Ok(_call) = self.enter() else {
+            return (0, 0);
+        };
         if !self.st.allocators.is_live(al) {
             return (0, 0);
         }
@@ -440,8 +526,24 @@ impl Nrt<'_> {
         }
     }
 
-    /// Calls `f` on every dmem of `al` (under its lock; `f` must not free).
-    pub fn allocator_for_each(&self, al: *mut dmem_allocator_t, mut f: impl FnMut(&dmem_t)) {
+    /// Calls `f` on every dmem of `al` (under its lock; `f` must not free). `Closed` /
+    /// `Uninitialized` outside `init`…`close`; an allocator that is not live has no dmems.
+    pub fn allocator_for_each(
+        &self,
+        al: *mut dmem_allocator_t,
+        f: impl FnMut(&dmem_t),
+    ) -> Result<()> {
+        let _call = self.enter()?;
+        self.allocator_for_each_inner(al, f);
+        Ok(())
+    }
+
+    /// [`Self::allocator_for_each`] without the gate (the runtime's own calls).
+    pub(crate) fn allocator_for_each_inner(
+        &self,
+        al: *mut dmem_allocator_t,
+        mut f: impl FnMut(&dmem_t),
+    ) {
         if !self.st.allocators.is_live(al) {
             return;
         }

@@ -377,7 +377,7 @@ impl<'a> Nrt<'a> {
             // SAFETY: tpb resolved (its `pcore` lives as long as the context); `m` is our fresh,
             // unpublished model slot.
             unsafe {
-                (*m).sg_allocators[s] = self.dmem_allocator_create(
+                (*m).sg_allocators[s] = self.dmem_allocator_create_inner(
                     addr_of_mut!((*tpb).pcore),
                     dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
                 )?;
@@ -432,11 +432,11 @@ impl<'a> Nrt<'a> {
                     usage: a.usage,
                     hint: a.hint,
                 };
-                let d = self.dmem_alloc(al, &args, Some(list))?;
+                let d = self.dmem_alloc_inner(al, &args, Some(list))?;
                 let node = match self.st.mem_ref_nodes.alloc("mem_ref_node") {
                     Ok(n) => n.as_ptr(),
                     Err(e) => {
-                        let _ = self.dmem_free(d);
+                        let _ = self.dmem_free_inner(d);
                         return Err(e.into());
                     }
                 };
@@ -570,7 +570,7 @@ impl<'a> Nrt<'a> {
                 let al = (*m).sg_allocators[s];
                 if !al.is_null() {
                     // One call reclaims the subgraph's whole footprint (§5.4).
-                    let _ = self.dmem_allocator_destroy(al);
+                    let _ = self.dmem_allocator_destroy_inner(al);
                 }
                 self.dmem_list_destroy((*m).sg_gc_trackers[s]);
             }
@@ -791,7 +791,7 @@ impl<'a> Nrt<'a> {
                 ..Default::default()
             };
             for al in m.sg_allocators {
-                self.allocator_for_each(al, |d| {
+                self.allocator_for_each_inner(al, |d| {
                     info.allocations += 1;
                     info.bytes += d.allocated_size;
                     if d.mem_type == dma_mem_location_t::TONGA_DRAM as u32 {
@@ -809,7 +809,7 @@ impl<'a> Nrt<'a> {
     pub fn for_each_model_dmem(&self, h: H_MODEL, mut f: impl FnMut(&dmem_t)) -> Result<()> {
         self.with_model(h, |m, _, _| {
             for al in m.sg_allocators {
-                self.allocator_for_each(al, &mut f);
+                self.allocator_for_each_inner(al, &mut f);
             }
         })
     }

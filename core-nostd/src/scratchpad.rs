@@ -60,15 +60,15 @@ impl Nrt<'_> {
                         dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD,
                         "scratchpad_page",
                     );
-                    self.dmem_alloc((*tpb).tpb_allocator, &args, None)
+                    self.dmem_alloc_inner((*tpb).tpb_allocator, &args, None)
                         .and_then(|m| {
                             (*page).dmem = m;
                             (*sp).num_pages = (*sp).num_pages.max(i as u32 + 1);
                             // The model's reference, beside the page's own.
-                            self.dmem_acquire_reference(m)
+                            self.dmem_acquire_reference_inner(m)
                         })
                 } else {
-                    self.dmem_acquire_reference((*page).dmem)
+                    self.dmem_acquire_reference_inner((*page).dmem)
                 };
                 match r {
                     Ok(()) => (*page).refs += 1,
@@ -106,10 +106,10 @@ impl Nrt<'_> {
                 let m = (*page).dmem;
                 if (*page).refs == 0 {
                     // Last user: drop the model's ref and the page's own (GLOBAL) ref.
-                    let _ = self.dmem_free(m);
+                    let _ = self.dmem_free_inner(m);
                     (*page).dmem = core::ptr::null_mut();
                 }
-                let _ = self.dmem_free(m);
+                let _ = self.dmem_free_inner(m);
             }
             while (*sp).num_pages > 0 && (*sp).pages[(*sp).num_pages as usize - 1].dmem.is_null() {
                 (*sp).num_pages -= 1;
@@ -130,7 +130,7 @@ impl Nrt<'_> {
                     continue;
                 }
                 for _ in 0..=(*page).refs {
-                    let _ = self.dmem_free(m);
+                    let _ = self.dmem_free_inner(m);
                 }
                 (*page).dmem = core::ptr::null_mut();
                 (*page).refs = 0;

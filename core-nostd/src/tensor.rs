@@ -187,7 +187,7 @@ impl<'a> Nrt<'a> {
                     AllocArgs::host(size, usage, hint)
                 };
                 // SAFETY: resolved tpb; its GLOBAL allocator lives until teardown.
-                self.dmem_alloc(unsafe { (*tpb).tpb_allocator }, &args, None)
+                self.dmem_alloc_inner(unsafe { (*tpb).tpb_allocator }, &args, None)
                     .map(|m| {
                         // SAFETY: fresh storage.
                         unsafe {
@@ -357,7 +357,7 @@ impl<'a> Nrt<'a> {
             if (*s).mem_owned_by_tensor != 0 && !(*s).mem.is_null() {
                 match dmem_storage_type::from_raw((*s).r#type) {
                     Some(dmem_storage_type::DMA) => {
-                        let _ = self.dmem_free((*s).mem as Dmem);
+                        let _ = self.dmem_free_inner((*s).mem as Dmem);
                     }
                     Some(dmem_storage_type::MALLOC) => {
                         if let (Some(h), Some(p)) = (host, NonNull::new((*s).mem as *mut u8)) {

@@ -96,11 +96,11 @@ impl Nrt<'_> {
             } else {
                 0
             });
-            match self.dmem_alloc(al, &args, None) {
+            match self.dmem_alloc_inner(al, &args, None) {
                 Ok(m) => got[i] = m,
                 Err(e) => {
                     for m in got.iter().take(i) {
-                        let _ = self.dmem_free(*m);
+                        let _ = self.dmem_free_inner(*m);
                     }
                     let _ = self.st.ulib_sets.release(set);
                     return Err(e);
@@ -153,7 +153,7 @@ impl Nrt<'_> {
                 (*info).lib_dmem,
             ] {
                 if !m.is_null() {
-                    let _ = self.dmem_free(m);
+                    let _ = self.dmem_free_inner(m);
                 }
             }
         }

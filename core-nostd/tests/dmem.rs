@@ -552,3 +552,40 @@ fn oom_dump_lines_stay_whole_under_concurrent_allocation() {
     });
     f.nrt().close().unwrap();
 }
+
+/// What an integrator leaves behind through the public dmem calls is reclaimed by `close`:
+/// an allocator it created and never destroyed (with its dmems), and an extra reference on a
+/// GLOBAL dmem that outlives its allocator. Afterwards every dmem call is `Closed`.
+#[test]
+fn close_reclaims_what_the_dmem_api_left_behind() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    // SAFETY: a live allocator.
+    let pcore = unsafe { (*n.core_allocator(0, 3).unwrap()).pcore };
+    let mine = n
+        .dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+        .unwrap();
+    let a = n
+        .dmem_alloc(mine, &AllocArgs::device(3 << 20, 1, TENSOR, "mine"), None)
+        .unwrap();
+    let global = n.core_allocator(0, 0).unwrap();
+    let shared = n
+        .dmem_alloc(global, &AllocArgs::device(1 << 20, 0, TENSOR, "shared"), None)
+        .unwrap();
+    n.dmem_acquire_reference(shared).unwrap();
+    assert!(n.driver_bytes_in_use() >= 4 << 20);
+    n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
+    for (name, s) in n.state().arena_stats() {
+        assert_eq!(s.live, 0, "close left {name} slots live");
+    }
+    assert_eq!(n.dmem_free(a), Err(Error::Closed));
+    assert_eq!(n.dmem_free(shared), Err(Error::Closed));
+    assert_eq!(n.dmem_acquire_reference(shared), Err(Error::Closed));
+    assert_eq!(
+        n.dmem_alloc(global, &AllocArgs::device(4096, 0, TENSOR, "late"), None),
+        Err(Error::Closed)
+    );
+    assert_eq!(n.dmem_allocator_destroy(mine), Err(Error::Closed));
+    assert_eq!(n.allocator_usage(mine), (0, 0));
+}

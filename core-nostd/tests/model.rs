@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use nrt_core::abi::*;
+use nrt_core::dmem::AllocArgs;
 use nrt_core::driver::Driver;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout};
 use nrt_core::sim::{Preset, SimConfig};
@@ -499,7 +500,7 @@ fn models_on_after_close_is_closed() {
 }
 
 /// `close()` racing calls already past the state gate: `model_info` (find, then take a
-/// reference), `load_model` and `tensor_allocate`. Before the in-flight call gate a whole close
+/// reference), `load_model`, `tensor_allocate` and the raw `dmem_*` calls. Before the in-flight call gate a whole close
 /// fitted between those steps (a null model_db dereference, or a model / tensor published after
 /// teardown and leaked). Now every racing call either completes before teardown or fails
 /// `Closed`, and close leaves no memory behind.
@@ -553,7 +554,30 @@ fn close_waits_for_in_flight_calls() {
                     }
                 }
             }));
-            while ready.load(Ordering::SeqCst) < 4 {
+            // The low-level dmem calls pass the same gate: an allocation racing close is
+            // either torn down with its allocator or refused, never linked into a dead one.
+            let al_addr = n.core_allocator(0, 0).unwrap() as usize;
+            let ready = &ready;
+            hs.push(sc.spawn(move || {
+                ready.fetch_add(1, Ordering::SeqCst);
+                let al = al_addr as *mut dmem_allocator_t;
+                let args = AllocArgs::device(64 << 10, 0, TENSOR, "raw");
+                loop {
+                    let m = match n.dmem_alloc(al, &args, None) {
+                        Ok(m) => m,
+                        Err(e) => return e,
+                    };
+                    let step = n
+                        .dmem_acquire_reference(m)
+                        .and_then(|()| n.dmem_free(m))
+                        .and_then(|()| n.allocator_for_each(al, |_| {}))
+                        .and_then(|()| n.dmem_free_in(al, m));
+                    if let Err(e) = step {
+                        return e;
+                    }
+                }
+            }));
+            while ready.load(Ordering::SeqCst) < 5 {
                 std::hint::spin_loop();
             }
             std::thread::sleep(Duration::from_micros(100 + (iters % 7) * 50));

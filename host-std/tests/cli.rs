@@ -326,7 +326,10 @@ fn names_from_a_scenario_are_shown_escaped() {
         let o = bin().args(args).arg(&sc).output().expect("run");
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {out}{err}");
-        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{args:?}: {out:?}");
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{7}'),
+            "{args:?}: {out:?}"
+        );
         assert!(!out.contains("\nFAKE"), "{args:?}: a forged line: {out}");
         assert!(out.contains("\\u{1b}[31m\\nFAKE"), "{args:?}: {out}");
     }
