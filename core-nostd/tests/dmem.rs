@@ -570,7 +570,11 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
         .unwrap();
     let global = n.core_allocator(0, 0).unwrap();
     let shared = n
-        .dmem_alloc(global, &AllocArgs::device(1 << 20, 0, TENSOR, "shared"), None)
+        .dmem_alloc(
+            global,
+            &AllocArgs::device(1 << 20, 0, TENSOR, "shared"),
+            None,
+        )
         .unwrap();
     n.dmem_acquire_reference(shared).unwrap();
     assert!(n.driver_bytes_in_use() >= 4 << 20);

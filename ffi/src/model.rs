@@ -18,18 +18,25 @@ use crate::types::{nrt_model_t, nrt_tensor_set_t};
 
 /// The registered model behind a caller's pointer.
 fn model_of(r: &Runtime, model: *const nrt_model_t) -> Res<(nrt_core::abi::H_MODEL, u32)> {
+    lock(&r.models)
+        .get(&model_key(model)?)
+        .map(|e| (e.h, e.vnc))
+        .ok_or_else(not_loaded)
+}
+
+/// The registry key of a caller's model pointer (NULL is NRT_INVALID).
+fn model_key(model: *const nrt_model_t) -> Res<usize> {
     if model.is_null() {
         return Err(Fail::invalid("model is NULL"));
     }
-    lock(&r.models)
-        .get(&model.addr())
-        .map(|e| (e.h, e.vnc))
-        .ok_or_else(|| {
-            Fail::new(
-                CoreStatus::NRT_INVALID_HANDLE,
-                "model is not a loaded model of this runtime (unloaded, foreign or corrupt pointer)",
-            )
-        })
+    Ok(model.addr())
+}
+
+fn not_loaded() -> Fail {
+    Fail::new(
+        CoreStatus::NRT_INVALID_HANDLE,
+        "model is not a loaded model of this runtime (unloaded, foreign or corrupt pointer)",
+    )
 }
 
 /// Loads a model onto logical core `vnc` (-1: the first logical core this process owns) and
@@ -117,9 +124,13 @@ fn note_model_oom(r: &Runtime, m: &Manifest, vnc: i64) {
 pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
     entry("nrt_unload", || {
         global::with_rt(|r| {
-            let (h, _) = model_of(r, model)?;
-            r.rt.nrt().unload_model(h)?;
-            lock(&r.models).remove(&model.addr());
+            // Taken out of the registry first: of two threads unloading the same model, one
+            // unloads it and the other gets NRT_INVALID_HANDLE from here.
+            let key = model_key(model)?;
+            let e = lock(&r.models).remove(&key).ok_or_else(not_loaded)?;
+            r.rt.nrt().unload_model(e.h).inspect_err(|_| {
+                lock(&r.models).insert(key, e);
+            })?;
             Ok(())
         })
     })

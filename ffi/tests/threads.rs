@@ -13,6 +13,7 @@ use nrt::*;
 const OK: NRT_STATUS = 0;
 const INVALID: NRT_STATUS = 2;
 const CLOSED: NRT_STATUS = 14;
+const INVALID_HANDLE: NRT_STATUS = 3;
 
 fn used(vnc: u32) -> usize {
     let mut s = nrt_vnc_memory_stats_t::default();
@@ -109,6 +110,24 @@ fn threads_execute_together_and_close_waits_for_them() {
             base,
             "every thread's tensors and the model are gone"
         );
+
+        // Two threads unloading the same model: one unloads it, the other is told the handle
+        // is gone (never both reaching the core, never both succeeding).
+        for _ in 0..20 {
+            let json = resnet();
+            assert_eq!(
+                nrt_load(json.as_ptr() as *const c_void, json.len(), 0, -1, &mut m),
+                OK
+            );
+            let model = m as usize;
+            let both: Vec<_> = (0..2)
+                .map(|_| thread::spawn(move || nrt_unload(model as *mut nrt_model_t)))
+                .collect();
+            let mut got: Vec<NRT_STATUS> = both.into_iter().map(|t| t.join().unwrap()).collect();
+            got.sort();
+            assert_eq!(got, [OK, INVALID_HANDLE]);
+            assert_eq!(used(0), base);
+        }
 
         // Close while calls are in flight.
         let json = resnet();
