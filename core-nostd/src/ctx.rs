@@ -67,12 +67,6 @@ impl DevGeom {
         let per = self.cores.max(1).div_ceil(channels).max(1);
         (tpb / per).min(channels - 1)
     }
-    /// HBM capacity attributed to one core: its channel's size shared by the cores on it.
-    pub fn hbm_bytes_per_core(&self) -> u64 {
-        let channels = self.channels.max(1) as u64;
-        let per = (self.cores.max(1) as u64).div_ceil(channels).max(1);
-        self.channel_size / per
-    }
 }
 
 /// Runtime-wide settings chosen at bring-up (spec §8, §9).

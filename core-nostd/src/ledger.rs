@@ -129,7 +129,7 @@ impl Nrt<'_> {
                 bytes,
                 (*m).tdram_channel,
                 rows[nc][TOTAL].load(Ordering::Relaxed),
-                self.geom((*mla).idx).hbm_bytes_per_core()
+                self.geom((*mla).idx).channel_size
             );
         }
     }
@@ -229,14 +229,25 @@ impl Nrt<'_> {
     }
 
     /// `dmem_get_memory_stats` (spec §7.4): used = Σ `[nc][22]` over the logical core's
-    /// physical cores; limit = their HBM capacity.
+    /// physical cores; limit = `aws_hal_get_hbm_size()` of the HBM they allocate from, each
+    /// HBM counted once. The limit does not depend on the LNC size: at LNC 1 on trn2 each of
+    /// the two cores on an HBM reports that whole HBM (they share it, first come first served).
     pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
-        self.for_each_vnc_core(vnc, |mla, nc, dev| {
+        self.for_each_vnc_core(vnc, |mla, nc, _| {
             s.bytes_used += mla.dmem_logger.memory_usage_nc[nc][TOTAL].load(Ordering::Acquire);
             s.bytes_peak += mla.dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
-            s.bytes_limit += self.geom(dev).hbm_bytes_per_core();
         })?;
+        let channel = |pc: &physical_core_t| {
+            let g = self.geom(pc.device_id);
+            (pc.device_id, g.default_hbm(pc.device_tpb_idx))
+        };
+        let cores = self.vcore_tpbs(vnc)?;
+        for (i, pc) in cores.iter().enumerate() {
+            if !cores[..i].iter().any(|q| channel(q) == channel(pc)) {
+                s.bytes_limit += self.geom(pc.device_id).channel_size;
+            }
+        }
         Ok(s)
     }
 

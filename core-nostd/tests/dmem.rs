@@ -593,3 +593,42 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
     assert_eq!(n.dmem_allocator_destroy(mine), Err(Error::Closed));
     assert_eq!(n.allocator_usage(mine), (0, 0));
 }
+
+/// The limit of `nrt_get_vnc_memory_stats` is the HBM size (spec §7.4 `aws_hal_get_hbm_size()`)
+/// of the HBM the logical core allocates from, whatever the LNC size: at LNC 1 on trn2 two
+/// cores share one 24 GiB HBM and each may fill most of it, so each reports 24 GiB, and usage
+/// never shows above the limit.
+#[test]
+fn the_limit_is_the_hbm_size_at_every_lnc() {
+    const GIB: u64 = 1 << 30;
+    let cases = [
+        (Preset::Trn2, Some(1), 24 * GIB),
+        (Preset::Trn2, Some(2), 24 * GIB),
+        (Preset::Trn1, None, 16 * GIB),
+    ];
+    for (preset, lnc, limit) in cases {
+        let opts = InitOptions {
+            vcores: nrt_core::vcore::VcoreOptions {
+                lnc_size: lnc,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let f = Fixture::up(SimConfig::new(preset, 1), opts);
+        let n = f.nrt();
+        for vnc in 0..n.visible_vnc_count() as i64 {
+            let s = n.dmem_get_memory_stats(vnc).unwrap();
+            assert_eq!(s.bytes_limit, limit, "{preset:?} lnc {lnc:?} vnc {vnc}");
+        }
+        if lnc == Some(1) {
+            // Core 0 takes 20 GiB of the HBM it shares with core 1.
+            let al = n.core_allocator(0, 0).unwrap();
+            let big = n
+                .dmem_alloc(al, &AllocArgs::device(20 * GIB, 0, TENSOR, "big"), None)
+                .unwrap();
+            let s = n.dmem_get_memory_stats(0).unwrap();
+            assert!(s.bytes_used <= s.bytes_limit, "{s:?}");
+            n.dmem_free(big).unwrap();
+        }
+    }
+}

@@ -28,7 +28,7 @@ pub const NRTX_USAGE_TOTAL: usize = 22;
 pub struct nrtx_vnc_memory_stats_t {
     /// Device bytes in use (as `nrt_vnc_memory_stats_t.bytes_used`).
     pub bytes_used: u64,
-    /// Device bytes the logical core can use (as `nrt_vnc_memory_stats_t.bytes_limit`).
+    /// Size of the HBM the logical core allocates from (as `nrt_vnc_memory_stats_t.bytes_limit`).
     pub bytes_limit: u64,
     /// High-water mark of `bytes_used` since `nrt_init` or the last
     /// `nrtx_reset_vnc_memory_peak`.

@@ -78,7 +78,11 @@ typedef struct nrt_tensor_device_allocation_info {
 typedef struct nrt_vnc_memory_stats {
     /** Device bytes in use on the logical core (tensors, models, shared resources). */
     size_t bytes_used;
-    /** Device bytes the logical core can use (its share of its HBM). */
+    /**
+     * Size of the HBM the logical core allocates from (libnrt: `aws_hal_get_hbm_size()`).
+     * Cores that share an HBM (trn2 at LNC 1) each report all of it: what one uses, the
+     * other cannot.
+     */
     size_t bytes_limit;
 } nrt_vnc_memory_stats_t;
 

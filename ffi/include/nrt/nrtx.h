@@ -30,7 +30,7 @@ extern "C" {
 typedef struct nrtx_vnc_memory_stats {
     /** Device bytes in use (as `nrt_vnc_memory_stats_t.bytes_used`). */
     uint64_t bytes_used;
-    /** Device bytes the logical core can use (as `nrt_vnc_memory_stats_t.bytes_limit`). */
+    /** Size of the HBM the logical core allocates from (as `nrt_vnc_memory_stats_t.bytes_limit`). */
     uint64_t bytes_limit;
     /**
      * High-water mark of `bytes_used` since `nrt_init` or the last
