@@ -5,7 +5,8 @@
 
 use core::fmt;
 
-use crate::abi::{dma_mem_location_t, dma_mem_usage_type_t, NRT_STATUS};
+use crate::abi::tables::category_for;
+use crate::abi::{dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t, NRT_STATUS};
 use crate::arena::ArenaFull;
 use crate::cstr::mb;
 use crate::driver::{errno, Errno};
@@ -203,14 +204,22 @@ impl fmt::Display for Error {
                 hbm,
                 usage,
             } => {
+                // libnrt's shape (public API §5): the driver category's counter name, then
+                // the exact usage type.
+                let category = mem_alloc_category_t::from_raw(u32::from(category_for(
+                    dma_mem_location_t::TONGA_DRAM,
+                    usage,
+                )))
+                .unwrap_or(mem_alloc_category_t::MAX);
                 write!(
                     f,
-                    "Failed to allocate {:.3}MB (usage: {}) on ND {}:NC {} (HBM {})",
+                    "Failed to allocate {:.3}MB (usage: {}) on ND {}:NC {} (HBM {}, type {})",
                     mb(size),
-                    usage.short_name(),
+                    category.counter_name(),
                     device,
                     nc,
-                    hbm
+                    hbm,
+                    usage.short_name()
                 )?;
                 if align != 0 {
                     write!(f, "; alignment {align} requested: the device may be running out of alignment boundaries")?;

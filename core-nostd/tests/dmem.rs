@@ -219,7 +219,10 @@ fn oom_routes_device_and_host_differently() {
         .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE);
     assert!(e.to_string().contains("Failed to allocate"), "{e}");
-    assert!(e.to_string().contains("usage: TENSOR"), "{e}");
+    assert!(
+        e.to_string().contains("(usage: tensors) on ND 0:NC 0"),
+        "{e}"
+    );
     assert_eq!(n.last_oom(), Some(e));
     let e = n
         .dmem_alloc(

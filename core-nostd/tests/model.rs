@@ -469,7 +469,7 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
     let mut dump = String::new();
     n.last_oom_dump(&mut dump).unwrap();
     assert!(
-        dump.starts_with("Failed to allocate 30720.000MB (usage: CONSTANTS) on ND 0:NC 0"),
+        dump.starts_with("Failed to allocate 30720.000MB (usage: constants) on ND 0:NC 0 (HBM 0, type CONSTANTS)"),
         "{dump}"
     );
     assert!(

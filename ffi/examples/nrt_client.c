@@ -532,7 +532,8 @@ static void oom_and_manifests(void) {
     EXPECT(nrtx_get_oom_report(small, sizeof small, &need), NRT_RESOURCE);
     report = malloc(need);
     EXPECT(nrtx_get_oom_report(report, need, &need), NRT_SUCCESS);
-    CHECK(strstr(report, "usage: TENSOR") != NULL && strstr(report, "too-big") == NULL,
+    CHECK(strstr(report, "(usage: tensors) on ND 0:NC 0 (HBM 0, type TENSOR)") != NULL &&
+              strstr(report, "too-big") == NULL,
           "a later OOM replaces the report");
     free(report);
 

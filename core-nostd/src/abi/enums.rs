@@ -134,6 +134,30 @@ abi_enum! {
     }
 }
 
+impl mem_alloc_category_t {
+    /// The name the driver's per-category counters use (public API §5: `collectives`,
+    /// `constants`, `dma_rings`, `driver_memory`, `model_code`, `model_shared_scratchpad`,
+    /// `nonshared_scratchpad`, `notifications`, `runtime_memory`, `tensors`, `uncategorized`),
+    /// which libnrt's OOM message shows as `usage: …`. Host categories share the names.
+    pub const fn counter_name(self) -> &'static str {
+        use mem_alloc_category_t::*;
+        match self {
+            UNKNOWN_HOST | UNKNOWN_DEVICE => "uncategorized",
+            CODE_HOST | CODE_DEVICE => "model_code",
+            TENSORS_HOST | TENSORS_DEVICE => "tensors",
+            CONSTANTS_HOST | CONSTANTS_DEVICE => "constants",
+            MISC_HOST | MISC_DEVICE => "runtime_memory",
+            NCDEV_HOST | NCDEV_DEVICE => "driver_memory",
+            NOTIFICATION_HOST | NOTIFICATION_DEVICE => "notifications",
+            SCRATCHPAD_DEVICE | CONTIGUOUS_SCRATCHPAD_DEVICE => "model_shared_scratchpad",
+            SCRATCHPAD_NONSHARED_DEVICE => "nonshared_scratchpad",
+            COLLECTIVES_DEVICE => "collectives",
+            DMA_RINGS_HOST | DMA_RINGS_DEVICE => "dma_rings",
+            MAX => "invalid",
+        }
+    }
+}
+
 abi_enum! {
     /// The neuron-monitor roll-up classes the aggregate table maps usage types to (spec §3.3
     /// `map_dmem_usage_type_to_aggr_index`); names follow neuron-monitor's JSON.
