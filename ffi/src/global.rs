@@ -71,11 +71,24 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    /// Passes a core result through, capturing the OOM report when it is a device
-    /// out-of-memory (`NRT_RESOURCE`, spec §3.2 GOTCHA).
-    pub fn core<T>(&self, r: nrt_core::Result<T>) -> Res<T> {
-        if let Err(e @ nrt_core::Error::DeviceOom { .. }) = &r {
-            let text = crate::nrtx::oom_report_text(self, Some(*e));
+    /// Passes a core result through. A device out-of-memory (`NRT_RESOURCE`, spec §3.2
+    /// GOTCHA) is reported as libnrt reports it (public API §5): the table the core captured
+    /// at the failure, followed by `context()` (what the call asked for), is logged at ERROR
+    /// and written to its file (`nrt_host::runtime::oom_report_path`), and kept for
+    /// `nrtx_get_oom_report`.
+    pub fn core<T>(&self, r: nrt_core::Result<T>, context: impl FnOnce() -> String) -> Res<T> {
+        if let Err(e @ nrt_core::Error::DeviceOom { device, .. }) = &r {
+            let mut text = crate::nrtx::oom_report_text(self, Some(*e));
+            text.push_str(&context());
+            for line in text.lines() {
+                log::error!(target: "nrt", "{line}");
+            }
+            match nrt_host::runtime::write_oom_report(*device, &text) {
+                Ok(path) => {
+                    log::error!(target: "nrt", "memory utilisation table written to {}", path.display())
+                }
+                Err(err) => log::warn!(target: "nrt", "could not write the OOM table: {err}"),
+            }
             *lock(&self.oom_report) = Some(text);
         }
         Ok(r?)

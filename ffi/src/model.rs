@@ -81,13 +81,9 @@ pub unsafe extern "C" fn nrt_load(
             let key = global::new_handle()?;
             let vnc = if vnc == -1 { 0 } else { vnc as i64 };
             let storage = m.spec();
-            let h = r
-                .core(r.rt.nrt().load_model(vnc, &storage.as_spec()))
-                .inspect_err(|f| {
-                    if f.status == CoreStatus::NRT_RESOURCE {
-                        note_model_oom(r, &m, vnc);
-                    }
-                })?;
+            let h = r.core(r.rt.nrt().load_model(vnc, &storage.as_spec()), || {
+                model_oom_note(&m, vnc)
+            })?;
             lock(&r.models).insert(key, ModelEntry { h, vnc: vnc as u32 });
             log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.id, m.name);
             // SAFETY: checked non-null; caller contract.
@@ -96,22 +92,19 @@ pub unsafe extern "C" fn nrt_load(
     })
 }
 
-/// Adds what the model asked for to the captured OOM report (users budget with it, public API
-/// §6).
-fn note_model_oom(r: &Runtime, m: &Manifest, vnc: i64) {
-    if let Some(text) = lock(&r.oom_report).as_mut() {
-        let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
-        text.push_str(&format!(
-            "while loading model \"{}\" onto logical core {vnc}: it asks for {:.3}MB of device \
-             memory ({} allocation(s) x {} subgraph(s), before page rounding) plus {:.3}MB of \
-             shared scratchpad; the load was rolled back\n",
-            m.name,
-            mb(m.requested_bytes(nrt_host::manifest::Location::Device)),
-            m.allocations.len(),
-            m.subgraphs,
-            mb(m.scratchpad_bytes),
-        ));
-    }
+/// What the model asked for, for the OOM report (users budget with it, public API §6).
+fn model_oom_note(m: &Manifest, vnc: i64) -> String {
+    let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
+    format!(
+        "while loading model \"{}\" onto logical core {vnc}: it asks for {:.3}MB of device \
+         memory ({} allocation(s) x {} subgraph(s), before page rounding) plus {:.3}MB of \
+         shared scratchpad; the load was rolled back\n",
+        m.name.escape_debug(),
+        mb(m.requested_bytes(nrt_host::manifest::Location::Device)),
+        m.allocations.len(),
+        m.subgraphs,
+        mb(m.scratchpad_bytes),
+    )
 }
 
 /// Unloads a model: waits for its executions in flight, then frees all of its device memory

@@ -38,13 +38,16 @@ pub unsafe extern "C" fn nrt_tensor_allocate(
             }
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
-            let t = r.core(r.rt.nrt().tensor_allocate(
-                tensor_placement,
-                vnc as i64,
-                size as u64,
-                name,
-                Some(r.rt.host_mem()),
-            ))?;
+            let t = r.core(
+                r.rt.nrt().tensor_allocate(
+                    tensor_placement,
+                    vnc as i64,
+                    size as u64,
+                    name,
+                    Some(r.rt.host_mem()),
+                ),
+                String::new,
+            )?;
             track(r, t);
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor, t, "tensor") }

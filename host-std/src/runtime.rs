@@ -7,6 +7,7 @@
 //! condvar with a timeout.
 
 use std::alloc::Layout;
+use std::path::PathBuf;
 use std::ptr::NonNull;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -204,3 +205,22 @@ const _: fn() = || {
     fn shareable<T: Send + Sync>() {}
     shareable::<HostRuntime>();
 };
+
+/// Where libnrt's OOM table for `device` goes (public API §5: on a device OOM libnrt logs the
+/// table and writes it to a file): `$TMPDIR/nrt-dmem-oom-nd<D>-<pid>.txt`, one file per device
+/// and process, `/tmp` when `TMPDIR` is unset or empty.
+pub fn oom_report_path(device: u32) -> PathBuf {
+    let dir = std::env::var_os("TMPDIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    dir.join(format!(
+        "nrt-dmem-oom-nd{device}-{}.txt",
+        std::process::id()
+    ))
+}
+
+/// Writes an OOM table to [`oom_report_path`] and returns that path.
+pub fn write_oom_report(device: u32, text: &str) -> std::io::Result<PathBuf> {
+    let path = oom_report_path(device);
+    std::fs::write(&path, text).map(|_| path)
+}

@@ -224,8 +224,9 @@ pub enum Category {
     Total,
 }
 
-/// The per-core classes in report order, with neuron-monitor's names (device side; rings
-/// shown apart as `dma_rings`, which neuron-monitor folds into `runtime_memory`).
+/// The per-core classes in report order, with neuron-monitor's names (device side), and the
+/// DMA rings last: neuron-monitor folds them into `runtime_memory`; the text reports show them
+/// again on their own row ([`REPORT_ROWS`]).
 pub const DEVICE_CLASSES: [(&str, mem_aggr_index_t); 6] = [
     ("tensors", mem_aggr_index_t::AGGR_TENSORS),
     ("constants", mem_aggr_index_t::AGGR_CONSTANTS),
@@ -236,6 +237,18 @@ pub const DEVICE_CLASSES: [(&str, mem_aggr_index_t); 6] = [
     ),
     ("runtime_memory", mem_aggr_index_t::AGGR_RUNTIME_MEMORY),
     ("dma_rings", mem_aggr_index_t::AGGR_DMA_BUFFERS),
+];
+
+/// The rows of a core's text report, with their labels: every class at its full value, as
+/// `stats --json` and scenario expectations count it (`runtime_memory` includes the rings),
+/// then the rings as a part of `runtime_memory`.
+pub const REPORT_ROWS: [(&str, mem_aggr_index_t); 6] = [
+    DEVICE_CLASSES[0],
+    DEVICE_CLASSES[1],
+    DEVICE_CLASSES[2],
+    DEVICE_CLASSES[3],
+    DEVICE_CLASSES[4],
+    ("  of which dma_rings", mem_aggr_index_t::AGGR_DMA_BUFFERS),
 ];
 
 impl Category {
@@ -1200,15 +1213,10 @@ pub fn oom_dump_text(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<(u32, Strin
     Some((device, s))
 }
 
-/// Writes the OOM table to `$TMPDIR/nrt-dmem-oom-nd<D>-<pid>.txt` (one file per device and
-/// process, as libnrt keeps one per device) and returns its path.
+/// Writes the OOM table to its file ([`crate::runtime::oom_report_path`]) and returns the path.
 pub fn write_oom_file(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<std::io::Result<PathBuf>> {
     let (device, text) = oom_dump_text(nrt, err)?;
-    let path = std::env::temp_dir().join(format!(
-        "nrt-dmem-oom-nd{device}-{}.txt",
-        std::process::id()
-    ));
-    Some(std::fs::write(&path, text).map(|_| path))
+    Some(crate::runtime::write_oom_report(device, &text))
 }
 
 /// A runtime with the models and tensors a scenario (or the demo) made, by name.

@@ -117,9 +117,9 @@ fn client() -> &'static Path {
     EXE.get_or_init(|| compile("nrt_client.c", "nrt_client"))
 }
 
-/// Runs the C client on `device` (extra environment `env`, under `wrapper` if any) and checks
-/// its summary line.
-fn run_client(device: &str, env: &[(&str, &str)], wrapper: &[&str]) -> String {
+/// Runs the C client on `device` (extra environment `env`, under `wrapper` if any), checks
+/// its summary line and returns its stdout and stderr.
+fn run_client(device: &str, env: &[(&str, &str)], wrapper: &[&str]) -> (String, String) {
     let exe = client();
     let (prog, args): (&Path, Vec<&std::ffi::OsStr>) = match wrapper.split_first() {
         Some((w, rest)) => (
@@ -145,6 +145,7 @@ fn run_client(device: &str, env: &[(&str, &str)], wrapper: &[&str]) -> String {
         .expect("run nrt_client");
     let o = check(&format!("nrt_client on {device} {env:?} {wrapper:?}"), o);
     let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
     let last = stdout.lines().last().unwrap_or_default().to_string();
     let (p, f) = last
         .split_once(" passed, ")
@@ -153,15 +154,41 @@ fn run_client(device: &str, env: &[(&str, &str)], wrapper: &[&str]) -> String {
     assert_eq!(f.trim(), "0 failed", "{stdout}");
     assert!(passed > 300, "only {passed} checks ran:\n{stdout}");
     eprintln!("nrt_client on {device} {env:?} {wrapper:?}: {last}");
-    stdout
+    (stdout, stderr)
 }
 
 #[test]
 fn c_client_passes_on_trn2() {
-    let out = run_client("sim:trn2", &[], &[]);
+    // Its own TMPDIR, to find the OOM table libnrt writes at a device OOM (public API §5).
+    let tmp = out_dir().join("oom-tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (out, err) = run_client("sim:trn2", &[("TMPDIR", tmp.to_str().unwrap())], &[]);
     assert!(
         out.contains("Failed to allocate"),
         "OOM report printed:\n{out}"
+    );
+    // The table is logged at ERROR and written to a file, with what the model asked for.
+    assert!(
+        err.contains("usage by category") || err.contains("NC 0"),
+        "{err}"
+    );
+    assert!(err.contains("while loading model"), "{err}");
+    let files: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("nrt-dmem-oom-nd0-"))
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let table = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(table.contains("Failed to allocate"), "{table}");
+    assert!(
+        err.contains(&format!("written to {}", files[0].display())),
+        "{err}"
     );
 }
 
@@ -196,7 +223,7 @@ fn run_client_under_memcheck(device: &str, env: &[(&str, &str)]) -> Option<Strin
         "--leak-check=full",
         "--errors-for-leak-kinds=definite,indirect,possible",
     ];
-    Some(run_client(device, env, &memcheck))
+    Some(run_client(device, env, &memcheck).0)
 }
 
 /// The client under memcheck on trn1 (host tensors work there).

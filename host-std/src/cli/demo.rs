@@ -6,12 +6,11 @@
 
 use std::io::Write;
 
-use nrt_core::abi::mem_aggr_index_t;
 use nrt_core::tensor::Placement;
 
 use super::{paint, CliError, Ui, BOLD, GREEN, RED};
 use crate::manifest::Manifest;
-use crate::scenario::{fmt_bytes, oom_dump_text, Category, ManifestRef, Session, DEVICE_CLASSES};
+use crate::scenario::{fmt_bytes, oom_dump_text, Category, ManifestRef, Session, REPORT_ROWS};
 
 /// The shipped manifests the demo loads, embedded so the binary runs from anywhere:
 /// `(file, text, logical core before wrapping to the visible count)`.
@@ -214,17 +213,9 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         "after",
         "change"
     ))?;
-    let ring = Category::Class(mem_aggr_index_t::AGGR_DMA_BUFFERS);
-    for (name, cls) in DEVICE_CLASSES {
+    for (name, cls) in REPORT_ROWS {
         let cat = Category::Class(cls);
-        let v = |u: &[u64; 23]| {
-            if cls == mem_aggr_index_t::AGGR_RUNTIME_MEMORY {
-                cat.of(u) - ring.of(u)
-            } else {
-                cat.of(u)
-            }
-        };
-        let (b, a) = (v(&before.device), v(&after.device));
+        let (b, a) = (cat.of(&before.device), cat.of(&after.device));
         o.line(&format!(
             "   {:<26} {:>12} {:>12} {:>12}",
             name,

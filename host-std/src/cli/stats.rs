@@ -12,7 +12,7 @@ use nrt_core::driver::PoolStats;
 use nrt_core::ledger::UsageBreakdown;
 use serde_json::{json, Map, Value};
 
-use crate::scenario::{fmt_bytes, Category, Session, DEVICE_CLASSES};
+use crate::scenario::{fmt_bytes, Category, Session, DEVICE_CLASSES, REPORT_ROWS};
 
 /// One logical core.
 pub struct CoreStats {
@@ -312,23 +312,13 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
             "  {:<26} {:>12} {:>12} {:>12}",
             "category", "device", "peak", "host"
         )?;
-        for (name, cls) in DEVICE_CLASSES {
+        for (name, cls) in REPORT_ROWS {
             let cat = Category::Class(cls);
-            // The rings are shown on their own line; runtime_memory here excludes them.
-            let (d, p, ho) = if cls == mem_aggr_index_t::AGGR_RUNTIME_MEMORY {
-                let ring = Category::Class(mem_aggr_index_t::AGGR_DMA_BUFFERS);
-                (
-                    cat.of(&c.usage.device) - ring.of(&c.usage.device),
-                    cat.of(&c.usage.device_peak) - ring.of(&c.usage.device_peak),
-                    cat.of(&c.usage.host) - ring.of(&c.usage.host),
-                )
-            } else {
-                (
-                    cat.of(&c.usage.device),
-                    cat.of(&c.usage.device_peak),
-                    cat.of(&c.usage.host),
-                )
-            };
+            let (d, p, ho) = (
+                cat.of(&c.usage.device),
+                cat.of(&c.usage.device_peak),
+                cat.of(&c.usage.host),
+            );
             writeln!(
                 out,
                 "  {:<26} {:>12} {:>12} {:>12}",
