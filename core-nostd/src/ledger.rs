@@ -384,13 +384,14 @@ impl Nrt<'_> {
             if let Ok(s) = self.drv.pool_stats(dev, false, h) {
                 writeln!(
                     w,
-                    "  HBM {}: {:.3}MB free of {:.3}MB, largest free block {:.3}MB, fragmentation {}.{}%",
+                    "  HBM {}: {:.3}MB free of {:.3}MB, largest free block {:.3}MB, fragmentation {}.{}%, {} allocations",
                     h,
                     mb(s.free),
                     mb(s.capacity),
                     mb(s.largest_free),
                     s.fragmentation_permille() / 10,
-                    s.fragmentation_permille() % 10
+                    s.fragmentation_permille() % 10,
+                    s.allocations
                 )?;
             }
         }

@@ -273,6 +273,7 @@ pub struct SimMemInfo {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 enum Pool {
     Main(u32),
     Small(u32),
@@ -606,6 +607,17 @@ impl SimDevice {
             };
             match r {
                 Ok(b) => Ok((Self::encode(dev, pool, b.id), b.addr)),
+                Err(CarveError::NodesExhausted) => {
+                    // Space may be left, but the pool cannot track another allocation: the
+                    // driver answers ENOMEM all the same.
+                    warn!(
+                        "nd{}: {} pool {:?} tracks no more allocations (its node array is full)",
+                        dev,
+                        if req.host { "host DMA" } else { "HBM" },
+                        pool
+                    );
+                    Err(errno::ENOMEM)
+                }
                 Err(e) => {
                     if e.errno() == errno::ENOMEM {
                         let stats = if req.host {
