@@ -206,18 +206,51 @@ pub const ENV_VARS: [&str; 7] = [
     "NEURON_RT_EXPERIMENTAL_CONTIGUOUS_SCRATCHPAD",
 ];
 
+impl Overrides {
+    /// `self`, with every setting `later` makes replacing it.
+    pub fn then(self, later: Overrides) -> Overrides {
+        Overrides {
+            device: later.device.or(self.device),
+            lnc_size: later.lnc_size.or(self.lnc_size),
+            visible_cores: later.visible_cores.or(self.visible_cores),
+            num_cores: later.num_cores.or(self.num_cores),
+        }
+    }
+
+    /// Whether `self` sets what the environment variable `var` would.
+    pub fn replaces(&self, var: &str) -> bool {
+        match var {
+            "NRT_DMEM_DEVICE" => self.device.is_some(),
+            "NEURON_RT_VIRTUAL_CORE_SIZE" => self.lnc_size.is_some(),
+            "NEURON_RT_VISIBLE_CORES" => self.visible_cores.is_some(),
+            "NEURON_RT_NUM_CORES" => self.num_cores.is_some(),
+            _ => false,
+        }
+    }
+}
+
 impl RuntimeConfig {
     /// From the process environment. A variable that is set but not UTF-8 is an error, not
     /// "unset".
     pub fn from_env() -> Result<Self, ConfigError> {
-        for k in ENV_VARS {
+        Self::from_env_under(&Overrides::default())
+    }
+
+    /// From the process environment, with `over` (a scenario's settings, command-line flags)
+    /// on top. A variable whose setting `over` replaces is not read at all, so a bad value in
+    /// it cannot fail a run that does not use it.
+    pub fn from_env_under(over: &Overrides) -> Result<Self, ConfigError> {
+        let read = |k: &str| !over.replaces(k);
+        for k in ENV_VARS.into_iter().filter(|k| read(k)) {
             if let Some(v) = std::env::var_os(k) {
                 if v.to_str().is_none() {
                     return Err(ConfigError::new(k, &v.to_string_lossy(), "not valid UTF-8"));
                 }
             }
         }
-        Self::from_lookup(|k| std::env::var(k).ok())
+        let mut c = Self::from_lookup(|k| read(k).then(|| std::env::var(k).ok()).flatten())?;
+        c.apply(over);
+        Ok(c)
     }
 
     /// From any variable lookup (tests pass a map).

@@ -759,13 +759,13 @@ impl Scenario {
 
     /// Applies the scenario's device and core settings to `cfg` (which the caller builds from
     /// the environment and then overrides with flags).
-    pub fn apply_to(&self, cfg: &mut RuntimeConfig) {
-        cfg.apply(&Overrides {
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
             device: self.device,
             lnc_size: self.lnc_size,
             visible_cores: self.visible_cores,
             num_cores: self.num_cores,
-        });
+        }
     }
 }
 

@@ -260,7 +260,7 @@ fn bad_settings_are_named_not_panicked_on() {
             "NRT_DMEM_DEVICE",
             std::ffi::OsStr::from_bytes(b"sim:\xfftrn2"),
         )
-        .arg("demo")
+        .arg("stats")
         .output()
         .expect("run nrt-dmem");
     let (out, err) = text(&o);
@@ -338,4 +338,38 @@ fn names_from_a_scenario_are_shown_escaped() {
     assert!(out.contains("evil\\u{1b}[2J"), "{out}");
     assert!(out.contains("  line one\n  line\\u{1b}[31m two\n"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn flags_replace_the_environment_they_override() {
+    // A flag wins over its variable, so the variable's value is not even read: a bad one
+    // does not fail the run.
+    for (var, value, flag, flag_value) in [
+        ("NRT_DMEM_DEVICE", "bogus", "--device", "sim:trn2"),
+        ("NEURON_RT_VIRTUAL_CORE_SIZE", "abc", "--lnc-size", "2"),
+        ("NEURON_RT_NUM_CORES", "abc", "--num-cores", "2"),
+        ("NEURON_RT_VISIBLE_CORES", "9-1", "--visible-cores", "0-1"),
+    ] {
+        let o = bin()
+            .env(var, value)
+            .args(["stats", "--json", flag, flag_value])
+            .output()
+            .expect("run");
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{var}={value} {flag}: {out}{err}");
+        // Without the flag the bad value is an error that names the variable.
+        let o = bin().env(var, value).arg("stats").output().expect("run");
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(err.contains(var), "{err}");
+    }
+    // `stats` without a scenario runs on the device the environment names.
+    let o = bin()
+        .env("NRT_DMEM_DEVICE", "sim:inf2")
+        .args(["stats", "--json"])
+        .output()
+        .expect("run");
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(out.contains("sim:inf2"), "{out}");
 }

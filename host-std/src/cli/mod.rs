@@ -173,25 +173,25 @@ fn init_logging(g: &GlobalArgs) {
 }
 
 /// The runtime configuration: the environment, then the scenario's settings, then the flags.
-/// With `demo_default`, the device defaults to `sim:trn2` whatever `NRT_DMEM_DEVICE` says.
+/// A variable that the scenario or a flag replaces is not read (a bad value in it does not
+/// matter). With `demo_default` (the demo), the device is `sim:trn2` unless `--device` says
+/// otherwise, whatever `NRT_DMEM_DEVICE` says.
 fn runtime_config(
     g: &GlobalArgs,
     sc: Option<&Scenario>,
     demo_default: bool,
 ) -> Result<RuntimeConfig, CliError> {
-    let mut cfg = RuntimeConfig::from_env().map_err(|e| CliError::input(e.to_string()))?;
+    let mut over = sc.map(Scenario::overrides).unwrap_or_default();
     if demo_default {
-        cfg.device = RuntimeConfig::default().device;
+        over.device = Some(RuntimeConfig::default().device);
     }
-    if let Some(s) = sc {
-        s.apply_to(&mut cfg);
-    }
-    cfg.apply(&Overrides {
+    let over = over.then(Overrides {
         device: g.device,
         lnc_size: g.lnc_size,
         visible_cores: g.visible_cores,
         num_cores: g.num_cores,
     });
+    let cfg = RuntimeConfig::from_env_under(&over).map_err(|e| CliError::input(e.to_string()))?;
     log::debug!(target: "nrt_dmem::cli", "runtime configuration: {cfg:?}");
     Ok(cfg)
 }
@@ -403,7 +403,7 @@ fn cmd_stats(
             )
         }
         None => {
-            let cfg = runtime_config(g, None, true)?;
+            let cfg = runtime_config(g, None, false)?;
             let mut s = Session::start(cfg)?;
             let mut sink = std::io::sink();
             let quiet = Ui {
