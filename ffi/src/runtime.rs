@@ -63,9 +63,9 @@ pub extern "C" fn nrt_close() {
     })
 }
 
-/// `(total, visible)` logical cores from the configuration alone (before `nrt_init`): what
-/// bring-up will compute (spec §9 `parse_vnc_config`, the visible slice).
-fn counts_from_config() -> Res<(u32, u32)> {
+/// Total logical cores from the configuration alone (before `nrt_init`), with the
+/// configuration: what bring-up will compute (spec §9 `parse_vnc_config`).
+fn total_from_config() -> Res<(u32, RuntimeConfig)> {
     let cfg = config()?;
     let (arch, cores, devices) = match cfg.device {
         DeviceChoice::Sim { preset, devices } => {
@@ -81,8 +81,13 @@ fn counts_from_config() -> Res<(u32, u32)> {
         }
     };
     let lnc = parse_vnc_config(arch, cores, cfg.vcores.lnc_size)?;
-    let total = devices * (cores / lnc);
-    let visible = match (cfg.vcores.visible, cfg.vcores.num_cores) {
+    Ok((devices * (cores / lnc), cfg))
+}
+
+/// Visible logical cores from the configuration alone: the slice bring-up will own.
+fn visible_from_config() -> Res<u32> {
+    let (total, cfg) = total_from_config()?;
+    match (cfg.vcores.visible, cfg.vcores.num_cores) {
         (Some((first, count)), _) => first
             .checked_add(count)
             .filter(|end| *end <= total)
@@ -94,18 +99,12 @@ fn counts_from_config() -> Res<(u32, u32)> {
         Fail::invalid(format_args!(
             "NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES name more logical cores than the {total} present"
         ))
-    })?;
-    Ok((total, visible))
+    })
 }
 
-fn counts() -> Res<(u32, u32)> {
-    match global::with_rt(|r| {
-        let n = r.rt.nrt();
-        Ok((n.total_vnc_count(), n.visible_vnc_count()))
-    }) {
-        Ok(c) => Ok(c),
-        Err(_) => counts_from_config(),
-    }
+/// The running runtime's count, or the configuration's before `nrt_init`.
+fn count(running: fn(&nrt_core::Nrt<'_>) -> u32, from_config: fn() -> Res<u32>) -> Res<u32> {
+    global::with_rt(|r| Ok(running(&r.rt.nrt()))).or_else(|_| from_config())
 }
 
 /// Logical NeuronCores on the instance (all attached devices, at the configured logical core
@@ -116,7 +115,9 @@ fn counts() -> Res<(u32, u32)> {
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_total_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
     entry("nrt_get_total_vnc_count", || {
-        let (total, _) = counts()?;
+        // The total does not depend on which cores are visible: an out-of-range
+        // NEURON_RT_VISIBLE_CORES does not fail it (it is how a user finds the valid range).
+        let total = count(|n| n.total_vnc_count(), || Ok(total_from_config()?.0))?;
         // SAFETY: caller contract.
         unsafe { put(vnc_count, total, "vnc_count") }
     })
@@ -131,7 +132,7 @@ pub unsafe extern "C" fn nrt_get_total_vnc_count(vnc_count: *mut u32) -> NRT_STA
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_visible_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
     entry("nrt_get_visible_vnc_count", || {
-        let (_, visible) = counts()?;
+        let visible = count(|n| n.visible_vnc_count(), visible_from_config)?;
         // SAFETY: caller contract.
         unsafe { put(vnc_count, visible, "vnc_count") }
     })
