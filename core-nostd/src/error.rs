@@ -97,6 +97,16 @@ pub enum Error {
     Driver(Errno),
     /// Invalid logical-core configuration (spec §9).
     VncConfig(&'static str, u32),
+    /// The visible slice (`NEURON_RT_VISIBLE_CORES` / `NEURON_RT_NUM_CORES`) names logical
+    /// cores that are not present (spec §9).
+    VisibleCores {
+        /// First logical core asked for.
+        first: u32,
+        /// How many.
+        count: u32,
+        /// Logical cores present.
+        total: u32,
+    },
     /// Unknown or stale model handle.
     UnknownModel(u32),
     /// A model handle already present in the core's model_db (spec §4.3).
@@ -238,6 +248,24 @@ impl fmt::Display for Error {
             ),
             Error::Driver(e) => write!(f, "driver error {} ({})", e, errno::name(e)),
             Error::VncConfig(msg, v) => write!(f, "{msg} (value {v})"),
+            Error::VisibleCores {
+                first,
+                count,
+                total,
+            } => {
+                match count {
+                    0 => write!(f, "no logical core asked for")?,
+                    1 => write!(f, "logical core {first} asked for")?,
+                    _ => {
+                        let last = u64::from(first) + u64::from(count) - 1;
+                        write!(f, "logical cores {first}-{last} asked for")?
+                    }
+                }
+                match total {
+                    0 => write!(f, ", but no logical core is present"),
+                    _ => write!(f, ", but the {total} present are 0-{}", total - 1),
+                }
+            }
             Error::UnknownModel(h) => write!(
                 f,
                 "model handle {h} is unknown (never loaded or already unloaded)"

@@ -52,7 +52,7 @@ pub fn parse_vnc_config(
     let out = requested.unwrap_or(constants::LNC_DEFAULT_SIZE);
     if out == 0 {
         return Err(Error::VncConfig(
-            "NEURON_RT_VIRTUAL_CORE_SIZE: out != 0",
+            "the logical core size must not be 0 (libnrt: out != 0)",
             out,
         ));
     }
@@ -64,7 +64,7 @@ pub fn parse_vnc_config(
     }
     if !nc_per_device.is_multiple_of(out) {
         return Err(Error::VncConfig(
-            "(nc_per_device % out) == 0 failed: size must divide the cores per device",
+            "the logical core size must divide the cores per device (libnrt: (nc_per_device % out) == 0)",
             out,
         ));
     }
@@ -75,6 +75,25 @@ pub fn parse_vnc_config(
         ));
     }
     Ok(out)
+}
+
+/// The owned slice `(first, count)` of `total` logical cores (spec §9): the visible cores
+/// win over `num_cores`; neither means all. A slice past the cores present is
+/// [`Error::VisibleCores`].
+pub fn visible_slice(o: &VcoreOptions, total: u32) -> Result<(u32, u32)> {
+    let (first, count) = match (o.visible, o.num_cores) {
+        (Some(v), _) => v,
+        (None, Some(c)) if c > 0 => (0, c),
+        _ => (0, total),
+    };
+    if count == 0 || first.checked_add(count).is_none_or(|end| end > total) {
+        return Err(Error::VisibleCores {
+            first,
+            count,
+            total,
+        });
+    }
+    Ok((first, count))
 }
 
 impl Nrt<'_> {
@@ -91,17 +110,7 @@ impl Nrt<'_> {
         for d in 0..n {
             total += self.geom(d).cores / lnc;
         }
-        let (first, count) = match (o.visible, o.num_cores) {
-            (Some((f, c)), _) => (f, c),
-            (None, Some(c)) if c > 0 => (0, c),
-            _ => (0, total),
-        };
-        if count == 0 || first.checked_add(count).is_none_or(|end| end > total) {
-            return Err(Error::VncConfig(
-                "visible logical cores exceed the logical cores present (first+count > total)",
-                first.saturating_add(count),
-            ));
-        }
+        let (first, count) = visible_slice(o, total)?;
         if count as usize > MAX_VCORES {
             return Err(Error::VncConfig(
                 "too many logical cores for MAX_VCORES",

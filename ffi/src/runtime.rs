@@ -4,7 +4,7 @@ use std::ffi::c_char;
 
 use nrt_core::abi::NRT_STATUS as CoreStatus;
 use nrt_core::driver::Driver;
-use nrt_core::vcore::parse_vnc_config;
+use nrt_core::vcore::{parse_vnc_config, visible_slice};
 use nrt_host::runtime::StartError;
 use nrt_host::{DeviceChoice, HostRuntime, NeuronDriver, RuntimeConfig};
 
@@ -87,19 +87,7 @@ fn total_from_config() -> Res<(u32, RuntimeConfig)> {
 /// Visible logical cores from the configuration alone: the slice bring-up will own.
 fn visible_from_config() -> Res<u32> {
     let (total, cfg) = total_from_config()?;
-    match (cfg.vcores.visible, cfg.vcores.num_cores) {
-        (Some((first, count)), _) => first
-            .checked_add(count)
-            .filter(|end| *end <= total)
-            .map(|_| count),
-        (None, Some(n)) if n > 0 => (n <= total).then_some(n),
-        _ => Some(total),
-    }
-    .ok_or_else(|| {
-        Fail::invalid(format_args!(
-            "NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES name more logical cores than the {total} present"
-        ))
-    })
+    Ok(visible_slice(&cfg.vcores, total)?.1)
 }
 
 /// The running runtime's count, or the configuration's before `nrt_init`.
