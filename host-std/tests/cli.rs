@@ -373,3 +373,19 @@ fn flags_replace_the_environment_they_override() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(out.contains("sim:inf2"), "{out}");
 }
+
+#[test]
+fn quiet_demo_prints_only_its_verdict() {
+    let o = run(&["demo", "-q"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let (held, all) = lines[0]
+        .strip_prefix("demo: ")
+        .and_then(|r| r.strip_suffix(" checks held"))
+        .and_then(|r| r.split_once(" of "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(held, all, "{out}");
+    assert!(all.parse::<u32>().unwrap() >= 10, "{out}");
+}

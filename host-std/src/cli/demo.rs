@@ -1,7 +1,7 @@
 //! `nrt-dmem demo`: the tour a newcomer runs first, in one screen. On the simulated trn2 it
 //! loads the shipped model manifests (three onto logical core 0, the rest one per core),
 //! allocates IO tensors on every logical core and executes each model (input bytes in, output
-//! bytes back, compared), unloads the middle model of core 0 and shows that exactly its bytes
+//! bytes back, compared), unloads the second model of core 0 and shows that exactly its bytes
 //! went, provokes a device OOM and shows libnrt's table, then tears down to zero bytes.
 
 use std::io::Write;
@@ -50,30 +50,61 @@ const MODELS: [(&str, &str, i64); 6] = [
 /// Declared tensor name → session tensor name.
 type Binds = Vec<(String, String)>;
 
-/// Index in [`MODELS`] of the model unloaded from the middle of core 0's three.
+/// Index in [`MODELS`] of the model unloaded from core 0 (the second of the three there on
+/// a device with four or more logical cores).
 const MIDDLE: usize = 1;
 
 struct Out<'a> {
     w: &'a mut dyn Write,
     color: bool,
-    ok: bool,
+    /// `-q`: only failed checks and the closing verdict.
+    quiet: bool,
+    checks: usize,
+    failed: usize,
 }
 
 impl Out<'_> {
-    fn line(&mut self, s: &str) -> Result<(), CliError> {
+    fn write(&mut self, s: &str) -> Result<(), CliError> {
         writeln!(self.w, "{s}").map_err(|e| CliError::input(format!("writing output: {e}")))
+    }
+    /// A line of the narrative (not shown with `-q`).
+    fn line(&mut self, s: &str) -> Result<(), CliError> {
+        if self.quiet {
+            return Ok(());
+        }
+        self.write(s)
     }
     fn heading(&mut self, s: &str) -> Result<(), CliError> {
         let t = paint(self.color, BOLD, s);
         self.line(&t)
     }
-    fn check(&mut self, good: bool) -> String {
-        self.ok &= good;
-        if good {
+    /// A checked claim, marked ✓ or ✗; a failed one is shown even with `-q`.
+    fn verdict(&mut self, good: bool, text: &str) -> Result<(), CliError> {
+        self.checks += 1;
+        let mark = if good {
             paint(self.color, GREEN, "✓")
         } else {
+            self.failed += 1;
             paint(self.color, RED, "✗")
+        };
+        let l = format!("   {mark} {text}");
+        if good {
+            self.line(&l)
+        } else {
+            self.write(&l)
         }
+    }
+    /// The exit code, after the one-line summary `-q` leaves.
+    fn finish(&mut self) -> Result<i32, CliError> {
+        if self.quiet {
+            let t = format!(
+                "demo: {} of {} checks held",
+                self.checks - self.failed,
+                self.checks
+            );
+            self.write(&t)?;
+        }
+        Ok(if self.failed == 0 { 0 } else { 1 })
     }
 }
 
@@ -91,7 +122,9 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     let mut o = Out {
         w: out,
         color: ui.color,
-        ok: true,
+        quiet: ui.quiet,
+        checks: 0,
+        failed: 0,
     };
     let nrt = s.nrt();
     let g = nrt.geom(0);
@@ -110,7 +143,11 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
 
     // 1. Load.
     o.line("")?;
-    o.heading("1. Load models — three share logical core 0")?;
+    let on_core0 = MODELS.iter().filter(|m| m.2 % ncores == 0).count();
+    o.heading(&format!(
+        "1. Load models — {} share logical core 0",
+        count_word(on_core0)
+    ))?;
     o.line(&format!(
         "   {:<4} {:<22} {:>6} {:>12} {:>12}",
         "core", "model", "handle", "device", "host"
@@ -178,19 +215,23 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
             ),
             Err(e) => (false, e.to_string()),
         };
-        let mark = o.check(good);
-        o.line(&format!("   {mark} {name:<22} core {core}: {what}"))?;
+        o.verdict(good, &format!("{name:<22} core {core}: {what}"))?;
     }
 
-    // 3. Unload the middle model of core 0.
+    // 3. Unload the second model of core 0 (the middle one of three on a trn2).
     let (mid, mid_core, _) = loaded[MIDDLE].clone();
     let neighbours: Vec<&(String, i64, ManifestRef)> = loaded
         .iter()
         .filter(|(n, c, _)| *c == mid_core && *n != mid)
         .collect();
     o.line("")?;
+    let nth = 1 + loaded[..MIDDLE]
+        .iter()
+        .filter(|(_, c, _)| *c == mid_core)
+        .count();
     o.heading(&format!(
-        "3. Unload {mid}, the middle of core {mid_core}'s {} models",
+        "3. Unload {mid}, loaded {} of the {} models on core {mid_core}",
+        ordinal(nth),
         neighbours.len() + 1
     ))?;
     let footprint = |s: &Session, n: &str| -> Result<u64, CliError> {
@@ -233,12 +274,14 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         delta(b, a)
     ))?;
     let freed = b.saturating_sub(a);
-    let mark = o.check(freed == mid_bytes && a <= b);
-    o.line(&format!(
-        "   {mark} freed {} = {mid}'s footprint {}",
-        fmt_bytes(freed),
-        fmt_bytes(mid_bytes)
-    ))?;
+    o.verdict(
+        freed == mid_bytes && a <= b,
+        &format!(
+            "freed {} = {mid}'s footprint {}",
+            fmt_bytes(freed),
+            fmt_bytes(mid_bytes)
+        ),
+    )?;
     let mut same = Vec::new();
     let mut all_same = true;
     for ((n, _, _), was) in neighbours.iter().zip(&others_before) {
@@ -246,14 +289,13 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         all_same &= now == *was;
         same.push(format!("{n} {} → {}", fmt_bytes(*was), fmt_bytes(now)));
     }
-    let mark = o.check(all_same);
-    o.line(&format!(
-        "   {mark} the others are untouched: {}",
-        same.join(", ")
-    ))?;
+    o.verdict(
+        all_same,
+        &format!("the others are untouched: {}", same.join(", ")),
+    )?;
 
     if !full {
-        return Ok(if o.ok { 0 } else { 1 });
+        return o.finish();
     }
 
     // 4. OOM on purpose.
@@ -285,10 +327,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         .unwrap_or(0);
     match s.alloc_tensor("too-big", Placement::Device, oom_core, huge) {
         Ok(_) => {
-            let mark = o.check(false);
-            o.line(&format!(
-                "   {mark} the allocation succeeded; no OOM to show"
-            ))?;
+            o.verdict(false, "the allocation succeeded; no OOM to show")?;
             let _ = s.free_tensor("too-big");
         }
         Err(e) => {
@@ -315,11 +354,13 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
                 .dmem_get_memory_stats(oom_core)
                 .map(|x| x.bytes_used)
                 .unwrap_or(0);
-            let mark = o.check(used_after == used_before);
-            o.line(&format!(
-                "   {mark} core {oom_core} unchanged by the failed allocation: {}",
-                fmt_bytes(used_after)
-            ))?;
+            o.verdict(
+                used_after == used_before,
+                &format!(
+                    "core {oom_core} unchanged by the failed allocation: {}",
+                    fmt_bytes(used_after)
+                ),
+            )?;
         }
     }
 
@@ -329,12 +370,30 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     let held = s.driver_bytes();
     s.close().map_err(|e| fail(format!("nrt_close: {e}")))?;
     let left = s.driver_bytes();
-    let mark = o.check(left == 0);
-    o.line(&format!(
-        "   {mark} {left} bytes left in the driver after nrt_close (it held {} before)",
-        fmt_bytes(held)
-    ))?;
-    Ok(if o.ok { 0 } else { 1 })
+    o.verdict(
+        left == 0,
+        &format!(
+            "{left} bytes left in the driver after nrt_close (it held {} before)",
+            fmt_bytes(held)
+        ),
+    )?;
+    o.finish()
+}
+
+/// "three", "six": small counts in words for the headings.
+fn count_word(n: usize) -> String {
+    const WORDS: [&str; 7] = ["no", "one", "two", "three", "four", "five", "six"];
+    WORDS
+        .get(n)
+        .map_or_else(|| n.to_string(), |w| (*w).to_string())
+}
+
+/// "first", "second", …
+fn ordinal(n: usize) -> String {
+    const WORDS: [&str; 6] = ["first", "second", "third", "fourth", "fifth", "sixth"];
+    WORDS
+        .get(n.wrapping_sub(1))
+        .map_or_else(|| format!("#{n}"), |w| (*w).to_string())
 }
 
 fn delta(before: u64, after: u64) -> String {
