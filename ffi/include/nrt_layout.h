@@ -16,6 +16,15 @@
 #include <stdint.h>
 #include <pthread.h>
 
+/* The asserts in C11 and in C++11 (debugger and crash-dump tools are often C++). */
+#ifdef __cplusplus
+#define NRT_LAYOUT_ASSERT(cond, msg) static_assert(cond, msg)
+#define NRT_LAYOUT_ALIGNOF(type) alignof(type)
+#else
+#define NRT_LAYOUT_ASSERT(cond, msg) _Static_assert(cond, msg)
+#define NRT_LAYOUT_ALIGNOF(type) _Alignof(type)
+#endif
+
 /* ---- enums (exact values) ---- */
 
 /* al_hal_tpb_arch_type_t — spec §1, 4 bytes */
@@ -28,12 +37,12 @@ typedef enum al_hal_tpb_arch_type_t {
     AL_HAL_TPB_ARCH_TYPE_NUM = 5,
 } al_hal_tpb_arch_type_t;
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(AL_HAL_TPB_ARCH_TYPE_INVALID == 0, "AL_HAL_TPB_ARCH_TYPE_INVALID = 0");
-_Static_assert(AL_HAL_TPB_ARCH_TYPE_INVALID_1 == 1, "AL_HAL_TPB_ARCH_TYPE_INVALID_1 = 1");
-_Static_assert(AL_HAL_TPB_ARCH_TYPE_SUNDA == 2, "AL_HAL_TPB_ARCH_TYPE_SUNDA = 2");
-_Static_assert(AL_HAL_TPB_ARCH_TYPE_CAYMAN == 3, "AL_HAL_TPB_ARCH_TYPE_CAYMAN = 3");
-_Static_assert(AL_HAL_TPB_ARCH_TYPE_MARIANA == 4, "AL_HAL_TPB_ARCH_TYPE_MARIANA = 4");
-_Static_assert(AL_HAL_TPB_ARCH_TYPE_NUM == 5, "AL_HAL_TPB_ARCH_TYPE_NUM = 5");
+NRT_LAYOUT_ASSERT(AL_HAL_TPB_ARCH_TYPE_INVALID == 0, "AL_HAL_TPB_ARCH_TYPE_INVALID = 0");
+NRT_LAYOUT_ASSERT(AL_HAL_TPB_ARCH_TYPE_INVALID_1 == 1, "AL_HAL_TPB_ARCH_TYPE_INVALID_1 = 1");
+NRT_LAYOUT_ASSERT(AL_HAL_TPB_ARCH_TYPE_SUNDA == 2, "AL_HAL_TPB_ARCH_TYPE_SUNDA = 2");
+NRT_LAYOUT_ASSERT(AL_HAL_TPB_ARCH_TYPE_CAYMAN == 3, "AL_HAL_TPB_ARCH_TYPE_CAYMAN = 3");
+NRT_LAYOUT_ASSERT(AL_HAL_TPB_ARCH_TYPE_MARIANA == 4, "AL_HAL_TPB_ARCH_TYPE_MARIANA = 4");
+NRT_LAYOUT_ASSERT(AL_HAL_TPB_ARCH_TYPE_NUM == 5, "AL_HAL_TPB_ARCH_TYPE_NUM = 5");
 #endif
 
 /* dmem_allocator_type_t — spec §3.1, 4 bytes */
@@ -42,8 +51,8 @@ typedef enum dmem_allocator_type_t {
     DMEM_ALLOCATOR_TYPE_MODEL = 1,
 } dmem_allocator_type_t;
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(DMEM_ALLOCATOR_TYPE_GLOBAL == 0, "DMEM_ALLOCATOR_TYPE_GLOBAL = 0");
-_Static_assert(DMEM_ALLOCATOR_TYPE_MODEL == 1, "DMEM_ALLOCATOR_TYPE_MODEL = 1");
+NRT_LAYOUT_ASSERT(DMEM_ALLOCATOR_TYPE_GLOBAL == 0, "DMEM_ALLOCATOR_TYPE_GLOBAL = 0");
+NRT_LAYOUT_ASSERT(DMEM_ALLOCATOR_TYPE_MODEL == 1, "DMEM_ALLOCATOR_TYPE_MODEL = 1");
 #endif
 
 /* dma_mem_location_t — spec §3.1, 4 bytes */
@@ -53,9 +62,9 @@ typedef enum dma_mem_location_t {
     TONGA_DRAM = 2,
 } dma_mem_location_t;
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(DMA_MEM_LOC_INVALID == 0, "DMA_MEM_LOC_INVALID = 0");
-_Static_assert(HOST_DRAM == 1, "HOST_DRAM = 1");
-_Static_assert(TONGA_DRAM == 2, "TONGA_DRAM = 2");
+NRT_LAYOUT_ASSERT(DMA_MEM_LOC_INVALID == 0, "DMA_MEM_LOC_INVALID = 0");
+NRT_LAYOUT_ASSERT(HOST_DRAM == 1, "HOST_DRAM = 1");
+NRT_LAYOUT_ASSERT(TONGA_DRAM == 2, "TONGA_DRAM = 2");
 #endif
 
 /* dma_mem_usage_type_t — spec §3.3, 4 bytes */
@@ -85,11 +94,11 @@ typedef enum dma_mem_usage_type_t {
     DMA_MEM_USAGE_TYPE_MAX = 22,
 } dma_mem_usage_type_t;
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(DMA_MEM_USAGE_TYPE_DMA_RING == 18, "DMA_MEM_USAGE_TYPE_DMA_RING = 18");
-_Static_assert(DMA_MEM_USAGE_TYPE_DMA_RING_SPILL == 19, "DMA_MEM_USAGE_TYPE_DMA_RING_SPILL = 19");
-_Static_assert(DMA_MEM_USAGE_TYPE_DMA_RING_IO == 20, "DMA_MEM_USAGE_TYPE_DMA_RING_IO = 20");
-_Static_assert(DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES == 21, "DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES = 21");
-_Static_assert(DMA_MEM_USAGE_TYPE_MAX == 22, "DMA_MEM_USAGE_TYPE_MAX = 22");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_DMA_RING == 18, "DMA_MEM_USAGE_TYPE_DMA_RING = 18");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_DMA_RING_SPILL == 19, "DMA_MEM_USAGE_TYPE_DMA_RING_SPILL = 19");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_DMA_RING_IO == 20, "DMA_MEM_USAGE_TYPE_DMA_RING_IO = 20");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES == 21, "DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES = 21");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_MAX == 22, "DMA_MEM_USAGE_TYPE_MAX = 22");
 #endif
 
 /* kbin_sb_carveout_type_t — spec §8, 4 bytes */
@@ -98,8 +107,8 @@ typedef enum kbin_sb_carveout_type_t {
     KBIN_SB_CARVEOUT_TYPE_EVTACCEL = 1,
 } kbin_sb_carveout_type_t;
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(KBIN_SB_CARVEOUT_TYPE_INVALID == 0, "KBIN_SB_CARVEOUT_TYPE_INVALID = 0");
-_Static_assert(KBIN_SB_CARVEOUT_TYPE_EVTACCEL == 1, "KBIN_SB_CARVEOUT_TYPE_EVTACCEL = 1");
+NRT_LAYOUT_ASSERT(KBIN_SB_CARVEOUT_TYPE_INVALID == 0, "KBIN_SB_CARVEOUT_TYPE_INVALID = 0");
+NRT_LAYOUT_ASSERT(KBIN_SB_CARVEOUT_TYPE_EVTACCEL == 1, "KBIN_SB_CARVEOUT_TYPE_EVTACCEL = 1");
 #endif
 
 /* dmem_storage_type — spec §7.1, 4 bytes */
@@ -110,10 +119,10 @@ typedef enum dmem_storage_type {
     FAKE = 3,
 } dmem_storage_type;
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(INVALID == 0, "INVALID = 0");
-_Static_assert(MALLOC == 1, "MALLOC = 1");
-_Static_assert(DMA == 2, "DMA = 2");
-_Static_assert(FAKE == 3, "FAKE = 3");
+NRT_LAYOUT_ASSERT(INVALID == 0, "INVALID = 0");
+NRT_LAYOUT_ASSERT(MALLOC == 1, "MALLOC = 1");
+NRT_LAYOUT_ASSERT(DMA == 2, "DMA = 2");
+NRT_LAYOUT_ASSERT(FAKE == 3, "FAKE = 3");
 #endif
 
 /* mem_alloc_category_t — spec §3.3, 4 bytes */
@@ -223,8 +232,8 @@ struct tpb_map_t {
     uint8_t map[8];                  /*        0        8  chosen */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(tpb_map_t) == 8, "tpb_map_t: size 8");
-_Static_assert(_Alignof(tpb_map_t) == 1, "tpb_map_t: align 1");
+NRT_LAYOUT_ASSERT(sizeof(tpb_map_t) == 8, "tpb_map_t: size 8");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tpb_map_t) == 1, "tpb_map_t: align 1");
 #endif
 
 /* physical_core_t — spec §1.1, 24 bytes, align 8 */
@@ -235,8 +244,8 @@ struct physical_core_t {
     uint8_t _reserved_0016[8];       /*       16        8  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(physical_core_t) == 24, "physical_core_t: size 24");
-_Static_assert(_Alignof(physical_core_t) == 8, "physical_core_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(physical_core_t) == 24, "physical_core_t: size 24");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(physical_core_t) == 8, "physical_core_t: align 8");
 #endif
 
 /* H_MODEL — spec §4.1, 4 bytes, align 4 */
@@ -244,9 +253,9 @@ struct H_MODEL {
     uint32_t id;                     /*        0        4  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(H_MODEL) == 4, "H_MODEL: size 4");
-_Static_assert(_Alignof(H_MODEL) == 4, "H_MODEL: align 4");
-_Static_assert(offsetof(H_MODEL, id) == 0, "H_MODEL.id: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(H_MODEL) == 4, "H_MODEL: size 4");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(H_MODEL) == 4, "H_MODEL: align 4");
+NRT_LAYOUT_ASSERT(offsetof(H_MODEL, id) == 0, "H_MODEL.id: offset 0 (observed)");
 #endif
 
 /* nrt_mutex_t — spec §2, 40 bytes, align 8 */
@@ -256,9 +265,9 @@ struct nrt_mutex_t {
     uint64_t _reserved_0008[4];      /*        8       32  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(nrt_mutex_t) == 40, "nrt_mutex_t: size 40");
-_Static_assert(_Alignof(nrt_mutex_t) == 8, "nrt_mutex_t: align 8");
-_Static_assert(sizeof(nrt_mutex_t) == sizeof(pthread_mutex_t), "nrt_mutex_t fills a pthread_mutex_t slot");
+NRT_LAYOUT_ASSERT(sizeof(nrt_mutex_t) == 40, "nrt_mutex_t: size 40");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(nrt_mutex_t) == 8, "nrt_mutex_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(nrt_mutex_t) == sizeof(pthread_mutex_t), "nrt_mutex_t fills a pthread_mutex_t slot");
 #endif
 
 /* tpb_sunda_t — spec §6, 2960 bytes, align 8 */
@@ -270,8 +279,8 @@ struct tpb_sunda_t {
     uint8_t _reserved_0056[2904];                    /*       56     2904  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(tpb_sunda_t) == 2960, "tpb_sunda_t: size 2960");
-_Static_assert(_Alignof(tpb_sunda_t) == 8, "tpb_sunda_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(tpb_sunda_t) == 2960, "tpb_sunda_t: size 2960");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tpb_sunda_t) == 8, "tpb_sunda_t: align 8");
 #endif
 
 /* tdrv_scratchpad_page_t — spec §8, 16 bytes, align 8 */
@@ -281,10 +290,10 @@ struct tdrv_scratchpad_page_t {
     uint8_t _reserved_0012[4];       /*       12        4  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(tdrv_scratchpad_page_t) == 16, "tdrv_scratchpad_page_t: size 16");
-_Static_assert(_Alignof(tdrv_scratchpad_page_t) == 8, "tdrv_scratchpad_page_t: align 8");
-_Static_assert(offsetof(tdrv_scratchpad_page_t, dmem) == 0, "tdrv_scratchpad_page_t.dmem: offset 0 (observed)");
-_Static_assert(offsetof(tdrv_scratchpad_page_t, refs) == 8, "tdrv_scratchpad_page_t.refs: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(tdrv_scratchpad_page_t) == 16, "tdrv_scratchpad_page_t: size 16");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tdrv_scratchpad_page_t) == 8, "tdrv_scratchpad_page_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_page_t, dmem) == 0, "tdrv_scratchpad_page_t.dmem: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_page_t, refs) == 8, "tdrv_scratchpad_page_t.refs: offset 8 (observed)");
 #endif
 
 /* tdrv_scratchpad_t — spec §8, 16440 bytes, align 8 */
@@ -297,13 +306,13 @@ struct tdrv_scratchpad_t {
     tdrv_scratchpad_page_t pages[1024]; /*       56    16384  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(tdrv_scratchpad_t) == 16440, "tdrv_scratchpad_t: size 16440");
-_Static_assert(_Alignof(tdrv_scratchpad_t) == 8, "tdrv_scratchpad_t: align 8");
-_Static_assert(offsetof(tdrv_scratchpad_t, lock) == 0, "tdrv_scratchpad_t.lock: offset 0 (inferred)");
-_Static_assert(offsetof(tdrv_scratchpad_t, page_size) == 40, "tdrv_scratchpad_t.page_size: offset 40 (observed)");
-_Static_assert(offsetof(tdrv_scratchpad_t, num_pages) == 48, "tdrv_scratchpad_t.num_pages: offset 48 (observed)");
-_Static_assert(offsetof(tdrv_scratchpad_t, is_contiguous) == 52, "tdrv_scratchpad_t.is_contiguous: offset 52 (observed)");
-_Static_assert(offsetof(tdrv_scratchpad_t, pages) == 56, "tdrv_scratchpad_t.pages: offset 56 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(tdrv_scratchpad_t) == 16440, "tdrv_scratchpad_t: size 16440");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tdrv_scratchpad_t) == 8, "tdrv_scratchpad_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, lock) == 0, "tdrv_scratchpad_t.lock: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, page_size) == 40, "tdrv_scratchpad_t.page_size: offset 40 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, num_pages) == 48, "tdrv_scratchpad_t.num_pages: offset 48 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, is_contiguous) == 52, "tdrv_scratchpad_t.is_contiguous: offset 52 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, pages) == 56, "tdrv_scratchpad_t.pages: offset 56 (observed)");
 #endif
 
 /* tpb_t — spec §2, 39320 bytes, align 8 */
@@ -327,13 +336,13 @@ struct tpb_t {
     uint8_t _reserved_38704[616];      /*    38704      616  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(tpb_t) == 39320, "tpb_t: size 39320");
-_Static_assert(_Alignof(tpb_t) == 8, "tpb_t: align 8");
-_Static_assert(offsetof(tpb_t, tpb_allocator) == 17024, "tpb_t.tpb_allocator: offset 17024 (observed)");
-_Static_assert(offsetof(tpb_t, sunda) == 17032, "tpb_t.sunda: offset 17032 (observed)");
-_Static_assert(offsetof(tpb_t, model_db_lock) == 19992, "tpb_t.model_db_lock: offset 19992 (observed)");
-_Static_assert(offsetof(tpb_t, model_db) == 20032, "tpb_t.model_db: offset 20032 (observed)");
-_Static_assert(offsetof(tpb_t, scratchpad) == 22200, "tpb_t.scratchpad: offset 22200 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(tpb_t) == 39320, "tpb_t: size 39320");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tpb_t) == 8, "tpb_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, tpb_allocator) == 17024, "tpb_t.tpb_allocator: offset 17024 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, sunda) == 17032, "tpb_t.sunda: offset 17032 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, model_db_lock) == 19992, "tpb_t.model_db_lock: offset 19992 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, model_db) == 20032, "tpb_t.model_db: offset 20032 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, scratchpad) == 22200, "tpb_t.scratchpad: offset 22200 (observed)");
 #endif
 
 /* top_sp_t — spec §1, 16376 bytes, align 8 */
@@ -341,8 +350,8 @@ struct top_sp_t {
     uint64_t _reserved_0000[2047];   /*        0    16376  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(top_sp_t) == 16376, "top_sp_t: size 16376");
-_Static_assert(_Alignof(top_sp_t) == 8, "top_sp_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(top_sp_t) == 16376, "top_sp_t: size 16376");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(top_sp_t) == 8, "top_sp_t: align 8");
 #endif
 
 /* dma_mem_log_t — spec §3.4, 1600 bytes, align 8 */
@@ -357,8 +366,8 @@ struct dma_mem_log_t {
     uint8_t _reserved_1552[48];      /*     1552       48  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(dma_mem_log_t) == 1600, "dma_mem_log_t: size 1600");
-_Static_assert(_Alignof(dma_mem_log_t) == 8, "dma_mem_log_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(dma_mem_log_t) == 1600, "dma_mem_log_t: size 1600");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dma_mem_log_t) == 8, "dma_mem_log_t: align 8");
 #endif
 
 /* mla_t — spec §1, 590008 bytes, align 8 */
@@ -386,12 +395,12 @@ struct mla_t {
     uint8_t _reserved_582784[7224];  /*   582784     7224  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(mla_t) == 590008, "mla_t: size 590008");
-_Static_assert(_Alignof(mla_t) == 8, "mla_t: align 8");
-_Static_assert(offsetof(mla_t, _tpbs) == 80, "mla_t._tpbs: offset 80 (observed)");
-_Static_assert(offsetof(mla_t, top_sps) == 314672, "mla_t.top_sps: offset 314672 (observed)");
-_Static_assert(offsetof(mla_t, bdf) == 576688, "mla_t.bdf: offset 576688 (observed)");
-_Static_assert(offsetof(mla_t, dmem_logger) == 576768, "mla_t.dmem_logger: offset 576768 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(mla_t) == 590008, "mla_t: size 590008");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(mla_t) == 8, "mla_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, _tpbs) == 80, "mla_t._tpbs: offset 80 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, top_sps) == 314672, "mla_t.top_sps: offset 314672 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, bdf) == 576688, "mla_t.bdf: offset 576688 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, dmem_logger) == 576768, "mla_t.dmem_logger: offset 576768 (observed)");
 #endif
 
 /* tdrv_ctx_t — spec §1, 18884656 bytes, align 8 */
@@ -404,9 +413,9 @@ struct tdrv_ctx_t {
     uint8_t _reserved_18880396[4260]; /* 18880396     4260  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(tdrv_ctx_t) == 18884656, "tdrv_ctx_t: size 18884656");
-_Static_assert(_Alignof(tdrv_ctx_t) == 8, "tdrv_ctx_t: align 8");
-_Static_assert(offsetof(tdrv_ctx_t, mla) == 8, "tdrv_ctx_t.mla: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(tdrv_ctx_t) == 18884656, "tdrv_ctx_t: size 18884656");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tdrv_ctx_t) == 8, "tdrv_ctx_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, mla) == 8, "tdrv_ctx_t.mla: offset 8 (observed)");
 #endif
 
 /* virtual_core_t — spec §9, 64 bytes, align 8 */
@@ -418,8 +427,8 @@ struct virtual_core_t {
     uint8_t _reserved_0060[4];       /*       60        4  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(virtual_core_t) == 64, "virtual_core_t: size 64");
-_Static_assert(_Alignof(virtual_core_t) == 8, "virtual_core_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(virtual_core_t) == 64, "virtual_core_t: size 64");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(virtual_core_t) == 8, "virtual_core_t: align 8");
 #endif
 
 /* dmem_t — spec §3.1, 192 bytes, align 8 */
@@ -448,8 +457,8 @@ struct dmem_t {
     uint8_t _reserved_0180[12];      /*      180       12  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(dmem_t) == 192, "dmem_t: size 192");
-_Static_assert(_Alignof(dmem_t) == 8, "dmem_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(dmem_t) == 192, "dmem_t: size 192");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dmem_t) == 8, "dmem_t: align 8");
 #endif
 
 /* dmem_allocator_t — spec §3.1, 512 bytes, align 8 */
@@ -465,8 +474,8 @@ struct dmem_allocator_t {
     uint8_t _reserved_0456[56];      /*      456       56  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(dmem_allocator_t) == 512, "dmem_allocator_t: size 512");
-_Static_assert(_Alignof(dmem_allocator_t) == 8, "dmem_allocator_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(dmem_allocator_t) == 512, "dmem_allocator_t: size 512");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dmem_allocator_t) == 8, "dmem_allocator_t: align 8");
 #endif
 
 /* dmem_list_t — spec §3.1, 16 bytes, align 8 */
@@ -475,10 +484,10 @@ struct dmem_list_t {
     dmem_ref_node_t *tail;           /*        8        8  inferred */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(dmem_list_t) == 16, "dmem_list_t: size 16");
-_Static_assert(_Alignof(dmem_list_t) == 8, "dmem_list_t: align 8");
-_Static_assert(offsetof(dmem_list_t, head) == 0, "dmem_list_t.head: offset 0 (inferred)");
-_Static_assert(offsetof(dmem_list_t, tail) == 8, "dmem_list_t.tail: offset 8 (inferred)");
+NRT_LAYOUT_ASSERT(sizeof(dmem_list_t) == 16, "dmem_list_t: size 16");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dmem_list_t) == 8, "dmem_list_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(dmem_list_t, head) == 0, "dmem_list_t.head: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_list_t, tail) == 8, "dmem_list_t.tail: offset 8 (inferred)");
 #endif
 
 /* dmem_ref_node_t — spec §3.1, 16 bytes, align 8 */
@@ -487,10 +496,10 @@ struct dmem_ref_node_t {
     dmem_ref_node_t *next;           /*        8        8  inferred */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(dmem_ref_node_t) == 16, "dmem_ref_node_t: size 16");
-_Static_assert(_Alignof(dmem_ref_node_t) == 8, "dmem_ref_node_t: align 8");
-_Static_assert(offsetof(dmem_ref_node_t, dmem) == 0, "dmem_ref_node_t.dmem: offset 0 (inferred)");
-_Static_assert(offsetof(dmem_ref_node_t, next) == 8, "dmem_ref_node_t.next: offset 8 (inferred)");
+NRT_LAYOUT_ASSERT(sizeof(dmem_ref_node_t) == 16, "dmem_ref_node_t: size 16");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dmem_ref_node_t) == 8, "dmem_ref_node_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(dmem_ref_node_t, dmem) == 0, "dmem_ref_node_t.dmem: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_ref_node_t, next) == 8, "dmem_ref_node_t.next: offset 8 (inferred)");
 #endif
 
 /* ht_node_t — spec §4.1, 48 bytes, align 8 */
@@ -504,14 +513,14 @@ struct ht_node_t {
     ht_node_t *next;                 /*       40        8  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(ht_node_t) == 48, "ht_node_t: size 48");
-_Static_assert(_Alignof(ht_node_t) == 8, "ht_node_t: align 8");
-_Static_assert(offsetof(ht_node_t, key) == 0, "ht_node_t.key: offset 0 (observed)");
-_Static_assert(offsetof(ht_node_t, val) == 8, "ht_node_t.val: offset 8 (observed)");
-_Static_assert(offsetof(ht_node_t, buf_size) == 16, "ht_node_t.buf_size: offset 16 (observed)");
-_Static_assert(offsetof(ht_node_t, bucket) == 24, "ht_node_t.bucket: offset 24 (observed)");
-_Static_assert(offsetof(ht_node_t, key_type) == 32, "ht_node_t.key_type: offset 32 (observed)");
-_Static_assert(offsetof(ht_node_t, next) == 40, "ht_node_t.next: offset 40 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(ht_node_t) == 48, "ht_node_t: size 48");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ht_node_t) == 8, "ht_node_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(ht_node_t, key) == 0, "ht_node_t.key: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ht_node_t, val) == 8, "ht_node_t.val: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ht_node_t, buf_size) == 16, "ht_node_t.buf_size: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ht_node_t, bucket) == 24, "ht_node_t.bucket: offset 24 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ht_node_t, key_type) == 32, "ht_node_t.key_type: offset 32 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ht_node_t, next) == 40, "ht_node_t.next: offset 40 (observed)");
 #endif
 
 /* ht_t — spec §4.1, 32 bytes, align 8 */
@@ -523,8 +532,8 @@ struct ht_t {
     ht_node_t buckets[];             /*       32        0  chosen */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(ht_t) == 32, "ht_t: size 32");
-_Static_assert(_Alignof(ht_t) == 8, "ht_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(ht_t) == 32, "ht_t: size 32");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ht_t) == 8, "ht_t: align 8");
 #endif
 
 /* model_io_t — spec §5.3, 56 bytes, align 8 */
@@ -533,8 +542,8 @@ struct model_io_t {
     uint8_t name[48];                /*        8       48  chosen */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(model_io_t) == 56, "model_io_t: size 56");
-_Static_assert(_Alignof(model_io_t) == 8, "model_io_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(model_io_t) == 56, "model_io_t: size 56");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(model_io_t) == 8, "model_io_t: align 8");
 #endif
 
 /* model_t — spec §5.3, 7744 bytes, align 8 */
@@ -570,10 +579,10 @@ struct model_t {
     uint8_t _reserved_7544[200];                        /*     7544      200  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(model_t) == 7744, "model_t: size 7744");
-_Static_assert(_Alignof(model_t) == 8, "model_t: align 8");
-_Static_assert(offsetof(model_t, ref_count) == 6488, "model_t.ref_count: offset 6488 (observed)");
-_Static_assert(offsetof(model_t, ht_node) == 7496, "model_t.ht_node: offset 7496 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(model_t) == 7744, "model_t: size 7744");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(model_t) == 8, "model_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(model_t, ref_count) == 6488, "model_t.ref_count: offset 6488 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, ht_node) == 7496, "model_t.ht_node: offset 7496 (observed)");
 #endif
 
 /* vtpb_info_shared_mr_set_t — spec §5.2, 32 bytes, align 8 */
@@ -584,8 +593,8 @@ struct vtpb_info_shared_mr_set_t {
     scratchpad_cleanup_info_t *scratchpad_cleanup_info; /*       24        8  chosen */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(vtpb_info_shared_mr_set_t) == 32, "vtpb_info_shared_mr_set_t: size 32");
-_Static_assert(_Alignof(vtpb_info_shared_mr_set_t) == 8, "vtpb_info_shared_mr_set_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(vtpb_info_shared_mr_set_t) == 32, "vtpb_info_shared_mr_set_t: size 32");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(vtpb_info_shared_mr_set_t) == 8, "vtpb_info_shared_mr_set_t: align 8");
 #endif
 
 /* scratchpad_cleanup_info_t — spec §8, 16 bytes, align 4 */
@@ -596,8 +605,8 @@ struct scratchpad_cleanup_info_t {
     uint32_t device_id;              /*       12        4  chosen */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(scratchpad_cleanup_info_t) == 16, "scratchpad_cleanup_info_t: size 16");
-_Static_assert(_Alignof(scratchpad_cleanup_info_t) == 4, "scratchpad_cleanup_info_t: align 4");
+NRT_LAYOUT_ASSERT(sizeof(scratchpad_cleanup_info_t) == 16, "scratchpad_cleanup_info_t: size 16");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(scratchpad_cleanup_info_t) == 4, "scratchpad_cleanup_info_t: align 4");
 #endif
 
 /* ucode_lib_set_info_t — spec §6, 48 bytes, align 8 */
@@ -611,14 +620,14 @@ struct ucode_lib_set_info_t {
     dmem_t *lib_dmem;                /*       40        8  inferred */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(ucode_lib_set_info_t) == 48, "ucode_lib_set_info_t: size 48");
-_Static_assert(_Alignof(ucode_lib_set_info_t) == 8, "ucode_lib_set_info_t: align 8");
-_Static_assert(offsetof(ucode_lib_set_info_t, scratch_space) == 0, "ucode_lib_set_info_t.scratch_space: offset 0 (inferred)");
-_Static_assert(offsetof(ucode_lib_set_info_t, ucode_table) == 8, "ucode_lib_set_info_t.ucode_table: offset 8 (inferred)");
-_Static_assert(offsetof(ucode_lib_set_info_t, extram) == 16, "ucode_lib_set_info_t.extram: offset 16 (inferred)");
-_Static_assert(offsetof(ucode_lib_set_info_t, num_libs) == 24, "ucode_lib_set_info_t.num_libs: offset 24 (inferred)");
-_Static_assert(offsetof(ucode_lib_set_info_t, libs) == 32, "ucode_lib_set_info_t.libs: offset 32 (inferred)");
-_Static_assert(offsetof(ucode_lib_set_info_t, lib_dmem) == 40, "ucode_lib_set_info_t.lib_dmem: offset 40 (inferred)");
+NRT_LAYOUT_ASSERT(sizeof(ucode_lib_set_info_t) == 48, "ucode_lib_set_info_t: size 48");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ucode_lib_set_info_t) == 8, "ucode_lib_set_info_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, scratch_space) == 0, "ucode_lib_set_info_t.scratch_space: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, ucode_table) == 8, "ucode_lib_set_info_t.ucode_table: offset 8 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, extram) == 16, "ucode_lib_set_info_t.extram: offset 16 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, num_libs) == 24, "ucode_lib_set_info_t.num_libs: offset 24 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, libs) == 32, "ucode_lib_set_info_t.libs: offset 32 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, lib_dmem) == 40, "ucode_lib_set_info_t.lib_dmem: offset 40 (inferred)");
 #endif
 
 /* ucode_lib_info_t — spec §6, 32 bytes, align 8 */
@@ -631,10 +640,10 @@ struct ucode_lib_info_t {
     void *funcs;                     /*       24        8  inferred */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(ucode_lib_info_t) == 32, "ucode_lib_info_t: size 32");
-_Static_assert(_Alignof(ucode_lib_info_t) == 8, "ucode_lib_info_t: align 8");
-_Static_assert(offsetof(ucode_lib_info_t, address) == 0, "ucode_lib_info_t.address: offset 0 (inferred)");
-_Static_assert(offsetof(ucode_lib_info_t, funcs) == 24, "ucode_lib_info_t.funcs: offset 24 (inferred)");
+NRT_LAYOUT_ASSERT(sizeof(ucode_lib_info_t) == 32, "ucode_lib_info_t: size 32");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ucode_lib_info_t) == 8, "ucode_lib_info_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, address) == 0, "ucode_lib_info_t.address: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, funcs) == 24, "ucode_lib_info_t.funcs: offset 24 (inferred)");
 #endif
 
 /* SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY — spec §6, 280 bytes, align 8 */
@@ -646,8 +655,8 @@ struct SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY {
     uint8_t _reserved_0024[256];     /*       24      256  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY) == 280, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY: size 280");
-_Static_assert(_Alignof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY) == 8, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY: align 8");
+NRT_LAYOUT_ASSERT(sizeof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY) == 280, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY: size 280");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY) == 8, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY: align 8");
 #endif
 
 /* nrt_tensor_t — spec §7.1, 192 bytes, align 8 */
@@ -665,8 +674,8 @@ struct nrt_tensor_t {
     uint8_t _reserved_0160[32];       /*      160       32  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(nrt_tensor_t) == 192, "nrt_tensor_t: size 192");
-_Static_assert(_Alignof(nrt_tensor_t) == 8, "nrt_tensor_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(nrt_tensor_t) == 192, "nrt_tensor_t: size 192");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(nrt_tensor_t) == 8, "nrt_tensor_t: align 8");
 #endif
 
 /* nrt_tensor_storage_t — spec §7.1, 320 bytes, align 8 */
@@ -689,8 +698,8 @@ struct nrt_tensor_storage_t {
     uint8_t _reserved_0160[160];       /*      160      160  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(nrt_tensor_storage_t) == 320, "nrt_tensor_storage_t: size 320");
-_Static_assert(_Alignof(nrt_tensor_storage_t) == 8, "nrt_tensor_storage_t: align 8");
+NRT_LAYOUT_ASSERT(sizeof(nrt_tensor_storage_t) == 320, "nrt_tensor_storage_t: size 320");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(nrt_tensor_storage_t) == 8, "nrt_tensor_storage_t: align 8");
 #endif
 
 /* nrt_tensor_list_t — spec §7.3, 16 bytes, align 8 */
@@ -699,10 +708,10 @@ struct nrt_tensor_list_t {
     uint64_t num_tensors;            /*        8        8  inferred */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-_Static_assert(sizeof(nrt_tensor_list_t) == 16, "nrt_tensor_list_t: size 16");
-_Static_assert(_Alignof(nrt_tensor_list_t) == 8, "nrt_tensor_list_t: align 8");
-_Static_assert(offsetof(nrt_tensor_list_t, tensors) == 0, "nrt_tensor_list_t.tensors: offset 0 (inferred)");
-_Static_assert(offsetof(nrt_tensor_list_t, num_tensors) == 8, "nrt_tensor_list_t.num_tensors: offset 8 (inferred)");
+NRT_LAYOUT_ASSERT(sizeof(nrt_tensor_list_t) == 16, "nrt_tensor_list_t: size 16");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(nrt_tensor_list_t) == 8, "nrt_tensor_list_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_list_t, tensors) == 0, "nrt_tensor_list_t.tensors: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_list_t, num_tensors) == 8, "nrt_tensor_list_t.num_tensors: offset 8 (inferred)");
 #endif
 
 /* ---- category tables (spec §3.3), indexed by dma_mem_usage_type_t ---- */

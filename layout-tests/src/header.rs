@@ -3,8 +3,8 @@
 //!
 //! Structs are emitted in dependency order (a struct embedded by value is defined before its
 //! first use), after `typedef struct X X;` forward declarations so pointers to any of them work.
-//! Each definition is followed by `_Static_assert`s on its size, alignment and every pinned
-//! offset; defining `NRT_LAYOUT_NO_STATIC_ASSERTS` turns them off, which the C cross-check
+//! Each definition is followed by static asserts (`NRT_LAYOUT_ASSERT`: C11 `_Static_assert`,
+//! C++11 `static_assert`) on its size, alignment and every pinned offset; defining `NRT_LAYOUT_NO_STATIC_ASSERTS` turns them off, which the C cross-check
 //! ([`crate::ccheck`]) and the DWARF fixtures use to measure a deliberately broken header.
 
 use std::collections::BTreeSet;
@@ -137,6 +137,15 @@ pub fn generate() -> Result<String, String> {
         "#include <stdint.h>",
         "#include <pthread.h>",
         "",
+        "/* The asserts in C11 and in C++11 (debugger and crash-dump tools are often C++). */",
+        "#ifdef __cplusplus",
+        "#define NRT_LAYOUT_ASSERT(cond, msg) static_assert(cond, msg)",
+        "#define NRT_LAYOUT_ALIGNOF(type) alignof(type)",
+        "#else",
+        "#define NRT_LAYOUT_ASSERT(cond, msg) _Static_assert(cond, msg)",
+        "#define NRT_LAYOUT_ALIGNOF(type) _Alignof(type)",
+        "#endif",
+        "",
     ];
     for line in PREAMBLE {
         o.push_str(line);
@@ -163,7 +172,7 @@ pub fn generate() -> Result<String, String> {
             for (n, v) in pinned {
                 let want = pins.expected_enum_value(e.name, n, *v);
                 o.push_str(&format!(
-                    "_Static_assert({n} == {want}, \"{n} = {want}\");\n"
+                    "NRT_LAYOUT_ASSERT({n} == {want}, \"{n} = {want}\");\n"
                 ));
             }
             o.push_str("#endif\n");
@@ -203,17 +212,17 @@ pub fn generate() -> Result<String, String> {
         // header regenerated from drifted tables no longer compiles.
         o.push_str("#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS\n");
         o.push_str(&format!(
-            "_Static_assert(sizeof({0}) == {1}, \"{0}: size {1}\");\n",
+            "NRT_LAYOUT_ASSERT(sizeof({0}) == {1}, \"{0}: size {1}\");\n",
             s.name,
             pins.expected_size(s)
         ));
         o.push_str(&format!(
-            "_Static_assert(_Alignof({0}) == {1}, \"{0}: align {1}\");\n",
+            "NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF({0}) == {1}, \"{0}: align {1}\");\n",
             s.name, s.align
         ));
         for f in s.fields.iter().filter(|f| pins.field(s, f.name).offset) {
             o.push_str(&format!(
-                "_Static_assert(offsetof({0}, {1}) == {2}, \"{0}.{1}: offset {2} ({3})\");\n",
+                "NRT_LAYOUT_ASSERT(offsetof({0}, {1}) == {2}, \"{0}.{1}: offset {2} ({3})\");\n",
                 s.name,
                 f.name,
                 pins.expected_offset(s, f),
@@ -222,7 +231,7 @@ pub fn generate() -> Result<String, String> {
         }
         if s.name == "nrt_mutex_t" {
             o.push_str(
-                "_Static_assert(sizeof(nrt_mutex_t) == sizeof(pthread_mutex_t), \
+                "NRT_LAYOUT_ASSERT(sizeof(nrt_mutex_t) == sizeof(pthread_mutex_t), \
                  \"nrt_mutex_t fills a pthread_mutex_t slot\");\n",
             );
         }

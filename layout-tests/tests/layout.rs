@@ -199,7 +199,7 @@ fn header_declares_everything() {
         );
         assert!(
             h.contains(&format!(
-                "_Static_assert(sizeof({0}) == {1},",
+                "NRT_LAYOUT_ASSERT(sizeof({0}) == {1},",
                 s.name, s.size
             )),
             "{}",
@@ -223,7 +223,7 @@ fn header_declares_everything() {
         h.contains("ht_node_t buckets[];"),
         "ht_t.buckets is a flexible array member"
     );
-    assert!(h.contains("_Static_assert(sizeof(nrt_mutex_t) == sizeof(pthread_mutex_t)"));
+    assert!(h.contains("NRT_LAYOUT_ASSERT(sizeof(nrt_mutex_t) == sizeof(pthread_mutex_t)"));
     for t in [
         "dmem_usage_type_to_host_category",
         "dmem_usage_type_to_device_category",

@@ -337,6 +337,22 @@ fn headers_compile_as_cpp() {
         .output()
         .unwrap();
     check("compiling dropin.c as C++", o);
+    // The layout header too, asserts included: debugger and crash-dump tools are often C++.
+    let src = out_dir().join("layout_probe.cpp");
+    std::fs::write(
+        &src,
+        "#include <nrt_layout.h>\nint main() { return (int)sizeof(mla_t) == 590008 ? 0 : 1; }\n",
+    )
+    .unwrap();
+    let o = Command::new(&cxx)
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-c", "-I"])
+        .arg(include_dir())
+        .arg(&src)
+        .arg("-o")
+        .arg(out_dir().join("layout_probe.o"))
+        .output()
+        .unwrap();
+    check("compiling nrt_layout.h as C++", o);
 }
 
 #[test]
