@@ -389,3 +389,21 @@ fn quiet_demo_prints_only_its_verdict() {
     assert_eq!(held, all, "{out}");
     assert!(all.parse::<u32>().unwrap() >= 10, "{out}");
 }
+
+#[test]
+fn a_closed_pipe_ends_the_run_quietly() {
+    use std::process::Stdio;
+    let mut child = bin()
+        .arg("demo")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Close the reading end before the demo has written anything (its runtime takes a few
+    // milliseconds to come up), as `nrt-dmem demo | head -0` would: its first write fails.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(!err.contains("Broken pipe"), "{err}");
+}

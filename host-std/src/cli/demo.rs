@@ -65,7 +65,7 @@ struct Out<'a> {
 
 impl Out<'_> {
     fn write(&mut self, s: &str) -> Result<(), CliError> {
-        writeln!(self.w, "{s}").map_err(|e| CliError::input(format!("writing output: {e}")))
+        writeln!(self.w, "{s}").map_err(CliError::output)
     }
     /// A line of the narrative (not shown with `-q`).
     fn line(&mut self, s: &str) -> Result<(), CliError> {

@@ -118,6 +118,19 @@ impl CliError {
             message: message.into(),
         }
     }
+
+    /// Writing the output failed. A closed pipe (`nrt-dmem demo | head -1`) ends the run
+    /// quietly with the status a death by SIGPIPE gives (141), as other command-line tools
+    /// end; anything else is reported.
+    fn output(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return CliError {
+                code: 141,
+                message: String::new(),
+            };
+        }
+        CliError::input(format!("writing output: {e}"))
+    }
 }
 
 impl From<StartError> for CliError {
@@ -226,6 +239,7 @@ where
     let _ = out.flush();
     match r {
         Ok(code) => code,
+        Err(e) if e.message.is_empty() => e.code,
         Err(e) => {
             let mut err = anstream::stderr();
             let _ = writeln!(
@@ -328,7 +342,7 @@ fn cmd_run(
     let sc = load_scenario(path)?;
     let cfg = runtime_config(g, Some(&sc), false)?;
     let mut s = Session::start(cfg)?;
-    let io = |e: std::io::Error| CliError::input(format!("writing output: {e}"));
+
     if !ui.quiet {
         writeln!(
             out,
@@ -337,10 +351,10 @@ fn cmd_run(
             path.display(),
             cfg.device
         )
-        .map_err(io)?;
+        .map_err(CliError::output)?;
         if let Some(d) = &sc.description {
             for l in d.trim().lines() {
-                writeln!(out, "  {}", Printable(l)).map_err(io)?;
+                writeln!(out, "  {}", Printable(l)).map_err(CliError::output)?;
             }
         }
     }
@@ -354,7 +368,7 @@ fn cmd_run(
             report.operations,
             report.expectations
         )
-        .map_err(io)?;
+        .map_err(CliError::output)?;
         Ok(0)
     } else {
         writeln!(
@@ -371,9 +385,9 @@ fn cmd_run(
                 ""
             }
         )
-        .map_err(io)?;
+        .map_err(CliError::output)?;
         for f in &report.failures {
-            writeln!(out, "  {}: {f}", path.display()).map_err(io)?;
+            writeln!(out, "  {}: {f}", path.display()).map_err(CliError::output)?;
         }
         Ok(1)
     }
@@ -415,13 +429,13 @@ fn cmd_stats(
         }
     };
     let report = stats::collect(&s, &source);
-    let io = |e: std::io::Error| CliError::input(format!("writing output: {e}"));
+
     if json {
         let text = serde_json::to_string_pretty(&stats::to_json(&report))
             .map_err(|e| CliError::input(e.to_string()))?;
-        writeln!(out, "{text}").map_err(io)?;
+        writeln!(out, "{text}").map_err(CliError::output)?;
     } else {
-        stats::write_text(&report, out, ui.color).map_err(io)?;
+        stats::write_text(&report, out, ui.color).map_err(CliError::output)?;
     }
     let _ = s.close();
     Ok(code)
