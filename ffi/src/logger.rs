@@ -45,20 +45,18 @@ impl Log for Stderr {
 }
 
 /// `NEURON_RT_LOG_LEVEL` as the real runtime reads it (`ERROR`, `WARN`/`WARNING`, `INFO`,
-/// `DEBUG`, `TRACE`, any case; default ERROR).
-pub fn level_from_env() -> LevelFilter {
-    match std::env::var("NEURON_RT_LOG_LEVEL")
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_uppercase()
-        .as_str()
-    {
-        "TRACE" => LevelFilter::Trace,
-        "DEBUG" => LevelFilter::Debug,
-        "INFO" => LevelFilter::Info,
-        "WARN" | "WARNING" => LevelFilter::Warn,
-        "OFF" | "NONE" => LevelFilter::Off,
-        _ => LevelFilter::Error,
+/// `DEBUG`, `TRACE`, `OFF`/`NONE`, any case; default ERROR). `Err` carries a value that is none
+/// of these (the level is then ERROR).
+pub fn level_from_env() -> Result<LevelFilter, String> {
+    let v = std::env::var("NEURON_RT_LOG_LEVEL").unwrap_or_default();
+    match v.trim().to_ascii_uppercase().as_str() {
+        "TRACE" => Ok(LevelFilter::Trace),
+        "DEBUG" => Ok(LevelFilter::Debug),
+        "INFO" => Ok(LevelFilter::Info),
+        "WARN" | "WARNING" => Ok(LevelFilter::Warn),
+        "OFF" | "NONE" => Ok(LevelFilter::Off),
+        "ERROR" | "" => Ok(LevelFilter::Error),
+        _ => Err(v),
     }
 }
 
@@ -66,7 +64,16 @@ pub fn level_from_env() -> LevelFilter {
 pub fn install() {
     INSTALL.call_once(|| {
         if log::set_logger(&LOGGER).is_ok() {
-            log::set_max_level(level_from_env());
+            match level_from_env() {
+                Ok(level) => log::set_max_level(level),
+                Err(bad) => {
+                    log::set_max_level(LevelFilter::Error);
+                    log::error!(
+                        target: "nrt",
+                        "NEURON_RT_LOG_LEVEL={bad:?} is not ERROR, WARN, INFO, DEBUG, TRACE or OFF; logging errors only"
+                    );
+                }
+            }
         }
     });
 }

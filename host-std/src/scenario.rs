@@ -35,7 +35,8 @@ use crate::runtime::{HostRuntime, StartError};
 // ---------------------------------------------------------------------------------------------
 
 /// Parses a byte count: an integer (`4096`) or a number with a unit — `B`, `KiB`, `MiB`,
-/// `GiB`, `TiB` (powers of 1024) or `KB`, `MB`, `GB`, `TB` (powers of 1000); `1.5 GiB` is fine.
+/// `GiB`, `TiB` (powers of 1024) or `KB`, `MB`, `GB`, `TB` (powers of 1000); `1.5 GiB` is fine
+/// (a fraction of a larger unit is rounded to the nearest byte), `1.5 B` is not.
 pub fn parse_size(s: &str) -> Option<u64> {
     let t = s.trim();
     let split = t
@@ -60,6 +61,9 @@ pub fn parse_size(s: &str) -> Option<u64> {
     };
     if let Ok(n) = num.parse::<u64>() {
         return n.checked_mul(mult);
+    }
+    if mult == 1 {
+        return None; // a fraction of a byte
     }
     let f: f64 = num.parse().ok()?;
     let v = f * mult as f64;
@@ -2118,6 +2122,9 @@ mod tests {
         assert_eq!(parse_size("2 GB"), Some(2_000_000_000));
         assert_eq!(parse_size("1_024 KiB"), Some(1 << 20));
         assert_eq!(parse_size("12 parsecs"), None);
+        assert_eq!(parse_size("1.5 B"), None, "a fraction of a byte");
+        assert_eq!(parse_size("1.5"), None);
+        assert_eq!(parse_size("0.5 KiB"), Some(512));
         assert_eq!(parse_size(""), None);
         assert_eq!(fmt_bytes(0), "0 B");
         assert_eq!(fmt_bytes(64 << 20), "64 MiB");
