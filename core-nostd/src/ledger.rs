@@ -384,7 +384,7 @@ impl Nrt<'_> {
             if let Ok(s) = self.drv.pool_stats(dev, false, h) {
                 writeln!(
                     w,
-                    "  HBM {}: {:.3}MB free of {:.3}MB, largest free block {:.3}MB, fragmentation {}.{}%, {} allocations",
+                    "  HBM {}: {:.3}MB free of {:.3}MB allocatable, largest free block {:.3}MB, fragmentation {}.{}%, {} allocations",
                     h,
                     mb(s.free),
                     mb(s.capacity),

@@ -51,13 +51,13 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<DeviceChoice>,
     /// Physical cores per logical core (overrides NEURON_RT_VIRTUAL_CORE_SIZE).
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, value_name = "N", allow_negative_numbers = true)]
     pub lnc_size: Option<u32>,
     /// Logical cores to use: a core (3) or a range (1-3) (overrides NEURON_RT_VISIBLE_CORES).
     #[arg(long, global = true, value_name = "CORES", value_parser = parse_cores)]
     pub visible_cores: Option<(u32, u32)>,
     /// Use the first N logical cores, 0 = all (overrides NEURON_RT_NUM_CORES).
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, value_name = "N", allow_negative_numbers = true)]
     pub num_cores: Option<u32>,
     /// More log output (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = ArgAction::Count)]
