@@ -804,12 +804,13 @@ impl<'a> Nrt<'a> {
         })
     }
 
-    /// Calls `f` on every dmem of a resident model's MODEL heaps (spec §5.2). `Closed` /
-    /// `Uninitialized` outside an initialised runtime.
-    pub fn for_each_model_dmem(&self, h: H_MODEL, mut f: impl FnMut(&dmem_t)) -> Result<()> {
+    /// Calls `f(subgraph, dmem)` on every dmem of a resident model's MODEL heaps, one heap per
+    /// subgraph (spec §5.2). `Closed` / `Uninitialized` outside an initialised runtime.
+    pub fn for_each_model_dmem(&self, h: H_MODEL, mut f: impl FnMut(u32, &dmem_t)) -> Result<()> {
         self.with_model(h, |m, _, _| {
-            for al in m.sg_allocators {
-                self.allocator_for_each_inner(al, &mut f);
+            let n = (m.num_subgraphs as usize).min(m.sg_allocators.len());
+            for (sg, al) in m.sg_allocators[..n].iter().enumerate() {
+                self.allocator_for_each_inner(*al, |d| f(sg as u32, d));
             }
         })
     }

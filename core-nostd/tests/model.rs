@@ -64,7 +64,7 @@ fn stamp(f: &Fixture, h: H_MODEL, pattern: u8) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let st = n.model_info(h).unwrap();
     assert!(st.allocations > 0);
-    n.for_each_model_dmem(h, |d| {
+    n.for_each_model_dmem(h, |_, d| {
         if d.mem_type == DEV {
             out.push((d.mem_handle, d.size));
         }

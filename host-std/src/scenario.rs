@@ -1223,6 +1223,9 @@ pub fn write_oom_file(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<std::io::R
     Some(crate::runtime::write_oom_report(device, &text))
 }
 
+/// A model's device and host bytes per usage type (`[22]` = total): `(device, host)`.
+pub type Footprint = ([u64; 23], [u64; 23]);
+
 /// A runtime with the models and tensors a scenario (or the demo) made, by name.
 pub struct Session {
     rt: HostRuntime,
@@ -1526,20 +1529,37 @@ impl Session {
 
     /// Device bytes of a loaded model's MODEL heaps, per usage (`[22]` = total), and its host
     /// bytes per usage.
-    pub fn footprint(&self, h: H_MODEL) -> Result<([u64; 23], [u64; 23]), StepError> {
-        let mut dev = [0u64; 23];
-        let mut host = [0u64; 23];
-        self.rt.nrt().for_each_model_dmem(h, |d| {
+    pub fn footprint(&self, h: H_MODEL) -> Result<Footprint, StepError> {
+        let mut total = ([0u64; 23], [0u64; 23]);
+        for (dev, host) in self.subgraph_footprints(h)? {
+            for u in 0..23 {
+                total.0[u] += dev[u];
+                total.1[u] += host[u];
+            }
+        }
+        Ok(total)
+    }
+
+    /// [`Self::footprint`] of each subgraph's MODEL heap (spec §5.2), in subgraph order.
+    pub fn subgraph_footprints(&self, h: H_MODEL) -> Result<Vec<Footprint>, StepError> {
+        let subgraphs = self.rt.nrt().model_info(h)?.subgraphs as usize;
+        let mut per: Vec<Footprint> = vec![([0; 23], [0; 23]); subgraphs];
+        self.rt.nrt().for_each_model_dmem(h, |sg, d| {
+            let sg = sg as usize;
+            if per.len() <= sg {
+                per.resize(sg + 1, ([0; 23], [0; 23]));
+            }
             let u = (d.mem_usage_type as usize).min(21);
+            let (dev, host) = &mut per[sg];
             let row = if d.mem_type == dma_mem_location_t::HOST_DRAM as u32 {
-                &mut host
+                host
             } else {
-                &mut dev
+                dev
             };
             row[u] += d.allocated_size;
             row[22] += d.allocated_size;
         })?;
-        Ok((dev, host))
+        Ok(per)
     }
 
     /// Records every logical core's device usage under `name`.

@@ -158,6 +158,17 @@ fn stats_json_has_neuron_monitor_keys() {
             b["usage_breakdown"]["neuron_device"]["constants"].is_u64(),
             "{m}"
         );
+        // Per subgraph too, as neuron-monitor reports: the subgraphs add up to the model.
+        let sgs = m["subgraphs"].as_object().expect("subgraphs");
+        assert!(sgs.contains_key("sg_00"), "{m}");
+        let by_sg: u64 = sgs
+            .values()
+            .map(|g| g["memory_used_bytes"]["neuron_device"].as_u64().unwrap())
+            .sum();
+        assert_eq!(Some(by_sg), b["neuron_device"].as_u64(), "{m}");
+        if m["name"].as_str().is_some_and(|n| n.starts_with("llama")) {
+            assert_eq!(sgs.len(), 2, "the llama shard has 2 subgraphs: {m}");
+        }
     }
     let extras = &v["nrt_dmem"];
     assert!(

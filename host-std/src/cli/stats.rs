@@ -12,7 +12,7 @@ use nrt_core::driver::PoolStats;
 use nrt_core::ledger::UsageBreakdown;
 use serde_json::{json, Map, Value};
 
-use crate::scenario::{fmt_bytes, Category, Session, DEVICE_CLASSES, REPORT_ROWS};
+use crate::scenario::{fmt_bytes, Category, Footprint, Session, DEVICE_CLASSES, REPORT_ROWS};
 
 /// One logical core.
 pub struct CoreStats {
@@ -48,8 +48,8 @@ pub struct ModelStats {
     pub host: [u64; 23],
     /// Scratchpad pages held.
     pub scratchpad_pages: u32,
-    /// Subgraphs.
-    pub subgraphs: u32,
+    /// Device and host bytes per usage of each subgraph's MODEL heap.
+    pub subgraphs: Vec<Footprint>,
 }
 
 /// The whole report.
@@ -97,6 +97,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
         .iter()
         .map(|m| {
             let (dev, host) = s.footprint(m.handle).unwrap_or(([0; 23], [0; 23]));
+            let subgraphs = s.subgraph_footprints(m.handle).unwrap_or_default();
             let info = nrt.model_info(m.handle).unwrap_or_default();
             let device = nrt
                 .vcore_tpbs(m.core)
@@ -111,7 +112,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
                 dev,
                 host,
                 scratchpad_pages: info.scratchpad_pages,
-                subgraphs: info.subgraphs,
+                subgraphs,
             }
         })
         .collect();
@@ -147,6 +148,18 @@ fn device_classes(dev: &[u64; 23]) -> Map<String, Value> {
         m.insert((*name).into(), json!(Category::Class(*c).of(dev)));
     }
     m
+}
+
+/// neuron-monitor's `memory_used_bytes` of a model or subgraph: totals and class breakdowns.
+fn memory_used(dev: &[u64; 23], host: &[u64; 23]) -> Value {
+    json!({
+        "host": host[22],
+        "neuron_device": dev[22],
+        "usage_breakdown": {
+            "host": host_classes(host),
+            "neuron_device": device_classes(dev),
+        }
+    })
 }
 
 /// neuron-monitor's host classes: `tensors`, `constants`, `dma_buffers`, and everything else
@@ -221,15 +234,10 @@ pub fn to_json(r: &Report) -> Value {
                 "model_id": m.handle,
                 "neuroncore": m.core,
                 "neuron_device": m.device,
-                "subgraphs": m.subgraphs,
-                "memory_used_bytes": {
-                    "host": m.host[22],
-                    "neuron_device": m.dev[22],
-                    "usage_breakdown": {
-                        "host": host_classes(&m.host),
-                        "neuron_device": device_classes(&m.dev),
-                    }
-                },
+                "subgraphs": m.subgraphs.iter().enumerate().map(|(i, (dev, host))| {
+                    (format!("sg_{i:02}"), json!({ "memory_used_bytes": memory_used(dev, host) }))
+                }).collect::<serde_json::Map<_, _>>(),
+                "memory_used_bytes": memory_used(&m.dev, &m.host),
                 "nrt_dmem": { "scratchpad_pages": m.scratchpad_pages },
             })
         })
