@@ -146,7 +146,16 @@ impl Nrt<'_> {
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
         let _call = self.enter()?;
-        self.dmem_free_in_inner(al, m)
+        if !self.st.dmems.is_live(m) {
+            return Err(self.not_live(m));
+        }
+        // SAFETY: live slot; the field is accessed atomically (see dmem_release_ref).
+        if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
+            != al
+        {
+            return Err(Error::ForeignDmem);
+        }
+        self.dmem_free_inner(m)
     }
 
     /// [`Self::dmem_allocator_create`] without the gate (the runtime's own calls).
@@ -410,20 +419,6 @@ impl Nrt<'_> {
         }
         self.dmem_release_ref(m);
         Ok(())
-    }
-
-    /// [`Self::dmem_free_in`] without the gate (the runtime's own calls).
-    pub(crate) fn dmem_free_in_inner(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
-        if !self.st.dmems.is_live(m) {
-            return Err(self.not_live(m));
-        }
-        // SAFETY: live slot; the field is accessed atomically (see dmem_release_ref).
-        if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
-            != al
-        {
-            return Err(Error::ForeignDmem);
-        }
-        self.dmem_free_inner(m)
     }
 
     /// Why `m` is not a live dmem: a slot of the dmem arena that is free (a double free, or a
