@@ -17,7 +17,16 @@ fn bin() -> Command {
 }
 
 fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run nrt-dmem")
+    run_with(&[], args)
+}
+
+/// Runs with the variables `env` set (on top of the cleared defaults).
+fn run_with(env: &[(&str, &str)], args: &[&str]) -> Output {
+    bin()
+        .envs(env.iter().copied())
+        .args(args)
+        .output()
+        .expect("run nrt-dmem")
 }
 
 fn text(o: &Output) -> (String, String) {
@@ -281,11 +290,7 @@ fn bad_settings_are_named_not_panicked_on() {
         "{err}"
     );
     // A scratchpad page that is not a page multiple.
-    let o = bin()
-        .env("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "4097")
-        .arg("demo")
-        .output()
-        .expect("run nrt-dmem");
+    let o = run_with(&[("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "4097")], &["demo"]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("NRT_DMEM_SCRATCHPAD_PAGE_SIZE"), "{err}");
@@ -361,25 +366,17 @@ fn flags_replace_the_environment_they_override() {
         ("NEURON_RT_NUM_CORES", "abc", "--num-cores", "2"),
         ("NEURON_RT_VISIBLE_CORES", "9-1", "--visible-cores", "0-1"),
     ] {
-        let o = bin()
-            .env(var, value)
-            .args(["stats", "--json", flag, flag_value])
-            .output()
-            .expect("run");
+        let o = run_with(&[(var, value)], &["stats", "--json", flag, flag_value]);
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(0), "{var}={value} {flag}: {out}{err}");
         // Without the flag the bad value is an error that names the variable.
-        let o = bin().env(var, value).arg("stats").output().expect("run");
+        let o = run_with(&[(var, value)], &["stats"]);
         let (_, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{var}={value}: {err}");
         assert!(err.contains(var), "{err}");
     }
     // `stats` without a scenario runs on the device the environment names.
-    let o = bin()
-        .env("NRT_DMEM_DEVICE", "sim:inf2")
-        .args(["stats", "--json"])
-        .output()
-        .expect("run");
+    let o = run_with(&[("NRT_DMEM_DEVICE", "sim:inf2")], &["stats", "--json"]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(out.contains("sim:inf2"), "{out}");
