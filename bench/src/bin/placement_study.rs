@@ -78,9 +78,10 @@ fn print_table(rows: &[Row], o: &Options) {
     println!("|---|---:|---:|---:|---:|");
     for row in rows {
         let s = row.spread();
+        let first = row.per_seed.first().copied().unwrap_or(f64::NAN);
         println!(
-            "| {} | {:.4} | {:.4} | {:.4} | {:.4} |",
-            row.label, row.per_seed[0], s.mean, s.min, s.max
+            "| {} | {first:.4} | {:.4} | {:.4} | {:.4} |",
+            row.label, s.mean, s.min, s.max
         );
     }
 }
