@@ -22,6 +22,10 @@ use nrt_core::carve::{Carve, CarveId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+pub mod placement;
+
+use placement::FreeRanges;
+
 /// KiB.
 pub const KIB: u64 = 1024;
 /// MiB.
@@ -108,6 +112,15 @@ impl TraceSpec {
             max_size: MIB,
             seed: 0xA11C_0002,
             ..Self::trace_a(churn_ops)
+        }
+    }
+
+    /// Variant `k` of this trace: the same parameters with seed `seed + k·7919` (variant 0 is
+    /// the trace itself, e.g. the trace A).
+    pub fn seed_variant(self, k: u64) -> Self {
+        TraceSpec {
+            seed: self.seed + k * 7919,
+            ..self
         }
     }
 }
@@ -366,17 +379,15 @@ impl BenchAlloc for RangeBench {
 /// per request, so it is a reference for *utilisation* (how far a non-moving allocator that
 /// always takes the lowest fitting hole gets), not a speed peer.
 pub struct FirstFitRef {
-    /// Free ranges, start → length, coalesced.
-    free: std::collections::BTreeMap<u64, u64>,
-    capacity: u64,
+    /// Free ranges, coalesced.
+    free: FreeRanges,
 }
 
 impl FirstFitRef {
     /// An empty pool over `[0, capacity)`, in units of [`CARVE_GRANULE`].
     pub fn new(capacity: u64) -> Self {
         FirstFitRef {
-            free: std::iter::once((0, capacity)).collect(),
-            capacity,
+            free: FreeRanges::new(capacity),
         }
     }
 }
@@ -385,35 +396,16 @@ impl BenchAlloc for FirstFitRef {
     type Handle = (u64, u64);
     const NAME: &'static str = "first_fit_reference";
     fn reset(&mut self) {
-        *self = Self::new(self.capacity);
+        *self = Self::new(self.free.capacity());
     }
     fn alloc(&mut self, size: u64, align: u64) -> Option<(u64, u64)> {
         let size = size.next_multiple_of(CARVE_GRANULE);
-        let align = align.max(CARVE_GRANULE);
-        let (block, len, start) = self.free.iter().find_map(|(&b, &l)| {
-            let start = b.next_multiple_of(align);
-            (start + size <= b + l).then_some((b, l, start))
-        })?;
-        self.free.remove(&block);
-        if start > block {
-            self.free.insert(block, start - block);
-        }
-        if start + size < block + len {
-            self.free.insert(start + size, block + len - start - size);
-        }
+        let start = self.free.first_fit(size, align.max(CARVE_GRANULE))?;
+        self.free.take(start, size);
         Some((start, start + size))
     }
-    fn free(&mut self, (mut start, mut end): (u64, u64)) {
-        if let Some((&b, &l)) = self.free.range(..start).next_back() {
-            if b + l == start {
-                self.free.remove(&b);
-                start = b;
-            }
-        }
-        if let Some(l) = self.free.remove(&end) {
-            end += l;
-        }
-        self.free.insert(start, end - start);
+    fn free(&mut self, (start, end): (u64, u64)) {
+        self.free.give(start, end);
     }
     fn range(&self, h: (u64, u64)) -> (u64, u64) {
         h
@@ -431,6 +423,24 @@ pub struct SeedSpread {
     pub max: f64,
 }
 
+impl SeedSpread {
+    /// Mean, min and max of per-seed values (all NaN for an empty slice).
+    pub fn of(values: &[f64]) -> Self {
+        if values.is_empty() {
+            return SeedSpread {
+                mean: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+            };
+        }
+        SeedSpread {
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
 /// Utilisation at the first failure on `seeds` variants of `spec` (seed, seed + 7919, …), one
 /// replay each (its timing is not used). The figure comes from one trace and so from one
 /// fill request; this is the same measurement averaged, to compare placement policies.
@@ -441,18 +451,11 @@ pub fn utilisation_over_seeds<A: BenchAlloc>(
 ) -> SeedSpread {
     let v: Vec<f64> = (0..seeds)
         .map(|k| {
-            let trace = Trace::generate(TraceSpec {
-                seed: spec.seed + k * 7919,
-                ..spec
-            });
+            let trace = Trace::generate(spec.seed_variant(k));
             measure(make(), &trace, 1).utilisation_at_first_failure
         })
         .collect();
-    SeedSpread {
-        mean: v.iter().sum::<f64>() / v.len().max(1) as f64,
-        min: v.iter().copied().fold(f64::INFINITY, f64::min),
-        max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    }
+    SeedSpread::of(&v)
 }
 
 /// Replays traces against one allocator, remembering handles by trace id.
