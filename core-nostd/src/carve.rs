@@ -213,12 +213,7 @@ impl CarveStats {
 
 impl From<CarveStats> for PoolStats {
     fn from(s: CarveStats) -> Self {
-        PoolStats {
-            capacity: s.capacity,
-            free: s.free,
-            largest_free: s.largest_free,
-            allocations: s.live_allocations,
-        }
+        PoolStats::one_region(s.capacity, s.free, s.largest_free, s.live_allocations)
     }
 }
 

@@ -139,17 +139,32 @@ pub struct PoolStats {
     pub largest_free: u64,
     /// Live allocations.
     pub allocations: u64,
+    /// Free bytes outside the largest free block of their region: `free - largest_free` for
+    /// one region; a pool with a separate small-object region (the simulated driver's) counts
+    /// each region against its own largest block, so an empty pool has none.
+    pub fragmented_free: u64,
 }
 
 impl PoolStats {
-    /// External fragmentation in per mille: `1000 * (1 - largest_free / free)`.
+    /// The statistics of a one-region pool.
+    pub const fn one_region(capacity: u64, free: u64, largest_free: u64, allocations: u64) -> Self {
+        PoolStats {
+            capacity,
+            free,
+            largest_free,
+            allocations,
+            fragmented_free: free.saturating_sub(largest_free),
+        }
+    }
+
+    /// External fragmentation in per mille: `1000 * fragmented_free / free` (for one region,
+    /// `1000 * (1 - largest_free / free)`).
     pub fn fragmentation_permille(&self) -> u32 {
         if self.free == 0 {
             0
         } else {
-            // Saturating: a driver that reports `largest_free > free` reads as 0 ‰.
-            1000u64.saturating_sub((self.largest_free as u128 * 1000 / self.free as u128) as u64)
-                as u32
+            // Capped: a driver that reports more fragmented than free bytes reads as 1000 ‰.
+            (self.fragmented_free.min(self.free) as u128 * 1000 / self.free as u128) as u32
         }
     }
 }
@@ -233,12 +248,7 @@ mod tests {
 
     #[test]
     fn fragmentation_is_a_per_mille_and_survives_an_inconsistent_driver() {
-        let s = |free, largest_free| PoolStats {
-            capacity: 1000,
-            free,
-            largest_free,
-            allocations: 1,
-        };
+        let s = |free, largest_free| PoolStats::one_region(1000, free, largest_free, 1);
         assert_eq!(s(0, 0).fragmentation_permille(), 0);
         assert_eq!(s(400, 400).fragmentation_permille(), 0);
         assert_eq!(s(400, 100).fragmentation_permille(), 750);

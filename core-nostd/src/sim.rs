@@ -738,12 +738,15 @@ const fn small_region(channel_size: u64) -> u64 {
     }
 }
 
+/// One HBM's figures from its main pool and its small-object region: each region's
+/// fragmentation is measured against its own largest block.
 fn combine(a: PoolStats, b: PoolStats) -> PoolStats {
     PoolStats {
         capacity: a.capacity + b.capacity,
         free: a.free + b.free,
         largest_free: a.largest_free.max(b.largest_free),
         allocations: a.allocations + b.allocations,
+        fragmented_free: a.fragmented_free + b.fragmented_free,
     }
 }
 
@@ -903,6 +906,26 @@ mod tests {
 
     fn sim(cfg: SimConfig) -> Box<SimDevice> {
         SimDevice::new_boxed(&cfg).unwrap()
+    }
+
+    #[test]
+    fn an_empty_hbm_is_not_fragmented_and_a_holed_one_is() {
+        let d = sim(SimConfig::new(Preset::Trn2, 1));
+        let s = d.pool_stats(0, false, 0).unwrap();
+        assert!(
+            s.largest_free < s.free,
+            "the small-object region is apart: {s:?}"
+        );
+        assert_eq!(s.fragmentation_permille(), 0, "{s:?}");
+        // Three 1 GiB blocks in the main pool, the middle one freed: a 1 GiB hole apart from
+        // the big free block.
+        let hs: Vec<u64> = (0..3)
+            .map(|_| d.memory_alloc(0, &req(1 << 30)).unwrap())
+            .collect();
+        d.memory_free(0, hs[1]).unwrap();
+        let s = d.pool_stats(0, false, 0).unwrap();
+        assert_eq!(s.fragmented_free, 1 << 30, "{s:?}");
+        assert!(s.fragmentation_permille() > 0);
     }
 
     #[test]

@@ -403,12 +403,7 @@ impl<S: Sys> NeuronDriver<S> {
             .filter(|a| a.host == host && (host || a.hbm == hbm));
         let (used, n) = mine.fold((0u64, 0u64), |(u, n), a| (u.saturating_add(a.size), n + 1));
         let free = capacity.saturating_sub(used);
-        PoolStats {
-            capacity,
-            free,
-            largest_free: free,
-            allocations: n,
-        }
+        PoolStats::one_region(capacity, free, free, n)
     }
 
     fn copy(
@@ -631,12 +626,12 @@ impl<S: Sys> Driver for NeuronDriver<S> {
             inner_sum = inner_sum.saturating_add(gap);
         }
         let outside = free.saturating_sub(inner_sum);
-        Ok(PoolStats {
+        Ok(PoolStats::one_region(
             capacity,
             free,
-            largest_free: inner_max.max(outside).min(free),
-            allocations: chunks.len() as u64,
-        })
+            inner_max.max(outside).min(free),
+            chunks.len() as u64,
+        ))
     }
 }
 
@@ -912,15 +907,7 @@ mod tests {
         let drv = open(vec![FakeDevice::trn2()]);
         let cap = 24 * GIB - FIRMWARE_CARVE_OUT;
         let s = drv.pool_stats(0, false, 0).unwrap();
-        assert_eq!(
-            s,
-            PoolStats {
-                capacity: cap,
-                free: cap,
-                largest_free: cap,
-                allocations: 0
-            }
-        );
+        assert_eq!(s, PoolStats::one_region(cap, cap, cap, 0));
         let a = drv.memory_alloc(0, &req(1 << 20, 0)).unwrap();
         let b = drv.memory_alloc(0, &req(3 << 20, 0)).unwrap();
         let _c = drv.memory_alloc(0, &req(1000, 0)).unwrap(); // rounds to one page
