@@ -17,7 +17,7 @@ use crate::config::*;
 use crate::driver::{errno, DeviceInfo, Driver};
 use crate::error::{Error, Result};
 use crate::ht::{self, HtBuckets};
-use crate::sync::{gate_close, gate_enter, gate_exit};
+use crate::sync::{gate_close, gate_enter, gate_exit, gate_open};
 use crate::vcore::{VcoreOptions, VcoreTable};
 
 /// Geometry of one attached device, as the driver reported it at bring-up.
@@ -447,6 +447,8 @@ impl<'a> Nrt<'a> {
             };
             return Err(e);
         }
+        // Open the call gate again if a previous `close` shut it, then let calls in.
+        gate_open(&self.st.active_calls);
         self.st.state.store(STATE_INIT, Ordering::Release);
         info!("nrt-core initialised: {} device(s)", n);
         Ok(())

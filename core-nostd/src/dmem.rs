@@ -101,9 +101,24 @@ impl Nrt<'_> {
     /// A dmem still referenced elsewhere (a shared page) survives, detached, until its last
     /// `dmem_free`.
     ///
+    /// A core's GLOBAL allocator (`tpb_allocator`) backs its tensors, scratchpad pages and
+    /// ext-isa copy, and only `close` destroys it: passing one is refused.
+    ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
         let _call = self.enter()?;
+        if self.st.allocators.is_live(al) {
+            // SAFETY: a live allocator; `pcore` was set at creation and is only compared.
+            let pcore = unsafe { (*al).pcore };
+            if let Some((dev, core)) = self.tree_pcore(pcore) {
+                // SAFETY: `tree_pcore` checked both indices.
+                if unsafe { (*self.tpb_ptr(dev, core)).tpb_allocator } == al {
+                    return Err(Error::InvalidArgument(
+                        "a core's GLOBAL allocator is destroyed by close only",
+                    ));
+                }
+            }
+        }
         self.dmem_allocator_destroy_inner(al)
     }
 

@@ -123,6 +123,8 @@ pub trait GateWord {
     fn count_out(&self);
     /// `fetch_or(GATE_CLOSED)` (AcqRel).
     fn shut(&self);
+    /// `fetch_and(!GATE_CLOSED)` (AcqRel).
+    fn reopen(&self);
     /// Load (Acquire).
     fn get(&self) -> u32;
 }
@@ -140,6 +142,9 @@ impl GateWord for AtomicU32 {
     fn shut(&self) {
         self.fetch_or(GATE_CLOSED, Ordering::AcqRel);
     }
+    fn reopen(&self) {
+        self.fetch_and(!GATE_CLOSED, Ordering::AcqRel);
+    }
     fn get(&self) -> u32 {
         self.load(Ordering::Acquire)
     }
@@ -155,6 +160,9 @@ impl GateWord for loom::sync::atomic::AtomicU32 {
     }
     fn shut(&self) {
         self.fetch_or(GATE_CLOSED, loom::sync::atomic::Ordering::AcqRel);
+    }
+    fn reopen(&self) {
+        self.fetch_and(!GATE_CLOSED, loom::sync::atomic::Ordering::AcqRel);
     }
     fn get(&self) -> u32 {
         self.load(loom::sync::atomic::Ordering::Acquire)
@@ -184,6 +192,13 @@ pub fn gate_exit<W: GateWord>(gate: &W) {
 pub fn gate_close<W: GateWord>(gate: &W, relax: impl FnMut(u32)) {
     gate.shut();
     wait_until(|| gate.get() & !GATE_CLOSED == 0, relax);
+}
+
+/// Opens a gate [`gate_close`] shut (a runtime initialised again after `close`). Only the
+/// closed bit is cleared: a late caller that counted itself in against the shut gate takes
+/// its own count back.
+pub fn gate_open<W: GateWord>(gate: &W) {
+    gate.reopen();
 }
 
 /// Waits until `done()` holds, calling `relax` between looks with the number of looks so far

@@ -635,3 +635,49 @@ fn the_limit_is_the_hbm_size_at_every_lnc() {
         }
     }
 }
+
+/// `init` after `close` on the same state: every gated call works again (the close gate is
+/// reopened), and the old runtime's pointers stay dead.
+#[test]
+fn the_runtime_works_again_after_close_and_init() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let old = n
+        .dmem_alloc(
+            n.core_allocator(0, 0).unwrap(),
+            &AllocArgs::device(4096, 0, TENSOR, "old"),
+            None,
+        )
+        .unwrap();
+    n.close().unwrap();
+    n.init(&InitOptions::default()).unwrap();
+    let al = n.core_allocator(0, 0).unwrap();
+    let m = n
+        .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "new"), None)
+        .unwrap();
+    assert_eq!(n.allocator_usage(al), (1, 1 << 20));
+    n.dmem_free(m).unwrap();
+    assert!(n.dmem_free(old).is_err(), "a pointer from before close");
+    let t = n.tensor_allocate(0, 0, 4096, Some("t"), None).unwrap();
+    n.tensor_free(t, None).unwrap();
+    n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0);
+}
+
+/// A core's GLOBAL allocator backs its tensors and shared pages: the public destroy refuses
+/// it, and everything on it survives.
+#[test]
+fn the_global_allocator_cannot_be_destroyed_through_the_api() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let t = n.tensor_allocate(0, 0, 4096, Some("t"), None).unwrap();
+    let before = snapshot(&n);
+    assert_eq!(
+        n.dmem_allocator_destroy(al).map_err(|e| e.status()),
+        Err(NRT_STATUS::NRT_INVALID)
+    );
+    assert_eq!(snapshot(&n), before);
+    n.tensor_free(t, None).unwrap();
+    n.close().unwrap();
+}
