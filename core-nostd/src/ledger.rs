@@ -229,9 +229,11 @@ impl Nrt<'_> {
     }
 
     /// `dmem_get_memory_stats` (spec §7.4): used = Σ `[nc][22]` over the logical core's
-    /// physical cores; limit = `aws_hal_get_hbm_size()` of the HBM they allocate from, each
-    /// HBM counted once. The limit does not depend on the LNC size: at LNC 1 on trn2 each of
-    /// the two cores on an HBM reports that whole HBM (they share it, first come first served).
+    /// physical cores (on every HBM); limit = `aws_hal_get_hbm_size()` of the HBM they
+    /// allocate from by default, each HBM counted once. The limit does not depend on the LNC
+    /// size: at LNC 1 on trn2 each of the two cores on an HBM reports that whole HBM (they
+    /// share it, first come first served). Allocations placed on other HBMs (`hbm_idx`) count
+    /// as used, so used can exceed the limit.
     pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
         self.for_each_vnc_core(vnc, |mla, nc, _| {

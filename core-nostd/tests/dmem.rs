@@ -599,8 +599,8 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
 
 /// The limit of `nrt_get_vnc_memory_stats` is the HBM size (spec §7.4 `aws_hal_get_hbm_size()`)
 /// of the HBM the logical core allocates from, whatever the LNC size: at LNC 1 on trn2 two
-/// cores share one 24 GiB HBM and each may fill most of it, so each reports 24 GiB, and usage
-/// never shows above the limit.
+/// cores share one 24 GiB HBM and each may fill most of it, so each reports 24 GiB (and a core
+/// that fills its own HBM stays within it; allocations on other HBMs count as used too).
 #[test]
 fn the_limit_is_the_hbm_size_at_every_lnc() {
     const GIB: u64 = 1 << 30;

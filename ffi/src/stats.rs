@@ -5,8 +5,10 @@ use crate::status::NRT_STATUS;
 use crate::types::nrt_vnc_memory_stats_t;
 
 /// Device memory of logical core `vnc`: bytes in use (every allocation booked to its
-/// NeuronCores: tensors, models, shared scratchpad and libraries) and the limit (its share of
-/// its HBM). Copies `min(stats_size_in, sizeof(nrt_vnc_memory_stats_t))` bytes to `stats` and
+/// NeuronCores, on whichever HBM: tensors, models, shared scratchpad and libraries) and the
+/// limit, the size of the HBM its cores allocate from by default (libnrt's
+/// `aws_hal_get_hbm_size()`). Cores that share an HBM each report all of it, and allocations
+/// placed on other HBMs count as used, so used can exceed the limit. Copies `min(stats_size_in, sizeof(nrt_vnc_memory_stats_t))` bytes to `stats` and
 /// writes this library's `sizeof(nrt_vnc_memory_stats_t)` to `*stats_size_out` (when not
 /// NULL), so callers built against an older or newer header stay compatible.
 ///

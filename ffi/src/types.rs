@@ -64,8 +64,8 @@ pub struct nrt_tensor_device_allocation_info_t {
 pub struct nrt_vnc_memory_stats_t {
     /// Device bytes in use on the logical core (tensors, models, shared resources).
     pub bytes_used: usize,
-    /// Size of the HBM the logical core allocates from (libnrt: `aws_hal_get_hbm_size()`).
-    /// Cores that share an HBM (trn2 at LNC 1) each report all of it: what one uses, the
-    /// other cannot.
+    /// Size of the HBM the logical core allocates from by default (libnrt:
+    /// `aws_hal_get_hbm_size()`). Cores that share an HBM (trn2 at LNC 1) each report all of
+    /// it: what one uses, the other cannot.
     pub bytes_limit: usize,
 }

@@ -222,5 +222,48 @@ pub fn oom_report_path(device: u32) -> PathBuf {
 /// Writes an OOM table to [`oom_report_path`] and returns that path.
 pub fn write_oom_report(device: u32, text: &str) -> std::io::Result<PathBuf> {
     let path = oom_report_path(device);
-    std::fs::write(&path, text).map(|_| path)
+    write_private(&path, text)?;
+    Ok(path)
+}
+
+/// Writes `text` to `path`, which has a predictable name in a directory that may be shared:
+/// a symlink planted there is not followed (`O_NOFOLLOW`: the write fails instead of
+/// truncating the link's target), and a new file is private (0600: an OOM table names the
+/// process's allocations).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .write_all(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oom_file_does_not_follow_a_planted_symlink() {
+        let dir = std::env::temp_dir().join(format!("nrt-oom-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "keep me").unwrap();
+        let link = dir.join("nrt-dmem-oom-nd0-1.txt");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(write_private(&link, "table").is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+        // A plain file is written, and readable by its owner only.
+        let plain = dir.join("plain.txt");
+        write_private(&plain, "table").unwrap();
+        assert_eq!(std::fs::read_to_string(&plain).unwrap(), "table");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&plain).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -1685,10 +1685,13 @@ pub struct Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The reason quotes names from the scenario: shown escaped wherever it is printed.
         write!(
             f,
             "step {} (line {}): {}",
-            self.step, self.line, self.reason
+            self.step,
+            self.line,
+            Printable(&self.reason)
         )
     }
 }

@@ -167,14 +167,21 @@ fn stats_json_has_neuron_monitor_keys() {
             b["usage_breakdown"]["neuron_device"]["constants"].is_u64(),
             "{m}"
         );
-        // Per subgraph too, as neuron-monitor reports: the subgraphs add up to the model.
+        // Per subgraph too, as neuron-monitor reports. Every allocation of a manifest is
+        // made once per subgraph (docs/MANIFEST.md), so each subgraph's heap holds the same
+        // bytes: a mis-attribution (everything on sg_00) shows as unequal subgraphs.
         let sgs = m["subgraphs"].as_object().expect("subgraphs");
         assert!(sgs.contains_key("sg_00"), "{m}");
-        let by_sg: u64 = sgs
+        let by_sg: Vec<u64> = sgs
             .values()
             .map(|g| g["memory_used_bytes"]["neuron_device"].as_u64().unwrap())
-            .sum();
-        assert_eq!(Some(by_sg), b["neuron_device"].as_u64(), "{m}");
+            .collect();
+        assert!(by_sg.iter().all(|b| *b == by_sg[0] && *b > 0), "{m}");
+        assert_eq!(
+            Some(by_sg.iter().sum::<u64>()),
+            b["neuron_device"].as_u64(),
+            "{m}"
+        );
         if m["name"].as_str().is_some_and(|n| n.starts_with("llama")) {
             assert_eq!(sgs.len(), 2, "the llama shard has 2 subgraphs: {m}");
         }
@@ -349,6 +356,21 @@ fn names_from_a_scenario_are_shown_escaped() {
         assert!(!out.contains("\nFAKE"), "{args:?}: a forged line: {out}");
         assert!(out.contains("\\u{1b}[31m\\nFAKE"), "{args:?}: {out}");
     }
+    // A failure that quotes a name: the summary after the run shows it escaped too.
+    let failing = dir.join("failing.toml");
+    std::fs::write(
+        &failing,
+        "device = \"sim:trn2\"\n\n[[step]]\nunload = \"ghost\\u001b[2J\\nFAKE: all passed\"\n",
+    )
+    .expect("write");
+    let o = bin().arg("run").arg(&failing).output().expect("run");
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(!out.contains('\u{1b}'), "{out:?}");
+    assert!(
+        !out.lines().any(|l| l.starts_with("FAKE")),
+        "a forged line: {out}"
+    );
     let o = bin().arg("run").arg(&sc).output().expect("run");
     let (out, _) = text(&o);
     assert!(out.contains("evil\\u{1b}[2J"), "{out}");

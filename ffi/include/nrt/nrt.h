@@ -79,9 +79,9 @@ typedef struct nrt_vnc_memory_stats {
     /** Device bytes in use on the logical core (tensors, models, shared resources). */
     size_t bytes_used;
     /**
-     * Size of the HBM the logical core allocates from (libnrt: `aws_hal_get_hbm_size()`).
-     * Cores that share an HBM (trn2 at LNC 1) each report all of it: what one uses, the
-     * other cannot.
+     * Size of the HBM the logical core allocates from by default (libnrt:
+     * `aws_hal_get_hbm_size()`). Cores that share an HBM (trn2 at LNC 1) each report all of
+     * it: what one uses, the other cannot.
      */
     size_t bytes_limit;
 } nrt_vnc_memory_stats_t;
@@ -333,8 +333,10 @@ NRT_STATUS nrt_tensor_reset_output_completion(nrt_tensor_t *output_tensor);
 
 /**
  * Device memory of logical core `vnc`: bytes in use (every allocation booked to its
- * NeuronCores: tensors, models, shared scratchpad and libraries) and the limit (its share of
- * its HBM). Copies `min(stats_size_in, sizeof(nrt_vnc_memory_stats_t))` bytes to `stats` and
+ * NeuronCores, on whichever HBM: tensors, models, shared scratchpad and libraries) and the
+ * limit, the size of the HBM its cores allocate from by default (libnrt's
+ * `aws_hal_get_hbm_size()`). Cores that share an HBM each report all of it, and allocations
+ * placed on other HBMs count as used, so used can exceed the limit. Copies `min(stats_size_in, sizeof(nrt_vnc_memory_stats_t))` bytes to `stats` and
  * writes this library's `sizeof(nrt_vnc_memory_stats_t)` to `*stats_size_out` (when not
  * NULL), so callers built against an older or newer header stay compatible.
  *
