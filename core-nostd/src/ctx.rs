@@ -509,7 +509,14 @@ impl<'a> Nrt<'a> {
 
     /// `tdrv_destroy` (spec §12): unloads every model (draining in-flight executions), frees
     /// every tensor, the scratchpad pages, the shared ext-isa copies and the GLOBAL allocators,
-    /// then clears the tree. Afterwards the driver holds no memory of this runtime.
+    /// and reclaims what the dmem API left behind. Afterwards the driver holds no memory of
+    /// this runtime.
+    ///
+    /// Deliberate difference: libnrt clears `tdrv_ctx_0` here; this keeps the tree's devices
+    /// and ledger (all zero by then) readable until the next [`Nrt::init`], which clears it,
+    /// so a closed runtime can still be inspected (`driver_bytes_in_use`, the ledger, the last
+    /// OOM). The per-core GLOBAL allocators and model databases are gone, and every gated call
+    /// fails with `Closed`.
     ///
     /// Calls racing `close` either complete before the teardown starts (close first waits for
     /// every API call in flight, see [`Nrt::enter`]) or fail with `Closed`. Executions hold a

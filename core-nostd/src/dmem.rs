@@ -37,7 +37,7 @@ pub struct AllocArgs<'h> {
     pub align: u64,
     /// Raw `dma_mem_location_t` value (checked).
     pub loc: u32,
-    /// HBM channel (device allocations).
+    /// HBM channel: where a device allocation goes; recorded (`tdram_channel`) for a host one.
     pub hbm_idx: u32,
     /// Raw `dma_mem_usage_type_t` value (checked).
     pub usage: u32,
@@ -273,8 +273,10 @@ impl Nrt<'_> {
         // SAFETY: resolved pointers are in-bounds and initialised.
         let (dev, nc_id) = unsafe { ((*mla).idx, (*tpb).idx) };
         let g = self.geom(dev);
-        let hbm = if host { 0 } else { a.hbm_idx };
-        if !host && hbm >= g.channels {
+        // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
+        // the core's default HBM whatever the location.
+        let hbm = a.hbm_idx;
+        if hbm >= g.channels {
             return Err(Error::HbmOutOfRange {
                 hbm,
                 channels: g.channels,

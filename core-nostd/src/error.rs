@@ -95,8 +95,15 @@ pub enum Error {
     },
     /// Any other driver failure.
     Driver(Errno),
-    /// Invalid logical-core configuration (spec §9).
-    VncConfig(&'static str, u32),
+    /// An LNC size `parse_vnc_config` refuses (spec §9), with the rule it breaks.
+    VncConfig {
+        /// Which rule.
+        rule: VncRule,
+        /// The requested LNC size.
+        size: u32,
+    },
+    /// More logical cores than the core's table holds (`config::MAX_VCORES`).
+    TooManyVcores(u32),
     /// The visible slice (`NEURON_RT_VISIBLE_CORES` / `NEURON_RT_NUM_CORES`) names logical
     /// cores that are not present (spec §9).
     VisibleCores {
@@ -136,6 +143,26 @@ pub enum Error {
     Uninitialized,
     /// Runtime closed.
     Closed,
+}
+
+/// The rule of `parse_vnc_config` (spec §9) an LNC size breaks.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum VncRule {
+    /// 0 (`out != 0`).
+    Zero,
+    /// Does not divide the cores per device (`(nc_per_device % out) == 0`).
+    Divide {
+        /// Cores per device.
+        cores: u32,
+    },
+    /// Not a power of two, or above the cap.
+    PowerOfTwo {
+        /// The cap (`config::MAX_LNC_SIZE`).
+        max: u32,
+    },
+    /// An instance type that takes only 2 (MARIANA here).
+    OnlyTwo,
 }
 
 impl Error {
@@ -247,7 +274,29 @@ impl fmt::Display for Error {
                 }
             ),
             Error::Driver(e) => write!(f, "driver error {} ({})", e, errno::name(e)),
-            Error::VncConfig(msg, v) => write!(f, "{msg} (value {v})"),
+            Error::VncConfig { rule, size } => match rule {
+                // libnrt's assertions and messages (spec §9, .rodata), in its order.
+                VncRule::Zero => write!(f, "the logical core size must not be 0 (libnrt: out != 0)"),
+                VncRule::Divide { cores } => write!(
+                    f,
+                    "logical core size {size} does not divide the {cores} cores per device \
+                     (libnrt: (nc_per_device % out) == 0)"
+                ),
+                VncRule::PowerOfTwo { max } => write!(
+                    f,
+                    "Logical core size ({size}) must be a power of two and less than or equal to {max}"
+                ),
+                VncRule::OnlyTwo => write!(
+                    f,
+                    "Only LNC Size of 2 is supported at this moment on this instance type. \
+                     Requested LNC Size {size}"
+                ),
+            },
+            Error::TooManyVcores(n) => write!(
+                f,
+                "{n} logical cores asked for; this build holds at most {}",
+                crate::config::MAX_VCORES
+            ),
             Error::VisibleCores {
                 first,
                 count,

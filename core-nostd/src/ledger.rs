@@ -84,6 +84,12 @@ fn sub_locked(cur: &AtomicU64, delta: u64) {
 impl Nrt<'_> {
     /// `dml_add_entry` (spec §3.2 step 6): books `m` in its device's ledger (`[nc][usage]` and
     /// `[nc][22]`, device or host side), updates peaks and aggregates, and emits the trace line.
+    ///
+    /// Deliberate difference: spec §3.4 books every byte in `memory_usage_nc`. Host DMA bytes
+    /// go to the project's own `host_usage_nc` rows of `mla_t` instead (a chosen field, see
+    /// docs/LAYOUT.md), so `memory_usage_nc`, its `[nc][22]` total and the `used` of
+    /// `nrt_get_vnc_memory_stats` are HBM bytes, the figure users compare with an HBM limit.
+    /// The host figures are reported next to them (`ledger_host`, `vnc_usage`, the OOM table).
     pub(crate) fn dml_add_entry(&self, mla: *mut mla_t, action: Action, m: *const dmem_t) {
         // SAFETY: `mla` is a resolved device; `m` is live; the counters are atomics, written only
         // under the ledger lock.

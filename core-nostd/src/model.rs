@@ -284,8 +284,13 @@ impl<'a> Nrt<'a> {
                 return Err(Error::BadAlignment(a.align));
             }
         }
+        // The library cap belongs to ucode_stage_libs, which runs on SUNDA only (spec §6); it
+        // is checked up front there so a refused load allocates nothing. Elsewhere the
+        // libraries are ignored, whatever their number.
         if let Some(l) = spec.gpsimd_libs {
-            if l.count as usize > constants::ULIB_MAX_LIBS {
+            if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA
+                && l.count as usize > constants::ULIB_MAX_LIBS
+            {
                 return Err(Error::TooManyLibs(l.count));
             }
         }

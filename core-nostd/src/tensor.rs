@@ -136,6 +136,10 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_allocate` → `tensor_allocate` (spec §7.2), gates in order: state, logical
     /// core range (VIRTUAL and HOST accept −1), host placement on CAYMAN, then the allocation.
+    ///
+    /// Deliberate difference: libnrt takes any placement other than 0 and 2 as HOST_DRAM; this
+    /// refuses values other than DEVICE (0), HOST (1) and VIRTUAL (2) with NRT_INVALID, since
+    /// such a value is a caller's bug rather than a request for host memory.
     pub fn tensor_allocate(
         &self,
         placement: u32,
@@ -153,7 +157,10 @@ impl<'a> Nrt<'a> {
         } else {
             vnc
         };
-        let v = *self.vtpb_get_virtual_core(vnc)?;
+        let v = *self.vtpb_get_virtual_core(vnc).inspect_err(|e| {
+            // libnrt's range gate (spec §7.2), logged with its own words.
+            error!("Cannot allocate a tensor on Logical NeuronCore {}: {}", vnc, e);
+        })?;
         let arch = self.geom(v.tpbs[0].device_id).arch();
         if placement == Placement::Host
             && arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN
@@ -181,10 +188,15 @@ impl<'a> Nrt<'a> {
                 let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
                 let usage = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
                 let hint = name.unwrap_or("tensor");
+                // The logical core's default HBM for either location (spec §7.2: libnrt
+                // computes it before choosing the location, and records it in both).
                 let args = if placement == Placement::Device {
                     AllocArgs::device(size, v.default_hbm_idx, usage, hint)
                 } else {
-                    AllocArgs::host(size, usage, hint)
+                    AllocArgs {
+                        hbm_idx: v.default_hbm_idx,
+                        ..AllocArgs::host(size, usage, hint)
+                    }
                 };
                 // SAFETY: resolved tpb; its GLOBAL allocator lives until teardown.
                 self.dmem_alloc_inner(unsafe { (*tpb).tpb_allocator }, &args, None)
@@ -193,11 +205,7 @@ impl<'a> Nrt<'a> {
                         unsafe {
                             (*s).r#type = dmem_storage_type::DMA as u32;
                             (*s).mem = m as *mut c_void;
-                            (*s).hbm_idx = if placement == Placement::Device {
-                                v.default_hbm_idx
-                            } else {
-                                0
-                            };
+                            (*s).hbm_idx = v.default_hbm_idx;
                             (*s).device_id = v.tpbs[0].device_id;
                             (*s).tpb_idx = v.tpbs[0].device_tpb_idx;
                         }

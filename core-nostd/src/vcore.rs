@@ -6,7 +6,7 @@ use core::ptr::addr_of_mut;
 use crate::abi::*;
 use crate::config::{MAX_LNC_SIZE, MAX_VCORES};
 use crate::ctx::{DevGeom, Nrt};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, VncRule};
 
 /// Logical-core configuration (`NEURON_RT_VIRTUAL_CORE_SIZE`, `NEURON_RT_VISIBLE_CORES`,
 /// `NEURON_RT_NUM_CORES`, already parsed).
@@ -50,29 +50,22 @@ pub fn parse_vnc_config(
         return Ok(1);
     }
     let out = requested.unwrap_or(constants::LNC_DEFAULT_SIZE);
-    if out == 0 {
-        return Err(Error::VncConfig(
-            "the logical core size must not be 0 (libnrt: out != 0)",
-            out,
-        ));
-    }
-    if !out.is_power_of_two() || out > MAX_LNC_SIZE {
-        return Err(Error::VncConfig(
-            "Logical core size must be a power of two and less than or equal to 2",
-            out,
-        ));
-    }
-    if !nc_per_device.is_multiple_of(out) {
-        return Err(Error::VncConfig(
-            "the logical core size must divide the cores per device (libnrt: (nc_per_device % out) == 0)",
-            out,
-        ));
-    }
-    if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_MARIANA && out != 2 {
-        return Err(Error::VncConfig(
-            "Only LNC Size of 2 is supported at this moment on this instance type. Requested LNC Size",
-            out,
-        ));
+    // libnrt's order: the two assertions, then the power-of-two cap, then the instance rule.
+    let broken = if out == 0 {
+        Some(VncRule::Zero)
+    } else if !nc_per_device.is_multiple_of(out) {
+        Some(VncRule::Divide {
+            cores: nc_per_device,
+        })
+    } else if !out.is_power_of_two() || out > MAX_LNC_SIZE {
+        Some(VncRule::PowerOfTwo { max: MAX_LNC_SIZE })
+    } else if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_MARIANA && out != 2 {
+        Some(VncRule::OnlyTwo)
+    } else {
+        None
+    };
+    if let Some(rule) = broken {
+        return Err(Error::VncConfig { rule, size: out });
     }
     Ok(out)
 }
@@ -112,10 +105,7 @@ impl Nrt<'_> {
         }
         let (first, count) = visible_slice(o, total)?;
         if count as usize > MAX_VCORES {
-            return Err(Error::VncConfig(
-                "too many logical cores for MAX_VCORES",
-                count,
-            ));
+            return Err(Error::TooManyVcores(count));
         }
         let vc = self.vc();
         // SAFETY: bring-up under init_lock: exclusive access to the table and the tree.
@@ -210,12 +200,49 @@ mod tests {
             parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, Some(1)),
             Ok(1)
         );
-        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, Some(0)).is_err());
-        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, Some(3)).is_err());
-        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, Some(4)).is_err());
+        // Each refusal names the rule libnrt checks first (spec §9): the two assertions, then
+        // the power-of-two cap, then the instance rule.
+        let rule = |arch, cores, size| match parse_vnc_config(arch, cores, Some(size)) {
+            Err(Error::VncConfig { rule, size: s }) if s == size => Some(rule),
+            _ => None,
+        };
+        assert_eq!(rule(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, 0), Some(VncRule::Zero));
+        assert_eq!(
+            rule(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, 3),
+            Some(VncRule::Divide { cores: 8 }),
+            "the modulo assertion comes before the power-of-two gate"
+        );
+        assert_eq!(
+            rule(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 8, 4),
+            Some(VncRule::PowerOfTwo { max: 2 })
+        );
         assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 6, Some(2)).is_ok());
-        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 3, Some(2)).is_err());
-        assert!(parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_MARIANA, 8, Some(1)).is_err());
+        assert_eq!(
+            rule(AL_HAL_TPB_ARCH_TYPE_CAYMAN, 3, 2),
+            Some(VncRule::Divide { cores: 3 })
+        );
+        assert_eq!(
+            rule(AL_HAL_TPB_ARCH_TYPE_MARIANA, 8, 1),
+            Some(VncRule::OnlyTwo)
+        );
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(
+            Error::VncConfig {
+                rule: VncRule::PowerOfTwo { max: 2 },
+                size: 4
+            }
+            .to_string(),
+            "Logical core size (4) must be a power of two and less than or equal to 2"
+        );
+        assert_eq!(
+            Error::VncConfig {
+                rule: VncRule::OnlyTwo,
+                size: 1
+            }
+            .to_string(),
+            "Only LNC Size of 2 is supported at this moment on this instance type. Requested LNC Size 1"
+        );
         assert_eq!(
             parse_vnc_config(AL_HAL_TPB_ARCH_TYPE_MARIANA, 8, None),
             Ok(2)

@@ -245,6 +245,17 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
         (Error::TooManyLibs(10), NRT_STATUS::NRT_FAILURE)
     );
     assert_eq!(snapshot(&n), before);
+    // The cap is ucode_stage_libs', which runs on SUNDA only (spec §6): on a trn2 the same
+    // model loads, its libraries ignored.
+    let f2 = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n2 = f2.nrt();
+    let h = n2.load_model(0, &s).unwrap();
+    assert_eq!(
+        n2.model_info(h).unwrap().by_usage
+            [dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize],
+        0
+    );
+    n2.unload_model(h).unwrap();
 }
 
 #[test]

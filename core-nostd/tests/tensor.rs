@@ -167,6 +167,11 @@ fn virtual_attach_copy_and_host_placement() {
     );
     let d0 = n.tensor_allocate(0, 0, 64, Some("d0"), None).unwrap();
     let d1 = n.tensor_allocate(0, 1, 64, Some("d1"), None).unwrap();
+    // A host tensor records its logical core's default HBM, as a device one does (spec §7.2).
+    let h1 = n.tensor_allocate(1, 1, 64, Some("h1"), None).unwrap();
+    assert_eq!(n.tensor_device_allocation_info(h1).unwrap().hbm_index, 1);
+    assert_eq!(n.tensor_device_allocation_info(d1).unwrap().hbm_index, 1);
+    n.tensor_free(h1, None).unwrap();
     n.tensor_copy(v, 0, d0, 0, 64).unwrap();
     n.tensor_copy(d0, 0, h, 0, 64).unwrap();
     let mut b = [0u8; 64];
