@@ -22,6 +22,7 @@ use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, Result};
 use crate::model::ExecGuard;
+use crate::sync::relax;
 
 const TENSOR_MAGIC: u32 = 0x7e45_0a11;
 const STORAGE_MAGIC: u32 = 0x570a_6e01;
@@ -159,7 +160,10 @@ impl<'a> Nrt<'a> {
         };
         let v = *self.vtpb_get_virtual_core(vnc).inspect_err(|e| {
             // libnrt's range gate (spec §7.2), logged with its own words.
-            error!("Cannot allocate a tensor on Logical NeuronCore {}: {}", vnc, e);
+            error!(
+                "Cannot allocate a tensor on Logical NeuronCore {}: {}",
+                vnc, e
+            );
         })?;
         let arch = self.geom(v.tpbs[0].device_id).arch();
         if placement == Placement::Host
@@ -483,10 +487,39 @@ impl<'a> Nrt<'a> {
         self.tensor_io(t, offset, Some(buf), None)
     }
 
-    /// `nrt_tensor_read`.
+    /// `nrt_tensor_read`. Waits for an execution writing the tensor ([`Self::when_written`]).
     pub fn tensor_read(&self, t: *const nrt_tensor_t, buf: &mut [u8], offset: u64) -> Result<()> {
         let _call = self.enter()?;
-        self.tensor_io(t, offset, None, Some(buf))
+        self.when_written(t, || self.tensor_io(t, offset, None, Some(buf)))
+    }
+
+    /// Runs `read` once no execution is writing `t`'s storage (spec §7.1: "a tensor cannot be
+    /// read until the DMA writing it has completed"). It runs under the storage's
+    /// `tensor_op_cv_lock`, which `execute` takes to mark its outputs, so a read ends before an
+    /// execution marks the tensor or starts after that execution has finished writing it: it
+    /// never sees half an output. Only for public calls: `execute`'s own copies read tensors
+    /// it is writing.
+    fn when_written<R>(
+        &self,
+        t: *const nrt_tensor_t,
+        read: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let (s, _, _) = self.storage_of(t)?;
+        let mut i = 0u32;
+        loop {
+            // SAFETY: `t` is live and holds a reference on its storage for the whole call.
+            let (lock, writers) =
+                unsafe { (&(*s).tensor_op_cv_lock, &(*s).pending_exec_count_write) };
+            let g = lock.lock();
+            if writers.load(Ordering::Acquire) == 0 {
+                let r = read();
+                drop(g);
+                return r;
+            }
+            drop(g);
+            relax(i);
+            i = i.saturating_add(1);
+        }
     }
 
     /// `nrt_tensor_memset`.
@@ -531,7 +564,8 @@ impl<'a> Nrt<'a> {
     /// `nrt_tensor_copy` (spec §7.1): `size` bytes from `src[src_off..]` to `dst[dst_off..]`;
     /// two device tensors must be on the same physical core (else NRT_INVALID, as the public
     /// API says). Overlapping ranges of one storage (one tensor, or slices sharing it) copy
-    /// as `memmove` does: the destination ends up holding the source's original bytes.
+    /// as `memmove` does: the destination ends up holding the source's original bytes. Waits
+    /// for an execution writing `src` ([`Self::when_written`]).
     pub fn tensor_copy(
         &self,
         src: *const nrt_tensor_t,
@@ -541,7 +575,9 @@ impl<'a> Nrt<'a> {
         size: u64,
     ) -> Result<()> {
         let _call = self.enter()?;
-        self.tensor_copy_inner(src, src_off, dst, dst_off, size)
+        self.when_written(src, || {
+            self.tensor_copy_inner(src, src_off, dst, dst_off, size)
+        })
     }
 
     /// [`Self::tensor_copy`] without the gate, for callers already past it (see
@@ -682,6 +718,8 @@ impl<'a> Nrt<'a> {
                         &(*s).pending_exec_count_read
                     };
                     if up {
+                        // Under the storage's lock for outputs: see `when_written`.
+                        let _g = write.then(|| (*s).tensor_op_cv_lock.lock());
                         c.fetch_add(1, Ordering::AcqRel);
                     } else {
                         c.fetch_sub(1, Ordering::AcqRel);

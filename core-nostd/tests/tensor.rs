@@ -538,3 +538,79 @@ fn an_execute_in_flight_when_close_begins_completes() {
         "close still released everything"
     );
 }
+
+/// A read never sees an output half written (spec §7.1: a tensor cannot be read until the
+/// DMA writing it has completed). `execute` copies the 16-byte input into the 64 KiB output
+/// and then zero-fills the rest; a reader running beside it sees either the old bytes or the
+/// whole new output, never the copied head over the old tail.
+#[test]
+fn reads_wait_for_the_execution_writing_the_tensor() {
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn2, 1),
+        InitOptions::default(),
+    );
+    let n = f.nrt();
+    const OUT: usize = 64 << 10;
+    let ins = [TensorDecl {
+        name: "a",
+        size: 16,
+    }];
+    let outs = [TensorDecl {
+        name: "x",
+        size: OUT as u64,
+    }];
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let h = n.load_model(0, &spec).unwrap();
+    let a = n.tensor_allocate(0, 0, 16, Some("a"), None).unwrap();
+    let x = n
+        .tensor_allocate(0, 0, OUT as u64, Some("x"), None)
+        .unwrap();
+    n.tensor_write(a, &[0x11; 16], 0).unwrap();
+    let mut si = TensorSet::new();
+    let mut so = TensorSet::new();
+    si.add("a", a).unwrap();
+    so.add("x", x).unwrap();
+    let old = vec![0xffu8; OUT];
+    let mut new = vec![0u8; OUT];
+    new[..16].fill(0x11);
+    let (started, done) = (AtomicBool::new(false), AtomicBool::new(false));
+    let xa = x as usize;
+    std::thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut buf = vec![0u8; OUT];
+            let mut reads = 0u64;
+            started.store(true, SeqCst);
+            while !done.load(SeqCst) {
+                n.tensor_read(xa as *const nrt_tensor_t, &mut buf, 0)
+                    .unwrap();
+                assert!(
+                    buf == old || buf == new,
+                    "read {reads}: half an output (head {:#x}, byte 16 {:#x})",
+                    buf[0],
+                    buf[16]
+                );
+                reads += 1;
+            }
+            reads
+        });
+        while !started.load(SeqCst) {
+            std::hint::spin_loop();
+        }
+        for _ in 0..2000 {
+            n.tensor_write(x, &old, 0).unwrap();
+            n.execute(h, &si, &so).unwrap();
+        }
+        done.store(true, SeqCst);
+        assert!(reader.join().unwrap() > 0);
+    });
+    for t in [a, x] {
+        n.tensor_free(t, None).unwrap();
+    }
+    n.unload_model(h).unwrap();
+}
