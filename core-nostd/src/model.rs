@@ -20,7 +20,10 @@ use crate::ht;
 use crate::sync::{relax, MutexGuard};
 use crate::ulib::UlibRequest;
 
-/// `last_model_handle.50`: the process-global handle counter (spec §4.2).
+/// `last_model_handle.50`: the process-global handle counter (spec §4.2). libnrt's counter is
+/// 64 bits wide (`lock xadd %rax`) and its low 32 bits become `H_MODEL.id`; this one is the id's
+/// own width, so the "0 is skipped" rule also holds at every 2^32-th handle, where libnrt's
+/// truncation would hand out 0 (the spec's stated intent, §4.2, is that 0 is never a handle).
 static LAST_MODEL_HANDLE: AtomicU32 = AtomicU32::new(0);
 
 /// The atomic-add the handle counter needs (lets loom check the same code).
