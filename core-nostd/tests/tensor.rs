@@ -579,6 +579,7 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
     let old = vec![0xffu8; OUT];
     let mut new = vec![0u8; OUT];
     new[..16].fill(0x11);
+    n.tensor_write(x, &old, 0).unwrap(); // before the reader's first look
     let (started, done) = (AtomicBool::new(false), AtomicBool::new(false));
     let xa = x as usize;
     std::thread::scope(|sc| {
