@@ -418,6 +418,10 @@ fn quiet_demo_prints_only_its_verdict() {
         .unwrap_or_else(|| panic!("{out}"));
     assert_eq!(held, all, "{out}");
     assert!(all.parse::<u32>().unwrap() >= 10, "{out}");
+    assert!(
+        !err.contains("ERROR"),
+        "the deliberate OOM is not an error log: {err}"
+    );
 }
 
 #[test]

@@ -325,7 +325,14 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         .dmem_get_memory_stats(oom_core)
         .map(|x| x.bytes_used)
         .unwrap_or(0);
-    match s.alloc_tensor("too-big", Placement::Device, oom_core, huge) {
+    // With -q the deliberate OOM is not logged as an error: the verdict line says how it went.
+    let level = log::max_level();
+    if o.quiet {
+        log::set_max_level(log::LevelFilter::Off);
+    }
+    let oom = s.alloc_tensor("too-big", Placement::Device, oom_core, huge);
+    log::set_max_level(level);
+    match oom {
         Ok(_) => {
             o.verdict(false, "the allocation succeeded; no OOM to show")?;
             let _ = s.free_tensor("too-big");
