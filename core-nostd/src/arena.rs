@@ -173,7 +173,8 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
         Ok(unsafe { NonNull::new_unchecked(p) })
     }
 
-    fn index_of(&self, p: *const T) -> Option<usize> {
+    /// The slot index of `p`, when it points at a slot of this arena (live or not).
+    pub(crate) fn index_of(&self, p: *const T) -> Option<usize> {
         let base = self.slots.as_ptr() as usize;
         let addr = p as usize;
         let sz = core::mem::size_of::<UnsafeCell<T>>().max(1);

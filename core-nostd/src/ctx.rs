@@ -8,7 +8,7 @@
 
 use core::cell::UnsafeCell;
 use core::ptr::{addr_of_mut, null_mut};
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
@@ -140,6 +140,10 @@ pub struct CoreState {
     pub(crate) oom_dump_len: UnsafeCell<usize>,
     pub(crate) dmems: Arena<dmem_t, MAX_DMEM>,
     pub(crate) allocators: Arena<dmem_allocator_t, MAX_ALLOCATORS>,
+    /// Per `allocators` slot: 1 when the allocator was made through the public
+    /// `dmem_allocator_create` (the caller's to destroy), 0 when the runtime owns it (a core's
+    /// GLOBAL allocator, a model's MODEL allocators).
+    pub(crate) caller_allocators: [AtomicU8; MAX_ALLOCATORS],
     pub(crate) ref_nodes: Arena<dmem_ref_node_t, MAX_DMEM>,
     pub(crate) dmem_lists: Arena<dmem_list_t, MAX_MR_SETS>,
     pub(crate) models: Arena<model_t, MAX_MODELS>,

@@ -93,7 +93,9 @@ impl Nrt<'_> {
         ty: dmem_allocator_type_t,
     ) -> Result<*mut dmem_allocator_t> {
         let _call = self.enter()?;
-        self.dmem_allocator_create_inner(pcore, ty)
+        let al = self.dmem_allocator_create_inner(pcore, ty)?;
+        self.set_caller_owned(al, true);
+        Ok(al)
     }
 
     /// `dmem_allocator_destroy` (spec §5.4): drops the allocator's reference on every dmem on
@@ -101,25 +103,37 @@ impl Nrt<'_> {
     /// A dmem still referenced elsewhere (a shared page) survives, detached, until its last
     /// `dmem_free`.
     ///
-    /// A core's GLOBAL allocator (`tpb_allocator`) backs its tensors, scratchpad pages and
-    /// ext-isa copy, and only `close` destroys it: passing one is refused.
+    /// Only an allocator made with [`Self::dmem_allocator_create`] can be destroyed here. The
+    /// runtime's own (a core's GLOBAL allocator, which backs its tensors, scratchpad pages and
+    /// ext-isa copy; a loaded model's MODEL allocators) are refused with NRT_INVALID: the
+    /// runtime destroys them itself, at unload and close, and would otherwise destroy a slot
+    /// that someone else had been given meanwhile.
     ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
         let _call = self.enter()?;
-        if self.st.allocators.is_live(al) {
-            // SAFETY: a live allocator; `pcore` was set at creation and is only compared.
-            let pcore = unsafe { (*al).pcore };
-            if let Some((dev, core)) = self.tree_pcore(pcore) {
-                // SAFETY: `tree_pcore` checked both indices.
-                if unsafe { (*self.tpb_ptr(dev, core)).tpb_allocator } == al {
-                    return Err(Error::InvalidArgument(
-                        "a core's GLOBAL allocator is destroyed by close only",
-                    ));
-                }
-            }
+        if self.st.allocators.is_live(al) && !self.is_caller_owned(al) {
+            return Err(Error::InvalidArgument(
+                "the runtime's own allocators (a core's GLOBAL one, a model's MODEL ones) are \
+                 destroyed by the runtime, not through dmem_allocator_destroy",
+            ));
         }
         self.dmem_allocator_destroy_inner(al)
+    }
+
+    /// Marks whether `al` (a live allocator) was made through the public API.
+    fn set_caller_owned(&self, al: *mut dmem_allocator_t, caller: bool) {
+        if let Some(i) = self.st.allocators.index_of(al) {
+            self.st.caller_allocators[i].store(caller as u8, Ordering::Release);
+        }
+    }
+
+    /// Whether `al` was made through the public API (see [`Self::set_caller_owned`]).
+    fn is_caller_owned(&self, al: *mut dmem_allocator_t) -> bool {
+        self.st
+            .allocators
+            .index_of(al)
+            .is_some_and(|i| self.st.caller_allocators[i].load(Ordering::Acquire) == 1)
     }
 
     /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
@@ -217,6 +231,7 @@ impl Nrt<'_> {
             };
             self.dmem_release_ref(first);
         }
+        self.set_caller_owned(al, false);
         self.st
             .allocators
             .release(al)
@@ -276,7 +291,7 @@ impl Nrt<'_> {
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location.
         let hbm = a.hbm_idx;
-        if hbm >= g.channels {
+        if !host && hbm >= g.channels {
             return Err(Error::HbmOutOfRange {
                 hbm,
                 channels: g.channels,

@@ -707,28 +707,9 @@ impl<'a> Nrt<'a> {
         let mut outs: [Tensor; 32] = [null_mut(); 32];
         let ni = self.bind(&g, false, inputs, &mut ins)?;
         let no = self.bind(&g, true, outputs, &mut outs)?;
-        let mark = |ts: &[Tensor], write: bool, up: bool| {
-            for t in ts {
-                // SAFETY: bound tensors were checked live with storage.
-                unsafe {
-                    let s = (**t).sto;
-                    let c = if write {
-                        &(*s).pending_exec_count_write
-                    } else {
-                        &(*s).pending_exec_count_read
-                    };
-                    if up {
-                        // Under the storage's lock for outputs: see `when_written`.
-                        let _g = write.then(|| (*s).tensor_op_cv_lock.lock());
-                        c.fetch_add(1, Ordering::AcqRel);
-                    } else {
-                        c.fetch_sub(1, Ordering::AcqRel);
-                    }
-                }
-            }
-        };
-        mark(&ins[..ni], false, true);
-        mark(&outs[..no], true, true);
+        // Unmarked when dropped, also if a copy below panics (a count left up would make
+        // every later read of the output wait forever, see `when_written`).
+        let marks = PendingMarks::new(&ins[..ni], &outs[..no]);
         let mut r = Ok(());
         for (k, o) in outs[..no].iter().enumerate() {
             // SAFETY: bound, live.
@@ -751,8 +732,7 @@ impl<'a> Nrt<'a> {
                 break;
             }
         }
-        mark(&ins[..ni], false, false);
-        mark(&outs[..no], true, false);
+        drop(marks);
         if r.is_ok() {
             for o in &outs[..no] {
                 // SAFETY: bound, live; atomic.
@@ -935,6 +915,58 @@ impl<const BYTES: usize, const NODES: usize> HostMem for ArenaHostMem<BYTES, NOD
         if let Some(id) = crate::carve::CarveId::from_raw(raw) {
             // SAFETY: carve under lock; a stale id is refused by its generation check.
             let _ = unsafe { &mut *self.carve.get() }.free(id);
+        }
+    }
+}
+
+/// An execution's marks on its bound tensors' storages (spec §7.1 `pending_exec_count_read`
+/// and `_write`): counted up when made, down when dropped. Outputs are marked under the
+/// storage's `tensor_op_cv_lock`, which [`Nrt::when_written`]'s readers hold.
+struct PendingMarks<'a> {
+    ins: &'a [Tensor],
+    outs: &'a [Tensor],
+}
+
+impl<'a> PendingMarks<'a> {
+    fn new(ins: &'a [Tensor], outs: &'a [Tensor]) -> Self {
+        for t in ins {
+            // SAFETY: bound tensors were checked live with storage, and stay bound (held by
+            // the caller's sets) for the whole execution.
+            unsafe {
+                (*(**t).sto)
+                    .pending_exec_count_read
+                    .fetch_add(1, Ordering::AcqRel)
+            };
+        }
+        for t in outs {
+            // SAFETY: as above.
+            unsafe {
+                let s = (**t).sto;
+                let _g = (*s).tensor_op_cv_lock.lock();
+                (*s).pending_exec_count_write.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        PendingMarks { ins, outs }
+    }
+}
+
+impl Drop for PendingMarks<'_> {
+    fn drop(&mut self) {
+        for t in self.ins {
+            // SAFETY: as in `new`.
+            unsafe {
+                (*(**t).sto)
+                    .pending_exec_count_read
+                    .fetch_sub(1, Ordering::AcqRel)
+            };
+        }
+        for t in self.outs {
+            // SAFETY: as in `new`.
+            unsafe {
+                (*(**t).sto)
+                    .pending_exec_count_write
+                    .fetch_sub(1, Ordering::AcqRel)
+            };
         }
     }
 }

@@ -664,20 +664,54 @@ fn the_runtime_works_again_after_close_and_init() {
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
 
-/// A core's GLOBAL allocator backs its tensors and shared pages: the public destroy refuses
-/// it, and everything on it survives.
+/// The runtime's own allocators are the runtime's to destroy: the public destroy refuses a
+/// core's GLOBAL allocator (its tensors and shared pages live there) and a loaded model's MODEL
+/// allocator (its unload would otherwise destroy whatever reused the slot), and everything on
+/// them survives. An allocator the caller made is the caller's to destroy.
 #[test]
-fn the_global_allocator_cannot_be_destroyed_through_the_api() {
+fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let global = n.core_allocator(0, 0).unwrap();
     let t = n.tensor_allocate(0, 0, 4096, Some("t"), None).unwrap();
+    let allocs = [nrt_core::model::ModelAlloc {
+        usage: TENSOR as u32,
+        location: dma_mem_location_t::TONGA_DRAM as u32,
+        size: 1 << 20,
+        align: 0,
+        hint: "w",
+    }];
+    let h = n
+        .load_model(
+            0,
+            &nrt_core::model::ModelSpec {
+                name: "m",
+                subgraphs: 1,
+                allocations: &allocs,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut model_al = std::ptr::null_mut();
+    n.for_each_model_dmem(h, |_, d| model_al = d.allocator)
+        .unwrap();
+    assert!(!model_al.is_null());
     let before = snapshot(&n);
-    assert_eq!(
-        n.dmem_allocator_destroy(al).map_err(|e| e.status()),
-        Err(NRT_STATUS::NRT_INVALID)
-    );
+    for al in [global, model_al] {
+        assert_eq!(
+            n.dmem_allocator_destroy(al).map_err(|e| e.status()),
+            Err(NRT_STATUS::NRT_INVALID)
+        );
+    }
     assert_eq!(snapshot(&n), before);
+    // SAFETY: a live allocator.
+    let pcore = unsafe { (*global).pcore };
+    let mine = n
+        .dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+        .unwrap();
+    n.dmem_allocator_destroy(mine).unwrap();
+    n.unload_model(h).unwrap();
     n.tensor_free(t, None).unwrap();
     n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0);
 }

@@ -411,12 +411,32 @@ fn overlapping_copy_within_a_storage_is_memmove() {
 }
 
 /// A driver that parks the first `copy_in` after `armed` is set until `go`: lets a test hold
-/// an `execute` in the middle of writing its outputs.
+/// an `execute` in the middle of writing its outputs. With `panic_in_fill`, its next `fill`
+/// panics instead (a driver failing inside an execution).
 struct ParkingDriver {
     inner: Box<SimDevice>,
     armed: AtomicBool,
     parked: AtomicBool,
     go: AtomicBool,
+    panic_in_fill: AtomicBool,
+}
+
+impl ParkingDriver {
+    /// Over a scaled-down simulated trn2 whose memory is `backing`.
+    fn new(backing: &mut Vec<u8>) -> Self {
+        let cfg = SimConfig::scaled_down(Preset::Trn2, 1);
+        let mut sim = SimDevice::new_boxed(&cfg).unwrap();
+        backing.resize(sim.backing_len(0) as usize, 0);
+        // SAFETY: the caller keeps `backing` alive, unmoved, for as long as the driver.
+        unsafe { sim.set_backing(0, backing.as_mut_ptr(), backing.len() as u64) }.unwrap();
+        ParkingDriver {
+            inner: sim,
+            armed: AtomicBool::new(false),
+            parked: AtomicBool::new(false),
+            go: AtomicBool::new(false),
+            panic_in_fill: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Driver for ParkingDriver {
@@ -451,6 +471,9 @@ impl Driver for ParkingDriver {
         self.inner.copy_out(d, h, o, s)
     }
     fn fill(&self, d: u32, h: u64, o: u64, l: u64, v: u8) -> Result<(), Errno> {
+        if self.panic_in_fill.swap(false, SeqCst) {
+            panic!("driver failure inside fill");
+        }
         self.inner.fill(d, h, o, l, v)
     }
     fn pool_stats(&self, d: u32, host: bool, i: u32) -> Result<PoolStats, Errno> {
@@ -463,17 +486,8 @@ impl Driver for ParkingDriver {
 /// and succeeds, instead of failing its nested copies with `Closed`.
 #[test]
 fn an_execute_in_flight_when_close_begins_completes() {
-    let cfg = SimConfig::scaled_down(Preset::Trn2, 1);
-    let mut sim = SimDevice::new_boxed(&cfg).unwrap();
-    let mut backing = vec![0u8; sim.backing_len(0) as usize];
-    // SAFETY: `backing` outlives every use of the device in this test.
-    unsafe { sim.set_backing(0, backing.as_mut_ptr(), backing.len() as u64) }.unwrap();
-    let drv = ParkingDriver {
-        inner: sim,
-        armed: AtomicBool::new(false),
-        parked: AtomicBool::new(false),
-        go: AtomicBool::new(false),
-    };
+    let mut backing = Vec::new();
+    let drv = ParkingDriver::new(&mut backing);
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
@@ -614,4 +628,46 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
         n.tensor_free(t, None).unwrap();
     }
     n.unload_model(h).unwrap();
+}
+
+/// An execution that unwinds (a driver panicking in the middle of its outputs) takes its
+/// pending marks back: the output can be read afterwards, and `close` does not wait forever.
+#[test]
+fn an_unwinding_execute_leaves_no_pending_marks() {
+    let mut backing = Vec::new();
+    let drv = ParkingDriver::new(&mut backing);
+    let st = CoreState::new_boxed();
+    let n = Nrt::new(&st, &drv);
+    n.init(&InitOptions::default()).unwrap();
+    let ins = [TensorDecl {
+        name: "a",
+        size: 16,
+    }];
+    let outs = [TensorDecl {
+        name: "x",
+        size: 64,
+    }];
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let h = n.load_model(0, &spec).unwrap();
+    let a = n.tensor_allocate(0, 0, 16, Some("a"), None).unwrap();
+    let x = n.tensor_allocate(0, 0, 64, Some("x"), None).unwrap();
+    let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
+    si.add("a", a).unwrap();
+    so.add("x", x).unwrap();
+    // The 16 input bytes are copied, then the rest of the output is filled: that panics.
+    drv.panic_in_fill.store(true, SeqCst);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n.execute(h, &si, &so)));
+    assert!(r.is_err(), "the driver's panic unwound through execute");
+    assert_eq!(n.tensor_pending(x).unwrap(), (0, 0));
+    assert_eq!(n.tensor_pending(a).unwrap(), (0, 0));
+    let mut buf = [0u8; 64];
+    n.tensor_read(x, &mut buf, 0).unwrap();
+    n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0);
 }
