@@ -10,7 +10,7 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 use nrt_core::dmem::{release_one, DmemRefCount};
 use nrt_core::model::{drain_with, mint_handle};
-use nrt_core::sync::{gate_close, gate_enter, gate_exit, GATE_CLOSED};
+use nrt_core::sync::{gate_close, gate_enter, gate_exit, gate_open, GATE_CLOSED};
 use nrt_core::ulib::stage_once;
 
 /// Handles from concurrent mints are distinct and never 0, also across the wrap.
@@ -156,6 +156,38 @@ fn close_never_tears_down_under_a_call() {
         torn_down.store(true, Ordering::Release);
         call.join().unwrap();
         assert!(!gate_enter(&*gate), "a call after close gets in");
+        assert_eq!(gate.load(Ordering::Acquire), GATE_CLOSED);
+    });
+}
+
+/// `init` after `close` reopens the gate (`gate_open`), and a later `close` shuts it again: a
+/// call racing all three either gets in while the runtime stands (and ends before the
+/// teardown that follows) or is turned away, whichever runtime it meets.
+#[test]
+fn a_reopened_gate_closes_again() {
+    loom::model(|| {
+        let gate = Arc::new(AtomicU32::new(0));
+        let torn_down = Arc::new(AtomicBool::new(false));
+        let call = {
+            let (gate, torn_down) = (gate.clone(), torn_down.clone());
+            thread::spawn(move || {
+                if gate_enter(&*gate) {
+                    assert!(
+                        !torn_down.load(Ordering::Acquire),
+                        "call ran into a teardown"
+                    );
+                    gate_exit(&*gate);
+                }
+            })
+        };
+        gate_close(&*gate, |_| thread::yield_now());
+        torn_down.store(true, Ordering::Release);
+        // init: the runtime stands again before the gate opens.
+        torn_down.store(false, Ordering::Release);
+        gate_open(&*gate);
+        gate_close(&*gate, |_| thread::yield_now());
+        torn_down.store(true, Ordering::Release);
+        call.join().unwrap();
         assert_eq!(gate.load(Ordering::Acquire), GATE_CLOSED);
     });
 }
