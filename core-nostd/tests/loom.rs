@@ -129,6 +129,23 @@ fn dmem_release_elects_one_last_holder() {
     });
 }
 
+/// A public call racing `close`: it counts itself in, and when it got in it must not meet a
+/// torn-down runtime. Returns whether it got in.
+fn racing_call(gate: &Arc<AtomicU32>, torn_down: &Arc<AtomicBool>) -> thread::JoinHandle<bool> {
+    let (gate, torn_down) = (gate.clone(), torn_down.clone());
+    thread::spawn(move || {
+        let got_in = gate_enter(&*gate);
+        if got_in {
+            assert!(
+                !torn_down.load(Ordering::Acquire),
+                "call ran into a teardown"
+            );
+            gate_exit(&*gate);
+        }
+        got_in
+    })
+}
+
 /// The in-flight call gate (spec §7.2, §12): `close` shuts the gate and waits for the calls
 /// counted in; a call counts itself in unless the gate is shut. Under every interleaving a
 /// call that got in ends before the teardown that follows `gate_close`, and a call that comes
@@ -138,20 +155,7 @@ fn close_never_tears_down_under_a_call() {
     loom::model(|| {
         let gate = Arc::new(AtomicU32::new(0));
         let torn_down = Arc::new(AtomicBool::new(false));
-        let call = {
-            let (gate, torn_down) = (gate.clone(), torn_down.clone());
-            thread::spawn(move || {
-                let got_in = gate_enter(&*gate);
-                if got_in {
-                    assert!(
-                        !torn_down.load(Ordering::Acquire),
-                        "call ran into the teardown"
-                    );
-                    gate_exit(&*gate);
-                }
-                got_in
-            })
-        };
+        let call = racing_call(&gate, &torn_down);
         gate_close(&*gate, |_| thread::yield_now());
         torn_down.store(true, Ordering::Release);
         call.join().unwrap();
@@ -168,18 +172,7 @@ fn a_reopened_gate_closes_again() {
     loom::model(|| {
         let gate = Arc::new(AtomicU32::new(0));
         let torn_down = Arc::new(AtomicBool::new(false));
-        let call = {
-            let (gate, torn_down) = (gate.clone(), torn_down.clone());
-            thread::spawn(move || {
-                if gate_enter(&*gate) {
-                    assert!(
-                        !torn_down.load(Ordering::Acquire),
-                        "call ran into a teardown"
-                    );
-                    gate_exit(&*gate);
-                }
-            })
-        };
+        let call = racing_call(&gate, &torn_down);
         gate_close(&*gate, |_| thread::yield_now());
         torn_down.store(true, Ordering::Release);
         // init: the runtime stands again before the gate opens.

@@ -12,7 +12,7 @@ use nrt_core::abi::*;
 use nrt_core::driver::{AllocRequest, DeviceInfo, Driver, Errno, PoolStats};
 use nrt_core::model::{ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
-use nrt_core::tensor::{HostMem, TensorSet};
+use nrt_core::tensor::{HostMem, Tensor, TensorSet};
 use nrt_core::{CoreState, Error, InitOptions, Nrt};
 
 struct Heap;
@@ -553,6 +553,34 @@ fn an_execute_in_flight_when_close_begins_completes() {
     );
 }
 
+/// A model with one input `a` (16 bytes) and one output `x` (`out` bytes) loaded on logical
+/// core 0, its two device tensors, and the sets that bind them: `execute` copies `a` into the
+/// head of `x` and zero-fills the rest.
+fn copy_model(n: &Nrt<'_>, out: u64) -> (H_MODEL, Tensor, Tensor, TensorSet, TensorSet) {
+    let ins = [TensorDecl {
+        name: "a",
+        size: 16,
+    }];
+    let outs = [TensorDecl {
+        name: "x",
+        size: out,
+    }];
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let h = n.load_model(0, &spec).unwrap();
+    let a = n.tensor_allocate(0, 0, 16, Some("a"), None).unwrap();
+    let x = n.tensor_allocate(0, 0, out, Some("x"), None).unwrap();
+    let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
+    si.add("a", a).unwrap();
+    so.add("x", x).unwrap();
+    (h, a, x, si, so)
+}
+
 /// A read never sees an output half written (spec §7.1: a tensor cannot be read until the
 /// DMA writing it has completed). `execute` copies the 16-byte input into the 64 KiB output
 /// and then zero-fills the rest; a reader running beside it sees either the old bytes or the
@@ -565,31 +593,8 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
     );
     let n = f.nrt();
     const OUT: usize = 64 << 10;
-    let ins = [TensorDecl {
-        name: "a",
-        size: 16,
-    }];
-    let outs = [TensorDecl {
-        name: "x",
-        size: OUT as u64,
-    }];
-    let spec = ModelSpec {
-        name: "m",
-        subgraphs: 1,
-        inputs: &ins,
-        outputs: &outs,
-        ..Default::default()
-    };
-    let h = n.load_model(0, &spec).unwrap();
-    let a = n.tensor_allocate(0, 0, 16, Some("a"), None).unwrap();
-    let x = n
-        .tensor_allocate(0, 0, OUT as u64, Some("x"), None)
-        .unwrap();
+    let (h, a, x, si, so) = copy_model(&n, OUT as u64);
     n.tensor_write(a, &[0x11; 16], 0).unwrap();
-    let mut si = TensorSet::new();
-    let mut so = TensorSet::new();
-    si.add("a", a).unwrap();
-    so.add("x", x).unwrap();
     let old = vec![0xffu8; OUT];
     let mut new = vec![0u8; OUT];
     new[..16].fill(0x11);
@@ -639,27 +644,7 @@ fn an_unwinding_execute_leaves_no_pending_marks() {
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
-    let ins = [TensorDecl {
-        name: "a",
-        size: 16,
-    }];
-    let outs = [TensorDecl {
-        name: "x",
-        size: 64,
-    }];
-    let spec = ModelSpec {
-        name: "m",
-        subgraphs: 1,
-        inputs: &ins,
-        outputs: &outs,
-        ..Default::default()
-    };
-    let h = n.load_model(0, &spec).unwrap();
-    let a = n.tensor_allocate(0, 0, 16, Some("a"), None).unwrap();
-    let x = n.tensor_allocate(0, 0, 64, Some("x"), None).unwrap();
-    let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
-    si.add("a", a).unwrap();
-    so.add("x", x).unwrap();
+    let (h, a, x, si, so) = copy_model(&n, 64);
     // The 16 input bytes are copied, then the rest of the output is filled: that panics.
     drv.panic_in_fill.store(true, SeqCst);
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n.execute(h, &si, &so)));
