@@ -1226,6 +1226,18 @@ pub fn write_oom_file(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<std::io::R
 /// A model's device and host bytes per usage type (`[22]` = total): `(device, host)`.
 pub type Footprint = ([u64; 23], [u64; 23]);
 
+/// The sum of per-subgraph footprints: a model's whole footprint.
+pub fn total_footprint(per: &[Footprint]) -> Footprint {
+    let mut total = ([0u64; 23], [0u64; 23]);
+    for (dev, host) in per {
+        for u in 0..23 {
+            total.0[u] += dev[u];
+            total.1[u] += host[u];
+        }
+    }
+    total
+}
+
 /// A runtime with the models and tensors a scenario (or the demo) made, by name.
 pub struct Session {
     rt: HostRuntime,
@@ -1530,14 +1542,7 @@ impl Session {
     /// Device bytes of a loaded model's MODEL heaps, per usage (`[22]` = total), and its host
     /// bytes per usage.
     pub fn footprint(&self, h: H_MODEL) -> Result<Footprint, StepError> {
-        let mut total = ([0u64; 23], [0u64; 23]);
-        for (dev, host) in self.subgraph_footprints(h)? {
-            for u in 0..23 {
-                total.0[u] += dev[u];
-                total.1[u] += host[u];
-            }
-        }
-        Ok(total)
+        Ok(total_footprint(&self.subgraph_footprints(h)?))
     }
 
     /// [`Self::footprint`] of each subgraph's MODEL heap (spec §5.2), in subgraph order.

@@ -12,7 +12,9 @@ use nrt_core::driver::PoolStats;
 use nrt_core::ledger::UsageBreakdown;
 use serde_json::{json, Map, Value};
 
-use crate::scenario::{fmt_bytes, Category, Footprint, Session, DEVICE_CLASSES, REPORT_ROWS};
+use crate::scenario::{
+    fmt_bytes, total_footprint, Category, Footprint, Session, DEVICE_CLASSES, REPORT_ROWS,
+};
 
 /// One logical core.
 pub struct CoreStats {
@@ -96,8 +98,9 @@ pub fn collect(s: &Session, source: &str) -> Report {
         .models()
         .iter()
         .map(|m| {
-            let (dev, host) = s.footprint(m.handle).unwrap_or(([0; 23], [0; 23]));
+            // One walk of the model's heaps: the total is the subgraphs' sum.
             let subgraphs = s.subgraph_footprints(m.handle).unwrap_or_default();
+            let (dev, host) = total_footprint(&subgraphs);
             let info = nrt.model_info(m.handle).unwrap_or_default();
             let device = nrt
                 .vcore_tpbs(m.core)
