@@ -322,20 +322,18 @@ mod tests {
     fn a_new_arena_starts_handing_out_elsewhere() {
         // Two arenas in turn, as two runtimes' state blocks at one address would be: the
         // second one's first slots are not the first one's.
+        let first_four = |a: &Arena<u64, 8192>| -> std::vec::Vec<usize> {
+            (0..4)
+                .map(|_| {
+                    a.index_of(a.alloc_fresh_first("t").unwrap().as_ptr())
+                        .unwrap()
+                })
+                .collect()
+        };
         let a = arena::<8192>();
-        let first_a: std::vec::Vec<usize> = (0..4)
-            .map(|_| {
-                a.index_of(a.alloc_fresh_first("t").unwrap().as_ptr())
-                    .unwrap()
-            })
-            .collect();
+        let first_a = first_four(&a);
         let b = arena::<8192>();
-        let first_b: std::vec::Vec<usize> = (0..4)
-            .map(|_| {
-                b.index_of(b.alloc_fresh_first("t").unwrap().as_ptr())
-                    .unwrap()
-            })
-            .collect();
+        let first_b = first_four(&b);
         assert!(
             first_a.iter().all(|i| !first_b.contains(i)),
             "{first_a:?} {first_b:?}"
