@@ -66,6 +66,15 @@ impl FreeRanges {
         })
     }
 
+    /// Last fit: the top of the highest free range of at least `size` bytes (the block ends
+    /// where the range ends; no alignment, as [`FreeRanges::best_fit`]).
+    pub fn last_fit(&self, size: u64) -> Option<u64> {
+        self.iter()
+            .rev()
+            .find(|&(_, len)| len >= size)
+            .map(|(base, len)| base + len - size)
+    }
+
     /// Best fit: the start of the smallest free range of at least `size` bytes, ties to the
     /// lowest address (no alignment: for pools whose ranges all start aligned).
     pub fn best_fit(&self, size: u64) -> Option<u64> {
@@ -133,6 +142,12 @@ pub enum Rule {
         /// Smallest request placed by best fit.
         threshold: u64,
     },
+    /// Two-ended: best fit for requests of at least `threshold` bytes (from the bottom, ties
+    /// to the lowest address), last fit below (small blocks pile up from the top).
+    TwoEnded {
+        /// Smallest request placed by best fit.
+        threshold: u64,
+    },
 }
 
 impl Rule {
@@ -143,6 +158,8 @@ impl Rule {
             Rule::BestFit => pool.best_fit(size),
             Rule::Split { threshold } if size >= threshold => pool.best_fit(size),
             Rule::Split { .. } => pool.first_fit(size, CARVE_GRANULE),
+            Rule::TwoEnded { threshold } if size >= threshold => pool.best_fit(size),
+            Rule::TwoEnded { .. } => pool.last_fit(size),
         }
     }
 
@@ -152,6 +169,10 @@ impl Rule {
             Rule::BestFit => "best fit (exhaustive, ties to the lowest address)".into(),
             Rule::Split { threshold } => format!(
                 "split T = {}: best fit if size ≥ T, else first fit",
+                bytes_label(threshold)
+            ),
+            Rule::TwoEnded { threshold } => format!(
+                "two-ended T = {}: best fit if size ≥ T, else last fit (from the top)",
                 bytes_label(threshold)
             ),
         }
@@ -538,7 +559,7 @@ pub fn compaction_ceiling(trace: &Trace) -> f64 {
 }
 
 /// The policies of the study's table: first fit, best fit, the split rule at 2, 4 and 8 MiB,
-/// and the death-time oracle exact and with log-normal errors σ = 0.25 and 1.
+/// the two-ended rule at 4 MiB, and the death-time oracle exact and with log-normal errors σ = 0.25 and 1.
 pub fn study_policies() -> Vec<Policy> {
     let split = |mib: u64| {
         Policy::Online(Rule::Split {
@@ -552,6 +573,7 @@ pub fn study_policies() -> Vec<Policy> {
         split(2),
         split(4),
         split(8),
+        Policy::Online(Rule::TwoEnded { threshold: 4 * MIB }),
         oracle(0.0, 0.3),
         oracle(0.25, 0.3),
         oracle(1.0, 1.0),
@@ -616,6 +638,13 @@ mod tests {
         );
         assert_eq!(p.first_fit(16 * KIB, 4 * KIB), Some(32 * KIB));
         assert_eq!(p.best_fit(8 * KIB), Some(4 * KIB), "smallest fitting range");
+        assert_eq!(
+            p.last_fit(8 * KIB),
+            Some(56 * KIB),
+            "top of the highest range"
+        );
+        assert_eq!(p.last_fit(16 * KIB), Some(48 * KIB));
+        assert_eq!(p.last_fit(33 * KIB), None);
         p.give(16 * KIB, 32 * KIB);
         assert_eq!(p.lengths(), [60 * KIB], "merged with both neighbours");
         p.give(0, 4 * KIB);
