@@ -669,6 +669,19 @@ pub struct Scenario {
     pub num_cores: Option<u32>,
     /// The steps, in order.
     pub steps: Vec<Step>,
+    /// Where the core-count settings (`lnc_size`, `visible_cores`, `num_cores`) are written:
+    /// they are checked when the runtime starts, against the device, so their errors are
+    /// located afterwards ([`Scenario::setting_error`]).
+    setting_at: Vec<SettingAt>,
+}
+
+/// A core-count setting's place in the file: an error template without its message.
+#[derive(Clone, Debug)]
+struct SettingAt {
+    key: &'static str,
+    line: usize,
+    column: usize,
+    source_line: Option<String>,
 }
 
 const ACTIONS: &str = "load, unload, alloc_tensor, free_tensor, execute, expect, reset_peak, \
@@ -717,6 +730,28 @@ impl Scenario {
                 source_line: None,
             });
         }
+        let at = |key: &'static str, span: Option<std::ops::Range<usize>>| {
+            span.map(|span| {
+                let e = src.err(span, None, "");
+                SettingAt {
+                    key,
+                    line: e.line,
+                    column: e.column,
+                    source_line: e.source_line,
+                }
+            })
+        };
+        let setting_at = [
+            at("lnc_size", raw.lnc_size.as_ref().map(Spanned::span)),
+            at(
+                "visible_cores",
+                raw.visible_cores.as_ref().map(Spanned::span),
+            ),
+            at("num_cores", raw.num_cores.as_ref().map(Spanned::span)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut cache: BTreeMap<PathBuf, ManifestRef> = BTreeMap::new();
         let steps = raw
@@ -737,6 +772,22 @@ impl Scenario {
             visible_cores,
             num_cores: raw.num_cores.map(|v| v.into_inner()),
             steps,
+            setting_at,
+        })
+    }
+
+    /// `message` located at the first of `keys` this scenario sets: how a core-count error
+    /// found when the runtime starts points back at the line that caused it. `None` when the
+    /// scenario sets none of them (the value came from the environment or a flag).
+    pub fn setting_error(&self, keys: &[&str], message: &str) -> Option<ScenarioError> {
+        let at = self.setting_at.iter().find(|a| keys.contains(&a.key))?;
+        Some(ScenarioError {
+            file: self.path.clone(),
+            line: at.line,
+            column: at.column,
+            field: Some(at.key.to_string()),
+            message: message.to_string(),
+            source_line: at.source_line.clone(),
         })
     }
 

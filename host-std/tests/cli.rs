@@ -262,6 +262,54 @@ fn malformed_scenario_names_file_line_and_field() {
 }
 
 #[test]
+fn core_count_errors_point_at_the_scenario_line_that_set_them() {
+    let dir = std::env::temp_dir().join(format!("nrt-dmem-cli-cores-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    // trn2 has 8 cores per device: LNC 3 does not divide them (found at runtime start).
+    let lnc = write(
+        "lnc.toml",
+        "device = \"sim:trn2\"\nlnc_size = 3\n[[step]]\nclose = true\n",
+    );
+    let o = bin().arg("run").arg(&lnc).output().expect("run");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("lnc.toml:2:"), "{err}");
+    assert!(err.contains("field `lnc_size`"), "{err}");
+    assert!(err.contains("does not divide the 8 cores"), "{err}");
+    assert!(err.contains("lnc_size = 3"), "the line is quoted: {err}");
+    // The same through `stats`, and for the visible slice.
+    let visible = write(
+        "visible.toml",
+        "device = \"sim:trn1\"\n\nvisible_cores = \"1-5\"\n[[step]]\nclose = true\n",
+    );
+    let o = bin()
+        .args(["stats", "--scenario"])
+        .arg(&visible)
+        .output()
+        .expect("run");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("visible.toml:3:"), "{err}");
+    assert!(err.contains("field `visible_cores`"), "{err}");
+    // A flag that replaces the setting owns the error: no scenario line is blamed.
+    let o = bin()
+        .args(["--lnc-size", "5", "run"])
+        .arg(&lnc)
+        .output()
+        .expect("run");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("logical core size 5"), "{err}");
+    assert!(!err.contains("lnc.toml:"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn missing_device_is_a_clear_error() {
     if Path::new("/dev/neuron0").exists() {
         return; // real hardware: nothing to check here

@@ -256,8 +256,34 @@ where
 
 fn cmd_demo(g: &GlobalArgs, ui: &Ui, out: &mut dyn Write) -> Result<i32, CliError> {
     let cfg = runtime_config(g, None, true)?;
-    let mut s = Session::start(cfg)?;
+    let mut s = start_session(g, None, cfg)?;
     demo::run(&mut s, out, ui, true)
+}
+
+/// Starts the runtime for `cfg`. A core-count error (spec §9) whose value came from the
+/// scenario, not from a flag that replaced it, is reported at the scenario line that set it.
+fn start_session(
+    g: &GlobalArgs,
+    sc: Option<&Scenario>,
+    cfg: RuntimeConfig,
+) -> Result<Session, CliError> {
+    Session::start(cfg).map_err(|e| {
+        let keys: &[&str] = match &e {
+            StartError::Init(nrt_core::Error::VncConfig { .. }) if g.lnc_size.is_none() => {
+                &["lnc_size"]
+            }
+            StartError::Init(nrt_core::Error::VisibleCores { .. })
+                if g.visible_cores.is_none() && g.num_cores.is_none() =>
+            {
+                &["visible_cores", "num_cores"]
+            }
+            _ => &[],
+        };
+        match sc.and_then(|sc| sc.setting_error(keys, &e.to_string())) {
+            Some(located) => CliError::input(located.to_string()),
+            None => CliError::from(e),
+        }
+    })
 }
 
 fn load_scenario(path: &std::path::Path) -> Result<Scenario, CliError> {
@@ -341,7 +367,7 @@ fn cmd_run(
 ) -> Result<i32, CliError> {
     let sc = load_scenario(path)?;
     let cfg = runtime_config(g, Some(&sc), false)?;
-    let mut s = Session::start(cfg)?;
+    let mut s = start_session(g, Some(&sc), cfg)?;
 
     if !ui.quiet {
         writeln!(
@@ -404,7 +430,7 @@ fn cmd_stats(
         Some(p) => {
             let sc = load_scenario(p)?;
             let cfg = runtime_config(g, Some(&sc), false)?;
-            let mut s = Session::start(cfg)?;
+            let mut s = start_session(g, Some(&sc), cfg)?;
             let mut sink = std::io::sink();
             let report = run_scenario(&sc, &mut s, &mut sink, ui, false);
             for f in &report.failures {
@@ -418,7 +444,7 @@ fn cmd_stats(
         }
         None => {
             let cfg = runtime_config(g, None, false)?;
-            let mut s = Session::start(cfg)?;
+            let mut s = start_session(g, None, cfg)?;
             let mut sink = std::io::sink();
             let quiet = Ui {
                 color: false,
