@@ -209,15 +209,24 @@ impl Nrt<'_> {
 
     /// Calls `f(mla, nc, device)` for each physical core of logical core `vnc`, with that
     /// device's ledger lock held: one consistent reading (or peak reset) per core.
-    fn for_each_vnc_core(&self, vnc: i64, mut f: impl FnMut(&mla_t, usize, u32)) -> Result<()> {
-        for pc in self.vcore_tpbs(vnc)? {
+    fn for_each_vnc_core(&self, vnc: i64, f: impl FnMut(&mla_t, usize, u32)) -> Result<()> {
+        self.for_each_core_locked(self.vcore_tpbs(vnc)?, f);
+        Ok(())
+    }
+
+    /// [`Self::for_each_vnc_core`] over physical cores already resolved.
+    fn for_each_core_locked(
+        &self,
+        cores: &[physical_core_t],
+        mut f: impl FnMut(&mla_t, usize, u32),
+    ) {
+        for pc in cores {
             // SAFETY: the core resolved to an attached device; the ledger cells are atomics
             // and the lock serialises their writers.
             let mla = unsafe { &*self.mla_ptr(pc.device_id) };
             let _g = mla.dmem_logger.lock.lock();
             f(mla, pc.device_tpb_idx as usize, pc.device_id);
         }
-        Ok(())
     }
 
     /// Per-usage breakdown of logical core `vnc` (sum over its physical cores).
@@ -242,15 +251,15 @@ impl Nrt<'_> {
     /// as used, so used can exceed the limit.
     pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
-        self.for_each_vnc_core(vnc, |mla, nc, _| {
+        let cores = self.vcore_tpbs(vnc)?;
+        self.for_each_core_locked(cores, |mla, nc, _| {
             s.bytes_used += mla.dmem_logger.memory_usage_nc[nc][TOTAL].load(Ordering::Acquire);
             s.bytes_peak += mla.dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
-        })?;
+        });
         let channel = |pc: &physical_core_t| {
             let g = self.geom(pc.device_id);
             (pc.device_id, g.default_hbm(pc.device_tpb_idx))
         };
-        let cores = self.vcore_tpbs(vnc)?;
         for (i, pc) in cores.iter().enumerate() {
             if !cores[..i].iter().any(|q| channel(q) == channel(pc)) {
                 s.bytes_limit += self.geom(pc.device_id).channel_size;
