@@ -22,11 +22,14 @@ fn run(args: &[&str]) -> Output {
 
 /// Runs with the variables `env` set (on top of the cleared defaults).
 fn run_with(env: &[(&str, &str)], args: &[&str]) -> Output {
-    bin()
-        .envs(env.iter().copied())
-        .args(args)
-        .output()
-        .expect("run nrt-dmem")
+    cmd_with(env, args).output().expect("run nrt-dmem")
+}
+
+/// The command `run_with` runs.
+fn cmd_with(env: &[(&str, &str)], args: &[&str]) -> Command {
+    let mut c = bin();
+    c.envs(env.iter().copied()).args(args);
+    c
 }
 
 fn text(o: &Output) -> (String, String) {
@@ -34,6 +37,14 @@ fn text(o: &Output) -> (String, String) {
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
+}
+
+/// Runs `cmd`, which must fail on its input (exit 2); returns its stderr.
+fn input_error(cmd: &mut Command) -> String {
+    let o = cmd.output().expect("run nrt-dmem");
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    err
 }
 
 fn examples() -> PathBuf {
@@ -227,9 +238,7 @@ fn malformed_scenario_names_file_line_and_field() {
         "device = \"sim:trn2\"\n\n[[step]]\nalloc_tensor = \"t\"\nsize = \"twelve\"\n",
     )
     .expect("write");
-    let o = bin().arg("run").arg(&bad).output().expect("run");
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(bin().arg("run").arg(&bad));
     assert!(err.contains("bad.toml:5:"), "{err}");
     assert!(err.contains("field `size`"), "{err}");
 
@@ -242,18 +251,14 @@ fn malformed_scenario_names_file_line_and_field() {
     .expect("write");
     let sc = dir.join("uses-bad-manifest.toml");
     std::fs::write(&sc, "[[step]]\nload = \"m.json\"\n").expect("write");
-    let o = bin().arg("run").arg(&sc).output().expect("run");
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(bin().arg("run").arg(&sc));
     assert!(err.contains("uses-bad-manifest.toml:2:"), "{err}");
     assert!(err.contains("m.json"), "{err}");
     assert!(err.contains("allocations[0].usage"), "{err}");
     assert!(err.contains("line 5"), "{err}");
 
     let missing = dir.join("missing.toml");
-    let o = bin().arg("run").arg(&missing).output().expect("run");
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(bin().arg("run").arg(&missing));
     assert!(
         err.contains("missing.toml") && err.contains("cannot read"),
         "{err}"
@@ -275,9 +280,7 @@ fn core_count_errors_point_at_the_scenario_line_that_set_them() {
         "lnc.toml",
         "device = \"sim:trn2\"\nlnc_size = 3\n[[step]]\nclose = true\n",
     );
-    let o = bin().arg("run").arg(&lnc).output().expect("run");
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(bin().arg("run").arg(&lnc));
     assert!(err.contains("lnc.toml:2:"), "{err}");
     assert!(err.contains("field `lnc_size`"), "{err}");
     assert!(err.contains("does not divide the 8 cores"), "{err}");
@@ -287,23 +290,11 @@ fn core_count_errors_point_at_the_scenario_line_that_set_them() {
         "visible.toml",
         "device = \"sim:trn1\"\n\nvisible_cores = \"1-5\"\n[[step]]\nclose = true\n",
     );
-    let o = bin()
-        .args(["stats", "--scenario"])
-        .arg(&visible)
-        .output()
-        .expect("run");
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(bin().args(["stats", "--scenario"]).arg(&visible));
     assert!(err.contains("visible.toml:3:"), "{err}");
     assert!(err.contains("field `visible_cores`"), "{err}");
     // A flag that replaces the setting owns the error: no scenario line is blamed.
-    let o = bin()
-        .args(["--lnc-size", "5", "run"])
-        .arg(&lnc)
-        .output()
-        .expect("run");
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(bin().args(["--lnc-size", "5", "run"]).arg(&lnc));
     assert!(err.contains("logical core size 5"), "{err}");
     assert!(!err.contains("lnc.toml:"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -314,9 +305,7 @@ fn missing_device_is_a_clear_error() {
     if Path::new("/dev/neuron0").exists() {
         return; // real hardware: nothing to check here
     }
-    let o = run(&["--device", "neuron", "demo"]);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    let err = input_error(&mut cmd_with(&[], &["--device", "neuron", "demo"]));
     assert!(err.contains("/dev/neuron0"), "{err}");
     assert!(err.contains("sim:trn2"), "{err}");
 }
@@ -324,45 +313,41 @@ fn missing_device_is_a_clear_error() {
 #[test]
 fn bad_settings_are_named_not_panicked_on() {
     // A core range whose count does not fit in 32 bits.
-    let o = run(&["--visible-cores", "0-4294967295", "demo"]);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    let err = input_error(&mut cmd_with(
+        &[],
+        &["--visible-cores", "0-4294967295", "demo"],
+    ));
     assert!(err.contains("range is too large"), "{err}");
     // A variable that is set but not UTF-8 is reported, not taken as unset.
     use std::os::unix::ffi::OsStrExt;
-    let o = bin()
-        .env(
-            "NRT_DMEM_DEVICE",
-            std::ffi::OsStr::from_bytes(b"sim:\xfftrn2"),
-        )
-        .arg("stats")
-        .output()
-        .expect("run nrt-dmem");
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+    let err = input_error(
+        bin()
+            .env(
+                "NRT_DMEM_DEVICE",
+                std::ffi::OsStr::from_bytes(b"sim:\xfftrn2"),
+            )
+            .arg("stats"),
+    );
     assert!(
         err.contains("NRT_DMEM_DEVICE") && err.contains("UTF-8"),
         "{err}"
     );
     // A scratchpad page that is not a page multiple.
-    let o = run_with(&[("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "4097")], &["demo"]);
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(&mut cmd_with(
+        &[("NRT_DMEM_SCRATCHPAD_PAGE_SIZE", "4097")],
+        &["demo"],
+    ));
     assert!(err.contains("NRT_DMEM_SCRATCHPAD_PAGE_SIZE"), "{err}");
 }
 
 #[test]
 fn unknown_flag_gets_clap_help() {
-    let o = run(&["demo", "--frobnicate"]);
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(&mut cmd_with(&[], &["demo", "--frobnicate"]));
     assert!(
         err.contains("--frobnicate") && err.contains("Usage:"),
         "{err}"
     );
-    let o = run(&["--device", "gpu", "demo"]);
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = input_error(&mut cmd_with(&[], &["--device", "gpu", "demo"]));
     assert!(err.contains("sim:<inf2|trn1|trn2|trn3>"), "{err}");
 }
 
@@ -440,9 +425,7 @@ fn flags_replace_the_environment_they_override() {
         let (out, err) = text(&o);
         assert_eq!(o.status.code(), Some(0), "{var}={value} {flag}: {out}{err}");
         // Without the flag the bad value is an error that names the variable.
-        let o = run_with(&[(var, value)], &["stats"]);
-        let (_, err) = text(&o);
-        assert_eq!(o.status.code(), Some(2), "{var}={value}: {err}");
+        let err = input_error(&mut cmd_with(&[(var, value)], &["stats"]));
         assert!(err.contains(var), "{err}");
     }
     // `stats` without a scenario runs on the device the environment names.
