@@ -144,6 +144,10 @@ pub struct CoreState {
     /// `dmem_allocator_create` (the caller's to destroy), 0 when the runtime owns it (a core's
     /// GLOBAL allocator, a model's MODEL allocators).
     pub(crate) caller_allocators: [AtomicU8; MAX_ALLOCATORS],
+    /// Per device: 1 once aligned allocation is known to be unsupported (the device said so
+    /// at bring-up, or the driver refused an aligned request) and the one-shot WARN is out:
+    /// the latch of spec §3.2's `ndl_supports_align`. Cleared by `init`.
+    pub(crate) align_unsupported: [AtomicU8; constants::MAX_MLA_PER_PROCESS],
     pub(crate) ref_nodes: Arena<dmem_ref_node_t, MAX_DMEM>,
     pub(crate) dmem_lists: Arena<dmem_list_t, MAX_MR_SETS>,
     pub(crate) models: Arena<model_t, MAX_MODELS>,
@@ -417,6 +421,7 @@ impl<'a> Nrt<'a> {
             for (d, info) in infos.iter().enumerate().take(n as usize) {
                 let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
                 (*self.st.geom.get())[d] = DevGeom::from_info(info);
+                self.st.align_unsupported[d].store(0, Ordering::Relaxed);
                 let mla = self.mla_ptr(d as u32);
                 (*mla).device = d as u64;
                 (*mla).idx = d as u32;

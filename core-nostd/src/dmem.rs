@@ -289,15 +289,16 @@ impl Nrt<'_> {
         let (dev, nc_id) = unsafe { ((*mla).idx, (*tpb).idx) };
         let g = self.geom(dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
-        // the core's default HBM whatever the location.
+        // the core's default HBM whatever the location. So it is checked for them too: a
+        // channel that does not exist would show in the trace line and the OOM table.
         let hbm = a.hbm_idx;
-        if !host && hbm >= g.channels {
+        if hbm >= g.channels {
             return Err(Error::HbmOutOfRange {
                 hbm,
                 channels: g.channels,
             });
         }
-        let emulate = a.align != 0 && g.aligned_alloc == 0;
+        let mut emulate = a.align != 0 && !self.aligned_alloc_supported(dev, &g);
         if host && a.align != 0 && !emulate {
             // The driver's host pool refuses aligned requests (public ABI §3); said here, with
             // a clear message, instead of as the driver's bare EINVAL.
@@ -325,9 +326,9 @@ impl Nrt<'_> {
             let _ = self.st.dmems.release(m);
         };
         // 4. carve: natively aligned, or the over-allocate-and-offset emulation
-        let drv_size = if emulate { a.size + a.align } else { a.size };
-        let req = AllocRequest {
-            size: drv_size,
+        let req = |emulate: bool| AllocRequest {
+            // Cannot overflow: size + align was checked above.
+            size: if emulate { a.size + a.align } else { a.size },
             align: if emulate { 0 } else { a.align },
             host,
             hbm_idx: hbm,
@@ -336,7 +337,15 @@ impl Nrt<'_> {
             category: cat,
         };
         // ndl_memory_alloc + ndl_memory_get_pa (steps 4–5)
-        let (handle, pa) = match self.drv.memory_alloc_pa(dev, &req) {
+        let mut r = self.drv.memory_alloc_pa(dev, &req(emulate));
+        if r == Err(errno::EINVAL) && a.align != 0 && !emulate && !host {
+            // The driver refuses aligned requests after all (the device said it took them):
+            // latch that, as `ndl_supports_align` does, and emulate from now on.
+            self.latch_aligned_alloc_unsupported(dev);
+            emulate = true;
+            r = self.drv.memory_alloc_pa(dev, &req(emulate));
+        }
+        let (handle, pa) = match r {
             Ok(r) => r,
             Err(e) => {
                 undo_meta();
@@ -386,6 +395,33 @@ impl Nrt<'_> {
             }
         }
         Ok(m)
+    }
+
+    /// Whether device `dev` takes aligned requests natively (spec §3.2 `ndl_supports_align`).
+    /// The first time it is found not to, one WARN is logged and the answer is latched.
+    fn aligned_alloc_supported(&self, dev: u32, g: &crate::ctx::DevGeom) -> bool {
+        if g.aligned_alloc == 0 {
+            self.latch_aligned_alloc_unsupported(dev);
+            return false;
+        }
+        self.st
+            .align_unsupported
+            .get(dev as usize)
+            .is_none_or(|l| l.load(Ordering::Relaxed) == 0)
+    }
+
+    /// Latches "no aligned allocation" for `dev`, with the one-shot WARN.
+    fn latch_aligned_alloc_unsupported(&self, dev: u32) {
+        let Some(latch) = self.st.align_unsupported.get(dev as usize) else {
+            return;
+        };
+        if latch.load(Ordering::Relaxed) == 0 && latch.swap(1, Ordering::Relaxed) == 0 {
+            warn!(
+                "nd{}: the driver does not support aligned allocations; aligned requests are \
+                 over-allocated by their alignment and offset",
+                dev
+            );
+        }
     }
 
     /// Classifies a driver failure (spec §3.2 GOTCHA): device ENOMEM → `DeviceOom`

@@ -118,6 +118,14 @@ fn every_bad_input_is_refused_and_changes_nothing() {
             AllocArgs::device(4096, 4, TENSOR, "hbm4"),
             NRT_STATUS::NRT_INVALID,
         ),
+        (
+            // A host allocation records its HBM too (`tdram_channel`): checked alike.
+            AllocArgs {
+                hbm_idx: 99,
+                ..AllocArgs::host(4096, TENSOR, "host-hbm99")
+            },
+            NRT_STATUS::NRT_INVALID,
+        ),
     ];
     for (a, st) in &bad {
         let e = n.dmem_alloc(al, a, None).unwrap_err();
@@ -317,6 +325,48 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
     // SAFETY: live.
     let d = unsafe { &*m };
     assert_eq!((d.align_offset, d._pa % (1 << 16)), (0, 0));
+}
+
+#[test]
+fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
+    // The device said it aligns; the driver then refuses aligned requests with EINVAL
+    // (spec §3.2: `ndl_supports_align` latches 0). The request is served by the emulation,
+    // and later ones go straight to it.
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    f.sim.set_aligned_alloc(false);
+    let calls = f.sim.alloc_calls();
+    let args = AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16);
+    let m = n.dmem_alloc(al, &args, None).unwrap();
+    assert_eq!(f.sim.alloc_calls() - calls, 2, "refused, then emulated");
+    // SAFETY: live dmem of this runtime.
+    let d = unsafe { &*m };
+    assert_eq!(d.align_offset, align_offset(d._pa, 1 << 16));
+    assert_eq!((d._pa + d.align_offset) % (1 << 16), 0);
+    assert_eq!(n.ledger_device(0, 0, 22), d.allocated_size);
+    let m2 = n.dmem_alloc(al, &args, None).unwrap();
+    assert_eq!(f.sim.alloc_calls() - calls, 3, "latched: no second refusal");
+    n.dmem_free(m).unwrap();
+    n.dmem_free(m2).unwrap();
+    assert_eq!(n.ledger_device(0, 0, 22), 0);
+    // The latch holds even if the driver takes alignments again, until the next init.
+    f.sim.set_aligned_alloc(true);
+    let m = n.dmem_alloc(al, &args, None).unwrap();
+    // SAFETY: live.
+    assert!(unsafe { (*m).align_offset } > 0, "still emulated");
+    n.dmem_free(m).unwrap();
+    n.close().unwrap();
+    n.init(&InitOptions::default()).unwrap();
+    let al = n.core_allocator(0, 0).unwrap();
+    let m = n.dmem_alloc(al, &args, None).unwrap();
+    // SAFETY: live.
+    assert_eq!(
+        unsafe { (*m).align_offset },
+        0,
+        "init asks the device again"
+    );
+    n.dmem_free(m).unwrap();
 }
 
 #[test]
