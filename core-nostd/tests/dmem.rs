@@ -361,11 +361,8 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     let al = n.core_allocator(0, 0).unwrap();
     let m = n.dmem_alloc(al, &args, None).unwrap();
     // SAFETY: live.
-    assert_eq!(
-        unsafe { (*m).align_offset },
-        0,
-        "init asks the device again"
-    );
+    let offset = unsafe { (*m).align_offset };
+    assert_eq!(offset, 0, "init asks the device again");
     n.dmem_free(m).unwrap();
 }
 
