@@ -67,6 +67,9 @@ pub struct Arena<T, const N: usize> {
     live_count: UnsafeCell<u32>,
     /// High-water mark of live slots.
     peak: UnsafeCell<u32>,
+    /// Slot index + 1 of the last `alloc` when that alloc raised `peak` (0 otherwise), so
+    /// [`Arena::cancel`] of that slot can lower it again.
+    peak_raiser: UnsafeCell<u32>,
     /// Oldest entry of the quarantine ring.
     quarantine_head: UnsafeCell<u32>,
     /// Entries in the quarantine ring.
@@ -121,13 +124,12 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
     fn alloc_impl(&self, name: &'static str, fresh_first: bool) -> Result<NonNull<T>, ArenaFull> {
         let _g = self.lock.lock();
         // SAFETY: the counters and stacks are only touched with `lock` held.
-        let (bump, fresh_start, top, live_count, peak, q_head, q_len) = unsafe {
+        let (bump, fresh_start, top, live_count, q_head, q_len) = unsafe {
             (
                 &mut *self.bump.get(),
                 &mut *self.fresh_start.get(),
                 &mut *self.free_top.get(),
                 &mut *self.live_count.get(),
-                &mut *self.peak.get(),
                 &mut *self.quarantine_head.get(),
                 &mut *self.quarantine_len.get(),
             )
@@ -162,7 +164,15 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
             }
         };
         *live_count += 1;
-        *peak = (*peak).max(*live_count);
+        // SAFETY: lock held (see above).
+        unsafe {
+            let (peak, raiser) = (&mut *self.peak.get(), &mut *self.peak_raiser.get());
+            *raiser = 0;
+            if *live_count > *peak {
+                *peak = *live_count;
+                *raiser = idx as u32 + 1;
+            }
+        }
         let p = self.slots[idx].get();
         // SAFETY: the slot is not live (it was free or fresh), so nobody else references it;
         // zero bytes are a valid T (T: ZeroValid).
@@ -228,6 +238,39 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
             }
             ring[(*q_head + *q_len) as usize % QUARANTINE] = i as u32;
             *q_len += 1;
+        }
+        Ok(())
+    }
+
+    /// Undoes the `alloc` that handed out `p`, for a call that fails before anyone else saw
+    /// the slot: the slot goes back where it came from (a fresh slot becomes fresh again,
+    /// another goes on top of the free stack) without waiting out the quarantine, which only
+    /// guards slots whose pointers were given out. The live count, and the peak if that alloc
+    /// raised it, are restored, so a failed call leaves the arena as it found it.
+    pub fn cancel(&self, p: *const T) -> Result<(), ReleaseError> {
+        let i = self.index_of(p).ok_or(ReleaseError::Foreign)?;
+        let _g = self.lock.lock();
+        if self.live[i].load(Ordering::Acquire) != 1 {
+            return Err(ReleaseError::NotLive);
+        }
+        self.live[i].store(0, Ordering::Release);
+        // SAFETY: lock held; the slot is neither fresh, nor on the stack, nor in the ring, so
+        // returning it keeps the stack within N entries.
+        unsafe {
+            let (bump, fresh_start) = (&mut *self.bump.get(), *self.fresh_start.get());
+            let newest_fresh = (fresh_start as usize + (*bump as usize).wrapping_sub(1)) % N;
+            if *bump > 0 && i == newest_fresh {
+                *bump -= 1;
+            } else {
+                let top = &mut *self.free_top.get();
+                (*self.free.get())[*top as usize] = i as u32;
+                *top += 1;
+            }
+            *self.live_count.get() -= 1;
+            if *self.peak_raiser.get() == i as u32 + 1 {
+                *self.peak.get() -= 1;
+                *self.peak_raiser.get() = 0;
+            }
         }
         Ok(())
     }
@@ -364,6 +407,50 @@ mod tests {
         let q = a.alloc("t").unwrap().as_ptr();
         a.release(q).unwrap();
         assert_eq!(a.alloc("t").unwrap().as_ptr(), p);
+    }
+
+    #[test]
+    fn a_cancelled_alloc_leaves_the_arena_as_it_was() {
+        let a = arena::<256>();
+        let kept = a.alloc("t").unwrap().as_ptr();
+        let stale = a.alloc("t").unwrap().as_ptr();
+        a.release(stale).unwrap();
+        let before = a.stats();
+        // Many failed calls in a row: each cancels its slot. None of them goes through the
+        // quarantine, so the stale pointer stays detectably dead however many there are.
+        for _ in 0..4 * QUARANTINE {
+            let p = a.alloc("t").unwrap().as_ptr();
+            assert_ne!(p, stale);
+            assert_eq!(a.cancel(p), Ok(()));
+            assert!(!a.is_live(p));
+            assert_eq!(a.stats(), before, "live count and peak restored");
+        }
+        assert_eq!(a.release(stale), Err(ReleaseError::NotLive));
+        // A fresh slot becomes fresh again: the next alloc gets the same one.
+        let p = a.alloc("t").unwrap().as_ptr();
+        a.cancel(p).unwrap();
+        assert_eq!(a.alloc("t").unwrap().as_ptr(), p);
+        // A slot from the free stack goes back on top of it.
+        let b = arena::<256>();
+        let x = b.alloc("t").unwrap().as_ptr();
+        b.release(x).unwrap();
+        for _ in 0..QUARANTINE {
+            let q = b.alloc("t").unwrap().as_ptr();
+            b.release(q).unwrap();
+        }
+        let peak = b.stats().peak;
+        assert_eq!(b.alloc("t").unwrap().as_ptr(), x, "aged out onto the stack");
+        b.cancel(x).unwrap();
+        assert_eq!(
+            b.alloc("t").unwrap().as_ptr(),
+            x,
+            "back on top of the stack"
+        );
+        assert_eq!(b.stats().peak, peak);
+        // A slot that is not live, or not ours, is refused.
+        assert_eq!(a.cancel(kept), Ok(()));
+        assert_eq!(a.cancel(kept), Err(ReleaseError::NotLive));
+        assert_eq!(a.cancel(&5u64), Err(ReleaseError::Foreign));
     }
 
     #[test]

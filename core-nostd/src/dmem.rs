@@ -313,17 +313,19 @@ impl Nrt<'_> {
             Some(_) => match self.st.ref_nodes.alloc("dmem_ref_node_t") {
                 Ok(n) => n.as_ptr(),
                 Err(e) => {
-                    let _ = self.st.dmems.release(m);
+                    let _ = self.st.dmems.cancel(m);
                     return Err(e.into());
                 }
             },
             None => null_mut(),
         };
+        // Neither slot was seen outside this call: cancelled, not released (spec-free
+        // bookkeeping, but a failed call must leave the arenas as it found them).
         let undo_meta = || {
             if !ref_node.is_null() {
-                let _ = self.st.ref_nodes.release(ref_node);
+                let _ = self.st.ref_nodes.cancel(ref_node);
             }
-            let _ = self.st.dmems.release(m);
+            let _ = self.st.dmems.cancel(m);
         };
         // 4. carve: natively aligned, or the over-allocate-and-offset emulation
         let req = |emulate: bool| AllocRequest {

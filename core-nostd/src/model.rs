@@ -560,7 +560,8 @@ impl<'a> Nrt<'a> {
             self.scratchpad_release(b.sp_tpb, b.sp_pages);
         }
         self.free_model_heaps(m);
-        let _ = self.st.models.release(m);
+        // The handle was never returned: the slot goes back as if the load never started.
+        let _ = self.st.models.cancel(m);
     }
 
     /// Frees a model's per-subgraph heaps, mem_ref sets, gc trackers and cleanup record.

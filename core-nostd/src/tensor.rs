@@ -183,7 +183,7 @@ impl<'a> Nrt<'a> {
         let s = match self.new_storage() {
             Ok(s) => s,
             Err(e) => {
-                let _ = self.st.tensors.release(t);
+                let _ = self.st.tensors.cancel(t);
                 return Err(e);
             }
         };
@@ -231,8 +231,8 @@ impl<'a> Nrt<'a> {
             }
         };
         if let Err(e) = r {
-            let _ = self.st.storages.release(s);
-            let _ = self.st.tensors.release(t);
+            let _ = self.st.storages.cancel(s);
+            let _ = self.st.tensors.cancel(t);
             return Err(e);
         }
         // SAFETY: fresh tensor and storage.

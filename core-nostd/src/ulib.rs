@@ -102,7 +102,7 @@ impl Nrt<'_> {
                     for m in got.iter().take(i) {
                         let _ = self.dmem_free_inner(*m);
                     }
-                    let _ = self.st.ulib_sets.release(set);
+                    let _ = self.st.ulib_sets.cancel(set);
                     return Err(e);
                 }
             }

@@ -328,6 +328,40 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
 }
 
 #[test]
+fn failed_allocations_do_not_shorten_double_free_detection() {
+    // A freed dmem's slot waits out the arena's quarantine before reuse. Failed calls must not
+    // use up that window: a caller retrying after out-of-memory would otherwise turn its own
+    // stale pointer into someone else's live allocation.
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let stale = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
+        .unwrap();
+    n.dmem_free(stale).unwrap();
+    let before = (snapshot(&n), n.state().arena_stats());
+    // Exactly as many failures as the quarantine holds: enough to age the stale slot out if
+    // each failure went through it.
+    for _ in 0..nrt_core::arena::QUARANTINE {
+        let e = n
+            .dmem_alloc(al, &AllocArgs::device(1 << 50, 0, TENSOR, "oom"), None)
+            .unwrap_err();
+        assert!(matches!(e, Error::DeviceOom { .. }), "{e}");
+    }
+    assert_eq!(
+        (snapshot(&n), n.state().arena_stats()),
+        before,
+        "failed calls changed state"
+    );
+    let fresh = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "b"), None)
+        .unwrap();
+    assert_ne!(fresh, stale);
+    assert_eq!(n.dmem_free(stale), Err(Error::DoubleFree));
+    n.dmem_free(fresh).unwrap();
+}
+
+#[test]
 fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     // The device said it aligns; the driver then refuses aligned requests with EINVAL
     // (spec §3.2: `ndl_supports_align` latches 0). The request is served by the emulation,
