@@ -444,16 +444,19 @@ impl<const N: usize> Carve<N> {
         if size > self.free_bytes {
             return Err(CarveError::OutOfSpace);
         }
-        let (idx, pad) = self.find(size, align).ok_or(CarveError::OutOfSpace)?;
+        let (mut idx, mut pad) = self.find(size, align).ok_or(CarveError::OutOfSpace)?;
+        if self.nodes_to_split(idx, pad, size) > self.spare_nodes() {
+            // Node-starved: another free block may fit with fewer splits (an exact fit needs
+            // no node at all).
+            (idx, pad) = self
+                .find_within_nodes(size, align, self.spare_nodes())
+                .ok_or(CarveError::NodesExhausted)?;
+        }
         let (baddr, bsize) = {
             let n = self.node(idx);
             (n.addr, n.size)
         };
         let tail = bsize - pad - size;
-        let need = u32::from(pad > 0) + u32::from(tail > 0);
-        if need > self.spare_nodes() {
-            return Err(CarveError::NodesExhausted);
-        }
         self.remove_free(idx);
         let used = if pad > 0 {
             // `idx` keeps the head fragment; the allocation gets a fresh node after it.
@@ -929,17 +932,53 @@ impl<const N: usize> Carve<N> {
     #[cold]
     fn find_exhaustive(&self, own: (usize, usize), size: u64, align: u64) -> Option<(u32, u64)> {
         let mut class = self.find_suitable(own.0, own.1);
-        while let Some((fl, sl)) = class {
-            if let Some(hit) = self.scan_class((fl, sl), size, align, u32::MAX) {
+        while let Some(c) = class {
+            if let Some(hit) = self.scan_class(c, size, align, u32::MAX) {
                 return Some(hit);
             }
-            class = if sl + 1 < SL {
-                self.find_suitable(fl, sl + 1)
-            } else if fl + 1 < FL {
-                self.find_suitable(fl + 1, 0)
-            } else {
-                None
-            };
+            class = self.next_class(c);
+        }
+        None
+    }
+
+    /// The first non-empty class after `(fl, sl)`.
+    fn next_class(&self, (fl, sl): (usize, usize)) -> Option<(usize, usize)> {
+        if sl + 1 < SL {
+            self.find_suitable(fl, sl + 1)
+        } else if fl + 1 < FL {
+            self.find_suitable(fl + 1, 0)
+        } else {
+            None
+        }
+    }
+
+    /// Nodes that carving `size` bytes at `pad` into free block `idx` takes: one for a head
+    /// fragment, one for a tail.
+    fn nodes_to_split(&self, idx: u32, pad: u64, size: u64) -> u32 {
+        let tail = self.node(idx).size - pad - size;
+        u32::from(pad > 0) + u32::from(tail > 0)
+    }
+
+    /// The node-starved path: the first block, over every class from the request's own up,
+    /// that holds `size` at `align` with at most `spare` new nodes. Runs only when the node
+    /// array is (almost) full and the block [`Self::find`] chose would need more; costs one
+    /// visit of every free block in those classes.
+    #[cold]
+    fn find_within_nodes(&self, size: u64, align: u64, spare: u32) -> Option<(u32, u64)> {
+        let own = mapping_insert(size);
+        let mut class = self.find_suitable(own.0, own.1);
+        while let Some((fl, sl)) = class {
+            let mut i = self.heads[fl][sl];
+            while i != NIL {
+                let n = self.node(i);
+                if let Some(pad) = fit(n.addr, n.size, size, align) {
+                    if self.nodes_to_split(i, pad, size) <= spare {
+                        return Some((i, pad));
+                    }
+                }
+                i = n.next_free;
+            }
+            class = self.next_class((fl, sl));
         }
         None
     }
@@ -1146,6 +1185,25 @@ mod tests {
         c.free(blocks[3].id).unwrap();
         c.free(blocks[1].id).unwrap();
         assert_eq!(c.alloc(8192, 0).map(|b| b.addr), Ok(blocks[1].addr));
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn a_node_starved_pool_still_takes_a_fit_that_needs_no_node() {
+        // Holes of 65 and 64 granules, same class; every node in use. The first hole would
+        // need a tail node; the second is an exact fit and must be found.
+        let mut c = carve::<4>(0, 131, 1);
+        let a = c.alloc(65, 0).unwrap();
+        c.alloc(1, 0).unwrap();
+        let b = c.alloc(64, 0).unwrap();
+        c.alloc(1, 0).unwrap();
+        c.free(a.id).unwrap();
+        c.free(b.id).unwrap();
+        assert_eq!(c.alloc(64, 0).map(|x| x.addr), Ok(66));
+        c.check().unwrap();
+        // With no hole that fits without a node, the refusal is still the node array's.
+        assert_eq!(c.alloc(2, 0), Err(CarveError::NodesExhausted));
+        assert_eq!(c.alloc(65, 0).map(|x| x.addr), Ok(0));
         c.check().unwrap();
     }
 
