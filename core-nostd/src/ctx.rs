@@ -256,12 +256,23 @@ impl<'a> Nrt<'a> {
         unsafe { addr_of_mut!((*self.mla_ptr(dev))._tpbs[tpb as usize]) }
     }
 
-    /// Geometry of device `dev` (zeroed when not attached).
+    /// Geometry of device `dev` (zeroed when not attached, or while the runtime is not
+    /// initialised: `init` and `close` rewrite it, so it is read inside the state gate).
     pub fn geom(&self, dev: u32) -> DevGeom {
+        match self.enter() {
+            Ok(_g) => self.dev_geom(dev),
+            Err(_) => DevGeom::default(),
+        }
+    }
+
+    /// [`Self::geom`] without the gate: for the runtime's own steps (which run inside a gated
+    /// call, or in `init` / `close` themselves).
+    pub(crate) fn dev_geom(&self, dev: u32) -> DevGeom {
         if dev as usize >= constants::MAX_MLA_PER_PROCESS {
             return DevGeom::default();
         }
-        // SAFETY: written only during bring-up under init_lock, before state becomes INIT.
+        // SAFETY: written only by `init` (under init_lock, before state becomes INIT), which no
+        // caller of this function overlaps (see `attached_devices`).
         unsafe { (*self.st.geom.get())[dev as usize] }
     }
 
@@ -304,15 +315,24 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// Devices attached (`tdrv_ctx.num_mla`).
+    /// Devices attached (`tdrv_ctx.num_mla`); 0 while the runtime is not initialised.
     pub fn num_devices(&self) -> u32 {
-        // SAFETY: written only during bring-up.
+        match self.enter() {
+            Ok(_g) => self.attached_devices(),
+            Err(_) => 0,
+        }
+    }
+
+    /// [`Self::num_devices`] without the gate (see [`Self::dev_geom`]).
+    pub(crate) fn attached_devices(&self) -> u32 {
+        // SAFETY: written only by `init` and `close`, which no caller of this function
+        // overlaps: it runs inside a gated call or in `init` / `close` themselves.
         unsafe { (*self.ctx()).num_mla }
     }
 
     /// `db_physical_core_get_mla_and_tpb` (spec §1.1): where libnrt asserts a live device and
     /// a mapped core, this returns [`Error::CoreOutOfRange`].
-    pub fn db_physical_core_get_mla_and_tpb(
+    pub(crate) fn db_physical_core_get_mla_and_tpb(
         &self,
         pc: &physical_core_t,
     ) -> Result<(*mut mla_t, *mut tpb_t)> {
@@ -356,6 +376,7 @@ impl<'a> Nrt<'a> {
 
     /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `(dev, core)`.
     pub fn core_allocator(&self, dev: u32, core: u32) -> Result<*mut dmem_allocator_t> {
+        let _g = self.enter()?;
         let tpb = self.tpb(dev, core)?;
         // SAFETY: resolved tpb; set at bring-up.
         let al = unsafe { (*tpb).tpb_allocator };
@@ -465,7 +486,7 @@ impl<'a> Nrt<'a> {
 
     fn init_cores(&self, n: u32) -> Result<()> {
         for d in 0..n {
-            let g = self.geom(d);
+            let g = self.dev_geom(d);
             for t in 0..g.cores {
                 let tpb = self.tpb_ptr(d, t);
                 // SAFETY: bring-up under init_lock; tpb is in-bounds.
@@ -492,7 +513,7 @@ impl<'a> Nrt<'a> {
 
     /// Frees what `init_cores` built for every core (GLOBAL allocators, model_dbs).
     fn teardown_cores(&self) {
-        for d in 0..self.num_devices() {
+        for d in 0..self.attached_devices() {
             for t in 0..constants::TPBS_PER_MLA as u32 {
                 let tpb = self.tpb_ptr(d, t);
                 // SAFETY: teardown is single-threaded by contract (close/init hold init_lock).
@@ -546,8 +567,8 @@ impl<'a> Nrt<'a> {
         gate_close(&self.st.active_calls, crate::sync::relax);
         self.unload_all_models();
         self.free_all_tensors();
-        for d in 0..self.num_devices() {
-            for t in 0..self.geom(d).cores {
+        for d in 0..self.attached_devices() {
+            for t in 0..self.dev_geom(d).cores {
                 let tpb = self.tpb_ptr(d, t);
                 self.tdrv_scratchpad_free(tpb);
                 self.ulib_free_shared(tpb);
@@ -568,8 +589,8 @@ impl<'a> Nrt<'a> {
     /// Total bytes the driver still holds for this runtime, over every pool of every device.
     pub fn driver_bytes_in_use(&self) -> u64 {
         let mut used = 0;
-        for d in 0..self.num_devices() {
-            let g = self.geom(d);
+        for d in 0..self.attached_devices() {
+            let g = self.dev_geom(d);
             for h in 0..g.channels {
                 if let Ok(s) = self.drv.pool_stats(d, false, h) {
                     used += s.capacity - s.free;

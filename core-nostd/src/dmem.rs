@@ -287,7 +287,7 @@ impl Nrt<'_> {
         let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
         // SAFETY: resolved pointers are in-bounds and initialised.
         let (dev, nc_id) = unsafe { ((*mla).idx, (*tpb).idx) };
-        let g = self.geom(dev);
+        let g = self.dev_geom(dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a
         // channel that does not exist would show in the trace line and the OOM table.

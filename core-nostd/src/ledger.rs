@@ -135,7 +135,7 @@ impl Nrt<'_> {
                 bytes,
                 (*m).tdram_channel,
                 rows[nc][TOTAL].load(Ordering::Relaxed),
-                self.geom((*mla).idx).channel_size
+                self.dev_geom((*mla).idx).channel_size
             );
         }
     }
@@ -143,7 +143,10 @@ impl Nrt<'_> {
     /// Device-wide aggregates of `dev` (spec §3.4): `(device bytes, host bytes, device peak,
     /// host peak, device OOMs)`.
     pub fn device_totals(&self, dev: u32) -> (u64, u64, u64, u64, u64) {
-        if dev >= self.num_devices() {
+        let Ok(_g) = self.enter() else {
+            return (0, 0, 0, 0, 0);
+        };
+        if dev >= self.attached_devices() {
             return (0, 0, 0, 0, 0);
         }
         // SAFETY: attached device; atomics.
@@ -168,9 +171,16 @@ impl Nrt<'_> {
         self.ledger_cell(dev, tpb, usage, true)
     }
 
-    /// One ledger cell, bounds-checked (0 outside the ledger).
+    /// One ledger cell, bounds-checked (0 outside the ledger, or while the runtime is not
+    /// initialised).
     fn ledger_cell(&self, dev: u32, tpb: u32, usage: usize, host: bool) -> u64 {
-        if dev >= self.num_devices() || tpb as usize >= constants::TPBS_PER_MLA || usage > TOTAL {
+        let Ok(_g) = self.enter() else {
+            return 0;
+        };
+        if dev >= self.attached_devices()
+            || tpb as usize >= constants::TPBS_PER_MLA
+            || usage > TOTAL
+        {
             return 0;
         }
         let mla = self.mla_ptr(dev);
@@ -187,11 +197,19 @@ impl Nrt<'_> {
 
     /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`, read under
     /// the ledger lock (a consistent snapshot: every row sums to its `[nc][22]`). All zero for a
-    /// device that is not attached.
+    /// device that is not attached, or while the runtime is not initialised.
     pub fn ledger_snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
+        match self.enter() {
+            Ok(_g) => self.ledger_snapshot_inner(dev),
+            Err(_) => ([[0; 23]; 8], [[0; 23]; 8]),
+        }
+    }
+
+    /// [`Self::ledger_snapshot`] without the gate (inside a gated call).
+    fn ledger_snapshot_inner(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
         let mut d = [[0u64; 23]; 8];
         let mut h = [[0u64; 23]; 8];
-        if dev >= self.num_devices() {
+        if dev >= self.attached_devices() {
             return (d, h);
         }
         let mla = self.mla_ptr(dev);
@@ -231,6 +249,7 @@ impl Nrt<'_> {
 
     /// Per-usage breakdown of logical core `vnc` (sum over its physical cores).
     pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
+        let _g = self.enter()?;
         let mut b = UsageBreakdown::default();
         self.for_each_vnc_core(vnc, |mla, nc, _| {
             for u in 0..23 {
@@ -250,6 +269,7 @@ impl Nrt<'_> {
     /// share it, first come first served). Allocations placed on other HBMs (`hbm_idx`) count
     /// as used, so used can exceed the limit.
     pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
+        let _g = self.enter()?;
         let mut s = VncMemoryStats::default();
         let cores = self.vcore_tpbs(vnc)?;
         self.for_each_core_locked(cores, |mla, nc, _| {
@@ -257,12 +277,12 @@ impl Nrt<'_> {
             s.bytes_peak += mla.dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
         });
         let channel = |pc: &physical_core_t| {
-            let g = self.geom(pc.device_id);
+            let g = self.dev_geom(pc.device_id);
             (pc.device_id, g.default_hbm(pc.device_tpb_idx))
         };
         for (i, pc) in cores.iter().enumerate() {
             if !cores[..i].iter().any(|q| channel(q) == channel(pc)) {
-                s.bytes_limit += self.geom(pc.device_id).channel_size;
+                s.bytes_limit += self.dev_geom(pc.device_id).channel_size;
             }
         }
         Ok(s)
@@ -272,6 +292,7 @@ impl Nrt<'_> {
     /// `reset_peak_memory_stats`). Under the ledger lock no update can slip between the load
     /// of a row and the store of its peak.
     pub fn reset_peak(&self, vnc: i64) -> Result<()> {
+        let _g = self.enter()?;
         self.for_each_vnc_core(vnc, |mla, nc, _| {
             for u in 0..23 {
                 let d = mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
@@ -298,7 +319,7 @@ impl Nrt<'_> {
                 buf: &mut *self.st.oom_dump.get(),
                 len: 0,
             };
-            let _ = self.dump_ledger(&mut w, dev, Some(&e), 5);
+            let _ = self.dump_ledger_inner(&mut w, dev, Some(&e), 5);
             *self.st.oom_dump_len.get() = w.len;
         }
         self.st.last_oom_set.store(1, Ordering::Release);
@@ -341,13 +362,27 @@ impl Nrt<'_> {
         failed: Option<&Error>,
         top: usize,
     ) -> fmt::Result {
-        if dev >= self.num_devices() {
+        match self.enter() {
+            Ok(_g) => self.dump_ledger_inner(w, dev, failed, top),
+            Err(e) => writeln!(w, "no OOM table: {e}"),
+        }
+    }
+
+    /// [`Self::dump_ledger`] without the gate (the OOM path, inside the failing call).
+    fn dump_ledger_inner(
+        &self,
+        w: &mut dyn Write,
+        dev: u32,
+        failed: Option<&Error>,
+        top: usize,
+    ) -> fmt::Result {
+        if dev >= self.attached_devices() {
             return writeln!(w, "ND {dev}: not attached");
         }
         if let Some(e) = failed {
             writeln!(w, "{e}")?;
         }
-        let g = self.geom(dev);
+        let g = self.dev_geom(dev);
         writeln!(
             w,
             "ND {} memory usage ({} HBM x {:.3}MB, {} cores):",
@@ -369,7 +404,7 @@ impl Nrt<'_> {
             "collectives",
             "runtime"
         )?;
-        let (rows, _) = self.ledger_snapshot(dev);
+        let (rows, _) = self.ledger_snapshot_inner(dev);
         use dma_mem_usage_type_t::*;
         for (nc, r) in rows.iter().enumerate().take(g.cores as usize) {
             let code = r[DMA_MEM_USAGE_TYPE_CODE as usize]

@@ -337,7 +337,7 @@ impl<'a> Nrt<'a> {
     pub fn load_model(&self, vnc: i64, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
         let _call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(vnc)?;
-        let g = self.geom(v.tpbs[0].device_id);
+        let g = self.dev_geom(v.tpbs[0].device_id);
         let arch = g.arch();
         self.check_spec(spec, arch)?;
         let before = self.vnc_device_bytes(vnc);
@@ -423,7 +423,7 @@ impl<'a> Nrt<'a> {
             // SAFETY: our model slot; tpbs[s] resolved above.
             let (al, list, set, hbm) = unsafe {
                 let tpb = b.tpbs[s];
-                let hbm = self.geom((*tpb).device_id).default_hbm((*tpb).idx);
+                let hbm = self.dev_geom((*tpb).device_id).default_hbm((*tpb).idx);
                 (
                     (*m).sg_allocators[s],
                     (*m).sg_gc_trackers[s],
@@ -471,7 +471,7 @@ impl<'a> Nrt<'a> {
             if pages > constants::SCRATCHPAD_MAX_PAGES as u64 {
                 return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
             }
-            self.scratchpad_claim(tpb, pages as u32, self.geom(dev).default_hbm(idx))?;
+            self.scratchpad_claim(tpb, pages as u32, self.dev_geom(dev).default_hbm(idx))?;
             b.sp_tpb = tpb;
             b.sp_pages = pages as u32;
             // SAFETY: our cleanup record.
@@ -490,7 +490,7 @@ impl<'a> Nrt<'a> {
                 // SAFETY: resolved tpb; our model.
                 let (hbm, al) = unsafe {
                     (
-                        self.geom((*tpb).device_id).default_hbm((*tpb).idx),
+                        self.dev_geom((*tpb).device_id).default_hbm((*tpb).idx),
                         (*m).dmem_allocator,
                     )
                 };
@@ -629,7 +629,7 @@ impl<'a> Nrt<'a> {
         if h.id == 0 {
             return Err(Error::UnknownModel(0));
         }
-        for vnc in 0..self.visible_vnc_count() {
+        for vnc in 0..self.owned_vnc_count() {
             let v = self.vtpb_get_virtual_core(vnc as i64)?;
             let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
             // SAFETY: resolved tpb; under model_db_lock.
@@ -720,7 +720,7 @@ impl<'a> Nrt<'a> {
 
     /// Teardown: unloads every resident model.
     pub(crate) fn unload_all_models(&self) {
-        for vnc in 0..self.visible_vnc_count() {
+        for vnc in 0..self.owned_vnc_count() {
             let Ok(v) = self.vtpb_get_virtual_core(vnc as i64) else {
                 continue;
             };

@@ -21,7 +21,7 @@ impl Nrt<'_> {
         let s = self.settings();
         let contiguous = s.contiguous_scratchpad != 0
             && g.arch > al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA as u32
-            && self.lnc_size() > 1
+            && self.lnc() > 1
             && g.features & feature::CONTIGUOUS_SCRATCHPAD != 0;
         // SAFETY: bring-up, exclusive.
         unsafe {

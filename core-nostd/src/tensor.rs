@@ -165,7 +165,7 @@ impl<'a> Nrt<'a> {
                 vnc, e
             );
         })?;
-        let arch = self.geom(v.tpbs[0].device_id).arch();
+        let arch = self.dev_geom(v.tpbs[0].device_id).arch();
         if placement == Placement::Host
             && arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN
         {

@@ -96,12 +96,12 @@ impl Nrt<'_> {
 
     /// Builds the owned logical-core slice (bring-up, under init_lock).
     pub(crate) fn vcores_init(&self, o: &VcoreOptions) -> Result<()> {
-        let n = self.num_devices();
-        let g0: DevGeom = self.geom(0);
+        let n = self.attached_devices();
+        let g0: DevGeom = self.dev_geom(0);
         let lnc = parse_vnc_config(g0.arch(), g0.cores, o.lnc_size)?;
         let mut total = 0u32;
         for d in 0..n {
-            total += self.geom(d).cores / lnc;
+            total += self.dev_geom(d).cores / lnc;
         }
         let (first, count) = visible_slice(o, total)?;
         if count as usize > MAX_VCORES {
@@ -117,7 +117,7 @@ impl Nrt<'_> {
             let mut global = 0u32;
             let mut k = 0usize;
             for d in 0..n {
-                let g = self.geom(d);
+                let g = self.dev_geom(d);
                 for l in 0..g.cores / lnc {
                     if global >= first && global < first + count {
                         let v = addr_of_mut!((*vc).owned[k]);
@@ -141,43 +141,79 @@ impl Nrt<'_> {
         Ok(())
     }
 
-    /// Logical cores this process owns (`nrt_get_visible_vnc_count`).
+    /// Runs `f` inside the state gate, or answers `closed` (the logical-core table is
+    /// rewritten by `init` and `close`, so it is only read between them).
+    fn gated<R>(&self, closed: R, f: impl FnOnce() -> R) -> R {
+        match self.enter() {
+            Ok(_g) => f(),
+            Err(_) => closed,
+        }
+    }
+
+    /// Logical cores this process owns (`nrt_get_visible_vnc_count`); 0 while the runtime is
+    /// not initialised.
     pub fn visible_vnc_count(&self) -> u32 {
-        // SAFETY: written only at bring-up.
+        self.gated(0, || self.owned_vnc_count())
+    }
+
+    /// [`Self::visible_vnc_count`] without the gate (inside a gated call).
+    pub(crate) fn owned_vnc_count(&self) -> u32 {
+        // SAFETY: written only by `init` and `close`, which callers do not overlap (inside a
+        // gated call, or in `init` / `close` themselves).
         unsafe { (*self.vc()).num_owned }
     }
 
-    /// Logical cores present on all attached devices (`nrt_get_total_vnc_count`).
+    /// Logical cores present on all attached devices (`nrt_get_total_vnc_count`); 0 while the
+    /// runtime is not initialised.
     pub fn total_vnc_count(&self) -> u32 {
-        // SAFETY: written only at bring-up.
-        unsafe { (*self.vc()).num_total }
+        // SAFETY: read inside the gate (see `owned_vnc_count`).
+        self.gated(0, || unsafe { (*self.vc()).num_total })
     }
 
-    /// The LNC size in force.
+    /// The LNC size in force; 0 while the runtime is not initialised.
     pub fn lnc_size(&self) -> u32 {
-        // SAFETY: written only at bring-up.
+        self.gated(0, || self.lnc())
+    }
+
+    /// [`Self::lnc_size`] without the gate (inside a gated call).
+    pub(crate) fn lnc(&self) -> u32 {
+        // SAFETY: as `owned_vnc_count`.
         unsafe { (*self.vc()).lnc_size }
     }
 
-    /// `vtpb_get_virtual_core(idx)`: the owned logical core `idx`, bounds-checked.
-    pub fn vtpb_get_virtual_core(&self, idx: i64) -> Result<&virtual_core_t> {
-        let owned = self.visible_vnc_count();
+    /// The owned logical core `idx` (`vtpb_get_virtual_core`), as a copy read inside the gate.
+    pub fn virtual_core(&self, idx: i64) -> Result<virtual_core_t> {
+        let _g = self.enter()?;
+        self.vtpb_get_virtual_core(idx).copied()
+    }
+
+    /// `vtpb_get_virtual_core(idx)`: the owned logical core `idx`, bounds-checked. The
+    /// reference is only good inside the gated call that took it.
+    pub(crate) fn vtpb_get_virtual_core(&self, idx: i64) -> Result<&virtual_core_t> {
+        let owned = self.owned_vnc_count();
         if idx < 0 || idx >= owned as i64 {
             return Err(Error::LogicalCoreOutOfRange { vnc: idx, owned });
         }
-        // SAFETY: idx < num_owned ≤ MAX_VCORES; entries are immutable after bring-up.
+        // SAFETY: idx < num_owned ≤ MAX_VCORES; entries are not rewritten while a gated call
+        // runs.
         Ok(unsafe { &(*self.vc()).owned[idx as usize] })
     }
 
     /// `vtpb_get_default_hbm_idx`: the HBM channel a logical core's tensors go to.
     pub fn vtpb_get_default_hbm_idx(&self, idx: i64) -> Result<u32> {
-        self.vtpb_get_virtual_core(idx).map(|v| v.default_hbm_idx)
+        self.virtual_core(idx).map(|v| v.default_hbm_idx)
     }
 
-    /// The physical cores of logical core `idx`.
-    pub fn vcore_tpbs(&self, idx: i64) -> Result<&[physical_core_t]> {
-        let v = self.vtpb_get_virtual_core(idx)?;
-        Ok(&v.tpbs[..v.tpb_count.min(MAX_LNC_SIZE) as usize])
+    /// The physical cores of logical core `idx` (inside a gated call).
+    pub(crate) fn vcore_tpbs(&self, idx: i64) -> Result<&[physical_core_t]> {
+        self.vtpb_get_virtual_core(idx).map(virtual_core_t::cores)
+    }
+}
+
+impl virtual_core_t {
+    /// Its physical cores (`tpbs[..tpb_count]`).
+    pub fn cores(&self) -> &[physical_core_t] {
+        &self.tpbs[..self.tpb_count.min(MAX_LNC_SIZE) as usize]
     }
 }
 

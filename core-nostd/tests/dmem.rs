@@ -796,3 +796,48 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
+
+/// The inspection calls read what `init` and `close` rewrite (the device count, the geometry,
+/// the ledger, the logical-core table), so they read it inside the state gate: a reader racing
+/// close → init → close … gets from each call either a whole answer or "not initialised". (A
+/// torn read without the gate is a data race that this test rarely catches in the act; the
+/// gate rules it out by construction, and this pins the answers' contract.)
+#[test]
+fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _stop = StopOnDrop(&stop);
+            for _ in 0..300 {
+                n.close().unwrap();
+                n.init(&InitOptions::default()).unwrap();
+            }
+        });
+        let (mut up, mut down) = (0u32, 0u32);
+        while !stop.load(Ordering::Relaxed) {
+            let devices = n.num_devices();
+            let g = n.geom(0);
+            let lnc = n.lnc_size();
+            let vc = n.virtual_core(0);
+            let (rows, _) = n.ledger_snapshot(0);
+            // Each answer is whole on its own (the runtime may change between two calls).
+            assert!(devices == 0 || devices == 1, "{devices} devices");
+            assert!(g.channels == 0 || (g.channels, g.cores) == (4, 8), "{g:?}");
+            assert!(lnc == 0 || lnc == 2, "lnc {lnc}");
+            match vc {
+                Ok(v) => assert_eq!(v.cores().len(), 2, "{v:?}"),
+                Err(e) => assert!(matches!(e, Error::Closed | Error::Uninitialized), "{e}"),
+            }
+            assert!(rows.iter().all(|r| r[22] == r[..22].iter().sum::<u64>()));
+            if devices == 1 {
+                up += 1
+            } else {
+                down += 1
+            }
+        }
+        assert!(up > 0, "never saw the runtime up ({down} down)");
+    });
+}

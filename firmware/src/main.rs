@@ -334,7 +334,7 @@ impl Run {
             let name = if vnc == 0 { "input0" } else { "output0" };
             *t = n.tensor_allocate(Placement::Device as u32, vnc, 4 * MIB, Some(name), None)?;
             let info = n.tensor_device_allocation_info(*t)?;
-            let pc = n.vcore_tpbs(vnc)?[0];
+            let pc = n.virtual_core(vnc)?.tpbs[0];
             let booked = n.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR as usize);
             self.check(
                 booked >= 4 * MIB,

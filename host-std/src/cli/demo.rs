@@ -304,9 +304,9 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     let hbm = s.nrt().vtpb_get_default_hbm_idx(oom_core).unwrap_or(0);
     let dev = s
         .nrt()
-        .vcore_tpbs(oom_core)
+        .virtual_core(oom_core)
         .ok()
-        .and_then(|t| t.first().map(|p| p.device_id))
+        .and_then(|v| v.cores().first().map(|p| p.device_id))
         .unwrap_or(0);
     let largest = s
         .runtime()

@@ -80,8 +80,13 @@ pub fn collect(s: &Session, source: &str) -> Report {
     let mut cores = Vec::new();
     for v in 0..nrt.visible_vnc_count() as i64 {
         let tpbs = nrt
-            .vcore_tpbs(v)
-            .map(|t| t.iter().map(|p| (p.device_id, p.device_tpb_idx)).collect())
+            .virtual_core(v)
+            .map(|v| {
+                v.cores()
+                    .iter()
+                    .map(|p| (p.device_id, p.device_tpb_idx))
+                    .collect()
+            })
             .unwrap_or_default();
         let st = nrt.dmem_get_memory_stats(v).unwrap_or_default();
         cores.push(CoreStats {
@@ -103,9 +108,9 @@ pub fn collect(s: &Session, source: &str) -> Report {
             let (dev, host) = total_footprint(&subgraphs);
             let info = nrt.model_info(m.handle).unwrap_or_default();
             let device = nrt
-                .vcore_tpbs(m.core)
+                .virtual_core(m.core)
                 .ok()
-                .and_then(|t| t.first().map(|p| p.device_id))
+                .and_then(|v| v.cores().first().map(|p| p.device_id))
                 .unwrap_or(0);
             ModelStats {
                 name: m.name.clone(),
