@@ -109,6 +109,12 @@ impl Nrt<'_> {
     /// runtime destroys them itself, at unload and close, and would otherwise destroy a slot
     /// that someone else had been given meanwhile.
     ///
+    /// The caller must not destroy an allocator while another of its threads allocates from
+    /// it or walks it (as with libnrt, whose allocator is freed under the caller's feet): the
+    /// allocator's slot is released and may be handed out again, and a call that resolved it
+    /// before the release would reach the new occupant. A call made after the destroy
+    /// returned is refused ("allocator is not live").
+    ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
         let _call = self.enter()?;
@@ -591,7 +597,9 @@ impl Nrt<'_> {
         }
     }
 
-    /// Calls `f` on every dmem of `al` (under its lock; `f` must not free). `Closed` /
+    /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: `f` must
+    /// not allocate from, free into, measure ([`Self::allocator_usage`]) or walk `al` (that
+    /// call would wait for the lock forever). `Closed` /
     /// `Uninitialized` outside `init`…`close`; an allocator that is not live has no dmems.
     pub fn allocator_for_each(
         &self,
