@@ -549,7 +549,7 @@ impl<'a> Nrt<'a> {
     /// fails with `Closed`.
     ///
     /// Calls racing `close` either complete before the teardown starts (close first waits for
-    /// every API call in flight, see [`Nrt::enter`]) or fail with `Closed`. Executions hold a
+    /// every API call in flight, see `Nrt::enter`) or fail with `Closed`. Executions hold a
     /// model reference, which the unload drains (spec §4.5): a thread must not call `close`
     /// while it holds an [`crate::model::ExecGuard`] itself, or it waits for itself forever.
     pub fn close(&self) -> Result<()> {

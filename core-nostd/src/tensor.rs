@@ -5,7 +5,7 @@
 //! channel) and outlive any model; HOST tensors are host DMA memory; VIRTUAL tensors are plain
 //! host memory from the integrator's [`HostMem`] provider. Tensor pointers handed to callers
 //! are validated (live arena slot + magic) before every use. Every public call passes the
-//! state gate (spec §7.2, [`Nrt::enter`]): `Closed` / `Uninitialized` outside an initialised
+//! state gate (spec §7.2, `Nrt::enter`): `Closed` / `Uninitialized` outside an initialised
 //! runtime, and a `close` waits for the calls already in flight (spec §12).
 // Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
 // tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
@@ -487,7 +487,7 @@ impl<'a> Nrt<'a> {
         self.tensor_io(t, offset, Some(buf), None)
     }
 
-    /// `nrt_tensor_read`. Waits for an execution writing the tensor ([`Self::when_written`]).
+    /// `nrt_tensor_read`. Waits for an execution writing the tensor (`when_written`).
     pub fn tensor_read(&self, t: *const nrt_tensor_t, buf: &mut [u8], offset: u64) -> Result<()> {
         let _call = self.enter()?;
         self.when_written(t, || self.tensor_io(t, offset, None, Some(buf)))
@@ -565,7 +565,7 @@ impl<'a> Nrt<'a> {
     /// two device tensors must be on the same physical core (else NRT_INVALID, as the public
     /// API says). Overlapping ranges of one storage (one tensor, or slices sharing it) copy
     /// as `memmove` does: the destination ends up holding the source's original bytes. Waits
-    /// for an execution writing `src` ([`Self::when_written`]).
+    /// for an execution writing `src` (`when_written`).
     pub fn tensor_copy(
         &self,
         src: *const nrt_tensor_t,

@@ -52,6 +52,15 @@ fn ci() -> DynResult {
         c.args(["test", "--workspace"]);
         c
     })?;
+    run(
+        "rustdoc -D warnings (no broken or private intra-doc links)",
+        {
+            let mut c = cargo();
+            c.args(["doc", "--workspace", "--no-deps"])
+                .env("RUSTDOCFLAGS", "-D warnings");
+            c
+        },
+    )?;
     bench(&["--quick".into(), "--json".into()])?;
     run(
         "layout drift (nrt_layout.h, LAYOUT.md)",
@@ -161,7 +170,7 @@ fn headers() -> DynResult {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <ci|bench|layout|firmware|headers|loom>\n  ci    fmt check, clippy -D warnings, tests (what .ci/run runs)\n  \
+    "usage: cargo xtask <ci|bench|layout|firmware|headers|loom>\n  ci    fmt check, clippy -D warnings, tests, rustdoc -D warnings (what .ci/run runs)\n  \
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--ci]  the no_std image: build, run, footprint targets\n  \
