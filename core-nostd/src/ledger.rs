@@ -26,7 +26,9 @@ pub struct VncMemoryStats {
     pub bytes_used: u64,
     /// HBM capacity attributed to the logical core.
     pub bytes_limit: u64,
-    /// High-water mark of `bytes_used` (sum of the cores' peaks).
+    /// The sum of the physical cores' high-water marks (the driver keeps peaks per core, as
+    /// its sysfs counters do). For a logical core of two cores whose peaks came at different
+    /// times this is an upper bound on the high-water mark of `bytes_used`, not that mark.
     pub bytes_peak: u64,
 }
 
