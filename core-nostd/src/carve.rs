@@ -960,9 +960,10 @@ impl<const N: usize> Carve<N> {
     }
 
     /// The node-starved path: the first block, over every class from the request's own up,
-    /// that holds `size` at `align` with at most `spare` new nodes. Runs only when the node
-    /// array is (almost) full and the block [`Self::find`] chose would need more; costs one
-    /// visit of every free block in those classes.
+    /// that holds `size` at `align` with at most `spare` new nodes, at its lowest aligned
+    /// position or its highest (which leaves no tail, so needs at most a head node). Runs
+    /// only when the node array is (almost) full and the block [`Self::find`] chose would
+    /// need more; costs one visit of every free block in those classes.
     #[cold]
     fn find_within_nodes(&self, size: u64, align: u64, spare: u32) -> Option<(u32, u64)> {
         let own = mapping_insert(size);
@@ -971,9 +972,14 @@ impl<const N: usize> Carve<N> {
             let mut i = self.heads[fl][sl];
             while i != NIL {
                 let n = self.node(i);
-                if let Some(pad) = fit(n.addr, n.size, size, align) {
-                    if self.nodes_to_split(i, pad, size) <= spare {
-                        return Some((i, pad));
+                if let Some(low) = fit(n.addr, n.size, size, align) {
+                    // The highest aligned start: `end - size` rounded down, never below the
+                    // lowest (which `fit` found, so it does not underflow).
+                    let high = ((n.addr + n.size - size) & !(align - 1)) - n.addr;
+                    for pad in [low, high] {
+                        if self.nodes_to_split(i, pad, size) <= spare {
+                            return Some((i, pad));
+                        }
                     }
                 }
                 i = n.next_free;
@@ -1202,8 +1208,25 @@ mod tests {
         assert_eq!(c.alloc(64, 0).map(|x| x.addr), Ok(66));
         c.check().unwrap();
         // With no hole that fits without a node, the refusal is still the node array's.
+        // (Placing at a block's top needs a head node but no tail: see the next test.)
         assert_eq!(c.alloc(2, 0), Err(CarveError::NodesExhausted));
         assert_eq!(c.alloc(65, 0).map(|x| x.addr), Ok(0));
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn a_node_starved_pool_places_at_a_block_top_when_only_a_head_node_is_spare() {
+        // Used [0,1) and [10,11); free [1,10) and [11,20); one spare node. 4 units at
+        // alignment 4: the lowest positions (4 in the first block, 12 in the second) leave
+        // a head and a tail (two nodes); the top of the second block, [16,20), needs a head
+        // node only.
+        let mut c = carve::<5>(0, 20, 1);
+        let a = c.alloc(1, 0).unwrap();
+        let b = c.alloc(9, 0).unwrap();
+        let d = c.alloc(1, 0).unwrap();
+        c.free(b.id).unwrap();
+        assert_eq!((a.addr, d.addr), (0, 10));
+        assert_eq!(c.alloc(4, 4).map(|x| x.addr), Ok(16));
         c.check().unwrap();
     }
 
