@@ -293,6 +293,28 @@ fn core_count_errors_point_at_the_scenario_line_that_set_them() {
     let err = input_error(bin().args(["stats", "--scenario"]).arg(&visible));
     assert!(err.contains("visible.toml:3:"), "{err}");
     assert!(err.contains("field `visible_cores`"), "{err}");
+    // The scenario's num_cores is not in force when the environment names the visible cores
+    // (NEURON_RT_VISIBLE_CORES wins over a core count): the scenario is not blamed.
+    let count = write(
+        "count.toml",
+        "device = \"sim:trn2\"\nnum_cores = 2\n[[step]]\nclose = true\n",
+    );
+    let err = input_error(
+        bin()
+            .env("NEURON_RT_VISIBLE_CORES", "60-63")
+            .arg("run")
+            .arg(&count),
+    );
+    assert!(err.contains("60-63"), "{err}");
+    assert!(!err.contains("count.toml:"), "{err}");
+    // Without it, num_cores is the setting in force, and its line is named.
+    let too_many = write(
+        "too-many.toml",
+        "device = \"sim:trn2\"\nnum_cores = 9\n[[step]]\nclose = true\n",
+    );
+    let err = input_error(bin().arg("run").arg(&too_many));
+    assert!(err.contains("too-many.toml:2:"), "{err}");
+    assert!(err.contains("field `num_cores`"), "{err}");
     // A flag that replaces the setting owns the error: no scenario line is blamed.
     let err = input_error(bin().args(["--lnc-size", "5", "run"]).arg(&lnc));
     assert!(err.contains("logical core size 5"), "{err}");

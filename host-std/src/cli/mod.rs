@@ -262,6 +262,8 @@ fn cmd_demo(g: &GlobalArgs, ui: &Ui, out: &mut dyn Write) -> Result<i32, CliErro
 
 /// Starts the runtime for `cfg`. A core-count error (spec §9) whose value came from the
 /// scenario, not from a flag that replaced it, is reported at the scenario line that set it.
+/// For the visible slice that is the setting in force: `visible_cores` (wherever it came
+/// from) wins over `num_cores`.
 fn start_session(
     g: &GlobalArgs,
     sc: Option<&Scenario>,
@@ -272,10 +274,12 @@ fn start_session(
             StartError::Init(nrt_core::Error::VncConfig { .. }) if g.lnc_size.is_none() => {
                 &["lnc_size"]
             }
-            StartError::Init(nrt_core::Error::VisibleCores { .. })
-                if g.visible_cores.is_none() && g.num_cores.is_none() =>
-            {
-                &["visible_cores", "num_cores"]
+            StartError::Init(nrt_core::Error::VisibleCores { .. }) => {
+                match (cfg.vcores.visible.is_some(), g.visible_cores, g.num_cores) {
+                    (true, None, _) => &["visible_cores"],
+                    (false, _, None) => &["num_cores"],
+                    _ => &[],
+                }
             }
             _ => &[],
         };
