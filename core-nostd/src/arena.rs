@@ -33,6 +33,17 @@ pub enum ReleaseError {
     NotLive,
 }
 
+/// How a slot goes back to its arena: [`Arena::release`] when its pointer was given out (it
+/// waits out the quarantine), [`Arena::cancel`] when a failed call is undoing what nobody else
+/// saw (a rolled-back model load's heaps, a failed staging's copies).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GiveBack {
+    /// Through the quarantine.
+    Release,
+    /// Straight back, as if never handed out.
+    Cancel,
+}
+
 /// How many releases a freed slot waits before it can be handed out again. Callers name
 /// slots by bare pointer, so a slot that is reused at once makes a stale pointer (a second
 /// free, a use after free) alias the new occupant and pass every liveness check. The
@@ -273,6 +284,14 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
             }
         }
         Ok(())
+    }
+
+    /// Returns `p` the way `how` says (see [`GiveBack`]).
+    pub fn give_back(&self, p: *const T, how: GiveBack) -> Result<(), ReleaseError> {
+        match how {
+            GiveBack::Release => self.release(p),
+            GiveBack::Cancel => self.cancel(p),
+        }
     }
 
     /// Current statistics.

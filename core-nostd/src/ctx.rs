@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
-use crate::arena::Arena;
+use crate::arena::{Arena, GiveBack};
 use crate::config::*;
 use crate::driver::{errno, DeviceInfo, Driver};
 use crate::error::{Error, Result};
@@ -116,6 +116,15 @@ pub(crate) struct InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         gate_exit(self.active);
+    }
+}
+
+/// Opens the gate `init` shut, on whichever path `init` returns.
+struct ReopenOnDrop<'a>(&'a AtomicU32);
+
+impl Drop for ReopenOnDrop<'_> {
+    fn drop(&mut self) {
+        gate_open(self.0);
     }
 }
 
@@ -259,7 +268,7 @@ impl<'a> Nrt<'a> {
     /// Geometry of device `dev` (zeroed when not attached, or while the runtime is not
     /// initialised: `init` and `close` rewrite it, so it is read inside the state gate).
     pub fn geom(&self, dev: u32) -> DevGeom {
-        match self.enter() {
+        match self.inspect() {
             Ok(_g) => self.dev_geom(dev),
             Err(_) => DevGeom::default(),
         }
@@ -315,9 +324,27 @@ impl<'a> Nrt<'a> {
         }
     }
 
+    /// The gate for reading the runtime's state (the inspection calls): like [`Self::enter`],
+    /// but a closed runtime may be read too. `close` keeps the tree (zeroed ledger included)
+    /// until the next `init`, and reopens the gate once its teardown is done; `init` shuts it
+    /// and waits for readers before rewriting the tree. So a reader sees a whole runtime, live
+    /// or closed, or gets "not initialised" while `init` or `close` is at work.
+    pub(crate) fn inspect(&self) -> Result<InFlight<'a>> {
+        if !gate_enter(&self.st.active_calls) {
+            return Err(Error::Closed);
+        }
+        let g = InFlight {
+            active: &self.st.active_calls,
+        };
+        match self.st.state.load(Ordering::Acquire) {
+            STATE_INIT | STATE_CLOSED => Ok(g),
+            _ => Err(Error::Uninitialized),
+        }
+    }
+
     /// Devices attached (`tdrv_ctx.num_mla`); 0 while the runtime is not initialised.
     pub fn num_devices(&self) -> u32 {
-        match self.enter() {
+        match self.inspect() {
             Ok(_g) => self.attached_devices(),
             Err(_) => 0,
         }
@@ -394,21 +421,25 @@ impl<'a> Nrt<'a> {
     /// and the logical-core table (spec §9). Fails cleanly (nothing left allocated).
     pub fn init(&self, opts: &InitOptions) -> Result<()> {
         let _g = self.st.init_lock.lock();
-        match self.lifecycle() {
-            STATE_INIT => return Err(Error::InvalidArgument("runtime already initialized")),
-            STATE_CLOSED => {
-                // Re-init after close: start again from the all-zero tree.
-                // SAFETY: init_lock held and the runtime is closed: nobody uses the tree.
-                unsafe {
-                    core::ptr::write_bytes(
-                        self.ctx() as *mut u8,
-                        0,
-                        core::mem::size_of::<tdrv_ctx_t>(),
-                    );
-                    *self.st.geom.get() = [DevGeom::default(); constants::MAX_MLA_PER_PROCESS];
-                }
+        if self.lifecycle() == STATE_INIT {
+            return Err(Error::InvalidArgument("runtime already initialized"));
+        }
+        // Readers of a closed runtime (`inspect`) are let out before the tree is rewritten;
+        // the gate opens again however this returns.
+        gate_close(&self.st.active_calls, crate::sync::relax);
+        let _reopen = ReopenOnDrop(&self.st.active_calls);
+        if self.lifecycle() == STATE_CLOSED {
+            // Re-init after close: start again from the all-zero tree.
+            // SAFETY: init_lock held, the runtime is closed and the gate shut and drained:
+            // nobody reads or uses the tree.
+            unsafe {
+                core::ptr::write_bytes(
+                    self.ctx() as *mut u8,
+                    0,
+                    core::mem::size_of::<tdrv_ctx_t>(),
+                );
+                *self.st.geom.get() = [DevGeom::default(); constants::MAX_MLA_PER_PROCESS];
             }
-            _ => {}
         }
         let n = self
             .drv
@@ -477,8 +508,7 @@ impl<'a> Nrt<'a> {
             };
             return Err(e);
         }
-        // Open the call gate again if a previous `close` shut it, then let calls in.
-        gate_open(&self.st.active_calls);
+        // Calls are let in when `_reopen` opens the gate.
         self.st.state.store(STATE_INIT, Ordering::Release);
         info!("nrt-core initialised: {} device(s)", n);
         Ok(())
@@ -519,7 +549,8 @@ impl<'a> Nrt<'a> {
                 // SAFETY: teardown is single-threaded by contract (close/init hold init_lock).
                 unsafe {
                     if !(*tpb).tpb_allocator.is_null() {
-                        let _ = self.dmem_allocator_destroy_inner((*tpb).tpb_allocator);
+                        let _ = self
+                            .dmem_allocator_destroy_inner((*tpb).tpb_allocator, GiveBack::Release);
                         (*tpb).tpb_allocator = null_mut();
                     }
                     // Cleared under model_db_lock: a lookup holding the lock sees either the
@@ -582,6 +613,8 @@ impl<'a> Nrt<'a> {
                 leftover
             );
         }
+        // Readers of the closed runtime are welcome again (API calls see CLOSED and fail).
+        gate_open(&self.st.active_calls);
         info!("nrt-core closed");
         Ok(())
     }

@@ -15,6 +15,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
+use crate::arena::GiveBack;
 use crate::cstr::{c_name, copy_c_name};
 use crate::ctx::Nrt;
 use crate::driver::{errno, AllocRequest};
@@ -124,7 +125,7 @@ impl Nrt<'_> {
                  destroyed by the runtime, not through dmem_allocator_destroy",
             ));
         }
-        self.dmem_allocator_destroy_inner(al)
+        self.dmem_allocator_destroy_inner(al, GiveBack::Release)
     }
 
     /// Marks whether `al` (a live allocator) was made through the public API.
@@ -217,7 +218,13 @@ impl Nrt<'_> {
     }
 
     /// [`Self::dmem_allocator_destroy`] without the gate (the runtime's own calls).
-    pub(crate) fn dmem_allocator_destroy_inner(&self, al: *mut dmem_allocator_t) -> Result<()> {
+    /// `how` says how the slots go back: [`GiveBack::Cancel`] only for a rollback of
+    /// allocations nobody else saw.
+    pub(crate) fn dmem_allocator_destroy_inner(
+        &self,
+        al: *mut dmem_allocator_t,
+        how: GiveBack,
+    ) -> Result<()> {
         if !self.st.allocators.is_live(al) {
             return Err(Error::InvalidArgument("allocator is not live"));
         }
@@ -235,12 +242,12 @@ impl Nrt<'_> {
                 Self::list_unlink(al, n);
                 n
             };
-            self.dmem_release_ref(first);
+            self.dmem_release_ref(first, how);
         }
         self.set_caller_owned(al, false);
         self.st
             .allocators
-            .release(al)
+            .give_back(al, how)
             .map_err(|_| Error::InvalidArgument("allocator is not live"))
     }
 
@@ -347,11 +354,19 @@ impl Nrt<'_> {
         // ndl_memory_alloc + ndl_memory_get_pa (steps 4–5)
         let mut r = self.drv.memory_alloc_pa(dev, &req(emulate));
         if r == Err(errno::EINVAL) && a.align != 0 && !emulate && !host {
-            // The driver refuses aligned requests after all (the device said it took them):
-            // latch that, as `ndl_supports_align` does, and emulate from now on.
-            self.latch_aligned_alloc_unsupported(dev);
-            emulate = true;
-            r = self.drv.memory_alloc_pa(dev, &req(emulate));
+            // Perhaps the driver refuses aligned requests after all (the device said it took
+            // them). EINVAL has other causes, so the emulation is tried once, and only its
+            // success latches "unsupported" (as `ndl_supports_align` does). Its out-of-memory
+            // is reported as such; any other refusal keeps the driver's first answer.
+            match self.drv.memory_alloc_pa(dev, &req(true)) {
+                Ok(ok) => {
+                    self.latch_aligned_alloc_unsupported(dev);
+                    emulate = true;
+                    r = Ok(ok);
+                }
+                Err(errno::ENOMEM) => r = Err(errno::ENOMEM),
+                Err(_) => {}
+            }
         }
         let (handle, pa) = match r {
             Ok(r) => r,
@@ -493,7 +508,7 @@ impl Nrt<'_> {
         if !self.st.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
-        self.dmem_release_ref(m);
+        self.dmem_release_ref(m, GiveBack::Release);
         Ok(())
     }
 
@@ -510,7 +525,7 @@ impl Nrt<'_> {
     /// Drops one reference; at zero unlinks the dmem from its allocator (under the allocator's
     /// lock, so a concurrent walk never sees a freed node) and returns everything to the
     /// driver, the ledger and the arenas.
-    fn dmem_release_ref(&self, m: Dmem) {
+    pub(crate) fn dmem_release_ref(&self, m: Dmem, how: GiveBack) {
         // SAFETY: caller checked liveness. `allocator` is read/written atomically because
         // `dmem_allocator_destroy` may detach the node concurrently; once detached it is null.
         unsafe {
@@ -519,7 +534,7 @@ impl Nrt<'_> {
                 let al = al_slot.load(Ordering::Acquire);
                 if al.is_null() {
                     if release_one(&(*m).ref_count) {
-                        self.dmem_finalize(m);
+                        self.dmem_finalize(m, how);
                     }
                     return;
                 }
@@ -534,7 +549,7 @@ impl Nrt<'_> {
                 }
                 drop(g);
                 if last {
-                    self.dmem_finalize(m);
+                    self.dmem_finalize(m, how);
                 }
                 return;
             }
@@ -545,7 +560,7 @@ impl Nrt<'_> {
     ///
     /// # Safety
     /// `m` is live, unlinked and its ref count reached zero (we are the only user).
-    unsafe fn dmem_finalize(&self, m: Dmem) {
+    unsafe fn dmem_finalize(&self, m: Dmem, how: GiveBack) {
         // SAFETY: caller contract.
         unsafe {
             let dev = (*m).device_id;
@@ -555,7 +570,7 @@ impl Nrt<'_> {
             let _ = self.drv.memory_free(dev, (*m).mem_handle);
             self.dml_add_entry(self.mla_ptr(dev), Action::Free, m);
             (*m).hint = null_mut();
-            let _ = self.st.dmems.release(m);
+            let _ = self.st.dmems.give_back(m, how);
         }
     }
 
@@ -567,7 +582,7 @@ impl Nrt<'_> {
     pub(crate) fn reclaim_leftover_dmems(&self) -> usize {
         let before = self.st.dmems.stats().live;
         for al in self.st.allocators.live_slots() {
-            let _ = self.dmem_allocator_destroy_inner(al.as_ptr());
+            let _ = self.dmem_allocator_destroy_inner(al.as_ptr(), GiveBack::Release);
         }
         for m in self.st.dmems.live_slots() {
             let m = m.as_ptr();
@@ -575,7 +590,7 @@ impl Nrt<'_> {
             // (unlinked) and no other thread holds it: dropping its last references is ours.
             unsafe {
                 (*m).ref_count.store(0, Ordering::Release);
-                self.dmem_finalize(m);
+                self.dmem_finalize(m, GiveBack::Release);
             }
         }
         before
@@ -683,7 +698,7 @@ impl Nrt<'_> {
     }
 
     /// Releases a weak index and its nodes (not the dmems: the list does not own them).
-    pub(crate) fn dmem_list_destroy(&self, list: *mut dmem_list_t) {
+    pub(crate) fn dmem_list_destroy(&self, list: *mut dmem_list_t, how: GiveBack) {
         if list.is_null() {
             return;
         }
@@ -692,11 +707,11 @@ impl Nrt<'_> {
             let mut n = (*list).head;
             while !n.is_null() {
                 let next = (*n).next;
-                let _ = self.st.ref_nodes.release(n);
+                let _ = self.st.ref_nodes.give_back(n, how);
                 n = next;
             }
         }
-        let _ = self.st.dmem_lists.release(list);
+        let _ = self.st.dmem_lists.give_back(list, how);
     }
 }
 

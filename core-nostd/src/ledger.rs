@@ -145,7 +145,7 @@ impl Nrt<'_> {
     /// Device-wide aggregates of `dev` (spec §3.4): `(device bytes, host bytes, device peak,
     /// host peak, device OOMs)`.
     pub fn device_totals(&self, dev: u32) -> (u64, u64, u64, u64, u64) {
-        let Ok(_g) = self.enter() else {
+        let Ok(_g) = self.inspect() else {
             return (0, 0, 0, 0, 0);
         };
         if dev >= self.attached_devices() {
@@ -176,7 +176,7 @@ impl Nrt<'_> {
     /// One ledger cell, bounds-checked (0 outside the ledger, or while the runtime is not
     /// initialised).
     fn ledger_cell(&self, dev: u32, tpb: u32, usage: usize, host: bool) -> u64 {
-        let Ok(_g) = self.enter() else {
+        let Ok(_g) = self.inspect() else {
             return 0;
         };
         if dev >= self.attached_devices()
@@ -201,7 +201,7 @@ impl Nrt<'_> {
     /// the ledger lock (a consistent snapshot: every row sums to its `[nc][22]`). All zero for a
     /// device that is not attached, or while the runtime is not initialised.
     pub fn ledger_snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
-        match self.enter() {
+        match self.inspect() {
             Ok(_g) => self.ledger_snapshot_inner(dev),
             Err(_) => ([[0; 23]; 8], [[0; 23]; 8]),
         }
@@ -251,7 +251,7 @@ impl Nrt<'_> {
 
     /// Per-usage breakdown of logical core `vnc` (sum over its physical cores).
     pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
-        let _g = self.enter()?;
+        let _g = self.inspect()?;
         let mut b = UsageBreakdown::default();
         self.for_each_vnc_core(vnc, |mla, nc, _| {
             for u in 0..23 {
@@ -271,7 +271,12 @@ impl Nrt<'_> {
     /// share it, first come first served). Allocations placed on other HBMs (`hbm_idx`) count
     /// as used, so used can exceed the limit.
     pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
-        let _g = self.enter()?;
+        let _g = self.inspect()?;
+        self.vnc_memory_stats(vnc)
+    }
+
+    /// [`Self::dmem_get_memory_stats`] without the gate (inside a gated call).
+    pub(crate) fn vnc_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
         let cores = self.vcore_tpbs(vnc)?;
         self.for_each_core_locked(cores, |mla, nc, _| {
@@ -294,7 +299,7 @@ impl Nrt<'_> {
     /// `reset_peak_memory_stats`). Under the ledger lock no update can slip between the load
     /// of a row and the store of its peak.
     pub fn reset_peak(&self, vnc: i64) -> Result<()> {
-        let _g = self.enter()?;
+        let _g = self.inspect()?;
         self.for_each_vnc_core(vnc, |mla, nc, _| {
             for u in 0..23 {
                 let d = mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
@@ -364,7 +369,7 @@ impl Nrt<'_> {
         failed: Option<&Error>,
         top: usize,
     ) -> fmt::Result {
-        match self.enter() {
+        match self.inspect() {
             Ok(_g) => self.dump_ledger_inner(w, dev, failed, top),
             Err(e) => writeln!(w, "no OOM table: {e}"),
         }

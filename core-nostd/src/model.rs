@@ -11,6 +11,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
+use crate::arena::GiveBack;
 use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
 use crate::cstr::{c_name, copy_c_name};
 use crate::ctx::{MemRefSet, Nrt};
@@ -324,7 +325,9 @@ impl<'a> Nrt<'a> {
 
     /// Device bytes booked to a logical core (the "mem_usage before/after" of §5.3).
     fn vnc_device_bytes(&self, vnc: i64) -> u64 {
-        self.dmem_get_memory_stats(vnc)
+        // Ungated: this runs inside `load_model`'s own gated call, which a racing `close`
+        // waits for.
+        self.vnc_memory_stats(vnc)
             .map(|s| s.bytes_used)
             .unwrap_or(0)
     }
@@ -332,8 +335,10 @@ impl<'a> Nrt<'a> {
     /// Loads a model onto logical core `vnc` (spec §5): builds one MODEL heap per subgraph in
     /// an mr_set slot and moves it into the `model_t` (zeroing the slot), validates the SBUF
     /// carveout on CAYMAN, makes the allocations, claims scratchpad pages, stages GPSIMD
-    /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger,
-    /// every allocator and every arena are exactly as before.
+    /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger's
+    /// bytes, every allocator and every arena's slots are as before (the slots go straight
+    /// back, not through the quarantines: nobody saw them). High-water marks — the ledger's
+    /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
     pub fn load_model(&self, vnc: i64, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
         let _call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(vnc)?;
@@ -444,7 +449,8 @@ impl<'a> Nrt<'a> {
                 let node = match self.st.mem_ref_nodes.alloc("mem_ref_node") {
                     Ok(n) => n.as_ptr(),
                     Err(e) => {
-                        let _ = self.dmem_free_inner(d);
+                        // Just allocated by this call: seen by nobody.
+                        self.dmem_release_ref(d, GiveBack::Cancel);
                         return Err(e.into());
                     }
                 };
@@ -559,36 +565,38 @@ impl<'a> Nrt<'a> {
         if b.sp_pages > 0 {
             self.scratchpad_release(b.sp_tpb, b.sp_pages);
         }
-        self.free_model_heaps(m);
+        self.free_model_heaps(m, GiveBack::Cancel);
         // The handle was never returned: the slot goes back as if the load never started.
         let _ = self.st.models.cancel(m);
     }
 
     /// Frees a model's per-subgraph heaps, mem_ref sets, gc trackers and cleanup record.
-    fn free_model_heaps(&self, m: *mut model_t) {
+    /// `how`: [`GiveBack::Release`] at unload; [`GiveBack::Cancel`] when a failed load rolls
+    /// back (nobody saw its heaps, so their slots need not wait out the quarantines).
+    fn free_model_heaps(&self, m: *mut model_t, how: GiveBack) {
         for s in 0..MAX_SUBGRAPHS {
             // SAFETY: the model is unpublished or drained: we are its only user.
             unsafe {
                 let set = (*m).sg_mem_ref_sets[s];
                 if !set.is_null() {
                     ht::for_each(set, |n| {
-                        let _ = self.st.mem_ref_nodes.release(n);
+                        let _ = self.st.mem_ref_nodes.give_back(n, how);
                     });
-                    let _ = self.st.mem_ref_sets.release(set as *const MemRefSet);
+                    let _ = self.st.mem_ref_sets.give_back(set as *const MemRefSet, how);
                 }
                 let al = (*m).sg_allocators[s];
                 if !al.is_null() {
                     // One call reclaims the subgraph's whole footprint (§5.4).
-                    let _ = self.dmem_allocator_destroy_inner(al);
+                    let _ = self.dmem_allocator_destroy_inner(al, how);
                 }
-                self.dmem_list_destroy((*m).sg_gc_trackers[s]);
+                self.dmem_list_destroy((*m).sg_gc_trackers[s], how);
             }
         }
         // SAFETY: as above.
         unsafe {
             let c = (*m).scratchpad_cleanup_info;
             if !c.is_null() {
-                let _ = self.st.sp_cleanup.release(c);
+                let _ = self.st.sp_cleanup.give_back(c, how);
             }
         }
     }
@@ -703,7 +711,7 @@ impl<'a> Nrt<'a> {
             }
             (*m).ulib_set_info = null_mut();
         }
-        self.free_model_heaps(m);
+        self.free_model_heaps(m, GiveBack::Release);
         let _ = self.st.models.release(m);
     }
 

@@ -10,6 +10,7 @@ use core::ptr::{addr_of_mut, null_mut};
 use core::sync::atomic::Ordering;
 
 use crate::abi::*;
+use crate::arena::GiveBack;
 use crate::ctx::{Nrt, UlibSet};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
@@ -100,7 +101,8 @@ impl Nrt<'_> {
                 Ok(m) => got[i] = m,
                 Err(e) => {
                     for m in got.iter().take(i) {
-                        let _ = self.dmem_free_inner(*m);
+                        // Allocated by this call and seen by nobody.
+                        self.dmem_release_ref(*m, GiveBack::Cancel);
                     }
                     let _ = self.st.ulib_sets.cancel(set);
                     return Err(e);

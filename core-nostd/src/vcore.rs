@@ -144,7 +144,7 @@ impl Nrt<'_> {
     /// Runs `f` inside the state gate, or answers `closed` (the logical-core table is
     /// rewritten by `init` and `close`, so it is only read between them).
     fn gated<R>(&self, closed: R, f: impl FnOnce() -> R) -> R {
-        match self.enter() {
+        match self.inspect() {
             Ok(_g) => f(),
             Err(_) => closed,
         }
@@ -183,7 +183,7 @@ impl Nrt<'_> {
 
     /// The owned logical core `idx` (`vtpb_get_virtual_core`), as a copy read inside the gate.
     pub fn virtual_core(&self, idx: i64) -> Result<virtual_core_t> {
-        let _g = self.enter()?;
+        let _g = self.inspect()?;
         self.vtpb_get_virtual_core(idx).copied()
     }
 

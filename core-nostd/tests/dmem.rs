@@ -841,3 +841,47 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
         assert!(up > 0, "never saw the runtime up ({down} down)");
     });
 }
+
+/// `close` keeps the tree until the next `init` (a documented difference from libnrt), so a
+/// closed runtime can still be inspected: its devices, geometry, logical cores and the zeroed
+/// ledger. API calls fail with `Closed`.
+#[test]
+fn a_closed_runtime_can_be_inspected_until_init() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let m = n
+        .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "left"), None)
+        .unwrap();
+    assert_eq!(n.ledger_device(0, 0, 22), 1 << 20);
+    let _ = m; // left for close to reclaim
+    n.close().unwrap();
+    assert_eq!(n.num_devices(), 1);
+    assert_eq!(n.geom(0).channels, 4);
+    assert_eq!(n.visible_vnc_count(), 4);
+    assert_eq!(n.lnc_size(), 2);
+    assert_eq!(n.virtual_core(3).unwrap().cores().len(), 2);
+    let stats = n.dmem_get_memory_stats(0).unwrap();
+    assert_eq!(
+        stats.bytes_used, 0,
+        "close reclaimed what the dmem API left"
+    );
+    assert!(stats.bytes_limit > 0);
+    assert_eq!(stats.bytes_peak, 1 << 20, "peaks survive close");
+    assert_eq!(n.ledger_snapshot(0).0[0][22], 0);
+    assert_eq!(n.device_totals(0).0, 0);
+    let mut dump = String::new();
+    n.dump_ledger(&mut dump, 0, None, 4).unwrap();
+    assert!(dump.contains("ND 0 memory usage"), "{dump}");
+    assert_eq!(n.core_allocator(0, 0), Err(Error::Closed));
+    assert_eq!(
+        n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "x"), None),
+        Err(Error::Closed)
+    );
+    n.init(&InitOptions::default()).unwrap();
+    assert_eq!(
+        n.dmem_get_memory_stats(0).unwrap().bytes_peak,
+        0,
+        "init starts afresh"
+    );
+}

@@ -191,6 +191,51 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
 }
 
 #[test]
+fn failed_loads_do_not_shorten_double_free_detection() {
+    // A failed load's heaps go straight back to their arenas (nobody saw them), so a caller
+    // retrying a load that does not fit does not age a stale dmem pointer of its own into
+    // someone else's live allocation.
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let stale = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "mine"), None)
+        .unwrap();
+    n.dmem_free(stale).unwrap();
+    let too_big = [
+        ModelAlloc {
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CODE as u32,
+            location: DEV,
+            size: 4096,
+            align: 0,
+            hint: "fits",
+        },
+        ModelAlloc {
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            location: DEV,
+            size: 1 << 50,
+            align: 0,
+            hint: "does not",
+        },
+    ];
+    let live = |n: &nrt_core::Nrt<'_>| n.state().arena_stats().map(|(name, s)| (name, s.live));
+    let before = (snapshot(&n), live(&n));
+    // Each failed load allocated (and gave back) one dmem: as many failures as the quarantine
+    // holds would age the stale slot out if they went through it.
+    for _ in 0..nrt_core::arena::QUARANTINE {
+        let e = n.load_model(0, &spec("retry", &too_big)).unwrap_err();
+        assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE, "{e}");
+    }
+    assert_eq!((snapshot(&n), live(&n)), before);
+    let fresh = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "theirs"), None)
+        .unwrap();
+    assert_ne!(fresh, stale, "the stale slot was handed out again");
+    assert_eq!(n.dmem_free(stale), Err(Error::DoubleFree));
+    n.dmem_free(fresh).unwrap();
+}
+
+#[test]
 fn ext_isa_is_staged_once_per_core_and_shared() {
     let f = Fixture::up(SimConfig::new(Preset::Trn1, 1), InitOptions::default());
     let n = f.nrt();

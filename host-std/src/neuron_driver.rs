@@ -826,6 +826,39 @@ mod tests {
     }
 
     #[test]
+    fn an_einval_for_another_reason_does_not_turn_native_alignment_off() {
+        // This driver refuses 4 GiB and more (no MEM_ALLOC_V2MT64) with EINVAL. An aligned
+        // request of that size must not make the core conclude that alignment itself is
+        // unsupported (spec §3.2's latch): later aligned requests stay native.
+        use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as TENSOR;
+        use nrt_core::dmem::AllocArgs;
+        let drv = open(vec![
+            FakeDevice::trn2().older(FakeGeneration::V2Mt, Errno::EINVAL)
+        ]);
+        let st = nrt_core::CoreState::new_boxed();
+        let n = nrt_core::Nrt::new(&st, &drv);
+        n.init(&nrt_core::InitOptions::default()).unwrap();
+        let al = n.core_allocator(0, 0).unwrap();
+        let used = || {
+            let s = drv.pool_stats(0, false, 0).unwrap();
+            s.capacity - s.free
+        };
+        let small = AllocArgs::device(64 << 10, 0, TENSOR, "s").aligned(64 << 10);
+        let big = AllocArgs::device(4 * GIB, 0, TENSOR, "big").aligned(64 << 10);
+        assert_eq!(
+            n.dmem_alloc(al, &big, None),
+            Err(nrt_core::Error::Driver(errno::EINVAL))
+        );
+        let u0 = used();
+        let m = n.dmem_alloc(al, &small, None).unwrap();
+        assert_eq!(used() - u0, 64 << 10, "still native: no over-allocation");
+        // SAFETY: live dmem of this runtime.
+        assert_eq!(unsafe { (*m).align_offset }, 0);
+        n.dmem_free(m).unwrap();
+        n.close().unwrap();
+    }
+
+    #[test]
     fn four_gib_needs_v2mt64() {
         let drv = open(vec![
             FakeDevice::trn2().older(FakeGeneration::V2Mt, Errno::EINVAL)
