@@ -311,17 +311,7 @@ impl<'a> Nrt<'a> {
     /// `close` began it fails, so a call's own sub-steps use ungated inner functions
     /// (`execute`'s copies).
     pub(crate) fn enter(&self) -> Result<InFlight<'a>> {
-        if !gate_enter(&self.st.active_calls) {
-            return Err(Error::Closed);
-        }
-        let g = InFlight {
-            active: &self.st.active_calls,
-        };
-        match self.st.state.load(Ordering::Acquire) {
-            STATE_INIT => Ok(g),
-            STATE_CLOSED => Err(Error::Closed),
-            _ => Err(Error::Uninitialized),
-        }
+        self.pass_gate(false)
     }
 
     /// The gate for reading the runtime's state (the inspection calls): like [`Self::enter`],
@@ -330,6 +320,12 @@ impl<'a> Nrt<'a> {
     /// and waits for readers before rewriting the tree. So a reader sees a whole runtime, live
     /// or closed, or gets "not initialised" while `init` or `close` is at work.
     pub(crate) fn inspect(&self) -> Result<InFlight<'a>> {
+        self.pass_gate(true)
+    }
+
+    /// [`Self::enter`] (`closed_readable` false) and [`Self::inspect`] (true).
+    #[inline(always)]
+    fn pass_gate(&self, closed_readable: bool) -> Result<InFlight<'a>> {
         if !gate_enter(&self.st.active_calls) {
             return Err(Error::Closed);
         }
@@ -337,7 +333,9 @@ impl<'a> Nrt<'a> {
             active: &self.st.active_calls,
         };
         match self.st.state.load(Ordering::Acquire) {
-            STATE_INIT | STATE_CLOSED => Ok(g),
+            STATE_INIT => Ok(g),
+            STATE_CLOSED if closed_readable => Ok(g),
+            STATE_CLOSED => Err(Error::Closed),
             _ => Err(Error::Uninitialized),
         }
     }
