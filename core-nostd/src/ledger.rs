@@ -1,6 +1,11 @@
 //! The per-device usage ledger `mla.dmem_logger` (spec §3.4, §7.4): bookkeeping on every alloc
 //! and free, peaks like the driver's sysfs counters, logical-core memory stats, and the OOM
 //! dump — written without heap into any `core::fmt::Write`.
+//!
+//! The reading calls pass the state gate's read side (`Nrt::inspect`): they answer for a live
+//! runtime and for a closed one (whose ledger `close` keeps, zeroed, until the next `init`);
+//! before the first `init`, and while `init` or `close` is at work, they answer 0 (or
+//! `Uninitialized` / `Closed` where they return a `Result`).
 // Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
 // tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
 // stale or foreign pointer is an error, not undefined behaviour.
