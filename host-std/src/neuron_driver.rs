@@ -41,6 +41,10 @@ pub const PAGE_SIZE: u64 = 4096;
 pub const HOST_DMA_CAPACITY: u64 = 8 << 30;
 /// Default bytes per MEM_BUF_COPY64 call in `copy_in` / `copy_out`.
 pub const DEFAULT_COPY_CHUNK: u64 = 8 << 20;
+/// The largest chunk one MEM_BUF_COPY64 call can move: the driver's device-memory copy loop
+/// keeps the size in a `u32` (`ncdev_mem_buf_copy`), so 4 GiB or more would be cut short
+/// without an error. 2 GiB keeps well clear of that.
+pub const MAX_COPY_CHUNK: u64 = 1 << 31;
 /// Sizes from here on need MEM_ALLOC_V2MT64 (public ABI §3).
 pub const FOUR_GIB: u64 = 4 << 30;
 
@@ -297,9 +301,10 @@ impl<S: Sys> NeuronDriver<S> {
         })
     }
 
-    /// Bytes per MEM_BUF_COPY64 call in `copy_in` / `copy_out` (at least 1).
+    /// Bytes per MEM_BUF_COPY64 call in `copy_in` / `copy_out`, between 1 and
+    /// [`MAX_COPY_CHUNK`].
     pub fn set_copy_chunk(&mut self, bytes: u64) {
-        self.copy_chunk = bytes.max(1);
+        self.copy_chunk = bytes.clamp(1, MAX_COPY_CHUNK);
     }
 
     /// The syscall layer.
@@ -371,9 +376,16 @@ impl<S: Sys> NeuronDriver<S> {
         hbm: u32,
     ) -> core::result::Result<Vec<MemChunkInfo>, Errno> {
         let d = self.devices.get(dev as usize).ok_or(Errno::ENODEV)?;
+        // The driver copies the header back (with `num_entries_out`) and answers EAGAIN when
+        // `num_entries_in` is smaller than the count (`ncdev_dump_mem_chunks`): that answer
+        // means "here is the count, call again with room for it", not a failure.
+        let count_known = |r: core::result::Result<i32, Errno>| match r {
+            Ok(_) | Err(Errno::EAGAIN) => Ok(()),
+            Err(e) => Err(e),
+        };
         let mut hdr = DumpMemChunks::new(hbm, 0, 0);
         // SAFETY: the header with `num_entries_in = 0` carries no address the driver uses.
-        check(unsafe { ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_DUMP_MEM_CHUNKS, &mut hdr) })?;
+        count_known(unsafe { ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_DUMP_MEM_CHUNKS, &mut hdr) })?;
         // Chunks may come and go between the calls: retry a few times with room to spare.
         for _ in 0..4 {
             // A channel holds at most one chunk per page of its capacity; a count beyond any
@@ -385,7 +397,9 @@ impl<S: Sys> NeuronDriver<S> {
             let mut buf = vec![MemChunkInfo::default(); want];
             hdr = DumpMemChunks::new(hbm, want as u32, buf.as_mut_ptr() as u64);
             // SAFETY: `data` points at `want` writable entries, as `num_entries_in` says.
-            check(unsafe { ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_DUMP_MEM_CHUNKS, &mut hdr) })?;
+            count_known(unsafe {
+                ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_DUMP_MEM_CHUNKS, &mut hdr)
+            })?;
             if hdr.num_entries_out as usize <= want {
                 buf.truncate(hdr.num_entries_out as usize);
                 return Ok(buf);
@@ -856,6 +870,15 @@ mod tests {
         assert_eq!(unsafe { (*m).align_offset }, 0);
         n.dmem_free(m).unwrap();
         n.close().unwrap();
+    }
+
+    #[test]
+    fn a_copy_chunk_stays_below_what_the_driver_can_count() {
+        let mut drv = open(vec![FakeDevice::trn2()]);
+        drv.set_copy_chunk(4 * GIB);
+        assert_eq!(drv.copy_chunk, MAX_COPY_CHUNK);
+        drv.set_copy_chunk(0);
+        assert_eq!(drv.copy_chunk, 1);
     }
 
     #[test]

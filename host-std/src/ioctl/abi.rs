@@ -321,6 +321,7 @@ pub struct DriverInfo {
 ///
 /// Call once with `num_entries_in = 0` to learn the count (`num_entries_out`), then again with
 /// room for that many [`MemChunkInfo`]s: the driver copies the entries only when they all fit.
+/// When they do not, it still copies the header back but answers `EAGAIN`.
 #[repr(C)]
 #[derive(
     Copy, Clone, Debug, Default, PartialEq, Eq, IntoBytes, FromBytes, KnownLayout, Immutable,

@@ -503,7 +503,12 @@ impl FakeSys {
                 a.num_entries_out = chunks.len() as u32;
                 // SAFETY: as the read above.
                 unsafe { write_arg(arg, &a) };
-                if a.num_entries_in as usize >= chunks.len() && !chunks.is_empty() {
+                if (a.num_entries_in as usize) < chunks.len() {
+                    // As the driver: the header (with the count) is back, the entries are
+                    // not, and the answer is EAGAIN ("call again with room for them").
+                    return Err(Errno::EAGAIN);
+                }
+                if !chunks.is_empty() {
                     let b = chunks.as_bytes();
                     // SAFETY: `data` is the caller's array of `num_entries_in` entries
                     // (DUMP_MEM_CHUNKS contract), and `b` fits in it.

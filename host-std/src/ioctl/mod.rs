@@ -76,6 +76,20 @@ pub unsafe fn ioctl_arg<S: Sys + ?Sized, T: IntoBytes + FromBytes>(
     unsafe { sys.ioctl(fd, cmd, p) }
 }
 
+/// `errno` after a failed call. A value nix has no name for (a kernel-internal code such as
+/// ENOTSUPP, 524) would become `UnknownErrno`, which is 0: "no error" to every caller of the
+/// `Driver` portal. It is reported as `EIO` instead, with the raw value in the log.
+fn last_errno() -> Errno {
+    let raw = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    match Errno::from_raw(raw) {
+        Errno::UnknownErrno => {
+            log::debug!(target: "nrt_dmem::driver", "errno {raw} has no name; reported as EIO");
+            Errno::EIO
+        }
+        e => e,
+    }
+}
+
 /// The real system calls, through libc.
 #[derive(Copy, Clone, Debug, Default)]
 pub struct RealSys;
@@ -87,7 +101,7 @@ impl Sys for RealSys {
         // memory effects.
         let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if fd < 0 {
-            Err(Errno::last())
+            Err(last_errno())
         } else {
             Ok(fd)
         }
@@ -98,7 +112,7 @@ impl Sys for RealSys {
         // command (this method's contract); the kernel validates `fd` and `cmd`.
         let r = unsafe { libc::ioctl(fd, cmd as nix::sys::ioctl::ioctl_num_type, arg) };
         if r < 0 {
-            Err(Errno::last())
+            Err(last_errno())
         } else {
             Ok(r)
         }
@@ -108,9 +122,23 @@ impl Sys for RealSys {
         // SAFETY: closing a descriptor has no memory effects; the caller owns `fd`.
         let r = unsafe { libc::close(fd) };
         if r < 0 {
-            Err(Errno::last())
+            Err(last_errno())
         } else {
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod errno_tests {
+    use super::*;
+
+    #[test]
+    fn an_errno_without_a_name_is_eio_not_zero() {
+        for (raw, want) in [(22, Errno::EINVAL), (524, Errno::EIO), (0, Errno::EIO)] {
+            // SAFETY: this thread's errno cell; written, then read back by `last_errno`.
+            unsafe { *libc::__errno_location() = raw };
+            assert_eq!(last_errno(), want, "errno {raw}");
         }
     }
 }
