@@ -8,7 +8,7 @@
 //! exclusively, so close waits for calls in flight and no call sees a half-closed runtime.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,6 +19,7 @@ use nrt_core::abi::{H_MODEL, NRT_STATUS as CoreStatus};
 use nrt_host::HostRuntime;
 
 use crate::status::NRT_STATUS;
+use crate::types::nrt_tensor_t;
 
 /// What an entry point failed with: the status C sees and the message it logs.
 #[derive(Debug, Clone)]
@@ -62,9 +63,14 @@ pub(crate) struct Runtime {
     pub rt: HostRuntime,
     /// `nrt_model_t *` handle → the model.
     pub models: Mutex<BTreeMap<usize, ModelEntry>>,
-    /// Tensors made through the C ABI and not yet freed: `nrt_close` frees them with the host
-    /// memory provider, so VIRTUAL tensors the application forgot do not leak.
-    pub tensors: Mutex<BTreeSet<usize>>,
+    /// `nrt_tensor_t *` handle → the core's tensor, for every tensor made through the C ABI
+    /// and not yet freed. Handles are never reused, so a stale or doubly freed tensor pointer
+    /// is always an error. `nrt_close` frees what is left with the host memory provider, so
+    /// VIRTUAL tensors the application forgot do not leak.
+    pub tensors: Mutex<BTreeMap<usize, usize>>,
+    /// The first handle minted for this runtime: a handle below it came from a runtime that
+    /// `nrt_close` ended (`NRT_CLOSED`, not "no such tensor").
+    pub first_handle: usize,
     /// The OOM report captured when the last device out-of-memory happened (libnrt writes its
     /// report at the failure, not when someone asks).
     pub oom_report: Mutex<Option<String>>,
@@ -94,11 +100,56 @@ impl Runtime {
         Ok(r?)
     }
 
+    /// Registers core tensor `t` under a new handle, the `nrt_tensor_t *` C gets. If no
+    /// handle is left, the tensor is freed again and the error returned.
+    pub fn register_tensor(&self, t: nrt_core::tensor::Tensor) -> Res<*mut nrt_tensor_t> {
+        match new_handle() {
+            Ok(h) => {
+                lock(&self.tensors).insert(h, t as usize);
+                Ok(handle_ptr(h))
+            }
+            Err(e) => {
+                let _ = self.rt.nrt().tensor_free(t, Some(self.rt.host_mem()));
+                Err(e)
+            }
+        }
+    }
+
+    /// The core tensor behind handle `h`: `NRT_INVALID` for a freed, foreign or NULL pointer,
+    /// and for a tensor of a runtime that `nrt_close` ended (as for a model of one).
+    pub fn tensor(&self, h: *const nrt_tensor_t) -> Res<nrt_core::tensor::Tensor> {
+        let found = lock(&self.tensors).get(&h.addr()).copied();
+        if let Some(t) = found {
+            return Ok(t as nrt_core::tensor::Tensor);
+        }
+        Err(Fail::invalid(if self.outlived(h) {
+            "the tensor belongs to a runtime that nrt_close ended"
+        } else {
+            "not a live tensor (NULL, already freed, foreign or corrupt pointer)"
+        }))
+    }
+
+    /// Whether tensor handle `h` was minted for an earlier runtime (one `nrt_close` ended).
+    pub fn outlived(&self, h: *const nrt_tensor_t) -> bool {
+        is_handle(h.addr()) && h.addr() < self.first_handle
+    }
+
+    /// Takes handle `h` out of the registry (the first step of `nrt_tensor_free`): exactly one
+    /// of two racing frees gets the tensor.
+    pub fn unregister_tensor(&self, h: *const nrt_tensor_t) -> Res<nrt_core::tensor::Tensor> {
+        let removed = lock(&self.tensors).remove(&h.addr());
+        match removed {
+            Some(t) => Ok(t as nrt_core::tensor::Tensor),
+            // Not registered: the same answer as any other call would give.
+            None => self.tensor(h),
+        }
+    }
+
     /// Frees what the application left, then closes the core (spec §12).
     fn shutdown(self) {
         let nrt = self.rt.nrt();
         let left = std::mem::take(&mut *lock(&self.tensors));
-        for t in left {
+        for t in left.into_values() {
             let t = t as nrt_core::tensor::Tensor;
             if nrt.tensor_check(t).is_ok() {
                 let _ = nrt.tensor_free(t, Some(self.rt.host_mem()));
@@ -149,7 +200,8 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
     *g = Life::Init(Box::new(Runtime {
         rt,
         models: Mutex::new(BTreeMap::new()),
-        tensors: Mutex::new(BTreeSet::new()),
+        tensors: Mutex::new(BTreeMap::new()),
+        first_handle: HANDLE_BASE | NEXT_HANDLE.load(Ordering::Relaxed) << HANDLE_SHIFT,
         oom_report: Mutex::new(None),
     }));
     Ok(())
@@ -180,17 +232,23 @@ const HANDLE_SHIFT: u32 = 4;
 /// The next handle number (1-based, so no handle is `HANDLE_BASE` alone).
 static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
 
-/// Mints the value of a new opaque C pointer (`nrt_model_t *`, `nrt_tensor_set_t *`):
+/// Mints the value of a new opaque C pointer (`nrt_model_t *`, `nrt_tensor_set_t *`,
+/// `nrt_tensor_t *`):
 /// `HANDLE_BASE | n << 4` for a process-wide counter `n`.
 ///
 /// A handle is a pointer value the library never dereferences: it is only a registry key. It
 /// is never handed out twice in the process (a heap address was: once freed, malloc gives the
 /// same address to the next object, and a stale pointer then named a different, live one);
-/// it is non-null and 16-byte aligned; models and sets share the counter, so the pointer of
-/// one kind is never a live object of the other. `NRT_RESOURCE` after 2^59 handles (2^27 on a
+/// it is non-null and 16-byte aligned; models, sets and tensors share the counter, so the
+/// pointer of one kind is never a live object of another. `NRT_RESOURCE` after 2^59 handles (2^27 on a
 /// 32-bit target) rather than ever reusing one.
 pub(crate) fn new_handle() -> Res<usize> {
     mint_handle(&NEXT_HANDLE)
+}
+
+/// Whether `v` has the form of a handle ([`new_handle`]); it may still be unknown.
+fn is_handle(v: usize) -> bool {
+    v & HANDLE_BASE != 0 && v.trailing_zeros() >= HANDLE_SHIFT && v != HANDLE_BASE
 }
 
 /// Handle numbers stop before this one (`n << 4` must stay below `HANDLE_BASE`).
@@ -527,7 +585,7 @@ mod tests {
     #[test]
     fn handles_are_unique_aligned_non_null_and_run_out_rather_than_wrap() {
         let hs: Vec<usize> = (0..1000).map(|_| new_handle().unwrap()).collect();
-        let distinct: BTreeSet<usize> = hs.iter().copied().collect();
+        let distinct: std::collections::BTreeSet<usize> = hs.iter().copied().collect();
         assert_eq!(distinct.len(), hs.len());
         for &h in &hs {
             assert!(h != 0 && h % 16 == 0 && h & HANDLE_BASE != 0, "{h:#x}");

@@ -79,7 +79,11 @@ pub unsafe extern "C" fn nrt_load(
             // Minted before the load, so nothing is left to roll back when the handles ran
             // out (a failed load only skips a number).
             let key = global::new_handle()?;
-            let vnc = if vnc == -1 { 0 } else { vnc as i64 };
+            let vnc = if vnc == -1 {
+                first_free_core(r)
+            } else {
+                vnc as i64
+            };
             let storage = m.spec();
             let h = r.core(r.rt.nrt().load_model(vnc, &storage.as_spec()), || {
                 model_oom_note(&m, vnc)
@@ -90,6 +94,15 @@ pub unsafe extern "C" fn nrt_load(
             unsafe { put(model, global::handle_ptr(key), "model") }
         })
     })
+}
+
+/// `vnc = -1` (public API §2: "first free"): the first owned logical core with no model on
+/// it; when every core has one, the core with the fewest (the lowest index on a tie).
+fn first_free_core(r: &Runtime) -> i64 {
+    let nrt = r.rt.nrt();
+    (0..i64::from(nrt.visible_vnc_count()))
+        .min_by_key(|&v| nrt.models_on(v, &mut []).unwrap_or(usize::MAX))
+        .unwrap_or(0)
 }
 
 /// What the model asked for, for the OOM report (users budget with it, public API §6).
@@ -130,7 +143,9 @@ pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
 }
 
 /// Snapshot of a registered tensor set as the core's `TensorSet`.
-fn set_snapshot(set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>> {
+/// The tensors of `set` as the core binds them: each stored handle looked up in `r` (a tensor
+/// freed since it was added is NRT_INVALID).
+fn set_snapshot(r: &Runtime, set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>> {
     if set.is_null() {
         return Err(Fail::invalid(format_args!("{what} is NULL")));
     }
@@ -142,7 +157,7 @@ fn set_snapshot(set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>>
     })?;
     let mut ts = Box::<TensorSet>::default();
     for (name, t) in &e.entries {
-        ts.add(name, *t as nrt_core::tensor::Tensor)?;
+        ts.add(name, r.tensor(global::handle_ptr(*t))?)?;
     }
     Ok(ts)
 }
@@ -165,8 +180,8 @@ pub unsafe extern "C" fn nrt_execute(
     entry("nrt_execute", || {
         global::with_rt(|r| {
             let (h, _) = model_of(r, model)?;
-            let ins = set_snapshot(input_set, "input_set")?;
-            let outs = set_snapshot(output_set, "output_set")?;
+            let ins = set_snapshot(r, input_set, "input_set")?;
+            let outs = set_snapshot(r, output_set, "output_set")?;
             r.rt.execute(h, &ins, &outs)?;
             Ok(())
         })

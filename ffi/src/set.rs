@@ -70,14 +70,14 @@ pub unsafe extern "C" fn nrt_add_tensor_to_tensor_set(
         global::with_rt(|r| {
             // SAFETY: caller contract.
             let name = unsafe { required_name(tensor_name, "tensor_name") }?;
-            r.rt.nrt().tensor_check(tensor)?;
+            r.tensor(tensor)?;
             let mut sets = lock(&SETS);
             let e = sets
                 .get_mut(&tensor_set.addr())
                 .filter(|_| !tensor_set.is_null())
                 .ok_or_else(|| Fail::invalid("tensor_set is NULL or not a live tensor set"))?;
             if let Some(slot) = e.entries.iter_mut().find(|(n, _)| n == name) {
-                slot.1 = tensor as usize;
+                slot.1 = tensor.addr();
                 return Ok(());
             }
             if e.entries.len() >= NRT_TENSOR_SET_MAX {
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn nrt_add_tensor_to_tensor_set(
                     format_args!("tensor set is full ({NRT_TENSOR_SET_MAX} tensors)"),
                 ));
             }
-            e.entries.push((name.to_string(), tensor as usize));
+            e.entries.push((name.to_string(), tensor.addr()));
             Ok(())
         })
     })
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn nrt_get_tensor_from_tensor_set(
                 .entries
                 .iter()
                 .find(|(n, _)| n == name)
-                .map(|(_, t)| *t as *mut nrt_tensor_t)
+                .map(|(_, t)| global::handle_ptr::<nrt_tensor_t>(*t))
                 .ok_or_else(|| {
                     Fail::invalid(format_args!("the tensor set has no tensor named {name:?}"))
                 })?;

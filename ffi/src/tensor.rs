@@ -1,19 +1,17 @@
-//! Tensors (public API §2; spec §7). A tensor pointer is the core's `nrt_tensor_t` slot; every
-//! call checks it with `Nrt::tensor_check` (a live slot of the runtime's tensor arena with the
-//! tensor magic) before touching it, so freed, foreign or corrupt pointers are NRT_INVALID.
+//! Tensors (public API §2; spec §7). A `nrt_tensor_t *` is an opaque handle, never reused in
+//! the process (`global::new_handle`), looked up in the runtime's registry
+//! (`Runtime::tensor`), never dereferenced. So a freed, doubly freed, foreign or corrupt
+//! pointer is always NRT_INVALID, and a tensor of a closed runtime NRT_CLOSED, however many
+//! tensors came and went since (the core's own slots are reused, after a quarantine).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::time::{Duration, Instant};
 
 use nrt_core::tensor::check_window;
 
-use crate::global::{self, entry, in_bytes, lock, out_bytes, put, read_name, Fail, Res, Runtime};
+use crate::global::{self, entry, in_bytes, out_bytes, put, read_name, Fail, Res, Runtime};
 use crate::status::NRT_STATUS;
 use crate::types::{nrt_tensor_device_allocation_info_t, nrt_tensor_placement_t, nrt_tensor_t};
-
-fn track(r: &Runtime, t: *mut nrt_tensor_t) {
-    lock(&r.tensors).insert(t as usize);
-}
 
 /// Allocates a tensor of `size` bytes. DEVICE tensors take HBM of logical core `vnc` and
 /// outlive any model; HOST tensors take DMA-able host memory (refused with NRT_RESOURCE on
@@ -48,9 +46,9 @@ pub unsafe extern "C" fn nrt_tensor_allocate(
                 ),
                 String::new,
             )?;
-            track(r, t);
+            let h = r.register_tensor(t)?;
             // SAFETY: checked non-null; caller contract.
-            unsafe { put(tensor, t, "tensor") }
+            unsafe { put(tensor, h, "tensor") }
         })
     })
 }
@@ -70,16 +68,15 @@ pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
             return Ok(());
         };
         global::with_rt(|r| {
-            r.rt.nrt().tensor_free(t, Some(r.rt.host_mem()))?;
-            lock(&r.tensors).remove(&(t as usize));
-            Ok(())
+            let t = r.unregister_tensor(t)?;
+            Ok(r.rt.nrt().tensor_free(t, Some(r.rt.host_mem()))?)
         })
     })
 }
 
 /// The window `[offset, offset + size)` of a live tensor, checked before any caller buffer is
 /// formed into a slice.
-fn window(r: &Runtime, t: *const nrt_tensor_t, offset: usize, size: usize) -> Res {
+fn window(r: &Runtime, t: nrt_core::tensor::Tensor, offset: usize, size: usize) -> Res {
     let len = r.rt.nrt().tensor_get_size(t)?;
     check_window(offset as u64, size as u64, len)?;
     Ok(())
@@ -98,10 +95,11 @@ pub unsafe extern "C" fn nrt_tensor_read(
 ) -> NRT_STATUS {
     entry("nrt_tensor_read", || {
         global::with_rt(|r| {
-            window(r, tensor, offset, size)?;
+            let t = r.tensor(tensor)?;
+            window(r, t, offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { out_bytes(buf as *mut u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_read(tensor, b, offset as u64)?)
+            Ok(r.rt.nrt().tensor_read(t, b, offset as u64)?)
         })
     })
 }
@@ -119,10 +117,11 @@ pub unsafe extern "C" fn nrt_tensor_write(
 ) -> NRT_STATUS {
     entry("nrt_tensor_write", || {
         global::with_rt(|r| {
-            window(r, tensor, offset, size)?;
+            let t = r.tensor(tensor)?;
+            window(r, t, offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { in_bytes(buf as *const u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_write(tensor, b, offset as u64)?)
+            Ok(r.rt.nrt().tensor_write(t, b, offset as u64)?)
         })
     })
 }
@@ -143,9 +142,9 @@ pub unsafe extern "C" fn nrt_tensor_copy(
     entry("nrt_tensor_copy", || {
         global::with_rt(|r| {
             Ok(r.rt.nrt().tensor_copy(
-                src,
+                r.tensor(src)?,
                 src_offset as u64,
-                dst,
+                r.tensor(dst)?,
                 dst_offset as u64,
                 size as u64,
             )?)
@@ -160,7 +159,7 @@ pub unsafe extern "C" fn nrt_tensor_copy(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_size(tensor: *const nrt_tensor_t) -> usize {
     global::entry_value("nrt_tensor_get_size", 0, || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(tensor)? as usize))
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(r.tensor(tensor)?)? as usize))
     })
 }
 
@@ -179,7 +178,7 @@ pub unsafe extern "C" fn nrt_tensor_memset(
         global::with_rt(|r| {
             Ok(r.rt
                 .nrt()
-                .tensor_memset(tensor, offset, value as u8, size as u64)?)
+                .tensor_memset(r.tensor(tensor)?, offset, value as u8, size as u64)?)
         })
     })
 }
@@ -201,9 +200,9 @@ pub unsafe extern "C" fn nrt_tensor_allocate_empty(
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
             let t = r.rt.nrt().tensor_allocate_empty(name)?;
-            track(r, t);
+            let h = r.register_tensor(t)?;
             // SAFETY: checked non-null; caller contract.
-            unsafe { put(tensor, t, "tensor") }
+            unsafe { put(tensor, h, "tensor") }
         })
     })
 }
@@ -223,11 +222,12 @@ pub unsafe extern "C" fn nrt_tensor_attach_buffer(
 ) -> NRT_STATUS {
     entry("nrt_tensor_attach_buffer", || {
         global::with_rt(|r| {
+            let t = r.tensor(tensor)?;
             // SAFETY: the caller's contract above is the core's: `buffer` is valid for reads
             // and writes of `size` bytes for as long as the tensor (or a slice of it) views it.
             Ok(unsafe {
                 r.rt.nrt().tensor_attach_buffer(
-                    tensor,
+                    t,
                     buffer as *mut u8,
                     size as u64,
                     Some(r.rt.host_mem()),
@@ -259,14 +259,14 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
             let t = r.rt.nrt().tensor_allocate_slice(
-                tensor_source as *mut nrt_tensor_t,
+                r.tensor(tensor_source)?,
                 offset as u64,
                 size as u64,
                 name,
             )?;
-            track(r, t);
+            let h = r.register_tensor(t)?;
             // SAFETY: checked non-null; caller contract.
-            unsafe { put(tensor_slice, t, "tensor_slice") }
+            unsafe { put(tensor_slice, h, "tensor_slice") }
         })
     })
 }
@@ -279,7 +279,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_va(tensor: *const nrt_tensor_t) -> *mut c_void {
     global::entry_value("nrt_tensor_get_va", std::ptr::null_mut(), || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_va(tensor)? as *mut c_void))
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_va(r.tensor(tensor)?)? as *mut c_void))
     })
 }
 
@@ -298,7 +298,9 @@ pub unsafe extern "C" fn nrt_tensor_get_device_allocation_info(
             if alloc_info.is_null() {
                 return Err(Fail::invalid("alloc_info is NULL"));
             }
-            let i = r.rt.nrt().tensor_device_allocation_info(tensor)?;
+            let i =
+                r.rt.nrt()
+                    .tensor_device_allocation_info(r.tensor(tensor)?)?;
             let v = nrt_tensor_device_allocation_info_t {
                 physical_address: i.physical_address,
                 size: i.size as usize,
@@ -335,8 +337,13 @@ pub unsafe extern "C" fn nrt_tensor_check_output_completion(
                 None => WAIT_SLICE,
             };
             let r = global::with_rt(|r| {
+                if r.outlived(output_tensor) {
+                    // The runtime this wait began in closed between two slices, and another
+                    // one started: the wait ends as it would have at the close.
+                    return Err(nrt_core::Error::Closed.into());
+                }
                 Ok(r.rt.wait_output_completion(
-                    output_tensor,
+                    r.tensor(output_tensor)?,
                     Some(slice),
                     expected_completion_count,
                 )?)
@@ -363,6 +370,10 @@ pub unsafe extern "C" fn nrt_tensor_reset_output_completion(
     output_tensor: *mut nrt_tensor_t,
 ) -> NRT_STATUS {
     entry("nrt_tensor_reset_output_completion", || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_reset_output_completion(output_tensor)?))
+        global::with_rt(|r| {
+            Ok(r.rt
+                .nrt()
+                .tensor_reset_output_completion(r.tensor(output_tensor)?)?)
+        })
     })
 }

@@ -1,0 +1,156 @@
+//! Opaque pointers a C application keeps too long: tensor pointers are handles that are never
+//! reused, so a stale copy is always refused, even after thousands of tensors came and went;
+//! a completion wait that spans `nrt_close` + `nrt_init` ends with NRT_CLOSED; `nrt_load` with
+//! `vnc = -1` takes the first free logical core (public API §2). The runtime is process-global,
+//! so the tests take turns.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+use nrt::*;
+
+const OK: NRT_STATUS = 0;
+const INVALID: NRT_STATUS = 2;
+const CLOSED: NRT_STATUS = 14;
+const VIRTUAL: nrt_tensor_placement_t = 2;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Takes this binary's turn and initialises the runtime on a simulated trn2.
+fn init() -> MutexGuard<'static, ()> {
+    let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    std::env::set_var("NRT_DMEM_DEVICE", "sim:trn2");
+    std::env::set_var("NEURON_RT_LOG_LEVEL", "OFF");
+    // SAFETY: NULL version strings are allowed.
+    assert_eq!(unsafe { nrt_init(1, null_mut(), null_mut()) }, OK);
+    g
+}
+
+#[test]
+fn a_stale_tensor_pointer_is_refused_however_many_tensors_came_since() {
+    let _turn = init();
+    // SAFETY: C-ABI calls with valid out-pointers; `stale` is deliberately a freed tensor.
+    unsafe {
+        let mut batch: Vec<*mut nrt_tensor_t> = Vec::new();
+        let mut stale = null_mut();
+        // 20 batches of 1 000: far past the core's 8 192 fresh tensor slots and its
+        // 64-release quarantine, so its slots are reused many times over.
+        for step in 0..20 {
+            for t in batch.iter_mut() {
+                nrt_tensor_free(t);
+                assert!(t.is_null());
+            }
+            batch.clear();
+            for _ in 0..1000 {
+                let mut t = null_mut();
+                assert_eq!(
+                    nrt_tensor_allocate(VIRTUAL, -1, 64, c"step".as_ptr(), &mut t),
+                    OK
+                );
+                assert_ne!(t, stale, "a freed tensor's pointer was handed out again");
+                assert_eq!(nrt_tensor_memset(t, 0, step, 64), OK);
+                batch.push(t);
+            }
+            if step == 9 {
+                stale = batch[0];
+            }
+        }
+        let mut b = [0u8; 8];
+        assert_eq!(
+            nrt_tensor_read(stale, b.as_mut_ptr() as *mut c_void, 0, 8),
+            INVALID
+        );
+        assert_eq!(nrt_tensor_get_size(stale), 0);
+        // A double free through an old copy is a logged no-op: every live tensor survives.
+        let mut copy = stale;
+        nrt_tensor_free(&mut copy);
+        assert!(copy.is_null());
+        for &t in &batch {
+            assert_eq!(nrt_tensor_read(t, b.as_mut_ptr() as *mut c_void, 0, 8), OK);
+            assert_eq!(b, [19; 8]);
+        }
+        // A tensor set keeps the handle, and refuses it once freed.
+        let mut set = null_mut();
+        assert_eq!(nrt_allocate_tensor_set(&mut set), OK);
+        assert_eq!(
+            nrt_add_tensor_to_tensor_set(set, c"x".as_ptr(), stale),
+            INVALID
+        );
+        assert_eq!(
+            nrt_add_tensor_to_tensor_set(set, c"x".as_ptr(), batch[0]),
+            OK
+        );
+        let mut back = null_mut();
+        assert_eq!(
+            nrt_get_tensor_from_tensor_set(set, c"x".as_ptr(), &mut back),
+            OK
+        );
+        assert_eq!(back, batch[0]);
+        nrt_destroy_tensor_set(&mut set);
+    }
+    nrt_close();
+}
+
+#[test]
+fn a_completion_wait_spanning_close_and_init_ends_with_closed() {
+    for _ in 0..5 {
+        let turn = init();
+        let mut t = null_mut();
+        // SAFETY: valid out-pointer.
+        let st = unsafe { nrt_tensor_allocate(VIRTUAL, -1, 64, c"o".as_ptr(), &mut t) };
+        assert_eq!(st, OK);
+        let h = t as usize;
+        let waiter = thread::spawn(move || {
+            // SAFETY: the pointer is looked up by the library, never dereferenced.
+            unsafe { nrt_tensor_check_output_completion(h as *const nrt_tensor_t, -1, 1) }
+        });
+        thread::sleep(Duration::from_millis(50));
+        nrt_close();
+        // SAFETY: NULL version strings are allowed.
+        assert_eq!(unsafe { nrt_init(1, null_mut(), null_mut()) }, OK);
+        assert_eq!(waiter.join().unwrap(), CLOSED);
+        // Outside a wait, a tensor of the closed runtime is simply not a tensor here.
+        // SAFETY: looked up, never dereferenced.
+        assert_eq!(unsafe { nrt_tensor_reset_output_completion(t) }, INVALID);
+        nrt_close();
+        drop(turn);
+    }
+}
+
+#[test]
+fn load_with_vnc_minus_one_takes_the_first_free_core() {
+    let _turn = init();
+    let json = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/models/resnet50.json"
+    ))
+    .unwrap();
+    // SAFETY: valid buffers and out-pointers.
+    unsafe {
+        let mut count = 0u32;
+        assert_eq!(nrt_get_visible_vnc_count(&mut count), OK);
+        let load = |vnc: i32| {
+            let mut m = null_mut();
+            assert_eq!(
+                nrt_load(json.as_ptr() as *const c_void, json.len(), vnc, -1, &mut m),
+                OK
+            );
+            let mut mem = nrtx_model_memory_t::default();
+            let size = size_of::<nrtx_model_memory_t>();
+            assert_eq!(nrtx_get_model_memory(m, &mut mem, size, null_mut()), OK);
+            mem.vnc
+        };
+        assert_eq!(load(1), 1);
+        // Core 1 is taken: -1 fills 0, 2, 3, … then doubles up from the lowest.
+        let mut got: Vec<u32> = (0..count).map(|_| load(-1)).collect();
+        got.sort_unstable();
+        let mut want: Vec<u32> = (0..count).filter(|&v| v != 1).collect();
+        want.push(0);
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+    nrt_close();
+}
