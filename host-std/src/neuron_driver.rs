@@ -2,7 +2,14 @@
 //! (public ABI §3), through the syscall layer [`Sys`].
 //!
 //! Bring-up: devices are the consecutive nodes `/dev/neuron0, /dev/neuron1, …` that open;
-//! DEVICE_BASIC_INFO gives the architecture and DRIVER_INFO_GET the feature bits. The core
+//! DEVICE_BASIC_INFO gives the architecture and DRIVER_INFO_GET the feature bits.
+//!
+//! Known difference from libnrt: every node is opened (and so the process attached to every
+//! device), whatever cores the process will use, and one node that fails to open fails the
+//! whole bring-up. libnrt opens only the devices holding its visible cores, so on a host where
+//! some device already has its 16 processes (`EBUSY`, public ABI §4) libnrt still starts and
+//! this does not. A container that exposes only `/dev/neuron3` is likewise seen as having no
+//! device (discovery stops at the first missing index). The core
 //! count and HBM geometry are not reported by any ioctl of the public table, so they are derived
 //! from the architecture with public ABI §4 ([`Geometry::for_arch`]).
 //!
