@@ -13,7 +13,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
 
 use nrt_core::abi::{H_MODEL, NRT_STATUS as CoreStatus};
 use nrt_host::HostRuntime;
@@ -65,11 +65,13 @@ pub(crate) struct Runtime {
     pub models: Mutex<BTreeMap<usize, ModelEntry>>,
     /// `nrt_tensor_t *` handle → the core's tensor, for every tensor made through the C ABI
     /// and not yet freed. Handles are never reused, so a stale or doubly freed tensor pointer
-    /// is always an error. `nrt_close` frees what is left with the host memory provider, so
-    /// VIRTUAL tensors the application forgot do not leak.
-    pub tensors: Mutex<BTreeMap<usize, usize>>,
+    /// is always an error. Each call pins the tensor it works on (a clone of the `Arc`), and
+    /// `nrt_tensor_free` waits for the pins to go before the core frees it. `nrt_close` frees
+    /// what is left with the host memory provider, so VIRTUAL tensors the application forgot
+    /// do not leak.
+    pub tensors: Mutex<BTreeMap<usize, Arc<usize>>>,
     /// The first handle minted for this runtime: a handle below it came from a runtime that
-    /// `nrt_close` ended (`NRT_CLOSED`, not "no such tensor").
+    /// `nrt_close` ended ([`Runtime::outlived`]).
     pub first_handle: usize,
     /// The OOM report captured when the last device out-of-memory happened (libnrt writes its
     /// report at the failure, not when someone asks).
@@ -105,7 +107,7 @@ impl Runtime {
     pub fn register_tensor(&self, t: nrt_core::tensor::Tensor) -> Res<*mut nrt_tensor_t> {
         match new_handle() {
             Ok(h) => {
-                lock(&self.tensors).insert(h, t as usize);
+                lock(&self.tensors).insert(h, Arc::new(t as usize));
                 Ok(handle_ptr(h))
             }
             Err(e) => {
@@ -117,10 +119,10 @@ impl Runtime {
 
     /// The core tensor behind handle `h`: `NRT_INVALID` for a freed, foreign or NULL pointer,
     /// and for a tensor of a runtime that `nrt_close` ended (as for a model of one).
-    pub fn tensor(&self, h: *const nrt_tensor_t) -> Res<nrt_core::tensor::Tensor> {
-        let found = lock(&self.tensors).get(&h.addr()).copied();
+    pub fn tensor(&self, h: *const nrt_tensor_t) -> Res<Pinned> {
+        let found = lock(&self.tensors).get(&h.addr()).cloned();
         if let Some(t) = found {
-            return Ok(t as nrt_core::tensor::Tensor);
+            return Ok(Pinned(t));
         }
         Err(Fail::invalid(if self.outlived(h) {
             "the tensor belongs to a runtime that nrt_close ended"
@@ -130,19 +132,25 @@ impl Runtime {
     }
 
     /// Whether tensor handle `h` was minted for an earlier runtime (one `nrt_close` ended).
-    pub fn outlived(&self, h: *const nrt_tensor_t) -> bool {
+    fn outlived(&self, h: *const nrt_tensor_t) -> bool {
         is_handle(h.addr()) && h.addr() < self.first_handle
     }
 
-    /// Takes handle `h` out of the registry (the first step of `nrt_tensor_free`): exactly one
-    /// of two racing frees gets the tensor.
+    /// Takes handle `h` out of the registry (the first step of `nrt_tensor_free`: exactly one
+    /// of two racing frees gets the tensor, and no new call can pin it), then waits until the
+    /// calls that pinned it before are done, so the core frees a tensor nobody is using.
     pub fn unregister_tensor(&self, h: *const nrt_tensor_t) -> Res<nrt_core::tensor::Tensor> {
         let removed = lock(&self.tensors).remove(&h.addr());
-        match removed {
-            Some(t) => Ok(t as nrt_core::tensor::Tensor),
+        let Some(t) = removed else {
             // Not registered: the same answer as any other call would give.
-            None => self.tensor(h),
+            return self.tensor(h).map(|p| p.ptr());
+        };
+        // Pins live for one call (a completion wait re-pins per 20 ms slice), and none is
+        // taken from here on.
+        while Arc::strong_count(&t) > 1 {
+            std::thread::yield_now();
         }
+        Ok(*t as nrt_core::tensor::Tensor)
     }
 
     /// Frees what the application left, then closes the core (spec §12).
@@ -150,7 +158,7 @@ impl Runtime {
         let nrt = self.rt.nrt();
         let left = std::mem::take(&mut *lock(&self.tensors));
         for t in left.into_values() {
-            let t = t as nrt_core::tensor::Tensor;
+            let t = *t as nrt_core::tensor::Tensor;
             if nrt.tensor_check(t).is_ok() {
                 let _ = nrt.tensor_free(t, Some(self.rt.host_mem()));
             }
@@ -159,6 +167,17 @@ impl Runtime {
             log::warn!(target: "nrt_close", "{e}");
         }
         lock(&self.models).clear();
+    }
+}
+
+/// A tensor pinned for the length of one call ([`Runtime::tensor`]): `nrt_tensor_free` waits
+/// for it to drop before the core frees the tensor.
+pub(crate) struct Pinned(Arc<usize>);
+
+impl Pinned {
+    /// The core's tensor.
+    pub fn ptr(&self) -> nrt_core::tensor::Tensor {
+        *self.0 as nrt_core::tensor::Tensor
     }
 }
 

@@ -39,9 +39,9 @@ fn not_loaded() -> Fail {
     )
 }
 
-/// Loads a model onto logical core `vnc` (-1: the first logical core this process owns) and
-/// makes all of its device memory: per-subgraph allocations, GPSIMD libraries, scratchpad.
-/// All-or-nothing: on failure no memory stays allocated.
+/// Loads a model onto logical core `vnc` (-1: the first with no model, else the one with the
+/// fewest) and makes all of its device memory: per-subgraph allocations, GPSIMD libraries,
+/// scratchpad. All-or-nothing: on failure no memory stays allocated.
 ///
 /// `neff_bytes`/`size` hold a model manifest (JSON, format "nrt-dmem-model/1"), the stand-in
 /// for a NEFF in this runtime; a compiled NEFF is refused with NRT_UNSUPPORTED_NEFF_VERSION.
@@ -144,8 +144,13 @@ pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
 
 /// Snapshot of a registered tensor set as the core's `TensorSet`.
 /// The tensors of `set` as the core binds them: each stored handle looked up in `r` (a tensor
-/// freed since it was added is NRT_INVALID).
-fn set_snapshot(r: &Runtime, set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>> {
+/// freed since it was added is NRT_INVALID), and pinned in `pins` for the execution.
+fn set_snapshot(
+    r: &Runtime,
+    set: *const nrt_tensor_set_t,
+    what: &str,
+    pins: &mut Vec<global::Pinned>,
+) -> Res<Box<TensorSet>> {
     if set.is_null() {
         return Err(Fail::invalid(format_args!("{what} is NULL")));
     }
@@ -157,7 +162,9 @@ fn set_snapshot(r: &Runtime, set: *const nrt_tensor_set_t, what: &str) -> Res<Bo
     })?;
     let mut ts = Box::<TensorSet>::default();
     for (name, t) in &e.entries {
-        ts.add(name, r.tensor(global::handle_ptr(*t))?)?;
+        let pin = r.tensor(global::handle_ptr(*t))?;
+        ts.add(name, pin.ptr())?;
+        pins.push(pin);
     }
     Ok(ts)
 }
@@ -180,8 +187,11 @@ pub unsafe extern "C" fn nrt_execute(
     entry("nrt_execute", || {
         global::with_rt(|r| {
             let (h, _) = model_of(r, model)?;
-            let ins = set_snapshot(r, input_set, "input_set")?;
-            let outs = set_snapshot(r, output_set, "output_set")?;
+            // The bound tensors stay pinned (a racing nrt_tensor_free waits) until the
+            // execution is done.
+            let mut pins = Vec::new();
+            let ins = set_snapshot(r, input_set, "input_set", &mut pins)?;
+            let outs = set_snapshot(r, output_set, "output_set", &mut pins)?;
             r.rt.execute(h, &ins, &outs)?;
             Ok(())
         })

@@ -96,10 +96,10 @@ pub unsafe extern "C" fn nrt_tensor_read(
     entry("nrt_tensor_read", || {
         global::with_rt(|r| {
             let t = r.tensor(tensor)?;
-            window(r, t, offset, size)?;
+            window(r, t.ptr(), offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { out_bytes(buf as *mut u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_read(t, b, offset as u64)?)
+            Ok(r.rt.nrt().tensor_read(t.ptr(), b, offset as u64)?)
         })
     })
 }
@@ -118,10 +118,10 @@ pub unsafe extern "C" fn nrt_tensor_write(
     entry("nrt_tensor_write", || {
         global::with_rt(|r| {
             let t = r.tensor(tensor)?;
-            window(r, t, offset, size)?;
+            window(r, t.ptr(), offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { in_bytes(buf as *const u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_write(t, b, offset as u64)?)
+            Ok(r.rt.nrt().tensor_write(t.ptr(), b, offset as u64)?)
         })
     })
 }
@@ -142,9 +142,9 @@ pub unsafe extern "C" fn nrt_tensor_copy(
     entry("nrt_tensor_copy", || {
         global::with_rt(|r| {
             Ok(r.rt.nrt().tensor_copy(
-                r.tensor(src)?,
+                r.tensor(src)?.ptr(),
                 src_offset as u64,
-                r.tensor(dst)?,
+                r.tensor(dst)?.ptr(),
                 dst_offset as u64,
                 size as u64,
             )?)
@@ -159,7 +159,7 @@ pub unsafe extern "C" fn nrt_tensor_copy(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_size(tensor: *const nrt_tensor_t) -> usize {
     global::entry_value("nrt_tensor_get_size", 0, || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(r.tensor(tensor)?)? as usize))
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(r.tensor(tensor)?.ptr())? as usize))
     })
 }
 
@@ -176,9 +176,12 @@ pub unsafe extern "C" fn nrt_tensor_memset(
 ) -> NRT_STATUS {
     entry("nrt_tensor_memset", || {
         global::with_rt(|r| {
-            Ok(r.rt
-                .nrt()
-                .tensor_memset(r.tensor(tensor)?, offset, value as u8, size as u64)?)
+            Ok(r.rt.nrt().tensor_memset(
+                r.tensor(tensor)?.ptr(),
+                offset,
+                value as u8,
+                size as u64,
+            )?)
         })
     })
 }
@@ -227,7 +230,7 @@ pub unsafe extern "C" fn nrt_tensor_attach_buffer(
             // and writes of `size` bytes for as long as the tensor (or a slice of it) views it.
             Ok(unsafe {
                 r.rt.nrt().tensor_attach_buffer(
-                    t,
+                    t.ptr(),
                     buffer as *mut u8,
                     size as u64,
                     Some(r.rt.host_mem()),
@@ -259,7 +262,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
             let t = r.rt.nrt().tensor_allocate_slice(
-                r.tensor(tensor_source)?,
+                r.tensor(tensor_source)?.ptr(),
                 offset as u64,
                 size as u64,
                 name,
@@ -279,7 +282,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_va(tensor: *const nrt_tensor_t) -> *mut c_void {
     global::entry_value("nrt_tensor_get_va", std::ptr::null_mut(), || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_va(r.tensor(tensor)?)? as *mut c_void))
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_va(r.tensor(tensor)?.ptr())? as *mut c_void))
     })
 }
 
@@ -300,7 +303,7 @@ pub unsafe extern "C" fn nrt_tensor_get_device_allocation_info(
             }
             let i =
                 r.rt.nrt()
-                    .tensor_device_allocation_info(r.tensor(tensor)?)?;
+                    .tensor_device_allocation_info(r.tensor(tensor)?.ptr())?;
             let v = nrt_tensor_device_allocation_info_t {
                 physical_address: i.physical_address,
                 size: i.size as usize,
@@ -331,19 +334,22 @@ pub unsafe extern "C" fn nrt_tensor_check_output_completion(
     entry("nrt_tensor_check_output_completion", || {
         let deadline =
             (timeout >= 0).then(|| Instant::now() + Duration::from_micros(timeout as u64));
+        // Which runtime the wait began in (its `first_handle`).
+        let mut began = None;
         loop {
             let slice = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
                 None => WAIT_SLICE,
             };
             let r = global::with_rt(|r| {
-                if r.outlived(output_tensor) {
+                if began.is_some_and(|b| b != r.first_handle) {
                     // The runtime this wait began in closed between two slices, and another
                     // one started: the wait ends as it would have at the close.
                     return Err(nrt_core::Error::Closed.into());
                 }
+                began = Some(r.first_handle);
                 Ok(r.rt.wait_output_completion(
-                    r.tensor(output_tensor)?,
+                    r.tensor(output_tensor)?.ptr(),
                     Some(slice),
                     expected_completion_count,
                 )?)
@@ -373,7 +379,7 @@ pub unsafe extern "C" fn nrt_tensor_reset_output_completion(
         global::with_rt(|r| {
             Ok(r.rt
                 .nrt()
-                .tensor_reset_output_completion(r.tensor(output_tensor)?)?)
+                .tensor_reset_output_completion(r.tensor(output_tensor)?.ptr())?)
         })
     })
 }

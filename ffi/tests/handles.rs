@@ -1,8 +1,9 @@
-//! Opaque pointers a C application keeps too long: tensor pointers are handles that are never
-//! reused, so a stale copy is always refused, even after thousands of tensors came and went;
-//! a completion wait that spans `nrt_close` + `nrt_init` ends with NRT_CLOSED; `nrt_load` with
-//! `vnc = -1` takes the first free logical core (public API §2). The runtime is process-global,
-//! so the tests take turns.
+//! Opaque pointers a C application keeps too long or shares between threads: tensor pointers
+//! are handles that are never reused, so a stale copy is always refused, even after thousands
+//! of tensors came and went; a free racing another call on the same tensor waits for it; a
+//! completion wait that spans `nrt_close` + `nrt_init` ends with NRT_CLOSED; `nrt_load` with
+//! `vnc = -1` takes the first free logical core (public API §2). The runtime is
+//! process-global, so the tests take turns.
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -112,12 +113,41 @@ fn a_completion_wait_spanning_close_and_init_ends_with_closed() {
         // SAFETY: NULL version strings are allowed.
         assert_eq!(unsafe { nrt_init(1, null_mut(), null_mut()) }, OK);
         assert_eq!(waiter.join().unwrap(), CLOSED);
-        // Outside a wait, a tensor of the closed runtime is simply not a tensor here.
+        // Outside a wait, a tensor of the closed runtime is simply not a tensor here, for a
+        // wait that starts now too.
         // SAFETY: looked up, never dereferenced.
         assert_eq!(unsafe { nrt_tensor_reset_output_completion(t) }, INVALID);
+        // SAFETY: as above.
+        let st = unsafe { nrt_tensor_check_output_completion(t, 0, 1) };
+        assert_eq!(st, INVALID);
         nrt_close();
         drop(turn);
     }
+}
+
+#[test]
+fn a_free_racing_a_call_on_the_same_tensor_waits_for_it() {
+    let _turn = init();
+    // Above glibc's mmap threshold, so the freed memory is unmapped: a call still writing
+    // into it would crash.
+    const SIZE: usize = 64 << 20;
+    for _ in 0..50 {
+        let mut t = null_mut();
+        // SAFETY: valid out-pointer.
+        let st = unsafe { nrt_tensor_allocate(VIRTUAL, -1, SIZE, c"r".as_ptr(), &mut t) };
+        assert_eq!(st, OK);
+        let h = t as usize;
+        let busy = thread::spawn(move || {
+            // SAFETY: the handle is looked up by the library, never dereferenced.
+            unsafe { nrt_tensor_memset(h as *mut nrt_tensor_t, 0, 0x5a, SIZE) }
+        });
+        thread::sleep(Duration::from_micros(300));
+        // SAFETY: a valid pointer to the handle.
+        unsafe { nrt_tensor_free(&mut t) };
+        let st = busy.join().unwrap();
+        assert!(st == OK || st == INVALID, "status {st}");
+    }
+    nrt_close();
 }
 
 #[test]

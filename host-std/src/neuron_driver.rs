@@ -387,7 +387,9 @@ impl<S: Sys> NeuronDriver<S> {
         // `num_entries_in` is smaller than the count (`ncdev_dump_mem_chunks`): that answer
         // means "here is the count, call again with room for it", not a failure.
         let count_known = |r: core::result::Result<i32, Errno>| match r {
-            Ok(_) | Err(Errno::EAGAIN) => Ok(()),
+            Ok(0) | Err(Errno::EAGAIN) => Ok(()),
+            // A positive return is copy_to_user's count of uncopied bytes, not an errno.
+            Ok(_) => Err(Errno::EFAULT),
             Err(e) => Err(e),
         };
         let mut hdr = DumpMemChunks::new(hbm, 0, 0);
@@ -877,6 +879,48 @@ mod tests {
         assert_eq!(unsafe { (*m).align_offset }, 0);
         n.dmem_free(m).unwrap();
         n.close().unwrap();
+    }
+
+    /// The fake, except that DUMP_MEM_CHUNKS leaves the entries uncopied and returns the
+    /// uncopied byte count, as the driver does when `copy_to_user` falls short.
+    struct ShortCopy(FakeSys);
+
+    impl Sys for ShortCopy {
+        fn open(&self, p: &Path) -> core::result::Result<RawFd, Errno> {
+            self.0.open(p)
+        }
+        unsafe fn ioctl(
+            &self,
+            fd: RawFd,
+            cmd: u64,
+            arg: *mut u8,
+        ) -> core::result::Result<i32, Errno> {
+            // SAFETY: forwarded under this method's own contract.
+            let r = unsafe { self.0.ioctl(fd, cmd, arg) };
+            if cmd == NEURON_IOCTL_DUMP_MEM_CHUNKS && r.is_ok() {
+                // SAFETY: `arg` is the DUMP_MEM_CHUNKS header (the command's argument).
+                let h: DumpMemChunks = unsafe { std::ptr::read_unaligned(arg.cast()) };
+                if h.num_entries_in > 0 && h.num_entries_out > 0 {
+                    let n = h.num_entries_out as usize * size_of::<MemChunkInfo>();
+                    // SAFETY: `data` holds `num_entries_in` >= `num_entries_out` entries.
+                    unsafe { std::ptr::write_bytes(h.data as *mut u8, 0, n) };
+                    return Ok(n as i32);
+                }
+            }
+            r
+        }
+        fn close(&self, fd: RawFd) -> core::result::Result<(), Errno> {
+            self.0.close(fd)
+        }
+    }
+
+    #[test]
+    fn a_short_copy_of_the_chunk_list_is_an_error_not_zeroed_chunks() {
+        let drv =
+            NeuronDriver::open_with(ShortCopy(FakeSys::new(vec![FakeDevice::trn2()]))).unwrap();
+        let a = drv.memory_alloc(0, &req(1 << 20, 0)).unwrap();
+        assert_eq!(drv.dump_mem_chunks(0, 0), Err(Errno::EFAULT));
+        drv.memory_free(0, a).unwrap();
     }
 
     #[test]

@@ -127,9 +127,9 @@ NRT_STATUS nrt_get_total_vnc_count(uint32_t *vnc_count);
 NRT_STATUS nrt_get_visible_vnc_count(uint32_t *vnc_count);
 
 /**
- * Loads a model onto logical core `vnc` (-1: the first logical core this process owns) and
- * makes all of its device memory: per-subgraph allocations, GPSIMD libraries, scratchpad.
- * All-or-nothing: on failure no memory stays allocated.
+ * Loads a model onto logical core `vnc` (-1: the first with no model, else the one with the
+ * fewest) and makes all of its device memory: per-subgraph allocations, GPSIMD libraries,
+ * scratchpad. All-or-nothing: on failure no memory stays allocated.
  *
  * `neff_bytes`/`size` hold a model manifest (JSON, format "nrt-dmem-model/1"), the stand-in
  * for a NEFF in this runtime; a compiled NEFF is refused with NRT_UNSUPPORTED_NEFF_VERSION.
