@@ -272,6 +272,9 @@ impl<'a> Nrt<'a> {
     /// accessed through other references while a runtime call uses it) until no tensor views
     /// it any more: `t` and every slice made from it are freed, or `t` gets another storage
     /// and its slices are freed, or the runtime is closed.
+    ///
+    /// The storage is swapped without a lock: the caller must not attach while another
+    /// thread uses `t` (its old storage may be released under that call), as with libnrt.
     pub unsafe fn tensor_attach_buffer(
         &self,
         t: Tensor,
