@@ -40,40 +40,29 @@ fn unsupported_aligned_allocation_is_warned_about_once_per_device() {
     let n = Nrt::new(&st, &*sim);
     n.init(&InitOptions::default()).expect("init");
     let args = AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16);
+    let round_trip = |dev: u32| {
+        let al = n.core_allocator(dev, 0).expect("allocator");
+        n.dmem_free(n.dmem_alloc(al, &args, None).expect("alloc"))
+            .expect("free");
+    };
+    let warned = |dev: u32| warnings_containing(&format!("nd{dev}: the driver {WARNING}"));
     // Supported: no warning.
-    let al = n.core_allocator(0, 0).expect("allocator");
-    n.dmem_free(n.dmem_alloc(al, &args, None).expect("alloc"))
-        .expect("free");
+    round_trip(0);
     assert_eq!(warnings_containing(WARNING), 0);
     // Withdrawn: one WARN for device 0 however many aligned requests follow (spec §3.2
     // `ndl_supports_align`: a one-shot WARN, then the latch).
     sim.set_aligned_alloc(false);
     for _ in 0..3 {
-        n.dmem_free(n.dmem_alloc(al, &args, None).expect("alloc"))
-            .expect("free");
+        round_trip(0);
     }
-    assert_eq!(warnings_containing(WARNING), 1);
-    assert_eq!(
-        warnings_containing(&format!("nd0: the driver {WARNING}")),
-        1
-    );
+    assert_eq!((warnings_containing(WARNING), warned(0)), (1, 1));
     // Device 1 latches on its own.
-    let al1 = n.core_allocator(1, 0).expect("allocator");
-    n.dmem_free(n.dmem_alloc(al1, &args, None).expect("alloc"))
-        .expect("free");
-    assert_eq!(
-        warnings_containing(&format!("nd1: the driver {WARNING}")),
-        1
-    );
+    round_trip(1);
+    assert_eq!(warned(1), 1);
     // A device that says so at bring-up: the WARN comes with the first aligned request.
     n.close().expect("close");
     n.init(&InitOptions::default()).expect("init");
-    let al = n.core_allocator(0, 0).expect("allocator");
-    n.dmem_free(n.dmem_alloc(al, &args, None).expect("alloc"))
-        .expect("free");
-    assert_eq!(
-        warnings_containing(&format!("nd0: the driver {WARNING}")),
-        2
-    );
+    round_trip(0);
+    assert_eq!(warned(0), 2);
     n.close().expect("close");
 }
