@@ -76,6 +76,8 @@ pub(crate) struct Runtime {
     /// The OOM report captured when the last device out-of-memory happened (libnrt writes its
     /// report at the failure, not when someone asks).
     pub oom_report: Mutex<Option<String>>,
+    /// Held by a `nrt_load(vnc = -1)` from picking its core to the end of the load.
+    pub free_core_pick: Mutex<()>,
 }
 
 impl Runtime {
@@ -222,6 +224,7 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
         tensors: Mutex::new(BTreeMap::new()),
         first_handle: HANDLE_BASE | NEXT_HANDLE.load(Ordering::Relaxed) << HANDLE_SHIFT,
         oom_report: Mutex::new(None),
+        free_core_pick: Mutex::new(()),
     }));
     Ok(())
 }

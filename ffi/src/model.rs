@@ -79,6 +79,9 @@ pub unsafe extern "C" fn nrt_load(
             // Minted before the load, so nothing is left to roll back when the handles ran
             // out (a failed load only skips a number).
             let key = global::new_handle()?;
+            // `-1` loads pick and load under one lock, so two of them never pick the same
+            // free core.
+            let _picking = (vnc == -1).then(|| lock(&r.free_core_pick));
             let vnc = if vnc == -1 {
                 first_free_core(r)
             } else {

@@ -184,3 +184,39 @@ fn load_with_vnc_minus_one_takes_the_first_free_core() {
     }
     nrt_close();
 }
+
+#[test]
+fn concurrent_minus_one_loads_take_different_cores() {
+    let _turn = init();
+    let json = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/models/resnet50.json"
+    ))
+    .unwrap();
+    let mut count = 0u32;
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { nrt_get_visible_vnc_count(&mut count) }, OK);
+    let cores: Vec<u32> = thread::scope(|s| {
+        let loads: Vec<_> = (0..count)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut m = null_mut();
+                    let mut mem = nrtx_model_memory_t::default();
+                    let size = size_of::<nrtx_model_memory_t>();
+                    // SAFETY: valid buffers and out-pointers.
+                    unsafe {
+                        let p = json.as_ptr() as *const c_void;
+                        assert_eq!(nrt_load(p, json.len(), -1, -1, &mut m), OK);
+                        assert_eq!(nrtx_get_model_memory(m, &mut mem, size, null_mut()), OK);
+                    }
+                    mem.vnc
+                })
+            })
+            .collect();
+        loads.into_iter().map(|l| l.join().unwrap()).collect()
+    });
+    let mut sorted = cores.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..count).collect::<Vec<_>>(), "{cores:?}");
+    nrt_close();
+}
