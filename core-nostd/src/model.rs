@@ -292,10 +292,11 @@ impl<'a> Nrt<'a> {
         // is checked up front there so a refused load allocates nothing. Elsewhere the
         // libraries are ignored, whatever their number.
         if let Some(l) = spec.gpsimd_libs {
-            if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA
-                && l.count as usize > constants::ULIB_MAX_LIBS
-            {
-                return Err(Error::TooManyLibs(l.count));
+            if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
+                if l.count as usize > constants::ULIB_MAX_LIBS {
+                    return Err(Error::TooManyLibs(l.count));
+                }
+                l.lib_bytes()?;
             }
         }
         if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN {
@@ -553,17 +554,17 @@ impl<'a> Nrt<'a> {
     fn rollback(&self, b: &Building) {
         let m = b.model;
         if !b.ulib.is_null() {
-            self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared);
+            self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared, GiveBack::Cancel);
         }
         // Unstage the shared copy only if this load staged it: a copy that was cached before
         // the call (kept after its last user unloaded) stays, so the rollback leaves the core
         // as it found it. A failed first staging cached nothing (stage_once stores only on
         // success), and a copy another load started using meanwhile is not unused.
         if !b.ulib_tpb.is_null() && b.ulib_shared && b.ulib_staged_now {
-            self.ulib_unstage_if_unused(b.ulib_tpb);
+            self.ulib_unstage_if_unused(b.ulib_tpb, GiveBack::Cancel);
         }
         if b.sp_pages > 0 {
-            self.scratchpad_release(b.sp_tpb, b.sp_pages);
+            self.scratchpad_release(b.sp_tpb, b.sp_pages, GiveBack::Cancel);
         }
         self.free_model_heaps(m, GiveBack::Cancel);
         // The handle was never returned: the slot goes back as if the load never started.
@@ -701,11 +702,16 @@ impl<'a> Nrt<'a> {
                 .tpb((*m).pcore.device_id, (*m).pcore.device_tpb_idx)
                 .unwrap_or(null_mut());
             if !tpb.is_null() {
-                self.ucode_release(tpb, (*m).ulib_set_info, (*m).ulib_is_shared != 0);
+                self.ucode_release(
+                    tpb,
+                    (*m).ulib_set_info,
+                    (*m).ulib_is_shared != 0,
+                    GiveBack::Release,
+                );
                 let c = (*m).scratchpad_cleanup_info;
                 if !c.is_null() && (*c).num_pages > 0 {
                     if let Ok(sp_tpb) = self.tpb((*c).device_id, (*c).tpb_idx) {
-                        self.scratchpad_release(sp_tpb, (*c).num_pages);
+                        self.scratchpad_release(sp_tpb, (*c).num_pages, GiveBack::Release);
                     }
                 }
             }

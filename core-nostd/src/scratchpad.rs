@@ -8,6 +8,7 @@
 use core::ptr::addr_of_mut;
 
 use crate::abi::*;
+use crate::arena::GiveBack;
 use crate::ctx::{DevGeom, Nrt};
 use crate::dmem::{AllocArgs, Dmem};
 use crate::driver::feature;
@@ -73,7 +74,8 @@ impl Nrt<'_> {
                 match r {
                     Ok(()) => (*page).refs += 1,
                     Err(e) => {
-                        Self::scratchpad_release_locked(self, sp, i as u32);
+                        // Pages this call created go straight back (nobody saw them).
+                        Self::scratchpad_release_locked(self, sp, i as u32, GiveBack::Cancel);
                         return Err(e);
                     }
                 }
@@ -82,19 +84,25 @@ impl Nrt<'_> {
         Ok(())
     }
 
-    /// Drops one model's claim on the first `pages` pages (a page is freed with its last user).
-    pub(crate) fn scratchpad_release(&self, tpb: *mut tpb_t, pages: u32) {
+    /// Drops one model's claim on the first `pages` pages (a page is freed with its last user,
+    /// returned to its arena as `how` says: [`GiveBack::Cancel`] for a failed load's rollback).
+    pub(crate) fn scratchpad_release(&self, tpb: *mut tpb_t, pages: u32, how: GiveBack) {
         // SAFETY: tpb resolved; guarded by the scratchpad lock.
         unsafe {
             let sp = addr_of_mut!((*tpb).scratchpad);
             let _g = (*sp).lock.lock();
-            Self::scratchpad_release_locked(self, sp, pages);
+            Self::scratchpad_release_locked(self, sp, pages, how);
         }
     }
 
     /// # Safety
     /// The scratchpad lock is held.
-    unsafe fn scratchpad_release_locked(&self, sp: *mut tdrv_scratchpad_t, pages: u32) {
+    unsafe fn scratchpad_release_locked(
+        &self,
+        sp: *mut tdrv_scratchpad_t,
+        pages: u32,
+        how: GiveBack,
+    ) {
         // SAFETY: caller holds the lock.
         unsafe {
             for i in 0..(pages as usize).min(constants::SCRATCHPAD_MAX_PAGES) {
@@ -106,10 +114,10 @@ impl Nrt<'_> {
                 let m = (*page).dmem;
                 if (*page).refs == 0 {
                     // Last user: drop the model's ref and the page's own (GLOBAL) ref.
-                    let _ = self.dmem_free_inner(m);
+                    self.dmem_release_ref(m, how);
                     (*page).dmem = core::ptr::null_mut();
                 }
-                let _ = self.dmem_free_inner(m);
+                self.dmem_release_ref(m, how);
             }
             while (*sp).num_pages > 0 && (*sp).pages[(*sp).num_pages as usize - 1].dmem.is_null() {
                 (*sp).num_pages -= 1;

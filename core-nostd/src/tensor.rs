@@ -713,6 +713,9 @@ impl<'a> Nrt<'a> {
         // Unmarked when dropped, also if a copy below panics (a count left up would make
         // every later read of the output wait forever, see `when_written`).
         let marks = PendingMarks::new(&ins[..ni], &outs[..no]);
+        // One execution's data movement at a time (spec §7.1: a tensor is not read while the
+        // execution writing it runs; executions on different cores may share tensors).
+        let data = self.st.exec_data_lock.lock();
         let mut r = Ok(());
         for (k, o) in outs[..no].iter().enumerate() {
             // SAFETY: bound, live.
@@ -735,6 +738,7 @@ impl<'a> Nrt<'a> {
                 break;
             }
         }
+        drop(data);
         drop(marks);
         if r.is_ok() {
             for o in &outs[..no] {

@@ -30,6 +30,20 @@ pub struct UlibRequest {
     pub bytes: u64,
 }
 
+impl UlibRequest {
+    /// Bytes the libraries take once each is padded to `LIB_ALIGN`; an error for a request
+    /// of no bytes or one too large to count (checked before a load allocates anything).
+    pub fn lib_bytes(&self) -> Result<u64> {
+        self.bytes
+            .checked_next_multiple_of(LIB_ALIGN)
+            .and_then(|b| b.checked_mul(self.count as u64))
+            .filter(|b| *b > 0)
+            .ok_or(Error::InvalidModel(
+                "gpsimd_libs.bytes must be > 0 and small enough",
+            ))
+    }
+}
+
 /// The stage-once protocol of `ucode_stage_libs` (spec §6): under the staging lock, reuse the
 /// cached value or stage it and cache it. Returns `(value, staged_now)`. Generic so loom can
 /// check the very code the runtime uses.
@@ -58,14 +72,7 @@ impl Nrt<'_> {
         hbm: u32,
         req: UlibRequest,
     ) -> Result<*mut UlibSet> {
-        let lib_bytes = req
-            .bytes
-            .checked_next_multiple_of(LIB_ALIGN)
-            .and_then(|b| b.checked_mul(req.count as u64))
-            .filter(|b| *b > 0)
-            .ok_or(Error::InvalidModel(
-                "gpsimd_libs.bytes must be > 0 and small enough",
-            ))?;
+        let lib_bytes = req.lib_bytes()?;
         let set = self.st.ulib_sets.alloc("ulib_set")?.as_ptr();
         let parts: [(u64, dma_mem_usage_type_t, &str); 4] = [
             (
@@ -141,7 +148,8 @@ impl Nrt<'_> {
     }
 
     /// Frees a set's buffers and its slot.
-    pub(crate) fn ulib_free_set(&self, set: *mut UlibSet) {
+    /// `how`: [`GiveBack::Cancel`] only for a failed load's rollback of a set it made.
+    pub(crate) fn ulib_free_set(&self, set: *mut UlibSet, how: GiveBack) {
         if set.is_null() || !self.st.ulib_sets.is_live(set) {
             return;
         }
@@ -155,11 +163,11 @@ impl Nrt<'_> {
                 (*info).lib_dmem,
             ] {
                 if !m.is_null() {
-                    let _ = self.dmem_free_inner(m);
+                    self.dmem_release_ref(m, how);
                 }
             }
         }
-        let _ = self.st.ulib_sets.release(set);
+        let _ = self.st.ulib_sets.give_back(set, how);
     }
 
     /// `ucode_stage_libs` (spec §6): > 9 libraries → `TooManyLibs` (NRT_FAILURE); exactly one
@@ -219,6 +227,7 @@ impl Nrt<'_> {
         tpb: *mut tpb_t,
         set: *mut ucode_lib_set_info_t,
         shared: bool,
+        how: GiveBack,
     ) {
         if set.is_null() {
             return;
@@ -228,13 +237,13 @@ impl Nrt<'_> {
             unsafe { (*tpb).sunda.ulib_users.fetch_sub(1, Ordering::AcqRel) };
         } else {
             // `info` is the first member of UlibSet.
-            self.ulib_free_set(set as *mut UlibSet);
+            self.ulib_free_set(set as *mut UlibSet, how);
         }
     }
 
     /// Undoes a shared staging that no model uses: the rollback of a failed load that staged
     /// the copy itself (`staged_now`), never of one that found it cached (spec §6).
-    pub(crate) fn ulib_unstage_if_unused(&self, tpb: *mut tpb_t) {
+    pub(crate) fn ulib_unstage_if_unused(&self, tpb: *mut tpb_t, how: GiveBack) {
         // SAFETY: resolved tpb; under ulib_staging_lock.
         unsafe {
             let sunda = addr_of_mut!((*tpb).sunda);
@@ -242,7 +251,7 @@ impl Nrt<'_> {
             if (*sunda).ulib_users.load(Ordering::Acquire) == 0
                 && !(*sunda).ulib_set_info_extisa_only.is_null()
             {
-                self.ulib_free_set((*sunda).ulib_set_info_extisa_only as *mut UlibSet);
+                self.ulib_free_set((*sunda).ulib_set_info_extisa_only as *mut UlibSet, how);
                 (*sunda).ulib_set_info_extisa_only = null_mut();
                 (*sunda).ulib_stage_count.fetch_sub(1, Ordering::AcqRel);
             }
@@ -257,7 +266,7 @@ impl Nrt<'_> {
             let _g = (*sunda).ulib_staging_lock.lock();
             let s = (*sunda).ulib_set_info_extisa_only;
             if !s.is_null() {
-                self.ulib_free_set(s as *mut UlibSet);
+                self.ulib_free_set(s as *mut UlibSet, GiveBack::Release);
                 (*sunda).ulib_set_info_extisa_only = null_mut();
             }
             (*sunda).ulib_users.store(0, Ordering::Release);
@@ -268,7 +277,7 @@ impl Nrt<'_> {
     #[doc(hidden)]
     pub fn ulib_unstage_for_test(&self, dev: u32, core: u32) {
         if let Ok(tpb) = self.tpb(dev, core) {
-            self.ulib_unstage_if_unused(tpb);
+            self.ulib_unstage_if_unused(tpb, GiveBack::Release);
         }
     }
 

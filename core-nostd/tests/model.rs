@@ -236,6 +236,52 @@ fn failed_loads_do_not_shorten_double_free_detection() {
 }
 
 #[test]
+fn a_failed_loads_scratchpad_pages_do_not_shorten_double_free_detection() {
+    // The load claims QUARANTINE scratchpad pages (each a fresh dmem), then fails staging its
+    // library: the rollback gives the pages straight back, so the caller's stale pointer is
+    // not aged into someone else's allocation.
+    let opts = InitOptions {
+        scratchpad_page_size: Some(4096),
+        ..Default::default()
+    };
+    let f = Fixture::up(SimConfig::new(Preset::Trn1, 1), opts);
+    let n = f.nrt();
+    let al = n.core_allocator(0, 0).unwrap();
+    let stale = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "mine"), None)
+        .unwrap();
+    n.dmem_free(stale).unwrap();
+    let mut s = ModelSpec {
+        name: "sp",
+        subgraphs: 1,
+        scratchpad_bytes: nrt_core::arena::QUARANTINE as u64 * 4096,
+        gpsimd_libs: Some(UlibRequest {
+            count: 1,
+            bytes: 1 << 50,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        n.load_model(0, &s).unwrap_err().status(),
+        NRT_STATUS::NRT_RESOURCE
+    );
+    let fresh = n
+        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "theirs"), None)
+        .unwrap();
+    assert_ne!(fresh, stale, "the stale slot was handed out again");
+    assert_eq!(n.dmem_free(stale), Err(Error::DoubleFree));
+    n.dmem_free(fresh).unwrap();
+    // A library of no bytes is refused before anything is allocated.
+    s.gpsimd_libs = Some(UlibRequest { count: 1, bytes: 0 });
+    let calls = f.sim.alloc_calls();
+    assert_eq!(
+        n.load_model(0, &s).unwrap_err().status(),
+        NRT_STATUS::NRT_INVALID
+    );
+    assert_eq!(f.sim.alloc_calls(), calls);
+}
+
+#[test]
 fn ext_isa_is_staged_once_per_core_and_shared() {
     let f = Fixture::up(SimConfig::new(Preset::Trn1, 1), InitOptions::default());
     let n = f.nrt();

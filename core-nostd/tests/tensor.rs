@@ -656,3 +656,63 @@ fn an_unwinding_execute_leaves_no_pending_marks() {
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
+
+/// An execution does not read its inputs while another execution is writing them (spec §7.1:
+/// a tensor cannot be read until the DMA writing it has completed). Producer P
+/// (vnc 0) writes `x` from a1 (all 0x11) or a2 (all 0x22); consumer C (vnc 1, another core so
+/// the exec locks do not serialise them) copies `x` into `z`. `z` must be one whole output of
+/// P, never half of one.
+#[test]
+fn an_execution_never_reads_half_of_another_executions_output() {
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn2, 1),
+        InitOptions::default(),
+    );
+    let n = f.nrt();
+    const N: u64 = 64 << 10;
+    let load = |vnc, i: &'static str, o: &'static str| {
+        let ins = [TensorDecl { name: i, size: N }];
+        let outs = [TensorDecl { name: o, size: N }];
+        let spec = ModelSpec {
+            name: "m",
+            subgraphs: 1,
+            inputs: &ins,
+            outputs: &outs,
+            ..Default::default()
+        };
+        n.load_model(vnc, &spec).unwrap()
+    };
+    let (p, c) = (load(0, "a", "x"), load(1, "x", "z"));
+    let mk = |name| n.tensor_allocate(0, 0, N, Some(name), None).unwrap();
+    let (a1, a2, x, z) = (mk("a"), mk("a"), mk("x"), mk("z"));
+    n.tensor_write(a1, &vec![0x11; N as usize], 0).unwrap();
+    n.tensor_write(a2, &vec![0x22; N as usize], 0).unwrap();
+    n.tensor_write(x, &vec![0x11; N as usize], 0).unwrap();
+    let set = |name, t| {
+        let mut s = TensorSet::new();
+        s.add(name, t).unwrap();
+        s
+    };
+    let (sa1, sa2, sx, sz) = (set("a", a1), set("a", a2), set("x", x), set("z", z));
+    let done = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(SeqCst) {
+                n.execute(p, &sa1, &sx).unwrap();
+                n.execute(p, &sa2, &sx).unwrap();
+            }
+        });
+        let _stop = StopOnDrop(&done);
+        let mut buf = vec![0u8; N as usize];
+        for i in 0..1000 {
+            n.execute(c, &sx, &sz).unwrap();
+            n.tensor_read(z, &mut buf, 0).unwrap();
+            assert!(
+                buf.iter().all(|b| *b == buf[0]),
+                "execution {i} read half an output: first {:#x}, last {:#x}",
+                buf[0],
+                buf[N as usize - 1]
+            );
+        }
+    });
+}
