@@ -32,6 +32,69 @@ fn vendored_copy_equals_shared() {
     }
 }
 
+/// SHA-256 of the spec's `layout-facts.toml` this project was built against (`sha256sum
+/// shared/spec/layout-facts.toml`).
+const FACTS_SHA256: &str = "9edd3a982b82f333bad75d432edf8b82c3b6b6c5af51eda29f54b1bb78e5cd5c";
+
+/// The vendored copy is the spec's file, byte for byte, even in a checkout without
+/// `shared/` beside it (where `vendored_copy_equals_shared` cannot look): every layout check
+/// reads this copy, so a table and a fact changed together to agree would otherwise pass them
+/// all. A new spec version changes the pin, on purpose.
+#[test]
+fn vendored_copy_is_the_pinned_spec_version() {
+    use sha2::{Digest, Sha256};
+    let hex: String = Sha256::digest(facts::VENDORED.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        hex, FACTS_SHA256,
+        "layout-tests/facts/layout-facts.toml is not the pinned spec version: it must be a byte \
+         copy of shared/spec/layout-facts.toml (and FACTS_SHA256 that file's sha256sum)"
+    );
+}
+
+/// Array bounds the facts state only in a comment (`# size_t[8][23]`: the TOML gives the
+/// element count, not the shape) are the tables' bounds too, so `[8][23]` cannot become
+/// `[23][8]` with the same count.
+#[test]
+fn array_shapes_in_the_facts_comments_are_the_tables() {
+    let mut checked = 0;
+    for line in facts::VENDORED.lines() {
+        let (Some(name), Some(comment)) = (
+            line.split("name = \"")
+                .nth(1)
+                .and_then(|r| r.split('"').next()),
+            line.split_once('#').map(|(_, c)| c),
+        ) else {
+            continue;
+        };
+        // The declarator's bounds: every `[N]` right after the type name, in order.
+        let Some(decl) = comment.split_whitespace().next() else {
+            continue;
+        };
+        let dims: Vec<usize> = decl
+            .split('[')
+            .skip(1)
+            .filter_map(|d| d.split(']').next()?.parse().ok())
+            .collect();
+        if dims.len() < 2 {
+            continue;
+        }
+        let fields: Vec<_> = nrt_core::abi::STRUCTS
+            .iter()
+            .flat_map(|s| s.fields.iter())
+            .filter(|f| f.name == name)
+            .collect();
+        assert!(!fields.is_empty(), "{name}: not in the tables");
+        for f in fields {
+            assert_eq!(f.dims(), &dims[..], "{name}: the facts say {decl}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 1, "no array shape found in the facts' comments");
+}
+
 #[test]
 fn every_fact_matches_the_tables() {
     let (text, from) = facts_text();
