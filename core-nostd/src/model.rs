@@ -724,6 +724,11 @@ impl<'a> Nrt<'a> {
     /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
     /// `model_free` (spec §4.5, §5.4). No other model's memory changes. `Closed` /
     /// `Uninitialized` outside an initialised runtime (spec §7.2 state gate).
+    ///
+    /// As with `close`: a thread must not unload while it holds an [`ExecGuard`] of a model on
+    /// the same core. The guard holds the core's exec lock; an execution of the model being
+    /// unloaded that waits for that lock already holds a model reference; and the unload
+    /// waits for the model's references to go. The three would wait for each other forever.
     pub fn unload_model(&self, h: H_MODEL) -> Result<()> {
         let _call = self.enter()?;
         let (tpb, _) = self.find_model_core(h)?;

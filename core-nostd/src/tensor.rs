@@ -593,6 +593,31 @@ impl<'a> Nrt<'a> {
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
+        let backwards = self.copy_check(src, src_off, dst, dst_off, size)?;
+        let mut buf = [0u8; 4096];
+        let mut done = 0;
+        while done < size {
+            let k = (size - done).min(buf.len() as u64);
+            let at = if backwards { size - done - k } else { done };
+            let chunk = &mut buf[..k as usize];
+            self.tensor_io(src, src_off + at, None, Some(&mut *chunk))?;
+            self.tensor_io(dst, dst_off + at, Some(&*chunk), None)?;
+            done += k;
+        }
+        Ok(())
+    }
+
+    /// Everything that can refuse a copy, checked before a byte moves (both windows, one
+    /// NeuronCore for device-to-device). Returns whether the copy must run from the end
+    /// backwards (memmove).
+    fn copy_check(
+        &self,
+        src: *const nrt_tensor_t,
+        src_off: u64,
+        dst: Tensor,
+        dst_off: u64,
+        size: u64,
+    ) -> Result<bool> {
         let (ss, sbase, slen) = self.storage_of(src)?;
         let (ds, dbase, dlen) = self.storage_of(dst)?;
         check_window(src_off, size, slen)?;
@@ -617,18 +642,7 @@ impl<'a> Nrt<'a> {
         // storage, a forward pass would re-read bytes it already overwrote, so the chunks go
         // from the end backwards (memmove). The windows were checked inside their tensors,
         // whose offsets lie inside the storage, so these sums do not overflow.
-        let backwards = core::ptr::eq(ss, ds) && dbase + dst_off > sbase + src_off;
-        let mut buf = [0u8; 4096];
-        let mut done = 0;
-        while done < size {
-            let k = (size - done).min(buf.len() as u64);
-            let at = if backwards { size - done - k } else { done };
-            let chunk = &mut buf[..k as usize];
-            self.tensor_io(src, src_off + at, None, Some(&mut *chunk))?;
-            self.tensor_io(dst, dst_off + at, Some(&*chunk), None)?;
-            done += k;
-        }
-        Ok(())
+        Ok(core::ptr::eq(ss, ds) && dbase + dst_off > sbase + src_off)
     }
 
     /// `nrt_tensor_get_va`: host address of a VIRTUAL tensor's first byte; null for memory
@@ -712,6 +726,13 @@ impl<'a> Nrt<'a> {
         let no = self.bind(&g, true, outputs, &mut outs)?;
         // Unmarked when dropped, also if a copy below panics (a count left up would make
         // every later read of the output wait forever, see `when_written`).
+        // Every copy is checked before any output is written, so a refused execution leaves
+        // its outputs as they were.
+        for (k, o) in outs[..no.min(ni)].iter().enumerate() {
+            // SAFETY: bound, live.
+            let n = unsafe { (*ins[k])._size.min((**o)._size) };
+            self.copy_check(ins[k], 0, *o, 0, n)?;
+        }
         let marks = PendingMarks::new(&ins[..ni], &outs[..no]);
         // One execution's data movement at a time (spec §7.1: a tensor is not read while the
         // execution writing it runs; executions on different cores may share tensors).

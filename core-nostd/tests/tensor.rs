@@ -716,3 +716,47 @@ fn an_execution_never_reads_half_of_another_executions_output() {
         }
     });
 }
+
+/// A refused execution writes none of its outputs: every copy is checked before the first
+/// byte moves (here the second output is on another NeuronCore than its input).
+#[test]
+fn a_refused_execution_leaves_every_output_as_it_was() {
+    let f = Fixture::up(
+        SimConfig::scaled_down(Preset::Trn2, 1),
+        InitOptions::default(),
+    );
+    let n = f.nrt();
+    const N: u64 = 4096;
+    let ins = [
+        TensorDecl { name: "a", size: N },
+        TensorDecl { name: "b", size: N },
+    ];
+    let outs = [
+        TensorDecl { name: "x", size: N },
+        TensorDecl { name: "y", size: N },
+    ];
+    let spec = ModelSpec {
+        name: "two",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let m = n.load_model(0, &spec).unwrap();
+    let on = |vnc, name| n.tensor_allocate(0, vnc, N, Some(name), None).unwrap();
+    let (a, b, x, y) = (on(0, "a"), on(0, "b"), on(0, "x"), on(1, "y"));
+    n.tensor_write(a, &[0x11; N as usize], 0).unwrap();
+    n.tensor_write(x, &[0x77; N as usize], 0).unwrap();
+    let mut si = TensorSet::new();
+    si.add("a", a).unwrap();
+    si.add("b", b).unwrap();
+    let mut so = TensorSet::new();
+    so.add("x", x).unwrap();
+    so.add("y", y).unwrap();
+    let e = n.execute(m, &si, &so).unwrap_err();
+    assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{e}");
+    let mut buf = [0u8; N as usize];
+    n.tensor_read(x, &mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&v| v == 0x77), "output x was written");
+    n.close().unwrap();
+}
