@@ -335,10 +335,7 @@ fn failed_allocations_do_not_shorten_double_free_detection() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     let al = n.core_allocator(0, 0).unwrap();
-    let stale = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
-        .unwrap();
-    n.dmem_free(stale).unwrap();
+    let stale = stale_dmem(&n, al);
     let before = (snapshot(&n), n.state().arena_stats());
     // Exactly as many failures as the quarantine holds: enough to age the stale slot out if
     // each failure went through it.
@@ -353,12 +350,7 @@ fn failed_allocations_do_not_shorten_double_free_detection() {
         before,
         "failed calls changed state"
     );
-    let fresh = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "b"), None)
-        .unwrap();
-    assert_ne!(fresh, stale);
-    assert_eq!(n.dmem_free(stale), Err(Error::DoubleFree));
-    n.dmem_free(fresh).unwrap();
+    assert_stale_still_detected(&n, al, stale);
 }
 
 #[test]

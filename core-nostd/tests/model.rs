@@ -198,10 +198,7 @@ fn failed_loads_do_not_shorten_double_free_detection() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     let al = n.core_allocator(0, 0).unwrap();
-    let stale = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "mine"), None)
-        .unwrap();
-    n.dmem_free(stale).unwrap();
+    let stale = stale_dmem(&n, al);
     let too_big = [
         ModelAlloc {
             usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CODE as u32,
@@ -227,12 +224,7 @@ fn failed_loads_do_not_shorten_double_free_detection() {
         assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE, "{e}");
     }
     assert_eq!((snapshot(&n), live(&n)), before);
-    let fresh = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "theirs"), None)
-        .unwrap();
-    assert_ne!(fresh, stale, "the stale slot was handed out again");
-    assert_eq!(n.dmem_free(stale), Err(Error::DoubleFree));
-    n.dmem_free(fresh).unwrap();
+    assert_stale_still_detected(&n, al, stale);
 }
 
 #[test]
@@ -247,10 +239,7 @@ fn a_failed_loads_scratchpad_pages_do_not_shorten_double_free_detection() {
     let f = Fixture::up(SimConfig::new(Preset::Trn1, 1), opts);
     let n = f.nrt();
     let al = n.core_allocator(0, 0).unwrap();
-    let stale = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "mine"), None)
-        .unwrap();
-    n.dmem_free(stale).unwrap();
+    let stale = stale_dmem(&n, al);
     let mut s = ModelSpec {
         name: "sp",
         subgraphs: 1,
@@ -265,12 +254,7 @@ fn a_failed_loads_scratchpad_pages_do_not_shorten_double_free_detection() {
         n.load_model(0, &s).unwrap_err().status(),
         NRT_STATUS::NRT_RESOURCE
     );
-    let fresh = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "theirs"), None)
-        .unwrap();
-    assert_ne!(fresh, stale, "the stale slot was handed out again");
-    assert_eq!(n.dmem_free(stale), Err(Error::DoubleFree));
-    n.dmem_free(fresh).unwrap();
+    assert_stale_still_detected(&n, al, stale);
     // A library of no bytes is refused before anything is allocated.
     s.gpsimd_libs = Some(UlibRequest { count: 1, bytes: 0 });
     let calls = f.sim.alloc_calls();

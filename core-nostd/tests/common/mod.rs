@@ -65,3 +65,25 @@ impl Drop for StopOnDrop<'_> {
         self.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// A dmem pointer its owner has already freed: what a caller's stale copy holds.
+pub fn stale_dmem(n: &Nrt<'_>, al: *mut dmem_allocator_t) -> nrt_core::dmem::Dmem {
+    let args = nrt_core::dmem::AllocArgs::device(4096, 0, TENSOR, "mine");
+    let m = n.dmem_alloc(al, &args, None).unwrap();
+    n.dmem_free(m).unwrap();
+    m
+}
+
+/// `stale` (from [`stale_dmem`]) still names no allocation: the next one gets another slot,
+/// and freeing `stale` again is a reported double free that touches nothing.
+pub fn assert_stale_still_detected(
+    n: &Nrt<'_>,
+    al: *mut dmem_allocator_t,
+    stale: nrt_core::dmem::Dmem,
+) {
+    let args = nrt_core::dmem::AllocArgs::device(4096, 0, TENSOR, "theirs");
+    let fresh = n.dmem_alloc(al, &args, None).unwrap();
+    assert_ne!(fresh, stale, "the stale slot was handed out again");
+    assert_eq!(n.dmem_free(stale), Err(nrt_core::Error::DoubleFree));
+    n.dmem_free(fresh).unwrap();
+}
