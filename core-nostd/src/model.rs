@@ -296,7 +296,9 @@ impl<'a> Nrt<'a> {
                 if l.count as usize > constants::ULIB_MAX_LIBS {
                     return Err(Error::TooManyLibs(l.count));
                 }
-                l.lib_bytes()?;
+                if l.count > 0 {
+                    l.lib_bytes()?;
+                }
             }
         }
         if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN {
@@ -337,8 +339,9 @@ impl<'a> Nrt<'a> {
     /// an mr_set slot and moves it into the `model_t` (zeroing the slot), validates the SBUF
     /// carveout on CAYMAN, makes the allocations, claims scratchpad pages, stages GPSIMD
     /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger's
-    /// bytes, every allocator and every arena's slots are as before (the slots go straight
-    /// back, not through the quarantines: nobody saw them). High-water marks — the ledger's
+    /// bytes, every allocator and every arena's slots are as before. The model's own heaps go
+    /// straight back, not through the quarantines (nobody saw them); scratchpad pages and the
+    /// shared ext-isa copy, which others could see once claimed, go through them. High-water marks — the ledger's
     /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
     pub fn load_model(&self, vnc: i64, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
         let _call = self.enter()?;
@@ -561,10 +564,14 @@ impl<'a> Nrt<'a> {
         // as it found it. A failed first staging cached nothing (stage_once stores only on
         // success), and a copy another load started using meanwhile is not unused.
         if !b.ulib_tpb.is_null() && b.ulib_shared && b.ulib_staged_now {
-            self.ulib_unstage_if_unused(b.ulib_tpb, GiveBack::Cancel);
+            // Release, not Cancel: once staged, the shared copy was in the core's cache (and
+            // on its GLOBAL allocator's list), where others could see it.
+            self.ulib_unstage_if_unused(b.ulib_tpb, GiveBack::Release);
         }
         if b.sp_pages > 0 {
-            self.scratchpad_release(b.sp_tpb, b.sp_pages, GiveBack::Cancel);
+            // Release, not Cancel: claimed pages are in the core's shared page table (and on
+            // its GLOBAL allocator's list), where other loads and callers can see them.
+            self.scratchpad_release(b.sp_tpb, b.sp_pages, GiveBack::Release);
         }
         self.free_model_heaps(m, GiveBack::Cancel);
         // The handle was never returned: the slot goes back as if the load never started.

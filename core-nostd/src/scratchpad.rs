@@ -74,8 +74,9 @@ impl Nrt<'_> {
                 match r {
                     Ok(()) => (*page).refs += 1,
                     Err(e) => {
-                        // Pages this call created go straight back (nobody saw them).
-                        Self::scratchpad_release_locked(self, sp, i as u32, GiveBack::Cancel);
+                        // Through the quarantine: a page this call created was already on
+                        // the GLOBAL allocator's list, which callers can walk.
+                        Self::scratchpad_release_locked(self, sp, i as u32, GiveBack::Release);
                         return Err(e);
                     }
                 }

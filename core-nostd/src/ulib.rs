@@ -66,11 +66,16 @@ impl Nrt<'_> {
     /// `ucode_alloc_new_staged_libs` + `ucode_stage_libs_impl`: allocates the set's buffers from
     /// `al` and copies the library images in at running offsets, recording each library's
     /// device address `pa + align_offset + offset`. All-or-nothing.
+    ///
+    /// `how` is how a failure gives back the dmems already made: [`GiveBack::Cancel`] from a
+    /// model's own allocator (nobody saw them); [`GiveBack::Release`] from the core's GLOBAL
+    /// one, whose list callers can walk (`allocator_for_each`).
     fn ulib_alloc_and_stage(
         &self,
         al: *mut dmem_allocator_t,
         hbm: u32,
         req: UlibRequest,
+        how: GiveBack,
     ) -> Result<*mut UlibSet> {
         let lib_bytes = req.lib_bytes()?;
         let set = self.st.ulib_sets.alloc("ulib_set")?.as_ptr();
@@ -108,8 +113,7 @@ impl Nrt<'_> {
                 Ok(m) => got[i] = m,
                 Err(e) => {
                     for m in got.iter().take(i) {
-                        // Allocated by this call and seen by nobody.
-                        self.dmem_release_ref(*m, GiveBack::Cancel);
+                        self.dmem_release_ref(*m, how);
                     }
                     let _ = self.st.ulib_sets.cancel(set);
                     return Err(e);
@@ -201,7 +205,7 @@ impl Nrt<'_> {
                     },
                     || Some((*sunda).ulib_set_info_extisa_only).filter(|p| !p.is_null()),
                     || {
-                        self.ulib_alloc_and_stage((*tpb).tpb_allocator, hbm, req)
+                        self.ulib_alloc_and_stage((*tpb).tpb_allocator, hbm, req, GiveBack::Release)
                             .map(|set| addr_of_mut!((*set).info))
                             .inspect_err(|_| {
                                 (*sunda).ulib_users.fetch_sub(1, Ordering::AcqRel);
@@ -215,7 +219,7 @@ impl Nrt<'_> {
                 return Ok((set, true, staged_now));
             }
         }
-        let set = self.ulib_alloc_and_stage(model_al, hbm, req)?;
+        let set = self.ulib_alloc_and_stage(model_al, hbm, req, GiveBack::Cancel)?;
         // SAFETY: fresh live set.
         Ok((unsafe { addr_of_mut!((*set).info) }, false, false))
     }
