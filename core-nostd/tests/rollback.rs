@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use common::*;
 use nrt_core::abi::*;
-use nrt_core::driver::{AllocRequest, DeviceInfo, Driver, Errno, PoolStats};
+use nrt_core::driver::{AllocRequest, Driver};
 use nrt_core::model::ModelSpec;
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::ulib::UlibRequest;
@@ -18,57 +18,21 @@ use nrt_core::{CoreState, InitOptions, Nrt};
 /// What the hook does: runs once, with a runtime over the same state.
 type Hook<'a> = Box<dyn FnOnce(&Nrt<'_>) + Send + 'a>;
 
-/// A sim driver that, at the first huge allocation (the failing library staging of a load),
-/// runs `hook` with a runtime over the same state: what another thread could do then.
-struct HookDriver<'a> {
-    inner: Box<SimDevice>,
+/// Hooks that, at the first huge allocation (the failing library staging of a load), run
+/// `hook` with a runtime over the same state: what another thread could do then.
+struct OnHugeAlloc<'a> {
     st: &'a CoreState,
     hook: Mutex<Option<Hook<'a>>>,
 }
 
-impl HookDriver<'_> {
-    fn maybe_hook(&self, r: &AllocRequest) {
+impl DriverHooks for OnHugeAlloc<'_> {
+    fn before_alloc(&self, drv: &dyn Driver, r: &AllocRequest) {
         if r.size >= 1 << 40 {
             let h = self.hook.lock().unwrap().take();
             if let Some(h) = h {
-                h(&Nrt::new(self.st, self));
+                h(&Nrt::new(self.st, drv));
             }
         }
-    }
-}
-
-impl Driver for HookDriver<'_> {
-    fn device_count(&self) -> u32 {
-        self.inner.device_count()
-    }
-    fn device_info(&self, d: u32) -> Result<DeviceInfo, Errno> {
-        self.inner.device_info(d)
-    }
-    fn memory_alloc(&self, d: u32, r: &AllocRequest) -> Result<u64, Errno> {
-        self.maybe_hook(r);
-        self.inner.memory_alloc(d, r)
-    }
-    fn memory_alloc_pa(&self, d: u32, r: &AllocRequest) -> Result<(u64, u64), Errno> {
-        self.maybe_hook(r);
-        self.inner.memory_alloc_pa(d, r)
-    }
-    fn memory_get_pa(&self, d: u32, h: u64) -> Result<u64, Errno> {
-        self.inner.memory_get_pa(d, h)
-    }
-    fn memory_free(&self, d: u32, h: u64) -> Result<(), Errno> {
-        self.inner.memory_free(d, h)
-    }
-    fn copy_in(&self, d: u32, h: u64, o: u64, s: &[u8]) -> Result<(), Errno> {
-        self.inner.copy_in(d, h, o, s)
-    }
-    fn copy_out(&self, d: u32, h: u64, o: u64, s: &mut [u8]) -> Result<(), Errno> {
-        self.inner.copy_out(d, h, o, s)
-    }
-    fn fill(&self, d: u32, h: u64, o: u64, l: u64, v: u8) -> Result<(), Errno> {
-        self.inner.fill(d, h, o, l, v)
-    }
-    fn pool_stats(&self, d: u32, host: bool, i: u32) -> Result<PoolStats, Errno> {
-        self.inner.pool_stats(d, host, i)
     }
 }
 
@@ -78,10 +42,12 @@ fn run(hook: impl FnOnce(&Nrt<'_>, &Seen) + Send + 'static) {
     let st = CoreState::new_boxed();
     let seen: Seen = Default::default();
     let s2 = seen.clone();
-    let drv = HookDriver {
+    let drv = HookedSim {
         inner: SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap(),
-        st: &st,
-        hook: Mutex::new(Some(Box::new(move |n: &Nrt<'_>| hook(n, &s2)))),
+        hooks: OnHugeAlloc {
+            st: &st,
+            hook: Mutex::new(Some(Box::new(move |n: &Nrt<'_>| hook(n, &s2)))),
+        },
     };
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions {

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
 use common::*;
 use nrt_core::abi::*;
-use nrt_core::driver::{AllocRequest, DeviceInfo, Driver, Errno, PoolStats};
 use nrt_core::model::{ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::tensor::{HostMem, Tensor, TensorSet};
@@ -410,74 +409,43 @@ fn overlapping_copy_within_a_storage_is_memmove() {
     }
 }
 
-/// A driver that parks the first `copy_in` after `armed` is set until `go`: lets a test hold
-/// an `execute` in the middle of writing its outputs. With `panic_in_fill`, its next `fill`
+/// Hooks that park the first `copy_in` after `armed` is set until `go`: they let a test hold
+/// an `execute` in the middle of writing its outputs. With `panic_in_fill`, the next `fill`
 /// panics instead (a driver failing inside an execution).
-struct ParkingDriver {
-    inner: Box<SimDevice>,
+#[derive(Default)]
+struct Parking {
     armed: AtomicBool,
     parked: AtomicBool,
     go: AtomicBool,
     panic_in_fill: AtomicBool,
 }
 
-impl ParkingDriver {
-    /// Over a scaled-down simulated trn2 whose memory is `backing`.
-    fn new(backing: &mut Vec<u8>) -> Self {
-        let cfg = SimConfig::scaled_down(Preset::Trn2, 1);
-        let mut sim = SimDevice::new_boxed(&cfg).unwrap();
-        backing.resize(sim.backing_len(0) as usize, 0);
-        // SAFETY: the caller keeps `backing` alive, unmoved, for as long as the driver.
-        unsafe { sim.set_backing(0, backing.as_mut_ptr(), backing.len() as u64) }.unwrap();
-        ParkingDriver {
-            inner: sim,
-            armed: AtomicBool::new(false),
-            parked: AtomicBool::new(false),
-            go: AtomicBool::new(false),
-            panic_in_fill: AtomicBool::new(false),
-        }
-    }
-}
-
-impl Driver for ParkingDriver {
-    fn device_count(&self) -> u32 {
-        self.inner.device_count()
-    }
-    fn device_info(&self, d: u32) -> Result<DeviceInfo, Errno> {
-        self.inner.device_info(d)
-    }
-    fn memory_alloc(&self, d: u32, r: &AllocRequest) -> Result<u64, Errno> {
-        self.inner.memory_alloc(d, r)
-    }
-    fn memory_alloc_pa(&self, d: u32, r: &AllocRequest) -> Result<(u64, u64), Errno> {
-        self.inner.memory_alloc_pa(d, r)
-    }
-    fn memory_get_pa(&self, d: u32, h: u64) -> Result<u64, Errno> {
-        self.inner.memory_get_pa(d, h)
-    }
-    fn memory_free(&self, d: u32, h: u64) -> Result<(), Errno> {
-        self.inner.memory_free(d, h)
-    }
-    fn copy_in(&self, d: u32, h: u64, o: u64, s: &[u8]) -> Result<(), Errno> {
+impl DriverHooks for Parking {
+    fn before_copy_in(&self) {
         if self.armed.swap(false, SeqCst) {
             self.parked.store(true, SeqCst);
             while !self.go.load(SeqCst) {
                 std::thread::yield_now();
             }
         }
-        self.inner.copy_in(d, h, o, s)
     }
-    fn copy_out(&self, d: u32, h: u64, o: u64, s: &mut [u8]) -> Result<(), Errno> {
-        self.inner.copy_out(d, h, o, s)
-    }
-    fn fill(&self, d: u32, h: u64, o: u64, l: u64, v: u8) -> Result<(), Errno> {
+    fn before_fill(&self) {
         if self.panic_in_fill.swap(false, SeqCst) {
             panic!("driver failure inside fill");
         }
-        self.inner.fill(d, h, o, l, v)
     }
-    fn pool_stats(&self, d: u32, host: bool, i: u32) -> Result<PoolStats, Errno> {
-        self.inner.pool_stats(d, host, i)
+}
+
+/// A [`Parking`] driver over a scaled-down simulated trn2 whose memory is `backing`.
+fn parking_driver(backing: &mut Vec<u8>) -> HookedSim<Parking> {
+    let cfg = SimConfig::scaled_down(Preset::Trn2, 1);
+    let mut sim = SimDevice::new_boxed(&cfg).unwrap();
+    backing.resize(sim.backing_len(0) as usize, 0);
+    // SAFETY: the caller keeps `backing` alive, unmoved, for as long as the driver.
+    unsafe { sim.set_backing(0, backing.as_mut_ptr(), backing.len() as u64) }.unwrap();
+    HookedSim {
+        inner: sim,
+        hooks: Parking::default(),
     }
 }
 
@@ -487,7 +455,7 @@ impl Driver for ParkingDriver {
 #[test]
 fn an_execute_in_flight_when_close_begins_completes() {
     let mut backing = Vec::new();
-    let drv = ParkingDriver::new(&mut backing);
+    let drv = parking_driver(&mut backing);
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
@@ -528,17 +496,17 @@ fn an_execute_in_flight_when_close_begins_completes() {
     si.add("b", b).unwrap();
     so.add("x", x).unwrap();
     so.add("y", y).unwrap();
-    drv.armed.store(true, SeqCst);
+    drv.hooks.armed.store(true, SeqCst);
     std::thread::scope(|s| {
         let exec = s.spawn(|| n.execute(h, &si, &so));
-        while !drv.parked.load(SeqCst) {
+        while !drv.hooks.parked.load(SeqCst) {
             std::thread::yield_now();
         }
         let close = s.spawn(|| n.close());
         while n.lifecycle() != nrt_core::ctx::STATE_CLOSED {
             std::thread::yield_now();
         }
-        drv.go.store(true, SeqCst);
+        drv.hooks.go.store(true, SeqCst);
         assert_eq!(
             exec.join().unwrap(),
             Ok(()),
@@ -640,13 +608,13 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
 #[test]
 fn an_unwinding_execute_leaves_no_pending_marks() {
     let mut backing = Vec::new();
-    let drv = ParkingDriver::new(&mut backing);
+    let drv = parking_driver(&mut backing);
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
     let (h, a, x, si, so) = copy_model(&n, 64);
     // The 16 input bytes are copied, then the rest of the output is filled: that panics.
-    drv.panic_in_fill.store(true, SeqCst);
+    drv.hooks.panic_in_fill.store(true, SeqCst);
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n.execute(h, &si, &so)));
     assert!(r.is_err(), "the driver's panic unwound through execute");
     assert_eq!(n.tensor_pending(x).unwrap(), (0, 0));

@@ -87,3 +87,84 @@ pub fn assert_stale_still_detected(
     assert_eq!(n.dmem_free(stale), Err(nrt_core::Error::DoubleFree));
     n.dmem_free(fresh).unwrap();
 }
+
+/// What a test does just before some of a simulated device's driver calls ([`HookedSim`]);
+/// each hook does nothing unless the test says otherwise.
+pub trait DriverHooks: Send + Sync {
+    /// Before `memory_alloc` / `memory_alloc_pa`; `drv` is the hooked driver itself.
+    fn before_alloc(
+        &self,
+        _drv: &dyn nrt_core::driver::Driver,
+        _r: &nrt_core::driver::AllocRequest,
+    ) {
+    }
+    /// Before `copy_in`.
+    fn before_copy_in(&self) {}
+    /// Before `fill`.
+    fn before_fill(&self) {}
+}
+
+/// A simulated device whose driver calls pass `hooks` first: one delegating `Driver` for
+/// every test that needs to step into the middle of a runtime call.
+pub struct HookedSim<H> {
+    /// The device every call goes to.
+    pub inner: Box<SimDevice>,
+    /// What runs first.
+    pub hooks: H,
+}
+
+impl<H: DriverHooks> nrt_core::driver::Driver for HookedSim<H> {
+    fn device_count(&self) -> u32 {
+        self.inner.device_count()
+    }
+    fn device_info(&self, d: u32) -> Result<nrt_core::driver::DeviceInfo, nrt_core::driver::Errno> {
+        self.inner.device_info(d)
+    }
+    fn memory_alloc(
+        &self,
+        d: u32,
+        r: &nrt_core::driver::AllocRequest,
+    ) -> Result<u64, nrt_core::driver::Errno> {
+        self.hooks.before_alloc(self, r);
+        self.inner.memory_alloc(d, r)
+    }
+    fn memory_alloc_pa(
+        &self,
+        d: u32,
+        r: &nrt_core::driver::AllocRequest,
+    ) -> Result<(u64, u64), nrt_core::driver::Errno> {
+        self.hooks.before_alloc(self, r);
+        self.inner.memory_alloc_pa(d, r)
+    }
+    fn memory_get_pa(&self, d: u32, h: u64) -> Result<u64, nrt_core::driver::Errno> {
+        self.inner.memory_get_pa(d, h)
+    }
+    fn memory_free(&self, d: u32, h: u64) -> Result<(), nrt_core::driver::Errno> {
+        self.inner.memory_free(d, h)
+    }
+    fn copy_in(&self, d: u32, h: u64, o: u64, s: &[u8]) -> Result<(), nrt_core::driver::Errno> {
+        self.hooks.before_copy_in();
+        self.inner.copy_in(d, h, o, s)
+    }
+    fn copy_out(
+        &self,
+        d: u32,
+        h: u64,
+        o: u64,
+        s: &mut [u8],
+    ) -> Result<(), nrt_core::driver::Errno> {
+        self.inner.copy_out(d, h, o, s)
+    }
+    fn fill(&self, d: u32, h: u64, o: u64, l: u64, v: u8) -> Result<(), nrt_core::driver::Errno> {
+        self.hooks.before_fill();
+        self.inner.fill(d, h, o, l, v)
+    }
+    fn pool_stats(
+        &self,
+        d: u32,
+        host: bool,
+        i: u32,
+    ) -> Result<nrt_core::driver::PoolStats, nrt_core::driver::Errno> {
+        self.inner.pool_stats(d, host, i)
+    }
+}
