@@ -237,14 +237,7 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
             size: 12,
         },
     ];
-    let spec = ModelSpec {
-        name: "m",
-        subgraphs: 1,
-        inputs: &ins,
-        outputs: &outs,
-        ..Default::default()
-    };
-    let h = n.load_model(0, &spec).unwrap();
+    let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name, size| n.tensor_allocate(0, 0, size, Some(name), None).unwrap();
     let (a, b, x, y) = (mk("a", 16), mk("b", 8), mk("x", 16), mk("y", 12));
     n.tensor_write(a, &[1u8; 16], 0).unwrap();
@@ -479,14 +472,7 @@ fn an_execute_in_flight_when_close_begins_completes() {
             size: 16,
         },
     ];
-    let spec = ModelSpec {
-        name: "m",
-        subgraphs: 1,
-        inputs: &ins,
-        outputs: &outs,
-        ..Default::default()
-    };
-    let h = n.load_model(0, &spec).unwrap();
+    let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name| n.tensor_allocate(0, 0, 16, Some(name), None).unwrap();
     let (a, b, x, y) = (mk("a"), mk("b"), mk("x"), mk("y"));
     n.tensor_write(a, &[1; 16], 0).unwrap();
@@ -533,20 +519,26 @@ fn copy_model(n: &Nrt<'_>, out: u64) -> (H_MODEL, Tensor, Tensor, TensorSet, Ten
         name: "x",
         size: out,
     }];
-    let spec = ModelSpec {
-        name: "m",
-        subgraphs: 1,
-        inputs: &ins,
-        outputs: &outs,
-        ..Default::default()
-    };
-    let h = n.load_model(0, &spec).unwrap();
+    let h = load_io_model(n, 0, &ins, &outs);
     let a = n.tensor_allocate(0, 0, 16, Some("a"), None).unwrap();
     let x = n.tensor_allocate(0, 0, out, Some("x"), None).unwrap();
     let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
     si.add("a", a).unwrap();
     so.add("x", x).unwrap();
     (h, a, x, si, so)
+}
+
+/// Loads a model of one subgraph with these declared inputs and outputs on logical core
+/// `vnc`.
+fn load_io_model(n: &Nrt<'_>, vnc: i64, ins: &[TensorDecl], outs: &[TensorDecl]) -> H_MODEL {
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: ins,
+        outputs: outs,
+        ..Default::default()
+    };
+    n.load_model(vnc, &spec).unwrap()
 }
 
 /// A read never sees an output half written (spec §7.1: a tensor cannot be read until the
@@ -641,14 +633,7 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     let load = |vnc, i: &'static str, o: &'static str| {
         let ins = [TensorDecl { name: i, size: N }];
         let outs = [TensorDecl { name: o, size: N }];
-        let spec = ModelSpec {
-            name: "m",
-            subgraphs: 1,
-            inputs: &ins,
-            outputs: &outs,
-            ..Default::default()
-        };
-        n.load_model(vnc, &spec).unwrap()
+        load_io_model(&n, vnc, &ins, &outs)
     };
     let (p, c) = (load(0, "a", "x"), load(1, "x", "z"));
     let mk = |name| n.tensor_allocate(0, 0, N, Some(name), None).unwrap();
@@ -703,14 +688,7 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
         TensorDecl { name: "x", size: N },
         TensorDecl { name: "y", size: N },
     ];
-    let spec = ModelSpec {
-        name: "two",
-        subgraphs: 1,
-        inputs: &ins,
-        outputs: &outs,
-        ..Default::default()
-    };
-    let m = n.load_model(0, &spec).unwrap();
+    let m = load_io_model(&n, 0, &ins, &outs);
     let on = |vnc, name| n.tensor_allocate(0, vnc, N, Some(name), None).unwrap();
     let (a, b, x, y) = (on(0, "a"), on(0, "b"), on(0, "x"), on(1, "y"));
     n.tensor_write(a, &[0x11; N as usize], 0).unwrap();
