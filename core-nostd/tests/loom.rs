@@ -146,6 +146,12 @@ fn racing_call(gate: &Arc<AtomicU32>, torn_down: &Arc<AtomicBool>) -> thread::Jo
     })
 }
 
+/// `close` as the runtime does it: shut the gate, wait for the calls counted in, tear down.
+fn close(gate: &AtomicU32, torn_down: &AtomicBool) {
+    gate_close(gate, |_| thread::yield_now());
+    torn_down.store(true, Ordering::Release);
+}
+
 /// The in-flight call gate (spec §7.2, §12): `close` shuts the gate and waits for the calls
 /// counted in; a call counts itself in unless the gate is shut. Under every interleaving a
 /// call that got in ends before the teardown that follows `gate_close`, and a call that comes
@@ -156,8 +162,7 @@ fn close_never_tears_down_under_a_call() {
         let gate = Arc::new(AtomicU32::new(0));
         let torn_down = Arc::new(AtomicBool::new(false));
         let call = racing_call(&gate, &torn_down);
-        gate_close(&*gate, |_| thread::yield_now());
-        torn_down.store(true, Ordering::Release);
+        close(&gate, &torn_down);
         call.join().unwrap();
         assert!(!gate_enter(&*gate), "a call after close gets in");
         assert_eq!(gate.load(Ordering::Acquire), GATE_CLOSED);
@@ -173,13 +178,11 @@ fn a_reopened_gate_closes_again() {
         let gate = Arc::new(AtomicU32::new(0));
         let torn_down = Arc::new(AtomicBool::new(false));
         let call = racing_call(&gate, &torn_down);
-        gate_close(&*gate, |_| thread::yield_now());
-        torn_down.store(true, Ordering::Release);
+        close(&gate, &torn_down);
         // init: the runtime stands again before the gate opens.
         torn_down.store(false, Ordering::Release);
         gate_open(&*gate);
-        gate_close(&*gate, |_| thread::yield_now());
-        torn_down.store(true, Ordering::Release);
+        close(&gate, &torn_down);
         call.join().unwrap();
         assert_eq!(gate.load(Ordering::Acquire), GATE_CLOSED);
     });
