@@ -8,7 +8,7 @@
 
 use core::cell::UnsafeCell;
 use core::ptr::{addr_of_mut, null_mut};
-use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
@@ -128,10 +128,55 @@ impl Drop for ReopenOnDrop<'_> {
     }
 }
 
+/// Per-device state the project keeps beside `mla_t`: libnrt's 590 008 bytes leave 11 bytes
+/// of gaps, so the peaks and the host DMA ledger (like the driver's sysfs `total`/`peak`
+/// counters) and the device-wide totals live here (spec §3.4; facts v2 `mla_t`,
+/// `dma_mem_log_t`). Valid when all-zero; guarded by the device's `dmem_logger.lock`.
+#[repr(C)]
+pub(crate) struct DevExt {
+    /// High-water mark of `dmem_logger.memory_usage_nc[nc][usage]`.
+    pub(crate) dmem_peak_nc: [[AtomicU64; 23]; 8],
+    /// Host DMA bytes per (core, usage) (libnrt books those apart from `memory_usage_nc`).
+    pub(crate) host_usage_nc: [[AtomicU64; 23]; 8],
+    /// High-water mark of `host_usage_nc`.
+    pub(crate) host_peak_nc: [[AtomicU64; 23]; 8],
+    /// Device (HBM) bytes of the whole device.
+    pub(crate) total_device_bytes: AtomicU64,
+    /// Host DMA bytes of the whole device.
+    pub(crate) total_host_bytes: AtomicU64,
+    /// High-water mark of `total_device_bytes`.
+    pub(crate) peak_device_bytes: AtomicU64,
+    /// High-water mark of `total_host_bytes`.
+    pub(crate) peak_host_bytes: AtomicU64,
+    /// Device OOMs seen.
+    pub(crate) oom_count: AtomicU64,
+}
+
+/// Per-core state the project keeps beside `tpb_t`, whose 24 members leave 8 bytes of gaps
+/// (spec §2; facts v2 `tpb_t`, `tpb_sunda_t`). Valid when all-zero.
+#[repr(C)]
+pub(crate) struct CoreExt {
+    /// The core's `physical_core_t` (what its GLOBAL allocator and dmems point at); written
+    /// at bring-up under `init_lock`, read-only afterwards.
+    pub(crate) pcore: UnsafeCell<physical_core_t>,
+    /// 1 between bring-up and teardown of the core.
+    pub(crate) is_init: AtomicU8,
+    /// Held by an execution on this core (spec §7.2: one execution per core at a time).
+    pub(crate) exec_lock: nrt_mutex_t,
+    /// Executions run on this core.
+    pub(crate) exec_count: AtomicU64,
+    /// Times the ext-isa library was staged on this core (spec §6).
+    pub(crate) ulib_stage_count: AtomicU32,
+    /// Models using the staged ext-isa library (under `sunda.ulib_staging_lock`).
+    pub(crate) ulib_users: AtomicU32,
+}
+
 /// Everything the core owns: the context tree and all static arenas. Valid when all-zero.
 #[repr(C)]
 pub struct CoreState {
     pub(crate) ctx: UnsafeCell<tdrv_ctx_t>,
+    pub(crate) dev_ext: [DevExt; constants::MAX_MLA_PER_PROCESS],
+    pub(crate) core_ext: [[CoreExt; constants::TPBS_PER_MLA]; constants::MAX_MLA_PER_PROCESS],
     pub(crate) geom: UnsafeCell<[DevGeom; constants::MAX_MLA_PER_PROCESS]>,
     pub(crate) vc: UnsafeCell<VcoreTable>,
     pub(crate) settings: UnsafeCell<Settings>,
@@ -164,13 +209,17 @@ pub struct CoreState {
     pub(crate) ref_nodes: Arena<dmem_ref_node_t, MAX_DMEM>,
     pub(crate) dmem_lists: Arena<dmem_list_t, MAX_MR_SETS>,
     pub(crate) models: Arena<model_t, MAX_MODELS>,
+    /// Per `models` slot: the model's IO table ([`crate::model::ModelIoEntry`]).
+    pub(crate) model_io: UnsafeCell<[crate::model::ModelIoTable; MAX_MODELS]>,
     pub(crate) model_dbs:
         Arena<ModelDb, { constants::MAX_MLA_PER_PROCESS * constants::TPBS_PER_MLA }>,
     pub(crate) mem_ref_sets: Arena<MemRefSet, MAX_MR_SETS>,
     pub(crate) mem_ref_nodes: Arena<ht_node_t, MAX_DMEM>,
-    pub(crate) sp_cleanup: Arena<scratchpad_cleanup_info_t, MAX_MODELS>,
+    pub(crate) sp_cleanup: Arena<tdrv_scratchpad_cleanup_info_t, MAX_MODELS>,
     pub(crate) ulib_sets: Arena<UlibSet, MAX_ULIB_SETS>,
     pub(crate) tensors: Arena<nrt_tensor_t, MAX_TENSORS>,
+    /// Per `tensors` slot: the tensor's name text (`nrt_tensor_t.name` points here).
+    pub(crate) tensor_names: UnsafeCell<[[u8; crate::tensor::TENSOR_NAME_MAX + 1]; MAX_TENSORS]>,
     pub(crate) storages: Arena<nrt_tensor_storage_t, MAX_STORAGES>,
 }
 
@@ -261,6 +310,63 @@ impl<'a> Nrt<'a> {
     pub(crate) fn mla_ptr(&self, dev: u32) -> *mut mla_t {
         // SAFETY: in-bounds projection of the context; callers check `dev < 32`.
         unsafe { addr_of_mut!((*self.ctx()).mla[dev as usize]) }
+    }
+
+    /// The project's side state of device `dev` (`dev < 32`, else device 0's: callers check).
+    pub(crate) fn dev_ext(&self, dev: u32) -> &'a DevExt {
+        &self.st.dev_ext[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)]
+    }
+
+    /// The project's side state of core `(dev, tpb)` (indices clamped in range: callers check).
+    pub(crate) fn core_ext(&self, dev: u32, tpb: u32) -> &'a CoreExt {
+        &self.st.core_ext[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)]
+            [(tpb as usize).min(constants::TPBS_PER_MLA - 1)]
+    }
+
+    /// The `physical_core_t` of core `(dev, tpb)`, which its GLOBAL allocator and dmems point
+    /// at (no check beyond clamping).
+    pub(crate) fn pcore_ptr(&self, dev: u32, tpb: u32) -> *mut physical_core_t {
+        self.core_ext(dev, tpb).pcore.get()
+    }
+
+    /// `(device, core)` of a `tpb_t` of this runtime's tree, by address arithmetic (no
+    /// dereference; `(32, 8)`, out of range, for a pointer outside the tree).
+    pub(crate) fn tpb_coords(&self, tpb: *const tpb_t) -> (u32, u32) {
+        let out = (
+            constants::MAX_MLA_PER_PROCESS as u32,
+            constants::TPBS_PER_MLA as u32,
+        );
+        let first = self.mla_ptr(0) as usize;
+        let Some(addr) = (tpb as usize).checked_sub(first) else {
+            return out;
+        };
+        let (d, rest) = (
+            addr / core::mem::size_of::<mla_t>(),
+            addr % core::mem::size_of::<mla_t>(),
+        );
+        let Some(within) = rest.checked_sub(core::mem::offset_of!(mla_t, _tpbs)) else {
+            return out;
+        };
+        let t = within / core::mem::size_of::<tpb_t>();
+        if d >= constants::MAX_MLA_PER_PROCESS
+            || t >= constants::TPBS_PER_MLA
+            || within % core::mem::size_of::<tpb_t>() != 0
+        {
+            return out;
+        }
+        (d as u32, t as u32)
+    }
+
+    /// The project's side state of a resolved `tpb_t` ([`Self::tpb_coords`]).
+    pub(crate) fn tpb_ext(&self, tpb: *const tpb_t) -> &'a CoreExt {
+        let (d, t) = self.tpb_coords(tpb);
+        self.core_ext(d, t)
+    }
+
+    /// The HBM channel that serves a resolved `tpb_t` (public ABI §3 "HBM ↔ core").
+    pub(crate) fn tpb_default_hbm(&self, tpb: *const tpb_t) -> u32 {
+        let (d, t) = self.tpb_coords(tpb);
+        self.dev_geom(d).default_hbm(t)
     }
 
     /// Raw pointer to `mla[dev]._tpbs[tpb]` (no check).
@@ -379,22 +485,25 @@ impl<'a> Nrt<'a> {
         Ok((mla, self.tpb_ptr(d, t)))
     }
 
-    /// `(device, core)` when `p` is the `pcore` of one of the context tree's `tpb_t`s
-    /// (address arithmetic only: a foreign pointer is never dereferenced).
+    /// `(device, core)` when `p` is the `pcore` of one of the runtime's cores (address
+    /// arithmetic only: a foreign pointer is never dereferenced).
     pub(crate) fn tree_pcore(&self, p: *const physical_core_t) -> Option<(u32, u32)> {
-        // SAFETY: projection of the context block, no dereference.
-        let first = unsafe { addr_of_mut!((*self.ctx()).mla) } as usize;
-        let (mla_sz, tpb_sz) = (core::mem::size_of::<mla_t>(), core::mem::size_of::<tpb_t>());
+        let first = self.st.core_ext.as_ptr() as usize;
         let addr = (p as usize).checked_sub(first)?;
-        let (d, rest) = (addr / mla_sz, addr % mla_sz);
-        let t = rest.checked_sub(core::mem::offset_of!(mla_t, _tpbs))? / tpb_sz;
-        if d >= constants::MAX_MLA_PER_PROCESS || t >= constants::TPBS_PER_MLA {
+        let (i, rest) = (
+            addr / core::mem::size_of::<CoreExt>(),
+            addr % core::mem::size_of::<CoreExt>(),
+        );
+        if rest != core::mem::offset_of!(CoreExt, pcore)
+            || i >= constants::MAX_MLA_PER_PROCESS * constants::TPBS_PER_MLA
+        {
             return None;
         }
-        let (d, t) = (d as u32, t as u32);
-        // SAFETY: in-bounds projection (both indices checked), no dereference.
-        let pcore = unsafe { addr_of_mut!((*self.tpb_ptr(d, t)).pcore) };
-        core::ptr::eq(pcore.cast_const(), p).then_some((d, t))
+        let (d, t) = (
+            (i / constants::TPBS_PER_MLA) as u32,
+            (i % constants::TPBS_PER_MLA) as u32,
+        );
+        core::ptr::eq(self.pcore_ptr(d, t).cast_const(), p).then_some((d, t))
     }
 
     /// Resolves `(device, core)` to its `tpb_t`, checked.
@@ -435,11 +544,7 @@ impl<'a> Nrt<'a> {
             // SAFETY: init_lock held, the runtime is closed and the gate shut and drained:
             // nobody reads or uses the tree.
             unsafe {
-                core::ptr::write_bytes(
-                    self.ctx() as *mut u8,
-                    0,
-                    core::mem::size_of::<tdrv_ctx_t>(),
-                );
+                self.zero_tree();
                 *self.st.geom.get() = [DevGeom::default(); constants::MAX_MLA_PER_PROCESS];
             }
         }
@@ -478,15 +583,20 @@ impl<'a> Nrt<'a> {
                 self.st.align_unsupported[d].store(0, Ordering::Relaxed);
                 let mla = self.mla_ptr(d as u32);
                 (*mla).device = d as u64;
-                (*mla).idx = d as u32;
-                (*mla).num_tpbs = info.cores_per_device;
-                (*mla).arch = info.arch as u32;
-                (*mla).num_hbm = info.hbm_channels;
-                (*mla).hbm_size = info.hbm_channel_size;
-                (*mla).bdf = d as u32;
+                (*mla).mla_idx = d as u32;
+                (*mla).device_id = d as u32;
+                (*mla).host_device_id = d as u32;
+                (*mla).dmem_logger.mla_idx = d as u32;
                 (*mla).is_used = 1;
-                for t in 0..info.cores_per_device {
+                for t in 0..info.cores_per_device.min(constants::TPBS_PER_MLA as u32) {
                     (*mla).tpb_map.map[t as usize] = 1;
+                    // The flat physical-core index libnrt keeps beside the tree (spec §1).
+                    let k = (*ctx).num_ptpb as usize;
+                    if k < (*ctx).ptpbs.len() {
+                        (*ctx).ptpbs[k].tpb_idx = t;
+                        (*ctx).ptpbs[k].mla = mla;
+                        (*ctx).num_ptpb += 1;
+                    }
                 }
             }
             (*ctx).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
@@ -498,6 +608,10 @@ impl<'a> Nrt<'a> {
                 }
             }
             (*ctx).host_did_to_rid_map = map;
+            (*ctx).host_did_to_rid_map_size = n;
+            for d in 0..n {
+                (*self.mla_ptr(d)).routing_id = map[d as usize];
+            }
         }
         let r = self
             .vcores_init(&opts.vcores)
@@ -505,15 +619,36 @@ impl<'a> Nrt<'a> {
         if let Err(e) = r {
             self.teardown_cores();
             // SAFETY: still under init_lock; reset to the all-zero UNINIT tree.
-            unsafe {
-                core::ptr::write_bytes(self.ctx() as *mut u8, 0, core::mem::size_of::<tdrv_ctx_t>())
-            };
+            unsafe { self.zero_tree() };
             return Err(e);
         }
         // Calls are let in when `_reopen` opens the gate.
         self.st.state.store(STATE_INIT, Ordering::Release);
         info!("nrt-core initialised: {} device(s)", n);
         Ok(())
+    }
+
+    /// Resets the context tree and its per-device and per-core side tables to all-zero
+    /// (UNINIT).
+    ///
+    /// # Safety
+    /// Nobody may use the tree: `init_lock` held and the gate shut and drained (or never open).
+    unsafe fn zero_tree(&self) {
+        // SAFETY: per the contract nobody reads or writes these blocks now, and all-zero is
+        // their valid unused state (ZeroValid members, atomics, unlocked locks).
+        unsafe {
+            core::ptr::write_bytes(self.ctx() as *mut u8, 0, core::mem::size_of::<tdrv_ctx_t>());
+            core::ptr::write_bytes(
+                self.st.dev_ext.as_ptr() as *mut DevExt,
+                0,
+                self.st.dev_ext.len(),
+            );
+            core::ptr::write_bytes(
+                self.st.core_ext.as_ptr() as *mut [CoreExt; constants::TPBS_PER_MLA],
+                0,
+                self.st.core_ext.len(),
+            );
+        }
     }
 
     fn init_cores(&self, n: u32) -> Result<()> {
@@ -523,11 +658,10 @@ impl<'a> Nrt<'a> {
                 let tpb = self.tpb_ptr(d, t);
                 // SAFETY: bring-up under init_lock; tpb is in-bounds.
                 unsafe {
-                    (*tpb).idx = t;
-                    (*tpb).device_id = d;
-                    (*tpb).pcore.device_id = d;
-                    (*tpb).pcore.device_tpb_idx = t;
-                    let pcore = addr_of_mut!((*tpb).pcore);
+                    (*tpb).idx = t as i32;
+                    let pcore = self.pcore_ptr(d, t);
+                    (*pcore).device_id = d;
+                    (*pcore).device_tpb_idx = t;
                     (*tpb).tpb_allocator = self.dmem_allocator_create_inner(
                         pcore,
                         dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
@@ -536,7 +670,7 @@ impl<'a> Nrt<'a> {
                     ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
                     (*tpb).model_db = addr_of_mut!((*db).hdr);
                     self.tdrv_scratchpad_init(tpb, &g);
-                    (*tpb).is_init = 1;
+                    self.core_ext(d, t).is_init.store(1, Ordering::Release);
                 }
             }
         }
@@ -564,7 +698,7 @@ impl<'a> Nrt<'a> {
                     if !db.is_null() {
                         let _ = self.st.model_dbs.release(db as *const ModelDb);
                     }
-                    (*tpb).is_init = 0;
+                    self.core_ext(d, t).is_init.store(0, Ordering::Release);
                 }
             }
         }

@@ -299,7 +299,7 @@ impl Nrt<'_> {
         // SAFETY: pcore points into the context tree (a tpb's or model's physical_core_t).
         let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
         // SAFETY: resolved pointers are in-bounds and initialised.
-        let (dev, nc_id) = unsafe { ((*mla).idx, (*tpb).idx) };
+        let (dev, nc_id) = unsafe { ((*mla).mla_idx, (*tpb).idx as u32) };
         let g = self.dev_geom(dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a
@@ -473,13 +473,7 @@ impl Nrt<'_> {
             return err;
         }
         // Device OOMs only, as `device_totals` reports them.
-        // SAFETY: dev was resolved by the caller.
-        unsafe {
-            (*self.mla_ptr(dev))
-                .dmem_logger
-                .oom_count
-                .fetch_add(1, Ordering::Relaxed)
-        };
+        self.dev_ext(dev).oom_count.fetch_add(1, Ordering::Relaxed);
         let err = Error::DeviceOom {
             size: a.size,
             align: a.align,
@@ -718,34 +712,34 @@ impl Nrt<'_> {
 /// A dmem's reference count as [`release_one`] uses it (lets loom check the same code).
 pub trait DmemRefCount {
     /// Load (Acquire).
-    fn get(&self) -> u32;
+    fn get(&self) -> u64;
     /// Store (Release).
-    fn set(&self, v: u32);
+    fn set(&self, v: u64);
     /// Fetch-sub of one (AcqRel); returns the previous value.
-    fn decrement(&self) -> u32;
+    fn decrement(&self) -> u64;
 }
 
-impl DmemRefCount for core::sync::atomic::AtomicU32 {
-    fn get(&self) -> u32 {
+impl DmemRefCount for core::sync::atomic::AtomicU64 {
+    fn get(&self) -> u64 {
         self.load(Ordering::Acquire)
     }
-    fn set(&self, v: u32) {
+    fn set(&self, v: u64) {
         self.store(v, Ordering::Release)
     }
-    fn decrement(&self) -> u32 {
+    fn decrement(&self) -> u64 {
         self.fetch_sub(1, Ordering::AcqRel)
     }
 }
 
 #[cfg(loom)]
-impl DmemRefCount for loom::sync::atomic::AtomicU32 {
-    fn get(&self) -> u32 {
+impl DmemRefCount for loom::sync::atomic::AtomicU64 {
+    fn get(&self) -> u64 {
         self.load(loom::sync::atomic::Ordering::Acquire)
     }
-    fn set(&self, v: u32) {
+    fn set(&self, v: u64) {
         self.store(v, loom::sync::atomic::Ordering::Release)
     }
-    fn decrement(&self) -> u32 {
+    fn decrement(&self) -> u64 {
         self.fetch_sub(1, loom::sync::atomic::Ordering::AcqRel)
     }
 }

@@ -14,10 +14,10 @@
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::abi::tables::aggr_index;
+use crate::abi::tables::{aggr_index, category_for};
 use crate::abi::*;
 use crate::cstr::{c_name, mb, Printable};
-use crate::ctx::Nrt;
+use crate::ctx::{DevExt, Nrt};
 use crate::dmem::Action;
 use crate::error::{Error, Result};
 
@@ -52,22 +52,110 @@ pub struct UsageBreakdown {
 }
 
 impl UsageBreakdown {
-    /// Device bytes rolled up to neuron-monitor's classes (index = `mem_aggr_index_t`).
-    pub fn device_by_aggr(&self) -> [u64; 7] {
-        roll_up(&self.device)
+    /// Device bytes per aggregate class (index = [`mem_aggr_index_t`], the 12 classes of
+    /// `dmem_usage_type_to_aggr_index`, spec §3.3).
+    pub fn device_by_aggr(&self) -> [u64; mem_aggr_index_t::COUNT] {
+        roll_up_aggr(&self.device)
     }
-    /// Host bytes rolled up to neuron-monitor's classes.
-    pub fn host_by_aggr(&self) -> [u64; 7] {
-        roll_up(&self.host)
+    /// Host bytes per aggregate class.
+    pub fn host_by_aggr(&self) -> [u64; mem_aggr_index_t::COUNT] {
+        roll_up_aggr(&self.host)
+    }
+    /// Device bytes per driver category (index = [`mem_alloc_category_t`], the byte of
+    /// `dmem_usage_type_to_device_category`: what the driver's sysfs counters show).
+    pub fn device_by_category(&self) -> [u64; CATEGORY_COUNT] {
+        roll_up_category(&self.device, dma_mem_location_t::TONGA_DRAM)
+    }
+    /// Host bytes per driver category (`dmem_usage_type_to_host_category`).
+    pub fn host_by_category(&self) -> [u64; CATEGORY_COUNT] {
+        roll_up_category(&self.host, dma_mem_location_t::HOST_DRAM)
     }
 }
 
-fn roll_up(v: &[u64; 23]) -> [u64; 7] {
-    let mut out = [0u64; 7];
+/// Driver categories, `mem_alloc_category_t` 0..=20 (20 = MAX, the sentinel).
+pub const CATEGORY_COUNT: usize = 21;
+
+/// Bytes of a `[usage]` row per aggregate class (index = [`mem_aggr_index_t`]; through
+/// `dmem_usage_type_to_aggr_index`, spec §3.3).
+pub fn roll_up_aggr(v: &[u64; 23]) -> [u64; mem_aggr_index_t::COUNT] {
+    let mut out = [0u64; mem_aggr_index_t::COUNT];
     for u in dma_mem_usage_type_t::all() {
         out[aggr_index(u) as usize] += v[u as usize];
     }
     out
+}
+
+/// Bytes of a `[usage]` row per driver category at `loc` (index = [`mem_alloc_category_t`];
+/// through `dmem_usage_type_to_{host,device}_category`, spec §3.3).
+pub fn roll_up_category(v: &[u64; 23], loc: dma_mem_location_t) -> [u64; CATEGORY_COUNT] {
+    let mut out = [0u64; CATEGORY_COUNT];
+    for u in dma_mem_usage_type_t::all() {
+        out[(category_for(loc, u) as usize).min(CATEGORY_COUNT - 1)] += v[u as usize];
+    }
+    out
+}
+
+/// neuron-monitor's classes of a core's device memory (`neuroncore_memory_usage`, public
+/// interfaces §5), each the driver device categories it sums: what `stats --json` and the
+/// scenario expectations call `tensors`, `constants`, `model_code`, `model_shared_scratchpad`
+/// and `runtime_memory` (everything else: notifications, DMA rings, collectives, private
+/// scratchpad, driver memory).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum MonitorClass {
+    /// TENSORS_DEVICE.
+    Tensors,
+    /// CONSTANTS_DEVICE.
+    Constants,
+    /// CODE_DEVICE.
+    ModelCode,
+    /// SCRATCHPAD_DEVICE and CONTIGUOUS_SCRATCHPAD_DEVICE.
+    ModelSharedScratchpad,
+    /// Every other device category.
+    RuntimeMemory,
+}
+
+impl MonitorClass {
+    /// All five, in neuron-monitor's order.
+    pub const ALL: [MonitorClass; 5] = [
+        MonitorClass::Constants,
+        MonitorClass::ModelCode,
+        MonitorClass::ModelSharedScratchpad,
+        MonitorClass::RuntimeMemory,
+        MonitorClass::Tensors,
+    ];
+    /// neuron-monitor's JSON name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MonitorClass::Tensors => "tensors",
+            MonitorClass::Constants => "constants",
+            MonitorClass::ModelCode => "model_code",
+            MonitorClass::ModelSharedScratchpad => "model_shared_scratchpad",
+            MonitorClass::RuntimeMemory => "runtime_memory",
+        }
+    }
+    /// The class of a usage type's device bytes (through its device category byte).
+    pub const fn of_usage(u: dma_mem_usage_type_t) -> MonitorClass {
+        use mem_alloc_category_t::*;
+        match mem_alloc_category_t::from_raw(
+            category_for(dma_mem_location_t::TONGA_DRAM, u) as u32,
+        ) {
+            Some(TENSORS_DEVICE) => MonitorClass::Tensors,
+            Some(CONSTANTS_DEVICE) => MonitorClass::Constants,
+            Some(CODE_DEVICE) => MonitorClass::ModelCode,
+            Some(SCRATCHPAD_DEVICE | CONTIGUOUS_SCRATCHPAD_DEVICE) => {
+                MonitorClass::ModelSharedScratchpad
+            }
+            _ => MonitorClass::RuntimeMemory,
+        }
+    }
+    /// The class's bytes in a `[usage]` row of device bytes.
+    pub fn of(self, device: &[u64; 23]) -> u64 {
+        dma_mem_usage_type_t::all()
+            .filter(|u| MonitorClass::of_usage(*u) as u8 == self as u8)
+            .map(|u| device[u as usize])
+            .sum()
+    }
 }
 
 /// Adds to a counter and raises its high-water mark. Caller holds the ledger lock, so plain
@@ -93,8 +181,8 @@ impl Nrt<'_> {
     /// `[nc][22]`, device or host side), updates peaks and aggregates, and emits the trace line.
     ///
     /// Deliberate difference: spec §3.4 books every byte in `memory_usage_nc`. Host DMA bytes
-    /// go to the project's own `host_usage_nc` rows of `mla_t` instead (a chosen field, see
-    /// docs/LAYOUT.md), so `memory_usage_nc`, its `[nc][22]` total and the `used` of
+    /// go to the project's own `host_usage_nc` rows instead (in the per-device side table
+    /// `DevExt`, see docs/LAYOUT.md), so `memory_usage_nc`, its `[nc][22]` total and the `used` of
     /// `nrt_get_vnc_memory_stats` are HBM bytes, the figure users compare with an HBM limit.
     /// The host figures are reported next to them (`ledger_host`, `vnc_usage`, the OOM table).
     pub(crate) fn dml_add_entry(&self, mla: *mut mla_t, action: Action, m: *const dmem_t) {
@@ -106,32 +194,43 @@ impl Nrt<'_> {
             let bytes = (*m).allocated_size;
             let host = (*m).mem_type == dma_mem_location_t::HOST_DRAM as u32;
             let log = &(*mla).dmem_logger;
+            let ext = self.dev_ext((*mla).mla_idx);
             let (rows, peaks, total, total_peak) = if host {
                 (
-                    &(*mla).host_usage_nc,
-                    &(*mla).host_peak_nc,
-                    &log.total_host_bytes,
-                    &log.peak_host_bytes,
+                    &ext.host_usage_nc,
+                    &ext.host_peak_nc,
+                    &ext.total_host_bytes,
+                    &ext.peak_host_bytes,
                 )
             } else {
                 (
                     &log.memory_usage_nc,
-                    &(*mla).dmem_peak_nc,
-                    &log.total_device_bytes,
-                    &log.peak_device_bytes,
+                    &ext.dmem_peak_nc,
+                    &ext.total_device_bytes,
+                    &ext.peak_device_bytes,
                 )
             };
+            // `memory_usage[4]`: device bytes per HBM channel (spec §3.4).
+            let channel = (!host)
+                .then(|| log.memory_usage.get((*m).tdram_channel as usize))
+                .flatten();
             let g = log.lock.lock();
             match action {
                 Action::Alloc => {
                     add_locked(&rows[nc][usage], &peaks[nc][usage], bytes);
                     add_locked(&rows[nc][TOTAL], &peaks[nc][TOTAL], bytes);
                     add_locked(total, total_peak, bytes);
+                    if let Some(c) = channel {
+                        c.fetch_add(bytes, Ordering::Relaxed);
+                    }
                 }
                 Action::Free => {
                     sub_locked(&rows[nc][usage], bytes);
                     sub_locked(&rows[nc][TOTAL], bytes);
                     sub_locked(total, bytes);
+                    if let Some(c) = channel {
+                        sub_locked(c, bytes);
+                    }
                 }
             }
             drop(g);
@@ -142,7 +241,7 @@ impl Nrt<'_> {
                 bytes,
                 (*m).tdram_channel,
                 rows[nc][TOTAL].load(Ordering::Relaxed),
-                self.dev_geom((*mla).idx).channel_size
+                self.dev_geom((*mla).mla_idx).channel_size
             );
         }
     }
@@ -156,8 +255,7 @@ impl Nrt<'_> {
         if dev >= self.attached_devices() {
             return (0, 0, 0, 0, 0);
         }
-        // SAFETY: attached device; atomics.
-        let log = unsafe { &(*self.mla_ptr(dev)).dmem_logger };
+        let log = self.dev_ext(dev);
         let l = |a: &AtomicU64| a.load(Ordering::Acquire);
         (
             l(&log.total_device_bytes),
@@ -192,12 +290,11 @@ impl Nrt<'_> {
         }
         let mla = self.mla_ptr(dev);
         // SAFETY: attached device, in-bounds indices; the cells are atomics.
-        let rows = unsafe {
-            if host {
-                &(*mla).host_usage_nc
-            } else {
-                &(*mla).dmem_logger.memory_usage_nc
-            }
+        let rows = if host {
+            &self.dev_ext(dev).host_usage_nc
+        } else {
+            // SAFETY: attached device; the cells are atomics.
+            unsafe { &(*mla).dmem_logger.memory_usage_nc }
         };
         rows[tpb as usize][usage].load(Ordering::Acquire)
     }
@@ -221,7 +318,7 @@ impl Nrt<'_> {
         }
         let mla = self.mla_ptr(dev);
         // SAFETY: attached device; the cells are atomics.
-        let (log, host) = unsafe { (&(*mla).dmem_logger, &(*mla).host_usage_nc) };
+        let (log, host) = unsafe { (&(*mla).dmem_logger, &self.dev_ext(dev).host_usage_nc) };
         let _g = log.lock.lock();
         for nc in 0..8 {
             for u in 0..23 {
@@ -232,9 +329,13 @@ impl Nrt<'_> {
         (d, h)
     }
 
-    /// Calls `f(mla, nc, device)` for each physical core of logical core `vnc`, with that
+    /// Calls `f(mla, ext, nc)` for each physical core of logical core `vnc`, with that
     /// device's ledger lock held: one consistent reading (or peak reset) per core.
-    fn for_each_vnc_core(&self, vnc: i64, f: impl FnMut(&mla_t, usize, u32)) -> Result<()> {
+    fn for_each_vnc_core(
+        &self,
+        vnc: i64,
+        f: impl FnMut(&mla_t, &DevExt, usize),
+    ) -> Result<()> {
         self.for_each_core_locked(self.vcore_tpbs(vnc)?, f);
         Ok(())
     }
@@ -243,14 +344,14 @@ impl Nrt<'_> {
     fn for_each_core_locked(
         &self,
         cores: &[physical_core_t],
-        mut f: impl FnMut(&mla_t, usize, u32),
+        mut f: impl FnMut(&mla_t, &DevExt, usize),
     ) {
         for pc in cores {
             // SAFETY: the core resolved to an attached device; the ledger cells are atomics
             // and the lock serialises their writers.
             let mla = unsafe { &*self.mla_ptr(pc.device_id) };
             let _g = mla.dmem_logger.lock.lock();
-            f(mla, pc.device_tpb_idx as usize, pc.device_id);
+            f(mla, self.dev_ext(pc.device_id), pc.device_tpb_idx as usize);
         }
     }
 
@@ -258,12 +359,12 @@ impl Nrt<'_> {
     pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
         let _g = self.inspect()?;
         let mut b = UsageBreakdown::default();
-        self.for_each_vnc_core(vnc, |mla, nc, _| {
+        self.for_each_vnc_core(vnc, |mla, ext, nc| {
             for u in 0..23 {
                 b.device[u] += mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
-                b.device_peak[u] += mla.dmem_peak_nc[nc][u].load(Ordering::Acquire);
-                b.host[u] += mla.host_usage_nc[nc][u].load(Ordering::Acquire);
-                b.host_peak[u] += mla.host_peak_nc[nc][u].load(Ordering::Acquire);
+                b.device_peak[u] += ext.dmem_peak_nc[nc][u].load(Ordering::Acquire);
+                b.host[u] += ext.host_usage_nc[nc][u].load(Ordering::Acquire);
+                b.host_peak[u] += ext.host_peak_nc[nc][u].load(Ordering::Acquire);
             }
         })?;
         Ok(b)
@@ -284,9 +385,9 @@ impl Nrt<'_> {
     pub(crate) fn vnc_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
         let cores = self.vcore_tpbs(vnc)?;
-        self.for_each_core_locked(cores, |mla, nc, _| {
+        self.for_each_core_locked(cores, |mla, ext, nc| {
             s.bytes_used += mla.dmem_logger.memory_usage_nc[nc][TOTAL].load(Ordering::Acquire);
-            s.bytes_peak += mla.dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
+            s.bytes_peak += ext.dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
         });
         let channel = |pc: &physical_core_t| {
             let g = self.dev_geom(pc.device_id);
@@ -305,12 +406,12 @@ impl Nrt<'_> {
     /// of a row and the store of its peak.
     pub fn reset_peak(&self, vnc: i64) -> Result<()> {
         let _g = self.inspect()?;
-        self.for_each_vnc_core(vnc, |mla, nc, _| {
+        self.for_each_vnc_core(vnc, |mla, ext, nc| {
             for u in 0..23 {
                 let d = mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
-                mla.dmem_peak_nc[nc][u].store(d, Ordering::Release);
-                let h = mla.host_usage_nc[nc][u].load(Ordering::Acquire);
-                mla.host_peak_nc[nc][u].store(h, Ordering::Release);
+                ext.dmem_peak_nc[nc][u].store(d, Ordering::Release);
+                let h = ext.host_usage_nc[nc][u].load(Ordering::Acquire);
+                ext.host_peak_nc[nc][u].store(h, Ordering::Release);
             }
         })
     }
@@ -417,18 +518,17 @@ impl Nrt<'_> {
             "runtime"
         )?;
         let (rows, _) = self.ledger_snapshot_inner(dev);
-        use dma_mem_usage_type_t::*;
+        use mem_alloc_category_t::*;
         for (nc, r) in rows.iter().enumerate().take(g.cores as usize) {
-            let code = r[DMA_MEM_USAGE_TYPE_CODE as usize]
-                + r[DMA_MEM_USAGE_TYPE_UCODE_LIB as usize]
-                + r[DMA_MEM_USAGE_TYPE_UCODE_TABLE as usize];
-            let rings: u64 = (18..22).map(|u| r[u]).sum::<u64>()
-                - r[DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES as usize];
-            let coll = r[DMA_MEM_USAGE_TYPE_COLLECTIVES as usize]
-                + r[DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES as usize];
-            let tens = r[DMA_MEM_USAGE_TYPE_TENSOR as usize];
-            let cons = r[DMA_MEM_USAGE_TYPE_CONSTANTS as usize];
-            let scr = r[DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD as usize];
+            // Columns by the driver category of each usage (dmem_usage_type_to_device_category).
+            let by = roll_up_category(r, dma_mem_location_t::TONGA_DRAM);
+            let at = |c: mem_alloc_category_t| by[c as usize];
+            let code = at(CODE_DEVICE);
+            let rings = at(DMA_RINGS_DEVICE);
+            let coll = at(COLLECTIVES_DEVICE);
+            let tens = at(TENSORS_DEVICE);
+            let cons = at(CONSTANTS_DEVICE);
+            let scr = at(SCRATCHPAD_DEVICE) + at(CONTIGUOUS_SCRATCHPAD_DEVICE);
             let runtime = r[TOTAL] - code - rings - coll - tens - cons - scr;
             writeln!(
                 w,

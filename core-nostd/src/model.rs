@@ -220,6 +220,21 @@ impl Drop for ExecGuard<'_> {
 }
 
 /// A model under construction; `Drop`-free so rollback is explicit.
+/// One declared input or output of a resident model: its name and size (what a NEFF's
+/// `neff.json` declares). `model_t` has no gap large enough for the table, so it lives beside
+/// the model arena, one table per slot (`CoreState::model_io`).
+#[repr(C)]
+pub(crate) struct ModelIoEntry {
+    pub(crate) size: u64,
+    pub(crate) name: [u8; 48],
+}
+
+/// IO entries per model (inputs then outputs).
+pub(crate) const MODEL_IO_MAX: usize = 32;
+
+/// A model slot's IO table.
+pub(crate) type ModelIoTable = [ModelIoEntry; MODEL_IO_MAX];
+
 struct Building {
     model: *mut model_t,
     tpbs: [*mut tpb_t; MAX_SUBGRAPHS],
@@ -246,6 +261,31 @@ pub const fn name_key(s: &str) -> u64 {
 }
 
 impl<'a> Nrt<'a> {
+    /// The IO table of model slot `m` (of this runtime's model arena; a pointer the arena does
+    /// not own yields the last slot's table, which no caller reaches: they pass live models).
+    pub(crate) fn model_io_table(&self, m: *mut model_t) -> *mut ModelIoTable {
+        let i = self.st.models.index_of(m).unwrap_or(crate::config::MAX_MODELS - 1);
+        // SAFETY: in-bounds projection of the side table; no reference is created here.
+        unsafe { addr_of_mut!((*self.st.model_io.get())[i]) }
+    }
+
+    /// The scratchpad claim a cleanup record describes: `(its core, pages)`, or `None` for no
+    /// record or no pages. The record keeps libnrt's members (`pcores[0]`, `sizes[0]`) and
+    /// the page count follows from the core's page size.
+    pub(crate) fn cleanup_claim(
+        &self,
+        c: *const tdrv_scratchpad_cleanup_info_t,
+    ) -> Option<(*mut tpb_t, u32)> {
+        // SAFETY: a cleanup record lives as long as the model that points at it.
+        let c = unsafe { c.as_ref() }?;
+        let (d, t) = self.tree_pcore(c.pcores[0])?;
+        let tpb = self.tpb(d, t).ok()?;
+        // SAFETY: resolved tpb; page_size is fixed at bring-up.
+        let ps = unsafe { (*tpb).scratchpad.page_size }.max(1);
+        let pages = u32::try_from(c.sizes[0] / ps).ok()?;
+        (c.num_entries > 0 && pages > 0).then_some((tpb, pages))
+    }
+
     /// Validates a spec before anything is allocated.
     fn check_spec(&self, spec: &ModelSpec<'_>, arch: al_hal_tpb_arch_type_t) -> Result<()> {
         if spec.name.is_empty() {
@@ -380,7 +420,7 @@ impl<'a> Nrt<'a> {
         before: u64,
     ) -> Result<H_MODEL> {
         let m = b.model;
-        let lnc = v.tpb_count.max(1);
+        let lnc = v.num_tpbs.max(1);
         // vtpb_info_shared_init_vtpb (§5.2) + the ownership move of kbl_model_add (§5.3): each
         // subgraph's mr_set (MODEL allocator, 1024-bucket mem_ref_set, gc_tracker; the cleanup
         // record once per model) is built straight into the model_t's per-subgraph slots.
@@ -395,7 +435,7 @@ impl<'a> Nrt<'a> {
             // unpublished model slot.
             unsafe {
                 (*m).sg_allocators[s] = self.dmem_allocator_create_inner(
-                    addr_of_mut!((*tpb).pcore),
+                    self.pcore_ptr(pc.device_id, pc.device_tpb_idx),
                     dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
                 )?;
                 let set = self.st.mem_ref_sets.alloc("mem_ref_set")?.as_ptr();
@@ -431,8 +471,7 @@ impl<'a> Nrt<'a> {
         for s in 0..spec.subgraphs as usize {
             // SAFETY: our model slot; tpbs[s] resolved above.
             let (al, list, set, hbm) = unsafe {
-                let tpb = b.tpbs[s];
-                let hbm = self.dev_geom((*tpb).device_id).default_hbm((*tpb).idx);
+                let hbm = self.tpb_default_hbm(b.tpbs[s]);
                 (
                     (*m).sg_allocators[s],
                     (*m).sg_gc_trackers[s],
@@ -470,13 +509,8 @@ impl<'a> Nrt<'a> {
         if spec.scratchpad_bytes > 0 {
             let tpb = b.tpbs[0];
             // SAFETY: resolved tpb.
-            let (ps, dev, idx) = unsafe {
-                (
-                    (*tpb).scratchpad.page_size.max(1),
-                    (*tpb).device_id,
-                    (*tpb).idx,
-                )
-            };
+            let ps = unsafe { (*tpb).scratchpad.page_size.max(1) };
+            let (dev, idx) = self.tpb_coords(tpb);
             let pages = spec.scratchpad_bytes.div_ceil(ps);
             if pages > constants::SCRATCHPAD_MAX_PAGES as u64 {
                 return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
@@ -487,10 +521,10 @@ impl<'a> Nrt<'a> {
             // SAFETY: our cleanup record.
             unsafe {
                 let c = (*m).scratchpad_cleanup_info;
+                (*c).pcores[0] = self.pcore_ptr(dev, idx);
+                (*c).sizes[0] = pages * ps;
+                (*c).num_entries = 1;
                 (*c).first_page = 0;
-                (*c).num_pages = pages as u32;
-                (*c).tpb_idx = idx;
-                (*c).device_id = dev;
             }
         }
         // GPSIMD ext-isa staging only on SUNDA (kbl_model_add: cmp $0x2 → ucode_stage_libs).
@@ -498,12 +532,7 @@ impl<'a> Nrt<'a> {
             if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
                 let tpb = b.tpbs[0];
                 // SAFETY: resolved tpb; our model.
-                let (hbm, al) = unsafe {
-                    (
-                        self.dev_geom((*tpb).device_id).default_hbm((*tpb).idx),
-                        (*m).dmem_allocator,
-                    )
-                };
+                let (hbm, al) = (self.tpb_default_hbm(tpb), unsafe { (*m).dmem_allocator });
                 b.ulib_tpb = tpb;
                 let (set, shared, staged_now) = self.ucode_stage_libs(tpb, al, hbm, req)?;
                 b.ulib = set;
@@ -533,9 +562,10 @@ impl<'a> Nrt<'a> {
             copy_c_name(&mut (*m).name, spec.name);
             (*m).num_inputs = spec.inputs.len() as u32;
             (*m).num_outputs = spec.outputs.len() as u32;
+            let io = self.model_io_table(m);
             for (i, t) in spec.inputs.iter().chain(spec.outputs.iter()).enumerate() {
-                (*m).io[i].size = t.size;
-                copy_c_name(&mut (*m).io[i].name, t.name);
+                (*io)[i].size = t.size;
+                copy_c_name(&mut (*io)[i].name, t.name);
             }
             (*m).mem_usage_before = before;
             (*m).mem_usage_after = self.vnc_device_bytes(vnc);
@@ -716,10 +746,8 @@ impl<'a> Nrt<'a> {
                     GiveBack::Release,
                 );
                 let c = (*m).scratchpad_cleanup_info;
-                if !c.is_null() && (*c).num_pages > 0 {
-                    if let Ok(sp_tpb) = self.tpb((*c).device_id, (*c).tpb_idx) {
-                        self.scratchpad_release(sp_tpb, (*c).num_pages, GiveBack::Release);
-                    }
+                if let Some((sp_tpb, pages)) = self.cleanup_claim(c) {
+                    self.scratchpad_release(sp_tpb, pages, GiveBack::Release);
                 }
             }
             (*m).ulib_set_info = null_mut();
@@ -792,16 +820,14 @@ impl<'a> Nrt<'a> {
             tpbs: [null_mut(); 2],
             _locks: [None, None],
         };
-        for j in 0..v.tpb_count.min(2) as usize {
+        for j in 0..v.num_tpbs.min(2) as usize {
             let tpb = self.tpb(v.tpbs[j].device_id, v.tpbs[j].device_tpb_idx)?;
             // SAFETY: resolved tpb that lives as long as `'a`.
-            let lock: &'a nrt_mutex_t = unsafe { &*addr_of_mut!((*tpb).exec_lock) };
-            g._locks[j] = Some(lock.lock());
+            let ext = self.core_ext(v.tpbs[j].device_id, v.tpbs[j].device_tpb_idx);
+            g._locks[j] = Some(ext.exec_lock.lock());
+            ext.exec_count.fetch_add(1, Ordering::Relaxed);
             // SAFETY: under this core's exec lock.
-            unsafe {
-                (*tpb).h_running_model = h;
-                (*tpb).exec_count.fetch_add(1, Ordering::Relaxed);
-            }
+            unsafe { (*tpb).h_running_model = h };
             g.tpbs[j] = tpb;
         }
         // SAFETY: we hold a reference.
@@ -813,9 +839,9 @@ impl<'a> Nrt<'a> {
     /// `Uninitialized` outside an initialised runtime.
     pub fn model_info(&self, h: H_MODEL) -> Result<ModelInfo> {
         self.with_model(h, |m, vnc, refs| {
-            let c = m.scratchpad_cleanup_info;
-            // SAFETY: the cleanup record (when set) lives as long as the model, which is held.
-            let scratchpad_pages = unsafe { c.as_ref() }.map_or(0, |c| c.num_pages);
+            let scratchpad_pages = self
+                .cleanup_claim(m.scratchpad_cleanup_info)
+                .map_or(0, |(_, pages)| pages);
             let mut info = ModelInfo {
                 handle: h.id,
                 vnc,
@@ -901,10 +927,13 @@ impl<'a> Nrt<'a> {
         } else {
             (0, m.num_inputs as usize)
         };
-        if i >= n || start + i >= m.io.len() {
+        // SAFETY: the guard holds a reference, so the model's IO entries (written before it
+        // was published) are not rewritten while `'s` lives.
+        let table = unsafe { &*self.model_io_table(m as *const model_t as *mut model_t) };
+        if i >= n || start + i >= table.len() {
             return None;
         }
-        let io = &m.io[start + i];
+        let io = &table[start + i];
         Some((c_name(&io.name), io.size))
     }
 }

@@ -54,22 +54,22 @@ impl Nrt<'_> {
             let page_size = (*sp).page_size;
             for i in 0..pages as usize {
                 let page = addr_of_mut!((*sp).pages[i]);
-                let r = if (*page).dmem.is_null() {
+                let r = if (*page).mem.is_null() {
                     let args = AllocArgs::device(
                         page_size,
                         hbm,
-                        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD,
+                        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD,
                         "scratchpad_page",
                     );
                     self.dmem_alloc_inner((*tpb).tpb_allocator, &args, None)
                         .and_then(|m| {
-                            (*page).dmem = m;
+                            (*page).mem = m;
                             (*sp).num_pages = (*sp).num_pages.max(i as u32 + 1);
                             // The model's reference, beside the page's own.
                             self.dmem_acquire_reference_inner(m)
                         })
                 } else {
-                    self.dmem_acquire_reference_inner((*page).dmem)
+                    self.dmem_acquire_reference_inner((*page).mem)
                 };
                 match r {
                     Ok(()) => (*page).refs += 1,
@@ -108,19 +108,19 @@ impl Nrt<'_> {
         unsafe {
             for i in 0..(pages as usize).min(constants::SCRATCHPAD_MAX_PAGES) {
                 let page = addr_of_mut!((*sp).pages[i]);
-                if (*page).refs == 0 || (*page).dmem.is_null() {
+                if (*page).refs == 0 || (*page).mem.is_null() {
                     continue;
                 }
                 (*page).refs -= 1;
-                let m = (*page).dmem;
+                let m = (*page).mem;
                 if (*page).refs == 0 {
                     // Last user: drop the model's ref and the page's own (GLOBAL) ref.
                     self.dmem_release_ref(m, how);
-                    (*page).dmem = core::ptr::null_mut();
+                    (*page).mem = core::ptr::null_mut();
                 }
                 self.dmem_release_ref(m, how);
             }
-            while (*sp).num_pages > 0 && (*sp).pages[(*sp).num_pages as usize - 1].dmem.is_null() {
+            while (*sp).num_pages > 0 && (*sp).pages[(*sp).num_pages as usize - 1].mem.is_null() {
                 (*sp).num_pages -= 1;
             }
         }
@@ -134,14 +134,14 @@ impl Nrt<'_> {
             let _g = (*sp).lock.lock();
             for i in 0..constants::SCRATCHPAD_MAX_PAGES {
                 let page = addr_of_mut!((*sp).pages[i]);
-                let m = (*page).dmem;
+                let m = (*page).mem;
                 if m.is_null() {
                     continue;
                 }
                 for _ in 0..=(*page).refs {
                     let _ = self.dmem_free_inner(m);
                 }
-                (*page).dmem = core::ptr::null_mut();
+                (*page).mem = core::ptr::null_mut();
                 (*page).refs = 0;
             }
             (*sp).num_pages = 0;
@@ -192,7 +192,7 @@ impl Nrt<'_> {
             } else {
                 idx
             };
-            let m = sp.pages[idx as usize].dmem;
+            let m = sp.pages[idx as usize].mem;
             if m.is_null() {
                 return Err(outside);
             }
@@ -212,7 +212,7 @@ impl Nrt<'_> {
         self.with_scratchpad(dev, core, |sp| {
             sp.pages
                 .get(i)
-                .map(|p| (p.dmem, p.refs))
+                .map(|p| (p.mem, p.refs))
                 .ok_or(Error::InvalidArgument("page index"))
         })?
     }

@@ -105,6 +105,16 @@ impl<'a> Nrt<'a> {
         Ok(())
     }
 
+    /// The name text of tensor slot `t` (its side-table entry; `nrt_tensor_t.name` points
+    /// here). libnrt `strdup`s the name; `nrt_tensor_t` leaves no 96-byte gap, so the text
+    /// lives beside the tensor arena, one buffer per slot (`CoreState::tensor_names`). A
+    /// pointer the arena does not own yields the last slot's buffer; callers pass live tensors.
+    fn tensor_name_buf(&self, t: *const nrt_tensor_t) -> *mut [u8; TENSOR_NAME_MAX + 1] {
+        let i = self.st.tensors.index_of(t).unwrap_or(crate::config::MAX_TENSORS - 1);
+        // SAFETY: in-bounds projection of the side table; no reference is created here.
+        unsafe { addr_of_mut!((*self.st.tensor_names.get())[i]) }
+    }
+
     fn new_tensor(&self, name: Option<&str>) -> Result<Tensor> {
         let name = name.unwrap_or("");
         if name.len() > TENSOR_NAME_MAX {
@@ -113,8 +123,10 @@ impl<'a> Nrt<'a> {
         let t = self.st.tensors.alloc_fresh_first("nrt_tensor_t")?.as_ptr();
         // SAFETY: fresh zeroed slot.
         unsafe {
-            (&mut (*t).name_buf)[..name.len()].copy_from_slice(name.as_bytes());
-            (*t).name = addr_of_mut!((*t).name_buf) as *mut core::ffi::c_char;
+            let buf = self.tensor_name_buf(t);
+            *buf = [0; TENSOR_NAME_MAX + 1];
+            (&mut *buf)[..name.len()].copy_from_slice(name.as_bytes());
+            (*t).name = buf as *mut core::ffi::c_char;
             (*t).ref_count.store(1, Ordering::Release);
             (*t).magic = TENSOR_MAGIC;
         }
@@ -191,14 +203,15 @@ impl<'a> Nrt<'a> {
             Placement::Device | Placement::Host => {
                 let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
                 let usage = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
+                let hbm = self.vcore_default_hbm(&v);
                 let hint = name.unwrap_or("tensor");
                 // The logical core's default HBM for either location (spec §7.2: libnrt
                 // computes it before choosing the location, and records it in both).
                 let args = if placement == Placement::Device {
-                    AllocArgs::device(size, v.default_hbm_idx, usage, hint)
+                    AllocArgs::device(size, hbm, usage, hint)
                 } else {
                     AllocArgs {
-                        hbm_idx: v.default_hbm_idx,
+                        hbm_idx: hbm,
                         ..AllocArgs::host(size, usage, hint)
                     }
                 };
@@ -207,9 +220,9 @@ impl<'a> Nrt<'a> {
                     .map(|m| {
                         // SAFETY: fresh storage.
                         unsafe {
-                            (*s).r#type = dmem_storage_type::DMA as u32;
-                            (*s).mem = m as *mut c_void;
-                            (*s).hbm_idx = v.default_hbm_idx;
+                            (*s).r#type = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32;
+                            (*s).dmem = m as *mut c_void;
+                            (*s).hbm_idx = hbm;
                             (*s).device_id = v.tpbs[0].device_id;
                             (*s).tpb_idx = v.tpbs[0].device_tpb_idx;
                         }
@@ -219,8 +232,8 @@ impl<'a> Nrt<'a> {
                 match host.and_then(|h| usize::try_from(size).ok().and_then(|sz| h.alloc(sz))) {
                     // SAFETY: fresh storage.
                     Some(p) => unsafe {
-                        (*s).r#type = dmem_storage_type::MALLOC as u32;
-                        (*s).mem = p.as_ptr() as *mut c_void;
+                        (*s).r#type = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32;
+                        (*s).dmem = p.as_ptr() as *mut c_void;
                         Ok(())
                     },
                     None if host.is_none() => Err(Error::Unsupported(
@@ -239,7 +252,7 @@ impl<'a> Nrt<'a> {
         unsafe {
             (*s).allocated_size = size;
             (*s).mem_owned_by_tensor = 1;
-            (*s).vtpb_idx = v.vtpb_idx;
+            (*s).vtpb_idx = v.vtpb_idx as i32;
             (*t).sto = s;
             (*t)._offset = 0;
             (*t)._size = size;
@@ -290,8 +303,8 @@ impl<'a> Nrt<'a> {
         let s = self.new_storage()?;
         // SAFETY: live tensor, fresh storage.
         unsafe {
-            (*s).r#type = dmem_storage_type::MALLOC as u32;
-            (*s).mem = buf as *mut c_void;
+            (*s).r#type = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32;
+            (*s).dmem = buf as *mut c_void;
             (*s).allocated_size = size;
             (*s).mem_owned_by_tensor = 0;
             let old = (*t).sto;
@@ -369,13 +382,13 @@ impl<'a> Nrt<'a> {
             if (*s).ref_count.fetch_sub(1, Ordering::AcqRel) != 1 {
                 return;
             }
-            if (*s).mem_owned_by_tensor != 0 && !(*s).mem.is_null() {
-                match dmem_storage_type::from_raw((*s).r#type) {
-                    Some(dmem_storage_type::DMA) => {
-                        let _ = self.dmem_free_inner((*s).mem as Dmem);
+            if (*s).mem_owned_by_tensor != 0 && !(*s).dmem.is_null() {
+                match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
+                    Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
+                        let _ = self.dmem_free_inner((*s).dmem as Dmem);
                     }
-                    Some(dmem_storage_type::MALLOC) => {
-                        if let (Some(h), Some(p)) = (host, NonNull::new((*s).mem as *mut u8)) {
+                    Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
+                        if let (Some(h), Some(p)) = (host, NonNull::new((*s).dmem as *mut u8)) {
                             h.free(p, (*s).allocated_size as usize);
                         }
                     }
@@ -422,7 +435,7 @@ impl<'a> Nrt<'a> {
         let _call = self.enter()?;
         self.tensor_check(t)?;
         // SAFETY: live tensor; its name_buf is written only when the slot is handed out.
-        let text = c_name(unsafe { &(*t).name_buf });
+        let text = c_name(unsafe { &*self.tensor_name_buf(t) });
         let mut name = TensorName::new();
         // `name_buf` is 96 bytes, so its text always fits.
         name.push_str(text)
@@ -459,9 +472,9 @@ impl<'a> Nrt<'a> {
         check_window(offset, n, len)?;
         // SAFETY: live storage of a live tensor.
         unsafe {
-            match dmem_storage_type::from_raw((*s).r#type) {
-                Some(dmem_storage_type::DMA) => {
-                    let m = (*s).mem as Dmem;
+            match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
+                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
+                    let m = (*s).dmem as Dmem;
                     let at = (*m).align_offset + base + offset;
                     let r = match (write, read) {
                         (Some(w), _) => self.drv.copy_in((*m).device_id, (*m).mem_handle, at, w),
@@ -470,8 +483,8 @@ impl<'a> Nrt<'a> {
                     };
                     r.map_err(Error::Driver)
                 }
-                Some(dmem_storage_type::MALLOC) => {
-                    let p = ((*s).mem as *mut u8).add((base + offset) as usize);
+                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
+                    let p = ((*s).dmem as *mut u8).add((base + offset) as usize);
                     match (write, read) {
                         (Some(w), _) => core::ptr::copy(w.as_ptr(), p, w.len()),
                         (_, Some(r)) => core::ptr::copy(p, r.as_mut_ptr(), r.len()),
@@ -540,9 +553,9 @@ impl<'a> Nrt<'a> {
         // SAFETY: live storage; the window lies inside it (checked above), and a MALLOC storage
         // owns (or was attached with) `allocated_size` writable bytes.
         unsafe {
-            match dmem_storage_type::from_raw((*s).r#type) {
-                Some(dmem_storage_type::DMA) => {
-                    let m = (*s).mem as Dmem;
+            match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
+                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
+                    let m = (*s).dmem as Dmem;
                     self.drv
                         .fill(
                             (*m).device_id,
@@ -553,9 +566,9 @@ impl<'a> Nrt<'a> {
                         )
                         .map_err(Error::Driver)
                 }
-                Some(dmem_storage_type::MALLOC) => {
+                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
                     // The window was checked against the storage above.
-                    let p = ((*s).mem as *mut u8).add((base + offset) as usize);
+                    let p = ((*s).dmem as *mut u8).add((base + offset) as usize);
                     core::ptr::write_bytes(p, value, size as usize);
                     Ok(())
                 }
@@ -624,9 +637,9 @@ impl<'a> Nrt<'a> {
         check_window(dst_off, size, dlen)?;
         // SAFETY: live storages.
         unsafe {
-            let dma = dmem_storage_type::DMA as u32;
+            let dma = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32;
             if (*ss).r#type == dma && (*ds).r#type == dma {
-                let (a, b) = ((*ss).mem as Dmem, (*ds).mem as Dmem);
+                let (a, b) = ((*ss).dmem as Dmem, (*ds).dmem as Dmem);
                 if (*a).mem_type == (*b).mem_type
                     && (*a).mem_type == dma_mem_location_t::TONGA_DRAM as u32
                     && ((*a).device_id, (*a).nc_id) != ((*b).device_id, (*b).nc_id)
@@ -652,8 +665,8 @@ impl<'a> Nrt<'a> {
         let (s, base, _) = self.storage_of(t)?;
         // SAFETY: live storage.
         unsafe {
-            if (*s).r#type == dmem_storage_type::MALLOC as u32 {
-                Ok(((*s).mem as *mut u8).wrapping_add(base as usize))
+            if (*s).r#type == nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32 {
+                Ok(((*s).dmem as *mut u8).wrapping_add(base as usize))
             } else {
                 Ok(null_mut())
             }
@@ -669,12 +682,12 @@ impl<'a> Nrt<'a> {
         let (s, base, len) = self.storage_of(t)?;
         // SAFETY: live storage.
         unsafe {
-            if (*s).r#type != dmem_storage_type::DMA as u32 {
+            if (*s).r#type != nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32 {
                 return Err(Error::InvalidArgument(
                     "tensor is not in device-visible memory",
                 ));
             }
-            let m = (*s).mem as Dmem;
+            let m = (*s).dmem as Dmem;
             Ok(DeviceAllocationInfo {
                 physical_address: (*m)._pa + (*m).align_offset + base,
                 size: len,

@@ -82,18 +82,18 @@ impl Nrt<'_> {
         let parts: [(u64, dma_mem_usage_type_t, &str); 4] = [
             (
                 SCRATCH_SPACE_BYTES,
-                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_TABLE,
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB,
                 "ulib_scratch_space",
             ),
             (
                 (core::mem::size_of::<SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY>()
                     * constants::SUNDA_ULIB_TABLE_ENTRIES) as u64,
-                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_TABLE,
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB,
                 "ulib_ucode_table",
             ),
             (
                 EXTRAM_BYTES,
-                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_TABLE,
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB,
                 "ulib_extram",
             ),
             (
@@ -135,8 +135,8 @@ impl Nrt<'_> {
                 let off = i as u64 * stride;
                 let l = addr_of_mut!((*set).libs[i]);
                 (*l).address = (*lib)._pa + (*lib).align_offset + off;
-                (*l).cpu_id = i as u32;
-                (*l).total_cpus = req.count;
+                (*l).cpu_id = i as u8;
+                (*l).total_cpus = req.count as u8;
                 // Stage the image (a recognisable pattern stands in for the ELF bytes). A
                 // device without host-visible memory (EOPNOTSUPP) keeps the allocation only.
                 let pattern = [0x5au8 ^ i as u8; 64];
@@ -195,12 +195,13 @@ impl Nrt<'_> {
         if req.count == 1 {
             // SAFETY: resolved tpb; the cache is read and written only inside stage_once, under
             // ulib_staging_lock; `ulib_users` is bumped inside the same critical section.
+            let ext = self.tpb_ext(tpb);
             unsafe {
                 let sunda = addr_of_mut!((*tpb).sunda);
                 let (set, staged_now) = stage_once(
                     || {
                         let g = (*sunda).ulib_staging_lock.lock();
-                        (*sunda).ulib_users.fetch_add(1, Ordering::AcqRel);
+                        ext.ulib_users.fetch_add(1, Ordering::AcqRel);
                         g
                     },
                     || Some((*sunda).ulib_set_info_extisa_only).filter(|p| !p.is_null()),
@@ -208,12 +209,12 @@ impl Nrt<'_> {
                         self.ulib_alloc_and_stage((*tpb).tpb_allocator, hbm, req, GiveBack::Release)
                             .map(|set| addr_of_mut!((*set).info))
                             .inspect_err(|_| {
-                                (*sunda).ulib_users.fetch_sub(1, Ordering::AcqRel);
+                                ext.ulib_users.fetch_sub(1, Ordering::AcqRel);
                             })
                     },
                     |p| {
                         (*sunda).ulib_set_info_extisa_only = p;
-                        (*sunda).ulib_stage_count.fetch_add(1, Ordering::AcqRel);
+                        ext.ulib_stage_count.fetch_add(1, Ordering::AcqRel);
                     },
                 )?;
                 return Ok((set, true, staged_now));
@@ -237,8 +238,7 @@ impl Nrt<'_> {
             return;
         }
         if shared {
-            // SAFETY: resolved tpb; atomics.
-            unsafe { (*tpb).sunda.ulib_users.fetch_sub(1, Ordering::AcqRel) };
+            self.tpb_ext(tpb).ulib_users.fetch_sub(1, Ordering::AcqRel);
         } else {
             // `info` is the first member of UlibSet.
             self.ulib_free_set(set as *mut UlibSet, how);
@@ -248,22 +248,24 @@ impl Nrt<'_> {
     /// Undoes a shared staging that no model uses: the rollback of a failed load that staged
     /// the copy itself (`staged_now`), never of one that found it cached (spec §6).
     pub(crate) fn ulib_unstage_if_unused(&self, tpb: *mut tpb_t, how: GiveBack) {
+        let ext = self.tpb_ext(tpb);
         // SAFETY: resolved tpb; under ulib_staging_lock.
         unsafe {
             let sunda = addr_of_mut!((*tpb).sunda);
             let _g = (*sunda).ulib_staging_lock.lock();
-            if (*sunda).ulib_users.load(Ordering::Acquire) == 0
+            if ext.ulib_users.load(Ordering::Acquire) == 0
                 && !(*sunda).ulib_set_info_extisa_only.is_null()
             {
                 self.ulib_free_set((*sunda).ulib_set_info_extisa_only as *mut UlibSet, how);
                 (*sunda).ulib_set_info_extisa_only = null_mut();
-                (*sunda).ulib_stage_count.fetch_sub(1, Ordering::AcqRel);
+                ext.ulib_stage_count.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
 
     /// Teardown: frees the core's shared ext-isa copy.
     pub(crate) fn ulib_free_shared(&self, tpb: *mut tpb_t) {
+        let ext = self.tpb_ext(tpb);
         // SAFETY: teardown; under ulib_staging_lock.
         unsafe {
             let sunda = addr_of_mut!((*tpb).sunda);
@@ -273,7 +275,7 @@ impl Nrt<'_> {
                 self.ulib_free_set(s as *mut UlibSet, GiveBack::Release);
                 (*sunda).ulib_set_info_extisa_only = null_mut();
             }
-            (*sunda).ulib_users.store(0, Ordering::Release);
+            ext.ulib_users.store(0, Ordering::Release);
         }
     }
 
@@ -288,13 +290,10 @@ impl Nrt<'_> {
     /// How many times the shared ext-isa library was staged on a core (exactly once however
     /// many models use it), and how many models use it now.
     pub fn ulib_shared_stats(&self, dev: u32, core: u32) -> Result<(u32, u32)> {
-        let tpb = self.tpb(dev, core)?;
-        // SAFETY: resolved tpb; atomics.
-        unsafe {
-            Ok((
-                (*tpb).sunda.ulib_stage_count.load(Ordering::Acquire),
-                (*tpb).sunda.ulib_users.load(Ordering::Acquire),
-            ))
-        }
+        let ext = self.tpb_ext(self.tpb(dev, core)?);
+        Ok((
+            ext.ulib_stage_count.load(Ordering::Acquire),
+            ext.ulib_users.load(Ordering::Acquire),
+        ))
     }
 }

@@ -122,15 +122,16 @@ impl Nrt<'_> {
                     if global >= first && global < first + count {
                         let v = addr_of_mut!((*vc).owned[k]);
                         (*v).vtpb_idx = k as u32;
-                        (*v).tpb_count = lnc;
+                        (*v).vtpb = global;
+                        (*v).nec_dev_id = d;
+                        (*v).num_tpbs = lnc;
                         for j in 0..lnc {
                             let t = l * lnc + j;
                             (*v).tpbs[j as usize].device_id = d;
                             (*v).tpbs[j as usize].device_tpb_idx = t;
                             (*v).tpbs[j as usize].vcore = v;
-                            (*self.tpb_ptr(d, t)).pcore.vcore = v;
+                            (*self.pcore_ptr(d, t)).vcore = v;
                         }
-                        (*v).default_hbm_idx = g.default_hbm(l * lnc);
                         k += 1;
                     }
                     global += 1;
@@ -201,7 +202,15 @@ impl Nrt<'_> {
 
     /// `vtpb_get_default_hbm_idx`: the HBM channel a logical core's tensors go to.
     pub fn vtpb_get_default_hbm_idx(&self, idx: i64) -> Result<u32> {
-        self.virtual_core(idx).map(|v| v.default_hbm_idx)
+        self.virtual_core(idx).map(|v| self.vcore_default_hbm(&v))
+    }
+
+    /// The HBM channel that serves logical core `v`: its owner core's (public ABI §3
+    /// "HBM ↔ core").
+    pub(crate) fn vcore_default_hbm(&self, v: &virtual_core_t) -> u32 {
+        let owner = v.tpbs[0];
+        self.dev_geom(owner.device_id)
+            .default_hbm(owner.device_tpb_idx)
     }
 
     /// The physical cores of logical core `idx` (inside a gated call).
@@ -211,9 +220,9 @@ impl Nrt<'_> {
 }
 
 impl virtual_core_t {
-    /// Its physical cores (`tpbs[..tpb_count]`).
+    /// Its physical cores (`tpbs[..num_tpbs]`).
     pub fn cores(&self) -> &[physical_core_t] {
-        &self.tpbs[..self.tpb_count.min(MAX_LNC_SIZE) as usize]
+        &self.tpbs[..self.num_tpbs.min(MAX_LNC_SIZE) as usize]
     }
 }
 

@@ -514,7 +514,7 @@ proptest! {
 #[test]
 fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    const COLLECTIVES: dma_mem_usage_type_t = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_COLLECTIVES;
+    const COLLECTIVES: dma_mem_usage_type_t = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CC;
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {

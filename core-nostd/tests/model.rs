@@ -18,14 +18,14 @@ const HOST: u32 = dma_mem_location_t::HOST_DRAM as u32;
 fn allocs() -> Vec<ModelAlloc<'static>> {
     vec![
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
             location: DEV,
             size: 3 << 20,
             align: 0,
             hint: "weights",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CODE as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE as u32,
             location: DEV,
             size: 256 << 10,
             align: 4096,
@@ -39,7 +39,7 @@ fn allocs() -> Vec<ModelAlloc<'static>> {
             hint: "qPoolIO0",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_IO_QUEUE as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_IO as u32,
             location: HOST,
             size: 16 << 10,
             align: 0,
@@ -201,14 +201,14 @@ fn failed_loads_do_not_shorten_double_free_detection() {
     let stale = stale_dmem(&n, al);
     let too_big = [
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CODE as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE as u32,
             location: DEV,
             size: 4096,
             align: 0,
             hint: "fits",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
             location: DEV,
             size: 1 << 50,
             align: 0,
@@ -343,7 +343,7 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     // Each page dmem holds one reference per model plus the page's own (GLOBAL) one, so the
     // last user's release drops exactly the two that remain — never a third free that could
     // hit whichever dmem reused the slot meanwhile.
-    let rc: Vec<u32> = (0..3)
+    let rc: Vec<u64> = (0..3)
         .map(|i| {
             let m = n.scratchpad_page(0, 0, i).unwrap().0;
             // SAFETY: a live page dmem (the scratchpad holds references on it).
@@ -352,7 +352,7 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
         .collect();
     assert_eq!(rc, vec![3, 3, 2]);
     assert_eq!(n.scratchpad_info(0, 0).unwrap(), (4 << 20, 3, false));
-    let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD as usize;
+    let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD as usize;
     assert_eq!(n.ledger_device(0, 0, scr), 12 << 20);
     let (page, off) = n
         .tdrv_scratchpad_get_mem(0, 0, (4 << 20) + 100, 16)
@@ -522,14 +522,14 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
     let n = f.nrt();
     let big = [
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
             location: DEV,
             size: 3 << 30,
             align: 0,
             hint: "first_weights",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
             location: DEV,
             size: 30 << 30,
             align: 0,

@@ -402,12 +402,33 @@ impl<'de> Deserialize<'de> for FormatTag {
 /// case) or its number.
 struct Usage(dma_mem_usage_type_t);
 
-/// `UNKNOWN (0), CODE (1), …` for error messages.
+/// `GENERIC (0), INSTR_PE (1), …` for error messages.
 fn usage_names() -> String {
     dma_mem_usage_type_t::all()
         .map(|u| format!("{} ({})", u.short_name(), u as u32))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Parses a usage type (`TENSOR`, `DMA_MEM_USAGE_TYPE_WEIGHT`, `12`), libnrt's names and values
+/// (spec §3.3). A name this project used before (`CONSTANTS`, `SHARED_SCRATCHPAD`, …) is
+/// refused with the name that replaced it: no silent alias (issue 15).
+pub fn parse_usage(s: &str) -> Result<dma_mem_usage_type_t, String> {
+    if let Some(u) = dma_mem_usage_type_t::parse(s) {
+        return Ok(u);
+    }
+    match dma_mem_usage_type_t::former_name(s) {
+        Some(now) => Err(format!(
+            "usage type `{}` was renamed when the project took libnrt 2.31's enum: use {now}",
+            s.trim()
+        )),
+        None => Err(format!(
+            "unknown usage {:?}: expected a dma_mem_usage_type_t name (with or without the \
+             DMA_MEM_USAGE_TYPE_ prefix, any case) or its number: {}",
+            s.trim(),
+            usage_names()
+        )),
+    }
 }
 
 impl<'de> Deserialize<'de> for Usage {
@@ -419,13 +440,7 @@ impl<'de> Deserialize<'de> for Usage {
                 f.write_str("a dma_mem_usage_type_t name or number (0..=21)")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Usage, E> {
-                dma_mem_usage_type_t::parse(s).map(Usage).ok_or_else(|| {
-                    E::custom(format_args!(
-                        "unknown usage {s:?}: expected a dma_mem_usage_type_t name (with or \
-                         without the DMA_MEM_USAGE_TYPE_ prefix, any case) or its number: {}",
-                        usage_names()
-                    ))
-                })
+                parse_usage(s).map(Usage).map_err(E::custom)
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Usage, E> {
                 u32::try_from(v)
@@ -547,7 +562,7 @@ mod tests {
         assert_eq!((a.size, a.align, a.hint.as_str()), (4194304, 0, "qPoolIO0"));
         assert_eq!(
             m.allocations[1].usage,
-            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT
         );
         assert_eq!(
             m.allocations[1].hint, "constants",

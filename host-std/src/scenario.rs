@@ -16,9 +16,11 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use nrt_core::abi::{
-    dma_mem_location_t, dma_mem_usage_type_t, mem_aggr_index_t, H_MODEL, NRT_STATUS,
+    dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t, H_MODEL, NRT_STATUS,
 };
+use nrt_core::abi::tables::category_for;
 use nrt_core::cstr::Printable;
+use nrt_core::ledger::MonitorClass;
 use nrt_core::model::ModelSpec;
 use nrt_core::tensor::{Placement, Tensor, TensorSet};
 use nrt_core::Nrt;
@@ -27,7 +29,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::config::{parse_visible_cores, DeviceChoice, Overrides, RuntimeConfig};
-use crate::manifest::Manifest;
+use crate::manifest::{parse_usage, Manifest};
 use crate::runtime::{HostRuntime, StartError};
 
 // ---------------------------------------------------------------------------------------------
@@ -219,9 +221,13 @@ impl<'de> Deserialize<'de> for Status {
 /// the total.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Category {
-    /// A neuron-monitor class of a core (`runtime_memory` includes the DMA rings, as
-    /// neuron-monitor's per-core report does).
-    Class(mem_aggr_index_t),
+    /// A neuron-monitor class of a core ([`MonitorClass`]: through each usage type's device
+    /// category; `runtime_memory` includes the DMA rings, as neuron-monitor's per-core report
+    /// does).
+    Class(MonitorClass),
+    /// The driver's `dma_rings` counter (device category DMA_RINGS_DEVICE: usage types
+    /// DMA_RING, DMA_RING_SPILL, DMA_RING_IO, DMA_RING_COLLECTIVES).
+    DmaRings,
     /// One `dma_mem_usage_type_t`.
     Usage(dma_mem_usage_type_t),
     /// Every category.
@@ -231,46 +237,47 @@ pub enum Category {
 /// The per-core classes in report order, with neuron-monitor's names (device side), and the
 /// DMA rings last: neuron-monitor folds them into `runtime_memory`; the text reports show them
 /// again on their own row ([`REPORT_ROWS`]).
-pub const DEVICE_CLASSES: [(&str, mem_aggr_index_t); 6] = [
-    ("tensors", mem_aggr_index_t::AGGR_TENSORS),
-    ("constants", mem_aggr_index_t::AGGR_CONSTANTS),
-    ("model_code", mem_aggr_index_t::AGGR_MODEL_CODE),
+pub const DEVICE_CLASSES: [(&str, Category); 6] = [
+    ("tensors", Category::Class(MonitorClass::Tensors)),
+    ("constants", Category::Class(MonitorClass::Constants)),
+    ("model_code", Category::Class(MonitorClass::ModelCode)),
     (
         "model_shared_scratchpad",
-        mem_aggr_index_t::AGGR_MODEL_SHARED_SCRATCHPAD,
+        Category::Class(MonitorClass::ModelSharedScratchpad),
     ),
-    ("runtime_memory", mem_aggr_index_t::AGGR_RUNTIME_MEMORY),
-    ("dma_rings", mem_aggr_index_t::AGGR_DMA_BUFFERS),
+    ("runtime_memory", Category::Class(MonitorClass::RuntimeMemory)),
+    ("dma_rings", Category::DmaRings),
 ];
 
 /// The rows of a core's text report, with their labels: every class at its full value, as
 /// `stats --json` and scenario expectations count it (`runtime_memory` includes the rings),
 /// then the rings as a part of `runtime_memory`.
-pub const REPORT_ROWS: [(&str, mem_aggr_index_t); 6] = [
+pub const REPORT_ROWS: [(&str, Category); 6] = [
     DEVICE_CLASSES[0],
     DEVICE_CLASSES[1],
     DEVICE_CLASSES[2],
     DEVICE_CLASSES[3],
     DEVICE_CLASSES[4],
-    ("  of which dma_rings", mem_aggr_index_t::AGGR_DMA_BUFFERS),
+    ("  of which dma_rings", Category::DmaRings),
 ];
 
 impl Category {
     /// Parses a class name (`tensors`, `constants`, `model_code`, `model_shared_scratchpad`,
     /// `runtime_memory`, `dma_rings`/`dma_buffers`), `total`, or a usage type (`DMA_RING`,
-    /// `DMA_MEM_USAGE_TYPE_CODE`, `3`).
-    pub fn parse(s: &str) -> Option<Self> {
+    /// `DMA_MEM_USAGE_TYPE_WEIGHT`, `6`). A usage name this project used before it took
+    /// libnrt's enum is refused with the name to use now.
+    pub fn parse(s: &str) -> Result<Self, String> {
         let t = s.trim().to_ascii_lowercase();
         if t == "total" {
-            return Some(Category::Total);
+            return Ok(Category::Total);
         }
         if t == "dma_buffers" {
-            return Some(Category::Class(mem_aggr_index_t::AGGR_DMA_BUFFERS));
+            return Ok(Category::DmaRings);
         }
         if let Some((_, c)) = DEVICE_CLASSES.iter().find(|(n, _)| *n == t) {
-            return Some(Category::Class(*c));
+            return Ok(*c);
         }
-        dma_mem_usage_type_t::parse(s).map(Category::Usage)
+        parse_usage(s).map(Category::Usage)
     }
 
     /// Device bytes of this category in a breakdown (`[usage]`, index 22 = total).
@@ -278,12 +285,11 @@ impl Category {
         match self {
             Category::Total => device[22],
             Category::Usage(u) => device[u as usize],
-            Category::Class(c) => dma_mem_usage_type_t::all()
+            Category::Class(c) => c.of(device),
+            Category::DmaRings => dma_mem_usage_type_t::all()
                 .filter(|u| {
-                    let a = nrt_core::abi::tables::aggr_index(*u);
-                    a == c
-                        || (c == mem_aggr_index_t::AGGR_RUNTIME_MEMORY
-                            && a == mem_aggr_index_t::AGGR_DMA_BUFFERS)
+                    category_for(dma_mem_location_t::TONGA_DRAM, *u)
+                        == mem_alloc_category_t::DMA_RINGS_DEVICE as u8
                 })
                 .map(|u| device[u as usize])
                 .sum(),
@@ -296,12 +302,8 @@ impl fmt::Display for Category {
         match self {
             Category::Total => f.write_str("total"),
             Category::Usage(u) => f.write_str(u.short_name()),
-            Category::Class(c) => f.write_str(
-                DEVICE_CLASSES
-                    .iter()
-                    .find(|(_, x)| x == c)
-                    .map_or("?", |(n, _)| n),
-            ),
+            Category::Class(c) => f.write_str(c.name()),
+            Category::DmaRings => f.write_str("dma_rings"),
         }
     }
 }
@@ -1100,14 +1102,14 @@ fn convert_expect(src: &Src<'_>, line: usize, e: RawExpect) -> Result<Expect, Sc
     };
     match &e.category {
         Some(c) => {
-            let cat = Category::parse(c.get_ref()).ok_or_else(|| {
+            let cat = Category::parse(c.get_ref()).map_err(|why| {
                 src.err(
                     c.span(),
                     Some("category"),
                     format!(
                         "{:?} is not a category (tensors, constants, model_code, \
                          model_shared_scratchpad, runtime_memory, dma_rings, total, or a usage \
-                         type such as DMA_RING)",
+                         type such as DMA_RING): {why}",
                         c.get_ref()
                     ),
                 )
@@ -2223,16 +2225,23 @@ mod tests {
     fn categories_parse() {
         assert_eq!(
             Category::parse("tensors"),
-            Some(Category::Class(mem_aggr_index_t::AGGR_TENSORS))
+            Ok(Category::Class(MonitorClass::Tensors))
         );
         assert_eq!(
             Category::parse("DMA_RING"),
-            Some(Category::Usage(
+            Ok(Category::Usage(
                 dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING
             ))
         );
-        assert_eq!(Category::parse("total"), Some(Category::Total));
-        assert_eq!(Category::parse("nonsense"), None);
+        assert_eq!(
+            Category::parse("12"),
+            Ok(Category::Usage(dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR))
+        );
+        assert_eq!(Category::parse("total"), Ok(Category::Total));
+        assert!(Category::parse("nonsense").is_err());
+        // An old project name is refused with its replacement, never taken as an alias.
+        let e = Category::parse("CONSTANTS").unwrap_err();
+        assert!(e.contains("use WEIGHT"), "{e}");
     }
 
     fn parse_err(text: &str) -> ScenarioError {

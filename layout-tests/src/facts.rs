@@ -33,7 +33,30 @@ pub struct Facts {
     /// `[outcomes]`: status names per error path (spec §3.2, §4.3, §7.2).
     #[serde(default)]
     pub outcomes: BTreeMap<String, String>,
+    /// `[tables]`: the `.rodata` category byte tables, indexed by usage type (spec §3.3).
+    #[serde(default)]
+    pub tables: BTreeMap<String, Vec<u8>>,
 }
+
+/// The `.rodata` tables the facts pin: `(facts key, libnrt symbol, the project's bytes)`
+/// (spec §3.3).
+pub const RODATA_TABLES: [(&str, &str, &[u8; 23]); 3] = [
+    (
+        "host_category",
+        "dmem_usage_type_to_host_category",
+        &tables::DMEM_USAGE_TYPE_TO_HOST_CATEGORY,
+    ),
+    (
+        "device_category",
+        "dmem_usage_type_to_device_category",
+        &tables::DMEM_USAGE_TYPE_TO_DEVICE_CATEGORY,
+    ),
+    (
+        "aggr_index",
+        "dmem_usage_type_to_aggr_index",
+        &tables::DMEM_USAGE_TYPE_TO_AGGR_INDEX,
+    ),
+];
 
 /// One `[[struct]]`: a pinned size and the members the spec places.
 #[derive(Clone, Debug, Deserialize)]
@@ -460,6 +483,27 @@ pub fn verify_tables(facts: &Facts) -> Vec<String> {
                 "constant {name}: {t} in the tables, {v} in the facts"
             )),
             Some(_) => {}
+        }
+    }
+    for (key, symbol, have) in RODATA_TABLES {
+        match facts.tables.get(key) {
+            None => errs.push(format!("table {key} ({symbol}): not in the facts")),
+            Some(want) => {
+                if let Some(i) = (0..want.len().max(have.len()))
+                    .find(|&i| want.get(i) != have.get(i))
+                {
+                    errs.push(format!(
+                        "table {key} ({symbol})[{i}]: {:?} in the tables, {:?} in the facts",
+                        have.get(i),
+                        want.get(i)
+                    ));
+                }
+            }
+        }
+    }
+    for key in facts.tables.keys() {
+        if !RODATA_TABLES.iter().any(|(k, _, _)| k == key) {
+            errs.push(format!("table {key}: in the facts but not in the tables"));
         }
     }
     for (n, _) in tables::constants::ALL {

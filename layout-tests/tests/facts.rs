@@ -158,7 +158,31 @@ fn a_changed_fact_is_reported() {
             "enomem_errno = 11",
             "constant enomem_errno: 12 in the tables",
         ),
-        ("[18, 19, 20, 21]", "[17, 19, 20, 21]", "host_category[17]"),
+        (
+            "host_category_invalid_usage_indices = [11, 15, 16]",
+            "host_category_invalid_usage_indices = [12, 15, 16]",
+            "host_category[12]",
+        ),
+        (
+            "host_category   = [0x04, 0x01",
+            "host_category   = [0x05, 0x01",
+            "table host_category (dmem_usage_type_to_host_category)[0]: Some(4) in the tables, Some(5)",
+        ),
+        (
+            "aggr_index      = [0x05, 0x00, 0x00, 0x05, 0x05, 0x01, 0x0b",
+            "aggr_index      = [0x05, 0x00, 0x00, 0x05, 0x05, 0x01, 0x0a",
+            "table aggr_index (dmem_usage_type_to_aggr_index)[6]",
+        ),
+        (
+            "DMA_MEM_USAGE_TYPE_TENSOR = 12",
+            "DMA_MEM_USAGE_TYPE_TENSOR = 2",
+            "dma_mem_usage_type_t.DMA_MEM_USAGE_TYPE_TENSOR: 12 in the tables, 2",
+        ),
+        (
+            "{ name = \"ref_count\", offset = 128, size = 8",
+            "{ name = \"ref_count\", offset = 128, size = 4",
+            "dmem_t.ref_count: size 8 in the tables, 4",
+        ),
         (
             "{ name = \"head\", offset = 0, size = 8, provenance = \"inferred\" }",
             "{ name = \"head\", offset = 0, size = 8, provenance = \"observed\" }",

@@ -17,14 +17,14 @@ const DEV: u32 = dma_mem_location_t::TONGA_DRAM as u32;
 fn allocs() -> Vec<ModelAlloc<'static>> {
     vec![
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CONSTANTS as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
             location: DEV,
             size: 2 << 20,
             align: 0,
             hint: "w",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CODE as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE as u32,
             location: DEV,
             size: 64 << 10,
             align: 4096,
@@ -162,7 +162,7 @@ fn threads_load_execute_unload_on_one_core() {
     let scr = n.ledger_device(
         0,
         0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD as usize,
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD as usize,
     );
     assert_eq!(used, resident_bytes(&rt) + scr);
     assert_eq!(

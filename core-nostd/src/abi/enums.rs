@@ -36,54 +36,54 @@ abi_enum! {
 }
 
 abi_enum! {
-    /// What an allocation is for (spec §3.3; 23 members). Values 18–22 are the spec's; the
-    /// names of 0–17 are this project's, chosen from what §3–§10 say is allocated.
+    /// What an allocation is for (spec §3.3; 23 members, libnrt 2.31's names and values, facts
+    /// v2). `MAX` is not an allocation type: it is the ledger's per-core total index.
     pub enum dma_mem_usage_type_t [section = "3.3"] {
-        /// Not classified.
-        DMA_MEM_USAGE_TYPE_UNKNOWN = 0,
-        /// Instruction streams (`sequencer_setup_instr`, §5.3).
-        DMA_MEM_USAGE_TYPE_CODE = 1,
-        /// Application IO tensors (`nrt_tensor_allocate`, §7.2).
-        DMA_MEM_USAGE_TYPE_TENSOR = 2,
-        /// Weights and constants of a NEFF (§5.2).
-        DMA_MEM_USAGE_TYPE_CONSTANTS = 3,
-        /// Per-core scratchpad pages shared by resident models (§8).
-        DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD = 4,
-        /// A model's private scratch memory.
-        DMA_MEM_USAGE_TYPE_NONSHARED_SCRATCHPAD = 5,
+        /// Runtime memory of no finer class (pointer tables, io queues; neff-format §10.2).
+        DMA_MEM_USAGE_TYPE_GENERIC = 0,
+        /// The PE engine's assembled instruction image.
+        DMA_MEM_USAGE_TYPE_INSTR_PE = 1,
+        /// The ACT engine's instruction image.
+        DMA_MEM_USAGE_TYPE_INSTR_ACT = 2,
+        /// The POOL engine's instruction image (includes the GPSIMD library load sequence).
+        DMA_MEM_USAGE_TYPE_INSTR_POOL = 3,
+        /// Model IO staging.
+        DMA_MEM_USAGE_TYPE_IO = 4,
+        /// DRAM spill of a model.
+        DMA_MEM_USAGE_TYPE_DRAM_SPILL = 5,
+        /// Weights and constants of a NEFF (`file` vars, §5.2).
+        DMA_MEM_USAGE_TYPE_WEIGHT = 6,
         /// Notification queues (§5.1).
-        DMA_MEM_USAGE_TYPE_NOTIFICATION = 6,
-        /// GPSIMD / ext-isa library code (`lib_dmem`, §6).
-        DMA_MEM_USAGE_TYPE_UCODE_LIB = 7,
-        /// GPSIMD library table, extram and scratch space (§6).
-        DMA_MEM_USAGE_TYPE_UCODE_TABLE = 8,
-        /// IO queues of a model (§5.3).
-        DMA_MEM_USAGE_TYPE_IO_QUEUE = 9,
-        /// mr pointer variables (§5.3).
-        DMA_MEM_USAGE_TYPE_MR_POINTER = 10,
-        /// dbtc storage (§5.3).
-        DMA_MEM_USAGE_TYPE_DBTC = 11,
-        /// Queue-bundle instance look-up tables (§5.3).
-        DMA_MEM_USAGE_TYPE_QUEUE_BUNDLE_LUT = 12,
-        /// Data-refill buffers (§5.3).
-        DMA_MEM_USAGE_TYPE_DATA_REFILL = 13,
-        /// Activation / DVE engine configuration (§5.3).
-        DMA_MEM_USAGE_TYPE_ENGINE_CONFIG = 14,
-        /// kbin patch information (§5.4).
-        DMA_MEM_USAGE_TYPE_PATCH_INFO = 15,
-        /// Collectives buffers.
-        DMA_MEM_USAGE_TYPE_COLLECTIVES = 16,
-        /// Runtime-internal memory of no finer class (cc init descriptors, ddrs cache).
-        DMA_MEM_USAGE_TYPE_MISC = 17,
-        /// DMA descriptor rings (spec value).
+        DMA_MEM_USAGE_TYPE_NOTIFICATION = 7,
+        /// Activation lookup tables.
+        DMA_MEM_USAGE_TYPE_ACT_TABLE = 8,
+        /// The DVE engine's instruction image.
+        DMA_MEM_USAGE_TYPE_INSTR_DVE = 9,
+        /// The SP engine's instruction image.
+        DMA_MEM_USAGE_TYPE_INSTR_SP = 10,
+        /// Per-core scratchpad pages shared by resident models (§8). Invalid on the host.
+        DMA_MEM_USAGE_TYPE_SCRATCHPAD = 11,
+        /// Application IO tensors (`nrt_tensor_allocate`, §7.2).
+        DMA_MEM_USAGE_TYPE_TENSOR = 12,
+        /// GPSIMD / ext-isa library code and its tables (§6).
+        DMA_MEM_USAGE_TYPE_UCODE_LIB = 13,
+        /// The per-core pool stdio block.
+        DMA_MEM_USAGE_TYPE_POOL_STDIO = 14,
+        /// Collectives buffers. Invalid on the host.
+        DMA_MEM_USAGE_TYPE_CC = 15,
+        /// A model's private scratch memory (`tmp-buf` vars). Invalid on the host.
+        DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED = 16,
+        /// Cross-thread collectives queues.
+        DMA_MEM_USAGE_TYPE_XT_CC = 17,
+        /// DMA descriptor rings.
         DMA_MEM_USAGE_TYPE_DMA_RING = 18,
-        /// DMA ring spill (spec value).
+        /// DMA ring spill.
         DMA_MEM_USAGE_TYPE_DMA_RING_SPILL = 19,
-        /// DMA rings for IO (spec value).
+        /// DMA rings for IO.
         DMA_MEM_USAGE_TYPE_DMA_RING_IO = 20,
-        /// DMA rings for collectives (spec value).
+        /// DMA rings for collectives.
         DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES = 21,
-        /// Not an allocation type: the per-core grand-total index of the ledger (spec value).
+        /// Not an allocation type: the per-core grand-total index of the ledger.
         DMA_MEM_USAGE_TYPE_MAX = 22,
     }
 }
@@ -97,12 +97,12 @@ abi_enum! {
 }
 
 abi_enum! {
-    /// `nrt_tensor_storage_t.type` (spec §7.1; values follow the listed order).
-    pub enum dmem_storage_type [section = "7.1"] {
-        INVALID = 0,
-        MALLOC = 1,
-        DMA = 2,
-        FAKE = 3,
+    /// `nrt_tensor_storage_t.type` (spec §7.1; the DWARF enum's name and values, facts v2).
+    pub enum nrt_tensor_mem_type_t [section = "7.1"] {
+        NRT_TENSOR_MEM_TYPE_INVALID = 0,
+        NRT_TENSOR_MEM_TYPE_MALLOC = 1,
+        NRT_TENSOR_MEM_TYPE_DMA = 2,
+        NRT_TENSOR_MEM_TYPE_FAKE = 3,
     }
 }
 
@@ -159,16 +159,48 @@ impl mem_alloc_category_t {
 }
 
 abi_enum! {
-    /// The neuron-monitor roll-up classes the aggregate table maps usage types to (spec §3.3
-    /// `map_dmem_usage_type_to_aggr_index`); names follow neuron-monitor's JSON.
+    /// The 12 aggregate classes `dmem_usage_type_to_aggr_index` maps usage types onto (spec
+    /// §3.3, facts v2 `[tables] aggr_index`; libnrt's names for them are not public). Each is
+    /// named after what its bytes group together; `docs/LAYOUT.md` lists the members.
     pub enum mem_aggr_index_t [section = "3.3"] {
-        AGGR_TENSORS = 0,
-        AGGR_CONSTANTS = 1,
-        AGGR_MODEL_CODE = 2,
-        AGGR_MODEL_SHARED_SCRATCHPAD = 3,
-        AGGR_RUNTIME_MEMORY = 4,
-        AGGR_DMA_BUFFERS = 5,
-        AGGR_NONE = 6,
+        /// INSTR_PE, INSTR_ACT, INSTR_DVE, ACT_TABLE, TENSOR, DMA_RING_COLLECTIVES (and MAX).
+        AGGR_ENGINE_CODE_AND_TENSORS = 0,
+        /// DRAM_SPILL.
+        AGGR_DRAM_SPILL = 1,
+        /// SCRATCHPAD (the shared pages).
+        AGGR_SHARED_SCRATCHPAD = 2,
+        /// INSTR_SP.
+        AGGR_INSTR_SP = 3,
+        /// CC.
+        AGGR_COLLECTIVES = 4,
+        /// GENERIC, INSTR_POOL, IO, NOTIFICATION, UCODE_LIB, SCRATCHPAD_NOT_SHARED.
+        AGGR_RUNTIME = 5,
+        /// DMA_RING_SPILL.
+        AGGR_DMA_RING_SPILL = 6,
+        /// DMA_RING.
+        AGGR_DMA_RING = 7,
+        /// DMA_RING_IO.
+        AGGR_DMA_RING_IO = 8,
+        /// XT_CC.
+        AGGR_XT_CC = 9,
+        /// POOL_STDIO.
+        AGGR_POOL_STDIO = 10,
+        /// WEIGHT.
+        AGGR_WEIGHTS = 11,
+    }
+}
+
+impl mem_aggr_index_t {
+    /// Number of classes.
+    pub const COUNT: usize = 12;
+    /// Every class, in index order.
+    pub fn all() -> impl Iterator<Item = Self> {
+        (0..Self::COUNT as u32).filter_map(Self::from_raw)
+    }
+    /// The class's lower-case report name (`engine_code_and_tensors`, …).
+    pub fn short_name(self) -> &'static str {
+        let n = self.name();
+        n.strip_prefix("AGGR_").unwrap_or(n)
     }
 }
 
@@ -233,6 +265,37 @@ impl dma_mem_usage_type_t {
                 s
             };
         Self::all().find(|u| u.short_name().eq_ignore_ascii_case(body))
+    }
+    /// For a name this project used before it took libnrt's enum (facts v2), the name(s) to
+    /// use now; `None` for any other text. Nothing parses an old name: callers refuse it
+    /// with this hint, so no manifest silently changes meaning (issue 15, item 4).
+    pub fn former_name(s: &str) -> Option<&'static str> {
+        const RENAMED: [(&str, &str); 14] = [
+            ("UNKNOWN", "GENERIC"),
+            ("CODE", "INSTR_PE, INSTR_ACT, INSTR_POOL, INSTR_DVE or INSTR_SP"),
+            ("CONSTANTS", "WEIGHT"),
+            ("SHARED_SCRATCHPAD", "SCRATCHPAD"),
+            ("NONSHARED_SCRATCHPAD", "SCRATCHPAD_NOT_SHARED"),
+            ("UCODE_TABLE", "UCODE_LIB"),
+            ("IO_QUEUE", "IO"),
+            ("MR_POINTER", "GENERIC"),
+            ("DBTC", "GENERIC"),
+            ("QUEUE_BUNDLE_LUT", "GENERIC"),
+            ("DATA_REFILL", "DMA_RING"),
+            ("ENGINE_CONFIG", "ACT_TABLE"),
+            ("PATCH_INFO", "GENERIC"),
+            ("COLLECTIVES", "CC"),
+        ];
+        let s = s.trim();
+        let body = s
+            .get(..19)
+            .filter(|p| p.eq_ignore_ascii_case("DMA_MEM_USAGE_TYPE_"))
+            .map_or(s, |_| &s[19..]);
+        RENAMED
+            .iter()
+            .chain(core::iter::once(&("MISC", "GENERIC")))
+            .find(|(old, _)| old.eq_ignore_ascii_case(body))
+            .map(|(_, new)| *new)
     }
 }
 

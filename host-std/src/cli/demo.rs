@@ -10,7 +10,7 @@ use nrt_core::tensor::Placement;
 
 use super::{paint, CliError, Ui, BOLD, GREEN, RED};
 use crate::manifest::Manifest;
-use crate::scenario::{fmt_bytes, oom_dump_text, Category, ManifestRef, Session, REPORT_ROWS};
+use crate::scenario::{fmt_bytes, oom_dump_text, ManifestRef, Session, REPORT_ROWS};
 
 /// The shipped manifests the demo loads, embedded so the binary runs from anywhere:
 /// `(file, text, logical core before wrapping to the visible count)`.
@@ -255,7 +255,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         "change"
     ))?;
     for (name, cls) in REPORT_ROWS {
-        let cat = Category::Class(cls);
+        let cat = cls;
         let (b, a) = (cat.of(&before.device), cat.of(&after.device));
         o.line(&format!(
             "   {:<26} {:>12} {:>12} {:>12}",

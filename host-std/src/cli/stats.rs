@@ -5,8 +5,8 @@
 
 use std::io::{self, Write};
 
-use nrt_core::abi::tables::aggr_index;
-use nrt_core::abi::{dma_mem_usage_type_t, mem_aggr_index_t};
+use nrt_core::abi::{dma_mem_location_t, mem_aggr_index_t, mem_alloc_category_t};
+use nrt_core::ledger::{roll_up_aggr, roll_up_category, MonitorClass};
 use nrt_core::cstr::Printable;
 use nrt_core::driver::PoolStats;
 use nrt_core::ledger::UsageBreakdown;
@@ -153,7 +153,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
 fn device_classes(dev: &[u64; 23]) -> Map<String, Value> {
     let mut m = Map::new();
     for (name, c) in DEVICE_CLASSES.iter().take(5) {
-        m.insert((*name).into(), json!(Category::Class(*c).of(dev)));
+        m.insert((*name).into(), json!(c.of(dev)));
     }
     m
 }
@@ -172,14 +172,12 @@ fn memory_used(dev: &[u64; 23], host: &[u64; 23]) -> Value {
 
 /// neuron-monitor's host classes: `tensors`, `constants`, `dma_buffers`, and everything else
 /// as `application_memory`.
+/// (through each usage type's host category).
 fn host_classes(host: &[u64; 23]) -> Map<String, Value> {
-    let mut by = [0u64; 7];
-    for u in dma_mem_usage_type_t::all() {
-        by[aggr_index(u) as usize] += host[u as usize];
-    }
-    let t = by[mem_aggr_index_t::AGGR_TENSORS as usize];
-    let c = by[mem_aggr_index_t::AGGR_CONSTANTS as usize];
-    let d = by[mem_aggr_index_t::AGGR_DMA_BUFFERS as usize];
+    let by = roll_up_category(host, dma_mem_location_t::HOST_DRAM);
+    let t = by[mem_alloc_category_t::TENSORS_HOST as usize];
+    let c = by[mem_alloc_category_t::CONSTANTS_HOST as usize];
+    let d = by[mem_alloc_category_t::DMA_RINGS_HOST as usize];
     let mut m = Map::new();
     m.insert(
         "application_memory".into(),
@@ -189,6 +187,15 @@ fn host_classes(host: &[u64; 23]) -> Map<String, Value> {
     m.insert("dma_buffers".into(), json!(d));
     m.insert("tensors".into(), json!(t));
     m
+}
+
+/// A core's device bytes per aggregate class (`dmem_usage_type_to_aggr_index`'s 12 classes,
+/// spec §3.3; names in docs/LAYOUT.md).
+fn aggregate_classes(dev: &[u64; 23]) -> Map<String, Value> {
+    mem_aggr_index_t::all()
+        .zip(roll_up_aggr(dev))
+        .map(|(c, bytes)| (c.short_name().to_ascii_lowercase(), json!(bytes)))
+        .collect()
 }
 
 fn pool_json(p: &PoolStats) -> Value {
@@ -226,7 +233,8 @@ pub fn to_json(r: &Report) -> Value {
                 "limit_bytes": c.limit,
                 "peak_bytes": c.peak,
                 "peak_breakdown": peak,
-                "dma_rings_bytes": Category::Class(mem_aggr_index_t::AGGR_DMA_BUFFERS).of(&c.usage.device),
+                "dma_rings_bytes": Category::DmaRings.of(&c.usage.device),
+                "aggregate_classes": aggregate_classes(&c.usage.device),
                 "physical_cores": c.tpbs.iter().map(|(d, t)| format!("nd{d}:nc{t}")).collect::<Vec<_>>(),
                 "models": c.models,
             }),
@@ -329,7 +337,7 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
             "category", "device", "peak", "host"
         )?;
         for (name, cls) in REPORT_ROWS {
-            let cat = Category::Class(cls);
+            let cat = cls;
             let (d, p, ho) = (
                 cat.of(&c.usage.device),
                 cat.of(&c.usage.device_peak),
@@ -363,8 +371,8 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
             m.core,
             m.handle,
             fmt_bytes(m.dev[22]),
-            fmt_bytes(Category::Class(mem_aggr_index_t::AGGR_CONSTANTS).of(&m.dev)),
-            fmt_bytes(Category::Class(mem_aggr_index_t::AGGR_MODEL_CODE).of(&m.dev)),
+            fmt_bytes(Category::Class(MonitorClass::Constants).of(&m.dev)),
+            fmt_bytes(Category::Class(MonitorClass::ModelCode).of(&m.dev)),
             fmt_bytes(m.host[22]),
             m.scratchpad_pages
         )?;
