@@ -209,11 +209,15 @@ impl fmt::Display for Error {
             Error::InvalidUsage(u) => {
                 write!(f, "usage type {u} is not a dma_mem_usage_type_t (0..=21)")
             }
+            // libnrt's text ("Invalid mem_usage_type %d for host", spec §3.2 step 2), then
+            // which member it is and why.
             Error::UsageInvalidForLocation { usage, loc } => write!(
                 f,
-                "usage {} cannot be allocated in {} (category table says 20)",
+                "Invalid mem_usage_type {} for {} ({}: the {} category table says 20)",
+                usage as u32,
+                if loc == dma_mem_location_t::HOST_DRAM { "host" } else { "device" },
                 usage.name(),
-                loc.name()
+                if loc == dma_mem_location_t::HOST_DRAM { "host" } else { "device" },
             ),
             Error::HbmOutOfRange { hbm, channels } => {
                 write!(f, "HBM index {hbm} out of range (device has {channels})")

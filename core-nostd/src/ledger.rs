@@ -137,9 +137,8 @@ impl MonitorClass {
     /// The class of a usage type's device bytes (through its device category byte).
     pub const fn of_usage(u: dma_mem_usage_type_t) -> MonitorClass {
         use mem_alloc_category_t::*;
-        match mem_alloc_category_t::from_raw(
-            category_for(dma_mem_location_t::TONGA_DRAM, u) as u32,
-        ) {
+        match mem_alloc_category_t::from_raw(category_for(dma_mem_location_t::TONGA_DRAM, u) as u32)
+        {
             Some(TENSORS_DEVICE) => MonitorClass::Tensors,
             Some(CONSTANTS_DEVICE) => MonitorClass::Constants,
             Some(CODE_DEVICE) => MonitorClass::ModelCode,
@@ -331,11 +330,7 @@ impl Nrt<'_> {
 
     /// Calls `f(mla, ext, nc)` for each physical core of logical core `vnc`, with that
     /// device's ledger lock held: one consistent reading (or peak reset) per core.
-    fn for_each_vnc_core(
-        &self,
-        vnc: i64,
-        f: impl FnMut(&mla_t, &DevExt, usize),
-    ) -> Result<()> {
+    fn for_each_vnc_core(&self, vnc: i64, f: impl FnMut(&mla_t, &DevExt, usize)) -> Result<()> {
         self.for_each_core_locked(self.vcore_tpbs(vnc)?, f);
         Ok(())
     }

@@ -109,8 +109,8 @@ fn every_bad_input_is_refused_and_changes_nothing() {
         (
             AllocArgs::host(
                 4096,
-                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING,
-                "ring",
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD,
+                "scratchpad",
             ),
             NRT_STATUS::NRT_INVALID,
         ),
@@ -132,8 +132,9 @@ fn every_bad_input_is_refused_and_changes_nothing() {
         assert_eq!(e.status(), *st, "{a:?} → {e}");
         assert_eq!(snapshot(&n), before, "{a:?} changed state");
     }
-    // Each host-invalid usage of the spec (18..=21) is refused on the host.
-    for u in 18..=21 {
+    // Each host-invalid usage (libnrt's host table: SCRATCHPAD, CC, SCRATCHPAD_NOT_SHARED)
+    // is refused on the host with libnrt's message, and the host DMA rings are accepted.
+    for u in 0..22u32 {
         let a = AllocArgs {
             size: 4096,
             align: 0,
@@ -142,11 +143,26 @@ fn every_bad_input_is_refused_and_changes_nothing() {
             usage: u,
             hint: "h",
         };
-        assert!(matches!(
-            n.dmem_alloc(al, &a, None),
-            Err(Error::UsageInvalidForLocation { .. })
-        ));
+        let invalid = constants::HOST_CATEGORY_INVALID_USAGE_INDICES.contains(&(u as usize));
+        match n.dmem_alloc(al, &a, None) {
+            Err(e @ Error::UsageInvalidForLocation { .. }) => {
+                assert!(invalid, "usage {u} refused on the host: {e}");
+                assert_eq!(e.status(), NRT_STATUS::NRT_INVALID);
+                let text = e.to_string();
+                assert!(
+                    text.starts_with(&format!("Invalid mem_usage_type {u} for host")),
+                    "{text}"
+                );
+                assert_eq!(snapshot(&n), before, "usage {u} changed state");
+            }
+            Ok(m) => {
+                assert!(!invalid, "usage {u} accepted on the host");
+                n.dmem_free(m).unwrap();
+            }
+            Err(e) => panic!("usage {u} on the host: {e}"),
+        }
     }
+    assert_eq!(snapshot(&n), before);
     // Core out of range, and a pcore that is not a core of the context tree: refused, the
     // latter without being dereferenced.
     assert!(matches!(
@@ -434,7 +450,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u32..8, any::<bool>(), 0u32..18, 1u64..4096, 0u8..14).prop_map(|(core, host, usage, kib, align_log)| Op::Alloc { core, host, usage, kib, align_log }),
+        4 => (0u32..8, any::<bool>(), 0u32..22, 1u64..4096, 0u8..14).prop_map(|(core, host, usage, kib, align_log)| Op::Alloc { core, host, usage, kib, align_log }),
         3 => any::<usize>().prop_map(Op::Free),
         1 => any::<usize>().prop_map(Op::Acquire),
     ]
@@ -466,7 +482,13 @@ proptest! {
                             let bytes = unsafe { (*m).allocated_size };
                             live.push((m, core, host, usage, bytes, 1));
                         }
-                        Err(e) => prop_assert!(host && align != 0 || matches!(e, Error::DeviceOom{..} | Error::HostOom{..}), "{e}"),
+                        Err(e) => prop_assert!(
+                            host && align != 0
+                                || matches!(e, Error::DeviceOom{..} | Error::HostOom{..})
+                                || (host && matches!(e, Error::UsageInvalidForLocation{..})
+                                    && constants::HOST_CATEGORY_INVALID_USAGE_INDICES.contains(&(usage as usize))),
+                            "{e}"
+                        ),
                     }
                 }
                 Op::Free(i) if !live.is_empty() => {

@@ -471,13 +471,13 @@ fn bad_model_inputs() {
         n.load_model(0, &spec("u", &wrong)),
         Err(Error::InvalidUsage(99))
     ));
-    let ring_on_host = [ModelAlloc {
-        usage: 18,
+    let scratch_on_host = [ModelAlloc {
+        usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED as u32,
         location: HOST,
         ..a[0]
     }];
     assert!(matches!(
-        n.load_model(0, &spec("r", &ring_on_host)),
+        n.load_model(0, &spec("r", &scratch_on_host)),
         Err(Error::UsageInvalidForLocation { .. })
     ));
     assert_eq!(
@@ -542,7 +542,9 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
     let mut dump = String::new();
     n.last_oom_dump(&mut dump).unwrap();
     assert!(
-        dump.starts_with("Failed to allocate 30720.000MB (usage: constants) on ND 0:NC 0 (HBM 0, type CONSTANTS)"),
+        dump.starts_with(
+            "Failed to allocate 30720.000MB (usage: constants) on ND 0:NC 0 (HBM 0, type WEIGHT)"
+        ),
         "{dump}"
     );
     assert!(

@@ -496,7 +496,7 @@ static void models(void) {
 /* ---- OOM, NEFF, bad manifests -------------------------------------------------------------- */
 
 static const char OOM_MODEL[] =
-    "{ \"format\": \"nrt-dmem-model/1\", \"name\": \"too-big\",\n"
+    "{ \"format\": \"nrt-dmem-model/2\", \"name\": \"too-big\",\n"
     "  \"allocations\": [\n"
     "    { \"usage\": \"CODE\", \"location\": \"device\", \"size\": 1048576 },\n"
     "    { \"usage\": \"CONSTANTS\", \"location\": \"device\", \"size\": 68719476736,"
@@ -540,18 +540,18 @@ static void oom_and_manifests(void) {
     /* A compiled NEFF is refused with what this runtime loads instead. */
     static const unsigned char gz[] = {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 3};
     EXPECT(nrt_load(gz, sizeof gz, 0, -1, &m), NRT_UNSUPPORTED_NEFF_VERSION);
-    CHECK(strstr(nrtx_get_last_error_message(), "nrt-dmem-model/1") != NULL,
+    CHECK(strstr(nrtx_get_last_error_message(), "nrt-dmem-model/2") != NULL,
           "the NEFF message says what to load instead");
     EXPECT(nrt_load("NEFF\x01\x02", 6, 0, -1, &m), NRT_UNSUPPORTED_NEFF_VERSION);
 
     static const char unknown_key[] =
-        "{\"format\":\"nrt-dmem-model/1\",\"name\":\"m\",\"allocations\":[],\n\"weights\":1}";
+        "{\"format\":\"nrt-dmem-model/2\",\"name\":\"m\",\"allocations\":[],\n\"weights\":1}";
     EXPECT(nrt_load(unknown_key, strlen(unknown_key), 0, -1, &m), NRT_INVALID);
     CHECK(strstr(nrtx_get_last_error_message(), "weights") != NULL &&
               strstr(nrtx_get_last_error_message(), "line 2") != NULL,
           "unknown key named with its line: %s", nrtx_get_last_error_message());
     static const char bad_usage[] =
-        "{\"format\":\"nrt-dmem-model/1\",\"name\":\"m\",\"allocations\":"
+        "{\"format\":\"nrt-dmem-model/2\",\"name\":\"m\",\"allocations\":"
         "[{\"usage\":\"WEIGHTS\",\"location\":\"device\",\"size\":1}]}";
     EXPECT(nrt_load(bad_usage, strlen(bad_usage), 0, -1, &m), NRT_INVALID);
     CHECK(strstr(nrtx_get_last_error_message(), "DMA_RING_COLLECTIVES") != NULL,

@@ -1,6 +1,6 @@
 //! `nrt_load`, `nrt_unload`, `nrt_execute` (public API §2; spec §4–§5, §7.3).
 //!
-//! `nrt_load` takes a model manifest (JSON, format `"nrt-dmem-model/1"`, docs/MANIFEST.md) in
+//! `nrt_load` takes a model manifest (JSON, format `"nrt-dmem-model/2"`, docs/MANIFEST.md) in
 //! place of a NEFF: this runtime models libnrt's device memory, not the NeuronCore's
 //! instruction set. The `nrt_model_t *` handed back is an opaque handle registered with the
 //! runtime and never reused within the process (`global::new_handle`); every call looks a
@@ -43,7 +43,7 @@ fn not_loaded() -> Fail {
 /// fewest) and makes all of its device memory: per-subgraph allocations, GPSIMD libraries,
 /// scratchpad. All-or-nothing: on failure no memory stays allocated.
 ///
-/// `neff_bytes`/`size` hold a model manifest (JSON, format "nrt-dmem-model/1"), the stand-in
+/// `neff_bytes`/`size` hold a model manifest (JSON, format "nrt-dmem-model/2"), the stand-in
 /// for a NEFF in this runtime; a compiled NEFF is refused with NRT_UNSUPPORTED_NEFF_VERSION.
 /// A malformed manifest is NRT_INVALID (the message names the field, line and column); device
 /// out-of-memory is NRT_RESOURCE (`nrtx_get_oom_report` shows the memory at that moment).

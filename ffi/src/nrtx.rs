@@ -257,7 +257,11 @@ pub unsafe extern "C" fn nrtx_get_vnc_hbm_stats(
         global::with_rt(|r| {
             let nrt = r.rt.nrt();
             let v = nrt.virtual_core(vnc as i64)?;
-            let s = hbm_stats(r, v.tpbs[0].device_id, nrt.vtpb_get_default_hbm_idx(vnc as i64)?)?;
+            let s = hbm_stats(
+                r,
+                v.tpbs[0].device_id,
+                nrt.vtpb_get_default_hbm_idx(vnc as i64)?,
+            )?;
             // SAFETY: caller contract.
             unsafe { put_sized(&s, stats, stats_size_in, stats_size_out) }
         })

@@ -3,10 +3,10 @@
 //! A NEFF tells libnrt what device memory a model needs (spec §5: its allocations per
 //! subgraph, GPSIMD libraries §6, scratchpad and SBUF carveout §8) and which IO tensors it
 //! declares (§7). This runtime models exactly that and nothing else, so a model is described by
-//! a small JSON document, format `"nrt-dmem-model/1"` (docs/MANIFEST.md):
+//! a small JSON document, format `"nrt-dmem-model/2"` (docs/MANIFEST.md):
 //!
 //! ```json
-//! { "format": "nrt-dmem-model/1", "name": "bert-base",
+//! { "format": "nrt-dmem-model/2", "name": "bert-base",
 //!   "allocations": [ { "usage": "CONSTANTS", "location": "device", "size": 438000000 } ],
 //!   "inputs": [ { "name": "input_ids", "size": 512 } ],
 //!   "outputs": [ { "name": "last_hidden_state", "size": 393216 } ] }
@@ -29,7 +29,11 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 /// The one manifest format this runtime reads.
-pub const FORMAT: &str = "nrt-dmem-model/1";
+pub const FORMAT: &str = "nrt-dmem-model/2";
+
+/// The format before the project took libnrt 2.31's usage enum: its usage names and numbers
+/// meant something else (`2` was TENSOR, now INSTR_ACT), so it is refused, never read.
+pub const FORMAT_V1: &str = "nrt-dmem-model/1";
 
 /// Why bytes handed to `nrt_load` are not a loadable manifest.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -387,6 +391,13 @@ impl<'de> Deserialize<'de> for FormatTag {
             fn visit_str<E: de::Error>(self, s: &str) -> Result<FormatTag, E> {
                 if s == FORMAT {
                     Ok(FormatTag)
+                } else if s == FORMAT_V1 {
+                    Err(E::custom(format_args!(
+                        "manifest format \"{FORMAT_V1}\" used this project's former usage \
+                         names and numbers, which are now libnrt 2.31's (docs/CHANGELOG.md): \
+                         rename the usages (CONSTANTS → WEIGHT, CODE → INSTR_*, …) and set \
+                         \"format\": \"{FORMAT}\""
+                    )))
                 } else {
                     Err(E::custom(format_args!(
                         "unsupported manifest format {s:?}: this runtime reads \"{FORMAT}\""
@@ -530,10 +541,10 @@ fn de_carveout_type<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 mod tests {
     use super::*;
 
-    const BERT: &str = r#"{ "format": "nrt-dmem-model/1", "name": "bert-base", "subgraphs": 1,
+    const BERT: &str = r#"{ "format": "nrt-dmem-model/2", "name": "bert-base", "subgraphs": 1,
   "allocations": [ { "usage": "DMA_RING", "location": "device", "size": 4194304, "align": 0, "hint": "qPoolIO0" },
-                   { "usage": "dma_mem_usage_type_constants", "location": "Device", "size": 1000 },
-                   { "usage": 2, "location": "host", "size": 64 } ],
+                   { "usage": "dma_mem_usage_type_weight", "location": "Device", "size": 1000 },
+                   { "usage": 12, "location": "host", "size": 64 } ],
   "gpsimd_libs": { "count": 1, "bytes": 65536 }, "scratchpad_bytes": 0,
   "sbuf_carveout": { "type": "evtaccel", "partition_start": 0, "partition_count": 128, "offset": 229368, "size": 8 },
   "inputs":  [ { "name": "input0",  "size": 4096 } ], "outputs": [ { "name": "output0", "size": 4096 } ] }"#;
@@ -565,7 +576,7 @@ mod tests {
             dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT
         );
         assert_eq!(
-            m.allocations[1].hint, "constants",
+            m.allocations[1].hint, "weight",
             "hint defaults to the usage"
         );
         assert_eq!(
@@ -614,7 +625,7 @@ mod tests {
 
     #[test]
     fn optional_fields_default() {
-        let m = Manifest::parse(br#"{"format":"nrt-dmem-model/1","name":"tiny","allocations":[]}"#)
+        let m = Manifest::parse(br#"{"format":"nrt-dmem-model/2","name":"tiny","allocations":[]}"#)
             .unwrap();
         assert_eq!(m.subgraphs, 1);
         assert!(m.allocations.is_empty());
@@ -635,7 +646,7 @@ mod tests {
                 format!("{}", u as u32),
             ] {
                 let j = format!(
-                    r#"{{"format":"nrt-dmem-model/1","name":"m","allocations":[{{"usage":{text},"location":"device","size":1}}]}}"#
+                    r#"{{"format":"nrt-dmem-model/2","name":"m","allocations":[{{"usage":{text},"location":"device","size":1}}]}}"#
                 );
                 let m = Manifest::parse(j.as_bytes()).unwrap();
                 assert_eq!(m.allocations[0].usage, u, "{text}");
@@ -646,26 +657,26 @@ mod tests {
     #[test]
     fn rejects_unknown_keys_naming_them() {
         let (path, msg, line, col) = invalid(
-            "{\"format\":\"nrt-dmem-model/1\",\"name\":\"m\",\"allocations\":[],\n \"weights\":1}",
+            "{\"format\":\"nrt-dmem-model/2\",\"name\":\"m\",\"allocations\":[],\n \"weights\":1}",
         );
         assert!(msg.contains("unknown field `weights`"), "{msg}");
         assert_eq!(path, "weights");
         assert_eq!(line, 2);
         assert!(col > 1);
         let (path, msg, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[
-                {"usage":"CODE","location":"device","size":1,"sise":2}]}"#,
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[
+                {"usage":"INSTR_PE","location":"device","size":1,"sise":2}]}"#,
         );
         assert!(msg.contains("unknown field `sise`"), "{msg}");
         assert_eq!(path, "allocations[0].sise");
         let (path, msg, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[],
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[],
                 "inputs":[{"name":"a","size":1,"dtype":"fp32"}]}"#,
         );
         assert!(msg.contains("unknown field `dtype`"), "{msg}");
         assert_eq!(path, "inputs[0].dtype");
         let (path, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[],
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[],
                 "gpsimd_libs":{"count":1,"bytes":1,"isa":"x"}}"#,
         );
         assert_eq!(path, "gpsimd_libs.isa");
@@ -674,26 +685,51 @@ mod tests {
     #[test]
     fn rejects_a_wrong_format() {
         let (path, msg, line, _) =
-            invalid(r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[]}"#);
+            invalid(r#"{"format":"nrt-dmem-model/3","name":"m","allocations":[]}"#);
         assert_eq!(path, "format");
+        assert!(msg.contains("nrt-dmem-model/3"), "{msg}");
         assert!(msg.contains("nrt-dmem-model/2"), "{msg}");
-        assert!(msg.contains("nrt-dmem-model/1"), "{msg}");
         assert_eq!(line, 1);
+        // The former format (the project's own usage numbering) is refused with what changed,
+        // never read with its numbers reinterpreted.
+        let (path, msg, ..) = invalid(
+            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":2,"location":"device","size":1}]}"#,
+        );
+        assert_eq!(path, "format");
+        assert!(msg.contains("former usage names and numbers"), "{msg}");
+        assert!(msg.contains("\"format\": \"nrt-dmem-model/2\""), "{msg}");
         let (path, ..) = invalid(r#"{"format":1,"name":"m","allocations":[]}"#);
         assert_eq!(path, "format");
     }
 
     #[test]
+    fn refuses_a_former_usage_name_naming_the_new_one() {
+        for (old, new) in [
+            ("CONSTANTS", "use WEIGHT"),
+            ("DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD", "use SCRATCHPAD"),
+            ("nonshared_scratchpad", "use SCRATCHPAD_NOT_SHARED"),
+            ("CODE", "use INSTR_PE, INSTR_ACT"),
+            ("COLLECTIVES", "use CC"),
+        ] {
+            let (path, msg, ..) = invalid(&format!(
+                r#"{{"format":"nrt-dmem-model/2","name":"m","allocations":[{{"usage":"{old}","location":"device","size":1}}]}}"#
+            ));
+            assert_eq!(path, "allocations[0].usage");
+            assert!(msg.contains(new) && msg.contains("renamed"), "{old}: {msg}");
+        }
+    }
+
+    #[test]
     fn rejects_unknown_usage_listing_the_valid_names() {
         let (path, msg, line, col) = invalid(
-            "{\"format\":\"nrt-dmem-model/1\",\"name\":\"m\",\"allocations\":[\n  {\"usage\":\"WEIGHTS\",\"location\":\"device\",\"size\":1}]}",
+            "{\"format\":\"nrt-dmem-model/2\",\"name\":\"m\",\"allocations\":[\n  {\"usage\":\"WEIGHTS\",\"location\":\"device\",\"size\":1}]}",
         );
         assert_eq!(path, "allocations[0].usage");
         assert!(msg.contains("\"WEIGHTS\""), "{msg}");
         for name in [
-            "UNKNOWN (0)",
-            "TENSOR (2)",
-            "CONSTANTS (3)",
+            "GENERIC (0)",
+            "TENSOR (12)",
+            "WEIGHT (6)",
             "DMA_RING_COLLECTIVES (21)",
         ] {
             assert!(msg.contains(name), "{name} missing from {msg}");
@@ -701,12 +737,12 @@ mod tests {
         assert_eq!(line, 2);
         assert!(col > 10);
         let (path, msg, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":22,"location":"device","size":1}]}"#,
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[{"usage":22,"location":"device","size":1}]}"#,
         );
         assert_eq!(path, "allocations[0].usage");
         assert!(msg.contains("22"), "{msg}");
         let (_, msg, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":-1,"location":"device","size":1}]}"#,
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[{"usage":-1,"location":"device","size":1}]}"#,
         );
         assert!(msg.contains("negative"), "{msg}");
     }
@@ -714,28 +750,28 @@ mod tests {
     #[test]
     fn rejects_bad_locations_types_and_missing_fields() {
         let (path, msg, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":"CODE","location":"hbm","size":1}]}"#,
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[{"usage":"INSTR_PE","location":"hbm","size":1}]}"#,
         );
         assert_eq!(path, "allocations[0].location");
         assert!(msg.contains("\"hbm\""), "{msg}");
         let (path, msg, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":"CODE","location":"device","size":-4}]}"#,
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[{"usage":"INSTR_PE","location":"device","size":-4}]}"#,
         );
         assert_eq!(path, "allocations[0].size");
         assert!(msg.contains("invalid value"), "{msg}");
         let (path, msg, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[{"usage":"CODE","location":"device"}]}"#,
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[{"usage":"INSTR_PE","location":"device"}]}"#,
         );
         assert_eq!(path, "allocations[0]");
         assert!(msg.contains("missing field `size`"), "{msg}");
-        let (_, msg, ..) = invalid(r#"{"format":"nrt-dmem-model/1","allocations":[]}"#);
+        let (_, msg, ..) = invalid(r#"{"format":"nrt-dmem-model/2","allocations":[]}"#);
         assert!(msg.contains("missing field `name`"), "{msg}");
         let (_, msg, ..) = invalid(r#"{"name":"m","allocations":[]}"#);
         assert!(msg.contains("missing field `format`"), "{msg}");
-        let (_, msg, ..) = invalid(r#"{"format":"nrt-dmem-model/1","name":"m"}"#);
+        let (_, msg, ..) = invalid(r#"{"format":"nrt-dmem-model/2","name":"m"}"#);
         assert!(msg.contains("missing field `allocations`"), "{msg}");
         let (path, msg, ..) = invalid(
-            r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[],
+            r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[],
                "sbuf_carveout":{"type":"dma","partition_start":0,"partition_count":128,"offset":0,"size":8}}"#,
         );
         assert_eq!(path, "sbuf_carveout.type");
@@ -745,13 +781,13 @@ mod tests {
     #[test]
     fn rejects_malformed_json_with_a_position() {
         let (_, msg, line, col) =
-            invalid("{\"format\":\"nrt-dmem-model/1\",\n\"name\":\"m\",,\"allocations\":[]}");
+            invalid("{\"format\":\"nrt-dmem-model/2\",\n\"name\":\"m\",,\"allocations\":[]}");
         assert!(!msg.is_empty());
         assert_eq!((line, col > 0), (2, true));
         let (_, msg, ..) = invalid("");
         assert!(msg.contains("EOF"), "{msg}");
         let (_, msg, ..) =
-            invalid(r#"{"format":"nrt-dmem-model/1","name":"m","allocations":[]} {}"#);
+            invalid(r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[]} {}"#);
         assert!(msg.contains("trailing"), "{msg}");
         let (_, msg, ..) = invalid("model: bert\n");
         assert!(msg.contains("expected value"), "{msg}");
@@ -769,7 +805,7 @@ mod tests {
         assert!(neff(&[b'{', 0, 1, 2]));
         assert!(neff(&[0xff, 0xfe, b'{', b'}']));
         let e = Manifest::parse(&[0x1f, 0x8b]).unwrap_err().to_string();
-        assert!(e.contains("NEFF") && e.contains("nrt-dmem-model/1"), "{e}");
+        assert!(e.contains("NEFF") && e.contains("nrt-dmem-model/2"), "{e}");
         assert!(!neff(BERT.as_bytes()));
     }
 

@@ -15,10 +15,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use nrt_core::abi::tables::category_for;
 use nrt_core::abi::{
     dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t, H_MODEL, NRT_STATUS,
 };
-use nrt_core::abi::tables::category_for;
 use nrt_core::cstr::Printable;
 use nrt_core::ledger::MonitorClass;
 use nrt_core::model::ModelSpec;
@@ -245,7 +245,10 @@ pub const DEVICE_CLASSES: [(&str, Category); 6] = [
         "model_shared_scratchpad",
         Category::Class(MonitorClass::ModelSharedScratchpad),
     ),
-    ("runtime_memory", Category::Class(MonitorClass::RuntimeMemory)),
+    (
+        "runtime_memory",
+        Category::Class(MonitorClass::RuntimeMemory),
+    ),
     ("dma_rings", Category::DmaRings),
 ];
 
@@ -2235,13 +2238,15 @@ mod tests {
         );
         assert_eq!(
             Category::parse("12"),
-            Ok(Category::Usage(dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR))
+            Ok(Category::Usage(
+                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR
+            ))
         );
         assert_eq!(Category::parse("total"), Ok(Category::Total));
         assert!(Category::parse("nonsense").is_err());
         // An old project name is refused with its replacement, never taken as an alias.
-        let e = Category::parse("CONSTANTS").unwrap_err();
-        assert!(e.contains("use WEIGHT"), "{e}");
+        let e = Category::parse("SHARED_SCRATCHPAD").unwrap_err();
+        assert!(e.contains("use SCRATCHPAD"), "{e}");
     }
 
     fn parse_err(text: &str) -> ScenarioError {

@@ -246,7 +246,7 @@ fn malformed_scenario_names_file_line_and_field() {
     let manifest = dir.join("m.json");
     std::fs::write(
         &manifest,
-        "{\n  \"format\": \"nrt-dmem-model/1\",\n  \"name\": \"m\",\n  \"allocations\": [\n    { \"usage\": \"BOGUS\", \"location\": \"device\", \"size\": 4096 }\n  ]\n}\n",
+        "{\n  \"format\": \"nrt-dmem-model/2\",\n  \"name\": \"m\",\n  \"allocations\": [\n    { \"usage\": \"BOGUS\", \"location\": \"device\", \"size\": 4096 }\n  ]\n}\n",
     )
     .expect("write");
     let sc = dir.join("uses-bad-manifest.toml");

@@ -489,8 +489,8 @@ pub fn verify_tables(facts: &Facts) -> Vec<String> {
         match facts.tables.get(key) {
             None => errs.push(format!("table {key} ({symbol}): not in the facts")),
             Some(want) => {
-                if let Some(i) = (0..want.len().max(have.len()))
-                    .find(|&i| want.get(i) != have.get(i))
+                if let Some(i) =
+                    (0..want.len().max(have.len())).find(|&i| want.get(i) != have.get(i))
                 {
                     errs.push(format!(
                         "table {key} ({symbol})[{i}]: {:?} in the tables, {:?} in the facts",

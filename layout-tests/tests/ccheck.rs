@@ -163,8 +163,8 @@ fn changing_an_array_bound_is_reported_with_everything_it_moves() {
             "tpb_t",
             Some("pooling_q7_nrtucode_core"),
             "offset",
-            "38640",
-            "38256"
+            "39232",
+            "38848"
         ),
         "{m:#?}"
     );

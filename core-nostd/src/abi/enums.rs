@@ -272,7 +272,10 @@ impl dma_mem_usage_type_t {
     pub fn former_name(s: &str) -> Option<&'static str> {
         const RENAMED: [(&str, &str); 14] = [
             ("UNKNOWN", "GENERIC"),
-            ("CODE", "INSTR_PE, INSTR_ACT, INSTR_POOL, INSTR_DVE or INSTR_SP"),
+            (
+                "CODE",
+                "INSTR_PE, INSTR_ACT, INSTR_POOL, INSTR_DVE or INSTR_SP",
+            ),
             ("CONSTANTS", "WEIGHT"),
             ("SHARED_SCRATCHPAD", "SCRATCHPAD"),
             ("NONSHARED_SCRATCHPAD", "SCRATCHPAD_NOT_SHARED"),

@@ -6,10 +6,10 @@
 use std::io::{self, Write};
 
 use nrt_core::abi::{dma_mem_location_t, mem_aggr_index_t, mem_alloc_category_t};
-use nrt_core::ledger::{roll_up_aggr, roll_up_category, MonitorClass};
 use nrt_core::cstr::Printable;
 use nrt_core::driver::PoolStats;
 use nrt_core::ledger::UsageBreakdown;
+use nrt_core::ledger::{roll_up_aggr, roll_up_category, MonitorClass};
 use serde_json::{json, Map, Value};
 
 use crate::scenario::{
