@@ -24,6 +24,7 @@ pub mod check;
 pub mod cli;
 pub mod dwarf;
 pub mod facts;
+pub mod fixture;
 pub mod header;
 pub mod markdown;
 pub mod report;
