@@ -8,24 +8,28 @@
 //!
 //! ## What fails
 //!
-//! A fact is **pinned** when the spec states it ([`crate::facts::Pins`]: observed/inferred
-//! members, sizes and values listed in `layout-facts.toml`). Everything else is **chosen** — the
-//! project placed it.
+//! A fact is **pinned** when `layout-facts.toml` states it, and pinned facts come from that file
+//! alone: each struct's size; each listed member's offset, size and element count *where the
+//! file states them* (a member with an offset only, such as `ht_node_t.val`, has only its offset
+//! checked); each enum's stated size, member count and values; the three `[tables]`. Type names
+//! of members are never compared, and types the file does not list (`nrt_mutex_t`) are never
+//! pinned. Everything else the Rust tables place is **chosen**.
 //!
 //! * A pinned fact that differs is `FAIL`; a pinned fact the DWARF lacks is `MISSING`; both make
-//!   the exit code 1.
+//!   the exit code 1. Each failing struct also names its first differing member, by offset.
 //! * A chosen fact that differs or is missing is a `FINDING`: reported, never failing (libnrt
 //!   is free to have put its members elsewhere). `--strict` makes findings fail too (`FAIL`),
 //!   which is how the self-check of the project's own header is run.
 //! * Reserved spans are not libnrt members; with `--all` each is reported `INFO` with the DWARF
 //!   members that occupy those bytes, as are DWARF members and enumerators the tables lack.
-//! * A category-table symbol that is absent is `MISSING` but never fails (a build may not keep
-//!   local symbols); bytes that differ fail only at the pinned indices (`host[18..=21] = 20`).
+//! * A category-table symbol that is absent is `MISSING` ("not present") but never fails (a
+//!   build may not keep local symbols); present, every byte is compared with `[tables]` and the
+//!   first differing index reported.
 //!
 //! ## Modes
 //!
 //! * default — every pinned fact listed; chosen facts evaluated and tallied in one line.
-//! * `--pinned` — pinned facts only.
+//! * `--pinned` — pinned facts only: what v2 states, nothing of the Rust tables.
 //! * `--all` — every fact listed, chosen ones included, plus the `INFO` lines above.
 
 use std::path::Path;
@@ -800,7 +804,7 @@ fn first_differences(facts: &[(Fact, u64)]) -> Vec<FirstDifference> {
 
 /// Builds the report from an extraction (the part of [`check`] that needs no file).
 ///
-/// Pinned facts come from the facts file alone ([`pinned_struct_facts`]); chosen ones from the
+/// Pinned facts come from the facts file alone; chosen ones from the
 /// Rust tables, for what the facts leave open (not in `--pinned`).
 pub fn evaluate(elf: &str, ex: &Extract, pins: &Pins, opts: &CheckOptions) -> Report {
     let j = Judge {
