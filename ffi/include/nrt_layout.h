@@ -69,24 +69,24 @@ NRT_LAYOUT_ASSERT(TONGA_DRAM == 2, "TONGA_DRAM = 2");
 
 /* dma_mem_usage_type_t — spec §3.3, 4 bytes */
 typedef enum dma_mem_usage_type_t {
-    DMA_MEM_USAGE_TYPE_UNKNOWN = 0,
-    DMA_MEM_USAGE_TYPE_CODE = 1,
-    DMA_MEM_USAGE_TYPE_TENSOR = 2,
-    DMA_MEM_USAGE_TYPE_CONSTANTS = 3,
-    DMA_MEM_USAGE_TYPE_SHARED_SCRATCHPAD = 4,
-    DMA_MEM_USAGE_TYPE_NONSHARED_SCRATCHPAD = 5,
-    DMA_MEM_USAGE_TYPE_NOTIFICATION = 6,
-    DMA_MEM_USAGE_TYPE_UCODE_LIB = 7,
-    DMA_MEM_USAGE_TYPE_UCODE_TABLE = 8,
-    DMA_MEM_USAGE_TYPE_IO_QUEUE = 9,
-    DMA_MEM_USAGE_TYPE_MR_POINTER = 10,
-    DMA_MEM_USAGE_TYPE_DBTC = 11,
-    DMA_MEM_USAGE_TYPE_QUEUE_BUNDLE_LUT = 12,
-    DMA_MEM_USAGE_TYPE_DATA_REFILL = 13,
-    DMA_MEM_USAGE_TYPE_ENGINE_CONFIG = 14,
-    DMA_MEM_USAGE_TYPE_PATCH_INFO = 15,
-    DMA_MEM_USAGE_TYPE_COLLECTIVES = 16,
-    DMA_MEM_USAGE_TYPE_MISC = 17,
+    DMA_MEM_USAGE_TYPE_GENERIC = 0,
+    DMA_MEM_USAGE_TYPE_INSTR_PE = 1,
+    DMA_MEM_USAGE_TYPE_INSTR_ACT = 2,
+    DMA_MEM_USAGE_TYPE_INSTR_POOL = 3,
+    DMA_MEM_USAGE_TYPE_IO = 4,
+    DMA_MEM_USAGE_TYPE_DRAM_SPILL = 5,
+    DMA_MEM_USAGE_TYPE_WEIGHT = 6,
+    DMA_MEM_USAGE_TYPE_NOTIFICATION = 7,
+    DMA_MEM_USAGE_TYPE_ACT_TABLE = 8,
+    DMA_MEM_USAGE_TYPE_INSTR_DVE = 9,
+    DMA_MEM_USAGE_TYPE_INSTR_SP = 10,
+    DMA_MEM_USAGE_TYPE_SCRATCHPAD = 11,
+    DMA_MEM_USAGE_TYPE_TENSOR = 12,
+    DMA_MEM_USAGE_TYPE_UCODE_LIB = 13,
+    DMA_MEM_USAGE_TYPE_POOL_STDIO = 14,
+    DMA_MEM_USAGE_TYPE_CC = 15,
+    DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED = 16,
+    DMA_MEM_USAGE_TYPE_XT_CC = 17,
     DMA_MEM_USAGE_TYPE_DMA_RING = 18,
     DMA_MEM_USAGE_TYPE_DMA_RING_SPILL = 19,
     DMA_MEM_USAGE_TYPE_DMA_RING_IO = 20,
@@ -94,6 +94,24 @@ typedef enum dma_mem_usage_type_t {
     DMA_MEM_USAGE_TYPE_MAX = 22,
 } dma_mem_usage_type_t;
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_GENERIC == 0, "DMA_MEM_USAGE_TYPE_GENERIC = 0");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_INSTR_PE == 1, "DMA_MEM_USAGE_TYPE_INSTR_PE = 1");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_INSTR_ACT == 2, "DMA_MEM_USAGE_TYPE_INSTR_ACT = 2");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_INSTR_POOL == 3, "DMA_MEM_USAGE_TYPE_INSTR_POOL = 3");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_IO == 4, "DMA_MEM_USAGE_TYPE_IO = 4");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_DRAM_SPILL == 5, "DMA_MEM_USAGE_TYPE_DRAM_SPILL = 5");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_WEIGHT == 6, "DMA_MEM_USAGE_TYPE_WEIGHT = 6");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_NOTIFICATION == 7, "DMA_MEM_USAGE_TYPE_NOTIFICATION = 7");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_ACT_TABLE == 8, "DMA_MEM_USAGE_TYPE_ACT_TABLE = 8");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_INSTR_DVE == 9, "DMA_MEM_USAGE_TYPE_INSTR_DVE = 9");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_INSTR_SP == 10, "DMA_MEM_USAGE_TYPE_INSTR_SP = 10");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_SCRATCHPAD == 11, "DMA_MEM_USAGE_TYPE_SCRATCHPAD = 11");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_TENSOR == 12, "DMA_MEM_USAGE_TYPE_TENSOR = 12");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_UCODE_LIB == 13, "DMA_MEM_USAGE_TYPE_UCODE_LIB = 13");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_POOL_STDIO == 14, "DMA_MEM_USAGE_TYPE_POOL_STDIO = 14");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_CC == 15, "DMA_MEM_USAGE_TYPE_CC = 15");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED == 16, "DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED = 16");
+NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_XT_CC == 17, "DMA_MEM_USAGE_TYPE_XT_CC = 17");
 NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_DMA_RING == 18, "DMA_MEM_USAGE_TYPE_DMA_RING = 18");
 NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_DMA_RING_SPILL == 19, "DMA_MEM_USAGE_TYPE_DMA_RING_SPILL = 19");
 NRT_LAYOUT_ASSERT(DMA_MEM_USAGE_TYPE_DMA_RING_IO == 20, "DMA_MEM_USAGE_TYPE_DMA_RING_IO = 20");
@@ -111,18 +129,18 @@ NRT_LAYOUT_ASSERT(KBIN_SB_CARVEOUT_TYPE_INVALID == 0, "KBIN_SB_CARVEOUT_TYPE_INV
 NRT_LAYOUT_ASSERT(KBIN_SB_CARVEOUT_TYPE_EVTACCEL == 1, "KBIN_SB_CARVEOUT_TYPE_EVTACCEL = 1");
 #endif
 
-/* dmem_storage_type — spec §7.1, 4 bytes */
-typedef enum dmem_storage_type {
-    INVALID = 0,
-    MALLOC = 1,
-    DMA = 2,
-    FAKE = 3,
-} dmem_storage_type;
+/* nrt_tensor_mem_type_t — spec §7.1, 4 bytes */
+typedef enum nrt_tensor_mem_type_t {
+    NRT_TENSOR_MEM_TYPE_INVALID = 0,
+    NRT_TENSOR_MEM_TYPE_MALLOC = 1,
+    NRT_TENSOR_MEM_TYPE_DMA = 2,
+    NRT_TENSOR_MEM_TYPE_FAKE = 3,
+} nrt_tensor_mem_type_t;
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-NRT_LAYOUT_ASSERT(INVALID == 0, "INVALID = 0");
-NRT_LAYOUT_ASSERT(MALLOC == 1, "MALLOC = 1");
-NRT_LAYOUT_ASSERT(DMA == 2, "DMA = 2");
-NRT_LAYOUT_ASSERT(FAKE == 3, "FAKE = 3");
+NRT_LAYOUT_ASSERT(NRT_TENSOR_MEM_TYPE_INVALID == 0, "NRT_TENSOR_MEM_TYPE_INVALID = 0");
+NRT_LAYOUT_ASSERT(NRT_TENSOR_MEM_TYPE_MALLOC == 1, "NRT_TENSOR_MEM_TYPE_MALLOC = 1");
+NRT_LAYOUT_ASSERT(NRT_TENSOR_MEM_TYPE_DMA == 2, "NRT_TENSOR_MEM_TYPE_DMA = 2");
+NRT_LAYOUT_ASSERT(NRT_TENSOR_MEM_TYPE_FAKE == 3, "NRT_TENSOR_MEM_TYPE_FAKE = 3");
 #endif
 
 /* mem_alloc_category_t — spec §3.3, 4 bytes */
@@ -152,13 +170,18 @@ typedef enum mem_alloc_category_t {
 
 /* mem_aggr_index_t — spec §3.3, 4 bytes */
 typedef enum mem_aggr_index_t {
-    AGGR_TENSORS = 0,
-    AGGR_CONSTANTS = 1,
-    AGGR_MODEL_CODE = 2,
-    AGGR_MODEL_SHARED_SCRATCHPAD = 3,
-    AGGR_RUNTIME_MEMORY = 4,
-    AGGR_DMA_BUFFERS = 5,
-    AGGR_NONE = 6,
+    AGGR_ENGINE_CODE_AND_TENSORS = 0,
+    AGGR_DRAM_SPILL = 1,
+    AGGR_SHARED_SCRATCHPAD = 2,
+    AGGR_INSTR_SP = 3,
+    AGGR_COLLECTIVES = 4,
+    AGGR_RUNTIME = 5,
+    AGGR_DMA_RING_SPILL = 6,
+    AGGR_DMA_RING = 7,
+    AGGR_DMA_RING_IO = 8,
+    AGGR_XT_CC = 9,
+    AGGR_POOL_STDIO = 10,
+    AGGR_WEIGHTS = 11,
 } mem_aggr_index_t;
 
 /* NRT_STATUS — spec §public, 4 bytes */
@@ -199,8 +222,12 @@ typedef struct tdrv_ctx_t tdrv_ctx_t;
 typedef struct mla_t mla_t;
 typedef struct top_sp_t top_sp_t;
 typedef struct tpb_map_t tpb_map_t;
+typedef struct ptpb_info_t ptpb_info_t;
 typedef struct tpb_t tpb_t;
 typedef struct tpb_sunda_t tpb_sunda_t;
+typedef struct aws_hal_dma aws_hal_dma;
+typedef struct ib_addrs_one_eng_t ib_addrs_one_eng_t;
+typedef struct dma_queue_info_t dma_queue_info_t;
 typedef struct nrt_mutex_t nrt_mutex_t;
 typedef struct physical_core_t physical_core_t;
 typedef struct virtual_core_t virtual_core_t;
@@ -213,9 +240,8 @@ typedef struct ht_t ht_t;
 typedef struct ht_node_t ht_node_t;
 typedef struct H_MODEL H_MODEL;
 typedef struct model_t model_t;
-typedef struct model_io_t model_io_t;
 typedef struct vtpb_info_shared_mr_set_t vtpb_info_shared_mr_set_t;
-typedef struct scratchpad_cleanup_info_t scratchpad_cleanup_info_t;
+typedef struct tdrv_scratchpad_cleanup_info_t tdrv_scratchpad_cleanup_info_t;
 typedef struct ucode_lib_set_info_t ucode_lib_set_info_t;
 typedef struct ucode_lib_info_t ucode_lib_info_t;
 typedef struct SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY;
@@ -227,35 +253,13 @@ typedef struct tdrv_scratchpad_page_t tdrv_scratchpad_page_t;
 
 /* ---- structs, each after the structs it embeds ---- */
 
-/* tpb_map_t — spec §1.1, 8 bytes, align 1 */
-struct tpb_map_t {
-    uint8_t map[8];                  /*        0        8  chosen */
+/* dma_queue_info_t — spec §6, 360 bytes, align 8 */
+struct dma_queue_info_t {
+    uint64_t _reserved_0000[45];     /*        0      360  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-NRT_LAYOUT_ASSERT(sizeof(tpb_map_t) == 8, "tpb_map_t: size 8");
-NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tpb_map_t) == 1, "tpb_map_t: align 1");
-#endif
-
-/* physical_core_t — spec §1.1, 24 bytes, align 8 */
-struct physical_core_t {
-    uint32_t device_id;              /*        0        4  chosen */
-    uint32_t device_tpb_idx;         /*        4        4  chosen */
-    virtual_core_t *vcore;           /*        8        8  chosen */
-    uint8_t _reserved_0016[8];       /*       16        8  reserved */
-};
-#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-NRT_LAYOUT_ASSERT(sizeof(physical_core_t) == 24, "physical_core_t: size 24");
-NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(physical_core_t) == 8, "physical_core_t: align 8");
-#endif
-
-/* H_MODEL — spec §4.1, 4 bytes, align 4 */
-struct H_MODEL {
-    uint32_t id;                     /*        0        4  observed */
-};
-#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-NRT_LAYOUT_ASSERT(sizeof(H_MODEL) == 4, "H_MODEL: size 4");
-NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(H_MODEL) == 4, "H_MODEL: align 4");
-NRT_LAYOUT_ASSERT(offsetof(H_MODEL, id) == 0, "H_MODEL.id: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(sizeof(dma_queue_info_t) == 360, "dma_queue_info_t: size 360");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dma_queue_info_t) == 8, "dma_queue_info_t: align 8");
 #endif
 
 /* nrt_mutex_t — spec §2, 40 bytes, align 8 */
@@ -272,33 +276,58 @@ NRT_LAYOUT_ASSERT(sizeof(nrt_mutex_t) == sizeof(pthread_mutex_t), "nrt_mutex_t f
 
 /* tpb_sunda_t — spec §6, 2960 bytes, align 8 */
 struct tpb_sunda_t {
-    nrt_mutex_t ulib_staging_lock;                   /*        0       40  chosen */
-    ucode_lib_set_info_t *ulib_set_info_extisa_only; /*       40        8  chosen */
-    uint32_t ulib_stage_count;                       /*       48        4  chosen */
-    uint32_t ulib_users;                             /*       52        4  chosen */
-    uint8_t _reserved_0056[2904];                    /*       56     2904  reserved */
+    uint8_t hal_stpb[1104];                          /*        0     1104  observed */
+    dma_queue_info_t instr_fetch_queue[5];           /*     1104     1800  observed */
+    ucode_lib_set_info_t *ulib_set_info_extisa_only; /*     2904        8  observed */
+    nrt_mutex_t ulib_staging_lock;                   /*     2912       40  observed */
+    uint8_t set_ulib_reg;                            /*     2952        1  observed */
+    uint8_t _reserved_2953[7];                       /*     2953        7  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(tpb_sunda_t) == 2960, "tpb_sunda_t: size 2960");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tpb_sunda_t) == 8, "tpb_sunda_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(tpb_sunda_t, hal_stpb) == 0, "tpb_sunda_t.hal_stpb: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_sunda_t, instr_fetch_queue) == 1104, "tpb_sunda_t.instr_fetch_queue: offset 1104 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_sunda_t, ulib_set_info_extisa_only) == 2904, "tpb_sunda_t.ulib_set_info_extisa_only: offset 2904 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_sunda_t, ulib_staging_lock) == 2912, "tpb_sunda_t.ulib_staging_lock: offset 2912 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_sunda_t, set_ulib_reg) == 2952, "tpb_sunda_t.set_ulib_reg: offset 2952 (observed)");
+#endif
+
+/* H_MODEL — spec §4.1, 4 bytes, align 4 */
+struct H_MODEL {
+    uint32_t id;                     /*        0        4  observed */
+};
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+NRT_LAYOUT_ASSERT(sizeof(H_MODEL) == 4, "H_MODEL: size 4");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(H_MODEL) == 4, "H_MODEL: align 4");
+NRT_LAYOUT_ASSERT(offsetof(H_MODEL, id) == 0, "H_MODEL.id: offset 0 (observed)");
+#endif
+
+/* aws_hal_dma — spec §2, 40 bytes, align 8 */
+struct aws_hal_dma {
+    uint64_t _reserved_0000[5];      /*        0       40  reserved */
+};
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+NRT_LAYOUT_ASSERT(sizeof(aws_hal_dma) == 40, "aws_hal_dma: size 40");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(aws_hal_dma) == 8, "aws_hal_dma: align 8");
 #endif
 
 /* tdrv_scratchpad_page_t — spec §8, 16 bytes, align 8 */
 struct tdrv_scratchpad_page_t {
-    dmem_t *dmem;                    /*        0        8  observed */
+    dmem_t *mem;                     /*        0        8  observed */
     uint32_t refs;                   /*        8        4  observed */
     uint8_t _reserved_0012[4];       /*       12        4  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(tdrv_scratchpad_page_t) == 16, "tdrv_scratchpad_page_t: size 16");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tdrv_scratchpad_page_t) == 8, "tdrv_scratchpad_page_t: align 8");
-NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_page_t, dmem) == 0, "tdrv_scratchpad_page_t.dmem: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_page_t, mem) == 0, "tdrv_scratchpad_page_t.mem: offset 0 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_page_t, refs) == 8, "tdrv_scratchpad_page_t.refs: offset 8 (observed)");
 #endif
 
 /* tdrv_scratchpad_t — spec §8, 16440 bytes, align 8 */
 struct tdrv_scratchpad_t {
-    nrt_mutex_t lock;                   /*        0       40  inferred */
+    nrt_mutex_t lock;                   /*        0       40  observed */
     uint64_t page_size;                 /*       40        8  observed */
     uint32_t num_pages;                 /*       48        4  observed */
     uint8_t is_contiguous;              /*       52        1  observed */
@@ -308,41 +337,100 @@ struct tdrv_scratchpad_t {
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(tdrv_scratchpad_t) == 16440, "tdrv_scratchpad_t: size 16440");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tdrv_scratchpad_t) == 8, "tdrv_scratchpad_t: align 8");
-NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, lock) == 0, "tdrv_scratchpad_t.lock: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, lock) == 0, "tdrv_scratchpad_t.lock: offset 0 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, page_size) == 40, "tdrv_scratchpad_t.page_size: offset 40 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, num_pages) == 48, "tdrv_scratchpad_t.num_pages: offset 48 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, is_contiguous) == 52, "tdrv_scratchpad_t.is_contiguous: offset 52 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_t, pages) == 56, "tdrv_scratchpad_t.pages: offset 56 (observed)");
 #endif
 
+/* ib_addrs_one_eng_t — spec §2, 56 bytes, align 8 */
+struct ib_addrs_one_eng_t {
+    uint64_t _reserved_0000[7];      /*        0       56  reserved */
+};
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+NRT_LAYOUT_ASSERT(sizeof(ib_addrs_one_eng_t) == 56, "ib_addrs_one_eng_t: size 56");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ib_addrs_one_eng_t) == 8, "ib_addrs_one_eng_t: align 8");
+#endif
+
+/* dmem_list_t — spec §3.1, 16 bytes, align 8 */
+struct dmem_list_t {
+    dmem_ref_node_t *head;           /*        0        8  inferred */
+    dmem_ref_node_t *tail;           /*        8        8  inferred */
+};
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+NRT_LAYOUT_ASSERT(sizeof(dmem_list_t) == 16, "dmem_list_t: size 16");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dmem_list_t) == 8, "dmem_list_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(dmem_list_t, head) == 0, "dmem_list_t.head: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_list_t, tail) == 8, "dmem_list_t.tail: offset 8 (inferred)");
+#endif
+
 /* tpb_t — spec §2, 39320 bytes, align 8 */
 struct tpb_t {
-    uint32_t idx;                      /*        0        4  chosen */
-    uint32_t device_id;                /*        4        4  chosen */
-    physical_core_t pcore;             /*        8       24  chosen */
-    H_MODEL h_running_model;           /*       32        4  chosen */
-    uint8_t is_init;                   /*       36        1  chosen */
-    uint8_t _reserved_0037[3];         /*       37        3  reserved */
-    nrt_mutex_t exec_lock;             /*       40       40  chosen */
-    uint64_t exec_count;               /*       80        8  chosen */
-    uint8_t _reserved_0088[16936];     /*       88    16936  reserved */
-    dmem_allocator_t *tpb_allocator;   /*    17024        8  observed */
-    tpb_sunda_t sunda;                 /*    17032     2960  observed */
-    nrt_mutex_t model_db_lock;         /*    19992       40  observed */
-    ht_t *model_db;                    /*    20032        8  observed */
-    uint8_t _reserved_20040[2160];     /*    20040     2160  reserved */
-    tdrv_scratchpad_t scratchpad;      /*    22200    16440  observed */
-    void *pooling_q7_nrtucode_core[8]; /*    38640       64  chosen */
-    uint8_t _reserved_38704[616];      /*    38704      616  reserved */
+    void *tpb_mem_base;                                /*        0        8  observed */
+    void *tpb_regs_base;                               /*        8        8  observed */
+    void *ens_regs_base;                               /*       16        8  observed */
+    int32_t idx;                                       /*       24        4  observed */
+    uint8_t _reserved_0028[4];                         /*       28        4  reserved */
+    uint8_t notification[15816];                       /*       32    15816  observed */
+    uint8_t pool_stdio_block[1176];                    /*    15848     1176  observed */
+    dmem_allocator_t *tpb_allocator;                   /*    17024        8  observed */
+    tpb_sunda_t sunda;                                 /*    17032     2960  observed */
+    nrt_mutex_t model_db_lock;                         /*    19992       40  observed */
+    ht_t *model_db;                                    /*    20032        8  observed */
+    H_MODEL h_running_model;                           /*    20040        4  observed */
+    uint8_t _reserved_20044[4];                        /*    20044        4  reserved */
+    aws_hal_dma dma[32];                               /*    20048     1280  observed */
+    uint8_t global_cc_resource[872];                   /*    21328      872  observed */
+    tdrv_scratchpad_t scratchpad;                      /*    22200    16440  observed */
+    uint8_t hw_exec_queue[224];                        /*    38640      224  observed */
+    uint8_t sync_point[16];                            /*    38864       16  observed */
+    ib_addrs_one_eng_t ready_exec_program_ib_addrs[5]; /*    38880      280  observed */
+    dmem_t *ready_exec_program_switch_bufs[2];         /*    39160       16  observed */
+    dmem_list_t ready_exec_program_instr_mem_tracker;  /*    39176       16  observed */
+    void *nrtucode_core[5];                            /*    39192       40  observed */
+    void *pooling_q7_nrtucode_core[8];                 /*    39232       64  observed */
+    void *pooling_q7_ll;                               /*    39296        8  observed */
+    uint64_t num_pooling_q7_ll;                        /*    39304        8  observed */
+    void *nrtucode_context;                            /*    39312        8  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(tpb_t) == 39320, "tpb_t: size 39320");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tpb_t) == 8, "tpb_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, tpb_mem_base) == 0, "tpb_t.tpb_mem_base: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, tpb_regs_base) == 8, "tpb_t.tpb_regs_base: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, ens_regs_base) == 16, "tpb_t.ens_regs_base: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, idx) == 24, "tpb_t.idx: offset 24 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, notification) == 32, "tpb_t.notification: offset 32 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, pool_stdio_block) == 15848, "tpb_t.pool_stdio_block: offset 15848 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tpb_t, tpb_allocator) == 17024, "tpb_t.tpb_allocator: offset 17024 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tpb_t, sunda) == 17032, "tpb_t.sunda: offset 17032 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tpb_t, model_db_lock) == 19992, "tpb_t.model_db_lock: offset 19992 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tpb_t, model_db) == 20032, "tpb_t.model_db: offset 20032 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, h_running_model) == 20040, "tpb_t.h_running_model: offset 20040 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, dma) == 20048, "tpb_t.dma: offset 20048 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, global_cc_resource) == 21328, "tpb_t.global_cc_resource: offset 21328 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tpb_t, scratchpad) == 22200, "tpb_t.scratchpad: offset 22200 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, hw_exec_queue) == 38640, "tpb_t.hw_exec_queue: offset 38640 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, sync_point) == 38864, "tpb_t.sync_point: offset 38864 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, ready_exec_program_ib_addrs) == 38880, "tpb_t.ready_exec_program_ib_addrs: offset 38880 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, ready_exec_program_switch_bufs) == 39160, "tpb_t.ready_exec_program_switch_bufs: offset 39160 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, ready_exec_program_instr_mem_tracker) == 39176, "tpb_t.ready_exec_program_instr_mem_tracker: offset 39176 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, nrtucode_core) == 39192, "tpb_t.nrtucode_core: offset 39192 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, pooling_q7_nrtucode_core) == 39232, "tpb_t.pooling_q7_nrtucode_core: offset 39232 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, pooling_q7_ll) == 39296, "tpb_t.pooling_q7_ll: offset 39296 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, num_pooling_q7_ll) == 39304, "tpb_t.num_pooling_q7_ll: offset 39304 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tpb_t, nrtucode_context) == 39312, "tpb_t.nrtucode_context: offset 39312 (observed)");
+#endif
+
+/* tpb_map_t — spec §1.1, 8 bytes, align 1 */
+struct tpb_map_t {
+    uint8_t map[8];                  /*        0        8  inferred */
+};
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+NRT_LAYOUT_ASSERT(sizeof(tpb_map_t) == 8, "tpb_map_t: size 8");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tpb_map_t) == 1, "tpb_map_t: align 1");
+NRT_LAYOUT_ASSERT(offsetof(tpb_map_t, map) == 0, "tpb_map_t.map: offset 0 (inferred)");
 #endif
 
 /* top_sp_t — spec §1, 16376 bytes, align 8 */
@@ -356,138 +444,228 @@ NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(top_sp_t) == 8, "top_sp_t: align 8");
 
 /* dma_mem_log_t — spec §3.4, 1600 bytes, align 8 */
 struct dma_mem_log_t {
-    uint64_t memory_usage_nc[8][23]; /*        0     1472  chosen */
-    uint64_t total_device_bytes;     /*     1472        8  chosen */
-    uint64_t total_host_bytes;       /*     1480        8  chosen */
-    uint64_t peak_device_bytes;      /*     1488        8  chosen */
-    uint64_t peak_host_bytes;        /*     1496        8  chosen */
-    uint64_t oom_count;              /*     1504        8  chosen */
-    nrt_mutex_t lock;                /*     1512       40  chosen */
-    uint8_t _reserved_1552[48];      /*     1552       48  reserved */
+    nrt_mutex_t lock;                /*        0       40  observed */
+    uint32_t mla_idx;                /*       40        4  observed */
+    uint8_t _reserved_0044[4];       /*       44        4  reserved */
+    uint64_t max_entries;            /*       48        8  observed */
+    uint64_t entry_count;            /*       56        8  observed */
+    uint64_t next_entry_idx;         /*       64        8  observed */
+    uint64_t entries_dropped;        /*       72        8  observed */
+    uint64_t memory_usage[4];        /*       80       32  observed */
+    uint64_t memory_usage_nc[8][23]; /*      112     1472  observed */
+    void *entries;                   /*     1584        8  observed */
+    uint8_t verbose_log_dev_mem;     /*     1592        1  observed */
+    uint8_t _reserved_1593[7];       /*     1593        7  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(dma_mem_log_t) == 1600, "dma_mem_log_t: size 1600");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dma_mem_log_t) == 8, "dma_mem_log_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, lock) == 0, "dma_mem_log_t.lock: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, mla_idx) == 40, "dma_mem_log_t.mla_idx: offset 40 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, max_entries) == 48, "dma_mem_log_t.max_entries: offset 48 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, entry_count) == 56, "dma_mem_log_t.entry_count: offset 56 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, next_entry_idx) == 64, "dma_mem_log_t.next_entry_idx: offset 64 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, entries_dropped) == 72, "dma_mem_log_t.entries_dropped: offset 72 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, memory_usage) == 80, "dma_mem_log_t.memory_usage: offset 80 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, memory_usage_nc) == 112, "dma_mem_log_t.memory_usage_nc: offset 112 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, entries) == 1584, "dma_mem_log_t.entries: offset 1584 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dma_mem_log_t, verbose_log_dev_mem) == 1592, "dma_mem_log_t.verbose_log_dev_mem: offset 1592 (observed)");
 #endif
 
 /* mla_t — spec §1, 590008 bytes, align 8 */
 struct mla_t {
-    uint64_t device;                 /*        0        8  chosen */
-    uint8_t is_used;                 /*        8        1  chosen */
-    uint8_t _reserved_0009[3];       /*        9        3  reserved */
-    uint32_t idx;                    /*       12        4  chosen */
-    tpb_map_t tpb_map;               /*       16        8  chosen */
-    uint32_t num_tpbs;               /*       24        4  chosen */
-    uint32_t arch;                   /*       28        4  chosen */
-    uint32_t num_hbm;                /*       32        4  chosen */
-    uint8_t _reserved_0036[4];       /*       36        4  reserved */
-    uint64_t hbm_size;               /*       40        8  chosen */
-    uint8_t _reserved_0048[32];      /*       48       32  reserved */
-    tpb_t _tpbs[8];                  /*       80   314560  observed */
-    uint8_t _reserved_314640[32];    /*   314640       32  reserved */
-    top_sp_t top_sps[16];            /*   314672   262016  observed */
-    uint32_t bdf;                    /*   576688        4  observed */
-    uint8_t _reserved_576692[76];    /*   576692       76  reserved */
-    dma_mem_log_t dmem_logger;       /*   576768     1600  observed */
-    uint64_t dmem_peak_nc[8][23];    /*   578368     1472  chosen */
-    uint64_t host_usage_nc[8][23];   /*   579840     1472  chosen */
-    uint64_t host_peak_nc[8][23];    /*   581312     1472  chosen */
-    uint8_t _reserved_582784[7224];  /*   582784     7224  reserved */
+    uint8_t is_used;                    /*        0        1  observed */
+    uint8_t _reserved_0001[3];          /*        1        3  reserved */
+    uint32_t init_state;                /*        4        4  observed */
+    uint32_t mla_idx;                   /*        8        4  observed */
+    uint8_t _reserved_0012[4];          /*       12        4  reserved */
+    uint8_t bars[64];                   /*       16       64  observed */
+    tpb_t _tpbs[8];                     /*       80   314560  observed */
+    tpb_map_t tpb_map;                  /*   314640        8  observed */
+    uint32_t device_id;                 /*   314648        4  observed */
+    uint32_t host_device_id;            /*   314652        4  observed */
+    uint32_t routing_id;                /*   314656        4  observed */
+    uint8_t _reserved_314660[4];        /*   314660        4  reserved */
+    uint64_t device;                    /*   314664        8  observed */
+    top_sp_t top_sps[16];               /*   314672   262016  observed */
+    uint8_t bdf[80];                    /*   576688       80  observed */
+    dma_mem_log_t dmem_logger;          /*   576768     1600  observed */
+    int64_t v2_last_nc_memory_error_ts; /*   578368        8  observed */
+    uint8_t xt_cc[200];                 /*   578376      200  observed */
+    uint8_t intc[11432];                /*   578576    11432  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(mla_t) == 590008, "mla_t: size 590008");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(mla_t) == 8, "mla_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, is_used) == 0, "mla_t.is_used: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, init_state) == 4, "mla_t.init_state: offset 4 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, mla_idx) == 8, "mla_t.mla_idx: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, bars) == 16, "mla_t.bars: offset 16 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(mla_t, _tpbs) == 80, "mla_t._tpbs: offset 80 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, tpb_map) == 314640, "mla_t.tpb_map: offset 314640 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, device_id) == 314648, "mla_t.device_id: offset 314648 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, host_device_id) == 314652, "mla_t.host_device_id: offset 314652 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, routing_id) == 314656, "mla_t.routing_id: offset 314656 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, device) == 314664, "mla_t.device: offset 314664 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(mla_t, top_sps) == 314672, "mla_t.top_sps: offset 314672 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(mla_t, bdf) == 576688, "mla_t.bdf: offset 576688 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(mla_t, dmem_logger) == 576768, "mla_t.dmem_logger: offset 576768 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, v2_last_nc_memory_error_ts) == 578368, "mla_t.v2_last_nc_memory_error_ts: offset 578368 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, xt_cc) == 578376, "mla_t.xt_cc: offset 578376 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(mla_t, intc) == 578576, "mla_t.intc: offset 578576 (observed)");
+#endif
+
+/* ptpb_info_t — spec §1, 16 bytes, align 8 */
+struct ptpb_info_t {
+    uint32_t tpb_idx;                /*        0        4  chosen */
+    uint8_t _reserved_0004[4];       /*        4        4  reserved */
+    mla_t *mla;                      /*        8        8  chosen */
+};
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+NRT_LAYOUT_ASSERT(sizeof(ptpb_info_t) == 16, "ptpb_info_t: size 16");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ptpb_info_t) == 8, "ptpb_info_t: align 8");
 #endif
 
 /* tdrv_ctx_t — spec §1, 18884656 bytes, align 8 */
 struct tdrv_ctx_t {
-    uint32_t num_mla;                 /*        0        4  chosen */
-    uint8_t _reserved_0004[4];        /*        4        4  reserved */
-    mla_t mla[32];                    /*        8 18880256  observed */
-    uint32_t target;                  /* 18880264        4  chosen */
-    uint32_t host_did_to_rid_map[32]; /* 18880268      128  chosen */
-    uint8_t _reserved_18880396[4260]; /* 18880396     4260  reserved */
+    uint32_t num_mla;                  /*        0        4  observed */
+    uint8_t _reserved_0004[4];         /*        4        4  reserved */
+    mla_t mla[32];                     /*        8 18880256  observed */
+    uint32_t num_ptpb;                 /* 18880264        4  observed */
+    uint8_t _reserved_18880268[4];     /* 18880268        4  reserved */
+    ptpb_info_t ptpbs[256];            /* 18880272     4096  observed */
+    uint32_t host_did_to_rid_map[32];  /* 18884368      128  observed */
+    uint32_t host_did_to_rid_map_size; /* 18884496        4  observed */
+    uint8_t _reserved_18884500[4];     /* 18884500        4  reserved */
+    uint64_t reservation_id;           /* 18884504        8  observed */
+    uint32_t pod_type;                 /* 18884512        4  observed */
+    uint32_t pod_sz;                   /* 18884516        4  observed */
+    uint32_t pod_node_id;              /* 18884520        4  observed */
+    uint32_t pod_mode;                 /* 18884524        4  observed */
+    uint32_t target;                   /* 18884528        4  observed */
+    uint8_t _reserved_18884532[124];   /* 18884532      124  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(tdrv_ctx_t) == 18884656, "tdrv_ctx_t: size 18884656");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tdrv_ctx_t) == 8, "tdrv_ctx_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, num_mla) == 0, "tdrv_ctx_t.num_mla: offset 0 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, mla) == 8, "tdrv_ctx_t.mla: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, num_ptpb) == 18880264, "tdrv_ctx_t.num_ptpb: offset 18880264 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, ptpbs) == 18880272, "tdrv_ctx_t.ptpbs: offset 18880272 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, host_did_to_rid_map) == 18884368, "tdrv_ctx_t.host_did_to_rid_map: offset 18884368 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, host_did_to_rid_map_size) == 18884496, "tdrv_ctx_t.host_did_to_rid_map_size: offset 18884496 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, reservation_id) == 18884504, "tdrv_ctx_t.reservation_id: offset 18884504 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, pod_type) == 18884512, "tdrv_ctx_t.pod_type: offset 18884512 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, pod_sz) == 18884516, "tdrv_ctx_t.pod_sz: offset 18884516 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, pod_node_id) == 18884520, "tdrv_ctx_t.pod_node_id: offset 18884520 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, pod_mode) == 18884524, "tdrv_ctx_t.pod_mode: offset 18884524 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_ctx_t, target) == 18884528, "tdrv_ctx_t.target: offset 18884528 (observed)");
+#endif
+
+/* physical_core_t — spec §1.1, 24 bytes, align 8 */
+struct physical_core_t {
+    uint32_t device_id;              /*        0        4  observed */
+    uint32_t device_tpb_idx;         /*        4        4  observed */
+    virtual_core_t *vcore;           /*        8        8  observed */
+    uint8_t fixes_gcc_bug;           /*       16        1  observed */
+    uint8_t _reserved_0017[7];       /*       17        7  reserved */
+};
+#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
+NRT_LAYOUT_ASSERT(sizeof(physical_core_t) == 24, "physical_core_t: size 24");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(physical_core_t) == 8, "physical_core_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(physical_core_t, device_id) == 0, "physical_core_t.device_id: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(physical_core_t, device_tpb_idx) == 4, "physical_core_t.device_tpb_idx: offset 4 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(physical_core_t, vcore) == 8, "physical_core_t.vcore: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(physical_core_t, fixes_gcc_bug) == 16, "physical_core_t.fixes_gcc_bug: offset 16 (observed)");
 #endif
 
 /* virtual_core_t — spec §9, 64 bytes, align 8 */
 struct virtual_core_t {
-    uint32_t vtpb_idx;               /*        0        4  chosen */
-    uint32_t tpb_count;              /*        4        4  chosen */
-    physical_core_t tpbs[2];         /*        8       48  chosen */
-    uint32_t default_hbm_idx;        /*       56        4  chosen */
-    uint8_t _reserved_0060[4];       /*       60        4  reserved */
+    uint32_t vtpb_idx;               /*        0        4  observed */
+    uint32_t vtpb;                   /*        4        4  observed */
+    uint32_t nec_dev_id;             /*        8        4  observed */
+    uint32_t num_tpbs;               /*       12        4  observed */
+    physical_core_t tpbs[2];         /*       16       48  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(virtual_core_t) == 64, "virtual_core_t: size 64");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(virtual_core_t) == 8, "virtual_core_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(virtual_core_t, vtpb_idx) == 0, "virtual_core_t.vtpb_idx: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(virtual_core_t, vtpb) == 4, "virtual_core_t.vtpb: offset 4 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(virtual_core_t, nec_dev_id) == 8, "virtual_core_t.nec_dev_id: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(virtual_core_t, num_tpbs) == 12, "virtual_core_t.num_tpbs: offset 12 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(virtual_core_t, tpbs) == 16, "virtual_core_t.tpbs: offset 16 (observed)");
 #endif
 
 /* dmem_t — spec §3.1, 192 bytes, align 8 */
 struct dmem_t {
-    uint64_t mem_handle;             /*        0        8  chosen */
-    uint64_t _pa;                    /*        8        8  chosen */
-    void *_va;                       /*       16        8  chosen */
-    uint64_t size;                   /*       24        8  chosen */
-    uint64_t align_offset;           /*       32        8  chosen */
-    uint64_t allocated_size;         /*       40        8  chosen */
-    uint32_t mem_type;               /*       48        4  chosen */
-    uint32_t mem_usage_type;         /*       52        4  chosen */
-    uint32_t tdram_channel;          /*       56        4  chosen */
-    uint32_t ref_count;              /*       60        4  chosen */
-    physical_core_t *pcore;          /*       64        8  chosen */
-    char *hint;                      /*       72        8  chosen */
-    void *cpy_buf;                   /*       80        8  chosen */
-    dmem_allocator_t *allocator;     /*       88        8  chosen */
-    dmem_t *prev;                    /*       96        8  chosen */
-    dmem_t *next;                    /*      104        8  chosen */
-    uint64_t align;                  /*      112        8  chosen */
-    uint32_t generation;             /*      120        4  chosen */
-    uint32_t nc_id;                  /*      124        4  chosen */
-    uint32_t device_id;              /*      128        4  chosen */
-    uint8_t hint_buf[48];            /*      132       48  chosen */
-    uint8_t _reserved_0180[12];      /*      180       12  reserved */
+    physical_core_t *pcore;          /*        0        8  observed */
+    uint64_t mem_handle;             /*        8        8  observed */
+    uint64_t size;                   /*       16        8  observed */
+    uint64_t _pa;                    /*       24        8  observed */
+    void *_va;                       /*       32        8  observed */
+    uint64_t align_offset;           /*       40        8  observed */
+    uint64_t allocated_size;         /*       48        8  observed */
+    uint32_t mem_type;               /*       56        4  observed */
+    uint32_t mem_usage_type;         /*       60        4  observed */
+    uint32_t tdram_channel;          /*       64        4  observed */
+    uint32_t generation;             /*       68        4  chosen */
+    uint64_t align;                  /*       72        8  chosen */
+    uint8_t hint_buf[48];            /*       80       48  chosen */
+    uint64_t ref_count;              /*      128        8  observed */
+    char *hint;                      /*      136        8  observed */
+    void *cpy_buf;                   /*      144        8  observed */
+    dmem_t *next;                    /*      152        8  observed */
+    dmem_t *prev;                    /*      160        8  observed */
+    dmem_allocator_t *allocator;     /*      168        8  observed */
+    uint32_t nc_id;                  /*      176        4  chosen */
+    uint32_t device_id;              /*      180        4  chosen */
+    uint8_t _reserved_0184[8];       /*      184        8  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(dmem_t) == 192, "dmem_t: size 192");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dmem_t) == 8, "dmem_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, pcore) == 0, "dmem_t.pcore: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, mem_handle) == 8, "dmem_t.mem_handle: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, size) == 16, "dmem_t.size: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, _pa) == 24, "dmem_t._pa: offset 24 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, _va) == 32, "dmem_t._va: offset 32 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, align_offset) == 40, "dmem_t.align_offset: offset 40 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, allocated_size) == 48, "dmem_t.allocated_size: offset 48 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, mem_type) == 56, "dmem_t.mem_type: offset 56 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, mem_usage_type) == 60, "dmem_t.mem_usage_type: offset 60 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, tdram_channel) == 64, "dmem_t.tdram_channel: offset 64 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, ref_count) == 128, "dmem_t.ref_count: offset 128 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, hint) == 136, "dmem_t.hint: offset 136 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, cpy_buf) == 144, "dmem_t.cpy_buf: offset 144 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, next) == 152, "dmem_t.next: offset 152 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, prev) == 160, "dmem_t.prev: offset 160 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_t, allocator) == 168, "dmem_t.allocator: offset 168 (observed)");
 #endif
 
 /* dmem_allocator_t — spec §3.1, 512 bytes, align 8 */
 struct dmem_allocator_t {
-    uint32_t type;                   /*        0        4  chosen */
-    uint8_t _reserved_0004[4];       /*        4        4  reserved */
-    physical_core_t *pcore;          /*        8        8  chosen */
-    dmem_t dummy_head;               /*       16      192  chosen */
-    dmem_t dummy_tail;               /*      208      192  chosen */
-    nrt_mutex_t lock;                /*      400       40  chosen */
-    uint64_t count;                  /*      440        8  chosen */
-    uint64_t bytes;                  /*      448        8  chosen */
-    uint8_t _reserved_0456[56];      /*      456       56  reserved */
+    uint32_t type;                             /*        0        4  observed */
+    uint8_t _reserved_0004[4];                 /*        4        4  reserved */
+    physical_core_t *pcore;                    /*        8        8  observed */
+    nrt_mutex_t lock;                          /*       16       40  observed */
+    uint8_t _reserved_0056[8];                 /*       56        8  reserved */
+    dmem_t dummy_head;                         /*       64      192  observed */
+    dmem_t dummy_tail;                         /*      256      192  observed */
+    uint64_t largest_oversized_scratchpad_var; /*      448        8  observed */
+    uint64_t count;                            /*      456        8  chosen */
+    uint64_t bytes;                            /*      464        8  chosen */
+    uint8_t _reserved_0472[40];                /*      472       40  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(dmem_allocator_t) == 512, "dmem_allocator_t: size 512");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dmem_allocator_t) == 8, "dmem_allocator_t: align 8");
-#endif
-
-/* dmem_list_t — spec §3.1, 16 bytes, align 8 */
-struct dmem_list_t {
-    dmem_ref_node_t *head;           /*        0        8  inferred */
-    dmem_ref_node_t *tail;           /*        8        8  inferred */
-};
-#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-NRT_LAYOUT_ASSERT(sizeof(dmem_list_t) == 16, "dmem_list_t: size 16");
-NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(dmem_list_t) == 8, "dmem_list_t: align 8");
-NRT_LAYOUT_ASSERT(offsetof(dmem_list_t, head) == 0, "dmem_list_t.head: offset 0 (inferred)");
-NRT_LAYOUT_ASSERT(offsetof(dmem_list_t, tail) == 8, "dmem_list_t.tail: offset 8 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_allocator_t, type) == 0, "dmem_allocator_t.type: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_allocator_t, pcore) == 8, "dmem_allocator_t.pcore: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_allocator_t, lock) == 16, "dmem_allocator_t.lock: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_allocator_t, dummy_head) == 64, "dmem_allocator_t.dummy_head: offset 64 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_allocator_t, dummy_tail) == 256, "dmem_allocator_t.dummy_tail: offset 256 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(dmem_allocator_t, largest_oversized_scratchpad_var) == 448, "dmem_allocator_t.largest_oversized_scratchpad_var: offset 448 (observed)");
 #endif
 
 /* dmem_ref_node_t — spec §3.1, 16 bytes, align 8 */
@@ -525,181 +703,260 @@ NRT_LAYOUT_ASSERT(offsetof(ht_node_t, next) == 40, "ht_node_t.next: offset 40 (o
 
 /* ht_t — spec §4.1, 32 bytes, align 8 */
 struct ht_t {
-    uint64_t size;                   /*        0        8  chosen */
-    uint64_t size_mask;              /*        8        8  chosen */
-    uint64_t count;                  /*       16        8  chosen */
-    void *free_node_fn;              /*       24        8  chosen */
+    uint64_t size;                   /*        0        8  inferred */
+    uint64_t size_mask;              /*        8        8  inferred */
+    uint64_t count;                  /*       16        8  inferred */
+    void *free_node_fn;              /*       24        8  inferred */
     ht_node_t buckets[];             /*       32        0  chosen */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(ht_t) == 32, "ht_t: size 32");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ht_t) == 8, "ht_t: align 8");
-#endif
-
-/* model_io_t — spec §5.3, 56 bytes, align 8 */
-struct model_io_t {
-    uint64_t size;                   /*        0        8  chosen */
-    uint8_t name[48];                /*        8       48  chosen */
-};
-#ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-NRT_LAYOUT_ASSERT(sizeof(model_io_t) == 56, "model_io_t: size 56");
-NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(model_io_t) == 8, "model_io_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(ht_t, size) == 0, "ht_t.size: offset 0 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ht_t, size_mask) == 8, "ht_t.size_mask: offset 8 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ht_t, count) == 16, "ht_t.count: offset 16 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ht_t, free_node_fn) == 24, "ht_t.free_node_fn: offset 24 (inferred)");
 #endif
 
 /* model_t — spec §5.3, 7744 bytes, align 8 */
 struct model_t {
-    H_MODEL h_model;                                    /*        0        4  chosen */
-    uint32_t vtpb_idx;                                  /*        4        4  chosen */
-    physical_core_t pcore;                              /*        8       24  chosen */
-    dmem_allocator_t *dmem_allocator;                   /*       32        8  chosen */
-    ht_t *mem_ref_set;                                  /*       40        8  chosen */
-    dmem_list_t *gc_tracker;                            /*       48        8  chosen */
-    scratchpad_cleanup_info_t *scratchpad_cleanup_info; /*       56        8  chosen */
-    ucode_lib_set_info_t *ulib_set_info;                /*       64        8  chosen */
-    uint32_t num_subgraphs;                             /*       72        4  chosen */
-    uint32_t state;                                     /*       76        4  chosen */
-    uint8_t name[64];                                   /*       80       64  chosen */
-    uint64_t mem_usage_before;                          /*      144        8  chosen */
-    uint64_t mem_usage_after;                           /*      152        8  chosen */
-    dmem_allocator_t *sg_allocators[8];                 /*      160       64  chosen */
-    ht_t *sg_mem_ref_sets[8];                           /*      224       64  chosen */
-    dmem_list_t *sg_gc_trackers[8];                     /*      288       64  chosen */
-    uint64_t exec_count;                                /*      352        8  chosen */
-    uint32_t num_inputs;                                /*      360        4  chosen */
-    uint32_t num_outputs;                               /*      364        4  chosen */
-    model_io_t io[32];                                  /*      368     1792  chosen */
-    uint8_t _reserved_2160[4328];                       /*     2160     4328  reserved */
-    uint64_t ref_count;                                 /*     6488        8  observed */
-    uint8_t _reserved_6496[722];                        /*     6496      722  reserved */
-    uint8_t reset_evt_accel;                            /*     7218        1  chosen */
-    uint8_t program_fp8_cfg;                            /*     7219        1  chosen */
-    uint8_t ulib_is_shared;                             /*     7220        1  chosen */
-    uint8_t _reserved_7221[275];                        /*     7221      275  reserved */
-    ht_node_t ht_node;                                  /*     7496       48  observed */
-    uint8_t _reserved_7544[200];                        /*     7544      200  reserved */
+    uint8_t name[256];                                       /*        0      256  observed */
+    uint32_t vtpb_idx;                                       /*      256        4  chosen */
+    uint32_t num_subgraphs;                                  /*      260        4  chosen */
+    uint32_t state;                                          /*      264        4  chosen */
+    uint8_t ulib_is_shared;                                  /*      268        1  chosen */
+    uint8_t _reserved_0269[3];                               /*      269        3  reserved */
+    uint8_t qset[6024];                                      /*      272     6024  observed */
+    ht_t *dbtc_storage;                                      /*     6296        8  observed */
+    physical_core_t pcore;                                   /*     6304       24  chosen */
+    ht_t *mem_ref_set;                                       /*     6328        8  chosen */
+    uint64_t mem_usage_before;                               /*     6336        8  chosen */
+    uint64_t mem_usage_after;                                /*     6344        8  chosen */
+    uint64_t exec_count;                                     /*     6352        8  chosen */
+    uint32_t num_inputs;                                     /*     6360        4  chosen */
+    uint32_t num_outputs;                                    /*     6364        4  chosen */
+    uint8_t _reserved_6368[16];                              /*     6368       16  reserved */
+    H_MODEL h_model;                                         /*     6384        4  observed */
+    uint8_t _reserved_6388[44];                              /*     6388       44  reserved */
+    uint8_t param[32];                                       /*     6432       32  observed */
+    dmem_allocator_t *dmem_allocator;                        /*     6464        8  observed */
+    dmem_list_t *gc_tracker;                                 /*     6472        8  observed */
+    ucode_lib_set_info_t *ulib_set_info;                     /*     6480        8  observed */
+    uint64_t ref_count;                                      /*     6488        8  observed */
+    uint8_t input_fmap_set[16];                              /*     6496       16  observed */
+    uint8_t output_fmap_set[16];                             /*     6512       16  observed */
+    uint32_t target;                                         /*     6528        4  observed */
+    uint8_t _reserved_6532[4];                               /*     6532        4  reserved */
+    dmem_list_t *sg_gc_trackers[8];                          /*     6536       64  chosen */
+    uint8_t _reserved_6600[56];                              /*     6600       56  reserved */
+    uint32_t num_hw_exec_queue_descs;                        /*     6656        4  observed */
+    uint8_t _reserved_6660[4];                               /*     6660        4  reserved */
+    ht_t *static_mr_set;                                     /*     6664        8  observed */
+    ht_t *io_mr_to_name_map;                                 /*     6672        8  observed */
+    dmem_allocator_t *sg_allocators[8];                      /*     6680       64  chosen */
+    ht_t *sg_mem_ref_sets[8];                                /*     6744       64  chosen */
+    uint8_t _reserved_6808[48];                              /*     6808       48  reserved */
+    uint8_t cc_ctx[624];                                     /*     6856      624  observed */
+    tdrv_scratchpad_cleanup_info_t *scratchpad_cleanup_info; /*     7480        8  observed */
+    uint8_t _reserved_7488[8];                               /*     7488        8  reserved */
+    ht_node_t ht_node;                                       /*     7496       48  observed */
+    uint8_t _reserved_7544[40];                              /*     7544       40  reserved */
+    uint8_t reset_evt_accel;                                 /*     7584        1  observed */
+    uint8_t program_fp8_cfg;                                 /*     7585        1  observed */
+    uint8_t _reserved_7586[158];                             /*     7586      158  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(model_t) == 7744, "model_t: size 7744");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(model_t) == 8, "model_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(model_t, name) == 0, "model_t.name: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, qset) == 272, "model_t.qset: offset 272 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, dbtc_storage) == 6296, "model_t.dbtc_storage: offset 6296 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, h_model) == 6384, "model_t.h_model: offset 6384 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, param) == 6432, "model_t.param: offset 6432 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, dmem_allocator) == 6464, "model_t.dmem_allocator: offset 6464 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, gc_tracker) == 6472, "model_t.gc_tracker: offset 6472 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, ulib_set_info) == 6480, "model_t.ulib_set_info: offset 6480 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(model_t, ref_count) == 6488, "model_t.ref_count: offset 6488 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, input_fmap_set) == 6496, "model_t.input_fmap_set: offset 6496 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, output_fmap_set) == 6512, "model_t.output_fmap_set: offset 6512 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, target) == 6528, "model_t.target: offset 6528 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, num_hw_exec_queue_descs) == 6656, "model_t.num_hw_exec_queue_descs: offset 6656 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, static_mr_set) == 6664, "model_t.static_mr_set: offset 6664 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, io_mr_to_name_map) == 6672, "model_t.io_mr_to_name_map: offset 6672 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, cc_ctx) == 6856, "model_t.cc_ctx: offset 6856 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, scratchpad_cleanup_info) == 7480, "model_t.scratchpad_cleanup_info: offset 7480 (observed)");
 NRT_LAYOUT_ASSERT(offsetof(model_t, ht_node) == 7496, "model_t.ht_node: offset 7496 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, reset_evt_accel) == 7584, "model_t.reset_evt_accel: offset 7584 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(model_t, program_fp8_cfg) == 7585, "model_t.program_fp8_cfg: offset 7585 (observed)");
 #endif
 
 /* vtpb_info_shared_mr_set_t — spec §5.2, 32 bytes, align 8 */
 struct vtpb_info_shared_mr_set_t {
-    ht_t *mem_ref_set;                                  /*        0        8  chosen */
-    dmem_allocator_t *model_allocator;                  /*        8        8  chosen */
-    dmem_list_t *gc_tracker;                            /*       16        8  chosen */
-    scratchpad_cleanup_info_t *scratchpad_cleanup_info; /*       24        8  chosen */
+    ht_t *mem_ref_set;                                       /*        0        8  observed */
+    dmem_allocator_t *model_allocator;                       /*        8        8  observed */
+    dmem_list_t *gc_tracker;                                 /*       16        8  observed */
+    tdrv_scratchpad_cleanup_info_t *scratchpad_cleanup_info; /*       24        8  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(vtpb_info_shared_mr_set_t) == 32, "vtpb_info_shared_mr_set_t: size 32");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(vtpb_info_shared_mr_set_t) == 8, "vtpb_info_shared_mr_set_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(vtpb_info_shared_mr_set_t, mem_ref_set) == 0, "vtpb_info_shared_mr_set_t.mem_ref_set: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(vtpb_info_shared_mr_set_t, model_allocator) == 8, "vtpb_info_shared_mr_set_t.model_allocator: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(vtpb_info_shared_mr_set_t, gc_tracker) == 16, "vtpb_info_shared_mr_set_t.gc_tracker: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(vtpb_info_shared_mr_set_t, scratchpad_cleanup_info) == 24, "vtpb_info_shared_mr_set_t.scratchpad_cleanup_info: offset 24 (observed)");
 #endif
 
-/* scratchpad_cleanup_info_t — spec §8, 16 bytes, align 4 */
-struct scratchpad_cleanup_info_t {
-    uint32_t first_page;             /*        0        4  chosen */
-    uint32_t num_pages;              /*        4        4  chosen */
-    uint32_t tpb_idx;                /*        8        4  chosen */
-    uint32_t device_id;              /*       12        4  chosen */
+/* tdrv_scratchpad_cleanup_info_t — spec §5.2, 48 bytes, align 8 */
+struct tdrv_scratchpad_cleanup_info_t {
+    physical_core_t *pcores[2];      /*        0       16  observed */
+    uint64_t sizes[2];               /*       16       16  observed */
+    uint32_t num_entries;            /*       32        4  observed */
+    uint32_t first_page;             /*       36        4  chosen */
+    void *contiguous_scratchpad_va;  /*       40        8  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
-NRT_LAYOUT_ASSERT(sizeof(scratchpad_cleanup_info_t) == 16, "scratchpad_cleanup_info_t: size 16");
-NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(scratchpad_cleanup_info_t) == 4, "scratchpad_cleanup_info_t: align 4");
+NRT_LAYOUT_ASSERT(sizeof(tdrv_scratchpad_cleanup_info_t) == 48, "tdrv_scratchpad_cleanup_info_t: size 48");
+NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(tdrv_scratchpad_cleanup_info_t) == 8, "tdrv_scratchpad_cleanup_info_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_cleanup_info_t, pcores) == 0, "tdrv_scratchpad_cleanup_info_t.pcores: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_cleanup_info_t, sizes) == 16, "tdrv_scratchpad_cleanup_info_t.sizes: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_cleanup_info_t, num_entries) == 32, "tdrv_scratchpad_cleanup_info_t.num_entries: offset 32 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(tdrv_scratchpad_cleanup_info_t, contiguous_scratchpad_va) == 40, "tdrv_scratchpad_cleanup_info_t.contiguous_scratchpad_va: offset 40 (observed)");
 #endif
 
 /* ucode_lib_set_info_t — spec §6, 48 bytes, align 8 */
 struct ucode_lib_set_info_t {
-    dmem_t *scratch_space;           /*        0        8  inferred */
-    dmem_t *ucode_table;             /*        8        8  inferred */
-    dmem_t *extram;                  /*       16        8  inferred */
-    int32_t num_libs;                /*       24        4  inferred */
+    dmem_t *scratch_space;           /*        0        8  observed */
+    dmem_t *ucode_table;             /*        8        8  observed */
+    dmem_t *extram;                  /*       16        8  observed */
+    int32_t num_libs;                /*       24        4  observed */
     uint8_t _reserved_0028[4];       /*       28        4  reserved */
-    ucode_lib_info_t *libs;          /*       32        8  inferred */
-    dmem_t *lib_dmem;                /*       40        8  inferred */
+    ucode_lib_info_t *libs;          /*       32        8  observed */
+    dmem_t *lib_dmem;                /*       40        8  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(ucode_lib_set_info_t) == 48, "ucode_lib_set_info_t: size 48");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ucode_lib_set_info_t) == 8, "ucode_lib_set_info_t: align 8");
-NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, scratch_space) == 0, "ucode_lib_set_info_t.scratch_space: offset 0 (inferred)");
-NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, ucode_table) == 8, "ucode_lib_set_info_t.ucode_table: offset 8 (inferred)");
-NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, extram) == 16, "ucode_lib_set_info_t.extram: offset 16 (inferred)");
-NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, num_libs) == 24, "ucode_lib_set_info_t.num_libs: offset 24 (inferred)");
-NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, libs) == 32, "ucode_lib_set_info_t.libs: offset 32 (inferred)");
-NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, lib_dmem) == 40, "ucode_lib_set_info_t.lib_dmem: offset 40 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, scratch_space) == 0, "ucode_lib_set_info_t.scratch_space: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, ucode_table) == 8, "ucode_lib_set_info_t.ucode_table: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, extram) == 16, "ucode_lib_set_info_t.extram: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, num_libs) == 24, "ucode_lib_set_info_t.num_libs: offset 24 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, libs) == 32, "ucode_lib_set_info_t.libs: offset 32 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_set_info_t, lib_dmem) == 40, "ucode_lib_set_info_t.lib_dmem: offset 40 (observed)");
 #endif
 
 /* ucode_lib_info_t — spec §6, 32 bytes, align 8 */
 struct ucode_lib_info_t {
-    uint64_t address;                /*        0        8  inferred */
-    uint32_t flags;                  /*        8        4  chosen */
-    uint32_t cpu_id;                 /*       12        4  chosen */
-    uint32_t total_cpus;             /*       16        4  chosen */
-    uint32_t num_funcs;              /*       20        4  chosen */
-    void *funcs;                     /*       24        8  inferred */
+    uint64_t address;                /*        0        8  observed */
+    uint32_t flags;                  /*        8        4  observed */
+    uint8_t cpu_id;                  /*       12        1  observed */
+    uint8_t total_cpus;              /*       13        1  observed */
+    uint8_t _reserved_0014[2];       /*       14        2  reserved */
+    int32_t num_funcs;               /*       16        4  observed */
+    uint8_t _reserved_0020[4];       /*       20        4  reserved */
+    void *funcs;                     /*       24        8  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(ucode_lib_info_t) == 32, "ucode_lib_info_t: size 32");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(ucode_lib_info_t) == 8, "ucode_lib_info_t: align 8");
-NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, address) == 0, "ucode_lib_info_t.address: offset 0 (inferred)");
-NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, funcs) == 24, "ucode_lib_info_t.funcs: offset 24 (inferred)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, address) == 0, "ucode_lib_info_t.address: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, flags) == 8, "ucode_lib_info_t.flags: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, cpu_id) == 12, "ucode_lib_info_t.cpu_id: offset 12 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, total_cpus) == 13, "ucode_lib_info_t.total_cpus: offset 13 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, num_funcs) == 16, "ucode_lib_info_t.num_funcs: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(ucode_lib_info_t, funcs) == 24, "ucode_lib_info_t.funcs: offset 24 (observed)");
 #endif
 
 /* SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY — spec §6, 280 bytes, align 8 */
 struct SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY {
-    uint64_t address;                /*        0        8  chosen */
-    uint64_t size;                   /*        8        8  chosen */
-    uint32_t flags;                  /*       16        4  chosen */
-    uint32_t cpu_id;                 /*       20        4  chosen */
-    uint8_t _reserved_0024[256];     /*       24      256  reserved */
+    uint8_t valid;                   /*        0        1  observed */
+    uint8_t opcode;                  /*        1        1  observed */
+    uint8_t sub_opcode;              /*        2        1  observed */
+    uint8_t cpu_id;                  /*        3        1  observed */
+    uint8_t total_cpus;              /*        4        1  observed */
+    uint8_t reserved[7];             /*        5        7  observed */
+    uint32_t flags;                  /*       12        4  observed */
+    uint64_t stripped_lib_addr;      /*       16        8  observed */
+    uint8_t func_name[256];          /*       24      256  observed */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY) == 280, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY: size 280");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY) == 8, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY: align 8");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, valid) == 0, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.valid: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, opcode) == 1, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.opcode: offset 1 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, sub_opcode) == 2, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.sub_opcode: offset 2 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, cpu_id) == 3, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.cpu_id: offset 3 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, total_cpus) == 4, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.total_cpus: offset 4 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, reserved) == 5, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.reserved: offset 5 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, flags) == 12, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.flags: offset 12 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, stripped_lib_addr) == 16, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.stripped_lib_addr: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY, func_name) == 24, "SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY.func_name: offset 24 (observed)");
 #endif
 
 /* nrt_tensor_t — spec §7.1, 192 bytes, align 8 */
 struct nrt_tensor_t {
-    char *name;                       /*        0        8  chosen */
-    nrt_tensor_storage_t *sto;        /*        8        8  chosen */
-    uint64_t _offset;                 /*       16        8  chosen */
-    uint64_t _size;                   /*       24        8  chosen */
-    void *extra;                      /*       32        8  chosen */
-    uint64_t ref_count;               /*       40        8  chosen */
-    uint64_t output_completion_count; /*       48        8  chosen */
-    uint32_t magic;                   /*       56        4  chosen */
-    uint32_t generation;              /*       60        4  chosen */
-    uint8_t name_buf[96];             /*       64       96  chosen */
-    uint8_t _reserved_0160[32];       /*      160       32  reserved */
+    char *name;                       /*        0        8  observed */
+    nrt_tensor_storage_t *sto;        /*        8        8  observed */
+    uint64_t _offset;                 /*       16        8  observed */
+    uint64_t _size;                   /*       24        8  observed */
+    void *extra;                      /*       32        8  observed */
+    uint32_t magic;                   /*       40        4  chosen */
+    uint32_t generation;              /*       44        4  chosen */
+    uint8_t _reserved_0048[16];       /*       48       16  reserved */
+    uint64_t ref_count;               /*       64        8  observed */
+    uint8_t _reserved_0072[56];       /*       72       56  reserved */
+    uint64_t output_completion_count; /*      128        8  observed */
+    uint8_t _reserved_0136[56];       /*      136       56  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(nrt_tensor_t) == 192, "nrt_tensor_t: size 192");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(nrt_tensor_t) == 8, "nrt_tensor_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_t, name) == 0, "nrt_tensor_t.name: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_t, sto) == 8, "nrt_tensor_t.sto: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_t, _offset) == 16, "nrt_tensor_t._offset: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_t, _size) == 24, "nrt_tensor_t._size: offset 24 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_t, extra) == 32, "nrt_tensor_t.extra: offset 32 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_t, ref_count) == 64, "nrt_tensor_t.ref_count: offset 64 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_t, output_completion_count) == 128, "nrt_tensor_t.output_completion_count: offset 128 (observed)");
 #endif
 
 /* nrt_tensor_storage_t — spec §7.1, 320 bytes, align 8 */
 struct nrt_tensor_storage_t {
-    uint32_t hbm_idx;                  /*        0        4  chosen */
-    uint32_t type;                     /*        4        4  chosen */
-    uint64_t allocated_size;           /*        8        8  chosen */
-    void *mem;                         /*       16        8  chosen */
-    uint64_t ref_count;                /*       24        8  chosen */
-    uint8_t mem_owned_by_tensor;       /*       32        1  chosen */
-    uint8_t _reserved_0033[7];         /*       33        7  reserved */
-    nrt_mutex_t tensor_op_cv_lock;     /*       40       40  chosen */
-    uint64_t tensor_op_cv[6];          /*       80       48  chosen */
-    uint64_t pending_exec_count_read;  /*      128        8  chosen */
-    uint64_t pending_exec_count_write; /*      136        8  chosen */
-    uint32_t vtpb_idx;                 /*      144        4  chosen */
-    uint32_t magic;                    /*      148        4  chosen */
-    uint32_t device_id;                /*      152        4  chosen */
-    uint32_t tpb_idx;                  /*      156        4  chosen */
-    uint8_t _reserved_0160[160];       /*      160      160  reserved */
+    uint32_t hbm_idx;                  /*        0        4  observed */
+    uint8_t _reserved_0004[4];         /*        4        4  reserved */
+    uint64_t allocated_size;           /*        8        8  observed */
+    uint32_t type;                     /*       16        4  observed */
+    uint8_t _reserved_0020[4];         /*       20        4  reserved */
+    void *dmem;                        /*       24        8  observed */
+    uint32_t magic;                    /*       32        4  chosen */
+    uint32_t device_id;                /*       36        4  chosen */
+    uint32_t tpb_idx;                  /*       40        4  chosen */
+    uint8_t _reserved_0044[20];        /*       44       20  reserved */
+    uint64_t ref_count;                /*       64        8  observed */
+    uint8_t mem_owned_by_tensor;       /*       72        1  observed */
+    uint8_t _reserved_0073[7];         /*       73        7  reserved */
+    nrt_mutex_t tensor_op_cv_lock;     /*       80       40  observed */
+    uint64_t tensor_op_cv[6];          /*      120       48  observed */
+    uint8_t _reserved_0168[24];        /*      168       24  reserved */
+    uint64_t pending_exec_count_read;  /*      192        8  observed */
+    uint8_t _reserved_0200[56];        /*      200       56  reserved */
+    uint64_t pending_exec_count_write; /*      256        8  observed */
+    int32_t vtpb_idx;                  /*      264        4  observed */
+    uint8_t _reserved_0268[52];        /*      268       52  reserved */
 };
 #ifndef NRT_LAYOUT_NO_STATIC_ASSERTS
 NRT_LAYOUT_ASSERT(sizeof(nrt_tensor_storage_t) == 320, "nrt_tensor_storage_t: size 320");
 NRT_LAYOUT_ASSERT(NRT_LAYOUT_ALIGNOF(nrt_tensor_storage_t) == 8, "nrt_tensor_storage_t: align 8");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, hbm_idx) == 0, "nrt_tensor_storage_t.hbm_idx: offset 0 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, allocated_size) == 8, "nrt_tensor_storage_t.allocated_size: offset 8 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, type) == 16, "nrt_tensor_storage_t.type: offset 16 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, dmem) == 24, "nrt_tensor_storage_t.dmem: offset 24 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, ref_count) == 64, "nrt_tensor_storage_t.ref_count: offset 64 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, mem_owned_by_tensor) == 72, "nrt_tensor_storage_t.mem_owned_by_tensor: offset 72 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, tensor_op_cv_lock) == 80, "nrt_tensor_storage_t.tensor_op_cv_lock: offset 80 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, tensor_op_cv) == 120, "nrt_tensor_storage_t.tensor_op_cv: offset 120 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, pending_exec_count_read) == 192, "nrt_tensor_storage_t.pending_exec_count_read: offset 192 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, pending_exec_count_write) == 256, "nrt_tensor_storage_t.pending_exec_count_write: offset 256 (observed)");
+NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_storage_t, vtpb_idx) == 264, "nrt_tensor_storage_t.vtpb_idx: offset 264 (observed)");
 #endif
 
 /* nrt_tensor_list_t — spec §7.3, 16 bytes, align 8 */
@@ -718,20 +975,20 @@ NRT_LAYOUT_ASSERT(offsetof(nrt_tensor_list_t, num_tensors) == 8, "nrt_tensor_lis
 
 /* usage -> mem_alloc_category_t for HOST_DRAM (.rodata @0x9b9640 in libnrt); 20 = invalid */
 static const uint8_t dmem_usage_type_to_host_category[23] = {
-    0, 1, 2, 3, 4, 4, 6, 1, 4, 5, 4, 4,
-    4, 4, 4, 4, 4, 4, 20, 20, 20, 20, 20,
+    4, 1, 1, 4, 1, 4, 3, 6, 4, 1, 1, 20,
+    2, 1, 4, 20, 20, 4, 17, 17, 17, 17, 0,
 };
 
 /* usage -> mem_alloc_category_t for TONGA_DRAM (.rodata @0x9b9660 in libnrt) */
 static const uint8_t dmem_usage_type_to_device_category[23] = {
-    7, 8, 9, 10, 11, 15, 16, 8, 12, 13, 12, 12,
-    12, 12, 12, 12, 14, 12, 18, 18, 18, 14, 20,
+    12, 8, 8, 12, 8, 12, 10, 16, 12, 8, 8, 11,
+    9, 8, 12, 14, 15, 12, 18, 18, 18, 18, 0,
 };
 
 /* usage -> mem_aggr_index_t (map_dmem_usage_type_to_aggr_index) */
 static const uint8_t dmem_usage_type_to_aggr_index[23] = {
-    4, 2, 0, 1, 3, 4, 4, 2, 2, 4, 4, 4,
-    4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 6,
+    5, 0, 0, 5, 5, 1, 11, 5, 0, 0, 3, 2,
+    0, 5, 10, 4, 5, 9, 7, 6, 8, 0, 0,
 };
 
 #endif /* NRT_LAYOUT_H */

@@ -303,8 +303,11 @@ pub fn fixture_source() -> String {
     for e in abi::ENUMS {
         o.push_str(&format!("{0} nrt_fixture_{0};\n", e.name));
     }
+    // `extern` first: in C++ a namespace-scope `const` has internal linkage and an unused one
+    // may be dropped, taking the tables' symbols with it.
     o.push_str(
-        "const uint8_t *const nrt_fixture_tables[3] = {\n    \
+        "extern const uint8_t *const nrt_fixture_tables[3];\n\
+         const uint8_t *const nrt_fixture_tables[3] = {\n    \
          dmem_usage_type_to_host_category,\n    \
          dmem_usage_type_to_device_category,\n    \
          dmem_usage_type_to_aggr_index,\n};\n",
@@ -323,6 +326,47 @@ pub fn compile_fixture(
     compile_c(header_text, &fixture_source(), dir, stem, extra_flags)
 }
 
+/// The language a fixture is compiled as.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Lang {
+    /// C (`$CC`, else `cc`; `-std=gnu11`).
+    C,
+    /// C++ (`$CXX`, else `c++`; `-std=gnu++17`): classes, namespaces and C++ DWARF.
+    Cxx,
+}
+
+impl Lang {
+    /// The compiler command.
+    pub fn compiler(self) -> String {
+        match self {
+            Lang::C => compiler(),
+            Lang::Cxx => std::env::var("CXX").unwrap_or_else(|_| "c++".into()),
+        }
+    }
+
+    /// `true` when this language's compiler runs.
+    pub fn available(self) -> bool {
+        Command::new(self.compiler())
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    fn std_flag(self) -> &'static str {
+        match self {
+            Lang::C => "-std=gnu11",
+            Lang::Cxx => "-std=gnu++17",
+        }
+    }
+
+    fn extension(self) -> &'static str {
+        match self {
+            Lang::C => "c",
+            Lang::Cxx => "cc",
+        }
+    }
+}
+
 /// Writes `header_text` as `dir/nrt_layout.h` and `source` as `dir/<stem>.c`, and compiles
 /// with `cc -std=gnu11 -c -DNRT_LAYOUT_NO_STATIC_ASSERTS <extra_flags> -o dir/<stem>.o`.
 pub fn compile_c(
@@ -332,13 +376,26 @@ pub fn compile_c(
     stem: &str,
     extra_flags: &[&str],
 ) -> Result<PathBuf, CcError> {
-    let src = dir.join(format!("{stem}.c"));
+    compile_lang(Lang::C, header_text, source, dir, stem, extra_flags)
+}
+
+/// [`compile_c`] in either language: `dir/<stem>.c` or `.cc`, compiled with that language's
+/// compiler and standard into `dir/<stem>.o`.
+pub fn compile_lang(
+    lang: Lang,
+    header_text: &str,
+    source: &str,
+    dir: &Path,
+    stem: &str,
+    extra_flags: &[&str],
+) -> Result<PathBuf, CcError> {
+    let src = dir.join(format!("{stem}.{}", lang.extension()));
     let obj = dir.join(format!("{stem}.o"));
     write_sources(dir, header_text, &src, source)?;
     run_cc(
-        Command::new(compiler())
+        Command::new(lang.compiler())
             .current_dir(dir)
-            .arg("-std=gnu11")
+            .arg(lang.std_flag())
             .arg("-c")
             .args(extra_flags)
             .arg("-DNRT_LAYOUT_NO_STATIC_ASSERTS")

@@ -86,6 +86,10 @@ pub struct CheckArgs {
     /// Findings fail too (self-check of a build of this project's own header).
     #[arg(long)]
     pub strict: bool,
+    /// Check against this facts file instead of the vendored `layout-facts.toml` (refused,
+    /// exit 2, when it contradicts itself).
+    #[arg(long, value_name = "TOML")]
+    pub facts: Option<PathBuf>,
 }
 
 /// The generated files: `(path relative to the root, text)`.
@@ -185,8 +189,18 @@ fn execute(cmd: Command, out: &mut dyn Write) -> CliResult {
                 mode,
                 strict: a.strict,
             };
-            let report =
-                crate::check::check(&a.elf, &opts).map_err(|e| (e.exit_code(), e.to_string()))?;
+            let pins = match &a.facts {
+                None => crate::facts::Pins::vendored().map_err(|e| (2, e))?,
+                Some(p) => {
+                    let text = std::fs::read_to_string(p)
+                        .map_err(|e| (2, format!("{}: cannot read: {e}", p.display())))?;
+                    let facts = crate::facts::Facts::load(&text)
+                        .map_err(|e| (2, format!("{}: {e}", p.display())))?;
+                    crate::facts::Pins::new(facts)
+                }
+            };
+            let report = crate::check::check_with(&a.elf, &opts, &pins)
+                .map_err(|e| (e.exit_code(), e.to_string()))?;
             let text = if a.json {
                 report.to_json() + "\n"
             } else {

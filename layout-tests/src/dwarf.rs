@@ -203,6 +203,9 @@ pub struct Request {
     /// `(target, parent, member)`: when `target` is not found by name, use the type of
     /// `parent.member` (libnrt's `sunda` is an anonymous union inside `tpb_t`).
     pub aliases: Vec<(String, String, String)>,
+    /// Like `aliases`, but taken only when the member's type is anonymous in the DWARF: the
+    /// candidates [`facts_aliases`] guesses from sizes alone.
+    pub anonymous_aliases: Vec<(String, String, String)>,
     /// `(symbol, bytes)`: data symbols to read (the category tables).
     pub symbols: Vec<(String, usize)>,
 }
@@ -218,6 +221,13 @@ pub struct Extract {
     pub symbols: BTreeMap<String, Vec<u8>>,
     /// Compilation/type units read.
     pub units: usize,
+    /// Of those, type units (DWARF 4 `.debug_types`, DWARF 5 `DW_UT_type`).
+    pub type_units: usize,
+    /// The DWARF versions of the units read.
+    pub dwarf_versions: BTreeSet<u16>,
+    /// Debug sections that were compressed, by `.debug_*` name: `zlib`, `zstd` (`SHF_COMPRESSED`)
+    /// or `zlib-gnu` (a legacy `.zdebug_*` section).
+    pub compressed: BTreeMap<String, String>,
     /// Skeleton units skipped (some CUs built with `-gsplit-dwarf`).
     pub skeleton_units: usize,
 }
@@ -231,29 +241,120 @@ fn malformed(path: &Path, detail: impl fmt::Display) -> DwarfError {
     }
 }
 
-/// A section's bytes, decompressed, with absolute relocations applied for relocatable objects
-/// (`cc -c` output: `.debug_info`'s string offsets live in `.rela.debug_info`, not in place).
+/// One debug section of the file, decompressed.
+struct DebugSection<'d> {
+    index: object::SectionIndex,
+    /// The name with a legacy `.zdebug_` prefix read as `.debug_`.
+    name: String,
+    data: Cow<'d, [u8]>,
+    /// Where this section starts inside the concatenation of all sections of its name.
+    base: u64,
+}
+
+/// Every `.debug_*` / `.zdebug_*` section, decompressed (`SHF_COMPRESSED` zlib or zstd, or the
+/// legacy GNU `.zdebug_*` zlib format), in section order, and the compression seen per name.
+///
+/// A relocatable object can hold several sections of one name: with `-fdebug-types-section`
+/// each type unit sits in its own COMDAT `.debug_types` (DWARF 4) or `.debug_info` (DWARF 5)
+/// section. They are concatenated as a linker would, and `base` records where each one lands.
+fn debug_sections<'d>(
+    file: &object::File<'d>,
+) -> Result<(Vec<DebugSection<'d>>, BTreeMap<String, String>), String> {
+    let mut out: Vec<DebugSection<'d>> = Vec::new();
+    let mut compressed = BTreeMap::new();
+    let mut ends: HashMap<String, u64> = HashMap::new();
+    for sec in file.sections() {
+        let Ok(raw) = sec.name() else { continue };
+        let name = match raw.strip_prefix(".zdebug_") {
+            Some(rest) => format!(".debug_{rest}"),
+            None if raw.starts_with(".debug_") => raw.to_string(),
+            None => continue,
+        };
+        let format = sec
+            .compressed_data()
+            .map_err(|e| format!("{raw}: {e}"))?
+            .format;
+        let data = sec.uncompressed_data().map_err(|e| format!("{raw}: {e}"))?;
+        let how = match format {
+            object::CompressionFormat::None => None,
+            object::CompressionFormat::Zlib if raw.starts_with(".zdebug_") => Some("zlib-gnu"),
+            object::CompressionFormat::Zlib => Some("zlib"),
+            object::CompressionFormat::Zstandard => Some("zstd"),
+            _ => Some("unknown"),
+        };
+        if let Some(how) = how {
+            compressed.insert(name.clone(), how.to_string());
+        }
+        let end = ends.entry(name.clone()).or_insert(0);
+        let base = *end;
+        *end = end.saturating_add(data.len() as u64);
+        out.push(DebugSection {
+            index: sec.index(),
+            name,
+            data,
+            base,
+        });
+    }
+    Ok((out, compressed))
+}
+
+/// The concatenated bytes of every section named `name`, with absolute relocations applied for
+/// relocatable objects (`cc -c` output: `.debug_info`'s string and abbreviation offsets live in
+/// `.rela.debug_info`, not in place). A relocation against a debug section adds where that
+/// section starts in its concatenation, so references into the Nth COMDAT section stay right.
 fn section_bytes<'d>(
     file: &object::File<'d>,
-    sec: &object::Section<'d, '_>,
+    all: &[DebugSection<'d>],
+    name: &str,
 ) -> Result<Cow<'d, [u8]>, String> {
-    let data = sec.uncompressed_data().map_err(|e| e.to_string())?;
-    if file.kind() != ObjectKind::Relocatable {
-        return Ok(data);
+    let mut parts = all.iter().filter(|s| s.name == name);
+    let Some(first) = parts.next() else {
+        return Ok(Cow::Borrowed(&[][..]));
+    };
+    let relocatable = file.kind() == ObjectKind::Relocatable;
+    let rest: Vec<&DebugSection<'d>> = parts.collect();
+    if rest.is_empty() && !relocatable {
+        return Ok(first.data.clone());
     }
-    let mut relocs = sec.relocations().peekable();
-    if relocs.peek().is_none() {
-        return Ok(data);
+    let base_of = |i: object::SectionIndex| all.iter().find(|s| s.index == i).map_or(0, |s| s.base);
+    let mut buf = Vec::new();
+    for part in std::iter::once(first).chain(rest) {
+        let start = buf.len();
+        buf.extend_from_slice(&part.data);
+        if !relocatable {
+            continue;
+        }
+        let sec = file
+            .section_by_index(part.index)
+            .map_err(|e| format!("{name}: {e}"))?;
+        let Some(slot_area) = buf.get_mut(start..) else {
+            continue;
+        };
+        apply_relocations(file, &sec, slot_area, &base_of)?;
     }
+    Ok(Cow::Owned(buf))
+}
+
+/// Applies `sec`'s absolute relocations to `buf` (that section's bytes).
+fn apply_relocations(
+    file: &object::File<'_>,
+    sec: &object::Section<'_, '_>,
+    buf: &mut [u8],
+    base_of: &dyn Fn(object::SectionIndex) -> u64,
+) -> Result<(), String> {
     let little = file.is_little_endian();
-    let mut buf = data.into_owned();
-    for (off, r) in relocs {
+    for (off, r) in sec.relocations() {
         if r.kind() != RelocationKind::Absolute {
             continue;
         }
         let base = match r.target() {
-            RelocationTarget::Symbol(i) => file.symbol_by_index(i).map(|s| s.address()),
-            RelocationTarget::Section(i) => file.section_by_index(i).map(|s| s.address()),
+            RelocationTarget::Symbol(i) => file.symbol_by_index(i).map(|s| {
+                s.address()
+                    .wrapping_add(s.section_index().map_or(0, base_of))
+            }),
+            RelocationTarget::Section(i) => file
+                .section_by_index(i)
+                .map(|s| s.address().wrapping_add(base_of(i))),
             _ => continue,
         }
         .map_err(|e| format!("relocation target: {e}"))?;
@@ -284,7 +385,7 @@ fn section_bytes<'d>(
             *b = (value >> shift) as u8;
         }
     }
-    Ok(Cow::Owned(buf))
+    Ok(())
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, DwarfError> {
@@ -341,13 +442,9 @@ pub fn extract_bytes(path: &Path, data: &[u8], req: &Request) -> Result<Extract,
     } else {
         RunTimeEndian::Big
     };
-    let owned = gimli::DwarfSections::load(|id| -> Result<Cow<'_, [u8]>, String> {
-        match file.section_by_name(id.name()) {
-            Some(sec) => section_bytes(&file, &sec),
-            None => Ok(Cow::Borrowed(&[][..])),
-        }
-    })
-    .map_err(|e| malformed(path, e))?;
+    let (sections, compressed) = debug_sections(&file).map_err(|e| malformed(path, e))?;
+    let owned = gimli::DwarfSections::load(|id| section_bytes(&file, &sections, id.name()))
+        .map_err(|e| malformed(path, e))?;
     let dwarf = owned.borrow(|s| EndianSlice::new(s, endian));
     let ctx = Ctx::new(dwarf).map_err(|e| malformed(path, e))?;
     if ctx.units.is_empty() {
@@ -363,6 +460,9 @@ pub fn extract_bytes(path: &Path, data: &[u8], req: &Request) -> Result<Extract,
     }
     let mut out = Extract {
         units: ctx.units.len(),
+        type_units: ctx.signatures.len(),
+        dwarf_versions: ctx.units.iter().map(|u| u.header.version()).collect(),
+        compressed,
         skeleton_units: ctx.skeletons,
         ..Extract::default()
     };
@@ -391,9 +491,15 @@ pub fn extract_bytes(path: &Path, data: &[u8], req: &Request) -> Result<Extract,
         }
     }
     // Types this project names but libnrt leaves anonymous: take them from the embedding member.
-    for _ in 0..req.aliases.len() {
+    let all_aliases: Vec<(&(String, String, String), bool)> = req
+        .aliases
+        .iter()
+        .map(|a| (a, false))
+        .chain(req.anonymous_aliases.iter().map(|a| (a, true)))
+        .collect();
+    for _ in 0..all_aliases.len() {
         let mut progress = false;
-        for (target, parent, member) in &req.aliases {
+        for ((target, parent, member), anonymous_only) in &all_aliases {
             if out.structs.contains_key(target) {
                 continue;
             }
@@ -405,6 +511,14 @@ pub fn extract_bytes(path: &Path, data: &[u8], req: &Request) -> Result<Extract,
             else {
                 continue;
             };
+            if *anonymous_only
+                && ctx
+                    .entry(loc)
+                    .and_then(|e| ctx.name(loc.unit, &e))
+                    .is_some()
+            {
+                continue;
+            }
             if let Some(mut s) = ctx.read_struct(loc, 0) {
                 s.name = target.clone();
                 s.via = Some(format!("{parent}.{member}"));
@@ -431,7 +545,13 @@ fn symbol_bytes(file: &object::File<'_>, name: &str, len: usize) -> Option<Vec<u
         .chain(file.dynamic_symbols())
         .find(|s| s.name() == Ok(name) && s.kind() != SymbolKind::Text)?;
     let sec = file.section_by_index(sym.section_index()?).ok()?;
-    let bytes = sec.data_range(sym.address(), len as u64).ok()??;
+    // A symbol shorter than the table reads as short (a differing length), not as the bytes of
+    // whatever follows it.
+    let len = match sym.size() {
+        0 => len as u64,
+        n => n.min(len as u64),
+    };
+    let bytes = sec.data_range(sym.address(), len).ok()??;
     Some(bytes.to_vec())
 }
 
@@ -612,7 +732,9 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Follows typedef / const / volatile / atomic / restrict; `None` for `void`.
+    /// Follows typedef / const / volatile / atomic / restrict, and a declaration that names its
+    /// type unit (`DW_AT_signature`, how a CU built with `-fdebug-types-section` refers to a
+    /// type); `None` for `void`.
     fn peel(&self, mut loc: TypeLoc) -> Option<TypeLoc> {
         for _ in 0..MAX_DEPTH {
             let e = self.entry(loc)?;
@@ -622,7 +744,12 @@ impl<'a> Ctx<'a> {
                 | gimli::DW_TAG_volatile_type
                 | gimli::DW_TAG_atomic_type
                 | gimli::DW_TAG_restrict_type => loc = self.type_ref(loc.unit, &e)?,
-                _ => return Some(loc),
+                _ => match e.attr_value(gimli::DW_AT_signature).ok().flatten() {
+                    Some(AttributeValue::DebugTypesRef(sig)) => {
+                        loc = *self.signatures.get(&sig.0)?;
+                    }
+                    _ => return Some(loc),
+                },
             }
         }
         None
@@ -940,6 +1067,25 @@ pub fn table_aliases() -> Vec<(String, String, String)> {
     out
 }
 
+/// Candidate `(target, parent, member)` aliases from the facts alone: a member whose stated size
+/// is `count` × another struct's stated size may embed that struct. Meant for
+/// [`Request::anonymous_aliases`] (`tpb_t.sunda` for `tpb_sunda_t`, which libnrt's DWARF leaves
+/// anonymous), where a member of a named type is never taken for another.
+pub fn facts_aliases(facts: &crate::facts::Facts) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for target in &facts.structs {
+        for parent in facts.structs.iter().filter(|p| p.name != target.name) {
+            for f in &parent.fields {
+                let n = f.count.unwrap_or(1);
+                if f.size.is_some() && f.size == target.size.checked_mul(n) {
+                    out.push((target.name.clone(), parent.name.clone(), f.name.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn decl(m: &DMember) -> String {
     let mut s = m.name.clone().unwrap_or_default();
     for d in &m.dims {
@@ -1021,13 +1167,16 @@ pub fn render_enum(e: &DEnum) -> String {
 /// ELF's DWARF. Types this project names but libnrt embeds anonymously (`tpb_sunda_t`) are found
 /// through their embedding member.
 pub fn dump(elf: &Path, name: &str) -> Result<String, DwarfError> {
+    let facts_aliases = crate::facts::Facts::vendored()
+        .map(facts_aliases)
+        .unwrap_or_default();
     let mut aliases = table_aliases();
     let mut structs = vec![name.to_string()];
     // Pull in the chain of parents that can reach `name` through an alias.
     let mut i = 0;
     while i < structs.len() && i < 64 {
         let want = structs[i].clone();
-        for (t, p, _) in &aliases {
+        for (t, p, _) in aliases.iter().chain(&facts_aliases) {
             if *t == want && !structs.contains(p) {
                 structs.push(p.clone());
             }
@@ -1035,10 +1184,15 @@ pub fn dump(elf: &Path, name: &str) -> Result<String, DwarfError> {
         i += 1;
     }
     aliases.retain(|(t, _, _)| structs.contains(t));
+    let anonymous_aliases = facts_aliases
+        .into_iter()
+        .filter(|(t, _, _)| structs.contains(t))
+        .collect();
     let req = Request {
         structs,
         enums: vec![name.to_string()],
         aliases,
+        anonymous_aliases,
         symbols: Vec::new(),
     };
     let ex = extract(elf, &req)?;

@@ -33,30 +33,28 @@ pub struct Facts {
     /// `[outcomes]`: status names per error path (spec §3.2, §4.3, §7.2).
     #[serde(default)]
     pub outcomes: BTreeMap<String, String>,
-    /// `[tables]`: the `.rodata` category byte tables, indexed by usage type (spec §3.3).
+    /// `[tables]` (v2): the three 23-byte `.rodata` category tables, by short name
+    /// (`host_category`, `device_category`, `aggr_index`; spec §3.3).
     #[serde(default)]
     pub tables: BTreeMap<String, Vec<u8>>,
 }
 
-/// The `.rodata` tables the facts pin: `(facts key, libnrt symbol, the project's bytes)`
-/// (spec §3.3).
-pub const RODATA_TABLES: [(&str, &str, &[u8; 23]); 3] = [
-    (
-        "host_category",
-        "dmem_usage_type_to_host_category",
-        &tables::DMEM_USAGE_TYPE_TO_HOST_CATEGORY,
-    ),
-    (
-        "device_category",
-        "dmem_usage_type_to_device_category",
-        &tables::DMEM_USAGE_TYPE_TO_DEVICE_CATEGORY,
-    ),
-    (
-        "aggr_index",
-        "dmem_usage_type_to_aggr_index",
-        &tables::DMEM_USAGE_TYPE_TO_AGGR_INDEX,
-    ),
+/// The `.rodata` symbol of each `[tables]` entry (spec §3.3).
+pub const TABLE_SYMBOLS: [(&str, &str); 3] = [
+    ("host_category", "dmem_usage_type_to_host_category"),
+    ("device_category", "dmem_usage_type_to_device_category"),
+    ("aggr_index", "dmem_usage_type_to_aggr_index"),
 ];
+
+/// The project's bytes for a `[tables]` key ([`TABLE_SYMBOLS`]).
+pub fn project_table(key: &str) -> Option<&'static [u8; 23]> {
+    match key {
+        "host_category" => Some(&tables::DMEM_USAGE_TYPE_TO_HOST_CATEGORY),
+        "device_category" => Some(&tables::DMEM_USAGE_TYPE_TO_DEVICE_CATEGORY),
+        "aggr_index" => Some(&tables::DMEM_USAGE_TYPE_TO_AGGR_INDEX),
+        _ => None,
+    }
+}
 
 /// One `[[struct]]`: a pinned size and the members the spec places.
 #[derive(Clone, Debug, Deserialize)]
@@ -115,17 +113,126 @@ pub struct EnumFact {
 }
 
 impl Facts {
-    /// Parses a facts file.
+    /// Parses a facts file: syntax and types only. Anything that checks against the facts loads
+    /// them through [`Facts::load`], which also refuses a file that contradicts itself.
     pub fn parse(text: &str) -> Result<Facts, String> {
         toml::from_str(text).map_err(|e| format!("layout-facts.toml: {e}"))
     }
 
-    /// The compiled-in vendored facts.
+    /// Parses and [validates](Facts::validate) a facts file: the one way the checker, the
+    /// header and the C cross-check load facts. The error lists every contradiction.
+    pub fn load(text: &str) -> Result<Facts, String> {
+        let facts = Facts::parse(text)?;
+        let errs = facts.validate();
+        if errs.is_empty() {
+            return Ok(facts);
+        }
+        Err(format!(
+            "layout-facts.toml contradicts itself ({} problem{}): {}",
+            errs.len(),
+            if errs.len() == 1 { "" } else { "s" },
+            errs.join("; ")
+        ))
+    }
+
+    /// The compiled-in vendored facts ([`Facts::load`]ed once).
     pub fn vendored() -> Result<&'static Facts, String> {
         static CELL: OnceLock<Result<Facts, String>> = OnceLock::new();
-        CELL.get_or_init(|| Facts::parse(VENDORED))
+        CELL.get_or_init(|| Facts::load(VENDORED))
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// Every way the file contradicts itself (empty = consistent), each naming the struct, enum
+    /// or table and the members involved. Facts can be wrong about libnrt; these cannot be
+    /// right about anything:
+    ///
+    /// * a struct or enum listed twice, a member listed twice in one struct;
+    /// * a zero-sized struct; a member that starts at or ends past its struct's size;
+    /// * two members whose stated byte ranges overlap, or that start at the same offset (a
+    ///   member without a stated size occupies at least its first byte);
+    /// * an array `count` of 0, or one that does not divide the member's stated size;
+    /// * an enum whose `count` is smaller than the members it lists, two enumerators with the
+    ///   same name (TOML refuses that itself), an enum size other than 1, 2, 4 or 8;
+    /// * a `[tables]` entry that is not one of the three tables, or whose length is not
+    ///   `usage_type_count` (or the usage enum's member count);
+    /// * a `host_category_invalid_usage_indices` index whose `host_category` byte is not
+    ///   `category_invalid_sentinel`.
+    pub fn validate(&self) -> Vec<String> {
+        let mut errs = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for s in &self.structs {
+            if !seen.insert(s.name.as_str()) {
+                errs.push(format!("struct {}: listed twice", s.name));
+            }
+            s.validate(&mut errs);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &self.enums {
+            if !seen.insert(e.name.as_str()) {
+                errs.push(format!("enum {}: listed twice", e.name));
+            }
+            if let Some(z) = e.size.filter(|z| ![1, 2, 4, 8].contains(z)) {
+                errs.push(format!("enum {}: size {z} is not 1, 2, 4 or 8", e.name));
+            }
+            if let Some(c) = e.count.filter(|c| *c < e.members.len()) {
+                errs.push(format!(
+                    "enum {}: count {c} but {} members listed",
+                    e.name,
+                    e.members.len()
+                ));
+            }
+        }
+        self.validate_tables(&mut errs);
+        errs
+    }
+
+    fn validate_tables(&self, errs: &mut Vec<String>) {
+        let want_len = self
+            .constants
+            .get("usage_type_count")
+            .and_then(value_u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .or_else(|| {
+                self.enum_fact("dma_mem_usage_type_t")
+                    .map(EnumFact::whole_count)
+            });
+        for (name, bytes) in &self.tables {
+            if !TABLE_SYMBOLS.iter().any(|(n, _)| n == name) {
+                errs.push(format!(
+                    "table {name}: not one of {}",
+                    TABLE_SYMBOLS.map(|(n, _)| n).join(", ")
+                ));
+            }
+            if let Some(n) = want_len.filter(|n| *n != bytes.len()) {
+                errs.push(format!(
+                    "table {name}: {} bytes, but there are {n} usage types",
+                    bytes.len()
+                ));
+            }
+        }
+        let (Some(host), Some(sentinel)) = (
+            self.tables.get("host_category"),
+            self.constants
+                .get("category_invalid_sentinel")
+                .and_then(value_u64),
+        ) else {
+            return;
+        };
+        if let Some(toml::Value::Array(idx)) =
+            self.constants.get("host_category_invalid_usage_indices")
+        {
+            for i in idx.iter().filter_map(value_u64) {
+                let byte = usize::try_from(i).ok().and_then(|i| host.get(i));
+                if byte.map(|b| u64::from(*b)) != Some(sentinel) {
+                    errs.push(format!(
+                        "table host_category: [{i}] is {}, but host_category_invalid_usage_indices \
+                         puts the sentinel {sentinel} there",
+                        byte.map_or("past the end".to_string(), |b| b.to_string())
+                    ));
+                }
+            }
+        }
     }
 
     /// The `[[struct]]` entry for `name`.
@@ -151,6 +258,83 @@ impl StructFact {
     /// The member fact for `name`.
     pub fn field(&self, name: &str) -> Option<&FieldFact> {
         self.fields.iter().find(|f| f.name == name)
+    }
+
+    /// [`Facts::validate`] for one struct.
+    fn validate(&self, errs: &mut Vec<String>) {
+        let s = &self.name;
+        if self.size == 0 {
+            errs.push(format!("struct {s}: size 0"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for f in &self.fields {
+            let m = &f.name;
+            if !seen.insert(m.as_str()) {
+                errs.push(format!("struct {s}: member {m} listed twice"));
+            }
+            if let Some(o) = f.offset.filter(|o| *o >= self.size) {
+                errs.push(format!(
+                    "struct {s}: member {m} at offset {o} is past the struct's size {}",
+                    self.size
+                ));
+            } else if let Some(end) = f.end().filter(|e| *e > self.size) {
+                errs.push(format!(
+                    "struct {s}: member {m} ends at {end}, past the struct's size {}",
+                    self.size
+                ));
+            }
+            match (f.count, f.size) {
+                (Some(0), _) => errs.push(format!("struct {s}: member {m} has count 0")),
+                (Some(c), Some(z)) if z % c != 0 => errs.push(format!(
+                    "struct {s}: member {m} has count {c}, which does not divide its size {z}"
+                )),
+                _ => {}
+            }
+        }
+        // Overlaps: every pair of placed members (fields are few; quadratic is fine).
+        let placed: Vec<&FieldFact> = self.fields.iter().filter(|f| f.offset.is_some()).collect();
+        for (i, a) in placed.iter().enumerate() {
+            for b in &placed[i + 1..] {
+                if a.overlaps(b) {
+                    errs.push(format!(
+                        "struct {s}: members {} ({}) and {} ({}) overlap",
+                        a.name,
+                        a.span(),
+                        b.name,
+                        b.span()
+                    ));
+                }
+            }
+        }
+    }
+}
+
+impl FieldFact {
+    /// One past the last byte, when both offset and size are stated.
+    pub fn end(&self) -> Option<usize> {
+        self.offset?.checked_add(self.size?)
+    }
+
+    /// `[lo, hi)` of the bytes this fact claims: a member without a stated size claims at least
+    /// its first byte.
+    fn claimed(&self) -> Option<(usize, usize)> {
+        let lo = self.offset?;
+        Some((lo, lo.saturating_add(self.size.unwrap_or(1).max(1))))
+    }
+
+    fn overlaps(&self, other: &FieldFact) -> bool {
+        match (self.claimed(), other.claimed()) {
+            (Some((a0, a1)), Some((b0, b1))) => a0 < b1 && b0 < a1,
+            _ => false,
+        }
+    }
+
+    fn span(&self) -> String {
+        match (self.offset, self.size) {
+            (Some(o), Some(z)) => format!("bytes {o}..{}", o.saturating_add(z)),
+            (Some(o), None) => format!("at {o}"),
+            _ => "unplaced".into(),
+        }
     }
 }
 
@@ -485,7 +669,10 @@ pub fn verify_tables(facts: &Facts) -> Vec<String> {
             Some(_) => {}
         }
     }
-    for (key, symbol, have) in RODATA_TABLES {
+    for (key, symbol) in TABLE_SYMBOLS {
+        let Some(have) = project_table(key) else {
+            continue;
+        };
         match facts.tables.get(key) {
             None => errs.push(format!("table {key} ({symbol}): not in the facts")),
             Some(want) => {
@@ -502,7 +689,7 @@ pub fn verify_tables(facts: &Facts) -> Vec<String> {
         }
     }
     for key in facts.tables.keys() {
-        if !RODATA_TABLES.iter().any(|(k, _, _)| k == key) {
+        if project_table(key).is_none() {
             errs.push(format!("table {key}: in the facts but not in the tables"));
         }
     }

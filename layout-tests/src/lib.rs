@@ -16,6 +16,9 @@
 //!    `libnrt.so` this workspace builds, and it runs as well on a real `libnrt.so.2.31.24.0`,
 //!    which ships with DWARF (spec, "artifact & tooling" note).
 //!
+//!    [`fixture`] generates a C/C++ fixture from the facts alone, so the checker's `--pinned`
+//!    mode is tested in every DWARF flavour whatever state the Rust layouts are in.
+//!
 //! [`cli::run_cli`] is the command line (`nrt-layout check|dump|show|write|drift`), shared by the
 //! `nrt-layout` binary, `cargo xtask layout` and `nrt-dmem layout`.
 
@@ -24,6 +27,7 @@ pub mod check;
 pub mod cli;
 pub mod dwarf;
 pub mod facts;
+pub mod fixture;
 pub mod header;
 pub mod markdown;
 pub mod report;
