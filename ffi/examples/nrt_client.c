@@ -433,7 +433,7 @@ static void models(void) {
     size_t out = 0;
     EXPECT(nrtx_get_model_memory(bert, &mm, sizeof mm, &out), NRT_SUCCESS);
     CHECK(out == sizeof mm && mm.vnc == 0 && mm.subgraphs == 1 && mm.bytes >= 218964480u &&
-              mm.device_by_usage[3] >= 218964480u,
+              mm.device_by_usage[NRTX_USAGE_WEIGHT] >= 218964480u,
           "bert footprint: vnc %u, %llu bytes", mm.vnc, (unsigned long long)mm.bytes);
     EXPECT(nrtx_get_model_memory(llama, &mm, sizeof mm, &out), NRT_SUCCESS);
     CHECK(mm.vnc == 1 && mm.subgraphs == 2, "llama footprint");
@@ -498,8 +498,8 @@ static void models(void) {
 static const char OOM_MODEL[] =
     "{ \"format\": \"nrt-dmem-model/2\", \"name\": \"too-big\",\n"
     "  \"allocations\": [\n"
-    "    { \"usage\": \"CODE\", \"location\": \"device\", \"size\": 1048576 },\n"
-    "    { \"usage\": \"CONSTANTS\", \"location\": \"device\", \"size\": 68719476736,"
+    "    { \"usage\": \"INSTR_PE\", \"location\": \"device\", \"size\": 1048576 },\n"
+    "    { \"usage\": \"WEIGHT\", \"location\": \"device\", \"size\": 68719476736,"
     " \"hint\": \"weights_64GiB\" } ] }";
 
 static void oom_and_manifests(void) {
@@ -579,14 +579,17 @@ static void extensions(void) {
     EXPECT(nrtx_get_vnc_usage(0, &u, sizeof u, &out), NRT_SUCCESS);
     CHECK(out == sizeof u, "usage size");
     CHECK(u.device[NRTX_USAGE_TOTAL] == used(0), "ledger total equals bytes_used");
-    CHECK(strcmp(nrtx_get_usage_type_name(2), "TENSOR") == 0, "usage name 2");
+    CHECK(strcmp(nrtx_get_usage_type_name(NRTX_USAGE_TENSOR), "TENSOR") == 0,
+          "usage name 12");
+    CHECK(strcmp(nrtx_get_usage_type_name(NRTX_USAGE_WEIGHT), "WEIGHT") == 0,
+          "usage name 6");
     CHECK(strcmp(nrtx_get_usage_type_name(NRTX_USAGE_TOTAL), "TOTAL") == 0, "usage name 22");
     CHECK(nrtx_get_usage_type_name(NRTX_USAGE_TYPE_COUNT) == NULL, "usage name past the end");
 
-    size_t tensors_before = u.device[2];
+    size_t tensors_before = u.device[NRTX_USAGE_TENSOR];
     nrt_tensor_t *big = tensor(NRT_TENSOR_PLACEMENT_DEVICE, 0, 64 * MIB, "big");
     EXPECT(nrtx_get_vnc_usage(0, &u, sizeof u, &out), NRT_SUCCESS);
-    CHECK(u.device[2] >= tensors_before + 64 * MIB, "TENSOR row grows");
+    CHECK(u.device[NRTX_USAGE_TENSOR] >= tensors_before + 64 * MIB, "TENSOR row grows");
     nrt_tensor_free(&big);
     nrtx_vnc_memory_stats_t x;
     EXPECT(nrtx_get_vnc_memory_stats(0, &x, sizeof x, &out), NRT_SUCCESS);

@@ -21,6 +21,90 @@ pub const NRTX_USAGE_TYPE_COUNT: usize = 23;
 /// Index of the total in a per-usage array.
 pub const NRTX_USAGE_TOTAL: usize = 22;
 
+/// An index of a per-usage array: libnrt 2.31's `dma_mem_usage_type_t` value (spec §3.3,
+/// facts v2), so C callers need not include the layout header.
+pub type nrtx_usage_type_t = u32;
+/// `DMA_MEM_USAGE_TYPE_GENERIC`.
+pub const NRTX_USAGE_GENERIC: nrtx_usage_type_t = 0;
+/// `DMA_MEM_USAGE_TYPE_INSTR_PE`.
+pub const NRTX_USAGE_INSTR_PE: nrtx_usage_type_t = 1;
+/// `DMA_MEM_USAGE_TYPE_INSTR_ACT`.
+pub const NRTX_USAGE_INSTR_ACT: nrtx_usage_type_t = 2;
+/// `DMA_MEM_USAGE_TYPE_INSTR_POOL`.
+pub const NRTX_USAGE_INSTR_POOL: nrtx_usage_type_t = 3;
+/// `DMA_MEM_USAGE_TYPE_IO`.
+pub const NRTX_USAGE_IO: nrtx_usage_type_t = 4;
+/// `DMA_MEM_USAGE_TYPE_DRAM_SPILL`.
+pub const NRTX_USAGE_DRAM_SPILL: nrtx_usage_type_t = 5;
+/// `DMA_MEM_USAGE_TYPE_WEIGHT`.
+pub const NRTX_USAGE_WEIGHT: nrtx_usage_type_t = 6;
+/// `DMA_MEM_USAGE_TYPE_NOTIFICATION`.
+pub const NRTX_USAGE_NOTIFICATION: nrtx_usage_type_t = 7;
+/// `DMA_MEM_USAGE_TYPE_ACT_TABLE`.
+pub const NRTX_USAGE_ACT_TABLE: nrtx_usage_type_t = 8;
+/// `DMA_MEM_USAGE_TYPE_INSTR_DVE`.
+pub const NRTX_USAGE_INSTR_DVE: nrtx_usage_type_t = 9;
+/// `DMA_MEM_USAGE_TYPE_INSTR_SP`.
+pub const NRTX_USAGE_INSTR_SP: nrtx_usage_type_t = 10;
+/// `DMA_MEM_USAGE_TYPE_SCRATCHPAD`.
+pub const NRTX_USAGE_SCRATCHPAD: nrtx_usage_type_t = 11;
+/// `DMA_MEM_USAGE_TYPE_TENSOR`.
+pub const NRTX_USAGE_TENSOR: nrtx_usage_type_t = 12;
+/// `DMA_MEM_USAGE_TYPE_UCODE_LIB`.
+pub const NRTX_USAGE_UCODE_LIB: nrtx_usage_type_t = 13;
+/// `DMA_MEM_USAGE_TYPE_POOL_STDIO`.
+pub const NRTX_USAGE_POOL_STDIO: nrtx_usage_type_t = 14;
+/// `DMA_MEM_USAGE_TYPE_CC`.
+pub const NRTX_USAGE_CC: nrtx_usage_type_t = 15;
+/// `DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED`.
+pub const NRTX_USAGE_SCRATCHPAD_NOT_SHARED: nrtx_usage_type_t = 16;
+/// `DMA_MEM_USAGE_TYPE_XT_CC`.
+pub const NRTX_USAGE_XT_CC: nrtx_usage_type_t = 17;
+/// `DMA_MEM_USAGE_TYPE_DMA_RING`.
+pub const NRTX_USAGE_DMA_RING: nrtx_usage_type_t = 18;
+/// `DMA_MEM_USAGE_TYPE_DMA_RING_SPILL`.
+pub const NRTX_USAGE_DMA_RING_SPILL: nrtx_usage_type_t = 19;
+/// `DMA_MEM_USAGE_TYPE_DMA_RING_IO`.
+pub const NRTX_USAGE_DMA_RING_IO: nrtx_usage_type_t = 20;
+/// `DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES`.
+pub const NRTX_USAGE_DMA_RING_COLLECTIVES: nrtx_usage_type_t = 21;
+
+// The C names are the core's enum, value for value.
+const _: () = {
+    assert!(NRTX_USAGE_GENERIC == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_GENERIC as u32);
+    assert!(NRTX_USAGE_INSTR_PE == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE as u32);
+    assert!(NRTX_USAGE_INSTR_ACT == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_ACT as u32);
+    assert!(NRTX_USAGE_INSTR_POOL == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_POOL as u32);
+    assert!(NRTX_USAGE_IO == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_IO as u32);
+    assert!(NRTX_USAGE_DRAM_SPILL == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DRAM_SPILL as u32);
+    assert!(NRTX_USAGE_WEIGHT == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32);
+    assert!(
+        NRTX_USAGE_NOTIFICATION == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_NOTIFICATION as u32
+    );
+    assert!(NRTX_USAGE_ACT_TABLE == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_ACT_TABLE as u32);
+    assert!(NRTX_USAGE_INSTR_DVE == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_DVE as u32);
+    assert!(NRTX_USAGE_INSTR_SP == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_SP as u32);
+    assert!(NRTX_USAGE_SCRATCHPAD == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD as u32);
+    assert!(NRTX_USAGE_TENSOR == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as u32);
+    assert!(NRTX_USAGE_UCODE_LIB == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as u32);
+    assert!(NRTX_USAGE_POOL_STDIO == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_POOL_STDIO as u32);
+    assert!(NRTX_USAGE_CC == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_CC as u32);
+    assert!(
+        NRTX_USAGE_SCRATCHPAD_NOT_SHARED
+            == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED as u32
+    );
+    assert!(NRTX_USAGE_XT_CC == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_XT_CC as u32);
+    assert!(NRTX_USAGE_DMA_RING == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING as u32);
+    assert!(
+        NRTX_USAGE_DMA_RING_SPILL == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING_SPILL as u32
+    );
+    assert!(NRTX_USAGE_DMA_RING_IO == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING_IO as u32);
+    assert!(
+        NRTX_USAGE_DMA_RING_COLLECTIVES
+            == dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES as u32
+    );
+};
+
 /// Memory of one logical core with peaks (`nrtx_get_vnc_memory_stats`); starts with the same
 /// two fields as `nrt_vnc_memory_stats_t`.
 #[repr(C)]
@@ -177,7 +261,7 @@ static USAGE_NAMES: LazyLock<Vec<CString>> = LazyLock::new(|| {
         .collect()
 });
 
-/// The name of usage index `usage` ("CODE", "TENSOR", "DMA_RING", …, "TOTAL" for
+/// The name of usage index `usage` ("GENERIC", "WEIGHT", "TENSOR", …, "TOTAL" for
 /// `NRTX_USAGE_TOTAL`); NULL past the last index. The string is static.
 #[no_mangle]
 pub extern "C" fn nrtx_get_usage_type_name(usage: u32) -> *const c_char {

@@ -105,8 +105,14 @@ fn json_report_covers_every_byte_member_enum_and_table() {
     for t in ["host_category", "device_category", "aggr_index"] {
         assert_eq!(v["tables"][t].as_array().unwrap().len(), 23, "{t}");
     }
-    assert_eq!(v["tables"]["host_category"][11], 20, "SCRATCHPAD is host-invalid");
-    assert_eq!(v["tables"]["host_category"][18], 17, "DMA_RING -> DMA_RINGS_HOST");
+    assert_eq!(
+        v["tables"]["host_category"][11], 20,
+        "SCRATCHPAD is host-invalid"
+    );
+    assert_eq!(
+        v["tables"]["host_category"][18], 17,
+        "DMA_RING -> DMA_RINGS_HOST"
+    );
 }
 
 #[test]

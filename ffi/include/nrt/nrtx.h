@@ -24,6 +24,57 @@ extern "C" {
 #define NRTX_USAGE_TOTAL 22
 
 /**
+ * An index of a per-usage array: libnrt 2.31's `dma_mem_usage_type_t` value (spec section 3.3,
+ * facts v2), so C callers need not include the layout header.
+ */
+typedef enum {
+    /** `DMA_MEM_USAGE_TYPE_GENERIC`. */
+    NRTX_USAGE_GENERIC = 0,
+    /** `DMA_MEM_USAGE_TYPE_INSTR_PE`. */
+    NRTX_USAGE_INSTR_PE = 1,
+    /** `DMA_MEM_USAGE_TYPE_INSTR_ACT`. */
+    NRTX_USAGE_INSTR_ACT = 2,
+    /** `DMA_MEM_USAGE_TYPE_INSTR_POOL`. */
+    NRTX_USAGE_INSTR_POOL = 3,
+    /** `DMA_MEM_USAGE_TYPE_IO`. */
+    NRTX_USAGE_IO = 4,
+    /** `DMA_MEM_USAGE_TYPE_DRAM_SPILL`. */
+    NRTX_USAGE_DRAM_SPILL = 5,
+    /** `DMA_MEM_USAGE_TYPE_WEIGHT`. */
+    NRTX_USAGE_WEIGHT = 6,
+    /** `DMA_MEM_USAGE_TYPE_NOTIFICATION`. */
+    NRTX_USAGE_NOTIFICATION = 7,
+    /** `DMA_MEM_USAGE_TYPE_ACT_TABLE`. */
+    NRTX_USAGE_ACT_TABLE = 8,
+    /** `DMA_MEM_USAGE_TYPE_INSTR_DVE`. */
+    NRTX_USAGE_INSTR_DVE = 9,
+    /** `DMA_MEM_USAGE_TYPE_INSTR_SP`. */
+    NRTX_USAGE_INSTR_SP = 10,
+    /** `DMA_MEM_USAGE_TYPE_SCRATCHPAD`. */
+    NRTX_USAGE_SCRATCHPAD = 11,
+    /** `DMA_MEM_USAGE_TYPE_TENSOR`. */
+    NRTX_USAGE_TENSOR = 12,
+    /** `DMA_MEM_USAGE_TYPE_UCODE_LIB`. */
+    NRTX_USAGE_UCODE_LIB = 13,
+    /** `DMA_MEM_USAGE_TYPE_POOL_STDIO`. */
+    NRTX_USAGE_POOL_STDIO = 14,
+    /** `DMA_MEM_USAGE_TYPE_CC`. */
+    NRTX_USAGE_CC = 15,
+    /** `DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED`. */
+    NRTX_USAGE_SCRATCHPAD_NOT_SHARED = 16,
+    /** `DMA_MEM_USAGE_TYPE_XT_CC`. */
+    NRTX_USAGE_XT_CC = 17,
+    /** `DMA_MEM_USAGE_TYPE_DMA_RING`. */
+    NRTX_USAGE_DMA_RING = 18,
+    /** `DMA_MEM_USAGE_TYPE_DMA_RING_SPILL`. */
+    NRTX_USAGE_DMA_RING_SPILL = 19,
+    /** `DMA_MEM_USAGE_TYPE_DMA_RING_IO`. */
+    NRTX_USAGE_DMA_RING_IO = 20,
+    /** `DMA_MEM_USAGE_TYPE_DMA_RING_COLLECTIVES`. */
+    NRTX_USAGE_DMA_RING_COLLECTIVES = 21,
+} nrtx_usage_type_t;
+
+/**
  * Memory of one logical core with peaks (`nrtx_get_vnc_memory_stats`); starts with the same
  * two fields as `nrt_vnc_memory_stats_t`.
  */
@@ -126,7 +177,7 @@ NRT_STATUS nrtx_reset_vnc_memory_peak(uint32_t vnc);
 NRT_STATUS nrtx_get_vnc_usage(uint32_t vnc, nrtx_vnc_usage_t *usage, size_t usage_size_in, size_t *usage_size_out);
 
 /**
- * The name of usage index `usage` ("CODE", "TENSOR", "DMA_RING", ..., "TOTAL" for
+ * The name of usage index `usage` ("GENERIC", "WEIGHT", "TENSOR", ..., "TOTAL" for
  * `NRTX_USAGE_TOTAL`); NULL past the last index. The string is static.
  */
 const char *nrtx_get_usage_type_name(uint32_t usage);
