@@ -85,9 +85,9 @@ const fn alloc(
 }
 
 use dma_mem_usage_type_t::{
-    DMA_MEM_USAGE_TYPE_DMA_RING as DMA_RING, DMA_MEM_USAGE_TYPE_INSTR_PE as CODE,
-    DMA_MEM_USAGE_TYPE_IO as IO_QUEUE, DMA_MEM_USAGE_TYPE_TENSOR as TENSOR,
-    DMA_MEM_USAGE_TYPE_WEIGHT as CONSTANTS,
+    DMA_MEM_USAGE_TYPE_DMA_RING as DMA_RING, DMA_MEM_USAGE_TYPE_INSTR_PE as INSTR_PE,
+    DMA_MEM_USAGE_TYPE_IO as IO, DMA_MEM_USAGE_TYPE_TENSOR as TENSOR,
+    DMA_MEM_USAGE_TYPE_WEIGHT as WEIGHT,
 };
 
 /// The EVTACCEL SBUF carveout CAYMAN models declare (spec §8).
@@ -100,26 +100,26 @@ const EVTACCEL: SbufCarveout = SbufCarveout {
 };
 
 static ENCODER_ALLOCS: [ModelAlloc<'static>; 4] = [
-    alloc(CONSTANTS, DEV, 24 * MIB, 0, "encoder.weights"),
-    alloc(CODE, DEV, 512 * KIB, 4096, "encoder.instr"),
+    alloc(WEIGHT, DEV, 24 * MIB, 0, "encoder.weights"),
+    alloc(INSTR_PE, DEV, 512 * KIB, 4096, "encoder.instr"),
     alloc(DMA_RING, DEV, 64 * KIB, 0, "encoder.qPoolIO0"),
-    alloc(IO_QUEUE, HOST, 16 * KIB, 0, "encoder.ioq"),
+    alloc(IO, HOST, 16 * KIB, 0, "encoder.ioq"),
 ];
 static DECODER_ALLOCS: [ModelAlloc<'static>; 3] = [
-    alloc(CONSTANTS, DEV, 48 * MIB, 0, "decoder.weights"),
-    alloc(CODE, DEV, MIB, 4096, "decoder.instr"),
+    alloc(WEIGHT, DEV, 48 * MIB, 0, "decoder.weights"),
+    alloc(INSTR_PE, DEV, MIB, 4096, "decoder.instr"),
     alloc(DMA_RING, DEV, 128 * KIB, 0, "decoder.qPoolIO0"),
 ];
 static CLASSIFIER_ALLOCS: [ModelAlloc<'static>; 2] = [
-    alloc(CONSTANTS, DEV, 6 * MIB, 0, "classifier.weights"),
-    alloc(CODE, DEV, 256 * KIB, 4096, "classifier.instr"),
+    alloc(WEIGHT, DEV, 6 * MIB, 0, "classifier.weights"),
+    alloc(INSTR_PE, DEV, 256 * KIB, 4096, "classifier.instr"),
 ];
 /// A manifest whose last allocation cannot fit a 24 GiB HBM channel: the load must fail with
 /// `DeviceOom` after its first allocations succeeded, and roll them back.
 static OVERSIZED_ALLOCS: [ModelAlloc<'static>; 3] = [
-    alloc(CONSTANTS, DEV, 4 * MIB, 0, "oversized.small"),
-    alloc(CODE, DEV, 256 * KIB, 4096, "oversized.instr"),
-    alloc(CONSTANTS, DEV, 64 * GIB, 0, "oversized.weights"),
+    alloc(WEIGHT, DEV, 4 * MIB, 0, "oversized.small"),
+    alloc(INSTR_PE, DEV, 256 * KIB, 4096, "oversized.instr"),
+    alloc(WEIGHT, DEV, 64 * GIB, 0, "oversized.weights"),
 ];
 
 static MODELS: [ModelSpec<'static>; 3] = [

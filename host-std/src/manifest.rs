@@ -7,7 +7,7 @@
 //!
 //! ```json
 //! { "format": "nrt-dmem-model/2", "name": "bert-base",
-//!   "allocations": [ { "usage": "CONSTANTS", "location": "device", "size": 438000000 } ],
+//!   "allocations": [ { "usage": "WEIGHT", "location": "device", "size": 438000000 } ],
 //!   "inputs": [ { "name": "input_ids", "size": 512 } ],
 //!   "outputs": [ { "name": "last_hidden_state", "size": 393216 } ] }
 //! ```

@@ -1,7 +1,7 @@
 //! `docs/LAYOUT.md`: the layout report as Markdown — one table per struct (offset, size,
 //! member, C type, provenance), the enums, the constants and the category tables (spec §1–§10).
 
-use nrt_core::abi::{self, tables};
+use nrt_core::abi::{self, mem_aggr_index_t, mem_alloc_category_t, tables};
 
 use crate::report::{counts, grouped};
 
@@ -24,22 +24,27 @@ pub fn generate() -> String {
          | reserved | bytes this project does not interpret, kept so the struct has libnrt's size | not a member of libnrt |\n\n",
     );
 
-    o.push_str("## Structs\n\n| struct | size | align | spec | pinned | chosen | reserved |\n|---|---:|---:|---|---:|---:|---:|\n");
+    o.push_str(
+        "## Structs\n\nMembers per struct by provenance (reserved spans are not members).\n\n\
+                | struct | size | align | spec | observed | inferred | chosen | reserved |\n\
+                |---|---:|---:|---|---:|---:|---:|---:|\n",
+    );
     for s in abi::STRUCTS {
         let c = counts(s);
         o.push_str(&format!(
-            "| [`{0}`](#{1}) | {2} | {3} | §{4} | {5} | {6} | {7} |\n",
+            "| [`{0}`](#{1}) | {2} | {3} | §{4} | {5} | {6} | {7} | {8} |\n",
             s.name,
             s.name.to_ascii_lowercase(),
             grouped(s.size),
             s.align,
             s.section,
-            c.pinned,
+            c.observed,
+            c.inferred,
             c.chosen,
             c.reserved
         ));
     }
-    o.push('\n');
+    o.push_str(SIDE_TABLES);
 
     for s in abi::STRUCTS {
         o.push_str(&format!(
@@ -90,24 +95,69 @@ pub fn generate() -> String {
 
     o.push_str(
         "## Category tables (spec §3.3)\n\n\
-         Indexed by `dma_mem_usage_type_t`. Pinned by the spec: the shape (23 bytes) and \
-         `host[18..=21] = 20` (the \"invalid for this location\" sentinel); the other bytes are \
-         this project's mapping.\n\n\
-         | usage | member | host_category | device_category | aggr_index |\n|---:|---|---:|---:|---:|\n",
+         Indexed by `dma_mem_usage_type_t`; every byte is libnrt 2.31's (`.rodata` @0x9b9640, \
+         @0x9b9660, @0x9b9e80; facts v2 `[tables]`). The category bytes are the driver's \
+         `mem_alloc_category_t`; 20 is the \"invalid for this location\" sentinel, which on the \
+         host is at SCRATCHPAD, CC and SCRATCHPAD_NOT_SHARED (CONFLICT: the spec's prose says \
+         18..21; its own byte dump, kept here, maps the DMA rings to DMA_RINGS_HOST, 17).\n\n\
+         | usage | member | host_category | device_category | aggr_index |\n|---:|---|---|---|---|\n",
     );
     let usage = nrt_core::abi::dma_mem_usage_type_t::INFO.members;
+    let category = |b: u8| mem_alloc_category_t::from_raw(b as u32).map_or("?", |c| c.name());
+    let class = |b: u8| mem_aggr_index_t::from_raw(b as u32).map_or("?", |c| c.name());
     for i in 0..tables::DMEM_USAGE_TYPE_TO_HOST_CATEGORY.len() {
         let name = usage
             .iter()
             .find(|(_, v)| *v == i as i64)
             .map(|(n, _)| *n)
             .unwrap_or("?");
-        o.push_str(&format!(
-            "| {i} | `{name}` | {} | {} | {} |\n",
+        let (h, d, a) = (
             tables::DMEM_USAGE_TYPE_TO_HOST_CATEGORY[i],
             tables::DMEM_USAGE_TYPE_TO_DEVICE_CATEGORY[i],
-            tables::DMEM_USAGE_TYPE_TO_AGGR_INDEX[i]
+            tables::DMEM_USAGE_TYPE_TO_AGGR_INDEX[i],
+        );
+        o.push_str(&format!(
+            "| {i} | `{name}` | {h} `{}` | {d} `{}` | {a} `{}` |\n",
+            category(h),
+            category(d),
+            class(a)
+        ));
+    }
+    o.push_str(
+        "\n### Aggregate classes\n\n\
+         libnrt does not publish names for the 12 classes of `dmem_usage_type_to_aggr_index`; \
+         `mem_aggr_index_t` names each after the usage types its bytes group together (the \
+         grouping is libnrt's, the names are this project's). `stats --json` reports each core's \
+         device bytes per class under `nrt_dmem.<core>.aggregate_classes`.\n\n\
+         | class | name | usage types |\n|---:|---|---|\n",
+    );
+    for c in mem_aggr_index_t::all() {
+        let members: Vec<&str> = nrt_core::abi::dma_mem_usage_type_t::all()
+            .filter(|u| tables::DMEM_USAGE_TYPE_TO_AGGR_INDEX[*u as usize] == c as u8)
+            .map(|u| u.short_name())
+            .collect();
+        o.push_str(&format!(
+            "| {} | `{}` | {} |\n",
+            c as u32,
+            c.name(),
+            members.join(", ")
         ));
     }
     o
 }
+
+/// Where the project's own state lives when libnrt's bytes leave no room for it (issue 15:
+/// never on a public member).
+const SIDE_TABLES: &str = "\n### Where the project's own state lives\n\n\
+Every member libnrt has is at its offset with its name. The project's own members sit in the gaps \
+libnrt leaves (marked `chosen` below: `dmem_t` 68..127 and 176..191, the gaps of `nrt_tensor_t`, \
+`nrt_tensor_storage_t`, `model_t`, `dmem_allocator_t`'s tail, `tdrv_scratchpad_cleanup_info_t` \
+36..39). What does not fit any gap lives beside the tree, in `nrt-core`'s `CoreState`, never in \
+libnrt's bytes:\n\n\
+| state | was | now |\n|---|---|---|\n\
+| per-(core, usage) peaks, host DMA ledger and peaks, device/host totals and peaks, OOM count | `mla_t` tail, `dma_mem_log_t` tail | `CoreState::dev_ext[dev]` (`DevExt`) |\n\
+| a core's `physical_core_t`, execution lock and count, ext-isa stage/use counts, init flag | `tpb_t` head, `tpb_sunda_t` | `CoreState::core_ext[dev][core]` (`CoreExt`) |\n\
+| device geometry (cores, HBM channels, sizes, arch) | `mla_t` head | `CoreState::geom[dev]` (`DevGeom`) |\n\
+| a logical core's default HBM | `virtual_core_t` tail | computed from its owner core |\n\
+| a tensor's name text (96 bytes) | `nrt_tensor_t` | one buffer per tensor slot, `CoreState::tensor_names` |\n\
+| a model's IO table (32 × name + size) | `model_t` | one table per model slot, `CoreState::model_io` |\n\n";

@@ -162,6 +162,10 @@ pub fn json() -> String {
 pub struct Counts {
     /// Observed + inferred members (the spec's).
     pub pinned: usize,
+    /// Of those, read from libnrt's DWARF / disassembly / `.rodata`.
+    pub observed: usize,
+    /// Of those, following from an observed fact by ABI rules.
+    pub inferred: usize,
     /// Members this project placed.
     pub chosen: usize,
     /// Reserved spans.
@@ -178,6 +182,11 @@ pub fn counts(s: &StructInfo) -> Counts {
             Provenance::Observed | Provenance::Inferred => {
                 c.pinned += 1;
                 c.pinned_bytes += f.size;
+                if f.provenance == Provenance::Observed {
+                    c.observed += 1;
+                } else {
+                    c.inferred += 1;
+                }
             }
             Provenance::Chosen => c.chosen += 1,
             Provenance::Reserved => c.reserved += 1,
@@ -247,8 +256,9 @@ pub fn summary() -> String {
     o.push_str(&line);
     o.push('\n');
     o.push_str(&format!(
-        "tables (§3.3): host_category, device_category, aggr_index — 23 bytes each; \
-         host[18..=21] = {} (pinned)\n",
+        "tables (§3.3): host_category, device_category, aggr_index — 23 bytes each, libnrt's; \
+         host{:?} = {} (pinned)\n",
+        tables::constants::HOST_CATEGORY_INVALID_USAGE_INDICES,
         tables::CATEGORY_INVALID
     ));
     o.push_str(&format!(
