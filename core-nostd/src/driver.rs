@@ -137,7 +137,7 @@ pub const SMALL_OBJECT_MAX: u64 = 512 * 1024;
 /// [`SMALL_OBJECT_MAX`] try the small-object region first and fall back to the main pool;
 /// larger ones go to the main pool only): an unaligned request of `n` page-rounded bytes
 /// succeeds now iff `n <= largest_free`, or `n <= SMALL_OBJECT_MAX` and
-/// `n <= small_object_largest_free`.
+/// `n <= small_object_largest_free` — iff `n <= largest_request()`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct PoolStats {
@@ -178,15 +178,12 @@ impl PoolStats {
         }
     }
 
-    /// The largest request of `n` bytes these figures say would succeed (see the type's docs):
-    /// `largest_free`, or the small-object region's largest block when that is larger and
-    /// `n` would be served there (`n <= SMALL_OBJECT_MAX`).
-    pub fn largest_for(&self, n: u64) -> u64 {
-        if n <= SMALL_OBJECT_MAX {
-            self.largest_free.max(self.small_object_largest_free)
-        } else {
-            self.largest_free
-        }
+    /// The largest request of any size these figures say would succeed (see the type's docs):
+    /// the main pool's largest block, or the small-object region's, capped at the largest
+    /// request that region serves ([`SMALL_OBJECT_MAX`]).
+    pub fn largest_request(&self) -> u64 {
+        self.largest_free
+            .max(self.small_object_largest_free.min(SMALL_OBJECT_MAX))
     }
 
     /// External fragmentation in per mille: `1000 * fragmented_free / free` (for one region,

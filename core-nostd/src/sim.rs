@@ -1148,7 +1148,7 @@ mod tests {
     /// Every figure of `pool_stats` / `hbm_stats_aligned` is what the allocator grants at
     /// this moment: at `align`, the largest request above [`SMALL_OBJECT_MAX`] is
     /// `largest_free` (it succeeds, one page more fails), and the largest small request is
-    /// `largest_for` (the small-object region or the main pool). Leaves the pool as found.
+    /// `largest_request` (the small-object region or the main pool). Leaves the pool as found.
     fn assert_largest_is_exact(s: &SimDevice, hbm: u32, align: u64) {
         let st = s.hbm_stats_aligned(0, hbm, align).unwrap();
         let r = |n: u64| req(n).hbm(hbm).align(align);
@@ -1160,7 +1160,7 @@ mod tests {
         }
         let over = big.max(SMALL_OBJECT_MAX) + PAGE_SIZE;
         assert_eq!(s.memory_alloc(0, &r(over)), Err(errno::ENOMEM), "{st:?}");
-        let small = st.largest_for(SMALL_OBJECT_MAX).min(SMALL_OBJECT_MAX);
+        let small = st.largest_request().min(SMALL_OBJECT_MAX);
         if small > 0 {
             let h = s.memory_alloc(0, &r(small));
             assert!(h.is_ok(), "small {small} at align {align} refused: {st:?}");
@@ -1256,7 +1256,7 @@ mod tests {
         /// (32 MiB main pool, 16 MiB small-object region): `largest_free` is always
         /// allocatable and one page more never is, for sizes above the small-object threshold;
         /// the same at the alignments the sequence uses; and small requests get exactly what
-        /// `largest_for` says.
+        /// `largest_request` says.
         #[test]
         fn largest_free_block_is_always_exactly_allocatable(
             ops in proptest::collection::vec(op(), 1..120),
