@@ -116,6 +116,8 @@ pub enum OomCause {
         needed: u64,
         /// The largest request like it that would succeed.
         largest: u64,
+        /// Bytes free in the small-object region (part of the channel's free bytes).
+        small_object_free: u64,
     },
     /// A free block is large enough, but none holds the request at its alignment.
     Alignment {
@@ -169,6 +171,7 @@ impl OomCause {
                 hbm,
                 needed,
                 largest: largest_unaligned,
+                small_object_free: plain.small_object_free,
             };
         }
         if req.align != 0 {
@@ -207,12 +210,15 @@ impl fmt::Display for OomCause {
                 hbm,
                 needed,
                 largest,
+                small_object_free,
             } => write!(
                 f,
-                "why: HBM {hbm} has no free block of {:.3}MB (largest free block {:.3}MB): \
-                 its free memory is fragmented",
+                "why: HBM {hbm} has no free block of {:.3}MB: largest free block {:.3}MB; the \
+                 rest of its free bytes are fragments, {:.3}MB of them in the small-object \
+                 region (requests <= 512KB only)",
                 mb(needed),
-                mb(largest)
+                mb(largest),
+                mb(small_object_free)
             ),
             OomCause::Alignment {
                 hbm,
@@ -372,7 +378,8 @@ mod tests {
             OomCause::NoBlock {
                 hbm: 2,
                 needed: 100 * MIB,
-                largest: 60 * MIB
+                largest: 60 * MIB,
+                small_object_free: 200 * MIB
             }
         );
         // a small request: both regions count, the region's block capped at 512 KiB
@@ -382,7 +389,8 @@ mod tests {
             OomCause::NoBlock {
                 hbm: 2,
                 needed: 300 * 1024,
-                largest: 256 * 1024
+                largest: 256 * 1024,
+                small_object_free: MIB
             }
         );
         let aligned = req(100 * MIB, 64 * MIB, true);

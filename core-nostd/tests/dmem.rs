@@ -999,7 +999,8 @@ fn the_oom_report_says_why_in_one_line() {
     n.dmem_alloc(al, &dev(12 * MIB), None).unwrap_err();
     let (w, dump) = why(&n);
     assert!(
-        w.contains("no free block of 12.000MB (largest free block 8.000MB)"),
+        w.contains("no free block of 12.000MB: largest free block 8.000MB; ")
+            && w.contains("16.000MB of them in the small-object region"),
         "{dump}"
     );
     assert!(dump.contains("HBM 0: 32.000MB free"), "{dump}");
