@@ -380,7 +380,7 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
     writeln!(out, "{}", h("HBM"))?;
     writeln!(
         out,
-        "  {:<10} {:>12} {:>12} {:>20} {:>14} {:>22} {:>25}",
+        "  {:<10} {:>12} {:>12} {:>20} {:>14} {:>18} {:>21}",
         "pool",
         "capacity",
         "free",
@@ -408,7 +408,7 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
         };
         writeln!(
             out,
-            "  {:<10} {:>12} {:>12} {:>20} {:>13.1}% {:>22} {:>25}",
+            "  {:<10} {:>12} {:>12} {:>20} {:>13.1}% {:>18} {:>21}",
             name,
             fmt_bytes(p.capacity),
             fmt_bytes(p.free),
