@@ -133,7 +133,8 @@ pub enum OomCause {
         largest_unaligned: u64,
     },
     /// The figures say the request fits: the driver refused for another reason (its
-    /// allocation metadata is exhausted, or a fault was injected).
+    /// allocation metadata is exhausted, or a fault was injected), or — for a table drawn
+    /// after the fact ([`Nrt::dump_ledger`] with an old error) — memory was freed since.
     Refused {
         /// HBM channel.
         hbm: u32,
@@ -238,7 +239,8 @@ impl fmt::Display for OomCause {
             OomCause::Refused { hbm, needed } => write!(
                 f,
                 "why: the driver refused {:.3}MB on HBM {hbm} although a free block holds it \
-                 (its allocation metadata is exhausted, or a fault was injected)",
+                 now (its allocation metadata is exhausted, a fault was injected, or memory \
+                 was freed since the failure)",
                 mb(needed)
             ),
         }

@@ -1030,6 +1030,14 @@ fn the_oom_report_says_why_in_one_line() {
         dump.contains("largest free block 0.000MB at 16777216-byte alignment"),
         "{dump}"
     );
+    // an injected fault: the figures say it fits, and the report says so
+    f.sim.fail_nth_alloc(1);
+    n.dmem_alloc(al, &dev(MIB), None).unwrap_err();
+    let (w, dump) = why(&n);
+    assert!(
+        w.contains("the driver refused 1.000MB on HBM 0 although"),
+        "{dump}"
+    );
     for m in [a[0], a[2], b] {
         n.dmem_free(m).unwrap();
     }
