@@ -9,12 +9,13 @@
 //! failed (the figures come from [`Driver::hbm_stats_aligned`], which the simulated driver
 //! answers exactly).
 //!
-//! [`Driver::hbm_stats_aligned`]: crate::driver::Driver::hbm_stats_aligned
 #![deny(unsafe_code)]
 
 use core::fmt;
 
 use crate::cstr::mb;
+#[cfg(doc)]
+use crate::driver::Driver;
 use crate::driver::{PoolStats, SMALL_OBJECT_MAX};
 use crate::{Error, Nrt};
 
@@ -127,8 +128,9 @@ pub enum OomCause {
         needed: u64,
         /// The alignment asked for.
         align: u64,
-        /// The largest request at that alignment that would succeed.
-        largest_aligned: u64,
+        /// The largest request at that alignment that would succeed; `None` when the driver
+        /// cannot measure it ([`Driver::hbm_stats_aligned`] refused).
+        largest_aligned: Option<u64>,
         /// The largest unaligned request that would succeed.
         largest_unaligned: u64,
     },
@@ -188,7 +190,7 @@ impl OomCause {
                         hbm,
                         needed,
                         align: req.align,
-                        largest_aligned: largest_aligned.unwrap_or(0),
+                        largest_aligned,
                         largest_unaligned,
                     }
                 }
@@ -227,15 +229,30 @@ impl fmt::Display for OomCause {
                 align,
                 largest_aligned,
                 largest_unaligned,
-            } => write!(
-                f,
-                "why: alignment: HBM {hbm} has free blocks of up to {:.3}MB, but the largest \
-                 {align}-byte aligned request it can take is {:.3}MB, {:.3}MB needed; the \
-                 device may be running out of alignment boundaries",
-                mb(largest_unaligned),
-                mb(largest_aligned),
-                mb(needed)
-            ),
+            } => {
+                write!(
+                    f,
+                    "why: alignment: HBM {hbm} has free blocks of up to {:.3}MB, but ",
+                    mb(largest_unaligned)
+                )?;
+                match largest_aligned {
+                    Some(l) => write!(
+                        f,
+                        "the largest {align}-byte aligned request it can take is {:.3}MB",
+                        mb(l)
+                    )?,
+                    None => write!(
+                        f,
+                        "none took it at a {align}-byte alignment (this driver cannot measure \
+                         aligned blocks)"
+                    )?,
+                }
+                write!(
+                    f,
+                    ", {:.3}MB needed; the device may be running out of alignment boundaries",
+                    mb(needed)
+                )
+            }
             OomCause::Refused { hbm, needed } => write!(
                 f,
                 "why: the driver refused {:.3}MB on HBM {hbm} although a free block holds it \
@@ -403,7 +420,7 @@ mod tests {
                 hbm: 2,
                 needed: 100 * MIB,
                 align: 64 * MIB,
-                largest_aligned: 90 * MIB,
+                largest_aligned: Some(90 * MIB),
                 largest_unaligned: 150 * MIB
             }
         );
@@ -421,7 +438,7 @@ mod tests {
             OomCause::Alignment {
                 largest_aligned,
                 ..
-            } if largest_aligned == 86 * MIB
+            } if largest_aligned == Some(86 * MIB)
         ));
         assert_eq!(emulated.driver_size(), 164 * MIB);
         assert_eq!(FailedRequest::new(u64::MAX - 10, 0, true, P), None);
@@ -450,7 +467,7 @@ mod tests {
             hbm: 1,
             needed: MIB,
             align: 4 * MIB,
-            largest_aligned: 0,
+            largest_aligned: None,
             largest_unaligned: 2 * MIB,
         };
         assert!(std::format!("{why}").contains("running out of alignment boundaries"));
