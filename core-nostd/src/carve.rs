@@ -301,6 +301,16 @@ fn mapping_search(size: u64) -> Option<(usize, usize)> {
     }
 }
 
+/// One more than the largest size class `(fl, sl)` holds (saturating at `u64::MAX`).
+#[inline]
+fn class_upper_bound(fl: usize, sl: usize) -> u64 {
+    if fl == 0 {
+        sl as u64 + 1
+    } else {
+        u64::try_from(((SL + sl + 1) as u128) << (fl - 1)).unwrap_or(u64::MAX)
+    }
+}
+
 /// Padding in front of `addr` to reach `align`, if `[addr, addr + bsize)` then still holds
 /// `size` bytes.
 #[inline]
@@ -559,6 +569,55 @@ impl<const N: usize> Carve<N> {
             let n = self.node(i);
             best = best.max(n.size);
             i = n.next_free;
+        }
+        best
+    }
+
+    /// The largest request [`Carve::alloc`] would grant right now at alignment `align` (a
+    /// power of two; 0 or anything up to the granule means the granule): a granule multiple,
+    /// 0 when no request would succeed or `align` is not a power of two. Exact: `alloc(n,
+    /// align)` succeeds for `n` = this figure and fails with `OutOfSpace` or `NodesExhausted`
+    /// for anything a granule larger (public ABI §3 "alignment above the page size uses an
+    /// aligned first-fit"; §6 "users cannot see the largest free block").
+    ///
+    /// Unaligned, it is [`Carve::largest_free`]: a whole block needs no split. Aligned, a
+    /// block's best is from its first aligned start to its end (no tail node, one head node
+    /// unless the block starts aligned). A diagnostics path, computed on demand: classes are
+    /// visited from the top down until no lower class can beat the best found, so it costs a
+    /// visit of the free blocks in the top classes, never anything on the allocation path.
+    pub fn largest_aligned(&self, align: u64) -> u64 {
+        if self.size == 0 || (align != 0 && !align.is_power_of_two()) {
+            return 0;
+        }
+        let align = align.max(self.granule);
+        if align == self.granule {
+            return self.largest_free();
+        }
+        let head_node_spare = self.spare_nodes() > 0;
+        let mut best = 0;
+        let mut fl_map = self.fl_bitmap;
+        while fl_map != 0 {
+            let f = 63 - fl_map.leading_zeros() as usize;
+            fl_map &= !(1 << f);
+            let mut sl_map = self.sl_bitmap[f];
+            while sl_map != 0 {
+                let s = 31 - sl_map.leading_zeros() as usize;
+                sl_map &= !(1 << s);
+                if class_upper_bound(f, s) <= best {
+                    return best; // every block from here down is too small to win
+                }
+                let mut i = self.heads[f][s];
+                while i != NIL {
+                    let n = self.node(i);
+                    let end = n.addr + n.size;
+                    if let Some(start) = n.addr.checked_next_multiple_of(align) {
+                        if start < end && (start == n.addr || head_node_spare) {
+                            best = best.max(end - start);
+                        }
+                    }
+                    i = n.next_free;
+                }
+            }
         }
         best
     }
@@ -1311,6 +1370,65 @@ mod tests {
         ]
     }
 
+    /// The reference model's largest request at alignment `align` (≥ the granule): the best
+    /// of every gap from its first aligned start to its end; with no spare node, only a gap
+    /// that starts aligned can be taken (anything else needs a node for its head).
+    fn reference_largest(
+        live: &BTreeMap<u64, (u64, CarveId)>,
+        base: u64,
+        cap: u64,
+        align: u64,
+        spare_node: bool,
+    ) -> u64 {
+        let mut best = 0;
+        let mut lo = base;
+        let bounds = live
+            .iter()
+            .map(|(&a, &(s, _))| (a, a + s))
+            .chain(core::iter::once((base + cap, base + cap)));
+        for (hi, next) in bounds {
+            let start = lo.next_multiple_of(align);
+            if start < hi && (start == lo || spare_node) {
+                best = best.max(hi - start);
+            }
+            lo = next;
+        }
+        best
+    }
+
+    #[test]
+    fn largest_aligned_is_what_alloc_grants() {
+        const P: u64 = 4096;
+        let mut c = carve::<64>(P, 64 * P, P);
+        assert_eq!(c.largest_aligned(0), 64 * P);
+        assert_eq!(c.largest_aligned(3), 0, "not a power of two");
+        // [P, 65P) with its first 8P-aligned start at 8P: 57 pages from there to the end
+        assert_eq!(c.largest_aligned(8 * P), 57 * P);
+        assert_eq!(c.alloc(58 * P, 8 * P), Err(CarveError::OutOfSpace));
+        let b = c.alloc(57 * P, 8 * P).unwrap();
+        assert_eq!((b.addr, c.largest_aligned(8 * P)), (8 * P, 0));
+        assert_eq!(c.largest_aligned(0), 7 * P, "the head fragment");
+        c.free(b.id).unwrap();
+        // an uninitialised carve grants nothing
+        assert_eq!(Carve::<8>::new().largest_aligned(1 << 20), 0);
+    }
+
+    #[test]
+    fn largest_aligned_without_a_spare_node_counts_only_blocks_that_start_aligned() {
+        // Every node in use; free [0,1) (starts aligned) and [11,20) (would need a head node
+        // at 12, of which there is none).
+        let mut c = carve::<4>(0, 20, 1);
+        let a = c.alloc(1, 0).unwrap();
+        c.alloc(9, 0).unwrap();
+        c.alloc(1, 0).unwrap();
+        c.free(a.id).unwrap();
+        assert_eq!(c.largest_aligned(0), 9);
+        assert_eq!(c.largest_aligned(4), 1);
+        assert_eq!(c.alloc(2, 4), Err(CarveError::NodesExhausted));
+        assert_eq!(c.alloc(1, 4).map(|b| b.addr), Ok(0));
+        c.check().unwrap();
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
         #[test]
@@ -1393,6 +1511,20 @@ mod tests {
                 prop_assert_eq!(s.free, cap - live_bytes);
                 prop_assert_eq!(s.live_allocations, live.len() as u64);
                 prop_assert!(s.largest_free <= s.free);
+                // The largest aligned request, against the gaps of the reference model, and
+                // granted by `alloc` exactly: that size succeeds, one granule more does not.
+                let spare = s.nodes_used < s.node_capacity;
+                for a in [0, 2 * granule, 1 << 12, 1 << 16] {
+                    let want = reference_largest(&live, base, cap, a.max(granule), spare);
+                    let got = c.largest_aligned(a);
+                    prop_assert_eq!(got, want, "align {}", a);
+                    if got > 0 {
+                        let b = c.alloc(got, a);
+                        prop_assert!(b.is_ok(), "largest {} at align {}: {:?}", got, a, b);
+                        c.free(b.unwrap().id).unwrap();
+                    }
+                    prop_assert!(c.alloc(got + granule, a).is_err());
+                }
             }
             for (_, (_, id)) in core::mem::take(&mut live) {
                 c.free(id).unwrap();

@@ -422,7 +422,7 @@ impl Nrt<'_> {
 
     /// Whether device `dev` takes aligned requests natively (spec §3.2 `ndl_supports_align`).
     /// The first time it is found not to, one WARN is logged and the answer is latched.
-    fn aligned_alloc_supported(&self, dev: u32, g: &crate::ctx::DevGeom) -> bool {
+    pub(crate) fn aligned_alloc_supported(&self, dev: u32, g: &crate::ctx::DevGeom) -> bool {
         if g.aligned_alloc == 0 {
             self.latch_aligned_alloc_unsupported(dev);
             return false;

@@ -127,15 +127,28 @@ pub struct AllocRequest {
     pub category: u8,
 }
 
+/// Requests of at most this many bytes (after page rounding) go to an HBM channel's
+/// small-object region first (public ABI §3 "How the driver carves memory").
+pub const SMALL_OBJECT_MAX: u64 = 512 * 1024;
+
 /// Occupancy of one driver pool (an HBM channel or the host DMA pool).
+///
+/// What succeeds, read from these figures (public ABI §3: requests of at most
+/// [`SMALL_OBJECT_MAX`] try the small-object region first and fall back to the main pool;
+/// larger ones go to the main pool only): an unaligned request of `n` page-rounded bytes
+/// succeeds now iff `n <= largest_free`, or `n <= SMALL_OBJECT_MAX` and
+/// `n <= small_object_largest_free` — iff `n <= largest_request()`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct PoolStats {
-    /// Bytes the pool manages.
+    /// Bytes the pool manages (its small-object region included).
     pub capacity: u64,
-    /// Bytes free.
+    /// Bytes free (its small-object region included).
     pub free: u64,
-    /// The largest single free block (what the next big allocation can get).
+    /// The largest free block of the main pool: the largest request of more than
+    /// [`SMALL_OBJECT_MAX`] that would succeed right now (page-rounded, at the driver's own
+    /// page alignment, carve-outs excluded). The small-object region's blocks never count:
+    /// they serve no request that large.
     pub largest_free: u64,
     /// Live allocations.
     pub allocations: u64,
@@ -143,6 +156,12 @@ pub struct PoolStats {
     /// one region; a pool with a separate small-object region (the simulated driver's) counts
     /// each region against its own largest block, so an empty pool has none.
     pub fragmented_free: u64,
+    /// Bytes free in the channel's small-object region (part of `free`); 0 for a pool without
+    /// one, or a driver that does not tell it apart.
+    pub small_object_free: u64,
+    /// The largest free block of the small-object region, which serves only requests of at
+    /// most [`SMALL_OBJECT_MAX`]; 0 as for `small_object_free`.
+    pub small_object_largest_free: u64,
 }
 
 impl PoolStats {
@@ -154,7 +173,17 @@ impl PoolStats {
             largest_free,
             allocations,
             fragmented_free: free.saturating_sub(largest_free),
+            small_object_free: 0,
+            small_object_largest_free: 0,
         }
+    }
+
+    /// The largest request of any size these figures say would succeed (see the type's docs):
+    /// the main pool's largest block, or the small-object region's, capped at the largest
+    /// request that region serves ([`SMALL_OBJECT_MAX`]).
+    pub fn largest_request(&self) -> u64 {
+        self.largest_free
+            .max(self.small_object_largest_free.min(SMALL_OBJECT_MAX))
     }
 
     /// External fragmentation in per mille: `1000 * fragmented_free / free` (for one region,
@@ -212,6 +241,19 @@ pub trait Driver: Sync {
     }
     /// Occupancy of an HBM channel (`host == false`) or the host DMA pool.
     fn pool_stats(&self, dev: u32, host: bool, hbm_idx: u32) -> Result<PoolStats, Errno>;
+    /// [`Driver::pool_stats`] of HBM `hbm_idx` with `largest_free` and
+    /// `small_object_largest_free` measured for requests aligned to `align` (a power of two;
+    /// 0 = the page): the largest such request each region would grant now (public ABI §3
+    /// "alignment above the page size uses an aligned first-fit"). A diagnostics call for the
+    /// OOM report. The default knows only page alignment and answers `EOPNOTSUPP` above it.
+    fn hbm_stats_aligned(&self, dev: u32, hbm_idx: u32, align: u64) -> Result<PoolStats, Errno> {
+        let page = self.device_info(dev)?.page_size;
+        if align <= page {
+            self.pool_stats(dev, false, hbm_idx)
+        } else {
+            Err(errno::EOPNOTSUPP)
+        }
+    }
     /// The host-device-id → routing-id map (spec §1); `EOPNOTSUPP` makes the runtime fall back
     /// to the identity.
     fn host_device_id_rid_map(&self, _out: &mut [u32; 32]) -> Result<(), Errno> {

@@ -20,6 +20,7 @@ use crate::cstr::{c_name, mb, Printable};
 use crate::ctx::{DevExt, Nrt};
 use crate::dmem::Action;
 use crate::error::{Error, Result};
+use crate::oom::write_hbm_line;
 
 const TOTAL: usize = constants::USAGE_TYPE_MAX_INDEX;
 
@@ -487,8 +488,12 @@ impl Nrt<'_> {
         if dev >= self.attached_devices() {
             return writeln!(w, "ND {dev}: not attached");
         }
+        let failing = failed.and_then(|e| self.failing_channel(dev, e));
         if let Some(e) = failed {
             writeln!(w, "{e}")?;
+        }
+        if let Some(c) = &failing {
+            writeln!(w, "{}", c.cause)?;
         }
         let g = self.dev_geom(dev);
         writeln!(
@@ -540,18 +545,13 @@ impl Nrt<'_> {
             )?;
         }
         for h in 0..g.channels {
-            if let Ok(s) = self.drv.pool_stats(dev, false, h) {
-                writeln!(
-                    w,
-                    "  HBM {}: {:.3}MB free of {:.3}MB allocatable, largest free block {:.3}MB, fragmentation {}.{}%, {} allocations",
-                    h,
-                    mb(s.free),
-                    mb(s.capacity),
-                    mb(s.largest_free),
-                    s.fragmentation_permille() / 10,
-                    s.fragmentation_permille() % 10,
-                    s.allocations
-                )?;
+            match &failing {
+                Some(c) if c.hbm == h => write_hbm_line(w, h, &c.shown, c.shown_align)?,
+                _ => {
+                    if let Ok(s) = self.drv.pool_stats(dev, false, h) {
+                        write_hbm_line(w, h, &s, 0)?;
+                    }
+                }
             }
         }
         // The largest live allocations, found with a fixed-size selection (no heap). Each

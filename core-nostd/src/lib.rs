@@ -27,6 +27,7 @@ pub mod error;
 pub mod ht;
 pub mod ledger;
 pub mod model;
+pub mod oom;
 pub mod scratchpad;
 pub mod sim;
 pub mod sync;

@@ -56,8 +56,7 @@ pub const MAX_HBM_CHANNELS: u32 = 4;
 pub const FIRMWARE_CARVEOUT: u64 = 16 * MIB;
 /// The driver's allocation granule: sizes are rounded up to it (public ABI §3).
 pub const PAGE_SIZE: u64 = 4 * KIB;
-/// Requests of at most this many bytes go to the small-object pool (public ABI §3).
-pub const SMALL_OBJECT_MAX: u64 = 512 * KIB;
+pub use crate::driver::SMALL_OBJECT_MAX;
 /// Size of the small-object pool at the top of a full-size channel (public ABI §3); shrunk
 /// to a quarter of the channel for test geometries ([`SimConfig::channel_size_override`]).
 pub const SMALL_REGION_SIZE: u64 = GIB;
@@ -624,7 +623,7 @@ impl SimDevice {
                             st.host.stats().into()
                         } else {
                             let c = req.hbm_idx as usize;
-                            combine(st.main[c].stats().into(), st.small[c].stats().into())
+                            hbm_stats(&st.main[c], &st.small[c], req.align)
                         };
                         self.oom_log(dev, req, size, stats);
                     }
@@ -716,14 +715,18 @@ impl SimDevice {
 
     fn oom_log(&self, dev: u32, req: &AllocRequest, size: u64, stats: PoolStats) {
         warn!(
-            "nd{}: {} out of memory: total {} occupied {} needed {} available {} (largest free {})",
+            "nd{}: {} out of memory: total {} occupied {} needed {} align {} available {} \
+             (largest free block {}, small-object region {} free, largest {})",
             dev,
             if req.host { "host DMA pool" } else { "HBM" },
             stats.capacity,
             stats.capacity - stats.free,
             size,
+            req.align,
             stats.free,
-            stats.largest_free
+            stats.largest_free,
+            stats.small_object_free,
+            stats.small_object_largest_free
         );
     }
 }
@@ -738,15 +741,26 @@ const fn small_region(channel_size: u64) -> u64 {
     }
 }
 
-/// One HBM's figures from its main pool and its small-object region: each region's
-/// fragmentation is measured against its own largest block.
-fn combine(a: PoolStats, b: PoolStats) -> PoolStats {
+/// One HBM's figures from its main pool and its small-object region, with the largest
+/// blocks measured for requests aligned to `align` (0 = the page). `largest_free` is the main
+/// pool's alone: a request above [`SMALL_OBJECT_MAX`] never reaches the small-object region
+/// (public ABI §3), whose figures are reported apart. Each region's fragmentation is measured
+/// against its own largest (unaligned) block.
+fn hbm_stats(main: &Carve<MAIN_NODES>, small: &Carve<SMALL_NODES>, align: u64) -> PoolStats {
+    let (m, s) = (main.stats(), small.stats());
+    let (largest_main, largest_small) = if align <= PAGE_SIZE {
+        (m.largest_free, s.largest_free)
+    } else {
+        (main.largest_aligned(align), small.largest_aligned(align))
+    };
     PoolStats {
-        capacity: a.capacity + b.capacity,
-        free: a.free + b.free,
-        largest_free: a.largest_free.max(b.largest_free),
-        allocations: a.allocations + b.allocations,
-        fragmented_free: a.fragmented_free + b.fragmented_free,
+        capacity: m.capacity + s.capacity,
+        free: m.free + s.free,
+        largest_free: largest_main,
+        allocations: m.live_allocations + s.live_allocations,
+        fragmented_free: (m.free - m.largest_free) + (s.free - s.largest_free),
+        small_object_free: s.free,
+        small_object_largest_free: largest_small,
     }
 }
 
@@ -840,8 +854,24 @@ impl Driver for SimDevice {
                 st.host.stats().into()
             } else {
                 let c = hbm_idx as usize;
-                combine(st.main[c].stats().into(), st.small[c].stats().into())
+                hbm_stats(&st.main[c], &st.small[c], 0)
             })
+        })
+    }
+
+    /// Exact: the largest request each region's carve would grant at `align`
+    /// ([`Carve::largest_aligned`]), under the device lock, so the figures are those of one
+    /// moment. `EINVAL` for an alignment that is not a power of two or a bad channel.
+    fn hbm_stats_aligned(&self, dev: u32, hbm_idx: u32, align: u64) -> Result<PoolStats, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if hbm_idx >= self.channels || (align != 0 && !align.is_power_of_two()) {
+            return Err(errno::EINVAL);
+        }
+        self.with_dev(dev, |st| {
+            let c = hbm_idx as usize;
+            Ok(hbm_stats(&st.main[c], &st.small[c], align))
         })
     }
 }
@@ -1113,6 +1143,151 @@ mod tests {
         s.memory_free(0, h).unwrap();
         let st = s.pool_stats(0, false, 2).unwrap();
         assert_eq!((st.free, st.allocations), (st.capacity, 0));
+    }
+
+    /// Every figure of `pool_stats` / `hbm_stats_aligned` is what the allocator grants at
+    /// this moment: at `align`, the largest request above [`SMALL_OBJECT_MAX`] is
+    /// `largest_free` (it succeeds, one page more fails), and the largest small request is
+    /// `largest_request` (the small-object region or the main pool). Leaves the pool as found.
+    fn assert_largest_is_exact(s: &SimDevice, hbm: u32, align: u64) {
+        let st = s.hbm_stats_aligned(0, hbm, align).unwrap();
+        let r = |n: u64| req(n).hbm(hbm).align(align);
+        let big = st.largest_free;
+        if big > SMALL_OBJECT_MAX {
+            let h = s.memory_alloc(0, &r(big));
+            assert!(h.is_ok(), "largest {big} at align {align} refused: {st:?}");
+            s.memory_free(0, h.unwrap()).unwrap();
+        }
+        let over = big.max(SMALL_OBJECT_MAX) + PAGE_SIZE;
+        assert_eq!(s.memory_alloc(0, &r(over)), Err(errno::ENOMEM), "{st:?}");
+        let small = st.largest_request().min(SMALL_OBJECT_MAX);
+        if small > 0 {
+            let h = s.memory_alloc(0, &r(small));
+            assert!(h.is_ok(), "small {small} at align {align} refused: {st:?}");
+            s.memory_free(0, h.unwrap()).unwrap();
+            if small < SMALL_OBJECT_MAX {
+                let e = s.memory_alloc(0, &r(small + PAGE_SIZE));
+                assert_eq!(e, Err(errno::ENOMEM), "{st:?}");
+            }
+        }
+        assert_eq!(s.hbm_stats_aligned(0, hbm, align), Ok(st), "left as found");
+    }
+
+    #[test]
+    fn the_largest_free_block_is_allocatable_on_every_preset_and_one_page_more_is_not() {
+        for p in Preset::ALL {
+            let s = sim(SimConfig::new(p, 1));
+            let channels = s.device_info(0).unwrap().hbm_channels;
+            for c in 0..channels {
+                let st = s.pool_stats(0, false, c).unwrap();
+                let main = s.channel_size() - FIRMWARE_CARVEOUT - GIB;
+                assert_eq!(
+                    (st.largest_free, st.small_object_free),
+                    (main, GIB),
+                    "{p:?}"
+                );
+                assert_eq!(st.small_object_largest_free, GIB);
+                for align in [0, 1 << 21, 1 << 30] {
+                    assert_largest_is_exact(&s, c, align);
+                }
+            }
+        }
+    }
+
+    /// Issue 21's trn2 report: after a big tensor the main pool keeps 512 MiB and the 1 GiB
+    /// small-object region is untouched; the largest free block is 512 MiB (not 1 GiB), and a
+    /// 768 MiB request fails as that says.
+    #[test]
+    fn a_full_main_pool_does_not_borrow_the_small_object_regions_figure() {
+        let s = sim(SimConfig::new(Preset::Trn2, 1));
+        let st = s.pool_stats(0, false, 0).unwrap();
+        let h = s
+            .memory_alloc(0, &req(st.largest_free - 512 * MIB))
+            .unwrap();
+        let st = s.pool_stats(0, false, 0).unwrap();
+        assert_eq!(st.free, 512 * MIB + GIB);
+        assert_eq!(st.largest_free, 512 * MIB);
+        assert_eq!(
+            (st.small_object_free, st.small_object_largest_free),
+            (GIB, GIB)
+        );
+        assert_eq!(s.memory_alloc(0, &req(768 * MIB)), Err(errno::ENOMEM));
+        assert_largest_is_exact(&s, 0, 0);
+        s.memory_free(0, h).unwrap();
+        // the alignment-aware figures agree with the allocator too (aligned first fit)
+        let g = s.memory_alloc(0, &req(3 * MIB)).unwrap();
+        assert_eq!(s.memory_get_pa(0, g), Ok(FIRMWARE_CARVEOUT));
+        let st = s.hbm_stats_aligned(0, 0, 1 << 30).unwrap();
+        assert_eq!(
+            st.largest_free,
+            24 * GIB - 2 * GIB,
+            "from the first 1 GiB boundary"
+        );
+        assert_largest_is_exact(&s, 0, 1 << 30);
+        assert_eq!(s.hbm_stats_aligned(0, 0, 3), Err(errno::EINVAL));
+        assert_eq!(s.hbm_stats_aligned(0, 4, 0), Err(errno::EINVAL));
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Alloc { pages: u64, align_log2: u8 },
+        Free(usize),
+        Check { align_log2: u8 },
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            // small (≤ 512 KiB) and large requests, some aligned
+            3 => (1u64..=128, prop_oneof![Just(0u8), 13u8..22])
+                .prop_map(|(pages, align_log2)| Op::Alloc { pages, align_log2 }),
+            3 => (129u64..3072, prop_oneof![Just(0u8), 13u8..24])
+                .prop_map(|(pages, align_log2)| Op::Alloc { pages, align_log2 }),
+            4 => any::<usize>().prop_map(Op::Free),
+            1 => prop_oneof![Just(0u8), 13u8..25].prop_map(|align_log2| Op::Check { align_log2 }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 64, ..proptest::prelude::ProptestConfig::default()
+        })]
+        /// Issue 21's property, over random alloc/free sequences on a scaled-down channel
+        /// (32 MiB main pool, 16 MiB small-object region): `largest_free` is always
+        /// allocatable and one page more never is, for sizes above the small-object threshold;
+        /// the same at the alignments the sequence uses; and small requests get exactly what
+        /// `largest_request` says.
+        #[test]
+        fn largest_free_block_is_always_exactly_allocatable(
+            ops in proptest::collection::vec(op(), 1..120),
+        ) {
+            let s = sim(SimConfig::scaled_down(Preset::Trn1, 1));
+            let mut live: Vec<u64> = Vec::new();
+            for op in ops {
+                let check_align = match op {
+                    Op::Alloc { pages, align_log2 } => {
+                        let align = if align_log2 == 0 { 0 } else { 1u64 << align_log2 };
+                        match s.memory_alloc(0, &req(pages * PAGE_SIZE).align(align)) {
+                            Ok(h) => live.push(h),
+                            Err(e) => proptest::prop_assert_eq!(e, errno::ENOMEM),
+                        }
+                        align
+                    }
+                    Op::Free(k) => {
+                        if !live.is_empty() {
+                            let h = live.swap_remove(k % live.len());
+                            s.memory_free(0, h).unwrap();
+                        }
+                        0
+                    }
+                    Op::Check { align_log2 } => if align_log2 == 0 { 0 } else { 1u64 << align_log2 },
+                };
+                assert_largest_is_exact(&s, 0, 0);
+                if check_align != 0 {
+                    assert_largest_is_exact(&s, 0, check_align);
+                }
+            }
+        }
     }
 
     #[test]

@@ -520,6 +520,8 @@ static void oom_and_manifests(void) {
     CHECK(strstr(report, "Failed to allocate") != NULL && strstr(report, "constants") != NULL,
           "the report names the failed allocation");
     CHECK(strstr(report, "largest free block") != NULL, "the report shows free blocks");
+    CHECK(strstr(report, "\nwhy: ") != NULL && strstr(report, "small-object region") != NULL,
+          "the report says why, and shows the small-object region apart");
     CHECK(strstr(report, "while loading model \"too-big\"") != NULL,
           "the report says what the model asked for");
     CHECK(strstr(report, "weights_bf16") != NULL, "the report lists the resident model's weights");
@@ -611,6 +613,26 @@ static void extensions(void) {
             EXPECT(nrtx_get_hbm_stats(d, i, &e, sizeof e, &out), NRT_SUCCESS);
             CHECK(e.hbm_index == i && e.largest_free_block > 0, "hbm %u", i);
         }
+    /* Issue 21: largest_free_block is what a DEVICE tensor can get right now; one page more
+       is not. The small-object region is reported apart and never counts for it. */
+    EXPECT(nrtx_get_vnc_hbm_stats(0, &h, sizeof h, &out), NRT_SUCCESS);
+    CHECK(out == sizeof h && h.small_object_free > 0 &&
+              h.small_object_largest_free_block <= h.small_object_free &&
+              h.largest_free_block + h.small_object_free <= h.free,
+          "small-object region apart: free %llu largest %llu",
+          (unsigned long long)h.small_object_free,
+          (unsigned long long)h.small_object_largest_free_block);
+    nrt_tensor_t *lt = NULL;
+    EXPECT(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, 0, h.largest_free_block + 4096,
+                               "largest+1 page", &lt),
+           NRT_RESOURCE);
+    EXPECT(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, 0, h.largest_free_block, "largest",
+                               &lt),
+           NRT_SUCCESS);
+    nrtx_hbm_stats_t after;
+    EXPECT(nrtx_get_vnc_hbm_stats(0, &after, sizeof after, &out), NRT_SUCCESS);
+    CHECK(after.free == h.free - h.largest_free_block, "the largest block is gone");
+    nrt_tensor_free(&lt);
     EXPECT(nrtx_get_hbm_stats(0, 99, &h, sizeof h, &out), NRT_INVALID);
     EXPECT(nrtx_get_hbm_stats(7, 0, &h, sizeof h, &out), NRT_INVALID);
     EXPECT(nrtx_get_vnc_usage(0, NULL, sizeof u, &out), NRT_INVALID);

@@ -139,8 +139,12 @@ pub struct nrtx_vnc_usage_t {
     pub host_peak: [u64; NRTX_USAGE_TYPE_COUNT],
 }
 
-/// One HBM of one device as the driver sees it (`nrtx_get_hbm_stats`): free bytes and the
-/// largest free block, i.e. the biggest allocation that can still succeed there.
+/// One HBM of one device as the driver sees it (`nrtx_get_hbm_stats`): free bytes, the
+/// largest free block — the biggest allocation of more than 512 KiB that can still succeed
+/// there — and the small-object region's own figures (public ABI §3: requests of at most
+/// 512 KiB try that 1 GiB region first, then the main pool). A request of `n` page-rounded
+/// bytes succeeds now iff `n <= largest_free_block`, or `n <= 512 KiB` and
+/// `n <= small_object_largest_free_block`.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct nrtx_hbm_stats_t {
@@ -156,10 +160,17 @@ pub struct nrtx_hbm_stats_t {
     pub capacity: u64,
     /// Bytes free.
     pub free: u64,
-    /// The largest free block.
+    /// The largest free block of the main pool: the largest request of more than 512 KiB
+    /// that would succeed now (page-rounded; the small-object region never serves one).
     pub largest_free_block: u64,
     /// Live allocations.
     pub allocations: u64,
+    /// Bytes free in the small-object region (part of `free`; 0 when the driver does not
+    /// tell the region apart).
+    pub small_object_free: u64,
+    /// The largest free block of the small-object region, which serves only requests of at
+    /// most 512 KiB.
+    pub small_object_largest_free_block: u64,
 }
 
 /// The device memory a loaded model holds (`nrtx_get_model_memory`).
@@ -298,6 +309,8 @@ fn hbm_stats(r: &global::Runtime, device: u32, hbm: u32) -> Res<nrtx_hbm_stats_t
         free: s.free,
         largest_free_block: s.largest_free,
         allocations: s.allocations,
+        small_object_free: s.small_object_free,
+        small_object_largest_free_block: s.small_object_largest_free,
     })
 }
 

@@ -127,6 +127,14 @@ impl Driver for HostSim {
     ) -> core::result::Result<PoolStats, i32> {
         self.dev.pool_stats(dev, host, hbm_idx)
     }
+    fn hbm_stats_aligned(
+        &self,
+        dev: u32,
+        hbm_idx: u32,
+        align: u64,
+    ) -> core::result::Result<PoolStats, i32> {
+        self.dev.hbm_stats_aligned(dev, hbm_idx, align)
+    }
     fn host_device_id_rid_map(&self, out: &mut [u32; 32]) -> core::result::Result<(), i32> {
         self.dev.host_device_id_rid_map(out)
     }

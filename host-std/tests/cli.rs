@@ -85,11 +85,13 @@ fn demo_shows_every_section_and_ends_with_zero_bytes() {
     let table = std::fs::read_to_string(path).expect("the OOM file exists");
     assert!(table.contains("Failed to allocate"), "{table}");
     let _ = std::fs::remove_file(path);
+    // One screen: 60 lines, plus the OOM table's one "why:" line (issue 21).
     assert!(
-        out.lines().count() <= 60,
+        out.lines().count() <= 61,
         "one screen: {} lines",
         out.lines().count()
     );
+    assert!(out.contains("   │ why: "), "the OOM table says why:\n{out}");
     // Not a terminal: no colour codes.
     assert!(!out.contains('\u{1b}'), "{out}");
 }
@@ -208,6 +210,22 @@ fn stats_json_has_neuron_monitor_keys() {
     assert!(hbm
         .iter()
         .all(|h| h["largest_free_block_bytes"].as_u64() > Some(0)));
+    // Issue 21: the small-object region is reported apart, and the largest free block is the
+    // main pool's: with it, the region's free bytes fit in the free total.
+    for h in hbm {
+        let field = |k: &str| h[k].as_u64().unwrap_or_else(|| panic!("{k}: {h}"));
+        let small = field("small_object_free_bytes");
+        assert!(small > 0 && small <= 1 << 30, "{h}");
+        assert!(
+            field("small_object_largest_free_block_bytes") <= small,
+            "{h}"
+        );
+        assert!(
+            field("largest_free_block_bytes") + field("small_object_free_bytes")
+                <= field("free_bytes"),
+            "{h}"
+        );
+    }
 }
 
 #[test]
@@ -226,6 +244,7 @@ fn stats_text_after_a_scenario() {
     assert!(out.contains("core 0 ("), "{out}");
     assert!(out.contains("bert"), "{out}");
     assert!(out.contains("largest free block"), "{out}");
+    assert!(out.contains("small-object largest"), "{out}");
 }
 
 #[test]

@@ -431,7 +431,9 @@ fn header_structs_have_rust_sizes_and_offsets() {
             capacity,
             free,
             largest_free_block,
-            allocations
+            allocations,
+            small_object_free,
+            small_object_largest_free_block
         },
         nrtx_model_memory_t {
             vnc,

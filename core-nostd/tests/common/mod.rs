@@ -167,4 +167,12 @@ impl<H: DriverHooks> nrt_core::driver::Driver for HookedSim<H> {
     ) -> Result<nrt_core::driver::PoolStats, nrt_core::driver::Errno> {
         self.inner.pool_stats(d, host, i)
     }
+    fn hbm_stats_aligned(
+        &self,
+        d: u32,
+        i: u32,
+        align: u64,
+    ) -> Result<nrt_core::driver::PoolStats, nrt_core::driver::Errno> {
+        self.inner.hbm_stats_aligned(d, i, align)
+    }
 }

@@ -111,8 +111,12 @@ typedef struct nrtx_vnc_usage {
 } nrtx_vnc_usage_t;
 
 /**
- * One HBM of one device as the driver sees it (`nrtx_get_hbm_stats`): free bytes and the
- * largest free block, i.e. the biggest allocation that can still succeed there.
+ * One HBM of one device as the driver sees it (`nrtx_get_hbm_stats`): free bytes, the
+ * largest free block -- the biggest allocation of more than 512 KiB that can still succeed
+ * there -- and the small-object region's own figures (public ABI section 3: requests of at most
+ * 512 KiB try that 1 GiB region first, then the main pool). A request of `n` page-rounded
+ * bytes succeeds now iff `n <= largest_free_block`, or `n <= 512 KiB` and
+ * `n <= small_object_largest_free_block`.
  */
 typedef struct nrtx_hbm_stats {
     /** Device index. */
@@ -127,10 +131,23 @@ typedef struct nrtx_hbm_stats {
     uint64_t capacity;
     /** Bytes free. */
     uint64_t free;
-    /** The largest free block. */
+    /**
+     * The largest free block of the main pool: the largest request of more than 512 KiB
+     * that would succeed now (page-rounded; the small-object region never serves one).
+     */
     uint64_t largest_free_block;
     /** Live allocations. */
     uint64_t allocations;
+    /**
+     * Bytes free in the small-object region (part of `free`; 0 when the driver does not
+     * tell the region apart).
+     */
+    uint64_t small_object_free;
+    /**
+     * The largest free block of the small-object region, which serves only requests of at
+     * most 512 KiB.
+     */
+    uint64_t small_object_largest_free_block;
 } nrtx_hbm_stats_t;
 
 /** The device memory a loaded model holds (`nrtx_get_model_memory`). */

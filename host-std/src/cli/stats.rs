@@ -280,6 +280,13 @@ pub fn to_json(r: &Report) -> Value {
                 if let Value::Object(m) = &mut v {
                     m.insert("neuron_device".into(), json!(d));
                     m.insert("hbm".into(), json!(h));
+                    // The small-object region apart (public ABI §3): it serves only requests
+                    // of at most 512 KiB, so its block is never the largest free block.
+                    m.insert("small_object_free_bytes".into(), json!(p.small_object_free));
+                    m.insert(
+                        "small_object_largest_free_block_bytes".into(),
+                        json!(p.small_object_largest_free),
+                    );
                 }
                 v
             }).collect::<Vec<_>>(),
@@ -381,31 +388,49 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
     writeln!(out, "{}", h("HBM"))?;
     writeln!(
         out,
-        "  {:<10} {:>12} {:>12} {:>20} {:>14}",
-        "pool", "capacity", "free", "largest free block", "fragmentation"
+        "  {:<10} {:>12} {:>12} {:>20} {:>14} {:>18} {:>21}",
+        "pool",
+        "capacity",
+        "free",
+        "largest free block",
+        "fragmentation",
+        "small-object free",
+        "small-object largest"
     )?;
-    for (d, hb, p) in &r.hbm {
+    let pools = r
+        .hbm
+        .iter()
+        .map(|(d, hb, p)| (format!("nd{d} hbm{hb}"), p, true));
+    let host = r
+        .host_pools
+        .iter()
+        .map(|(d, p)| (format!("nd{d} host"), p, false));
+    for (name, p, small_region) in pools.chain(host) {
+        let (small_free, small_largest) = if small_region {
+            (
+                fmt_bytes(p.small_object_free),
+                fmt_bytes(p.small_object_largest_free),
+            )
+        } else {
+            ("-".into(), "-".into())
+        };
         writeln!(
             out,
-            "  {:<10} {:>12} {:>12} {:>20} {:>13.1}%",
-            format!("nd{d} hbm{hb}"),
+            "  {:<10} {:>12} {:>12} {:>20} {:>13.1}% {:>18} {:>21}",
+            name,
             fmt_bytes(p.capacity),
             fmt_bytes(p.free),
             fmt_bytes(p.largest_free),
-            p.fragmentation_permille() as f64 / 10.0
+            p.fragmentation_permille() as f64 / 10.0,
+            small_free,
+            small_largest
         )?;
     }
-    for (d, p) in &r.host_pools {
-        writeln!(
-            out,
-            "  {:<10} {:>12} {:>12} {:>20} {:>13.1}%",
-            format!("nd{d} host"),
-            fmt_bytes(p.capacity),
-            fmt_bytes(p.free),
-            fmt_bytes(p.largest_free),
-            p.fragmentation_permille() as f64 / 10.0
-        )?;
-    }
+    writeln!(
+        out,
+        "  largest free block: the largest request above 512 KiB that would succeed now; \
+         requests of at most 512 KiB also fit the small-object region's largest block"
+    )?;
     writeln!(
         out,
         "  driver holds {} for this runtime",
