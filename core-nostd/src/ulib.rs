@@ -193,9 +193,9 @@ impl Nrt<'_> {
             return Ok((null_mut(), false, false));
         }
         if req.count == 1 {
+            let ext = self.tpb_ext(tpb);
             // SAFETY: resolved tpb; the cache is read and written only inside stage_once, under
             // ulib_staging_lock; `ulib_users` is bumped inside the same critical section.
-            let ext = self.tpb_ext(tpb);
             unsafe {
                 let sunda = addr_of_mut!((*tpb).sunda);
                 let (set, staged_now) = stage_once(
