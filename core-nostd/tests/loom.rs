@@ -109,7 +109,7 @@ fn dmem_release_elects_one_last_holder() {
     loom::model(|| {
         // Thread 0 holds the only reference, takes a second one (dmem_acquire_reference)
         // and hands it to thread 1; both then release.
-        let rc = Arc::new(AtomicU32::new(1));
+        let rc = Arc::new(AtomicU64::new(1));
         rc.fetch_add(1, Ordering::AcqRel);
         let last = Arc::new(AtomicUsize::new(0));
         let t = {
