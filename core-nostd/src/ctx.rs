@@ -175,8 +175,11 @@ pub(crate) struct CoreExt {
 #[repr(C)]
 pub struct CoreState {
     pub(crate) ctx: UnsafeCell<tdrv_ctx_t>,
-    pub(crate) dev_ext: [DevExt; constants::MAX_MLA_PER_PROCESS],
-    pub(crate) core_ext: [[CoreExt; constants::TPBS_PER_MLA]; constants::MAX_MLA_PER_PROCESS],
+    /// Per-device side state; rewritten (zeroed) only by `zero_tree`, under its contract.
+    pub(crate) dev_ext: UnsafeCell<[DevExt; constants::MAX_MLA_PER_PROCESS]>,
+    /// Per-core side state; rewritten (zeroed) only by `zero_tree`, under its contract.
+    pub(crate) core_ext:
+        UnsafeCell<[[CoreExt; constants::TPBS_PER_MLA]; constants::MAX_MLA_PER_PROCESS]>,
     pub(crate) geom: UnsafeCell<[DevGeom; constants::MAX_MLA_PER_PROCESS]>,
     pub(crate) vc: UnsafeCell<VcoreTable>,
     pub(crate) settings: UnsafeCell<Settings>,
@@ -314,13 +317,19 @@ impl<'a> Nrt<'a> {
 
     /// The project's side state of device `dev` (`dev < 32`, else device 0's: callers check).
     pub(crate) fn dev_ext(&self, dev: u32) -> &'a DevExt {
-        &self.st.dev_ext[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)]
+        // SAFETY: in-bounds; the table is written only by `zero_tree`, whose contract excludes
+        // every user of the runtime (so no reference handed out here is live then).
+        unsafe { &(*self.st.dev_ext.get())[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)] }
     }
 
     /// The project's side state of core `(dev, tpb)` (indices clamped in range: callers check).
     pub(crate) fn core_ext(&self, dev: u32, tpb: u32) -> &'a CoreExt {
-        &self.st.core_ext[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)]
-            [(tpb as usize).min(constants::TPBS_PER_MLA - 1)]
+        // SAFETY: in-bounds; the table is written only by `zero_tree`, whose contract excludes
+        // every user of the runtime (so no reference handed out here is live then).
+        unsafe {
+            &(*self.st.core_ext.get())[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)]
+                [(tpb as usize).min(constants::TPBS_PER_MLA - 1)]
+        }
     }
 
     /// The `physical_core_t` of core `(dev, tpb)`, which its GLOBAL allocator and dmems point
@@ -488,7 +497,7 @@ impl<'a> Nrt<'a> {
     /// `(device, core)` when `p` is the `pcore` of one of the runtime's cores (address
     /// arithmetic only: a foreign pointer is never dereferenced).
     pub(crate) fn tree_pcore(&self, p: *const physical_core_t) -> Option<(u32, u32)> {
-        let first = self.st.core_ext.as_ptr() as usize;
+        let first = self.st.core_ext.get() as usize;
         let addr = (p as usize).checked_sub(first)?;
         let (i, rest) = (
             addr / core::mem::size_of::<CoreExt>(),
@@ -638,16 +647,8 @@ impl<'a> Nrt<'a> {
         // their valid unused state (ZeroValid members, atomics, unlocked locks).
         unsafe {
             core::ptr::write_bytes(self.ctx() as *mut u8, 0, core::mem::size_of::<tdrv_ctx_t>());
-            core::ptr::write_bytes(
-                self.st.dev_ext.as_ptr() as *mut DevExt,
-                0,
-                self.st.dev_ext.len(),
-            );
-            core::ptr::write_bytes(
-                self.st.core_ext.as_ptr() as *mut [CoreExt; constants::TPBS_PER_MLA],
-                0,
-                self.st.core_ext.len(),
-            );
+            core::ptr::write_bytes(self.st.dev_ext.get(), 0, 1);
+            core::ptr::write_bytes(self.st.core_ext.get(), 0, 1);
         }
     }
 

@@ -364,7 +364,11 @@ impl Nrt<'_> {
                     emulate = true;
                     r = Ok(ok);
                 }
-                Err(errno::ENOMEM) => r = Err(errno::ENOMEM),
+                Err(errno::ENOMEM) => {
+                    // The emulated request is the one that ran out of memory.
+                    emulate = true;
+                    r = Err(errno::ENOMEM);
+                }
                 Err(_) => {}
             }
         }
@@ -372,7 +376,7 @@ impl Nrt<'_> {
             Ok(r) => r,
             Err(e) => {
                 undo_meta();
-                return Err(self.alloc_failed(dev, nc_id, hbm, a, usage, host, e));
+                return Err(self.alloc_failed(dev, nc_id, hbm, a, usage, host, emulate, e));
             }
         };
         // 5. fields
@@ -459,6 +463,7 @@ impl Nrt<'_> {
         a: &AllocArgs<'_>,
         usage: dma_mem_usage_type_t,
         host: bool,
+        emulated: bool,
         e: i32,
     ) -> Error {
         if e != errno::ENOMEM {
@@ -481,6 +486,7 @@ impl Nrt<'_> {
             nc,
             hbm,
             usage,
+            emulated: emulated && a.align != 0,
         };
         error!("{}", err);
         self.record_oom(err);

@@ -84,6 +84,10 @@ pub enum Error {
         hbm: u32,
         /// Usage type.
         usage: dma_mem_usage_type_t,
+        /// The request reached the driver as the over-allocate-and-offset emulation of its
+        /// alignment (`size + align`, no alignment), not as a natively aligned request: what
+        /// the OOM report measures the channel against.
+        emulated: bool,
     },
     /// Host memory exhausted → NRT_FAIL_HOST_MEM_ALLOC: the driver's host DMA pool (`ENOMEM`
     /// on HOST_DRAM), or the integrator's host memory for a VIRTUAL tensor.
@@ -244,6 +248,7 @@ impl fmt::Display for Error {
                 nc,
                 hbm,
                 usage,
+                ..
             } => {
                 // libnrt's shape (public API §5): the driver category's counter name, then
                 // the exact usage type.

@@ -212,8 +212,12 @@ impl Drop for ExecGuard<'_> {
             // SAFETY: resolved core whose exec lock we hold.
             unsafe { (**t).h_running_model = H_MODEL { id: 0 } };
         }
-        // The reference goes here; the exec locks are released right after, when the fields
-        // drop. Only the cores (which outlive every model) are touched after the reference.
+        // The exec locks go first, the model reference last: once the reference is dropped,
+        // `close` may finish and a later `init` rewrite the cores (their locks included), so
+        // nothing of the runtime is touched after it.
+        for l in &mut self._locks {
+            drop(l.take());
+        }
         // SAFETY: we took this reference in exec_begin.
         unsafe { (*self.model).ref_count.fetch_sub(1, Ordering::AcqRel) };
     }

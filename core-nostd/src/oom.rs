@@ -315,6 +315,7 @@ impl Nrt<'_> {
             align,
             device,
             hbm,
+            emulated,
             ..
         } = *e
         else {
@@ -324,7 +325,9 @@ impl Nrt<'_> {
             return None;
         }
         let g = self.dev_geom(dev);
-        let native = align == 0 || self.aligned_alloc_supported(dev, &g);
+        // How the failed request was actually issued (recorded at the failure): the latch
+        // may have moved since, and reading it here could latch and warn.
+        let native = !emulated;
         let req = FailedRequest::new(size, align, native, g.page_size.max(1))?;
         let plain = self.drv.pool_stats(dev, false, hbm).ok()?;
         let at_align = if req.driver_align() != 0 {

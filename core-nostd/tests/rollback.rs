@@ -102,3 +102,65 @@ fn a_page_another_model_shared_during_a_failing_load_is_not_cancelled() {
         n.unload_model(h).unwrap();
     });
 }
+
+/// A driver that says it takes aligned requests but refuses one with EINVAL.
+struct RefusesAligned;
+
+impl DriverHooks for RefusesAligned {
+    fn refuse_alloc(&self, r: &AllocRequest) -> Option<nrt_core::driver::Errno> {
+        (r.align != 0).then_some(nrt_core::driver::errno::EINVAL)
+    }
+}
+
+/// Issue 21 (review): an aligned request the driver refuses (EINVAL) is retried through the
+/// over-allocate emulation; when that runs out of memory, the OOM report measures the channel
+/// as the emulated request saw it, not natively aligned, so it never shows a block the request
+/// would have fitted in.
+#[test]
+fn an_emulated_retry_that_runs_out_reports_the_channel_it_saw() {
+    let st = CoreState::new_boxed();
+    let cfg = SimConfig {
+        aligned_alloc: true,
+        ..SimConfig::scaled_down(Preset::Trn1, 1)
+    };
+    let drv = HookedSim {
+        inner: SimDevice::new_boxed(&cfg).unwrap(),
+        hooks: RefusesAligned,
+    };
+    let n = Nrt::new(&st, &drv);
+    n.init(&InitOptions::default()).unwrap();
+    let largest = drv.pool_stats(0, false, 0).unwrap().largest_free;
+    let align = 1u64 << 20;
+    // Fits natively at a 1 MiB boundary of an empty channel, not with `align` bytes on top.
+    let size = largest - 4096;
+    let al = n.core_allocator(0, 0).unwrap();
+    let a = nrt_core::dmem::AllocArgs::device(
+        size,
+        0,
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
+        "big",
+    )
+    .aligned(align);
+    let e = n.dmem_alloc(al, &a, None).unwrap_err();
+    assert!(
+        matches!(e, nrt_core::Error::DeviceOom { emulated: true, .. }),
+        "{e:?}"
+    );
+    let mut dump = String::new();
+    n.last_oom_dump(&mut dump).unwrap();
+    let line = dump
+        .lines()
+        .find(|l| l.trim_start().starts_with("HBM 0:"))
+        .expect("HBM 0 line");
+    let shown: f64 = line
+        .split("largest free block ")
+        .nth(1)
+        .and_then(|r| r.split("MB").next())
+        .and_then(|v| v.parse().ok())
+        .expect("largest free block figure");
+    assert!(
+        shown < size as f64 / (1024.0 * 1024.0),
+        "the report shows a block the request fits in:\n{dump}"
+    );
+    assert!(!dump.contains("refused"), "{dump}");
+}

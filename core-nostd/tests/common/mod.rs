@@ -98,6 +98,11 @@ pub trait DriverHooks: Send + Sync {
         _r: &nrt_core::driver::AllocRequest,
     ) {
     }
+    /// The errno `memory_alloc` / `memory_alloc_pa` answers instead of allocating, if any
+    /// (after `before_alloc`).
+    fn refuse_alloc(&self, _r: &nrt_core::driver::AllocRequest) -> Option<nrt_core::driver::Errno> {
+        None
+    }
     /// Before `copy_in`.
     fn before_copy_in(&self) {}
     /// Before `fill`.
@@ -126,6 +131,9 @@ impl<H: DriverHooks> nrt_core::driver::Driver for HookedSim<H> {
         r: &nrt_core::driver::AllocRequest,
     ) -> Result<u64, nrt_core::driver::Errno> {
         self.hooks.before_alloc(self, r);
+        if let Some(e) = self.hooks.refuse_alloc(r) {
+            return Err(e);
+        }
         self.inner.memory_alloc(d, r)
     }
     fn memory_alloc_pa(
@@ -134,6 +142,9 @@ impl<H: DriverHooks> nrt_core::driver::Driver for HookedSim<H> {
         r: &nrt_core::driver::AllocRequest,
     ) -> Result<(u64, u64), nrt_core::driver::Errno> {
         self.hooks.before_alloc(self, r);
+        if let Some(e) = self.hooks.refuse_alloc(r) {
+            return Err(e);
+        }
         self.inner.memory_alloc_pa(d, r)
     }
     fn memory_get_pa(&self, d: u32, h: u64) -> Result<u64, nrt_core::driver::Errno> {
