@@ -261,7 +261,7 @@ impl CoreState {
             ("model_db", self.model_dbs.stats()),
             ("mem_ref_set", self.mem_ref_sets.stats()),
             ("mem_ref_node", self.mem_ref_nodes.stats()),
-            ("scratchpad_cleanup_info_t", self.sp_cleanup.stats()),
+            ("tdrv_scratchpad_cleanup_info_t", self.sp_cleanup.stats()),
             ("ulib_set", self.ulib_sets.stats()),
             ("nrt_tensor_t", self.tensors.stats()),
             ("nrt_tensor_storage_t", self.storages.stats()),

@@ -266,6 +266,25 @@ impl Nrt<'_> {
         )
     }
 
+    /// Device bytes per HBM channel of `dev` (`dma_mem_log_t.memory_usage[4]`, spec §3.4);
+    /// all zero for a device that is not attached, or while the runtime is not initialised.
+    pub fn ledger_hbm(&self, dev: u32) -> [u64; constants::MAX_HBM_CHANNELS] {
+        let mut out = [0; constants::MAX_HBM_CHANNELS];
+        let Ok(_g) = self.inspect() else {
+            return out;
+        };
+        if dev >= self.attached_devices() {
+            return out;
+        }
+        // SAFETY: attached device; the cells are atomics, written under the ledger lock.
+        let log = unsafe { &(*self.mla_ptr(dev)).dmem_logger };
+        let _l = log.lock.lock();
+        for (o, c) in out.iter_mut().zip(&log.memory_usage) {
+            *o = c.load(Ordering::Relaxed);
+        }
+        out
+    }
+
     /// Device bytes booked to physical core `(dev, tpb)` under `usage` (22 = total).
     pub fn ledger_device(&self, dev: u32, tpb: u32, usage: usize) -> u64 {
         self.ledger_cell(dev, tpb, usage, false)

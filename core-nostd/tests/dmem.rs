@@ -511,6 +511,12 @@ proptest! {
                     prop_assert_eq!(n.ledger_host(0, core, usage), want(true));
                 }
             }
+            // `memory_usage[4]`: device bytes per HBM channel (device allocations go to core / 2).
+            let hbm = n.ledger_hbm(0);
+            for (h, have) in hbm.iter().enumerate() {
+                let want: u64 = live.iter().filter(|l| !l.2 && (l.1 / 2) as usize == h).map(|l| l.4).sum();
+                prop_assert_eq!(*have, want, "HBM {}", h);
+            }
             let mut ranges: Vec<(u64, u64, u32)> = live.iter().filter(|l| !l.2).map(|l| {
                 // SAFETY: live.
                 let d = unsafe { &*l.0 };
@@ -525,6 +531,7 @@ proptest! {
             for _ in 0..l.5 { n.dmem_free(l.0).unwrap(); }
         }
         for core in 0..8 { prop_assert_eq!(n.ledger_device(0, core, 22), 0); }
+        prop_assert_eq!(n.ledger_hbm(0), [0; 4]);
         n.close().unwrap();
         prop_assert_eq!(n.driver_bytes_in_use(), 0);
     }

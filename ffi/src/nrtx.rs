@@ -162,6 +162,9 @@ pub struct nrtx_hbm_stats_t {
     pub free: u64,
     /// The largest free block of the main pool: the largest request of more than 512 KiB
     /// that would succeed now (page-rounded; the small-object region never serves one).
+    /// Exact on the simulated device. On `/dev/neuron` it is an upper bound: the driver's
+    /// chunk dump gives no channel base and does not tell the small-object region apart, so
+    /// the free space past the last chunk, region included, counts as one block.
     pub largest_free_block: u64,
     /// Live allocations.
     pub allocations: u64,

@@ -266,9 +266,9 @@ pub const REPORT_ROWS: [(&str, Category); 6] = [
 
 impl Category {
     /// Parses a class name (`tensors`, `constants`, `model_code`, `model_shared_scratchpad`,
-    /// `runtime_memory`, `dma_rings`/`dma_buffers`), `total`, or a usage type (`DMA_RING`,
-    /// `DMA_MEM_USAGE_TYPE_WEIGHT`, `6`). A usage name this project used before it took
-    /// libnrt's enum is refused with the name to use now.
+    /// `runtime_memory`, `dma_rings`/`dma_buffers`), `total`, or a usage type by name
+    /// (`DMA_RING`, `DMA_MEM_USAGE_TYPE_WEIGHT`). A usage name this project used before it
+    /// took libnrt's enum is refused with the name to use now, and so is a bare number.
     pub fn parse(s: &str) -> Result<Self, String> {
         let t = s.trim().to_ascii_lowercase();
         if t == "total" {
@@ -279,6 +279,18 @@ impl Category {
         }
         if let Some((_, c)) = DEVICE_CLASSES.iter().find(|(n, _)| *n == t) {
             return Ok(*c);
+        }
+        // Scenario files carry no format version, and the usage numbers changed when the
+        // project took libnrt's enum (3 was CONSTANTS, now INSTR_POOL): a number is refused
+        // rather than read with a meaning its author may not have meant.
+        if let Ok(v) = t.parse::<u32>() {
+            let now = dma_mem_usage_type_t::from_raw(v).map_or(String::new(), |u| {
+                format!(" ({v} is {} now)", u.short_name())
+            });
+            return Err(format!(
+                "a usage number is not accepted in a scenario: the numbers are libnrt 2.31's \
+                 since the usage types were renumbered{now}; write the usage's name"
+            ));
         }
         parse_usage(s).map(Category::Usage)
     }
@@ -2237,11 +2249,14 @@ mod tests {
             ))
         );
         assert_eq!(
-            Category::parse("12"),
+            Category::parse("dma_mem_usage_type_tensor"),
             Ok(Category::Usage(
                 dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR
             ))
         );
+        // Numbers changed meaning with the renumbering: refused, naming what the number is now.
+        let e = Category::parse("3").unwrap_err();
+        assert!(e.contains("3 is INSTR_POOL now"), "{e}");
         assert_eq!(Category::parse("total"), Ok(Category::Total));
         assert!(Category::parse("nonsense").is_err());
         // An old project name is refused with its replacement, never taken as an alias.
