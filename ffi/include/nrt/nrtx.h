@@ -134,6 +134,9 @@ typedef struct nrtx_hbm_stats {
     /**
      * The largest free block of the main pool: the largest request of more than 512 KiB
      * that would succeed now (page-rounded; the small-object region never serves one).
+     * Exact on the simulated device. On `/dev/neuron` it is an upper bound: the driver's
+     * chunk dump gives no channel base and does not tell the small-object region apart, so
+     * the free space past the last chunk, region included, counts as one block.
      */
     uint64_t largest_free_block;
     /** Live allocations. */
