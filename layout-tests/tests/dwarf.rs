@@ -392,6 +392,69 @@ fn a_moved_member_fails_naming_it_in_every_flavour() {
     }
 }
 
+/// The generated header with its layout asserts taken out and one member of `dmem_t` moved by
+/// four bytes (a padding member before `tdram_channel`): what a stale copy of the header would
+/// compile to.
+fn header_with_moved_member() -> String {
+    let h: String = common::header()
+        .lines()
+        .filter(|l| !l.starts_with("NRT_LAYOUT_ASSERT("))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    common::mutate_member(
+        &h,
+        "dmem_t",
+        "uint32_t tdram_channel",
+        "uint32_t moved_by_4; uint32_t tdram_channel",
+    )
+}
+
+#[test]
+fn a_moved_member_of_the_header_fixture_fails_naming_it_in_every_flavour() {
+    if !common::have_cc() {
+        return;
+    }
+    let header = header_with_moved_member();
+    let build = |n: &str, l: Lang, f: &[&str]| {
+        ccheck::compile_lang(
+            l,
+            &header,
+            &ccheck::fixture_source(),
+            &common::workdir(n),
+            "fixture",
+            f,
+        )
+        .unwrap_or_else(|e| panic!("moved header fixture {n}: {e}"))
+    };
+    for f in FLAVOURS {
+        let Some(obj) = build_flavour(f, "header-moved", &build) else {
+            continue;
+        };
+        let r = pinned(&obj);
+        assert_eq!(r.exit_code, 1, "{}", f.name);
+        let first: Vec<(&str, &str)> = r
+            .first_differences
+            .iter()
+            .map(|d| (d.strukt.as_str(), d.member.as_str()))
+            .collect();
+        assert!(
+            first.contains(&("dmem_t", "tdram_channel")),
+            "{}: {first:?}",
+            f.name
+        );
+        assert!(
+            r.facts.iter().any(|x| x.fails
+                && x.subject == "dmem_t.tdram_channel"
+                && x.fact == "offset"
+                && x.expected == "64"
+                && x.found.as_deref() == Some("68")),
+            "{}:\n{}",
+            f.name,
+            r.to_text()
+        );
+    }
+}
+
 /// Each mutation of the facts fixture, the failing facts it must cause (subject, fact,
 /// expected, found) and the first differing member named.
 #[test]
@@ -689,6 +752,17 @@ fn the_reader_sees_the_tables_in_the_header_fixture_in_every_flavour() {
                 e.members.iter().map(|(n, v)| (n.to_string(), *v)).collect();
             assert_eq!(d.members, values, "{}: {}", f.name, e.name);
         }
+        // --pinned: the tables meet every fact v2 states, so the header's own build passes.
+        let p = pinned(&obj);
+        assert_eq!(p.exit_code, 0, "{}:\n{}", f.name, p.to_text());
+        // Every fact v2 states is checked, less the three `.rodata` tables: the header
+        // fixture defines no table symbols (they are reported as not present).
+        assert_eq!(
+            p.facts.iter().filter(|x| x.pinned).count(),
+            pinned_fact_count(facts()) - nrt_layout::facts::TABLE_SYMBOLS.len(),
+            "{}",
+            f.name
+        );
         // --all: every chosen fact (compared with the tables) passes even with --strict.
         let r = check::check(
             &obj,
