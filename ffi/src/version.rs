@@ -40,7 +40,7 @@ const _: () = {
 const LIBNRT_VERSION: [u64; 4] = [2, 31, 0, 0];
 
 /// Fills `ver` with the runtime's version: `rt_major`.`rt_minor` = 2.31 (the libnrt API this
-/// library implements), `rt_detail` = "nrt-dmem <version> ...", `git_hash` = the build's
+/// library implements), `rt_detail` = "nrt-dmem VERSION ...", `git_hash` = the build's
 /// revision when known. Copies `min(size, sizeof(nrt_version_t))` bytes, so a caller built
 /// against a shorter struct gets its prefix. NULL `ver` is NRT_INVALID. Can be called
 /// before `nrt_init`.

@@ -401,7 +401,9 @@ fn emit_file(out: &mut String, file: &str) {
                     .map(|a| match a {
                         FnArg::Typed(pt) => {
                             let name = match &*pt.pat {
-                                Pat::Ident(i) => i.ident.to_string().trim_start_matches("r#").to_string(),
+                                Pat::Ident(i) => {
+                                    i.ident.to_string().trim_start_matches("r#").to_string()
+                                }
                                 p => panic!("{file}: parameter pattern {}", p.to_token_stream()),
                             };
                             declarator(&pt.ty, &name)

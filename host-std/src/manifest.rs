@@ -811,7 +811,13 @@ mod tests {
             got,
             [
                 ("a", IoUsage::Input, Dtype::Uint8, vec![12], 12),
-                ("b", IoUsage::Input, Dtype::Float32, vec![1, 3, 224, 224], 602112),
+                (
+                    "b",
+                    IoUsage::Input,
+                    Dtype::Float32,
+                    vec![1, 3, 224, 224],
+                    602112
+                ),
                 ("c", IoUsage::Input, Dtype::Bfloat16, vec![4], 8),
                 ("y", IoUsage::Output, Dtype::Float32, vec![1, 1000], 4000),
             ]
@@ -822,12 +828,32 @@ mod tests {
     #[test]
     fn refuses_bad_dtypes_and_shapes() {
         let cases = [
-            (r#"{"name":"a","size":4,"dtype":"fp64"}"#, "inputs[0].dtype", "unknown dtype \"fp64\""),
-            (r#"{"name":"a","size":4,"dtype":"unknown"}"#, "inputs[0].dtype", "unknown dtype"),
-            (r#"{"name":"a","size":5,"dtype":"int32"}"#, "inputs[0]", "not a multiple of the 4-byte int32"),
-            (r#"{"name":"a","size":7,"dtype":"int8","shape":[2,3]}"#, "inputs[0]", "is 6 bytes, but size is 7"),
+            (
+                r#"{"name":"a","size":4,"dtype":"fp64"}"#,
+                "inputs[0].dtype",
+                "unknown dtype \"fp64\"",
+            ),
+            (
+                r#"{"name":"a","size":4,"dtype":"unknown"}"#,
+                "inputs[0].dtype",
+                "unknown dtype",
+            ),
+            (
+                r#"{"name":"a","size":5,"dtype":"int32"}"#,
+                "inputs[0]",
+                "not a multiple of the 4-byte int32",
+            ),
+            (
+                r#"{"name":"a","size":7,"dtype":"int8","shape":[2,3]}"#,
+                "inputs[0]",
+                "is 6 bytes, but size is 7",
+            ),
             (r#"{"name":"a"}"#, "inputs[0]", "give its size or its shape"),
-            (r#"{"name":"a","shape":[4294967295,4294967295,4294967295]}"#, "inputs[0]", "overflows"),
+            (
+                r#"{"name":"a","shape":[4294967295,4294967295,4294967295]}"#,
+                "inputs[0]",
+                "overflows",
+            ),
         ];
         for (t, want_path, want) in cases {
             let (path, msg, ..) = invalid(&with_input(t));

@@ -176,7 +176,10 @@ mod tests {
         assert_eq!(Dtype::parse("nrt_dtype_fp8_e4").unwrap().size(), 1);
         assert_eq!(Dtype::parse("INT64").unwrap().size(), 8);
         let e = Dtype::parse("fp64").unwrap_err();
-        assert!(e.contains("unknown dtype \"fp64\"") && e.contains("bfloat16"), "{e}");
+        assert!(
+            e.contains("unknown dtype \"fp64\"") && e.contains("bfloat16"),
+            "{e}"
+        );
         assert!(Dtype::parse("unknown").is_err() && Dtype::parse("").is_err());
         for (i, d) in Dtype::ALL.iter().enumerate() {
             assert_eq!(d.raw(), i as u32 + 1);
@@ -188,6 +191,9 @@ mod tests {
     fn shape_bytes_multiplies_with_overflow_checks() {
         assert_eq!(shape_bytes(&[1, 3, 224, 224], Dtype::Float32), Some(602112));
         assert_eq!(shape_bytes(&[], Dtype::Int32), Some(4));
-        assert_eq!(shape_bytes(&[u32::MAX, u32::MAX, u32::MAX], Dtype::Int8), None);
+        assert_eq!(
+            shape_bytes(&[u32::MAX, u32::MAX, u32::MAX], Dtype::Int8),
+            None
+        );
     }
 }

@@ -210,7 +210,15 @@ fn main() -> ExitCode {
 
 /// Libraries a program linked against `libnrt.a` (or the relinked `libnrt.so`) needs: what
 /// the Rust standard library uses. Also `Libs.private` of `nrt.pc`.
-const NRT_NATIVE_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
+const NRT_NATIVE_LIBS: &[&str] = &[
+    "-lgcc_s",
+    "-lutil",
+    "-lrt",
+    "-lpthread",
+    "-lm",
+    "-ldl",
+    "-lc",
+];
 
 /// `cargo xtask dist --prefix DIR [--debug]`: builds nrt-ffi (release, or the dev profile with
 /// `--debug`) and lays out under DIR:
@@ -238,7 +246,10 @@ fn dist(args: &[String]) -> DynResult {
     } else {
         prefix
     };
-    eprintln!("==> build nrt-ffi ({})", if debug { "dev" } else { "release" });
+    eprintln!(
+        "==> build nrt-ffi ({})",
+        if debug { "dev" } else { "release" }
+    );
     let mut c = cargo();
     c.args(["build", "-p", "nrt-ffi"]);
     if !debug {
@@ -255,7 +266,10 @@ fn dist(args: &[String]) -> DynResult {
     let pc_dir = lib.join("pkgconfig");
     std::fs::create_dir_all(&pc_dir)?;
     let real = format!("libnrt.so.{version}");
-    eprintln!("==> link {}/{real} (version nodes from ffi/libnrt.map)", lib.display());
+    eprintln!(
+        "==> link {}/{real} (version nodes from ffi/libnrt.map)",
+        lib.display()
+    );
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let mut link = Command::new(cc);
     link.arg("-shared")
@@ -268,7 +282,11 @@ fn dist(args: &[String]) -> DynResult {
             "-Wl,--version-script={}",
             root().join("ffi/libnrt.map").display()
         ))
-        .args(["-Wl,-soname,libnrt.so.1", "-Wl,--gc-sections", "-Wl,-z,relro,-z,now"])
+        .args([
+            "-Wl,-soname,libnrt.so.1",
+            "-Wl,--gc-sections",
+            "-Wl,-z,relro,-z,now",
+        ])
         .args(NRT_NATIVE_LIBS);
     run("link libnrt.so", link)?;
     for (name, target) in [("libnrt.so.1", real.as_str()), ("libnrt.so", "libnrt.so.1")] {
