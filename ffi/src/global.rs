@@ -56,6 +56,9 @@ pub(crate) struct ModelEntry {
     pub h: H_MODEL,
     /// The logical core the model is loaded on.
     pub vnc: u32,
+    /// Its input and output tensors (`nrt_get_model_tensor_info`), from whatever the model
+    /// was read from.
+    pub io: Vec<nrt_host::tensor_info::IoTensorInfo>,
 }
 
 /// One initialised runtime and the C-side objects tied to it.

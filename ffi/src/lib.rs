@@ -39,16 +39,29 @@ unsafe impl Sync for LayoutAnchor {}
 #[used]
 static LAYOUT_ANCHOR: LayoutAnchor = LayoutAnchor(None, None);
 
+pub mod batch;
+pub mod batch_op;
+pub mod experimental;
+pub mod info;
 pub mod model;
+pub mod model_ext;
 pub mod nrtx;
 pub mod runtime;
 pub mod set;
 pub mod stats;
 pub mod status;
+pub mod stubs;
 pub mod tensor;
 pub mod types;
+pub mod unsupported;
+pub mod version;
 
+pub use batch::*;
+pub use batch_op::*;
+pub use experimental::*;
+pub use info::*;
 pub use model::*;
+pub use model_ext::*;
 pub use nrtx::*;
 pub use runtime::*;
 pub use set::*;
@@ -56,3 +69,5 @@ pub use stats::*;
 pub use status::*;
 pub use tensor::*;
 pub use types::*;
+pub use unsupported::*;
+pub use version::*;

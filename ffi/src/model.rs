@@ -17,7 +17,10 @@ use crate::status::NRT_STATUS;
 use crate::types::{nrt_model_t, nrt_tensor_set_t};
 
 /// The registered model behind a caller's pointer.
-fn model_of(r: &Runtime, model: *const nrt_model_t) -> Res<(nrt_core::abi::H_MODEL, u32)> {
+pub(crate) fn model_of(
+    r: &Runtime,
+    model: *const nrt_model_t,
+) -> Res<(nrt_core::abi::H_MODEL, u32)> {
     lock(&r.models)
         .get(&model_key(model)?)
         .map(|e| (e.h, e.vnc))
@@ -25,14 +28,14 @@ fn model_of(r: &Runtime, model: *const nrt_model_t) -> Res<(nrt_core::abi::H_MOD
 }
 
 /// The registry key of a caller's model pointer (NULL is NRT_INVALID).
-fn model_key(model: *const nrt_model_t) -> Res<usize> {
+pub(crate) fn model_key(model: *const nrt_model_t) -> Res<usize> {
     if model.is_null() {
         return Err(Fail::invalid("model is NULL"));
     }
     Ok(model.addr())
 }
 
-fn not_loaded() -> Fail {
+pub(crate) fn not_loaded() -> Fail {
     Fail::new(
         CoreStatus::NRT_INVALID_HANDLE,
         "model is not a loaded model of this runtime (unloaded, foreign or corrupt pointer)",
@@ -60,42 +63,60 @@ pub unsafe extern "C" fn nrt_load(
     model: *mut *mut nrt_model_t,
 ) -> NRT_STATUS {
     let _ = vnc_count;
-    entry("nrt_load", || {
-        global::with_rt(|r| {
-            if model.is_null() {
-                return Err(Fail::invalid("model is NULL"));
-            }
-            if size == 0 {
-                return Err(Fail::invalid("the model is empty (size 0)"));
-            }
-            // SAFETY: caller contract.
-            let bytes = unsafe { in_bytes(neff_bytes as *const u8, size, "neff_bytes") }?;
-            let m = Manifest::parse(bytes).map_err(|e| match e {
-                ManifestError::Neff { .. } => {
-                    Fail::new(CoreStatus::NRT_UNSUPPORTED_NEFF_VERSION, e)
-                }
-                e => Fail::invalid(e),
-            })?;
-            // Minted before the load, so nothing is left to roll back when the handles ran
-            // out (a failed load only skips a number).
-            let key = global::new_handle()?;
-            // `-1` loads pick and load under one lock, so two of them never pick the same
-            // free core.
-            let _picking = (vnc == -1).then(|| lock(&r.free_core_pick));
-            let vnc = if vnc == -1 {
-                first_free_core(r)
-            } else {
-                vnc as i64
-            };
-            let storage = m.spec();
-            let h = r.core(r.rt.nrt().load_model(vnc, &storage.as_spec()), || {
-                model_oom_note(&m, vnc)
-            })?;
-            lock(&r.models).insert(key, ModelEntry { h, vnc: vnc as u32 });
-            log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.id, m.name);
-            // SAFETY: checked non-null; caller contract.
-            unsafe { put(model, global::handle_ptr(key), "model") }
-        })
+    // SAFETY: forwarded caller contract.
+    entry("nrt_load", || unsafe { load(neff_bytes, size, vnc, model) })
+}
+
+/// The body of `nrt_load` (and of a single-rank `nrt_load_collectives`).
+///
+/// # Safety
+/// As `nrt_load`.
+pub(crate) unsafe fn load(
+    neff_bytes: *const c_void,
+    size: usize,
+    vnc: i32,
+    model: *mut *mut nrt_model_t,
+) -> Res {
+    global::with_rt(|r| {
+        if model.is_null() {
+            return Err(Fail::invalid("model is NULL"));
+        }
+        if size == 0 {
+            return Err(Fail::invalid("the model is empty (size 0)"));
+        }
+        // SAFETY: caller contract.
+        let bytes = unsafe { in_bytes(neff_bytes as *const u8, size, "neff_bytes") }?;
+        let m = Manifest::parse(bytes).map_err(|e| match e {
+            ManifestError::Neff { .. } => Fail::new(CoreStatus::NRT_UNSUPPORTED_NEFF_VERSION, e),
+            e => Fail::invalid(e),
+        })?;
+        // Minted before the load, so nothing is left to roll back when the handles ran
+        // out (a failed load only skips a number).
+        let key = global::new_handle()?;
+        // `-1` loads pick and load under one lock, so two of them never pick the same
+        // free core.
+        let _picking = (vnc == -1).then(|| lock(&r.free_core_pick));
+        let vnc = if vnc == -1 {
+            first_free_core(r)
+        } else {
+            vnc as i64
+        };
+        let storage = m.spec();
+        let h = r.core(r.rt.nrt().load_model(vnc, &storage.as_spec()), || {
+            model_oom_note(&m, vnc)
+        })?;
+        let io = m.io_tensors();
+        lock(&r.models).insert(
+            key,
+            ModelEntry {
+                h,
+                vnc: vnc as u32,
+                io,
+            },
+        );
+        log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.id, m.name);
+        // SAFETY: checked non-null; caller contract.
+        unsafe { put(model, global::handle_ptr(key), "model") }
     })
 }
 
@@ -187,16 +208,27 @@ pub unsafe extern "C" fn nrt_execute(
     input_set: *const nrt_tensor_set_t,
     output_set: *mut nrt_tensor_set_t,
 ) -> NRT_STATUS {
-    entry("nrt_execute", || {
-        global::with_rt(|r| {
-            let (h, _) = model_of(r, model)?;
-            // The bound tensors stay pinned (a racing nrt_tensor_free waits) until the
-            // execution is done.
-            let mut pins = Vec::new();
-            let ins = set_snapshot(r, input_set, "input_set", &mut pins)?;
-            let outs = set_snapshot(r, output_set, "output_set", &mut pins)?;
+    entry("nrt_execute", || execute(model, input_set, output_set, 1))
+}
+
+/// The body of `nrt_execute` (`repeat` = 1) and `nrt_execute_repeat`: binds the sets once
+/// and executes `repeat` times.
+pub(crate) fn execute(
+    model: *const nrt_model_t,
+    input_set: *const nrt_tensor_set_t,
+    output_set: *const nrt_tensor_set_t,
+    repeat: u32,
+) -> Res {
+    global::with_rt(|r| {
+        let (h, _) = model_of(r, model)?;
+        // The bound tensors stay pinned (a racing nrt_tensor_free waits) until the
+        // executions are done.
+        let mut pins = Vec::new();
+        let ins = set_snapshot(r, input_set, "input_set", &mut pins)?;
+        let outs = set_snapshot(r, output_set, "output_set", &mut pins)?;
+        for _ in 0..repeat {
             r.rt.execute(h, &ins, &outs)?;
-            Ok(())
-        })
+        }
+        Ok(())
     })
 }

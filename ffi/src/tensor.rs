@@ -76,7 +76,7 @@ pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
 
 /// The window `[offset, offset + size)` of a live tensor, checked before any caller buffer is
 /// formed into a slice.
-fn window(r: &Runtime, t: nrt_core::tensor::Tensor, offset: usize, size: usize) -> Res {
+pub(crate) fn window(r: &Runtime, t: nrt_core::tensor::Tensor, offset: usize, size: usize) -> Res {
     let len = r.rt.nrt().tensor_get_size(t)?;
     check_window(offset as u64, size as u64, len)?;
     Ok(())

@@ -46,15 +46,47 @@ const HEADERS: &[Header] = &[
             "<stddef.h>",
             "<stdint.h>",
             "\"nrt/nrt_status.h\"",
+            "\"ndl/neuron_driver_shared_tensor_batch_op.h\"",
         ],
         sources: &[
             "types.rs",
+            "info.rs",
             "runtime.rs",
             "model.rs",
+            "model_ext.rs",
             "set.rs",
             "tensor.rs",
+            "batch.rs",
             "stats.rs",
+            "unsupported.rs",
         ],
+    },
+    Header {
+        path: "ndl/neuron_driver_shared_tensor_batch_op.h",
+        summary: "One operation of a batched tensor read or write (the SDK's \
+                  ndl/neuron_driver_shared_tensor_batch_op.h, shared with the driver).",
+        includes: &["<stdint.h>"],
+        sources: &["batch_op.rs"],
+    },
+    Header {
+        path: "nrt/nrt_experimental.h",
+        summary: "The Neuron runtime's experimental API (nrt_experimental.h, libnrt 2.31): a \
+                  model's input/output tensor table, its logical core, and the experimental \
+                  entry points this library does not implement (they fail with NRT_FAILURE).",
+        includes: &[
+            "<stdbool.h>",
+            "<stddef.h>",
+            "<stdint.h>",
+            "\"nrt/nrt_status.h\"",
+            "\"nrt/nrt.h\"",
+        ],
+        sources: &["experimental.rs"],
+    },
+    Header {
+        path: "nrt/nrt_version.h",
+        summary: "The runtime's version (nrt_version.h): nrt_get_version.",
+        includes: &["<stddef.h>", "<stdint.h>", "\"nrt/nrt_status.h\""],
+        sources: &["version.rs"],
     },
     Header {
         path: "nrt/nrtx.h",
@@ -184,6 +216,8 @@ fn declarator(t: &Type, name: &str) -> String {
     match t {
         Type::Array(a) => {
             let len = a.len.to_token_stream().to_string().replace(' ', "");
+            // `[T; 0]` at a struct's end is C's flexible array member.
+            let len = if len == "0" { String::new() } else { len };
             format!("{} {name}[{len}]", ctype(&a.elem))
         }
         t => {
@@ -195,6 +229,39 @@ fn declarator(t: &Type, name: &str) -> String {
             }
         }
     }
+}
+
+/// The function type of `Option<unsafe extern "C" fn(..)>` (a nullable C function pointer).
+fn fn_pointer(t: &Type) -> Option<&syn::TypeBareFn> {
+    let Type::Path(p) = t else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != "Option" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &seg.arguments else {
+        return None;
+    };
+    match args.args.first()? {
+        syn::GenericArgument::Type(Type::BareFn(f)) => Some(f),
+        _ => None,
+    }
+}
+
+/// `ret (*name)(type param, ...)`.
+fn fn_pointer_decl(f: &syn::TypeBareFn, name: &str) -> String {
+    let ret = match &f.output {
+        ReturnType::Default => "void".to_string(),
+        ReturnType::Type(_, t) => ctype(t),
+    };
+    let params: Vec<String> = f
+        .inputs
+        .iter()
+        .map(|a| match &a.name {
+            Some((id, _)) => declarator(&a.ty, &id.to_string()),
+            None => ctype(&a.ty),
+        })
+        .collect();
+    format!("{ret} (*{name})({})", params.join(", "))
 }
 
 /// `nrt_model_t` → `nrt_model` (the struct tag the public header uses).
@@ -284,6 +351,10 @@ fn emit_file(out: &mut String, file: &str) {
                     writeln!(out, "}} {name};\n").unwrap();
                     continue;
                 }
+                if let Some(f) = fn_pointer(&t.ty) {
+                    writeln!(out, "typedef {};\n", fn_pointer_decl(f, &name)).unwrap();
+                    continue;
+                }
                 match &*t.ty {
                     Type::Path(p) if last_ident(p) == "c_void" => {
                         writeln!(out, "typedef void {name};\n").unwrap()
@@ -330,7 +401,9 @@ fn emit_file(out: &mut String, file: &str) {
                     .map(|a| match a {
                         FnArg::Typed(pt) => {
                             let name = match &*pt.pat {
-                                Pat::Ident(i) => i.ident.to_string(),
+                                Pat::Ident(i) => {
+                                    i.ident.to_string().trim_start_matches("r#").to_string()
+                                }
                                 p => panic!("{file}: parameter pattern {}", p.to_token_stream()),
                             };
                             declarator(&pt.ty, &name)
@@ -431,6 +504,11 @@ fn every_exported_function_is_in_a_header() {
     let mut n = 0;
     for e in std::fs::read_dir(&src).unwrap() {
         let p: &Path = &e.unwrap().path();
+        // The refusing stubs of libnrt's other exports stay declared in AWS's own headers
+        // (nrt_profile.h, nrt_async.h, nec.h, ...), which this library does not ship.
+        if p.file_name().is_some_and(|n| n == "stubs.rs") {
+            continue;
+        }
         let ast = syn::parse_file(&std::fs::read_to_string(p).unwrap()).unwrap();
         for item in ast.items {
             if let Item::Fn(f) = item {

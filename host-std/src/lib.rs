@@ -11,6 +11,7 @@
 //! - [`config`]: the environment the real runtime reads ([`RuntimeConfig`]).
 //! - [`runtime`]: [`HostRuntime`], a runtime with its driver — what the C ABI and CLI use.
 //! - [`manifest`]: the model manifest, the JSON stand-in for a NEFF ([`Manifest`]).
+//! - [`tensor_info`]: a model's IO tensors as applications see them (dtype, shape, size).
 //! - [`scenario`]: scenario files (TOML) and the [`scenario::Session`] that runs them.
 //! - [`cli`]: the `nrt-dmem` command line (demo, run, stats, layout).
 //! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
@@ -28,6 +29,7 @@ pub mod runtime;
 #[cfg(feature = "cli")]
 pub mod scenario;
 pub mod simdev;
+pub mod tensor_info;
 
 pub use backing::HostReservation;
 pub use config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};

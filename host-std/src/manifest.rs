@@ -28,6 +28,8 @@ use nrt_core::ulib::UlibRequest;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
+use crate::tensor_info::{shape_bytes, Dtype, IoTensorInfo, IoUsage, MAX_DIMS};
+
 /// The one manifest format this runtime reads.
 pub const FORMAT: &str = "nrt-dmem-model/2";
 
@@ -109,12 +111,99 @@ pub struct Allocation {
 
 /// A declared input or output tensor.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawTensor")]
 pub struct Tensor {
     /// Name the caller's tensor set must use (1..=47 bytes).
     pub name: String,
-    /// Bytes the caller's tensor must have.
+    /// Bytes the caller's tensor must have: `product(shape) x dtype size`.
     pub size: u64,
+    /// Element type (`dtype`; `uint8` when the manifest gives none).
+    pub dtype: Dtype,
+    /// Dimensions (`shape`, at most 32; `[size / dtype size]` when the manifest gives none).
+    pub shape: Vec<u32>,
+}
+
+/// A tensor as written: `size`, `dtype` and `shape` are each optional, but `size` or `shape`
+/// must be there and, when both are, agree.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTensor {
+    name: String,
+    #[serde(default)]
+    size: Option<u64>,
+    #[serde(default)]
+    dtype: Option<DtypeName>,
+    #[serde(default)]
+    shape: Option<Vec<u32>>,
+}
+
+/// A `dtype` value: an `nrt_dtype_t` name ([`Dtype::parse`]).
+struct DtypeName(Dtype);
+
+impl<'de> Deserialize<'de> for DtypeName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Dtype::parse(&s).map(DtypeName).map_err(de::Error::custom)
+    }
+}
+
+impl TryFrom<RawTensor> for Tensor {
+    type Error = String;
+
+    fn try_from(t: RawTensor) -> Result<Self, String> {
+        let dtype = t.dtype.map_or(Dtype::Uint8, |d| d.0);
+        let shape = match (t.shape, t.size) {
+            (Some(shape), _) => shape,
+            (None, Some(size)) if size % dtype.size() == 0 => {
+                let n = u32::try_from(size / dtype.size()).map_err(|_| {
+                    format!(
+                        "tensor \"{}\": {size} bytes of {dtype} are more elements than one \
+                         dimension holds (give a shape)",
+                        t.name.escape_debug()
+                    )
+                })?;
+                vec![n]
+            }
+            (None, Some(size)) => {
+                return Err(format!(
+                    "tensor \"{}\": size {size} is not a multiple of the {}-byte {dtype}",
+                    t.name.escape_debug(),
+                    dtype.size()
+                ))
+            }
+            (None, None) => {
+                return Err(format!(
+                    "tensor \"{}\": give its size or its shape",
+                    t.name.escape_debug()
+                ))
+            }
+        };
+        if shape.len() > MAX_DIMS {
+            return Err(format!(
+                "tensor \"{}\": shape has {} dimensions, at most {MAX_DIMS} are allowed",
+                t.name.escape_debug(),
+                shape.len()
+            ));
+        }
+        let bytes = shape_bytes(&shape, dtype).ok_or_else(|| {
+            format!(
+                "tensor \"{}\": shape {shape:?} of {dtype} overflows a 64-bit byte size",
+                t.name.escape_debug()
+            )
+        })?;
+        if let Some(size) = t.size.filter(|&s| s != bytes) {
+            return Err(format!(
+                "tensor \"{}\": shape {shape:?} of {dtype} is {bytes} bytes, but size is {size}",
+                t.name.escape_debug()
+            ));
+        }
+        Ok(Tensor {
+            name: t.name,
+            size: bytes,
+            dtype,
+            shape,
+        })
+    }
 }
 
 /// GPSIMD libraries (spec §6): `count` libraries of `bytes` each; one library is the shared
@@ -277,6 +366,20 @@ impl Manifest {
             .map(|a| a.size)
             .fold(0u64, u64::saturating_add)
             .saturating_mul(self.subgraphs as u64)
+    }
+
+    /// The declared inputs, then the outputs, as `nrt_get_model_tensor_info` reports them.
+    pub fn io_tensors(&self) -> Vec<IoTensorInfo> {
+        let info = |t: &Tensor, usage| IoTensorInfo {
+            name: t.name.clone(),
+            usage,
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            size: t.size,
+        };
+        (self.inputs.iter().map(|t| info(t, IoUsage::Input)))
+            .chain(self.outputs.iter().map(|t| info(t, IoUsage::Output)))
+            .collect()
     }
 }
 
@@ -671,15 +774,98 @@ mod tests {
         assert_eq!(path, "allocations[0].sise");
         let (path, msg, ..) = invalid(
             r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[],
-                "inputs":[{"name":"a","size":1,"dtype":"fp32"}]}"#,
+                "inputs":[{"name":"a","size":1,"dtipe":"int8"}]}"#,
         );
-        assert!(msg.contains("unknown field `dtype`"), "{msg}");
-        assert_eq!(path, "inputs[0].dtype");
+        assert!(msg.contains("unknown field `dtipe`"), "{msg}");
+        assert_eq!(path, "inputs[0].dtipe");
         let (path, ..) = invalid(
             r#"{"format":"nrt-dmem-model/2","name":"m","allocations":[],
                 "gpsimd_libs":{"count":1,"bytes":1,"isa":"x"}}"#,
         );
         assert_eq!(path, "gpsimd_libs.isa");
+    }
+
+    /// A manifest whose only input is `tensor` (a JSON object).
+    fn with_input(tensor: &str) -> String {
+        format!(
+            r#"{{"format":"nrt-dmem-model/2","name":"m","allocations":[],"inputs":[{tensor}]}}"#
+        )
+    }
+
+    #[test]
+    fn io_tensors_carry_dtype_and_shape_with_documented_defaults() {
+        let m = Manifest::parse(
+            br#"{"format":"nrt-dmem-model/2","name":"m","allocations":[],
+                "inputs":[{"name":"a","size":12},
+                          {"name":"b","dtype":"float32","shape":[1,3,224,224]},
+                          {"name":"c","size":8,"dtype":"NRT_DTYPE_BFLOAT16"}],
+                "outputs":[{"name":"y","size":4000,"dtype":"float32","shape":[1,1000]}]}"#,
+        )
+        .unwrap();
+        let io = m.io_tensors();
+        let got: Vec<_> = io
+            .iter()
+            .map(|t| (t.name.as_str(), t.usage, t.dtype, t.shape.clone(), t.size))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", IoUsage::Input, Dtype::Uint8, vec![12], 12),
+                (
+                    "b",
+                    IoUsage::Input,
+                    Dtype::Float32,
+                    vec![1, 3, 224, 224],
+                    602112
+                ),
+                ("c", IoUsage::Input, Dtype::Bfloat16, vec![4], 8),
+                ("y", IoUsage::Output, Dtype::Float32, vec![1, 1000], 4000),
+            ]
+        );
+        assert_eq!(m.inputs[1].size, 602112, "size follows from the shape");
+    }
+
+    #[test]
+    fn refuses_bad_dtypes_and_shapes() {
+        let cases = [
+            (
+                r#"{"name":"a","size":4,"dtype":"fp64"}"#,
+                "inputs[0].dtype",
+                "unknown dtype \"fp64\"",
+            ),
+            (
+                r#"{"name":"a","size":4,"dtype":"unknown"}"#,
+                "inputs[0].dtype",
+                "unknown dtype",
+            ),
+            (
+                r#"{"name":"a","size":5,"dtype":"int32"}"#,
+                "inputs[0]",
+                "not a multiple of the 4-byte int32",
+            ),
+            (
+                r#"{"name":"a","size":7,"dtype":"int8","shape":[2,3]}"#,
+                "inputs[0]",
+                "is 6 bytes, but size is 7",
+            ),
+            (r#"{"name":"a"}"#, "inputs[0]", "give its size or its shape"),
+            (
+                r#"{"name":"a","shape":[4294967295,4294967295,4294967295]}"#,
+                "inputs[0]",
+                "overflows",
+            ),
+        ];
+        for (t, want_path, want) in cases {
+            let (path, msg, ..) = invalid(&with_input(t));
+            assert!(msg.contains(want), "{t}: {msg}");
+            assert_eq!(path, want_path, "{t}");
+        }
+        let dims = vec!["1"; 33].join(",");
+        let (_, msg, ..) = invalid(&with_input(&format!(r#"{{"name":"a","shape":[{dims}]}}"#)));
+        assert!(msg.contains("33 dimensions, at most 32"), "{msg}");
+        let dims = vec!["1"; 32].join(",");
+        let ok = with_input(&format!(r#"{{"name":"a","shape":[{dims}]}}"#));
+        assert_eq!(Manifest::parse(ok.as_bytes()).unwrap().inputs[0].size, 1);
     }
 
     #[test]

@@ -170,12 +170,13 @@ fn headers() -> DynResult {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <ci|bench|layout|firmware|headers|loom>\n  ci    fmt check, clippy -D warnings, tests, rustdoc -D warnings (what .ci/run runs)\n  \
+    "usage: cargo xtask <ci|bench|layout|firmware|headers|dist|loom>\n  ci    fmt check, clippy -D warnings, tests, rustdoc -D warnings (what .ci/run runs)\n  \
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--ci]  the no_std image: build, run, footprint targets\n  \
      bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
+     dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc\n  \
      loom     loom models of the handle counter, drain and ext-isa staging"
 }
 
@@ -187,6 +188,7 @@ fn main() -> ExitCode {
         Some("layout") => layout(&args[1..]),
         Some("firmware") => firmware(&args[1..]),
         Some("headers") => headers(),
+        Some("dist") => dist(&args[1..]),
         Some("loom") => loom(),
         _ => {
             eprintln!("{}", usage());
@@ -200,6 +202,123 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `cargo xtask dist` (issue 18 item 3): libnrt.so installed like AWS's.
+// ---------------------------------------------------------------------------------------------
+
+/// Libraries a program linked against `libnrt.a` (or the relinked `libnrt.so`) needs: what
+/// the Rust standard library uses. Also `Libs.private` of `nrt.pc`.
+const NRT_NATIVE_LIBS: &[&str] = &[
+    "-lgcc_s",
+    "-lutil",
+    "-lrt",
+    "-lpthread",
+    "-lm",
+    "-ldl",
+    "-lc",
+];
+
+/// `cargo xtask dist --prefix DIR [--debug]`: builds nrt-ffi (release, or the dev profile with
+/// `--debug`) and lays out under DIR:
+///
+/// - `lib/libnrt.so.<version>` (SONAME `libnrt.so.1`), linked here from `libnrt.a` with
+///   `ffi/libnrt.map`: rustc's own version script lists every export unversioned and wins over
+///   a second one (measured with rust-lld and GNU ld), so cargo's `libnrt.so` cannot carry
+///   libnrt's version nodes; the relinked one does;
+/// - `lib/libnrt.so.1` -> `libnrt.so.<version>`, `lib/libnrt.so` -> `libnrt.so.1`;
+/// - `lib/libnrt.a`, `include/nrt/*.h`, `include/ndl/*.h`, `lib/pkgconfig/nrt.pc`.
+fn dist(args: &[String]) -> DynResult {
+    let mut prefix = None;
+    let mut debug = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--prefix" => prefix = it.next().map(PathBuf::from),
+            "--debug" => debug = true,
+            other => return Err(format!("dist: unknown argument `{other}`").into()),
+        }
+    }
+    let prefix = prefix.ok_or("dist: --prefix DIR is required")?;
+    let prefix = if prefix.is_relative() {
+        std::env::current_dir()?.join(prefix)
+    } else {
+        prefix
+    };
+    eprintln!(
+        "==> build nrt-ffi ({})",
+        if debug { "dev" } else { "release" }
+    );
+    let mut c = cargo();
+    c.args(["build", "-p", "nrt-ffi"]);
+    if !debug {
+        c.arg("--release");
+    }
+    let staticlib = artifact_lines(c, "libnrt.a")?
+        .iter()
+        .flat_map(|l| l.split('"'))
+        .find(|f| f.ends_with("/libnrt.a"))
+        .map(PathBuf::from)
+        .ok_or("cargo reported no libnrt.a for nrt-ffi")?;
+    let version = env!("CARGO_PKG_VERSION");
+    let lib = prefix.join("lib");
+    let pc_dir = lib.join("pkgconfig");
+    std::fs::create_dir_all(&pc_dir)?;
+    let real = format!("libnrt.so.{version}");
+    eprintln!(
+        "==> link {}/{real} (version nodes from ffi/libnrt.map)",
+        lib.display()
+    );
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut link = Command::new(cc);
+    link.arg("-shared")
+        .arg("-o")
+        .arg(lib.join(&real))
+        .arg("-Wl,--whole-archive")
+        .arg(&staticlib)
+        .arg("-Wl,--no-whole-archive")
+        .arg(format!(
+            "-Wl,--version-script={}",
+            root().join("ffi/libnrt.map").display()
+        ))
+        .args([
+            "-Wl,-soname,libnrt.so.1",
+            "-Wl,--gc-sections",
+            "-Wl,-z,relro,-z,now",
+        ])
+        .args(NRT_NATIVE_LIBS);
+    run("link libnrt.so", link)?;
+    for (name, target) in [("libnrt.so.1", real.as_str()), ("libnrt.so", "libnrt.so.1")] {
+        let l = lib.join(name);
+        let _ = std::fs::remove_file(&l);
+        std::os::unix::fs::symlink(target, &l)?;
+    }
+    std::fs::copy(&staticlib, lib.join("libnrt.a"))?;
+    for sub in ["nrt", "ndl"] {
+        let dst = prefix.join("include").join(sub);
+        std::fs::create_dir_all(&dst)?;
+        for e in std::fs::read_dir(root().join("ffi/include").join(sub))? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "h") {
+                std::fs::copy(&p, dst.join(p.file_name().unwrap_or_default()))?;
+            }
+        }
+    }
+    let pc = format!(
+        "prefix={}\nexec_prefix=${{prefix}}\nlibdir=${{prefix}}/lib\nincludedir=${{prefix}}/include\n\n\
+         Name: nrt\nDescription: nrt-dmem, a libnrt.so-compatible Neuron runtime (memory path, simulated or /dev/neuron device)\n\
+         Version: {version}\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -lnrt\nLibs.private: {}\n",
+        prefix.display(),
+        NRT_NATIVE_LIBS.join(" ")
+    );
+    std::fs::write(pc_dir.join("nrt.pc"), pc)?;
+    eprintln!(
+        "==> installed under {}: PKG_CONFIG_PATH={} cc app.c $(pkg-config --cflags --libs nrt)",
+        prefix.display(),
+        pc_dir.display()
+    );
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,9 +4,10 @@
  * nrt-dmem's libnrt.so-compatible subset of the Neuron runtime API (nrt.h, API 2.0, public API
  * section 2): init/close, load/unload/execute, tensors, tensor sets, memory stats. A program
  * written for AWS's <nrt/nrt.h> compiles unchanged against this header for these functions and
- * links with -lnrt. Generated from ffi/src/types.rs, ffi/src/runtime.rs, ffi/src/model.rs,
- * ffi/src/set.rs, ffi/src/tensor.rs, ffi/src/stats.rs by ffi/tests/headers.rs; regenerate with
- * `cargo xtask headers`.
+ * links with -lnrt. Generated from ffi/src/types.rs, ffi/src/info.rs, ffi/src/runtime.rs,
+ * ffi/src/model.rs, ffi/src/model_ext.rs, ffi/src/set.rs, ffi/src/tensor.rs, ffi/src/batch.rs,
+ * ffi/src/stats.rs, ffi/src/unsupported.rs by ffi/tests/headers.rs; regenerate with `cargo
+ * xtask headers`.
  */
 #ifndef NRT_DMEM_NRT_NRT_H
 #define NRT_DMEM_NRT_NRT_H
@@ -15,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "nrt/nrt_status.h"
+#include "ndl/neuron_driver_shared_tensor_batch_op.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +87,183 @@ typedef struct nrt_vnc_memory_stats {
      */
     size_t bytes_limit;
 } nrt_vnc_memory_stats_t;
+
+/**
+ * Element type of a tensor (`nrt_get_model_tensor_info`). Values are fixed by the public API;
+ * `NRT_DTYPE_UNKNOWN` and `NRT_DTYPE_INVALID` are both 0.
+ */
+typedef enum {
+    /** Unknown type. */
+    NRT_DTYPE_UNKNOWN = 0,
+    /** Invalid type (= unknown). */
+    NRT_DTYPE_INVALID = 0,
+    /** 8-bit float, 3-bit exponent. */
+    NRT_DTYPE_FP8_E3 = 13,
+    /** 8-bit float, 4-bit exponent. */
+    NRT_DTYPE_FP8_E4 = 14,
+    /** 8-bit float, 5-bit exponent. */
+    NRT_DTYPE_FP8_E5 = 15,
+    /** IEEE half. */
+    NRT_DTYPE_FLOAT16 = 7,
+    /** bfloat16. */
+    NRT_DTYPE_BFLOAT16 = 6,
+    /** IEEE single. */
+    NRT_DTYPE_FLOAT32 = 10,
+    /** fp32 with stochastic rounding. */
+    NRT_DTYPE_FP32R = 11,
+    /** uint8_t. */
+    NRT_DTYPE_UINT8 = 3,
+    /** uint16_t. */
+    NRT_DTYPE_UINT16 = 5,
+    /** uint32_t. */
+    NRT_DTYPE_UINT32 = 9,
+    /** uint64_t. */
+    NRT_DTYPE_UINT64 = 1,
+    /** int8_t. */
+    NRT_DTYPE_INT8 = 2,
+    /** int16_t. */
+    NRT_DTYPE_INT16 = 4,
+    /** int32_t. */
+    NRT_DTYPE_INT32 = 8,
+    /** int64_t. */
+    NRT_DTYPE_INT64 = 12,
+} nrt_dtype_t;
+
+/** Instance family (`nrt_instance_info_t.family`): unknown. */
+#define NRT_INSTANCE_UNKNOWN 0
+
+/** inf1. */
+#define NRT_INSTANCE_INF1 1
+
+/** trn1. */
+#define NRT_INSTANCE_TRN1 2
+
+/** trn1n. */
+#define NRT_INSTANCE_TRN1N 3
+
+/** inf2. */
+#define NRT_INSTANCE_INF2 4
+
+/** trn2. */
+#define NRT_INSTANCE_TRN2 5
+
+/** trn2n. */
+#define NRT_INSTANCE_TRN2N 6
+
+/** inf2e. */
+#define NRT_INSTANCE_INF2E 7
+
+/** trn2p. */
+#define NRT_INSTANCE_TRN2P 8
+
+/** trn2u. */
+#define NRT_INSTANCE_TRN2U 9
+
+/** trn2e. */
+#define NRT_INSTANCE_TRN2E 10
+
+/** trn2eu. */
+#define NRT_INSTANCE_TRN2EU 11
+
+/** trn2ac. */
+#define NRT_INSTANCE_TRN2AC 12
+
+/** trn2uac. */
+#define NRT_INSTANCE_TRN2UAC 13
+
+/** trn3. */
+#define NRT_INSTANCE_TRN3 14
+
+/** trn3pds98. */
+#define NRT_INSTANCE_TRN3PDS98 15
+
+/** Instance size (`nrt_instance_info_t.size`): xlarge. */
+#define NRT_INSTANCE_SIZE_1XL 0
+
+/** 2xlarge. */
+#define NRT_INSTANCE_SIZE_2XL 1
+
+/** 4xlarge. */
+#define NRT_INSTANCE_SIZE_4XL 2
+
+/** 6xlarge. */
+#define NRT_INSTANCE_SIZE_6XL 3
+
+/** 8xlarge. */
+#define NRT_INSTANCE_SIZE_8XL 4
+
+/** 24xlarge. */
+#define NRT_INSTANCE_SIZE_24XL 5
+
+/** 32xlarge. */
+#define NRT_INSTANCE_SIZE_32XL 6
+
+/** 48xlarge. */
+#define NRT_INSTANCE_SIZE_48XL 7
+
+/** 3xlarge. */
+#define NRT_INSTANCE_SIZE_3XL 8
+
+/** Unknown size. */
+#define NRT_INSTANCE_SIZE_UNKNOWN 9
+
+/** Number of known sizes (= unknown). */
+#define NRT_INSTANCE_SIZE_NUM 9
+
+/** The instance this process runs on (`nrt_get_instance_info`), 32 bytes. */
+typedef struct nrt_instance_info {
+    /** An `NRT_INSTANCE_*` family. */
+    uint32_t family;
+    /** An `NRT_INSTANCE_SIZE_*` size. */
+    uint32_t size;
+    /** Device family name, NUL-terminated (`"trn2"` on `sim:trn2`). */
+    char arch_name[16];
+    /** Device revision, NUL-terminated (`"sim"` on the simulated device). */
+    char device_revision[8];
+} nrt_instance_info_t;
+
+/**
+ * Describes the instance: family, size, device family name and revision. On the simulated
+ * device they follow `NRT_DMEM_DEVICE` (`sim:trn2` is a trn2.3xlarge, `sim:trn2x16` a
+ * trn2.48xlarge). Copies `min(instance_info_len, sizeof(nrt_instance_info_t))` bytes, so
+ * callers built against a shorter struct stay compatible. Can be called before `nrt_init`.
+ *
+ * Safety:
+ * `info` is NULL or valid for writes of `instance_info_len` bytes.
+ */
+NRT_STATUS nrt_get_instance_info(nrt_instance_info_t *info, size_t instance_info_len);
+
+/**
+ * Deprecated spelling of `nrt_get_total_vnc_count` (the same count).
+ *
+ * Safety:
+ * `vnc_count` is NULL or valid for a write.
+ */
+NRT_STATUS nrt_get_total_nc_count(uint32_t *vnc_count);
+
+/**
+ * Deprecated spelling of `nrt_get_visible_vnc_count` (the same count).
+ *
+ * Safety:
+ * `vnc_count` is NULL or valid for a write.
+ */
+NRT_STATUS nrt_get_visible_nc_count(uint32_t *vnc_count);
+
+/**
+ * Logical cores a loaded model uses: always 1 here (a model lives on one logical core).
+ *
+ * Safety:
+ * `vnc_count` is NULL or valid for a write; `model` is any pointer value.
+ */
+NRT_STATUS nrt_get_model_vnc_count(const nrt_model_t *model, uint32_t *vnc_count);
+
+/**
+ * Deprecated spelling of `nrt_get_model_vnc_count` (the same count).
+ *
+ * Safety:
+ * As `nrt_get_model_vnc_count`.
+ */
+NRT_STATUS nrt_get_model_nc_count(const nrt_model_t *model, uint32_t *vnc_count);
 
 /**
  * Initializes the runtime. The device comes from the environment, read now:
@@ -164,6 +343,27 @@ NRT_STATUS nrt_unload(nrt_model_t *model);
  * dereferenced); the tensors in the sets are live.
  */
 NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t *input_set, nrt_tensor_set_t *output_set);
+
+/**
+ * Executes a model `repeat_count` times with the same tensor sets, each execution as
+ * `nrt_execute` does it (outputs' completion counts go up by `repeat_count`). A
+ * `repeat_count` below 1 is NRT_INVALID; the first failing execution ends the call.
+ *
+ * Safety:
+ * As `nrt_execute`.
+ */
+NRT_STATUS nrt_execute_repeat(nrt_model_t *model, const nrt_tensor_set_t *input_set, nrt_tensor_set_t *output_set, int repeat_count);
+
+/**
+ * Loads a model that takes part in collectives. Only a single rank is supported: with
+ * `ctx_device_id` 0 and `ctx_device_count` 1 this is `nrt_load` (the model's collectives
+ * run within one worker); `ctx_device_id >= ctx_device_count` is NRT_INVALID; more ranks
+ * are NRT_FAILURE (this runtime has no collectives transport).
+ *
+ * Safety:
+ * As `nrt_load`.
+ */
+NRT_STATUS nrt_load_collectives(const void *neff_bytes, size_t size, int32_t vnc, int32_t vnc_count, uint32_t ctx_device_id, uint32_t ctx_device_count, nrt_model_t **model);
 
 /**
  * Allocates an empty tensor set.
@@ -331,6 +531,36 @@ NRT_STATUS nrt_tensor_check_output_completion(const nrt_tensor_t *output_tensor,
  */
 NRT_STATUS nrt_tensor_reset_output_completion(nrt_tensor_t *output_tensor);
 
+/** The operations on one tensor. */
+typedef struct nrt_tensor_batch {
+    /** The tensor. */
+    const nrt_tensor_t *tensor;
+    /** `num_ops` operations on it. */
+    const nrt_tensor_batch_op_t *ops;
+    /** Number of operations. */
+    uint32_t num_ops;
+} nrt_tensor_batch_t;
+
+/**
+ * Reads from many tensors at once: for each batch, each operation copies `size` bytes at
+ * `offset` of the batch's tensor into `buffer`. Every operation is checked before anything
+ * is copied (a freed tensor, a window past the end, a NULL array or buffer is NRT_INVALID,
+ * naming the batch and operation). `unsafe` is accepted and ignored: the checks always run.
+ *
+ * Safety:
+ * `batches` holds `num_batches` entries; each `ops` holds `num_ops` operations whose
+ * buffers are writable for their sizes.
+ */
+NRT_STATUS nrt_tensor_read_batch(const nrt_tensor_batch_t *batches, uint64_t num_batches, bool unsafe);
+
+/**
+ * Writes to many tensors at once (as `nrt_tensor_read_batch`, from `buffer` into the tensor).
+ *
+ * Safety:
+ * As `nrt_tensor_read_batch`, the buffers readable.
+ */
+NRT_STATUS nrt_tensor_write_batch(const nrt_tensor_batch_t *batches, uint64_t num_batches, bool unsafe);
+
 /**
  * Device memory of logical core `vnc`: bytes in use (every allocation booked to its
  * NeuronCores, on whichever HBM: tensors, models, shared scratchpad and libraries) and the
@@ -345,6 +575,36 @@ NRT_STATUS nrt_tensor_reset_output_completion(nrt_tensor_t *output_tensor);
  * valid for a write.
  */
 NRT_STATUS nrt_get_vnc_memory_stats(uint32_t vnc, nrt_vnc_memory_stats_t *stats, size_t stats_size_in, size_t *stats_size_out);
+
+/** Builds the global collectives communicator (not supported: NRT_FAILURE). */
+NRT_STATUS nrt_build_global_comm(int32_t vnc, uint32_t g_device_id, uint32_t g_device_count);
+
+/** The dma-buf fd of a device memory region (not supported: NRT_FAILURE). */
+NRT_STATUS nrt_get_dmabuf_fd(uint64_t va, uint64_t size, int *fd);
+
+/**
+ * The host device id of a device (not supported: NRT_INVALID, libnrt's status when the call
+ * cannot answer).
+ */
+NRT_STATUS nrt_host_device_id_get(int neuron_dev, uint32_t *host_device_id);
+
+/**
+ * The routing ids by host device id (not supported: NRT_INVALID, libnrt's status when the
+ * call cannot answer).
+ */
+NRT_STATUS nrt_host_device_id_rid_map_get(uint32_t *count, uint32_t *host_did_to_rid_map);
+
+/** Maps an HBM region (not supported: NRT_INVALID, libnrt's "interface not supported"). */
+NRT_STATUS nrt_get_hbm_mmap_va(int device_id, int hbm_idx, void **addr, size_t *size);
+
+/** The BDF of the EFA device next to a Neuron device (not supported: NRT_FAILURE). */
+NRT_STATUS nrt_get_attached_efa_bdf(const void *va, char *efa_bdf, size_t *len);
+
+/** Builds the communicator of host-driven collectives (not supported: NRT_FAILURE). */
+NRT_STATUS nrt_cc_global_comm_init(uint32_t vnc, uint32_t g_device_id, uint32_t g_device_count);
+
+/** Creates a stream for host-initiated collectives (libnrt 2.31; not supported: NRT_FAILURE). */
+NRT_STATUS nrt_cc_create_stream(uint32_t stream_id);
 
 #ifdef __cplusplus
 }

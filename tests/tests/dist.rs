@@ -1,0 +1,339 @@
+//! The installed library (issue 18 items 2-3): `cargo xtask dist --prefix DIR` lays out
+//! libnrt like AWS's package, a C program written only against the public SDK headers'
+//! documented flow (`ffi/examples/doc_flow.c`) builds with `pkg-config` against that prefix
+//! and runs on sim:trn2 with every example manifest, natively and under valgrind; the library
+//! carries libnrt 2.31's version nodes and its 145 exports; a client linked against a stub
+//! with those nodes runs against it without a loader warning, also with `LD_BIND_NOW=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn out_dir() -> PathBuf {
+    let t = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| if p.is_relative() { root().join(p) } else { p })
+        .unwrap_or_else(|| root().join("target"));
+    let d = t.join("nrt-dist-test");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn check(what: &str, o: Output) -> Output {
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `None` (with a note) when `tool` is missing and `.ci/run` did not promise it.
+fn require(tool: &str) -> Option<()> {
+    if have(tool) {
+        return Some(());
+    }
+    assert!(
+        std::env::var_os("NRT_REQUIRE_TOOLS").is_none(),
+        "{tool} is not installed, and NRT_REQUIRE_TOOLS is set"
+    );
+    eprintln!("SKIPPED: {tool} is not installed (.ci/run installs it)");
+    None
+}
+
+/// `cargo xtask dist --prefix <out>/prefix --debug`, once.
+fn prefix() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let p = out_dir().join("prefix");
+        let _ = std::fs::remove_dir_all(&p);
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let o = Command::new(cargo)
+            .current_dir(root())
+            .args([
+                "run", "--quiet", "-p", "xtask", "--", "dist", "--debug", "--prefix",
+            ])
+            .arg(&p)
+            .output()
+            .unwrap();
+        check("cargo xtask dist", o);
+        p
+    })
+}
+
+fn cc() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "cc".into())
+}
+
+#[test]
+fn dist_lays_out_the_library_like_libnrt() {
+    let p = prefix();
+    let lib = p.join("lib");
+    let real = format!("libnrt.so.{}", env!("CARGO_PKG_VERSION"));
+    assert!(lib.join(&real).is_file());
+    assert_eq!(
+        std::fs::read_link(lib.join("libnrt.so.1")).unwrap(),
+        Path::new(&real)
+    );
+    assert_eq!(
+        std::fs::read_link(lib.join("libnrt.so")).unwrap(),
+        Path::new("libnrt.so.1")
+    );
+    assert!(lib.join("libnrt.a").is_file());
+    for h in [
+        "nrt/nrt.h",
+        "nrt/nrt_status.h",
+        "nrt/nrt_experimental.h",
+        "nrt/nrt_version.h",
+        "nrt/nrtx.h",
+        "ndl/neuron_driver_shared_tensor_batch_op.h",
+    ] {
+        assert!(p.join("include").join(h).is_file(), "{h}");
+    }
+    let pc = std::fs::read_to_string(lib.join("pkgconfig/nrt.pc")).unwrap();
+    assert!(
+        pc.contains(&format!("prefix={}", p.display())) && pc.contains("Libs: -L${libdir} -lnrt"),
+        "{pc}"
+    );
+    let d = check(
+        "readelf -d",
+        Command::new("readelf")
+            .arg("-d")
+            .arg(lib.join(&real))
+            .output()
+            .unwrap(),
+    );
+    assert!(String::from_utf8_lossy(&d.stdout).contains("[libnrt.so.1]"));
+}
+
+/// Every export of libnrt 2.31 is there under its node, nrtx_ under NRTX_1.0, and nothing else
+/// of ours leaks (no Rust internals in the dynamic symbol table).
+#[test]
+fn the_library_exports_libnrt_2_31s_table_with_its_version_nodes() {
+    let so = prefix().join("lib/libnrt.so.1");
+    let t = check(
+        "objdump -T",
+        Command::new("objdump").arg("-T").arg(&so).output().unwrap(),
+    );
+    let t = String::from_utf8_lossy(&t.stdout);
+    let exported: std::collections::BTreeMap<&str, &str> = t
+        .lines()
+        .filter(|l| l.contains(" DF .text"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((*f.last()?, *f.get(f.len() - 2)?))
+        })
+        .collect();
+    let table = std::fs::read_to_string(root().join("ffi/libnrt-2.31-exports.txt")).unwrap();
+    let mut n = 0;
+    for l in table
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (name, node) = l.split_once(' ').unwrap();
+        assert_eq!(
+            exported.get(name),
+            Some(&node),
+            "{name} should be exported at {node}"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 145);
+    for (name, node) in &exported {
+        let ok = match *node {
+            "NRT_2.0.0" => name.starts_with("nrt_") || name.starts_with("nec_"),
+            "NRT_3.0.0" => name.starts_with("nrta_"),
+            "NRTX_1.0" => name.starts_with("nrtx_") || *name == "nrt_get_status_as_str",
+            _ => false,
+        };
+        assert!(ok, "{name} exported at {node}");
+    }
+}
+
+/// Compiles `ffi/examples/doc_flow.c` with `cc app.c $(pkg-config --cflags --libs nrt)`.
+fn doc_flow() -> Option<&'static Path> {
+    require("pkg-config")?;
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    Some(EXE.get_or_init(|| {
+        let p = prefix();
+        let pcd = p.join("lib/pkgconfig");
+        let flags = check(
+            "pkg-config",
+            Command::new("pkg-config")
+                .args(["--cflags", "--libs", "nrt"])
+                .env("PKG_CONFIG_PATH", &pcd)
+                .output()
+                .unwrap(),
+        );
+        let flags = String::from_utf8_lossy(&flags.stdout).to_string();
+        let exe = out_dir().join("doc_flow");
+        let o = Command::new(cc())
+            .args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror", "-pedantic"])
+            .arg(root().join("ffi/examples/doc_flow.c"))
+            .arg("-o")
+            .arg(&exe)
+            .args(flags.split_whitespace())
+            .arg(format!("-Wl,-rpath,{}", p.join("lib").display()))
+            .output()
+            .unwrap();
+        check("compiling doc_flow.c against the installed prefix", o);
+        exe
+    }))
+}
+
+fn models() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("examples/models"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    v.sort();
+    assert!(v.len() >= 6);
+    v
+}
+
+fn run_flow(wrapper: &[&str], env: &[(&str, &str)]) {
+    let Some(exe) = doc_flow() else { return };
+    for m in models() {
+        let mut c = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let o = c
+            .arg(&m)
+            .env("NRT_DMEM_DEVICE", "sim:trn2")
+            .env("NEURON_RT_LOG_LEVEL", "OFF")
+            .env_remove("NEURON_RT_VISIBLE_CORES")
+            .env_remove("NEURON_RT_NUM_CORES")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let o = check(&format!("doc_flow {} {wrapper:?}", m.display()), o);
+        assert!(String::from_utf8_lossy(&o.stdout).contains("doc_flow ok"));
+    }
+}
+
+#[test]
+fn the_documented_flow_runs_with_every_example_manifest() {
+    run_flow(&[], &[]);
+}
+
+#[test]
+fn the_documented_flow_is_clean_under_valgrind() {
+    if require("valgrind").is_none() {
+        return;
+    }
+    let channel = (8u64 << 30).to_string();
+    run_flow(
+        &[
+            "valgrind",
+            "--quiet",
+            "--error-exitcode=1",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+        ],
+        &[("NRT_DMEM_SIM_CHANNEL_SIZE", &channel)],
+    );
+}
+
+/// A client linked against a stub `libnrt.so.1` that carries libnrt's version nodes (and
+/// references every one of the 145 exports) runs against this library: no "no version
+/// information" warning, no missing symbol, also with every symbol bound at load
+/// (`LD_BIND_NOW=1`); `dlvsym` finds `nrt_init@NRT_2.0.0` and `nrta_is_completed@NRT_3.0.0`.
+#[test]
+fn a_client_built_against_libnrts_version_nodes_loads_this_library() {
+    let table = std::fs::read_to_string(root().join("ffi/libnrt-2.31-exports.txt")).unwrap();
+    let names: Vec<&str> = table
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split_once(' ').unwrap().0)
+        .collect();
+    let d = out_dir().join("stub");
+    std::fs::create_dir_all(&d).unwrap();
+    let stub: String = names
+        .iter()
+        .map(|n| format!("int {n}(void) {{ return 1; }}\n"))
+        .collect();
+    std::fs::write(d.join("stub.c"), stub).unwrap();
+    let o = Command::new(cc())
+        .args(["-shared", "-fPIC", "-Wl,-soname,libnrt.so.1"])
+        .arg(format!(
+            "-Wl,--version-script={}",
+            root().join("ffi/libnrt.map").display()
+        ))
+        .arg(d.join("stub.c"))
+        .arg("-o")
+        .arg(d.join("libnrt.so"))
+        .output()
+        .unwrap();
+    check("building the stub libnrt", o);
+    let mut client = String::from("#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdio.h>\n");
+    for n in &names {
+        client += &format!("extern int {n}(void);\n");
+    }
+    client += "static int (*const all[])(void) = {\n";
+    for n in &names {
+        client += &format!("    {n},\n");
+    }
+    client += "};\nint main(int argc, char **argv) {\n    (void)argc;\n    void *h = dlopen(argv[1], RTLD_NOW);\n    if (!h) { puts(dlerror()); return 1; }\n    if (!dlvsym(h, \"nrt_init\", \"NRT_2.0.0\") || !dlvsym(h, \"nrta_is_completed\", \"NRT_3.0.0\")\n        || !dlvsym(h, \"nrtx_get_oom_report\", \"NRTX_1.0\") || dlvsym(h, \"nrt_init\", \"NRT_3.0.0\")) { puts(\"dlvsym\"); return 1; }\n    /* nrt_get_total_vnc_count returns a status; called for real against this library. */\n    unsigned n = 0;\n    int st = ((int (*)(unsigned *))(void (*)(void))nrt_get_total_vnc_count)(&n);\n    printf(\"%zu exports, status %d, %u cores\\n\", sizeof all / sizeof all[0], st, n);\n    return st == 0 && n > 0 ? 0 : 1;\n}\n";
+    std::fs::write(d.join("client.c"), client).unwrap();
+    let exe = d.join("client");
+    let o = Command::new(cc())
+        .arg(d.join("client.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&d)
+        .args(["-lnrt", "-ldl"])
+        .output()
+        .unwrap();
+    check("building the client against the stub", o);
+    let t = check(
+        "objdump -T client",
+        Command::new("objdump")
+            .arg("-T")
+            .arg(&exe)
+            .output()
+            .unwrap(),
+    );
+    let t = String::from_utf8_lossy(&t.stdout);
+    assert!(t.contains("NRT_2.0.0") && t.contains("NRT_3.0.0"), "{t}");
+    let lib = prefix().join("lib");
+    for bind_now in [false, true] {
+        let mut c = Command::new(&exe);
+        c.arg(lib.join("libnrt.so.1"))
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("NRT_DMEM_DEVICE", "sim:trn2")
+            .env("NEURON_RT_LOG_LEVEL", "OFF");
+        if bind_now {
+            c.env("LD_BIND_NOW", "1");
+        }
+        let o = check(
+            &format!("client (LD_BIND_NOW {bind_now})"),
+            c.output().unwrap(),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("no version information"), "{err}");
+        assert!(String::from_utf8_lossy(&o.stdout).starts_with("145 exports, status 0"));
+    }
+}
