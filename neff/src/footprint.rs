@@ -49,7 +49,7 @@ pub struct Booked {
     /// How `size` is known.
     pub basis: Basis,
     /// Of `size`, the bytes read from the NEFF itself (all of it when exact; the raw `.bin`
-    /// for an instruction image, a lower bound).
+    /// for an instruction image, a lower bound; none when declared).
     pub known_bytes: u64,
     /// What in the NEFF it comes from.
     pub source: String,
@@ -157,7 +157,7 @@ pub fn book_subgraph(sg: &SubgraphDef) -> Vec<Booked> {
                 align: d.align,
                 hint: hint(&d.hint, usage),
                 basis: Basis::Declared,
-                known_bytes: d.size,
+                known_bytes: 0,
                 source: "nrt_dmem extension".to_string(),
                 weight: None,
             });
