@@ -12,6 +12,8 @@
 //! - [`runtime`]: [`HostRuntime`], a runtime with its driver — what the C ABI and CLI use.
 //! - [`manifest`]: the model manifest, the JSON stand-in for a NEFF ([`Manifest`]).
 //! - [`tensor_info`]: a model's IO tensors as applications see them (dtype, shape, size).
+//! - [`model_file`]: what `nrt_load` takes — a NEFF or a manifest ([`ModelFile`]) — and the
+//!   one load path for both, with a NEFF's weights copied in.
 //! - [`scenario`]: scenario files (TOML) and the [`scenario::Session`] that runs them.
 //! - [`cli`]: the `nrt-dmem` command line (demo, run, stats, layout).
 //! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
@@ -24,6 +26,7 @@ pub mod config;
 pub mod error;
 pub mod ioctl;
 pub mod manifest;
+pub mod model_file;
 pub mod neuron_driver;
 pub mod runtime;
 #[cfg(feature = "cli")]
@@ -35,6 +38,7 @@ pub use backing::HostReservation;
 pub use config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};
 pub use error::{Error, Result, SIM_HINT};
 pub use manifest::{Manifest, ManifestError};
+pub use model_file::{LoadError, ModelFile};
 pub use neuron_driver::{AllocVariant, Geometry, NeuronDriver};
 pub use runtime::{HostRuntime, MallocHostMem};
 pub use simdev::HostSim;

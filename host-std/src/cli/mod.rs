@@ -18,6 +18,7 @@
 
 mod demo;
 mod layout;
+mod neff;
 mod stats;
 
 use std::ffi::OsString;
@@ -100,6 +101,9 @@ pub enum Command {
     /// The layout report (libnrt's structs as this project reproduces them), or check/dump an
     /// ELF's DWARF (delegates to nrt-layout).
     Layout(layout::LayoutArgs),
+    /// Inspect a NEFF (header, gates, tensors, subgraphs, footprint) or pack one from a
+    /// manifest.
+    Neff(neff::NeffArgs),
 }
 
 /// A failure the command line reports: exit code and message.
@@ -235,6 +239,7 @@ where
             cmd_stats(&cli.global, &ui, *json, scenario.as_deref(), &mut out)
         }
         Command::Layout(a) => Ok(layout::run(a)),
+        Command::Neff(a) => neff::run(a, &mut out),
     };
     let _ = out.flush();
     match r {

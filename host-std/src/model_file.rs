@@ -1,0 +1,270 @@
+//! What `nrt_load` takes (public API §2): a compiled NEFF (read by `nrt-neff`, neff-format.md)
+//! or a model manifest (docs/MANIFEST.md), and the one load path both take.
+//!
+//! [`ModelFile::parse`] tells them apart (a NEFF's header is binary, a manifest is JSON text),
+//! validates the whole file and allocates nothing; [`ModelFile::load`] then loads it through
+//! [`nrt_core::Nrt::load_model`] — all-or-nothing, the core's rollback — and, for a NEFF, copies
+//! the weights into their WEIGHT allocations; a failed copy unloads the model again, so the
+//! ledger and the driver end as they began.
+#![deny(unsafe_code)]
+
+use std::path::Path;
+
+use nrt_core::abi::{H_MODEL, NRT_STATUS};
+use nrt_core::Nrt;
+use nrt_neff::pack::{PackAlloc, PackModel, PackTensor};
+use nrt_neff::{Dtype, NeffError, NeffModel, ReadOptions, Reservation, TensorInfo, TensorUsage};
+
+use crate::manifest::{sniff_neff, Location, Manifest, ManifestError};
+
+/// Why a model file could not be read or loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The manifest is invalid.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The NEFF is refused (neff-format §3–§9).
+    #[error("NEFF refused: {0}")]
+    Neff(#[from] NeffError),
+    /// The core refused or failed the load (rolled back).
+    #[error("load failed: {0}")]
+    Core(#[from] nrt_core::Error),
+}
+
+impl LoadError {
+    /// The public status: the NEFF's (`NRT_INVALID` / `NRT_UNSUPPORTED_NEFF_VERSION`), the
+    /// core's, or `NRT_INVALID` for a bad manifest.
+    pub fn status(&self) -> NRT_STATUS {
+        match self {
+            LoadError::Manifest(_) => NRT_STATUS::NRT_INVALID,
+            LoadError::Neff(e) => e.status(),
+            LoadError::Core(e) => e.status(),
+        }
+    }
+}
+
+/// A validated model file.
+#[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum ModelFile {
+    /// A JSON model manifest.
+    Manifest(Manifest),
+    /// A NEFF container.
+    Neff(Box<NeffModel>),
+}
+
+/// The NEFF reader's options from the environment libnrt reads:
+/// `NEURON_RT_ALLOW_LEGACY_NEFF=1` (neff-format §7, §8.6).
+pub fn read_options_from_env() -> ReadOptions {
+    ReadOptions {
+        allow_legacy_neff: std::env::var("NEURON_RT_ALLOW_LEGACY_NEFF").is_ok_and(|v| v == "1"),
+        ..ReadOptions::default()
+    }
+}
+
+impl ModelFile {
+    /// Reads a model from `nrt_load`'s bytes: binary data (a NEFF's header always has NUL
+    /// bytes) goes to the NEFF reader, text to the manifest parser. Nothing is allocated.
+    pub fn parse(bytes: &[u8], opts: &ReadOptions) -> Result<Self, LoadError> {
+        if sniff_neff(bytes).is_some() {
+            Ok(ModelFile::Neff(Box::new(nrt_neff::read(bytes, opts)?)))
+        } else {
+            Ok(ModelFile::Manifest(Manifest::parse(bytes)?))
+        }
+    }
+
+    /// Reads a model file from disk (see [`ModelFile::parse`]).
+    pub fn from_path(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Self, LoadError> {
+        let p = path.as_ref();
+        let bytes = std::fs::read(p).map_err(|e| ManifestError::Io {
+            path: p.display().to_string(),
+            msg: e.to_string(),
+        })?;
+        Self::parse(&bytes, opts)
+    }
+
+    /// The model's name.
+    pub fn name(&self) -> &str {
+        match self {
+            ModelFile::Manifest(m) => &m.name,
+            ModelFile::Neff(n) => &n.name,
+        }
+    }
+
+    /// The IO tensor table (`nrt_get_model_tensor_info`): a NEFF's from its `neff.json`; a
+    /// manifest's tensors, which carry no dtype or shape, as `uint8 [size]`.
+    pub fn tensor_info(&self) -> Vec<TensorInfo> {
+        match self {
+            ModelFile::Neff(n) => n.tensors.clone(),
+            ModelFile::Manifest(m) => {
+                let row = |t: &crate::manifest::Tensor, usage| TensorInfo {
+                    name: t.name.clone(),
+                    usage,
+                    dtype: Dtype::Uint8,
+                    shape: u32::try_from(t.size).map_or_else(|_| Vec::new(), |s| vec![s]),
+                    size: t.size,
+                };
+                m.inputs
+                    .iter()
+                    .map(|t| row(t, TensorUsage::Input))
+                    .chain(m.outputs.iter().map(|t| row(t, TensorUsage::Output)))
+                    .collect()
+            }
+        }
+    }
+
+    /// Device bytes the model's allocations ask for over all subgraphs (before page rounding;
+    /// libraries and scratchpad not included).
+    pub fn requested_device_bytes(&self) -> u64 {
+        match self {
+            ModelFile::Manifest(m) => m.requested_bytes(Location::Device),
+            ModelFile::Neff(n) => n.requested_device_bytes(),
+        }
+    }
+
+    /// Loads the model onto logical core `vnc` (spec §5): all-or-nothing. For a NEFF, first the
+    /// checks that need the live device (KELF target, CAYMAN's reservation and EVTACCEL
+    /// geometry; `allow_legacy` = `NEURON_RT_ALLOW_LEGACY_NEFF=1`), then the core's load,
+    /// then the weights' copy-in; a failed copy unloads the model.
+    pub fn load(&self, nrt: &Nrt<'_>, vnc: i64, allow_legacy: bool) -> Result<H_MODEL, LoadError> {
+        match self {
+            ModelFile::Manifest(m) => Ok(nrt.load_model(vnc, &m.spec().as_spec())?),
+            ModelFile::Neff(n) => load_neff(nrt, vnc, n, allow_legacy),
+        }
+    }
+}
+
+/// Reads and loads `nrt_load`'s bytes in one call: [`ModelFile::parse`] with the environment's
+/// options, then [`ModelFile::load`]. Returns the handle and the file (for its tensor table).
+pub fn load_bytes(
+    nrt: &Nrt<'_>,
+    vnc: i64,
+    bytes: &[u8],
+) -> Result<(H_MODEL, ModelFile), LoadError> {
+    let opts = read_options_from_env();
+    let f = ModelFile::parse(bytes, &opts)?;
+    let h = f.load(nrt, vnc, opts.allow_legacy_neff)?;
+    Ok((h, f))
+}
+
+fn load_neff(
+    nrt: &Nrt<'_>,
+    vnc: i64,
+    n: &NeffModel,
+    allow_legacy: bool,
+) -> Result<H_MODEL, LoadError> {
+    let v = nrt.virtual_core(vnc)?;
+    let arch = nrt.geom(v.tpbs[0].device_id).arch;
+    n.check_arch(arch, allow_legacy)?;
+    let storage = n.spec()?;
+    let h = nrt.load_model(vnc, &storage.as_spec())?;
+    if let Err(e) = copy_weights(nrt, h, n) {
+        // The model was never handed out: unloading it is the rollback.
+        if let Err(u) = nrt.unload_model(h) {
+            log::error!("unloading model {} after a failed weight copy: {u}", h.id);
+        }
+        return Err(e);
+    }
+    Ok(h)
+}
+
+/// Copies each weight into its WEIGHT allocation (neff-format §8.2: HBM alloc + copy). The
+/// k-th dmem of a subgraph's MODEL heap is its k-th spec allocation (the heap keeps them in
+/// allocation order; the model's own GPSIMD libraries come after them).
+fn copy_weights(nrt: &Nrt<'_>, h: H_MODEL, n: &NeffModel) -> Result<(), LoadError> {
+    struct Slot {
+        dev: u32,
+        handle: u64,
+        at: u64,
+        size: u64,
+        hint: String,
+    }
+    let mut slots: Vec<Vec<Slot>> = (0..n.subgraphs.len()).map(|_| Vec::new()).collect();
+    nrt.for_each_model_dmem(h, |sg, d| {
+        if let Some(s) = slots.get_mut(sg as usize) {
+            s.push(Slot {
+                dev: d.device_id,
+                handle: d.mem_handle,
+                at: d.align_offset,
+                size: d.size,
+                hint: nrt_core::dmem::dmem_hint(d).to_string(),
+            });
+        }
+    })?;
+    for (sg, slots) in slots.iter().enumerate() {
+        for (k, bytes) in n.copy_ins(sg) {
+            let want = &n.bookings[sg][k];
+            let d = slots
+                .get(k)
+                .filter(|d| d.hint == want.hint && d.size >= bytes.len() as u64)
+                .ok_or(nrt_core::Error::InvalidModel(
+                    "a weight's allocation is not where the load made it",
+                ))?;
+            nrt.driver()
+                .copy_in(d.dev, d.handle, d.at, bytes)
+                .map_err(nrt_core::Error::Driver)?;
+        }
+    }
+    Ok(())
+}
+
+/// What `neff pack` writes for a manifest: its allocations, libraries, scratchpad, carveout
+/// and tensors (as `uint8 [size]`, manifests having no dtype or shape).
+pub fn pack_model(m: &Manifest) -> Result<PackModel, NeffError> {
+    let tensor = |t: &crate::manifest::Tensor| {
+        let n = u32::try_from(t.size).map_err(|_| {
+            NeffError::invalid(format!(
+                "tensor {} has {} bytes, more than a uint8 [n] shape holds",
+                t.name, t.size
+            ))
+        })?;
+        Ok(PackTensor {
+            name: t.name.clone(),
+            dtype: Dtype::Uint8,
+            shape: vec![n],
+        })
+    };
+    let sbuf_carveout = match m.sbuf_carveout {
+        Some(c) if c.ty != 1 => {
+            return Err(NeffError::invalid(format!(
+                "carveout type {} cannot be written: a NEFF reservation is \"evtaccel\" (1)",
+                c.ty
+            )))
+        }
+        Some(c) => Some(Reservation {
+            ty: 1,
+            offset: c.offset,
+            size: c.size,
+            start_partition: c.partition_start,
+            num_partitions: c.partition_count,
+        }),
+        None => None,
+    };
+    Ok(PackModel {
+        name: m.name.clone(),
+        subgraphs: m.subgraphs,
+        allocations: m
+            .allocations
+            .iter()
+            .map(|a| PackAlloc {
+                usage: a.usage,
+                host: a.location == Location::Host,
+                size: a.size,
+                align: a.align,
+                hint: a.hint.clone(),
+            })
+            .collect(),
+        gpsimd_libs: m.gpsimd_libs.map(|g| (g.count, g.bytes)),
+        scratchpad_bytes: m.scratchpad_bytes,
+        sbuf_carveout,
+        inputs: m.inputs.iter().map(tensor).collect::<Result<_, _>>()?,
+        outputs: m.outputs.iter().map(tensor).collect::<Result<_, _>>()?,
+    })
+}
+
+/// `pack(manifest)`: a NEFF (pkg 2, MD5) describing the manifest; reading it back gives the
+/// manifest's spec.
+pub fn pack(m: &Manifest) -> Result<Vec<u8>, NeffError> {
+    nrt_neff::pack::pack(&pack_model(m)?)
+}

@@ -1,0 +1,104 @@
+//! `nrt-dmem neff inspect` and `neff pack` as a person runs them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(args: &[&std::ffi::OsStr]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt-dmem"));
+    for v in nrt_host::config::ENV_VARS.iter().chain(&[
+        "RUST_LOG",
+        "CLICOLOR_FORCE",
+        "NEURON_RT_ALLOW_LEGACY_NEFF",
+    ]) {
+        c.env_remove(v);
+    }
+    c.args(args).output().expect("run nrt-dmem")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nrt-neff-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn inspect_shows_the_libnrt_fixture_s_tensors_and_footprint() {
+    let f = tmp("fixture.neff");
+    std::fs::write(&f, nrt_neff::pack::fixture().unwrap()).unwrap();
+    let text = stdout(&run(&["neff".as_ref(), "inspect".as_ref(), f.as_os_str()]));
+    for want in [
+        "  input   input                    float32   [32]                      128",
+        "  output  output                   float32   [32]                      128",
+        "  MODEL  SCRATCHPAD_NOT_SHARED  device          256          256            0            0",
+        "  MODEL  INSTR_PE               device        65600           64        65536            0",
+        "  MODEL  INSTR_POOL             device        65728          192        65536            0",
+        "  MODEL  DMA_RING_IO            device       131072            0       131072            0",
+        "integrity         MD5 of the",
+        "name \"x\", uuid 561826fb-125f-4bb8-991c-29e085c8949a",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+    let j: serde_json::Value = serde_json::from_str(&stdout(&run(&[
+        "neff".as_ref(),
+        "inspect".as_ref(),
+        f.as_os_str(),
+        "--json".as_ref(),
+    ])))
+    .unwrap();
+    assert_eq!(
+        j["tensors"][0],
+        serde_json::json!({"name": "input", "usage": "input", "dtype": "float32", "nrt_dtype": 10, "shape": [32], "size": 128})
+    );
+    assert_eq!(j["tensors"][1]["name"], "output");
+    let fp = j["footprint"].as_array().unwrap();
+    let row = |u: &str| {
+        fp.iter()
+            .find(|r| r["usage"] == u && r["tier"] == "MODEL")
+            .unwrap()
+    };
+    assert_eq!(
+        (
+            row("SCRATCHPAD_NOT_SHARED")["bytes"].as_u64(),
+            row("SCRATCHPAD_NOT_SHARED")["exact"].as_u64()
+        ),
+        (Some(256), Some(256))
+    );
+    assert_eq!(row("INSTR_POOL")["exact"], 192);
+    assert_eq!(j["gates"].as_array().unwrap().len(), 7);
+}
+
+#[test]
+fn pack_then_inspect_an_example_and_a_refusal() {
+    let m = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/custom-op-3libs.json");
+    let f = tmp("custom.neff");
+    let o = stdout(&run(&[
+        "neff".as_ref(),
+        "pack".as_ref(),
+        m.as_os_str(),
+        "-o".as_ref(),
+        f.as_os_str(),
+    ]));
+    assert!(o.contains("NEFF pkg 2, model \"custom-op-3libs\""), "{o}");
+    let text = stdout(&run(&["neff".as_ref(), "inspect".as_ref(), f.as_os_str()]));
+    assert!(text.contains("  MODEL  WEIGHT                 device     16777216     16777216            0            0"), "{text}");
+    assert!(text.contains("  MODEL  UCODE_LIB              device       589824       393216            0       196608"), "{text}");
+    // A refused NEFF: exit 2, libnrt's reason and status.
+    let mut b = std::fs::read(&f).unwrap();
+    b[0x18] = 3;
+    let bad = tmp("v3.neff");
+    std::fs::write(&bad, b).unwrap();
+    let o = run(&["neff".as_ref(), "inspect".as_ref(), bad.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "NEFF refused (NRT_UNSUPPORTED_NEFF_VERSION, 10): NEFF version: 3.0 is not supported"
+        ),
+        "{err}"
+    );
+}

@@ -1,0 +1,374 @@
+//! NEFF containers load through the same path as manifests (issue 18 item 1): packed examples
+//! book what their manifests book, weights are copied in, and every refusal that needs a live
+//! device leaves the ledger and the driver as they were.
+
+use std::path::{Path, PathBuf};
+
+use nrt_core::abi::{dma_mem_usage_type_t as U, NRT_STATUS};
+use nrt_core::sim::Preset;
+use nrt_host::config::{DeviceChoice, RuntimeConfig};
+use nrt_host::model_file::{self, ModelFile};
+use nrt_host::{HostRuntime, Manifest};
+use nrt_neff::pack::{self, PackAlloc, PackModel, PackTensor};
+use nrt_neff::{Dtype, ReadOptions, Reservation};
+use serde_json::{json, Value};
+
+fn runtime(preset: Preset) -> HostRuntime {
+    HostRuntime::start(RuntimeConfig {
+        device: DeviceChoice::Sim { preset, devices: 1 },
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
+/// What must not change when a load is refused: the ledger of device 0 and the driver.
+type Ledger = [[u64; 23]; 8];
+
+fn state(rt: &HostRuntime) -> ((Ledger, Ledger), u64) {
+    let nrt = rt.nrt();
+    (nrt.ledger_snapshot(0), nrt.driver_bytes_in_use())
+}
+
+fn examples() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The examples small enough to pack in a debug test run (their weights are written out).
+fn small_examples() -> Vec<Manifest> {
+    examples()
+        .iter()
+        .map(|p| Manifest::from_path(p).unwrap())
+        .filter(|m| m.requested_bytes(nrt_host::manifest::Location::Device) <= 64 << 20)
+        .collect()
+}
+
+#[test]
+fn packed_examples_book_what_their_manifests_book() {
+    let ms = small_examples();
+    assert!(ms.len() >= 2, "gpsimd-topk and custom-op-3libs at least");
+    for preset in [Preset::Trn2, Preset::Trn1] {
+        let rt = runtime(preset);
+        let nrt = rt.nrt();
+        for m in &ms {
+            let bytes = model_file::pack(m).unwrap();
+            let f = ModelFile::parse(&bytes, &ReadOptions::default()).unwrap();
+            assert!(matches!(f, ModelFile::Neff(_)));
+            assert_eq!(f.name(), m.name);
+            assert_eq!(
+                f.requested_device_bytes(),
+                m.requested_bytes(nrt_host::manifest::Location::Device)
+            );
+            let hm = ModelFile::Manifest(m.clone()).load(&nrt, 0, false).unwrap();
+            let want = nrt.model_info(hm).unwrap();
+            nrt.unload_model(hm).unwrap();
+            let before = state(&rt);
+            let hn = f.load(&nrt, 0, false).unwrap();
+            let got = nrt.model_info(hn).unwrap();
+            assert_eq!(
+                (got.bytes, got.by_usage, got.allocations),
+                (want.bytes, want.by_usage, want.allocations),
+                "{preset:?} {}",
+                m.name
+            );
+            assert_eq!(
+                (got.scratchpad_pages, got.shared_ulib),
+                (want.scratchpad_pages, want.shared_ulib)
+            );
+            nrt.unload_model(hn).unwrap();
+            assert_eq!(state(&rt), before, "unload frees exactly the NEFF's bytes");
+        }
+        rt.close().unwrap();
+    }
+}
+
+#[test]
+fn the_libnrt_fixture_loads_on_every_preset() {
+    let bytes = pack::fixture().unwrap();
+    for preset in [Preset::Trn2, Preset::Trn1, Preset::Inf2, Preset::Trn3] {
+        let rt = runtime(preset);
+        let nrt = rt.nrt();
+        // On SUNDA the default ext-ISA library is staged once per core and stays cached after
+        // its last user unloads (spec §6): warm it first, then a load/unload is exact.
+        let (h, _) = model_file::load_bytes(&nrt, 0, &bytes).unwrap();
+        nrt.unload_model(h).unwrap();
+        let before = state(&rt);
+        let (h, f) = model_file::load_bytes(&nrt, 0, &bytes).unwrap();
+        let info = nrt.model_info(h).unwrap();
+        // 256 B of SCRATCHPAD_NOT_SHARED (two 128 B tmp-bufs, exact), no WEIGHT (§12).
+        assert_eq!(
+            info.by_usage[U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED as usize],
+            256
+        );
+        assert_eq!(info.by_usage[U::DMA_MEM_USAGE_TYPE_WEIGHT as usize], 0);
+        assert_eq!(
+            f.tensor_info()
+                .iter()
+                .map(|t| (t.name.as_str(), t.size))
+                .collect::<Vec<_>>(),
+            [("input", 128), ("output", 128)]
+        );
+        nrt.unload_model(h).unwrap();
+        assert_eq!(state(&rt), before);
+        rt.close().unwrap();
+    }
+}
+
+fn weighted(content: &[u8]) -> Vec<u8> {
+    let m = PackModel {
+        name: "weighted".into(),
+        subgraphs: 1,
+        allocations: vec![PackAlloc {
+            usage: U::DMA_MEM_USAGE_TYPE_WEIGHT,
+            host: false,
+            size: content.len() as u64,
+            align: 4096,
+            hint: "w".into(),
+        }],
+        outputs: vec![PackTensor {
+            name: "y".into(),
+            dtype: Dtype::Float32,
+            shape: vec![4],
+        }],
+        ..PackModel::default()
+    };
+    let mut w = pack::NeffWriter::new(pack::header_for("weighted"));
+    w.members = pack::pack_members(&m).unwrap();
+    for (n, b) in w.members.iter_mut() {
+        if n == "sg00/w.bin" {
+            *b = Some(content.to_vec());
+        }
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn weights_are_copied_into_their_allocation() {
+    let content: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+    let rt = runtime(Preset::Trn2);
+    let nrt = rt.nrt();
+    let (h, _) = model_file::load_bytes(&nrt, 0, &weighted(&content)).unwrap();
+    let mut found = Vec::new();
+    nrt.for_each_model_dmem(h, |_, d| {
+        if d.mem_usage_type == U::DMA_MEM_USAGE_TYPE_WEIGHT as u32 {
+            found.push((d.device_id, d.mem_handle, d.align_offset, d.size));
+        }
+    })
+    .unwrap();
+    assert_eq!(found.len(), 1);
+    let (dev, handle, at, size) = found[0];
+    assert_eq!(size, 8192);
+    let mut back = vec![0u8; 8192];
+    rt.driver().copy_out(dev, handle, at, &mut back).unwrap();
+    assert_eq!(back, content);
+    nrt.unload_model(h).unwrap();
+    rt.close().unwrap();
+}
+
+/// A packed small model with its JSON members edited by `f(member name, value)`.
+fn edited(m: &PackModel, f: impl Fn(&str, &mut Value)) -> Vec<u8> {
+    let mut w = pack::NeffWriter::new(pack::header_for(&m.name));
+    w.members = pack::pack_members(m).unwrap();
+    for (n, b) in w.members.iter_mut() {
+        if let Some(body) = b.as_mut().filter(|_| n.ends_with(".json")) {
+            let mut v: Value = serde_json::from_slice(body).unwrap();
+            f(n, &mut v);
+            *body = serde_json::to_vec(&v).unwrap();
+        }
+    }
+    w.finish().unwrap()
+}
+
+fn tiny(libs: Option<(u32, u64)>, carveout: Option<Reservation>) -> PackModel {
+    PackModel {
+        name: "tiny".into(),
+        subgraphs: 1,
+        allocations: vec![PackAlloc {
+            usage: U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED,
+            host: false,
+            size: 4096,
+            align: 0,
+            hint: "scratch".into(),
+        }],
+        gpsimd_libs: libs,
+        sbuf_carveout: carveout,
+        inputs: vec![PackTensor {
+            name: "x".into(),
+            dtype: Dtype::Float32,
+            shape: vec![8],
+        }],
+        outputs: vec![PackTensor {
+            name: "y".into(),
+            dtype: Dtype::Float32,
+            shape: vec![8],
+        }],
+        ..PackModel::default()
+    }
+}
+
+const EVTACCEL: Reservation = Reservation {
+    ty: 1,
+    offset: 0x37ff8,
+    size: 8,
+    start_partition: 0,
+    num_partitions: 128,
+};
+
+#[test]
+fn device_dependent_refusals_leave_ledger_and_driver_unchanged() {
+    let bad_geometry = Reservation {
+        num_partitions: 64,
+        ..EVTACCEL
+    };
+    let cases: Vec<(&str, Preset, Vec<u8>, NRT_STATUS, &str)> = vec![
+        (
+            "EVTACCEL geometry wrong on trn2",
+            Preset::Trn2,
+            pack::pack(&tiny(None, Some(bad_geometry))).unwrap(),
+            NRT_STATUS::NRT_INVALID,
+            "Failed to verify Event Accel State Buffer carveout: 64 partitions != 128",
+        ),
+        (
+            "EVTACCEL offset wrong on trn2",
+            Preset::Trn2,
+            pack::pack(&tiny(
+                None,
+                Some(Reservation {
+                    offset: 0,
+                    ..EVTACCEL
+                }),
+            ))
+            .unwrap(),
+            NRT_STATUS::NRT_INVALID,
+            "offset 0x0 != 0x37ff8",
+        ),
+        (
+            "10 GPSIMD libraries on trn1",
+            Preset::Trn1,
+            pack::pack(&tiny(Some((10, 4096)), None)).unwrap(),
+            NRT_STATUS::NRT_FAILURE,
+            "Exceeded max number of GPSIMD libs: 10 > 9",
+        ),
+        (
+            "no reservation key on trn2",
+            Preset::Trn2,
+            edited(&tiny(None, None), |n, v| {
+                if n.ends_with("def.json") {
+                    v.as_object_mut()
+                        .unwrap()
+                        .remove("runtime_statebuffer_reservation");
+                }
+            }),
+            NRT_STATUS::NRT_INVALID,
+            "Missing or corrupted runtime_statebuffer_reservation field in def.json",
+        ),
+        (
+            "cayman NEFF on trn1",
+            Preset::Trn1,
+            edited(&tiny(None, None), |n, v| {
+                if n == "kelf-a.json" {
+                    v["target"] = json!("cayman");
+                }
+            }),
+            NRT_STATUS::NRT_INVALID,
+            "NEFF_ARCH_INCOMPAT: the NEFF targets 'cayman' (arch 3) but the device is arch 2",
+        ),
+        (
+            "subgraphs that differ",
+            Preset::Trn2,
+            edited(
+                &PackModel {
+                    subgraphs: 2,
+                    ..tiny(None, None)
+                },
+                |n, v| {
+                    if n == "sg01/def.json" {
+                        v["var"]["scratch"]["size"] = json!(8192);
+                    }
+                },
+            ),
+            NRT_STATUS::NRT_INVALID,
+            "subgraph sg01 books different allocations from subgraph sg00",
+        ),
+        (
+            "a read refusal (version 3)",
+            Preset::Trn2,
+            {
+                let mut b = pack::pack(&tiny(None, None)).unwrap();
+                b[0x18] = 3;
+                b
+            },
+            NRT_STATUS::NRT_UNSUPPORTED_NEFF_VERSION,
+            "NEFF version: 3.0 is not supported",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, preset, bytes, status, msg) in &cases {
+        let rt = runtime(*preset);
+        let nrt = rt.nrt();
+        // Something resident, so "unchanged" is not trivially "empty".
+        let (keep, _) =
+            model_file::load_bytes(&nrt, 0, &pack::pack(&tiny(None, Some(EVTACCEL))).unwrap())
+                .unwrap();
+        let before = state(&rt);
+        match model_file::load_bytes(&nrt, 0, bytes) {
+            Ok(_) => wrong.push(format!("{what}: loaded")),
+            Err(e) => {
+                if e.status() != *status || !e.to_string().contains(msg) {
+                    wrong.push(format!("{what}: {:?} {e}", e.status()));
+                }
+            }
+        }
+        if state(&rt) != before {
+            wrong.push(format!("{what}: ledger or driver changed"));
+        }
+        nrt.unload_model(keep).unwrap();
+        rt.close().unwrap();
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn what_other_devices_accept() {
+    // Ten libraries are ignored off SUNDA; the trn2-only checks do not apply on trn1; the
+    // legacy switch turns the arch and reservation refusals into loads.
+    let rt2 = runtime(Preset::Trn2);
+    let rt1 = runtime(Preset::Trn1);
+    let bad_geometry = pack::pack(&tiny(
+        None,
+        Some(Reservation {
+            num_partitions: 64,
+            ..EVTACCEL
+        }),
+    ))
+    .unwrap();
+    let cayman_on_trn1 = edited(&tiny(None, None), |n, v| {
+        if n == "kelf-a.json" {
+            v["target"] = json!("cayman");
+        }
+    });
+    for (rt, bytes, legacy) in [
+        (
+            &rt2,
+            pack::pack(&tiny(Some((10, 4096)), None)).unwrap(),
+            false,
+        ),
+        (&rt1, bad_geometry, false),
+        (&rt1, cayman_on_trn1, true),
+    ] {
+        let nrt = rt.nrt();
+        let opts = ReadOptions {
+            allow_legacy_neff: legacy,
+            ..ReadOptions::default()
+        };
+        let f = ModelFile::parse(&bytes, &opts).unwrap();
+        let h = f.load(&nrt, 0, legacy).unwrap();
+        nrt.unload_model(h).unwrap();
+    }
+}

@@ -1,0 +1,338 @@
+//! # nrt-neff
+//!
+//! The NEFF container reader and writer of nrt-dmem (ARCHITECTURE.md "a NEFF crate"), after
+//! `../shared/reference/neff-format.md` (cited as §N):
+//!
+//! - [`header`]: the 1024-byte header and libnrt's load gates in libnrt's order (§2, §3);
+//! - [`archive`]: the gzip/tar walk (§4), with path-traversal, duplicate and
+//!   decompression-bomb refusals;
+//! - [`meta`]: the metadata tiers — `neff.json` (IO tensors, §6), the KELF descriptor (§7),
+//!   each `def.json` (§8) and their payloads (§9);
+//! - [`footprint`]: the §10.2 mapping to libnrt's usage types, per subgraph (MODEL) and per
+//!   model (GLOBAL), each figure exact, estimated ([`convention`]) or declared;
+//! - [`pack`]: a writer (pkg 2, MD5), used by `nrt-dmem neff pack` and the tests, and the §12
+//!   fixture generator.
+//!
+//! [`read`] turns a NEFF's bytes into a [`NeffModel`] — owned, fully validated before anything
+//! is allocated — whose [`NeffModel::spec`] lends the core a [`ModelSpec`], as
+//! `nrt_host::Manifest::spec` does for a manifest.
+#![deny(unsafe_code)]
+
+pub mod archive;
+pub mod convention;
+mod error;
+pub mod footprint;
+pub mod header;
+pub mod meta;
+pub mod pack;
+
+use nrt_core::abi::{constants, dma_mem_location_t};
+use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
+use nrt_core::ulib::UlibRequest;
+
+pub use error::{NeffError, Result};
+pub use footprint::{Basis, Booked, GpsimdBooking};
+pub use header::{Gate, Header};
+pub use meta::{Dtype, Kelf, Reservation, SubgraphDef, TensorInfo, TensorUsage};
+
+/// Most subgraphs of a model (the core's `MAX_SUBGRAPHS`, spec §5.2).
+pub const MAX_SUBGRAPHS: usize = 8;
+
+/// How to read a NEFF.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Check the payload digest (§3 gates 8/9; libnrt's internal verify flag). Default on.
+    pub verify: bool,
+    /// Cap on the inflated archive; past it the NEFF is a decompression bomb (§4).
+    pub max_inflated_bytes: u64,
+    /// `NEURON_RT_ALLOW_LEGACY_NEFF=1`: an arch mismatch and a missing CAYMAN
+    /// `runtime_statebuffer_reservation` are warnings, not refusals (§7, §8.6).
+    pub allow_legacy_neff: bool,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            verify: true,
+            max_inflated_bytes: archive::DEFAULT_MAX_INFLATED,
+            allow_legacy_neff: false,
+        }
+    }
+}
+
+/// What the archive walk found (for `neff inspect`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiveSummary {
+    /// gzip-compressed payload.
+    pub gzip: bool,
+    /// Tar bytes inflated.
+    pub inflated_bytes: u64,
+    /// Members kept.
+    pub members: usize,
+    /// Directory entries skipped.
+    pub directories: usize,
+    /// Members dropped (the wavegraph debug member).
+    pub skipped: Vec<String>,
+}
+
+/// A validated NEFF: its header, tensor table, subgraphs and footprint, and the archive's
+/// members (which hold the weights copied in at load).
+#[derive(Clone, Debug)]
+pub struct NeffModel {
+    /// The header.
+    pub header: Header,
+    /// The gates passed, in order.
+    pub gates: Vec<Gate>,
+    /// The archive walk.
+    pub archive: ArchiveSummary,
+    /// Model name: the header's `name`, else `neff-<uuid>`.
+    pub name: String,
+    /// IO tensor table: inputs, then outputs (§6).
+    pub tensors: Vec<TensorInfo>,
+    /// The KELF descriptor (§7).
+    pub kelf: Kelf,
+    /// Subgraphs (§8).
+    pub subgraphs: Vec<SubgraphDef>,
+    /// MODEL-allocator bookings per subgraph (§10.2).
+    pub bookings: Vec<Vec<Booked>>,
+    /// Scratchpad bytes (virtual vars → the core's shared pages).
+    pub scratchpad_bytes: u64,
+    /// The GPSIMD library set.
+    pub gpsimd: Option<GpsimdBooking>,
+    /// The EVTACCEL carveout (§8.6), the first subgraph's.
+    pub carveout: Option<Reservation>,
+    members: archive::Archive,
+}
+
+/// The EVTACCEL geometry check of model-add on CAYMAN (§8.6).
+pub fn check_evtaccel(r: &Reservation) -> Result<()> {
+    let bad = |what: String| {
+        Err(NeffError::invalid(format!(
+            "Failed to verify Event Accel State Buffer carveout: {what}"
+        )))
+    };
+    if r.start_partition != constants::EVTACCEL_PARTITION_START {
+        return bad(format!("start partition {} != 0", r.start_partition));
+    }
+    if r.num_partitions != constants::EVTACCEL_PARTITION_COUNT {
+        return bad(format!("{} partitions != 128", r.num_partitions));
+    }
+    if r.offset != constants::EVTACCEL_PARTITION_BYTE_OFFSET {
+        return bad(format!("offset {:#x} != 0x37ff8", r.offset));
+    }
+    if r.size != constants::EVTACCEL_SIZE {
+        return bad(format!("size {} != 8", r.size));
+    }
+    Ok(())
+}
+
+/// Reads and validates a NEFF (§3 → §10): header gates, archive, every metadata tier and the
+/// footprint. Nothing is allocated on any device; an error names the first refusal.
+pub fn read(bytes: &[u8], opts: &ReadOptions) -> Result<NeffModel> {
+    let (header, gates, payload) = header::check_gates(bytes, opts.verify)?;
+    let members = archive::read_archive(payload, opts.max_inflated_bytes)?;
+    let (tensors, kelf_member) = meta::parse_neff_json(&members)?;
+    let kelf = meta::parse_kelf(&members, &kelf_member)?;
+    if kelf.graphs.len() > MAX_SUBGRAPHS {
+        return Err(NeffError::invalid(format!(
+            "{}: {} subgraphs, at most {MAX_SUBGRAPHS}",
+            kelf.member,
+            kelf.graphs.len()
+        )));
+    }
+    let subgraphs = kelf
+        .graphs
+        .iter()
+        .map(|(name, def)| meta::parse_def(&members, name, def))
+        .collect::<Result<Vec<_>>>()?;
+    let model = NeffModel {
+        name: if header.name.is_empty() {
+            format!("neff-{}", header.uuid_string())
+        } else {
+            header.name.clone()
+        },
+        archive: ArchiveSummary {
+            gzip: members.gzip,
+            inflated_bytes: members.inflated_bytes,
+            members: members.members.len(),
+            directories: members.directories,
+            skipped: members.skipped.clone(),
+        },
+        bookings: subgraphs.iter().map(footprint::book_subgraph).collect(),
+        scratchpad_bytes: footprint::scratchpad_bytes(&subgraphs),
+        gpsimd: footprint::gpsimd(&subgraphs),
+        carveout: subgraphs
+            .iter()
+            .find_map(|s| s.reservations.first().copied()),
+        header,
+        gates,
+        tensors,
+        kelf,
+        subgraphs,
+        members,
+    };
+    // An explicit CAYMAN target is checked now; "*" waits for the live device (check_arch).
+    if let Some(arch) = model.kelf.arch {
+        model.check_target_tier(arch, opts.allow_legacy_neff)?;
+    }
+    Ok(model)
+}
+
+impl NeffModel {
+    /// Inputs of the tensor table.
+    pub fn inputs(&self) -> impl Iterator<Item = &TensorInfo> {
+        self.tensors
+            .iter()
+            .filter(|t| t.usage == TensorUsage::Input)
+    }
+
+    /// Outputs of the tensor table.
+    pub fn outputs(&self) -> impl Iterator<Item = &TensorInfo> {
+        self.tensors
+            .iter()
+            .filter(|t| t.usage == TensorUsage::Output)
+    }
+
+    /// The arch-dependent checks of the live device (`arch` on the HAL scale SUNDA 2 /
+    /// CAYMAN 3 / MARIANA 4): the KELF target must match (§7) unless `allow_legacy`; on
+    /// CAYMAN every subgraph needs `runtime_statebuffer_reservation` (unless `allow_legacy`)
+    /// and an EVTACCEL carveout must have its geometry (§8.6).
+    pub fn check_arch(&self, arch: u32, allow_legacy: bool) -> Result<()> {
+        if let Some(t) = self.kelf.arch {
+            if t != arch && !allow_legacy {
+                return Err(NeffError::invalid(format!(
+                    "NEFF_ARCH_INCOMPAT: the NEFF targets '{}' (arch {t}) but the device is arch \
+                     {arch}; set NEURON_RT_ALLOW_LEGACY_NEFF=1 to load it anyway",
+                    self.kelf.target
+                )));
+            }
+        }
+        self.check_target_tier(arch, allow_legacy)
+    }
+
+    fn check_target_tier(&self, arch: u32, allow_legacy: bool) -> Result<()> {
+        if arch != meta::ARCH_CAYMAN {
+            return Ok(());
+        }
+        for sg in &self.subgraphs {
+            if !sg.has_reservation_key && !allow_legacy {
+                return Err(NeffError::invalid(format!(
+                    "Missing or corrupted runtime_statebuffer_reservation field in def.json \
+                     ({}); set NEURON_RT_ALLOW_LEGACY_NEFF=1 for a legacy NEFF",
+                    sg.def_member
+                )));
+            }
+            for r in &sg.reservations {
+                check_evtaccel(r).map_err(|e| e.context(&sg.def_member))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of weight `i` of subgraph `sg` (a slice of its archive member).
+    pub fn weight_bytes(&self, sg: usize, i: usize) -> Option<&[u8]> {
+        let w = self.subgraphs.get(sg)?.weights.get(i)?;
+        self.members
+            .get(&w.member)?
+            .get(w.offset..w.offset.checked_add(w.len)?)
+    }
+
+    /// What each subgraph copies in after its allocations: `(allocation index, bytes)`,
+    /// indexes into [`NeffModel::bookings`]`[sg]` (= the spec's allocation list).
+    pub fn copy_ins(&self, sg: usize) -> Vec<(usize, &[u8])> {
+        self.bookings
+            .get(sg)
+            .map(|b| {
+                b.iter()
+                    .enumerate()
+                    .filter_map(|(k, a)| Some((k, self.weight_bytes(sg, a.weight?)?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Lends the model to the core as a [`ModelSpec`] (through [`NeffSpec::as_spec`]). The
+    /// core books one allocation list for every subgraph (spec §5.2), so subgraphs whose
+    /// bookings differ are refused here, before anything is allocated.
+    pub fn spec(&self) -> Result<NeffSpec<'_>> {
+        let first = self.bookings.first().map(Vec::as_slice).unwrap_or_default();
+        let key = |b: &Booked| (b.usage, b.host, b.size, b.align, b.hint.clone());
+        for (i, b) in self.bookings.iter().enumerate().skip(1) {
+            if b.len() != first.len() || b.iter().map(key).ne(first.iter().map(key)) {
+                return Err(NeffError::invalid(format!(
+                    "subgraph {} books different allocations from subgraph {}: this runtime's \
+                     core takes one allocation list for every subgraph of a model",
+                    self.subgraphs[i].name, self.subgraphs[0].name
+                )));
+            }
+        }
+        fn decl(t: &TensorInfo) -> TensorDecl<'_> {
+            TensorDecl {
+                name: &t.name,
+                size: t.size,
+            }
+        }
+        Ok(NeffSpec {
+            m: self,
+            allocations: first
+                .iter()
+                .map(|b| ModelAlloc {
+                    usage: b.usage as u32,
+                    location: if b.host {
+                        dma_mem_location_t::HOST_DRAM as u32
+                    } else {
+                        dma_mem_location_t::TONGA_DRAM as u32
+                    },
+                    size: b.size,
+                    align: b.align,
+                    hint: &b.hint,
+                })
+                .collect(),
+            inputs: self.inputs().map(decl).collect(),
+            outputs: self.outputs().map(decl).collect(),
+        })
+    }
+
+    /// Device bytes the MODEL allocators ask for over all subgraphs (before page rounding).
+    pub fn requested_device_bytes(&self) -> u64 {
+        self.bookings
+            .iter()
+            .flatten()
+            .filter(|b| !b.host)
+            .map(|b| b.size)
+            .fold(0, u64::saturating_add)
+    }
+}
+
+/// Storage a [`ModelSpec`] borrows: returned by [`NeffModel::spec`].
+pub struct NeffSpec<'m> {
+    m: &'m NeffModel,
+    allocations: Vec<ModelAlloc<'m>>,
+    inputs: Vec<TensorDecl<'m>>,
+    outputs: Vec<TensorDecl<'m>>,
+}
+
+impl NeffSpec<'_> {
+    /// The core's view of the NEFF.
+    pub fn as_spec(&self) -> ModelSpec<'_> {
+        ModelSpec {
+            name: &self.m.name,
+            subgraphs: self.m.subgraphs.len() as u32,
+            allocations: &self.allocations,
+            gpsimd_libs: self.m.gpsimd.map(|g| UlibRequest {
+                count: g.count,
+                bytes: g.bytes,
+            }),
+            scratchpad_bytes: self.m.scratchpad_bytes,
+            sbuf_carveout: self.m.carveout.map(|c| SbufCarveout {
+                ty: c.ty,
+                partition_start: c.start_partition,
+                partition_count: c.num_partitions,
+                offset: c.offset,
+                size: c.size,
+            }),
+            inputs: &self.inputs,
+            outputs: &self.outputs,
+        }
+    }
+}
