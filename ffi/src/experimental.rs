@@ -3,7 +3,7 @@
 //! experimental entry points this memory-path runtime does not implement, which fail with
 //! `NRT_FAILURE` and one log line.
 //!
-//! The tensor table comes from the [`IoTensorInfo`]s the model was loaded with (a manifest's
+//! The tensor table comes from the [`TensorInfo`]s the model was loaded with (a manifest's
 //! `inputs`/`outputs` today, a NEFF's `neff.json` once that reader exists); this file never
 //! looks at where they came from.
 
@@ -14,7 +14,7 @@ use std::mem::{align_of, offset_of, size_of};
 use std::sync::{LazyLock, Mutex};
 
 use nrt_core::abi::NRT_STATUS as CoreStatus;
-use nrt_host::tensor_info::{IoTensorInfo, IoUsage};
+use nrt_host::tensor_info::{TensorInfo, TensorUsage};
 
 use crate::global::{self, entry, lock, put, put_sized, Fail, Res};
 use crate::info::nrt_dtype_t;
@@ -86,7 +86,7 @@ pub type NRT_ASYNC_EXEC_STATUS_CALLBACK = Option<
 static ARRAYS: LazyLock<Mutex<BTreeMap<usize, Layout>>> = LazyLock::new(Default::default);
 
 /// One block: the array header, `io.len()` entries, then every shape.
-fn build_array(io: &[IoTensorInfo]) -> Res<*mut nrt_tensor_info_array_t> {
+fn build_array(io: &[TensorInfo]) -> Res<*mut nrt_tensor_info_array_t> {
     let too_big = || {
         Fail::new(
             CoreStatus::NRT_FAIL_HOST_MEM_ALLOC,
@@ -132,8 +132,8 @@ fn build_array(io: &[IoTensorInfo]) -> Res<*mut nrt_tensor_info_array_t> {
             infos.add(i).write(nrt_tensor_info_t {
                 name: crate::info::c_text(&t.name),
                 usage: match t.usage {
-                    IoUsage::Input => NRT_TENSOR_USAGE_INPUT,
-                    IoUsage::Output => NRT_TENSOR_USAGE_OUTPUT,
+                    TensorUsage::Input => NRT_TENSOR_USAGE_INPUT,
+                    TensorUsage::Output => NRT_TENSOR_USAGE_OUTPUT,
                 },
                 size: t.size as usize,
                 dtype: t.dtype.raw(),

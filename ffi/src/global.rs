@@ -58,7 +58,7 @@ pub(crate) struct ModelEntry {
     pub vnc: u32,
     /// Its input and output tensors (`nrt_get_model_tensor_info`), from whatever the model
     /// was read from.
-    pub io: Vec<nrt_host::tensor_info::IoTensorInfo>,
+    pub io: Vec<nrt_host::tensor_info::TensorInfo>,
 }
 
 /// One initialised runtime and the C-side objects tied to it.

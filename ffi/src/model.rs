@@ -1,8 +1,9 @@
 //! `nrt_load`, `nrt_unload`, `nrt_execute` (public API §2; spec §4–§5, §7.3).
 //!
-//! `nrt_load` takes a model manifest (JSON, format `"nrt-dmem-model/2"`, docs/MANIFEST.md) in
-//! place of a NEFF: this runtime models libnrt's device memory, not the NeuronCore's
-//! instruction set. The `nrt_model_t *` handed back is an opaque handle registered with the
+//! `nrt_load` takes a NEFF container (docs/NEFF.md: its header gates, archive and metadata are
+//! checked as libnrt checks them, and its footprint is booked under libnrt's usage types) or a
+//! model manifest (JSON, format `"nrt-dmem-model/2"`, docs/MANIFEST.md): this runtime models
+//! libnrt's device memory, not the NeuronCore's instruction set. The `nrt_model_t *` handed back is an opaque handle registered with the
 //! runtime and never reused within the process (`global::new_handle`); every call looks a
 //! caller's pointer up in that registry, never dereferences it.
 
@@ -10,7 +11,7 @@ use std::ffi::c_void;
 
 use nrt_core::abi::NRT_STATUS as CoreStatus;
 use nrt_core::tensor::TensorSet;
-use nrt_host::{Manifest, ManifestError};
+use nrt_host::model_file::{self, LoadError, ModelFile};
 
 use crate::global::{self, entry, in_bytes, lock, put, Fail, ModelEntry, Res, Runtime};
 use crate::status::NRT_STATUS;
@@ -46,10 +47,12 @@ pub(crate) fn not_loaded() -> Fail {
 /// fewest) and makes all of its device memory: per-subgraph allocations, GPSIMD libraries,
 /// scratchpad. All-or-nothing: on failure no memory stays allocated.
 ///
-/// `neff_bytes`/`size` hold a model manifest (JSON, format "nrt-dmem-model/2"), the stand-in
-/// for a NEFF in this runtime; a compiled NEFF is refused with NRT_UNSUPPORTED_NEFF_VERSION.
-/// A malformed manifest is NRT_INVALID (the message names the field, line and column); device
-/// out-of-memory is NRT_RESOURCE (`nrtx_get_oom_report` shows the memory at that moment).
+/// `neff_bytes`/`size` hold a NEFF, or a model manifest (JSON, format "nrt-dmem-model/2").
+/// A NEFF libnrt 2.31 would refuse for its version, feature bits or packager is
+/// NRT_UNSUPPORTED_NEFF_VERSION, any other bad NEFF or manifest NRT_INVALID, each with the
+/// precise reason (a manifest's names the field, line and column), before anything is
+/// allocated; device out-of-memory is NRT_RESOURCE (`nrtx_get_oom_report` shows the memory at
+/// that moment).
 /// `vnc_count` is deprecated and ignored (pass -1).
 ///
 /// # Safety
@@ -86,10 +89,8 @@ pub(crate) unsafe fn load(
         }
         // SAFETY: caller contract.
         let bytes = unsafe { in_bytes(neff_bytes as *const u8, size, "neff_bytes") }?;
-        let m = Manifest::parse(bytes).map_err(|e| match e {
-            ManifestError::Neff { .. } => Fail::new(CoreStatus::NRT_UNSUPPORTED_NEFF_VERSION, e),
-            e => Fail::invalid(e),
-        })?;
+        let opts = model_file::read_options_from_env();
+        let m = ModelFile::parse(bytes, &opts).map_err(|e| Fail::new(e.status(), e))?;
         // Minted before the load, so nothing is left to roll back when the handles ran
         // out (a failed load only skips a number).
         let key = global::new_handle()?;
@@ -101,11 +102,12 @@ pub(crate) unsafe fn load(
         } else {
             vnc as i64
         };
-        let storage = m.spec();
-        let h = r.core(r.rt.nrt().load_model(vnc, &storage.as_spec()), || {
-            model_oom_note(&m, vnc)
-        })?;
-        let io = m.io_tensors();
+        let h = match m.load(&r.rt.nrt(), vnc, opts.allow_legacy_neff) {
+            Ok(h) => h,
+            Err(LoadError::Core(e)) => r.core(Err(e), || model_oom_note(&m, vnc))?,
+            Err(e) => return Err(Fail::new(e.status(), e)),
+        };
+        let io = m.tensor_info();
         lock(&r.models).insert(
             key,
             ModelEntry {
@@ -114,7 +116,7 @@ pub(crate) unsafe fn load(
                 io,
             },
         );
-        log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.id, m.name);
+        log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.id, m.name());
         // SAFETY: checked non-null; caller contract.
         unsafe { put(model, global::handle_ptr(key), "model") }
     })
@@ -130,17 +132,13 @@ fn first_free_core(r: &Runtime) -> i64 {
 }
 
 /// What the model asked for, for the OOM report (users budget with it, public API §6).
-fn model_oom_note(m: &Manifest, vnc: i64) -> String {
-    let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
+fn model_oom_note(m: &ModelFile, vnc: i64) -> String {
     format!(
         "while loading model \"{}\" onto logical core {vnc}: it asks for {:.3}MB of device \
-         memory ({} allocation(s) x {} subgraph(s), before page rounding) plus {:.3}MB of \
-         shared scratchpad; the load was rolled back\n",
-        m.name.escape_debug(),
-        mb(m.requested_bytes(nrt_host::manifest::Location::Device)),
-        m.allocations.len(),
-        m.subgraphs,
-        mb(m.scratchpad_bytes),
+         memory (before page rounding, libraries and shared scratchpad on top); the load was \
+         rolled back\n",
+        m.name().escape_debug(),
+        m.requested_device_bytes() as f64 / (1024.0 * 1024.0),
     )
 }
 

@@ -28,7 +28,7 @@ use nrt_core::ulib::UlibRequest;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use crate::tensor_info::{shape_bytes, Dtype, IoTensorInfo, IoUsage, MAX_DIMS};
+use crate::tensor_info::{shape_bytes, Dtype, TensorInfo, TensorUsage, MAX_DIMS};
 
 /// The one manifest format this runtime reads.
 pub const FORMAT: &str = "nrt-dmem-model/2";
@@ -369,16 +369,16 @@ impl Manifest {
     }
 
     /// The declared inputs, then the outputs, as `nrt_get_model_tensor_info` reports them.
-    pub fn io_tensors(&self) -> Vec<IoTensorInfo> {
-        let info = |t: &Tensor, usage| IoTensorInfo {
+    pub fn io_tensors(&self) -> Vec<TensorInfo> {
+        let info = |t: &Tensor, usage| TensorInfo {
             name: t.name.clone(),
             usage,
             dtype: t.dtype,
             shape: t.shape.clone(),
             size: t.size,
         };
-        (self.inputs.iter().map(|t| info(t, IoUsage::Input)))
-            .chain(self.outputs.iter().map(|t| info(t, IoUsage::Output)))
+        (self.inputs.iter().map(|t| info(t, TensorUsage::Input)))
+            .chain(self.outputs.iter().map(|t| info(t, TensorUsage::Output)))
             .collect()
     }
 }
@@ -810,16 +810,22 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("a", IoUsage::Input, Dtype::Uint8, vec![12], 12),
+                ("a", TensorUsage::Input, Dtype::Uint8, vec![12], 12),
                 (
                     "b",
-                    IoUsage::Input,
+                    TensorUsage::Input,
                     Dtype::Float32,
                     vec![1, 3, 224, 224],
                     602112
                 ),
-                ("c", IoUsage::Input, Dtype::Bfloat16, vec![4], 8),
-                ("y", IoUsage::Output, Dtype::Float32, vec![1, 1000], 4000),
+                ("c", TensorUsage::Input, Dtype::Bfloat16, vec![4], 8),
+                (
+                    "y",
+                    TensorUsage::Output,
+                    Dtype::Float32,
+                    vec![1, 1000],
+                    4000
+                ),
             ]
         );
         assert_eq!(m.inputs[1].size, 602112, "size follows from the shape");

@@ -13,7 +13,7 @@ use std::path::Path;
 use nrt_core::abi::{H_MODEL, NRT_STATUS};
 use nrt_core::Nrt;
 use nrt_neff::pack::{PackAlloc, PackModel, PackTensor};
-use nrt_neff::{Dtype, NeffError, NeffModel, ReadOptions, Reservation, TensorInfo, TensorUsage};
+use nrt_neff::{NeffError, NeffModel, ReadOptions, Reservation, TensorInfo};
 
 use crate::manifest::{sniff_neff, Location, Manifest, ManifestError};
 
@@ -92,25 +92,12 @@ impl ModelFile {
         }
     }
 
-    /// The IO tensor table (`nrt_get_model_tensor_info`): a NEFF's from its `neff.json`; a
-    /// manifest's tensors, which carry no dtype or shape, as `uint8 [size]`.
+    /// The IO tensor table (`nrt_get_model_tensor_info`): a NEFF's from its `neff.json`, a
+    /// manifest's from its `inputs`/`outputs` (their `dtype` and `shape`).
     pub fn tensor_info(&self) -> Vec<TensorInfo> {
         match self {
             ModelFile::Neff(n) => n.tensors.clone(),
-            ModelFile::Manifest(m) => {
-                let row = |t: &crate::manifest::Tensor, usage| TensorInfo {
-                    name: t.name.clone(),
-                    usage,
-                    dtype: Dtype::Uint8,
-                    shape: u32::try_from(t.size).map_or_else(|_| Vec::new(), |s| vec![s]),
-                    size: t.size,
-                };
-                m.inputs
-                    .iter()
-                    .map(|t| row(t, TensorUsage::Input))
-                    .chain(m.outputs.iter().map(|t| row(t, TensorUsage::Output)))
-                    .collect()
-            }
+            ModelFile::Manifest(m) => m.io_tensors(),
         }
     }
 
@@ -210,20 +197,12 @@ fn copy_weights(nrt: &Nrt<'_>, h: H_MODEL, n: &NeffModel) -> Result<(), LoadErro
 }
 
 /// What `neff pack` writes for a manifest: its allocations, libraries, scratchpad, carveout
-/// and tensors (as `uint8 [size]`, manifests having no dtype or shape).
+/// and tensors (with their `dtype` and `shape`).
 pub fn pack_model(m: &Manifest) -> Result<PackModel, NeffError> {
-    let tensor = |t: &crate::manifest::Tensor| {
-        let n = u32::try_from(t.size).map_err(|_| {
-            NeffError::invalid(format!(
-                "tensor {} has {} bytes, more than a uint8 [n] shape holds",
-                t.name, t.size
-            ))
-        })?;
-        Ok(PackTensor {
-            name: t.name.clone(),
-            dtype: Dtype::Uint8,
-            shape: vec![n],
-        })
+    let tensor = |t: &crate::manifest::Tensor| PackTensor {
+        name: t.name.clone(),
+        dtype: t.dtype,
+        shape: t.shape.clone(),
     };
     let sbuf_carveout = match m.sbuf_carveout {
         Some(c) if c.ty != 1 => {
@@ -258,8 +237,8 @@ pub fn pack_model(m: &Manifest) -> Result<PackModel, NeffError> {
         gpsimd_libs: m.gpsimd_libs.map(|g| (g.count, g.bytes)),
         scratchpad_bytes: m.scratchpad_bytes,
         sbuf_carveout,
-        inputs: m.inputs.iter().map(tensor).collect::<Result<_, _>>()?,
-        outputs: m.outputs.iter().map(tensor).collect::<Result<_, _>>()?,
+        inputs: m.inputs.iter().map(tensor).collect(),
+        outputs: m.outputs.iter().map(tensor).collect(),
     })
 }
 

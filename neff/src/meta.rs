@@ -3,6 +3,8 @@
 //! GPSIMD libraries, SBUF reservation), read as libnrt's DOM parser does: only the keys below
 //! are looked up, unknown keys are ignored, every refusal names the member and the key.
 
+use std::fmt;
+
 use serde_json::{Map, Value};
 
 use crate::archive::Archive;
@@ -17,82 +19,136 @@ pub const NRT_UCODE_VERSION: &str = "1.21.1.0";
 /// Largest engine program libnrt takes (`size < 2^32`, §9).
 pub const MAX_INSTR_BYTES: u64 = u32::MAX as u64;
 
-/// An IO tensor's element type: tier 1's dtype strings and their public `nrt_dtype_t` codes
-/// (§6 table).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+/// Element types of `nrt_dtype_t` (public `nrt.h`), with libnrt's values. `NRT_DTYPE_UNKNOWN`
+/// (= `NRT_DTYPE_INVALID`, 0) is not a member: a tensor always has a known type here.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
 pub enum Dtype {
-    /// `float32` (10, 4 B).
-    Float32,
-    /// `float16` (7, 2 B).
-    Float16,
-    /// `bfloat16` (6, 2 B).
-    Bfloat16,
-    /// `int8` (2, 1 B).
-    Int8,
-    /// `int16` (4, 2 B).
-    Int16,
-    /// `int32` (8, 4 B).
-    Int32,
-    /// `int64` (12, 8 B).
-    Int64,
-    /// `uint8` (3, 1 B).
-    Uint8,
-    /// `uint16` (5, 2 B).
-    Uint16,
-    /// `uint32` (9, 4 B).
-    Uint32,
-    /// `uint64` (1, 8 B).
-    Uint64,
+    /// `NRT_DTYPE_UINT64`.
+    Uint64 = 0x1,
+    /// `NRT_DTYPE_INT8`.
+    Int8 = 0x2,
+    /// `NRT_DTYPE_UINT8`.
+    Uint8 = 0x3,
+    /// `NRT_DTYPE_INT16`.
+    Int16 = 0x4,
+    /// `NRT_DTYPE_UINT16`.
+    Uint16 = 0x5,
+    /// `NRT_DTYPE_BFLOAT16`.
+    Bfloat16 = 0x6,
+    /// `NRT_DTYPE_FLOAT16`.
+    Float16 = 0x7,
+    /// `NRT_DTYPE_INT32`.
+    Int32 = 0x8,
+    /// `NRT_DTYPE_UINT32`.
+    Uint32 = 0x9,
+    /// `NRT_DTYPE_FLOAT32`.
+    Float32 = 0xA,
+    /// `NRT_DTYPE_FP32R` (fp32 with stochastic rounding; 4 bytes).
+    Fp32r = 0xB,
+    /// `NRT_DTYPE_INT64`.
+    Int64 = 0xC,
+    /// `NRT_DTYPE_FP8_E3`.
+    Fp8E3 = 0xD,
+    /// `NRT_DTYPE_FP8_E4`.
+    Fp8E4 = 0xE,
+    /// `NRT_DTYPE_FP8_E5`.
+    Fp8E5 = 0xF,
 }
 
 impl Dtype {
-    /// Every dtype of the §6 table.
-    pub const ALL: [Dtype; 11] = [
-        Dtype::Float32,
-        Dtype::Float16,
-        Dtype::Bfloat16,
-        Dtype::Int8,
-        Dtype::Int16,
-        Dtype::Int32,
-        Dtype::Int64,
-        Dtype::Uint8,
-        Dtype::Uint16,
-        Dtype::Uint32,
+    /// Every member, in value order.
+    pub const ALL: [Dtype; 15] = [
         Dtype::Uint64,
+        Dtype::Int8,
+        Dtype::Uint8,
+        Dtype::Int16,
+        Dtype::Uint16,
+        Dtype::Bfloat16,
+        Dtype::Float16,
+        Dtype::Int32,
+        Dtype::Uint32,
+        Dtype::Float32,
+        Dtype::Fp32r,
+        Dtype::Int64,
+        Dtype::Fp8E3,
+        Dtype::Fp8E4,
+        Dtype::Fp8E5,
     ];
 
-    /// `(string, nrt_dtype_t, element bytes)` of the §6 table.
-    const fn row(self) -> (&'static str, u32, u64) {
+    /// The name without `NRT_DTYPE_`, lower case (`"float32"`, `"fp8_e4"`): how manifests
+    /// spell it.
+    pub fn name(self) -> &'static str {
         match self {
-            Dtype::Float32 => ("float32", 10, 4),
-            Dtype::Float16 => ("float16", 7, 2),
-            Dtype::Bfloat16 => ("bfloat16", 6, 2),
-            Dtype::Int8 => ("int8", 2, 1),
-            Dtype::Int16 => ("int16", 4, 2),
-            Dtype::Int32 => ("int32", 8, 4),
-            Dtype::Int64 => ("int64", 12, 8),
-            Dtype::Uint8 => ("uint8", 3, 1),
-            Dtype::Uint16 => ("uint16", 5, 2),
-            Dtype::Uint32 => ("uint32", 9, 4),
-            Dtype::Uint64 => ("uint64", 1, 8),
+            Dtype::Uint64 => "uint64",
+            Dtype::Int8 => "int8",
+            Dtype::Uint8 => "uint8",
+            Dtype::Int16 => "int16",
+            Dtype::Uint16 => "uint16",
+            Dtype::Bfloat16 => "bfloat16",
+            Dtype::Float16 => "float16",
+            Dtype::Int32 => "int32",
+            Dtype::Uint32 => "uint32",
+            Dtype::Float32 => "float32",
+            Dtype::Fp32r => "fp32r",
+            Dtype::Int64 => "int64",
+            Dtype::Fp8E3 => "fp8_e3",
+            Dtype::Fp8E4 => "fp8_e4",
+            Dtype::Fp8E5 => "fp8_e5",
         }
     }
 
-    /// Parses a tier-1 dtype string.
-    pub fn parse(s: &str) -> Option<Dtype> {
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            Dtype::Int8 | Dtype::Uint8 | Dtype::Fp8E3 | Dtype::Fp8E4 | Dtype::Fp8E5 => 1,
+            Dtype::Int16 | Dtype::Uint16 | Dtype::Bfloat16 | Dtype::Float16 => 2,
+            Dtype::Int32 | Dtype::Uint32 | Dtype::Float32 | Dtype::Fp32r => 4,
+            Dtype::Int64 | Dtype::Uint64 => 8,
+        }
+    }
+
+    /// The `nrt_dtype_t` value.
+    pub fn raw(self) -> u32 {
+        self as u32
+    }
+
+    /// Reads a name: with or without `NRT_DTYPE_`, any case. The error lists the names.
+    /// A tier-1 dtype string of `neff.json` (§6: the exact lower-case name).
+    pub fn from_neff(s: &str) -> Option<Dtype> {
         Dtype::ALL.into_iter().find(|d| d.name() == s)
     }
-    /// The dtype string (`"float32"`).
-    pub const fn name(self) -> &'static str {
-        self.row().0
-    }
-    /// The public `nrt_dtype_t` value.
+
+    /// The public `nrt_dtype_t` value (= [`Dtype::raw`]).
     pub const fn code(self) -> u32 {
-        self.row().1
+        self as u32
     }
-    /// Bytes per element.
-    pub const fn size(self) -> u64 {
-        self.row().2
+
+    /// Parses a dtype as a manifest writes it: the name with or without `NRT_DTYPE_`, any
+    /// case.
+    pub fn parse(s: &str) -> std::result::Result<Dtype, String> {
+        let bare = s
+            .get(..10)
+            .filter(|p| p.eq_ignore_ascii_case("NRT_DTYPE_"))
+            .map_or(s, |_| &s[10..]);
+        Dtype::ALL
+            .into_iter()
+            .find(|d| d.name().eq_ignore_ascii_case(bare))
+            .ok_or_else(|| {
+                let names: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
+                format!(
+                    "unknown dtype \"{}\": expected an nrt_dtype_t name (with or without the \
+                     NRT_DTYPE_ prefix, any case): {}",
+                    s.escape_debug(),
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -121,6 +177,14 @@ pub struct TensorInfo {
     pub size: u64,
 }
 
+/// Bytes of a tensor of `shape` and `dtype`: the product of the dimensions times the element
+/// size, `None` on overflow.
+pub fn shape_bytes(shape: &[u32], dtype: Dtype) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(u64::from(d)))
+}
+
 /// `calc_tensor_size` (§6): product of the dims times the element size, overflow-checked.
 pub fn tensor_size(name: &str, dtype: Dtype, shape: &[u32]) -> Result<u64> {
     if shape.len() > MAX_DIMS {
@@ -129,15 +193,12 @@ pub fn tensor_size(name: &str, dtype: Dtype, shape: &[u32]) -> Result<u64> {
             shape.len()
         )));
     }
-    shape
-        .iter()
-        .try_fold(dtype.size(), |acc, &d| acc.checked_mul(u64::from(d)))
-        .ok_or_else(|| {
-            NeffError::invalid(format!(
-                "Tensor size of {name} overflows: shape {shape:?} x {} bytes",
-                dtype.size()
-            ))
-        })
+    shape_bytes(shape, dtype).ok_or_else(|| {
+        NeffError::invalid(format!(
+            "Tensor size of {name} overflows: shape {shape:?} x {} bytes",
+            dtype.size()
+        ))
+    })
 }
 
 fn parse_json(ar: &Archive, member: &str) -> Result<Value> {
@@ -229,7 +290,7 @@ pub fn parse_neff_json(ar: &Archive) -> Result<(Vec<TensorInfo>, String)> {
             )));
         };
         let dts = as_str(dt, "dltype entry")?;
-        let dtype = Dtype::parse(dts).ok_or_else(|| {
+        let dtype = Dtype::from_neff(dts).ok_or_else(|| {
             NeffError::invalid(format!(
                 "Unknown dtype: {dts} for tensor {name} (libnrt defaults it to UNKNOWN with \
                  1-byte elements; refused here: its size would be wrong)"

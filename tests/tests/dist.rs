@@ -197,7 +197,7 @@ fn doc_flow() -> Option<&'static Path> {
     }))
 }
 
-fn models() -> Vec<PathBuf> {
+fn manifests() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("examples/models"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -208,9 +208,30 @@ fn models() -> Vec<PathBuf> {
     v
 }
 
-fn run_flow(wrapper: &[&str], env: &[(&str, &str)]) {
+/// Every example manifest packed into a NEFF (`neff pack`'s writer), once per test run.
+fn neffs() -> &'static [PathBuf] {
+    static NEFFS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    NEFFS.get_or_init(|| {
+        let dir = out_dir().join("neffs");
+        std::fs::create_dir_all(&dir).unwrap();
+        manifests()
+            .iter()
+            .map(|m| {
+                let man = nrt_host::Manifest::parse(&std::fs::read(m).unwrap()).unwrap();
+                let bytes = nrt_host::model_file::pack(&man)
+                    .unwrap_or_else(|e| panic!("packing {}: {e}", m.display()));
+                let out = dir.join(m.file_stem().unwrap()).with_extension("neff");
+                std::fs::write(&out, bytes).unwrap();
+                out
+            })
+            .collect()
+    })
+}
+
+/// Runs the documented flow on each of `models` (a manifest or a NEFF each).
+fn run_flow(models: &[PathBuf], wrapper: &[&str], env: &[(&str, &str)]) {
     let Some(exe) = doc_flow() else { return };
-    for m in models() {
+    for m in models {
         let mut c = match wrapper.split_first() {
             Some((w, rest)) => {
                 let mut c = Command::new(w);
@@ -220,7 +241,7 @@ fn run_flow(wrapper: &[&str], env: &[(&str, &str)]) {
             None => Command::new(exe),
         };
         let o = c
-            .arg(&m)
+            .arg(m)
             .env("NRT_DMEM_DEVICE", "sim:trn2")
             .env("NEURON_RT_LOG_LEVEL", "OFF")
             .env_remove("NEURON_RT_VISIBLE_CORES")
@@ -233,9 +254,24 @@ fn run_flow(wrapper: &[&str], env: &[(&str, &str)]) {
     }
 }
 
+const VALGRIND: [&str; 5] = [
+    "valgrind",
+    "--quiet",
+    "--error-exitcode=1",
+    "--leak-check=full",
+    "--errors-for-leak-kinds=definite,indirect,possible",
+];
+
 #[test]
 fn the_documented_flow_runs_with_every_example_manifest() {
-    run_flow(&[], &[]);
+    run_flow(&manifests(), &[], &[]);
+}
+
+/// The same flow on each example packed as a NEFF: the NEFF reader, its footprint and its
+/// `neff.json` tensor table behind `nrt_get_model_tensor_info`, through the installed library.
+#[test]
+fn the_documented_flow_runs_with_every_example_packed_as_a_neff() {
+    run_flow(neffs(), &[], &[]);
 }
 
 #[test]
@@ -244,16 +280,16 @@ fn the_documented_flow_is_clean_under_valgrind() {
         return;
     }
     let channel = (8u64 << 30).to_string();
-    run_flow(
-        &[
-            "valgrind",
-            "--quiet",
-            "--error-exitcode=1",
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite,indirect,possible",
-        ],
-        &[("NRT_DMEM_SIM_CHANNEL_SIZE", &channel)],
-    );
+    // Every manifest, and the NEFFs of the examples small enough to inflate under valgrind in
+    // seconds (the GB-sized weights of the others are copied byte by byte there).
+    let small_neffs: Vec<PathBuf> = neffs()
+        .iter()
+        .filter(|p| std::fs::metadata(p).unwrap().len() < 100 << 10)
+        .cloned()
+        .collect();
+    assert!(small_neffs.len() >= 3, "{small_neffs:?}");
+    let all: Vec<PathBuf> = manifests().into_iter().chain(small_neffs).collect();
+    run_flow(&all, &VALGRIND, &[("NRT_DMEM_SIM_CHANNEL_SIZE", &channel)]);
 }
 
 /// A client linked against a stub `libnrt.so.1` that carries libnrt's version nodes (and

@@ -310,10 +310,12 @@ NRT_STATUS nrt_get_visible_vnc_count(uint32_t *vnc_count);
  * fewest) and makes all of its device memory: per-subgraph allocations, GPSIMD libraries,
  * scratchpad. All-or-nothing: on failure no memory stays allocated.
  *
- * `neff_bytes`/`size` hold a model manifest (JSON, format "nrt-dmem-model/2"), the stand-in
- * for a NEFF in this runtime; a compiled NEFF is refused with NRT_UNSUPPORTED_NEFF_VERSION.
- * A malformed manifest is NRT_INVALID (the message names the field, line and column); device
- * out-of-memory is NRT_RESOURCE (`nrtx_get_oom_report` shows the memory at that moment).
+ * `neff_bytes`/`size` hold a NEFF, or a model manifest (JSON, format "nrt-dmem-model/2").
+ * A NEFF libnrt 2.31 would refuse for its version, feature bits or packager is
+ * NRT_UNSUPPORTED_NEFF_VERSION, any other bad NEFF or manifest NRT_INVALID, each with the
+ * precise reason (a manifest's names the field, line and column), before anything is
+ * allocated; device out-of-memory is NRT_RESOURCE (`nrtx_get_oom_report` shows the memory at
+ * that moment).
  * `vnc_count` is deprecated and ignored (pass -1).
  *
  * Safety:
