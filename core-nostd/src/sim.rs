@@ -8,6 +8,15 @@
 //! own capacity. Requests are rounded up to the 4 KiB page. Errors are errno values exactly as
 //! the driver returns them.
 //!
+//! # Placement
+//!
+//! By default ([`Placement::Genalloc`]) HBM requests are placed as the driver's genalloc pools
+//! place them, address for address: first fit, aligned first fit, fallback between the
+//! small-object and main pools in both directions, the contiguous scratchpad at fixed offsets
+//! below the main pool's end (docs/PLACEMENT.md lists the rules and their driver source lines;
+//! `tests/genalloc_diff.rs` checks them against a page-bitmap model). [`Placement::Tlsf`] is
+//! the faster TLSF good-fit carve with this simulator's earlier routing.
+//!
 //! # Address map (per device)
 //!
 //! ```text
@@ -30,8 +39,10 @@
 //! # Footprint
 //!
 //! Each pool's metadata is a fixed node array ([`MAIN_NODES`], [`SMALL_NODES`], [`HOST_NODES`]
-//! = 16 384 nodes of 40 B each, so at least 8 191 live allocations per pool whatever the
-//! pattern). A [`SimDevice`] for 32 devices × 4 channels is ~190 MB of *zero-valid* memory:
+//! = 16 384 nodes of 48 B each, so at least 8 191 live allocations per pool whatever the
+//! pattern; the genalloc placement's address tree lives in the same nodes, so nothing grows
+//! with the channel size). A [`SimDevice`] for 32 devices × 4 channels is ~229 MB of
+//! *zero-valid* memory:
 //! `Box::new_zeroed` or a `.bss` static costs nothing until a pool is used, and
 //! [`SimDevice::init`] touches a few hundred bytes per pool.
 
@@ -1120,6 +1131,15 @@ mod tests {
         let s = d.pool_stats(0, false, 0).unwrap();
         assert_eq!(s.fragmented_free, 1 << 30, "{s:?}");
         assert!(s.fragmentation_permille() > 0);
+    }
+
+    /// The footprint the module docs and docs/PLACEMENT.md state: no page-sized state, 48 B
+    /// per node.
+    #[test]
+    fn the_simulator_footprint_is_as_documented() {
+        let n = core::mem::size_of::<SimDevice>();
+        std::eprintln!("size_of::<SimDevice>() = {n}");
+        assert!((220_000_000..232_000_000).contains(&n), "{n}");
     }
 
     #[test]
