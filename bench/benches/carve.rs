@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nrt_bench::{
-    BenchAlloc, CarveBench, OffsetBench, RangeBench, Replayer, Trace, TraceSpec, CHANNEL,
+    BenchAlloc, CarveBench, GenallocBench, OffsetBench, RangeBench, Replayer, Trace, TraceSpec,
+    CHANNEL,
 };
 
 fn churn<A: BenchAlloc>(c: &mut Criterion, group: &str, trace: &Trace, alloc: A) {
@@ -35,10 +36,12 @@ fn churn<A: BenchAlloc>(c: &mut Criterion, group: &str, trace: &Trace, alloc: A)
 fn benches(c: &mut Criterion) {
     let a = Trace::generate(TraceSpec::trace_a(20_000));
     churn(c, "trace_a", &a, CarveBench::new(CHANNEL));
+    churn(c, "trace_a", &a, GenallocBench::new(CHANNEL));
     churn(c, "trace_a", &a, OffsetBench::new(CHANNEL));
     churn(c, "trace_a", &a, RangeBench::new(CHANNEL));
     let b = Trace::generate(TraceSpec::trace_b(20_000));
     churn(c, "trace_b_68k_live", &b, CarveBench::new(CHANNEL));
+    churn(c, "trace_b_68k_live", &b, GenallocBench::new(CHANNEL));
     churn(c, "trace_b_68k_live", &b, OffsetBench::new(CHANNEL));
 }
 

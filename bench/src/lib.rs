@@ -18,7 +18,7 @@
 
 use std::time::Instant;
 
-use nrt_core::carve::{Carve, CarveId};
+use nrt_core::carve::{Carve, CarveId, Policy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -243,11 +243,12 @@ pub trait BenchAlloc {
     fn range(&self, h: Self::Handle) -> (u64, u64);
 }
 
-/// The carve allocator (the subject).
+/// The carve allocator (the subject), TLSF good fit unless built by [`GenallocBench`].
 pub struct CarveBench {
     carve: Box<Carve<CARVE_NODES>>,
     capacity: u64,
     granule: u64,
+    policy: Policy,
 }
 
 impl CarveBench {
@@ -263,6 +264,7 @@ impl CarveBench {
             carve: Carve::new_boxed(),
             capacity,
             granule,
+            policy: Policy::GoodFit,
         };
         b.reset();
         b
@@ -275,7 +277,9 @@ impl BenchAlloc for CarveBench {
     fn reset(&mut self) {
         // Capacity and granule come from the constructor; a bad pair leaves the carve
         // uninitialised, and every allocation then fails (visible as trace failures).
-        let _ = self.carve.init(0, self.capacity, self.granule);
+        let _ = self
+            .carve
+            .init_with(0, self.capacity, self.granule, self.policy);
     }
     #[inline]
     fn alloc(&mut self, size: u64, align: u64) -> Option<CarveId> {
@@ -290,6 +294,39 @@ impl BenchAlloc for CarveBench {
             .lookup(h)
             .map(|b| (b.addr, b.addr + b.size))
             .unwrap_or((0, 0))
+    }
+}
+
+/// The carve with [`Policy::FirstFit`]: the simulated device's default, driver-exact
+/// placement (docs/PLACEMENT.md), on the same traces as the TLSF carve.
+pub struct GenallocBench(CarveBench);
+
+impl GenallocBench {
+    /// A first-fit carve over `[0, capacity)` with the benchmark granule.
+    pub fn new(capacity: u64) -> Self {
+        let mut b = CarveBench::new(capacity);
+        b.policy = Policy::FirstFit;
+        b.reset();
+        GenallocBench(b)
+    }
+}
+
+impl BenchAlloc for GenallocBench {
+    type Handle = CarveId;
+    const NAME: &'static str = "genalloc";
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+    #[inline]
+    fn alloc(&mut self, size: u64, align: u64) -> Option<CarveId> {
+        self.0.alloc(size, align)
+    }
+    #[inline]
+    fn free(&mut self, h: CarveId) {
+        self.0.free(h);
+    }
+    fn range(&self, h: CarveId) -> (u64, u64) {
+        self.0.range(h)
     }
 }
 
@@ -884,6 +921,24 @@ mod tests {
         replay_is_sound(OffsetBench::new(CHANNEL));
         replay_is_sound(RangeBench::new(CHANNEL));
         replay_is_sound(FirstFitRef::new(CHANNEL));
+        replay_is_sound(GenallocBench::new(CHANNEL));
+    }
+
+    /// The first-fit carve and the exhaustive first-fit reference place every block of the
+    /// same trace at the same address.
+    #[test]
+    fn genalloc_places_as_the_first_fit_reference() {
+        let t = Trace::generate(TraceSpec::trace_b(5000));
+        let mut g = Replayer::new(GenallocBench::new(CHANNEL), t.sizes.len());
+        let mut f = Replayer::new(FirstFitRef::new(CHANNEL), t.sizes.len());
+        for r in [&t.warmup, &t.churn] {
+            g.run(r);
+            f.run(r);
+        }
+        let (mut a, mut b) = (g.live_ranges(), f.live_ranges());
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use nrt_bench::{
     dmem_path_vs_carve, exact_reuse, measure, measure_all, utilisation_over_seeds, CarveBench,
-    FirstFitRef, Measurement, OffsetBench, RangeBench, SeedSpread, Trace, TraceSession, TraceSpec,
-    CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
+    FirstFitRef, GenallocBench, Measurement, OffsetBench, RangeBench, SeedSpread, Trace,
+    TraceSession, TraceSpec, CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
 };
 use serde_json::json;
 
@@ -70,10 +70,16 @@ fn main() -> ExitCode {
         let mut o = TraceSession::new(OffsetBench::new(CHANNEL), &a);
         let mut cb = TraceSession::new(CarveBench::new(CHANNEL), &b);
         let mut ob = TraceSession::new(OffsetBench::new(CHANNEL), &b);
-        measure_all(&mut [&mut c, &mut cf, &mut o, &mut cb, &mut ob], reps)
+        let mut g = TraceSession::new(GenallocBench::new(CHANNEL), &a);
+        let mut gb = TraceSession::new(GenallocBench::new(CHANNEL), &b);
+        measure_all(
+            &mut [&mut c, &mut cf, &mut o, &mut cb, &mut ob, &mut g, &mut gb],
+            reps,
+        )
     };
     let (ms, rep_times) = ms;
     let (carve, carve_fine, offset, carve_b, offset_b) = (ms[0], ms[1], ms[2], ms[3], ms[4]);
+    let (genalloc, genalloc_b) = (ms[5], ms[6]);
     // range-alloc is O(free ranges) per op: fewer repetitions, run on its own.
     let range = measure(RangeBench::new(CHANNEL), &a, reps.min(3));
 
@@ -137,6 +143,20 @@ fn main() -> ExitCode {
         },
     });
 
+    // The first-fit (genalloc) carve against the TLSF carve (docs/PLACEMENT.md); a separate
+    // object, as one `json!` this large exceeds the macro's recursion limit.
+    let genalloc_json = json!({
+        "genalloc_ns_per_op": genalloc.ns_per_op,
+        "genalloc_ns_per_op_68k_live": genalloc_b.ns_per_op,
+        "genalloc_vs_carve_ns_ratio": rep_times.paired_ratio(5, 0),
+        "genalloc_vs_carve_ns_ratio_68k_live": rep_times.paired_ratio(6, 3),
+        "genalloc_utilisation_at_first_failure": genalloc.utilisation_at_first_failure,
+        "genalloc_utilisation_at_first_failure_68k_live": genalloc_b.utilisation_at_first_failure,
+        "genalloc_trace_failures": genalloc.failures,
+    });
+    if let (Some(o), serde_json::Value::Object(g)) = (out.as_object_mut(), genalloc_json) {
+        o.extend(g);
+    }
     if let (Some(o), serde_json::Value::Object(d)) = (out.as_object_mut(), dmem_json()) {
         o.extend(d);
     }
@@ -161,12 +181,19 @@ fn main() -> ExitCode {
         row("carve (64 B granule)", &carve_fine);
         row("offset-allocator (4 KiB)", &offset);
         row("range-alloc", &range);
+        row("genalloc (first fit)", &genalloc);
         eprintln!(
             "trace B: {} churn ops, {} reps, ~{:.0} live",
             ops, reps, b.mean_live_in_churn
         );
         row("carve (4 KiB granule)", &carve_b);
         row("offset-allocator (4 KiB)", &offset_b);
+        row("genalloc (first fit)", &genalloc_b);
+        eprintln!(
+            "genalloc / carve (TLSF) {:.3} on trace A, {:.3} on trace B (medians of per-rep ratios)",
+            rep_times.paired_ratio(5, 0),
+            rep_times.paired_ratio(6, 3)
+        );
         eprintln!("utilisation at first failure over {seeds} trace-A seeds (mean, min-max):");
         for (name, s) in [
             ("carve", seeds_carve),

@@ -34,6 +34,29 @@
 //! * **Checked ids.** An allocation is named by a [`CarveId`] (node index + generation); a
 //!   double free or a stale id is an error ([`CarveError::InvalidId`]), never corruption.
 //!
+//! # Address-ordered first fit ([`Policy::FirstFit`])
+//!
+//! The kernel driver's pools are genalloc bitmaps searched first fit (docs/PLACEMENT.md). A
+//! carve set up with [`Carve::init_with`] and [`Policy::FirstFit`] keeps the same block chain
+//! and node arena but indexes its free blocks differently: a treap keyed by address (the
+//! free-list links serve as child links, plus a parent link), each node augmented with the
+//! largest free block of its subtree, in granules. Because free blocks are always coalesced,
+//! the lowest free block whose aligned start still holds the request is exactly the lowest
+//! run of free granules a bitmap first-fit search would find, so placement is the bitmap's
+//! without scanning bits:
+//!
+//! * an unaligned request walks down once (left subtree if its maximum fits, else this
+//!   block, else the right subtree): O(depth), expected O(log blocks);
+//! * an aligned request visits, in address order, only subtrees whose maximum is at least the
+//!   request, stopping at the first block where it fits aligned;
+//! * splits and merges that keep a block between its neighbours update it in place and fix
+//!   the maxima on its path to the root; priorities are a hash of the node index, so the
+//!   shape does not depend on the trace.
+//!
+//! [`Carve::largest_free`] is the root's maximum (O(1)). A first-fit carve never places
+//! elsewhere to save nodes: when the block first fit chose needs more nodes than are spare it
+//! refuses with [`CarveError::NodesExhausted`] (a simulation limit: the driver has none).
+//!
 //! With immediate coalescing there is at most one free block per used block plus one, so a
 //! `Carve<N>` holds at least `(N - 1) / 2` live allocations whatever the pattern. Running out of
 //! nodes is [`CarveError::NodesExhausted`], distinct from [`CarveError::OutOfSpace`].
@@ -66,6 +89,21 @@ const NIL: u32 = 0;
 const UNUSED: u8 = 0;
 const FREE: u8 = 1;
 const USED: u8 = 2;
+
+/// How a carve chooses among the free blocks that can hold a request (module docs).
+#[repr(u8)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Policy {
+    /// TLSF segregated lists with a bounded good-fit scan: O(1)-class work, placement leaning
+    /// toward low addresses but not the driver's.
+    #[default]
+    GoodFit = 0,
+    /// Address-ordered first fit over an augmented address tree: the lowest fitting (aligned)
+    /// address, as the driver's genalloc pools place (public ABI §3 "plain requests are
+    /// first-fit", "alignment above the page size uses an aligned first-fit").
+    FirstFit = 1,
+}
 
 /// Why a carve operation was refused (public ABI §3 "How the driver carves memory").
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -224,9 +262,14 @@ struct Node {
     size: u64,
     prev_phys: u32,
     next_phys: u32,
-    /// Free-list links while FREE; `next_free` also chains the spare stack while UNUSED.
+    /// Free-list links while FREE (left / right child under [`Policy::FirstFit`]);
+    /// `next_free` also chains the spare stack while UNUSED.
     prev_free: u32,
     next_free: u32,
+    /// Tree parent while FREE under [`Policy::FirstFit`].
+    parent: u32,
+    /// Largest free block of this node's subtree, in granules ([`Policy::FirstFit`]).
+    max_units: u32,
     /// Bumped each time the node becomes USED; never reset (not even by `init`).
     generation: u32,
     /// `fl * SL + sl` of the free list the node is on (valid while FREE).
@@ -242,6 +285,8 @@ impl Node {
         next_phys: NIL,
         prev_free: NIL,
         next_free: NIL,
+        parent: NIL,
+        max_units: 0,
         generation: 0,
         class: 0,
         state: UNUSED,
@@ -264,6 +309,10 @@ pub struct Carve<const N: usize> {
     /// Spare stack of released nodes (chained through `next_free`).
     spare_head: u32,
     spare_count: u32,
+    /// [`Policy`] as its discriminant (0 = good fit, the zero state).
+    policy: u8,
+    /// Root of the free-block tree ([`Policy::FirstFit`]).
+    root: u32,
     fl_bitmap: u64,
     sl_bitmap: [u32; FL],
     /// Free-list heads; only meaningful where the bitmap bit is set.
@@ -348,6 +397,8 @@ impl<const N: usize> Carve<N> {
             bump: 0,
             spare_head: NIL,
             spare_count: 0,
+            policy: 0,
+            root: NIL,
             fl_bitmap: 0,
             sl_bitmap: [0; FL],
             heads: [[NIL; SL]; FL],
@@ -368,9 +419,23 @@ impl<const N: usize> Carve<N> {
     }
 
     /// Sets the carve up to manage `[base, base + size)` in units of `granule` (a power of two;
-    /// `base` must be a multiple of it, `size` is rounded down to it). Forgets every previous
-    /// allocation; ids handed out before stay invalid. Touches the header and one node only.
+    /// `base` must be a multiple of it, `size` is rounded down to it) with the
+    /// [`Policy::GoodFit`] placement. Forgets every previous allocation; ids handed out before
+    /// stay invalid. Touches the header and one node only.
     pub fn init(&mut self, base: u64, size: u64, granule: u64) -> Result<(), CarveError> {
+        self.init_with(base, size, granule, Policy::GoodFit)
+    }
+
+    /// [`Carve::init`] with a placement [`Policy`]. [`Policy::FirstFit`] also needs the range
+    /// to be at most `u32::MAX` granules (its tree counts in granules): [`CarveError::BadRegion`]
+    /// otherwise.
+    pub fn init_with(
+        &mut self,
+        base: u64,
+        size: u64,
+        granule: u64,
+        policy: Policy,
+    ) -> Result<(), CarveError> {
         #[allow(clippy::let_unit_value)]
         let () = Self::CAPACITY_OK;
         if !granule.is_power_of_two() || base & (granule - 1) != 0 {
@@ -380,6 +445,11 @@ impl<const N: usize> Carve<N> {
         if size == 0 || base.checked_add(size).is_none() {
             return Err(CarveError::BadRegion);
         }
+        if policy == Policy::FirstFit && size / granule > u64::from(u32::MAX) {
+            return Err(CarveError::BadRegion);
+        }
+        self.policy = policy as u8;
+        self.root = NIL;
         self.base = base;
         self.size = size;
         self.granule = granule;
@@ -404,6 +474,15 @@ impl<const N: usize> Carve<N> {
     /// Whether [`Carve::init`] has run.
     pub fn is_initialized(&self) -> bool {
         self.size != 0
+    }
+
+    /// The placement policy chosen at [`Carve::init_with`].
+    pub fn policy(&self) -> Policy {
+        if self.first_fit() {
+            Policy::FirstFit
+        } else {
+            Policy::GoodFit
+        }
     }
 
     /// First managed address.
@@ -454,41 +533,95 @@ impl<const N: usize> Carve<N> {
         if size > self.free_bytes {
             return Err(CarveError::OutOfSpace);
         }
-        let (mut idx, mut pad) = self.find(size, align).ok_or(CarveError::OutOfSpace)?;
-        if self.nodes_to_split(idx, pad, size) > self.spare_nodes() {
-            // Node-starved: another free block may fit with fewer splits (an exact fit needs
-            // no node at all).
-            (idx, pad) = self
-                .find_within_nodes(size, align, self.spare_nodes())
-                .ok_or(CarveError::NodesExhausted)?;
+        let (idx, pad) = if self.first_fit() {
+            let (idx, pad) = self.ff_find(size, align).ok_or(CarveError::OutOfSpace)?;
+            if self.nodes_to_split(idx, pad, size) > self.spare_nodes() {
+                return Err(CarveError::NodesExhausted);
+            }
+            (idx, pad)
+        } else {
+            let (idx, pad) = self.find(size, align).ok_or(CarveError::OutOfSpace)?;
+            if self.nodes_to_split(idx, pad, size) > self.spare_nodes() {
+                // Node-starved: another free block may fit with fewer splits (an exact fit
+                // needs no node at all).
+                self.find_within_nodes(size, align, self.spare_nodes())
+                    .ok_or(CarveError::NodesExhausted)?
+            } else {
+                (idx, pad)
+            }
+        };
+        Ok(self.carve_block(idx, pad, size))
+    }
+
+    /// Carves exactly `[addr, addr + size)` (`size` rounded up to the granule), which must lie
+    /// inside one free block: the driver's fixed-offset allocation (`gen_pool_fixed_alloc`,
+    /// used for the contiguous scratchpad; docs/PLACEMENT.md). [`CarveError::OutOfSpace`] when
+    /// any granule of the range is in use or outside the carve, [`CarveError::BadAlignment`]
+    /// for an `addr` that is not a granule multiple. O(depth) under [`Policy::FirstFit`], a walk
+    /// of the block chain under [`Policy::GoodFit`].
+    pub fn alloc_at(&mut self, addr: u64, size: u64) -> Result<CarveBlock, CarveError> {
+        if self.size == 0 {
+            return Err(CarveError::Uninitialized);
         }
+        if size == 0 {
+            return Err(CarveError::ZeroSize);
+        }
+        let g = self.granule;
+        if addr & (g - 1) != 0 {
+            return Err(CarveError::BadAlignment(addr));
+        }
+        let size = match size.checked_add(g - 1) {
+            Some(s) => s & !(g - 1),
+            None => return Err(CarveError::SizeOverflow),
+        };
+        let end = addr.checked_add(size).ok_or(CarveError::OutOfSpace)?;
+        let idx = self.free_block_at(addr).ok_or(CarveError::OutOfSpace)?;
+        let n = self.node(idx);
+        if end > n.addr + n.size {
+            return Err(CarveError::OutOfSpace);
+        }
+        let pad = addr - n.addr;
+        if self.nodes_to_split(idx, pad, size) > self.spare_nodes() {
+            return Err(CarveError::NodesExhausted);
+        }
+        Ok(self.carve_block(idx, pad, size))
+    }
+
+    /// Turns `[addr + pad, addr + pad + size)` of free block `idx` into an allocation (the
+    /// caller checked it fits and that the split's nodes are spare).
+    fn carve_block(&mut self, idx: u32, pad: u64, size: u64) -> CarveBlock {
         let (baddr, bsize) = {
             let n = self.node(idx);
             (n.addr, n.size)
         };
         let tail = bsize - pad - size;
-        self.remove_free(idx);
         let used = if pad > 0 {
             // `idx` keeps the head fragment; the allocation gets a fresh node after it.
             self.node_mut(idx).size = pad;
+            self.free_resized(idx);
             let u = self.take_node();
             self.setup(u, baddr + pad, size, USED);
             self.link_after(idx, u);
-            self.insert_free(idx);
             u
         } else {
-            let n = self.node_mut(idx);
-            n.size = size;
-            n.state = USED;
             idx
         };
         if tail > 0 {
             let t = self.take_node();
             self.setup(t, baddr + pad + size, tail, FREE);
             self.link_after(used, t);
-            self.insert_free(t);
+            if pad > 0 {
+                self.insert_free(t);
+            } else {
+                // The tail takes the whole block's place among the free blocks.
+                self.free_replaced(idx, t);
+            }
+        } else if pad == 0 {
+            self.remove_free(idx);
         }
         let n = self.node_mut(used);
+        n.size = size;
+        n.state = USED;
         n.generation = n.generation.wrapping_add(1);
         let block = CarveBlock {
             // `used` is a taken node, so its index is ≥ 1: the value is non-zero and the
@@ -503,35 +636,47 @@ impl<const N: usize> Carve<N> {
         self.free_bytes -= size;
         self.live_bytes += size;
         self.live_count += 1;
-        Ok(block)
+        block
     }
 
     /// Returns an allocation, merging it with free neighbours. A stale, foreign or repeated id
     /// is [`CarveError::InvalidId`] and changes nothing.
     pub fn free(&mut self, id: CarveId) -> Result<CarveBlock, CarveError> {
         let block = self.lookup(id)?;
-        let mut cur = id.index();
+        let cur = id.index();
         self.free_bytes += block.size;
         self.live_bytes -= block.size;
         self.live_count -= 1;
         let prev = self.node(cur).prev_phys;
-        if prev != NIL && self.node(prev).state == FREE {
-            self.remove_free(prev);
-            self.node_mut(prev).size += block.size;
-            self.unlink(cur);
-            self.release_node(cur);
-            cur = prev;
-        }
         let next = self.node(cur).next_phys;
-        if next != NIL && self.node(next).state == FREE {
+        let prev_free = prev != NIL && self.node(prev).state == FREE;
+        let next_free = next != NIL && self.node(next).state == FREE;
+        if next_free && prev_free {
+            // `next` disappears into `prev`, which grows in place.
             self.remove_free(next);
+        }
+        if next_free {
             let ns = self.node(next).size;
             self.node_mut(cur).size += ns;
+        }
+        self.node_mut(cur).state = FREE;
+        if prev_free {
+            let cs = self.node(cur).size;
+            self.node_mut(prev).size += cs;
+            self.unlink(cur);
+            self.release_node(cur);
+            self.free_resized(prev);
+        } else if next_free {
+            // `cur` takes `next`'s place among the free blocks (it starts lower, but after
+            // every free block before `next`).
+            self.free_replaced(next, cur);
+        } else {
+            self.insert_free(cur);
+        }
+        if next_free {
             self.unlink(next);
             self.release_node(next);
         }
-        self.node_mut(cur).state = FREE;
-        self.insert_free(cur);
         Ok(block)
     }
 
@@ -558,6 +703,9 @@ impl<const N: usize> Carve<N> {
     /// The largest free block in bytes. Bounded by the length of the top non-empty class list
     /// (a diagnostics path, not an allocation path).
     pub fn largest_free(&self) -> u64 {
+        if self.first_fit() {
+            return u64::from(self.max_of(self.root)) * self.granule;
+        }
         if self.fl_bitmap == 0 {
             return 0;
         }
@@ -592,6 +740,9 @@ impl<const N: usize> Carve<N> {
         let align = align.max(self.granule);
         if align == self.granule {
             return self.largest_free();
+        }
+        if self.first_fit() {
+            return self.ff_largest_aligned(align);
         }
         let head_node_spare = self.spare_nodes() > 0;
         let mut best = 0;
@@ -679,6 +830,13 @@ impl<const N: usize> Carve<N> {
                 return Err("blocks not contiguous / granule-sized");
             }
             match n.state {
+                FREE if self.first_fit() => {
+                    if prev_free {
+                        return Err("two adjacent free blocks (missed coalesce)");
+                    }
+                    free += n.size;
+                    free_blocks += 1;
+                }
                 FREE => {
                     if prev_free {
                         return Err("two adjacent free blocks (missed coalesce)");
@@ -727,6 +885,16 @@ impl<const N: usize> Carve<N> {
         }
         if nodes + self.spare_count != self.bump {
             return Err("node accounting mismatch");
+        }
+        if self.first_fit() {
+            if self.fl_bitmap != 0 {
+                return Err("first-fit carve with class bits set");
+            }
+            return if self.check_tree()? == self.free_blocks {
+                Ok(())
+            } else {
+                Err("the tree holds a different number of blocks")
+            };
         }
         let mut listed = 0;
         for fl in 0..FL {
@@ -846,6 +1014,458 @@ impl<const N: usize> Carve<N> {
         }
     }
 
+    #[inline(always)]
+    fn first_fit(&self) -> bool {
+        self.policy == Policy::FirstFit as u8
+    }
+
+    /// Indexes free block `i` (its size and address set).
+    #[inline(always)]
+    fn insert_free(&mut self, i: u32) {
+        if self.first_fit() {
+            self.tree_insert(i);
+        } else {
+            self.tlsf_insert(i);
+        }
+        self.free_blocks += 1;
+    }
+
+    /// Drops free block `i` from the index.
+    #[inline(always)]
+    fn remove_free(&mut self, i: u32) {
+        if self.first_fit() {
+            self.tree_remove(i);
+        } else {
+            self.tlsf_remove(i);
+        }
+        self.free_blocks -= 1;
+    }
+
+    /// Free block `i` changed size and kept its place in address order.
+    #[inline(always)]
+    fn free_resized(&mut self, i: u32) {
+        if self.first_fit() {
+            self.tree_fix_up(i);
+        } else {
+            // Always re-listed (even within its class), as a remove + insert always did.
+            self.tlsf_remove(i);
+            self.tlsf_insert(i);
+        }
+    }
+
+    /// Free block `new` (not indexed, size set) replaces indexed free block `old`; no other
+    /// free block lies between their addresses.
+    #[inline(always)]
+    fn free_replaced(&mut self, old: u32, new: u32) {
+        if self.first_fit() {
+            self.tree_replace(old, new);
+        } else {
+            self.tlsf_remove(old);
+            self.tlsf_insert(new);
+        }
+    }
+
+    /// The free block containing `addr`, if any.
+    fn free_block_at(&self, addr: u64) -> Option<u32> {
+        let hit = |n: &Node| n.addr <= addr && addr - n.addr < n.size;
+        if self.first_fit() {
+            // The free block with the greatest start ≤ addr.
+            let (mut x, mut best) = (self.root, NIL);
+            while x != NIL {
+                let n = self.node(x);
+                if n.addr <= addr {
+                    best = x;
+                    x = n.next_free;
+                } else {
+                    x = n.prev_free;
+                }
+            }
+            (best != NIL && hit(self.node(best))).then_some(best)
+        } else {
+            let mut i = 1;
+            while i != NIL {
+                let n = self.node(i);
+                if hit(n) {
+                    return (n.state == FREE).then_some(i);
+                }
+                i = n.next_phys;
+            }
+            None
+        }
+    }
+
+    // ---- first-fit tree (Policy::FirstFit) ---------------------------------------------------
+    // A treap keyed by address: `prev_free` / `next_free` are the left / right children,
+    // `parent` the parent, `max_units` the largest block of the subtree in granules. Heap
+    // order on `priority(i)` (a parent's is ≥ its children's).
+
+    /// A fixed pseudo-random priority per node index (a 32-bit integer hash), so the tree's
+    /// shape is independent of the order blocks come and go in.
+    #[inline(always)]
+    fn priority(i: u32) -> u32 {
+        let mut x = i.wrapping_mul(0x9E37_79B9);
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x85EB_CA6B);
+        x ^= x >> 13;
+        x = x.wrapping_mul(0xC2B2_AE35);
+        x ^ (x >> 16)
+    }
+
+    #[inline(always)]
+    fn units(&self, i: u32) -> u32 {
+        // `init_with` bounds the carve to u32::MAX granules.
+        (self.node(i).size / self.granule) as u32
+    }
+
+    #[inline(always)]
+    fn max_of(&self, i: u32) -> u32 {
+        if i == NIL {
+            0
+        } else {
+            self.node(i).max_units
+        }
+    }
+
+    /// Recomputes `i`'s subtree maximum from its block and its children; returns whether it
+    /// changed.
+    #[inline(always)]
+    fn recompute(&mut self, i: u32) -> bool {
+        let (l, r) = {
+            let n = self.node(i);
+            (n.prev_free, n.next_free)
+        };
+        let m = self.units(i).max(self.max_of(l)).max(self.max_of(r));
+        let n = self.node_mut(i);
+        let changed = n.max_units != m;
+        n.max_units = m;
+        changed
+    }
+
+    /// Fixes the maxima from `i` up after `i`'s own block changed size; stops at the first
+    /// subtree whose maximum is unchanged (everything above it is then unchanged too).
+    fn tree_fix_up(&mut self, mut i: u32) {
+        while i != NIL && self.recompute(i) {
+            i = self.node(i).parent;
+        }
+    }
+
+    /// Points `parent`'s link that named `old` (the root if `parent` is NIL) at `new`.
+    #[inline(always)]
+    fn relink_child(&mut self, parent: u32, old: u32, new: u32) {
+        if parent == NIL {
+            self.root = new;
+        } else if self.node(parent).prev_free == old {
+            self.node_mut(parent).prev_free = new;
+        } else {
+            self.node_mut(parent).next_free = new;
+        }
+    }
+
+    /// Rotates `x` above its parent, keeping address order and both maxima.
+    fn rotate_up(&mut self, x: u32) {
+        let p = self.node(x).parent;
+        let g = self.node(p).parent;
+        if self.node(p).prev_free == x {
+            let b = self.node(x).next_free;
+            self.node_mut(p).prev_free = b;
+            if b != NIL {
+                self.node_mut(b).parent = p;
+            }
+            self.node_mut(x).next_free = p;
+        } else {
+            let b = self.node(x).prev_free;
+            self.node_mut(p).next_free = b;
+            if b != NIL {
+                self.node_mut(b).parent = p;
+            }
+            self.node_mut(x).prev_free = p;
+        }
+        self.node_mut(p).parent = x;
+        self.node_mut(x).parent = g;
+        self.relink_child(g, p, x);
+        self.recompute(p);
+        self.recompute(x);
+    }
+
+    fn tree_insert(&mut self, i: u32) {
+        let addr = self.node(i).addr;
+        let u = self.units(i);
+        {
+            let n = self.node_mut(i);
+            n.prev_free = NIL;
+            n.next_free = NIL;
+            n.max_units = u;
+        }
+        // Descend to the leaf position, raising the maxima on the way.
+        let (mut p, mut x) = (NIL, self.root);
+        while x != NIL {
+            p = x;
+            let n = self.node_mut(x);
+            n.max_units = n.max_units.max(u);
+            x = if addr < n.addr {
+                n.prev_free
+            } else {
+                n.next_free
+            };
+        }
+        self.node_mut(i).parent = p;
+        if p == NIL {
+            self.root = i;
+        } else if addr < self.node(p).addr {
+            self.node_mut(p).prev_free = i;
+        } else {
+            self.node_mut(p).next_free = i;
+        }
+        let pr = Self::priority(i);
+        loop {
+            let p = self.node(i).parent;
+            if p == NIL || Self::priority(p) >= pr {
+                break;
+            }
+            self.rotate_up(i);
+        }
+    }
+
+    fn tree_remove(&mut self, i: u32) {
+        // Rotate `i` down (its higher-priority child up) until it is a leaf, then cut it off.
+        loop {
+            let (l, r) = {
+                let n = self.node(i);
+                (n.prev_free, n.next_free)
+            };
+            let c = match (l, r) {
+                (NIL, NIL) => break,
+                (c, NIL) | (NIL, c) => c,
+                (l, r) => {
+                    if Self::priority(l) >= Self::priority(r) {
+                        l
+                    } else {
+                        r
+                    }
+                }
+            };
+            self.rotate_up(c);
+        }
+        let p = self.node(i).parent;
+        self.relink_child(p, i, NIL);
+        self.tree_fix_up(p);
+    }
+
+    /// `new` takes `old`'s place in the tree (same links, so the same address order), then the
+    /// maxima are fixed for `new`'s size.
+    fn tree_replace(&mut self, old: u32, new: u32) {
+        let (l, r, p, m) = {
+            let n = self.node(old);
+            (n.prev_free, n.next_free, n.parent, n.max_units)
+        };
+        {
+            let n = self.node_mut(new);
+            n.prev_free = l;
+            n.next_free = r;
+            n.parent = p;
+            n.max_units = m;
+        }
+        if l != NIL {
+            self.node_mut(l).parent = new;
+        }
+        if r != NIL {
+            self.node_mut(r).parent = new;
+        }
+        self.relink_child(p, old, new);
+        // Only `new`'s own block differs from a consistent tree: fix the maxima first, then
+        // rotations (which keep maxima) restore heap order, as priorities are per index.
+        self.tree_fix_up(new);
+        let pr = Self::priority(new);
+        while self.node(new).parent != NIL && Self::priority(self.node(new).parent) < pr {
+            self.rotate_up(new);
+        }
+        loop {
+            let (l, r) = {
+                let n = self.node(new);
+                (n.prev_free, n.next_free)
+            };
+            let c = match (l, r) {
+                (NIL, NIL) => break,
+                (c, NIL) | (NIL, c) => c,
+                (l, r) => {
+                    if Self::priority(l) >= Self::priority(r) {
+                        l
+                    } else {
+                        r
+                    }
+                }
+            };
+            if Self::priority(c) <= pr {
+                break;
+            }
+            self.rotate_up(c);
+        }
+    }
+
+    /// The first free block in address order that `accept`s, visiting only subtrees whose
+    /// maximum (in granules) passes `enter`.
+    #[inline(always)]
+    fn tree_first(
+        &self,
+        mut enter: impl FnMut(u32) -> bool,
+        mut accept: impl FnMut(&Node) -> bool,
+    ) -> Option<u32> {
+        let mut x = self.root;
+        if x == NIL || !enter(self.node(x).max_units) {
+            return None;
+        }
+        'subtree: loop {
+            // `x`'s subtree passes `enter`: go to its leftmost such part.
+            loop {
+                let l = self.node(x).prev_free;
+                if l != NIL && enter(self.node(l).max_units) {
+                    x = l;
+                } else {
+                    break;
+                }
+            }
+            loop {
+                if accept(self.node(x)) {
+                    return Some(x);
+                }
+                let r = self.node(x).next_free;
+                if r != NIL && enter(self.node(r).max_units) {
+                    x = r;
+                    continue 'subtree;
+                }
+                // Climb until we leave a left subtree: its parent is next in address order.
+                loop {
+                    let p = self.node(x).parent;
+                    if p == NIL {
+                        return None;
+                    }
+                    let from_left = self.node(p).prev_free == x;
+                    x = p;
+                    if from_left {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// First fit: the lowest free block holding `size` bytes at an `align`-aligned start (both
+    /// granule multiples), with the padding in front of that start.
+    fn ff_find(&self, size: u64, align: u64) -> Option<(u32, u64)> {
+        let need = size / self.granule;
+        if need > u64::from(u32::MAX) {
+            return None;
+        }
+        let need = need as u32;
+        if align <= self.granule {
+            // Every block of `need` granules fits: one walk down.
+            let mut x = self.root;
+            if x == NIL || self.node(x).max_units < need {
+                return None;
+            }
+            loop {
+                let n = self.node(x);
+                if n.prev_free != NIL && self.node(n.prev_free).max_units >= need {
+                    x = n.prev_free;
+                } else if self.units(x) >= need {
+                    return Some((x, 0));
+                } else {
+                    x = n.next_free;
+                }
+            }
+        }
+        let i = self.tree_first(
+            |m| m >= need,
+            |n| fit(n.addr, n.size, size, align).is_some(),
+        )?;
+        let n = self.node(i);
+        fit(n.addr, n.size, size, align).map(|pad| (i, pad))
+    }
+
+    /// [`Carve::largest_aligned`] under [`Policy::FirstFit`] for `align` above the granule:
+    /// the best of every free block from its first aligned start to its end, skipping subtrees
+    /// that cannot beat the best found.
+    fn ff_largest_aligned(&self, align: u64) -> u64 {
+        let g = self.granule;
+        let best = core::cell::Cell::new(0u64);
+        self.tree_first(
+            |m| u64::from(m) * g > best.get(),
+            |n| {
+                let end = n.addr + n.size;
+                if let Some(start) = n.addr.checked_next_multiple_of(align) {
+                    if start < end {
+                        best.set(best.get().max(end - start));
+                    }
+                }
+                false
+            },
+        );
+        best.get()
+    }
+
+    /// Checks the tree: address order, parent links, maxima, heap order; returns the number of
+    /// blocks in it.
+    fn check_tree(&self) -> Result<u32, &'static str> {
+        let mut count = 0u32;
+        let mut last_end = 0u64;
+        let mut x = self.tree_first(|_| true, |_| true);
+        if self.root != NIL && self.node(self.root).parent != NIL {
+            return Err("tree root has a parent");
+        }
+        while let Some(i) = x {
+            let n = self.node(i);
+            if n.state != FREE {
+                return Err("non-free block in the tree");
+            }
+            if count > 0 && n.addr <= last_end {
+                return Err("tree out of address order (or touching free blocks)");
+            }
+            for c in [n.prev_free, n.next_free] {
+                if c != NIL {
+                    if self.node(c).parent != i {
+                        return Err("tree child's parent link is wrong");
+                    }
+                    if Self::priority(c) > Self::priority(i) {
+                        return Err("tree heap order violated");
+                    }
+                }
+            }
+            let m = self
+                .units(i)
+                .max(self.max_of(n.prev_free))
+                .max(self.max_of(n.next_free));
+            if n.max_units != m {
+                return Err("tree subtree maximum is stale");
+            }
+            count += 1;
+            if count > N as u32 {
+                return Err("tree has a cycle");
+            }
+            last_end = n.addr + n.size;
+            // In-order successor.
+            x = if n.next_free != NIL {
+                let mut y = n.next_free;
+                while self.node(y).prev_free != NIL {
+                    y = self.node(y).prev_free;
+                }
+                Some(y)
+            } else {
+                let mut y = i;
+                loop {
+                    let p = self.node(y).parent;
+                    if p == NIL {
+                        break None;
+                    }
+                    if self.node(p).prev_free == y {
+                        break Some(p);
+                    }
+                    y = p;
+                }
+            };
+        }
+        Ok(count)
+    }
+
     /// Puts free block `i` on its class list: at the head, unless the head has the lower
     /// address, then right behind it. One comparison with a node that is touched anyway keeps
     /// every list's head the lower-addressed of its two most recent blocks, so allocation (which
@@ -853,7 +1473,7 @@ impl<const N: usize> Carve<N> {
     /// recently freed hole — much of the benefit of address-ordered fit for O(1) work
     /// (docs/PERFORMANCE.md: utilisation at first failure 0.862 → 0.918, mean of 10 traces).
     #[inline(always)]
-    fn insert_free(&mut self, i: u32) {
+    fn tlsf_insert(&mut self, i: u32) {
         let (fl, sl) = mapping_insert(self.node(i).size);
         let head = if self.sl_bitmap[fl] & (1 << sl) != 0 {
             self.heads[fl][sl]
@@ -881,11 +1501,10 @@ impl<const N: usize> Carve<N> {
         }
         self.sl_bitmap[fl] |= 1 << sl;
         self.fl_bitmap |= 1 << fl;
-        self.free_blocks += 1;
     }
 
     #[inline(always)]
-    fn remove_free(&mut self, i: u32) {
+    fn tlsf_remove(&mut self, i: u32) {
         let (class, p, n) = {
             let x = self.node(i);
             (x.class as usize, x.prev_free, x.next_free)
@@ -905,7 +1524,6 @@ impl<const N: usize> Carve<N> {
         if n != NIL {
             self.node_mut(n).prev_free = p;
         }
-        self.free_blocks -= 1;
     }
 
     /// The first non-empty class at or above `(fl, sl)`.
@@ -1396,6 +2014,71 @@ mod tests {
         best
     }
 
+    /// The reference model's first fit: the lowest `align`-aligned start of a gap that holds
+    /// `need` bytes.
+    fn reference_first_fit(
+        live: &BTreeMap<u64, (u64, CarveId)>,
+        base: u64,
+        cap: u64,
+        need: u64,
+        align: u64,
+    ) -> Option<u64> {
+        let mut lo = base;
+        let bounds = live
+            .iter()
+            .map(|(&a, &(s, _))| (a, a + s))
+            .chain(core::iter::once((base + cap, base + cap)));
+        for (hi, next) in bounds {
+            let at = lo.next_multiple_of(align);
+            if at.checked_add(need).is_some_and(|end| end <= hi) {
+                return Some(at);
+            }
+            lo = next;
+        }
+        None
+    }
+
+    #[test]
+    fn first_fit_takes_the_lowest_hole_and_merges_both_ways() {
+        const P: u64 = 4096;
+        let mut c = Carve::<64>::new_boxed();
+        c.init_with(0, 64 * P, P, Policy::FirstFit).unwrap();
+        assert_eq!(c.policy(), Policy::FirstFit);
+        let ids: Vec<CarveBlock> = (0..8).map(|_| c.alloc(2 * P, 0).unwrap()).collect();
+        assert_eq!(ids[7].addr, 14 * P);
+        // holes at 2P (2 pages) and 8P (4 pages, two blocks merged)
+        for k in [1, 4, 5] {
+            c.free(ids[k].id).unwrap();
+        }
+        c.check().unwrap();
+        assert_eq!(c.stats().free_blocks, 3);
+        // a 1-page request takes the lowest hole even though a better fit exists nowhere
+        assert_eq!(c.alloc(P, 0).unwrap().addr, 2 * P);
+        // 3 pages: not the 1-page rest at 3P, the 4-page hole at 8P
+        assert_eq!(c.alloc(3 * P, 0).unwrap().addr, 8 * P);
+        // aligned to 16 pages: the end of the used range, at 16P
+        assert_eq!(c.alloc(P, 16 * P).unwrap().addr, 16 * P);
+        assert_eq!(c.largest_aligned(32 * P), 32 * P);
+        assert_eq!(c.largest_free(), 47 * P);
+        // fixed placement: inside one free block only
+        assert_eq!(c.alloc_at(11 * P, P).unwrap().addr, 11 * P);
+        assert_eq!(c.alloc_at(11 * P, P), Err(CarveError::OutOfSpace));
+        assert_eq!(c.alloc_at(63 * P, 2 * P), Err(CarveError::OutOfSpace));
+        assert_eq!(c.alloc_at(100, P), Err(CarveError::BadAlignment(100)));
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn first_fit_refuses_ranges_too_large_for_its_tree() {
+        let mut c = Carve::<8>::new_boxed();
+        assert_eq!(
+            c.init_with(0, 1 << 33, 1, Policy::FirstFit),
+            Err(CarveError::BadRegion)
+        );
+        assert!(c.init_with(0, 1 << 33, 4, Policy::FirstFit).is_ok());
+        assert_eq!(c.largest_free(), 1 << 33);
+    }
+
     #[test]
     fn largest_aligned_is_what_alloc_grants() {
         const P: u64 = 4096;
@@ -1436,13 +2119,15 @@ mod tests {
             base_units in 0u64..64,
             granule_log2 in 0u32..13,
             size_units in 1u64..4096,
+            first_fit in any::<bool>(),
             ops in proptest::collection::vec(op(), 1..160),
         ) {
             let granule = 1u64 << granule_log2;
             let base = base_units * granule;
             let cap = size_units * granule.max(256);
             let mut c = Carve::<96>::new_boxed();
-            c.init(base, cap, granule).unwrap();
+            let policy = if first_fit { Policy::FirstFit } else { Policy::GoodFit };
+            c.init_with(base, cap, granule, policy).unwrap();
             // reference model: live ranges by start address
             let mut live: BTreeMap<u64, (u64, CarveId)> = BTreeMap::new();
             let mut freed: Vec<CarveId> = Vec::new();
@@ -1450,8 +2135,14 @@ mod tests {
                 match op {
                     Op::Alloc { size, align_log2 } => {
                         let align = if align_log2 == 0 { 0 } else { 1u64 << align_log2 };
+                        let need = size.div_ceil(granule) * granule;
+                        let lowest =
+                            reference_first_fit(&live, base, cap, need, align.max(granule));
                         match c.alloc(size, align) {
                             Ok(b) => {
+                                if first_fit {
+                                    prop_assert_eq!(Some(b.addr), lowest, "first fit");
+                                }
                                 prop_assert!(b.size >= size && b.size % granule == 0);
                                 prop_assert!(b.size < size + granule);
                                 prop_assert_eq!(b.addr % align.max(granule), 0);
@@ -1485,7 +2176,9 @@ mod tests {
                                     start = hi;
                                 }
                             }
-                            Err(CarveError::NodesExhausted) => {}
+                            Err(CarveError::NodesExhausted) => {
+                                prop_assert!(lowest.is_some(), "no fit is OutOfSpace");
+                            }
                             Err(e) => prop_assert!(false, "unexpected error {:?}", e),
                         }
                     }
@@ -1514,8 +2207,15 @@ mod tests {
                 // The largest aligned request, against the gaps of the reference model, and
                 // granted by `alloc` exactly: that size succeeds, one granule more does not.
                 let spare = s.nodes_used < s.node_capacity;
+                // First fit never trades placement for nodes: its figures are exact while
+                // two nodes are spare (a split's worst case).
+                let exact = !first_fit || s.nodes_used + 2 <= s.node_capacity;
                 for a in [0, 2 * granule, 1 << 12, 1 << 16] {
-                    let want = reference_largest(&live, base, cap, a.max(granule), spare);
+                    if !exact {
+                        break;
+                    }
+                    let want =
+                        reference_largest(&live, base, cap, a.max(granule), spare || first_fit);
                     let got = c.largest_aligned(a);
                     prop_assert_eq!(got, want, "align {}", a);
                     if got > 0 {

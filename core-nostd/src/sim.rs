@@ -8,6 +8,15 @@
 //! own capacity. Requests are rounded up to the 4 KiB page. Errors are errno values exactly as
 //! the driver returns them.
 //!
+//! # Placement
+//!
+//! By default ([`Placement::Genalloc`]) HBM requests are placed as the driver's genalloc pools
+//! place them, address for address: first fit, aligned first fit, fallback between the
+//! small-object and main pools in both directions, the contiguous scratchpad at fixed offsets
+//! below the main pool's end (docs/PLACEMENT.md lists the rules and their driver source lines;
+//! `tests/genalloc_diff.rs` checks them against a page-bitmap model). [`Placement::Tlsf`] is
+//! the faster TLSF good-fit carve with this simulator's earlier routing.
+//!
 //! # Address map (per device)
 //!
 //! ```text
@@ -30,8 +39,10 @@
 //! # Footprint
 //!
 //! Each pool's metadata is a fixed node array ([`MAIN_NODES`], [`SMALL_NODES`], [`HOST_NODES`]
-//! = 16 384 nodes of 40 B each, so at least 8 191 live allocations per pool whatever the
-//! pattern). A [`SimDevice`] for 32 devices × 4 channels is ~190 MB of *zero-valid* memory:
+//! = 16 384 nodes of 48 B each, so at least 8 191 live allocations per pool whatever the
+//! pattern; the genalloc placement's address tree lives in the same nodes, so nothing grows
+//! with the channel size). A [`SimDevice`] for 32 devices × 4 channels is ~229 MB of
+//! *zero-valid* memory:
 //! `Box::new_zeroed` or a `.bss` static costs nothing until a pool is used, and
 //! [`SimDevice::init`] touches a few hundred bytes per pool.
 
@@ -41,7 +52,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::abi::al_hal_tpb_arch_type_t;
 use crate::abi::meta::ZeroValid;
 use crate::abi::nrt_mutex_t;
-use crate::carve::{Carve, CarveBlock, CarveError, CarveId};
+use crate::carve::{Carve, CarveBlock, CarveError, CarveId, Policy};
 use crate::driver::{errno, feature, AllocRequest, DeviceInfo, Driver, Errno, PoolStats};
 
 const KIB: u64 = 1024;
@@ -95,7 +106,7 @@ const _: () = {
     assert!(SMALL_NODES < 1 << H_INDEX_BITS);
     assert!(HOST_NODES < 1 << H_INDEX_BITS);
     assert!((MAX_DEVICES as u64) <= 1 << (H_POOL_SHIFT - H_DEV_SHIFT));
-    assert!((POOL_HOST as u64) < 1 << (H_GEN_SHIFT - H_POOL_SHIFT));
+    assert!(((POOL_HOST + MAX_HBM_CHANNELS) as u64) < 1 << (H_GEN_SHIFT - H_POOL_SHIFT));
     assert!(H_GEN_SHIFT + 32 == H_TAG_SHIFT);
 };
 
@@ -209,6 +220,45 @@ pub fn parse_device_spec(s: &str) -> Option<(Preset, u32)> {
     (1..=MAX_DEVICES).contains(&n).then_some((preset, n))
 }
 
+/// How the simulated device places HBM allocations inside a pool (docs/PLACEMENT.md).
+#[repr(u8)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Placement {
+    /// The kernel driver's genalloc placement, address for address (public ABI §3 "How the
+    /// driver carves memory"; aws-neuron-driver `neuron_mempool.c` `mc_alloc_internal`):
+    /// page-granular first fit, aligned first fit above the page, the small-object pool with
+    /// fallback both ways, the contiguous scratchpad at fixed offsets below the main pool's
+    /// end, alignments above `INT_MAX` and sizes above `INT64_MAX` refused with `EINVAL`.
+    /// Every search is O(log blocks) ([`Policy::FirstFit`]).
+    #[default]
+    Genalloc = 0,
+    /// The TLSF good-fit carve ([`Policy::GoodFit`]): O(1)-class work, addresses that differ
+    /// from the driver's, and this simulator's earlier routing (a request above
+    /// [`SMALL_OBJECT_MAX`] never falls back to the small-object pool; the contiguous
+    /// scratchpad is placed like any request).
+    Tlsf = 1,
+}
+
+impl Placement {
+    /// Parses `genalloc` or `tlsf`, ignoring ASCII case.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            t if t.eq_ignore_ascii_case("genalloc") => Some(Placement::Genalloc),
+            t if t.eq_ignore_ascii_case("tlsf") => Some(Placement::Tlsf),
+            _ => None,
+        }
+    }
+
+    /// The carve policy of the HBM pools.
+    const fn policy(self) -> Policy {
+        match self {
+            Placement::Genalloc => Policy::FirstFit,
+            Placement::Tlsf => Policy::GoodFit,
+        }
+    }
+}
+
 /// How to build a [`SimDevice`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -228,6 +278,9 @@ pub struct SimConfig {
     /// need a real backing; the 16 MiB carve-out stays, the small pool becomes a quarter of
     /// the channel.
     pub channel_size_override: Option<u64>,
+    /// HBM placement: the driver's ([`Placement::Genalloc`], the default) or the fast TLSF
+    /// carve.
+    pub placement: Placement,
 }
 
 impl SimConfig {
@@ -240,6 +293,7 @@ impl SimConfig {
             host_dma_capacity: DEFAULT_HOST_DMA_CAPACITY,
             feature_flags: None,
             channel_size_override: None,
+            placement: Placement::Genalloc,
         }
     }
 
@@ -277,6 +331,8 @@ enum Pool {
     Main(u32),
     Small(u32),
     Host,
+    /// A contiguous-scratchpad block of HBM `c`'s main pool (genalloc placement).
+    Scratch(u32),
 }
 
 impl Pool {
@@ -285,6 +341,7 @@ impl Pool {
             Pool::Main(c) => c,
             Pool::Small(c) => MAX_HBM_CHANNELS + c,
             Pool::Host => POOL_HOST,
+            Pool::Scratch(c) => POOL_HOST + 1 + c,
         }
     }
     const fn from_code(v: u32) -> Option<Self> {
@@ -294,6 +351,8 @@ impl Pool {
             Some(Pool::Small(v - MAX_HBM_CHANNELS))
         } else if v == POOL_HOST {
             Some(Pool::Host)
+        } else if v <= POOL_HOST + MAX_HBM_CHANNELS {
+            Some(Pool::Scratch(v - POOL_HOST - 1))
         } else {
             None
         }
@@ -305,6 +364,9 @@ struct DeviceState {
     main: [Carve<MAIN_NODES>; MAX_HBM_CHANNELS as usize],
     small: [Carve<SMALL_NODES>; MAX_HBM_CHANNELS as usize],
     host: Carve<HOST_NODES>,
+    /// Bytes of contiguous scratchpad carved below each main pool's end (the driver's
+    /// `mempool.scratchpad_size`).
+    scratchpad: [u64; MAX_HBM_CHANNELS as usize],
     backing: *mut u8,
     backing_len: u64,
     /// `memory_alloc` calls on this device since `init` (counted under the device lock, so
@@ -316,11 +378,73 @@ impl DeviceState {
     /// The live allocation `id` of `pool`, or `EINVAL`.
     fn lookup(&self, pool: Pool, id: CarveId) -> Result<CarveBlock, Errno> {
         match pool {
-            Pool::Main(c) => self.main[c as usize].lookup(id),
+            Pool::Main(c) | Pool::Scratch(c) => self.main[c as usize].lookup(id),
             Pool::Small(c) => self.small[c as usize].lookup(id),
             Pool::Host => self.host.lookup(id),
         }
         .map_err(|_| errno::EINVAL)
+    }
+}
+
+/// The driver's `mem_alloc_category_t` CONTIGUOUS_SCRATCHPAD_DEVICE (public ABI §3).
+const CATEGORY_CONTIGUOUS_SCRATCHPAD: u8 = 19;
+/// The driver refuses aligned requests above `INT_MAX` (`mc_alloc_internal`).
+const MAX_ALIGN: u64 = i32::MAX as u64;
+
+impl DeviceState {
+    /// The driver's HBM placement for a page-rounded request (aws-neuron-driver 2.24
+    /// `neuron_mempool.c` `mc_alloc_internal`; docs/PLACEMENT.md):
+    ///
+    /// 1. CONTIGUOUS_SCRATCHPAD_DEVICE: exactly `[end - scratchpad - size, end - scratchpad)`
+    ///    of the main pool, `end` its end (`get_offset_for_scratchpad_alloc` +
+    ///    `gen_pool_fixed_alloc`), no fallback; success grows the scratchpad by `size`.
+    /// 2. Otherwise the pool is the small-object region for `size <= SMALL_OBJECT_MAX`, else
+    ///    the main pool, and the other one is the fallback (`alt_pool`), tried when the first
+    ///    has no room.
+    /// 3. `align > PAGE_SIZE`: aligned first fit (`gen_pool_first_fit_align`, aligned on the
+    ///    absolute address), `EINVAL` above `INT_MAX`; else first fit (`gen_pool_first_fit`).
+    fn genalloc_place(
+        &mut self,
+        req: &AllocRequest,
+        size: u64,
+    ) -> Result<(Pool, Result<CarveBlock, CarveError>), Errno> {
+        let c = req.hbm_idx as usize;
+        if req.category == CATEGORY_CONTIGUOUS_SCRATCHPAD {
+            let main = &mut self.main[c];
+            let r = (main.base() + main.capacity())
+                .checked_sub(self.scratchpad[c])
+                .and_then(|end| end.checked_sub(size))
+                .filter(|&at| at >= main.base())
+                .ok_or(CarveError::OutOfSpace)
+                .and_then(|at| main.alloc_at(at, size));
+            if r.is_ok() {
+                self.scratchpad[c] += size;
+            }
+            return Ok((Pool::Scratch(c as u32), r));
+        }
+        let align = if req.align > PAGE_SIZE { req.align } else { 0 };
+        if align > MAX_ALIGN {
+            return Err(errno::EINVAL);
+        }
+        let small_first = size <= SMALL_OBJECT_MAX;
+        let mut r = Err(CarveError::OutOfSpace);
+        for small in [small_first, !small_first] {
+            r = if small {
+                self.small[c].alloc(size, align)
+            } else {
+                self.main[c].alloc(size, align)
+            };
+            let pool = if small {
+                Pool::Small(c as u32)
+            } else {
+                Pool::Main(c as u32)
+            };
+            match r {
+                Err(CarveError::OutOfSpace | CarveError::NodesExhausted) => continue,
+                _ => return Ok((pool, r)),
+            }
+        }
+        Ok((Pool::Main(c as u32), r))
     }
 }
 
@@ -338,6 +462,8 @@ pub struct SimDevice {
     channels: u32,
     channel_size: u64,
     host_capacity: u64,
+    /// [`Placement`] as its discriminant.
+    placement: u8,
     aligned_alloc: AtomicU32,
     feature_flags: AtomicU64,
     /// `memory_alloc` calls naming no attached device (the per-device counts are in
@@ -389,17 +515,20 @@ impl SimDevice {
             let st = slot.state.get_mut();
             for c in 0..info.hbm_channels {
                 let ch = c as u64 * cs;
+                let policy = cfg.placement.policy();
                 st.main[c as usize]
-                    .init(
+                    .init_with(
                         ch + FIRMWARE_CARVEOUT,
                         cs - FIRMWARE_CARVEOUT - small,
                         PAGE_SIZE,
+                        policy,
                     )
                     .map_err(carve_errno)?;
                 st.small[c as usize]
-                    .init(ch + cs - small, small, PAGE_SIZE)
+                    .init_with(ch + cs - small, small, PAGE_SIZE, policy)
                     .map_err(carve_errno)?;
             }
+            st.scratchpad = [0; MAX_HBM_CHANNELS as usize];
             st.host
                 .init(HOST_PA_BASE, host, PAGE_SIZE)
                 .map_err(carve_errno)?;
@@ -412,6 +541,7 @@ impl SimDevice {
         self.channels = info.hbm_channels;
         self.channel_size = cs;
         self.host_capacity = host;
+        self.placement = cfg.placement as u8;
         *self.aligned_alloc.get_mut() = u32::from(cfg.aligned_alloc);
         *self.feature_flags.get_mut() = cfg.feature_flags.unwrap_or(info.feature_flags);
         *self.stray_alloc_calls.get_mut() = 0;
@@ -433,6 +563,19 @@ impl SimDevice {
     /// The preset the simulator was initialised with (`None` before `init`).
     pub fn preset(&self) -> Option<Preset> {
         Preset::from_u8(self.preset)
+    }
+
+    /// The HBM placement the simulator was initialised with.
+    pub fn placement(&self) -> Placement {
+        if self.placement == Placement::Tlsf as u8 {
+            Placement::Tlsf
+        } else {
+            Placement::Genalloc
+        }
+    }
+
+    fn genalloc(&self) -> bool {
+        self.placement == Placement::Genalloc as u8
     }
 
     /// Bytes per HBM channel (after any override).
@@ -522,7 +665,7 @@ impl SimDevice {
         self.with_dev(dev, |st| {
             let b = st.lookup(pool, id)?;
             let (host, hbm_idx, small_pool) = match pool {
-                Pool::Main(c) => (false, c, false),
+                Pool::Main(c) | Pool::Scratch(c) => (false, c, false),
                 Pool::Small(c) => (false, c, true),
                 Pool::Host => (true, 0, false),
             };
@@ -559,6 +702,9 @@ impl SimDevice {
                 return Err(errno::EINVAL);
             }
         }
+        if self.genalloc() && req.size > i64::MAX as u64 {
+            return Err(errno::EINVAL); // `mc_alloc_internal`: size > INT64_MAX
+        }
         let category_fault = req.category < 64
             && self.fail_categories.load(Ordering::Acquire) >> req.category & 1 != 0;
         if fire || category_fault {
@@ -588,6 +734,8 @@ impl SimDevice {
             let size = self.check_alloc(req, fire)?;
             let (pool, r) = if req.host {
                 (Pool::Host, st.host.alloc(size, 0))
+            } else if self.genalloc() {
+                st.genalloc_place(req, size)?
             } else {
                 let c = req.hbm_idx;
                 let small = if size <= SMALL_OBJECT_MAX {
@@ -623,7 +771,7 @@ impl SimDevice {
                             st.host.stats().into()
                         } else {
                             let c = req.hbm_idx as usize;
-                            hbm_stats(&st.main[c], &st.small[c], req.align)
+                            hbm_stats(&st.main[c], &st.small[c], req.align, self.genalloc())
                         };
                         self.oom_log(dev, req, size, stats);
                     }
@@ -672,7 +820,7 @@ impl SimDevice {
         }
         let pool = Pool::from_code(field(H_POOL_SHIFT, H_GEN_SHIFT - H_POOL_SHIFT))
             .ok_or(errno::EINVAL)?;
-        if let Pool::Main(c) | Pool::Small(c) = pool {
+        if let Pool::Main(c) | Pool::Small(c) | Pool::Scratch(c) = pool {
             if c >= self.channels {
                 return Err(errno::EINVAL);
             }
@@ -742,11 +890,18 @@ const fn small_region(channel_size: u64) -> u64 {
 }
 
 /// One HBM's figures from its main pool and its small-object region, with the largest
-/// blocks measured for requests aligned to `align` (0 = the page). `largest_free` is the main
-/// pool's alone: a request above [`SMALL_OBJECT_MAX`] never reaches the small-object region
-/// (public ABI §3), whose figures are reported apart. Each region's fragmentation is measured
-/// against its own largest (unaligned) block.
-fn hbm_stats(main: &Carve<MAIN_NODES>, small: &Carve<SMALL_NODES>, align: u64) -> PoolStats {
+/// blocks measured for requests aligned to `align` (0 = the page). `largest_free` is the
+/// largest request above [`SMALL_OBJECT_MAX`] that succeeds: the main pool's block, or the
+/// larger of both regions' when such a request falls back to the small-object region
+/// (`big_falls_back`, the driver's `alt_pool`, docs/PLACEMENT.md). The small-object region's
+/// own figures are reported apart. Each region's fragmentation is measured against its own
+/// largest (unaligned) block.
+fn hbm_stats(
+    main: &Carve<MAIN_NODES>,
+    small: &Carve<SMALL_NODES>,
+    align: u64,
+    big_falls_back: bool,
+) -> PoolStats {
     let (m, s) = (main.stats(), small.stats());
     let (largest_main, largest_small) = if align <= PAGE_SIZE {
         (m.largest_free, s.largest_free)
@@ -756,7 +911,11 @@ fn hbm_stats(main: &Carve<MAIN_NODES>, small: &Carve<SMALL_NODES>, align: u64) -
     PoolStats {
         capacity: m.capacity + s.capacity,
         free: m.free + s.free,
-        largest_free: largest_main,
+        largest_free: if big_falls_back {
+            largest_main.max(largest_small)
+        } else {
+            largest_main
+        },
         allocations: m.live_allocations + s.live_allocations,
         fragmented_free: (m.free - m.largest_free) + (s.free - s.largest_free),
         small_object_free: s.free,
@@ -802,6 +961,22 @@ impl Driver for SimDevice {
                 Pool::Main(c) => st.main[c as usize].free(id),
                 Pool::Small(c) => st.small[c as usize].free(id),
                 Pool::Host => st.host.free(id),
+                Pool::Scratch(c) => {
+                    let b = st.main[c as usize].free(id).map_err(|_| errno::EINVAL)?;
+                    let sp = &mut st.scratchpad[c as usize];
+                    let bottom = st.main[c as usize].base() + st.main[c as usize].capacity() - *sp;
+                    if b.addr != bottom {
+                        // The driver logs and carries on (`mc_free`): the scratchpad shrinks
+                        // by this block all the same.
+                        warn!(
+                            "nd{}: contiguous scratchpad: freeing page with pa {:#x}, expected \
+                             page with pa {:#x} to be freed first",
+                            dev, b.addr, bottom
+                        );
+                    }
+                    *sp = sp.saturating_sub(b.size);
+                    Ok(b)
+                }
             }
             .map(|_| ())
             .map_err(|_| errno::EINVAL)
@@ -854,7 +1029,7 @@ impl Driver for SimDevice {
                 st.host.stats().into()
             } else {
                 let c = hbm_idx as usize;
-                hbm_stats(&st.main[c], &st.small[c], 0)
+                hbm_stats(&st.main[c], &st.small[c], 0, self.genalloc())
             })
         })
     }
@@ -871,7 +1046,7 @@ impl Driver for SimDevice {
         }
         self.with_dev(dev, |st| {
             let c = hbm_idx as usize;
-            Ok(hbm_stats(&st.main[c], &st.small[c], align))
+            Ok(hbm_stats(&st.main[c], &st.small[c], align, self.genalloc()))
         })
     }
 }
@@ -956,6 +1131,15 @@ mod tests {
         let s = d.pool_stats(0, false, 0).unwrap();
         assert_eq!(s.fragmented_free, 1 << 30, "{s:?}");
         assert!(s.fragmentation_permille() > 0);
+    }
+
+    /// The footprint the module docs and docs/PLACEMENT.md state: no page-sized state, 48 B
+    /// per node.
+    #[test]
+    fn the_simulator_footprint_is_as_documented() {
+        let n = core::mem::size_of::<SimDevice>();
+        std::eprintln!("size_of::<SimDevice>() = {n}");
+        assert!((220_000_000..232_000_000).contains(&n), "{n}");
     }
 
     #[test]
@@ -1194,12 +1378,16 @@ mod tests {
         }
     }
 
-    /// Issue 21's trn2 report: after a big tensor the main pool keeps 512 MiB and the 1 GiB
-    /// small-object region is untouched; the largest free block is 512 MiB (not 1 GiB), and a
-    /// 768 MiB request fails as that says.
+    /// Issue 21's trn2 report, under the TLSF placement (whose routing never sends a request
+    /// above 512 KiB to the small-object region): after a big tensor the main pool keeps
+    /// 512 MiB and the 1 GiB small-object region is untouched; the largest free block is
+    /// 512 MiB (not 1 GiB), and a 768 MiB request fails as that says.
     #[test]
     fn a_full_main_pool_does_not_borrow_the_small_object_regions_figure() {
-        let s = sim(SimConfig::new(Preset::Trn2, 1));
+        let s = sim(SimConfig {
+            placement: Placement::Tlsf,
+            ..SimConfig::new(Preset::Trn2, 1)
+        });
         let st = s.pool_stats(0, false, 0).unwrap();
         let h = s
             .memory_alloc(0, &req(st.largest_free - 512 * MIB))
@@ -1226,6 +1414,105 @@ mod tests {
         assert_largest_is_exact(&s, 0, 1 << 30);
         assert_eq!(s.hbm_stats_aligned(0, 0, 3), Err(errno::EINVAL));
         assert_eq!(s.hbm_stats_aligned(0, 4, 0), Err(errno::EINVAL));
+    }
+
+    /// The same state under the driver's placement: a request above 512 KiB falls back to
+    /// the small-object region (`mc_alloc_internal`'s `alt_pool`), so the 768 MiB request
+    /// succeeds there and the largest free block says 1 GiB; the stats agree with it.
+    #[test]
+    fn under_genalloc_a_large_request_falls_back_to_the_small_object_region() {
+        let s = sim(SimConfig::new(Preset::Trn2, 1));
+        assert_eq!(s.placement(), Placement::Genalloc);
+        let st = s.pool_stats(0, false, 0).unwrap();
+        s.memory_alloc(0, &req(st.largest_free - 512 * MIB))
+            .unwrap();
+        let st = s.pool_stats(0, false, 0).unwrap();
+        assert_eq!((st.free, st.largest_free), (512 * MIB + GIB, GIB));
+        assert_largest_is_exact(&s, 0, 0);
+        let h = s.memory_alloc(0, &req(768 * MIB)).unwrap();
+        let i = s.memory_info(0, h).unwrap();
+        assert!(i.small_pool);
+        assert_eq!(i.pa, 23 * GIB, "the small-object region's first page");
+        assert_eq!(s.pool_stats(0, false, 0).unwrap().largest_free, 512 * MIB);
+        assert_largest_is_exact(&s, 0, 0);
+        assert_largest_is_exact(&s, 0, 1 << 21);
+    }
+
+    /// Driver-exact refusals: alignments above `INT_MAX` and sizes above `INT64_MAX` are
+    /// `EINVAL` under genalloc (`mc_alloc_internal`), `ENOMEM` / honoured under TLSF.
+    #[test]
+    fn genalloc_refuses_what_the_driver_refuses() {
+        let g = sim(SimConfig::new(Preset::Trn2, 1));
+        let t = sim(SimConfig {
+            placement: Placement::Tlsf,
+            ..SimConfig::new(Preset::Trn2, 1)
+        });
+        assert_eq!(
+            g.memory_alloc(0, &req(MIB).align(1 << 31)),
+            Err(errno::EINVAL)
+        );
+        assert!(g.memory_alloc(0, &req(MIB).align(1 << 30)).is_ok());
+        assert!(t.memory_alloc(0, &req(MIB).align(1 << 31)).is_ok());
+        assert_eq!(g.memory_alloc(0, &req(1 << 63)), Err(errno::EINVAL));
+        assert_eq!(t.memory_alloc(0, &req(1 << 63)), Err(errno::ENOMEM));
+        assert_eq!(g.memory_alloc(0, &req(i64::MAX as u64)), Err(errno::ENOMEM));
+        // an alignment at or below the page is a plain request
+        let a = g
+            .memory_alloc(0, &req(SMALL_OBJECT_MAX + 1).align(PAGE_SIZE))
+            .unwrap();
+        assert_eq!(g.memory_get_pa(0, a), Ok(FIRMWARE_CARVEOUT));
+    }
+
+    /// The contiguous scratchpad under genalloc: fixed blocks growing down from the main
+    /// pool's end, each adjacent to the last, no fallback, and the driver's bookkeeping on
+    /// free (`get_offset_for_scratchpad_alloc`, `mc_free`).
+    #[test]
+    fn contiguous_scratchpad_grows_down_from_the_main_pools_end() {
+        let s = sim(SimConfig::scaled_down(Preset::Trn2, 1));
+        let main_end = 64 * MIB - 16 * MIB; // channel 0: 16 MiB small region at the top
+        let sp = |n| req(n).cat(CATEGORY_CONTIGUOUS_SCRATCHPAD);
+        let a = s.memory_alloc(0, &sp(4 * MIB)).unwrap();
+        let b = s.memory_alloc(0, &sp(2 * MIB)).unwrap();
+        assert_eq!(s.memory_get_pa(0, a), Ok(main_end - 4 * MIB));
+        assert_eq!(s.memory_get_pa(0, b), Ok(main_end - 6 * MIB));
+        assert!(!s.memory_info(0, a).unwrap().small_pool);
+        // an ordinary block right below the scratchpad: the next page is taken
+        let fill = s
+            .memory_alloc(0, &req(main_end - 6 * MIB - FIRMWARE_CARVEOUT))
+            .unwrap();
+        assert_eq!(s.memory_alloc(0, &sp(PAGE_SIZE)), Err(errno::ENOMEM));
+        s.memory_free(0, fill).unwrap();
+        // freed from the bottom, the scratchpad shrinks and its next page goes back there
+        s.memory_free(0, b).unwrap();
+        let c = s.memory_alloc(0, &sp(MIB)).unwrap();
+        assert_eq!(s.memory_get_pa(0, c), Ok(main_end - 5 * MIB));
+        // freed out of order (the driver logs it): the scratchpad size drops by 4 MiB to
+        // 1 MiB, so the next block goes at 2 MiB below the end, inside the freed range ...
+        s.memory_free(0, a).unwrap();
+        let d = s.memory_alloc(0, &sp(MIB)).unwrap();
+        assert_eq!(s.memory_get_pa(0, d), Ok(main_end - 2 * MIB));
+        // ... and one whose fixed range covers the live `c` is refused
+        assert_eq!(s.memory_alloc(0, &sp(4 * MIB)), Err(errno::ENOMEM));
+        s.memory_free(0, c).unwrap();
+        s.memory_free(0, d).unwrap();
+        let e = s.memory_alloc(0, &sp(MIB)).unwrap();
+        assert_eq!(
+            s.memory_get_pa(0, e),
+            Ok(main_end - MIB),
+            "all freed: back at the end"
+        );
+        // the whole main pool, and no byte more
+        s.memory_free(0, e).unwrap();
+        assert_eq!(
+            s.memory_alloc(0, &sp(main_end - FIRMWARE_CARVEOUT + PAGE_SIZE)),
+            Err(errno::ENOMEM)
+        );
+        let all = s
+            .memory_alloc(0, &sp(main_end - FIRMWARE_CARVEOUT))
+            .unwrap();
+        assert_eq!(s.memory_get_pa(0, all), Ok(FIRMWARE_CARVEOUT));
+        s.memory_free(0, all).unwrap();
+        assert_eq!(s.pool_stats(0, false, 0).unwrap().allocations, 0);
     }
 
     #[derive(Clone, Debug)]
@@ -1323,8 +1610,9 @@ mod tests {
         // and memory comes back
         s.memory_free(0, hs[3]).unwrap();
         assert!(s.memory_alloc(0, &req(SMALL_OBJECT_MAX)).is_ok());
-        // a request larger than any pool
-        assert_eq!(s.memory_alloc(0, &req(u64::MAX)), Err(errno::ENOMEM));
+        // a request larger than any pool (above INT64_MAX the driver says EINVAL)
+        assert_eq!(s.memory_alloc(0, &req(u64::MAX)), Err(errno::EINVAL));
+        assert_eq!(s.memory_alloc(0, &req(u64::MAX >> 1)), Err(errno::ENOMEM));
         assert_eq!(s.memory_alloc(0, &req(1 << 40)), Err(errno::ENOMEM));
         // host pool exhaustion
         assert!(s.memory_alloc(0, &host_req(32 * MIB)).is_ok());
