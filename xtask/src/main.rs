@@ -176,7 +176,7 @@ fn usage() -> &'static str {
      firmware [--report|--json|--ci]  the no_std image: build, run, footprint targets\n  \
      bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
-     loom     loom models of the handle counter, drain and ext-isa staging"
+     loom     loom models of the handle counter, handle pin vs free, drain and ext-isa staging"
 }
 
 fn main() -> ExitCode {
