@@ -172,7 +172,9 @@ pub fn pin<G: GenWord, R: RefWord>(gen: &G, refs: &R, want: u32) -> bool {
 /// its lock); a handle is resolved with [`pin`].
 #[inline]
 pub fn add_pin_if_owned<R: RefWord>(refs: &R) -> bool {
-    let mut w = refs.get();
+    // First try as if the object had one owner and no pins (the common case): no load
+    // before the compare-exchange, which returns the real value when the guess is wrong.
+    let mut w = 1;
     loop {
         if w & OWNERS == 0 {
             return false;
@@ -206,7 +208,8 @@ pub enum Dropped {
 /// one of racing frees of the last owner gets [`Dropped::Last`].
 #[inline]
 pub fn drop_owner<R: RefWord>(refs: &R) -> Dropped {
-    let mut w = refs.get();
+    // First try the common case, one owner and the caller's pin, without a load first.
+    let mut w = 1 + PIN;
     loop {
         if w & OWNERS == 0 {
             return Dropped::NoOwner;
