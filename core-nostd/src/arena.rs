@@ -568,6 +568,50 @@ mod tests {
     }
 
     #[test]
+    fn alloc_handle_zeroes_all_but_the_resolver_words() {
+        use crate::abi::dmem_t;
+        // One slot, so the second allocation is the first one's slot again.
+        // SAFETY: Arena<dmem_t, 1> is ZeroValid.
+        let a = unsafe { Box::<Arena<dmem_t, 1>>::new_zeroed().assume_init() };
+        let (p, i) = a.alloc_handle("d", false).unwrap();
+        let p = p.as_ptr();
+        // SAFETY: a slot of `a`.
+        let (gen, refs) = unsafe { a.words(p) };
+        gen.store(0x1234_5677, Ordering::Relaxed);
+        refs.store(0xdead_beef_0000_0000, Ordering::Relaxed);
+        // SAFETY: the slot is ours; every byte but the two words is plain data.
+        unsafe {
+            let b = p as *mut u8;
+            for off in (0..core::mem::size_of::<dmem_t>()).filter(|o| {
+                !(<dmem_t as Generational>::GEN..<dmem_t as Generational>::GEN + 4).contains(o)
+                    && !(<dmem_t as Generational>::REFS..<dmem_t as Generational>::REFS + 8)
+                        .contains(o)
+            }) {
+                b.add(off).write(0xa5);
+            }
+        }
+        a.cancel(p).unwrap();
+        let (q, j) = a.alloc_handle("d", false).unwrap();
+        assert_eq!((q.as_ptr(), j), (p, i), "the same slot again");
+        assert_eq!(gen.load(Ordering::Relaxed), 0x1234_5677, "generation kept");
+        assert_eq!(
+            refs.load(Ordering::Relaxed),
+            0xdead_beef_0000_0000,
+            "word kept"
+        );
+        // SAFETY: the slot is ours.
+        let bytes = unsafe {
+            core::slice::from_raw_parts(q.as_ptr() as *const u8, core::mem::size_of::<dmem_t>())
+        };
+        let nonzero = bytes.iter().filter(|b| **b != 0).count();
+        assert_eq!(
+            nonzero,
+            4 + 4,
+            "only the two words' own non-zero bytes remain"
+        );
+    }
+
+    #[test]
     fn every_slot_is_usable_whatever_the_quarantine_holds() {
         let a = arena::<8>();
         for round in 0..50 {
