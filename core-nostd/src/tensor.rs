@@ -3,13 +3,13 @@
 //!
 //! DEVICE tensors come from the logical core's GLOBAL allocator (usage TENSOR, default HBM
 //! channel) and outlive any model; HOST tensors are host DMA memory; VIRTUAL tensors are plain
-//! host memory from the integrator's [`HostMem`] provider. Tensor pointers handed to callers
-//! are validated (live arena slot + magic) before every use. Every public call passes the
+//! host memory from the integrator's [`HostMem`] provider. Callers name tensors by
+//! [`TensorHandle`]s, resolved and pinned for the length of each call ([`crate::handle`]); a
+//! stale, forged or foreign one is `Error::InvalidHandle`. Every public call passes the
 //! state gate (spec §7.2, `Nrt::enter`): `Closed` / `Uninitialized` outside an initialised
 //! runtime, and a `close` waits for the calls already in flight (spec §12).
-// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
-// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
-// stale or foreign pointer is an error, not undefined behaviour.
+// The module's internal functions take the pointer of a pinned (or owned) tensor; the public
+// ones take handles.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::c_void;

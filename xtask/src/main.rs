@@ -79,7 +79,7 @@ fn ci() -> DynResult {
 }
 
 /// `cargo xtask loom`: the loom models of the core's concurrency protocols (handle counter,
-/// remove-then-drain, ext-isa stage-once), built with `--cfg loom` in their own target dir so
+/// handle pin vs free, remove-then-drain, ext-isa stage-once), built with `--cfg loom` in their own target dir so
 /// the normal build is not invalidated.
 fn loom() -> DynResult {
     run("loom models (nrt-core --cfg loom)", {
