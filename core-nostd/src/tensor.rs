@@ -443,8 +443,9 @@ impl<'a> Nrt<'a> {
                 unsafe { self.tensor_finalize(t, host) };
                 Ok(())
             }
-            // A tensor has one owner: a racing free took it.
-            Dropped::Shared | Dropped::NoOwner => Err(Error::stale(HandleKind::Tensor)),
+            // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
+            Dropped::Shared => Ok(()),
+            Dropped::NoOwner => Err(Error::stale(HandleKind::Tensor)),
         }
     }
 
@@ -456,8 +457,10 @@ impl<'a> Nrt<'a> {
         let refs = unsafe { self.st.tensors.words(t).1 };
         match handle::drop_owner(refs) {
             Dropped::Last => handle::wait_drained(refs, 0, relax),
+            // A tensor has one owner, so never Shared.
+            Dropped::Shared => return Ok(()),
             // A racing free took it.
-            Dropped::Shared | Dropped::NoOwner => {
+            Dropped::NoOwner => {
                 return Err(Error::InvalidArgument(
                     "not a live tensor (freed, foreign or corrupt pointer)",
                 ))
