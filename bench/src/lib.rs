@@ -805,7 +805,7 @@ pub fn dmem_path_vs_carve(quick: bool) -> Option<PathComparison> {
         let channel = Preset::Trn2.device_info().hbm_channel_size;
         let mut carve = Carve::<{ nrt_core::sim::MAIN_NODES }>::new_boxed();
         carve.init(0, channel - FIRMWARE_CARVEOUT, 4096).ok()?;
-        let mut dm: Vec<nrt_core::dmem::Dmem> = vec![std::ptr::null_mut(); slots];
+        let mut dm: Vec<Option<nrt_core::DmemHandle>> = vec![None; slots];
         let mut ids: Vec<Option<CarveId>> = vec![None; slots];
         let (mut t_dmem, mut t_carve) = (Vec::new(), Vec::new());
         for _ in 0..reps {
@@ -813,23 +813,25 @@ pub fn dmem_path_vs_carve(quick: bool) -> Option<PathComparison> {
             for op in &trace {
                 match *op {
                     PathOp::Alloc { slot, size } => {
-                        dm[slot] = n
-                            .dmem_alloc(
+                        dm[slot] = Some(
+                            n.dmem_alloc(
                                 al,
                                 &AllocArgs::device(size, 0, DMA_MEM_USAGE_TYPE_TENSOR, "bench"),
                                 None,
                             )
-                            .ok()?;
+                            .ok()?,
+                        );
                     }
-                    PathOp::Free { slot } => n.dmem_free(dm[slot]).ok()?,
+                    PathOp::Free { slot } => n.dmem_free(dm[slot]?).ok()?,
                 }
             }
             t_dmem.push((thread_cpu_ns() - t0) as f64 / trace.len() as f64);
-            for m in dm.iter_mut().filter(|m| !m.is_null()) {
-                if n.dmem_is_live(*m) {
-                    n.dmem_free(*m).ok()?;
+            for m in dm.iter_mut() {
+                if let Some(h) = m.take() {
+                    if n.dmem_is_live(h) {
+                        n.dmem_free(h).ok()?;
+                    }
                 }
-                *m = std::ptr::null_mut();
             }
             let t0 = thread_cpu_ns();
             for op in &trace {

@@ -8,7 +8,7 @@
 
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::nrt_mutex_t;
@@ -117,6 +117,91 @@ pub struct ArenaStats {
     pub bytes: usize,
 }
 
+/// A slot type named by generation-checked handles ([`crate::handle`]): resolvers on other
+/// threads read its generation and reference words at any time, atomically and without a
+/// pin, so the arena's allocation must never write those bytes non-atomically
+/// ([`Arena::alloc_handle`] zeroes the rest of the slot and leaves them alone).
+///
+/// # Safety
+/// `GEN` is the offset of a `u32` (4-aligned) and `REFS` the offset of an `AtomicU64` inside
+/// `T`, both in bounds and not overlapping, and every access to either, by anyone, is atomic.
+pub unsafe trait Generational: ZeroValid {
+    /// Offset of the generation word.
+    const GEN: usize;
+    /// Offset of the reference word.
+    const REFS: usize;
+}
+
+// SAFETY: `generation` is a u32 at offset 68 and `ref_count` an AtomicU64 at 128 (pinned by
+// the layout asserts of `abi::types`); the core reaches `generation` only through
+// `Arena::words` (atomically) and `ref_count` only as the atomic it is.
+unsafe impl Generational for crate::abi::dmem_t {
+    const GEN: usize = core::mem::offset_of!(crate::abi::dmem_t, generation);
+    const REFS: usize = core::mem::offset_of!(crate::abi::dmem_t, ref_count);
+}
+
+// SAFETY: as for `dmem_t`: `generation` u32 @44, `ref_count` AtomicU64 @64, reached only
+// atomically.
+unsafe impl Generational for crate::abi::nrt_tensor_t {
+    const GEN: usize = core::mem::offset_of!(crate::abi::nrt_tensor_t, generation);
+    const REFS: usize = core::mem::offset_of!(crate::abi::nrt_tensor_t, ref_count);
+}
+
+impl<T: Generational, const N: usize> Arena<T, N> {
+    /// The generation and reference words of slot `p` (a slot of this arena, live or not).
+    ///
+    /// # Safety
+    /// `p` points at a slot of this arena (as `index_of` or `slot` confirm).
+    #[inline]
+    pub(crate) unsafe fn words(&self, p: *const T) -> (&AtomicU32, &AtomicU64) {
+        // SAFETY: per the trait contract both offsets are in bounds and aligned for their
+        // atomic types, and every access to those bytes is atomic, so viewing them as
+        // atomics is sound; the slot lives as long as the arena `self` borrows.
+        unsafe {
+            (
+                AtomicU32::from_ptr((p as *mut u8).add(T::GEN) as *mut u32),
+                &*((p as *const u8).add(T::REFS) as *const AtomicU64),
+            )
+        }
+    }
+
+    /// Like [`Arena::alloc_fresh_first`] (or [`Arena::alloc`] when `fresh_first` is false),
+    /// for handle-named slots: zeroes every byte of the slot except its generation and
+    /// reference words, which concurrent resolvers may be loading, and which are free-state
+    /// values already (an even generation, a zero word). Returns the slot and its index.
+    pub fn alloc_handle(
+        &self,
+        name: &'static str,
+        fresh_first: bool,
+    ) -> Result<(NonNull<T>, u32), ArenaFull> {
+        let (p, idx) = self.take_slot(name, fresh_first)?;
+        let base = p as *mut u8;
+        let (lo, hi) = if T::GEN < T::REFS {
+            ((T::GEN, 4), (T::REFS, 8))
+        } else {
+            ((T::REFS, 8), (T::GEN, 4))
+        };
+        // SAFETY: the slot is not live (it was free or fresh), so nobody else references its
+        // other bytes; the three spans are in bounds (trait contract) and skip exactly the
+        // two atomic words; zero bytes there are valid (T: ZeroValid).
+        unsafe {
+            core::ptr::write_bytes(base, 0, lo.0);
+            core::ptr::write_bytes(base.add(lo.0 + lo.1), 0, hi.0 - (lo.0 + lo.1));
+            let end = hi.0 + hi.1;
+            core::ptr::write_bytes(base.add(end), 0, core::mem::size_of::<T>() - end);
+        }
+        self.live[idx].store(1, Ordering::Release);
+        // SAFETY: UnsafeCell::get never returns null.
+        Ok((unsafe { NonNull::new_unchecked(p) }, idx as u32))
+    }
+
+    /// The slot at `index` (live or not), or `None` past the arena.
+    #[inline]
+    pub(crate) fn slot(&self, index: u32) -> Option<*mut T> {
+        self.slots.get(index as usize).map(|s| s.get())
+    }
+}
+
 impl<T: ZeroValid, const N: usize> Arena<T, N> {
     /// Bytes one arena occupies (for footprint reports).
     pub const BYTES: usize = core::mem::size_of::<Self>();
@@ -133,6 +218,23 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
     }
 
     fn alloc_impl(&self, name: &'static str, fresh_first: bool) -> Result<NonNull<T>, ArenaFull> {
+        let (p, idx) = self.take_slot(name, fresh_first)?;
+        // SAFETY: the slot is not live (it was free or fresh), so nobody else references it;
+        // zero bytes are a valid T (T: ZeroValid).
+        unsafe { core::ptr::write_bytes(p, 0, 1) };
+        // Published after the zeroing: whoever sees it live sees a zeroed slot.
+        self.live[idx].store(1, Ordering::Release);
+        // SAFETY: UnsafeCell::get never returns null.
+        Ok(unsafe { NonNull::new_unchecked(p) })
+    }
+
+    /// Takes a free slot off the books (not yet zeroed, not yet marked live).
+    #[inline]
+    fn take_slot(
+        &self,
+        name: &'static str,
+        fresh_first: bool,
+    ) -> Result<(*mut T, usize), ArenaFull> {
         let _g = self.lock.lock();
         // SAFETY: the counters and stacks are only touched with `lock` held.
         let (bump, fresh_start, top, live_count, q_head, q_len) = unsafe {
@@ -184,14 +286,7 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
                 *raiser = idx as u32 + 1;
             }
         }
-        let p = self.slots[idx].get();
-        // SAFETY: the slot is not live (it was free or fresh), so nobody else references it;
-        // zero bytes are a valid T (T: ZeroValid).
-        unsafe { core::ptr::write_bytes(p, 0, 1) };
-        // Published after the zeroing: whoever sees it live sees a zeroed slot.
-        self.live[idx].store(1, Ordering::Release);
-        // SAFETY: UnsafeCell::get never returns null.
-        Ok(unsafe { NonNull::new_unchecked(p) })
+        Ok((self.slots[idx].get(), idx))
     }
 
     /// The slot index of `p`, when it points at a slot of this arena (live or not).
@@ -470,6 +565,50 @@ mod tests {
         assert_eq!(a.cancel(kept), Ok(()));
         assert_eq!(a.cancel(kept), Err(ReleaseError::NotLive));
         assert_eq!(a.cancel(&5u64), Err(ReleaseError::Foreign));
+    }
+
+    #[test]
+    fn alloc_handle_zeroes_all_but_the_resolver_words() {
+        use crate::abi::dmem_t;
+        // One slot, so the second allocation is the first one's slot again.
+        // SAFETY: Arena<dmem_t, 1> is ZeroValid.
+        let a = unsafe { Box::<Arena<dmem_t, 1>>::new_zeroed().assume_init() };
+        let (p, i) = a.alloc_handle("d", false).unwrap();
+        let p = p.as_ptr();
+        // SAFETY: a slot of `a`.
+        let (gen, refs) = unsafe { a.words(p) };
+        gen.store(0x1234_5677, Ordering::Relaxed);
+        refs.store(0xdead_beef_0000_0000, Ordering::Relaxed);
+        // SAFETY: the slot is ours; every byte but the two words is plain data.
+        unsafe {
+            let b = p as *mut u8;
+            for off in (0..core::mem::size_of::<dmem_t>()).filter(|o| {
+                !(<dmem_t as Generational>::GEN..<dmem_t as Generational>::GEN + 4).contains(o)
+                    && !(<dmem_t as Generational>::REFS..<dmem_t as Generational>::REFS + 8)
+                        .contains(o)
+            }) {
+                b.add(off).write(0xa5);
+            }
+        }
+        a.cancel(p).unwrap();
+        let (q, j) = a.alloc_handle("d", false).unwrap();
+        assert_eq!((q.as_ptr(), j), (p, i), "the same slot again");
+        assert_eq!(gen.load(Ordering::Relaxed), 0x1234_5677, "generation kept");
+        assert_eq!(
+            refs.load(Ordering::Relaxed),
+            0xdead_beef_0000_0000,
+            "word kept"
+        );
+        // SAFETY: the slot is ours.
+        let bytes = unsafe {
+            core::slice::from_raw_parts(q.as_ptr() as *const u8, core::mem::size_of::<dmem_t>())
+        };
+        let nonzero = bytes.iter().filter(|b| **b != 0).count();
+        assert_eq!(
+            nonzero,
+            4 + 4,
+            "only the two words' own non-zero bytes remain"
+        );
     }
 
     #[test]

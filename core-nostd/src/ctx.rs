@@ -184,6 +184,9 @@ pub struct CoreState {
     pub(crate) vc: UnsafeCell<VcoreTable>,
     pub(crate) settings: UnsafeCell<Settings>,
     pub(crate) state: AtomicU32,
+    /// This runtime's epoch ([`crate::handle`]): a process-unique value taken at each `init`,
+    /// 0 while not initialised. Every handle carries the epoch it was made in.
+    pub(crate) epoch: AtomicU32,
     /// The in-flight gate word ([`Nrt::enter`], `sync::gate_enter`): calls past the gate,
     /// plus `sync::GATE_CLOSED` once `close` shut it; `close` waits for the count to drain.
     pub(crate) active_calls: AtomicU32,
@@ -409,6 +412,27 @@ impl<'a> Nrt<'a> {
         unsafe { *self.st.settings.get() }
     }
 
+    /// The runtime's epoch (0 while not initialised).
+    #[inline]
+    pub(crate) fn epoch(&self) -> u32 {
+        self.st.epoch.load(Ordering::Acquire)
+    }
+
+    /// Refuses a handle made in another epoch (another runtime, or this one before `close`
+    /// or re-`init`).
+    #[inline]
+    pub(crate) fn check_epoch(
+        &self,
+        h: crate::handle::Raw,
+        kind: crate::handle::HandleKind,
+    ) -> Result<()> {
+        let e = self.epoch();
+        if e == 0 || h.epoch != e {
+            return Err(Error::foreign(kind));
+        }
+        Ok(())
+    }
+
     /// Lifecycle state (`STATE_*`).
     pub fn lifecycle(&self) -> u32 {
         self.st.state.load(Ordering::Acquire)
@@ -631,6 +655,10 @@ impl<'a> Nrt<'a> {
             unsafe { self.zero_tree() };
             return Err(e);
         }
+        // Handles of any earlier runtime in this block (or anywhere) never match this one.
+        self.st
+            .epoch
+            .store(crate::handle::next_epoch(), Ordering::Release);
         // Calls are let in when `_reopen` opens the gate.
         self.st.state.store(STATE_INIT, Ordering::Release);
         info!("nrt-core initialised: {} device(s)", n);
@@ -733,6 +761,8 @@ impl<'a> Nrt<'a> {
         // in-flight executions (drained in remove_model).
         self.st.state.store(STATE_CLOSED, Ordering::Release);
         gate_close(&self.st.active_calls, crate::sync::relax);
+        // No call is in flight: from here no handle of this runtime resolves again.
+        self.st.epoch.store(0, Ordering::Release);
         self.unload_all_models();
         self.free_all_tensors();
         for d in 0..self.attached_devices() {

@@ -20,6 +20,7 @@ use crate::cstr::{c_name, copy_c_name};
 use crate::ctx::Nrt;
 use crate::driver::{errno, AllocRequest};
 use crate::error::{Error, Result};
+use crate::handle::{self, DmemHandle, Dropped, HandleKind};
 
 /// `DMEM_ACTION_*` of `dml_add_entry`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -76,10 +77,55 @@ impl<'h> AllocArgs<'h> {
     }
 }
 
-/// A `dmem_t` pointer. Copyable; validity is checked by the allocator on free.
+/// A `dmem_t` pointer: the core's own name for a dmem, and the [`crate::raw`] API's. The
+/// safe API names dmems by [`DmemHandle`].
 pub type Dmem = *mut dmem_t;
 
-impl Nrt<'_> {
+/// What [`Nrt::dmem_info`] reports of a live dmem: the fields fixed at allocation, copied
+/// out under a pin (so they are never read from a slot someone else reuses).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DmemInfo {
+    /// Bytes requested.
+    pub size: u64,
+    /// Alignment requested (0 = none).
+    pub align: u64,
+    /// Device physical address of the driver block (`_pa`).
+    pub pa: u64,
+    /// The aligned-alloc emulation's offset into the block (0 when the driver aligned).
+    pub align_offset: u64,
+    /// Bytes booked in the ledger (`size + align_offset`).
+    pub allocated_size: u64,
+    /// The driver's handle of the block.
+    pub mem_handle: u64,
+    /// Raw `dma_mem_location_t`.
+    pub mem_type: u32,
+    /// Raw `dma_mem_usage_type_t`.
+    pub mem_usage_type: u32,
+    /// HBM channel.
+    pub tdram_channel: u32,
+    /// Device.
+    pub device_id: u32,
+    /// Physical core on the device.
+    pub nc_id: u32,
+    /// Owners right now (libnrt's `ref_count`).
+    pub ref_count: u32,
+}
+
+/// A pinned dmem ([`Nrt::dmem_pin`]): the object stays whole until this drops.
+pub(crate) struct DmemPin<'a> {
+    pub(crate) m: Dmem,
+    refs: &'a core::sync::atomic::AtomicU64,
+}
+
+impl Drop for DmemPin<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        handle::unpin(self.refs);
+    }
+}
+
+impl<'a> Nrt<'a> {
     // The public dmem API: each call passes the state gate ([`Nrt::enter`]), so it fails with
     // `Closed` instead of racing `close`'s teardown of the allocators and arenas.
 
@@ -154,44 +200,149 @@ impl Nrt<'_> {
         al: *mut dmem_allocator_t,
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
-    ) -> Result<Dmem> {
+    ) -> Result<DmemHandle> {
         let _call = self.enter()?;
-        self.dmem_alloc_inner(al, a, ref_list)
+        let m = self.dmem_alloc_inner(al, a, ref_list)?;
+        Ok(self.dmem_handle_of_owned(m))
     }
 
-    /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem.
+    /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem (each owner
+    /// frees it once with [`Self::dmem_free`]).
     ///
-    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_acquire_reference(&self, m: Dmem) -> Result<()> {
+    /// A stale, forged or foreign handle is [`Error::InvalidHandle`]. Fails with
+    /// [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_acquire_reference(&self, h: DmemHandle) -> Result<()> {
         let _call = self.enter()?;
-        self.dmem_acquire_reference_inner(m)
+        let p = self.dmem_pin(h)?;
+        // SAFETY: `p.m` is pinned: a slot of the dmem arena that stays whole.
+        let (_, refs) = unsafe { self.st.dmems.words(p.m) };
+        if handle::add_owner(refs) {
+            Ok(())
+        } else {
+            Err(Error::stale(HandleKind::Dmem))
+        }
     }
 
-    /// `dmem_free` (spec §3.2): drops one reference; the last one unmaps and frees the driver
-    /// memory, books the free in the ledger, unlinks from the allocator and releases the node.
-    /// A dmem that is not live is [`Error::DoubleFree`], never undefined behaviour.
+    /// `dmem_free` (spec §3.2): drops one owner; the last one unmaps and frees the driver
+    /// memory, books the free in the ledger, unlinks from the allocator and releases the node
+    /// (after any call using the dmem on another thread has finished with it). A dmem with no
+    /// owner left — a double free, at any age — is [`Error::InvalidHandle`], as is a forged or
+    /// foreign handle; nothing of anyone else's is freed.
     ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_free(&self, m: Dmem) -> Result<()> {
+    pub fn dmem_free(&self, h: DmemHandle) -> Result<()> {
         let _call = self.enter()?;
-        self.dmem_free_inner(m)
+        let p = self.dmem_pin(h)?;
+        self.dmem_free_pinned(p)
     }
 
     /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
     ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
+    pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, h: DmemHandle) -> Result<()> {
         let _call = self.enter()?;
-        if !self.st.dmems.is_live(m) {
-            return Err(self.not_live(m));
-        }
-        // SAFETY: live slot; the field is accessed atomically (see dmem_release_ref).
-        if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
+        let p = self.dmem_pin(h)?;
+        // SAFETY: pinned slot; the field is accessed atomically (see dmem_release_ref).
+        if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*p.m).allocator)).load(Ordering::Acquire) }
             != al
         {
             return Err(Error::ForeignDmem);
         }
-        self.dmem_free_inner(m)
+        self.dmem_free_pinned(p)
+    }
+
+    /// The fields of a live dmem fixed at its allocation (see [`DmemInfo`]).
+    pub fn dmem_info(&self, h: DmemHandle) -> Result<DmemInfo> {
+        let _call = self.enter()?;
+        let p = self.dmem_pin(h)?;
+        let m = p.m;
+        // SAFETY: pinned: these fields were written before the dmem was published and are
+        // not written again until it is finalised, which waits for this pin.
+        unsafe {
+            Ok(DmemInfo {
+                size: (*m).size,
+                align: (*m).align,
+                pa: (*m)._pa,
+                align_offset: (*m).align_offset,
+                allocated_size: (*m).allocated_size,
+                mem_handle: (*m).mem_handle,
+                mem_type: (*m).mem_type,
+                mem_usage_type: (*m).mem_usage_type,
+                tdram_channel: (*m).tdram_channel,
+                device_id: (*m).device_id,
+                nc_id: (*m).nc_id,
+                ref_count: ((*m).ref_count.load(Ordering::Acquire) & handle::OWNERS) as u32,
+            })
+        }
+    }
+
+    /// The handle of a dmem met while walking an allocator ([`Self::allocator_for_each`]):
+    /// `None` for a `dmem_t` that is not a live slot of this runtime's arena.
+    pub fn dmem_handle_of(&self, d: &dmem_t) -> Option<DmemHandle> {
+        let m = d as *const dmem_t;
+        let index = self.st.dmems.index_of(m)? as u32;
+        // SAFETY: a slot of the dmem arena (index_of checked it); the words are atomics.
+        let (gen, refs) = unsafe { self.st.dmems.words(m) };
+        let generation = gen.load(Ordering::Acquire);
+        if generation & 1 == 0 || refs.load(Ordering::Acquire) & handle::OWNERS == 0 {
+            return None;
+        }
+        Some(DmemHandle(handle::Raw {
+            index,
+            generation,
+            epoch: self.epoch(),
+        }))
+    }
+
+    /// The handle of dmem `m`, which the caller owns (it was just allocated, or the caller
+    /// holds an owner reference), so its generation cannot move under this call.
+    pub(crate) fn dmem_handle_of_owned(&self, m: Dmem) -> DmemHandle {
+        let index = self.st.dmems.index_of(m).unwrap_or(usize::MAX) as u32;
+        // SAFETY: `m` is a live slot of the dmem arena (caller contract); the word is atomic.
+        let (gen, _) = unsafe { self.st.dmems.words(m) };
+        DmemHandle(handle::Raw {
+            index,
+            generation: gen.load(Ordering::Acquire),
+            epoch: self.epoch(),
+        })
+    }
+
+    /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the dmem cannot be
+    /// finalised, nor its slot reused, until the pin drops.
+    pub(crate) fn dmem_pin(&self, h: DmemHandle) -> Result<DmemPin<'a>> {
+        self.check_epoch(h.0, HandleKind::Dmem)?;
+        let m = self
+            .st
+            .dmems
+            .slot(h.0.index)
+            .ok_or(Error::forged(HandleKind::Dmem))?;
+        if h.0.generation & 1 == 0 {
+            return Err(Error::forged(HandleKind::Dmem));
+        }
+        // SAFETY: `m` is a slot of the dmem arena (`slot` bounds-checked the index).
+        let (gen, refs) = unsafe { self.st.dmems.words(m) };
+        if handle::pin(gen, refs, h.0.generation) {
+            Ok(DmemPin { m, refs })
+        } else {
+            Err(Error::stale(HandleKind::Dmem))
+        }
+    }
+
+    /// A free through a handle, once pinned: drops one owner; the last one waits for every
+    /// other pin to go, then unlinks and finalises.
+    fn dmem_free_pinned(&self, p: DmemPin<'_>) -> Result<()> {
+        match handle::drop_owner(p.refs) {
+            Dropped::NoOwner => Err(Error::stale(HandleKind::Dmem)),
+            Dropped::Shared => Ok(()),
+            Dropped::Last => {
+                let (m, refs) = (p.m, p.refs);
+                // The pin is handed over to the drain: it is the last one left.
+                core::mem::forget(p);
+                handle::wait_drained(refs, 1, crate::sync::relax);
+                self.dmem_unlink_and_finalize(m, GiveBack::Release);
+                Ok(())
+            }
+        }
     }
 
     /// [`Self::dmem_allocator_create`] without the gate (the runtime's own calls).
@@ -229,8 +380,9 @@ impl Nrt<'_> {
             return Err(Error::InvalidArgument("allocator is not live"));
         }
         loop {
-            // SAFETY: `al` is live; the list is only modified under its lock.
-            let first = unsafe {
+            // SAFETY: `al` is live; the list is only modified under its lock. A linked dmem
+            // is not finalised yet (finalising unlinks it under this lock first).
+            let (first, pinned) = unsafe {
                 let _g = (*al).lock.lock();
                 let head = addr_of_mut!((*al).dummy_head);
                 let tail = addr_of_mut!((*al).dummy_tail);
@@ -238,11 +390,25 @@ impl Nrt<'_> {
                 if n == tail || n.is_null() {
                     break;
                 }
+                // Pinned before it is detached, so it stays whole however a racing free goes.
+                // No pin when its last owner is already gone: that free finalises it, and
+                // finds it detached.
+                let pinned = handle::add_pin_if_owned(self.st.dmems.words(n).1);
                 // Detach: the allocator no longer owns it.
                 Self::list_unlink(al, n);
-                n
+                (n, pinned)
             };
-            self.dmem_release_ref(first, how);
+            if pinned {
+                // SAFETY: a slot of the dmem arena, pinned above.
+                let refs = unsafe { self.st.dmems.words(first).1 };
+                match handle::drop_owner(refs) {
+                    Dropped::Last => {
+                        handle::wait_drained(refs, 1, crate::sync::relax);
+                        self.dmem_unlink_and_finalize(first, how);
+                    }
+                    _ => handle::unpin(refs),
+                }
+            }
         }
         self.set_caller_owned(al, false);
         self.st
@@ -320,8 +486,9 @@ impl Nrt<'_> {
             ));
         }
         // 3. metadata from the arenas (before touching the driver, so a full arena is its own
-        //    error and needs no driver rollback)
-        let m = self.st.dmems.alloc("dmem_t")?.as_ptr();
+        //    error and needs no driver rollback). The generation and reference words are left
+        //    alone: resolvers of old handles may be reading them.
+        let m = self.st.dmems.alloc_handle("dmem_t", false)?.0.as_ptr();
         let ref_node = match ref_list {
             Some(_) => match self.st.ref_nodes.alloc("dmem_ref_node_t") {
                 Ok(n) => n.as_ptr(),
@@ -402,9 +569,12 @@ impl Nrt<'_> {
             (*m).device_id = dev;
             (*m).hint = addr_of_mut!((*m).hint_buf) as *mut core::ffi::c_char;
             (*m).cpy_buf = self.drv.get_copy_buf(dev, nc_id) as usize as *mut core::ffi::c_void;
-            // Last: publishes the fields above to readers of live slots (the OOM dump).
-            (*m).ref_count.store(1, Ordering::Release);
         }
+        // Last: publishes the fields above to readers of live slots (the OOM dump) and to
+        // resolvers of the new handle (generation, then one owner).
+        // SAFETY: `m` is a slot of the dmem arena.
+        let (gen, refs) = unsafe { self.st.dmems.words(m) };
+        handle::publish(gen, refs);
         // 6. ledger + trace
         self.dml_add_entry(mla, Action::Alloc, m);
         // 7. link before dummy_tail
@@ -493,28 +663,37 @@ impl Nrt<'_> {
         err
     }
 
-    /// [`Self::dmem_acquire_reference`] without the gate (the runtime's own calls).
+    /// [`Self::dmem_acquire_reference`] without the gate, through a pointer whose owner
+    /// reference the caller holds (the runtime's own calls, [`crate::raw`]).
     pub(crate) fn dmem_acquire_reference_inner(&self, m: Dmem) -> Result<()> {
         if !self.st.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
-        // SAFETY: live slot.
-        unsafe { (*m).ref_count.fetch_add(1, Ordering::AcqRel) };
-        Ok(())
+        // SAFETY: live slot of the dmem arena.
+        let (_, refs) = unsafe { self.st.dmems.words(m) };
+        if handle::add_owner(refs) {
+            Ok(())
+        } else {
+            Err(Error::DoubleFree)
+        }
     }
 
-    /// [`Self::dmem_free`] without the gate (the runtime's own calls).
+    /// [`Self::dmem_free`] without the gate, through a pointer whose owner reference the
+    /// caller holds (the runtime's own calls, [`crate::raw`]).
     pub(crate) fn dmem_free_inner(&self, m: Dmem) -> Result<()> {
         if !self.st.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
-        self.dmem_release_ref(m, GiveBack::Release);
-        Ok(())
+        if self.dmem_release_ref(m, GiveBack::Release) {
+            Ok(())
+        } else {
+            Err(Error::DoubleFree)
+        }
     }
 
     /// Why `m` is not a live dmem: a slot of the dmem arena that is free (a double free, or a
     /// use after free), or no dmem of this runtime at all.
-    fn not_live(&self, m: Dmem) -> Error {
+    pub(crate) fn not_live(&self, m: Dmem) -> Error {
         if self.st.dmems.owns(m) {
             Error::DoubleFree
         } else {
@@ -522,44 +701,55 @@ impl Nrt<'_> {
         }
     }
 
-    /// Drops one reference; at zero unlinks the dmem from its allocator (under the allocator's
-    /// lock, so a concurrent walk never sees a freed node) and returns everything to the
-    /// driver, the ledger and the arenas.
-    pub(crate) fn dmem_release_ref(&self, m: Dmem, how: GiveBack) {
-        // SAFETY: caller checked liveness. `allocator` is read/written atomically because
-        // `dmem_allocator_destroy` may detach the node concurrently; once detached it is null.
+    /// Drops one owner reference the caller holds (no pin); the last one waits for the
+    /// calls that pinned the dmem to finish, then unlinks and finalises it. `false` when
+    /// there was no owner left to drop (nothing changed).
+    pub(crate) fn dmem_release_ref(&self, m: Dmem, how: GiveBack) -> bool {
+        // SAFETY: caller checked that `m` is a slot of the dmem arena.
+        let (_, refs) = unsafe { self.st.dmems.words(m) };
+        match handle::drop_owner(refs) {
+            Dropped::NoOwner => false,
+            Dropped::Shared => true,
+            Dropped::Last => {
+                handle::wait_drained(refs, 0, crate::sync::relax);
+                self.dmem_unlink_and_finalize(m, how);
+                true
+            }
+        }
+    }
+
+    /// A dmem whose last owner is gone and whose pins have drained: unlinks it from its
+    /// allocator (under the allocator's lock, so a concurrent walk never sees a freed node)
+    /// and returns everything to the driver, the ledger and the arenas.
+    fn dmem_unlink_and_finalize(&self, m: Dmem, how: GiveBack) {
+        // SAFETY: nobody else uses `m` any more (drained), except an allocator destroy that
+        // may detach it concurrently: `allocator` is read/written atomically for that, and is
+        // null once detached.
         unsafe {
             let al_slot = AtomicPtr::from_ptr(addr_of_mut!((*m).allocator));
             loop {
                 let al = al_slot.load(Ordering::Acquire);
                 if al.is_null() {
-                    if release_one(&(*m).ref_count) {
-                        self.dmem_finalize(m, how);
-                    }
-                    return;
+                    break;
                 }
                 let g = (*al).lock.lock();
                 if al_slot.load(Ordering::Acquire) != al {
                     drop(g);
                     continue; // detached meanwhile: retry on the new state
                 }
-                let last = release_one(&(*m).ref_count);
-                if last {
-                    Self::list_unlink(al, m);
-                }
+                Self::list_unlink(al, m);
                 drop(g);
-                if last {
-                    self.dmem_finalize(m, how);
-                }
-                return;
+                break;
             }
+            self.dmem_finalize(m, how);
         }
     }
 
     /// Returns an unlinked, unreferenced dmem to the driver, ledger and arenas.
     ///
     /// # Safety
-    /// `m` is live, unlinked and its ref count reached zero (we are the only user).
+    /// `m` is live, unlinked and its reference word reached zero with no pin left (we are the
+    /// only user).
     unsafe fn dmem_finalize(&self, m: Dmem, how: GiveBack) {
         // SAFETY: caller contract.
         unsafe {
@@ -570,6 +760,8 @@ impl Nrt<'_> {
             let _ = self.drv.memory_free(dev, (*m).mem_handle);
             self.dml_add_entry(self.mla_ptr(dev), Action::Free, m);
             (*m).hint = null_mut();
+            // The slot reads as free before it can be handed out again.
+            handle::retire(self.st.dmems.words(m).0);
             let _ = self.st.dmems.give_back(m, how);
         }
     }
@@ -587,9 +779,10 @@ impl Nrt<'_> {
         for m in self.st.dmems.live_slots() {
             let m = m.as_ptr();
             // SAFETY: the gate is shut and every allocator is gone, so `m` is detached
-            // (unlinked) and no other thread holds it: dropping its last references is ours.
+            // (unlinked) and no other thread holds or pins it: dropping its last references is
+            // ours.
             unsafe {
-                (*m).ref_count.store(0, Ordering::Release);
+                self.st.dmems.words(m).1.store(0, Ordering::Release);
                 self.dmem_finalize(m, GiveBack::Release);
             }
         }
@@ -647,9 +840,12 @@ impl Nrt<'_> {
         }
     }
 
-    /// Whether `m` is a live dmem of this runtime.
-    pub fn dmem_is_live(&self, m: Dmem) -> bool {
-        self.st.dmems.is_live(m)
+    /// Whether `h` names a live dmem of this runtime (it may be freed the moment after).
+    pub fn dmem_is_live(&self, h: DmemHandle) -> bool {
+        let Ok(_call) = self.enter() else {
+            return false;
+        };
+        self.dmem_pin(h).is_ok()
     }
 
     /// `list_insert_before(&al->dummy_tail, m)`; detects a double insert.
@@ -712,55 +908,6 @@ impl Nrt<'_> {
             }
         }
         let _ = self.st.dmem_lists.give_back(list, how);
-    }
-}
-
-/// A dmem's reference count as [`release_one`] uses it (lets loom check the same code).
-pub trait DmemRefCount {
-    /// Load (Acquire).
-    fn get(&self) -> u64;
-    /// Store (Release).
-    fn set(&self, v: u64);
-    /// Fetch-sub of one (AcqRel); returns the previous value.
-    fn decrement(&self) -> u64;
-}
-
-impl DmemRefCount for core::sync::atomic::AtomicU64 {
-    fn get(&self) -> u64 {
-        self.load(Ordering::Acquire)
-    }
-    fn set(&self, v: u64) {
-        self.store(v, Ordering::Release)
-    }
-    fn decrement(&self) -> u64 {
-        self.fetch_sub(1, Ordering::AcqRel)
-    }
-}
-
-#[cfg(loom)]
-impl DmemRefCount for loom::sync::atomic::AtomicU64 {
-    fn get(&self) -> u64 {
-        self.load(loom::sync::atomic::Ordering::Acquire)
-    }
-    fn set(&self, v: u64) {
-        self.store(v, loom::sync::atomic::Ordering::Release)
-    }
-    fn decrement(&self) -> u64 {
-        self.fetch_sub(1, loom::sync::atomic::Ordering::AcqRel)
-    }
-}
-
-/// `dmem_free`'s "decrement, last one frees" (spec §3.2); `true` when the caller dropped the
-/// last reference. A holder of the only reference is the only one who may take another
-/// (acquiring needs a reference in hand), so a count of 1 can be cleared with a plain store —
-/// the common single-owner free costs no read-modify-write. loom checks that concurrent
-/// holders still elect exactly one last releaser (`core-nostd/tests/loom.rs`).
-pub fn release_one<R: DmemRefCount>(rc: &R) -> bool {
-    if rc.get() == 1 {
-        rc.set(0);
-        true
-    } else {
-        rc.decrement() == 1
     }
 }
 

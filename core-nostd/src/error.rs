@@ -64,8 +64,12 @@ pub enum Error {
         /// Logical cores the process owns.
         owned: u32,
     },
-    /// A dmem that was already freed (or never allocated).
+    /// A dmem that was already freed (or never allocated), named by raw pointer
+    /// ([`crate::raw`]); through a handle this is [`Error::InvalidHandle`].
     DoubleFree,
+    /// A handle that names no live object of this runtime: stale (freed, at any age), forged
+    /// or foreign (another runtime, or this one before close / re-init). NRT_INVALID.
+    InvalidHandle(crate::handle::HandleError),
     /// A dmem that does not belong to the allocator it was given to.
     ForeignDmem,
     /// A static arena is full (distinct from device OOM).
@@ -190,6 +194,30 @@ impl Error {
     }
 }
 
+impl Error {
+    /// [`Error::InvalidHandle`] with fault `Stale`.
+    pub(crate) const fn stale(kind: crate::handle::HandleKind) -> Self {
+        Error::InvalidHandle(crate::handle::HandleError {
+            kind,
+            fault: crate::handle::HandleFault::Stale,
+        })
+    }
+    /// [`Error::InvalidHandle`] with fault `Forged`.
+    pub(crate) const fn forged(kind: crate::handle::HandleKind) -> Self {
+        Error::InvalidHandle(crate::handle::HandleError {
+            kind,
+            fault: crate::handle::HandleFault::Forged,
+        })
+    }
+    /// [`Error::InvalidHandle`] with fault `Foreign`.
+    pub(crate) const fn foreign(kind: crate::handle::HandleKind) -> Self {
+        Error::InvalidHandle(crate::handle::HandleError {
+            kind,
+            fault: crate::handle::HandleFault::Foreign,
+        })
+    }
+}
+
 impl From<ArenaFull> for Error {
     fn from(a: ArenaFull) -> Self {
         Error::ArenaFull(a)
@@ -235,6 +263,7 @@ impl fmt::Display for Error {
                 "Logical NeuronCore {vnc} is out of range: this process owns {owned} (0..{owned})"
             ),
             Error::DoubleFree => f.write_str("dmem already freed (double free)"),
+            Error::InvalidHandle(h) => write!(f, "{h}"),
             Error::ForeignDmem => f.write_str("dmem does not belong to this allocator"),
             Error::ArenaFull(a) => write!(
                 f,

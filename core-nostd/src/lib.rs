@@ -24,10 +24,12 @@ pub mod ctx;
 pub mod dmem;
 pub mod driver;
 pub mod error;
+pub mod handle;
 pub mod ht;
 pub mod ledger;
 pub mod model;
 pub mod oom;
+pub mod raw;
 pub mod scratchpad;
 pub mod sim;
 pub mod sync;
@@ -37,3 +39,4 @@ pub mod vcore;
 
 pub use ctx::{CoreState, InitOptions, Nrt};
 pub use error::{Error, Result};
+pub use handle::{DmemHandle, HandleError, HandleFault, HandleKind, TensorHandle};

@@ -10,9 +10,10 @@ use core::ptr::addr_of_mut;
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::ctx::{DevGeom, Nrt};
-use crate::dmem::{AllocArgs, Dmem};
+use crate::dmem::AllocArgs;
 use crate::driver::feature;
 use crate::error::{Error, Result};
+use crate::handle::DmemHandle;
 
 impl Nrt<'_> {
     /// `tdrv_scratchpad_init` (spec §8): page size from the settings, or contiguous 64 MiB
@@ -174,7 +175,7 @@ impl Nrt<'_> {
         core: u32,
         offset: u64,
         size: u64,
-    ) -> Result<(Dmem, u64)> {
+    ) -> Result<(DmemHandle, u64)> {
         self.with_scratchpad(dev, core, |sp| {
             let ps = sp.page_size.max(1);
             let n = sp.num_pages as u64;
@@ -196,7 +197,8 @@ impl Nrt<'_> {
             if m.is_null() {
                 return Err(outside);
             }
-            Ok((m, in_page))
+            // The page holds a reference on `m` while the scratchpad lock is held.
+            Ok((self.dmem_handle_of_owned(m), in_page))
         })?
     }
 
@@ -207,12 +209,21 @@ impl Nrt<'_> {
         })
     }
 
-    /// Scratchpad page `i` of a core: `(backing dmem or null, references held)`.
-    pub fn scratchpad_page(&self, dev: u32, core: u32, i: usize) -> Result<(Dmem, u32)> {
+    /// Scratchpad page `i` of a core: `(backing dmem, if any, references held)`.
+    pub fn scratchpad_page(
+        &self,
+        dev: u32,
+        core: u32,
+        i: usize,
+    ) -> Result<(Option<DmemHandle>, u32)> {
         self.with_scratchpad(dev, core, |sp| {
             sp.pages
                 .get(i)
-                .map(|p| (p.mem, p.refs))
+                // The page holds a reference on its dmem while the scratchpad lock is held.
+                .map(|p| {
+                    let h = (!p.mem.is_null()).then(|| self.dmem_handle_of_owned(p.mem));
+                    (h, p.refs)
+                })
                 .ok_or(Error::InvalidArgument("page index"))
         })?
     }

@@ -3,13 +3,13 @@
 //!
 //! DEVICE tensors come from the logical core's GLOBAL allocator (usage TENSOR, default HBM
 //! channel) and outlive any model; HOST tensors are host DMA memory; VIRTUAL tensors are plain
-//! host memory from the integrator's [`HostMem`] provider. Tensor pointers handed to callers
-//! are validated (live arena slot + magic) before every use. Every public call passes the
+//! host memory from the integrator's [`HostMem`] provider. Callers name tensors by
+//! [`TensorHandle`]s, resolved and pinned for the length of each call ([`crate::handle`]); a
+//! stale, forged or foreign one is `Error::InvalidHandle`. Every public call passes the
 //! state gate (spec §7.2, `Nrt::enter`): `Closed` / `Uninitialized` outside an initialised
 //! runtime, and a `close` waits for the calls already in flight (spec §12).
-// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
-// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
-// stale or foreign pointer is an error, not undefined behaviour.
+// The module's internal functions take the pointer of a pinned (or owned) tensor; the public
+// ones take handles.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::c_void;
@@ -21,6 +21,7 @@ use crate::cstr::c_name;
 use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, Result};
+use crate::handle::{self, Dropped, HandleKind, TensorHandle};
 use crate::model::ExecGuard;
 use crate::sync::relax;
 
@@ -75,8 +76,23 @@ pub struct DeviceAllocationInfo {
     pub hbm_index: i32,
 }
 
-/// A tensor pointer as handed to callers.
+/// A tensor pointer: the core's own name for a tensor, and the [`crate::raw`] API's. The
+/// safe API names tensors by [`TensorHandle`].
 pub type Tensor = *mut nrt_tensor_t;
+
+/// A pinned tensor ([`Nrt::tensor_pin`]): the tensor (and so its storage) stays whole until
+/// this drops.
+pub(crate) struct TensorPin<'a> {
+    pub(crate) t: Tensor,
+    refs: &'a core::sync::atomic::AtomicU64,
+}
+
+impl Drop for TensorPin<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        handle::unpin(self.refs);
+    }
+}
 
 /// Longest tensor name (bytes, excluding the NUL).
 pub const TENSOR_NAME_MAX: usize = 95;
@@ -86,8 +102,55 @@ pub const TENSOR_NAME_MAX: usize = 95;
 pub type TensorName = heapless::String<96>;
 
 impl<'a> Nrt<'a> {
+    /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the tensor cannot be
+    /// finalised, nor its slot reused, until the pin drops.
+    pub(crate) fn tensor_pin(&self, h: TensorHandle) -> Result<TensorPin<'a>> {
+        self.check_epoch(h.0, HandleKind::Tensor)?;
+        let t = self
+            .st
+            .tensors
+            .slot(h.0.index)
+            .ok_or(Error::forged(HandleKind::Tensor))?;
+        if h.0.generation & 1 == 0 {
+            return Err(Error::forged(HandleKind::Tensor));
+        }
+        // SAFETY: `t` is a slot of the tensor arena (`slot` bounds-checked the index).
+        let (gen, refs) = unsafe { self.st.tensors.words(t) };
+        if handle::pin(gen, refs, h.0.generation) {
+            Ok(TensorPin { t, refs })
+        } else {
+            Err(Error::stale(HandleKind::Tensor))
+        }
+    }
+
+    /// The handle of tensor `t`, which the caller owns (just made, or kept alive by the
+    /// caller), so its generation cannot move under this call.
+    pub(crate) fn tensor_handle_of_owned(&self, t: *const nrt_tensor_t) -> TensorHandle {
+        let index = self.st.tensors.index_of(t).unwrap_or(usize::MAX) as u32;
+        // SAFETY: `t` is a slot of the tensor arena (caller contract); the word is atomic.
+        let (gen, _) = unsafe { self.st.tensors.words(t) };
+        TensorHandle(handle::Raw {
+            index,
+            generation: gen.load(Ordering::Acquire),
+            epoch: self.epoch(),
+        })
+    }
+
+    /// The slot `h` names, if it is in bounds (no liveness check: for [`crate::raw`]).
+    pub(crate) fn tensor_slot(&self, h: TensorHandle) -> Option<Tensor> {
+        self.st.tensors.slot(h.0.index)
+    }
+
+    /// Publishes a fully built tensor: from here its handle resolves.
+    fn publish_tensor(&self, t: Tensor) -> TensorHandle {
+        // SAFETY: a slot of the tensor arena, ours alone until published.
+        let (gen, refs) = unsafe { self.st.tensors.words(t) };
+        handle::publish(gen, refs);
+        self.tensor_handle_of_owned(t)
+    }
+
     /// Checks that `t` is a live tensor of this runtime (never dereferences garbage).
-    pub fn tensor_check(&self, t: *const nrt_tensor_t) -> Result<()> {
+    pub(crate) fn tensor_check(&self, t: *const nrt_tensor_t) -> Result<()> {
         if t.is_null() {
             return Err(Error::InvalidArgument("tensor is NULL"));
         }
@@ -124,14 +187,19 @@ impl<'a> Nrt<'a> {
         if name.len() > TENSOR_NAME_MAX {
             return Err(Error::InvalidArgument("tensor name longer than 95 bytes"));
         }
-        let t = self.st.tensors.alloc_fresh_first("nrt_tensor_t")?.as_ptr();
-        // SAFETY: fresh zeroed slot.
+        // Generation and reference words left alone: resolvers of old handles may read them.
+        let t = self
+            .st
+            .tensors
+            .alloc_handle("nrt_tensor_t", true)?
+            .0
+            .as_ptr();
+        // SAFETY: fresh zeroed slot, not yet published (its handle resolves to nothing).
         unsafe {
             let buf = self.tensor_name_buf(t);
             *buf = [0; TENSOR_NAME_MAX + 1];
             (&mut *buf)[..name.len()].copy_from_slice(name.as_bytes());
             (*t).name = buf as *mut core::ffi::c_char;
-            (*t).ref_count.store(1, Ordering::Release);
             (*t).magic = TENSOR_MAGIC;
         }
         Ok(t)
@@ -164,7 +232,7 @@ impl<'a> Nrt<'a> {
         size: u64,
         name: Option<&str>,
         host: Option<&dyn HostMem>,
-    ) -> Result<Tensor> {
+    ) -> Result<TensorHandle> {
         let _call = self.enter()?;
         let placement = Placement::from_raw(placement).ok_or(Error::InvalidArgument(
             "placement must be DEVICE (0), HOST (1) or VIRTUAL (2)",
@@ -261,13 +329,14 @@ impl<'a> Nrt<'a> {
             (*t)._offset = 0;
             (*t)._size = size;
         }
-        Ok(t)
+        Ok(self.publish_tensor(t))
     }
 
     /// `nrt_tensor_allocate_empty`: a tensor with no storage yet.
-    pub fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<Tensor> {
+    pub fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<TensorHandle> {
         let _call = self.enter()?;
-        self.new_tensor(name)
+        let t = self.new_tensor(name)?;
+        Ok(self.publish_tensor(t))
     }
 
     /// `nrt_tensor_attach_buffer` (spec §7.1, MALLOC storage not owned by the tensor): makes
@@ -278,7 +347,7 @@ impl<'a> Nrt<'a> {
     /// `tensor_memset`, `tensor_copy`, `execute`, …) read and write through it.
     ///
     /// ```compile_fail,E0133
-    /// # fn f(n: nrt_core::Nrt<'_>, t: nrt_core::tensor::Tensor, b: &mut [u8; 16]) {
+    /// # fn f(n: nrt_core::Nrt<'_>, t: nrt_core::TensorHandle, b: &mut [u8; 16]) {
     /// // Attaching needs `unsafe`: the caller vouches for the buffer.
     /// let _ = n.tensor_attach_buffer(t, b.as_mut_ptr(), 16, None);
     /// # }
@@ -294,12 +363,14 @@ impl<'a> Nrt<'a> {
     /// thread uses `t` (its old storage may be released under that call), as with libnrt.
     pub unsafe fn tensor_attach_buffer(
         &self,
-        t: Tensor,
+        h: TensorHandle,
         buf: *mut u8,
         size: u64,
         host: Option<&dyn HostMem>,
     ) -> Result<()> {
         let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
         self.tensor_check(t)?;
         if buf.is_null() || size == 0 {
             return Err(Error::InvalidArgument("buffer is NULL or size is 0"));
@@ -326,12 +397,14 @@ impl<'a> Nrt<'a> {
     /// sharing its ref-counted storage (freed with the last user).
     pub fn tensor_allocate_slice(
         &self,
-        src: Tensor,
+        src: TensorHandle,
         offset: u64,
         size: u64,
         name: Option<&str>,
-    ) -> Result<Tensor> {
+    ) -> Result<TensorHandle> {
         let _call = self.enter()?;
+        let pin = self.tensor_pin(src)?;
+        let src = pin.t;
         self.tensor_check(src)?;
         // SAFETY: live tensor.
         let (sto, base, len) = unsafe { ((*src).sto, (*src)._offset, (*src)._size) };
@@ -343,27 +416,68 @@ impl<'a> Nrt<'a> {
             return Err(Error::ZeroSize);
         }
         let t = self.new_tensor(name)?;
-        // SAFETY: live storage shared by a live tensor.
+        // SAFETY: live storage shared by a live (pinned) tensor.
         unsafe {
             (*sto).ref_count.fetch_add(1, Ordering::AcqRel);
             (*t).sto = sto;
             (*t)._offset = base + offset;
             (*t)._size = size;
         }
-        Ok(t)
+        Ok(self.publish_tensor(t))
     }
 
-    /// `nrt_tensor_free`: releases the tensor and its reference on the storage. `Closed` /
+    /// `nrt_tensor_free`: releases the tensor and its reference on the storage, once any
+    /// call using it on another thread is done. A stale (already freed, at any age), forged
+    /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
-    pub fn tensor_free(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
+    pub fn tensor_free(&self, h: TensorHandle, host: Option<&dyn HostMem>) -> Result<()> {
         let _call = self.enter()?;
-        self.tensor_free_inner(t, host)
+        let pin = self.tensor_pin(h)?;
+        match handle::drop_owner(pin.refs) {
+            Dropped::Last => {
+                let (t, refs) = (pin.t, pin.refs);
+                // The pin is handed over to the drain: it is the last one left.
+                core::mem::forget(pin);
+                handle::wait_drained(refs, 1, relax);
+                // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
+                unsafe { self.tensor_finalize(t, host) };
+                Ok(())
+            }
+            // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
+            Dropped::Shared => Ok(()),
+            Dropped::NoOwner => Err(Error::stale(HandleKind::Tensor)),
+        }
     }
 
-    /// [`Self::tensor_free`] without the gate (teardown runs after the gate closed).
-    fn tensor_free_inner(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
+    /// [`Self::tensor_free`] without the gate and through a pointer the caller owns
+    /// (teardown runs after the gate closed; [`crate::raw`]).
+    pub(crate) fn tensor_free_inner(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
         self.tensor_check(t)?;
-        // SAFETY: live tensor; after this the slot is dead.
+        // SAFETY: live slot of the tensor arena.
+        let refs = unsafe { self.st.tensors.words(t).1 };
+        match handle::drop_owner(refs) {
+            Dropped::Last => handle::wait_drained(refs, 0, relax),
+            // A tensor has one owner, so never Shared.
+            Dropped::Shared => return Ok(()),
+            // A racing free took it.
+            Dropped::NoOwner => {
+                return Err(Error::InvalidArgument(
+                    "not a live tensor (freed, foreign or corrupt pointer)",
+                ))
+            }
+        }
+        // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
+        unsafe { self.tensor_finalize(t, host) };
+        Ok(())
+    }
+
+    /// Tears a tensor down and gives its slot back.
+    ///
+    /// # Safety
+    /// `t` is a live tensor whose owner is gone and whose pins have drained (nobody else can
+    /// reach it).
+    unsafe fn tensor_finalize(&self, t: Tensor, host: Option<&dyn HostMem>) {
+        // SAFETY: caller contract; after this the slot is dead.
         unsafe {
             let sto = (*t).sto;
             (*t).magic = 0;
@@ -371,9 +485,10 @@ impl<'a> Nrt<'a> {
             if !sto.is_null() {
                 self.storage_put(sto, host);
             }
+            // The slot reads as free before it can be handed out again.
+            handle::retire(self.st.tensors.words(t).0);
         }
         let _ = self.st.tensors.release(t);
-        Ok(())
     }
 
     /// Drops one reference on a storage; the last one frees its memory if owned.
@@ -420,14 +535,20 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                let _ = self.tensor_free_inner(*t, None);
+                if self.tensor_free_inner(*t, None).is_err() {
+                    // Not a whole tensor (cannot happen once the gate is drained): give the
+                    // slot back rather than meet it again.
+                    let _ = self.st.tensors.release(*t);
+                }
             }
         }
     }
 
     /// Bytes of a tensor.
-    pub fn tensor_get_size(&self, t: *const nrt_tensor_t) -> Result<u64> {
+    pub fn tensor_get_size(&self, h: TensorHandle) -> Result<u64> {
         let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
         self.tensor_check(t)?;
         // SAFETY: live tensor.
         Ok(unsafe { (*t)._size })
@@ -435,8 +556,10 @@ impl<'a> Nrt<'a> {
 
     /// The tensor's name (`nrt_tensor_t.name`, spec §7.1), copied out: the slot's `name_buf`
     /// is reused by the next tensor once `t` is freed, so no borrow of it is handed out.
-    pub fn tensor_name(&self, t: *const nrt_tensor_t) -> Result<TensorName> {
+    pub fn tensor_name(&self, h: TensorHandle) -> Result<TensorName> {
         let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
         self.tensor_check(t)?;
         // SAFETY: live tensor; its name_buf is written only when the slot is handed out.
         let text = c_name(unsafe { &*self.tensor_name_buf(t) });
@@ -502,14 +625,17 @@ impl<'a> Nrt<'a> {
     }
 
     /// `nrt_tensor_write`.
-    pub fn tensor_write(&self, t: Tensor, buf: &[u8], offset: u64) -> Result<()> {
+    pub fn tensor_write(&self, h: TensorHandle, buf: &[u8], offset: u64) -> Result<()> {
         let _call = self.enter()?;
-        self.tensor_io(t, offset, Some(buf), None)
+        let pin = self.tensor_pin(h)?;
+        self.tensor_io(pin.t, offset, Some(buf), None)
     }
 
     /// `nrt_tensor_read`. Waits for an execution writing the tensor (`when_written`).
-    pub fn tensor_read(&self, t: *const nrt_tensor_t, buf: &mut [u8], offset: u64) -> Result<()> {
+    pub fn tensor_read(&self, h: TensorHandle, buf: &mut [u8], offset: u64) -> Result<()> {
         let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
         self.when_written(t, || self.tensor_io(t, offset, None, Some(buf)))
     }
 
@@ -543,9 +669,10 @@ impl<'a> Nrt<'a> {
     }
 
     /// `nrt_tensor_memset`.
-    pub fn tensor_memset(&self, t: Tensor, offset: u64, value: u8, size: u64) -> Result<()> {
+    pub fn tensor_memset(&self, h: TensorHandle, offset: u64, value: u8, size: u64) -> Result<()> {
         let _call = self.enter()?;
-        self.tensor_memset_inner(t, offset, value, size)
+        let pin = self.tensor_pin(h)?;
+        self.tensor_memset_inner(pin.t, offset, value, size)
     }
 
     /// [`Self::tensor_memset`] without the gate, for callers already past it (`execute`: a
@@ -588,13 +715,15 @@ impl<'a> Nrt<'a> {
     /// for an execution writing `src` (`when_written`).
     pub fn tensor_copy(
         &self,
-        src: *const nrt_tensor_t,
+        src: TensorHandle,
         src_off: u64,
-        dst: Tensor,
+        dst: TensorHandle,
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
         let _call = self.enter()?;
+        let (src_pin, dst_pin) = (self.tensor_pin(src)?, self.tensor_pin(dst)?);
+        let (src, dst) = (src_pin.t as *const nrt_tensor_t, dst_pin.t);
         self.when_written(src, || {
             self.tensor_copy_inner(src, src_off, dst, dst_off, size)
         })
@@ -664,9 +793,10 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_get_va`: host address of a VIRTUAL tensor's first byte; null for memory
     /// the host cannot address (device and host-DMA tensors here).
-    pub fn tensor_get_va(&self, t: *const nrt_tensor_t) -> Result<*mut u8> {
+    pub fn tensor_get_va(&self, h: TensorHandle) -> Result<*mut u8> {
         let _call = self.enter()?;
-        let (s, base, _) = self.storage_of(t)?;
+        let pin = self.tensor_pin(h)?;
+        let (s, base, _) = self.storage_of(pin.t)?;
         // SAFETY: live storage.
         unsafe {
             if (*s).r#type == nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32 {
@@ -678,12 +808,10 @@ impl<'a> Nrt<'a> {
     }
 
     /// `nrt_tensor_get_device_allocation_info`.
-    pub fn tensor_device_allocation_info(
-        &self,
-        t: *const nrt_tensor_t,
-    ) -> Result<DeviceAllocationInfo> {
+    pub fn tensor_device_allocation_info(&self, h: TensorHandle) -> Result<DeviceAllocationInfo> {
         let _call = self.enter()?;
-        let (s, base, len) = self.storage_of(t)?;
+        let pin = self.tensor_pin(h)?;
+        let (s, base, len) = self.storage_of(pin.t)?;
         // SAFETY: live storage.
         unsafe {
             if (*s).r#type != nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32 {
@@ -701,16 +829,20 @@ impl<'a> Nrt<'a> {
     }
 
     /// Output completions recorded on `t` (`output_completion_count`).
-    pub fn tensor_output_completion(&self, t: *const nrt_tensor_t) -> Result<u64> {
+    pub fn tensor_output_completion(&self, h: TensorHandle) -> Result<u64> {
         let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
         self.tensor_check(t)?;
         // SAFETY: live tensor; atomic.
         Ok(unsafe { (*t).output_completion_count.load(Ordering::Acquire) })
     }
 
     /// `nrt_tensor_reset_output_completion`.
-    pub fn tensor_reset_output_completion(&self, t: Tensor) -> Result<()> {
+    pub fn tensor_reset_output_completion(&self, h: TensorHandle) -> Result<()> {
         let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
         self.tensor_check(t)?;
         // SAFETY: live tensor; atomic.
         unsafe { (*t).output_completion_count.store(0, Ordering::Release) };
@@ -718,9 +850,10 @@ impl<'a> Nrt<'a> {
     }
 
     /// `(pending_exec_count_read, pending_exec_count_write)` of a tensor's storage.
-    pub fn tensor_pending(&self, t: *const nrt_tensor_t) -> Result<(u64, u64)> {
+    pub fn tensor_pending(&self, h: TensorHandle) -> Result<(u64, u64)> {
         let _call = self.enter()?;
-        let (s, _, _) = self.storage_of(t)?;
+        let pin = self.tensor_pin(h)?;
+        let (s, _, _) = self.storage_of(pin.t)?;
         // SAFETY: live storage; atomics.
         unsafe {
             Ok((
@@ -739,8 +872,10 @@ impl<'a> Nrt<'a> {
         let g = self.exec_begin(h)?;
         let mut ins: [Tensor; 32] = [null_mut(); 32];
         let mut outs: [Tensor; 32] = [null_mut(); 32];
-        let ni = self.bind(&g, false, inputs, &mut ins)?;
-        let no = self.bind(&g, true, outputs, &mut outs)?;
+        // Every bound tensor stays pinned for the whole execution: a racing free waits.
+        let mut pins = PinList::new();
+        let ni = self.bind(&g, false, inputs, &mut ins, &mut pins)?;
+        let no = self.bind(&g, true, outputs, &mut outs, &mut pins)?;
         // Unmarked when dropped, also if a copy below panics (a count left up would make
         // every later read of the output wait forever, see `when_written`).
         // Every copy is checked before any output is written, so a refused execution leaves
@@ -794,14 +929,16 @@ impl<'a> Nrt<'a> {
         output: bool,
         set: &TensorSet,
         out: &mut [Tensor; 32],
+        pins: &mut PinList<'a>,
     ) -> Result<usize> {
         let mut i = 0;
         while let Some((name, size)) = self.model_io(g, output, i) {
-            let t = set.get(name).ok_or(Error::InvalidArgument(if output {
+            let h = set.get(name).ok_or(Error::InvalidArgument(if output {
                 "output tensor set lacks a tensor the model declares"
             } else {
                 "input tensor set lacks a tensor the model declares"
             }))?;
+            let t = pins.push(self.tensor_pin(h)?)?;
             let (_, _, len) = self.storage_of(t)?;
             if len != size {
                 return Err(Error::InvalidArgument(
@@ -823,11 +960,32 @@ pub fn check_window(offset: u64, len: u64, size: u64) -> Result<()> {
     }
 }
 
-/// A tensor set: name → tensor (spec §7.3; libnrt's `kbl_feature_map_set_t`). Fixed capacity,
-/// heap-free.
-#[derive(Default)]
+/// The pins an execution holds on its bound tensors (up to 32 inputs + 32 outputs).
+pub(crate) struct PinList<'a> {
+    pins: heapless::Vec<TensorPin<'a>, 64>,
+}
+
+impl<'a> PinList<'a> {
+    fn new() -> Self {
+        PinList {
+            pins: heapless::Vec::new(),
+        }
+    }
+    /// Keeps `p` until the list drops; its tensor.
+    fn push(&mut self, p: TensorPin<'a>) -> Result<Tensor> {
+        let t = p.t;
+        self.pins
+            .push(p)
+            .map_err(|_| Error::InvalidArgument("more than 64 tensors bound"))?;
+        Ok(t)
+    }
+}
+
+/// A tensor set: name → tensor handle (spec §7.3; libnrt's `kbl_feature_map_set_t`). Fixed
+/// capacity, heap-free. A plain value: the handles are checked when an execution binds them.
+#[derive(Default, Clone)]
 pub struct TensorSet {
-    entries: heapless::Vec<(heapless::String<96>, usize), 64>,
+    entries: heapless::Vec<(heapless::String<96>, TensorHandle), 64>,
 }
 
 impl TensorSet {
@@ -835,24 +993,29 @@ impl TensorSet {
     pub fn new() -> Self {
         Self::default()
     }
-    /// Adds or replaces `name`. The tensor must stay valid while it is in the set.
-    pub fn add(&mut self, name: &str, t: Tensor) -> Result<()> {
+    /// Adds or replaces `name`. A tensor freed while in the set makes an execution that
+    /// binds it fail with [`Error::InvalidHandle`].
+    pub fn add(&mut self, name: &str, t: TensorHandle) -> Result<()> {
         let key: heapless::String<96> = heapless::String::try_from(name)
             .map_err(|_| Error::InvalidArgument("tensor name longer than 95 bytes"))?;
         if let Some(e) = self.entries.iter_mut().find(|e| e.0 == key) {
-            e.1 = t as usize;
+            e.1 = t;
             return Ok(());
         }
         self.entries
-            .push((key, t as usize))
+            .push((key, t))
             .map_err(|_| Error::InvalidArgument("tensor set is full (64 tensors)"))
     }
     /// The tensor under `name`.
-    pub fn get(&self, name: &str) -> Option<Tensor> {
+    pub fn get(&self, name: &str) -> Option<TensorHandle> {
         self.entries
             .iter()
             .find(|e| e.0.as_str() == name)
-            .map(|e| e.1 as Tensor)
+            .map(|e| e.1)
+    }
+    /// The entries, in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, TensorHandle)> + '_ {
+        self.entries.iter().map(|e| (e.0.as_str(), e.1))
     }
     /// Number of tensors.
     pub fn len(&self) -> usize {
@@ -861,17 +1024,6 @@ impl TensorSet {
     /// Whether empty.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-    /// The flat-array form (`nrt_tensor_list_t`, spec §7.3) over a caller buffer.
-    pub fn as_list(&self, buf: &mut [Tensor]) -> nrt_tensor_list_t {
-        let n = self.entries.len().min(buf.len());
-        for (i, e) in self.entries.iter().take(n).enumerate() {
-            buf[i] = e.1 as Tensor;
-        }
-        nrt_tensor_list_t {
-            tensors: buf.as_mut_ptr(),
-            num_tensors: n as u64,
-        }
     }
 }
 

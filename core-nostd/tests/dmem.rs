@@ -194,25 +194,25 @@ fn every_bad_input_is_refused_and_changes_nothing() {
         .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{e}");
     assert_eq!(snapshot(&n), before);
-    // A pointer that is no dmem at all is not reported as a double free.
-    // SAFETY: dmem_t is plain data and valid all-zero (it is `ZeroValid`).
-    let mut zeroed: dmem_t = unsafe { std::mem::zeroed() };
+    // A handle that was never issued is refused, not reported as a double free.
     assert!(matches!(
-        n.dmem_free(&mut zeroed),
-        Err(Error::InvalidArgument(_))
+        n.dmem_free(nrt_core::DmemHandle::from_parts(u32::MAX, 1, 1)),
+        Err(Error::InvalidHandle(_))
     ));
     // Double free and foreign dmem.
     let other = n.core_allocator(0, 1).unwrap();
     assert_eq!(n.dmem_free_in(other, keep), Err(Error::ForeignDmem));
     n.dmem_free(keep).unwrap();
-    assert_eq!(n.dmem_free(keep), Err(Error::DoubleFree));
-    assert_eq!(n.dmem_acquire_reference(keep), Err(Error::DoubleFree));
+    assert_eq!(n.dmem_free(keep), Err(stale(nrt_core::HandleKind::Dmem)));
+    assert_eq!(
+        n.dmem_acquire_reference(keep),
+        Err(stale(nrt_core::HandleKind::Dmem))
+    );
     assert_eq!(n.ledger_device(0, 0, 22), 0);
 }
 
-/// A stale dmem pointer (freed, then freed again after another allocation) is reported as a
-/// double free, and the allocation made in between is untouched: freed slots are not handed
-/// out again until `arena::QUARANTINE` other releases have passed.
+/// A stale dmem handle (freed, then freed again after another allocation) is reported as a
+/// stale handle, and the allocation made in between is untouched.
 #[test]
 fn a_stale_dmem_does_not_alias_the_next_allocation() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
@@ -226,7 +226,7 @@ fn a_stale_dmem_does_not_alias_the_next_allocation() {
         .dmem_alloc(al, &AllocArgs::device(8192, 0, TENSOR, "b"), None)
         .unwrap();
     assert_ne!(a, b);
-    assert_eq!(n.dmem_free(a), Err(Error::DoubleFree));
+    assert_eq!(n.dmem_free(a), Err(stale(nrt_core::HandleKind::Dmem)));
     assert_eq!(n.ledger_device(0, 0, 22), 8192, "b is still booked");
     n.dmem_free(b).unwrap();
     assert_eq!(n.ledger_device(0, 0, 22), 0);
@@ -316,10 +316,9 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
                 None,
             )
             .unwrap();
-        // SAFETY: live dmem of this runtime.
-        let d = unsafe { &*m };
-        assert_eq!(d.align_offset, align_offset(d._pa, align));
-        assert_eq!((d._pa + d.align_offset) % align, 0);
+        let d = n.dmem_info(m).unwrap();
+        assert_eq!(d.align_offset, align_offset(d.pa, align));
+        assert_eq!((d.pa + d.align_offset) % align, 0);
         assert!(
             d.align_offset > 0 && d.align_offset <= align,
             "quirk: aligned pa gets a full alignment"
@@ -338,9 +337,8 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
             None,
         )
         .unwrap();
-    // SAFETY: live.
-    let d = unsafe { &*m };
-    assert_eq!((d.align_offset, d._pa % (1 << 16)), (0, 0));
+    let d = n2.dmem_info(m).unwrap();
+    assert_eq!((d.align_offset, d.pa % (1 << 16)), (0, 0));
 }
 
 #[test]
@@ -382,10 +380,9 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     let args = AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16);
     let m = n.dmem_alloc(al, &args, None).unwrap();
     assert_eq!(f.sim.alloc_calls() - calls, 2, "refused, then emulated");
-    // SAFETY: live dmem of this runtime.
-    let d = unsafe { &*m };
-    assert_eq!(d.align_offset, align_offset(d._pa, 1 << 16));
-    assert_eq!((d._pa + d.align_offset) % (1 << 16), 0);
+    let d = n.dmem_info(m).unwrap();
+    assert_eq!(d.align_offset, align_offset(d.pa, 1 << 16));
+    assert_eq!((d.pa + d.align_offset) % (1 << 16), 0);
     assert_eq!(n.ledger_device(0, 0, 22), d.allocated_size);
     let m2 = n.dmem_alloc(al, &args, None).unwrap();
     assert_eq!(f.sim.alloc_calls() - calls, 3, "latched: no second refusal");
@@ -396,14 +393,14 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     f.sim.set_aligned_alloc(true);
     let m = n.dmem_alloc(al, &args, None).unwrap();
     // SAFETY: live.
-    assert!(unsafe { (*m).align_offset } > 0, "still emulated");
+    assert!(n.dmem_info(m).unwrap().align_offset > 0, "still emulated");
     n.dmem_free(m).unwrap();
     n.close().unwrap();
     n.init(&InitOptions::default()).unwrap();
     let al = n.core_allocator(0, 0).unwrap();
     let m = n.dmem_alloc(al, &args, None).unwrap();
     // SAFETY: live.
-    let offset = unsafe { (*m).align_offset };
+    let offset = n.dmem_info(m).unwrap().align_offset;
     assert_eq!(offset, 0, "init asks the device again");
     n.dmem_free(m).unwrap();
 }
@@ -467,7 +464,7 @@ proptest! {
         cfg.aligned_alloc = aligned;
         let f = Fixture::up(cfg, InitOptions::default());
         let n = f.nrt();
-        let mut live: Vec<(*mut dmem_t, u32, bool, u32, u64, u32)> = Vec::new();
+        let mut live: Vec<(nrt_core::DmemHandle, u32, bool, u32, u64, u32)> = Vec::new();
         for op in ops {
             match op {
                 Op::Alloc { core, host, usage, kib, align_log } => {
@@ -479,7 +476,7 @@ proptest! {
                     match n.dmem_alloc(al, &a, None) {
                         Ok(m) => {
                             // SAFETY: live.
-                            let bytes = unsafe { (*m).allocated_size };
+                            let bytes = n.dmem_info(m).unwrap().allocated_size;
                             live.push((m, core, host, usage, bytes, 1));
                         }
                         Err(e) => prop_assert!(
@@ -519,8 +516,8 @@ proptest! {
             }
             let mut ranges: Vec<(u64, u64, u32)> = live.iter().filter(|l| !l.2).map(|l| {
                 // SAFETY: live.
-                let d = unsafe { &*l.0 };
-                (d._pa, d._pa + d.size + d.align_offset, d.tdram_channel)
+                let d = n.dmem_info(l.0).unwrap();
+                (d.pa, d.pa + d.size + d.align_offset, d.tdram_channel)
             }).collect();
             ranges.sort();
             for w in ranges.windows(2) {

@@ -1,14 +1,18 @@
 //! loom models of the core's concurrency protocols, run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p nrt-core --test loom --release` (`cargo xtask loom`).
 //! They drive the very functions the runtime uses (`mint_handle`, `drain_with`, `stage_once`,
-//! `release_one`, `gate_enter` / `gate_exit` / `gate_close`)
+//! the handle pin protocol `publish` / `pin` / `unpin` / `drop_owner` / `add_owner` /
+//! `wait_drained` / `retire`, `gate_enter` / `gate_exit` / `gate_close`)
 //! over loom's atomics and mutex.
 #![cfg(loom)]
 
+use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use nrt_core::dmem::{release_one, DmemRefCount};
+use nrt_core::handle::{
+    add_owner, drop_owner, pin, publish, retire, unpin, wait_drained, Dropped, GenWord, RefWord,
+};
 use nrt_core::model::{drain_with, mint_handle};
 use nrt_core::sync::{gate_close, gate_enter, gate_exit, gate_open, GATE_CLOSED};
 use nrt_core::ulib::stage_once;
@@ -101,31 +105,160 @@ fn ext_isa_staged_once() {
     });
 }
 
-/// dmem_free's reference drop (spec §3.2) with its store-only fast path for a count of 1:
-/// however the holders' releases interleave — including one holder handing a freshly acquired
-/// reference to another thread — exactly one of them sees the last reference go.
-#[test]
-fn dmem_release_elects_one_last_holder() {
-    loom::model(|| {
-        // Thread 0 holds the only reference, takes a second one (dmem_acquire_reference)
-        // and hands it to thread 1; both then release.
-        let rc = Arc::new(AtomicU64::new(1));
-        rc.fetch_add(1, Ordering::AcqRel);
-        let last = Arc::new(AtomicUsize::new(0));
-        let t = {
-            let (rc, last) = (rc.clone(), last.clone());
-            thread::spawn(move || {
-                if release_one(&*rc) {
-                    last.fetch_add(1, Ordering::SeqCst);
+/// One arena slot as the pin protocol sees it: the generation and reference words, the
+/// object's other fields (`data`, non-atomic, so loom checks every access is ordered), and
+/// how many times it was finalised.
+struct Slot {
+    gen: AtomicU32,
+    refs: AtomicU64,
+    data: UnsafeCell<u32>,
+    finalised: AtomicUsize,
+}
+
+impl Slot {
+    /// A slot holding a freshly published object whose fields say `tag`; its generation.
+    fn new(tag: u32) -> (Arc<Slot>, u32) {
+        let s = Arc::new(Slot {
+            gen: AtomicU32::new(0),
+            refs: AtomicU64::new(0),
+            data: UnsafeCell::new(tag),
+            finalised: AtomicUsize::new(0),
+        });
+        let g = publish(&s.gen, &s.refs);
+        (s, g)
+    }
+
+    /// A call through a handle of generation `want` that reads the object (`tensor_read`):
+    /// refused, or it reads the fields of exactly the object the handle names (`tag`),
+    /// never a finalised or reused one.
+    fn use_handle(&self, want: u32, tag: u32) -> bool {
+        if !pin(&self.gen, &self.refs, want) {
+            return false;
+        }
+        let seen = self.data.with(|d| unsafe { *d });
+        assert_eq!(seen, tag, "a pinned handle reached another object");
+        assert_eq!(
+            self.finalised.load(Ordering::Acquire),
+            0,
+            "use after finalise"
+        );
+        unpin(&self.refs);
+        true
+    }
+
+    /// `dmem_free` / `tensor_free` through a handle: `Some(true)` when this call dropped the
+    /// last owner (and finalised), `Some(false)` for another owner, `None` when refused.
+    /// Finalising tears the fields down (a non-atomic write) and, with `reuse`, publishes a
+    /// new object with fields `reuse` in the same slot, as the arena would.
+    fn free_handle(&self, want: u32, reuse: Option<u32>) -> Option<bool> {
+        if !pin(&self.gen, &self.refs, want) {
+            return None;
+        }
+        match drop_owner(&self.refs) {
+            Dropped::NoOwner => {
+                unpin(&self.refs);
+                None
+            }
+            Dropped::Shared => {
+                unpin(&self.refs);
+                Some(false)
+            }
+            Dropped::Last => {
+                wait_drained(&self.refs, 1, |_| thread::yield_now());
+                self.data.with_mut(|d| unsafe { *d = 0 });
+                self.finalised.fetch_add(1, Ordering::AcqRel);
+                retire(&self.gen);
+                if let Some(tag) = reuse {
+                    self.finalised.store(0, Ordering::Release);
+                    self.data.with_mut(|d| unsafe { *d = tag });
+                    publish(&self.gen, &self.refs);
                 }
+                Some(true)
+            }
+        }
+    }
+}
+
+/// A handle used on one thread while two others free it (spec §3.2, issue 16's "bad input"):
+/// the use is refused or sees the whole object, never a finalised one; exactly one free wins
+/// and finalises exactly once; the other is refused (a double free). Three threads: bounded
+/// at 4 preemptions (3.5 s; 5 takes 16 s, unbounded runs for many minutes).
+#[test]
+fn pin_vs_two_frees() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(4);
+    b.check(|| {
+        let (s, g) = Slot::new(7);
+        let user = {
+            let s = s.clone();
+            thread::spawn(move || s.use_handle(g, 7))
+        };
+        let other_free = {
+            let s = s.clone();
+            thread::spawn(move || s.free_handle(g, None))
+        };
+        let mine = s.free_handle(g, None);
+        let theirs = other_free.join().unwrap();
+        user.join().unwrap();
+        assert!(
+            matches!((mine, theirs), (Some(true), None) | (None, Some(true))),
+            "exactly one free wins: {mine:?} {theirs:?}"
+        );
+        assert_eq!(s.finalised.load(Ordering::Acquire), 1, "finalised once");
+        assert_eq!(s.refs.get(), 0);
+        assert_eq!(s.gen.get(), g + 1, "retired: the slot reads as free");
+        assert!(!s.use_handle(g, 7), "stale after the free");
+    });
+}
+
+/// The ABA case: the slot is freed and handed out again (a new object, new fields) while a
+/// thread still uses the old handle. The old handle never resolves to the new object, and
+/// the new object's handle works.
+#[test]
+fn stale_handle_never_reaches_the_reused_slot() {
+    loom::model(|| {
+        let (s, g) = Slot::new(1);
+        let user = {
+            let s = s.clone();
+            thread::spawn(move || {
+                s.use_handle(g, 1);
+                s.use_handle(g, 1)
             })
         };
-        if release_one(&*rc) {
-            last.fetch_add(1, Ordering::SeqCst);
-        }
-        t.join().unwrap();
-        assert_eq!(last.load(Ordering::SeqCst), 1, "exactly one last release");
-        assert_eq!(rc.get(), 0);
+        assert_eq!(s.free_handle(g, Some(2)), Some(true));
+        let g2 = s.gen.get();
+        assert_ne!(g2, g);
+        assert!(s.use_handle(g2, 2), "the new object's handle resolves");
+        user.join().unwrap();
+        assert!(!s.use_handle(g, 1), "the old one never does");
+        assert_eq!(s.free_handle(g, None), None, "nor frees anything");
+    });
+}
+
+/// Shared owners (`dmem_acquire_reference`): thread 0 takes a second owner and hands it to
+/// thread 1; both free. Exactly one sees the last owner go, and it finalises once.
+#[test]
+fn shared_owners_elect_one_last_free() {
+    loom::model(|| {
+        let (s, g) = Slot::new(5);
+        assert!(pin(&s.gen, &s.refs, g));
+        assert!(add_owner(&s.refs));
+        unpin(&s.refs);
+        let t = {
+            let s = s.clone();
+            thread::spawn(move || s.free_handle(g, None))
+        };
+        let mine = s.free_handle(g, None);
+        let theirs = t.join().unwrap();
+        assert!(
+            matches!(
+                (mine, theirs),
+                (Some(true), Some(false)) | (Some(false), Some(true))
+            ),
+            "{mine:?} {theirs:?}"
+        );
+        assert_eq!(s.finalised.load(Ordering::Acquire), 1);
+        assert_eq!(s.refs.get(), 0);
     });
 }
 

@@ -345,9 +345,8 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     // hit whichever dmem reused the slot meanwhile.
     let rc: Vec<u64> = (0..3)
         .map(|i| {
-            let m = n.scratchpad_page(0, 0, i).unwrap().0;
-            // SAFETY: a live page dmem (the scratchpad holds references on it).
-            unsafe { (*m).ref_count.load(core::sync::atomic::Ordering::Acquire) }
+            let m = n.scratchpad_page(0, 0, i).unwrap().0.unwrap();
+            u64::from(n.dmem_info(m).unwrap().ref_count)
         })
         .collect();
     assert_eq!(rc, vec![3, 3, 2]);
@@ -358,7 +357,7 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
         .tdrv_scratchpad_get_mem(0, 0, (4 << 20) + 100, 16)
         .unwrap();
     assert_eq!(off, 100);
-    assert!(!page.is_null());
+    assert!(n.dmem_is_live(page));
     assert!(n.tdrv_scratchpad_get_mem(0, 0, 12 << 20, 1).is_err());
     n.unload_model(hb).unwrap();
     assert_eq!(
@@ -386,10 +385,10 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
     assert_eq!(n.scratchpad_info(0, 0).unwrap(), (64 << 20, 2, true));
     let (first, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
     let (second, _) = n.tdrv_scratchpad_get_mem(0, 0, 64 << 20, 1).unwrap();
-    let p0 = n.scratchpad_page(0, 0, 0).unwrap().0;
+    let p0 = n.scratchpad_page(0, 0, 0).unwrap().0.unwrap();
     assert_eq!(
         first,
-        n.scratchpad_page(0, 0, 1).unwrap().0,
+        n.scratchpad_page(0, 0, 1).unwrap().0.unwrap(),
         "offset 0 maps to the last page"
     );
     assert_eq!(second, p0);

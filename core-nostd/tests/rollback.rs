@@ -36,7 +36,7 @@ impl DriverHooks for OnHugeAlloc<'_> {
     }
 }
 
-type Seen = std::sync::Arc<Mutex<Option<usize>>>;
+type Seen = std::sync::Arc<Mutex<Option<u128>>>;
 
 fn run(hook: impl FnOnce(&Nrt<'_>, &Seen) + Send + 'static) {
     let st = CoreState::new_boxed();
@@ -70,7 +70,7 @@ fn run(hook: impl FnOnce(&Nrt<'_>, &Seen) + Send + 'static) {
         n.load_model(0, &s).unwrap_err().status(),
         NRT_STATUS::NRT_RESOURCE
     );
-    let page = seen.lock().unwrap().expect("hook saw the page") as nrt_core::dmem::Dmem;
+    let page = nrt_core::DmemHandle::from_bits(seen.lock().unwrap().expect("hook saw the page"));
     assert!(!n.dmem_is_live(page), "the page was freed by the rollback");
     // The caller's copy of the page pointer is now stale: it must stay detectable.
     let al = n.core_allocator(0, 0).unwrap();
@@ -82,7 +82,7 @@ fn run(hook: impl FnOnce(&Nrt<'_>, &Seen) + Send + 'static) {
 fn a_page_read_through_the_public_api_during_a_failing_load_is_not_cancelled() {
     run(|n, seen| {
         let (m, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
-        *seen.lock().unwrap() = Some(m as usize);
+        *seen.lock().unwrap() = Some(m.to_bits());
     });
 }
 
@@ -98,7 +98,7 @@ fn a_page_another_model_shared_during_a_failing_load_is_not_cancelled() {
         };
         let h = n.load_model(0, &s).unwrap();
         let (m, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
-        *seen.lock().unwrap() = Some(m as usize);
+        *seen.lock().unwrap() = Some(m.to_bits());
         n.unload_model(h).unwrap();
     });
 }

@@ -11,7 +11,8 @@ use common::*;
 use nrt_core::abi::*;
 use nrt_core::model::{ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
-use nrt_core::tensor::{HostMem, Tensor, TensorSet};
+use nrt_core::tensor::{HostMem, TensorSet};
+use nrt_core::TensorHandle;
 use nrt_core::{CoreState, Error, InitOptions, Nrt};
 
 struct Heap;
@@ -198,16 +199,15 @@ fn virtual_attach_copy_and_host_placement() {
         n.tensor_free(t, Some(&Heap)).unwrap();
     }
     assert_eq!(
-        n.tensor_free(std::ptr::null_mut(), None)
+        n.tensor_free(TensorHandle::from_parts(0, 0, 0), None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
-    let mut fake = [0u8; 192];
-    assert!(
-        n.tensor_check(fake.as_mut_ptr() as *const nrt_tensor_t)
-            .is_err(),
-        "foreign pointer"
+    assert_eq!(
+        n.tensor_free(v, None).unwrap_err(),
+        common::stale(nrt_core::HandleKind::Tensor),
+        "double free"
     );
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
@@ -268,8 +268,7 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
     assert_eq!(n.tensor_pending(y).unwrap(), (0, 0));
     n.tensor_reset_output_completion(y).unwrap();
     assert_eq!(n.tensor_output_completion(y).unwrap(), 0);
-    let mut buf = [std::ptr::null_mut(); 4];
-    assert_eq!(si.as_list(&mut buf).num_tensors, 2);
+    assert_eq!(si.iter().count(), 2);
     n.unload_model(h).unwrap();
     assert!(n.execute(h, &si, &so).is_err());
 }
@@ -287,7 +286,10 @@ fn independent_instances_do_not_share_state() {
     );
     let t = f1.nrt().tensor_allocate(0, 0, 16, None, None).unwrap();
     assert!(
-        n2.tensor_check(t).is_err(),
+        matches!(
+            n2.tensor_get_size(t),
+            Err(Error::Uninitialized | Error::InvalidHandle(_))
+        ),
         "another instance's tensor is foreign"
     );
 }
@@ -334,11 +336,17 @@ fn tensor_name_outlives_the_tensor() {
     loop {
         let u = n.tensor_allocate_empty(Some("ZZZZZ")).unwrap();
         others.push(u);
-        if u == t {
+        if u.to_parts().0 == t.to_parts().0 {
             break; // the freed slot is reused (fresh slots go first)
         }
     }
-    assert_eq!(&*n.tensor_name(t).unwrap(), "ZZZZZ");
+    assert_ne!(others.last(), Some(&t), "a new handle for the reused slot");
+    assert_eq!(
+        n.tensor_name(t).unwrap_err(),
+        common::stale(nrt_core::HandleKind::Tensor),
+        "the old handle does not name the slot's new tensor"
+    );
+    assert_eq!(&*n.tensor_name(*others.last().unwrap()).unwrap(), "ZZZZZ");
     assert_eq!(
         &*name, "alpha",
         "the name read before the free is unchanged"
@@ -510,7 +518,10 @@ fn an_execute_in_flight_when_close_begins_completes() {
 /// A model with one input `a` (16 bytes) and one output `x` (`out` bytes) loaded on logical
 /// core 0, its two device tensors, and the sets that bind them: `execute` copies `a` into the
 /// head of `x` and zero-fills the rest.
-fn copy_model(n: &Nrt<'_>, out: u64) -> (H_MODEL, Tensor, Tensor, TensorSet, TensorSet) {
+fn copy_model(
+    n: &Nrt<'_>,
+    out: u64,
+) -> (H_MODEL, TensorHandle, TensorHandle, TensorSet, TensorSet) {
     let ins = [TensorDecl {
         name: "a",
         size: 16,
@@ -560,15 +571,14 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
     new[..16].fill(0x11);
     n.tensor_write(x, &old, 0).unwrap(); // before the reader's first look
     let (started, done) = (AtomicBool::new(false), AtomicBool::new(false));
-    let xa = x as usize;
+    let xa = x;
     std::thread::scope(|sc| {
         let reader = sc.spawn(|| {
             let mut buf = vec![0u8; OUT];
             let mut reads = 0u64;
             started.store(true, SeqCst);
             while !done.load(SeqCst) {
-                n.tensor_read(xa as *const nrt_tensor_t, &mut buf, 0)
-                    .unwrap();
+                n.tensor_read(xa, &mut buf, 0).unwrap();
                 assert!(
                     buf == old || buf == new,
                     "read {reads}: half an output (head {:#x}, byte 16 {:#x})",

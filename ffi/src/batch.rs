@@ -61,6 +61,7 @@ unsafe fn run(batches: *const nrt_tensor_batch_t, num_batches: u64, write: bool)
         let mut work = Vec::new();
         for (i, b) in batches.iter().enumerate() {
             let t = r.tensor(b.tensor).map_err(|e| at(e, i, None))?;
+            let h = t.handle(r).map_err(|e| at(e, i, None))?;
             // SAFETY: caller contract (`ops` holds `num_ops` entries).
             let ops = unsafe { slice_of(b.ops, b.num_ops as usize, "ops") }
                 .map_err(|e| at(e, i, None))?;
@@ -69,11 +70,11 @@ unsafe fn run(batches: *const nrt_tensor_batch_t, num_batches: u64, write: bool)
                 else {
                     return Err(at(Fail::invalid("offset or size is too large"), i, Some(j)));
                 };
-                window(r, t.ptr(), off, size).map_err(|e| at(e, i, Some(j)))?;
+                window(r, h, off, size).map_err(|e| at(e, i, Some(j)))?;
                 if size > 0 && op.buffer.is_null() {
                     return Err(at(Fail::invalid("buffer is NULL"), i, Some(j)));
                 }
-                work.push((t.ptr(), *op));
+                work.push((h, *op));
             }
             pins.push(t);
         }
@@ -86,7 +87,7 @@ unsafe fn run(batches: *const nrt_tensor_batch_t, num_batches: u64, write: bool)
 }
 
 /// One checked operation.
-fn copy(r: &Runtime, t: nrt_core::tensor::Tensor, op: &nrt_tensor_batch_op_t, write: bool) -> Res {
+fn copy(r: &Runtime, t: nrt_core::TensorHandle, op: &nrt_tensor_batch_op_t, write: bool) -> Res {
     let nrt = r.rt.nrt();
     if write {
         // SAFETY: checked non-NULL for a non-empty op; caller contract for its size.

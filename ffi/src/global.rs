@@ -116,7 +116,10 @@ impl Runtime {
                 Ok(handle_ptr(h))
             }
             Err(e) => {
-                let _ = self.rt.nrt().tensor_free(t, Some(self.rt.host_mem()));
+                // SAFETY: `t` was just made by the core and never handed out.
+                let _ = unsafe {
+                    nrt_core::raw::tensor_free(&self.rt.nrt(), t, Some(self.rt.host_mem()))
+                };
                 Err(e)
             }
         }
@@ -164,8 +167,12 @@ impl Runtime {
         let left = std::mem::take(&mut *lock(&self.tensors));
         for t in left.into_values() {
             let t = *t as nrt_core::tensor::Tensor;
-            if nrt.tensor_check(t).is_ok() {
-                let _ = nrt.tensor_free(t, Some(self.rt.host_mem()));
+            // SAFETY: the registry held the only reference to `t`, a tensor of this runtime
+            // that nobody freed (frees go through the registry) and no call is using (the
+            // runtime is closing).
+            if unsafe { nrt_core::raw::tensor_check(&nrt, t) }.is_ok() {
+                // SAFETY: as above.
+                let _ = unsafe { nrt_core::raw::tensor_free(&nrt, t, Some(self.rt.host_mem())) };
             }
         }
         if let Err(e) = self.rt.close() {
@@ -183,6 +190,13 @@ impl Pinned {
     /// The core's tensor.
     pub fn ptr(&self) -> nrt_core::tensor::Tensor {
         *self.0 as nrt_core::tensor::Tensor
+    }
+
+    /// The core's handle of the tensor, for the core's safe API.
+    pub fn handle(&self, r: &Runtime) -> Res<nrt_core::TensorHandle> {
+        // SAFETY: a pinned registry entry is a live tensor of `r`'s core that no free can
+        // release while the pin lives (`unregister_tensor` waits for it): the raw contract.
+        Ok(unsafe { nrt_core::raw::tensor_handle(&r.rt.nrt(), self.ptr()) }?)
     }
 }
 

@@ -185,7 +185,7 @@ fn set_snapshot(
     let mut ts = Box::<TensorSet>::default();
     for (name, t) in &e.entries {
         let pin = r.tensor(global::handle_ptr(*t))?;
-        ts.add(name, pin.ptr())?;
+        ts.add(name, pin.handle(r)?)?;
         pins.push(pin);
     }
     Ok(ts)

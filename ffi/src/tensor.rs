@@ -37,7 +37,8 @@ pub unsafe extern "C" fn nrt_tensor_allocate(
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
             let t = r.core(
-                r.rt.nrt().tensor_allocate(
+                nrt_core::raw::tensor_allocate(
+                    &r.rt.nrt(),
                     tensor_placement,
                     vnc as i64,
                     size as u64,
@@ -69,14 +70,16 @@ pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
         };
         global::with_rt(|r| {
             let t = r.unregister_tensor(t)?;
-            Ok(r.rt.nrt().tensor_free(t, Some(r.rt.host_mem()))?)
+            // SAFETY: `t` is a live core tensor this runtime made; unregistering gave this
+            // call the only reference and waited for every pin, so nobody else frees it.
+            Ok(unsafe { nrt_core::raw::tensor_free(&r.rt.nrt(), t, Some(r.rt.host_mem())) }?)
         })
     })
 }
 
 /// The window `[offset, offset + size)` of a live tensor, checked before any caller buffer is
 /// formed into a slice.
-pub(crate) fn window(r: &Runtime, t: nrt_core::tensor::Tensor, offset: usize, size: usize) -> Res {
+pub(crate) fn window(r: &Runtime, t: nrt_core::TensorHandle, offset: usize, size: usize) -> Res {
     let len = r.rt.nrt().tensor_get_size(t)?;
     check_window(offset as u64, size as u64, len)?;
     Ok(())
@@ -96,10 +99,10 @@ pub unsafe extern "C" fn nrt_tensor_read(
     entry("nrt_tensor_read", || {
         global::with_rt(|r| {
             let t = r.tensor(tensor)?;
-            window(r, t.ptr(), offset, size)?;
+            window(r, t.handle(r)?, offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { out_bytes(buf as *mut u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_read(t.ptr(), b, offset as u64)?)
+            Ok(r.rt.nrt().tensor_read(t.handle(r)?, b, offset as u64)?)
         })
     })
 }
@@ -118,10 +121,10 @@ pub unsafe extern "C" fn nrt_tensor_write(
     entry("nrt_tensor_write", || {
         global::with_rt(|r| {
             let t = r.tensor(tensor)?;
-            window(r, t.ptr(), offset, size)?;
+            window(r, t.handle(r)?, offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { in_bytes(buf as *const u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_write(t.ptr(), b, offset as u64)?)
+            Ok(r.rt.nrt().tensor_write(t.handle(r)?, b, offset as u64)?)
         })
     })
 }
@@ -142,9 +145,9 @@ pub unsafe extern "C" fn nrt_tensor_copy(
     entry("nrt_tensor_copy", || {
         global::with_rt(|r| {
             Ok(r.rt.nrt().tensor_copy(
-                r.tensor(src)?.ptr(),
+                r.tensor(src)?.handle(r)?,
                 src_offset as u64,
-                r.tensor(dst)?.ptr(),
+                r.tensor(dst)?.handle(r)?,
                 dst_offset as u64,
                 size as u64,
             )?)
@@ -159,7 +162,7 @@ pub unsafe extern "C" fn nrt_tensor_copy(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_size(tensor: *const nrt_tensor_t) -> usize {
     global::entry_value("nrt_tensor_get_size", 0, || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(r.tensor(tensor)?.ptr())? as usize))
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(r.tensor(tensor)?.handle(r)?)? as usize))
     })
 }
 
@@ -177,7 +180,7 @@ pub unsafe extern "C" fn nrt_tensor_memset(
     entry("nrt_tensor_memset", || {
         global::with_rt(|r| {
             Ok(r.rt.nrt().tensor_memset(
-                r.tensor(tensor)?.ptr(),
+                r.tensor(tensor)?.handle(r)?,
                 offset,
                 value as u8,
                 size as u64,
@@ -202,7 +205,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_empty(
             }
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
-            let t = r.rt.nrt().tensor_allocate_empty(name)?;
+            let t = nrt_core::raw::tensor_allocate_empty(&r.rt.nrt(), name)?;
             let h = r.register_tensor(t)?;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor, h, "tensor") }
@@ -230,7 +233,7 @@ pub unsafe extern "C" fn nrt_tensor_attach_buffer(
             // and writes of `size` bytes for as long as the tensor (or a slice of it) views it.
             Ok(unsafe {
                 r.rt.nrt().tensor_attach_buffer(
-                    t.ptr(),
+                    t.handle(r)?,
                     buffer as *mut u8,
                     size as u64,
                     Some(r.rt.host_mem()),
@@ -262,12 +265,12 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
             let t = r.rt.nrt().tensor_allocate_slice(
-                r.tensor(tensor_source)?.ptr(),
+                r.tensor(tensor_source)?.handle(r)?,
                 offset as u64,
                 size as u64,
                 name,
             )?;
-            let h = r.register_tensor(t)?;
+            let h = r.register_tensor(nrt_core::raw::tensor_ptr(&r.rt.nrt(), t)?)?;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor_slice, h, "tensor_slice") }
         })
@@ -282,7 +285,9 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_va(tensor: *const nrt_tensor_t) -> *mut c_void {
     global::entry_value("nrt_tensor_get_va", std::ptr::null_mut(), || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_va(r.tensor(tensor)?.ptr())? as *mut c_void))
+        global::with_rt(|r| {
+            Ok(r.rt.nrt().tensor_get_va(r.tensor(tensor)?.handle(r)?)? as *mut c_void)
+        })
     })
 }
 
@@ -303,7 +308,7 @@ pub unsafe extern "C" fn nrt_tensor_get_device_allocation_info(
             }
             let i =
                 r.rt.nrt()
-                    .tensor_device_allocation_info(r.tensor(tensor)?.ptr())?;
+                    .tensor_device_allocation_info(r.tensor(tensor)?.handle(r)?)?;
             let v = nrt_tensor_device_allocation_info_t {
                 physical_address: i.physical_address,
                 size: i.size as usize,
@@ -349,7 +354,7 @@ pub unsafe extern "C" fn nrt_tensor_check_output_completion(
                 }
                 began = Some(r.first_handle);
                 Ok(r.rt.wait_output_completion(
-                    r.tensor(output_tensor)?.ptr(),
+                    r.tensor(output_tensor)?.handle(r)?,
                     Some(slice),
                     expected_completion_count,
                 )?)
@@ -379,7 +384,7 @@ pub unsafe extern "C" fn nrt_tensor_reset_output_completion(
         global::with_rt(|r| {
             Ok(r.rt
                 .nrt()
-                .tensor_reset_output_completion(r.tensor(output_tensor)?.ptr())?)
+                .tensor_reset_output_completion(r.tensor(output_tensor)?.handle(r)?)?)
         })
     })
 }

@@ -41,7 +41,8 @@ use nrt_core::abi::*;
 use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
-use nrt_core::tensor::{Placement, Tensor};
+use nrt_core::tensor::Placement;
+use nrt_core::TensorHandle;
 use nrt_core::{config, CoreState, Error, InitOptions, Nrt};
 
 use out::{Mib, Out};
@@ -329,7 +330,8 @@ impl Run {
         );
 
         // Device tensors on two logical cores.
-        let mut tensors: [Tensor; 2] = [null_mut(); 2];
+        // A never-issued handle until each slot is filled.
+        let mut tensors = [TensorHandle::from_parts(0, 0, 0); 2];
         for (t, vnc) in tensors.iter_mut().zip(TENSOR_VNCS) {
             let name = if vnc == 0 { "input0" } else { "output0" };
             *t = n.tensor_allocate(Placement::Device as u32, vnc, 4 * MIB, Some(name), None)?;
@@ -421,7 +423,7 @@ impl Run {
     /// arena (not a device OOM) and change nothing; then every slot is returned.
     fn bad_full_arena(&mut self) -> Result<(), Error> {
         let n = self.nrt;
-        let mut taken: [Tensor; config::MAX_TENSORS] = [null_mut(); config::MAX_TENSORS];
+        let mut taken = [TensorHandle::from_parts(0, 0, 0); config::MAX_TENSORS];
         let mut count = 0;
         let err = loop {
             match n.tensor_allocate_empty(Some("filler")) {
@@ -550,7 +552,8 @@ impl Run {
         Ok(())
     }
 
-    /// Frees a dmem twice: the second is `DoubleFree`, and the ledger is not debited twice.
+    /// Frees a dmem twice: the second is a stale handle (`InvalidHandle`), and the ledger is
+    /// not debited twice.
     fn bad_double_free(&mut self) -> Result<(), Error> {
         let n = self.nrt;
         let before = self.snapshot();
@@ -564,7 +567,7 @@ impl Run {
         let second = n.dmem_free(m);
         let unchanged = self.snapshot() == before;
         self.check(
-            second == Err(Error::DoubleFree) && unchanged,
+            matches!(second, Err(Error::InvalidHandle(_))) && unchanged,
             format_args!("double free: {second:?}; state unchanged: {unchanged}"),
         );
         if let Err(e) = second {

@@ -875,8 +875,7 @@ mod tests {
         let u0 = used();
         let m = n.dmem_alloc(al, &small, None).unwrap();
         assert_eq!(used() - u0, 64 << 10, "still native: no over-allocation");
-        // SAFETY: live dmem of this runtime.
-        assert_eq!(unsafe { (*m).align_offset }, 0);
+        assert_eq!(n.dmem_info(m).unwrap().align_offset, 0);
         n.dmem_free(m).unwrap();
         n.close().unwrap();
     }

@@ -12,7 +12,6 @@ use std::ptr::NonNull;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use nrt_core::abi::nrt_tensor_t;
 use nrt_core::driver::Driver;
 use nrt_core::sim::{SimConfig, SimDevice};
 use nrt_core::tensor::{HostMem, TensorSet};
@@ -143,7 +142,7 @@ impl HostRuntime {
     /// tensor's completion count reaches `expected`; `Timeout` otherwise.
     pub fn wait_output_completion(
         &self,
-        t: *const nrt_tensor_t,
+        t: nrt_core::TensorHandle,
         timeout: Option<Duration>,
         expected: u64,
     ) -> nrt_core::Result<()> {

@@ -22,8 +22,9 @@ use nrt_core::abi::{
 use nrt_core::cstr::Printable;
 use nrt_core::ledger::MonitorClass;
 use nrt_core::model::ModelSpec;
-use nrt_core::tensor::{Placement, Tensor, TensorSet};
+use nrt_core::tensor::{Placement, TensorSet};
 use nrt_core::Nrt;
+use nrt_core::TensorHandle;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
@@ -1229,7 +1230,7 @@ pub struct NamedTensor {
     /// Name.
     pub name: String,
     /// The tensor.
-    pub tensor: Tensor,
+    pub tensor: TensorHandle,
     /// Placement.
     pub placement: Placement,
     /// Logical core.
@@ -1448,7 +1449,7 @@ impl Session {
         placement: Placement,
         core: i64,
         size: u64,
-    ) -> Result<Tensor, StepError> {
+    ) -> Result<TensorHandle, StepError> {
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(StepError::Usage(format!(
                 "a tensor named `{name}` already exists"
@@ -1526,7 +1527,7 @@ impl Session {
             }
         }
         let nrt = self.rt.nrt();
-        let mut created: Vec<Tensor> = Vec::new();
+        let mut created: Vec<TensorHandle> = Vec::new();
         let result = (|| -> Result<u64, StepError> {
             let mut ins = TensorSet::new();
             let mut outs = TensorSet::new();

@@ -79,7 +79,7 @@ fn ci() -> DynResult {
 }
 
 /// `cargo xtask loom`: the loom models of the core's concurrency protocols (handle counter,
-/// remove-then-drain, ext-isa stage-once), built with `--cfg loom` in their own target dir so
+/// handle pin vs free, remove-then-drain, ext-isa stage-once), built with `--cfg loom` in their own target dir so
 /// the normal build is not invalidated.
 fn loom() -> DynResult {
     run("loom models (nrt-core --cfg loom)", {
@@ -177,7 +177,7 @@ fn usage() -> &'static str {
      bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
      dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc\n  \
-     loom     loom models of the handle counter, drain and ext-isa staging"
+     loom     loom models of the handle counter, handle pin vs free, drain and ext-isa staging"
 }
 
 fn main() -> ExitCode {

@@ -66,25 +66,36 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// A dmem pointer its owner has already freed: what a caller's stale copy holds.
-pub fn stale_dmem(n: &Nrt<'_>, al: *mut dmem_allocator_t) -> nrt_core::dmem::Dmem {
+/// The error a freed (stale) handle of `kind` gets.
+pub fn stale(kind: nrt_core::HandleKind) -> nrt_core::Error {
+    nrt_core::Error::InvalidHandle(nrt_core::HandleError {
+        kind,
+        fault: nrt_core::HandleFault::Stale,
+    })
+}
+
+/// A dmem handle its owner has already freed: what a caller's stale copy holds.
+pub fn stale_dmem(n: &Nrt<'_>, al: *mut dmem_allocator_t) -> nrt_core::DmemHandle {
     let args = nrt_core::dmem::AllocArgs::device(4096, 0, TENSOR, "mine");
     let m = n.dmem_alloc(al, &args, None).unwrap();
     n.dmem_free(m).unwrap();
     m
 }
 
-/// `stale` (from [`stale_dmem`]) still names no allocation: the next one gets another slot,
+/// `stale` (from [`stale_dmem`]) still names no allocation: the next one is another dmem,
 /// and freeing `stale` again is a reported double free that touches nothing.
 pub fn assert_stale_still_detected(
     n: &Nrt<'_>,
     al: *mut dmem_allocator_t,
-    stale: nrt_core::dmem::Dmem,
+    stale: nrt_core::DmemHandle,
 ) {
     let args = nrt_core::dmem::AllocArgs::device(4096, 0, TENSOR, "theirs");
     let fresh = n.dmem_alloc(al, &args, None).unwrap();
     assert_ne!(fresh, stale, "the stale slot was handed out again");
-    assert_eq!(n.dmem_free(stale), Err(nrt_core::Error::DoubleFree));
+    assert_eq!(
+        n.dmem_free(stale),
+        Err(self::stale(nrt_core::HandleKind::Dmem))
+    );
     n.dmem_free(fresh).unwrap();
 }
 

@@ -1,0 +1,475 @@
+//! Typed, generation-checked handles (issue 16 item 1; STYLE.md #16): how the safe API names
+//! the dmems and tensors it hands out, and the pin protocol that makes a handle used on one
+//! thread while another frees it an error or a completed operation, never a use after free.
+//!
+//! # What a handle is
+//!
+//! A handle is `(index, generation, epoch)`: the object's arena slot, the slot's generation
+//! when the object was made (the ABI's `dmem_t.generation` @68 / `nrt_tensor_t.generation`
+//! @44), and the runtime's epoch, a process-wide counter bumped by every `init` (so a handle
+//! of another runtime, of a closed one, or of this one before it was initialised again never
+//! matches: state blocks can be freed and re-allocated at the same address, the epoch cannot
+//! repeat). Generations are odd while an object lives in the slot and even while it is free;
+//! every object's lifetime moves the slot's generation on by two.
+//!
+//! **Wrap bound.** A generation is 32 bits, so a handle kept while one slot is reused 2³¹
+//! times (every object in between allocated *and* freed in that same slot) names the
+//! 2³¹-th next occupant. The epoch is 32 bits too: 2³² `init`s in one process wrap it (0 is
+//! skipped: it means "not initialised"). Below those bounds a stale handle is always refused.
+//!
+//! # The pin protocol
+//!
+//! The slot's 64-bit reference word (the ABI `ref_count`) counts *owners* in its low 32 bits
+//! (libnrt's reference count: what `dmem_acquire_reference` adds and `dmem_free` drops; 1 for
+//! a tensor) and *pins* in its high 32 bits (calls using the object right now).
+//!
+//! * **publish** (allocation): the slot is free, its word is 0, so nobody touches it. The
+//!   allocator writes the fields, then the new (odd) generation, then word = 1 (Release).
+//! * **pin** (resolve a handle): generation must equal the handle's; then CAS word → word +
+//!   [`PIN`] only while the owner count is non-zero; then the generation is read again and
+//!   must still match, else unpin and refuse. A pin keeps the object from being finalised,
+//!   so the slot cannot be reused under the caller; the re-check proves the pinned object is
+//!   the one the handle names (a pinned object's generation cannot move).
+//! * **free** (drop an owner): pinned, CAS the owner count down by one. Exactly one of any
+//!   number of racing frees takes it from 1 to 0; the others find 0 and are refused (a double
+//!   free). Nobody can pin an object with no owners.
+//! * **finalise**: the free that dropped the last owner waits until its own pin is the only
+//!   one left ([`wait_drained`]), so every call that pinned before is done; then it alone
+//!   tears the object down, retires the generation (odd → even) and gives the slot back.
+//!
+//! The generation and the word are the only bytes a resolver reads without a pin, and they
+//! are only ever accessed atomically: the arena's allocation zeroes every other byte of a
+//! slot but leaves these two ([`crate::arena::Generational`]). loom checks this protocol as
+//! written (`core-nostd/tests/loom.rs`, `pin_vs_free`), over the same functions.
+#![deny(unsafe_code)]
+
+use core::fmt;
+use core::sync::atomic::Ordering;
+
+/// One pin in the reference word.
+pub const PIN: u64 = 1 << 32;
+/// The owner count's bits of the reference word.
+pub const OWNERS: u64 = PIN - 1;
+
+/// A slot's generation word as the protocol uses it (lets loom check the same code).
+pub trait GenWord {
+    /// Load (Acquire).
+    fn get(&self) -> u32;
+    /// Store (Release).
+    fn set(&self, v: u32);
+}
+
+/// A slot's reference word (owners low, pins high) as the protocol uses it.
+pub trait RefWord {
+    /// Load (Acquire).
+    fn get(&self) -> u64;
+    /// Store (Release).
+    fn set(&self, v: u64);
+    /// Weak compare-exchange (AcqRel on success, Acquire on failure).
+    fn cas(&self, current: u64, new: u64) -> Result<u64, u64>;
+    /// Fetch-sub (AcqRel); the previous value.
+    fn sub(&self, v: u64) -> u64;
+}
+
+impl GenWord for core::sync::atomic::AtomicU32 {
+    #[inline]
+    fn get(&self) -> u32 {
+        self.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn set(&self, v: u32) {
+        self.store(v, Ordering::Release)
+    }
+}
+
+impl RefWord for core::sync::atomic::AtomicU64 {
+    #[inline]
+    fn get(&self) -> u64 {
+        self.load(Ordering::Acquire)
+    }
+    #[inline]
+    fn set(&self, v: u64) {
+        self.store(v, Ordering::Release)
+    }
+    #[inline]
+    fn cas(&self, current: u64, new: u64) -> Result<u64, u64> {
+        self.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+    #[inline]
+    fn sub(&self, v: u64) -> u64 {
+        self.fetch_sub(v, Ordering::AcqRel)
+    }
+}
+
+#[cfg(loom)]
+impl GenWord for loom::sync::atomic::AtomicU32 {
+    fn get(&self) -> u32 {
+        self.load(loom::sync::atomic::Ordering::Acquire)
+    }
+    fn set(&self, v: u32) {
+        self.store(v, loom::sync::atomic::Ordering::Release)
+    }
+}
+
+#[cfg(loom)]
+impl RefWord for loom::sync::atomic::AtomicU64 {
+    fn get(&self) -> u64 {
+        self.load(loom::sync::atomic::Ordering::Acquire)
+    }
+    fn set(&self, v: u64) {
+        self.store(v, loom::sync::atomic::Ordering::Release)
+    }
+    fn cas(&self, current: u64, new: u64) -> Result<u64, u64> {
+        self.compare_exchange_weak(
+            current,
+            new,
+            loom::sync::atomic::Ordering::AcqRel,
+            loom::sync::atomic::Ordering::Acquire,
+        )
+    }
+    fn sub(&self, v: u64) -> u64 {
+        self.fetch_sub(v, loom::sync::atomic::Ordering::AcqRel)
+    }
+}
+
+/// Allocation: the slot is free (generation even, word 0, nobody else touches either), its
+/// other fields are written. Publishes the object: the next odd generation, then one owner.
+/// Returns the object's generation. The generation is stored first, so a resolver whose pin
+/// reads the owner count sees it (the re-check in [`pin`] relies on that).
+#[inline]
+pub fn publish<G: GenWord, R: RefWord>(gen: &G, refs: &R) -> u32 {
+    let cur = gen.get();
+    // Even while free; an odd value (never left by `retire`) still moves on to a new one.
+    let g = cur.wrapping_add(if cur & 1 == 0 { 1 } else { 2 });
+    gen.set(g);
+    refs.set(1);
+    g
+}
+
+/// Resolves a handle of generation `want`: `true` when the object it names is now pinned
+/// (the caller must [`unpin`] it), `false` when it is gone (freed, being freed, or never
+/// was). Never pins an object without owners, and never leaves a pin behind on refusal.
+#[inline]
+pub fn pin<G: GenWord, R: RefWord>(gen: &G, refs: &R, want: u32) -> bool {
+    if want & 1 == 0 || gen.get() != want {
+        return false;
+    }
+    if !add_pin_if_owned(refs) {
+        return false;
+    }
+    // Pinned something live. It is the handle's object only if the generation still matches
+    // (a pinned object's generation cannot move; a newer occupant's is different).
+    if gen.get() != want {
+        unpin(refs);
+        return false;
+    }
+    true
+}
+
+/// Pins whatever object has owners in this slot right now, without a generation check:
+/// `false` (nothing changed) when it has none. For the runtime's own walks, which reach the
+/// object through a structure that cannot hold a finalised one (an allocator's list, under
+/// its lock); a handle is resolved with [`pin`].
+#[inline]
+pub fn add_pin_if_owned<R: RefWord>(refs: &R) -> bool {
+    // First try as if the object had one owner and no pins (the common case): no load
+    // before the compare-exchange, which returns the real value when the guess is wrong.
+    let mut w = 1;
+    loop {
+        if w & OWNERS == 0 {
+            return false;
+        }
+        match refs.cas(w, w + PIN) {
+            Ok(_) => return true,
+            Err(now) => w = now,
+        }
+    }
+}
+
+/// Ends a pin taken by [`pin`]. Never finalises: the free that dropped the last owner keeps
+/// its own pin and waits for this one ([`wait_drained`]).
+#[inline]
+pub fn unpin<R: RefWord>(refs: &R) {
+    refs.sub(PIN);
+}
+
+/// What dropping an owner did.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Dropped {
+    /// There was no owner left to drop: a double free (nothing changed).
+    NoOwner,
+    /// One owner fewer; others remain.
+    Shared,
+    /// That was the last owner: the caller must [`wait_drained`] and finalise.
+    Last,
+}
+
+/// Drops one owner of an object the caller has pinned (a free through a handle). Exactly
+/// one of racing frees of the last owner gets [`Dropped::Last`].
+#[inline]
+pub fn drop_owner<R: RefWord>(refs: &R) -> Dropped {
+    // First try the common case, one owner and the caller's pin, without a load first.
+    let mut w = 1 + PIN;
+    loop {
+        if w & OWNERS == 0 {
+            return Dropped::NoOwner;
+        }
+        match refs.cas(w, w - 1) {
+            Ok(_) => {
+                return if w & OWNERS == 1 {
+                    Dropped::Last
+                } else {
+                    Dropped::Shared
+                }
+            }
+            Err(now) => w = now,
+        }
+    }
+}
+
+/// Adds an owner to an object the caller has pinned (`dmem_acquire_reference`): `false` when
+/// its last owner went meanwhile (it is being freed; nothing changed).
+#[inline]
+pub fn add_owner<R: RefWord>(refs: &R) -> bool {
+    let mut w = refs.get();
+    loop {
+        if w & OWNERS == 0 {
+            return false;
+        }
+        match refs.cas(w, w + 1) {
+            Ok(_) => return true,
+            Err(now) => w = now,
+        }
+    }
+}
+
+/// After [`Dropped::Last`]: waits until the only pins left are the caller's own `own` (0 for
+/// a free through an owned raw pointer, 1 through a handle), calling `relax` between looks,
+/// then clears the word. When it returns, every call that pinned the object has ended and
+/// none can pin it any more: the caller alone may tear it down.
+#[inline]
+pub fn wait_drained<R: RefWord>(refs: &R, own: u64, mut relax: impl FnMut(u32)) {
+    let mut i = 0u32;
+    while refs.get() != own * PIN {
+        relax(i);
+        i = i.saturating_add(1);
+    }
+    refs.set(0);
+}
+
+/// Finalisation, last step before the slot goes back to its arena: the generation goes from
+/// the object's odd value to the next even one, so the slot reads as free.
+#[inline]
+pub fn retire<G: GenWord>(gen: &G) {
+    gen.set(gen.get().wrapping_add(1));
+}
+
+/// What kind of object a handle names (for messages and matching).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum HandleKind {
+    /// A [`DmemHandle`].
+    Dmem,
+    /// A [`TensorHandle`].
+    Tensor,
+}
+
+/// Why a handle was refused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum HandleFault {
+    /// A handle of this runtime whose object is gone: freed (a double free, a use after
+    /// free), being freed right now, or bits that name no object of this runtime.
+    Stale,
+    /// A handle of another runtime instance, of this one before it was closed, or of this
+    /// one before it was initialised again (its epoch is not the runtime's).
+    Foreign,
+    /// Bits no handle ever had: a slot index past the arena, or an even (free) generation.
+    Forged,
+}
+
+/// A refused handle: which kind, and why (`Error::InvalidHandle`, NRT_INVALID).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct HandleError {
+    /// What the handle was for.
+    pub kind: HandleKind,
+    /// Why it was refused.
+    pub fault: HandleFault,
+}
+
+impl fmt::Display for HandleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            HandleKind::Dmem => "dmem",
+            HandleKind::Tensor => "tensor",
+        };
+        match self.fault {
+            HandleFault::Stale => write!(
+                f,
+                "{kind} handle names no live {kind} (already freed, being freed, or never made)"
+            ),
+            HandleFault::Foreign => write!(
+                f,
+                "{kind} handle belongs to another runtime (another instance, or before this one \
+                 was closed or initialised again)"
+            ),
+            HandleFault::Forged => write!(f, "{kind} handle was never issued (forged bits)"),
+        }
+    }
+}
+
+/// The three words of a handle.
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Raw {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+    pub(crate) epoch: u32,
+}
+
+macro_rules! handle_type {
+    ($(#[$m:meta])* $name:ident, $kind:expr) => {
+        $(#[$m])*
+        #[derive(Copy, Clone, PartialEq, Eq, Hash)]
+        pub struct $name(pub(crate) Raw);
+
+        impl $name {
+            /// What kind of object this names.
+            pub const KIND: HandleKind = $kind;
+
+            /// The handle's words `(index, generation, epoch)` (for logs, or to pass it
+            /// through a C API as plain integers).
+            pub const fn to_parts(self) -> (u32, u32, u32) {
+                (self.0.index, self.0.generation, self.0.epoch)
+            }
+
+            /// A handle from its words. Safe for any bits: a handle that was never issued
+            /// resolves to nothing and every call refuses it.
+            pub const fn from_parts(index: u32, generation: u32, epoch: u32) -> Self {
+                $name(Raw {
+                    index,
+                    generation,
+                    epoch,
+                })
+            }
+
+            /// The handle as one `u128` (`index | generation << 32 | epoch << 64`).
+            pub const fn to_bits(self) -> u128 {
+                self.0.index as u128
+                    | (self.0.generation as u128) << 32
+                    | (self.0.epoch as u128) << 64
+            }
+
+            /// [`Self::to_bits`] backwards; any bits are safe (see [`Self::from_parts`]).
+            pub const fn from_bits(b: u128) -> Self {
+                Self::from_parts(b as u32, (b >> 32) as u32, (b >> 64) as u32)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(
+                    f,
+                    concat!(stringify!($name), "({}g{}e{})"),
+                    self.0.index, self.0.generation, self.0.epoch
+                )
+            }
+        }
+
+        #[cfg(feature = "defmt")]
+        impl defmt::Format for $name {
+            fn format(&self, f: defmt::Formatter<'_>) {
+                defmt::write!(
+                    f,
+                    concat!(stringify!($name), "({}g{}e{})"),
+                    self.0.index,
+                    self.0.generation,
+                    self.0.epoch
+                )
+            }
+        }
+    };
+}
+
+handle_type!(
+    /// A device or host DMA allocation (`dmem_t`) of one runtime, as the safe API names it:
+    /// `Copy + Send + Sync`; a stale, forged or foreign one is refused at any age
+    /// (`Error::InvalidHandle`). See the module docs for the protocol and the wrap bound.
+    DmemHandle,
+    HandleKind::Dmem
+);
+
+handle_type!(
+    /// A tensor (`nrt_tensor_t`, slices included) of one runtime, as the safe API names it:
+    /// `Copy + Send + Sync`; a stale, forged or foreign one is refused at any age
+    /// (`Error::InvalidHandle`). See the module docs for the protocol and the wrap bound.
+    TensorHandle,
+    HandleKind::Tensor
+);
+
+/// The process-wide epoch counter: every `init` takes the next value (never 0).
+static EPOCH: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// The next runtime epoch (process-unique below 2³² inits; never 0).
+pub(crate) fn next_epoch() -> u32 {
+    loop {
+        let e = EPOCH.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        if e != 0 {
+            return e;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicU32, AtomicU64};
+
+    #[test]
+    fn lifecycle_of_one_slot() {
+        let (g, r) = (AtomicU32::new(0), AtomicU64::new(0));
+        let a = publish(&g, &r);
+        assert_eq!(a, 1);
+        assert!(pin(&g, &r, a));
+        assert!(!pin(&g, &r, a + 2), "a future generation");
+        assert!(!pin(&g, &r, a + 1), "an even generation");
+        assert_eq!(drop_owner(&r), Dropped::Last);
+        assert!(!pin(&g, &r, a), "no owners: no new pins");
+        assert_eq!(drop_owner(&r), Dropped::NoOwner, "double free");
+        wait_drained(&r, 1, |_| panic!("only our pin"));
+        retire(&g);
+        assert_eq!(g.get(), 2);
+        assert!(!pin(&g, &r, a));
+        let b = publish(&g, &r);
+        assert_eq!(b, 3);
+        assert!(!pin(&g, &r, a), "the old handle never names the new object");
+        // Wrap: odd u32::MAX retires to 0, publishes 1.
+        let (g, r) = (AtomicU32::new(u32::MAX - 1), AtomicU64::new(0));
+        assert_eq!(publish(&g, &r), u32::MAX);
+        r.set(0);
+        retire(&g);
+        assert_eq!(publish(&g, &r), 1);
+    }
+
+    #[test]
+    fn shared_owners() {
+        let (g, r) = (AtomicU32::new(0), AtomicU64::new(0));
+        let a = publish(&g, &r);
+        assert!(pin(&g, &r, a));
+        assert!(add_owner(&r));
+        unpin(&r);
+        assert!(pin(&g, &r, a));
+        assert_eq!(drop_owner(&r), Dropped::Shared);
+        unpin(&r);
+        assert!(pin(&g, &r, a));
+        assert_eq!(drop_owner(&r), Dropped::Last);
+        assert!(!add_owner(&r));
+    }
+
+    #[test]
+    fn epochs_are_distinct_and_nonzero() {
+        let a = next_epoch();
+        let b = next_epoch();
+        assert!(a != 0 && b != 0 && a != b);
+    }
+}
