@@ -149,8 +149,13 @@ pub struct ModelSpec<'a> {
     pub name: &'a str,
     /// Subgraphs (≥ 1); subgraph `s` is staged on physical core `s % LNC size`.
     pub subgraphs: u32,
-    /// Allocations, made once per subgraph in that subgraph's MODEL heap.
+    /// Allocations, made once per subgraph in that subgraph's MODEL heap; or, when
+    /// `subgraph_ends` is given, every subgraph's own list one after the other.
     pub allocations: &'a [ModelAlloc<'a>],
+    /// When subgraphs book different allocations (a NEFF's `sgNN/def.json` each list their
+    /// own vars): for each subgraph, the end of its list in `allocations` (subgraph `s` makes
+    /// `allocations[ends[s-1]..ends[s]]`). Empty: every subgraph makes all of `allocations`.
+    pub subgraph_ends: &'a [usize],
     /// GPSIMD libraries (spec §6), staged on SUNDA.
     pub gpsimd_libs: Option<UlibRequest>,
     /// Scratchpad bytes (spec §8), claimed as shared pages on the first core.
@@ -161,6 +166,22 @@ pub struct ModelSpec<'a> {
     pub inputs: &'a [TensorDecl<'a>],
     /// Outputs.
     pub outputs: &'a [TensorDecl<'a>],
+}
+
+impl<'a> ModelSpec<'a> {
+    /// The allocations subgraph `s` makes: its own list (`subgraph_ends`), or the shared one.
+    /// Empty for an index or range the spec does not hold (the load refuses such a spec).
+    pub fn subgraph_allocations(&self, s: usize) -> &'a [ModelAlloc<'a>] {
+        if self.subgraph_ends.is_empty() {
+            return self.allocations;
+        }
+        let start = match s {
+            0 => 0,
+            _ => self.subgraph_ends.get(s - 1).copied().unwrap_or(usize::MAX),
+        };
+        let end = self.subgraph_ends.get(s).copied().unwrap_or(0);
+        self.allocations.get(start..end).unwrap_or(&[])
+    }
 }
 
 /// A resident model's memory footprint.
@@ -316,7 +337,18 @@ impl<'a> Nrt<'a> {
                 return Err(Error::InvalidModel("tensor size must be > 0"));
             }
         }
-        for a in spec.allocations {
+        let ends = spec.subgraph_ends;
+        if !ends.is_empty()
+            && (ends.len() != spec.subgraphs as usize
+                || ends.windows(2).any(|w| w[0] > w[1])
+                || ends.last() != Some(&spec.allocations.len()))
+        {
+            return Err(Error::InvalidModel(
+                "subgraph_ends must give one non-decreasing end per subgraph, the last at the \
+                 end of allocations",
+            ));
+        }
+        for a in (0..spec.subgraphs as usize).flat_map(|s| spec.subgraph_allocations(s)) {
             if a.hint.len() > MEM_REF_NAME_LEN_MAX {
                 return Err(Error::InvalidModel("allocation hint longer than 47 bytes"));
             }
@@ -487,7 +519,7 @@ impl<'a> Nrt<'a> {
                     hbm,
                 )
             };
-            for a in spec.allocations {
+            for a in spec.subgraph_allocations(s) {
                 let args = AllocArgs {
                     size: a.size,
                     align: a.align,

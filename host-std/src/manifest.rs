@@ -270,6 +270,7 @@ impl ManifestSpec<'_> {
             name: &self.m.name,
             subgraphs: self.m.subgraphs,
             allocations: &self.allocations,
+            subgraph_ends: &[],
             gpsimd_libs: self.m.gpsimd_libs.map(|l| UlibRequest {
                 count: l.count,
                 bytes: l.bytes,

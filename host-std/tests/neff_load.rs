@@ -280,23 +280,6 @@ fn device_dependent_refusals_leave_ledger_and_driver_unchanged() {
             "NEFF_ARCH_INCOMPAT: the NEFF targets 'cayman' (arch 3) but the device is arch 2",
         ),
         (
-            "subgraphs that differ",
-            Preset::Trn2,
-            edited(
-                &PackModel {
-                    subgraphs: 2,
-                    ..tiny(None, None)
-                },
-                |n, v| {
-                    if n == "sg01/def.json" {
-                        v["var"]["scratch"]["size"] = json!(8192);
-                    }
-                },
-            ),
-            NRT_STATUS::NRT_INVALID,
-            "subgraph sg01 books different allocations from subgraph sg00",
-        ),
-        (
             "a read refusal (version 3)",
             Preset::Trn2,
             {
@@ -371,4 +354,44 @@ fn what_other_devices_accept() {
         let h = f.load(&nrt, 0, legacy).unwrap();
         nrt.unload_model(h).unwrap();
     }
+}
+
+/// Subgraphs whose `def.json`s book different vars get one MODEL heap each with their own
+/// footprint (spec §5.2): here sg01's private scratch is twice sg00's, and at LNC 2 each
+/// subgraph is booked to its own physical core.
+#[test]
+fn subgraphs_with_different_footprints_each_book_their_own() {
+    let m = PackModel {
+        name: "two-sg".into(),
+        subgraphs: 2,
+        allocations: vec![PackAlloc {
+            usage: U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED,
+            host: false,
+            size: 1 << 20,
+            align: 0,
+            hint: "activations".into(),
+        }],
+        outputs: vec![PackTensor {
+            name: "y".into(),
+            dtype: Dtype::Float32,
+            shape: vec![4],
+        }],
+        ..PackModel::default()
+    };
+    let bytes = edited(&m, |name, v| {
+        if name == "sg01/def.json" {
+            v["var"]["activations"]["size"] = json!(2 << 20);
+        }
+    });
+    let rt = runtime(Preset::Trn2);
+    let nrt = rt.nrt();
+    let before = state(&rt);
+    let (h, _) = model_file::load_bytes(&nrt, 0, &bytes).unwrap();
+    let scr = U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED as usize;
+    let per_core: Vec<u64> = (0..2).map(|c| nrt.ledger_device(0, c, scr)).collect();
+    assert_eq!(per_core, [1 << 20, 2 << 20], "sg00 on nc0, sg01 on nc1");
+    assert_eq!(nrt.model_info(h).unwrap().by_usage[scr], 3 << 20);
+    nrt.unload_model(h).unwrap();
+    assert_eq!(state(&rt), before);
+    rt.close().unwrap();
 }

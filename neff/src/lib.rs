@@ -251,43 +251,50 @@ impl NeffModel {
             .unwrap_or_default()
     }
 
-    /// Lends the model to the core as a [`ModelSpec`] (through [`NeffSpec::as_spec`]). The
-    /// core books one allocation list for every subgraph (spec §5.2), so subgraphs whose
-    /// bookings differ are refused here, before anything is allocated.
+    /// Lends the model to the core as a [`ModelSpec`] (through [`NeffSpec::as_spec`]): one
+    /// MODEL allocator per subgraph (spec §5.2), each booking its own `def.json`'s footprint.
+    /// When every subgraph books the same list (the common SPMD case) the core gets it once.
     pub fn spec(&self) -> Result<NeffSpec<'_>> {
         let first = self.bookings.first().map(Vec::as_slice).unwrap_or_default();
         let key = |b: &Booked| (b.usage, b.host, b.size, b.align, b.hint.clone());
-        for (i, b) in self.bookings.iter().enumerate().skip(1) {
-            if b.len() != first.len() || b.iter().map(key).ne(first.iter().map(key)) {
-                return Err(NeffError::invalid(format!(
-                    "subgraph {} books different allocations from subgraph {}: this runtime's \
-                     core takes one allocation list for every subgraph of a model",
-                    self.subgraphs[i].name, self.subgraphs[0].name
-                )));
-            }
-        }
+        let uniform = self
+            .bookings
+            .iter()
+            .all(|b| b.len() == first.len() && b.iter().map(key).eq(first.iter().map(key)));
         fn decl(t: &TensorInfo) -> TensorDecl<'_> {
             TensorDecl {
                 name: &t.name,
                 size: t.size,
             }
         }
+        fn alloc(b: &Booked) -> ModelAlloc<'_> {
+            ModelAlloc {
+                usage: b.usage as u32,
+                location: if b.host {
+                    dma_mem_location_t::HOST_DRAM as u32
+                } else {
+                    dma_mem_location_t::TONGA_DRAM as u32
+                },
+                size: b.size,
+                align: b.align,
+                hint: &b.hint,
+            }
+        }
+        let (allocations, subgraph_ends) = if uniform {
+            (first.iter().map(alloc).collect(), Vec::new())
+        } else {
+            let mut ends = Vec::with_capacity(self.bookings.len());
+            let mut all = Vec::new();
+            for b in &self.bookings {
+                all.extend(b.iter().map(alloc));
+                ends.push(all.len());
+            }
+            (all, ends)
+        };
         Ok(NeffSpec {
             m: self,
-            allocations: first
-                .iter()
-                .map(|b| ModelAlloc {
-                    usage: b.usage as u32,
-                    location: if b.host {
-                        dma_mem_location_t::HOST_DRAM as u32
-                    } else {
-                        dma_mem_location_t::TONGA_DRAM as u32
-                    },
-                    size: b.size,
-                    align: b.align,
-                    hint: &b.hint,
-                })
-                .collect(),
+            allocations,
+            subgraph_ends,
             inputs: self.inputs().map(decl).collect(),
             outputs: self.outputs().map(decl).collect(),
         })
@@ -308,6 +315,7 @@ impl NeffModel {
 pub struct NeffSpec<'m> {
     m: &'m NeffModel,
     allocations: Vec<ModelAlloc<'m>>,
+    subgraph_ends: Vec<usize>,
     inputs: Vec<TensorDecl<'m>>,
     outputs: Vec<TensorDecl<'m>>,
 }
@@ -319,6 +327,7 @@ impl NeffSpec<'_> {
             name: &self.m.name,
             subgraphs: self.m.subgraphs.len() as u32,
             allocations: &self.allocations,
+            subgraph_ends: &self.subgraph_ends,
             gpsimd_libs: self.m.gpsimd.map(|g| UlibRequest {
                 count: g.count,
                 bytes: g.bytes,
