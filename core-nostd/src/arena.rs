@@ -300,6 +300,16 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
         Some((addr - base) / sz)
     }
 
+    /// The entry of a per-slot side table (`table[i]` for slot `i`) that belongs to `p`: for
+    /// state that has no room in `T`'s own bytes (a tensor's name text, a model's IO table).
+    /// A pointer this arena does not own yields the last entry; callers pass live slots.
+    pub(crate) fn side_entry<U>(&self, table: &UnsafeCell<[U; N]>, p: *const T) -> *mut U {
+        const { assert!(N > 0, "a side table needs an arena with slots") };
+        let i = self.index_of(p).unwrap_or(N - 1);
+        // SAFETY: an in-bounds projection of the table (`i < N`); no reference is created.
+        unsafe { core::ptr::addr_of_mut!((*table.get())[i]) }
+    }
+
     /// Whether `p` points at a slot of this arena, live or not (no dereference).
     pub fn owns(&self, p: *const T) -> bool {
         self.index_of(p).is_some()

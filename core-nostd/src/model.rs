@@ -289,13 +289,7 @@ impl<'a> Nrt<'a> {
     /// The IO table of model slot `m` (of this runtime's model arena; a pointer the arena does
     /// not own yields the last slot's table, which no caller reaches: they pass live models).
     pub(crate) fn model_io_table(&self, m: *mut model_t) -> *mut ModelIoTable {
-        let i = self
-            .st
-            .models
-            .index_of(m)
-            .unwrap_or(crate::config::MAX_MODELS - 1);
-        // SAFETY: in-bounds projection of the side table; no reference is created here.
-        unsafe { addr_of_mut!((*self.st.model_io.get())[i]) }
+        self.st.models.side_entry(&self.st.model_io, m)
     }
 
     /// The scratchpad claim a cleanup record describes: `(its core, pages)`, or `None` for no

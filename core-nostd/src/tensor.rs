@@ -13,7 +13,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use core::ffi::c_void;
-use core::ptr::{addr_of_mut, null_mut, NonNull};
+use core::ptr::{null_mut, NonNull};
 use core::sync::atomic::Ordering;
 
 use crate::abi::*;
@@ -173,13 +173,7 @@ impl<'a> Nrt<'a> {
     /// lives beside the tensor arena, one buffer per slot (`CoreState::tensor_names`). A
     /// pointer the arena does not own yields the last slot's buffer; callers pass live tensors.
     fn tensor_name_buf(&self, t: *const nrt_tensor_t) -> *mut [u8; TENSOR_NAME_MAX + 1] {
-        let i = self
-            .st
-            .tensors
-            .index_of(t)
-            .unwrap_or(crate::config::MAX_TENSORS - 1);
-        // SAFETY: in-bounds projection of the side table; no reference is created here.
-        unsafe { addr_of_mut!((*self.st.tensor_names.get())[i]) }
+        self.st.tensors.side_entry(&self.st.tensor_names, t)
     }
 
     fn new_tensor(&self, name: Option<&str>) -> Result<Tensor> {

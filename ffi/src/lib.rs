@@ -26,18 +26,19 @@
 mod global;
 mod logger;
 
-/// Keeps in the library's debug info the two ABI types no entry point uses, so
+/// Keeps in the library's debug info the ABI types no entry point uses, so
 /// `nrt-layout check --pinned target/debug/libnrt.so` (a step of `cargo xtask ci`) finds every
 /// struct the spec pins and compares what the compiler built with the spec. Never read.
 #[allow(dead_code)] // never read: it exists for its type
 struct LayoutAnchor(
     Option<&'static nrt_core::abi::vtpb_info_shared_mr_set_t>,
     Option<&'static nrt_core::abi::SUNDA_UCODE_LIB_LIBRARY_TABLE_ENTRY>,
+    Option<&'static nrt_core::abi::nrt_tensor_list_t>,
 );
 // SAFETY: the anchor holds only `None`s and is never read.
 unsafe impl Sync for LayoutAnchor {}
 #[used]
-static LAYOUT_ANCHOR: LayoutAnchor = LayoutAnchor(None, None);
+static LAYOUT_ANCHOR: LayoutAnchor = LayoutAnchor(None, None, None);
 
 pub mod batch;
 pub mod batch_op;
