@@ -379,9 +379,11 @@ macro_rules! handle_type {
         #[cfg(feature = "defmt")]
         impl defmt::Format for $name {
             fn format(&self, f: defmt::Formatter<'_>) {
+                // defmt's format string must be a literal: the type name is an argument.
                 defmt::write!(
                     f,
-                    concat!(stringify!($name), "({}g{}e{})"),
+                    "{=str}({}g{}e{})",
+                    stringify!($name),
                     self.0.index,
                     self.0.generation,
                     self.0.epoch

@@ -37,9 +37,8 @@ static int passed, failed;
 #define EXPECT(call, want)                                                      \
     do {                                                                        \
         NRT_STATUS st_ = (call);                                                \
-        CHECK(st_ == (want), "%s -> %d (%s), want %d; last error: %s", #call,   \
-              (int)st_, nrt_get_status_as_str(st_), (int)(want),                \
-              nrtx_get_last_error_message());                                   \
+        CHECK(st_ == (want), "%s -> %d, want %d; last error: %s", #call,        \
+              (int)st_, (int)(want), nrtx_get_last_error_message());            \
     } while (0)
 
 #define MIB ((size_t)1 << 20)
@@ -126,11 +125,8 @@ static void before_init(void) {
     nrt_close();         /* no-op */
     EXPECT(nrt_init((nrt_framework_type_t)99, "1.0", NULL), NRT_INVALID);
     EXPECT(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, 0, 4096, "t", &t), NRT_UNINITIALIZED);
-
-    CHECK(strcmp(nrt_get_status_as_str(NRT_SUCCESS), "Success") == 0, "status text 0");
-    CHECK(strstr(nrt_get_status_as_str(NRT_RESOURCE), "allocate") != NULL, "status text 4");
-    CHECK(strcmp(nrt_get_status_as_str((NRT_STATUS)12345), "Unknown status") == 0,
-          "status text of an unknown value");
+    /* nrt_get_status_as_str is declared by the SDK's nrt_status.h but not exported by
+     * libnrt 2.31 (ffi/README.md), so a client meant for both libraries does not call it. */
 }
 
 /* ---- init, counts, stats ---------------------------------------------------------------- */

@@ -102,3 +102,94 @@ fn pack_then_inspect_an_example_and_a_refusal() {
         "{err}"
     );
 }
+
+/// `neff inspect --json` on every example packed with `neff pack`: the tensor table is the
+/// manifest's (name, dtype, shape, bytes) and the MODEL tier's device bytes per usage are what
+/// the manifest's allocations ask for over its subgraphs (issue 18: inspect shows both).
+#[test]
+fn inspect_shows_every_packed_examples_tensors_and_footprint() {
+    use nrt_host::manifest::{Location, Manifest};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models");
+    let mut examples: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 6);
+    for m in &examples {
+        let man = Manifest::from_path(m).unwrap();
+        let f = tmp(&format!("{}.neff", man.name));
+        stdout(&run(&[
+            "neff".as_ref(),
+            "pack".as_ref(),
+            m.as_os_str(),
+            "-o".as_ref(),
+            f.as_os_str(),
+        ]));
+        let j: serde_json::Value = serde_json::from_str(&stdout(&run(&[
+            "neff".as_ref(),
+            "inspect".as_ref(),
+            f.as_os_str(),
+            "--json".as_ref(),
+        ])))
+        .unwrap();
+        let tensors: Vec<(String, String, Vec<u64>, u64)> = j["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["dtype"].as_str().unwrap().to_string(),
+                    t["shape"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|d| d.as_u64().unwrap())
+                        .collect(),
+                    t["size"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String, Vec<u64>, u64)> = man
+            .io_tensors()
+            .iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    t.dtype.name().to_string(),
+                    t.shape.iter().map(|d| u64::from(*d)).collect(),
+                    t.size,
+                )
+            })
+            .collect();
+        assert_eq!(tensors, want, "{}", man.name);
+        let mut have = std::collections::BTreeMap::<String, u64>::new();
+        for row in j["footprint"].as_array().unwrap() {
+            if row["tier"] == "MODEL" && row["location"] == "device" {
+                *have
+                    .entry(row["usage"].as_str().unwrap().into())
+                    .or_default() += row["bytes"].as_u64().unwrap();
+            }
+        }
+        let mut asked = std::collections::BTreeMap::<String, u64>::new();
+        for a in man
+            .allocations
+            .iter()
+            .filter(|a| a.location == Location::Device)
+        {
+            *asked.entry(a.usage.short_name().into()).or_default() +=
+                a.size * u64::from(man.subgraphs);
+        }
+        for (usage, bytes) in &asked {
+            assert_eq!(
+                have.get(usage),
+                Some(bytes),
+                "{}: {usage} in {have:?}",
+                man.name
+            );
+        }
+        std::fs::remove_file(&f).unwrap();
+    }
+}
