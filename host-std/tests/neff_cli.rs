@@ -21,6 +21,17 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
+/// `nrt-dmem neff pack MANIFEST -o OUT`; its stdout.
+fn pack(manifest: &Path, out: &Path) -> String {
+    stdout(&run(&[
+        "neff".as_ref(),
+        "pack".as_ref(),
+        manifest.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]))
+}
+
 fn stdout(o: &Output) -> String {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout.clone()).unwrap()
@@ -76,13 +87,7 @@ fn inspect_shows_the_libnrt_fixture_s_tensors_and_footprint() {
 fn pack_then_inspect_an_example_and_a_refusal() {
     let m = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models/custom-op-3libs.json");
     let f = tmp("custom.neff");
-    let o = stdout(&run(&[
-        "neff".as_ref(),
-        "pack".as_ref(),
-        m.as_os_str(),
-        "-o".as_ref(),
-        f.as_os_str(),
-    ]));
+    let o = pack(&m, &f);
     assert!(o.contains("NEFF pkg 2, model \"custom-op-3libs\""), "{o}");
     let text = stdout(&run(&["neff".as_ref(), "inspect".as_ref(), f.as_os_str()]));
     assert!(text.contains("  MODEL  WEIGHT                 device     16777216     16777216            0            0"), "{text}");
@@ -120,13 +125,7 @@ fn inspect_shows_every_packed_examples_tensors_and_footprint() {
     for m in &examples {
         let man = Manifest::from_path(m).unwrap();
         let f = tmp(&format!("{}.neff", man.name));
-        stdout(&run(&[
-            "neff".as_ref(),
-            "pack".as_ref(),
-            m.as_os_str(),
-            "-o".as_ref(),
-            f.as_os_str(),
-        ]));
+        pack(m, &f);
         let j: serde_json::Value = serde_json::from_str(&stdout(&run(&[
             "neff".as_ref(),
             "inspect".as_ref(),

@@ -12,8 +12,10 @@
 //! - The C compiler's `sizeof`/`offsetof` of every struct in the headers equal Rust's.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
+
+use nrt_tests::check_output as check;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -70,17 +72,6 @@ fn include_dir() -> PathBuf {
 
 fn cc() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".into())
-}
-
-fn check(what: &str, o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
 }
 
 /// `cc -std=c11 -Wall -Wextra -Werror -pedantic -I ffi/include SRC -L lib -lnrt`.

@@ -6,8 +6,10 @@
 //! with those nodes runs against it without a loader warning, also with `LD_BIND_NOW=1`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
+
+use nrt_tests::check_output as check;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,17 +26,6 @@ fn out_dir() -> PathBuf {
     let d = t.join("nrt-dist-test");
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn check(what: &str, o: Output) -> Output {
-    assert!(
-        o.status.success(),
-        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
 }
 
 fn have(tool: &str) -> bool {
