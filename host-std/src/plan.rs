@@ -125,7 +125,9 @@ pub enum PlanError {
         error: LoadError,
     },
     /// A `MODEL@CORE` placement names no model of the plan.
-    #[error("placement `{0}@…` names no model of the plan (give its path, file name or model name)")]
+    #[error(
+        "placement `{0}@…` names no model of the plan (give its path, file name or model name)"
+    )]
     UnknownPlacement(String),
     /// No models.
     #[error("nothing to plan: give at least one model file")]
@@ -480,8 +482,12 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     let mut models = Vec::with_capacity(parsed.len());
     let mut landed: Vec<Option<i64>> = Vec::with_capacity(parsed.len());
     let mut handles = Vec::new();
-    let mut first: Option<(usize, i64, String, Option<(nrt_core::Error, Option<FailingChannel>)>)> =
-        None;
+    let mut first: Option<(
+        usize,
+        i64,
+        String,
+        Option<(nrt_core::Error, Option<FailingChannel>)>,
+    )> = None;
     let mut frag: Vec<String> = Vec::new();
     for (i, p) in parsed.iter().enumerate() {
         let core = placed[i].unwrap_or_else(|| first_free_core(&nrt));
@@ -642,7 +648,9 @@ fn hbm_plan(rt: &HostRuntime, handles: &[H_MODEL]) -> Vec<HbmPlan> {
         {
             return;
         }
-        let Some(info) = rt.sim().and_then(|s| s.memory_info(d.device_id, d.mem_handle).ok())
+        let Some(info) = rt
+            .sim()
+            .and_then(|s| s.memory_info(d.device_id, d.mem_handle).ok())
         else {
             return;
         };
@@ -678,7 +686,9 @@ fn hbm_plan(rt: &HostRuntime, handles: &[H_MODEL]) -> Vec<HbmPlan> {
         let g = nrt.geom(dev);
         let ledger = nrt.ledger_hbm(dev);
         for h in 0..g.channels {
-            let p = drv.pool_stats(dev, false, h).unwrap_or(PoolStats::one_region(0, 0, 0, 0));
+            let p = drv
+                .pool_stats(dev, false, h)
+                .unwrap_or(PoolStats::one_region(0, 0, 0, 0));
             let mine: Vec<Block> = blocks
                 .iter()
                 .filter(|(d, c, _)| *d == dev && *c == h)
@@ -710,7 +720,11 @@ fn hbm_plan(rt: &HostRuntime, handles: &[H_MODEL]) -> Vec<HbmPlan> {
     out
 }
 
-fn oom_figures(e: &nrt_core::Error, ch: Option<&FailingChannel>, channel: u64) -> Option<OomFigures> {
+fn oom_figures(
+    e: &nrt_core::Error,
+    ch: Option<&FailingChannel>,
+    channel: u64,
+) -> Option<OomFigures> {
     let nrt_core::Error::DeviceOom {
         size,
         device,
@@ -792,17 +806,19 @@ impl Replay<'_> {
         }
         Ok(cores
             .iter()
-            .map(|&c| match s.step(&self.parsed[upto], c, self.allow_legacy) {
-                Step::Fit {
-                    handle, tensors, ..
-                } => {
-                    // Undone, so that the next core is tried on the same state: a failed load
-                    // rolls back, and freeing a fit gives back exactly its pages.
-                    s.undo(handle, &tensors);
-                    Ok(())
-                }
-                Step::Failed { error, .. } => Err(error),
-            })
+            .map(
+                |&c| match s.step(&self.parsed[upto], c, self.allow_legacy) {
+                    Step::Fit {
+                        handle, tensors, ..
+                    } => {
+                        // Undone, so that the next core is tried on the same state: a failed load
+                        // rolls back, and freeing a fit gives back exactly its pages.
+                        s.undo(handle, &tensors);
+                        Ok(())
+                    }
+                    Step::Failed { error, .. } => Err(error),
+                },
+            )
             .collect())
     }
 
