@@ -304,6 +304,9 @@ struct Parsed {
     tensors: bool,
 }
 
+/// A device OOM and its failing channel's figures at the moment of the failure.
+type OomAt = (nrt_core::Error, Option<FailingChannel>);
+
 /// What one step did on a scratch device.
 enum Step {
     Fit {
@@ -313,7 +316,7 @@ enum Step {
     },
     Failed {
         error: String,
-        oom: Option<(nrt_core::Error, Option<FailingChannel>)>,
+        oom: Option<OomAt>,
     },
 }
 
@@ -482,12 +485,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     let mut models = Vec::with_capacity(parsed.len());
     let mut landed: Vec<Option<i64>> = Vec::with_capacity(parsed.len());
     let mut handles = Vec::new();
-    let mut first: Option<(
-        usize,
-        i64,
-        String,
-        Option<(nrt_core::Error, Option<FailingChannel>)>,
-    )> = None;
+    let mut first: Option<(usize, i64, String, Option<OomAt>)> = None;
     let mut frag: Vec<String> = Vec::new();
     for (i, p) in parsed.iter().enumerate() {
         let core = placed[i].unwrap_or_else(|| first_free_core(&nrt));
