@@ -284,10 +284,9 @@ pub struct Plan {
     pub hbm: Vec<HbmPlan>,
     /// The first model that does not fit.
     pub first_failure: Option<Failure>,
-    /// Total device bytes free when the models that did not fit were tried, against the
-    /// bytes they asked for: true when they would fit in total free bytes but not in the free
-    /// blocks (fragmentation).
-    pub fragmentation: Option<String>,
+    /// Fragmentation: one line per model that did not fit although its channel had enough
+    /// free bytes in total, but no free block (or none at its alignment) holding the request.
+    pub fragmentation: Vec<String>,
 }
 
 impl Plan {
@@ -577,7 +576,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         cores,
         hbm,
         first_failure,
-        fragmentation: (!frag.is_empty()).then(|| frag.join("; ")),
+        fragmentation: frag,
     })
 }
 

@@ -222,9 +222,12 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             )?;
         }
     }
-    if let Some(f) = &p.fragmentation {
+    if !p.fragmentation.is_empty() {
         writeln!(out)?;
-        writeln!(out, "fragmentation: {f}")?;
+        writeln!(out, "fragmentation")?;
+        for f in &p.fragmentation {
+            writeln!(out, "  {}", Printable(f))?;
+        }
     }
     Ok(())
 }
