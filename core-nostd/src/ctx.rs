@@ -199,6 +199,10 @@ pub struct CoreState {
     /// 1 once `last_oom` holds a value (MaybeUninit keeps the all-zero state valid).
     pub(crate) last_oom_set: AtomicU32,
     pub(crate) last_oom: UnsafeCell<core::mem::MaybeUninit<Error>>,
+    /// The failing channel's figures at the moment of the last device OOM (guarded by
+    /// `oom_lock`, written with `last_oom`; read only once `last_oom_set` is 1).
+    pub(crate) last_oom_channel:
+        UnsafeCell<core::mem::MaybeUninit<Option<crate::oom::FailingChannel>>>,
     /// The OOM table as it was when the last device OOM happened (guarded by `oom_lock`).
     pub(crate) oom_dump: UnsafeCell<[u8; OOM_DUMP_BYTES]>,
     pub(crate) oom_dump_len: UnsafeCell<usize>,

@@ -439,10 +439,12 @@ impl Nrt<'_> {
             Error::DeviceOom { device, .. } => device,
             _ => 0,
         };
+        let channel = self.failing_channel(dev, &e);
         let _g = self.st.oom_lock.lock();
         // SAFETY: guarded by oom_lock; dump_ledger does not take oom_lock.
         unsafe {
             (*self.st.last_oom.get()).write(e);
+            (*self.st.last_oom_channel.get()).write(channel);
             let mut w = FixedWriter {
                 buf: &mut *self.st.oom_dump.get(),
                 len: 0,
@@ -468,6 +470,19 @@ impl Nrt<'_> {
             Err(e) => core::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
         };
         w.write_str(text)
+    }
+
+    /// The failing channel of the most recent device OOM, measured at the moment of the
+    /// failure (what the OOM table's "why" line says, as figures): its HBM, its figures in the
+    /// request's terms and the cause. `None` when there was no device OOM, or its channel
+    /// could not be measured.
+    pub fn last_oom_channel(&self) -> Option<crate::oom::FailingChannel> {
+        let _g = self.st.oom_lock.lock();
+        if self.st.last_oom_set.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        // SAFETY: guarded by oom_lock; written together with `last_oom` before the flag.
+        unsafe { (*self.st.last_oom_channel.get()).assume_init() }
     }
 
     /// The most recent device OOM of this runtime, if any.

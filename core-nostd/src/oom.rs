@@ -292,9 +292,10 @@ pub fn write_hbm_line(w: &mut dyn fmt::Write, hbm: u32, s: &PoolStats, align: u6
     )
 }
 
-/// The failing channel of a device OOM, as the report shows it.
-#[derive(Copy, Clone, Debug)]
-pub(crate) struct FailingChannel {
+/// The failing channel of a device OOM, as the report shows it, measured inside the failing
+/// allocation (before any rollback): [`Nrt::last_oom_channel`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FailingChannel {
     /// HBM channel.
     pub hbm: u32,
     /// The channel's figures in the request's terms (at its alignment when the driver can

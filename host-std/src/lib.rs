@@ -14,6 +14,7 @@
 //! - [`tensor_info`]: a model's IO tensors as applications see them (dtype, shape, size).
 //! - [`model_file`]: what `nrt_load` takes — a NEFF or a manifest ([`ModelFile`]) — and the
 //!   one load path for both, with a NEFF's weights copied in.
+//! - [`plan`]: will these models fit? A dry run of the load path on a scratch simulated device.
 //! - [`scenario`]: scenario files (TOML) and the [`scenario::Session`] that runs them.
 //! - [`cli`]: the `nrt-dmem` command line (demo, run, stats, layout).
 //! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
@@ -28,6 +29,7 @@ pub mod ioctl;
 pub mod manifest;
 pub mod model_file;
 pub mod neuron_driver;
+pub mod plan;
 pub mod runtime;
 #[cfg(feature = "cli")]
 pub mod scenario;

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! nrt-dmem [--device sim:trn2|sim:inf2x2|neuron] [--lnc-size N] [--visible-cores 1-3]
-//!          [--num-cores N] [-v|-q] <demo | run FILE | stats [--json] [--scenario FILE] | layout …>
+//!          [--num-cores N] [-v|-q] <demo | run FILE | stats [--json] [--scenario FILE] | layout … | plan FILES…>
 //! ```
 //!
 //! Flags override the environment the real runtime reads (`NRT_DMEM_DEVICE`,
@@ -19,6 +19,7 @@
 mod demo;
 mod layout;
 mod neff;
+mod plan;
 mod stats;
 
 use std::ffi::OsString;
@@ -69,6 +70,9 @@ pub struct GlobalArgs {
 }
 
 fn parse_device(s: &str) -> Result<DeviceChoice, String> {
+    if s.trim().starts_with("shared:") {
+        return Err("shared devices by name are not supported yet".into());
+    }
     DeviceChoice::parse(s).map_err(|e| e.reason.to_string())
 }
 
@@ -104,6 +108,10 @@ pub enum Command {
     /// Inspect a NEFF (header, gates, tensors, subgraphs, footprint) or pack one from a
     /// manifest.
     Neff(neff::NeffArgs),
+    /// Will these models fit? A dry run of the load path on a scratch simulated device: where
+    /// each model lands, per core and HBM channel the bytes by usage, headroom and largest
+    /// free block, and for the first model that does not fit what would make it fit.
+    Plan(plan::PlanArgs),
 }
 
 /// A failure the command line reports: exit code and message.
@@ -240,6 +248,7 @@ where
         }
         Command::Layout(a) => Ok(layout::run(a)),
         Command::Neff(a) => neff::run(a, &mut out),
+        Command::Plan(a) => plan::run(&cli.global, a, &mut out),
     };
     let _ = out.flush();
     match r {

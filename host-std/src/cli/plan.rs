@@ -1,0 +1,357 @@
+//! `nrt-dmem plan`: will these models fit? The planner ([`crate::plan`]) as a table, JSON or
+//! an SVG chart of each HBM channel's occupancy by usage; `--check` for CI.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+use nrt_core::cstr::Printable;
+
+use super::CliError;
+use crate::plan::{HbmPlan, ModelSource, Plan, PlanModel, PlanRequest};
+use crate::scenario::fmt_bytes;
+
+/// `plan`'s arguments (the global `--device`, `--lnc-size` and `--visible-cores` apply).
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Model files (NEFFs or manifests), loaded in this order.
+    #[arg(required = true, value_name = "FILES")]
+    pub files: Vec<PathBuf>,
+    /// Also allocate each model's input and output tensors as DEVICE tensors on its core.
+    #[arg(long)]
+    pub tensors: bool,
+    /// Place a model (its path, file name or model name) on a logical core: MODEL@CORE.
+    #[arg(long = "place", value_name = "MODEL@CORE", value_parser = parse_place)]
+    pub place: Vec<(String, i64)>,
+    /// The plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write an SVG chart of each HBM channel's occupancy.
+    #[arg(long, value_name = "OUT.svg")]
+    pub svg: Option<PathBuf>,
+    /// Exit 1 when a model does not fit (0 when all fit; 2 on bad input).
+    #[arg(long)]
+    pub check: bool,
+}
+
+fn parse_place(s: &str) -> Result<(String, i64), String> {
+    let (m, c) = s
+        .rsplit_once('@')
+        .ok_or_else(|| "expected MODEL@CORE".to_string())?;
+    let core: i64 = c
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&c| c >= 0)
+        .ok_or_else(|| format!("`{c}` is not a logical core index"))?;
+    if m.is_empty() {
+        return Err("expected MODEL@CORE".into());
+    }
+    Ok((m.to_string(), core))
+}
+
+/// Runs `plan` with the device settings `g` gives (flags, else the environment, else sim:trn2).
+pub fn run(g: &super::GlobalArgs, a: &PlanArgs, out: &mut dyn Write) -> Result<i32, CliError> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let device = match g.device {
+        Some(d) => d.to_string(),
+        None => env("NRT_DMEM_DEVICE").unwrap_or_else(|| "sim:trn2".into()),
+    };
+    let lnc_size = match g.lnc_size {
+        Some(n) => Some(n),
+        None => env("NEURON_RT_VIRTUAL_CORE_SIZE")
+            .map(|v| {
+                v.trim().parse().map_err(|_| {
+                    CliError::input(format!(
+                        "NEURON_RT_VIRTUAL_CORE_SIZE={v:?}: expected a non-negative integer"
+                    ))
+                })
+            })
+            .transpose()?,
+    };
+    let visible_cores = match g.visible_cores {
+        Some(v) => Some(v),
+        None => env("NEURON_RT_VISIBLE_CORES")
+            .map(|v| crate::config::parse_visible_cores(&v))
+            .transpose()
+            .map_err(|e| CliError::input(e.to_string()))?,
+    };
+    let req = PlanRequest {
+        models: a
+            .files
+            .iter()
+            .map(|p| PlanModel {
+                source: ModelSource::Path(p.clone()),
+                tensors: a.tensors,
+            })
+            .collect(),
+        device,
+        lnc_size,
+        visible_cores,
+        placements: a.place.clone(),
+        read_options: crate::model_file::read_options_from_env(),
+        what_ifs: true,
+    };
+    // The dry run's own OOMs are expected: they are the plan's subject, not warnings.
+    if g.verbose == 0 {
+        log::set_max_level(log::LevelFilter::Off);
+    }
+    let plan = crate::plan::plan(&req).map_err(|e| CliError::input(e.to_string()))?;
+    if let Some(p) = &a.svg {
+        std::fs::write(p, svg(&plan))
+            .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
+    }
+    if a.json {
+        let text =
+            serde_json::to_string_pretty(&plan).map_err(|e| CliError::input(e.to_string()))?;
+        writeln!(out, "{text}").map_err(CliError::output)?;
+    } else {
+        write_text(&plan, out).map_err(CliError::output)?;
+    }
+    Ok(if a.check && !plan.all_fit() { 1 } else { 0 })
+}
+
+/// The plan as a table.
+pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
+    let fit = p.models.iter().filter(|m| m.fits).count();
+    writeln!(
+        out,
+        "nrt-dmem plan · {} · LNC {} · {} of {} models fit",
+        p.device,
+        p.lnc_size,
+        fit,
+        p.models.len()
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12}  result",
+        "#", "file", "model", "core", "device", "tensors"
+    )?;
+    for (i, m) in p.models.iter().enumerate() {
+        writeln!(
+            out,
+            "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12}  {}",
+            i,
+            Printable(&m.file),
+            Printable(&m.name),
+            m.core,
+            fmt_bytes(m.device_bytes),
+            fmt_bytes(m.tensor_bytes),
+            if m.fits { "fits" } else { "DOES NOT FIT" }
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "logical cores")?;
+    for c in &p.cores {
+        writeln!(
+            out,
+            "  core {} ({}, {} models): used {} of {}, headroom {}",
+            c.index,
+            c.physical.join("+"),
+            c.models,
+            fmt_bytes(c.used),
+            fmt_bytes(c.limit),
+            fmt_bytes(c.headroom)
+        )?;
+        for (u, b) in &c.usage {
+            writeln!(out, "    {u:<28} {:>12}", fmt_bytes(*b))?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "HBM channels")?;
+    writeln!(
+        out,
+        "  {:<10} {:>12} {:>12} {:>20} {:>18} {:>21}",
+        "pool", "used", "free", "largest free block", "small-object free", "small-object largest"
+    )?;
+    for h in &p.hbm {
+        writeln!(
+            out,
+            "  {:<10} {:>12} {:>12} {:>20} {:>18} {:>21}",
+            format!("nd{} hbm{}", h.device, h.hbm),
+            fmt_bytes(h.used),
+            fmt_bytes(h.free),
+            fmt_bytes(h.largest_free),
+            fmt_bytes(h.small_object_free),
+            fmt_bytes(h.small_object_largest_free)
+        )?;
+    }
+    if let Some(f) = &p.first_failure {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "first failure: model #{} {} on core {}: {}",
+            f.model,
+            Printable(&f.file),
+            f.core,
+            Printable(&f.error)
+        )?;
+        if let Some(o) = &f.oom {
+            writeln!(
+                out,
+                "  needed {} ({}) on nd{} HBM {}, largest block {}: {} missing; {} free on the channel",
+                fmt_bytes(o.requested),
+                o.usage,
+                o.device,
+                o.hbm,
+                fmt_bytes(o.largest_block),
+                fmt_bytes(o.missing),
+                fmt_bytes(o.channel_free)
+            )?;
+            if o.larger_than_channel {
+                writeln!(
+                    out,
+                    "  the request is larger than a whole HBM channel: nothing makes it fit"
+                )?;
+            }
+            if !o.why.is_empty() {
+                writeln!(out, "  {}", o.why)?;
+            }
+        }
+        for w in &f.what_ifs {
+            writeln!(
+                out,
+                "  what if: {}: {}",
+                w.change,
+                if w.fits {
+                    "fits".to_string()
+                } else {
+                    format!("does not fit ({})", w.detail.as_deref().unwrap_or(""))
+                }
+            )?;
+        }
+    }
+    if !p.fragmentation.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "fragmentation")?;
+        for f in &p.fragmentation {
+            writeln!(out, "  {}", Printable(f))?;
+        }
+    }
+    Ok(())
+}
+
+/// Colours per usage type, in the order the legend lists them (any other usage is grey).
+const PALETTE: [&str; 12] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac", "#86bcb6", "#d37295",
+];
+
+fn xml_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '&' => "&amp;".to_string(),
+            '<' => "&lt;".to_string(),
+            '>' => "&gt;".to_string(),
+            '"' => "&quot;".to_string(),
+            '\'' => "&apos;".to_string(),
+            c if c.is_control() => " ".to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// The SVG chart: one horizontal bar per HBM channel (`class="channel"`), its live
+/// allocations drawn at their addresses, coloured by usage type, with a legend.
+pub fn svg(p: &Plan) -> String {
+    const W: f64 = 800.0;
+    const X0: f64 = 140.0;
+    const BAR: f64 = 22.0;
+    const GAP: f64 = 12.0;
+    let mut usages: Vec<&str> = Vec::new();
+    for h in &p.hbm {
+        for (u, _) in &h.usage {
+            if !usages.contains(&u.as_str()) {
+                usages.push(u);
+            }
+        }
+    }
+    usages.sort_unstable();
+    let colour = |u: &str| {
+        usages
+            .iter()
+            .position(|x| *x == u)
+            .and_then(|i| PALETTE.get(i))
+            .copied()
+            .unwrap_or("#777777")
+    };
+    let top = 40.0;
+    let bars_h = p.hbm.len() as f64 * (BAR + GAP);
+    let legend_h = (usages.len() as f64 / 4.0).ceil() * 18.0 + 10.0;
+    let height = top + bars_h + legend_h + 20.0;
+    let mut s = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
+         width=\"{}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n",
+        X0 + W + 20.0
+    );
+    s.push_str(&format!(
+        "<text x=\"10\" y=\"20\" font-size=\"14\">{} · LNC {} · HBM occupancy after placement \
+         ({} of {} models fit)</text>\n",
+        xml_escape(&p.device),
+        p.lnc_size,
+        p.models.iter().filter(|m| m.fits).count(),
+        p.models.len()
+    ));
+    for (i, h) in p.hbm.iter().enumerate() {
+        let y = top + i as f64 * (BAR + GAP);
+        s.push_str(&channel_bar(h, y, X0, W, BAR, &colour));
+    }
+    let ly = top + bars_h + 10.0;
+    for (i, u) in usages.iter().enumerate() {
+        let x = 10.0 + (i % 4) as f64 * 230.0;
+        let y = ly + (i / 4) as f64 * 18.0;
+        s.push_str(&format!(
+            "<rect class=\"legend\" x=\"{x}\" y=\"{y}\" width=\"12\" height=\"12\" fill=\"{}\"/>\
+             <text x=\"{}\" y=\"{}\">{}</text>\n",
+            colour(u),
+            x + 16.0,
+            y + 10.0,
+            xml_escape(u)
+        ));
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn channel_bar(
+    h: &HbmPlan,
+    y: f64,
+    x0: f64,
+    w: f64,
+    bar: f64,
+    colour: &dyn Fn(&str) -> &'static str,
+) -> String {
+    let scale = if h.channel_size == 0 {
+        0.0
+    } else {
+        w / h.channel_size as f64
+    };
+    let mut s = format!(
+        "<g class=\"channel\" data-device=\"{}\" data-hbm=\"{}\">\
+         <text x=\"10\" y=\"{}\">nd{} hbm{}</text>\
+         <rect x=\"{x0}\" y=\"{y}\" width=\"{w}\" height=\"{bar}\" fill=\"#eeeeee\" stroke=\"#999999\">\
+         <title>{} free, largest free block {}</title></rect>\n",
+        h.device,
+        h.hbm,
+        y + bar * 0.7,
+        h.device,
+        h.hbm,
+        fmt_bytes(h.free),
+        fmt_bytes(h.largest_free)
+    );
+    for b in &h.blocks {
+        let bw = (b.size as f64 * scale).max(0.5);
+        s.push_str(&format!(
+            "<rect x=\"{:.2}\" y=\"{y}\" width=\"{bw:.2}\" height=\"{bar}\" fill=\"{}\">\
+             <title>{} {} at 0x{:x}</title></rect>\n",
+            x0 + b.offset as f64 * scale,
+            colour(&b.usage),
+            xml_escape(&b.usage),
+            fmt_bytes(b.size),
+            b.offset
+        ));
+    }
+    s.push_str("</g>\n");
+    s
+}

@@ -1,0 +1,919 @@
+//! Will it fit? [`plan`]: a dry run of the real load path (issue 19 item 2) on a scratch
+//! simulated device of the requested kind — never a real device.
+//!
+//! The models load in order through [`ModelFile::load`] (the one load path of `nrt_load`),
+//! each onto its `model@core` placement or, by default, libnrt's `vnc = -1` rule (the first
+//! visible logical core with no model, else the one with the fewest, lowest index on a tie).
+//! With IO tensors asked for, each model's inputs and outputs are then allocated as DEVICE
+//! tensors on its core, as the documented application flow does (`ffi/examples/doc_flow.c`).
+//! A step is all-or-nothing: a model whose load or tensors fail leaves the device as it was
+//! (the core rolls the load back; the plan frees the tensors it made and unloads the model),
+//! and the plan goes on with the next model, as an application that skips a model would.
+//!
+//! The plan is exact for everything the simulated device models (placement: docs/PLACEMENT.md)
+//! because it *is* that device's run. For the first device OOM it says how many bytes were
+//! missing (the failing request against the largest block that would have held a request like
+//! it at the moment of the failure, [`Nrt::last_oom_channel`]) and which changes make the model
+//! fit, each tried on a fresh scratch device: another logical core, another LNC size, leaving
+//! out models resident on its core.
+#![deny(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+
+use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, H_MODEL};
+use nrt_core::driver::PoolStats;
+use nrt_core::oom::{FailingChannel, OomCause};
+use nrt_core::tensor::Placement;
+use nrt_core::{Nrt, TensorHandle};
+use nrt_neff::ReadOptions;
+use serde::Serialize;
+
+use crate::config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};
+use crate::model_file::{LoadError, ModelFile};
+use crate::runtime::{HostRuntime, StartError};
+
+/// Where a model comes from.
+#[derive(Clone, Debug)]
+pub enum ModelSource {
+    /// A file on disk (NEFF or manifest); its path is its label.
+    Path(PathBuf),
+    /// Bytes already read (NEFF or manifest), with a label for messages and placements.
+    Bytes {
+        /// What to call it.
+        label: String,
+        /// The file's bytes.
+        bytes: Vec<u8>,
+    },
+}
+
+impl ModelSource {
+    fn label(&self) -> String {
+        match self {
+            ModelSource::Path(p) => p.display().to_string(),
+            ModelSource::Bytes { label, .. } => label.clone(),
+        }
+    }
+}
+
+/// One model of a plan.
+#[derive(Clone, Debug)]
+pub struct PlanModel {
+    /// The file.
+    pub source: ModelSource,
+    /// Also allocate the model's IO tensors (inputs and outputs) as DEVICE tensors on its core.
+    pub tensors: bool,
+}
+
+/// What to plan.
+#[derive(Clone, Debug)]
+pub struct PlanRequest {
+    /// The models, in load order.
+    pub models: Vec<PlanModel>,
+    /// The device: `sim:trn2`, `sim:trn1x2`, … (`NRT_DMEM_DEVICE`'s syntax; `neuron` and
+    /// shared devices are refused).
+    pub device: String,
+    /// LNC size (`NEURON_RT_VIRTUAL_CORE_SIZE`); `None` = the device's default.
+    pub lnc_size: Option<u32>,
+    /// Visible logical cores `(first, count)` (`NEURON_RT_VISIBLE_CORES`); `None` = all.
+    pub visible_cores: Option<(u32, u32)>,
+    /// `MODEL@CORE` placements: MODEL is a model's label (its path as given), file name or
+    /// model name; every model it names goes to logical core CORE (an index into the visible
+    /// cores, as `nrt_load`'s `vnc`).
+    pub placements: Vec<(String, i64)>,
+    /// How NEFFs are read (`allow_legacy_neff`).
+    pub read_options: ReadOptions,
+    /// Look for what would make the first failing model fit (extra scratch runs).
+    pub what_ifs: bool,
+}
+
+impl Default for PlanRequest {
+    fn default() -> Self {
+        PlanRequest {
+            models: Vec::new(),
+            device: "sim:trn2".into(),
+            lnc_size: None,
+            visible_cores: None,
+            placements: Vec::new(),
+            read_options: ReadOptions::default(),
+            what_ifs: true,
+        }
+    }
+}
+
+/// Why no plan could be made (bad input; a model that does not fit is a plan, not an error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The device string is not a device (the runtime's message).
+    #[error(transparent)]
+    Device(#[from] ConfigError),
+    /// `neuron`: a plan never allocates on a real device.
+    #[error("plans run on a simulated device only (sim:inf2|trn1|trn2|trn3[xN]), not on `neuron`")]
+    RealDevice,
+    /// A shared device by name.
+    #[error("planning against a shared device (`{0}`) is not supported yet; plan on sim:<preset> instead")]
+    SharedDevice(String),
+    /// The runtime refused the configuration (LNC size, visible cores: the runtime's message).
+    #[error("{0}")]
+    Config(String),
+    /// A model file could not be read or was refused.
+    #[error("{file}: {error}")]
+    Model {
+        /// The file's label.
+        file: String,
+        /// Why.
+        error: LoadError,
+    },
+    /// A `MODEL@CORE` placement names no model of the plan.
+    #[error(
+        "placement `{0}@…` names no model of the plan (give its path, file name or model name)"
+    )]
+    UnknownPlacement(String),
+    /// No models.
+    #[error("nothing to plan: give at least one model file")]
+    NoModels,
+}
+
+/// Device bytes per usage type (libnrt's names, `DMA_MEM_USAGE_TYPE_` dropped), non-zero only.
+pub type UsageBytes = Vec<(String, u64)>;
+
+/// What happened to one model.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ModelPlan {
+    /// Its label (path as given).
+    pub file: String,
+    /// Its model name.
+    pub name: String,
+    /// Logical core it was (or would have been) loaded on.
+    pub core: i64,
+    /// Whether it fits (loaded, and its tensors allocated when asked for).
+    pub fits: bool,
+    /// Device bytes it holds (model heaps; plus its tensors), 0 when it does not fit.
+    pub device_bytes: u64,
+    /// Device bytes its IO tensors hold.
+    pub tensor_bytes: u64,
+    /// Why it does not fit.
+    pub error: Option<String>,
+}
+
+/// One logical core after placement.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct CorePlan {
+    /// Logical index.
+    pub index: i64,
+    /// Its physical cores, `nd<D>:nc<C>`.
+    pub physical: Vec<String>,
+    /// Models on it.
+    pub models: usize,
+    /// Device bytes used (`dmem_get_memory_stats`).
+    pub used: u64,
+    /// HBM attributed to it.
+    pub limit: u64,
+    /// `limit - used` (0 when over).
+    pub headroom: u64,
+    /// Device bytes by usage.
+    pub usage: UsageBytes,
+}
+
+/// One block of an HBM channel, address-ordered: what the SVG draws.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Block {
+    /// Offset in the channel.
+    pub offset: u64,
+    /// Bytes (page-rounded, as the driver holds them).
+    pub size: u64,
+    /// Usage type.
+    pub usage: String,
+    /// In the small-object region.
+    pub small_object: bool,
+}
+
+/// One HBM channel after placement.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct HbmPlan {
+    /// Device.
+    pub device: u32,
+    /// Channel.
+    pub hbm: u32,
+    /// Bytes the channel has.
+    pub channel_size: u64,
+    /// Bytes the pool manages (small-object region included).
+    pub capacity: u64,
+    /// Bytes booked to it in the ledger (`memory_usage[hbm]`).
+    pub used: u64,
+    /// Bytes free: the headroom.
+    pub free: u64,
+    /// The largest free block (the largest request above 512 KiB that would succeed).
+    pub largest_free: u64,
+    /// Bytes free in the small-object region.
+    pub small_object_free: u64,
+    /// The small-object region's largest free block.
+    pub small_object_largest_free: u64,
+    /// Device bytes by usage (from the live allocations).
+    pub usage: UsageBytes,
+    /// The live allocations, address-ordered.
+    pub blocks: Vec<Block>,
+}
+
+/// The first model that does not fit, and why.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Failure {
+    /// Index of the model in the request.
+    pub model: usize,
+    /// Its label.
+    pub file: String,
+    /// Logical core.
+    pub core: i64,
+    /// The error.
+    pub error: String,
+    /// For a device OOM: the figures at the moment of the failure.
+    pub oom: Option<OomFigures>,
+    /// What would make it fit (tried on fresh scratch devices).
+    pub what_ifs: Vec<WhatIf>,
+}
+
+/// A device OOM's figures, in the failing request's terms.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct OomFigures {
+    /// Device.
+    pub device: u32,
+    /// HBM channel.
+    pub hbm: u32,
+    /// Usage type of the failing request.
+    pub usage: String,
+    /// Bytes the request needed (page-rounded).
+    pub requested: u64,
+    /// The largest request like it that would have succeeded.
+    pub largest_block: u64,
+    /// Bytes missing: `requested - largest_block`.
+    pub missing: u64,
+    /// Bytes free on the channel then.
+    pub channel_free: u64,
+    /// Enough bytes free on the channel, but no free block holds the request
+    /// (fragmentation, or alignment).
+    pub fragmented: bool,
+    /// The request is larger than the whole channel: nothing makes it fit.
+    pub larger_than_channel: bool,
+    /// The OOM report's "why" line.
+    pub why: String,
+}
+
+/// One alternative tried for the first failure.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct WhatIf {
+    /// What was changed.
+    pub change: String,
+    /// Whether the failing model (and every model before it) then fits.
+    pub fits: bool,
+    /// Why not, when it does not.
+    pub detail: Option<String>,
+}
+
+/// A plan.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Plan {
+    /// The device (`sim:trn2`).
+    pub device: String,
+    /// LNC size in force.
+    pub lnc_size: u32,
+    /// Each model, in load order.
+    pub models: Vec<ModelPlan>,
+    /// Each visible logical core.
+    pub cores: Vec<CorePlan>,
+    /// Each HBM channel.
+    pub hbm: Vec<HbmPlan>,
+    /// The first model that does not fit.
+    pub first_failure: Option<Failure>,
+    /// Fragmentation: one line per model that did not fit although its channel had enough
+    /// free bytes in total, but no free block (or none at its alignment) holding the request.
+    pub fragmentation: Vec<String>,
+}
+
+impl Plan {
+    /// Whether every model fits.
+    pub fn all_fit(&self) -> bool {
+        self.models.iter().all(|m| m.fits)
+    }
+}
+
+/// A parsed model of the request.
+struct Parsed {
+    label: String,
+    file: ModelFile,
+    tensors: bool,
+}
+
+/// A device OOM and its failing channel's figures at the moment of the failure.
+type OomAt = (nrt_core::Error, Option<FailingChannel>);
+
+/// What one step did on a scratch device.
+enum Step {
+    Fit {
+        handle: H_MODEL,
+        tensors: Vec<TensorHandle>,
+        tensor_bytes: u64,
+    },
+    Failed {
+        error: String,
+        oom: Option<OomAt>,
+    },
+}
+
+/// A scratch device with the steps run on it.
+struct Scratch {
+    rt: HostRuntime,
+}
+
+fn is_file_name(label: &str, key: &str) -> bool {
+    Path::new(label).file_name().is_some_and(|f| f == key)
+        || Path::new(label).file_stem().is_some_and(|f| f == key)
+}
+
+/// Parses the plan's device string: a simulated device only.
+pub fn parse_plan_device(s: &str) -> Result<DeviceChoice, PlanError> {
+    let t = s.trim();
+    if let Some(name) = t.strip_prefix("shared:") {
+        return Err(PlanError::SharedDevice(name.to_string()));
+    }
+    match DeviceChoice::parse(t)? {
+        DeviceChoice::Neuron => Err(PlanError::RealDevice),
+        d => Ok(d),
+    }
+}
+
+fn start(cfg: RuntimeConfig) -> Result<Scratch, PlanError> {
+    HostRuntime::start(cfg)
+        .map(|rt| Scratch { rt })
+        .map_err(|e| match e {
+            StartError::Init(e) => PlanError::Config(e.to_string()),
+            e => PlanError::Config(e.to_string()),
+        })
+}
+
+/// `vnc = -1`: the first visible logical core with no model, else the fewest (lowest index).
+pub fn first_free_core(nrt: &Nrt<'_>) -> i64 {
+    (0..i64::from(nrt.visible_vnc_count()))
+        .min_by_key(|&v| nrt.models_on(v, &mut []).unwrap_or(usize::MAX))
+        .unwrap_or(0)
+}
+
+impl Scratch {
+    /// Loads `p` on `core` (with its tensors): all-or-nothing.
+    fn step(&self, p: &Parsed, core: i64, allow_legacy: bool) -> Step {
+        let nrt = self.rt.nrt();
+        let failed = |e: &nrt_core::Error, error: String| Step::Failed {
+            error,
+            oom: matches!(e, nrt_core::Error::DeviceOom { .. })
+                .then(|| (*e, nrt.last_oom_channel())),
+        };
+        let handle = match p.file.load(&nrt, core, allow_legacy) {
+            Ok(h) => h,
+            Err(LoadError::Core(e)) => return failed(&e, LoadError::Core(e).to_string()),
+            Err(e) => {
+                return Step::Failed {
+                    error: e.to_string(),
+                    oom: None,
+                }
+            }
+        };
+        let mut tensors = Vec::new();
+        let mut tensor_bytes = 0;
+        if p.tensors {
+            for t in p.file.tensor_info() {
+                match nrt.tensor_allocate(
+                    Placement::Device as u32,
+                    core,
+                    t.size,
+                    Some(&t.name),
+                    Some(self.rt.host_mem()),
+                ) {
+                    Ok(h) => {
+                        tensors.push(h);
+                        tensor_bytes += t.size;
+                    }
+                    Err(e) => {
+                        let r = failed(&e, format!("tensor {}: {e}", t.name));
+                        self.undo(handle, &tensors);
+                        return r;
+                    }
+                }
+            }
+        }
+        Step::Fit {
+            handle,
+            tensors,
+            tensor_bytes,
+        }
+    }
+
+    fn undo(&self, handle: H_MODEL, tensors: &[TensorHandle]) {
+        let nrt = self.rt.nrt();
+        for t in tensors {
+            if let Err(e) = nrt.tensor_free(*t, Some(self.rt.host_mem())) {
+                log::warn!(target: "nrt_dmem::plan", "freeing a scratch tensor: {e}");
+            }
+        }
+        if let Err(e) = nrt.unload_model(handle) {
+            log::warn!(target: "nrt_dmem::plan", "unloading a scratch model: {e}");
+        }
+    }
+}
+
+fn usage_name(u: u32) -> String {
+    dma_mem_usage_type_t::from_raw(u)
+        .map_or_else(|| format!("usage {u}"), |u| u.short_name().to_string())
+}
+
+fn usage_list(dev: &[u64; 23]) -> UsageBytes {
+    (0..22u32)
+        .filter(|&u| dev[u as usize] != 0)
+        .map(|u| (usage_name(u), dev[u as usize]))
+        .collect()
+}
+
+/// The plan of `req`. Bad input is an error; models that do not fit are in the plan.
+pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
+    let device = parse_plan_device(&req.device)?;
+    if req.models.is_empty() {
+        return Err(PlanError::NoModels);
+    }
+    let mut parsed = Vec::with_capacity(req.models.len());
+    for m in &req.models {
+        let label = m.source.label();
+        let file = match &m.source {
+            ModelSource::Path(p) => ModelFile::from_path(p, &req.read_options),
+            ModelSource::Bytes { bytes, .. } => ModelFile::parse(bytes, &req.read_options),
+        }
+        .map_err(|error| PlanError::Model {
+            file: label.clone(),
+            error,
+        })?;
+        parsed.push(Parsed {
+            label,
+            file,
+            tensors: m.tensors,
+        });
+    }
+    let mut placed: Vec<Option<i64>> = vec![None; parsed.len()];
+    for (key, core) in &req.placements {
+        let mut hit = false;
+        for (p, slot) in parsed.iter().zip(placed.iter_mut()) {
+            if p.label == *key || p.file.name() == key || is_file_name(&p.label, key) {
+                *slot = Some(*core);
+                hit = true;
+            }
+        }
+        if !hit {
+            return Err(PlanError::UnknownPlacement(key.clone()));
+        }
+    }
+    let mut cfg = RuntimeConfig {
+        device,
+        ..RuntimeConfig::default()
+    };
+    cfg.apply(&Overrides {
+        device: Some(device),
+        lnc_size: req.lnc_size,
+        visible_cores: req.visible_cores,
+        num_cores: None,
+    });
+    let allow_legacy = req.read_options.allow_legacy_neff;
+    let s = start(cfg)?;
+    let nrt = s.rt.nrt();
+
+    let mut models = Vec::with_capacity(parsed.len());
+    let mut landed: Vec<Option<i64>> = Vec::with_capacity(parsed.len());
+    let mut handles = Vec::new();
+    let mut first: Option<(usize, i64, String, Option<OomAt>)> = None;
+    let mut frag: Vec<String> = Vec::new();
+    for (i, p) in parsed.iter().enumerate() {
+        let core = placed[i].unwrap_or_else(|| first_free_core(&nrt));
+        match s.step(p, core, allow_legacy) {
+            Step::Fit {
+                handle,
+                tensor_bytes,
+                ..
+            } => {
+                let mut b = 0;
+                let _ = nrt.for_each_model_dmem(handle, |_, d| {
+                    if d.mem_type == dma_mem_location_t::TONGA_DRAM as u32 {
+                        b += d.size;
+                    }
+                });
+                handles.push(handle);
+                landed.push(Some(core));
+                models.push(ModelPlan {
+                    file: p.label.clone(),
+                    name: p.file.name().to_string(),
+                    core,
+                    fits: true,
+                    device_bytes: b + tensor_bytes,
+                    tensor_bytes,
+                    error: None,
+                });
+            }
+            Step::Failed { error, oom } => {
+                landed.push(None);
+                if let Some((_, Some(ch))) = &oom {
+                    if let Some(f) = fragmentation_note(&p.label, ch) {
+                        frag.push(f);
+                    }
+                }
+                models.push(ModelPlan {
+                    file: p.label.clone(),
+                    name: p.file.name().to_string(),
+                    core,
+                    fits: false,
+                    device_bytes: 0,
+                    tensor_bytes: 0,
+                    error: Some(error.clone()),
+                });
+                if first.is_none() {
+                    first = Some((i, core, error, oom));
+                }
+            }
+        }
+    }
+
+    let cores = (0..i64::from(nrt.visible_vnc_count()))
+        .map(|v| core_plan(&nrt, v))
+        .collect();
+    let hbm = hbm_plan(&s.rt, &handles);
+    let visible = i64::from(nrt.visible_vnc_count());
+    let lnc = nrt.lnc_size();
+    let first_failure = first.map(|(i, core, error, oom)| {
+        let oom = oom.and_then(|(e, ch)| {
+            let channel = match e {
+                nrt_core::Error::DeviceOom { device, .. } => nrt.geom(device).channel_size,
+                _ => 0,
+            };
+            oom_figures(&e, ch.as_ref(), channel)
+        });
+        let what_ifs = if req.what_ifs && oom.as_ref().is_some_and(|o| !o.larger_than_channel) {
+            let ctx = Replay {
+                cfg: &cfg,
+                parsed: &parsed,
+                landed: &landed,
+                allow_legacy,
+            };
+            what_ifs(&ctx, i, core, visible, lnc)
+        } else {
+            Vec::new()
+        };
+        Failure {
+            model: i,
+            file: parsed[i].label.clone(),
+            core,
+            error,
+            oom,
+            what_ifs,
+        }
+    });
+    Ok(Plan {
+        device: device.to_string(),
+        lnc_size: lnc,
+        models,
+        cores,
+        hbm,
+        first_failure,
+        fragmentation: frag,
+    })
+}
+
+fn fragmentation_note(label: &str, ch: &FailingChannel) -> Option<String> {
+    match ch.cause {
+        OomCause::NoBlock {
+            hbm,
+            needed,
+            largest,
+            ..
+        } => Some(format!(
+            "{label}: HBM {hbm} has {} free in total but its largest free block is {}, {} needed: \
+             the set fits in total bytes but not in any free block",
+            fmt(ch.shown.free),
+            fmt(largest),
+            fmt(needed)
+        )),
+        OomCause::Alignment {
+            hbm, needed, align, ..
+        } => Some(format!(
+            "{label}: HBM {hbm} has free blocks large enough for {} but none at a {align}-byte \
+             alignment",
+            fmt(needed)
+        )),
+        _ => None,
+    }
+}
+
+fn fmt(b: u64) -> String {
+    let mib = b as f64 / (1u64 << 20) as f64;
+    format!("{mib:.3} MiB")
+}
+
+fn core_plan(nrt: &Nrt<'_>, v: i64) -> CorePlan {
+    let st = nrt.dmem_get_memory_stats(v).unwrap_or_default();
+    let physical = nrt
+        .virtual_core(v)
+        .map(|c| {
+            c.cores()
+                .iter()
+                .map(|p| format!("nd{}:nc{}", p.device_id, p.device_tpb_idx))
+                .collect()
+        })
+        .unwrap_or_default();
+    CorePlan {
+        index: v,
+        physical,
+        models: nrt.models_on(v, &mut []).unwrap_or(0),
+        used: st.bytes_used,
+        limit: st.bytes_limit,
+        headroom: st.bytes_limit.saturating_sub(st.bytes_used),
+        usage: usage_list(&nrt.vnc_usage(v).unwrap_or_default().device),
+    }
+}
+
+/// Every HBM channel: pool figures from the driver, the ledger's bytes, and the live
+/// allocations (the GLOBAL heaps of every physical core, the models' MODEL heaps) placed by
+/// the simulated driver's own addresses.
+fn hbm_plan(rt: &HostRuntime, handles: &[H_MODEL]) -> Vec<HbmPlan> {
+    let nrt = rt.nrt();
+    let mut seen = std::collections::HashSet::new();
+    let mut blocks: Vec<(u32, u32, Block)> = Vec::new();
+    let mut add = |d: &nrt_core::abi::dmem_t| {
+        if d.mem_type != dma_mem_location_t::TONGA_DRAM as u32
+            || !seen.insert((d.device_id, d.mem_handle))
+        {
+            return;
+        }
+        let Some(info) = rt
+            .sim()
+            .and_then(|s| s.memory_info(d.device_id, d.mem_handle).ok())
+        else {
+            return;
+        };
+        if info.host {
+            return;
+        }
+        let base = u64::from(info.hbm_idx) * nrt.geom(d.device_id).channel_size;
+        blocks.push((
+            d.device_id,
+            info.hbm_idx,
+            Block {
+                offset: info.pa.saturating_sub(base),
+                size: info.size,
+                usage: usage_name(d.mem_usage_type),
+                small_object: info.small_pool,
+            },
+        ));
+    };
+    for dev in 0..nrt.num_devices() {
+        for c in 0..nrt.geom(dev).cores {
+            if let Ok(al) = nrt.core_allocator(dev, c) {
+                let _ = nrt.allocator_for_each(al, &mut add);
+            }
+        }
+    }
+    for h in handles {
+        let _ = nrt.for_each_model_dmem(*h, |_, d| add(d));
+    }
+    blocks.sort_by_key(|(d, h, b)| (*d, *h, b.offset));
+    let drv = rt.driver();
+    let mut out = Vec::new();
+    for dev in 0..nrt.num_devices() {
+        let g = nrt.geom(dev);
+        let ledger = nrt.ledger_hbm(dev);
+        for h in 0..g.channels {
+            let p = drv
+                .pool_stats(dev, false, h)
+                .unwrap_or(PoolStats::one_region(0, 0, 0, 0));
+            let mine: Vec<Block> = blocks
+                .iter()
+                .filter(|(d, c, _)| *d == dev && *c == h)
+                .map(|(_, _, b)| b.clone())
+                .collect();
+            let mut by: Vec<(String, u64)> = Vec::new();
+            for b in &mine {
+                match by.iter_mut().find(|(n, _)| *n == b.usage) {
+                    Some((_, v)) => *v += b.size,
+                    None => by.push((b.usage.clone(), b.size)),
+                }
+            }
+            by.sort();
+            out.push(HbmPlan {
+                device: dev,
+                hbm: h,
+                channel_size: g.channel_size,
+                capacity: p.capacity,
+                used: ledger.get(h as usize).copied().unwrap_or(0),
+                free: p.free,
+                largest_free: p.largest_free,
+                small_object_free: p.small_object_free,
+                small_object_largest_free: p.small_object_largest_free,
+                usage: by,
+                blocks: mine,
+            });
+        }
+    }
+    out
+}
+
+fn oom_figures(
+    e: &nrt_core::Error,
+    ch: Option<&FailingChannel>,
+    channel: u64,
+) -> Option<OomFigures> {
+    let nrt_core::Error::DeviceOom {
+        size,
+        device,
+        hbm,
+        usage,
+        ..
+    } = *e
+    else {
+        return None;
+    };
+    let (requested, largest, free, fragmented, why) = match ch {
+        Some(c) => {
+            let needed = match c.cause {
+                OomCause::ChannelFull { needed, .. }
+                | OomCause::NoBlock { needed, .. }
+                | OomCause::Alignment { needed, .. }
+                | OomCause::Refused { needed, .. } => needed,
+            };
+            (
+                needed,
+                c.shown.largest_request(),
+                c.shown.free,
+                matches!(
+                    c.cause,
+                    OomCause::NoBlock { .. } | OomCause::Alignment { .. }
+                ),
+                c.cause.to_string(),
+            )
+        }
+        None => (size, 0, 0, false, String::new()),
+    };
+    Some(OomFigures {
+        device,
+        hbm,
+        usage: usage.short_name().to_string(),
+        requested,
+        largest_block: largest,
+        missing: requested.saturating_sub(largest),
+        channel_free: free,
+        fragmented,
+        larger_than_channel: requested > channel,
+        why,
+    })
+}
+
+/// What a replay on a fresh scratch device needs: the configuration, the models and where
+/// each landed in the plan (`None`: it did not fit).
+struct Replay<'a> {
+    cfg: &'a RuntimeConfig,
+    parsed: &'a [Parsed],
+    landed: &'a [Option<i64>],
+    allow_legacy: bool,
+}
+
+impl Replay<'_> {
+    /// Model `j` as the what-ifs name it: its index and file.
+    fn name(&self, j: usize) -> String {
+        format!("model #{j} ({})", self.parsed[j].label)
+    }
+
+    /// Replays models `0..upto` (those that fit, on the cores they landed on, minus `skip`)
+    /// on a fresh scratch device, then tries model `upto` on each of `cores`. Returns, per
+    /// core, `Ok(())` or why not; an `Err` when the prefix itself does not replay.
+    fn then_try(
+        &self,
+        upto: usize,
+        skip: &[usize],
+        cores: &[i64],
+    ) -> Result<Vec<Result<(), String>>, String> {
+        let s = start(*self.cfg).map_err(|e| e.to_string())?;
+        for (j, p) in self.parsed.iter().enumerate().take(upto) {
+            let Some(core) = self.landed[j] else { continue };
+            if skip.contains(&j) {
+                continue;
+            }
+            if let Step::Failed { error, .. } = s.step(p, core, self.allow_legacy) {
+                return Err(format!("{} no longer fits: {error}", p.label));
+            }
+        }
+        Ok(cores
+            .iter()
+            .map(
+                |&c| match s.step(&self.parsed[upto], c, self.allow_legacy) {
+                    Step::Fit {
+                        handle, tensors, ..
+                    } => {
+                        // Undone, so that the next core is tried on the same state: a failed load
+                        // rolls back, and freeing a fit gives back exactly its pages.
+                        s.undo(handle, &tensors);
+                        Ok(())
+                    }
+                    Step::Failed { error, .. } => Err(error),
+                },
+            )
+            .collect())
+    }
+
+    /// [`Self::then_try`] on one core.
+    fn then_try_one(&self, upto: usize, skip: &[usize], core: i64) -> Result<(), String> {
+        self.then_try(upto, skip, &[core])?
+            .pop()
+            .unwrap_or(Err(String::new()))
+    }
+
+    /// Replays the models that fit before `upto`, then `upto`, in order with default placement
+    /// (explicit ones dropped: core numbers change with the LNC size), on a fresh device of
+    /// `cfg`: `Ok` when all of them fit.
+    fn default_placement(&self, cfg: &RuntimeConfig, upto: usize) -> Result<(), String> {
+        let s = start(*cfg).map_err(|e| e.to_string())?;
+        let nrt = s.rt.nrt();
+        for (j, p) in self.parsed.iter().enumerate().take(upto + 1) {
+            if j < upto && self.landed[j].is_none() {
+                continue;
+            }
+            let core = first_free_core(&nrt);
+            if let Step::Failed { error, .. } = s.step(p, core, self.allow_legacy) {
+                return Err(format!("{} does not fit on core {core}: {error}", p.label));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// At most this many resident models are tried one by one when looking for one to leave out.
+const MAX_LEAVE_OUT: usize = 8;
+
+/// What would make model `failed` (which did not fit on `core`) fit: another of the `visible`
+/// logical cores, another LNC size than `lnc`, fewer resident models on its core.
+fn what_ifs(r: &Replay<'_>, failed: usize, core: i64, visible: i64, lnc: u32) -> Vec<WhatIf> {
+    let mut out = Vec::new();
+    let verdict = |change: String, r: Result<(), String>| WhatIf {
+        change,
+        fits: r.is_ok(),
+        detail: r.err(),
+    };
+    // Another logical core: one fresh replay, each other core tried on it.
+    let others: Vec<i64> = (0..visible).filter(|&c| c != core).collect();
+    if !others.is_empty() {
+        match r.then_try(failed, &[], &others) {
+            Ok(rs) => out.extend(
+                others
+                    .iter()
+                    .zip(rs)
+                    .map(|(c, x)| verdict(format!("load it on logical core {c}"), x)),
+            ),
+            Err(e) => out.push(verdict("load it on another logical core".into(), Err(e))),
+        }
+    }
+    // Another LNC size (default placement for every model).
+    for size in [1u32, 2, 4, 8].into_iter().filter(|&l| l != lnc) {
+        let mut c = *r.cfg;
+        c.vcores.lnc_size = Some(size);
+        // Not a size this device takes (or the visible cores do not exist then), or one it
+        // ignores (the in-force size is another).
+        if !start(c).is_ok_and(|s| s.rt.nrt().lnc_size() == size) {
+            continue;
+        }
+        out.push(verdict(
+            format!("LNC size {size} (default placement for every model)"),
+            r.default_placement(&c, failed),
+        ));
+    }
+    // Fewer resident models: those on its core, largest first.
+    let mut residents: Vec<(usize, u64)> = (0..failed)
+        .filter(|&j| r.landed[j] == Some(core))
+        .map(|j| (j, r.parsed[j].file.requested_device_bytes()))
+        .collect();
+    residents.sort_by_key(|&(j, b)| (std::cmp::Reverse(b), j));
+    residents.truncate(MAX_LEAVE_OUT);
+    let mut single_fit = false;
+    for &(j, _) in &residents {
+        let x = r.then_try_one(failed, &[j], core);
+        single_fit |= x.is_ok();
+        out.push(verdict(
+            format!("leave out {} (resident on core {core})", r.name(j)),
+            x,
+        ));
+    }
+    if !single_fit && residents.len() > 1 {
+        for n in 2..=residents.len() {
+            let skip: Vec<usize> = residents[..n].iter().map(|&(j, _)| j).collect();
+            let x = r.then_try_one(failed, &skip, core);
+            let fits = x.is_ok();
+            let names: Vec<String> = skip.iter().map(|&j| r.name(j)).collect();
+            out.push(verdict(
+                format!("leave out {} (resident on core {core})", names.join(", ")),
+                x,
+            ));
+            if fits {
+                break;
+            }
+        }
+    }
+    out
+}

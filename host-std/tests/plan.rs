@@ -1,0 +1,457 @@
+//! The planner (`nrt_host::plan`, `nrt-dmem plan`): a plan matches what a real load sequence on
+//! the same simulated device then does, byte for byte and failure for failure; `--check`'s
+//! exit codes; the SVG is well-formed with one bar per channel; bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nrt_core::tensor::Placement;
+use nrt_host::model_file::{pack, ModelFile};
+use nrt_host::plan::{plan, ModelSource, Plan, PlanError, PlanModel, PlanRequest};
+use nrt_host::{DeviceChoice, HostRuntime, Manifest, Overrides, RuntimeConfig};
+use nrt_neff::ReadOptions;
+
+fn models_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/models")
+}
+
+fn example_paths() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(models_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    v.sort();
+    assert_eq!(v.len(), 6, "the six example manifests");
+    v
+}
+
+/// The six manifests, the six as NEFFs (`pack`), then llama shards until something fails.
+fn the_set(shards: usize) -> Vec<(String, Vec<u8>)> {
+    let mut set = Vec::new();
+    for p in example_paths() {
+        let bytes = std::fs::read(&p).unwrap();
+        let m = Manifest::parse(&bytes).unwrap();
+        set.push((p.display().to_string(), bytes.clone()));
+        set.push((format!("{}.neff", m.name), pack(&m).unwrap()));
+    }
+    let llama = std::fs::read(models_dir().join("llama3-8b-tp8-shard.json")).unwrap();
+    for i in 0..shards {
+        set.push((format!("llama-{i}"), llama.clone()));
+    }
+    set
+}
+
+fn request(device: &str, set: &[(String, Vec<u8>)], tensors: bool) -> PlanRequest {
+    PlanRequest {
+        models: set
+            .iter()
+            .map(|(label, bytes)| PlanModel {
+                source: ModelSource::Bytes {
+                    label: label.clone(),
+                    bytes: bytes.clone(),
+                },
+                tensors,
+            })
+            .collect(),
+        device: device.into(),
+        ..PlanRequest::default()
+    }
+}
+
+/// The application's own sequence, written here from the public API: vnc = -1's rule, the
+/// load, then each IO tensor as a DEVICE tensor; a model whose tensors fail is taken back.
+/// Then every figure the plan states is compared with the device's.
+fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool, p: &Plan) {
+    let mut cfg = RuntimeConfig::default();
+    cfg.apply(&Overrides {
+        device: Some(DeviceChoice::parse(device).unwrap()),
+        ..Overrides::default()
+    });
+    let rt = HostRuntime::start(cfg).unwrap();
+    let nrt = rt.nrt();
+    assert_eq!(p.models.len(), set.len());
+    for (i, (label, bytes)) in set.iter().enumerate() {
+        let f = ModelFile::parse(bytes, &ReadOptions::default()).unwrap();
+        let core = (0..i64::from(nrt.visible_vnc_count()))
+            .min_by_key(|&v| nrt.models_on(v, &mut []).unwrap())
+            .unwrap();
+        let mut fits = false;
+        if let Ok(h) = f.load(&nrt, core, false) {
+            fits = true;
+            if tensors {
+                let mut made = Vec::new();
+                for t in f.tensor_info() {
+                    match nrt.tensor_allocate(
+                        Placement::Device as u32,
+                        core,
+                        t.size,
+                        Some(&t.name),
+                        None,
+                    ) {
+                        Ok(t) => made.push(t),
+                        Err(_) => {
+                            fits = false;
+                            break;
+                        }
+                    }
+                }
+                if !fits {
+                    for t in made {
+                        nrt.tensor_free(t, None).unwrap();
+                    }
+                    nrt.unload_model(h).unwrap();
+                }
+            }
+        }
+        let m = &p.models[i];
+        assert_eq!(
+            (m.fits, m.core),
+            (fits, core),
+            "{device}: model #{i} {label}"
+        );
+    }
+    for c in &p.cores {
+        let st = nrt.dmem_get_memory_stats(c.index).unwrap();
+        assert_eq!((c.used, c.limit), (st.bytes_used, st.bytes_limit));
+        let dev = nrt.vnc_usage(c.index).unwrap().device;
+        let sum: u64 = c.usage.iter().map(|(_, b)| b).sum();
+        assert_eq!(sum, dev[22], "{device}: core {} by usage", c.index);
+        for (u, b) in &c.usage {
+            let t = nrt_core::abi::dma_mem_usage_type_t::parse(u).unwrap();
+            assert_eq!(*b, dev[t as usize], "{device}: core {} {u}", c.index);
+        }
+    }
+    let mut n = 0;
+    for d in 0..nrt.num_devices() {
+        let ledger = nrt.ledger_hbm(d);
+        for h in 0..nrt.geom(d).channels {
+            let ps = rt.driver().pool_stats(d, false, h).unwrap();
+            let x = &p.hbm[n];
+            n += 1;
+            assert_eq!((x.device, x.hbm), (d, h));
+            assert_eq!(x.used, ledger[h as usize], "{device}: nd{d} hbm{h} ledger");
+            assert_eq!(
+                (
+                    x.free,
+                    x.largest_free,
+                    x.small_object_free,
+                    x.small_object_largest_free
+                ),
+                (
+                    ps.free,
+                    ps.largest_free,
+                    ps.small_object_free,
+                    ps.small_object_largest_free
+                ),
+                "{device}: nd{d} hbm{h} pool"
+            );
+            // The drawn blocks are the channel's allocations (carve-outs aside).
+            let drawn: u64 = x.blocks.iter().map(|b| b.size).sum();
+            assert!(
+                drawn <= ps.capacity - ps.free,
+                "{device}: nd{d} hbm{h} blocks"
+            );
+        }
+    }
+    assert_eq!(n, p.hbm.len());
+}
+
+#[test]
+fn a_plan_is_what_the_real_load_sequence_then_does() {
+    for (device, shards) in [("sim:trn1", 12), ("sim:trn2", 40), ("sim:trn3", 2)] {
+        for tensors in [false, true] {
+            let set = the_set(shards);
+            // The what-ifs replay the set (NEFF weights copied in each time): once is enough.
+            let what_ifs = device == "sim:trn1" && !tensors;
+            let mut r = request(device, &set, tensors);
+            r.what_ifs = what_ifs;
+            let p = plan(&r).unwrap();
+            real_sequence_matches(device, &set, tensors, &p);
+            if device != "sim:trn3" {
+                assert!(!p.all_fit(), "{device}: the set is meant not to fit");
+                let f = p.first_failure.as_ref().unwrap();
+                let o = f.oom.as_ref().expect("an OOM");
+                assert!(o.requested > o.largest_block);
+                assert_eq!(o.missing, o.requested - o.largest_block);
+            }
+            if device == "sim:trn3" {
+                assert!(p.all_fit(), "{device}: {:?}", p.first_failure);
+            }
+            if what_ifs {
+                let f = p.first_failure.as_ref().unwrap();
+                assert!(!f.what_ifs.is_empty());
+                // Leaving out a resident model (they are all at least as large) makes room.
+                assert!(
+                    f.what_ifs
+                        .iter()
+                        .any(|w| w.fits && w.change.starts_with("leave out")),
+                    "{device}: {:?}",
+                    f.what_ifs
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn placements_are_honoured_and_checked() {
+    let set: Vec<(String, Vec<u8>)> = example_paths()
+        .iter()
+        .map(|p| (p.display().to_string(), std::fs::read(p).unwrap()))
+        .collect();
+    let mut r = request("sim:trn2", &set, false);
+    r.placements = vec![("bert-base".into(), 3)];
+    let p = plan(&r).unwrap();
+    for m in p.models.iter().filter(|m| m.name == "bert-base") {
+        assert_eq!(m.core, 3);
+    }
+    r.placements = vec![("nope".into(), 0)];
+    assert!(matches!(plan(&r), Err(PlanError::UnknownPlacement(_))));
+    r.placements = vec![("bert-base".into(), 9)];
+    let p = plan(&r).unwrap();
+    assert!(!p.all_fit(), "a core that does not exist is a failed load");
+}
+
+#[test]
+fn bad_input_is_an_error_naming_it() {
+    let set = the_set(0);
+    let e = |r: PlanRequest| plan(&r).unwrap_err().to_string();
+    assert!(e(request("gpu", &set, false)).contains("expected sim:"));
+    assert!(e(request("neuron", &set, false)).contains("simulated device only"));
+    assert!(e(request("shared:team", &set, false)).contains("not supported yet"));
+    let mut r = request("sim:trn2", &set, false);
+    r.lnc_size = Some(3);
+    assert!(e(r).contains("does not divide"));
+    let mut r = request("sim:trn2", &set, false);
+    r.visible_cores = Some((9, 1));
+    assert!(e(r).contains("logical core 9"));
+    let mut neff = pack(&Manifest::parse(&set[0].1).unwrap()).unwrap();
+    neff[0] ^= 0xff; // the header's magic
+    let r = request("sim:trn2", &[("broken.neff".into(), neff)], false);
+    let msg = e(r);
+    assert!(msg.starts_with("broken.neff: "), "{msg}");
+    let mut r = request("sim:trn2", &[], false);
+    r.models = vec![PlanModel {
+        source: ModelSource::Path("/nonexistent/m.neff".into()),
+        tensors: false,
+    }];
+    assert!(e(r).contains("/nonexistent/m.neff"));
+    assert!(matches!(
+        plan(&request("sim:trn2", &[], false)),
+        Err(PlanError::NoModels)
+    ));
+}
+
+fn huge_manifest(bytes: u64) -> Vec<u8> {
+    format!(
+        r#"{{"format":"nrt-dmem-model/2","name":"huge-{bytes}","allocations":[
+        {{"usage":"WEIGHT","location":"device","size":{bytes},"hint":"weights"}}]}}"#
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_model_larger_than_any_channel_says_nothing_makes_it_fit() {
+    let p = plan(&request(
+        "sim:trn1",
+        &[("huge".into(), huge_manifest(20 << 30))],
+        false,
+    ))
+    .unwrap();
+    let f = p.first_failure.unwrap();
+    let o = f.oom.unwrap();
+    assert!(o.larger_than_channel, "{o:?}");
+    assert!(f.what_ifs.is_empty());
+}
+
+#[test]
+fn a_set_that_fits_in_total_bytes_but_not_in_any_block_is_reported() {
+    // trn1: 16 GiB channels, the last 1 GiB the small-object region. 13.5 GiB leaves about
+    // 1.5 GiB of the main pool plus the 1 GiB region: 2 GiB fits in total, in no block.
+    let mut r = request(
+        "sim:trn1",
+        &[
+            ("a".into(), huge_manifest(27 << 29)),
+            ("b".into(), huge_manifest(2 << 30)),
+        ],
+        false,
+    );
+    r.placements = vec![("a".into(), 0), ("b".into(), 0)];
+    let p = plan(&r).unwrap();
+    assert!(p.models[0].fits && !p.models[1].fits);
+    let o = p.first_failure.as_ref().unwrap().oom.as_ref().unwrap();
+    assert!(o.fragmented && o.channel_free >= o.requested, "{o:?}");
+    assert_eq!(p.fragmentation.len(), 1);
+    assert!(p.fragmentation[0].contains("not in any free block"));
+    let w = &p.first_failure.as_ref().unwrap().what_ifs;
+    assert!(w
+        .iter()
+        .any(|w| w.fits && w.change == "load it on logical core 1"));
+}
+
+#[test]
+fn a_thousand_tiny_models_plan_quickly() {
+    let tiny = br#"{"format":"nrt-dmem-model/2","name":"tiny","allocations":[
+        {"usage":"WEIGHT","location":"device","size":4096,"hint":"w"}]}"#
+        .to_vec();
+    let set: Vec<(String, Vec<u8>)> = (0..1000).map(|i| (format!("t{i}"), tiny.clone())).collect();
+    let t = std::time::Instant::now();
+    let p = plan(&request("sim:trn2", &set, false)).unwrap();
+    assert_eq!(p.models.len(), 1000);
+    assert!(t.elapsed().as_secs() < 20, "{:?}", t.elapsed());
+    // The core's model table (nrt_core::config::MAX_MODELS) ends the fits; that is the
+    // first failure, and it is not an OOM.
+    if let Some(f) = &p.first_failure {
+        assert!(f.oom.is_none());
+    }
+}
+
+// ---- the CLI ----------------------------------------------------------------------------
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt-dmem"));
+    for v in nrt_host::config::ENV_VARS
+        .iter()
+        .chain(&["RUST_LOG", "CLICOLOR_FORCE"])
+    {
+        c.env_remove(v);
+    }
+    c
+}
+
+fn examples() -> Vec<String> {
+    example_paths()
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+#[test]
+fn plan_check_exits_0_when_all_fit_and_1_when_not() {
+    let o = bin()
+        .args(["plan", "--check", "--tensors"])
+        .args(examples())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("6 of 6 models fit"));
+    let llama = models_dir().join("llama3-8b-tp8-shard.json");
+    let o = bin()
+        .args(["plan", "--check", "--device", "sim:trn1"])
+        .args(std::iter::repeat_n(&llama, 14))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("first failure: model #12"), "{out}");
+    assert!(out.contains("missing"), "{out}");
+    // Without --check a plan that does not fit is still a plan.
+    let o = bin()
+        .args(["plan", "--device", "sim:trn1"])
+        .args(std::iter::repeat_n(&llama, 14))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    for bad in [
+        vec!["plan", "--device", "gpu", "x.json"],
+        vec!["plan", "--lnc-size", "3", &examples()[0]],
+        vec!["plan", "--visible-cores", "9", &examples()[0]],
+        vec!["plan", "/nonexistent.neff"],
+        vec!["plan", "--place", "nope@0", &examples()[0]],
+        vec!["plan", "--place", "bert", &examples()[0]],
+        vec!["plan"],
+    ] {
+        let o = bin().args(&bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {o:?}");
+    }
+}
+
+#[test]
+fn plan_json_has_the_plan() {
+    let o = bin()
+        .args(["plan", "--json", "--device", "sim:trn1x2"])
+        .args(examples())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["device"], "sim:trn1x2");
+    assert_eq!(v["models"].as_array().unwrap().len(), 6);
+    assert_eq!(v["hbm"].as_array().unwrap().len(), 4);
+}
+
+/// A small XML well-formedness check: every tag closes in order, attributes are quoted,
+/// entities are known. Returns the start tags with their attributes.
+fn well_formed(s: &str) -> Vec<(String, String)> {
+    let mut stack: Vec<String> = Vec::new();
+    let mut tags = Vec::new();
+    let mut rest = s;
+    while let Some(i) = rest.find(['<', '&']) {
+        let c = rest.as_bytes()[i];
+        rest = &rest[i..];
+        if c == b'&' {
+            let end = rest.find(';').expect("entity ends");
+            assert!(
+                ["&amp", "&lt", "&gt", "&quot", "&apos"].contains(&&rest[..end]),
+                "entity {}",
+                &rest[..end]
+            );
+            rest = &rest[end + 1..];
+            continue;
+        }
+        let end = rest.find('>').expect("tag ends");
+        let tag = &rest[1..end];
+        rest = &rest[end + 1..];
+        if tag.starts_with('?') {
+            continue;
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop().as_deref(), Some(name.trim()), "closing tag");
+            continue;
+        }
+        let self_closing = tag.ends_with('/');
+        let tag = tag.trim_end_matches('/');
+        let (name, attrs) = tag.split_once(' ').unwrap_or((tag, ""));
+        assert_eq!(
+            attrs.matches('"').count() % 2,
+            0,
+            "quoted attributes: {tag}"
+        );
+        assert!(!attrs.contains('<'));
+        tags.push((name.to_string(), attrs.to_string()));
+        if !self_closing {
+            stack.push(name.to_string());
+        }
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+    tags
+}
+
+#[test]
+fn the_svg_renders_one_bar_per_channel() {
+    let dir = std::env::temp_dir().join(format!("nrt-plan-svg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (device, channels) in [("sim:trn2", 4), ("sim:trn1x2", 4), ("sim:inf2", 2)] {
+        let out = dir.join("plan.svg");
+        let o = bin()
+            .args(["plan", "--tensors", "--device", device, "--svg"])
+            .arg(&out)
+            .args(examples())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let svg = std::fs::read_to_string(&out).unwrap();
+        let tags = well_formed(&svg);
+        assert_eq!(tags[0].0, "svg");
+        let bars = tags
+            .iter()
+            .filter(|(n, a)| n == "g" && a.contains("class=\"channel\""))
+            .count();
+        assert_eq!(bars, channels, "{device}");
+        assert!(tags
+            .iter()
+            .any(|(n, a)| n == "rect" && a.contains("class=\"legend\"")));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
