@@ -83,6 +83,11 @@ const FL: usize = 64 - SL_LOG2 as usize + 1;
 pub const OWN_CLASS_SCAN: u32 = 32;
 /// The largest node capacity a carve may have (indices and generations share a `u64` id).
 pub const MAX_NODES: usize = (u32::MAX - 1) as usize;
+/// Address buckets of a [`Policy::FirstFit`] carve (a power of two): the range is cut into this
+/// many equal buckets (a power-of-two number of granules each), every free block is indexed in
+/// the treap of the bucket holding its start, and a max segment tree over the buckets' largest
+/// blocks finds the lowest bucket that can hold a request.
+pub const FF_BUCKETS: usize = 4096;
 
 /// Node index 0 is "none"; node `i` lives at `nodes[i - 1]`.
 const NIL: u32 = 0;
@@ -311,12 +316,21 @@ pub struct Carve<const N: usize> {
     spare_count: u32,
     /// [`Policy`] as its discriminant (0 = good fit, the zero state).
     policy: u8,
-    /// Root of the free-block tree ([`Policy::FirstFit`]).
-    root: u32,
+    /// `FF_BUCKETS` arrays below were written since they were last cleared
+    /// ([`Policy::FirstFit`] ever initialised).
+    ff_dirty: u8,
+    /// Bucket of an address: `(addr - base) >> bucket_shift` ([`Policy::FirstFit`]).
+    bucket_shift: u32,
     fl_bitmap: u64,
     sl_bitmap: [u32; FL],
     /// Free-list heads; only meaningful where the bitmap bit is set.
     heads: [[u32; SL]; FL],
+    /// Root of each bucket's free-block treap ([`Policy::FirstFit`]).
+    roots: [u32; FF_BUCKETS],
+    /// Max segment tree over the buckets ([`Policy::FirstFit`]): `seg[FF_BUCKETS + k]` is the
+    /// largest free block (granules) starting in bucket `k`, `seg[i]` the larger of
+    /// `seg[2i]` and `seg[2i + 1]`; `seg[1]` is the carve's largest free block.
+    seg: [u32; 2 * FF_BUCKETS],
     nodes: [Node; N],
 }
 
@@ -398,10 +412,13 @@ impl<const N: usize> Carve<N> {
             spare_head: NIL,
             spare_count: 0,
             policy: 0,
-            root: NIL,
+            ff_dirty: 0,
+            bucket_shift: 0,
             fl_bitmap: 0,
             sl_bitmap: [0; FL],
             heads: [[NIL; SL]; FL],
+            roots: [NIL; FF_BUCKETS],
+            seg: [0; 2 * FF_BUCKETS],
             nodes: [Node::ZERO; N],
         }
     }
@@ -449,7 +466,20 @@ impl<const N: usize> Carve<N> {
             return Err(CarveError::BadRegion);
         }
         self.policy = policy as u8;
-        self.root = NIL;
+        if policy == Policy::FirstFit {
+            // Zero state: nothing to clear (a fresh carve touches no bucket page here).
+            if self.ff_dirty != 0 {
+                self.roots = [NIL; FF_BUCKETS];
+                self.seg = [0; 2 * FF_BUCKETS];
+            }
+            self.ff_dirty = 1;
+            let units = (size >> granule.trailing_zeros()) - 1;
+            let mut shift = 0;
+            while (units >> shift) >= FF_BUCKETS as u64 {
+                shift += 1;
+            }
+            self.bucket_shift = granule.trailing_zeros() + shift;
+        }
         self.base = base;
         self.size = size;
         self.granule = granule;
@@ -704,7 +734,7 @@ impl<const N: usize> Carve<N> {
     /// (a diagnostics path, not an allocation path).
     pub fn largest_free(&self) -> u64 {
         if self.first_fit() {
-            return u64::from(self.max_of(self.root)) * self.granule;
+            return u64::from(self.seg[1]) * self.granule;
         }
         if self.fl_bitmap == 0 {
             return 0;
@@ -1069,15 +1099,20 @@ impl<const N: usize> Carve<N> {
     fn free_block_at(&self, addr: u64) -> Option<u32> {
         let hit = |n: &Node| n.addr <= addr && addr - n.addr < n.size;
         if self.first_fit() {
-            // The free block with the greatest start ≤ addr.
-            let (mut x, mut best) = (self.root, NIL);
-            while x != NIL {
-                let n = self.node(x);
-                if n.addr <= addr {
-                    best = x;
-                    x = n.next_free;
-                } else {
-                    x = n.prev_free;
+            if addr < self.base || addr - self.base >= self.size {
+                return None;
+            }
+            // The free block with the greatest start ≤ addr: in `addr`'s bucket, else the
+            // last block of the nearest lower bucket that has one.
+            let k = self.bucket_of(addr);
+            let mut best = self.tree_floor(self.roots[k], addr);
+            if best == NIL {
+                if let Some(p) = self.prev_bucket(k) {
+                    let mut x = self.roots[p];
+                    while x != NIL {
+                        best = x;
+                        x = self.node(x).next_free;
+                    }
                 }
             }
             (best != NIL && hit(self.node(best))).then_some(best)
@@ -1094,10 +1129,112 @@ impl<const N: usize> Carve<N> {
         }
     }
 
-    // ---- first-fit tree (Policy::FirstFit) ---------------------------------------------------
-    // A treap keyed by address: `prev_free` / `next_free` are the left / right children,
-    // `parent` the parent, `max_units` the largest block of the subtree in granules. Heap
-    // order on `priority(i)` (a parent's is ≥ its children's).
+    // ---- first-fit index (Policy::FirstFit) --------------------------------------------------
+    // The range is cut into `FF_BUCKETS` address buckets. Each free block lives in the treap of
+    // the bucket holding its start: keyed by address, `prev_free` / `next_free` are the left /
+    // right children, `parent` the parent (NIL at a bucket's root), `max_units` the largest
+    // block of the subtree in granules; heap order on `priority(i)` (a parent's is ≥ its
+    // children's). `seg` is a max segment tree over the buckets' root maxima, so the lowest
+    // bucket holding a block of at least `need` granules is one branch-free walk down a
+    // 48 KiB array, and that bucket's (small) treap finishes the search.
+
+    /// The bucket of address `addr` (inside the carve).
+    #[inline(always)]
+    fn bucket_of(&self, addr: u64) -> usize {
+        // `init_with` chose the shift so that every in-range address maps below FF_BUCKETS.
+        ((addr - self.base) >> self.bucket_shift) as usize & (FF_BUCKETS - 1)
+    }
+
+    /// Stores bucket `k`'s largest block and fixes the segment tree above it; stops at the
+    /// first ancestor whose maximum is unchanged.
+    #[inline(always)]
+    fn seg_set(&mut self, k: usize, v: u32) {
+        let mut i = FF_BUCKETS + k;
+        if self.seg[i] == v {
+            return;
+        }
+        self.seg[i] = v;
+        i >>= 1;
+        while i >= 1 {
+            let m = self.seg[2 * i].max(self.seg[2 * i + 1]);
+            if self.seg[i] == m {
+                return;
+            }
+            self.seg[i] = m;
+            i >>= 1;
+        }
+    }
+
+    /// Re-reads bucket `k`'s root maximum into the segment tree.
+    #[inline(always)]
+    fn seg_refresh(&mut self, k: usize) {
+        let v = self.max_of(self.roots[k]);
+        self.seg_set(k, v);
+    }
+
+    /// From segment-tree node `i` (whose maximum is ≥ `need`), the lowest bucket below it
+    /// whose maximum is ≥ `need`.
+    #[inline(always)]
+    fn seg_descend(&self, mut i: usize, need: u32) -> usize {
+        while i < FF_BUCKETS {
+            i = 2 * i + usize::from(self.seg[2 * i] < need);
+        }
+        i - FF_BUCKETS
+    }
+
+    /// The lowest bucket ≥ `from` whose largest block is ≥ `need` granules.
+    fn next_bucket(&self, from: usize, need: u32) -> Option<usize> {
+        if from >= FF_BUCKETS {
+            return None;
+        }
+        let mut i = FF_BUCKETS + from;
+        if self.seg[i] >= need {
+            return Some(from);
+        }
+        // Climb until a right sibling of the path holds one.
+        while i > 1 {
+            if i & 1 == 0 && self.seg[i + 1] >= need {
+                return Some(self.seg_descend(i + 1, need));
+            }
+            i >>= 1;
+        }
+        None
+    }
+
+    /// The highest bucket below `k` that holds any free block.
+    fn prev_bucket(&self, k: usize) -> Option<usize> {
+        let mut i = FF_BUCKETS + k;
+        while i > 1 {
+            if i & 1 == 1 && self.seg[i - 1] > 0 {
+                let mut j = i - 1;
+                while j < FF_BUCKETS {
+                    j = if self.seg[2 * j + 1] > 0 {
+                        2 * j + 1
+                    } else {
+                        2 * j
+                    };
+                }
+                return Some(j - FF_BUCKETS);
+            }
+            i >>= 1;
+        }
+        None
+    }
+
+    /// The block with the greatest start ≤ `addr` in the treap under `x`, or NIL.
+    fn tree_floor(&self, mut x: u32, addr: u64) -> u32 {
+        let mut best = NIL;
+        while x != NIL {
+            let n = self.node(x);
+            if n.addr <= addr {
+                best = x;
+                x = n.next_free;
+            } else {
+                x = n.prev_free;
+            }
+        }
+        best
+    }
 
     /// A fixed pseudo-random priority per node index (a 32-bit integer hash), so the tree's
     /// shape is independent of the order blocks come and go in.
@@ -1142,18 +1279,25 @@ impl<const N: usize> Carve<N> {
     }
 
     /// Fixes the maxima from `i` up after `i`'s own block changed size; stops at the first
-    /// subtree whose maximum is unchanged (everything above it is then unchanged too).
+    /// subtree whose maximum is unchanged (everything above it is then unchanged too), and
+    /// at a bucket root updates the segment tree.
     fn tree_fix_up(&mut self, mut i: u32) {
         while i != NIL && self.recompute(i) {
-            i = self.node(i).parent;
+            let p = self.node(i).parent;
+            if p == NIL {
+                let k = self.bucket_of(self.node(i).addr);
+                let m = self.node(i).max_units;
+                self.seg_set(k, m);
+            }
+            i = p;
         }
     }
 
-    /// Points `parent`'s link that named `old` (the root if `parent` is NIL) at `new`.
+    /// Points `parent`'s link that named `old` (bucket `k`'s root if `parent` is NIL) at `new`.
     #[inline(always)]
-    fn relink_child(&mut self, parent: u32, old: u32, new: u32) {
+    fn relink_child(&mut self, k: usize, parent: u32, old: u32, new: u32) {
         if parent == NIL {
-            self.root = new;
+            self.roots[k] = new;
         } else if self.node(parent).prev_free == old {
             self.node_mut(parent).prev_free = new;
         } else {
@@ -1161,8 +1305,8 @@ impl<const N: usize> Carve<N> {
         }
     }
 
-    /// Rotates `x` above its parent, keeping address order and both maxima.
-    fn rotate_up(&mut self, x: u32) {
+    /// Rotates `x` above its parent (both in bucket `k`), keeping address order and both maxima.
+    fn rotate_up(&mut self, k: usize, x: u32) {
         let p = self.node(x).parent;
         let g = self.node(p).parent;
         if self.node(p).prev_free == x {
@@ -1182,13 +1326,14 @@ impl<const N: usize> Carve<N> {
         }
         self.node_mut(p).parent = x;
         self.node_mut(x).parent = g;
-        self.relink_child(g, p, x);
+        self.relink_child(k, g, p, x);
         self.recompute(p);
         self.recompute(x);
     }
 
     fn tree_insert(&mut self, i: u32) {
         let addr = self.node(i).addr;
+        let k = self.bucket_of(addr);
         let u = self.units(i);
         {
             let n = self.node_mut(i);
@@ -1197,7 +1342,7 @@ impl<const N: usize> Carve<N> {
             n.max_units = u;
         }
         // Descend to the leaf position, raising the maxima on the way.
-        let (mut p, mut x) = (NIL, self.root);
+        let (mut p, mut x) = (NIL, self.roots[k]);
         while x != NIL {
             p = x;
             let n = self.node_mut(x);
@@ -1210,7 +1355,7 @@ impl<const N: usize> Carve<N> {
         }
         self.node_mut(i).parent = p;
         if p == NIL {
-            self.root = i;
+            self.roots[k] = i;
         } else if addr < self.node(p).addr {
             self.node_mut(p).prev_free = i;
         } else {
@@ -1222,11 +1367,13 @@ impl<const N: usize> Carve<N> {
             if p == NIL || Self::priority(p) >= pr {
                 break;
             }
-            self.rotate_up(i);
+            self.rotate_up(k, i);
         }
+        self.seg_refresh(k);
     }
 
     fn tree_remove(&mut self, i: u32) {
+        let k = self.bucket_of(self.node(i).addr);
         // Rotate `i` down (its higher-priority child up) until it is a leaf, then cut it off.
         loop {
             let (l, r) = {
@@ -1244,16 +1391,24 @@ impl<const N: usize> Carve<N> {
                     }
                 }
             };
-            self.rotate_up(c);
+            self.rotate_up(k, c);
         }
         let p = self.node(i).parent;
-        self.relink_child(p, i, NIL);
+        self.relink_child(k, p, i, NIL);
         self.tree_fix_up(p);
+        self.seg_refresh(k);
     }
 
-    /// `new` takes `old`'s place in the tree (same links, so the same address order), then the
-    /// maxima are fixed for `new`'s size.
+    /// `new` takes `old`'s place among the free blocks (no free block lies between them).
+    /// In one bucket it takes `old`'s tree links (so the same address order), then the maxima
+    /// are fixed for `new`'s size; across buckets it is a remove and an insert.
     fn tree_replace(&mut self, old: u32, new: u32) {
+        let k = self.bucket_of(self.node(old).addr);
+        if self.bucket_of(self.node(new).addr) != k {
+            self.tree_remove(old);
+            self.tree_insert(new);
+            return;
+        }
         let (l, r, p, m) = {
             let n = self.node(old);
             (n.prev_free, n.next_free, n.parent, n.max_units)
@@ -1271,13 +1426,13 @@ impl<const N: usize> Carve<N> {
         if r != NIL {
             self.node_mut(r).parent = new;
         }
-        self.relink_child(p, old, new);
+        self.relink_child(k, p, old, new);
         // Only `new`'s own block differs from a consistent tree: fix the maxima first, then
         // rotations (which keep maxima) restore heap order, as priorities are per index.
         self.tree_fix_up(new);
         let pr = Self::priority(new);
         while self.node(new).parent != NIL && Self::priority(self.node(new).parent) < pr {
-            self.rotate_up(new);
+            self.rotate_up(k, new);
         }
         loop {
             let (l, r) = {
@@ -1298,19 +1453,22 @@ impl<const N: usize> Carve<N> {
             if Self::priority(c) <= pr {
                 break;
             }
-            self.rotate_up(c);
+            self.rotate_up(k, c);
         }
+        // Rotations keep the root's maximum, but the root itself may have changed.
+        self.seg_refresh(k);
     }
 
-    /// The first free block in address order that `accept`s, visiting only subtrees whose
-    /// maximum (in granules) passes `enter`.
+    /// The first free block in address order under the treap root `root` that `accept`s,
+    /// visiting only subtrees whose maximum (in granules) passes `enter`.
     #[inline(always)]
     fn tree_first(
         &self,
+        root: u32,
         mut enter: impl FnMut(u32) -> bool,
         mut accept: impl FnMut(&Node) -> bool,
     ) -> Option<u32> {
-        let mut x = self.root;
+        let mut x = root;
         if x == NIL || !enter(self.node(x).max_units) {
             return None;
         }
@@ -1357,13 +1515,15 @@ impl<const N: usize> Carve<N> {
             return None;
         }
         let need = need as u32;
+        if self.seg[1] < need {
+            return None;
+        }
         if align <= self.granule {
-            // Every block of `need` granules fits: one walk down.
-            let mut x = self.root;
-            if x == NIL || self.node(x).max_units < need {
-                return None;
-            }
-            loop {
+            // Every block of `need` granules fits: the lowest bucket with one, then one walk
+            // down its treap (whose maximum is ≥ need, so the walk ends at a block).
+            let k = self.seg_descend(1, need);
+            let mut x = self.roots[k];
+            while x != NIL {
                 let n = self.node(x);
                 if n.prev_free != NIL && self.node(n.prev_free).max_units >= need {
                     x = n.prev_free;
@@ -1373,95 +1533,126 @@ impl<const N: usize> Carve<N> {
                     x = n.next_free;
                 }
             }
+            return None;
         }
-        let i = self.tree_first(
-            |m| m >= need,
-            |n| fit(n.addr, n.size, size, align).is_some(),
-        )?;
-        let n = self.node(i);
-        fit(n.addr, n.size, size, align).map(|pad| (i, pad))
+        let mut k = self.seg_descend(1, need);
+        loop {
+            let hit = self.tree_first(
+                self.roots[k],
+                |m| m >= need,
+                |n| fit(n.addr, n.size, size, align).is_some(),
+            );
+            if let Some(i) = hit {
+                let n = self.node(i);
+                return fit(n.addr, n.size, size, align).map(|pad| (i, pad));
+            }
+            k = self.next_bucket(k + 1, need)?;
+        }
     }
 
     /// [`Carve::largest_aligned`] under [`Policy::FirstFit`] for `align` above the granule:
-    /// the best of every free block from its first aligned start to its end, skipping subtrees
-    /// that cannot beat the best found.
+    /// the best of every free block from its first aligned start to its end, skipping buckets
+    /// and subtrees that cannot beat the best found.
     fn ff_largest_aligned(&self, align: u64) -> u64 {
         let g = self.granule;
         let best = core::cell::Cell::new(0u64);
-        self.tree_first(
-            |m| u64::from(m) * g > best.get(),
-            |n| {
-                let end = n.addr + n.size;
-                if let Some(start) = n.addr.checked_next_multiple_of(align) {
-                    if start < end {
-                        best.set(best.get().max(end - start));
+        let mut k = 0;
+        // Only a block of more than `best` bytes can beat it (`best` is a granule multiple).
+        while let Ok(beat) = u32::try_from(best.get() / g + 1) {
+            let Some(b) = self.next_bucket(k, beat) else {
+                break;
+            };
+            self.tree_first(
+                self.roots[b],
+                |m| u64::from(m) * g > best.get(),
+                |n| {
+                    let end = n.addr + n.size;
+                    if let Some(start) = n.addr.checked_next_multiple_of(align) {
+                        if start < end {
+                            best.set(best.get().max(end - start));
+                        }
                     }
-                }
-                false
-            },
-        );
+                    false
+                },
+            );
+            k = b + 1;
+        }
         best.get()
     }
 
-    /// Checks the tree: address order, parent links, maxima, heap order; returns the number of
-    /// blocks in it.
+    /// Checks the index: per bucket, address order, parent links, maxima, heap order and that
+    /// every block starts in its bucket; the segment tree; returns the number of blocks.
     fn check_tree(&self) -> Result<u32, &'static str> {
+        for i in 1..FF_BUCKETS {
+            if self.seg[i] != self.seg[2 * i].max(self.seg[2 * i + 1]) {
+                return Err("bucket segment tree is stale");
+            }
+        }
         let mut count = 0u32;
         let mut last_end = 0u64;
-        let mut x = self.tree_first(|_| true, |_| true);
-        if self.root != NIL && self.node(self.root).parent != NIL {
-            return Err("tree root has a parent");
-        }
-        while let Some(i) = x {
-            let n = self.node(i);
-            if n.state != FREE {
-                return Err("non-free block in the tree");
+        for k in 0..FF_BUCKETS {
+            let root = self.roots[k];
+            if self.seg[FF_BUCKETS + k] != self.max_of(root) {
+                return Err("bucket maximum disagrees with its treap");
             }
-            if count > 0 && n.addr <= last_end {
-                return Err("tree out of address order (or touching free blocks)");
+            if root != NIL && self.node(root).parent != NIL {
+                return Err("tree root has a parent");
             }
-            for c in [n.prev_free, n.next_free] {
-                if c != NIL {
-                    if self.node(c).parent != i {
-                        return Err("tree child's parent link is wrong");
-                    }
-                    if Self::priority(c) > Self::priority(i) {
-                        return Err("tree heap order violated");
+            let mut x = self.tree_first(root, |_| true, |_| true);
+            while let Some(i) = x {
+                let n = self.node(i);
+                if n.state != FREE {
+                    return Err("non-free block in the tree");
+                }
+                if self.bucket_of(n.addr) != k {
+                    return Err("free block indexed in the wrong bucket");
+                }
+                if count > 0 && n.addr <= last_end {
+                    return Err("tree out of address order (or touching free blocks)");
+                }
+                for c in [n.prev_free, n.next_free] {
+                    if c != NIL {
+                        if self.node(c).parent != i {
+                            return Err("tree child's parent link is wrong");
+                        }
+                        if Self::priority(c) > Self::priority(i) {
+                            return Err("tree heap order violated");
+                        }
                     }
                 }
-            }
-            let m = self
-                .units(i)
-                .max(self.max_of(n.prev_free))
-                .max(self.max_of(n.next_free));
-            if n.max_units != m {
-                return Err("tree subtree maximum is stale");
-            }
-            count += 1;
-            if count > N as u32 {
-                return Err("tree has a cycle");
-            }
-            last_end = n.addr + n.size;
-            // In-order successor.
-            x = if n.next_free != NIL {
-                let mut y = n.next_free;
-                while self.node(y).prev_free != NIL {
-                    y = self.node(y).prev_free;
+                let m = self
+                    .units(i)
+                    .max(self.max_of(n.prev_free))
+                    .max(self.max_of(n.next_free));
+                if n.max_units != m {
+                    return Err("tree subtree maximum is stale");
                 }
-                Some(y)
-            } else {
-                let mut y = i;
-                loop {
-                    let p = self.node(y).parent;
-                    if p == NIL {
-                        break None;
-                    }
-                    if self.node(p).prev_free == y {
-                        break Some(p);
-                    }
-                    y = p;
+                count += 1;
+                if count > N as u32 {
+                    return Err("tree has a cycle");
                 }
-            };
+                last_end = n.addr + n.size;
+                // In-order successor.
+                x = if n.next_free != NIL {
+                    let mut y = n.next_free;
+                    while self.node(y).prev_free != NIL {
+                        y = self.node(y).prev_free;
+                    }
+                    Some(y)
+                } else {
+                    let mut y = i;
+                    loop {
+                        let p = self.node(y).parent;
+                        if p == NIL {
+                            break None;
+                        }
+                        if self.node(p).prev_free == y {
+                            break Some(p);
+                        }
+                        y = p;
+                    }
+                };
+            }
         }
         Ok(count)
     }
