@@ -88,6 +88,30 @@ pub const MAX_NODES: usize = (u32::MAX - 1) as usize;
 /// the treap of the bucket holding its start, and a max segment tree over the buckets' largest
 /// blocks finds the lowest bucket that can hold a request.
 pub const FF_BUCKETS: usize = 4096;
+/// Fan-out of the bucket summary: one 64-byte line of `u32` maxima decides a level.
+const FAN: usize = 16;
+/// Start of each summary level in `Carve::seg`: 4096 bucket maxima, 256, then 16
+/// (`FF_BUCKETS` = `FAN`³).
+const SUM_OFFSETS: [usize; 3] = [0, FF_BUCKETS, FF_BUCKETS + FF_BUCKETS / FAN];
+/// Entries of the summary.
+const SUM_LEN: usize = FF_BUCKETS + FF_BUCKETS / FAN + FF_BUCKETS / (FAN * FAN);
+const _: () = assert!(FF_BUCKETS == FAN * FAN * FAN);
+
+/// Bit `j` set when `line[j] >= need` (written so the compiler can vectorise it).
+#[inline(always)]
+fn line_ge(line: &[u32; FAN], need: u32) -> u32 {
+    let mut m = 0;
+    for (j, &v) in line.iter().enumerate() {
+        m |= u32::from(v >= need) << j;
+    }
+    m
+}
+
+/// The largest of `FAN` entries.
+#[inline(always)]
+fn line_max(line: &[u32; FAN]) -> u32 {
+    line.iter().fold(0, |a, &v| a.max(v))
+}
 
 /// Node index 0 is "none"; node `i` lives at `nodes[i - 1]`.
 const NIL: u32 = 0;
@@ -327,10 +351,12 @@ pub struct Carve<const N: usize> {
     heads: [[u32; SL]; FL],
     /// Root of each bucket's free-block treap ([`Policy::FirstFit`]).
     roots: [u32; FF_BUCKETS],
-    /// Max segment tree over the buckets ([`Policy::FirstFit`]): `seg[FF_BUCKETS + k]` is the
-    /// largest free block (granules) starting in bucket `k`, `seg[i]` the larger of
-    /// `seg[2i]` and `seg[2i + 1]`; `seg[1]` is the carve's largest free block.
-    seg: [u32; 2 * FF_BUCKETS],
+    /// A 16-ary max summary over the buckets ([`Policy::FirstFit`]): `seg[k]` is the largest
+    /// free block (granules) starting in bucket `k`; each level above (at `SUM_OFFSETS`)
+    /// holds the maximum of each 16 entries of the level below.
+    seg: [u32; SUM_LEN],
+    /// The maximum of the summary's top level: the carve's largest free block.
+    seg_root: u32,
     nodes: [Node; N],
 }
 
@@ -418,7 +444,8 @@ impl<const N: usize> Carve<N> {
             sl_bitmap: [0; FL],
             heads: [[NIL; SL]; FL],
             roots: [NIL; FF_BUCKETS],
-            seg: [0; 2 * FF_BUCKETS],
+            seg: [0; SUM_LEN],
+            seg_root: 0,
             nodes: [Node::ZERO; N],
         }
     }
@@ -470,7 +497,8 @@ impl<const N: usize> Carve<N> {
             // Zero state: nothing to clear (a fresh carve touches no bucket page here).
             if self.ff_dirty != 0 {
                 self.roots = [NIL; FF_BUCKETS];
-                self.seg = [0; 2 * FF_BUCKETS];
+                self.seg = [0; SUM_LEN];
+                self.seg_root = 0;
             }
             self.ff_dirty = 1;
             let units = (size >> granule.trailing_zeros()) - 1;
@@ -734,7 +762,7 @@ impl<const N: usize> Carve<N> {
     /// (a diagnostics path, not an allocation path).
     pub fn largest_free(&self) -> u64 {
         if self.first_fit() {
-            return u64::from(self.seg[1]) * self.granule;
+            return u64::from(self.seg_root) * self.granule;
         }
         if self.fl_bitmap == 0 {
             return 0;
@@ -1145,78 +1173,86 @@ impl<const N: usize> Carve<N> {
         ((addr - self.base) >> self.bucket_shift) as usize & (FF_BUCKETS - 1)
     }
 
-    /// Stores bucket `k`'s largest block and fixes the segment tree above it; stops at the
-    /// first ancestor whose maximum is unchanged.
+    /// Stores bucket `k`'s largest block and fixes the summary above it; stops at the first
+    /// level whose entry is unchanged (everything above it is then unchanged too).
     #[inline(always)]
     fn seg_set(&mut self, k: usize, v: u32) {
-        let mut i = FF_BUCKETS + k;
-        if self.seg[i] == v {
-            return;
-        }
-        self.seg[i] = v;
-        i >>= 1;
-        while i >= 1 {
-            let m = self.seg[2 * i].max(self.seg[2 * i + 1]);
-            if self.seg[i] == m {
+        let (mut idx, mut v) = (k, v);
+        for off in SUM_OFFSETS {
+            let p = off + idx;
+            if self.seg[p] == v {
                 return;
             }
-            self.seg[i] = m;
-            i >>= 1;
+            self.seg[p] = v;
+            v = line_max(self.line(off + (idx & !(FAN - 1))));
+            idx /= FAN;
         }
+        self.seg_root = v;
     }
 
-    /// Re-reads bucket `k`'s root maximum into the segment tree.
+    /// Re-reads bucket `k`'s root maximum into the summary.
     #[inline(always)]
     fn seg_refresh(&mut self, k: usize) {
         let v = self.max_of(self.roots[k]);
         self.seg_set(k, v);
     }
 
-    /// From segment-tree node `i` (whose maximum is ≥ `need`), the lowest bucket below it
+    /// The `FAN` summary entries starting at `at`.
+    #[inline(always)]
+    fn line(&self, at: usize) -> &[u32; FAN] {
+        let s = &self.seg[at..at + FAN];
+        // A `FAN`-long slice always converts; the fallback is unreachable.
+        <&[u32; FAN]>::try_from(s).unwrap_or(&[0; FAN])
+    }
+
+    /// From entry `idx` of summary level `level` (≥ `need`), the lowest bucket below it
     /// whose maximum is ≥ `need`.
     #[inline(always)]
-    fn seg_descend(&self, mut i: usize, need: u32) -> usize {
-        while i < FF_BUCKETS {
-            i = 2 * i + usize::from(self.seg[2 * i] < need);
+    fn seg_descend(&self, level: usize, mut idx: usize, need: u32) -> usize {
+        let mut l = level;
+        while l > 0 {
+            l -= 1;
+            let m = line_ge(self.line(SUM_OFFSETS[l] + idx * FAN), need);
+            idx = idx * FAN + m.trailing_zeros() as usize;
         }
-        i - FF_BUCKETS
+        idx
     }
 
     /// The lowest bucket ≥ `from` whose largest block is ≥ `need` granules.
+    #[inline(always)]
     fn next_bucket(&self, from: usize, need: u32) -> Option<usize> {
-        if from >= FF_BUCKETS {
-            return None;
-        }
-        let mut i = FF_BUCKETS + from;
-        if self.seg[i] >= need {
-            return Some(from);
-        }
-        // Climb until a right sibling of the path holds one.
-        while i > 1 {
-            if i & 1 == 0 && self.seg[i + 1] >= need {
-                return Some(self.seg_descend(i + 1, need));
+        let mut idx = from;
+        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
+            if idx >= FF_BUCKETS / FAN.pow(l as u32) {
+                return None;
             }
-            i >>= 1;
+            let start = idx & !(FAN - 1);
+            let m = line_ge(self.line(off + start), need) & (u32::MAX << (idx & (FAN - 1)));
+            if m != 0 {
+                return Some(self.seg_descend(l, start + m.trailing_zeros() as usize, need));
+            }
+            idx = idx / FAN + 1;
         }
         None
     }
 
     /// The highest bucket below `k` that holds any free block.
     fn prev_bucket(&self, k: usize) -> Option<usize> {
-        let mut i = FF_BUCKETS + k;
-        while i > 1 {
-            if i & 1 == 1 && self.seg[i - 1] > 0 {
-                let mut j = i - 1;
-                while j < FF_BUCKETS {
-                    j = if self.seg[2 * j + 1] > 0 {
-                        2 * j + 1
-                    } else {
-                        2 * j
-                    };
+        let mut idx = k;
+        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
+            let start = idx & !(FAN - 1);
+            let m = line_ge(self.line(off + start), 1) & ((1u32 << (idx & (FAN - 1))) - 1);
+            if m != 0 {
+                let mut idx = start + (31 - m.leading_zeros()) as usize;
+                let mut l = l;
+                while l > 0 {
+                    l -= 1;
+                    let m = line_ge(self.line(SUM_OFFSETS[l] + idx * FAN), 1);
+                    idx = idx * FAN + (31 - m.leading_zeros()) as usize;
                 }
-                return Some(j - FF_BUCKETS);
+                return Some(idx);
             }
-            i >>= 1;
+            idx /= FAN;
         }
         None
     }
@@ -1515,13 +1551,13 @@ impl<const N: usize> Carve<N> {
             return None;
         }
         let need = need as u32;
-        if self.seg[1] < need {
+        if self.seg_root < need {
             return None;
         }
         if align <= self.granule {
             // Every block of `need` granules fits: the lowest bucket with one, then one walk
             // down its treap (whose maximum is ≥ need, so the walk ends at a block).
-            let k = self.seg_descend(1, need);
+            let k = self.next_bucket(0, need)?;
             let mut x = self.roots[k];
             while x != NIL {
                 let n = self.node(x);
@@ -1535,7 +1571,7 @@ impl<const N: usize> Carve<N> {
             }
             return None;
         }
-        let mut k = self.seg_descend(1, need);
+        let mut k = self.next_bucket(0, need)?;
         loop {
             let hit = self.tree_first(
                 self.roots[k],
@@ -1583,16 +1619,29 @@ impl<const N: usize> Carve<N> {
     /// Checks the index: per bucket, address order, parent links, maxima, heap order and that
     /// every block starts in its bucket; the segment tree; returns the number of blocks.
     fn check_tree(&self) -> Result<u32, &'static str> {
-        for i in 1..FF_BUCKETS {
-            if self.seg[i] != self.seg[2 * i].max(self.seg[2 * i + 1]) {
-                return Err("bucket segment tree is stale");
+        let mut above = 0;
+        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
+            let len = FF_BUCKETS / FAN.pow(l as u32);
+            for j in (0..len).step_by(FAN) {
+                let m = line_max(self.line(off + j));
+                let up = match SUM_OFFSETS.get(l + 1) {
+                    Some(o) => self.seg[o + j / FAN],
+                    None => self.seg_root,
+                };
+                if m != up {
+                    return Err("bucket summary is stale");
+                }
             }
+            above += len;
+        }
+        if above != SUM_LEN {
+            return Err("bucket summary levels do not cover it");
         }
         let mut count = 0u32;
         let mut last_end = 0u64;
         for k in 0..FF_BUCKETS {
             let root = self.roots[k];
-            if self.seg[FF_BUCKETS + k] != self.max_of(root) {
+            if self.seg[k] != self.max_of(root) {
                 return Err("bucket maximum disagrees with its treap");
             }
             if root != NIL && self.node(root).parent != NIL {
