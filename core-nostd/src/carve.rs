@@ -95,7 +95,7 @@ const FAN: usize = 16;
 const SUM_OFFSETS: [usize; 3] = [0, FF_BUCKETS, FF_BUCKETS + FF_BUCKETS / FAN];
 /// Entries of the summary.
 const SUM_LEN: usize = FF_BUCKETS + FF_BUCKETS / FAN + FF_BUCKETS / (FAN * FAN);
-const _: () = assert!(FF_BUCKETS == FAN * FAN * FAN);
+const _: () = assert!(FF_BUCKETS == FAN * FAN * FAN && FF_BUCKETS <= 1 << 16);
 
 /// Bit `j` set when `line[j] >= need` (written so the compiler can vectorise it).
 #[inline(always)]
@@ -110,7 +110,16 @@ fn line_ge(line: &[u32; FAN], need: u32) -> u32 {
 /// The largest of `FAN` entries.
 #[inline(always)]
 fn line_max(line: &[u32; FAN]) -> u32 {
-    line.iter().fold(0, |a, &v| a.max(v))
+    // Pairwise, so the reduction is 4 steps deep rather than a chain of 16.
+    let mut a = *line;
+    let mut w = FAN / 2;
+    while w > 0 {
+        for j in 0..w {
+            a[j] = a[j].max(a[j + w]);
+        }
+        w /= 2;
+    }
+    a[0]
 }
 
 /// Node index 0 is "none"; node `i` lives at `nodes[i - 1]`.
@@ -301,7 +310,8 @@ struct Node {
     max_units: u32,
     /// Bumped each time the node becomes USED; never reset (not even by `init`).
     generation: u32,
-    /// `fl * SL + sl` of the free list the node is on (valid while FREE).
+    /// `fl * SL + sl` of the free list the node is on (valid while FREE); under
+    /// [`Policy::FirstFit`] the bucket whose treap holds it.
     class: u16,
     state: u8,
 }
@@ -1103,7 +1113,13 @@ impl<const N: usize> Carve<N> {
     #[inline(always)]
     fn free_resized(&mut self, i: u32) {
         if self.first_fit() {
+            // Consistent with the new size first, so a move between buckets removes it from
+            // a consistent treap.
             self.tree_fix_up(i);
+            if self.key_bucket(i) != usize::from(self.node(i).class) {
+                self.tree_remove(i);
+                self.tree_insert(i);
+            }
         } else {
             // Always re-listed (even within its class), as a remove + insert always did.
             self.tlsf_remove(i);
@@ -1130,16 +1146,16 @@ impl<const N: usize> Carve<N> {
             if addr < self.base || addr - self.base >= self.size {
                 return None;
             }
-            // The free block with the greatest start ≤ addr: in `addr`'s bucket, else the
-            // last block of the nearest lower bucket that has one.
+            // The lowest free block ending above `addr`: its last granule is at or above
+            // `addr`, so it is in `addr`'s bucket or the first non-empty bucket after it.
             let k = self.bucket_of(addr);
-            let mut best = self.tree_floor(self.roots[k], addr);
+            let mut best = self.tree_ceil_end(self.roots[k], addr);
             if best == NIL {
-                if let Some(p) = self.prev_bucket(k) {
-                    let mut x = self.roots[p];
+                if let Some(b) = self.next_bucket(k + 1, 1) {
+                    let mut x = self.roots[b];
                     while x != NIL {
                         best = x;
-                        x = self.node(x).next_free;
+                        x = self.node(x).prev_free;
                     }
                 }
             }
@@ -1165,6 +1181,14 @@ impl<const N: usize> Carve<N> {
     // children's). `seg` is a max segment tree over the buckets' root maxima, so the lowest
     // bucket holding a block of at least `need` granules is one branch-free walk down a
     // 48 KiB array, and that bucket's (small) treap finishes the search.
+
+    /// The bucket free block `i` belongs in: the one holding its last granule. Allocation
+    /// takes the front of a block, so the shrunk block usually stays in its bucket.
+    #[inline(always)]
+    fn key_bucket(&self, i: u32) -> usize {
+        let n = self.node(i);
+        self.bucket_of(n.addr + n.size - self.granule)
+    }
 
     /// The bucket of address `addr` (inside the carve).
     #[inline(always)]
@@ -1236,37 +1260,16 @@ impl<const N: usize> Carve<N> {
         None
     }
 
-    /// The highest bucket below `k` that holds any free block.
-    fn prev_bucket(&self, k: usize) -> Option<usize> {
-        let mut idx = k;
-        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
-            let start = idx & !(FAN - 1);
-            let m = line_ge(self.line(off + start), 1) & ((1u32 << (idx & (FAN - 1))) - 1);
-            if m != 0 {
-                let mut idx = start + (31 - m.leading_zeros()) as usize;
-                let mut l = l;
-                while l > 0 {
-                    l -= 1;
-                    let m = line_ge(self.line(SUM_OFFSETS[l] + idx * FAN), 1);
-                    idx = idx * FAN + (31 - m.leading_zeros()) as usize;
-                }
-                return Some(idx);
-            }
-            idx /= FAN;
-        }
-        None
-    }
-
-    /// The block with the greatest start ≤ `addr` in the treap under `x`, or NIL.
-    fn tree_floor(&self, mut x: u32, addr: u64) -> u32 {
+    /// The lowest block ending above `addr` in the treap under `x`, or NIL.
+    fn tree_ceil_end(&self, mut x: u32, addr: u64) -> u32 {
         let mut best = NIL;
         while x != NIL {
             let n = self.node(x);
-            if n.addr <= addr {
+            if n.addr + n.size > addr {
                 best = x;
-                x = n.next_free;
-            } else {
                 x = n.prev_free;
+            } else {
+                x = n.next_free;
             }
         }
         best
@@ -1287,7 +1290,8 @@ impl<const N: usize> Carve<N> {
     #[inline(always)]
     fn units(&self, i: u32) -> u32 {
         // `init_with` bounds the carve to u32::MAX granules.
-        (self.node(i).size / self.granule) as u32
+        // The granule is a power of two: a shift, not a division.
+        (self.node(i).size >> self.granule.trailing_zeros()) as u32
     }
 
     #[inline(always)]
@@ -1321,7 +1325,7 @@ impl<const N: usize> Carve<N> {
         while i != NIL && self.recompute(i) {
             let p = self.node(i).parent;
             if p == NIL {
-                let k = self.bucket_of(self.node(i).addr);
+                let k = usize::from(self.node(i).class);
                 let m = self.node(i).max_units;
                 self.seg_set(k, m);
             }
@@ -1369,10 +1373,12 @@ impl<const N: usize> Carve<N> {
 
     fn tree_insert(&mut self, i: u32) {
         let addr = self.node(i).addr;
-        let k = self.bucket_of(addr);
+        let k = self.key_bucket(i);
         let u = self.units(i);
         {
             let n = self.node_mut(i);
+            // FF_BUCKETS ≤ 2^16: the bucket fits the (otherwise unused) class field.
+            n.class = k as u16;
             n.prev_free = NIL;
             n.next_free = NIL;
             n.max_units = u;
@@ -1409,7 +1415,7 @@ impl<const N: usize> Carve<N> {
     }
 
     fn tree_remove(&mut self, i: u32) {
-        let k = self.bucket_of(self.node(i).addr);
+        let k = usize::from(self.node(i).class);
         // Rotate `i` down (its higher-priority child up) until it is a leaf, then cut it off.
         loop {
             let (l, r) = {
@@ -1439,12 +1445,13 @@ impl<const N: usize> Carve<N> {
     /// In one bucket it takes `old`'s tree links (so the same address order), then the maxima
     /// are fixed for `new`'s size; across buckets it is a remove and an insert.
     fn tree_replace(&mut self, old: u32, new: u32) {
-        let k = self.bucket_of(self.node(old).addr);
-        if self.bucket_of(self.node(new).addr) != k {
+        let k = usize::from(self.node(old).class);
+        if self.key_bucket(new) != k {
             self.tree_remove(old);
             self.tree_insert(new);
             return;
         }
+        self.node_mut(new).class = k as u16;
         let (l, r, p, m) = {
             let n = self.node(old);
             (n.prev_free, n.next_free, n.parent, n.max_units)
@@ -1546,7 +1553,7 @@ impl<const N: usize> Carve<N> {
     /// First fit: the lowest free block holding `size` bytes at an `align`-aligned start (both
     /// granule multiples), with the padding in front of that start.
     fn ff_find(&self, size: u64, align: u64) -> Option<(u32, u64)> {
-        let need = size / self.granule;
+        let need = size >> self.granule.trailing_zeros();
         if need > u64::from(u32::MAX) {
             return None;
         }
@@ -1653,7 +1660,7 @@ impl<const N: usize> Carve<N> {
                 if n.state != FREE {
                     return Err("non-free block in the tree");
                 }
-                if self.bucket_of(n.addr) != k {
+                if self.key_bucket(i) != k || usize::from(n.class) != k {
                     return Err("free block indexed in the wrong bucket");
                 }
                 if count > 0 && n.addr <= last_end {
