@@ -663,7 +663,20 @@ impl<const N: usize> Carve<N> {
             (n.addr, n.size)
         };
         let tail = bsize - pad - size;
-        let used = if pad > 0 {
+        let used = if self.first_fit() && pad == 0 && tail > 0 && idx != 1 {
+            // The common first-fit case: the allocation takes the block's front. The free
+            // block keeps its node and its place in the treap (same neighbours, same last
+            // granule, so the same bucket) and only shrinks; the allocation gets a fresh node
+            // in front of it. Node 1 is excluded: it stays the block at `base`.
+            let u = self.take_node();
+            self.setup(u, baddr, size, USED);
+            self.link_before(idx, u);
+            let n = self.node_mut(idx);
+            n.addr = baddr + size;
+            n.size = tail;
+            self.tree_fix_up(idx);
+            u
+        } else if pad > 0 {
             // `idx` keeps the head fragment; the allocation gets a fresh node after it.
             self.node_mut(idx).size = pad;
             self.free_resized(idx);
@@ -674,7 +687,9 @@ impl<const N: usize> Carve<N> {
         } else {
             idx
         };
-        if tail > 0 {
+        if used != idx && pad == 0 {
+            // Handled above: the free block stayed in `idx`.
+        } else if tail > 0 {
             let t = self.take_node();
             self.setup(t, baddr + pad + size, tail, FREE);
             self.link_after(used, t);
@@ -719,6 +734,21 @@ impl<const N: usize> Carve<N> {
         let next = self.node(cur).next_phys;
         let prev_free = prev != NIL && self.node(prev).state == FREE;
         let next_free = next != NIL && self.node(next).state == FREE;
+        if self.first_fit() && next_free && !prev_free && cur != 1 {
+            // `next` grows down over the freed block in place: same neighbours in address
+            // order, same last granule (so the same bucket), one maxima fix-up, no relinking.
+            let (ca, cs) = {
+                let n = self.node(cur);
+                (n.addr, n.size)
+            };
+            let n = self.node_mut(next);
+            n.addr = ca;
+            n.size += cs;
+            self.unlink(cur);
+            self.release_node(cur);
+            self.tree_fix_up(next);
+            return Ok(block);
+        }
         if next_free && prev_free {
             // `next` disappears into `prev`, which grows in place.
             self.remove_free(next);
@@ -1067,7 +1097,22 @@ impl<const N: usize> Carve<N> {
         self.node_mut(a).next_phys = b;
     }
 
-    /// Removes `i` from the physical chain (it is being merged into its predecessor).
+    /// Puts `b` right before `a` in the physical chain (`a` is not the first block).
+    #[inline(always)]
+    fn link_before(&mut self, a: u32, b: u32) {
+        let prev = self.node(a).prev_phys;
+        {
+            let nb = self.node_mut(b);
+            nb.prev_phys = prev;
+            nb.next_phys = a;
+        }
+        if prev != NIL {
+            self.node_mut(prev).next_phys = b;
+        }
+        self.node_mut(a).prev_phys = b;
+    }
+
+    /// Removes `i` from the physical chain (it is being merged into a neighbour).
     #[inline(always)]
     fn unlink(&mut self, i: u32) {
         let (p, n) = {
