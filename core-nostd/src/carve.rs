@@ -708,10 +708,11 @@ impl<const N: usize> Carve<N> {
             let u = self.take_node();
             self.setup(u, baddr, size, USED);
             self.link_before(idx, u);
+            let old_units = self.units(idx);
             let n = self.node_mut(idx);
             n.addr = baddr + size;
             n.size = tail;
-            self.tree_fix_up(idx);
+            self.tree_shrank(idx, old_units);
             u
         } else if pad > 0 {
             // `idx` keeps the head fragment; the allocation gets a fresh node after it.
@@ -783,7 +784,7 @@ impl<const N: usize> Carve<N> {
             n.size += cs;
             self.unlink(cur);
             self.release_node(cur);
-            self.tree_fix_up(next);
+            self.tree_grew(next);
             return Ok(block);
         }
         if next_free && prev_free {
@@ -800,7 +801,7 @@ impl<const N: usize> Carve<N> {
             self.node_mut(prev).size += cs;
             self.unlink(cur);
             self.release_node(cur);
-            self.free_resized(prev);
+            self.free_grown(prev);
         } else if next_free {
             // `cur` takes `next`'s place among the free blocks (it starts lower, but after
             // every free block before `next`).
@@ -1209,6 +1210,16 @@ impl<const N: usize> Carve<N> {
         }
     }
 
+    /// Free block `i` grew at its end and kept its place in address order.
+    #[inline(always)]
+    fn free_grown(&mut self, i: u32) {
+        if self.first_fit() && self.key_bucket(i) == usize::from(self.node(i).class) {
+            self.tree_grew(i);
+        } else {
+            self.free_resized(i);
+        }
+    }
+
     /// Free block `new` (not indexed, size set) replaces indexed free block `old`; no other
     /// free block lies between their addresses.
     #[inline(always)]
@@ -1425,6 +1436,36 @@ impl<const N: usize> Carve<N> {
             }
             i = p;
         }
+    }
+
+    /// Raises the maxima from `i` up after `i`'s own block grew (same bucket): no child is
+    /// read, as a larger block can only raise a maximum.
+    fn tree_grew(&mut self, mut i: u32) {
+        let u = self.units(i);
+        while i != NIL {
+            let n = self.node_mut(i);
+            if n.max_units >= u {
+                return;
+            }
+            n.max_units = u;
+            let p = n.parent;
+            if p == NIL {
+                let k = usize::from(n.class);
+                self.seg_set(k, u);
+            }
+            i = p;
+        }
+    }
+
+    /// Fixes the maxima after `i`'s own block shrank from `old_units` (same bucket). Nothing
+    /// changes when the subtree's maximum was larger than the old block (it comes from a
+    /// child); otherwise the path is recomputed.
+    #[inline(always)]
+    fn tree_shrank(&mut self, i: u32, old_units: u32) {
+        if self.node(i).max_units > old_units {
+            return;
+        }
+        self.tree_fix_up(i);
     }
 
     /// Points `parent`'s link that named `old` (bucket `k`'s root if `parent` is NIL) at `new`.
