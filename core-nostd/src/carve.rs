@@ -38,24 +38,38 @@
 //!
 //! The kernel driver's pools are genalloc bitmaps searched first fit (docs/PLACEMENT.md). A
 //! carve set up with [`Carve::init_with`] and [`Policy::FirstFit`] keeps the same block chain
-//! and node arena but indexes its free blocks differently: a treap keyed by address (the
-//! free-list links serve as child links, plus a parent link), each node augmented with the
-//! largest free block of its subtree, in granules. Because free blocks are always coalesced,
-//! the lowest free block whose aligned start still holds the request is exactly the lowest
-//! run of free granules a bitmap first-fit search would find, so placement is the bitmap's
-//! without scanning bits:
+//! and node arena but indexes its free blocks differently. Because free blocks are always
+//! coalesced, the lowest free block whose aligned start still holds the request is exactly the
+//! lowest run of free granules a bitmap first-fit search would find, so placement is the
+//! bitmap's without scanning bits. The index has two levels:
 //!
-//! * an unaligned request walks down once (left subtree if its maximum fits, else this
-//!   block, else the right subtree): O(depth), expected O(log blocks);
-//! * an aligned request visits, in address order, only subtrees whose maximum is at least the
-//!   request, stopping at the first block where it fits aligned;
-//! * splits and merges that keep a block between its neighbours update it in place and fix
-//!   the maxima on its path to the root; priorities are a hash of the node index, so the
-//!   shape does not depend on the trace.
+//! * **Buckets.** The range is cut into [`FF_BUCKETS`] (4096) equal address buckets of a
+//!   power-of-two number of granules. A free block belongs to the bucket of its *last*
+//!   granule (allocation takes a block's front, so a shrinking block keeps its bucket). A
+//!   16-ary max summary over the buckets' largest blocks (4096 + 256 + 16 `u32`s, one 64-byte
+//!   line per level, scanned with SSE2 on x86-64) gives the lowest bucket whose largest block
+//!   fits in three line scans; updates stop at the first unchanged level.
+//! * **Per-bucket treaps.** Inside a bucket, the free blocks form a treap keyed by address
+//!   (the free-list links serve as child links, plus a parent link), each node augmented with
+//!   the largest free block of its subtree, in granules. Priorities are a hash of the node
+//!   index, so the shape does not depend on the trace.
 //!
-//! [`Carve::largest_free`] is the root's maximum (O(1)). A first-fit carve never places
-//! elsewhere to save nodes: when the block first fit chose needs more nodes than are spare it
-//! refuses with [`CarveError::NodesExhausted`] (a simulation limit: the driver has none).
+//! Then:
+//!
+//! * an unaligned request takes the lowest fitting bucket and walks down its treap once
+//!   (left subtree if its maximum fits, else this block, else the right subtree);
+//! * an aligned request visits, in address order, only buckets and subtrees whose maximum is
+//!   at least the request, stopping at the first block where it fits aligned;
+//! * an allocation from a block's front keeps the free remainder in the block's node (the
+//!   allocation gets a fresh node): same treap position, one maxima fix-up, no rotation. A
+//!   freed block below a free one is absorbed by it the same way. Other splits and merges
+//!   update a block in place or move it between buckets.
+//!
+//! Everything is O(log blocks) expected plus a constant for the summary; nothing is
+//! proportional to the pool's size in pages. [`Carve::largest_free`] is the summary's top
+//! (O(1)). A first-fit carve never places elsewhere to save nodes: when the block first fit
+//! chose needs more nodes than are spare it refuses with [`CarveError::NodesExhausted`] (a
+//! simulation limit: the driver has none).
 //!
 //! With immediate coalescing there is at most one free block per used block plus one, so a
 //! `Carve<N>` holds at least `(N - 1) / 2` live allocations whatever the pattern. Running out of
@@ -63,7 +77,8 @@
 //!
 //! The all-zero value is a valid, uninitialised carve ([`ZeroValid`]), so large instances live
 //! in `.bss` or a zeroed allocation; [`Carve::init`] touches only the header and one node, so the
-//! node array costs nothing until it is used.
+//! node array costs nothing until it is used (a first-fit carve's bucket index, 33 KiB, is
+//! cleared only when a first-fit init has used it before).
 #![deny(unsafe_code)]
 
 use core::fmt;
@@ -471,7 +486,7 @@ impl<const N: usize> Carve<N> {
 
     /// An uninitialised carve (all zero). For large `N` prefer a `static`, a zeroed box
     /// (`Carve::new_boxed`, with the `std` feature) or a field of a zeroed struct: this value
-    /// is `N * 40` bytes.
+    /// is `N * 48` bytes plus the 33 KiB first-fit bucket index.
     pub const fn new() -> Self {
         Carve {
             base: 0,
