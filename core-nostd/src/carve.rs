@@ -38,24 +38,38 @@
 //!
 //! The kernel driver's pools are genalloc bitmaps searched first fit (docs/PLACEMENT.md). A
 //! carve set up with [`Carve::init_with`] and [`Policy::FirstFit`] keeps the same block chain
-//! and node arena but indexes its free blocks differently: a treap keyed by address (the
-//! free-list links serve as child links, plus a parent link), each node augmented with the
-//! largest free block of its subtree, in granules. Because free blocks are always coalesced,
-//! the lowest free block whose aligned start still holds the request is exactly the lowest
-//! run of free granules a bitmap first-fit search would find, so placement is the bitmap's
-//! without scanning bits:
+//! and node arena but indexes its free blocks differently. Because free blocks are always
+//! coalesced, the lowest free block whose aligned start still holds the request is exactly the
+//! lowest run of free granules a bitmap first-fit search would find, so placement is the
+//! bitmap's without scanning bits. The index has two levels:
 //!
-//! * an unaligned request walks down once (left subtree if its maximum fits, else this
-//!   block, else the right subtree): O(depth), expected O(log blocks);
-//! * an aligned request visits, in address order, only subtrees whose maximum is at least the
-//!   request, stopping at the first block where it fits aligned;
-//! * splits and merges that keep a block between its neighbours update it in place and fix
-//!   the maxima on its path to the root; priorities are a hash of the node index, so the
-//!   shape does not depend on the trace.
+//! * **Buckets.** The range is cut into [`FF_BUCKETS`] (4096) equal address buckets of a
+//!   power-of-two number of granules. A free block belongs to the bucket of its *last*
+//!   granule (allocation takes a block's front, so a shrinking block keeps its bucket). A
+//!   16-ary max summary over the buckets' largest blocks (4096 + 256 + 16 `u32`s, one 64-byte
+//!   line per level, scanned with SSE2 on x86-64) gives the lowest bucket whose largest block
+//!   fits in three line scans; updates stop at the first unchanged level.
+//! * **Per-bucket treaps.** Inside a bucket, the free blocks form a treap keyed by address
+//!   (the free-list links serve as child links, plus a parent link), each node augmented with
+//!   the largest free block of its subtree, in granules. Priorities are a hash of the node
+//!   index, so the shape does not depend on the trace.
 //!
-//! [`Carve::largest_free`] is the root's maximum (O(1)). A first-fit carve never places
-//! elsewhere to save nodes: when the block first fit chose needs more nodes than are spare it
-//! refuses with [`CarveError::NodesExhausted`] (a simulation limit: the driver has none).
+//! Then:
+//!
+//! * an unaligned request takes the lowest fitting bucket and walks down its treap once
+//!   (left subtree if its maximum fits, else this block, else the right subtree);
+//! * an aligned request visits, in address order, only buckets and subtrees whose maximum is
+//!   at least the request, stopping at the first block where it fits aligned;
+//! * an allocation from a block's front keeps the free remainder in the block's node (the
+//!   allocation gets a fresh node): same treap position, one maxima fix-up, no rotation. A
+//!   freed block below a free one is absorbed by it the same way. Other splits and merges
+//!   update a block in place or move it between buckets.
+//!
+//! Everything is O(log blocks) expected plus a constant for the summary; nothing is
+//! proportional to the pool's size in pages. [`Carve::largest_free`] is the summary's top
+//! (O(1)). A first-fit carve never places elsewhere to save nodes: when the block first fit
+//! chose needs more nodes than are spare it refuses with [`CarveError::NodesExhausted`] (a
+//! simulation limit: the driver has none).
 //!
 //! With immediate coalescing there is at most one free block per used block plus one, so a
 //! `Carve<N>` holds at least `(N - 1) / 2` live allocations whatever the pattern. Running out of
@@ -63,7 +77,8 @@
 //!
 //! The all-zero value is a valid, uninitialised carve ([`ZeroValid`]), so large instances live
 //! in `.bss` or a zeroed allocation; [`Carve::init`] touches only the header and one node, so the
-//! node array costs nothing until it is used.
+//! node array costs nothing until it is used (a first-fit carve's bucket index, 33 KiB, is
+//! cleared only when a first-fit init has used it before).
 #![deny(unsafe_code)]
 
 use core::fmt;
@@ -83,6 +98,81 @@ const FL: usize = 64 - SL_LOG2 as usize + 1;
 pub const OWN_CLASS_SCAN: u32 = 32;
 /// The largest node capacity a carve may have (indices and generations share a `u64` id).
 pub const MAX_NODES: usize = (u32::MAX - 1) as usize;
+/// Address buckets of a [`Policy::FirstFit`] carve (a power of two): the range is cut into this
+/// many equal buckets (a power-of-two number of granules each), every free block is indexed in
+/// the treap of the bucket holding its start, and a max segment tree over the buckets' largest
+/// blocks finds the lowest bucket that can hold a request.
+pub const FF_BUCKETS: usize = 4096;
+/// Fan-out of the bucket summary: one 64-byte line of `u32` maxima decides a level.
+const FAN: usize = 16;
+/// Start of each summary level in `Carve::seg`: 4096 bucket maxima, 256, then 16
+/// (`FF_BUCKETS` = `FAN`³).
+const SUM_OFFSETS: [usize; 3] = [0, FF_BUCKETS, FF_BUCKETS + FF_BUCKETS / FAN];
+/// Entries of the summary.
+const SUM_LEN: usize = FF_BUCKETS + FF_BUCKETS / FAN + FF_BUCKETS / (FAN * FAN);
+const _: () = assert!(FF_BUCKETS == FAN * FAN * FAN && FF_BUCKETS <= 1 << 16);
+
+/// Bit `j` set when `line[j] >= need`.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn line_ge(line: &[u32; FAN], need: u32) -> u32 {
+    let mut m = 0;
+    for (j, &v) in line.iter().enumerate() {
+        m |= u32::from(v >= need) << j;
+    }
+    m
+}
+
+/// Bit `j` set when `line[j] >= need`: four SSE2 compares and one movemask (SSE2 is part of
+/// the x86-64 baseline). The compiler does not vectorise the portable loop above.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn line_ge(line: &[u32; FAN], need: u32) -> u32 {
+    use core::arch::x86_64::{
+        __m128i, _mm_cmpgt_epi32, _mm_loadu_si128, _mm_movemask_epi8, _mm_packs_epi16,
+        _mm_packs_epi32, _mm_set1_epi32, _mm_xor_si128,
+    };
+    if need == 0 {
+        return (1 << FAN) - 1;
+    }
+    let p = line.as_ptr().cast::<__m128i>();
+    // SAFETY: the intrinsics need SSE2, which this function is only compiled with (the cfg
+    // above requires `target_feature = "sse2"`, part of every x86-64 target's baseline).
+    // `line` is 16 `u32`s (64 bytes); the four loads read bytes 0..16, 16..32, 32..48 and
+    // 48..64 of it, all in bounds, and `_mm_loadu_si128` has no alignment requirement.
+    #[allow(unsafe_code)]
+    unsafe {
+        let v = [
+            _mm_loadu_si128(p),
+            _mm_loadu_si128(p.add(1)),
+            _mm_loadu_si128(p.add(2)),
+            _mm_loadu_si128(p.add(3)),
+        ];
+        // Unsigned `v >= need` is signed `(v ^ MIN) > ((need - 1) ^ MIN)`.
+        let bias = _mm_set1_epi32(i32::MIN);
+        let n = _mm_xor_si128(_mm_set1_epi32((need - 1) as i32), bias);
+        let ge = |x| _mm_cmpgt_epi32(_mm_xor_si128(x, bias), n);
+        // Each lane is 0 or -1, which the saturating packs keep: 16 lanes of 8 bits.
+        let lo = _mm_packs_epi32(ge(v[0]), ge(v[1]));
+        let hi = _mm_packs_epi32(ge(v[2]), ge(v[3]));
+        _mm_movemask_epi8(_mm_packs_epi16(lo, hi)) as u32
+    }
+}
+
+/// The largest of `FAN` entries.
+#[inline(always)]
+fn line_max(line: &[u32; FAN]) -> u32 {
+    // Pairwise, so the reduction is 4 steps deep rather than a chain of 16.
+    let mut a = *line;
+    let mut w = FAN / 2;
+    while w > 0 {
+        for j in 0..w {
+            a[j] = a[j].max(a[j + w]);
+        }
+        w /= 2;
+    }
+    a[0]
+}
 
 /// Node index 0 is "none"; node `i` lives at `nodes[i - 1]`.
 const NIL: u32 = 0;
@@ -272,7 +362,8 @@ struct Node {
     max_units: u32,
     /// Bumped each time the node becomes USED; never reset (not even by `init`).
     generation: u32,
-    /// `fl * SL + sl` of the free list the node is on (valid while FREE).
+    /// `fl * SL + sl` of the free list the node is on (valid while FREE); under
+    /// [`Policy::FirstFit`] the bucket whose treap holds it.
     class: u16,
     state: u8,
 }
@@ -311,12 +402,23 @@ pub struct Carve<const N: usize> {
     spare_count: u32,
     /// [`Policy`] as its discriminant (0 = good fit, the zero state).
     policy: u8,
-    /// Root of the free-block tree ([`Policy::FirstFit`]).
-    root: u32,
+    /// `FF_BUCKETS` arrays below were written since they were last cleared
+    /// ([`Policy::FirstFit`] ever initialised).
+    ff_dirty: u8,
+    /// Bucket of an address: `(addr - base) >> bucket_shift` ([`Policy::FirstFit`]).
+    bucket_shift: u32,
     fl_bitmap: u64,
     sl_bitmap: [u32; FL],
     /// Free-list heads; only meaningful where the bitmap bit is set.
     heads: [[u32; SL]; FL],
+    /// Root of each bucket's free-block treap ([`Policy::FirstFit`]).
+    roots: [u32; FF_BUCKETS],
+    /// A 16-ary max summary over the buckets ([`Policy::FirstFit`]): `seg[k]` is the largest
+    /// free block (granules) starting in bucket `k`; each level above (at `SUM_OFFSETS`)
+    /// holds the maximum of each 16 entries of the level below.
+    seg: [u32; SUM_LEN],
+    /// The maximum of the summary's top level: the carve's largest free block.
+    seg_root: u32,
     nodes: [Node; N],
 }
 
@@ -384,7 +486,7 @@ impl<const N: usize> Carve<N> {
 
     /// An uninitialised carve (all zero). For large `N` prefer a `static`, a zeroed box
     /// (`Carve::new_boxed`, with the `std` feature) or a field of a zeroed struct: this value
-    /// is `N * 40` bytes.
+    /// is `N * 48` bytes plus the 33 KiB first-fit bucket index.
     pub const fn new() -> Self {
         Carve {
             base: 0,
@@ -398,10 +500,14 @@ impl<const N: usize> Carve<N> {
             spare_head: NIL,
             spare_count: 0,
             policy: 0,
-            root: NIL,
+            ff_dirty: 0,
+            bucket_shift: 0,
             fl_bitmap: 0,
             sl_bitmap: [0; FL],
             heads: [[NIL; SL]; FL],
+            roots: [NIL; FF_BUCKETS],
+            seg: [0; SUM_LEN],
+            seg_root: 0,
             nodes: [Node::ZERO; N],
         }
     }
@@ -449,7 +555,21 @@ impl<const N: usize> Carve<N> {
             return Err(CarveError::BadRegion);
         }
         self.policy = policy as u8;
-        self.root = NIL;
+        if policy == Policy::FirstFit {
+            // Zero state: nothing to clear (a fresh carve touches no bucket page here).
+            if self.ff_dirty != 0 {
+                self.roots = [NIL; FF_BUCKETS];
+                self.seg = [0; SUM_LEN];
+                self.seg_root = 0;
+            }
+            self.ff_dirty = 1;
+            let units = (size >> granule.trailing_zeros()) - 1;
+            let mut shift = 0;
+            while (units >> shift) >= FF_BUCKETS as u64 {
+                shift += 1;
+            }
+            self.bucket_shift = granule.trailing_zeros() + shift;
+        }
         self.base = base;
         self.size = size;
         self.granule = granule;
@@ -595,7 +715,21 @@ impl<const N: usize> Carve<N> {
             (n.addr, n.size)
         };
         let tail = bsize - pad - size;
-        let used = if pad > 0 {
+        let used = if self.first_fit() && pad == 0 && tail > 0 && idx != 1 {
+            // The common first-fit case: the allocation takes the block's front. The free
+            // block keeps its node and its place in the treap (same neighbours, same last
+            // granule, so the same bucket) and only shrinks; the allocation gets a fresh node
+            // in front of it. Node 1 is excluded: it stays the block at `base`.
+            let u = self.take_node();
+            self.setup(u, baddr, size, USED);
+            self.link_before(idx, u);
+            let old_units = self.units(idx);
+            let n = self.node_mut(idx);
+            n.addr = baddr + size;
+            n.size = tail;
+            self.tree_shrank(idx, old_units);
+            u
+        } else if pad > 0 {
             // `idx` keeps the head fragment; the allocation gets a fresh node after it.
             self.node_mut(idx).size = pad;
             self.free_resized(idx);
@@ -606,7 +740,9 @@ impl<const N: usize> Carve<N> {
         } else {
             idx
         };
-        if tail > 0 {
+        if used != idx && pad == 0 {
+            // Handled above: the free block stayed in `idx`.
+        } else if tail > 0 {
             let t = self.take_node();
             self.setup(t, baddr + pad + size, tail, FREE);
             self.link_after(used, t);
@@ -651,6 +787,21 @@ impl<const N: usize> Carve<N> {
         let next = self.node(cur).next_phys;
         let prev_free = prev != NIL && self.node(prev).state == FREE;
         let next_free = next != NIL && self.node(next).state == FREE;
+        if self.first_fit() && next_free && !prev_free && cur != 1 {
+            // `next` grows down over the freed block in place: same neighbours in address
+            // order, same last granule (so the same bucket), one maxima fix-up, no relinking.
+            let (ca, cs) = {
+                let n = self.node(cur);
+                (n.addr, n.size)
+            };
+            let n = self.node_mut(next);
+            n.addr = ca;
+            n.size += cs;
+            self.unlink(cur);
+            self.release_node(cur);
+            self.tree_grew(next);
+            return Ok(block);
+        }
         if next_free && prev_free {
             // `next` disappears into `prev`, which grows in place.
             self.remove_free(next);
@@ -665,7 +816,7 @@ impl<const N: usize> Carve<N> {
             self.node_mut(prev).size += cs;
             self.unlink(cur);
             self.release_node(cur);
-            self.free_resized(prev);
+            self.free_grown(prev);
         } else if next_free {
             // `cur` takes `next`'s place among the free blocks (it starts lower, but after
             // every free block before `next`).
@@ -704,7 +855,7 @@ impl<const N: usize> Carve<N> {
     /// (a diagnostics path, not an allocation path).
     pub fn largest_free(&self) -> u64 {
         if self.first_fit() {
-            return u64::from(self.max_of(self.root)) * self.granule;
+            return u64::from(self.seg_root) * self.granule;
         }
         if self.fl_bitmap == 0 {
             return 0;
@@ -999,7 +1150,22 @@ impl<const N: usize> Carve<N> {
         self.node_mut(a).next_phys = b;
     }
 
-    /// Removes `i` from the physical chain (it is being merged into its predecessor).
+    /// Puts `b` right before `a` in the physical chain (`a` is not the first block).
+    #[inline(always)]
+    fn link_before(&mut self, a: u32, b: u32) {
+        let prev = self.node(a).prev_phys;
+        {
+            let nb = self.node_mut(b);
+            nb.prev_phys = prev;
+            nb.next_phys = a;
+        }
+        if prev != NIL {
+            self.node_mut(prev).next_phys = b;
+        }
+        self.node_mut(a).prev_phys = b;
+    }
+
+    /// Removes `i` from the physical chain (it is being merged into a neighbour).
     #[inline(always)]
     fn unlink(&mut self, i: u32) {
         let (p, n) = {
@@ -1045,11 +1211,27 @@ impl<const N: usize> Carve<N> {
     #[inline(always)]
     fn free_resized(&mut self, i: u32) {
         if self.first_fit() {
+            // Consistent with the new size first, so a move between buckets removes it from
+            // a consistent treap.
             self.tree_fix_up(i);
+            if self.key_bucket(i) != usize::from(self.node(i).class) {
+                self.tree_remove(i);
+                self.tree_insert(i);
+            }
         } else {
             // Always re-listed (even within its class), as a remove + insert always did.
             self.tlsf_remove(i);
             self.tlsf_insert(i);
+        }
+    }
+
+    /// Free block `i` grew at its end and kept its place in address order.
+    #[inline(always)]
+    fn free_grown(&mut self, i: u32) {
+        if self.first_fit() && self.key_bucket(i) == usize::from(self.node(i).class) {
+            self.tree_grew(i);
+        } else {
+            self.free_resized(i);
         }
     }
 
@@ -1069,15 +1251,20 @@ impl<const N: usize> Carve<N> {
     fn free_block_at(&self, addr: u64) -> Option<u32> {
         let hit = |n: &Node| n.addr <= addr && addr - n.addr < n.size;
         if self.first_fit() {
-            // The free block with the greatest start ≤ addr.
-            let (mut x, mut best) = (self.root, NIL);
-            while x != NIL {
-                let n = self.node(x);
-                if n.addr <= addr {
-                    best = x;
-                    x = n.next_free;
-                } else {
-                    x = n.prev_free;
+            if addr < self.base || addr - self.base >= self.size {
+                return None;
+            }
+            // The lowest free block ending above `addr`: its last granule is at or above
+            // `addr`, so it is in `addr`'s bucket or the first non-empty bucket after it.
+            let k = self.bucket_of(addr);
+            let mut best = self.tree_ceil_end(self.roots[k], addr);
+            if best == NIL {
+                if let Some(b) = self.next_bucket(k + 1, 1) {
+                    let mut x = self.roots[b];
+                    while x != NIL {
+                        best = x;
+                        x = self.node(x).prev_free;
+                    }
                 }
             }
             (best != NIL && hit(self.node(best))).then_some(best)
@@ -1094,10 +1281,119 @@ impl<const N: usize> Carve<N> {
         }
     }
 
-    // ---- first-fit tree (Policy::FirstFit) ---------------------------------------------------
-    // A treap keyed by address: `prev_free` / `next_free` are the left / right children,
-    // `parent` the parent, `max_units` the largest block of the subtree in granules. Heap
-    // order on `priority(i)` (a parent's is ≥ its children's).
+    // ---- first-fit index (Policy::FirstFit) --------------------------------------------------
+    // The range is cut into `FF_BUCKETS` address buckets. Each free block lives in the treap of
+    // the bucket holding its start: keyed by address, `prev_free` / `next_free` are the left /
+    // right children, `parent` the parent (NIL at a bucket's root), `max_units` the largest
+    // block of the subtree in granules; heap order on `priority(i)` (a parent's is ≥ its
+    // children's). `seg` is a max segment tree over the buckets' root maxima, so the lowest
+    // bucket holding a block of at least `need` granules is one branch-free walk down a
+    // 48 KiB array, and that bucket's (small) treap finishes the search.
+
+    /// The bucket free block `i` belongs in: the one holding its last granule. Allocation
+    /// takes the front of a block, so the shrunk block usually stays in its bucket.
+    #[inline(always)]
+    fn key_bucket(&self, i: u32) -> usize {
+        let n = self.node(i);
+        self.bucket_of(n.addr + n.size - self.granule)
+    }
+
+    /// The bucket of address `addr` (inside the carve).
+    #[inline(always)]
+    fn bucket_of(&self, addr: u64) -> usize {
+        // `init_with` chose the shift so that every in-range address maps below FF_BUCKETS.
+        ((addr - self.base) >> self.bucket_shift) as usize & (FF_BUCKETS - 1)
+    }
+
+    /// Stores bucket `k`'s largest block and fixes the summary above it; stops at the first
+    /// level whose entry is unchanged (everything above it is then unchanged too).
+    #[inline(always)]
+    fn seg_set(&mut self, k: usize, v: u32) {
+        let (mut idx, mut v) = (k, v);
+        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
+            let p = off + idx;
+            let old = self.seg[p];
+            if old == v {
+                return;
+            }
+            self.seg[p] = v;
+            // The entry above: the maximum of this entry's line.
+            let up = match SUM_OFFSETS.get(l + 1) {
+                Some(o) => self.seg[o + idx / FAN],
+                None => self.seg_root,
+            };
+            v = if v >= up {
+                v // a new maximum of the line
+            } else if old < up {
+                return; // neither the old nor the new value is the line's maximum
+            } else {
+                line_max(self.line(off + (idx & !(FAN - 1)))) // the maximum went down
+            };
+            idx /= FAN;
+        }
+        self.seg_root = v;
+    }
+
+    /// Re-reads bucket `k`'s root maximum into the summary.
+    #[inline(always)]
+    fn seg_refresh(&mut self, k: usize) {
+        let v = self.max_of(self.roots[k]);
+        self.seg_set(k, v);
+    }
+
+    /// The `FAN` summary entries starting at `at`.
+    #[inline(always)]
+    fn line(&self, at: usize) -> &[u32; FAN] {
+        let s = &self.seg[at..at + FAN];
+        // A `FAN`-long slice always converts; the fallback is unreachable.
+        <&[u32; FAN]>::try_from(s).unwrap_or(&[0; FAN])
+    }
+
+    /// From entry `idx` of summary level `level` (≥ `need`), the lowest bucket below it
+    /// whose maximum is ≥ `need`.
+    #[inline(always)]
+    fn seg_descend(&self, level: usize, mut idx: usize, need: u32) -> usize {
+        let mut l = level;
+        while l > 0 {
+            l -= 1;
+            let m = line_ge(self.line(SUM_OFFSETS[l] + idx * FAN), need);
+            idx = idx * FAN + m.trailing_zeros() as usize;
+        }
+        idx
+    }
+
+    /// The lowest bucket ≥ `from` whose largest block is ≥ `need` granules.
+    #[inline(always)]
+    fn next_bucket(&self, from: usize, need: u32) -> Option<usize> {
+        let mut idx = from;
+        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
+            if idx >= FF_BUCKETS / FAN.pow(l as u32) {
+                return None;
+            }
+            let start = idx & !(FAN - 1);
+            let m = line_ge(self.line(off + start), need) & (u32::MAX << (idx & (FAN - 1)));
+            if m != 0 {
+                return Some(self.seg_descend(l, start + m.trailing_zeros() as usize, need));
+            }
+            idx = idx / FAN + 1;
+        }
+        None
+    }
+
+    /// The lowest block ending above `addr` in the treap under `x`, or NIL.
+    fn tree_ceil_end(&self, mut x: u32, addr: u64) -> u32 {
+        let mut best = NIL;
+        while x != NIL {
+            let n = self.node(x);
+            if n.addr + n.size > addr {
+                best = x;
+                x = n.prev_free;
+            } else {
+                x = n.next_free;
+            }
+        }
+        best
+    }
 
     /// A fixed pseudo-random priority per node index (a 32-bit integer hash), so the tree's
     /// shape is independent of the order blocks come and go in.
@@ -1114,7 +1410,8 @@ impl<const N: usize> Carve<N> {
     #[inline(always)]
     fn units(&self, i: u32) -> u32 {
         // `init_with` bounds the carve to u32::MAX granules.
-        (self.node(i).size / self.granule) as u32
+        // The granule is a power of two: a shift, not a division.
+        (self.node(i).size >> self.granule.trailing_zeros()) as u32
     }
 
     #[inline(always)]
@@ -1142,18 +1439,55 @@ impl<const N: usize> Carve<N> {
     }
 
     /// Fixes the maxima from `i` up after `i`'s own block changed size; stops at the first
-    /// subtree whose maximum is unchanged (everything above it is then unchanged too).
+    /// subtree whose maximum is unchanged (everything above it is then unchanged too), and
+    /// at a bucket root updates the segment tree.
     fn tree_fix_up(&mut self, mut i: u32) {
         while i != NIL && self.recompute(i) {
-            i = self.node(i).parent;
+            let p = self.node(i).parent;
+            if p == NIL {
+                let k = usize::from(self.node(i).class);
+                let m = self.node(i).max_units;
+                self.seg_set(k, m);
+            }
+            i = p;
         }
     }
 
-    /// Points `parent`'s link that named `old` (the root if `parent` is NIL) at `new`.
+    /// Raises the maxima from `i` up after `i`'s own block grew (same bucket): no child is
+    /// read, as a larger block can only raise a maximum.
+    fn tree_grew(&mut self, mut i: u32) {
+        let u = self.units(i);
+        while i != NIL {
+            let n = self.node_mut(i);
+            if n.max_units >= u {
+                return;
+            }
+            n.max_units = u;
+            let p = n.parent;
+            if p == NIL {
+                let k = usize::from(n.class);
+                self.seg_set(k, u);
+            }
+            i = p;
+        }
+    }
+
+    /// Fixes the maxima after `i`'s own block shrank from `old_units` (same bucket). Nothing
+    /// changes when the subtree's maximum was larger than the old block (it comes from a
+    /// child); otherwise the path is recomputed.
     #[inline(always)]
-    fn relink_child(&mut self, parent: u32, old: u32, new: u32) {
+    fn tree_shrank(&mut self, i: u32, old_units: u32) {
+        if self.node(i).max_units > old_units {
+            return;
+        }
+        self.tree_fix_up(i);
+    }
+
+    /// Points `parent`'s link that named `old` (bucket `k`'s root if `parent` is NIL) at `new`.
+    #[inline(always)]
+    fn relink_child(&mut self, k: usize, parent: u32, old: u32, new: u32) {
         if parent == NIL {
-            self.root = new;
+            self.roots[k] = new;
         } else if self.node(parent).prev_free == old {
             self.node_mut(parent).prev_free = new;
         } else {
@@ -1161,8 +1495,8 @@ impl<const N: usize> Carve<N> {
         }
     }
 
-    /// Rotates `x` above its parent, keeping address order and both maxima.
-    fn rotate_up(&mut self, x: u32) {
+    /// Rotates `x` above its parent (both in bucket `k`), keeping address order and both maxima.
+    fn rotate_up(&mut self, k: usize, x: u32) {
         let p = self.node(x).parent;
         let g = self.node(p).parent;
         if self.node(p).prev_free == x {
@@ -1182,22 +1516,25 @@ impl<const N: usize> Carve<N> {
         }
         self.node_mut(p).parent = x;
         self.node_mut(x).parent = g;
-        self.relink_child(g, p, x);
+        self.relink_child(k, g, p, x);
         self.recompute(p);
         self.recompute(x);
     }
 
     fn tree_insert(&mut self, i: u32) {
         let addr = self.node(i).addr;
+        let k = self.key_bucket(i);
         let u = self.units(i);
         {
             let n = self.node_mut(i);
+            // FF_BUCKETS ≤ 2^16: the bucket fits the (otherwise unused) class field.
+            n.class = k as u16;
             n.prev_free = NIL;
             n.next_free = NIL;
             n.max_units = u;
         }
         // Descend to the leaf position, raising the maxima on the way.
-        let (mut p, mut x) = (NIL, self.root);
+        let (mut p, mut x) = (NIL, self.roots[k]);
         while x != NIL {
             p = x;
             let n = self.node_mut(x);
@@ -1210,7 +1547,7 @@ impl<const N: usize> Carve<N> {
         }
         self.node_mut(i).parent = p;
         if p == NIL {
-            self.root = i;
+            self.roots[k] = i;
         } else if addr < self.node(p).addr {
             self.node_mut(p).prev_free = i;
         } else {
@@ -1222,11 +1559,13 @@ impl<const N: usize> Carve<N> {
             if p == NIL || Self::priority(p) >= pr {
                 break;
             }
-            self.rotate_up(i);
+            self.rotate_up(k, i);
         }
+        self.seg_refresh(k);
     }
 
     fn tree_remove(&mut self, i: u32) {
+        let k = usize::from(self.node(i).class);
         // Rotate `i` down (its higher-priority child up) until it is a leaf, then cut it off.
         loop {
             let (l, r) = {
@@ -1244,16 +1583,25 @@ impl<const N: usize> Carve<N> {
                     }
                 }
             };
-            self.rotate_up(c);
+            self.rotate_up(k, c);
         }
         let p = self.node(i).parent;
-        self.relink_child(p, i, NIL);
+        self.relink_child(k, p, i, NIL);
         self.tree_fix_up(p);
+        self.seg_refresh(k);
     }
 
-    /// `new` takes `old`'s place in the tree (same links, so the same address order), then the
-    /// maxima are fixed for `new`'s size.
+    /// `new` takes `old`'s place among the free blocks (no free block lies between them).
+    /// In one bucket it takes `old`'s tree links (so the same address order), then the maxima
+    /// are fixed for `new`'s size; across buckets it is a remove and an insert.
     fn tree_replace(&mut self, old: u32, new: u32) {
+        let k = usize::from(self.node(old).class);
+        if self.key_bucket(new) != k {
+            self.tree_remove(old);
+            self.tree_insert(new);
+            return;
+        }
+        self.node_mut(new).class = k as u16;
         let (l, r, p, m) = {
             let n = self.node(old);
             (n.prev_free, n.next_free, n.parent, n.max_units)
@@ -1271,13 +1619,13 @@ impl<const N: usize> Carve<N> {
         if r != NIL {
             self.node_mut(r).parent = new;
         }
-        self.relink_child(p, old, new);
+        self.relink_child(k, p, old, new);
         // Only `new`'s own block differs from a consistent tree: fix the maxima first, then
         // rotations (which keep maxima) restore heap order, as priorities are per index.
         self.tree_fix_up(new);
         let pr = Self::priority(new);
         while self.node(new).parent != NIL && Self::priority(self.node(new).parent) < pr {
-            self.rotate_up(new);
+            self.rotate_up(k, new);
         }
         loop {
             let (l, r) = {
@@ -1298,19 +1646,22 @@ impl<const N: usize> Carve<N> {
             if Self::priority(c) <= pr {
                 break;
             }
-            self.rotate_up(c);
+            self.rotate_up(k, c);
         }
+        // Rotations keep the root's maximum, but the root itself may have changed.
+        self.seg_refresh(k);
     }
 
-    /// The first free block in address order that `accept`s, visiting only subtrees whose
-    /// maximum (in granules) passes `enter`.
+    /// The first free block in address order under the treap root `root` that `accept`s,
+    /// visiting only subtrees whose maximum (in granules) passes `enter`.
     #[inline(always)]
     fn tree_first(
         &self,
+        root: u32,
         mut enter: impl FnMut(u32) -> bool,
         mut accept: impl FnMut(&Node) -> bool,
     ) -> Option<u32> {
-        let mut x = self.root;
+        let mut x = root;
         if x == NIL || !enter(self.node(x).max_units) {
             return None;
         }
@@ -1352,18 +1703,20 @@ impl<const N: usize> Carve<N> {
     /// First fit: the lowest free block holding `size` bytes at an `align`-aligned start (both
     /// granule multiples), with the padding in front of that start.
     fn ff_find(&self, size: u64, align: u64) -> Option<(u32, u64)> {
-        let need = size / self.granule;
+        let need = size >> self.granule.trailing_zeros();
         if need > u64::from(u32::MAX) {
             return None;
         }
         let need = need as u32;
+        if self.seg_root < need {
+            return None;
+        }
         if align <= self.granule {
-            // Every block of `need` granules fits: one walk down.
-            let mut x = self.root;
-            if x == NIL || self.node(x).max_units < need {
-                return None;
-            }
-            loop {
+            // Every block of `need` granules fits: the lowest bucket with one, then one walk
+            // down its treap (whose maximum is ≥ need, so the walk ends at a block).
+            let k = self.next_bucket(0, need)?;
+            let mut x = self.roots[k];
+            while x != NIL {
                 let n = self.node(x);
                 if n.prev_free != NIL && self.node(n.prev_free).max_units >= need {
                     x = n.prev_free;
@@ -1373,95 +1726,139 @@ impl<const N: usize> Carve<N> {
                     x = n.next_free;
                 }
             }
+            return None;
         }
-        let i = self.tree_first(
-            |m| m >= need,
-            |n| fit(n.addr, n.size, size, align).is_some(),
-        )?;
-        let n = self.node(i);
-        fit(n.addr, n.size, size, align).map(|pad| (i, pad))
+        let mut k = self.next_bucket(0, need)?;
+        loop {
+            let hit = self.tree_first(
+                self.roots[k],
+                |m| m >= need,
+                |n| fit(n.addr, n.size, size, align).is_some(),
+            );
+            if let Some(i) = hit {
+                let n = self.node(i);
+                return fit(n.addr, n.size, size, align).map(|pad| (i, pad));
+            }
+            k = self.next_bucket(k + 1, need)?;
+        }
     }
 
     /// [`Carve::largest_aligned`] under [`Policy::FirstFit`] for `align` above the granule:
-    /// the best of every free block from its first aligned start to its end, skipping subtrees
-    /// that cannot beat the best found.
+    /// the best of every free block from its first aligned start to its end, skipping buckets
+    /// and subtrees that cannot beat the best found.
     fn ff_largest_aligned(&self, align: u64) -> u64 {
         let g = self.granule;
         let best = core::cell::Cell::new(0u64);
-        self.tree_first(
-            |m| u64::from(m) * g > best.get(),
-            |n| {
-                let end = n.addr + n.size;
-                if let Some(start) = n.addr.checked_next_multiple_of(align) {
-                    if start < end {
-                        best.set(best.get().max(end - start));
+        let mut k = 0;
+        // Only a block of more than `best` bytes can beat it (`best` is a granule multiple).
+        while let Ok(beat) = u32::try_from(best.get() / g + 1) {
+            let Some(b) = self.next_bucket(k, beat) else {
+                break;
+            };
+            self.tree_first(
+                self.roots[b],
+                |m| u64::from(m) * g > best.get(),
+                |n| {
+                    let end = n.addr + n.size;
+                    if let Some(start) = n.addr.checked_next_multiple_of(align) {
+                        if start < end {
+                            best.set(best.get().max(end - start));
+                        }
                     }
-                }
-                false
-            },
-        );
+                    false
+                },
+            );
+            k = b + 1;
+        }
         best.get()
     }
 
-    /// Checks the tree: address order, parent links, maxima, heap order; returns the number of
-    /// blocks in it.
+    /// Checks the index: per bucket, address order, parent links, maxima, heap order and that
+    /// every block starts in its bucket; the segment tree; returns the number of blocks.
     fn check_tree(&self) -> Result<u32, &'static str> {
+        let mut above = 0;
+        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
+            let len = FF_BUCKETS / FAN.pow(l as u32);
+            for j in (0..len).step_by(FAN) {
+                let m = line_max(self.line(off + j));
+                let up = match SUM_OFFSETS.get(l + 1) {
+                    Some(o) => self.seg[o + j / FAN],
+                    None => self.seg_root,
+                };
+                if m != up {
+                    return Err("bucket summary is stale");
+                }
+            }
+            above += len;
+        }
+        if above != SUM_LEN {
+            return Err("bucket summary levels do not cover it");
+        }
         let mut count = 0u32;
         let mut last_end = 0u64;
-        let mut x = self.tree_first(|_| true, |_| true);
-        if self.root != NIL && self.node(self.root).parent != NIL {
-            return Err("tree root has a parent");
-        }
-        while let Some(i) = x {
-            let n = self.node(i);
-            if n.state != FREE {
-                return Err("non-free block in the tree");
+        for k in 0..FF_BUCKETS {
+            let root = self.roots[k];
+            if self.seg[k] != self.max_of(root) {
+                return Err("bucket maximum disagrees with its treap");
             }
-            if count > 0 && n.addr <= last_end {
-                return Err("tree out of address order (or touching free blocks)");
+            if root != NIL && self.node(root).parent != NIL {
+                return Err("tree root has a parent");
             }
-            for c in [n.prev_free, n.next_free] {
-                if c != NIL {
-                    if self.node(c).parent != i {
-                        return Err("tree child's parent link is wrong");
-                    }
-                    if Self::priority(c) > Self::priority(i) {
-                        return Err("tree heap order violated");
+            let mut x = self.tree_first(root, |_| true, |_| true);
+            while let Some(i) = x {
+                let n = self.node(i);
+                if n.state != FREE {
+                    return Err("non-free block in the tree");
+                }
+                if self.key_bucket(i) != k || usize::from(n.class) != k {
+                    return Err("free block indexed in the wrong bucket");
+                }
+                if count > 0 && n.addr <= last_end {
+                    return Err("tree out of address order (or touching free blocks)");
+                }
+                for c in [n.prev_free, n.next_free] {
+                    if c != NIL {
+                        if self.node(c).parent != i {
+                            return Err("tree child's parent link is wrong");
+                        }
+                        if Self::priority(c) > Self::priority(i) {
+                            return Err("tree heap order violated");
+                        }
                     }
                 }
-            }
-            let m = self
-                .units(i)
-                .max(self.max_of(n.prev_free))
-                .max(self.max_of(n.next_free));
-            if n.max_units != m {
-                return Err("tree subtree maximum is stale");
-            }
-            count += 1;
-            if count > N as u32 {
-                return Err("tree has a cycle");
-            }
-            last_end = n.addr + n.size;
-            // In-order successor.
-            x = if n.next_free != NIL {
-                let mut y = n.next_free;
-                while self.node(y).prev_free != NIL {
-                    y = self.node(y).prev_free;
+                let m = self
+                    .units(i)
+                    .max(self.max_of(n.prev_free))
+                    .max(self.max_of(n.next_free));
+                if n.max_units != m {
+                    return Err("tree subtree maximum is stale");
                 }
-                Some(y)
-            } else {
-                let mut y = i;
-                loop {
-                    let p = self.node(y).parent;
-                    if p == NIL {
-                        break None;
-                    }
-                    if self.node(p).prev_free == y {
-                        break Some(p);
-                    }
-                    y = p;
+                count += 1;
+                if count > N as u32 {
+                    return Err("tree has a cycle");
                 }
-            };
+                last_end = n.addr + n.size;
+                // In-order successor.
+                x = if n.next_free != NIL {
+                    let mut y = n.next_free;
+                    while self.node(y).prev_free != NIL {
+                        y = self.node(y).prev_free;
+                    }
+                    Some(y)
+                } else {
+                    let mut y = i;
+                    loop {
+                        let p = self.node(y).parent;
+                        if p == NIL {
+                            break None;
+                        }
+                        if self.node(p).prev_free == y {
+                            break Some(p);
+                        }
+                        y = p;
+                    }
+                };
+            }
         }
         Ok(count)
     }
