@@ -9,6 +9,10 @@
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+// The heap constructors (`new_boxed`) only; nothing else in the core allocates.
+#[cfg(any(test, feature = "alloc"))]
+extern crate alloc;
+
 #[cfg(all(feature = "defmt", feature = "log"))]
 compile_error!("features `defmt` and `log` are mutually exclusive: pick one logging backend");
 
