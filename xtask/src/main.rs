@@ -52,6 +52,12 @@ fn ci() -> DynResult {
         c.args(["test", "--workspace"]);
         c
     })?;
+    // The bring-up an integrator copies (issue 16 item 6): `cargo test` builds it, this runs it.
+    run("example: nrt-core bring_up", {
+        let mut c = cargo();
+        c.args(["run", "--quiet", "-p", "nrt-core", "--example", "bring_up"]);
+        c
+    })?;
     run(
         "rustdoc -D warnings (no broken or private intra-doc links)",
         {
