@@ -485,7 +485,7 @@ impl<const N: usize> Carve<N> {
     pub const NODE_CAPACITY: usize = N;
 
     /// An uninitialised carve (all zero). For large `N` prefer a `static`, a zeroed box
-    /// (`Carve::new_boxed`, with the `std` feature) or a field of a zeroed struct: this value
+    /// (`Carve::new_boxed`, with the `alloc` feature) or a field of a zeroed struct: this value
     /// is `N * 48` bytes plus the 33 KiB first-fit bucket index.
     pub const fn new() -> Self {
         Carve {
@@ -514,9 +514,9 @@ impl<const N: usize> Carve<N> {
 
     /// An uninitialised carve on the heap, without building it on the stack (the zeroed
     /// allocation is only touched as nodes are used).
-    #[cfg(any(test, feature = "std"))]
-    pub fn new_boxed() -> std::boxed::Box<Self> {
-        let b = std::boxed::Box::<Self>::new_zeroed();
+    #[cfg(any(test, feature = "alloc"))]
+    pub fn new_boxed() -> alloc::boxed::Box<Self> {
+        let b = alloc::boxed::Box::<Self>::new_zeroed();
         // SAFETY: `Carve<N>` is `ZeroValid`: all-zero bytes are its uninitialised state.
         #[allow(unsafe_code)]
         unsafe {

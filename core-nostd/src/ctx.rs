@@ -247,11 +247,13 @@ impl CoreState {
     /// Bytes of one `CoreState` (address space; untouched pages cost nothing).
     pub const BYTES: usize = core::mem::size_of::<Self>();
 
-    /// A zeroed state on the heap (tests and the std shim; firmware uses a `static`).
-    #[cfg(any(test, feature = "std"))]
-    pub fn new_boxed() -> std::boxed::Box<Self> {
+    /// A zeroed state on the heap (feature `alloc`): an independent instance for each call,
+    /// for tests, the std shim or a hypervisor with a global allocator (firmware without a
+    /// heap uses a `static`). The allocation is zeroed, never built on the stack.
+    #[cfg(any(test, feature = "alloc"))]
+    pub fn new_boxed() -> alloc::boxed::Box<Self> {
         // SAFETY: CoreState is ZeroValid.
-        unsafe { std::boxed::Box::<Self>::new_zeroed().assume_init() }
+        unsafe { alloc::boxed::Box::<Self>::new_zeroed().assume_init() }
     }
 
     /// Number of static arenas in a `CoreState` (the length of [`Self::arena_stats`]).

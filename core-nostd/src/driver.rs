@@ -199,6 +199,75 @@ impl PoolStats {
 }
 
 /// The driver portal libnrt calls (spec §3.2).
+///
+/// # Your own driver
+///
+/// Ten methods are required; the rest have defaults. A skeleton for a guest that reaches its
+/// device through hypercalls (for MMIO, `call` would write a doorbell register and read the
+/// reply): every call fails with `EOPNOTSUPP` until the transport is wired, which the runtime
+/// reports as a driver error at `init`, having taken nothing.
+///
+/// ```
+/// use nrt_core::driver::{errno, AllocRequest, DeviceInfo, Driver, Errno, PoolStats};
+/// use nrt_core::{CoreState, Error, InitOptions, Nrt};
+///
+/// /// The devices a hypervisor lends this guest, one hypercall per driver operation.
+/// struct HypercallDriver {
+///     devices: u32,
+/// }
+///
+/// /// Operation numbers of the (made-up) hypercall interface.
+/// enum Op { Info = 1, Alloc, GetPa, Free, CopyIn, CopyOut, Stats }
+///
+/// impl HypercallDriver {
+///     /// One hypercall: `op` and its arguments in registers, a 64-bit result or an errno.
+///     /// Wire it to your transport (`vmcall`/`hvc`, or a doorbell and a reply register).
+///     fn call(&self, _op: Op, _args: &[u64]) -> Result<u64, Errno> {
+///         Err(errno::EOPNOTSUPP)
+///     }
+/// }
+///
+/// impl Driver for HypercallDriver {
+///     fn device_count(&self) -> u32 {
+///         self.devices
+///     }
+///     fn device_info(&self, dev: u32) -> Result<DeviceInfo, Errno> {
+///         // A real driver decodes the reply (or a shared page) into a `DeviceInfo`.
+///         self.call(Op::Info, &[dev.into()])?;
+///         Err(errno::EOPNOTSUPP)
+///     }
+///     fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> Result<u64, Errno> {
+///         let host = u64::from(req.host);
+///         let args = [dev.into(), req.size, req.align, host, req.hbm_idx.into(), req.category.into()];
+///         self.call(Op::Alloc, &args)
+///     }
+///     fn memory_get_pa(&self, dev: u32, handle: u64) -> Result<u64, Errno> {
+///         self.call(Op::GetPa, &[dev.into(), handle])
+///     }
+///     fn memory_free(&self, dev: u32, handle: u64) -> Result<(), Errno> {
+///         self.call(Op::Free, &[dev.into(), handle]).map(drop)
+///     }
+///     fn copy_in(&self, dev: u32, handle: u64, offset: u64, src: &[u8]) -> Result<(), Errno> {
+///         let buf = [src.as_ptr() as u64, src.len() as u64];
+///         self.call(Op::CopyIn, &[dev.into(), handle, offset, buf[0], buf[1]]).map(drop)
+///     }
+///     fn copy_out(&self, dev: u32, handle: u64, offset: u64, dst: &mut [u8]) -> Result<(), Errno> {
+///         let buf = [dst.as_mut_ptr() as u64, dst.len() as u64];
+///         self.call(Op::CopyOut, &[dev.into(), handle, offset, buf[0], buf[1]]).map(drop)
+///     }
+///     fn pool_stats(&self, dev: u32, host: bool, hbm_idx: u32) -> Result<PoolStats, Errno> {
+///         self.call(Op::Stats, &[dev.into(), host.into(), hbm_idx.into()])?;
+///         Err(errno::EOPNOTSUPP)
+///     }
+/// }
+///
+/// let drv = HypercallDriver { devices: 1 };
+/// let state = CoreState::new_boxed(); // or a zeroed `static` (crate README)
+/// let nrt = Nrt::new(&state, &drv);
+/// let r = nrt.init(&InitOptions::default());
+/// assert_eq!(r, Err(Error::Driver(errno::EOPNOTSUPP)));
+/// assert_eq!(nrt.driver_bytes_in_use(), 0);
+/// ```
 pub trait Driver: Sync {
     /// Devices this driver exposes (≤ 32).
     fn device_count(&self) -> u32;

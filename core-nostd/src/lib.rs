@@ -1,13 +1,11 @@
-//! # nrt-core
-//!
-//! The `no_std`, heap-free core of nrt-dmem: a Rust re-implementation of the host-side
-//! device-memory and multi-model core of AWS Neuron's runtime (libnrt 2.31), laid out byte for
-//! byte as libnrt's DWARF describes it (spec `000_4b9828fb4c9f6e2f`).
-//!
-//! All behaviour lives here; the std shim (`nrt-host`) only supplies the driver, threads and
-//! configuration.
+// The crate documentation is the README, so its code blocks are doctests and cannot drift.
+#![doc = include_str!("../README.md")]
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
+
+// The heap constructors (`new_boxed`) only; nothing else in the core allocates.
+#[cfg(any(test, feature = "alloc"))]
+extern crate alloc;
 
 #[cfg(all(feature = "defmt", feature = "log"))]
 compile_error!("features `defmt` and `log` are mutually exclusive: pick one logging backend");

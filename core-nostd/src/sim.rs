@@ -551,10 +551,11 @@ impl SimDevice {
         Ok(())
     }
 
-    /// A zeroed simulator on the heap, initialised for `cfg` (never built on the stack).
-    #[cfg(any(test, feature = "std"))]
-    pub fn new_boxed(cfg: &SimConfig) -> Result<std::boxed::Box<Self>, Errno> {
-        let b = std::boxed::Box::<Self>::new_zeroed();
+    /// A zeroed simulator on the heap, initialised for `cfg` (feature `alloc`; never built on
+    /// the stack).
+    #[cfg(any(test, feature = "alloc"))]
+    pub fn new_boxed(cfg: &SimConfig) -> Result<alloc::boxed::Box<Self>, Errno> {
+        let b = alloc::boxed::Box::<Self>::new_zeroed();
         // SAFETY: `SimDevice` is `ZeroValid`: all-zero bytes are its uninitialised state.
         let mut b = unsafe { b.assume_init() };
         b.init(cfg)?;

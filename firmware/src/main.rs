@@ -5,10 +5,10 @@
 //! `_start`; it talks to Linux only through raw syscalls (`write`, `getrusage`, `exit_group`).
 //!
 //! That it links at all is the proof that nothing in the core's dependency graph needs `std`
-//! (a std crate would bring a second `panic_impl` and `libc`), and it allocates nothing on a
-//! heap: the core's state ([`CoreState`], the 18.9 MB context tree and every arena) and the
-//! simulated device ([`SimDevice`]) are zero-valid `.bss` statics that cost memory only where
-//! they are touched.
+//! (a std crate would bring a second `panic_impl` and `libc`), and by default it allocates
+//! nothing on a heap (it has no global allocator): the core's state ([`CoreState`], the
+//! 18.9 MB context tree and every arena) and the simulated device ([`SimDevice`]) are
+//! zero-valid `.bss` statics that cost memory only where they are touched.
 //!
 //! The run: bring up a simulated trn2, load three models onto logical core 0, allocate device
 //! tensors on logical cores 0 and 1, unload one model and check exactly its bytes went; then
@@ -16,7 +16,9 @@
 //! double free — each must give its own error and change nothing; then `close`, and the ledger,
 //! the driver's pools and every arena must be empty. It prints a short report and exits 0, or 1
 //! on any discrepancy (101 on a panic). `--arenas` adds the per-arena table; built with the
-//! `log` feature, `--log-level=LEVEL` shows nrt-core's own log lines on stderr.
+//! `log` feature, `--log-level=LEVEL` shows nrt-core's own log lines on stderr. Built with the
+//! `heap` feature, the image has a `#[global_allocator]` and also runs a second runtime from
+//! nrt-core's boxed constructors beside the static one (`src/heap.rs`).
 //!
 //! Build and run it with `cargo xtask firmware` (`--report`, `--json` for the footprint).
 #![no_std]
@@ -27,6 +29,8 @@ compile_error!(
     "nrt-firmware is a host stand-in for a bare-metal image: it needs x86_64 Linux (raw syscalls)"
 );
 
+#[cfg(feature = "heap")]
+mod heap;
 #[cfg(feature = "log")]
 mod logger;
 mod mem;
@@ -208,6 +212,8 @@ fn run(args: &rt::Args) -> i32 {
     let sim: &'static mut SimDevice = unsafe { &mut *addr_of_mut!(SIM).cast::<SimDevice>() };
     // SAFETY: all-zero bytes are a valid CoreState (ZeroValid); STATE is only ever shared.
     let state: &'static CoreState = unsafe { &*addr_of!(STATE).cast::<CoreState>() };
+    #[cfg(feature = "heap")]
+    heap::init();
     #[cfg(feature = "log")]
     logger::init(args.value("--log-level"));
     let mut out = Out::<4096>::new(1);
@@ -226,6 +232,10 @@ fn run(args: &rt::Args) -> i32 {
     match r.scenario() {
         Ok(()) => {}
         Err(e) => r.fail(format_args!("unexpected error: {e}")),
+    }
+    #[cfg(feature = "heap")]
+    if let Err(e) = r.second_instance() {
+        r.fail(format_args!("heap: unexpected error: {e}"));
     }
     r.teardown();
     if args.has("--arenas") {

@@ -1,0 +1,107 @@
+//! The `heap` variant (issue 16 item 5): a `#[global_allocator]` and a second, independent
+//! runtime made with nrt-core's `alloc` constructors.
+//!
+//! `linked_list_allocator`'s [`LockedHeap`] (a spin lock; no OS, no std) manages [`REGION`], a
+//! zero-initialised `.bss` array just large enough for one [`CoreState`] and one [`SimDevice`].
+//! While the static runtime of the main scenario is still live, [`Run::second_instance`] brings
+//! up a runtime from `CoreState::new_boxed()` and `SimDevice::new_boxed()`, and checks:
+//!
+//! - each runtime refuses the other's tensor handle (`InvalidHandle`), and neither books the
+//!   other's bytes;
+//! - `close` leaves the boxed runtime's driver and ledger empty;
+//! - dropping both boxes gives the heap back whole.
+//!
+//! `Box::new_zeroed` on this heap writes its zeroes (the allocator cannot know its pages are
+//! still untouched), so this variant's peak RSS includes the two blocks; `cargo xtask firmware
+//! --heap` budgets the region's size on top of the default image's target.
+
+use core::fmt::Write;
+use core::mem::{size_of, MaybeUninit};
+use core::ptr::addr_of_mut;
+
+use linked_list_allocator::LockedHeap;
+use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as TENSOR;
+use nrt_core::sim::{Preset, SimConfig, SimDevice};
+use nrt_core::tensor::Placement;
+use nrt_core::{CoreState, Error, InitOptions, Nrt};
+
+use crate::out::Mib;
+use crate::{Run, MIB};
+
+/// Bytes of the heap: one `CoreState`, one `SimDevice`, and room for the allocator's hole
+/// headers and the blocks' alignment.
+const REGION_BYTES: usize = CoreState::BYTES + size_of::<SimDevice>() + (64 << 10);
+
+/// The memory the heap manages (`.bss`: costs nothing until an allocation touches it).
+static mut REGION: [MaybeUninit<u8>; REGION_BYTES] = [MaybeUninit::uninit(); REGION_BYTES];
+
+/// The image's global allocator; empty until [`init`] hands it [`REGION`].
+#[global_allocator]
+static HEAP: LockedHeap = LockedHeap::empty();
+
+/// Gives the heap its region. Called once, first thing in `run`, before anything allocates.
+pub fn init() {
+    // SAFETY: called once, by the only thread, before any allocation; this is the only
+    // reference ever made to REGION, and it is handed to the heap for the rest of the process.
+    let region: &'static mut [MaybeUninit<u8>] = unsafe { &mut *addr_of_mut!(REGION) };
+    HEAP.lock().init_from_slice(region);
+}
+
+impl Run {
+    /// A second runtime on the heap beside the static one (see the module docs).
+    pub(crate) fn second_instance(&mut self) -> Result<(), Error> {
+        let ours = self.nrt;
+        let free_before = HEAP.lock().free();
+        let state = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).map_err(Error::Driver)?;
+        let theirs = Nrt::new(&state, &*sim);
+        theirs.init(&InitOptions::default())?;
+
+        let ours_ledger = ours.ledger_snapshot(0);
+        let t =
+            theirs.tensor_allocate(Placement::Device as u32, 0, 4 * MIB, Some("boxed"), None)?;
+        let pc = theirs.virtual_core(0)?.tpbs[0];
+        let booked = theirs.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR as usize);
+        self.check(
+            booked >= 4 * MIB && ours.ledger_snapshot(0) == ours_ledger,
+            format_args!(
+                "boxed runtime: {booked} B booked on its own ledger; static ledger unchanged: {}",
+                ours.ledger_snapshot(0) == ours_ledger
+            ),
+        );
+        let mine = ours.tensor_allocate_empty(Some("static"))?;
+        let refused = (ours.tensor_get_size(t), theirs.tensor_get_size(mine));
+        self.check(
+            matches!(
+                refused,
+                (Err(Error::InvalidHandle(_)), Err(Error::InvalidHandle(_)))
+            ),
+            format_args!("handles crossed between the runtimes: {refused:?}"),
+        );
+        ours.tensor_free(mine, None)?;
+
+        // `close` reclaims the tensor left live.
+        theirs.close()?;
+        let left = theirs.driver_bytes_in_use();
+        let (dev_rows, host_rows) = theirs.ledger_snapshot(0);
+        let ledger_zero = dev_rows.iter().chain(&host_rows).flatten().all(|b| *b == 0);
+        self.check(
+            left == 0 && ledger_zero,
+            format_args!("boxed runtime after close: driver {left} B, ledger zero: {ledger_zero}"),
+        );
+        drop(state);
+        drop(sim);
+        let free_after = HEAP.lock().free();
+        self.check(
+            free_after == free_before,
+            format_args!("heap {free_after} B free after the boxes went, {free_before} B before"),
+        );
+        let _ = writeln!(
+            self.out,
+            "  heap          second runtime from new_boxed on a {} LockedHeap: handles refused \
+             across, close to 0 B, heap whole again",
+            Mib(REGION_BYTES as u64)
+        );
+        Ok(())
+    }
+}
