@@ -572,7 +572,7 @@ impl<'a> Nrt<'a> {
     pub fn init(&self, opts: &InitOptions) -> Result<()> {
         let _g = self.st.init_lock.lock();
         if self.lifecycle() == STATE_INIT {
-            return Err(Error::InvalidArgument("runtime already initialized"));
+            return Err(Error::AlreadyInitialized);
         }
         // Readers of a closed runtime (`inspect`) are let out before the tree is rewritten;
         // the gate opens again however this returns.

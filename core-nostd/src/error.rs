@@ -147,6 +147,10 @@ pub enum Error {
     Unsupported(&'static str),
     /// A wait ran out of time.
     Timeout,
+    /// `init` on a runtime that is already initialised (`close` it first). NRT_FAILURE, as
+    /// the C ABI's `nrt_init` answers (docs/STATES.md): the arguments are fine, the state is
+    /// not, so it is not NRT_INVALID.
+    AlreadyInitialized,
     /// Runtime not initialised.
     Uninitialized,
     /// Runtime closed.
@@ -182,7 +186,7 @@ impl Error {
             Error::HostOom { .. } => NRT_FAIL_HOST_MEM_ALLOC,
             Error::ArenaFull(_) => NRT_RESOURCE,
             Error::UnknownModel(_) | Error::DuplicateModel(_) => NRT_INVALID_HANDLE,
-            Error::TooManyLibs(_) => NRT_FAILURE,
+            Error::TooManyLibs(_) | Error::AlreadyInitialized => NRT_FAILURE,
             Error::Driver(e) if *e == errno::ENOMEM => NRT_RESOURCE,
             Error::Driver(_) => NRT_FAILURE,
             Error::Unsupported(_) => NRT_RESOURCE,
@@ -368,6 +372,9 @@ impl fmt::Display for Error {
             ),
             Error::Unsupported(m) => f.write_str(m),
             Error::Timeout => f.write_str("timed out"),
+            Error::AlreadyInitialized => {
+                f.write_str("the runtime is already initialized (call nrt_close first)")
+            }
             Error::Uninitialized => f.write_str("runtime not initialized (call nrt_init first)"),
             Error::Closed => f.write_str("runtime closed (nrt_close was called)"),
         }

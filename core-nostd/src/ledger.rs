@@ -2,10 +2,12 @@
 //! and free, peaks like the driver's sysfs counters, logical-core memory stats, and the OOM
 //! dump — written without heap into any `core::fmt::Write`.
 //!
-//! The reading calls pass the state gate's read side (`Nrt::inspect`): they answer for a live
-//! runtime and for a closed one (whose ledger `close` keeps, zeroed, until the next `init`);
-//! before the first `init`, and while `init` or `close` is at work, they answer 0 (or
-//! `Uninitialized` / `Closed` where they return a `Result`).
+//! The reading calls that return a value (cells, snapshots, totals, dumps) pass the state
+//! gate's read side (`Nrt::inspect`): they answer for a live runtime and for a closed one
+//! (whose ledger `close` keeps, zeroed, until the next `init`), and 0 before the first `init`
+//! and while `init` or `close` is at work. The ones that return a `Result` are API calls and
+//! answer `Uninitialized` / `Closed` as every API call does (docs/STATES.md); [`Inspector`]
+//! reads them from a closed runtime.
 // Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
 // tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
 // stale or foreign pointer is an error, not undefined behaviour.
@@ -155,6 +157,43 @@ impl MonitorClass {
             .filter(|u| MonitorClass::of_usage(*u) as u8 == self as u8)
             .map(|u| device[u as usize])
             .sum()
+    }
+}
+
+/// The reads of a runtime that also answer once it is closed ([`Nrt::inspector`]).
+///
+/// The API calls of [`Nrt`] answer `Closed` after `close`, as libnrt's do (docs/STATES.md).
+/// `close` keeps the tree and its zeroed ledger (peaks included) until the next `init`, and a
+/// report of what a closed runtime left behind (`nrt-dmem stats` after a scenario that closes)
+/// reads it through these: a live runtime, or a closed one until the next `init`;
+/// `Uninitialized` before the first `init` and while `init` is at work.
+#[derive(Copy, Clone)]
+pub struct Inspector<'a>(Nrt<'a>);
+
+impl<'a> Nrt<'a> {
+    /// The reads that also answer for a closed runtime ([`Inspector`]).
+    pub fn inspector(&self) -> Inspector<'a> {
+        Inspector(*self)
+    }
+}
+
+impl Inspector<'_> {
+    /// [`Nrt::dmem_get_memory_stats`], also after `close`.
+    pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
+        let _g = self.0.inspect()?;
+        self.0.vnc_memory_stats(vnc)
+    }
+
+    /// [`Nrt::vnc_usage`], also after `close`.
+    pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
+        let _g = self.0.inspect()?;
+        self.0.vnc_usage_inner(vnc)
+    }
+
+    /// [`Nrt::virtual_core`], also after `close`.
+    pub fn virtual_core(&self, vnc: i64) -> Result<virtual_core_t> {
+        let _g = self.0.inspect()?;
+        self.0.vtpb_get_virtual_core(vnc).copied()
     }
 }
 
@@ -370,9 +409,15 @@ impl Nrt<'_> {
         }
     }
 
-    /// Per-usage breakdown of logical core `vnc` (sum over its physical cores).
+    /// Per-usage breakdown of logical core `vnc` (sum over its physical cores). `Closed`
+    /// after `close` (docs/STATES.md); [`Inspector::vnc_usage`] reads a closed runtime.
     pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
-        let _g = self.inspect()?;
+        let _g = self.enter()?;
+        self.vnc_usage_inner(vnc)
+    }
+
+    /// [`Self::vnc_usage`] without the gate (inside a gated call).
+    fn vnc_usage_inner(&self, vnc: i64) -> Result<UsageBreakdown> {
         let mut b = UsageBreakdown::default();
         self.for_each_vnc_core(vnc, |mla, ext, nc| {
             for u in 0..23 {
@@ -391,8 +436,11 @@ impl Nrt<'_> {
     /// size: at LNC 1 on trn2 each of the two cores on an HBM reports that whole HBM (they
     /// share it, first come first served). Allocations placed on other HBMs (`hbm_idx`) count
     /// as used, so used can exceed the limit.
+    ///
+    /// `Closed` after `close`, as `nrt_get_vnc_memory_stats` (docs/STATES.md);
+    /// [`Inspector::dmem_get_memory_stats`] reads a closed runtime.
     pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
-        let _g = self.inspect()?;
+        let _g = self.enter()?;
         self.vnc_memory_stats(vnc)
     }
 
@@ -420,7 +468,7 @@ impl Nrt<'_> {
     /// `reset_peak_memory_stats`). Under the ledger lock no update can slip between the load
     /// of a row and the store of its peak.
     pub fn reset_peak(&self, vnc: i64) -> Result<()> {
-        let _g = self.inspect()?;
+        let _g = self.enter()?;
         self.for_each_vnc_core(vnc, |mla, ext, nc| {
             for u in 0..23 {
                 let d = mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);

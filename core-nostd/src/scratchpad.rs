@@ -156,6 +156,8 @@ impl Nrt<'_> {
         core: u32,
         f: impl FnOnce(&tdrv_scratchpad_t) -> R,
     ) -> Result<R> {
+        // The scratchpad is torn down by `close`: an API call, gated (docs/STATES.md).
+        let _call = self.enter()?;
         let tpb = self.tpb(dev, core)?;
         // SAFETY: resolved tpb; the page table is only written under this lock, which we hold
         // for as long as the shared reference lives.

@@ -290,6 +290,7 @@ impl Nrt<'_> {
     /// How many times the shared ext-isa library was staged on a core (exactly once however
     /// many models use it), and how many models use it now.
     pub fn ulib_shared_stats(&self, dev: u32, core: u32) -> Result<(u32, u32)> {
+        let _call = self.enter()?;
         let ext = self.tpb_ext(self.tpb(dev, core)?);
         Ok((
             ext.ulib_stage_count.load(Ordering::Acquire),

@@ -183,8 +183,9 @@ impl Nrt<'_> {
     }
 
     /// The owned logical core `idx` (`vtpb_get_virtual_core`), as a copy read inside the gate.
+    /// `Closed` after `close` ([`crate::ledger::Inspector::virtual_core`] reads a closed one).
     pub fn virtual_core(&self, idx: i64) -> Result<virtual_core_t> {
-        let _g = self.inspect()?;
+        let _g = self.enter()?;
         self.vtpb_get_virtual_core(idx).copied()
     }
 

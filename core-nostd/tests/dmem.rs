@@ -839,7 +839,7 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
             let devices = n.num_devices();
             let g = n.geom(0);
             let lnc = n.lnc_size();
-            let vc = n.virtual_core(0);
+            let vc = n.inspector().virtual_core(0);
             let (rows, _) = n.ledger_snapshot(0);
             // Each answer is whole on its own (the runtime may change between two calls).
             assert!(devices == 0 || devices == 1, "{devices} devices");
@@ -862,7 +862,8 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
 
 /// `close` keeps the tree until the next `init` (a documented difference from libnrt), so a
 /// closed runtime can still be inspected: its devices, geometry, logical cores and the zeroed
-/// ledger. API calls fail with `Closed`.
+/// ledger, through the value reads and the [`nrt_core::ledger::Inspector`]. API calls fail
+/// with `Closed` (docs/STATES.md), the memory stats among them.
 #[test]
 fn a_closed_runtime_can_be_inspected_until_init() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
@@ -878,8 +879,13 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     assert_eq!(n.geom(0).channels, 4);
     assert_eq!(n.visible_vnc_count(), 4);
     assert_eq!(n.lnc_size(), 2);
-    assert_eq!(n.virtual_core(3).unwrap().cores().len(), 2);
-    let stats = n.dmem_get_memory_stats(0).unwrap();
+    assert_eq!(n.virtual_core(3).unwrap_err(), Error::Closed);
+    assert_eq!(n.dmem_get_memory_stats(0), Err(Error::Closed));
+    assert_eq!(n.vnc_usage(0), Err(Error::Closed));
+    let ins = n.inspector();
+    assert_eq!(ins.virtual_core(3).unwrap().cores().len(), 2);
+    assert_eq!(ins.vnc_usage(0).unwrap().device[22], 0);
+    let stats = ins.dmem_get_memory_stats(0).unwrap();
     assert_eq!(
         stats.bytes_used, 0,
         "close reclaimed what the dmem API left"

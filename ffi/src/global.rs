@@ -229,10 +229,7 @@ pub(crate) fn with_rt<T>(f: impl FnOnce(&Runtime) -> Res<T>) -> Res<T> {
 pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
     let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
     if let Life::Init(_) = &*g {
-        return Err(Fail::new(
-            CoreStatus::NRT_FAILURE,
-            "the runtime is already initialized (call nrt_close first)",
-        ));
+        return Err(nrt_core::Error::AlreadyInitialized.into());
     }
     let rt = build()?;
     *g = Life::Init(Box::new(Runtime {
@@ -246,19 +243,20 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
     Ok(())
 }
 
-/// `nrt_close`: tears the runtime down; `false` when none was up.
-pub(crate) fn close() -> bool {
+/// `nrt_close`: tears the runtime down; `Uninitialized` / `Closed` (as the core's
+/// `Nrt::close`, docs/STATES.md) when none was up.
+pub(crate) fn close() -> Res {
     let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
     match std::mem::replace(&mut *g, Life::Closed) {
         Life::Init(r) => {
             r.shutdown();
-            true
+            Ok(())
         }
         Life::Uninit => {
             *g = Life::Uninit;
-            false
+            Err(nrt_core::Error::Uninitialized.into())
         }
-        Life::Closed => false,
+        Life::Closed => Err(nrt_core::Error::Closed.into()),
     }
 }
 

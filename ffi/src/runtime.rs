@@ -52,15 +52,11 @@ pub unsafe extern "C" fn nrt_init(
 
 /// Closes the runtime: unloads every model, frees every tensor still allocated and returns
 /// all device memory. Calls made afterwards fail with NRT_CLOSED until `nrt_init` runs again.
-/// A no-op when the runtime is not initialized.
+/// A no-op when the runtime is not initialized or already closed; the thread's last error
+/// then says which, as `Nrt::close` answers (docs/STATES.md).
 #[no_mangle]
 pub extern "C" fn nrt_close() {
-    global::entry_value("nrt_close", (), || {
-        if !global::close() {
-            log::warn!(target: "nrt_close", "the runtime is not initialized");
-        }
-        Ok(())
-    })
+    global::entry_value("nrt_close", (), global::close)
 }
 
 /// Total logical cores from the configuration alone (before `nrt_init`), with the

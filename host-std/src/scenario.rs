@@ -1640,7 +1640,12 @@ impl Session {
     pub fn snapshot(&mut self, name: &str) {
         let nrt = self.rt.nrt();
         let rows = (0..nrt.visible_vnc_count() as i64)
-            .map(|v| nrt.vnc_usage(v).map(|u| u.device).unwrap_or([0; 23]))
+            .map(|v| {
+                nrt.inspector()
+                    .vnc_usage(v)
+                    .map(|u| u.device)
+                    .unwrap_or([0; 23])
+            })
             .collect();
         self.snapshots.insert(name.to_string(), rows);
     }
@@ -1662,9 +1667,11 @@ impl Session {
     pub fn check_figures(&self, x: &Expect) -> Vec<String> {
         let mut out = Vec::new();
         let nrt = self.rt.nrt();
+        // Expectations may follow a `close` step: they read what the runtime left.
+        let ins = nrt.inspector();
         if let Some(core) = x.core {
-            let stats = nrt.dmem_get_memory_stats(core);
-            let usage = nrt.vnc_usage(core);
+            let stats = ins.dmem_get_memory_stats(core);
+            let usage = ins.vnc_usage(core);
             match (stats, usage) {
                 (Ok(s), Ok(u)) => {
                     if let Some(why) = x.used.check(s.bytes_used) {
@@ -1686,7 +1693,7 @@ impl Session {
                 }
             }
             if let Some(snap) = &x.unchanged_since {
-                let now = nrt.vnc_usage(core).map(|u| u.device);
+                let now = ins.vnc_usage(core).map(|u| u.device);
                 match (self.snapshots.get(snap), now) {
                     (None, _) => out.push(format!("no snapshot named `{snap}` was taken")),
                     (Some(rows), Ok(now)) => match rows.get(core as usize) {

@@ -282,7 +282,8 @@ NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_version, cons
 /**
  * Closes the runtime: unloads every model, frees every tensor still allocated and returns
  * all device memory. Calls made afterwards fail with NRT_CLOSED until `nrt_init` runs again.
- * A no-op when the runtime is not initialized.
+ * A no-op when the runtime is not initialized or already closed; the thread's last error
+ * then says which, as `Nrt::close` answers (docs/STATES.md).
  */
 void nrt_close(void);
 

@@ -77,9 +77,11 @@ pub struct Report {
 /// Gathers the report from a live session.
 pub fn collect(s: &Session, source: &str) -> Report {
     let nrt = s.nrt();
+    // A scenario may have closed the runtime: the report reads what it left (docs/STATES.md).
+    let ins = nrt.inspector();
     let mut cores = Vec::new();
     for v in 0..nrt.visible_vnc_count() as i64 {
-        let tpbs = nrt
+        let tpbs = ins
             .virtual_core(v)
             .map(|v| {
                 v.cores()
@@ -88,14 +90,14 @@ pub fn collect(s: &Session, source: &str) -> Report {
                     .collect()
             })
             .unwrap_or_default();
-        let st = nrt.dmem_get_memory_stats(v).unwrap_or_default();
+        let st = ins.dmem_get_memory_stats(v).unwrap_or_default();
         cores.push(CoreStats {
             index: v,
             tpbs,
             used: st.bytes_used,
             limit: st.bytes_limit,
             peak: st.bytes_peak,
-            usage: nrt.vnc_usage(v).unwrap_or_default(),
+            usage: ins.vnc_usage(v).unwrap_or_default(),
             models: nrt.models_on(v, &mut []).unwrap_or(0),
         });
     }

@@ -1,0 +1,237 @@
+//! The state table of docs/STATES.md, Rust layer: every public `Nrt` call in every lifecycle
+//! state (uninit, init, closed) answers what the table says. The C layer checks the same table
+//! in `ffi/tests/states.rs`.
+
+mod common;
+#[path = "common/states.rs"]
+mod states;
+
+use common::*;
+use nrt_core::abi::*;
+use nrt_core::dmem::AllocArgs;
+use nrt_core::model::ModelSpec;
+use nrt_core::sim::{Preset, SimConfig};
+use nrt_core::tensor::TensorSet;
+use nrt_core::{DmemHandle, InitOptions, Nrt, Result, TensorHandle};
+
+/// Objects the calls work on, made by a live runtime (this one, or a donor for the uninit
+/// state, whose handles the gate refuses before it looks at them).
+struct Kit {
+    t: TensorHandle,
+    d: DmemHandle,
+    al: *mut dmem_allocator_t,
+    m: H_MODEL,
+}
+
+impl Kit {
+    fn make(n: &Nrt<'_>) -> Kit {
+        let al = n.core_allocator(0, 0).expect("allocator");
+        Kit {
+            t: n.tensor_allocate(0, 0, 64, Some("kit"), None)
+                .expect("tensor"),
+            d: n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "kit"), None)
+                .expect("dmem"),
+            al,
+            m: n.load_model(0, &model_spec()).expect("model"),
+        }
+    }
+}
+
+fn model_spec() -> ModelSpec<'static> {
+    ModelSpec {
+        name: "states",
+        subgraphs: 1,
+        ..Default::default()
+    }
+}
+
+fn st<T>(r: Result<T>) -> String {
+    match r {
+        Ok(_) => "NRT_SUCCESS".into(),
+        Err(e) => format!("{:?}", e.status()),
+    }
+}
+
+/// A fresh tensor in the live runtime (consumed by the call), the kit's otherwise.
+fn fresh_t(n: &Nrt<'_>, k: &Kit) -> TensorHandle {
+    n.tensor_allocate(0, 0, 64, None, None).unwrap_or(k.t)
+}
+
+/// The answer of call `name` on `n` (None: the test has no call of that name).
+fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
+    let v = || Some("value".to_string());
+    let mut buf = [0u8; 8];
+    Some(match name {
+        "init" => st(n.init(&InitOptions::default())),
+        "close" => st(n.close()),
+        "check_state" => st(n.check_state()),
+        "lifecycle" => return n.lifecycle().checked_add(0).and(v()),
+        "new" => return Some(Nrt::new(n.state(), n.driver())).and(v()),
+        "driver" | "state" => return v(),
+        "num_devices" => return Some(n.num_devices()).and(v()),
+        "geom" => return Some(n.geom(0)).and(v()),
+        "driver_bytes_in_use" => return Some(n.driver_bytes_in_use()).and(v()),
+        "visible_vnc_count" => return Some(n.visible_vnc_count()).and(v()),
+        "total_vnc_count" => return Some(n.total_vnc_count()).and(v()),
+        "lnc_size" => return Some(n.lnc_size()).and(v()),
+        "virtual_core" => st(n.virtual_core(0)),
+        "vtpb_get_default_hbm_idx" => st(n.vtpb_get_default_hbm_idx(0)),
+        "core_allocator" => st(n.core_allocator(0, 0)),
+        "tensor_allocate" => st(n.tensor_allocate(0, 0, 64, None, None)),
+        "tensor_allocate_empty" => st(n.tensor_allocate_empty(None)),
+        "tensor_attach_buffer" => {
+            let e = n.tensor_allocate_empty(None).unwrap_or(k.t);
+            let leaked: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
+            // SAFETY: a leaked buffer outlives every tensor.
+            st(unsafe { n.tensor_attach_buffer(e, leaked.as_mut_ptr(), 64, None) })
+        }
+        "tensor_allocate_slice" => st(n.tensor_allocate_slice(k.t, 0, 8, None)),
+        "tensor_free" => st(n.tensor_free(fresh_t(n, k), None)),
+        "tensor_get_size" => st(n.tensor_get_size(k.t)),
+        "tensor_name" => st(n.tensor_name(k.t)),
+        "tensor_write" => st(n.tensor_write(k.t, &buf, 0)),
+        "tensor_read" => st(n.tensor_read(k.t, &mut buf, 0)),
+        "tensor_memset" => st(n.tensor_memset(k.t, 0, 1, 8)),
+        "tensor_copy" => st(n.tensor_copy(k.t, 0, fresh_t(n, k), 0, 8)),
+        "tensor_get_va" => st(n.tensor_get_va(k.t)),
+        "tensor_device_allocation_info" => st(n.tensor_device_allocation_info(k.t)),
+        "tensor_output_completion" => st(n.tensor_output_completion(k.t)),
+        "tensor_reset_output_completion" => st(n.tensor_reset_output_completion(k.t)),
+        "tensor_pending" => st(n.tensor_pending(k.t)),
+        "load_model" => st(n.load_model(0, &model_spec())),
+        "unload_model" => {
+            let m = n.load_model(1, &model_spec()).unwrap_or(k.m);
+            st(n.unload_model(m))
+        }
+        "exec_begin" => st(n.exec_begin(k.m)),
+        "execute" => st(n.execute(k.m, &TensorSet::new(), &TensorSet::new())),
+        "model_info" => st(n.model_info(k.m)),
+        "for_each_model_dmem" => st(n.for_each_model_dmem(k.m, |_, _| ())),
+        "models_on" => st(n.models_on(0, &mut [])),
+        "model_io" => {
+            let g = n.exec_begin(k.m).ok()?;
+            return Some(n.model_io(&g, false, 0)).and(v());
+        }
+        "dmem_allocator_create" | "dmem_allocator_destroy" => {
+            let pcore = if n.lifecycle() == nrt_core::ctx::STATE_INIT {
+                // SAFETY: in the init state `al` is the kit's live allocator.
+                unsafe { (*k.al).pcore }
+            } else {
+                std::ptr::null_mut()
+            };
+            let made =
+                n.dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL);
+            if name == "dmem_allocator_create" {
+                st(made)
+            } else {
+                st(n.dmem_allocator_destroy(made.unwrap_or(k.al)))
+            }
+        }
+        "dmem_alloc" => st(n.dmem_alloc(k.al, &AllocArgs::device(4096, 0, TENSOR, "s"), None)),
+        "dmem_acquire_reference" => st(n.dmem_acquire_reference(k.d)),
+        "dmem_free" | "dmem_free_in" => {
+            let d = n
+                .dmem_alloc(k.al, &AllocArgs::device(4096, 0, TENSOR, "s"), None)
+                .unwrap_or(k.d);
+            if name == "dmem_free" {
+                st(n.dmem_free(d))
+            } else {
+                st(n.dmem_free_in(k.al, d))
+            }
+        }
+        "dmem_info" => st(n.dmem_info(k.d)),
+        "allocator_for_each" => st(n.allocator_for_each(k.al, |_| ())),
+        "dmem_handle_of" | "dmem_is_live" | "allocator_usage" => {
+            let _ = (n.dmem_is_live(k.d), n.allocator_usage(k.al));
+            return v();
+        }
+        "dmem_get_memory_stats" => st(n.dmem_get_memory_stats(0)),
+        "vnc_usage" => st(n.vnc_usage(0)),
+        "reset_peak" => st(n.reset_peak(0)),
+        "inspector().dmem_get_memory_stats" => st(n.inspector().dmem_get_memory_stats(0)),
+        "inspector().vnc_usage" => st(n.inspector().vnc_usage(0)),
+        "inspector().virtual_core" => st(n.inspector().virtual_core(0)),
+        "device_totals" => return Some(n.device_totals(0)).and(v()),
+        "ledger_hbm" => return Some(n.ledger_hbm(0)).and(v()),
+        "ledger_device" => return Some(n.ledger_device(0, 0, 22)).and(v()),
+        "ledger_host" => return Some(n.ledger_host(0, 0, 22)).and(v()),
+        "ledger_snapshot" => return Some(n.ledger_snapshot(0)).and(v()),
+        "dump_ledger" => return Some(n.dump_ledger(&mut String::new(), 0, None, 2)).and(v()),
+        "last_oom" => return Some(n.last_oom()).and(v()),
+        "last_oom_dump" => return Some(n.last_oom_dump(&mut String::new())).and(v()),
+        "last_oom_channel" => return Some(n.last_oom_channel()).and(v()),
+        "tdrv_scratchpad_get_mem" => st(n.tdrv_scratchpad_get_mem(0, 0, 0, 64)),
+        "scratchpad_info" => st(n.scratchpad_info(0, 0)),
+        "scratchpad_page" => st(n.scratchpad_page(0, 0, 0)),
+        "ulib_shared_stats" => st(n.ulib_shared_stats(0, 0)),
+        "ulib_unstage_for_test" => {
+            n.ulib_unstage_for_test(0, 0);
+            return v();
+        }
+        _ => return None,
+    })
+}
+
+#[test]
+fn every_rust_call_answers_the_state_table() {
+    assert!(states::table().len() > 40, "docs/STATES.md has no table");
+    let cfg = || SimConfig::scaled_down(Preset::Trn2, 1);
+    let donor = Fixture::up(cfg(), InitOptions::default());
+    let f = Fixture::new(cfg());
+    let n = f.nrt();
+    let rust = |r: &states::Row| r.rust;
+    let mut bad = Vec::new();
+    let dk = Kit::make(&donor.nrt());
+    // uninit: a fresh runtime (init itself is checked last: it changes the state).
+    bad.extend(states::check(
+        "Rust",
+        rust,
+        0,
+        |x| x != "init",
+        |name| answer(&n, &dk, name),
+    ));
+    bad.extend(states::check(
+        "Rust",
+        rust,
+        0,
+        |x| x == "init",
+        |name| answer(&n, &dk, name),
+    ));
+    // init (close last, for the same reason).
+    let k = Kit::make(&n);
+    bad.extend(states::check(
+        "Rust",
+        rust,
+        1,
+        |x| x != "close",
+        |name| answer(&n, &k, name),
+    ));
+    bad.extend(states::check(
+        "Rust",
+        rust,
+        1,
+        |x| x == "close",
+        |name| answer(&n, &k, name),
+    ));
+    // closed (init last).
+    bad.extend(states::check(
+        "Rust",
+        rust,
+        2,
+        |x| x != "init",
+        |name| answer(&n, &k, name),
+    ));
+    bad.extend(states::check(
+        "Rust",
+        rust,
+        2,
+        |x| x == "init",
+        |name| answer(&n, &k, name),
+    ));
+    assert!(
+        bad.is_empty(),
+        "{} disagreement(s):\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
