@@ -131,6 +131,63 @@ pub struct AllocRequest {
 /// small-object region first (public ABI §3 "How the driver carves memory").
 pub const SMALL_OBJECT_MAX: u64 = 512 * 1024;
 
+/// Free blocks of one region by size class: class `i` counts the free blocks of
+/// `[2^(12+i), 2^(13+i))` bytes (4 KiB and up; the last class is open-ended), so a reader sees
+/// at a glance whether the free bytes are one block or a thousand slivers (issue 19 item 3;
+/// public ABI §6 "users cannot see the largest free block").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FreeHistogram {
+    /// Free blocks per class.
+    pub blocks: [u32; FreeHistogram::CLASSES],
+    /// Free bytes per class.
+    pub bytes: [u64; FreeHistogram::CLASSES],
+}
+
+impl FreeHistogram {
+    /// Classes: 4 KiB (2^12) up to 2^36 = 64 GiB and above.
+    pub const CLASSES: usize = 25;
+    /// log2 of the smallest class's lower bound.
+    pub const MIN_LOG2: u32 = 12;
+
+    /// The class of a free block of `size` bytes (blocks under 4 KiB count in class 0).
+    pub const fn class_of(size: u64) -> usize {
+        let log2 = if size == 0 {
+            0
+        } else {
+            63 - size.leading_zeros()
+        };
+        let c = log2.saturating_sub(Self::MIN_LOG2) as usize;
+        if c >= Self::CLASSES {
+            Self::CLASSES - 1
+        } else {
+            c
+        }
+    }
+
+    /// The lower bound of class `i` in bytes.
+    pub const fn class_min(i: usize) -> u64 {
+        1u64 << (Self::MIN_LOG2 as usize + i)
+    }
+
+    /// Counts one free block.
+    pub fn add(&mut self, size: u64) {
+        let c = Self::class_of(size);
+        self.blocks[c] = self.blocks[c].saturating_add(1);
+        self.bytes[c] = self.bytes[c].saturating_add(size);
+    }
+
+    /// Free blocks in all classes.
+    pub fn total_blocks(&self) -> u64 {
+        self.blocks.iter().map(|b| u64::from(*b)).sum()
+    }
+
+    /// Free bytes in all classes.
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes.iter().fold(0, |a, b| a.saturating_add(*b))
+    }
+}
+
 /// Occupancy of one driver pool (an HBM channel or the host DMA pool).
 ///
 /// What succeeds, read from these figures (public ABI §3: requests of at most
@@ -322,6 +379,17 @@ pub trait Driver: Sync {
         } else {
             Err(errno::EOPNOTSUPP)
         }
+    }
+    /// The free blocks of HBM channel `hbm_idx` by size class: `(main pool, small-object
+    /// region)` (issue 19 item 3). A diagnostics call for `stats` and the OOM report; the
+    /// default answers `EOPNOTSUPP` (a driver that cannot list its free blocks).
+    fn free_histogram(
+        &self,
+        dev: u32,
+        hbm_idx: u32,
+    ) -> Result<(FreeHistogram, FreeHistogram), Errno> {
+        let _ = (dev, hbm_idx);
+        Err(errno::EOPNOTSUPP)
     }
     /// The host-device-id → routing-id map (spec §1); `EOPNOTSUPP` makes the runtime fall back
     /// to the identity.

@@ -22,7 +22,7 @@ use crate::cstr::{c_name, mb, Printable};
 use crate::ctx::{DevExt, Nrt};
 use crate::dmem::Action;
 use crate::error::{Error, Result};
-use crate::oom::write_hbm_line;
+use crate::oom::{write_free_histogram, write_hbm_line};
 
 const TOTAL: usize = constants::USAGE_TYPE_MAX_INDEX;
 
@@ -634,6 +634,9 @@ impl Nrt<'_> {
                         write_hbm_line(w, h, &s, 0)?;
                     }
                 }
+            }
+            if let Ok((main, small)) = self.drv.free_histogram(dev, h) {
+                write_free_histogram(w, &main, &small)?;
             }
         }
         // The largest live allocations, found with a fixed-size selection (no heap). Each

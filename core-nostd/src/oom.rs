@@ -16,7 +16,7 @@ use core::fmt;
 use crate::cstr::mb;
 #[cfg(doc)]
 use crate::driver::Driver;
-use crate::driver::{PoolStats, SMALL_OBJECT_MAX};
+use crate::driver::{FreeHistogram, PoolStats, SMALL_OBJECT_MAX};
 use crate::{Error, Nrt};
 
 /// A device request as the driver saw it (spec §3.2 step 4): natively aligned, or — when the
@@ -290,6 +290,66 @@ pub fn write_hbm_line(w: &mut dyn fmt::Write, hbm: u32, s: &PoolStats, align: u6
         permille % 10,
         s.allocations
     )
+}
+
+/// The free blocks of one HBM by size class, as the OOM report and `stats` print them:
+/// `    free blocks: main 4KB-8KB x3 (12KB), 16MB-32MB x1 (20MB); small-object none`,
+/// classes with no block left out (issue 19 item 3: fragmentation made visible).
+pub fn write_free_histogram(
+    w: &mut dyn fmt::Write,
+    main: &FreeHistogram,
+    small: &FreeHistogram,
+) -> fmt::Result {
+    w.write_str("    free blocks:")?;
+    for (k, (label, h)) in [("main", main), ("small-object", small)]
+        .into_iter()
+        .enumerate()
+    {
+        write!(w, "{} {label}", if k == 0 { "" } else { ";" })?;
+        if h.total_blocks() == 0 {
+            w.write_str(" none")?;
+            continue;
+        }
+        let mut first = true;
+        for i in (0..FreeHistogram::CLASSES).filter(|i| h.blocks[*i] > 0) {
+            let (lo, hi) = (FreeHistogram::class_min(i), FreeHistogram::class_min(i + 1));
+            write!(
+                w,
+                "{} {}-{} x{} ({})",
+                if first { "" } else { "," },
+                Size(lo),
+                Size(hi),
+                h.blocks[i],
+                Size(h.bytes[i])
+            )?;
+            first = false;
+        }
+    }
+    w.write_str("\n")
+}
+
+/// A byte count in the report's short units (`4KB`, `16MB`, `2GB`; exact when round).
+struct Size(u64);
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(u64, &str); 4] = [
+            (1 << 40, "TB"),
+            (1 << 30, "GB"),
+            (1 << 20, "MB"),
+            (1 << 10, "KB"),
+        ];
+        for (u, n) in UNITS {
+            if self.0 >= u {
+                return if self.0 % u == 0 {
+                    write!(f, "{}{n}", self.0 / u)
+                } else {
+                    write!(f, "{:.3}{n}", self.0 as f64 / u as f64)
+                };
+            }
+        }
+        write!(f, "{}B", self.0)
+    }
 }
 
 /// The failing channel of a device OOM, as the report shows it, measured inside the failing

@@ -54,7 +54,9 @@ use crate::abi::al_hal_tpb_arch_type_t;
 use crate::abi::meta::ZeroValid;
 use crate::abi::nrt_mutex_t;
 use crate::carve::{Carve, CarveBlock, CarveError, CarveId, Policy};
-use crate::driver::{errno, feature, AllocRequest, DeviceInfo, Driver, Errno, PoolStats};
+use crate::driver::{
+    errno, feature, AllocRequest, DeviceInfo, Driver, Errno, FreeHistogram, PoolStats,
+};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -1036,6 +1038,36 @@ impl Driver for SimDevice {
         })
     }
 
+    /// Exact: every free block of the channel's main pool and small-object region, under the
+    /// device lock (one moment), by size class.
+    fn free_histogram(
+        &self,
+        dev: u32,
+        hbm_idx: u32,
+    ) -> Result<(FreeHistogram, FreeHistogram), Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if hbm_idx >= self.channels {
+            return Err(errno::EINVAL);
+        }
+        self.with_dev(dev, |st| {
+            let c = hbm_idx as usize;
+            let (mut main, mut small) = (FreeHistogram::default(), FreeHistogram::default());
+            st.main[c].for_each_block(|b| {
+                if !b.used {
+                    main.add(b.size);
+                }
+            });
+            st.small[c].for_each_block(|b| {
+                if !b.used {
+                    small.add(b.size);
+                }
+            });
+            Ok((main, small))
+        })
+    }
+
     /// Exact: the largest request each region's carve would grant at `align`
     /// ([`Carve::largest_aligned`]), under the device lock, so the figures are those of one
     /// moment. `EINVAL` for an alignment that is not a power of two or a bad channel.
@@ -1378,6 +1410,61 @@ mod tests {
                     assert_largest_is_exact(&s, c, align);
                 }
             }
+        }
+    }
+
+    /// The free-block histogram (issue 19 item 3) is every free block of the channel, by size
+    /// class, in both placements: its bytes are the pool's free bytes, and the main pool's
+    /// largest block sits in its top non-empty class.
+    #[test]
+    fn the_free_block_histogram_is_every_free_block_by_size_class() {
+        for placement in [Placement::Genalloc, Placement::Tlsf] {
+            let s = sim(SimConfig {
+                placement,
+                ..SimConfig::scaled_down(Preset::Trn1, 1)
+            });
+            let mut live = Vec::new();
+            let mut x = 0x9e37_79b9_u64;
+            for i in 0..400u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let size = PAGE_SIZE << (x % 9);
+                if i % 3 == 2 && !live.is_empty() {
+                    let h = live.swap_remove((x % live.len() as u64) as usize);
+                    s.memory_free(0, h).unwrap();
+                } else if let Ok(h) = s.memory_alloc(0, &req(size)) {
+                    live.push(h);
+                }
+                let st = s.pool_stats(0, false, 0).unwrap();
+                let (main, small) = s.free_histogram(0, 0).unwrap();
+                assert_eq!(
+                    main.total_bytes() + small.total_bytes(),
+                    st.free,
+                    "{placement:?} step {i}"
+                );
+                if st.largest_free > 0 && st.largest_free > st.small_object_largest_free {
+                    let top = (0..FreeHistogram::CLASSES)
+                        .rev()
+                        .find(|c| main.blocks[*c] > 0)
+                        .unwrap();
+                    assert_eq!(
+                        top,
+                        FreeHistogram::class_of(st.largest_free),
+                        "{placement:?} step {i}"
+                    );
+                }
+            }
+            assert_eq!(s.free_histogram(0, 9), Err(errno::EINVAL));
+            let classes = [(0, 0), (4096, 0), (8191, 0), (8192, 1), (1 << 30, 18)];
+            for (size, class) in classes {
+                assert_eq!(FreeHistogram::class_of(size), class, "{size}");
+            }
+            assert_eq!(
+                FreeHistogram::class_of(u64::MAX),
+                FreeHistogram::CLASSES - 1
+            );
+            assert_eq!(s.free_histogram(7, 0), Err(errno::ENODEV));
         }
     }
 

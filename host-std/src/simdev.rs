@@ -7,7 +7,7 @@
 //! reservations together, so the memory outlives every use the device makes of it.
 
 use nix::errno::Errno;
-use nrt_core::driver::{AllocRequest, DeviceInfo, Driver, PoolStats};
+use nrt_core::driver::{AllocRequest, DeviceInfo, Driver, FreeHistogram, PoolStats};
 use nrt_core::sim::{SimConfig, SimDevice};
 
 use crate::backing::HostReservation;
@@ -134,6 +134,13 @@ impl Driver for HostSim {
         align: u64,
     ) -> core::result::Result<PoolStats, i32> {
         self.dev.hbm_stats_aligned(dev, hbm_idx, align)
+    }
+    fn free_histogram(
+        &self,
+        dev: u32,
+        hbm_idx: u32,
+    ) -> core::result::Result<(FreeHistogram, FreeHistogram), i32> {
+        self.dev.free_histogram(dev, hbm_idx)
     }
     fn host_device_id_rid_map(&self, out: &mut [u32; 32]) -> core::result::Result<(), i32> {
         self.dev.host_device_id_rid_map(out)

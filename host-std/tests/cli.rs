@@ -85,13 +85,21 @@ fn demo_shows_every_section_and_ends_with_zero_bytes() {
     let table = std::fs::read_to_string(path).expect("the OOM file exists");
     assert!(table.contains("Failed to allocate"), "{table}");
     let _ = std::fs::remove_file(path);
-    // One screen: 60 lines, plus the OOM table's one "why:" line (issue 21).
+    // One screen: 60 lines, plus the OOM table's one "why:" line (issue 21) and its free-block
+    // line per HBM channel (issue 19 item 3; four on trn2).
     assert!(
-        out.lines().count() <= 61,
+        out.lines().count() <= 65,
         "one screen: {} lines",
         out.lines().count()
     );
     assert!(out.contains("   │ why: "), "the OOM table says why:\n{out}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains("│     free blocks: main "))
+            .count(),
+        4,
+        "one free-block line per HBM:\n{out}"
+    );
     // Not a terminal: no colour codes.
     assert!(!out.contains('\u{1b}'), "{out}");
 }
@@ -223,6 +231,20 @@ fn stats_json_has_neuron_monitor_keys() {
         assert!(
             field("largest_free_block_bytes") + field("small_object_free_bytes")
                 <= field("free_bytes"),
+            "{h}"
+        );
+        // Issue 19 item 3: the free blocks by size class add up to the free bytes.
+        let classes = |k: &str| -> u64 {
+            h["free_blocks"][k]
+                .as_array()
+                .unwrap_or_else(|| panic!("free_blocks.{k}: {h}"))
+                .iter()
+                .map(|c| c["bytes"].as_u64().unwrap())
+                .sum()
+        };
+        assert_eq!(
+            classes("main") + classes("small_object"),
+            field("free_bytes"),
             "{h}"
         );
     }

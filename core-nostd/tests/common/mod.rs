@@ -197,4 +197,17 @@ impl<H: DriverHooks> nrt_core::driver::Driver for HookedSim<H> {
     ) -> Result<nrt_core::driver::PoolStats, nrt_core::driver::Errno> {
         self.inner.hbm_stats_aligned(d, i, align)
     }
+    fn free_histogram(
+        &self,
+        d: u32,
+        i: u32,
+    ) -> Result<
+        (
+            nrt_core::driver::FreeHistogram,
+            nrt_core::driver::FreeHistogram,
+        ),
+        nrt_core::driver::Errno,
+    > {
+        self.inner.free_histogram(d, i)
+    }
 }

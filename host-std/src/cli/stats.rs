@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use nrt_core::abi::{dma_mem_location_t, mem_aggr_index_t, mem_alloc_category_t};
 use nrt_core::cstr::Printable;
-use nrt_core::driver::PoolStats;
+use nrt_core::driver::{FreeHistogram, PoolStats};
 use nrt_core::ledger::UsageBreakdown;
 use nrt_core::ledger::{roll_up_aggr, roll_up_category, MonitorClass};
 use serde_json::{json, Map, Value};
@@ -68,6 +68,9 @@ pub struct Report {
     pub models: Vec<ModelStats>,
     /// `(device, hbm, pool)` per HBM channel.
     pub hbm: Vec<(u32, u32, PoolStats)>,
+    /// `(device, hbm, main pool, small-object region)` free blocks by size class, for the
+    /// channels whose driver lists them (issue 19 item 3).
+    pub hbm_free_blocks: Vec<(u32, u32, FreeHistogram, FreeHistogram)>,
     /// `(device, pool)` host DMA pools.
     pub host_pools: Vec<(u32, PoolStats)>,
     /// Bytes the driver holds.
@@ -127,12 +130,16 @@ pub fn collect(s: &Session, source: &str) -> Report {
         })
         .collect();
     let mut hbm = Vec::new();
+    let mut hbm_free_blocks = Vec::new();
     let mut host_pools = Vec::new();
     let drv = s.runtime().driver();
     for d in 0..nrt.num_devices() {
         for h in 0..nrt.geom(d).channels {
             if let Ok(p) = drv.pool_stats(d, false, h) {
                 hbm.push((d, h, p));
+            }
+            if let Ok((main, small)) = drv.free_histogram(d, h) {
+                hbm_free_blocks.push((d, h, main, small));
             }
         }
         if let Ok(p) = drv.pool_stats(d, true, 0) {
@@ -146,6 +153,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
         cores,
         models,
         hbm,
+        hbm_free_blocks,
         host_pools,
         driver_bytes: nrt.driver_bytes_in_use(),
     }
@@ -197,6 +205,21 @@ fn aggregate_classes(dev: &[u64; 23]) -> Map<String, Value> {
     mem_aggr_index_t::all()
         .zip(roll_up_aggr(dev))
         .map(|(c, bytes)| (c.short_name().to_ascii_lowercase(), json!(bytes)))
+        .collect()
+}
+
+/// A free-block histogram as JSON: one entry per non-empty size class.
+fn histogram_json(h: &FreeHistogram) -> Vec<Value> {
+    (0..FreeHistogram::CLASSES)
+        .filter(|i| h.blocks[*i] > 0)
+        .map(|i| {
+            json!({
+                "min_bytes": FreeHistogram::class_min(i),
+                "max_bytes": FreeHistogram::class_min(i + 1),
+                "blocks": h.blocks[i],
+                "bytes": h.bytes[i],
+            })
+        })
         .collect()
 }
 
@@ -289,6 +312,14 @@ pub fn to_json(r: &Report) -> Value {
                         "small_object_largest_free_block_bytes".into(),
                         json!(p.small_object_largest_free),
                     );
+                    if let Some((_, _, main, small)) =
+                        r.hbm_free_blocks.iter().find(|f| (f.0, f.1) == (*d, *h))
+                    {
+                        m.insert(
+                            "free_blocks".into(),
+                            json!({ "main": histogram_json(main), "small_object": histogram_json(small) }),
+                        );
+                    }
                 }
                 v
             }).collect::<Vec<_>>(),
@@ -433,6 +464,12 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
         "  largest free block: the largest request above 512 KiB that would succeed now; \
          requests of at most 512 KiB also fit the small-object region's largest block"
     )?;
+    for (d, h, main, small) in &r.hbm_free_blocks {
+        let mut line = String::new();
+        // The OOM report's formatter: one place for how free blocks read.
+        let _ = nrt_core::oom::write_free_histogram(&mut line, main, small);
+        write!(out, "  nd{d} hbm{h} {}", line.trim_start())?;
+    }
     writeln!(
         out,
         "  driver holds {} for this runtime",
