@@ -341,7 +341,7 @@ impl fmt::Display for Size {
         ];
         for (u, n) in UNITS {
             if self.0 >= u {
-                return if self.0 % u == 0 {
+                return if self.0.is_multiple_of(u) {
                     write!(f, "{}{n}", self.0 / u)
                 } else {
                     write!(f, "{:.3}{n}", self.0 as f64 / u as f64)
