@@ -135,6 +135,8 @@ impl Slot {
         if !pin(&self.gen, &self.refs, want) {
             return false;
         }
+        // SAFETY: the pin holds off finalisation (the protocol under test), so no write to the
+        // fields can race this read; loom reports it if the protocol lets one through.
         let seen = self.data.with(|d| unsafe { *d });
         assert_eq!(seen, tag, "a pinned handle reached another object");
         assert_eq!(
@@ -165,11 +167,13 @@ impl Slot {
             }
             Dropped::Last => {
                 wait_drained(&self.refs, 1, |_| thread::yield_now());
+                // SAFETY: the last owner after every pin drained: no reader can hold the fields.
                 self.data.with_mut(|d| unsafe { *d = 0 });
                 self.finalised.fetch_add(1, Ordering::AcqRel);
                 retire(&self.gen);
                 if let Some(tag) = reuse {
                     self.finalised.store(0, Ordering::Release);
+                    // SAFETY: still before `publish`: no handle can pin the new object yet.
                     self.data.with_mut(|d| unsafe { *d = tag });
                     publish(&self.gen, &self.refs);
                 }
