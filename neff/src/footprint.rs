@@ -73,6 +73,29 @@ pub struct GpsimdBooking {
     pub basis: Basis,
 }
 
+/// A device booking of the convention's size (`Basis::Estimated`): the shape shared by the
+/// instruction images, DMA rings, engine tables, pointer tables and io queues.
+fn estimated(
+    usage: U,
+    size: u64,
+    align: u64,
+    name: &str,
+    known_bytes: u64,
+    source: String,
+) -> Booked {
+    Booked {
+        usage,
+        host: false,
+        size,
+        align,
+        hint: hint(name, usage),
+        basis: Basis::Estimated,
+        known_bytes,
+        source,
+        weight: None,
+    }
+}
+
 /// `s` cut to the core's hint length at a character boundary; the usage name when empty.
 pub fn hint(s: &str, usage: U) -> String {
     if s.is_empty() {
@@ -92,21 +115,17 @@ pub fn book_subgraph(sg: &SubgraphDef) -> Vec<Booked> {
     // Instruction images (§9): one per engine slot, a convention unless declared.
     if !declared {
         for e in &sg.engines {
-            let usage = conv::instr_usage(e.engine);
-            out.push(Booked {
-                usage,
-                host: false,
-                size: conv::instr_image_bytes(e.bin_bytes),
-                align: conv::INSTR_IMAGE_ALIGN,
-                hint: hint(&format!("{}_instr_{}", sg.name, e.engine), usage),
-                basis: Basis::Estimated,
-                known_bytes: e.bin_bytes,
-                source: match &e.bin {
+            out.push(estimated(
+                conv::instr_usage(e.engine),
+                conv::instr_image_bytes(e.bin_bytes),
+                conv::INSTR_IMAGE_ALIGN,
+                &format!("{}_instr_{}", sg.name, e.engine),
+                e.bin_bytes,
+                match &e.bin {
                     Some(b) => format!("{b} ({} B) + assembly", e.bin_bytes),
                     None => format!("{} placeholder (no program)", e.engine),
                 },
-                weight: None,
-            });
+            ));
         }
     }
     // Weights (file vars): payload size, var alignment, copied in (§8.2). A payload of no
@@ -166,37 +185,29 @@ pub fn book_subgraph(sg: &SubgraphDef) -> Vec<Booked> {
     }
     // DMA rings, one per queue instance (§8.3; sizes and usage per type SILENT).
     for q in &sg.queues {
-        let usage = conv::ring_usage(&q.ty);
-        out.push(Booked {
-            usage,
-            host: false,
-            size: conv::DMA_RING_BYTES_PER_INSTANCE.saturating_mul(q.instances),
-            align: conv::DMA_RING_ALIGN,
-            hint: hint(&q.name, usage),
-            basis: Basis::Estimated,
-            known_bytes: 0,
-            source: format!(
+        out.push(estimated(
+            conv::ring_usage(&q.ty),
+            conv::DMA_RING_BYTES_PER_INSTANCE.saturating_mul(q.instances),
+            conv::DMA_RING_ALIGN,
+            &q.name,
+            0,
+            format!(
                 "dma_queue {} ({}, {} instance(s))",
                 q.name, q.ty, q.instances
             ),
-            weight: None,
-        });
+        ));
     }
     // Engine tables (ACT activation sets, DVE tables): their members' bytes.
     for e in &sg.engines {
         for (m, bytes) in e.tables.iter().filter(|(_, b)| *b > 0) {
-            let usage = conv::ENGINE_TABLE_USAGE;
-            out.push(Booked {
-                usage,
-                host: false,
-                size: *bytes,
-                align: 0,
-                hint: hint(m, usage),
-                basis: Basis::Estimated,
-                known_bytes: *bytes,
-                source: format!("{} table {m}", e.engine),
-                weight: None,
-            });
+            out.push(estimated(
+                conv::ENGINE_TABLE_USAGE,
+                *bytes,
+                0,
+                m,
+                *bytes,
+                format!("{} table {m}", e.engine),
+            ));
         }
     }
     // Pointer tables: one entry per pointer/list/remote var.
@@ -206,18 +217,14 @@ pub fn book_subgraph(sg: &SubgraphDef) -> Vec<Booked> {
         .filter(|v| matches!(v.kind, VarKind::Pointer | VarKind::List | VarKind::Remote))
         .count() as u64;
     if ptrs > 0 {
-        let usage = U::DMA_MEM_USAGE_TYPE_GENERIC;
-        out.push(Booked {
-            usage,
-            host: false,
-            size: ptrs * conv::POINTER_ENTRY_BYTES,
-            align: 0,
-            hint: hint(&format!("{}_mr_pointers", sg.name), usage),
-            basis: Basis::Estimated,
-            known_bytes: 0,
-            source: format!("{ptrs} pointer/list/remote var(s)"),
-            weight: None,
-        });
+        out.push(estimated(
+            U::DMA_MEM_USAGE_TYPE_GENERIC,
+            ptrs * conv::POINTER_ENTRY_BYTES,
+            0,
+            &format!("{}_mr_pointers", sg.name),
+            0,
+            format!("{ptrs} pointer/list/remote var(s)"),
+        ));
     }
     // IO queues: per input/output var.
     let io = sg
@@ -226,18 +233,14 @@ pub fn book_subgraph(sg: &SubgraphDef) -> Vec<Booked> {
         .filter(|v| matches!(v.kind, VarKind::Input | VarKind::Output))
         .count() as u64;
     if io > 0 {
-        let usage = U::DMA_MEM_USAGE_TYPE_IO;
-        out.push(Booked {
-            usage,
-            host: false,
-            size: io * conv::IO_QUEUE_BYTES_PER_TENSOR,
-            align: 0,
-            hint: hint(&format!("{}_io_queues", sg.name), usage),
-            basis: Basis::Estimated,
-            known_bytes: 0,
-            source: format!("{io} input/output var(s)"),
-            weight: None,
-        });
+        out.push(estimated(
+            U::DMA_MEM_USAGE_TYPE_IO,
+            io * conv::IO_QUEUE_BYTES_PER_TENSOR,
+            0,
+            &format!("{}_io_queues", sg.name),
+            0,
+            format!("{io} input/output var(s)"),
+        ));
     }
     out
 }
