@@ -1,17 +1,30 @@
-//! Static slab pools: where every `dmem_t`, `model_t`, tensor, ref node and hint string of the
-//! core comes from (no heap; ARCHITECTURE.md "arena").
+//! Slab pools: where every `dmem_t`, `model_t`, tensor, ref node and hint string of the core
+//! comes from (no heap; ARCHITECTURE.md "arena").
 //!
-//! An [`Arena`] is valid when all-zero, so it lives in `.bss` or a zeroed allocation and costs
-//! nothing until a slot is touched. A full arena is its own error ([`ArenaFull`]), distinct from
-//! device out-of-memory. Freeing checks ownership and liveness, so a double free or a foreign
-//! pointer is reported instead of corrupting the pool.
+//! An [`Arena`] is a header (valid when all-zero: no slots) bound once to zeroed storage the
+//! integrator sized ([`crate::config::Capacity`], issue 16 item 4), so the storage lives in
+//! `.bss` or a zeroed allocation and costs nothing until a slot is touched. A full arena is its
+//! own error ([`ArenaFull`]), distinct from device out-of-memory, and names the setting that
+//! raises it. Freeing checks ownership and liveness, so a double free or a foreign pointer is
+//! reported instead of corrupting the pool.
+//!
+//! # Shards (issue 16 item 7)
+//!
+//! The slots are cut into up to [`MAX_SHARDS`] contiguous shards, each with its own lock and
+//! books ([`ShardBooks`]: fresh cursor, free stack, quarantine, live count, peak) on its own
+//! cache lines. An allocation names the shard it prefers (the caller's logical or physical
+//! core), so calls on different cores take different locks and write different lines; a
+//! full shard borrows from the others before the arena reports [`ArenaFull`]. A slot is
+//! freed through the shard that owns its index, whoever allocated it. Statistics are summed
+//! over the shards (the peak is the sum of the shards' peaks: an upper bound of the arena's
+//! true high-water mark, equal to it while one shard is in use).
 
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
-use crate::abi::nrt_mutex_t;
+use crate::sync::DataLock;
 
 /// The arena had no free slot.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -21,6 +34,9 @@ pub struct ArenaFull {
     pub arena: &'static str,
     /// Its capacity.
     pub capacity: usize,
+    /// The setting that raises it (a [`crate::config::Capacity`] field and the std shim's
+    /// environment variable), or "" for an arena nobody configured.
+    pub setting: &'static str,
 }
 
 /// Why a slot could not be released.
@@ -44,64 +60,273 @@ pub enum GiveBack {
     Cancel,
 }
 
-/// How many releases a freed slot waits before it can be handed out again. Callers name
-/// slots by bare pointer, so a slot that is reused at once makes a stale pointer (a second
-/// free, a use after free) alias the new occupant and pass every liveness check. The
-/// quarantine keeps the last `QUARANTINE` freed slots out of circulation, so such a pointer
-/// is reported (`NotLive`) unless that many other slots were freed in between. 64 slots keep
-/// the reuse footprint small: 12 KiB of `dmem_t`s.
+/// How many releases a freed slot waits (in its shard) before it can be handed out again.
+/// Callers name slots by bare pointer, so a slot that is reused at once makes a stale pointer
+/// (a second free, a use after free) alias the new occupant and pass every liveness check.
+/// The quarantine keeps the last `QUARANTINE` freed slots of each shard out of circulation,
+/// so such a pointer is reported (`NotLive`) unless that many other slots of its shard were
+/// freed in between. Handle-named slots do not depend on it (their generation is checked).
 pub const QUARANTINE: usize = 64;
 
-/// Where the next arena to come into use starts handing out never-used slots. A new state
+/// Most shards an arena is cut into (a capacity chooses up to this many).
+pub const MAX_SHARDS: usize = 8;
+
+/// Where the next shard to come into use starts handing out never-used slots. A new state
 /// block often lands at the address of the one just freed (a runtime closed and initialised
 /// again); if its arenas started at slot 0 too, a pointer kept from the old runtime would name
-/// the new runtime's first allocations. Each arena instance starts somewhere else instead
-/// (golden-ratio steps, so consecutive instances are far apart for any `N`).
+/// the new runtime's first allocations. Each shard instance starts somewhere else instead
+/// (golden-ratio steps, so consecutive instances are far apart for any length). Touched once
+/// per shard, at its first allocation, never on the per-call path after that.
 static FRESH_START: AtomicU32 = AtomicU32::new(0);
 
-/// The step between consecutive arenas' fresh starts (2^32 / φ, odd).
+/// The step between consecutive shards' fresh starts (2^32 / φ, odd).
 const FRESH_STEP: u32 = 0x9E37_79B9;
 
-/// A pool of `N` zero-initialised `T` slots. A freed slot goes through a quarantine of
-/// [`QUARANTINE`] releases before it is reused (most recently aged first, for locality).
-#[repr(C)]
-pub struct Arena<T, const N: usize> {
-    lock: nrt_mutex_t,
+/// The books of one shard, guarded by the shard's lock (the lock holds them: issue 17). Public
+/// so the loom model (`core-nostd/tests/loom.rs`) drives the very code the arena runs.
+#[derive(Debug)]
+pub struct ShardBooks {
+    /// This shard's free stack (`len` entries of the arena's free-stack storage).
+    free: *mut u32,
+    /// First slot index of the shard.
+    start: u32,
+    /// Slots in the shard.
+    len: u32,
+    /// 1 once `fresh_start` was drawn.
+    drawn: u32,
     /// Slots handed out at least once (fresh slots are taken from here first).
-    bump: UnsafeCell<u32>,
-    /// Index of the first fresh slot (fresh slots go `fresh_start`, `fresh_start + 1`, … mod
-    /// `N`), drawn from [`FRESH_START`] at the arena's first allocation.
-    fresh_start: UnsafeCell<u32>,
-    /// Number of indices on the free stack.
-    free_top: UnsafeCell<u32>,
+    bump: u32,
+    /// Offset of the first fresh slot in the shard.
+    fresh_start: u32,
+    /// Entries on the free stack.
+    top: u32,
     /// Live slots right now.
-    live_count: UnsafeCell<u32>,
-    /// High-water mark of live slots.
-    peak: UnsafeCell<u32>,
-    /// Slot index + 1 of the last `alloc` when that alloc raised `peak` (0 otherwise), so
-    /// [`Arena::cancel`] of that slot can lower it again.
-    peak_raiser: UnsafeCell<u32>,
+    live: u32,
+    /// High-water mark of `live`.
+    peak: u32,
+    /// Slot index + 1 of the last take when it raised `peak` (0 otherwise), so a cancel of
+    /// that slot lowers it again.
+    peak_raiser: u32,
     /// Oldest entry of the quarantine ring.
-    quarantine_head: UnsafeCell<u32>,
+    q_head: u32,
     /// Entries in the quarantine ring.
-    quarantine_len: UnsafeCell<u32>,
-    /// Slots freed by the last [`QUARANTINE`] releases, oldest first from `quarantine_head`.
-    quarantine: UnsafeCell<[u32; QUARANTINE]>,
-    /// Freed slots past their quarantine, most recently aged on top.
-    free: UnsafeCell<[u32; N]>,
-    /// 1 while a slot is handed out; written under `lock`, read lock-free by `is_live`.
-    live: [AtomicU8; N],
-    slots: [UnsafeCell<T>; N],
+    q_len: u32,
+    /// Slots freed by the last [`QUARANTINE`] releases, oldest first from `q_head`.
+    quarantine: [u32; QUARANTINE],
 }
 
-// SAFETY: slot hand-out is serialised by `lock`; a slot's contents are only reached through
-// the pointer returned by `alloc`, whose users synchronise among themselves.
-unsafe impl<T: Send, const N: usize> Sync for Arena<T, N> {}
+// SAFETY: the only non-Send member is `free`, a pointer into storage that lives as long as
+// the arena holding these books; it is reached only through `&mut ShardBooks`, i.e. by the
+// holder of the shard lock, from whichever thread that is.
+unsafe impl Send for ShardBooks {}
+// SAFETY: all-zero is the books of an empty, unbound shard (null stack, no slots).
+unsafe impl ZeroValid for ShardBooks {}
+
+impl ShardBooks {
+    /// Books of a shard of `len` slots from index `start`, all fresh.
+    ///
+    /// # Safety
+    /// `free` points at `len` writable `u32`s used by nobody else, valid as long as the books.
+    pub unsafe fn new(free: *mut u32, start: u32, len: u32) -> Self {
+        ShardBooks {
+            free,
+            start,
+            len,
+            drawn: 0,
+            bump: 0,
+            fresh_start: 0,
+            top: 0,
+            live: 0,
+            peak: 0,
+            peak_raiser: 0,
+            q_head: 0,
+            q_len: 0,
+            quarantine: [0; QUARANTINE],
+        }
+    }
+
+    /// Whether slot `index` belongs to this shard.
+    pub fn owns(&self, index: u32) -> bool {
+        index.wrapping_sub(self.start) < self.len
+    }
+
+    /// Live slots of the shard.
+    pub fn live(&self) -> u32 {
+        self.live
+    }
+
+    /// Takes a slot off the books: a fresh one (first when `fresh_first`, or when the free
+    /// stack is empty), else the most recently aged free one, else — only when `quarantined`
+    /// — the oldest quarantined one. `None` when the shard has nothing of that kind.
+    pub fn take(&mut self, fresh_first: bool, quarantined: bool) -> Option<u32> {
+        if self.drawn == 0 && self.len > 0 {
+            // The counter's value as a fraction of 2^32, scaled to the shard: consecutive
+            // shards land about len / φ apart whatever len is.
+            let x = FRESH_START.fetch_add(FRESH_STEP, Ordering::Relaxed);
+            self.fresh_start = ((u64::from(x) * u64::from(self.len)) >> 32) as u32;
+            self.drawn = 1;
+        }
+        let fresh_left = self.bump < self.len;
+        let idx = if fresh_left && (fresh_first || self.top == 0) {
+            self.bump += 1;
+            self.start + (self.fresh_start + self.bump - 1) % self.len
+        } else if self.top > 0 {
+            self.top -= 1;
+            // SAFETY: top < len, and `free` holds len entries (constructor contract).
+            unsafe { *self.free.add(self.top as usize) }
+        } else if quarantined {
+            self.pop_oldest()?
+        } else {
+            return None;
+        };
+        self.live += 1;
+        self.peak_raiser = 0;
+        if self.live > self.peak {
+            self.peak = self.live;
+            self.peak_raiser = idx + 1;
+        }
+        Some(idx)
+    }
+
+    /// A live slot of this shard was released: it enters the quarantine (the oldest
+    /// quarantined slot moves to the free stack when the ring is full).
+    pub fn put(&mut self, index: u32) {
+        self.live -= 1;
+        if self.q_len as usize == QUARANTINE {
+            if let Some(aged) = self.pop_oldest() {
+                self.push_free(aged);
+            }
+        }
+        self.quarantine[(self.q_head + self.q_len) as usize % QUARANTINE] = index;
+        self.q_len += 1;
+    }
+
+    /// The take that handed out `index` is undone: a fresh slot becomes fresh again, another
+    /// goes on top of the free stack; the live count, and the peak if that take raised it,
+    /// are restored.
+    pub fn cancel(&mut self, index: u32) {
+        let newest_fresh =
+            self.start + (self.fresh_start + self.bump.wrapping_sub(1)) % self.len.max(1);
+        if self.bump > 0 && index == newest_fresh {
+            self.bump -= 1;
+        } else {
+            self.push_free(index);
+        }
+        self.live -= 1;
+        if self.peak_raiser == index + 1 {
+            self.peak -= 1;
+            self.peak_raiser = 0;
+        }
+    }
+
+    /// Pushes a free index: the stack and the ring hold distinct free indices of this shard,
+    /// which has `len` slots, so the stack never overflows.
+    fn push_free(&mut self, index: u32) {
+        if self.top < self.len {
+            // SAFETY: top < len, and `free` holds len entries (constructor contract).
+            unsafe { *self.free.add(self.top as usize) = index };
+            self.top += 1;
+        }
+    }
+
+    fn pop_oldest(&mut self) -> Option<u32> {
+        if self.q_len == 0 {
+            return None;
+        }
+        let i = self.quarantine[self.q_head as usize];
+        self.q_head = (self.q_head + 1) % QUARANTINE as u32;
+        self.q_len -= 1;
+        Some(i)
+    }
+}
+
+/// One shard: its lock holding its books, alone on its cache lines (128 bytes: the pair of
+/// lines adjacent-line prefetchers pull together), so shards never share a written line.
+#[repr(C, align(128))]
+struct Shard {
+    books: DataLock<ShardBooks>,
+}
+
+/// Bytes `n` rounded up to the storage alignment.
+const fn up(n: usize) -> usize {
+    n.div_ceil(STORAGE_ALIGN) * STORAGE_ALIGN
+}
+
+/// Alignment of arena storage (and of each arena's parts within it).
+pub const STORAGE_ALIGN: usize = 64;
+
+/// A per-slot side table (`table[i]` for slot `i` of its arena): for state that has no room
+/// in the slot type's own bytes (a tensor's name text, a model's IO table). Bound with its
+/// arena; all-zero is an unbound, empty table.
+pub struct SideTable<U> {
+    ptr: *mut U,
+    len: usize,
+}
+
+// SAFETY: a null pointer and length 0 are the unbound table.
+unsafe impl<U> ZeroValid for SideTable<U> {}
+// SAFETY: the table only hands out raw pointers (whose users synchronise as the slot's users
+// do) and, for atomics, shared references to `Sync` atomics.
+unsafe impl<U: Send> Sync for SideTable<U> {}
+// SAFETY: as above; it owns plain data in storage that lives as long as its owner.
+unsafe impl<U: Send> Send for SideTable<U> {}
+
+impl<U> SideTable<U> {
+    /// Storage bytes of a table of `n` entries.
+    pub const fn bytes(n: usize) -> usize {
+        up(n * core::mem::size_of::<U>())
+    }
+
+    /// Binds the table to `n` entries at `base`.
+    ///
+    /// # Safety
+    /// `base` is aligned for `U`, points at [`Self::bytes`]`(n)` zeroed bytes used by nobody
+    /// else, valid as long as `self`; all-zero bytes are a valid `U` (the entry of an unused
+    /// slot); nobody else references `self` now.
+    pub(crate) unsafe fn bind(&mut self, base: *mut u8, n: usize) {
+        self.ptr = base.cast();
+        self.len = n;
+    }
+}
+
+impl SideTable<AtomicU8> {
+    /// Entry `i` of a table of flags.
+    pub(crate) fn flag(&self, i: usize) -> Option<&AtomicU8> {
+        // SAFETY: in bounds of the bound storage (zero-valid atomics), which lives as long
+        // as `self`; atomics are only ever accessed atomically.
+        (i < self.len).then(|| unsafe { &*self.ptr.add(i) })
+    }
+}
+
+/// A pool of zero-initialised `T` slots in storage bound by [`Arena::bind`]. A freed slot goes
+/// through its shard's quarantine of [`QUARANTINE`] releases before it is reused (most
+/// recently aged first, for locality).
+#[repr(C)]
+pub struct Arena<T> {
+    shards: [Shard; MAX_SHARDS],
+    /// `cap` slots (null until bound).
+    slots: *mut UnsafeCell<T>,
+    /// `cap` flags, 1 while a slot is handed out; written under the owning shard's lock,
+    /// read lock-free by `is_live`.
+    live: *const AtomicU8,
+    cap: u32,
+    /// Slots per shard (the last shard may be shorter).
+    shard_len: u32,
+    /// Shards in use.
+    nshards: u32,
+    /// The setting that raises the capacity (for [`ArenaFull`]).
+    setting: Option<&'static str>,
+}
+
+// SAFETY: slot hand-out is serialised by the shard locks; a slot's contents are only reached
+// through the pointer returned by `alloc`, whose users synchronise among themselves; the
+// storage pointers are written once by `bind` (through `&mut self`) and read-only after.
+unsafe impl<T: Send> Sync for Arena<T> {}
 // SAFETY: as above; the arena owns plain data.
-unsafe impl<T: Send, const N: usize> Send for Arena<T, N> {}
-// SAFETY: every member is zero-valid: a zero lock is unlocked, zero counters mean "empty",
-// and the slots hold `T: ZeroValid`.
-unsafe impl<T: ZeroValid, const N: usize> ZeroValid for Arena<T, N> {}
+unsafe impl<T: Send> Send for Arena<T> {}
+// SAFETY: every member is zero-valid: zero locks are unlocked, zero books and null pointers
+// with capacity 0 are an unbound arena (every alloc is `ArenaFull`, every pointer foreign).
+unsafe impl<T: ZeroValid> ZeroValid for Arena<T> {}
 
 /// Statistics of an arena.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -111,9 +336,9 @@ pub struct ArenaStats {
     pub capacity: usize,
     /// Live slots.
     pub live: usize,
-    /// High-water mark.
+    /// High-water mark (summed over the shards, see the module docs).
     pub peak: usize,
-    /// Bytes the arena occupies.
+    /// Bytes the arena occupies (header and storage).
     pub bytes: usize,
 }
 
@@ -147,7 +372,7 @@ unsafe impl Generational for crate::abi::nrt_tensor_t {
     const REFS: usize = core::mem::offset_of!(crate::abi::nrt_tensor_t, ref_count);
 }
 
-impl<T: Generational, const N: usize> Arena<T, N> {
+impl<T: Generational> Arena<T> {
     /// The generation and reference words of slot `p` (a slot of this arena, live or not).
     ///
     /// # Safety
@@ -165,16 +390,17 @@ impl<T: Generational, const N: usize> Arena<T, N> {
         }
     }
 
-    /// Like [`Arena::alloc_fresh_first`] (or [`Arena::alloc`] when `fresh_first` is false),
-    /// for handle-named slots: zeroes every byte of the slot except its generation and
+    /// Like [`Arena::alloc_fresh_first_in`] (or [`Arena::alloc_in`] when `fresh_first` is
+    /// false), for handle-named slots: zeroes every byte of the slot except its generation and
     /// reference words, which concurrent resolvers may be loading, and which are free-state
     /// values already (an even generation, a zero word). Returns the slot and its index.
     pub fn alloc_handle(
         &self,
         name: &'static str,
         fresh_first: bool,
+        shard: usize,
     ) -> Result<(NonNull<T>, u32), ArenaFull> {
-        let (p, idx) = self.take_slot(name, fresh_first)?;
+        let (p, idx) = self.take_slot(name, fresh_first, shard)?;
         let base = p as *mut u8;
         let (lo, hi) = if T::GEN < T::REFS {
             ((T::GEN, 4), (T::REFS, 8))
@@ -190,124 +416,183 @@ impl<T: Generational, const N: usize> Arena<T, N> {
             let end = hi.0 + hi.1;
             core::ptr::write_bytes(base.add(end), 0, core::mem::size_of::<T>() - end);
         }
-        self.live[idx].store(1, Ordering::Release);
-        // SAFETY: UnsafeCell::get never returns null.
+        self.live_flag(idx).store(1, Ordering::Release);
+        // SAFETY: a slot pointer of bound storage is never null.
         Ok((unsafe { NonNull::new_unchecked(p) }, idx as u32))
     }
 
     /// The slot at `index` (live or not), or `None` past the arena.
     #[inline]
     pub(crate) fn slot(&self, index: u32) -> Option<*mut T> {
-        self.slots.get(index as usize).map(|s| s.get())
+        // SAFETY: in bounds of the bound storage (index < cap); no reference is created.
+        (index < self.cap).then(|| unsafe { (*self.slots.add(index as usize)).get() })
     }
 }
 
-impl<T: ZeroValid, const N: usize> Arena<T, N> {
-    /// Bytes one arena occupies (for footprint reports).
-    pub const BYTES: usize = core::mem::size_of::<Self>();
+impl<T: ZeroValid> Arena<T> {
+    /// Bytes of the arena header (the storage comes on top: [`Self::storage_bytes`]).
+    pub const HEADER_BYTES: usize = core::mem::size_of::<Self>();
 
-    /// Takes a zeroed slot (most recently freed first: keeps the touched footprint small).
+    /// Storage bytes of an arena of `cap` slots: the slots, their live flags and the free
+    /// stacks, each rounded up to [`STORAGE_ALIGN`].
+    pub const fn storage_bytes(cap: usize) -> usize {
+        up(cap * core::mem::size_of::<UnsafeCell<T>>()) + up(cap) + up(cap * 4)
+    }
+
+    /// Binds the arena to `cap` slots at `base`, cut into up to `shards` shards (at least
+    /// one slot each). `setting` names what raises the capacity, for [`ArenaFull`].
+    ///
+    /// # Safety
+    /// `base` is [`STORAGE_ALIGN`]-aligned, points at [`Self::storage_bytes`]`(cap)` zeroed
+    /// bytes used by nobody else and valid as long as `self`; `cap < 2^31`;
+    /// `align_of::<T>() <= STORAGE_ALIGN`; the arena was never bound or used.
+    pub(crate) unsafe fn bind(
+        &mut self,
+        base: *mut u8,
+        cap: usize,
+        shards: usize,
+        setting: &'static str,
+    ) {
+        const { assert!(core::mem::align_of::<T>() <= STORAGE_ALIGN) };
+        let n = shards.clamp(1, MAX_SHARDS).min(cap.max(1));
+        let per = cap.div_ceil(n).max(1);
+        // SAFETY: the three parts are in bounds of the storage (storage_bytes), aligned
+        // (each offset is a multiple of STORAGE_ALIGN); zero bytes are valid for each.
+        unsafe {
+            self.slots = base.cast();
+            let live = base.add(up(cap * core::mem::size_of::<UnsafeCell<T>>()));
+            self.live = live.cast();
+            let free = live.add(up(cap)).cast::<u32>();
+            for (s, shard) in self.shards.iter_mut().enumerate().take(n) {
+                let start = (s * per).min(cap);
+                let len = per.min(cap - start);
+                *shard.books.get_mut() = ShardBooks::new(free.add(start), start as u32, len as u32);
+            }
+        }
+        self.cap = cap as u32;
+        self.shard_len = per as u32;
+        self.nshards = n as u32;
+        self.setting = Some(setting);
+    }
+
+    /// Capacity in slots.
+    pub fn capacity(&self) -> usize {
+        self.cap as usize
+    }
+
+    /// Bytes the arena occupies: header and storage (for footprint reports).
+    pub fn bytes(&self) -> usize {
+        Self::HEADER_BYTES + Self::storage_bytes(self.cap as usize)
+    }
+
+    fn live_flag(&self, index: usize) -> &AtomicU8 {
+        // SAFETY: callers pass index < cap (a slot index); the flags are zero-valid atomics
+        // in storage that lives as long as `self`, only ever accessed atomically.
+        unsafe { &*self.live.add(index) }
+    }
+
+    fn shard_of(&self, index: usize) -> &Shard {
+        &self.shards[(index / self.shard_len.max(1) as usize).min(MAX_SHARDS - 1)]
+    }
+
+    fn full(&self, name: &'static str) -> ArenaFull {
+        ArenaFull {
+            arena: name,
+            capacity: self.cap as usize,
+            setting: self.setting.unwrap_or(""),
+        }
+    }
+
+    /// Takes a zeroed slot (most recently freed first: keeps the touched footprint small),
+    /// from shard 0 when it has one.
     pub fn alloc(&self, name: &'static str) -> Result<NonNull<T>, ArenaFull> {
-        self.alloc_impl(name, false)
+        self.alloc_impl(name, false, 0)
+    }
+
+    /// Takes a zeroed slot, preferring shard `shard` (modulo the shard count): calls for
+    /// different cores pass different shards and do not contend.
+    pub fn alloc_in(&self, shard: usize, name: &'static str) -> Result<NonNull<T>, ArenaFull> {
+        self.alloc_impl(name, false, shard)
     }
 
     /// Takes a zeroed slot, preferring never-used slots over freed ones, so a stale pointer to
     /// a freed slot stays detectably dead for as long as possible (caller-visible handles).
     pub fn alloc_fresh_first(&self, name: &'static str) -> Result<NonNull<T>, ArenaFull> {
-        self.alloc_impl(name, true)
+        self.alloc_impl(name, true, 0)
     }
 
-    fn alloc_impl(&self, name: &'static str, fresh_first: bool) -> Result<NonNull<T>, ArenaFull> {
-        let (p, idx) = self.take_slot(name, fresh_first)?;
+    /// [`Self::alloc_fresh_first`], preferring shard `shard` (see [`Self::alloc_in`]).
+    pub fn alloc_fresh_first_in(
+        &self,
+        shard: usize,
+        name: &'static str,
+    ) -> Result<NonNull<T>, ArenaFull> {
+        self.alloc_impl(name, true, shard)
+    }
+
+    fn alloc_impl(
+        &self,
+        name: &'static str,
+        fresh_first: bool,
+        shard: usize,
+    ) -> Result<NonNull<T>, ArenaFull> {
+        let (p, idx) = self.take_slot(name, fresh_first, shard)?;
         // SAFETY: the slot is not live (it was free or fresh), so nobody else references it;
         // zero bytes are a valid T (T: ZeroValid).
         unsafe { core::ptr::write_bytes(p, 0, 1) };
         // Published after the zeroing: whoever sees it live sees a zeroed slot.
-        self.live[idx].store(1, Ordering::Release);
-        // SAFETY: UnsafeCell::get never returns null.
+        self.live_flag(idx).store(1, Ordering::Release);
+        // SAFETY: a slot pointer of bound storage is never null.
         Ok(unsafe { NonNull::new_unchecked(p) })
     }
 
-    /// Takes a free slot off the books (not yet zeroed, not yet marked live).
+    /// Takes a free slot off the books (not yet zeroed, not yet marked live): the preferred
+    /// shard first, then the others; quarantined slots only when no shard has another.
     #[inline]
     fn take_slot(
         &self,
         name: &'static str,
         fresh_first: bool,
+        shard: usize,
     ) -> Result<(*mut T, usize), ArenaFull> {
-        let _g = self.lock.lock();
-        // SAFETY: the counters and stacks are only touched with `lock` held.
-        let (bump, fresh_start, top, live_count, q_head, q_len) = unsafe {
-            (
-                &mut *self.bump.get(),
-                &mut *self.fresh_start.get(),
-                &mut *self.free_top.get(),
-                &mut *self.live_count.get(),
-                &mut *self.quarantine_head.get(),
-                &mut *self.quarantine_len.get(),
-            )
-        };
-        if *bump == 0 {
-            // The counter's value as a fraction of 2^32, scaled to N: consecutive arenas land
-            // about N / φ apart whatever N is (taking the low bits instead would step by
-            // FRESH_STEP mod N, only 57 for a 128-slot arena).
-            let x = FRESH_START.fetch_add(FRESH_STEP, Ordering::Relaxed);
-            *fresh_start = ((u64::from(x) * N as u64) >> 32) as u32;
+        let n = self.nshards as usize;
+        if n == 0 {
+            return Err(self.full(name));
         }
-        let fresh_left = (*bump as usize) < N;
-        let idx = if fresh_left && (fresh_first || *top == 0) {
-            *bump += 1;
-            (*fresh_start as usize + *bump as usize - 1) % N
-        } else if *top > 0 {
-            *top -= 1;
-            // SAFETY: lock held (see above).
-            unsafe { (*self.free.get())[*top as usize] as usize }
-        } else {
-            // Every other slot is live: the oldest quarantined one, rather than a false "full".
-            // SAFETY: lock held (see above).
-            let ring = unsafe { &*self.quarantine.get() };
-            match ring_pop_oldest(ring, q_head, q_len) {
-                Some(i) => i as usize,
-                None => {
-                    return Err(ArenaFull {
-                        arena: name,
-                        capacity: N,
-                    })
+        let first = shard % n;
+        for quarantined in [false, true] {
+            for k in 0..n {
+                let s = &self.shards[(first + k) % n];
+                if let Some(i) = s.books.lock().take(fresh_first, quarantined) {
+                    // SAFETY: a shard's books only hold indices of its range, below cap.
+                    return Ok((unsafe { (*self.slots.add(i as usize)).get() }, i as usize));
                 }
             }
-        };
-        *live_count += 1;
-        // SAFETY: lock held (see above).
-        unsafe {
-            let (peak, raiser) = (&mut *self.peak.get(), &mut *self.peak_raiser.get());
-            *raiser = 0;
-            if *live_count > *peak {
-                *peak = *live_count;
-                *raiser = idx as u32 + 1;
-            }
         }
-        Ok((self.slots[idx].get(), idx))
+        Err(self.full(name))
     }
 
     /// The slot index of `p`, when it points at a slot of this arena (live or not).
     pub(crate) fn index_of(&self, p: *const T) -> Option<usize> {
-        let base = self.slots.as_ptr() as usize;
+        let base = self.slots as usize;
         let addr = p as usize;
         let sz = core::mem::size_of::<UnsafeCell<T>>().max(1);
-        if addr < base || addr >= base + N * sz || !(addr - base).is_multiple_of(sz) {
+        let cap = self.cap as usize;
+        if addr < base || addr >= base + cap * sz || !(addr - base).is_multiple_of(sz) {
             return None;
         }
         Some((addr - base) / sz)
     }
 
-    /// The entry of a per-slot side table (`table[i]` for slot `i`) that belongs to `p`: for
-    /// state that has no room in `T`'s own bytes (a tensor's name text, a model's IO table).
-    /// A pointer this arena does not own yields the last entry; callers pass live slots.
-    pub(crate) fn side_entry<U>(&self, table: &UnsafeCell<[U; N]>, p: *const T) -> *mut U {
-        const { assert!(N > 0, "a side table needs an arena with slots") };
-        let i = self.index_of(p).unwrap_or(N - 1);
-        // SAFETY: an in-bounds projection of the table (`i < N`); no reference is created.
-        unsafe { core::ptr::addr_of_mut!((*table.get())[i]) }
+    /// The entry of a per-slot side table that belongs to `p`. A pointer this arena does not
+    /// own yields the last entry (or null for an empty table); callers pass live slots.
+    pub(crate) fn side_entry<U>(&self, table: &SideTable<U>, p: *const T) -> *mut U {
+        if table.len == 0 {
+            return core::ptr::null_mut();
+        }
+        let i = self.index_of(p).unwrap_or(table.len - 1).min(table.len - 1);
+        // SAFETY: an in-bounds projection of the table (`i < len`); no reference is created.
+        unsafe { table.ptr.add(i) }
     }
 
     /// Whether `p` points at a slot of this arena, live or not (no dereference).
@@ -318,133 +603,77 @@ impl<T: ZeroValid, const N: usize> Arena<T, N> {
     /// Whether `p` is a live slot of this arena (used to validate pointers from callers).
     pub fn is_live(&self, p: *const T) -> bool {
         match self.index_of(p) {
-            Some(i) => self.live[i].load(Ordering::Acquire) == 1,
+            Some(i) => self.live_flag(i).load(Ordering::Acquire) == 1,
             None => false,
         }
     }
 
-    /// Returns a slot. The caller must no longer use `p` afterwards.
+    /// Returns a slot through its shard's quarantine. The caller must no longer use `p`.
     pub fn release(&self, p: *const T) -> Result<(), ReleaseError> {
-        let i = self.index_of(p).ok_or(ReleaseError::Foreign)?;
-        let _g = self.lock.lock();
-        // SAFETY: lock held.
-        let (top, live_count, q_head, q_len) = unsafe {
-            (
-                &mut *self.free_top.get(),
-                &mut *self.live_count.get(),
-                &mut *self.quarantine_head.get(),
-                &mut *self.quarantine_len.get(),
-            )
-        };
-        if self.live[i].load(Ordering::Acquire) != 1 {
-            return Err(ReleaseError::NotLive);
-        }
-        self.live[i].store(0, Ordering::Release);
-        *live_count -= 1;
-        // SAFETY: lock held; the stack and the ring hold distinct free indices, so the stack
-        // never exceeds N and the ring never exceeds QUARANTINE.
-        unsafe {
-            let ring = &mut *self.quarantine.get();
-            if *q_len as usize == QUARANTINE {
-                // The oldest quarantined slot has waited long enough.
-                if let Some(aged) = ring_pop_oldest(ring, q_head, q_len) {
-                    (*self.free.get())[*top as usize] = aged;
-                    *top += 1;
-                }
-            }
-            ring[(*q_head + *q_len) as usize % QUARANTINE] = i as u32;
-            *q_len += 1;
-        }
-        Ok(())
+        self.give_back(p, GiveBack::Release)
     }
 
     /// Undoes the `alloc` that handed out `p`, for a call that fails before anyone else saw
     /// the slot: the slot goes back where it came from (a fresh slot becomes fresh again,
-    /// another goes on top of the free stack) without waiting out the quarantine, which only
-    /// guards slots whose pointers were given out. The live count, and the peak if that alloc
-    /// raised it, are restored, so a failed call leaves the arena as it found it.
+    /// another goes on top of its shard's free stack) without waiting out the quarantine,
+    /// which only guards slots whose pointers were given out. The live count, and the peak if
+    /// that alloc raised it, are restored, so a failed call leaves the arena as it found it.
     pub fn cancel(&self, p: *const T) -> Result<(), ReleaseError> {
+        self.give_back(p, GiveBack::Cancel)
+    }
+
+    /// Returns `p` the way `how` says (see [`GiveBack`]), through the shard that owns it:
+    /// the liveness check and the flag's clearing happen under that shard's lock, so of two
+    /// racing frees exactly one succeeds.
+    pub fn give_back(&self, p: *const T, how: GiveBack) -> Result<(), ReleaseError> {
         let i = self.index_of(p).ok_or(ReleaseError::Foreign)?;
-        let _g = self.lock.lock();
-        if self.live[i].load(Ordering::Acquire) != 1 {
+        let mut b = self.shard_of(i).books.lock();
+        if self.live_flag(i).load(Ordering::Acquire) != 1 || !b.owns(i as u32) {
             return Err(ReleaseError::NotLive);
         }
-        self.live[i].store(0, Ordering::Release);
-        // SAFETY: lock held; the slot is neither fresh, nor on the stack, nor in the ring, so
-        // returning it keeps the stack within N entries.
-        unsafe {
-            let (bump, fresh_start) = (&mut *self.bump.get(), *self.fresh_start.get());
-            let newest_fresh = (fresh_start as usize + (*bump as usize).wrapping_sub(1)) % N;
-            if *bump > 0 && i == newest_fresh {
-                *bump -= 1;
-            } else {
-                let top = &mut *self.free_top.get();
-                (*self.free.get())[*top as usize] = i as u32;
-                *top += 1;
-            }
-            *self.live_count.get() -= 1;
-            if *self.peak_raiser.get() == i as u32 + 1 {
-                *self.peak.get() -= 1;
-                *self.peak_raiser.get() = 0;
-            }
+        self.live_flag(i).store(0, Ordering::Release);
+        match how {
+            GiveBack::Release => b.put(i as u32),
+            GiveBack::Cancel => b.cancel(i as u32),
         }
         Ok(())
     }
 
-    /// Returns `p` the way `how` says (see [`GiveBack`]).
-    pub fn give_back(&self, p: *const T, how: GiveBack) -> Result<(), ReleaseError> {
-        match how {
-            GiveBack::Release => self.release(p),
-            GiveBack::Cancel => self.cancel(p),
-        }
-    }
-
-    /// Current statistics.
+    /// Current statistics (each shard read under its lock, summed).
     pub fn stats(&self) -> ArenaStats {
-        let _g = self.lock.lock();
-        // SAFETY: lock held.
-        unsafe {
-            ArenaStats {
-                capacity: N,
-                live: *self.live_count.get() as usize,
-                peak: *self.peak.get() as usize,
-                bytes: Self::BYTES,
-            }
+        let (mut live, mut peak) = (0usize, 0usize);
+        for s in self.shards.iter().take(self.nshards as usize) {
+            let b = s.books.lock();
+            live += b.live as usize;
+            peak += b.peak as usize;
+        }
+        ArenaStats {
+            capacity: self.cap as usize,
+            live,
+            peak,
+            bytes: self.bytes(),
         }
     }
 
     /// The slots live at the moment each is looked at (lock-free; for sweeps when no other
     /// thread allocates or frees, so the answer cannot go stale under the caller).
     pub fn live_slots(&self) -> impl Iterator<Item = NonNull<T>> + '_ {
-        self.live
-            .iter()
-            .zip(&self.slots)
-            .filter(|(l, _)| l.load(Ordering::Acquire) == 1)
-            // SAFETY: UnsafeCell::get never returns null.
-            .map(|(_, s)| unsafe { NonNull::new_unchecked(s.get()) })
+        (0..self.cap as usize)
+            .filter(|&i| self.live_flag(i).load(Ordering::Acquire) == 1)
+            // SAFETY: in bounds of the bound storage; a slot pointer is never null.
+            .map(|i| unsafe { NonNull::new_unchecked((*self.slots.add(i)).get()) })
     }
 
-    /// Calls `f` on every live slot (under the arena lock; `f` must not call back into it).
+    /// Calls `f` on every live slot, with every shard's lock held (`f` must not call back
+    /// into the arena).
     pub fn for_each_live(&self, mut f: impl FnMut(NonNull<T>)) {
-        let _g = self.lock.lock();
-        for (i, l) in self.live.iter().enumerate() {
-            if l.load(Ordering::Acquire) == 1 {
-                // SAFETY: UnsafeCell::get never returns null.
-                f(unsafe { NonNull::new_unchecked(self.slots[i].get()) });
-            }
+        let _guards: [_; MAX_SHARDS] = core::array::from_fn(|s| {
+            (s < self.nshards as usize).then(|| self.shards[s].books.lock())
+        });
+        for p in self.live_slots() {
+            f(p);
         }
     }
-}
-
-/// Takes the oldest entry of a quarantine ring (`head`, `len` as the arena keeps them).
-fn ring_pop_oldest(ring: &[u32; QUARANTINE], head: &mut u32, len: &mut u32) -> Option<u32> {
-    if *len == 0 {
-        return None;
-    }
-    let i = ring[*head as usize];
-    *head = (*head + 1) % QUARANTINE as u32;
-    *len -= 1;
-    Some(i)
 }
 
 #[cfg(test)]
@@ -453,9 +682,24 @@ mod tests {
     extern crate std;
     use std::boxed::Box;
 
-    fn arena<const N: usize>() -> Box<Arena<u64, N>> {
-        // SAFETY: Arena<u64, N> is ZeroValid.
-        unsafe { Box::<Arena<u64, N>>::new_zeroed().assume_init() }
+    #[repr(C, align(64))]
+    struct Line([u8; 64]);
+
+    /// A boxed arena of `n` slots in `shards` shards, bound to leaked zeroed storage.
+    pub(crate) fn sharded<T: ZeroValid>(n: usize, shards: usize) -> Box<Arena<T>> {
+        // SAFETY: Arena<T> is ZeroValid.
+        let mut a = unsafe { Box::<Arena<T>>::new_zeroed().assume_init() };
+        let lines = Arena::<T>::storage_bytes(n).div_ceil(64);
+        let storage: &'static mut [Line] =
+            std::vec::Vec::leak((0..lines).map(|_| Line([0; 64])).collect());
+        // SAFETY: 64-aligned zeroed storage of the right size, leaked (lives forever), used
+        // by nobody else; the arena is fresh.
+        unsafe { a.bind(storage.as_mut_ptr().cast(), n, shards, "test setting") };
+        a
+    }
+
+    fn arena<const N: usize>() -> Box<Arena<u64>> {
+        sharded(N, 1)
     }
 
     #[test]
@@ -467,7 +711,8 @@ mod tests {
             a.alloc("t"),
             Err(ArenaFull {
                 arena: "t",
-                capacity: 2
+                capacity: 2,
+                setting: "test setting",
             })
         );
         assert_eq!(a.release(p.as_ptr()), Ok(()));
@@ -489,7 +734,7 @@ mod tests {
     fn a_new_arena_starts_handing_out_elsewhere() {
         // Two arenas in turn, as two runtimes' state blocks at one address would be: the
         // second one's first slots are not the first one's.
-        let first_four = |a: &Arena<u64, 8192>| -> std::vec::Vec<usize> {
+        let first_four = |a: &Arena<u64>| -> std::vec::Vec<usize> {
             (0..4)
                 .map(|_| {
                     a.index_of(a.alloc_fresh_first("t").unwrap().as_ptr())
@@ -581,9 +826,8 @@ mod tests {
     fn alloc_handle_zeroes_all_but_the_resolver_words() {
         use crate::abi::dmem_t;
         // One slot, so the second allocation is the first one's slot again.
-        // SAFETY: Arena<dmem_t, 1> is ZeroValid.
-        let a = unsafe { Box::<Arena<dmem_t, 1>>::new_zeroed().assume_init() };
-        let (p, i) = a.alloc_handle("d", false).unwrap();
+        let a = sharded::<dmem_t>(1, 1);
+        let (p, i) = a.alloc_handle("d", false, 0).unwrap();
         let p = p.as_ptr();
         // SAFETY: a slot of `a`.
         let (gen, refs) = unsafe { a.words(p) };
@@ -601,7 +845,7 @@ mod tests {
             }
         }
         a.cancel(p).unwrap();
-        let (q, j) = a.alloc_handle("d", false).unwrap();
+        let (q, j) = a.alloc_handle("d", false, 0).unwrap();
         assert_eq!((q.as_ptr(), j), (p, i), "the same slot again");
         assert_eq!(gen.load(Ordering::Relaxed), 0x1234_5677, "generation kept");
         assert_eq!(
@@ -639,5 +883,60 @@ mod tests {
             }
             assert_eq!(a.stats().live, 0);
         }
+    }
+
+    #[test]
+    fn shards_split_the_slots_and_borrow_before_reporting_full() {
+        let a = sharded::<u64>(8, 4);
+        // Shard 1 owns slots 2..4: its first two allocations come from there.
+        let p = a.alloc_in(1, "t").unwrap().as_ptr();
+        let q = a.alloc_in(1, "t").unwrap().as_ptr();
+        for x in [p, q] {
+            assert!((2..4).contains(&a.index_of(x).unwrap()));
+        }
+        // Its third borrows from another shard rather than failing.
+        let r = a.alloc_in(1, "t").unwrap().as_ptr();
+        assert!(!(2..4).contains(&a.index_of(r).unwrap()));
+        let mut rest: std::vec::Vec<_> = (0..5).map(|k| a.alloc_in(k, "t").unwrap()).collect();
+        assert_eq!(a.alloc_in(3, "t").map(|_| ()).unwrap_err().capacity, 8);
+        assert_eq!(a.stats().live, 8);
+        // A slot is freed through the shard that owns it, whoever allocated it; a second free
+        // of it is refused.
+        a.release(r).unwrap();
+        assert_eq!(a.release(r), Err(ReleaseError::NotLive));
+        for x in rest.drain(..) {
+            a.release(x.as_ptr()).unwrap();
+        }
+        a.release(p).unwrap();
+        a.release(q).unwrap();
+        assert_eq!(a.stats().live, 0);
+        // An unbound arena has no slots: every alloc is full, every pointer foreign.
+        // SAFETY: Arena<u64> is ZeroValid.
+        let u = unsafe { Box::<Arena<u64>>::new_zeroed().assume_init() };
+        assert_eq!(u.alloc("t").map(|_| ()).unwrap_err().capacity, 0);
+        assert_eq!(u.release(&5u64), Err(ReleaseError::Foreign));
+    }
+
+    #[test]
+    fn threads_on_different_shards_never_share_a_slot() {
+        let a = sharded::<u64>(64, 2);
+        let a = &*a;
+        std::thread::scope(|s| {
+            for shard in 0..2usize {
+                s.spawn(move || {
+                    for round in 0..2000u64 {
+                        let p = a.alloc_in(shard, "t").unwrap().as_ptr();
+                        // SAFETY: our live slot.
+                        unsafe {
+                            assert_eq!(*p, 0, "a slot handed out zeroed");
+                            *p = round + 1;
+                        }
+                        a.release(p).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(a.stats().live, 0);
+        assert!(a.stats().peak <= 2);
     }
 }

@@ -1,28 +1,121 @@
-//! Compile-time capacities of the core's static arenas (no heap; issue "No heap in the core").
+//! Capacities of the core's arenas, chosen by the integrator ([`Capacity`], issue 16 item 4),
+//! and the fixed sizes of the ABI (no heap; issue "No heap in the core").
 //!
-//! Every arena is zero-initialised, so in `.bss` or a zeroed allocation it costs address space
-//! only until a slot is touched. When one is full, the caller gets [`crate::Error::ArenaFull`]
-//! naming it — raise the constant here.
+//! Every arena's storage is zero-initialised, so in `.bss` or a zeroed allocation it costs
+//! address space only until a slot is touched. When one is full, the caller gets
+//! [`crate::Error::ArenaFull`] naming it and the [`Capacity`] field (and the std shim's
+//! environment variable) that raises it.
 
-/// Live `dmem_t` allocations across all devices (each 192 B).
-pub const MAX_DMEM: usize = 32768;
-/// Live dmem allocators: one GLOBAL per core plus one MODEL per loaded subgraph.
-pub const MAX_ALLOCATORS: usize = 1024;
-/// Resident models across all cores (each `model_t` is 7744 B).
-pub const MAX_MODELS: usize = 128;
-/// Subgraph slots (mr_sets): each owns a MODEL allocator, a 1024-bucket mem_ref_set and a
-/// gc_tracker (spec §5.2).
-pub const MAX_MR_SETS: usize = 256;
+/// How many slots each arena of a [`crate::CoreState`] has, and into how many shards the
+/// arenas are cut (issue 16 items 4 and 7). [`Capacity::DEFAULT`] is the historical sizing
+/// for 32 devices; [`Capacity::ONE_DEVICE`] is a small profile for one-device firmware. The
+/// 18.9 MB ABI context `tdrv_ctx_t` is fixed whatever the capacity (spec §1, facts v2).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Capacity {
+    /// Devices the runtime attaches at most (1..=32; sizes the per-core model_db arena).
+    pub devices: u32,
+    /// Live `dmem_t` allocations (192 B each) across all devices; also the dmem reference
+    /// nodes and the mem_ref_set nodes.
+    pub dmems: u32,
+    /// Live dmem allocators: one GLOBAL per core plus one MODEL per loaded subgraph.
+    pub allocators: u32,
+    /// Resident models across all cores (each `model_t` is 7744 B plus its IO table).
+    pub models: u32,
+    /// Subgraph slots (mr_sets): each owns a 1024-bucket mem_ref_set and a dmem list
+    /// (spec §5.2).
+    pub mr_sets: u32,
+    /// Staged ulib sets (shared ext-isa copies + per-model sets, spec §6).
+    pub ulib_sets: u32,
+    /// Live tensors (`nrt_tensor_t`, 192 B each, plus 96 B of name text).
+    pub tensors: u32,
+    /// Live tensor storages (`nrt_tensor_storage_t`, 320 B each).
+    pub storages: u32,
+    /// Shards per arena (1..=[`crate::arena::MAX_SHARDS`]): calls preferring different
+    /// shards (different cores) take different locks.
+    pub shards: u32,
+}
+
+/// The largest capacity of one arena (slot indices stay far from `u32` wrap).
+pub const MAX_ARENA_SLOTS: u32 = 1 << 24;
+
+impl Capacity {
+    /// Today's sizing: 32 devices, 32 768 dmems, 8 192 tensors (the former `MAX_*` constants).
+    pub const DEFAULT: Capacity = Capacity {
+        devices: constants::MAX_MLA_PER_PROCESS as u32,
+        dmems: 32768,
+        allocators: 1024,
+        models: 128,
+        mr_sets: 256,
+        ulib_sets: 256,
+        tensors: 8192,
+        storages: 8192,
+        shards: crate::arena::MAX_SHARDS as u32,
+    };
+
+    /// A one-device firmware profile (8 cores): 4 096 dmems, 1 024 tensors, 32 models.
+    pub const ONE_DEVICE: Capacity = Capacity {
+        devices: 1,
+        dmems: 4096,
+        allocators: 128,
+        models: 32,
+        mr_sets: 64,
+        ulib_sets: 64,
+        tensors: 1024,
+        storages: 1024,
+        shards: 2,
+    };
+
+    /// `Ok` when every field is in range: `devices` in 1..=32, `shards` in
+    /// 1..=[`crate::arena::MAX_SHARDS`], every arena 1..=[`MAX_ARENA_SLOTS`] slots (enough
+    /// allocators for one GLOBAL per core of every device). The message names the field.
+    pub const fn check(&self) -> Result<(), &'static str> {
+        if self.devices == 0 || self.devices as usize > constants::MAX_MLA_PER_PROCESS {
+            return Err("Capacity.devices must be 1..=32");
+        }
+        if self.shards == 0 || self.shards as usize > crate::arena::MAX_SHARDS {
+            return Err("Capacity.shards must be 1..=8");
+        }
+        let arenas = [
+            (self.dmems, "Capacity.dmems must be 1..=16777216"),
+            (self.allocators, "Capacity.allocators must be 1..=16777216"),
+            (self.models, "Capacity.models must be 1..=16777216"),
+            (self.mr_sets, "Capacity.mr_sets must be 1..=16777216"),
+            (self.ulib_sets, "Capacity.ulib_sets must be 1..=16777216"),
+            (self.tensors, "Capacity.tensors must be 1..=16777216"),
+            (self.storages, "Capacity.storages must be 1..=16777216"),
+        ];
+        let mut i = 0;
+        while i < arenas.len() {
+            if arenas[i].0 == 0 || arenas[i].0 > MAX_ARENA_SLOTS {
+                return Err(arenas[i].1);
+            }
+            i += 1;
+        }
+        if self.allocators < self.devices * constants::TPBS_PER_MLA as u32 {
+            return Err(
+                "Capacity.allocators must hold one GLOBAL allocator per core (8 per device)",
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity::DEFAULT
+    }
+}
+
+const _: () = assert!(Capacity::DEFAULT.check().is_ok());
+const _: () = assert!(Capacity::ONE_DEVICE.check().is_ok());
+
+use crate::abi::constants;
+
 /// Buckets of each core's model_db (power of two, spec §4.1).
 pub const MODEL_DB_BUCKETS: usize = 64;
 /// Bytes kept of each allocation's hint, including the NUL (`dmem_t.hint_buf`).
 pub const HINT_LEN: usize = 48;
-/// Staged ulib sets (shared ext-isa copies + per-model sets, spec §6).
-pub const MAX_ULIB_SETS: usize = 256;
-/// Live tensors (`nrt_tensor_t`, 192 B each).
-pub const MAX_TENSORS: usize = 8192;
-/// Live tensor storages (`nrt_tensor_storage_t`, 320 B each).
-pub const MAX_STORAGES: usize = 8192;
 /// Logical cores a process can own (32 devices × 8 cores at LNC 1).
 pub const MAX_VCORES: usize = 256;
 /// Maximum logical-core size: `virtual_core_t.tpbs` holds 2 physical cores (spec §9).

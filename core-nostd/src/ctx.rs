@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
-use crate::arena::{Arena, GiveBack};
+use crate::arena::{Arena, GiveBack, SideTable};
 use crate::config::*;
 use crate::driver::{errno, DeviceInfo, Driver};
 use crate::error::{Error, Result};
@@ -206,36 +206,148 @@ pub struct CoreState {
     /// The OOM table as it was when the last device OOM happened (guarded by `oom_lock`).
     pub(crate) oom_dump: UnsafeCell<[u8; OOM_DUMP_BYTES]>,
     pub(crate) oom_dump_len: UnsafeCell<usize>,
-    pub(crate) dmems: Arena<dmem_t, MAX_DMEM>,
-    pub(crate) allocators: Arena<dmem_allocator_t, MAX_ALLOCATORS>,
+    /// The capacities the arenas were bound with (all-zero until bound).
+    pub(crate) caps: Capacity,
+    /// The storage, when this block owns it (a heap allocation of `owned_bytes`, freed on
+    /// drop); null for storage the integrator owns (a `StaticState`).
+    pub(crate) owned: *mut u8,
+    pub(crate) owned_bytes: usize,
+    pub(crate) dmems: Arena<dmem_t>,
+    pub(crate) allocators: Arena<dmem_allocator_t>,
     /// Per `allocators` slot: 1 when the allocator was made through the public
     /// `dmem_allocator_create` (the caller's to destroy), 0 when the runtime owns it (a core's
     /// GLOBAL allocator, a model's MODEL allocators).
-    pub(crate) caller_allocators: [AtomicU8; MAX_ALLOCATORS],
+    pub(crate) caller_allocators: SideTable<AtomicU8>,
     /// Per device: 1 once aligned allocation is known to be unsupported (the device said so
     /// at bring-up, or the driver refused an aligned request) and the one-shot WARN is out:
     /// the latch of spec §3.2's `ndl_supports_align`. Cleared by `init`.
     pub(crate) align_unsupported: [AtomicU8; constants::MAX_MLA_PER_PROCESS],
-    pub(crate) ref_nodes: Arena<dmem_ref_node_t, MAX_DMEM>,
-    pub(crate) dmem_lists: Arena<dmem_list_t, MAX_MR_SETS>,
-    pub(crate) models: Arena<model_t, MAX_MODELS>,
+    pub(crate) ref_nodes: Arena<dmem_ref_node_t>,
+    pub(crate) dmem_lists: Arena<dmem_list_t>,
+    pub(crate) models: Arena<model_t>,
     /// Per `models` slot: the model's IO table ([`crate::model::ModelIoEntry`]).
-    pub(crate) model_io: UnsafeCell<[crate::model::ModelIoTable; MAX_MODELS]>,
-    pub(crate) model_dbs:
-        Arena<ModelDb, { constants::MAX_MLA_PER_PROCESS * constants::TPBS_PER_MLA }>,
-    pub(crate) mem_ref_sets: Arena<MemRefSet, MAX_MR_SETS>,
-    pub(crate) mem_ref_nodes: Arena<ht_node_t, MAX_DMEM>,
-    pub(crate) sp_cleanup: Arena<tdrv_scratchpad_cleanup_info_t, MAX_MODELS>,
-    pub(crate) ulib_sets: Arena<UlibSet, MAX_ULIB_SETS>,
-    pub(crate) tensors: Arena<nrt_tensor_t, MAX_TENSORS>,
+    pub(crate) model_io: SideTable<crate::model::ModelIoTable>,
+    pub(crate) model_dbs: Arena<ModelDb>,
+    pub(crate) mem_ref_sets: Arena<MemRefSet>,
+    pub(crate) mem_ref_nodes: Arena<ht_node_t>,
+    pub(crate) sp_cleanup: Arena<tdrv_scratchpad_cleanup_info_t>,
+    pub(crate) ulib_sets: Arena<UlibSet>,
+    pub(crate) tensors: Arena<nrt_tensor_t>,
     /// Per `tensors` slot: the tensor's name text (`nrt_tensor_t.name` points here).
-    pub(crate) tensor_names: UnsafeCell<[[u8; crate::tensor::TENSOR_NAME_MAX + 1]; MAX_TENSORS]>,
-    pub(crate) storages: Arena<nrt_tensor_storage_t, MAX_STORAGES>,
+    pub(crate) tensor_names: SideTable<[u8; crate::tensor::TENSOR_NAME_MAX + 1]>,
+    pub(crate) storages: Arena<nrt_tensor_storage_t>,
 }
 
-// SAFETY: every member is zero-valid: the abi structs and arenas by their own ZeroValid impls,
-// the plain-integer tables trivially, a zero lock is unlocked, state 0 is UNINIT, and
-// `last_oom` is a MaybeUninit only read after `last_oom_set` became 1.
+/// Where each arena's storage starts in a state block's storage region, for a [`Capacity`]
+/// (one computation for both sizing and binding, so the two cannot disagree).
+#[derive(Copy, Clone, Debug)]
+struct Plan {
+    at: [usize; 15],
+    total: usize,
+}
+
+impl Plan {
+    /// The layout for `c` (which [`Capacity::check`] accepted: no overflow at 2^24 slots).
+    const fn of(c: &Capacity) -> Plan {
+        let (d, al, m, mr, u, t, s) = (
+            c.dmems as usize,
+            c.allocators as usize,
+            c.models as usize,
+            c.mr_sets as usize,
+            c.ulib_sets as usize,
+            c.tensors as usize,
+            c.storages as usize,
+        );
+        let dbs = c.devices as usize * constants::TPBS_PER_MLA;
+        let sizes = [
+            Arena::<dmem_t>::storage_bytes(d),
+            Arena::<dmem_allocator_t>::storage_bytes(al),
+            SideTable::<AtomicU8>::bytes(al),
+            Arena::<dmem_ref_node_t>::storage_bytes(d),
+            Arena::<dmem_list_t>::storage_bytes(mr),
+            Arena::<model_t>::storage_bytes(m),
+            SideTable::<crate::model::ModelIoTable>::bytes(m),
+            Arena::<ModelDb>::storage_bytes(dbs),
+            Arena::<MemRefSet>::storage_bytes(mr),
+            Arena::<ht_node_t>::storage_bytes(d),
+            Arena::<tdrv_scratchpad_cleanup_info_t>::storage_bytes(m),
+            Arena::<UlibSet>::storage_bytes(u),
+            Arena::<nrt_tensor_t>::storage_bytes(t),
+            SideTable::<[u8; crate::tensor::TENSOR_NAME_MAX + 1]>::bytes(t),
+            Arena::<nrt_tensor_storage_t>::storage_bytes(s),
+        ];
+        let mut at = [0; 15];
+        let mut total = 0;
+        let mut i = 0;
+        while i < sizes.len() {
+            at[i] = total;
+            total += sizes[i];
+            i += 1;
+        }
+        Plan { at, total }
+    }
+}
+
+/// Zeroed storage for one [`CoreState`] and its arenas in a `static` (firmware without a
+/// heap: it lands in `.bss`), sized at compile time for a [`Capacity`]:
+/// `static STATE: StaticState<{ CoreState::storage_bytes(&CAPS) }> = StaticState::new();`
+/// then [`StaticState::bind`] once at startup.
+#[repr(C, align(64))]
+pub struct StaticState<const B: usize> {
+    state: UnsafeCell<core::mem::MaybeUninit<CoreState>>,
+    storage: UnsafeCell<core::mem::MaybeUninit<[u8; B]>>,
+    bound: AtomicU8,
+}
+
+// SAFETY: the state is only reached through the `&'static CoreState` that `bind` returns once
+// (CoreState is Sync); the storage only through that state's arenas.
+unsafe impl<const B: usize> Sync for StaticState<B> {}
+
+impl<const B: usize> StaticState<B> {
+    /// All zero (a `static` of it is `.bss`).
+    pub const fn new() -> Self {
+        // SAFETY: all-zero is valid for every member: MaybeUninit contents, a zero flag.
+        unsafe { core::mem::MaybeUninit::<Self>::zeroed().assume_init() }
+    }
+
+    /// Binds the state block to the storage for `caps`, once, and returns it. Errors: `caps`
+    /// out of range or needing more than `B` bytes (`InvalidArgument`), or already bound.
+    pub fn bind(&'static self, caps: &Capacity) -> Result<&'static CoreState> {
+        caps.check().map_err(Error::InvalidArgument)?;
+        if Plan::of(caps).total > B {
+            return Err(Error::InvalidArgument(
+                "the static storage is smaller than the capacity needs (size it with CoreState::storage_bytes)",
+            ));
+        }
+        if self
+            .bound
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(Error::InvalidArgument("this StaticState is already bound"));
+        }
+        // SAFETY: the flag made this the only caller ever to get here, so nobody references
+        // the state or the storage; both are all-zero (a fresh static), which is a valid
+        // CoreState (ZeroValid); the storage is 64-aligned (repr), B >= the plan's total,
+        // and static, so it outlives the state.
+        unsafe {
+            let st = &mut *self.state.get().cast::<CoreState>();
+            st.bind_storage(self.storage.get().cast(), caps);
+            Ok(&*st)
+        }
+    }
+}
+
+impl<const B: usize> Default for StaticState<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: every member is zero-valid: the abi structs, arenas and side tables by their own
+// ZeroValid impls (unbound: no slots), the plain-integer tables trivially, a zero lock is
+// unlocked, state 0 is UNINIT, a null `owned` owns nothing, and `last_oom` is a MaybeUninit
+// only read after `last_oom_set` became 1.
 unsafe impl ZeroValid for CoreState {}
 // SAFETY: all shared mutation goes through atomics, the nrt_mutex_t locks placed where libnrt
 // places them, or the arenas' own locks; raw pointers inside point into this same block.
@@ -244,16 +356,113 @@ unsafe impl Sync for CoreState {}
 unsafe impl Send for CoreState {}
 
 impl CoreState {
-    /// Bytes of one `CoreState` (address space; untouched pages cost nothing).
+    /// Bytes of one `CoreState` header (the fixed part: the ABI context, the per-device and
+    /// per-core side state, the arena headers); the arenas' storage comes on top
+    /// ([`Self::storage_bytes`]). Untouched pages cost nothing.
     pub const BYTES: usize = core::mem::size_of::<Self>();
 
-    /// A zeroed state on the heap (feature `alloc`): an independent instance for each call,
-    /// for tests, the std shim or a hypervisor with a global allocator (firmware without a
-    /// heap uses a `static`). The allocation is zeroed, never built on the stack.
+    /// Bytes of arena storage a state block of capacity `caps` needs (0 for a capacity
+    /// [`Capacity::check`] refuses).
+    pub const fn storage_bytes(caps: &Capacity) -> usize {
+        match caps.check() {
+            Ok(()) => Plan::of(caps).total,
+            Err(_) => 0,
+        }
+    }
+
+    /// Binds every arena to its part of `base`.
+    ///
+    /// # Safety
+    /// `base` is 64-aligned and points at `storage_bytes(caps)` zeroed bytes used by nobody
+    /// else and valid as long as `self`; `caps` passed [`Capacity::check`]; the block was
+    /// never bound or used (nobody else references it).
+    unsafe fn bind_storage(&mut self, base: *mut u8, caps: &Capacity) {
+        let p = Plan::of(caps);
+        let (d, al, m, mr, u, t, s) = (
+            caps.dmems as usize,
+            caps.allocators as usize,
+            caps.models as usize,
+            caps.mr_sets as usize,
+            caps.ulib_sets as usize,
+            caps.tensors as usize,
+            caps.storages as usize,
+        );
+        let dbs = caps.devices as usize * constants::TPBS_PER_MLA;
+        let sh = caps.shards as usize;
+        // SAFETY: each part starts at its planned offset inside the storage (every offset is a
+        // multiple of 64, the plan's sizes are the parts' own `storage_bytes`), so the parts
+        // are aligned, in bounds and disjoint; zeroed and valid as long as `self` (contract).
+        unsafe {
+            let at = |i: usize| base.add(p.at[i]);
+            self.dmems
+                .bind(at(0), d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)");
+            self.allocators.bind(at(1), al, sh, "Capacity.allocators");
+            self.caller_allocators.bind(at(2), al);
+            self.ref_nodes
+                .bind(at(3), d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)");
+            self.dmem_lists
+                .bind(at(4), mr, 1, "Capacity.mr_sets (NRT_DMEM_MAX_MODELS)");
+            self.models
+                .bind(at(5), m, 1, "Capacity.models (NRT_DMEM_MAX_MODELS)");
+            self.model_io.bind(at(6), m);
+            self.model_dbs.bind(at(7), dbs, 1, "Capacity.devices");
+            self.mem_ref_sets
+                .bind(at(8), mr, 1, "Capacity.mr_sets (NRT_DMEM_MAX_MODELS)");
+            self.mem_ref_nodes
+                .bind(at(9), d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)");
+            self.sp_cleanup
+                .bind(at(10), m, 1, "Capacity.models (NRT_DMEM_MAX_MODELS)");
+            self.ulib_sets.bind(at(11), u, 1, "Capacity.ulib_sets");
+            self.tensors
+                .bind(at(12), t, sh, "Capacity.tensors (NRT_DMEM_MAX_TENSORS)");
+            self.tensor_names.bind(at(13), t);
+            self.storages
+                .bind(at(14), s, sh, "Capacity.storages (NRT_DMEM_MAX_TENSORS)");
+        }
+        self.caps = *caps;
+    }
+
+    /// The capacities this block was bound with.
+    pub fn capacity(&self) -> Capacity {
+        self.caps
+    }
+
+    /// A zeroed state on the heap with [`Capacity::DEFAULT`] (feature `alloc`): an
+    /// independent instance for each call, for tests, the std shim or a hypervisor with a
+    /// global allocator (firmware without a heap uses a [`StaticState`]). Never built on the
+    /// stack.
     #[cfg(any(test, feature = "alloc"))]
     pub fn new_boxed() -> alloc::boxed::Box<Self> {
+        match Self::with_capacity(&Capacity::DEFAULT) {
+            Ok(b) => b,
+            // DEFAULT passes `check` (a const assertion in config.rs), so only the allocation
+            // can fail, and that is the global allocator's error, as for any Box.
+            Err(_) => alloc::alloc::handle_alloc_error(core::alloc::Layout::new::<Self>()),
+        }
+    }
+
+    /// A zeroed state on the heap whose arenas hold `caps` (feature `alloc`); the arena
+    /// storage is one zeroed allocation, freed with the state. `InvalidArgument` naming the
+    /// field for a capacity [`Capacity::check`] refuses.
+    #[cfg(any(test, feature = "alloc"))]
+    pub fn with_capacity(caps: &Capacity) -> Result<alloc::boxed::Box<Self>> {
+        caps.check().map_err(Error::InvalidArgument)?;
+        let bytes = Plan::of(caps).total.max(1);
+        let layout = core::alloc::Layout::from_size_align(bytes, 64)
+            .map_err(|_| Error::InvalidArgument("capacity too large for one allocation"))?;
         // SAFETY: CoreState is ZeroValid.
-        unsafe { alloc::boxed::Box::<Self>::new_zeroed().assume_init() }
+        let mut st = unsafe { alloc::boxed::Box::<Self>::new_zeroed().assume_init() };
+        // SAFETY: non-zero size.
+        let base = unsafe { alloc::alloc::alloc_zeroed(layout) };
+        if base.is_null() {
+            alloc::alloc::handle_alloc_error(layout);
+        }
+        st.owned = base;
+        st.owned_bytes = bytes;
+        // SAFETY: a fresh zeroed 64-aligned allocation of the plan's size, owned by `st` (freed
+        // in its Drop, after every use); `caps` passed check; `st` is fresh and unshared.
+        unsafe { st.bind_storage(base, caps) };
+        Ok(st)
     }
 
     /// Number of static arenas in a `CoreState` (the length of [`Self::arena_stats`]).
@@ -276,6 +485,26 @@ impl CoreState {
             ("nrt_tensor_storage_t", self.storages.stats()),
         ]
     }
+}
+
+#[cfg(any(test, feature = "alloc"))]
+impl Drop for CoreState {
+    fn drop(&mut self) {
+        if !self.owned.is_null() {
+            if let Ok(layout) = core::alloc::Layout::from_size_align(self.owned_bytes, 64) {
+                // SAFETY: `owned` came from `alloc_zeroed(layout)` in `with_capacity` (same
+                // size and alignment); `&mut self` proves nobody uses the arenas any more.
+                unsafe { alloc::alloc::dealloc(self.owned, layout) };
+            }
+        }
+    }
+}
+
+/// The arena shard calls on physical core `(dev, tpb)` prefer (issue 16 item 7): one per
+/// core, so calls on different cores of a device take different shard locks.
+#[inline]
+pub(crate) fn core_shard(dev: u32, tpb: u32) -> usize {
+    dev as usize * constants::TPBS_PER_MLA + tpb as usize
 }
 
 /// Bring-up options (the environment of spec §9, already parsed by the caller).
@@ -591,6 +820,16 @@ impl<'a> Nrt<'a> {
             .drv
             .device_count()
             .min(constants::MAX_MLA_PER_PROCESS as u32);
+        // The state block holds model_dbs for `caps.devices` devices: the rest are not
+        // attached (like devices past 32), and the log says which setting would attach them.
+        let cap = self.st.caps.devices;
+        if n > cap {
+            warn!(
+                "init: attaching {} of {} device(s): raise Capacity.devices (NRT_DMEM_MAX_DEVICES)",
+                cap, n
+            );
+        }
+        let n = n.min(cap);
         if n == 0 {
             return Err(Error::Driver(errno::ENODEV));
         }

@@ -176,8 +176,13 @@ impl<'a> Nrt<'a> {
 
     /// Marks whether `al` (a live allocator) was made through the public API.
     fn set_caller_owned(&self, al: *mut dmem_allocator_t, caller: bool) {
-        if let Some(i) = self.st.allocators.index_of(al) {
-            self.st.caller_allocators[i].store(caller as u8, Ordering::Release);
+        if let Some(f) = self
+            .st
+            .allocators
+            .index_of(al)
+            .and_then(|i| self.st.caller_allocators.flag(i))
+        {
+            f.store(caller as u8, Ordering::Release);
         }
     }
 
@@ -186,7 +191,8 @@ impl<'a> Nrt<'a> {
         self.st
             .allocators
             .index_of(al)
-            .is_some_and(|i| self.st.caller_allocators[i].load(Ordering::Acquire) == 1)
+            .and_then(|i| self.st.caller_allocators.flag(i))
+            .is_some_and(|f| f.load(Ordering::Acquire) == 1)
     }
 
     /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
@@ -488,9 +494,15 @@ impl<'a> Nrt<'a> {
         // 3. metadata from the arenas (before touching the driver, so a full arena is its own
         //    error and needs no driver rollback). The generation and reference words are left
         //    alone: resolvers of old handles may be reading them.
-        let m = self.st.dmems.alloc_handle("dmem_t", false)?.0.as_ptr();
+        let shard = crate::ctx::core_shard(dev, nc_id);
+        let m = self
+            .st
+            .dmems
+            .alloc_handle("dmem_t", false, shard)?
+            .0
+            .as_ptr();
         let ref_node = match ref_list {
-            Some(_) => match self.st.ref_nodes.alloc("dmem_ref_node_t") {
+            Some(_) => match self.st.ref_nodes.alloc_in(shard, "dmem_ref_node_t") {
                 Ok(n) => n.as_ptr(),
                 Err(e) => {
                     let _ = self.st.dmems.cancel(m);

@@ -269,10 +269,15 @@ impl fmt::Display for Error {
             Error::DoubleFree => f.write_str("dmem already freed (double free)"),
             Error::InvalidHandle(h) => write!(f, "{h}"),
             Error::ForeignDmem => f.write_str("dmem does not belong to this allocator"),
+            Error::ArenaFull(a) if a.setting.is_empty() => write!(
+                f,
+                "arena `{}` is full ({} slots); raise its nrt_core::Capacity",
+                a.arena, a.capacity
+            ),
             Error::ArenaFull(a) => write!(
                 f,
-                "static arena `{}` is full ({} slots); raise its capacity in nrt_core::config",
-                a.arena, a.capacity
+                "arena `{}` is full ({} slots); raise {}",
+                a.arena, a.capacity, a.setting
             ),
             Error::DeviceOom {
                 size,

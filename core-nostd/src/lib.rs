@@ -35,6 +35,7 @@ pub mod tensor;
 pub mod ulib;
 pub mod vcore;
 
-pub use ctx::{CoreState, InitOptions, Nrt};
+pub use config::Capacity;
+pub use ctx::{CoreState, InitOptions, Nrt, StaticState};
 pub use error::{Error, Result};
 pub use handle::{DmemHandle, HandleError, HandleFault, HandleKind, TensorHandle};

@@ -84,12 +84,15 @@ pub const MAX_NC_ID: u32 = 8;
 pub const MIN_CHANNEL_SIZE: u64 = 32 * MIB;
 /// Largest channel or host-pool size accepted (keeps HBM addresses below [`HOST_PA_BASE`]).
 pub const MAX_POOL_SIZE: u64 = 1 << 44;
-/// Node capacity of each main HBM pool.
-pub const MAIN_NODES: usize = 16384;
-/// Node capacity of each small-object pool.
-pub const SMALL_NODES: usize = 16384;
-/// Node capacity of each host DMA pool.
-pub const HOST_NODES: usize = 16384;
+/// Default node capacity of each pool (main HBM, small-object, host DMA): the `NODES`
+/// parameter of [`SimDevice`] (issue 16 item 4: the integrator sizes it).
+pub const DEFAULT_NODES: usize = 16384;
+/// Node capacity of each main HBM pool of the default [`SimDevice`].
+pub const MAIN_NODES: usize = DEFAULT_NODES;
+/// Node capacity of each small-object pool of the default [`SimDevice`].
+pub const SMALL_NODES: usize = DEFAULT_NODES;
+/// Node capacity of each host DMA pool of the default [`SimDevice`].
+pub const HOST_NODES: usize = DEFAULT_NODES;
 /// The first allocation category byte that is not a category (`mem_alloc_category_t` MAX,
 /// public ABI §3): refused with `EINVAL`.
 pub const CATEGORY_MAX: u8 = 20;
@@ -363,10 +366,10 @@ impl Pool {
 }
 
 /// Everything one device owns; guarded by its slot's lock.
-struct DeviceState {
-    main: [Carve<MAIN_NODES>; MAX_HBM_CHANNELS as usize],
-    small: [Carve<SMALL_NODES>; MAX_HBM_CHANNELS as usize],
-    host: Carve<HOST_NODES>,
+struct DeviceState<const NODES: usize> {
+    main: [Carve<NODES>; MAX_HBM_CHANNELS as usize],
+    small: [Carve<NODES>; MAX_HBM_CHANNELS as usize],
+    host: Carve<NODES>,
     /// Bytes of contiguous scratchpad carved below each main pool's end (the driver's
     /// `mempool.scratchpad_size`).
     scratchpad: [u64; MAX_HBM_CHANNELS as usize],
@@ -377,7 +380,7 @@ struct DeviceState {
     alloc_calls: u64,
 }
 
-impl DeviceState {
+impl<const NODES: usize> DeviceState<NODES> {
     /// The live allocation `id` of `pool`, or `EINVAL`.
     fn lookup(&self, pool: Pool, id: CarveId) -> Result<CarveBlock, Errno> {
         match pool {
@@ -394,7 +397,7 @@ const CATEGORY_CONTIGUOUS_SCRATCHPAD: u8 = 19;
 /// The driver refuses aligned requests above `INT_MAX` (`mc_alloc_internal`).
 const MAX_ALIGN: u64 = i32::MAX as u64;
 
-impl DeviceState {
+impl<const NODES: usize> DeviceState<NODES> {
     /// The driver's HBM placement for a page-rounded request (aws-neuron-driver 2.24
     /// `neuron_mempool.c` `mc_alloc_internal`; docs/PLACEMENT.md):
     ///
@@ -451,15 +454,21 @@ impl DeviceState {
     }
 }
 
-struct DeviceSlot {
+struct DeviceSlot<const NODES: usize> {
     lock: nrt_mutex_t,
-    state: UnsafeCell<DeviceState>,
+    state: UnsafeCell<DeviceState<NODES>>,
 }
 
 /// The simulated device set (public ABI §3–§4; see the module docs). Valid when all-zero
 /// (an uninitialised simulator exposes no device); set up with [`SimDevice::init`].
-pub struct SimDevice {
-    slots: [DeviceSlot; MAX_DEVICES as usize],
+///
+/// Sized by the integrator (issue 16 item 4): `DEVICES` device slots (1..=32) and `NODES`
+/// nodes per pool (each device has 4 main + 4 small-object + 1 host pool; at least
+/// `NODES / 2 - 1` live allocations per pool whatever the pattern). The defaults are the
+/// 32-device, 16 384-node simulator; `SimDevice<1, 1024>` is a one-device profile of about
+/// 0.5 MB.
+pub struct SimDevice<const DEVICES: usize = 32, const NODES: usize = DEFAULT_NODES> {
+    slots: [DeviceSlot<NODES>; DEVICES],
     device_count: u32,
     preset: u8,
     channels: u32,
@@ -481,24 +490,33 @@ pub struct SimDevice {
 // SAFETY: every member is zero-valid: the locks are unlocked when zero, atomics and integers
 // are zero, the carves are `ZeroValid` (uninitialised), the backing pointer is null (none).
 // `device_count == 0` makes every driver call return ENODEV until `init`.
-unsafe impl ZeroValid for SimDevice {}
+unsafe impl<const D: usize, const N: usize> ZeroValid for SimDevice<D, N> {}
 // SAFETY: all mutable per-device state (carves, backing pointer) is reached only with that
 // device's lock held (or through `&mut self`); the rest is atomics or written only through
 // `&mut self`. The backing memory is, by `set_backing`'s contract, usable from any thread.
-unsafe impl Sync for SimDevice {}
+unsafe impl<const D: usize, const N: usize> Sync for SimDevice<D, N> {}
 // SAFETY: as above; the raw backing pointer is not tied to the creating thread.
-unsafe impl Send for SimDevice {}
+unsafe impl<const D: usize, const N: usize> Send for SimDevice<D, N> {}
 
 fn carve_errno(e: CarveError) -> Errno {
     e.errno()
 }
 
-impl SimDevice {
+impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
+    /// The parameters are in range: 1..=32 devices (the handle encoding's 5 device bits),
+    /// 2..2^18 nodes per pool (its 18 index bits).
+    const PARAMS_OK: () = {
+        assert!(DEVICES >= 1 && DEVICES <= MAX_DEVICES as usize);
+        assert!(NODES >= 2 && NODES < 1 << H_INDEX_BITS);
+    };
+
     /// Sets the simulator up (or resets it) for `cfg`: every pool empty, faults cleared, the
-    /// call counter at 0, backings forgotten. `EINVAL` for a device count outside `1..=32` or
+    /// call counter at 0, backings forgotten. `EINVAL` for a device count outside `1..=DEVICES` or
     /// a bad size override.
     pub fn init(&mut self, cfg: &SimConfig) -> Result<(), Errno> {
-        if cfg.devices == 0 || cfg.devices > MAX_DEVICES {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::PARAMS_OK;
+        if cfg.devices == 0 || cfg.devices as usize > DEVICES {
             return Err(errno::EINVAL);
         }
         let info = cfg.preset.device_info();
@@ -553,10 +571,10 @@ impl SimDevice {
         Ok(())
     }
 
-    /// A zeroed simulator on the heap, initialised for `cfg` (feature `alloc`; never built on
-    /// the stack).
+    /// A zeroed simulator on the heap, initialised for `cfg`, of any size (feature `alloc`;
+    /// never built on the stack).
     #[cfg(any(test, feature = "alloc"))]
-    pub fn new_boxed(cfg: &SimConfig) -> Result<alloc::boxed::Box<Self>, Errno> {
+    pub fn new_boxed_sized(cfg: &SimConfig) -> Result<alloc::boxed::Box<Self>, Errno> {
         let b = alloc::boxed::Box::<Self>::new_zeroed();
         // SAFETY: `SimDevice` is `ZeroValid`: all-zero bytes are its uninitialised state.
         let mut b = unsafe { b.assume_init() };
@@ -789,7 +807,7 @@ impl SimDevice {
     fn with_dev<R>(
         &self,
         dev: u32,
-        f: impl FnOnce(&mut DeviceState) -> Result<R, Errno>,
+        f: impl FnOnce(&mut DeviceState<NODES>) -> Result<R, Errno>,
     ) -> Result<R, Errno> {
         if dev >= self.device_count {
             return Err(errno::ENODEV);
@@ -837,7 +855,7 @@ impl SimDevice {
     /// Validates a copy window and returns a pointer to its first backing byte.
     fn window(
         &self,
-        st: &DeviceState,
+        st: &DeviceState<NODES>,
         pool: Pool,
         id: CarveId,
         offset: u64,
@@ -900,9 +918,9 @@ const fn small_region(channel_size: u64) -> u64 {
 /// (`big_falls_back`, the driver's `alt_pool`, docs/PLACEMENT.md). The small-object region's
 /// own figures are reported apart. Each region's fragmentation is measured against its own
 /// largest (unaligned) block.
-fn hbm_stats(
-    main: &Carve<MAIN_NODES>,
-    small: &Carve<SMALL_NODES>,
+fn hbm_stats<const NODES: usize>(
+    main: &Carve<NODES>,
+    small: &Carve<NODES>,
     align: u64,
     big_falls_back: bool,
 ) -> PoolStats {
@@ -927,7 +945,17 @@ fn hbm_stats(
     }
 }
 
-impl Driver for SimDevice {
+impl SimDevice {
+    /// A zeroed default-sized simulator (32 devices, [`DEFAULT_NODES`] nodes per pool) on the
+    /// heap, initialised for `cfg` (feature `alloc`; never built on the stack). Other sizes:
+    /// [`SimDevice::new_boxed_sized`].
+    #[cfg(any(test, feature = "alloc"))]
+    pub fn new_boxed(cfg: &SimConfig) -> Result<alloc::boxed::Box<Self>, Errno> {
+        Self::new_boxed_sized(cfg)
+    }
+}
+
+impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NODES> {
     fn device_count(&self) -> u32 {
         self.device_count
     }

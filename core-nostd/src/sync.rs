@@ -93,6 +93,42 @@ impl nrt_mutex_t {
     }
 }
 
+// SAFETY: `lock` returns only once this thread's compare-exchange moved the word 0 → 1
+// (Acquire), and no other `lock`/`try_lock` can succeed until `unlock` stores 0 (Release),
+// so at most one holder exists at a time and the holder's writes happen before the next
+// holder's reads. `unlock`'s contract (lock_api: only called by the holder) is passed on.
+// The lock word is not tied to a thread, so guards may be sent (`GuardSend`).
+unsafe impl lock_api::RawMutex for nrt_mutex_t {
+    #[allow(clippy::declare_interior_mutable_const)] // lock_api's INIT idiom: a value to copy
+    const INIT: Self = nrt_mutex_t::new();
+    type GuardMarker = lock_api::GuardSend;
+
+    #[inline]
+    fn lock(&self) {
+        core::mem::forget(nrt_mutex_t::lock(self));
+    }
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        nrt_mutex_t::try_lock(self).map(core::mem::forget).is_some()
+    }
+
+    #[inline]
+    unsafe fn unlock(&self) {
+        self.state.store(0, Ordering::Release);
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        nrt_mutex_t::is_locked(self)
+    }
+}
+
+/// A lock that holds the data it guards (issue 17): `lock_api::Mutex` over [`nrt_mutex_t`]'s
+/// spin-then-relax protocol. All-zero is unlocked; with zero-valid data the whole mutex is
+/// zero-valid.
+pub type DataLock<T> = lock_api::Mutex<nrt_mutex_t, T>;
+
 impl Default for nrt_mutex_t {
     fn default() -> Self {
         Self::new()

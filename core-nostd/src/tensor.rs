@@ -176,7 +176,9 @@ impl<'a> Nrt<'a> {
         self.st.tensors.side_entry(&self.st.tensor_names, t)
     }
 
-    fn new_tensor(&self, name: Option<&str>) -> Result<Tensor> {
+    /// A fresh tensor slot, from arena shard `shard` first (the caller's core, see
+    /// `ctx::core_shard`).
+    fn new_tensor(&self, name: Option<&str>, shard: usize) -> Result<Tensor> {
         let name = name.unwrap_or("");
         if name.len() > TENSOR_NAME_MAX {
             return Err(Error::InvalidArgument("tensor name longer than 95 bytes"));
@@ -185,7 +187,7 @@ impl<'a> Nrt<'a> {
         let t = self
             .st
             .tensors
-            .alloc_handle("nrt_tensor_t", true)?
+            .alloc_handle("nrt_tensor_t", true, shard)?
             .0
             .as_ptr();
         // SAFETY: fresh zeroed slot, not yet published (its handle resolves to nothing).
@@ -199,11 +201,12 @@ impl<'a> Nrt<'a> {
         Ok(t)
     }
 
-    fn new_storage(&self) -> Result<*mut nrt_tensor_storage_t> {
+    /// A fresh storage slot, from arena shard `shard` first.
+    fn new_storage(&self, shard: usize) -> Result<*mut nrt_tensor_storage_t> {
         let s = self
             .st
             .storages
-            .alloc_fresh_first("nrt_tensor_storage_t")?
+            .alloc_fresh_first_in(shard, "nrt_tensor_storage_t")?
             .as_ptr();
         // SAFETY: fresh zeroed slot.
         unsafe {
@@ -257,8 +260,9 @@ impl<'a> Nrt<'a> {
         if size == 0 {
             return Err(Error::ZeroSize);
         }
-        let t = self.new_tensor(name)?;
-        let s = match self.new_storage() {
+        let shard = crate::ctx::core_shard(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx);
+        let t = self.new_tensor(name, shard)?;
+        let s = match self.new_storage(shard) {
             Ok(s) => s,
             Err(e) => {
                 let _ = self.st.tensors.cancel(t);
@@ -329,7 +333,7 @@ impl<'a> Nrt<'a> {
     /// `nrt_tensor_allocate_empty`: a tensor with no storage yet.
     pub fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<TensorHandle> {
         let _call = self.enter()?;
-        let t = self.new_tensor(name)?;
+        let t = self.new_tensor(name, 0)?;
         Ok(self.publish_tensor(t))
     }
 
@@ -369,7 +373,7 @@ impl<'a> Nrt<'a> {
         if buf.is_null() || size == 0 {
             return Err(Error::InvalidArgument("buffer is NULL or size is 0"));
         }
-        let s = self.new_storage()?;
+        let s = self.new_storage(0)?;
         // SAFETY: live tensor, fresh storage.
         unsafe {
             (*s).r#type = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32;
@@ -409,7 +413,7 @@ impl<'a> Nrt<'a> {
         if size == 0 {
             return Err(Error::ZeroSize);
         }
-        let t = self.new_tensor(name)?;
+        let t = self.new_tensor(name, 0)?;
         // SAFETY: live storage shared by a live (pinned) tensor.
         unsafe {
             (*sto).ref_count.fetch_add(1, Ordering::AcqRel);

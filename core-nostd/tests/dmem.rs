@@ -289,7 +289,7 @@ fn arena_exhaustion_is_its_own_error() {
         }
     };
     assert!(matches!(err, Error::ArenaFull(_)), "{err}");
-    assert_eq!(live.len(), nrt_core::config::MAX_DMEM);
+    assert_eq!(live.len(), nrt_core::Capacity::DEFAULT.dmems as usize);
     let before = snapshot(&n);
     assert!(n
         .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "x"), None)

@@ -66,7 +66,7 @@ fn a_stale_tensor_handle_stays_an_error_after_100k_frees() {
     // Fill the arena and empty it again, over and over: every slot, the stale one's
     // included, is reused once per round.
     let (mut frees, mut reused) = (0u32, 0u32);
-    let mut all = Vec::with_capacity(nrt_core::config::MAX_TENSORS);
+    let mut all = Vec::with_capacity(nrt_core::Capacity::DEFAULT.tensors as usize);
     while frees < 100_000 {
         while let Ok(t) = n.tensor_allocate_empty(None) {
             assert_ne!(
@@ -443,7 +443,7 @@ fn a_full_tensor_arena_is_an_error() {
         matches!(err, Error::ArenaFull(a) if a.arena == "nrt_tensor_t"),
         "{err}"
     );
-    assert_eq!(all.len(), nrt_core::config::MAX_TENSORS);
+    assert_eq!(all.len(), nrt_core::Capacity::DEFAULT.tensors as usize);
     assert_eq!(n.tensor_get_size(all[17]), Ok(0));
     n.tensor_free(all[17], None).unwrap();
     let t = n.tensor_allocate_empty(None).unwrap();
