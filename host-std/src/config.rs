@@ -104,7 +104,21 @@ pub struct RuntimeConfig {
     /// (`NRT_DMEM_SIM_CHANNEL_SIZE`). A smaller device reserves less address space, which is
     /// what lets a trn2 (4 × 24 GiB) run under valgrind, whose address space stops at 64 GiB.
     pub sim_channel_size: Option<u64>,
+    /// The core's arena capacities (issue 16 item 4): [`HOST_CAPACITY`], with
+    /// `NRT_DMEM_MAX_TENSORS`, `NRT_DMEM_MAX_DMEMS` and `NRT_DMEM_MAX_MODELS` on top.
+    pub capacity: nrt_core::Capacity,
 }
+
+/// The std shim's and libnrt.so's default arena capacities: the core's
+/// [`nrt_core::Capacity::DEFAULT`] with room for what serving applications hold (65 536 live
+/// tensors and storages, 65 536 dmems). Storage is a zeroed allocation: untouched slots cost
+/// address space only.
+pub const HOST_CAPACITY: nrt_core::Capacity = nrt_core::Capacity {
+    tensors: 65536,
+    storages: 65536,
+    dmems: 65536,
+    ..nrt_core::Capacity::DEFAULT
+};
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -118,6 +132,7 @@ impl Default for RuntimeConfig {
             contiguous_scratchpad: false,
             aligned_alloc: true,
             sim_channel_size: None,
+            capacity: HOST_CAPACITY,
         }
     }
 }
@@ -195,8 +210,20 @@ fn parse_scratchpad_page_size(v: &str) -> Result<u64, ConfigError> {
     Ok(b)
 }
 
+/// An arena capacity (`NRT_DMEM_MAX_*`): a slot count the core accepts.
+fn parse_slots(var: &'static str, v: &str) -> Result<u32, ConfigError> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if (1..=nrt_core::config::MAX_ARENA_SLOTS).contains(&n) => Ok(n),
+        _ => Err(ConfigError::new(
+            var,
+            v,
+            "expected a slot count from 1 to 16777216",
+        )),
+    }
+}
+
 /// Every variable [`RuntimeConfig::from_env`] reads.
-pub const ENV_VARS: [&str; 7] = [
+pub const ENV_VARS: [&str; 10] = [
     "NRT_DMEM_DEVICE",
     "NEURON_RT_VIRTUAL_CORE_SIZE",
     "NEURON_RT_VISIBLE_CORES",
@@ -204,6 +231,9 @@ pub const ENV_VARS: [&str; 7] = [
     "NRT_DMEM_SCRATCHPAD_PAGE_SIZE",
     "NRT_DMEM_SIM_CHANNEL_SIZE",
     "NEURON_RT_EXPERIMENTAL_CONTIGUOUS_SCRATCHPAD",
+    "NRT_DMEM_MAX_TENSORS",
+    "NRT_DMEM_MAX_DMEMS",
+    "NRT_DMEM_MAX_MODELS",
 ];
 
 impl Overrides {
@@ -280,6 +310,20 @@ impl RuntimeConfig {
         if let Some(v) = get("NEURON_RT_EXPERIMENTAL_CONTIGUOUS_SCRATCHPAD") {
             c.contiguous_scratchpad = v.trim() == "1";
         }
+        // Arena capacities: a tensor needs a storage, so one setting sizes both; a model's
+        // subgraphs need mr_sets (two per model by default, as Capacity::DEFAULT has).
+        if let Some(v) = var("NRT_DMEM_MAX_TENSORS") {
+            let n = parse_slots("NRT_DMEM_MAX_TENSORS", &v)?;
+            (c.capacity.tensors, c.capacity.storages) = (n, n);
+        }
+        if let Some(v) = var("NRT_DMEM_MAX_DMEMS") {
+            c.capacity.dmems = parse_slots("NRT_DMEM_MAX_DMEMS", &v)?;
+        }
+        if let Some(v) = var("NRT_DMEM_MAX_MODELS") {
+            let n = parse_slots("NRT_DMEM_MAX_MODELS", &v)?;
+            c.capacity.models = n;
+            c.capacity.mr_sets = n.saturating_mul(2).min(nrt_core::config::MAX_ARENA_SLOTS);
+        }
         Ok(c)
     }
 
@@ -322,6 +366,26 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         RuntimeConfig::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn arena_capacities_come_from_the_environment() {
+        let d = cfg(&[]).unwrap().capacity;
+        assert_eq!(d, HOST_CAPACITY);
+        assert!(d.tensors >= 65536, "serving applications hold 64 k tensors");
+        let c = cfg(&[
+            ("NRT_DMEM_MAX_TENSORS", "100000"),
+            ("NRT_DMEM_MAX_DMEMS", " 4096 "),
+            ("NRT_DMEM_MAX_MODELS", "16"),
+        ])
+        .unwrap()
+        .capacity;
+        assert_eq!((c.tensors, c.storages, c.dmems), (100_000, 100_000, 4096));
+        assert_eq!((c.models, c.mr_sets), (16, 32));
+        for bad in ["0", "-1", "16777217", "lots"] {
+            let e = cfg(&[("NRT_DMEM_MAX_TENSORS", bad)]).unwrap_err();
+            assert!(e.to_string().contains("NRT_DMEM_MAX_TENSORS"), "{e}");
+        }
     }
 
     #[test]

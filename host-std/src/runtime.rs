@@ -60,6 +60,9 @@ pub enum BuildError {
     /// Host layer (device missing, reservation refused, …).
     #[error(transparent)]
     Host(#[from] crate::Error),
+    /// The arena capacities (`RuntimeConfig::capacity`, `NRT_DMEM_MAX_*`) were refused.
+    #[error("arena capacities refused: {0}")]
+    Capacity(nrt_core::Error),
 }
 
 impl HostRuntime {
@@ -75,8 +78,9 @@ impl HostRuntime {
             }
             DeviceChoice::Neuron => Backend::Neuron(NeuronDriver::open()?),
         };
+        let st = CoreState::with_capacity(&config.capacity).map_err(BuildError::Capacity)?;
         Ok(HostRuntime {
-            st: CoreState::new_boxed(),
+            st,
             backend,
             host: MallocHostMem,
             config,
