@@ -53,14 +53,16 @@ impl Capacity {
         shards: crate::arena::MAX_SHARDS as u32,
     };
 
-    /// A one-device firmware profile (8 cores): 4 096 dmems, 1 024 tensors, 32 models.
+    /// A one-device firmware profile (8 cores): 2 048 dmems, 1 024 tensors, 16 models with
+    /// 32 subgraphs between them (a mem_ref_set is 49 KiB, the largest slot): 2.99 MB of
+    /// arena storage beside the fixed 19.1 MB `CoreState`.
     pub const ONE_DEVICE: Capacity = Capacity {
         devices: 1,
-        dmems: 4096,
-        allocators: 128,
-        models: 32,
-        mr_sets: 64,
-        ulib_sets: 64,
+        dmems: 2048,
+        allocators: 64,
+        models: 16,
+        mr_sets: 32,
+        ulib_sets: 32,
         tensors: 1024,
         storages: 1024,
         shards: 2,

@@ -2,9 +2,10 @@
 //! runtime made with nrt-core's `alloc` constructors.
 //!
 //! `linked_list_allocator`'s [`LockedHeap`] (a spin lock; no OS, no std) manages [`REGION`], a
-//! zero-initialised `.bss` array just large enough for one [`CoreState`] and one [`SimDevice`].
-//! While the static runtime of the main scenario is still live, [`Run::second_instance`] brings
-//! up a runtime from `CoreState::new_boxed()` and `SimDevice::new_boxed()`, and checks:
+//! zero-initialised `.bss` array just large enough for one [`CoreState`] with its arena storage
+//! and one simulated device of the image's profile. While the static runtime of the main
+//! scenario is still live, [`Run::second_instance`] brings up a runtime from
+//! `CoreState::with_capacity` and `SimDevice::new_boxed_sized`, and checks:
 //!
 //! - each runtime refuses the other's tensor handle (`InvalidHandle`), and neither books the
 //!   other's bytes;
@@ -21,16 +22,17 @@ use core::ptr::addr_of_mut;
 
 use linked_list_allocator::LockedHeap;
 use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as TENSOR;
-use nrt_core::sim::{Preset, SimConfig, SimDevice};
+use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::{CoreState, Error, InitOptions, Nrt};
 
 use crate::out::Mib;
-use crate::{Run, MIB};
+use crate::{Run, Sim, CAPS, MIB};
 
 /// Bytes of the heap: one `CoreState`, one `SimDevice`, and room for the allocator's hole
 /// headers and the blocks' alignment.
-const REGION_BYTES: usize = CoreState::BYTES + size_of::<SimDevice>() + (64 << 10);
+const REGION_BYTES: usize =
+    CoreState::BYTES + CoreState::storage_bytes(&CAPS) + size_of::<Sim>() + (64 << 10);
 
 /// The memory the heap manages (`.bss`: costs nothing until an allocation touches it).
 static mut REGION: [MaybeUninit<u8>; REGION_BYTES] = [MaybeUninit::uninit(); REGION_BYTES];
@@ -52,8 +54,8 @@ impl Run {
     pub(crate) fn second_instance(&mut self) -> Result<(), Error> {
         let ours = self.nrt;
         let free_before = HEAP.lock().free();
-        let state = CoreState::new_boxed();
-        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).map_err(Error::Driver)?;
+        let state = CoreState::with_capacity(&CAPS)?;
+        let sim = Sim::new_boxed_sized(&SimConfig::new(Preset::Trn2, 1)).map_err(Error::Driver)?;
         let theirs = Nrt::new(&state, &*sim);
         theirs.init(&InitOptions::default())?;
 

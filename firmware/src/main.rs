@@ -39,15 +39,15 @@ mod rt;
 
 use core::fmt::{self, Write};
 use core::mem::{size_of, MaybeUninit};
-use core::ptr::{addr_of, addr_of_mut, null_mut};
+use core::ptr::{addr_of_mut, null_mut};
 
 use nrt_core::abi::*;
 use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
-use nrt_core::sim::{Preset, SimConfig, SimDevice};
+use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::TensorHandle;
-use nrt_core::{config, CoreState, Error, InitOptions, Nrt};
+use nrt_core::{CoreState, Error, InitOptions, Nrt, StaticState};
 
 use out::{Mib, Out};
 
@@ -55,14 +55,42 @@ const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-/// The core's whole state, zero-initialised, so it lands in `.bss` (ARCHITECTURE.md
-/// principle 2). Shared (`&'static`) from the start: `CoreState` is `Sync` and every mutation
-/// goes through its own locks and atomics.
-static STATE: MaybeUninit<CoreState> = MaybeUninit::zeroed();
+/// The image's capacity profile (issue 16 item 4): one device by default (`.bss` within the
+/// 24 MiB `cargo xtask firmware` enforces), the 32-device sizing with the `full` feature.
+mod profile {
+    use nrt_core::sim::SimDevice;
+    use nrt_core::Capacity;
 
-/// The simulated device, zero-initialised in `.bss`; `static mut` because [`SimDevice::init`]
+    /// The arenas' capacities.
+    #[cfg(not(feature = "full"))]
+    pub const CAPS: Capacity = Capacity::ONE_DEVICE;
+    /// The simulated device: one device, 1 024 nodes per pool.
+    #[cfg(not(feature = "full"))]
+    pub type Sim = SimDevice<1, 1024>;
+    /// The profile's name in the report.
+    #[cfg(not(feature = "full"))]
+    pub const NAME: &str = "one-device";
+
+    /// The arenas' capacities.
+    #[cfg(feature = "full")]
+    pub const CAPS: Capacity = Capacity::DEFAULT;
+    /// The simulated device: the default 32 devices, 16 384 nodes per pool.
+    #[cfg(feature = "full")]
+    pub type Sim = SimDevice;
+    /// The profile's name in the report.
+    #[cfg(feature = "full")]
+    pub const NAME: &str = "32-device";
+}
+use profile::{Sim, CAPS};
+
+/// The core's whole state and its arenas' storage, zero-initialised, so it lands in `.bss`
+/// (ARCHITECTURE.md principle 2), sized for [`CAPS`] at compile time; bound once in `run`.
+static STATE: StaticState<{ CoreState::storage_bytes(&CAPS) }> = StaticState::new();
+
+/// The simulated device, zero-initialised in `.bss`; `static mut` because
+/// [`nrt_core::sim::SimDevice::init`]
 /// takes `&mut self` once before the device is shared.
-static mut SIM: MaybeUninit<SimDevice> = MaybeUninit::zeroed();
+static mut SIM: MaybeUninit<Sim> = MaybeUninit::zeroed();
 
 /// Bytes of plain host memory for VIRTUAL tensors (`.bss`, placed by the carve allocator).
 const HOST_POOL_BYTES: usize = 256 << 10;
@@ -209,20 +237,25 @@ fn run(args: &rt::Args) -> i32 {
     // else touches SIM; this is the only `&mut` to it ever made, and it ends (reborrowed as
     // shared) before the device is used. All-zero bytes are a valid SimDevice (its ZeroValid
     // contract), which is what `MaybeUninit::zeroed` put there.
-    let sim: &'static mut SimDevice = unsafe { &mut *addr_of_mut!(SIM).cast::<SimDevice>() };
-    // SAFETY: all-zero bytes are a valid CoreState (ZeroValid); STATE is only ever shared.
-    let state: &'static CoreState = unsafe { &*addr_of!(STATE).cast::<CoreState>() };
+    let sim: &'static mut Sim = unsafe { &mut *addr_of_mut!(SIM).cast::<Sim>() };
     #[cfg(feature = "heap")]
     heap::init();
     #[cfg(feature = "log")]
     logger::init(args.value("--log-level"));
     let mut out = Out::<4096>::new(1);
+    let state = match STATE.bind(&CAPS) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(out, "nrt-firmware: FAIL state bind: {e}");
+            return 1;
+        }
+    };
     let cfg = SimConfig::new(Preset::Trn2, 1);
     if let Err(e) = sim.init(&cfg) {
         let _ = writeln!(out, "nrt-firmware: FAIL simulator init: errno {e}");
         return 1;
     }
-    let sim: &'static SimDevice = sim;
+    let sim: &'static Sim = sim;
     let mut r = Run {
         nrt: Nrt::new(state, sim),
         out,
@@ -272,7 +305,7 @@ impl Run {
         for (l, (_, s)) in arena_live.iter_mut().zip(self.nrt.state().arena_stats()) {
             *l = s.live;
         }
-        let mut on = [0u32; config::MAX_MODELS];
+        let mut on = [0u32; CAPS.models as usize];
         Snapshot {
             ledger: self.nrt.ledger_snapshot(0),
             driver_bytes: self.nrt.driver_bytes_in_use(),
@@ -281,7 +314,7 @@ impl Run {
         }
     }
 
-    fn header(&mut self, sim: &SimDevice) {
+    fn header(&mut self, sim: &Sim) {
         let g = self.nrt.driver().device_info(0);
         let _ = writeln!(
             self.out,
@@ -301,9 +334,11 @@ impl Run {
         }
         let _ = writeln!(
             self.out,
-            "  static state  CoreState {} B + SimDevice {} B in .bss (zero pages until touched)",
+            "  static state  {} profile: CoreState {} B + arenas {} B + SimDevice {} B in .bss (zero pages until touched)",
+            profile::NAME,
             CoreState::BYTES,
-            size_of::<SimDevice>()
+            CoreState::storage_bytes(&CAPS),
+            size_of::<Sim>()
         );
     }
 
@@ -437,7 +472,7 @@ impl Run {
     /// arena (not a device OOM) and change nothing; then every slot is returned.
     fn bad_full_arena(&mut self) -> Result<(), Error> {
         let n = self.nrt;
-        let mut taken = [TensorHandle::from_parts(0, 0, 0); config::MAX_TENSORS];
+        let mut taken = [TensorHandle::from_parts(0, 0, 0); CAPS.tensors as usize];
         let mut count = 0;
         let err = loop {
             match n.tensor_allocate_empty(Some("filler")) {
@@ -458,8 +493,8 @@ impl Run {
         for t in &taken[..count] {
             n.tensor_free(*t, None)?;
         }
-        let ok = matches!(err, Some(Error::ArenaFull(a)) if a.arena == "nrt_tensor_t" && a.capacity == config::MAX_TENSORS)
-            && count + 1 == config::MAX_TENSORS // one slot is held by the tensor `close` frees
+        let ok = matches!(err, Some(Error::ArenaFull(a)) if a.arena == "nrt_tensor_t" && a.capacity == (CAPS.tensors as usize))
+            && count + 1 == (CAPS.tensors as usize) // one slot is held by the tensor `close` frees
             && matches!(again, Err(Error::ArenaFull(_)))
             && unchanged;
         self.check(
@@ -484,7 +519,7 @@ impl Run {
         // must name a core of the context tree); they are never allocated from.
         // SAFETY: `core_allocator` returns a live allocator of the running core.
         let pcore = unsafe { (*n.core_allocator(0, 0)?).pcore };
-        let mut fillers = [null_mut(); config::MAX_ALLOCATORS];
+        let mut fillers = [null_mut(); CAPS.allocators as usize];
         let mut count = 0;
         let err = loop {
             if count == fillers.len() {
