@@ -8,7 +8,7 @@
 
 use core::cell::UnsafeCell;
 use core::ptr::{addr_of_mut, null_mut};
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
@@ -184,6 +184,12 @@ pub struct CoreState {
     pub(crate) vc: UnsafeCell<VcoreTable>,
     pub(crate) settings: UnsafeCell<Settings>,
     pub(crate) state: AtomicU32,
+    /// The driver this block was initialised with (its address; 0 while not initialised):
+    /// every call through an [`Nrt`] over another driver is refused (issue 16 item 2). Written
+    /// by `init` only, beside `state`, so the gate reads it from the line it reads anyway.
+    pub(crate) bound_drv: AtomicUsize,
+    /// The host-memory provider it was initialised with (address; 0 for none).
+    pub(crate) bound_host: AtomicUsize,
     /// This runtime's epoch ([`crate::handle`]): a process-unique value taken at each `init`,
     /// 0 while not initialised. Every handle carries the epoch it was made in.
     pub(crate) epoch: AtomicU32,
@@ -519,18 +525,80 @@ pub struct InitOptions {
     pub contiguous_scratchpad: bool,
 }
 
-/// The runtime: a view pairing the state block with the driver. Cheap to copy; every
-/// operation of the core is a method on it.
+/// The runtime: a view binding the state block to its driver and, optionally, the host-memory
+/// provider of VIRTUAL tensors. Cheap to copy; every operation of the core is a method on it.
+///
+/// Resources are bound once (issue 16 item 2): [`Nrt::init`] records the driver and the host
+/// provider of the view it runs on, and until the next `init` every call through a view over
+/// another driver or provider is refused ([`Error::ForeignResources`]), so frees can never
+/// go to a driver or heap that did not hand the memory out. The lifetime `'a` ties the
+/// borrowed resources to every view.
 #[derive(Copy, Clone)]
 pub struct Nrt<'a> {
     pub(crate) st: &'a CoreState,
     pub(crate) drv: &'a dyn Driver,
+    pub(crate) host: Option<&'a dyn crate::tensor::HostMem>,
+}
+
+/// The address of a borrowed resource (the data pointer: vtables are not unique).
+fn addr<T: ?Sized>(r: &T) -> usize {
+    (r as *const T).cast::<()>() as usize
 }
 
 impl<'a> Nrt<'a> {
-    /// Pairs a state block with a driver.
+    /// Binds a state block to a driver, with no host-memory provider (VIRTUAL tensors are
+    /// refused as `Unsupported`).
     pub fn new(st: &'a CoreState, drv: &'a dyn Driver) -> Self {
-        Nrt { st, drv }
+        Nrt {
+            st,
+            drv,
+            host: None,
+        }
+    }
+
+    /// Binds a state block to a driver and the host-memory provider of its VIRTUAL tensors:
+    /// they are allocated from and freed to `host`, and `close` returns their bytes to it.
+    pub fn with_host(
+        st: &'a CoreState,
+        drv: &'a dyn Driver,
+        host: &'a dyn crate::tensor::HostMem,
+    ) -> Self {
+        Nrt {
+            st,
+            drv,
+            host: Some(host),
+        }
+    }
+
+    /// The host-memory provider this view binds (None: VIRTUAL tensors unsupported).
+    pub fn host_mem(&self) -> Option<&'a dyn crate::tensor::HostMem> {
+        self.host
+    }
+
+    /// `Ok` when this view names the driver and host provider its state block was
+    /// initialised with (or the block is not initialised: nothing is bound yet).
+    #[inline]
+    pub(crate) fn check_bound(&self) -> Result<()> {
+        let drv = self.st.bound_drv.load(Ordering::Relaxed);
+        let host = self.st.bound_host.load(Ordering::Relaxed);
+        if drv == 0 || (drv == addr(self.drv) && host == self.host.map_or(0, addr)) {
+            Ok(())
+        } else {
+            Err(Error::ForeignResources)
+        }
+    }
+
+    /// The provider a call uses: the bound one. A per-call provider (the libnrt-shaped
+    /// argument) must be that same one, else [`Error::ForeignResources`]: a free can never go
+    /// to a heap that did not hand the memory out.
+    pub(crate) fn host_for(
+        &self,
+        given: Option<&dyn crate::tensor::HostMem>,
+    ) -> Result<Option<&'a dyn crate::tensor::HostMem>> {
+        match given {
+            Some(g) if self.host.map_or(0, addr) != addr(g) => Err(Error::ForeignResources),
+            _ => Ok(self.host),
+        }
     }
 
     /// The driver.
@@ -710,6 +778,7 @@ impl<'a> Nrt<'a> {
         let g = InFlight {
             active: &self.st.active_calls,
         };
+        self.check_bound()?;
         match self.st.state.load(Ordering::Acquire) {
             STATE_INIT => Ok(g),
             STATE_CLOSED if closed_readable => Ok(g),
@@ -801,6 +870,7 @@ impl<'a> Nrt<'a> {
     pub fn init(&self, opts: &InitOptions) -> Result<()> {
         let _g = self.st.init_lock.lock();
         if self.lifecycle() == STATE_INIT {
+            self.check_bound()?;
             return Err(Error::AlreadyInitialized);
         }
         // Readers of a closed runtime (`inspect`) are let out before the tree is rewritten;
@@ -904,6 +974,11 @@ impl<'a> Nrt<'a> {
         self.st
             .epoch
             .store(crate::handle::next_epoch(), Ordering::Release);
+        // Bound from here until the next init: views over other resources are refused.
+        self.st.bound_drv.store(addr(self.drv), Ordering::Relaxed);
+        self.st
+            .bound_host
+            .store(self.host.map_or(0, addr), Ordering::Relaxed);
         // Calls are let in when `_reopen` opens the gate.
         self.st.state.store(STATE_INIT, Ordering::Release);
         info!("nrt-core initialised: {} device(s)", n);
@@ -995,6 +1070,7 @@ impl<'a> Nrt<'a> {
     /// while it holds an [`crate::model::ExecGuard`] itself, or it waits for itself forever.
     pub fn close(&self) -> Result<()> {
         let _g = self.st.init_lock.lock();
+        self.check_bound()?;
         if self.lifecycle() != STATE_INIT {
             return Err(if self.lifecycle() == STATE_CLOSED {
                 Error::Closed

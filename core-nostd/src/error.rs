@@ -72,6 +72,10 @@ pub enum Error {
     InvalidHandle(crate::handle::HandleError),
     /// A dmem that does not belong to the allocator it was given to.
     ForeignDmem,
+    /// The call came through a view ([`crate::Nrt`]) over another driver or host-memory
+    /// provider than the state block was initialised with, or named a per-call provider that
+    /// is not the bound one (issue 16 item 2). Nothing was done.
+    ForeignResources,
     /// A static arena is full (distinct from device OOM).
     ArenaFull(ArenaFull),
     /// Device HBM exhausted (`ENOMEM` on TONGA_DRAM → NRT_RESOURCE, spec §3.2 GOTCHA).
@@ -185,6 +189,7 @@ impl Error {
             Error::DeviceOom { .. } => NRT_RESOURCE,
             Error::HostOom { .. } => NRT_FAIL_HOST_MEM_ALLOC,
             Error::ArenaFull(_) => NRT_RESOURCE,
+            Error::ForeignResources => NRT_INVALID,
             Error::UnknownModel(_) | Error::DuplicateModel(_) => NRT_INVALID_HANDLE,
             Error::TooManyLibs(_) | Error::AlreadyInitialized => NRT_FAILURE,
             Error::Driver(e) if *e == errno::ENOMEM => NRT_RESOURCE,
@@ -269,6 +274,10 @@ impl fmt::Display for Error {
             Error::DoubleFree => f.write_str("dmem already freed (double free)"),
             Error::InvalidHandle(h) => write!(f, "{h}"),
             Error::ForeignDmem => f.write_str("dmem does not belong to this allocator"),
+            Error::ForeignResources => f.write_str(
+                "this runtime is bound to another driver or host-memory provider (the ones it \
+                 was initialised with): the call was refused",
+            ),
             Error::ArenaFull(a) if a.setting.is_empty() => write!(
                 f,
                 "arena `{}` is full ({} slots); raise its nrt_core::Capacity",

@@ -231,6 +231,7 @@ impl<'a> Nrt<'a> {
         host: Option<&dyn HostMem>,
     ) -> Result<TensorHandle> {
         let _call = self.enter()?;
+        let host = self.host_for(host)?;
         let placement = Placement::from_raw(placement).ok_or(Error::InvalidArgument(
             "placement must be DEVICE (0), HOST (1) or VIRTUAL (2)",
         ))?;
@@ -367,6 +368,7 @@ impl<'a> Nrt<'a> {
         host: Option<&dyn HostMem>,
     ) -> Result<()> {
         let _call = self.enter()?;
+        let host = self.host_for(host)?;
         let pin = self.tensor_pin(h)?;
         let t = pin.t;
         self.tensor_check(t)?;
@@ -430,6 +432,7 @@ impl<'a> Nrt<'a> {
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
     pub fn tensor_free(&self, h: TensorHandle, host: Option<&dyn HostMem>) -> Result<()> {
         let _call = self.enter()?;
+        let host = self.host_for(host)?;
         let pin = self.tensor_pin(h)?;
         match handle::drop_owner(pin.refs) {
             Dropped::Last => {
@@ -517,8 +520,9 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// Teardown: frees every tensor still alive (their device memory returns to the driver).
-    /// VIRTUAL storages owned by a host provider are leaked to it (the provider outlives us).
+    /// Teardown: frees every tensor still alive: device and host DMA memory returns to the
+    /// driver, VIRTUAL bytes to the bound host provider (issue 16 item 2: close returns every
+    /// byte in every layer).
     pub(crate) fn free_all_tensors(&self) {
         let mut live: [Tensor; 64] = [null_mut(); 64];
         loop {
@@ -533,7 +537,7 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                if self.tensor_free_inner(*t, None).is_err() {
+                if self.tensor_free_inner(*t, self.host).is_err() {
                     // Not a whole tensor (cannot happen once the gate is drained): give the
                     // slot back rather than meet it again.
                     let _ = self.st.tensors.release(*t);

@@ -16,6 +16,8 @@ use nrt_core::TensorHandle;
 use nrt_core::{CoreState, Error, InitOptions, Nrt};
 
 struct Heap;
+/// The provider the VIRTUAL tests bind their runtime to.
+static HEAP: Heap = Heap;
 impl HostMem for Heap {
     fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
         // SAFETY: non-zero size layout.
@@ -146,13 +148,14 @@ fn device_tensor_round_trip_slices_and_info() {
 
 #[test]
 fn virtual_attach_copy_and_host_placement() {
-    let f = Fixture::up(
+    let f = Fixture::up_with_host(
         SimConfig::scaled_down(Preset::Trn1, 1),
         InitOptions::default(),
+        &HEAP,
     );
     let n = f.nrt();
     let v = n
-        .tensor_allocate(2, -1, 64, Some("v"), Some(&Heap))
+        .tensor_allocate(2, -1, 64, Some("v"), Some(&HEAP))
         .unwrap();
     assert!(!n.tensor_get_va(v).unwrap().is_null());
     n.tensor_write(v, &[7u8; 64], 0).unwrap();
@@ -187,16 +190,16 @@ fn virtual_attach_copy_and_host_placement() {
     assert!(n.tensor_read(e, &mut b[..1], 0).is_err(), "no storage yet");
     // SAFETY: `buf` (32 bytes) outlives `e`, which is freed below; nothing else touches it
     // meanwhile.
-    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&Heap)) }.unwrap();
+    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&HEAP)) }.unwrap();
     n.tensor_write(e, &[9u8; 4], 0).unwrap();
-    n.tensor_free(e, Some(&Heap)).unwrap();
+    n.tensor_free(e, Some(&HEAP)).unwrap();
     assert_eq!(
         &buf[..5],
         &[9, 9, 9, 9, 1],
         "the caller's buffer is never freed by us"
     );
     for t in [v, h, d0, d1] {
-        n.tensor_free(t, Some(&Heap)).unwrap();
+        n.tensor_free(t, Some(&HEAP)).unwrap();
     }
     assert_eq!(
         n.tensor_free(TensorHandle::from_parts(0, 0, 0), None)
@@ -298,7 +301,11 @@ fn independent_instances_do_not_share_state() {
 fn virtual_tensors_from_a_static_arena() {
     static POOL: nrt_core::tensor::ArenaHostMem<{ 1 << 20 }, 256> =
         nrt_core::tensor::ArenaHostMem::new();
-    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let f = Fixture::up_with_host(
+        SimConfig::new(Preset::Trn2, 1),
+        InitOptions::default(),
+        &POOL,
+    );
     let n = f.nrt();
     let before = POOL.free_bytes();
     let a = n
@@ -366,9 +373,10 @@ fn tensor_name_outlives_the_tensor() {
 /// a storage, on VIRTUAL and DEVICE tensors.
 #[test]
 fn overlapping_copy_within_a_storage_is_memmove() {
-    let f = Fixture::up(
+    let f = Fixture::up_with_host(
         SimConfig::scaled_down(Preset::Trn1, 1),
         InitOptions::default(),
+        &HEAP,
     );
     let n = f.nrt();
     let pattern: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
@@ -385,7 +393,7 @@ fn overlapping_copy_within_a_storage_is_memmove() {
         );
     };
     let v = n
-        .tensor_allocate(2, -1, 16384, Some("v"), Some(&Heap))
+        .tensor_allocate(2, -1, 16384, Some("v"), Some(&HEAP))
         .unwrap();
     let d = n.tensor_allocate(0, 0, 16384, Some("d"), None).unwrap();
     for (t, what) in [(v, "VIRTUAL"), (d, "DEVICE")] {
@@ -406,7 +414,7 @@ fn overlapping_copy_within_a_storage_is_memmove() {
     n.tensor_read(v, &mut got, 0).unwrap();
     assert!(got == want, "slices sharing a storage: not memmove");
     for t in [lo, hi, v, d] {
-        n.tensor_free(t, Some(&Heap)).unwrap();
+        n.tensor_free(t, Some(&HEAP)).unwrap();
     }
 }
 
@@ -715,4 +723,95 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
     n.tensor_read(x, &mut buf, 0).unwrap();
     assert!(buf.iter().all(|&v| v == 0x77), "output x was written");
     n.close().unwrap();
+}
+
+/// A host provider that counts the bytes it has out (issue 16 item 2).
+struct Counting(std::sync::atomic::AtomicU64);
+impl HostMem for Counting {
+    fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
+        let p = HEAP.alloc(size)?;
+        self.0
+            .fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
+        Some(p)
+    }
+    unsafe fn free(&self, p: NonNull<u8>, size: usize) {
+        self.0
+            .fetch_sub(size as u64, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded contract: `p` came from HEAP.alloc(size) in `alloc`.
+        unsafe { HEAP.free(p, size) }
+    }
+}
+
+#[test]
+fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
+    static HOST: Counting = Counting(std::sync::atomic::AtomicU64::new(0));
+    let out = || HOST.0.load(std::sync::atomic::Ordering::Relaxed);
+    let f = Fixture::up_with_host(
+        SimConfig::new(Preset::Trn2, 1),
+        InitOptions::default(),
+        &HOST,
+    );
+    let n = f.nrt();
+    for size in [64u64, 4096, 100_000] {
+        n.tensor_allocate(2, -1, size, Some("left"), None).unwrap();
+    }
+    let slice_src = n.tensor_allocate(2, -1, 512, Some("src"), None).unwrap();
+    n.tensor_allocate_slice(slice_src, 0, 256, Some("slice"))
+        .unwrap();
+    n.tensor_allocate(0, 0, 4096, Some("dev"), None).unwrap();
+    assert_eq!(out(), 64 + 4096 + 100_000 + 512);
+    n.close().unwrap();
+    assert_eq!(out(), 0, "close left VIRTUAL bytes with the host provider");
+    assert_eq!(n.driver_bytes_in_use(), 0);
+}
+
+#[test]
+fn a_view_over_other_resources_is_refused() {
+    static OTHER: Heap = Heap;
+    let f = Fixture::up_with_host(
+        SimConfig::new(Preset::Trn2, 1),
+        InitOptions::default(),
+        &HEAP,
+    );
+    let n = f.nrt();
+    let t = n.tensor_allocate(2, -1, 64, Some("mine"), None).unwrap();
+    let before = snapshot(&n);
+    // Another driver over the same state block: every call is refused, nothing changes.
+    let other_sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
+    let wrong = Nrt::with_host(&f.st, &*other_sim, &HEAP);
+    assert_eq!(wrong.tensor_free(t, None), Err(Error::ForeignResources));
+    assert_eq!(
+        wrong.tensor_allocate(0, 0, 4096, None, None),
+        Err(Error::ForeignResources)
+    );
+    assert_eq!(wrong.close(), Err(Error::ForeignResources));
+    assert_eq!(
+        wrong.init(&InitOptions::default()),
+        Err(Error::ForeignResources)
+    );
+    // The right driver without the bound provider, or with another one: refused too.
+    let no_host = Nrt::new(&f.st, &*f.sim);
+    assert_eq!(no_host.tensor_get_size(t), Err(Error::ForeignResources));
+    let other_host = Nrt::with_host(&f.st, &*f.sim, &OTHER);
+    assert_eq!(
+        other_host.tensor_free(t, None),
+        Err(Error::ForeignResources)
+    );
+    // A per-call provider that is not the bound one is refused (it never frees what the
+    // bound one allocated).
+    assert_eq!(n.tensor_free(t, Some(&OTHER)), Err(Error::ForeignResources));
+    assert_eq!(
+        Error::ForeignResources.status(),
+        NRT_STATUS::NRT_INVALID,
+        "a caller's mistake"
+    );
+    assert_eq!(snapshot(&n), before);
+    assert_eq!(n.tensor_get_size(t), Ok(64));
+    n.tensor_free(t, Some(&HEAP)).unwrap();
+    n.close().unwrap();
+    // After close, a new init may bind other resources.
+    let again = Nrt::new(&f.st, &*other_sim);
+    again.init(&InitOptions::default()).unwrap();
+    assert_eq!(n.tensor_get_size(t), Err(Error::ForeignResources));
+    again.close().unwrap();
 }

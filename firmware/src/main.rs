@@ -257,7 +257,7 @@ fn run(args: &rt::Args) -> i32 {
     }
     let sim: &'static Sim = sim;
     let mut r = Run {
-        nrt: Nrt::new(state, sim),
+        nrt: Nrt::with_host(state, sim, &HOST_POOL),
         out,
         fails: 0,
     };

@@ -48,8 +48,11 @@ pub struct HostRuntime {
     // Field order: the state (which refers to driver memory by handle only) can drop in any
     // order; the backend owns the device memory.
     st: Box<CoreState>,
-    backend: Backend,
-    host: MallocHostMem,
+    /// Boxed, like the state: the state block is bound to the driver's and the host
+    /// provider's addresses at `init` (`Nrt::with_host`), so they must not move with the
+    /// runtime (the C ABI moves it into its global after building it).
+    backend: Box<Backend>,
+    host: Box<MallocHostMem>,
     config: RuntimeConfig,
     completions: (Mutex<u64>, Condvar),
 }
@@ -81,8 +84,8 @@ impl HostRuntime {
         let st = CoreState::with_capacity(&config.capacity).map_err(BuildError::Capacity)?;
         Ok(HostRuntime {
             st,
-            backend,
-            host: MallocHostMem,
+            backend: Box::new(backend),
+            host: Box::new(MallocHostMem),
             config,
             completions: (Mutex::new(0), Condvar::new()),
         })
@@ -99,25 +102,26 @@ impl HostRuntime {
 
     /// The driver.
     pub fn driver(&self) -> &dyn Driver {
-        match &self.backend {
+        match &*self.backend {
             Backend::Sim(s) => s,
             Backend::Neuron(n) => n,
         }
     }
 
-    /// The core runtime view.
+    /// The core runtime view, bound to this runtime's driver and host memory (so `close`
+    /// returns VIRTUAL tensors' bytes too).
     pub fn nrt(&self) -> Nrt<'_> {
-        Nrt::new(&self.st, self.driver())
+        Nrt::with_host(&self.st, self.driver(), &*self.host)
     }
 
     /// Host memory for VIRTUAL tensors.
     pub fn host_mem(&self) -> &dyn HostMem {
-        &self.host
+        &*self.host
     }
 
     /// The simulated device (fault injection), when simulated.
     pub fn sim(&self) -> Option<&SimDevice> {
-        match &self.backend {
+        match &*self.backend {
             Backend::Sim(s) => Some(s.device()),
             Backend::Neuron(_) => None,
         }

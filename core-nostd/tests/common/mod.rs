@@ -3,12 +3,15 @@
 
 use nrt_core::abi::*;
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
+use nrt_core::tensor::HostMem;
 use nrt_core::{CoreState, InitOptions, Nrt};
 
 pub struct Fixture {
     pub st: Box<CoreState>,
     pub sim: Box<SimDevice>,
     pub backing: Vec<Vec<u8>>,
+    /// The host-memory provider the runtime is bound to (`Nrt::with_host`), if any.
+    pub host: Option<&'static dyn HostMem>,
 }
 
 impl Fixture {
@@ -28,13 +31,24 @@ impl Fixture {
             st: CoreState::new_boxed(),
             sim,
             backing,
+            host: None,
         }
     }
     pub fn trn2() -> Self {
         Self::new(SimConfig::new(Preset::Trn2, 1))
     }
     pub fn nrt(&self) -> Nrt<'_> {
-        Nrt::new(&self.st, &*self.sim)
+        match self.host {
+            Some(h) => Nrt::with_host(&self.st, &*self.sim, h),
+            None => Nrt::new(&self.st, &*self.sim),
+        }
+    }
+    /// [`Self::up`] with the runtime bound to `host` for its VIRTUAL tensors.
+    pub fn up_with_host(cfg: SimConfig, opts: InitOptions, host: &'static dyn HostMem) -> Self {
+        let mut f = Self::new(cfg);
+        f.host = Some(host);
+        f.nrt().init(&opts).expect("init");
+        f
     }
     pub fn up(cfg: SimConfig, opts: InitOptions) -> Self {
         let f = Self::new(cfg);
