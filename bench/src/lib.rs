@@ -866,6 +866,97 @@ pub fn dmem_path_vs_carve(quick: bool) -> Option<PathComparison> {
     })
 }
 
+/// Tensor allocate / write / free throughput with 1 thread against 2 threads on different
+/// logical cores (issue 16 item 7), ratio taken in one run: `ratio` is (2 threads' total
+/// ops/s) / (1 thread's ops/s), the median of the per-repetition ratios (each repetition times
+/// one thread, then two, back to back). Wall-clock, so on a busy machine both sides move.
+#[derive(Copy, Clone, Debug)]
+pub struct ThreadScaling {
+    /// One thread's ops per second (median), one op = allocate + write 4 KiB + free.
+    pub one_thread_ops_per_s: f64,
+    /// Two threads' total ops per second (median).
+    pub two_threads_ops_per_s: f64,
+    /// Paired median of two / one.
+    pub ratio: f64,
+}
+
+/// [`ThreadScaling`] of `placement` tensors (0 DEVICE, 2 VIRTUAL) on logical cores 0 and 1
+/// of a simulated trn2 (LNC 2: physical cores 0 and 2), each thread on its own core; the
+/// Rust API directly (the C API's figure is the ffi crate's).
+pub fn tensor_threads(quick: bool, placement: u32) -> Option<ThreadScaling> {
+    use nrt_core::sim::{Preset, SimConfig, SimDevice};
+    use nrt_core::tensor::HostMem;
+    use nrt_core::{CoreState, InitOptions, Nrt};
+    use std::alloc::Layout;
+    use std::ptr::NonNull;
+
+    struct Malloc;
+    impl HostMem for Malloc {
+        fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
+            // SAFETY: non-zero size.
+            NonNull::new(unsafe {
+                std::alloc::alloc_zeroed(Layout::from_size_align(size.max(1), 64).ok()?)
+            })
+        }
+        unsafe fn free(&self, p: NonNull<u8>, size: usize) {
+            if let Ok(l) = Layout::from_size_align(size.max(1), 64) {
+                // SAFETY: caller contract: from `alloc(size)`.
+                unsafe { std::alloc::dealloc(p.as_ptr(), l) };
+            }
+        }
+    }
+    static HOST: Malloc = Malloc;
+
+    let (ops, reps) = if quick {
+        (5_000u32, 3)
+    } else {
+        (100_000u32, 7)
+    };
+    let cfg = SimConfig::scaled_down(Preset::Trn2, 1);
+    let mut sim = SimDevice::new_boxed(&cfg).ok()?;
+    let mut backing = vec![0u8; sim.backing_len(0) as usize];
+    // SAFETY: `backing` outlives every use of the device in this function (dropped after the
+    // runtime is closed and the device is gone).
+    unsafe { sim.set_backing(0, backing.as_mut_ptr(), backing.len() as u64) }.ok()?;
+    let st = CoreState::new_boxed();
+    let n = Nrt::with_host(&st, &*sim, &HOST);
+    n.init(&InitOptions::default()).ok()?;
+    let data = [0x5au8; 4096];
+    let work = |vnc: i64| -> Option<()> {
+        for _ in 0..ops {
+            let t = n
+                .tensor_allocate(placement, vnc, 4096, Some("bench"), None)
+                .ok()?;
+            n.tensor_write(t, &data, 0).ok()?;
+            n.tensor_free(t, None).ok()?;
+        }
+        Some(())
+    };
+    let (mut one, mut two) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        work(0)?;
+        one.push(f64::from(ops) / t0.elapsed().as_secs_f64());
+        let t0 = Instant::now();
+        let ok = std::thread::scope(|s| {
+            let h = s.spawn(|| work(1));
+            let a = work(0);
+            a.and(h.join().ok().flatten())
+        });
+        ok?;
+        two.push(2.0 * f64::from(ops) / t0.elapsed().as_secs_f64());
+    }
+    n.close().ok()?;
+    drop(sim);
+    drop(backing);
+    let ratio = paired_median_ratio(&two, &one);
+    Some(ThreadScaling {
+        one_thread_ops_per_s: median(&mut one),
+        two_threads_ops_per_s: median(&mut two),
+        ratio,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

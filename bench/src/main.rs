@@ -6,17 +6,20 @@
 use std::process::ExitCode;
 
 use nrt_bench::{
-    dmem_path_vs_carve, exact_reuse, measure, measure_all, utilisation_over_seeds, CarveBench,
-    FirstFitRef, GenallocBench, Measurement, OffsetBench, RangeBench, SeedSpread, Trace,
-    TraceSession, TraceSpec, CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
+    dmem_path_vs_carve, exact_reuse, measure, measure_all, tensor_threads, utilisation_over_seeds,
+    CarveBench, FirstFitRef, GenallocBench, Measurement, OffsetBench, RangeBench, SeedSpread,
+    Trace, TraceSession, TraceSpec, CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL, OFFSET_UNIT,
+    REUSE_BLOCK,
 };
 use serde_json::json;
 
-const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem]
+const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem] [--threads]
   --quick  small op counts (CI smoke): 10k churn ops, 3 repetitions
   --json   print only the JSON object (no human summary on stderr)
   --dmem   only the full dmem path vs the raw carve (keys dmem_path_ns_per_op,
-           carve_raw_ns_per_op_same_trace, dmem_path_vs_carve_raw_ratio)";
+           carve_raw_ns_per_op_same_trace, dmem_path_vs_carve_raw_ratio)
+  --threads only tensor allocate/write/free with 1 vs 2 threads on different logical
+           cores (keys tensor_threads_*)";
 
 fn opt(x: Option<f64>) -> serde_json::Value {
     x.map_or(serde_json::Value::Null, |v| json!(v))
@@ -30,11 +33,13 @@ fn main() -> ExitCode {
     let mut quick = false;
     let mut json_only = false;
     let mut dmem_only = false;
+    let mut threads_only = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => quick = true,
             "--json" => json_only = true,
             "--dmem" => dmem_only = true,
+            "--threads" => threads_only = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -55,8 +60,32 @@ fn main() -> ExitCode {
             "dmem_path_vs_carve_raw_ratio": opt(p.map(|p| p.ratio)),
         })
     };
+    // 1 vs 2 threads on different logical cores, device and VIRTUAL tensors (issue 16 item 7).
+    let threads_json = || {
+        let mut o = serde_json::Map::new();
+        for (name, placement) in [("device", 0), ("virtual", 2)] {
+            let t = tensor_threads(quick, placement);
+            o.insert(
+                format!("tensor_threads_{name}_1t_ops_per_s"),
+                opt(t.map(|t| t.one_thread_ops_per_s)),
+            );
+            o.insert(
+                format!("tensor_threads_{name}_2t_ops_per_s"),
+                opt(t.map(|t| t.two_threads_ops_per_s)),
+            );
+            o.insert(
+                format!("tensor_threads_{name}_2t_vs_1t_ratio"),
+                opt(t.map(|t| t.ratio)),
+            );
+        }
+        serde_json::Value::Object(o)
+    };
     if dmem_only {
         println!("{}", dmem_json());
+        return ExitCode::SUCCESS;
+    }
+    if threads_only {
+        println!("{}", threads_json());
         return ExitCode::SUCCESS;
     }
     let (ops, reps) = if quick { (10_000, 3) } else { (100_000, 7) };
@@ -159,6 +188,9 @@ fn main() -> ExitCode {
     }
     if let (Some(o), serde_json::Value::Object(d)) = (out.as_object_mut(), dmem_json()) {
         o.extend(d);
+    }
+    if let (Some(o), serde_json::Value::Object(t)) = (out.as_object_mut(), threads_json()) {
+        o.extend(t);
     }
 
     if !json_only {

@@ -145,6 +145,14 @@ impl ShardBooks {
         }
     }
 
+    /// These books with their fresh cursor fixed at offset `at` (instead of drawn from the
+    /// process-wide sequence at the first take): for models that must replay deterministically.
+    pub fn with_fresh_start(mut self, at: u32) -> Self {
+        self.fresh_start = if self.len == 0 { 0 } else { at % self.len };
+        self.drawn = 1;
+        self
+    }
+
     /// Whether slot `index` belongs to this shard.
     pub fn owns(&self, index: u32) -> bool {
         index.wrapping_sub(self.start) < self.len

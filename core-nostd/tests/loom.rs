@@ -2,7 +2,8 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p nrt-core --test loom --release` (`cargo xtask loom`).
 //! They drive the very functions the runtime uses (`mint_handle`, `drain_with`, `stage_once`,
 //! the handle pin protocol `publish` / `pin` / `unpin` / `drop_owner` / `add_owner` /
-//! `wait_drained` / `retire`, `gate_enter` / `gate_exit` / `gate_close`)
+//! `wait_drained` / `retire`, `gate_enter` / `gate_exit` / `gate_close`, the sharded arena's
+//! `ShardBooks`)
 //! over loom's atomics and mutex.
 #![cfg(loom)]
 
@@ -322,5 +323,120 @@ fn a_reopened_gate_closes_again() {
         close(&gate, &torn_down);
         call.join().unwrap();
         assert_eq!(gate.load(Ordering::Acquire), GATE_CLOSED);
+    });
+}
+
+/// The sharded arena's slot protocol (issue 16 item 7, `arena.rs`): each shard's books
+/// ([`ShardBooks`], the very code the arena runs) behind that shard's own lock, a live flag
+/// per slot, and the arena's composition (`take_slot`: the preferred shard, then the others,
+/// quarantine last; `give_back`: the owning shard's lock, the flag checked and cleared under
+/// it) mirrored over loom's mutex and atomics.
+mod sharded {
+    use super::*;
+    use nrt_core::arena::ShardBooks;
+
+    pub const SLOTS: usize = 4;
+    pub const PER: usize = 2;
+
+    pub struct Model {
+        pub shards: [Mutex<ShardBooks>; 2],
+        pub live: [AtomicU32; SLOTS],
+        pub slots: [UnsafeCell<u64>; SLOTS],
+        _free: Box<[u32; SLOTS]>,
+    }
+
+    // SAFETY: the books' free-stack pointer targets `_free`, owned by the model and reached only
+    // under the owning shard's lock; the slots' cells are loom cells (loom checks their access).
+    unsafe impl Sync for Model {}
+    // SAFETY: as above.
+    unsafe impl Send for Model {}
+
+    impl Model {
+        pub fn new() -> Self {
+            let mut free = Box::new([0u32; SLOTS]);
+            let p = free.as_mut_ptr();
+            // SAFETY: each shard gets its own PER entries of `free`, which the model keeps alive.
+            let books = |s: usize| unsafe {
+                ShardBooks::new(p.add(s * PER), (s * PER) as u32, PER as u32).with_fresh_start(0)
+            };
+            Model {
+                shards: [Mutex::new(books(0)), Mutex::new(books(1))],
+                live: std::array::from_fn(|_| AtomicU32::new(0)),
+                slots: std::array::from_fn(|_| UnsafeCell::new(0)),
+                _free: free,
+            }
+        }
+
+        /// `Arena::take_slot` + the live flag's publication.
+        pub fn alloc(&self, prefer: usize) -> Option<usize> {
+            for quarantined in [false, true] {
+                for k in 0..2 {
+                    let s = (prefer + k) % 2;
+                    let got = self.shards[s].lock().unwrap().take(false, quarantined);
+                    if let Some(i) = got {
+                        let i = i as usize;
+                        // The slot is ours alone: loom flags any overlapping access.
+                        // SAFETY: exclusive by the protocol under test.
+                        self.slots[i].with_mut(|v| unsafe { *v = 0 });
+                        self.live[i].store(1, Ordering::Release);
+                        return Some(i);
+                    }
+                }
+            }
+            None
+        }
+
+        /// `Arena::give_back(.., GiveBack::Release)`.
+        pub fn release(&self, i: usize) -> bool {
+            let mut b = self.shards[i / PER].lock().unwrap();
+            if self.live[i].load(Ordering::Acquire) != 1 || !b.owns(i as u32) {
+                return false;
+            }
+            self.live[i].store(0, Ordering::Release);
+            b.put(i as u32);
+            true
+        }
+
+        pub fn use_slot(&self, i: usize, v: u64) {
+            // SAFETY: exclusive by the protocol under test.
+            self.slots[i].with_mut(|p| unsafe { *p = v });
+        }
+    }
+}
+
+/// Two threads preferring different shards: one takes more slots than its shard has (it
+/// borrows from the other), the other allocates, uses and frees, then frees again. No slot is
+/// ever held by both (loom checks every access to the slots' cells), the second free is
+/// refused, and every slot is back on the books at the end.
+#[test]
+fn sharded_arena_never_hands_a_slot_out_twice() {
+    loom::model(|| {
+        let m = Arc::new(sharded::Model::new());
+        let a = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let got: Vec<usize> = (0..3).filter_map(|_| m.alloc(0)).collect();
+                for (k, i) in got.iter().enumerate() {
+                    m.use_slot(*i, k as u64 + 1);
+                }
+                for i in &got {
+                    assert!(m.release(*i));
+                }
+                got.len()
+            })
+        };
+        let b = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let i = m.alloc(1).expect("4 slots for at most 4 holders");
+                m.use_slot(i, 99);
+                assert!(m.release(i));
+                assert!(!m.release(i), "a double free is refused");
+            })
+        };
+        assert_eq!(a.join().unwrap(), 3, "a full shard borrows from the other");
+        b.join().unwrap();
+        let live: u32 = m.shards.iter().map(|s| s.lock().unwrap().live()).sum();
+        assert_eq!(live, 0);
     });
 }

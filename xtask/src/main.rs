@@ -151,9 +151,12 @@ fn layout(args: &[String]) -> DynResult {
 fn bench(args: &[String]) -> DynResult {
     if let Some(bad) = args
         .iter()
-        .find(|a| !matches!(a.as_str(), "--json" | "--quick"))
+        .find(|a| !matches!(a.as_str(), "--json" | "--quick" | "--threads" | "--dmem"))
     {
-        return Err(format!("bench: unknown argument `{bad}` (expected --json, --quick)").into());
+        return Err(format!(
+            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem)"
+        )
+        .into());
     }
     run("bench (nrt-bench, release)", {
         let mut c = cargo();
