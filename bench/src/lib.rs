@@ -882,8 +882,9 @@ pub struct ThreadScaling {
 
 /// [`ThreadScaling`] of `placement` tensors (0 DEVICE, 2 VIRTUAL) on logical cores 0 and 1
 /// of a simulated trn2 (LNC 2: physical cores 0 and 2), each thread on its own core; the
-/// Rust API directly (the C API's figure is the ffi crate's).
-pub fn tensor_threads(quick: bool, placement: u32) -> Option<ThreadScaling> {
+/// Rust API directly (the C API's figure is the ffi crate's). `shards` is the arenas' shard
+/// count (`Capacity::shards`; 1 is the unsharded peer: one lock per arena).
+pub fn tensor_threads(quick: bool, placement: u32, shards: u32) -> Option<ThreadScaling> {
     use nrt_core::sim::{Preset, SimConfig, SimDevice};
     use nrt_core::tensor::HostMem;
     use nrt_core::{CoreState, InitOptions, Nrt};
@@ -918,7 +919,11 @@ pub fn tensor_threads(quick: bool, placement: u32) -> Option<ThreadScaling> {
     // SAFETY: `backing` outlives every use of the device in this function (dropped after the
     // runtime is closed and the device is gone).
     unsafe { sim.set_backing(0, backing.as_mut_ptr(), backing.len() as u64) }.ok()?;
-    let st = CoreState::new_boxed();
+    let st = CoreState::with_capacity(&nrt_core::Capacity {
+        shards,
+        ..nrt_core::Capacity::DEFAULT
+    })
+    .ok()?;
     let n = Nrt::with_host(&st, &*sim, &HOST);
     n.init(&InitOptions::default()).ok()?;
     let data = [0x5au8; 4096];

@@ -63,8 +63,13 @@ fn main() -> ExitCode {
     // 1 vs 2 threads on different logical cores, device and VIRTUAL tensors (issue 16 item 7).
     let threads_json = || {
         let mut o = serde_json::Map::new();
-        for (name, placement) in [("device", 0), ("virtual", 2)] {
-            let t = tensor_threads(quick, placement);
+        let shards = nrt_core::Capacity::DEFAULT.shards;
+        for (name, placement, shards) in [
+            ("device", 0, shards),
+            ("virtual", 2, shards),
+            ("virtual_1shard", 2, 1),
+        ] {
+            let t = tensor_threads(quick, placement, shards);
             o.insert(
                 format!("tensor_threads_{name}_1t_ops_per_s"),
                 opt(t.map(|t| t.one_thread_ops_per_s)),
