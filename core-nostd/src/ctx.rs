@@ -895,7 +895,7 @@ impl<'a> Nrt<'a> {
         let cap = self.st.caps.devices;
         if n > cap {
             warn!(
-                "init: attaching {} of {} device(s): raise Capacity.devices (NRT_DMEM_MAX_DEVICES)",
+                "init: attaching {} of {} device(s): raise Capacity.devices",
                 cap, n
             );
         }
