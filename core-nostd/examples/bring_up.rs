@@ -24,7 +24,7 @@ static WEIGHTS: [ModelAlloc<'static>; 1] = [ModelAlloc {
 fn main() -> Result<(), Error> {
     let state = CoreState::new_boxed();
     let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).map_err(Error::Driver)?;
-    let nrt = Nrt::new(&state, &*sim);
+    let nrt = Nrt::with_host(&state, &*sim, &HOST); // VIRTUAL tensors use HOST
     nrt.init(&InitOptions::default())?;
     let spec = ModelSpec {
         name: "demo",
@@ -34,12 +34,12 @@ fn main() -> Result<(), Error> {
     };
     let model = nrt.load_model(0, &spec)?;
 
-    let t = nrt.tensor_allocate(Placement::Virtual as u32, -1, 4096, Some("x"), Some(&HOST))?;
+    let t = nrt.tensor_allocate(Placement::Virtual as u32, -1, 4096, Some("x"), None)?;
     nrt.tensor_write(t, b"hello", 0)?;
     let mut back = [0u8; 5];
     nrt.tensor_read(t, &mut back, 0)?;
     assert_eq!(&back, b"hello");
-    nrt.tensor_free(t, Some(&HOST))?;
+    nrt.tensor_free(t, None)?;
 
     let core = nrt.virtual_core(0)?.tpbs[0];
     let booked = nrt.ledger_device(core.device_id, core.device_tpb_idx, WEIGHT as usize);
