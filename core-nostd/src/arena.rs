@@ -306,9 +306,9 @@ impl SideTable<AtomicU8> {
     }
 }
 
-/// A pool of zero-initialised `T` slots in storage bound by [`Arena::bind`]. A freed slot goes
-/// through its shard's quarantine of [`QUARANTINE`] releases before it is reused (most
-/// recently aged first, for locality).
+/// A pool of zero-initialised `T` slots in storage bound once by `Arena::bind` (crate-internal:
+/// `CoreState` binds its arenas). A freed slot goes through its shard's quarantine of
+/// [`QUARANTINE`] releases before it is reused (most recently aged first, for locality).
 #[repr(C)]
 pub struct Arena<T> {
     shards: [Shard; MAX_SHARDS],
