@@ -36,5 +36,5 @@ pub mod ulib;
 pub mod vcore;
 
 pub use ctx::{CoreState, InitOptions, Nrt};
-pub use error::{Error, Result};
+pub use error::{Error, InvalidArg, Result};
 pub use handle::{DmemHandle, HandleError, HandleFault, HandleKind, TensorHandle};
