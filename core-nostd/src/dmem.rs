@@ -18,7 +18,7 @@ use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::cstr::{c_name, copy_c_name};
 use crate::ctx::Nrt;
-use crate::driver::{errno, AllocRequest};
+use crate::driver::{errno, AllocRequest, Errno};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, DmemHandle, Dropped, HandleKind};
 
@@ -629,7 +629,7 @@ impl<'a> Nrt<'a> {
         usage: dma_mem_usage_type_t,
         host: bool,
         emulated: bool,
-        e: i32,
+        e: Errno,
     ) -> Error {
         if e != errno::ENOMEM {
             return Error::Driver(e);

@@ -274,7 +274,7 @@ impl Error {
             Error::ArenaFull(_) => NRT_RESOURCE,
             Error::UnknownModel(_) | Error::DuplicateModel(_) => NRT_INVALID_HANDLE,
             Error::TooManyLibs(_) | Error::AlreadyInitialized => NRT_FAILURE,
-            Error::Driver(e) if *e == errno::ENOMEM => NRT_RESOURCE,
+            Error::Driver(errno::ENOMEM) => NRT_RESOURCE,
             Error::Driver(_) => NRT_FAILURE,
             Error::Unsupported(_) => NRT_RESOURCE,
             Error::Timeout => NRT_TIMEOUT,
@@ -402,7 +402,7 @@ impl fmt::Display for Error {
                     "host memory (VIRTUAL tensor)"
                 }
             ),
-            Error::Driver(e) => write!(f, "driver error {} ({})", e, errno::name(e)),
+            Error::Driver(e) => write!(f, "driver error {} ({})", e.raw(), e.name()),
             Error::VncConfig { rule, size } => match rule {
                 // libnrt's assertions and messages (spec §9, .rodata), in its order.
                 VncRule::Zero => write!(f, "the logical core size must not be 0 (libnrt: out != 0)"),
