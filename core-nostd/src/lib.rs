@@ -38,3 +38,4 @@ pub mod vcore;
 pub use ctx::{CoreState, InitOptions, Nrt};
 pub use error::{Error, InvalidArg, Result};
 pub use handle::{DmemHandle, HandleError, HandleFault, HandleKind, TensorHandle};
+pub use ledger::{DeviceTotals, UsageSel};

@@ -42,7 +42,12 @@ pub enum Placement {
 }
 
 impl Placement {
-    /// From the C value.
+    /// From the C value (`nrt_tensor_placement_t`).
+    ///
+    /// Deliberate difference: libnrt takes any placement other than 0 and 2 as HOST_DRAM; this
+    /// refuses values other than DEVICE (0), HOST (1) and VIRTUAL (2) (NRT_INVALID,
+    /// [`crate::InvalidArg::Placement`]), since such a value is a caller's bug rather than a
+    /// request for host memory.
     pub fn from_raw(v: u32) -> Option<Self> {
         match v {
             0 => Some(Placement::Device),
@@ -212,20 +217,17 @@ impl<'a> Nrt<'a> {
     /// `nrt_tensor_allocate` → `tensor_allocate` (spec §7.2), gates in order: state, logical
     /// core range (VIRTUAL and HOST accept −1), host placement on CAYMAN, then the allocation.
     ///
-    /// Deliberate difference: libnrt takes any placement other than 0 and 2 as HOST_DRAM; this
-    /// refuses values other than DEVICE (0), HOST (1) and VIRTUAL (2) with NRT_INVALID, since
-    /// such a value is a caller's bug rather than a request for host memory.
+    /// The placement is typed; the C value is checked in [`crate::raw::tensor_allocate`], after
+    /// the state gate as here.
     pub fn tensor_allocate(
         &self,
-        placement: u32,
+        placement: Placement,
         vnc: i64,
         size: u64,
         name: Option<&str>,
         host: Option<&dyn HostMem>,
     ) -> Result<TensorHandle> {
         let _call = self.enter()?;
-        let placement =
-            Placement::from_raw(placement).ok_or(Error::InvalidArgument(InvalidArg::Placement))?;
         let vnc = if vnc == -1 && placement != Placement::Device {
             0
         } else {
