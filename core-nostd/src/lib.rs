@@ -16,6 +16,7 @@ mod fmt;
 pub mod abi;
 pub mod arena;
 pub mod carve;
+pub mod cell;
 pub mod config;
 pub mod cstr;
 pub mod ctx;
