@@ -81,7 +81,7 @@ const fn alloc(
     hint: &'static str,
 ) -> ModelAlloc<'static> {
     ModelAlloc {
-        usage: usage,
+        usage,
         location,
         size,
         align,
