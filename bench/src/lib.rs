@@ -880,11 +880,15 @@ pub struct ThreadScaling {
     pub ratio: f64,
 }
 
-/// [`ThreadScaling`] of `placement` tensors (0 DEVICE, 2 VIRTUAL) on logical cores 0 and 1
+/// [`ThreadScaling`] of `placement` tensors (DEVICE or VIRTUAL) on logical cores 0 and 1
 /// of a simulated trn2 (LNC 2: physical cores 0 and 2), each thread on its own core; the
 /// Rust API directly (the C API's figure is the ffi crate's). `shards` is the arenas' shard
 /// count (`Capacity::shards`; 1 is the unsharded peer: one lock per arena).
-pub fn tensor_threads(quick: bool, placement: u32, shards: u32) -> Option<ThreadScaling> {
+pub fn tensor_threads(
+    quick: bool,
+    placement: nrt_core::tensor::Placement,
+    shards: u32,
+) -> Option<ThreadScaling> {
     use nrt_core::sim::{Preset, SimConfig, SimDevice};
     use nrt_core::tensor::HostMem;
     use nrt_core::{CoreState, InitOptions, Nrt};

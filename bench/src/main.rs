@@ -62,12 +62,13 @@ fn main() -> ExitCode {
     };
     // 1 vs 2 threads on different logical cores, device and VIRTUAL tensors (issue 16 item 7).
     let threads_json = || {
+        use nrt_core::tensor::Placement;
         let mut o = serde_json::Map::new();
         let shards = nrt_core::Capacity::DEFAULT.shards;
         for (name, placement, shards) in [
-            ("device", 0, shards),
-            ("virtual", 2, shards),
-            ("virtual_1shard", 2, 1),
+            ("device", Placement::Device, shards),
+            ("virtual", Placement::Virtual, shards),
+            ("virtual_1shard", Placement::Virtual, 1),
         ] {
             let t = tensor_threads(quick, placement, shards);
             o.insert(

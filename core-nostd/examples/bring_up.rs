@@ -14,8 +14,8 @@ use nrt_core::{CoreState, Error, InitOptions, Nrt};
 /// a backing): 64 KiB in at most 16 blocks.
 static HOST: ArenaHostMem<{ 64 << 10 }, 16> = ArenaHostMem::new();
 static WEIGHTS: [ModelAlloc<'static>; 1] = [ModelAlloc {
-    usage: WEIGHT as u32,
-    location: TONGA_DRAM as u32,
+    usage: WEIGHT,
+    location: TONGA_DRAM,
     size: 8 << 20,
     align: 0,
     hint: "demo.weights",
@@ -34,7 +34,7 @@ fn main() -> Result<(), Error> {
     };
     let model = nrt.load_model(0, &spec)?;
 
-    let t = nrt.tensor_allocate(Placement::Virtual as u32, -1, 4096, Some("x"), None)?;
+    let t = nrt.tensor_allocate(Placement::Virtual, -1, 4096, Some("x"), None)?;
     nrt.tensor_write(t, b"hello", 0)?;
     let mut back = [0u8; 5];
     nrt.tensor_read(t, &mut back, 0)?;
@@ -42,7 +42,7 @@ fn main() -> Result<(), Error> {
     nrt.tensor_free(t, None)?;
 
     let core = nrt.virtual_core(0)?.tpbs[0];
-    let booked = nrt.ledger_device(core.device_id, core.device_tpb_idx, WEIGHT as usize);
+    let booked = nrt.ledger_device(core.device_id, core.device_tpb_idx, WEIGHT);
     println!(
         "model h{}: {booked} B of weights booked on logical core 0",
         model.id

@@ -15,7 +15,7 @@ use crate::abi::*;
 use crate::arena::{Arena, GiveBack, SideTable};
 use crate::config::*;
 use crate::driver::{errno, DeviceInfo, Driver};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidArg, Result};
 use crate::ht::{self, HtBuckets};
 use crate::sync::{gate_close, gate_enter, gate_exit, gate_open};
 use crate::vcore::{VcoreOptions, VcoreTable};
@@ -319,10 +319,10 @@ impl<const B: usize> StaticState<B> {
     /// Binds the state block to the storage for `caps`, once, and returns it. Errors: `caps`
     /// out of range or needing more than `B` bytes (`InvalidArgument`), or already bound.
     pub fn bind(&'static self, caps: &Capacity) -> Result<&'static CoreState> {
-        caps.check().map_err(Error::InvalidArgument)?;
+        caps.check().map_err(Error::InvalidCapacity)?;
         if Plan::of(caps).total > B {
             return Err(Error::InvalidArgument(
-                "the static storage is smaller than the capacity needs (size it with CoreState::storage_bytes)",
+                InvalidArg::StaticStorageTooSmall,
             ));
         }
         if self
@@ -330,7 +330,7 @@ impl<const B: usize> StaticState<B> {
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return Err(Error::InvalidArgument("this StaticState is already bound"));
+            return Err(Error::InvalidArgument(InvalidArg::StaticStateBound));
         }
         // SAFETY: the flag made this the only caller ever to get here, so nobody references
         // the state or the storage; both are all-zero (a fresh static), which is a valid
@@ -452,10 +452,10 @@ impl CoreState {
     /// field for a capacity [`Capacity::check`] refuses.
     #[cfg(any(test, feature = "alloc"))]
     pub fn with_capacity(caps: &Capacity) -> Result<alloc::boxed::Box<Self>> {
-        caps.check().map_err(Error::InvalidArgument)?;
+        caps.check().map_err(Error::InvalidCapacity)?;
         let bytes = Plan::of(caps).total.max(1);
         let layout = core::alloc::Layout::from_size_align(bytes, 64)
-            .map_err(|_| Error::InvalidArgument("capacity too large for one allocation"))?;
+            .map_err(|_| Error::InvalidArgument(InvalidArg::CapacityTooLarge))?;
         // SAFETY: CoreState is ZeroValid.
         let mut st = unsafe { alloc::boxed::Box::<Self>::new_zeroed().assume_init() };
         // SAFETY: non-zero size.

@@ -18,8 +18,8 @@ use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::cstr::{c_name, copy_c_name};
 use crate::ctx::Nrt;
-use crate::driver::{errno, AllocRequest};
-use crate::error::{Error, Result};
+use crate::driver::{errno, AllocRequest, Errno};
+use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, DmemHandle, Dropped, HandleKind};
 
 /// `DMEM_ACTION_*` of `dml_add_entry`.
@@ -166,10 +166,7 @@ impl<'a> Nrt<'a> {
     pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
         let _call = self.enter()?;
         if self.st.allocators.is_live(al) && !self.is_caller_owned(al) {
-            return Err(Error::InvalidArgument(
-                "the runtime's own allocators (a core's GLOBAL one, a model's MODEL ones) are \
-                 destroyed by the runtime, not through dmem_allocator_destroy",
-            ));
+            return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
         }
         self.dmem_allocator_destroy_inner(al, GiveBack::Release)
     }
@@ -357,9 +354,9 @@ impl<'a> Nrt<'a> {
         pcore: *mut physical_core_t,
         ty: dmem_allocator_type_t,
     ) -> Result<*mut dmem_allocator_t> {
-        let (dev, core) = self.tree_pcore(pcore).ok_or(Error::InvalidArgument(
-            "pcore is not a physical core of the context tree",
-        ))?;
+        let (dev, core) = self
+            .tree_pcore(pcore)
+            .ok_or(Error::InvalidArgument(InvalidArg::PcoreNotInTree))?;
         self.tpb(dev, core)?; // attached
         let al = self.st.allocators.alloc("dmem_allocator_t")?.as_ptr();
         // SAFETY: fresh zeroed slot owned by us.
@@ -383,7 +380,7 @@ impl<'a> Nrt<'a> {
         how: GiveBack,
     ) -> Result<()> {
         if !self.st.allocators.is_live(al) {
-            return Err(Error::InvalidArgument("allocator is not live"));
+            return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
         loop {
             // SAFETY: `al` is live; the list is only modified under its lock. A linked dmem
@@ -420,7 +417,7 @@ impl<'a> Nrt<'a> {
         self.st
             .allocators
             .give_back(al, how)
-            .map_err(|_| Error::InvalidArgument("allocator is not live"))
+            .map_err(|_| Error::InvalidArgument(InvalidArg::AllocatorNotLive))
     }
 
     /// [`Self::dmem_alloc`] without the gate (the runtime's own calls).
@@ -432,7 +429,7 @@ impl<'a> Nrt<'a> {
     ) -> Result<Dmem> {
         // 1. arguments (no side effects yet)
         if ref_list.is_some_and(|l| !self.st.dmem_lists.is_live(l)) {
-            return Err(Error::InvalidArgument("ref_list is not a live dmem_list_t"));
+            return Err(Error::InvalidArgument(InvalidArg::RefListNotLive));
         }
         if a.size == 0 {
             return Err(Error::ZeroSize);
@@ -461,12 +458,12 @@ impl<'a> Nrt<'a> {
             return Err(Error::UsageInvalidForLocation { usage, loc });
         }
         if !self.st.allocators.is_live(al) {
-            return Err(Error::InvalidArgument("allocator is not live"));
+            return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
         // SAFETY: live allocator; pcore was set at creation and points into the tree.
         let pcore = unsafe { (*al).pcore };
         if pcore.is_null() {
-            return Err(Error::InvalidArgument("allocator has no core"));
+            return Err(Error::InvalidArgument(InvalidArg::AllocatorWithoutCore));
         }
         // SAFETY: pcore points into the context tree (a tpb's or model's physical_core_t).
         let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
@@ -487,9 +484,7 @@ impl<'a> Nrt<'a> {
         if host && a.align != 0 && !emulate {
             // The driver's host pool refuses aligned requests (public ABI §3); said here, with
             // a clear message, instead of as the driver's bare EINVAL.
-            return Err(Error::InvalidArgument(
-                "the driver's host DMA pool does not take aligned allocations",
-            ));
+            return Err(Error::InvalidArgument(InvalidArg::AlignedHostAlloc));
         }
         // 3. metadata from the arenas (before touching the driver, so a full arena is its own
         //    error and needs no driver rollback). The generation and reference words are left
@@ -646,7 +641,7 @@ impl<'a> Nrt<'a> {
         usage: dma_mem_usage_type_t,
         host: bool,
         emulated: bool,
-        e: i32,
+        e: Errno,
     ) -> Error {
         if e != errno::ENOMEM {
             return Error::Driver(e);
@@ -709,7 +704,7 @@ impl<'a> Nrt<'a> {
         if self.st.dmems.owns(m) {
             Error::DoubleFree
         } else {
-            Error::InvalidArgument("not a dmem of this runtime")
+            Error::InvalidArgument(InvalidArg::ForeignDmemPointer)
         }
     }
 

@@ -10,30 +10,32 @@ use crate::abi::al_hal_tpb_arch_type_t;
 /// errno values the driver portal returns (Linux numbering).
 pub mod errno {
     /// Operation not permitted.
-    pub const EPERM: i32 = 1;
+    pub const EPERM: Errno = Errno(1);
     /// No such file or directory (no device node).
-    pub const ENOENT: i32 = 2;
+    pub const ENOENT: Errno = Errno(2);
     /// I/O error.
-    pub const EIO: i32 = 5;
+    pub const EIO: Errno = Errno(5);
     /// Bad file descriptor.
-    pub const EBADF: i32 = 9;
+    pub const EBADF: Errno = Errno(9);
     /// Out of memory in the requested pool.
-    pub const ENOMEM: i32 = 12;
+    pub const ENOMEM: Errno = Errno(12);
     /// Bad address (copy outside an allocation).
-    pub const EFAULT: i32 = 14;
+    pub const EFAULT: Errno = Errno(14);
     /// Device or resource busy.
-    pub const EBUSY: i32 = 16;
+    pub const EBUSY: Errno = Errno(16);
     /// No such device.
-    pub const ENODEV: i32 = 19;
+    pub const ENODEV: Errno = Errno(19);
     /// Invalid argument.
-    pub const EINVAL: i32 = 22;
+    pub const EINVAL: Errno = Errno(22);
     /// Inappropriate ioctl (command unknown to this driver version).
-    pub const ENOTTY: i32 = 25;
+    pub const ENOTTY: Errno = Errno(25);
     /// Operation not supported.
-    pub const EOPNOTSUPP: i32 = 95;
+    pub const EOPNOTSUPP: Errno = Errno(95);
+
+    use super::Errno;
 
     /// The symbolic name of an errno value.
-    pub const fn name(e: i32) -> &'static str {
+    pub const fn name(e: Errno) -> &'static str {
         match e {
             EPERM => "EPERM",
             ENOENT => "ENOENT",
@@ -51,8 +53,52 @@ pub mod errno {
     }
 }
 
-/// An errno value returned by the driver.
-pub type Errno = i32;
+/// An errno value returned by the driver (Linux numbering, positive), as a type rather than a
+/// bare `i32` (STYLE.md #21, vmm-sys-util's `errno::Error`): a driver failure cannot be
+/// confused with a count or an index. The named values are in [`errno`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct Errno(i32);
+
+impl Errno {
+    /// The errno of raw value `raw` (as the kernel or libc reports it).
+    pub const fn new(raw: i32) -> Self {
+        Errno(raw)
+    }
+    /// The raw value.
+    pub const fn raw(self) -> i32 {
+        self.0
+    }
+    /// The symbolic name (`"ENOMEM"`), or `"E?"` for a value [`errno`] does not name.
+    pub const fn name(self) -> &'static str {
+        errno::name(self)
+    }
+}
+
+impl From<i32> for Errno {
+    fn from(raw: i32) -> Self {
+        Errno(raw)
+    }
+}
+
+impl From<Errno> for i32 {
+    fn from(e: Errno) -> Self {
+        e.0
+    }
+}
+
+impl core::fmt::Debug for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}({})", self.name(), self.0)
+    }
+}
+
+impl core::fmt::Display for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} ({})", self.0, self.name())
+    }
+}
 
 /// Driver feature bits (`DRIVER_INFO_GET.feature_flags1`, public ioctl ABI).
 pub mod feature {
@@ -423,7 +469,25 @@ pub fn fill_by_copies<D: Driver + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use super::PoolStats;
+    use super::{errno, Errno, PoolStats};
+
+    #[test]
+    fn an_errno_keeps_its_number_and_says_its_name() {
+        extern crate std;
+        use std::format;
+        assert_eq!(errno::ENOMEM.raw(), 12);
+        assert_eq!(Errno::new(22), errno::EINVAL);
+        assert_eq!(i32::from(errno::ENODEV), 19);
+        assert_eq!(Errno::from(95).name(), "EOPNOTSUPP");
+        assert_eq!(format!("{}", errno::ENOMEM), "12 (ENOMEM)");
+        assert_eq!(format!("{:?}", errno::EINVAL), "EINVAL(22)");
+        // A number the table does not name is still itself, not a named errno.
+        assert_eq!(format!("{}", Errno::new(524)), "524 (E?)");
+        assert_eq!(
+            format!("{}", crate::Error::Driver(errno::EIO)),
+            "driver error 5 (EIO)"
+        );
+    }
 
     #[test]
     fn fragmentation_is_a_per_mille_and_survives_an_inconsistent_driver() {

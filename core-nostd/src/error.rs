@@ -76,6 +76,9 @@ pub enum Error {
     /// provider than the state block was initialised with, or named a per-call provider that
     /// is not the bound one (issue 16 item 2). Nothing was done.
     ForeignResources,
+    /// A [`crate::Capacity`] field out of range (`Capacity::check`; the message names the
+    /// field and its range). NRT_INVALID.
+    InvalidCapacity(&'static str),
     /// A static arena is full (distinct from device OOM).
     ArenaFull(ArenaFull),
     /// Device HBM exhausted (`ENOMEM` on TONGA_DRAM → NRT_RESOURCE, spec §3.2 GOTCHA).
@@ -136,8 +139,9 @@ pub enum Error {
     TooManyLibs(u32),
     /// SBUF carveout geometry mismatch (spec §8).
     BadCarveout(&'static str),
-    /// Bad argument to a tensor operation (message says which).
-    InvalidArgument(&'static str),
+    /// A bad argument, with the condition it breaks ([`InvalidArg`]; `Display` renders its
+    /// message). NRT_INVALID.
+    InvalidArgument(InvalidArg),
     /// An offset/size window outside the object.
     OutOfBounds {
         /// Requested offset.
@@ -159,6 +163,98 @@ pub enum Error {
     Uninitialized,
     /// Runtime closed.
     Closed,
+}
+
+/// Declares [`InvalidArg`] and its messages side by side, so a condition and the text users see
+/// cannot drift apart.
+macro_rules! invalid_args {
+    ($($(#[$m:meta])* $v:ident => $msg:expr,)*) => {
+        /// Which argument an [`Error::InvalidArgument`] refuses, one variant per condition, so
+        /// callers can match on it (issue 16 item 3). [`InvalidArg::message`] is the text the
+        /// error shows.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+        #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+        #[non_exhaustive]
+        pub enum InvalidArg {
+            $($(#[$m])* $v,)*
+        }
+
+        impl InvalidArg {
+            /// Every condition, in declaration order (for tables and tests).
+            pub const ALL: &'static [InvalidArg] = &[$(InvalidArg::$v,)*];
+
+            /// The message `Display` shows after "invalid argument: ".
+            pub const fn message(self) -> &'static str {
+                match self {
+                    $(InvalidArg::$v => $msg,)*
+                }
+            }
+        }
+    };
+}
+
+invalid_args! {
+    /// `dmem_allocator_destroy` on a GLOBAL or MODEL allocator, which the runtime owns (spec §4.5).
+    RuntimeOwnedAllocator => "the runtime's own allocators (a core's GLOBAL one, a model's MODEL ones) are \
+         destroyed by the runtime, not through dmem_allocator_destroy",
+    /// An allocator's `pcore` that is not a physical core of the context tree.
+    PcoreNotInTree => "pcore is not a physical core of the context tree",
+    /// An allocator pointer that is not a live `dmem_allocator_t` of this runtime.
+    AllocatorNotLive => "allocator is not live",
+    /// A `ref_list` that is not a live `dmem_list_t`.
+    RefListNotLive => "ref_list is not a live dmem_list_t",
+    /// An allocator whose `pcore` is NULL.
+    AllocatorWithoutCore => "allocator has no core",
+    /// An aligned request for HOST_DRAM (the host DMA pool takes none, spec §3.2).
+    AlignedHostAlloc => "the driver's host DMA pool does not take aligned allocations",
+    /// A dmem pointer outside this runtime's dmem arena.
+    ForeignDmemPointer => "not a dmem of this runtime",
+    /// A scratchpad page index past the pages.
+    PageIndex => "page index",
+    /// A NULL tensor pointer.
+    NullTensor => "tensor is NULL",
+    /// A tensor pointer that is not a live tensor of this runtime.
+    NotLiveTensor => "not a live tensor (freed, foreign or corrupt pointer)",
+    /// A tensor name over `TENSOR_NAME_MAX` (95) bytes.
+    TensorNameTooLong => "tensor name longer than 95 bytes",
+    /// A tensor's `name_buf` text that does not fit the 96-byte [`crate::tensor::TensorName`].
+    TensorNameBuffer => "tensor name longer than 96 bytes",
+    /// A C placement value other than DEVICE (0), HOST (1) or VIRTUAL (2).
+    Placement => "placement must be DEVICE (0), HOST (1) or VIRTUAL (2)",
+    /// `tensor_attach_buffer` with a NULL buffer or a zero size.
+    NullOrEmptyBuffer => "buffer is NULL or size is 0",
+    /// `tensor_allocate_slice` of a tensor without storage.
+    SourceWithoutStorage => "source tensor has no storage",
+    /// A data call on a tensor without storage (`allocate_empty` without `attach_buffer`).
+    TensorWithoutStorage => "tensor has no storage (allocate_empty without attach_buffer)",
+    /// A tensor storage of no known memory type.
+    StorageWithoutMemory => "tensor storage has no memory",
+    /// A device-to-device `tensor_copy` across NeuronCores.
+    CrossCoreCopy => "device-to-device copy must stay on one NeuronCore",
+    /// A device-visible-memory query on a VIRTUAL or attached-buffer tensor.
+    NotDeviceVisible => "tensor is not in device-visible memory",
+    /// `execute` with an output set that lacks a tensor the model declares.
+    OutputMissing => "output tensor set lacks a tensor the model declares",
+    /// `execute` with an input set that lacks a tensor the model declares.
+    InputMissing => "input tensor set lacks a tensor the model declares",
+    /// `execute` with a bound tensor whose size is not the model's declaration.
+    TensorSizeMismatch => "tensor size differs from the model's declaration",
+    /// `execute` binding more than 64 tensors.
+    TooManyBound => "more than 64 tensors bound",
+    /// A [`crate::tensor::TensorSet`] that already holds 64 tensors.
+    TensorSetFull => "tensor set is full (64 tensors)",
+    /// A `StaticState` whose storage is smaller than its capacity needs.
+    StaticStorageTooSmall => "the static storage is smaller than the capacity needs (size it with CoreState::storage_bytes)",
+    /// A `StaticState` bound a second time.
+    StaticStateBound => "this StaticState is already bound",
+    /// A capacity whose storage does not fit one allocation.
+    CapacityTooLarge => "capacity too large for one allocation",
+}
+
+impl fmt::Display for InvalidArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
 }
 
 /// The rule of `parse_vnc_config` (spec §9) an LNC size breaks.
@@ -189,10 +285,10 @@ impl Error {
             Error::DeviceOom { .. } => NRT_RESOURCE,
             Error::HostOom { .. } => NRT_FAIL_HOST_MEM_ALLOC,
             Error::ArenaFull(_) => NRT_RESOURCE,
-            Error::ForeignResources => NRT_INVALID,
+            Error::ForeignResources | Error::InvalidCapacity(_) => NRT_INVALID,
             Error::UnknownModel(_) | Error::DuplicateModel(_) => NRT_INVALID_HANDLE,
             Error::TooManyLibs(_) | Error::AlreadyInitialized => NRT_FAILURE,
-            Error::Driver(e) if *e == errno::ENOMEM => NRT_RESOURCE,
+            Error::Driver(errno::ENOMEM) => NRT_RESOURCE,
             Error::Driver(_) => NRT_FAILURE,
             Error::Unsupported(_) => NRT_RESOURCE,
             Error::Timeout => NRT_TIMEOUT,
@@ -278,6 +374,7 @@ impl fmt::Display for Error {
                 "this runtime is bound to another driver or host-memory provider (the ones it \
                  was initialised with): the call was refused",
             ),
+            Error::InvalidCapacity(m) => write!(f, "invalid capacity: {m}"),
             Error::ArenaFull(a) if a.setting.is_empty() => write!(
                 f,
                 "arena `{}` is full ({} slots); raise its nrt_core::Capacity",
@@ -329,7 +426,7 @@ impl fmt::Display for Error {
                     "host memory (VIRTUAL tensor)"
                 }
             ),
-            Error::Driver(e) => write!(f, "driver error {} ({})", e, errno::name(e)),
+            Error::Driver(e) => write!(f, "driver error {} ({})", e.raw(), e.name()),
             Error::VncConfig { rule, size } => match rule {
                 // libnrt's assertions and messages (spec §9, .rodata), in its order.
                 VncRule::Zero => write!(f, "the logical core size must not be 0 (libnrt: out != 0)"),
@@ -379,7 +476,7 @@ impl fmt::Display for Error {
             Error::InvalidModel(m) => write!(f, "invalid model: {m}"),
             Error::TooManyLibs(n) => write!(f, "Exceeded max number of GPSIMD libs: {n} > 9"),
             Error::BadCarveout(m) => write!(f, "SBUF EVTACCEL carveout: {m}"),
-            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::InvalidArgument(a) => write!(f, "invalid argument: {}", a.message()),
             Error::OutOfBounds { offset, len, size } => write!(
                 f,
                 "window [{offset}, {offset}+{len}) is outside the object of {size} bytes"
@@ -402,6 +499,34 @@ mod tests {
     extern crate std;
     use super::*;
     use std::string::ToString;
+
+    #[test]
+    fn every_invalid_argument_keeps_its_message_and_nrt_invalid() {
+        let mut seen = std::collections::BTreeSet::new();
+        for &a in InvalidArg::ALL {
+            let e = Error::InvalidArgument(a);
+            assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{a:?}");
+            assert_eq!(
+                e.to_string(),
+                std::format!("invalid argument: {}", a.message())
+            );
+            assert!(!a.message().is_empty(), "{a:?}");
+            assert!(
+                seen.insert(a.message()),
+                "{a:?} shares its message with another condition"
+            );
+        }
+        // The texts users saw before the conditions had variants.
+        assert_eq!(
+            Error::InvalidArgument(InvalidArg::NotLiveTensor).to_string(),
+            "invalid argument: not a live tensor (freed, foreign or corrupt pointer)"
+        );
+        assert_eq!(
+            Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator).to_string(),
+            "invalid argument: the runtime's own allocators (a core's GLOBAL one, a model's MODEL \
+             ones) are destroyed by the runtime, not through dmem_allocator_destroy"
+        );
+    }
 
     #[test]
     fn host_oom_names_the_memory_it_ran_out_of() {

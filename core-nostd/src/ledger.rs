@@ -26,6 +26,61 @@ use crate::oom::{write_free_histogram, write_hbm_line};
 
 const TOTAL: usize = constants::USAGE_TYPE_MAX_INDEX;
 
+/// A column of the per-core ledger (`memory_usage_nc[nc][usage]`, spec §3.4): one usage type's
+/// bytes, or the per-core total that libnrt keeps at index 22 (`DMA_MEM_USAGE_TYPE_MAX`), named
+/// rather than a magic number.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum UsageSel {
+    /// The bytes booked under one usage type.
+    Usage(dma_mem_usage_type_t),
+    /// Every usage type's bytes together (the ledger's index 22).
+    Total,
+}
+
+impl UsageSel {
+    /// The ledger column: the usage type's value, or 22 for the total.
+    pub const fn index(self) -> usize {
+        match self {
+            UsageSel::Usage(u) => u as usize,
+            UsageSel::Total => TOTAL,
+        }
+    }
+    /// The column at ledger index `i` (0..=21 a usage type, 22 the total); `None` past it.
+    pub fn from_index(i: usize) -> Option<Self> {
+        if i == TOTAL {
+            return Some(UsageSel::Total);
+        }
+        u32::try_from(i)
+            .ok()
+            .and_then(dma_mem_usage_type_t::from_raw)
+            .map(UsageSel::Usage)
+    }
+}
+
+impl From<dma_mem_usage_type_t> for UsageSel {
+    fn from(u: dma_mem_usage_type_t) -> Self {
+        UsageSel::Usage(u)
+    }
+}
+
+/// Device-wide aggregates of one device (`dma_mem_log_t`'s totals, spec §3.4), as
+/// [`Nrt::device_totals`] returns them.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DeviceTotals {
+    /// Device (HBM) bytes booked on the device.
+    pub device_bytes: u64,
+    /// Host DMA bytes booked to the device.
+    pub host_bytes: u64,
+    /// High-water mark of `device_bytes`.
+    pub device_peak: u64,
+    /// High-water mark of `host_bytes`.
+    pub host_peak: u64,
+    /// Device allocations refused for want of HBM (OOMs).
+    pub device_ooms: u64,
+}
+
 /// Used / limit of a logical core (`nrt_get_vnc_memory_stats`, spec §7.4).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -285,24 +340,22 @@ impl Nrt<'_> {
         }
     }
 
-    /// Device-wide aggregates of `dev` (spec §3.4): `(device bytes, host bytes, device peak,
-    /// host peak, device OOMs)`.
-    pub fn device_totals(&self, dev: u32) -> (u64, u64, u64, u64, u64) {
-        let Ok(_g) = self.inspect() else {
-            return (0, 0, 0, 0, 0);
-        };
+    /// Device-wide aggregates of `dev` (spec §3.4). `Uninitialized` / `Closed` outside an
+    /// initialised runtime, `DeviceOutOfRange` for a device that is not attached.
+    pub fn device_totals(&self, dev: u32) -> Result<DeviceTotals> {
+        let _g = self.inspect()?;
         if dev >= self.attached_devices() {
-            return (0, 0, 0, 0, 0);
+            return Err(Error::DeviceOutOfRange(dev));
         }
         let log = self.dev_ext(dev);
         let l = |a: &AtomicU64| a.load(Ordering::Acquire);
-        (
-            l(&log.total_device_bytes),
-            l(&log.total_host_bytes),
-            l(&log.peak_device_bytes),
-            l(&log.peak_host_bytes),
-            l(&log.oom_count),
-        )
+        Ok(DeviceTotals {
+            device_bytes: l(&log.total_device_bytes),
+            host_bytes: l(&log.total_host_bytes),
+            device_peak: l(&log.peak_device_bytes),
+            host_peak: l(&log.peak_host_bytes),
+            device_ooms: l(&log.oom_count),
+        })
     }
 
     /// Device bytes per HBM channel of `dev` (`dma_mem_log_t.memory_usage[4]`, spec §3.4);
@@ -324,14 +377,16 @@ impl Nrt<'_> {
         out
     }
 
-    /// Device bytes booked to physical core `(dev, tpb)` under `usage` (22 = total).
-    pub fn ledger_device(&self, dev: u32, tpb: u32, usage: usize) -> u64 {
-        self.ledger_cell(dev, tpb, usage, false)
+    /// Device bytes booked to physical core `(dev, tpb)` under `usage` (a usage type, or
+    /// [`UsageSel::Total`]).
+    pub fn ledger_device(&self, dev: u32, tpb: u32, usage: impl Into<UsageSel>) -> u64 {
+        self.ledger_cell(dev, tpb, usage.into().index(), false)
     }
 
-    /// Host DMA bytes booked to physical core `(dev, tpb)` under `usage` (22 = total).
-    pub fn ledger_host(&self, dev: u32, tpb: u32, usage: usize) -> u64 {
-        self.ledger_cell(dev, tpb, usage, true)
+    /// Host DMA bytes booked to physical core `(dev, tpb)` under `usage` (a usage type, or
+    /// [`UsageSel::Total`]).
+    pub fn ledger_host(&self, dev: u32, tpb: u32, usage: impl Into<UsageSel>) -> u64 {
+        self.ledger_cell(dev, tpb, usage.into().index(), true)
     }
 
     /// One ledger cell, bounds-checked (0 outside the ledger, or while the runtime is not

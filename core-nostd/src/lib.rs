@@ -16,6 +16,7 @@ mod fmt;
 pub mod abi;
 pub mod arena;
 pub mod carve;
+pub mod cell;
 pub mod config;
 pub mod cstr;
 pub mod ctx;
@@ -37,5 +38,6 @@ pub mod vcore;
 
 pub use config::Capacity;
 pub use ctx::{CoreState, InitOptions, Nrt, StaticState};
-pub use error::{Error, Result};
+pub use error::{Error, InvalidArg, Result};
 pub use handle::{DmemHandle, HandleError, HandleFault, HandleKind, TensorHandle};
+pub use ledger::{DeviceTotals, UsageSel};

@@ -103,10 +103,12 @@ pub fn drain(ref_count: &core::sync::atomic::AtomicU64) {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ModelAlloc<'a> {
-    /// Raw `dma_mem_usage_type_t`.
-    pub usage: u32,
-    /// Raw `dma_mem_location_t`.
-    pub location: u32,
+    /// What the allocation is for (spec §3.3): one of 0..=21; `DMA_MEM_USAGE_TYPE_MAX` (the
+    /// ledger's total column) is refused with `InvalidUsage`.
+    pub usage: dma_mem_usage_type_t,
+    /// Where it goes: HOST_DRAM or TONGA_DRAM; `DMA_MEM_LOC_INVALID` is refused with
+    /// `InvalidLocation`.
+    pub location: dma_mem_location_t,
     /// Bytes.
     pub size: u64,
     /// Alignment (0 = none).
@@ -346,12 +348,12 @@ impl<'a> Nrt<'a> {
             if a.hint.len() > MEM_REF_NAME_LEN_MAX {
                 return Err(Error::InvalidModel("allocation hint longer than 47 bytes"));
             }
-            let loc = dma_mem_location_t::from_raw(a.location)
+            let loc = Some(a.location)
                 .filter(|l| *l != dma_mem_location_t::DMA_MEM_LOC_INVALID)
-                .ok_or(Error::InvalidLocation(a.location))?;
-            let usage = dma_mem_usage_type_t::from_raw(a.usage)
+                .ok_or(Error::InvalidLocation(a.location as u32))?;
+            let usage = Some(a.usage)
                 .filter(|u| *u != dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX)
-                .ok_or(Error::InvalidUsage(a.usage))?;
+                .ok_or(Error::InvalidUsage(a.usage as u32))?;
             if category_for(loc, usage) == CATEGORY_INVALID {
                 return Err(Error::UsageInvalidForLocation { usage, loc });
             }
@@ -517,9 +519,9 @@ impl<'a> Nrt<'a> {
                 let args = AllocArgs {
                     size: a.size,
                     align: a.align,
-                    loc: a.location,
+                    loc: a.location as u32,
                     hbm_idx: hbm,
-                    usage: a.usage,
+                    usage: a.usage as u32,
                     hint: a.hint,
                 };
                 let d = self.dmem_alloc_inner(al, &args, Some(list))?;

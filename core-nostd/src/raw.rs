@@ -21,9 +21,9 @@
 use crate::abi::{dmem_allocator_t, dmem_list_t, dmem_t, nrt_tensor_t};
 use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem, DmemInfo};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{DmemHandle, HandleKind, TensorHandle};
-use crate::tensor::{DeviceAllocationInfo, HostMem, Tensor, TensorName};
+use crate::tensor::{DeviceAllocationInfo, HostMem, Placement, Tensor, TensorName};
 
 /// The handle of tensor `t`.
 ///
@@ -51,7 +51,9 @@ pub unsafe fn tensor_check(n: &Nrt<'_>, t: *const nrt_tensor_t) -> Result<()> {
     n.tensor_check(t)
 }
 
-/// [`Nrt::tensor_allocate`], returning the tensor's pointer.
+/// [`Nrt::tensor_allocate`] with the C placement value, returning the tensor's pointer. The
+/// state gate answers first (NRT_UNINITIALIZED / NRT_CLOSED), then a value that is not a
+/// [`Placement`] is `InvalidArgument(InvalidArg::Placement)`, the order of the safe call's gates.
 pub fn tensor_allocate(
     n: &Nrt<'_>,
     placement: u32,
@@ -60,6 +62,10 @@ pub fn tensor_allocate(
     name: Option<&str>,
     host: Option<&dyn HostMem>,
 ) -> Result<Tensor> {
+    let Some(placement) = Placement::from_raw(placement) else {
+        n.check_state()?;
+        return Err(Error::InvalidArgument(InvalidArg::Placement));
+    };
     let h = n.tensor_allocate(placement, vnc, size, name, host)?;
     n.tensor_slot(h).ok_or(Error::stale(HandleKind::Tensor))
 }

@@ -12,7 +12,7 @@ use crate::arena::GiveBack;
 use crate::ctx::{DevGeom, Nrt};
 use crate::dmem::AllocArgs;
 use crate::driver::feature;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidArg, Result};
 use crate::handle::DmemHandle;
 
 impl Nrt<'_> {
@@ -226,7 +226,7 @@ impl Nrt<'_> {
                     let h = (!p.mem.is_null()).then(|| self.dmem_handle_of_owned(p.mem));
                     (h, p.refs)
                 })
-                .ok_or(Error::InvalidArgument("page index"))
+                .ok_or(Error::InvalidArgument(InvalidArg::PageIndex))
         })?
     }
 }

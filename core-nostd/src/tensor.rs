@@ -20,7 +20,7 @@ use crate::abi::*;
 use crate::cstr::c_name;
 use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped, HandleKind, TensorHandle};
 use crate::model::ExecGuard;
 use crate::sync::relax;
@@ -42,7 +42,12 @@ pub enum Placement {
 }
 
 impl Placement {
-    /// From the C value.
+    /// From the C value (`nrt_tensor_placement_t`).
+    ///
+    /// Deliberate difference: libnrt takes any placement other than 0 and 2 as HOST_DRAM; this
+    /// refuses values other than DEVICE (0), HOST (1) and VIRTUAL (2) (NRT_INVALID,
+    /// [`crate::InvalidArg::Placement`]), since such a value is a caller's bug rather than a
+    /// request for host memory.
     pub fn from_raw(v: u32) -> Option<Self> {
         match v {
             0 => Some(Placement::Device),
@@ -152,18 +157,14 @@ impl<'a> Nrt<'a> {
     /// Checks that `t` is a live tensor of this runtime (never dereferences garbage).
     pub(crate) fn tensor_check(&self, t: *const nrt_tensor_t) -> Result<()> {
         if t.is_null() {
-            return Err(Error::InvalidArgument("tensor is NULL"));
+            return Err(Error::InvalidArgument(InvalidArg::NullTensor));
         }
         if !self.st.tensors.is_live(t) {
-            return Err(Error::InvalidArgument(
-                "not a live tensor (freed, foreign or corrupt pointer)",
-            ));
+            return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor));
         }
         // SAFETY: live slot of our arena.
         if unsafe { (*t).magic } != TENSOR_MAGIC {
-            return Err(Error::InvalidArgument(
-                "not a live tensor (freed, foreign or corrupt pointer)",
-            ));
+            return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor));
         }
         Ok(())
     }
@@ -181,7 +182,7 @@ impl<'a> Nrt<'a> {
     fn new_tensor(&self, name: Option<&str>, shard: usize) -> Result<Tensor> {
         let name = name.unwrap_or("");
         if name.len() > TENSOR_NAME_MAX {
-            return Err(Error::InvalidArgument("tensor name longer than 95 bytes"));
+            return Err(Error::InvalidArgument(InvalidArg::TensorNameTooLong));
         }
         // Generation and reference words left alone: resolvers of old handles may read them.
         let t = self
@@ -219,12 +220,11 @@ impl<'a> Nrt<'a> {
     /// `nrt_tensor_allocate` → `tensor_allocate` (spec §7.2), gates in order: state, logical
     /// core range (VIRTUAL and HOST accept −1), host placement on CAYMAN, then the allocation.
     ///
-    /// Deliberate difference: libnrt takes any placement other than 0 and 2 as HOST_DRAM; this
-    /// refuses values other than DEVICE (0), HOST (1) and VIRTUAL (2) with NRT_INVALID, since
-    /// such a value is a caller's bug rather than a request for host memory.
+    /// The placement is typed; the C value is checked in [`crate::raw::tensor_allocate`], after
+    /// the state gate as here.
     pub fn tensor_allocate(
         &self,
-        placement: u32,
+        placement: Placement,
         vnc: i64,
         size: u64,
         name: Option<&str>,
@@ -232,9 +232,6 @@ impl<'a> Nrt<'a> {
     ) -> Result<TensorHandle> {
         let _call = self.enter()?;
         let host = self.host_for(host)?;
-        let placement = Placement::from_raw(placement).ok_or(Error::InvalidArgument(
-            "placement must be DEVICE (0), HOST (1) or VIRTUAL (2)",
-        ))?;
         let vnc = if vnc == -1 && placement != Placement::Device {
             0
         } else {
@@ -373,7 +370,7 @@ impl<'a> Nrt<'a> {
         let t = pin.t;
         self.tensor_check(t)?;
         if buf.is_null() || size == 0 {
-            return Err(Error::InvalidArgument("buffer is NULL or size is 0"));
+            return Err(Error::InvalidArgument(InvalidArg::NullOrEmptyBuffer));
         }
         let s = self.new_storage(0)?;
         // SAFETY: live tensor, fresh storage.
@@ -409,7 +406,7 @@ impl<'a> Nrt<'a> {
         // SAFETY: live tensor.
         let (sto, base, len) = unsafe { ((*src).sto, (*src)._offset, (*src)._size) };
         if sto.is_null() {
-            return Err(Error::InvalidArgument("source tensor has no storage"));
+            return Err(Error::InvalidArgument(InvalidArg::SourceWithoutStorage));
         }
         check_window(offset, size, len)?;
         if size == 0 {
@@ -461,11 +458,7 @@ impl<'a> Nrt<'a> {
             // A tensor has one owner, so never Shared.
             Dropped::Shared => return Ok(()),
             // A racing free took it.
-            Dropped::NoOwner => {
-                return Err(Error::InvalidArgument(
-                    "not a live tensor (freed, foreign or corrupt pointer)",
-                ))
-            }
+            Dropped::NoOwner => return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor)),
         }
         // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
         unsafe { self.tensor_finalize(t, host) };
@@ -568,7 +561,7 @@ impl<'a> Nrt<'a> {
         let mut name = TensorName::new();
         // `name_buf` is 96 bytes, so its text always fits.
         name.push_str(text)
-            .map_err(|_| Error::InvalidArgument("tensor name longer than 96 bytes"))?;
+            .map_err(|_| Error::InvalidArgument(InvalidArg::TensorNameBuffer))?;
         Ok(name)
     }
 
@@ -578,9 +571,7 @@ impl<'a> Nrt<'a> {
         // SAFETY: live tensor.
         let (s, off, len) = unsafe { ((*t).sto, (*t)._offset, (*t)._size) };
         if s.is_null() {
-            return Err(Error::InvalidArgument(
-                "tensor has no storage (allocate_empty without attach_buffer)",
-            ));
+            return Err(Error::InvalidArgument(InvalidArg::TensorWithoutStorage));
         }
         Ok((s, off, len))
     }
@@ -621,7 +612,7 @@ impl<'a> Nrt<'a> {
                     }
                     Ok(())
                 }
-                _ => Err(Error::InvalidArgument("tensor storage has no memory")),
+                _ => Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory)),
             }
         }
     }
@@ -705,7 +696,7 @@ impl<'a> Nrt<'a> {
                     core::ptr::write_bytes(p, value, size as usize);
                     Ok(())
                 }
-                _ => Err(Error::InvalidArgument("tensor storage has no memory")),
+                _ => Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory)),
             }
         }
     }
@@ -779,9 +770,7 @@ impl<'a> Nrt<'a> {
                     && (*a).mem_type == dma_mem_location_t::TONGA_DRAM as u32
                     && ((*a).device_id, (*a).nc_id) != ((*b).device_id, (*b).nc_id)
                 {
-                    return Err(Error::InvalidArgument(
-                        "device-to-device copy must stay on one NeuronCore",
-                    ));
+                    return Err(Error::InvalidArgument(InvalidArg::CrossCoreCopy));
                 }
             }
         }
@@ -817,9 +806,7 @@ impl<'a> Nrt<'a> {
         // SAFETY: live storage.
         unsafe {
             if (*s).r#type != nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32 {
-                return Err(Error::InvalidArgument(
-                    "tensor is not in device-visible memory",
-                ));
+                return Err(Error::InvalidArgument(InvalidArg::NotDeviceVisible));
             }
             let m = (*s).dmem as Dmem;
             Ok(DeviceAllocationInfo {
@@ -936,16 +923,14 @@ impl<'a> Nrt<'a> {
         let mut i = 0;
         while let Some((name, size)) = self.model_io(g, output, i) {
             let h = set.get(name).ok_or(Error::InvalidArgument(if output {
-                "output tensor set lacks a tensor the model declares"
+                InvalidArg::OutputMissing
             } else {
-                "input tensor set lacks a tensor the model declares"
+                InvalidArg::InputMissing
             }))?;
             let t = pins.push(self.tensor_pin(h)?)?;
             let (_, _, len) = self.storage_of(t)?;
             if len != size {
-                return Err(Error::InvalidArgument(
-                    "tensor size differs from the model's declaration",
-                ));
+                return Err(Error::InvalidArgument(InvalidArg::TensorSizeMismatch));
             }
             out[i] = t;
             i += 1;
@@ -978,7 +963,7 @@ impl<'a> PinList<'a> {
         let t = p.t;
         self.pins
             .push(p)
-            .map_err(|_| Error::InvalidArgument("more than 64 tensors bound"))?;
+            .map_err(|_| Error::InvalidArgument(InvalidArg::TooManyBound))?;
         Ok(t)
     }
 }
@@ -999,14 +984,14 @@ impl TensorSet {
     /// binds it fail with [`Error::InvalidHandle`].
     pub fn add(&mut self, name: &str, t: TensorHandle) -> Result<()> {
         let key: heapless::String<96> = heapless::String::try_from(name)
-            .map_err(|_| Error::InvalidArgument("tensor name longer than 95 bytes"))?;
+            .map_err(|_| Error::InvalidArgument(InvalidArg::TensorNameTooLong))?;
         if let Some(e) = self.entries.iter_mut().find(|e| e.0 == key) {
             e.1 = t;
             return Ok(());
         }
         self.entries
             .push((key, t))
-            .map_err(|_| Error::InvalidArgument("tensor set is full (64 tensors)"))
+            .map_err(|_| Error::InvalidArgument(InvalidArg::TensorSetFull))
     }
     /// The tensor under `name`.
     pub fn get(&self, name: &str) -> Option<TensorHandle> {

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use nrt_core::abi::*;
 use nrt_core::dmem::{align_offset, AllocArgs};
+use nrt_core::ledger::UsageSel;
 use nrt_core::sim::{Placement, Preset, SimConfig};
 use nrt_core::{Error, InitOptions};
 use proptest::prelude::*;
@@ -18,22 +19,22 @@ fn alloc_books_and_free_returns() {
     let m = n
         .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "t0"), None)
         .unwrap();
-    assert_eq!(n.ledger_device(0, 1, TENSOR as usize), 1 << 20);
-    assert_eq!(n.ledger_device(0, 1, 22), 1 << 20);
+    assert_eq!(n.ledger_device(0, 1, TENSOR), 1 << 20);
+    assert_eq!(n.ledger_device(0, 1, UsageSel::Total), 1 << 20);
     assert_eq!(n.allocator_usage(al), (1, 1 << 20));
     let h = n
         .dmem_alloc(al, &AllocArgs::host(8192, TENSOR, "h0"), None)
         .unwrap();
-    assert_eq!(n.ledger_host(0, 1, TENSOR as usize), 8192);
+    assert_eq!(n.ledger_host(0, 1, TENSOR), 8192);
     assert_eq!(
-        n.ledger_device(0, 1, 22),
+        n.ledger_device(0, 1, UsageSel::Total),
         1 << 20,
         "host bytes are not HBM usage"
     );
     n.dmem_free(m).unwrap();
     n.dmem_free(h).unwrap();
-    assert_eq!(n.ledger_device(0, 1, 22), 0);
-    assert_eq!(n.ledger_host(0, 1, 22), 0);
+    assert_eq!(n.ledger_device(0, 1, UsageSel::Total), 0);
+    assert_eq!(n.ledger_host(0, 1, UsageSel::Total), 0);
     assert_eq!(n.allocator_usage(al), (0, 0));
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
@@ -208,7 +209,7 @@ fn every_bad_input_is_refused_and_changes_nothing() {
         n.dmem_acquire_reference(keep),
         Err(stale(nrt_core::HandleKind::Dmem))
     );
-    assert_eq!(n.ledger_device(0, 0, 22), 0);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
 }
 
 /// A stale dmem handle (freed, then freed again after another allocation) is reported as a
@@ -227,9 +228,13 @@ fn a_stale_dmem_does_not_alias_the_next_allocation() {
         .unwrap();
     assert_ne!(a, b);
     assert_eq!(n.dmem_free(a), Err(stale(nrt_core::HandleKind::Dmem)));
-    assert_eq!(n.ledger_device(0, 0, 22), 8192, "b is still booked");
+    assert_eq!(
+        n.ledger_device(0, 0, UsageSel::Total),
+        8192,
+        "b is still booked"
+    );
     n.dmem_free(b).unwrap();
-    assert_eq!(n.ledger_device(0, 0, 22), 0);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
 }
 
 #[test]
@@ -262,7 +267,7 @@ fn oom_routes_device_and_host_differently() {
     assert_eq!(e.status(), NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC);
     assert_eq!(snapshot(&n), before);
     assert_eq!(
-        n.device_totals(0).4,
+        n.device_totals(0).unwrap().device_ooms,
         2,
         "the two device OOMs, not the host one"
     );
@@ -298,7 +303,7 @@ fn arena_exhaustion_is_its_own_error() {
     for m in live {
         n.dmem_free(m).unwrap();
     }
-    assert_eq!(n.ledger_device(0, 0, 22), 0);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
 }
 
 #[test]
@@ -383,12 +388,12 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     let d = n.dmem_info(m).unwrap();
     assert_eq!(d.align_offset, align_offset(d.pa, 1 << 16));
     assert_eq!((d.pa + d.align_offset) % (1 << 16), 0);
-    assert_eq!(n.ledger_device(0, 0, 22), d.allocated_size);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), d.allocated_size);
     let m2 = n.dmem_alloc(al, &args, None).unwrap();
     assert_eq!(f.sim.alloc_calls() - calls, 3, "latched: no second refusal");
     n.dmem_free(m).unwrap();
     n.dmem_free(m2).unwrap();
-    assert_eq!(n.ledger_device(0, 0, 22), 0);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
     // The latch holds even if the driver takes alignments again, until the next init.
     f.sim.set_aligned_alloc(true);
     let m = n.dmem_alloc(al, &args, None).unwrap();
@@ -424,12 +429,12 @@ fn destroy_keeps_shared_dmems_until_their_last_reference() {
     n.dmem_acquire_reference(shared).unwrap();
     n.dmem_allocator_destroy(al).unwrap();
     assert_eq!(
-        n.ledger_device(0, 0, 22),
+        n.ledger_device(0, 0, UsageSel::Total),
         4096,
         "only the shared dmem survives"
     );
     n.dmem_free(shared).unwrap();
-    assert_eq!(n.ledger_device(0, 0, 22), 0);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
 }
 
 #[derive(Debug, Clone)]
@@ -504,8 +509,8 @@ proptest! {
             for core in 0..8u32 {
                 for usage in 0..23usize {
                     let want = |host: bool| live.iter().filter(|l| l.1 == core && l.2 == host && (usage == 22 || l.3 as usize == usage)).map(|l| l.4).sum::<u64>();
-                    prop_assert_eq!(n.ledger_device(0, core, usage), want(false));
-                    prop_assert_eq!(n.ledger_host(0, core, usage), want(true));
+                    prop_assert_eq!(n.ledger_device(0, core, UsageSel::from_index(usage).unwrap()), want(false));
+                    prop_assert_eq!(n.ledger_host(0, core, UsageSel::from_index(usage).unwrap()), want(true));
                 }
             }
             // `memory_usage[4]`: device bytes per HBM channel (device allocations go to core / 2).
@@ -527,7 +532,7 @@ proptest! {
         for l in &live {
             for _ in 0..l.5 { n.dmem_free(l.0).unwrap(); }
         }
-        for core in 0..8 { prop_assert_eq!(n.ledger_device(0, core, 22), 0); }
+        for core in 0..8 { prop_assert_eq!(n.ledger_device(0, core, UsageSel::Total), 0); }
         prop_assert_eq!(n.ledger_hbm(0), [0; 4]);
         n.close().unwrap();
         prop_assert_eq!(n.driver_bytes_in_use(), 0);
@@ -757,7 +762,15 @@ fn the_runtime_works_again_after_close_and_init() {
     assert_eq!(n.allocator_usage(al), (1, 1 << 20));
     n.dmem_free(m).unwrap();
     assert!(n.dmem_free(old).is_err(), "a pointer from before close");
-    let t = n.tensor_allocate(0, 0, 4096, Some("t"), None).unwrap();
+    let t = n
+        .tensor_allocate(
+            nrt_core::tensor::Placement::Device,
+            0,
+            4096,
+            Some("t"),
+            None,
+        )
+        .unwrap();
     n.tensor_free(t, None).unwrap();
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
@@ -772,10 +785,18 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     let global = n.core_allocator(0, 0).unwrap();
-    let t = n.tensor_allocate(0, 0, 4096, Some("t"), None).unwrap();
+    let t = n
+        .tensor_allocate(
+            nrt_core::tensor::Placement::Device,
+            0,
+            4096,
+            Some("t"),
+            None,
+        )
+        .unwrap();
     let allocs = [nrt_core::model::ModelAlloc {
-        usage: TENSOR as u32,
-        location: dma_mem_location_t::TONGA_DRAM as u32,
+        usage: TENSOR,
+        location: dma_mem_location_t::TONGA_DRAM,
         size: 1 << 20,
         align: 0,
         hint: "w",
@@ -872,7 +893,7 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     let m = n
         .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "left"), None)
         .unwrap();
-    assert_eq!(n.ledger_device(0, 0, 22), 1 << 20);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 1 << 20);
     let _ = m; // left for close to reclaim
     n.close().unwrap();
     assert_eq!(n.num_devices(), 1);
@@ -893,7 +914,7 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     assert!(stats.bytes_limit > 0);
     assert_eq!(stats.bytes_peak, 1 << 20, "peaks survive close");
     assert_eq!(n.ledger_snapshot(0).0[0][22], 0);
-    assert_eq!(n.device_totals(0).0, 0);
+    assert_eq!(n.device_totals(0).unwrap().device_bytes, 0);
     let mut dump = String::new();
     n.dump_ledger(&mut dump, 0, None, 4).unwrap();
     assert!(dump.contains("ND 0 memory usage"), "{dump}");

@@ -18,7 +18,7 @@
 //! every 64 operations the pool figures (free bytes, largest free block, small-object region)
 //! must equal the model's.
 
-use nrt_core::driver::{errno, AllocRequest, Driver};
+use nrt_core::driver::{errno, AllocRequest, Driver, Errno};
 use nrt_core::sim::{Placement, Preset, SimConfig, SimDevice};
 
 const KIB: u64 = 1024;
@@ -195,7 +195,7 @@ impl RefChannel {
         }
     }
 
-    fn alloc(&mut self, size: u64, align: u64, category: u8) -> Result<Placed, i32> {
+    fn alloc(&mut self, size: u64, align: u64, category: u8) -> Result<Placed, Errno> {
         if size > i64::MAX as u64 {
             return Err(errno::EINVAL);
         }

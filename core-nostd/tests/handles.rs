@@ -4,6 +4,7 @@
 //! object's bytes.
 mod common;
 
+use nrt_core::ledger::UsageSel;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 
@@ -17,7 +18,7 @@ use nrt_core::{
 };
 use proptest::prelude::*;
 
-const DEVICE: u32 = Placement::Device as u32;
+const DEVICE: Placement = Placement::Device;
 
 fn fault(e: Error) -> Option<HandleFault> {
     match e {
@@ -164,9 +165,9 @@ fn a_stale_dmem_handle_stays_an_error_after_100k_frees() {
     assert!(!n.dmem_is_live(stale));
     assert_eq!(snapshot(&n), before, "nothing freed");
     assert_eq!(n.dmem_info(theirs).unwrap().size, 8192);
-    assert_eq!(n.ledger_device(0, 0, 22), 8192);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 8192);
     n.dmem_free(theirs).unwrap();
-    assert_eq!(n.ledger_device(0, 0, 22), 0);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
 }
 
 /// Random bits are never a live object: every call refuses them and changes nothing.
@@ -420,7 +421,7 @@ fn a_dmem_freed_twice_while_another_thread_uses_it() {
             w
         });
         assert_eq!(wins, 1, "round {round}: exactly one free wins");
-        assert_eq!(n.ledger_device(0, 0, 22), 0, "round {round}");
+        assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0, "round {round}");
     }
 }
 

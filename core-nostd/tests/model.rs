@@ -7,39 +7,41 @@ use common::*;
 use nrt_core::abi::*;
 use nrt_core::dmem::AllocArgs;
 use nrt_core::driver::Driver;
+use nrt_core::ledger::UsageSel;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout};
 use nrt_core::sim::{Preset, SimConfig};
+use nrt_core::tensor::Placement;
 use nrt_core::ulib::UlibRequest;
 use nrt_core::{Error, InitOptions};
 
-const DEV: u32 = dma_mem_location_t::TONGA_DRAM as u32;
-const HOST: u32 = dma_mem_location_t::HOST_DRAM as u32;
+const DEV: dma_mem_location_t = dma_mem_location_t::TONGA_DRAM;
+const HOST: dma_mem_location_t = dma_mem_location_t::HOST_DRAM;
 
 fn allocs() -> Vec<ModelAlloc<'static>> {
     vec![
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT,
             location: DEV,
             size: 3 << 20,
             align: 0,
             hint: "weights",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE,
             location: DEV,
             size: 256 << 10,
             align: 4096,
             hint: "instr",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING,
             location: DEV,
             size: 64 << 10,
             align: 0,
             hint: "qPoolIO0",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_IO as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_IO,
             location: HOST,
             size: 16 << 10,
             align: 0,
@@ -65,7 +67,7 @@ fn stamp(f: &Fixture, h: H_MODEL, pattern: u8) -> Vec<(u64, u64)> {
     let st = n.model_info(h).unwrap();
     assert!(st.allocations > 0);
     n.for_each_model_dmem(h, |_, d| {
-        if d.mem_type == DEV {
+        if d.mem_type == DEV as u32 {
             out.push((d.mem_handle, d.size));
         }
     })
@@ -201,14 +203,14 @@ fn failed_loads_do_not_shorten_double_free_detection() {
     let stale = stale_dmem(&n, al);
     let too_big = [
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE,
             location: DEV,
             size: 4096,
             align: 0,
             hint: "fits",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT,
             location: DEV,
             size: 1 << 50,
             align: 0,
@@ -264,21 +266,13 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
     });
     let hs: Vec<_> = (0..3).map(|_| n.load_model(0, &s).unwrap()).collect();
     assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 3));
-    let lib_bytes = n.ledger_device(
-        0,
-        0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize,
-    );
+    let lib_bytes = n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB);
     assert!(lib_bytes >= 65536);
     n.unload_model(hs[0]).unwrap();
     n.unload_model(hs[1]).unwrap();
     assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 1));
     assert_eq!(
-        n.ledger_device(
-            0,
-            0,
-            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize
-        ),
+        n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB),
         lib_bytes,
         "shared copy survives"
     );
@@ -351,7 +345,7 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
         .collect();
     assert_eq!(rc, vec![3, 3, 2]);
     assert_eq!(n.scratchpad_info(0, 0).unwrap(), (4 << 20, 3, false));
-    let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD as usize;
+    let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD;
     assert_eq!(n.ledger_device(0, 0, scr), 12 << 20);
     let (page, off) = n
         .tdrv_scratchpad_get_mem(0, 0, (4 << 20) + 100, 16)
@@ -465,13 +459,26 @@ fn bad_model_inputs() {
         n.load_model(-1, &s),
         Err(Error::LogicalCoreOutOfRange { .. })
     ));
-    let wrong = [ModelAlloc { usage: 99, ..a[0] }];
+    // A value outside 0..=22 no longer compiles (typed usage); the ledger's total column is
+    // not an allocation type.
+    let wrong = [ModelAlloc {
+        usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX,
+        ..a[0]
+    }];
     assert!(matches!(
         n.load_model(0, &spec("u", &wrong)),
-        Err(Error::InvalidUsage(99))
+        Err(Error::InvalidUsage(22))
+    ));
+    let nowhere = [ModelAlloc {
+        location: dma_mem_location_t::DMA_MEM_LOC_INVALID,
+        ..a[0]
+    }];
+    assert!(matches!(
+        n.load_model(0, &spec("l", &nowhere)),
+        Err(Error::InvalidLocation(_))
     ));
     let scratch_on_host = [ModelAlloc {
-        usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED as u32,
+        usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED,
         location: HOST,
         ..a[0]
     }];
@@ -483,7 +490,7 @@ fn bad_model_inputs() {
         n.unload_model(H_MODEL { id: 987654 }),
         Err(Error::UnknownModel(987654))
     );
-    assert_eq!(n.ledger_device(0, 0, 22), 0);
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
 }
 
 #[test]
@@ -495,10 +502,18 @@ fn subgraphs_spread_over_the_logical_cores_physical_cores() {
     let mut s = spec("sg2", &a);
     s.subgraphs = 2;
     let h = n.load_model(1, &s).unwrap();
-    assert!(n.ledger_device(0, 2, 22) > 0 && n.ledger_device(0, 3, 22) > 0);
-    assert_eq!(n.ledger_device(0, 2, 22), n.ledger_device(0, 3, 22));
+    assert!(
+        n.ledger_device(0, 2, UsageSel::Total) > 0 && n.ledger_device(0, 3, UsageSel::Total) > 0
+    );
+    assert_eq!(
+        n.ledger_device(0, 2, UsageSel::Total),
+        n.ledger_device(0, 3, UsageSel::Total)
+    );
     n.unload_model(h).unwrap();
-    assert_eq!(n.ledger_device(0, 2, 22) + n.ledger_device(0, 3, 22), 0);
+    assert_eq!(
+        n.ledger_device(0, 2, UsageSel::Total) + n.ledger_device(0, 3, UsageSel::Total),
+        0
+    );
 }
 
 #[test]
@@ -521,14 +536,14 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
     let n = f.nrt();
     let big = [
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT,
             location: DEV,
             size: 3 << 30,
             align: 0,
             hint: "first_weights",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT,
             location: DEV,
             size: 30 << 30,
             align: 0,
@@ -537,7 +552,7 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
     ];
     let e = n.load_model(0, &spec("oom", &big)).unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE);
-    assert_eq!(n.ledger_device(0, 0, 22), 0, "rolled back");
+    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0, "rolled back");
     let mut dump = String::new();
     n.last_oom_dump(&mut dump).unwrap();
     assert!(
@@ -618,7 +633,7 @@ fn close_waits_for_in_flight_calls() {
             hs.push(sc.spawn(|| {
                 ready.fetch_add(1, Ordering::SeqCst);
                 loop {
-                    match n.tensor_allocate(0, 0, 4096, Some("t"), None) {
+                    match n.tensor_allocate(Placement::Device, 0, 4096, Some("t"), None) {
                         Ok(t) => {
                             if let Err(e) = n.tensor_free(t, None) {
                                 return e;

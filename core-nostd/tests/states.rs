@@ -9,8 +9,10 @@ mod states;
 use common::*;
 use nrt_core::abi::*;
 use nrt_core::dmem::AllocArgs;
+use nrt_core::ledger::UsageSel;
 use nrt_core::model::ModelSpec;
 use nrt_core::sim::{Preset, SimConfig};
+use nrt_core::tensor::Placement;
 use nrt_core::tensor::TensorSet;
 use nrt_core::{DmemHandle, InitOptions, Nrt, Result, TensorHandle};
 
@@ -27,7 +29,7 @@ impl Kit {
     fn make(n: &Nrt<'_>) -> Kit {
         let al = n.core_allocator(0, 0).expect("allocator");
         Kit {
-            t: n.tensor_allocate(0, 0, 64, Some("kit"), None)
+            t: n.tensor_allocate(Placement::Device, 0, 64, Some("kit"), None)
                 .expect("tensor"),
             d: n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "kit"), None)
                 .expect("dmem"),
@@ -54,7 +56,8 @@ fn st<T>(r: Result<T>) -> String {
 
 /// A fresh tensor in the live runtime (consumed by the call), the kit's otherwise.
 fn fresh_t(n: &Nrt<'_>, k: &Kit) -> TensorHandle {
-    n.tensor_allocate(0, 0, 64, None, None).unwrap_or(k.t)
+    n.tensor_allocate(Placement::Device, 0, 64, None, None)
+        .unwrap_or(k.t)
 }
 
 /// The answer of call `name` on `n` (None: the test has no call of that name).
@@ -77,7 +80,7 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "virtual_core" => st(n.virtual_core(0)),
         "vtpb_get_default_hbm_idx" => st(n.vtpb_get_default_hbm_idx(0)),
         "core_allocator" => st(n.core_allocator(0, 0)),
-        "tensor_allocate" => st(n.tensor_allocate(0, 0, 64, None, None)),
+        "tensor_allocate" => st(n.tensor_allocate(Placement::Device, 0, 64, None, None)),
         "tensor_allocate_empty" => st(n.tensor_allocate_empty(None)),
         "tensor_attach_buffer" => {
             let e = n.tensor_allocate_empty(None).unwrap_or(k.t);
@@ -151,10 +154,10 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "inspector().dmem_get_memory_stats" => st(n.inspector().dmem_get_memory_stats(0)),
         "inspector().vnc_usage" => st(n.inspector().vnc_usage(0)),
         "inspector().virtual_core" => st(n.inspector().virtual_core(0)),
-        "device_totals" => return Some(n.device_totals(0)).and(v()),
+        "device_totals" => st(n.device_totals(0)),
         "ledger_hbm" => return Some(n.ledger_hbm(0)).and(v()),
-        "ledger_device" => return Some(n.ledger_device(0, 0, 22)).and(v()),
-        "ledger_host" => return Some(n.ledger_host(0, 0, 22)).and(v()),
+        "ledger_device" => return Some(n.ledger_device(0, 0, UsageSel::Total)).and(v()),
+        "ledger_host" => return Some(n.ledger_host(0, 0, UsageSel::Total)).and(v()),
         "ledger_snapshot" => return Some(n.ledger_snapshot(0)).and(v()),
         "dump_ledger" => return Some(n.dump_ledger(&mut String::new(), 0, None, 2)).and(v()),
         "last_oom" => return Some(n.last_oom()).and(v()),

@@ -3,6 +3,8 @@
 
 mod common;
 
+use nrt_core::ledger::UsageSel;
+use nrt_core::tensor::Placement;
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -41,7 +43,7 @@ fn gates_in_order() {
     let f = Fixture::new(SimConfig::scaled_down(Preset::Trn2, 1));
     let n = f.nrt();
     assert_eq!(
-        n.tensor_allocate(0, 0, 16, Some("t"), None)
+        n.tensor_allocate(Placement::Device, 0, 16, Some("t"), None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_UNINITIALIZED
@@ -49,39 +51,41 @@ fn gates_in_order() {
     n.init(&InitOptions::default()).unwrap();
     // range gate before the host-on-CAYMAN gate
     assert_eq!(
-        n.tensor_allocate(1, 9, 16, Some("t"), None)
+        n.tensor_allocate(Placement::Host, 9, 16, Some("t"), None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
-    let e = n.tensor_allocate(1, 0, 16, Some("t"), None).unwrap_err();
+    let e = n
+        .tensor_allocate(Placement::Host, 0, 16, Some("t"), None)
+        .unwrap_err();
     assert_eq!(
         e.status(),
         NRT_STATUS::NRT_RESOURCE,
         "host tensors are refused on CAYMAN: {e}"
     );
     assert_eq!(
-        n.tensor_allocate(7, 0, 16, Some("t"), None)
+        nrt_core::raw::tensor_allocate(&n, 7, 0, 16, Some("t"), None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(
-        n.tensor_allocate(0, 0, 0, Some("t"), None)
+        n.tensor_allocate(Placement::Device, 0, 0, Some("t"), None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     let long = "x".repeat(96);
     assert_eq!(
-        n.tensor_allocate(0, 0, 16, Some(&long), None)
+        n.tensor_allocate(Placement::Device, 0, 16, Some(&long), None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     n.close().unwrap();
     assert_eq!(
-        n.tensor_allocate(0, 0, 16, Some("t"), None)
+        n.tensor_allocate(Placement::Device, 0, 16, Some("t"), None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_CLOSED
@@ -95,13 +99,11 @@ fn device_tensor_round_trip_slices_and_info() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let t = n.tensor_allocate(0, 1, 8192, Some("in"), None).unwrap();
+    let t = n
+        .tensor_allocate(Placement::Device, 1, 8192, Some("in"), None)
+        .unwrap();
     assert_eq!(
-        n.ledger_device(
-            0,
-            2,
-            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as usize
-        ),
+        n.ledger_device(0, 2, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
         8192,
         "vnc 1 = cores 2,3; GLOBAL heap of core 2"
     );
@@ -141,9 +143,13 @@ fn device_tensor_round_trip_slices_and_info() {
     // The slice keeps the storage alive.
     n.tensor_read(s, &mut b, 0).unwrap();
     assert!(b.iter().all(|x| *x == 0xee));
-    assert_eq!(n.ledger_device(0, 2, 22), 8192);
+    assert_eq!(n.ledger_device(0, 2, UsageSel::Total), 8192);
     n.tensor_free(s, None).unwrap();
-    assert_eq!(n.ledger_device(0, 2, 22), 0, "freed with the last user");
+    assert_eq!(
+        n.ledger_device(0, 2, UsageSel::Total),
+        0,
+        "freed with the last user"
+    );
 }
 
 #[test]
@@ -155,23 +161,27 @@ fn virtual_attach_copy_and_host_placement() {
     );
     let n = f.nrt();
     let v = n
-        .tensor_allocate(2, -1, 64, Some("v"), Some(&HEAP))
+        .tensor_allocate(Placement::Virtual, -1, 64, Some("v"), Some(&HEAP))
         .unwrap();
     assert!(!n.tensor_get_va(v).unwrap().is_null());
     n.tensor_write(v, &[7u8; 64], 0).unwrap();
-    let h = n.tensor_allocate(1, 0, 64, Some("h"), None).unwrap();
+    let h = n
+        .tensor_allocate(Placement::Host, 0, 64, Some("h"), None)
+        .unwrap();
     assert_eq!(
-        n.ledger_host(
-            0,
-            0,
-            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as usize
-        ),
+        n.ledger_host(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
         64
     );
-    let d0 = n.tensor_allocate(0, 0, 64, Some("d0"), None).unwrap();
-    let d1 = n.tensor_allocate(0, 1, 64, Some("d1"), None).unwrap();
+    let d0 = n
+        .tensor_allocate(Placement::Device, 0, 64, Some("d0"), None)
+        .unwrap();
+    let d1 = n
+        .tensor_allocate(Placement::Device, 1, 64, Some("d1"), None)
+        .unwrap();
     // A host tensor records its logical core's default HBM, as a device one does (spec §7.2).
-    let h1 = n.tensor_allocate(1, 1, 64, Some("h1"), None).unwrap();
+    let h1 = n
+        .tensor_allocate(Placement::Host, 1, 64, Some("h1"), None)
+        .unwrap();
     assert_eq!(n.tensor_device_allocation_info(h1).unwrap().hbm_index, 1);
     assert_eq!(n.tensor_device_allocation_info(d1).unwrap().hbm_index, 1);
     n.tensor_free(h1, None).unwrap();
@@ -241,7 +251,10 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
         },
     ];
     let h = load_io_model(&n, 0, &ins, &outs);
-    let mk = |name, size| n.tensor_allocate(0, 0, size, Some(name), None).unwrap();
+    let mk = |name, size| {
+        n.tensor_allocate(Placement::Device, 0, size, Some(name), None)
+            .unwrap()
+    };
     let (a, b, x, y) = (mk("a", 16), mk("b", 8), mk("x", 16), mk("y", 12));
     n.tensor_write(a, &[1u8; 16], 0).unwrap();
     n.tensor_write(b, &[2u8; 8], 0).unwrap();
@@ -282,12 +295,15 @@ fn independent_instances_do_not_share_state() {
     let st = CoreState::new_boxed();
     let n2 = Nrt::new(&st, &*f1.sim);
     assert_eq!(
-        n2.tensor_allocate(0, 0, 16, None, None)
+        n2.tensor_allocate(Placement::Device, 0, 16, None, None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_UNINITIALIZED
     );
-    let t = f1.nrt().tensor_allocate(0, 0, 16, None, None).unwrap();
+    let t = f1
+        .nrt()
+        .tensor_allocate(Placement::Device, 0, 16, None, None)
+        .unwrap();
     assert!(
         matches!(
             n2.tensor_get_size(t),
@@ -309,10 +325,10 @@ fn virtual_tensors_from_a_static_arena() {
     let n = f.nrt();
     let before = POOL.free_bytes();
     let a = n
-        .tensor_allocate(2, -1, 1000, Some("a"), Some(&POOL))
+        .tensor_allocate(Placement::Virtual, -1, 1000, Some("a"), Some(&POOL))
         .unwrap();
     let b = n
-        .tensor_allocate(2, -1, 4096, Some("b"), Some(&POOL))
+        .tensor_allocate(Placement::Virtual, -1, 4096, Some("b"), Some(&POOL))
         .unwrap();
     n.tensor_write(a, &[3u8; 1000], 0).unwrap();
     n.tensor_copy(a, 0, b, 100, 1000).unwrap();
@@ -320,7 +336,7 @@ fn virtual_tensors_from_a_static_arena() {
     n.tensor_read(b, &mut out, 0).unwrap();
     assert!(out[..100].iter().all(|x| *x == 0) && out[100..].iter().all(|x| *x == 3));
     assert_eq!(
-        n.tensor_allocate(2, -1, 2 << 20, Some("big"), Some(&POOL))
+        n.tensor_allocate(Placement::Virtual, -1, 2 << 20, Some("big"), Some(&POOL))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC
@@ -393,9 +409,11 @@ fn overlapping_copy_within_a_storage_is_memmove() {
         );
     };
     let v = n
-        .tensor_allocate(2, -1, 16384, Some("v"), Some(&HEAP))
+        .tensor_allocate(Placement::Virtual, -1, 16384, Some("v"), Some(&HEAP))
         .unwrap();
-    let d = n.tensor_allocate(0, 0, 16384, Some("d"), None).unwrap();
+    let d = n
+        .tensor_allocate(Placement::Device, 0, 16384, Some("d"), None)
+        .unwrap();
     for (t, what) in [(v, "VIRTUAL"), (d, "DEVICE")] {
         check(t, 0, 100, 8192, what);
         check(t, 100, 0, 8192, what);
@@ -489,7 +507,10 @@ fn an_execute_in_flight_when_close_begins_completes() {
         },
     ];
     let h = load_io_model(&n, 0, &ins, &outs);
-    let mk = |name| n.tensor_allocate(0, 0, 16, Some(name), None).unwrap();
+    let mk = |name| {
+        n.tensor_allocate(Placement::Device, 0, 16, Some(name), None)
+            .unwrap()
+    };
     let (a, b, x, y) = (mk("a"), mk("b"), mk("x"), mk("y"));
     n.tensor_write(a, &[1; 16], 0).unwrap();
     n.tensor_write(b, &[2; 16], 0).unwrap();
@@ -539,8 +560,12 @@ fn copy_model(
         size: out,
     }];
     let h = load_io_model(n, 0, &ins, &outs);
-    let a = n.tensor_allocate(0, 0, 16, Some("a"), None).unwrap();
-    let x = n.tensor_allocate(0, 0, out, Some("x"), None).unwrap();
+    let a = n
+        .tensor_allocate(Placement::Device, 0, 16, Some("a"), None)
+        .unwrap();
+    let x = n
+        .tensor_allocate(Placement::Device, 0, out, Some("x"), None)
+        .unwrap();
     let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
     si.add("a", a).unwrap();
     so.add("x", x).unwrap();
@@ -654,7 +679,10 @@ fn an_execution_never_reads_half_of_another_executions_output() {
         load_io_model(&n, vnc, &ins, &outs)
     };
     let (p, c) = (load(0, "a", "x"), load(1, "x", "z"));
-    let mk = |name| n.tensor_allocate(0, 0, N, Some(name), None).unwrap();
+    let mk = |name| {
+        n.tensor_allocate(Placement::Device, 0, N, Some(name), None)
+            .unwrap()
+    };
     let (a1, a2, x, z) = (mk("a"), mk("a"), mk("x"), mk("z"));
     n.tensor_write(a1, &vec![0x11; N as usize], 0).unwrap();
     n.tensor_write(a2, &vec![0x22; N as usize], 0).unwrap();
@@ -707,7 +735,10 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
         TensorDecl { name: "y", size: N },
     ];
     let m = load_io_model(&n, 0, &ins, &outs);
-    let on = |vnc, name| n.tensor_allocate(0, vnc, N, Some(name), None).unwrap();
+    let on = |vnc, name| {
+        n.tensor_allocate(Placement::Device, vnc, N, Some(name), None)
+            .unwrap()
+    };
     let (a, b, x, y) = (on(0, "a"), on(0, "b"), on(0, "x"), on(1, "y"));
     n.tensor_write(a, &[0x11; N as usize], 0).unwrap();
     n.tensor_write(x, &[0x77; N as usize], 0).unwrap();
@@ -753,12 +784,12 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
     );
     let n = f.nrt();
     for size in [64u64, 4096, 100_000] {
-        n.tensor_allocate(2, -1, size, Some("left"), None).unwrap();
+        n.tensor_allocate(Placement::Virtual, -1, size, Some("left"), None).unwrap();
     }
-    let slice_src = n.tensor_allocate(2, -1, 512, Some("src"), None).unwrap();
+    let slice_src = n.tensor_allocate(Placement::Virtual, -1, 512, Some("src"), None).unwrap();
     n.tensor_allocate_slice(slice_src, 0, 256, Some("slice"))
         .unwrap();
-    n.tensor_allocate(0, 0, 4096, Some("dev"), None).unwrap();
+    n.tensor_allocate(Placement::Device, 0, 4096, Some("dev"), None).unwrap();
     assert_eq!(out(), 64 + 4096 + 100_000 + 512);
     n.close().unwrap();
     assert_eq!(out(), 0, "close left VIRTUAL bytes with the host provider");
@@ -774,14 +805,14 @@ fn a_view_over_other_resources_is_refused() {
         &HEAP,
     );
     let n = f.nrt();
-    let t = n.tensor_allocate(2, -1, 64, Some("mine"), None).unwrap();
+    let t = n.tensor_allocate(Placement::Virtual, -1, 64, Some("mine"), None).unwrap();
     let before = snapshot(&n);
     // Another driver over the same state block: every call is refused, nothing changes.
     let other_sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
     let wrong = Nrt::with_host(&f.st, &*other_sim, &HEAP);
     assert_eq!(wrong.tensor_free(t, None), Err(Error::ForeignResources));
     assert_eq!(
-        wrong.tensor_allocate(0, 0, 4096, None, None),
+        wrong.tensor_allocate(Placement::Device, 0, 4096, None, None),
         Err(Error::ForeignResources)
     );
     assert_eq!(wrong.close(), Err(Error::ForeignResources));

@@ -60,10 +60,9 @@ impl Run {
         theirs.init(&InitOptions::default())?;
 
         let ours_ledger = ours.ledger_snapshot(0);
-        let t =
-            theirs.tensor_allocate(Placement::Device as u32, 0, 4 * MIB, Some("boxed"), None)?;
+        let t = theirs.tensor_allocate(Placement::Device, 0, 4 * MIB, Some("boxed"), None)?;
         let pc = theirs.virtual_core(0)?.tpbs[0];
-        let booked = theirs.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR as usize);
+        let booked = theirs.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
         self.check(
             booked >= 4 * MIB && ours.ledger_snapshot(0) == ours_ledger,
             format_args!(

@@ -98,18 +98,18 @@ const HOST_POOL_BYTES: usize = 256 << 10;
 static HOST_POOL: nrt_core::tensor::ArenaHostMem<HOST_POOL_BYTES, 64> =
     nrt_core::tensor::ArenaHostMem::new();
 
-const DEV: u32 = dma_mem_location_t::TONGA_DRAM as u32;
-const HOST: u32 = dma_mem_location_t::HOST_DRAM as u32;
+const DEV: dma_mem_location_t = dma_mem_location_t::TONGA_DRAM;
+const HOST: dma_mem_location_t = dma_mem_location_t::HOST_DRAM;
 
 const fn alloc(
     usage: dma_mem_usage_type_t,
-    location: u32,
+    location: dma_mem_location_t,
     size: u64,
     align: u64,
     hint: &'static str,
 ) -> ModelAlloc<'static> {
     ModelAlloc {
-        usage: usage as u32,
+        usage,
         location,
         size,
         align,
@@ -383,10 +383,10 @@ impl Run {
         let mut tensors = [TensorHandle::from_parts(0, 0, 0); 2];
         for (t, vnc) in tensors.iter_mut().zip(TENSOR_VNCS) {
             let name = if vnc == 0 { "input0" } else { "output0" };
-            *t = n.tensor_allocate(Placement::Device as u32, vnc, 4 * MIB, Some(name), None)?;
+            *t = n.tensor_allocate(Placement::Device, vnc, 4 * MIB, Some(name), None)?;
             let info = n.tensor_device_allocation_info(*t)?;
             let pc = n.virtual_core(vnc)?.tpbs[0];
-            let booked = n.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR as usize);
+            let booked = n.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
             self.check(
                 booked >= 4 * MIB,
                 format_args!("tensor on vnc {vnc}: only {booked} B booked as TENSOR"),
@@ -405,7 +405,7 @@ impl Run {
         }
         // A VIRTUAL tensor: plain host bytes from a static arena (no heap), written and read back.
         let v = n.tensor_allocate(
-            Placement::Virtual as u32,
+            Placement::Virtual,
             -1,
             4096,
             Some("scratch"),
@@ -488,7 +488,7 @@ impl Run {
             }
         };
         let before = self.snapshot();
-        let again = n.tensor_allocate(Placement::Device as u32, 0, MIB, Some("late"), None);
+        let again = n.tensor_allocate(Placement::Device, 0, MIB, Some("late"), None);
         let unchanged = self.snapshot() == before;
         for t in &taken[..count] {
             n.tensor_free(*t, None)?;

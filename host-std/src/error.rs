@@ -85,6 +85,17 @@ pub enum Error {
     },
 }
 
+/// The core's [`nrt_core::driver::Errno`] of a nix errno: the same Linux number, the type the
+/// [`nrt_core::driver::Driver`] trait returns.
+pub(crate) fn drv(e: Errno) -> nrt_core::driver::Errno {
+    nrt_core::driver::Errno::new(e as i32)
+}
+
+/// The nix errno of a core [`nrt_core::driver::Errno`] (the host error's `#[source]`).
+pub(crate) fn nix_errno(e: nrt_core::driver::Errno) -> Errno {
+    Errno::from_raw(e.raw())
+}
+
 impl Error {
     /// The errno behind this error, when there is one.
     pub fn errno(&self) -> Option<Errno> {

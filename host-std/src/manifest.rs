@@ -84,12 +84,16 @@ pub enum Location {
 }
 
 impl Location {
-    /// The raw `dma_mem_location_t`.
-    pub fn raw(self) -> u32 {
+    /// The ABI `dma_mem_location_t`.
+    pub fn abi(self) -> dma_mem_location_t {
         match self {
-            Location::Device => dma_mem_location_t::TONGA_DRAM as u32,
-            Location::Host => dma_mem_location_t::HOST_DRAM as u32,
+            Location::Device => dma_mem_location_t::TONGA_DRAM,
+            Location::Host => dma_mem_location_t::HOST_DRAM,
         }
+    }
+    /// The raw `dma_mem_location_t` value.
+    pub fn raw(self) -> u32 {
+        self.abi() as u32
     }
 }
 
@@ -332,8 +336,8 @@ impl Manifest {
                 .allocations
                 .iter()
                 .map(|a| ModelAlloc {
-                    usage: a.usage as u32,
-                    location: a.location.raw(),
+                    usage: a.usage,
+                    location: a.location.abi(),
                     size: a.size,
                     align: a.align,
                     hint: &a.hint,
@@ -708,15 +712,9 @@ mod tests {
         let s = m.spec();
         let spec = s.as_spec();
         assert_eq!(spec.name, "bert-base");
-        assert_eq!(spec.allocations[0].usage, 18);
-        assert_eq!(
-            spec.allocations[0].location,
-            dma_mem_location_t::TONGA_DRAM as u32
-        );
-        assert_eq!(
-            spec.allocations[2].location,
-            dma_mem_location_t::HOST_DRAM as u32
-        );
+        assert_eq!(spec.allocations[0].usage as u32, 18);
+        assert_eq!(spec.allocations[0].location, dma_mem_location_t::TONGA_DRAM);
+        assert_eq!(spec.allocations[2].location, dma_mem_location_t::HOST_DRAM);
         assert_eq!(spec.allocations[0].hint, "qPoolIO0");
         assert_eq!(
             spec.gpsimd_libs.map(|l| (l.count, l.bytes)),

@@ -28,9 +28,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use nix::errno::Errno;
 use nrt_core::abi::al_hal_tpb_arch_type_t;
-use nrt_core::driver::{feature, AllocRequest, DeviceInfo, Driver, PoolStats};
+use nrt_core::driver::{feature, AllocRequest, DeviceInfo, Driver, Errno as DrvErrno, PoolStats};
 
-use crate::error::{Error, Result};
+use crate::error::{drv, Error, Result};
 use crate::ioctl::abi::*;
 use crate::ioctl::{ioctl_arg, RealSys, Sys};
 
@@ -344,8 +344,8 @@ impl<S: Sys> NeuronDriver<S> {
             .then(|| AllocVariant::from_u8(d.variant.load(Ordering::Acquire)))
     }
 
-    fn dev(&self, dev: u32) -> core::result::Result<&DeviceState, i32> {
-        self.devices.get(dev as usize).ok_or(Errno::ENODEV as i32)
+    fn dev(&self, dev: u32) -> core::result::Result<&DeviceState, DrvErrno> {
+        self.devices.get(dev as usize).ok_or(drv(Errno::ENODEV))
     }
 
     fn issue_alloc(
@@ -437,9 +437,9 @@ impl<S: Sys> NeuronDriver<S> {
         buf: *mut u8,
         len: usize,
         to_dev: bool,
-    ) -> core::result::Result<(), i32> {
+    ) -> core::result::Result<(), DrvErrno> {
         let d = self.dev(dev)?;
-        offset.checked_add(len as u64).ok_or(Errno::EINVAL as i32)?;
+        offset.checked_add(len as u64).ok_or(drv(Errno::EINVAL))?;
         let mut done = 0usize;
         while done < len {
             let n = (len - done).min(self.copy_chunk.min(usize::MAX as u64) as usize);
@@ -454,7 +454,7 @@ impl<S: Sys> NeuronDriver<S> {
             // SAFETY: `buffer` addresses `n` bytes inside the caller's slice, readable for
             // copy_in and exclusively borrowed (writable) for copy_out.
             check(unsafe { ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_MEM_BUF_COPY64, &mut a) })
-                .map_err(|e| e as i32)?;
+                .map_err(drv)?;
             done += n;
         }
         Ok(())
@@ -477,11 +477,11 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         self.devices.len() as u32
     }
 
-    fn device_info(&self, dev: u32) -> core::result::Result<DeviceInfo, i32> {
+    fn device_info(&self, dev: u32) -> core::result::Result<DeviceInfo, DrvErrno> {
         Ok(self.dev(dev)?.info)
     }
 
-    fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> core::result::Result<u64, i32> {
+    fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> core::result::Result<u64, DrvErrno> {
         let d = self.dev(dev)?;
         let mut handle: u64 = 0;
         let a = MemAllocV2Mt::new(
@@ -507,7 +507,7 @@ impl<S: Sys> Driver for NeuronDriver<S> {
                     d.path.display(),
                     req.size
                 );
-                return Err(Errno::EINVAL as i32);
+                return Err(drv(Errno::EINVAL));
             }
             match self.issue_alloc(d.fd, v, &a) {
                 Ok(()) => break,
@@ -516,9 +516,9 @@ impl<S: Sys> Driver for NeuronDriver<S> {
                         log::debug!("{}: {v:?} refused ({e}); trying {o:?}", d.path.display());
                         v = o;
                     }
-                    None => return Err(e as i32),
+                    None => return Err(drv(e)),
                 },
-                Err(e) => return Err(e as i32),
+                Err(e) => return Err(drv(e)),
             }
         }
         if !confirmed {
@@ -527,7 +527,7 @@ impl<S: Sys> Driver for NeuronDriver<S> {
             log::debug!("{}: MEM_ALLOC variant {v:?}", d.path.display());
         }
         if handle == 0 {
-            return Err(Errno::EIO as i32); // the driver claimed success without a handle
+            return Err(drv(Errno::EIO)); // the driver claimed success without a handle
         }
         // What the driver carved (page-rounded); a size no page count can hold is kept as
         // asked rather than overflowing (a driver that "succeeds" at that is broken anyway).
@@ -546,7 +546,7 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         Ok(handle)
     }
 
-    fn memory_get_pa(&self, dev: u32, handle: u64) -> core::result::Result<u64, i32> {
+    fn memory_get_pa(&self, dev: u32, handle: u64) -> core::result::Result<u64, DrvErrno> {
         let d = self.dev(dev)?;
         let mut a = MemGetExtendedInfo {
             mem_handle: handle,
@@ -555,16 +555,15 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         };
         // SAFETY: MEM_GET_EXTENDED_INFO takes this struct, which carries no address.
         check(unsafe { ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_MEM_GET_EXTENDED_INFO, &mut a) })
-            .map_err(|e| e as i32)?;
+            .map_err(drv)?;
         Ok(a.pa)
     }
 
-    fn memory_free(&self, dev: u32, handle: u64) -> core::result::Result<(), i32> {
+    fn memory_free(&self, dev: u32, handle: u64) -> core::result::Result<(), DrvErrno> {
         let d = self.dev(dev)?;
         let mut a = MemFree { mem_handle: handle };
         // SAFETY: MEM_FREE takes this struct, which carries no address.
-        check(unsafe { ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_MEM_FREE, &mut a) })
-            .map_err(|e| e as i32)?;
+        check(unsafe { ioctl_arg(&self.sys, d.fd, NEURON_IOCTL_MEM_FREE, &mut a) }).map_err(drv)?;
         d.own().remove(&handle);
         Ok(())
     }
@@ -575,7 +574,7 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         handle: u64,
         offset: u64,
         src: &[u8],
-    ) -> core::result::Result<(), i32> {
+    ) -> core::result::Result<(), DrvErrno> {
         // The driver only reads through `buffer` when copying to the device.
         self.copy(
             dev,
@@ -593,7 +592,7 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         handle: u64,
         offset: u64,
         dst: &mut [u8],
-    ) -> core::result::Result<(), i32> {
+    ) -> core::result::Result<(), DrvErrno> {
         self.copy(dev, handle, offset, dst.as_mut_ptr(), dst.len(), false)
     }
 
@@ -604,7 +603,7 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         offset: u64,
         len: u64,
         value: u8,
-    ) -> core::result::Result<(), i32> {
+    ) -> core::result::Result<(), DrvErrno> {
         // One staging buffer of up to a copy chunk instead of the trait's 256-byte steps.
         let buf = vec![value; len.min(self.copy_chunk).max(1) as usize];
         nrt_core::driver::fill_by_copies(self, dev, handle, offset, len, &buf)
@@ -621,13 +620,13 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         dev: u32,
         host: bool,
         hbm_idx: u32,
-    ) -> core::result::Result<PoolStats, i32> {
+    ) -> core::result::Result<PoolStats, DrvErrno> {
         let d = self.dev(dev)?;
         if host {
             return Ok(Self::own_stats(d, true, 0, d.info.host_dma_capacity));
         }
         if hbm_idx >= d.info.hbm_channels {
-            return Err(Errno::EINVAL as i32);
+            return Err(drv(Errno::EINVAL));
         }
         let capacity = d.info.hbm_channel_size - FIRMWARE_CARVE_OUT;
         let mut chunks = match self.dump_mem_chunks(dev, hbm_idx) {
@@ -635,7 +634,7 @@ impl<S: Sys> Driver for NeuronDriver<S> {
             Err(Errno::ENOTTY | Errno::EINVAL | Errno::EPERM | Errno::EACCES) => {
                 return Ok(Self::own_stats(d, false, hbm_idx, capacity))
             }
-            Err(e) => return Err(e as i32),
+            Err(e) => return Err(drv(e)),
         };
         chunks.sort_unstable_by_key(|c| c.pa);
         // Saturating throughout: the sizes and addresses are the driver's word.
@@ -1182,7 +1181,7 @@ mod tests {
         // A chunk count no channel can hold: refused, nothing reserved for it.
         assert_eq!(
             hostile(u32::MAX, vec![]).pool_stats(0, false, 0),
-            Err(Errno::EOVERFLOW as i32)
+            Err(drv(Errno::EOVERFLOW))
         );
         // A driver that "succeeds" at host allocations no page count can hold, twice: this
         // process's own ledger of them saturates instead of overflowing.

@@ -381,7 +381,7 @@ impl Scratch {
         if p.tensors {
             for t in p.file.tensor_info() {
                 match nrt.tensor_allocate(
-                    Placement::Device as u32,
+                    Placement::Device,
                     core,
                     t.size,
                     Some(&t.name),

@@ -1456,7 +1456,7 @@ impl Session {
             )));
         }
         let r = self.rt.nrt().tensor_allocate(
-            placement as u32,
+            placement,
             core,
             size,
             Some(name),
@@ -1542,7 +1542,7 @@ impl Session {
                         Some((_, tn)) => self.tensor(tn)?.tensor,
                         None => {
                             let t = nrt.tensor_allocate(
-                                Placement::Device as u32,
+                                Placement::Device,
                                 m.core,
                                 d.size,
                                 Some(&d.name),

@@ -6,12 +6,13 @@
 //! which only the pages written cost memory (`MAP_NORESERVE`). `HostSim` owns the device and its
 //! reservations together, so the memory outlives every use the device makes of it.
 
-use nix::errno::Errno;
-use nrt_core::driver::{AllocRequest, DeviceInfo, Driver, FreeHistogram, PoolStats};
+use nrt_core::driver::{
+    AllocRequest, DeviceInfo, Driver, Errno as DrvErrno, FreeHistogram, PoolStats,
+};
 use nrt_core::sim::{SimConfig, SimDevice};
 
 use crate::backing::HostReservation;
-use crate::error::{Error, Result};
+use crate::error::{nix_errno, Error, Result};
 
 /// A simulated device set with host-backed memory; a [`Driver`] by delegation.
 pub struct HostSim {
@@ -20,10 +21,10 @@ pub struct HostSim {
     mem: Vec<HostReservation>,
 }
 
-fn sim_err(what: &'static str) -> impl Fn(i32) -> Error {
+fn sim_err(what: &'static str) -> impl Fn(DrvErrno) -> Error {
     move |e| Error::Sim {
         what,
-        source: Errno::from_raw(e),
+        source: nix_errno(e),
     }
 }
 
@@ -66,26 +67,26 @@ impl Driver for HostSim {
     fn device_count(&self) -> u32 {
         self.dev.device_count()
     }
-    fn device_info(&self, dev: u32) -> core::result::Result<DeviceInfo, i32> {
+    fn device_info(&self, dev: u32) -> core::result::Result<DeviceInfo, DrvErrno> {
         self.dev.device_info(dev)
     }
-    fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> core::result::Result<u64, i32> {
+    fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> core::result::Result<u64, DrvErrno> {
         self.dev.memory_alloc(dev, req)
     }
     fn memory_alloc_pa(
         &self,
         dev: u32,
         req: &AllocRequest,
-    ) -> core::result::Result<(u64, u64), i32> {
+    ) -> core::result::Result<(u64, u64), DrvErrno> {
         self.dev.memory_alloc_pa(dev, req)
     }
-    fn memory_get_pa(&self, dev: u32, handle: u64) -> core::result::Result<u64, i32> {
+    fn memory_get_pa(&self, dev: u32, handle: u64) -> core::result::Result<u64, DrvErrno> {
         self.dev.memory_get_pa(dev, handle)
     }
-    fn memory_free(&self, dev: u32, handle: u64) -> core::result::Result<(), i32> {
+    fn memory_free(&self, dev: u32, handle: u64) -> core::result::Result<(), DrvErrno> {
         self.dev.memory_free(dev, handle)
     }
-    fn memory_unmap(&self, dev: u32, handle: u64) -> core::result::Result<(), i32> {
+    fn memory_unmap(&self, dev: u32, handle: u64) -> core::result::Result<(), DrvErrno> {
         self.dev.memory_unmap(dev, handle)
     }
     fn get_copy_buf(&self, dev: u32, nc_id: u32) -> u64 {
@@ -97,7 +98,7 @@ impl Driver for HostSim {
         handle: u64,
         offset: u64,
         src: &[u8],
-    ) -> core::result::Result<(), i32> {
+    ) -> core::result::Result<(), DrvErrno> {
         self.dev.copy_in(dev, handle, offset, src)
     }
     fn copy_out(
@@ -106,7 +107,7 @@ impl Driver for HostSim {
         handle: u64,
         offset: u64,
         dst: &mut [u8],
-    ) -> core::result::Result<(), i32> {
+    ) -> core::result::Result<(), DrvErrno> {
         self.dev.copy_out(dev, handle, offset, dst)
     }
     fn fill(
@@ -116,7 +117,7 @@ impl Driver for HostSim {
         offset: u64,
         len: u64,
         value: u8,
-    ) -> core::result::Result<(), i32> {
+    ) -> core::result::Result<(), DrvErrno> {
         self.dev.fill(dev, handle, offset, len, value)
     }
     fn pool_stats(
@@ -124,7 +125,7 @@ impl Driver for HostSim {
         dev: u32,
         host: bool,
         hbm_idx: u32,
-    ) -> core::result::Result<PoolStats, i32> {
+    ) -> core::result::Result<PoolStats, DrvErrno> {
         self.dev.pool_stats(dev, host, hbm_idx)
     }
     fn hbm_stats_aligned(
@@ -132,17 +133,17 @@ impl Driver for HostSim {
         dev: u32,
         hbm_idx: u32,
         align: u64,
-    ) -> core::result::Result<PoolStats, i32> {
+    ) -> core::result::Result<PoolStats, DrvErrno> {
         self.dev.hbm_stats_aligned(dev, hbm_idx, align)
     }
     fn free_histogram(
         &self,
         dev: u32,
         hbm_idx: u32,
-    ) -> core::result::Result<(FreeHistogram, FreeHistogram), i32> {
+    ) -> core::result::Result<(FreeHistogram, FreeHistogram), DrvErrno> {
         self.dev.free_histogram(dev, hbm_idx)
     }
-    fn host_device_id_rid_map(&self, out: &mut [u32; 32]) -> core::result::Result<(), i32> {
+    fn host_device_id_rid_map(&self, out: &mut [u32; 32]) -> core::result::Result<(), DrvErrno> {
         self.dev.host_device_id_rid_map(out)
     }
 }
@@ -220,7 +221,7 @@ mod tests {
             matches!(
                 e,
                 Error::Sim {
-                    source: Errno::EINVAL,
+                    source: nix::errno::Errno::EINVAL,
                     ..
                 }
             ),

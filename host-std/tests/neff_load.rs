@@ -387,10 +387,10 @@ fn subgraphs_with_different_footprints_each_book_their_own() {
     let nrt = rt.nrt();
     let before = state(&rt);
     let (h, _) = model_file::load_bytes(&nrt, 0, &bytes).unwrap();
-    let scr = U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED as usize;
+    let scr = U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED;
     let per_core: Vec<u64> = (0..2).map(|c| nrt.ledger_device(0, c, scr)).collect();
     assert_eq!(per_core, [1 << 20, 2 << 20], "sg00 on nc0, sg01 on nc1");
-    assert_eq!(nrt.model_info(h).unwrap().by_usage[scr], 3 << 20);
+    assert_eq!(nrt.model_info(h).unwrap().by_usage[scr as usize], 3 << 20);
     nrt.unload_model(h).unwrap();
     assert_eq!(state(&rt), before);
     rt.close().unwrap();

@@ -87,13 +87,8 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
             if tensors {
                 let mut made = Vec::new();
                 for t in f.tensor_info() {
-                    match nrt.tensor_allocate(
-                        Placement::Device as u32,
-                        core,
-                        t.size,
-                        Some(&t.name),
-                        None,
-                    ) {
+                    match nrt.tensor_allocate(Placement::Device, core, t.size, Some(&t.name), None)
+                    {
                         Ok(t) => made.push(t),
                         Err(_) => {
                             fits = false;

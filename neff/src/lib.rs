@@ -269,11 +269,11 @@ impl NeffModel {
         }
         fn alloc(b: &Booked) -> ModelAlloc<'_> {
             ModelAlloc {
-                usage: b.usage as u32,
+                usage: b.usage,
                 location: if b.host {
-                    dma_mem_location_t::HOST_DRAM as u32
+                    dma_mem_location_t::HOST_DRAM
                 } else {
-                    dma_mem_location_t::TONGA_DRAM as u32
+                    dma_mem_location_t::TONGA_DRAM
                 },
                 size: b.size,
                 align: b.align,

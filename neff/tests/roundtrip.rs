@@ -40,7 +40,15 @@ fn check_round_trip(m: &PackModel) {
     let got = sorted(
         spec.allocations
             .iter()
-            .map(|a| (a.usage, a.location, a.size, a.align, a.hint.to_string()))
+            .map(|a| {
+                (
+                    a.usage as u32,
+                    a.location as u32,
+                    a.size,
+                    a.align,
+                    a.hint.to_string(),
+                )
+            })
             .collect(),
     );
     assert_eq!(got, want, "{}", m.name);

@@ -18,88 +18,27 @@ use std::sync::OnceLock;
 use nrt_tests::check_output as check;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives in the workspace")
-        .to_path_buf()
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|p| if p.is_relative() { root().join(p) } else { p })
-        .unwrap_or_else(|| root().join("target"))
+    nrt_tests::c::root()
 }
 
 /// Where this test puts what it builds (a symlink farm for `-lnrt` and the binaries).
 fn out_dir() -> PathBuf {
-    let d = target_dir().join("nrt-c-client");
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    nrt_tests::c::out_dir("nrt-c-client")
 }
 
-/// Builds `libnrt.so`/`libnrt.a` once (`cargo build -p nrt-ffi`) and returns the directory
-/// with `libnrt.so`, `libnrt.so.1` (the SONAME programs record) and `libnrt.a`.
+/// Builds `libnrt.so`/`libnrt.a` once and returns the directory with `libnrt.so`,
+/// `libnrt.so.1` and `libnrt.a` ([`nrt_tests::c::libnrt`]).
 fn libdir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .current_dir(root())
-            .args(["build", "--quiet", "-p", "nrt-ffi"])
-            .status()
-            .expect("run cargo build -p nrt-ffi");
-        assert!(st.success(), "cargo build -p nrt-ffi failed");
-        let built = target_dir().join("debug");
-        let dir = out_dir().join("lib");
-        std::fs::create_dir_all(&dir).unwrap();
-        for (link, file) in [
-            ("libnrt.so", "libnrt.so"),
-            ("libnrt.so.1", "libnrt.so"),
-            ("libnrt.a", "libnrt.a"),
-        ] {
-            let l = dir.join(link);
-            let _ = std::fs::remove_file(&l);
-            std::os::unix::fs::symlink(built.join(file), &l).unwrap();
-        }
-        dir
-    })
+    DIR.get_or_init(|| nrt_tests::c::libnrt(&out_dir()))
 }
 
-fn include_dir() -> PathBuf {
-    root().join("ffi/include")
-}
+use nrt_tests::c::{cc, include_dir};
 
-fn cc() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".into())
-}
-
-/// `cc -std=c11 -Wall -Wextra -Werror -pedantic -I ffi/include SRC -L lib -lnrt`.
+/// `ffi/examples/SRC` compiled and linked against `libdir()` ([`nrt_tests::c::compile`]).
 fn compile(src: &str, exe: &str) -> PathBuf {
     let out = out_dir().join(exe);
-    let lib = libdir();
-    let o = Command::new(cc())
-        .args([
-            "-std=c11",
-            "-g",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-I",
-        ])
-        .arg(include_dir())
-        .arg(root().join("ffi/examples").join(src))
-        .arg("-o")
-        .arg(&out)
-        .arg("-L")
-        .arg(lib)
-        .arg("-lnrt")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .output()
-        .expect("run the C compiler");
-    check(&format!("compiling {src}"), o);
+    nrt_tests::c::compile(&root().join("ffi/examples").join(src), &out, libdir());
     out
 }
 

@@ -12,26 +12,26 @@ use nrt_core::ulib::UlibRequest;
 use nrt_host::config::{DeviceChoice, RuntimeConfig};
 use nrt_host::HostRuntime;
 
-const DEV: u32 = dma_mem_location_t::TONGA_DRAM as u32;
+const DEV: dma_mem_location_t = dma_mem_location_t::TONGA_DRAM;
 
 fn allocs() -> Vec<ModelAlloc<'static>> {
     vec![
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT,
             location: DEV,
             size: 2 << 20,
             align: 0,
             hint: "w",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_INSTR_PE,
             location: DEV,
             size: 64 << 10,
             align: 4096,
             hint: "c",
         },
         ModelAlloc {
-            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING as u32,
+            usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_DMA_RING,
             location: DEV,
             size: 32 << 10,
             align: 0,
@@ -159,11 +159,7 @@ fn threads_load_execute_unload_on_one_core() {
     // plus the scratchpad pages it still holds.
     let n = rt.nrt();
     let used = n.dmem_get_memory_stats(0).unwrap().bytes_used;
-    let scr = n.ledger_device(
-        0,
-        0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD as usize,
-    );
+    let scr = n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD);
     assert_eq!(used, resident_bytes(&rt) + scr);
     assert_eq!(
         n.scratchpad_page(0, 0, 0).unwrap().1,
