@@ -1,6 +1,7 @@
 //! Trial (a) of issue 16's "done means": a `no_std` firmware-style integrator of `nrt-core`,
 //! written as an outside user would, with no `unsafe` (`#![forbid(unsafe_code)]`): the state
-//! block and the simulated device are `.bss` statics taken once through
+//! block is a `.bss` [`StaticState`] sized for the one-device [`Capacity::ONE_DEVICE`] and bound
+//! once, the simulated device a `.bss` static taken once through
 //! [`nrt_core::cell::ZeroedCell`], VIRTUAL tensor bytes come from a static
 //! [`ArenaHostMem`], and the run is init → load a model → tensor write/read → ledger → close
 //! back to 0 bytes.
@@ -19,12 +20,15 @@ use nrt_core::cell::ZeroedCell;
 use nrt_core::model::{ModelAlloc, ModelSpec};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::tensor::{ArenaHostMem, Placement};
-use nrt_core::{CoreState, Error, InitOptions, Nrt, UsageSel};
+use nrt_core::{Capacity, CoreState, Error, InitOptions, Nrt, StaticState, UsageSel};
 
-/// The runtime's state block, all-zero in `.bss` until `init`.
-static STATE: ZeroedCell<CoreState> = ZeroedCell::new();
-/// The simulated device, all-zero in `.bss` until [`SimDevice::init`].
-static SIM: ZeroedCell<SimDevice> = ZeroedCell::new();
+/// The capacities this firmware chooses: one device, the arenas sized for it.
+const CAPS: Capacity = Capacity::ONE_DEVICE;
+/// The runtime's state block and its arena storage, all-zero in `.bss` until bound.
+static STATE: StaticState<{ CoreState::storage_bytes(&CAPS) }> = StaticState::new();
+/// The simulated device (one device, 1 024 nodes per pool), all-zero in `.bss` until
+/// [`SimDevice::init`].
+static SIM: ZeroedCell<SimDevice<1, 1024>> = ZeroedCell::new();
 /// Host bytes for VIRTUAL tensors: 64 KiB in at most 16 blocks, no heap.
 static HOST: ArenaHostMem<{ 64 << 10 }, 16> = ArenaHostMem::new();
 
@@ -71,14 +75,14 @@ impl From<Error> for TrialError {
 
 /// The bring-up, once per process; `log` gets one line per step.
 pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
-    let (Some(state), Some(sim)) = (STATE.take(), SIM.take()) else {
+    let Some(sim) = SIM.take() else {
         return Err(TrialError::AlreadyRan);
     };
+    let state = STATE.bind(&CAPS)?;
     sim.init(&SimConfig::new(Preset::Trn2, 1))
         .map_err(Error::Driver)?;
-    let sim: &'static SimDevice = sim;
-    let state: &'static CoreState = state;
-    let nrt = Nrt::new(state, sim);
+    let sim: &'static SimDevice<1, 1024> = sim;
+    let nrt = Nrt::with_host(state, sim, &HOST);
     nrt.init(&InitOptions::default())?;
     let _ = writeln!(log, "init: {} device(s)", nrt.num_devices());
 
@@ -91,11 +95,11 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
     let model = nrt.load_model(0, &spec)?;
     let _ = writeln!(log, "loaded model h{}", model.id);
 
-    let t = nrt.tensor_allocate(Placement::Virtual, -1, 4096, Some("x"), Some(&HOST))?;
+    let t = nrt.tensor_allocate(Placement::Virtual, -1, 4096, Some("x"), None)?;
     nrt.tensor_write(t, b"hello", 0)?;
     let mut read_back = [0u8; 5];
     nrt.tensor_read(t, &mut read_back, 0)?;
-    nrt.tensor_free(t, Some(&HOST))?;
+    nrt.tensor_free(t, None)?;
 
     let core = nrt.virtual_core(0)?.tpbs[0];
     let (dev, tpb) = (core.device_id, core.device_tpb_idx);
