@@ -1476,40 +1476,13 @@ impl<const N: usize> Carve<N> {
         (self.node(i).size >> self.granule.trailing_zeros()) as u32
     }
 
-    /// Starts loading node `i` (both cache lines a 48-byte node can span) without waiting for
-    /// it: the first-fit walk reads a node's left child to choose its way, and prefetching the
-    /// right child at the same time overlaps the two misses when the walk goes right.
-    #[inline(always)]
-    fn prefetch(&self, i: u32) {
-        #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
-        {
-            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let p = self
-                .nodes
-                .as_ptr()
-                .wrapping_add((i as usize).saturating_sub(1))
-                .cast::<i8>();
-            // SAFETY: a prefetch is a hint: it never faults, reads nothing into the program
-            // and has no effect on memory, so any address is sound; this one is inside (or, for
-            // its last byte, just past the end of) `nodes`, computed with `wrapping_add`
-            // (no pointer arithmetic UB). SSE is enabled by the cfg above.
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(core::mem::size_of::<Node>() - 1));
-            }
-        }
-        #[cfg(not(all(target_arch = "x86_64", target_feature = "sse")))]
-        let _ = i;
-    }
-
-    /// The subtree maximum of `i`, 0 for NIL. Branch-free: whether a child exists is data the
-    /// branch predictor cannot learn (on trace B a mispredicted branch here cost more than the
-    /// load), so NIL reads node 1 (the block at `base`, always in use) and masks the value.
     #[inline(always)]
     fn max_of(&self, i: u32) -> u32 {
-        let m = self.nodes[(i as usize).saturating_sub(1)].max_units;
-        core::hint::select_unpredictable(i != NIL, m, 0)
+        if i == NIL {
+            0
+        } else {
+            self.node(i).max_units
+        }
     }
 
     /// Recomputes `i`'s subtree maximum from its block and its children; returns whether it
@@ -1651,7 +1624,11 @@ impl<const N: usize> Carve<N> {
             p = x;
             let n = self.node_mut(x);
             n.max_units = n.max_units.max(u);
-            x = core::hint::select_unpredictable(addr < n.addr, n.prev_free, n.next_free);
+            x = if addr < n.addr {
+                n.prev_free
+            } else {
+                n.next_free
+            };
         }
         self.node_mut(i).parent = p;
         if p == NIL {
@@ -1822,18 +1799,17 @@ impl<const N: usize> Carve<N> {
         if align <= self.granule {
             // Every block of `need` granules fits: the lowest bucket with one, then one walk
             // down its treap (whose maximum is ≥ need, so the walk ends at a block).
-            // The direction is a select, not a branch (it is as random as the trace); the one
-            // branch left is the exit, taken once.
             let k = self.next_bucket(0, need)?;
             let mut x = self.roots[k];
             while x != NIL {
                 let n = self.node(x);
-                self.prefetch(n.next_free);
-                let left_fits = self.max_of(n.prev_free) >= need;
-                if !left_fits & (self.units(x) >= need) {
+                if n.prev_free != NIL && self.node(n.prev_free).max_units >= need {
+                    x = n.prev_free;
+                } else if self.units(x) >= need {
                     return Some((x, 0));
+                } else {
+                    x = n.next_free;
                 }
-                x = core::hint::select_unpredictable(left_fits, n.prev_free, n.next_free);
             }
             return None;
         }
