@@ -159,11 +159,60 @@ fn line_ge(line: &[u32; FAN], need: u32) -> u32 {
     }
 }
 
-/// The largest of `FAN` entries.
+/// The largest of `FAN` entries other than entry `skip` (every entry when `skip >= FAN`); 0
+/// when there is none. SSE2 has no unsigned 32-bit maximum (`pmaxud` is SSE4.1) and the
+/// compiler turns the portable reduction below into 15 scalar compares and moves, so this is
+/// a biased signed compare-and-select: three steps on four vectors and two across the lanes.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline(always)]
-fn line_max(line: &[u32; FAN]) -> u32 {
+fn line_max_except(line: &[u32; FAN], skip: usize) -> u32 {
+    use core::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_andnot_si128, _mm_cmpeq_epi32, _mm_cmpgt_epi32,
+        _mm_cvtsi128_si32, _mm_loadu_si128, _mm_or_si128, _mm_set1_epi32, _mm_setr_epi32,
+        _mm_shuffle_epi32, _mm_xor_si128,
+    };
+    let p = line.as_ptr().cast::<__m128i>();
+    // `skip` is compared with lane numbers only; anything ≥ FAN matches none.
+    let skip = skip.min(FAN) as i32;
+    // SAFETY: as in `line_ge`: SSE2 is enabled for this function by the cfg above, and the
+    // four unaligned loads read bytes 0..16, 16..32, 32..48 and 48..64 of the 64-byte `line`.
+    #[allow(unsafe_code)]
+    unsafe {
+        let bias = _mm_set1_epi32(i32::MIN);
+        let skip = _mm_set1_epi32(skip);
+        // Entry `skip` becomes 0 (the unsigned minimum), then unsigned order becomes signed
+        // order by flipping the top bit.
+        let ld = |k: usize| {
+            let lanes = _mm_setr_epi32(
+                4 * k as i32,
+                4 * k as i32 + 1,
+                4 * k as i32 + 2,
+                4 * k as i32 + 3,
+            );
+            let v = _mm_andnot_si128(_mm_cmpeq_epi32(lanes, skip), _mm_loadu_si128(p.add(k)));
+            _mm_xor_si128(v, bias)
+        };
+        let max = |a: __m128i, b: __m128i| {
+            let gt = _mm_cmpgt_epi32(a, b);
+            _mm_or_si128(_mm_and_si128(gt, a), _mm_andnot_si128(gt, b))
+        };
+        let m = max(max(ld(0), ld(1)), max(ld(2), ld(3)));
+        let m = max(m, _mm_shuffle_epi32::<0b01_00_11_10>(m));
+        let m = max(m, _mm_shuffle_epi32::<0b10_11_00_01>(m));
+        (_mm_cvtsi128_si32(m) as u32) ^ (1 << 31)
+    }
+}
+
+/// The largest of `FAN` entries other than entry `skip` (every entry when `skip >= FAN`); 0
+/// when there is none.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn line_max_except(line: &[u32; FAN], skip: usize) -> u32 {
     // Pairwise, so the reduction is 4 steps deep rather than a chain of 16.
     let mut a = *line;
+    if let Some(x) = a.get_mut(skip) {
+        *x = 0;
+    }
     let mut w = FAN / 2;
     while w > 0 {
         for j in 0..w {
@@ -172,6 +221,12 @@ fn line_max(line: &[u32; FAN]) -> u32 {
         w /= 2;
     }
     a[0]
+}
+
+/// The largest of `FAN` entries.
+#[inline(always)]
+fn line_max(line: &[u32; FAN]) -> u32 {
+    line_max_except(line, FAN)
 }
 
 /// Node index 0 is "none"; node `i` lives at `nodes[i - 1]`.
@@ -1316,19 +1371,26 @@ impl<const N: usize> Carve<N> {
             if old == v {
                 return;
             }
-            self.seg[p] = v;
             // The entry above: the maximum of this entry's line.
             let up = match SUM_OFFSETS.get(l + 1) {
                 Some(o) => self.seg[o + idx / FAN],
                 None => self.seg_root,
             };
-            v = if v >= up {
+            let line_max = if v >= up {
                 v // a new maximum of the line
             } else if old < up {
-                return; // neither the old nor the new value is the line's maximum
+                // Neither the old nor the new value is the line's maximum.
+                self.seg[p] = v;
+                return;
             } else {
-                line_max(self.line(off + (idx & !(FAN - 1)))) // the maximum went down
+                // The maximum went down: the others' maximum, or `v`. Read before the store
+                // below: a 16-byte load of the line right after a 4-byte store into it cannot
+                // be forwarded from the store and waits for it to retire (that wait was the
+                // hottest instruction of trace B, docs/PERFORMANCE.md).
+                line_max_except(self.line(off + (idx & !(FAN - 1))), idx & (FAN - 1)).max(v)
             };
+            self.seg[p] = v;
+            v = line_max;
             idx /= FAN;
         }
         self.seg_root = v;
@@ -1442,13 +1504,31 @@ impl<const N: usize> Carve<N> {
     /// subtree whose maximum is unchanged (everything above it is then unchanged too), and
     /// at a bucket root updates the segment tree.
     fn tree_fix_up(&mut self, mut i: u32) {
-        while i != NIL && self.recompute(i) {
-            let p = self.node(i).parent;
+        if i == NIL || !self.recompute(i) {
+            return;
+        }
+        loop {
+            let (p, m, k) = {
+                let n = self.node(i);
+                (n.parent, n.max_units, usize::from(n.class))
+            };
             if p == NIL {
-                let k = usize::from(self.node(i).class);
-                let m = self.node(i).max_units;
                 self.seg_set(k, m);
+                return;
             }
+            // The parent's maximum from its block, the child just fixed (`m`, known) and the
+            // other child: one child read instead of two.
+            let (l, r) = {
+                let n = self.node(p);
+                (n.prev_free, n.next_free)
+            };
+            let other = core::hint::select_unpredictable(l == i, r, l);
+            let pm = self.units(p).max(m).max(self.max_of(other));
+            let n = self.node_mut(p);
+            if n.max_units == pm {
+                return;
+            }
+            n.max_units = pm;
             i = p;
         }
     }
@@ -1495,10 +1575,15 @@ impl<const N: usize> Carve<N> {
         }
     }
 
-    /// Rotates `x` above its parent (both in bucket `k`), keeping address order and both maxima.
+    /// Rotates `x` above its parent (both in bucket `k`), keeping address order and both maxima
+    /// (the parent's must be up to date: `x` inherits it, as its new subtree holds exactly the
+    /// blocks of the parent's old one; only the parent's is recomputed).
     fn rotate_up(&mut self, k: usize, x: u32) {
         let p = self.node(x).parent;
-        let g = self.node(p).parent;
+        let (g, pm) = {
+            let n = self.node(p);
+            (n.parent, n.max_units)
+        };
         if self.node(p).prev_free == x {
             let b = self.node(x).next_free;
             self.node_mut(p).prev_free = b;
@@ -1518,7 +1603,7 @@ impl<const N: usize> Carve<N> {
         self.node_mut(x).parent = g;
         self.relink_child(k, g, p, x);
         self.recompute(p);
-        self.recompute(x);
+        self.node_mut(x).max_units = pm;
     }
 
     fn tree_insert(&mut self, i: u32) {
@@ -2463,6 +2548,51 @@ mod tests {
         assert_eq!(c.alloc_at(63 * P, 2 * P), Err(CarveError::OutOfSpace));
         assert_eq!(c.alloc_at(100, P), Err(CarveError::BadAlignment(100)));
         c.check().unwrap();
+    }
+
+    /// The summary's line primitives (SSE2 on x86-64) against their plain definitions, on
+    /// values around the signed/unsigned boundary the biased compares must get right.
+    #[test]
+    fn summary_line_scans_match_their_definitions() {
+        let vals = [
+            0,
+            1,
+            2,
+            7,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 31) + 1,
+            u32::MAX - 1,
+            u32::MAX,
+        ];
+        let mut x = 0x9E37_79B9u32;
+        for _ in 0..300 {
+            let mut line = [0u32; FAN];
+            for v in line.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *v = vals[x as usize % vals.len()];
+            }
+            for skip in 0..=FAN + 1 {
+                let want = line
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != skip)
+                    .map(|(_, &v)| v)
+                    .max()
+                    .unwrap_or(0);
+                assert_eq!(line_max_except(&line, skip), want, "{line:?} skip {skip}");
+            }
+            assert_eq!(line_max(&line), line.iter().copied().max().unwrap_or(0));
+            for need in vals {
+                let want = line
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |m, (j, &v)| m | (u32::from(v >= need) << j));
+                assert_eq!(line_ge(&line, need), want, "{line:?} need {need}");
+            }
+        }
     }
 
     #[test]
