@@ -770,7 +770,7 @@ impl<'a> Nrt<'a> {
         // No call is in flight: from here no handle of this runtime resolves again.
         self.st.epoch.store(0, Ordering::Release);
         self.unload_all_models();
-        self.free_all_tensors();
+        self.free_all_tensors(None);
         for d in 0..self.attached_devices() {
             for t in 0..self.dev_geom(d).cores {
                 let tpb = self.tpb_ptr(d, t);

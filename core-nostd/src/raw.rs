@@ -25,6 +25,24 @@ use crate::error::{Error, Result};
 use crate::handle::{DmemHandle, HandleKind, TensorHandle};
 use crate::tensor::{DeviceAllocationInfo, HostMem, Tensor, TensorName};
 
+/// The runtime's epoch: what every handle it hands out carries ([`crate::handle`]); 0 while
+/// it is not initialised. A layer that encodes handles in fewer bits (the C ABI's pointers)
+/// keeps it once and puts it back when decoding.
+pub fn epoch(n: &Nrt<'_>) -> u32 {
+    n.epoch()
+}
+
+/// Frees every live tensor of the runtime, VIRTUAL and attached-buffer ones included, with
+/// `host` (the provider that allocated the host tensors): what a layer does before
+/// [`Nrt::close`] so host bytes come back too (spec §12).
+///
+/// # Safety
+/// No other call on this runtime is in flight or starts while this runs (the walk reads
+/// slots without the pin protocol; the C ABI holds its lifecycle lock exclusively).
+pub unsafe fn tensor_free_all(n: &Nrt<'_>, host: Option<&dyn HostMem>) {
+    n.free_all_tensors(host);
+}
+
 /// The handle of tensor `t`.
 ///
 /// # Safety

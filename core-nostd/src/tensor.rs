@@ -515,7 +515,7 @@ impl<'a> Nrt<'a> {
 
     /// Teardown: frees every tensor still alive (their device memory returns to the driver).
     /// VIRTUAL storages owned by a host provider are leaked to it (the provider outlives us).
-    pub(crate) fn free_all_tensors(&self) {
+    pub(crate) fn free_all_tensors(&self, host: Option<&dyn HostMem>) {
         let mut live: [Tensor; 64] = [null_mut(); 64];
         loop {
             let mut n = 0;
@@ -529,7 +529,7 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                if self.tensor_free_inner(*t, None).is_err() {
+                if self.tensor_free_inner(*t, host).is_err() {
                     // Not a whole tensor (cannot happen once the gate is drained): give the
                     // slot back rather than meet it again.
                     let _ = self.st.tensors.release(*t);
