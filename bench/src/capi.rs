@@ -125,10 +125,8 @@ pub fn capi_threads(quick: bool) -> Result<CapiThreads, String> {
     std::env::remove_var("NEURON_RT_VISIBLE_CORES");
     std::env::remove_var("NEURON_RT_NUM_CORES");
     // SAFETY: NULL version strings are allowed (not read).
-    ok(
-        unsafe { nrt_init(0, std::ptr::null(), std::ptr::null()) },
-        "nrt_init",
-    )?;
+    let st = unsafe { nrt_init(0, std::ptr::null(), std::ptr::null()) };
+    ok(st, "nrt_init")?;
     let r = measure(quick);
     nrt_close();
     r
