@@ -140,13 +140,17 @@ pub(crate) struct DevExt {
     pub(crate) host_usage_nc: [[AtomicU64; 23]; 8],
     /// High-water mark of `host_usage_nc`.
     pub(crate) host_peak_nc: [[AtomicU64; 23]; 8],
-    /// Device (HBM) bytes of the whole device.
-    pub(crate) total_device_bytes: AtomicU64,
-    /// Host DMA bytes of the whole device.
-    pub(crate) total_host_bytes: AtomicU64,
-    /// High-water mark of `total_device_bytes`.
+    /// Device bytes per (core, HBM channel): `dma_mem_log_t.memory_usage[4]` kept per core
+    /// and summed on read (`ledger_hbm`), so cores on different channels share no counter.
+    pub(crate) hbm_nc: [crate::ledger::CoreChannels; 8],
+    /// The ledger lock of each core: held by every update of that core's rows and by readers
+    /// that want one core's rows consistent (each row sums to its `[nc][22]`). Per core, on
+    /// its own cache line: allocations on different cores never meet here (issue 16 item 7).
+    pub(crate) ledger_locks: [crate::ledger::CoreLock; 8],
+    /// High-water mark of the device's HBM bytes (the sum of its cores' `[nc][22]`; see
+    /// `dml_add_entry` for how exact it is under concurrent allocation).
     pub(crate) peak_device_bytes: AtomicU64,
-    /// High-water mark of `total_host_bytes`.
+    /// High-water mark of the device's host DMA bytes (likewise).
     pub(crate) peak_host_bytes: AtomicU64,
     /// Device OOMs seen.
     pub(crate) oom_count: AtomicU64,
