@@ -195,10 +195,13 @@ pub struct CoreState {
     /// plus `sync::GATE_CLOSED` once `close` shut it; `close` waits for the count to drain.
     pub(crate) active_calls: AtomicU32,
     pub(crate) init_lock: nrt_mutex_t,
-    /// Held by an execution while it moves its data (`execute`): the simulated stand-in for
+    /// Held by executions while they move their data (`execute`): the simulated stand-in for
     /// spec §7.1's DMA ordering, so an execution's inputs are never read while another
-    /// execution, on any core, is writing them.
-    pub(crate) exec_data_lock: nrt_mutex_t,
+    /// execution, on any core, is writing them. Striped by tensor storage
+    /// ([`crate::tensor::ExecDataGuard`]): an execution takes the stripes of the storages it
+    /// binds, so executions sharing a tensor serialise and independent ones (one per core)
+    /// rarely meet (issue 16 item 7).
+    pub(crate) exec_data_locks: [crate::ledger::CoreLock; crate::tensor::EXEC_DATA_STRIPES],
     pub(crate) oom_lock: nrt_mutex_t,
     /// 1 once `last_oom` holds a value (MaybeUninit keeps the all-zero state valid).
     pub(crate) last_oom_set: AtomicU32,

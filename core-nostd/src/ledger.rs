@@ -197,8 +197,9 @@ impl Inspector<'_> {
     }
 }
 
-/// One core's ledger lock on its own cache line ([`crate::ctx::DevExt::ledger_locks`]).
-/// Valid when all-zero (an unlocked lock).
+/// A lock on its own cache line: one core's ledger lock
+/// ([`crate::ctx::DevExt::ledger_locks`]), one stripe of the execute data lock
+/// (`CoreState::exec_data_locks`). Valid when all-zero (an unlocked lock).
 #[repr(C, align(64))]
 pub(crate) struct CoreLock(pub(crate) crate::abi::nrt_mutex_t);
 
