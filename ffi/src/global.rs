@@ -7,20 +7,19 @@
 //! libnrt has one runtime per process (ARCHITECTURE.md principle 3: the C ABI uses one global
 //! context). Every call takes the lifecycle lock shared; `nrt_init`/`nrt_close` take it
 //! exclusively, so close waits for calls in flight and no call sees a half-closed runtime.
-//! The lock is a sharded reader-writer lock (`crossbeam_utils::sync::ShardedLock`): a call
-//! touches only its thread's shard, so calls on different threads share no cache line here
-//! (issue 16 item 7: no process-wide lock on the per-call path).
+//! The lock is a sharded reader-writer lock ([`Lifecycle`]): a call touches only its thread's
+//! shard, so calls on different threads share no cache line here (issue 16 item 7: no
+//! process-wide lock on the per-call path).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crossbeam_utils::sync::ShardedLock;
 use crossbeam_utils::CachePadded;
 use nrt_core::abi::{H_MODEL, NRT_STATUS as CoreStatus};
 use nrt_core::TensorHandle;
@@ -247,8 +246,91 @@ enum Life {
     Closed,
 }
 
+/// Shards of the [`Lifecycle`] lock.
+const LIFE_SHARDS: usize = 16;
+
+/// The lifecycle behind a sharded reader-writer lock: a reader takes the read side of its
+/// thread's shard only (threads are dealt shards round-robin at their first call); a writer
+/// takes the write side of every shard, in order. So calls on different threads touch
+/// different cache lines, and `nrt_init` / `nrt_close` still exclude every call.
+///
+/// Hand-rolled rather than `crossbeam_utils::sync::ShardedLock`, which registers every thread
+/// in a process-global map that is never freed: valgrind reports it as possibly lost in C
+/// clients (`tests/tests/c_client.rs`). This one allocates nothing.
+struct Lifecycle {
+    shards: [CachePadded<RwLock<()>>; LIFE_SHARDS],
+    life: UnsafeCell<Life>,
+}
+
+// SAFETY: `life` is read only through `read` (holding a shard's read lock) and written only
+// through `write` (holding every shard's write lock, so no reader holds any): never a write
+// alongside another access. `Life` itself is Send + Sync.
+unsafe impl Sync for Lifecycle {}
+
+/// The next shard to deal to a thread at its first call.
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's [`Lifecycle`] shard (`usize::MAX` until its first call). A plain `Cell`:
+    /// no destructor, no heap.
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// Shared access to the lifecycle (what [`Lifecycle::read`] returns).
+struct LifeRead<'a> {
+    _g: RwLockReadGuard<'a, ()>,
+    life: &'a Life,
+}
+
+/// Exclusive access to the lifecycle (what [`Lifecycle::write`] returns).
+struct LifeWrite<'a> {
+    _g: [RwLockWriteGuard<'a, ()>; LIFE_SHARDS],
+    life: &'a mut Life,
+}
+
+impl Lifecycle {
+    const fn new() -> Self {
+        Lifecycle {
+            shards: [const { CachePadded::new(RwLock::new(())) }; LIFE_SHARDS],
+            life: UnsafeCell::new(Life::Uninit),
+        }
+    }
+
+    fn read(&self) -> LifeRead<'_> {
+        // A thread whose storage is gone (a call from a TLS destructor) uses shard 0.
+        let i = SHARD
+            .try_with(|s| {
+                if s.get() == usize::MAX {
+                    s.set(NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % LIFE_SHARDS);
+                }
+                s.get()
+            })
+            .unwrap_or(0);
+        let g = self.shards[i].read().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: a shard's read lock is held for the guard's life, so no writer runs (see
+        // the Sync impl).
+        LifeRead {
+            _g: g,
+            life: unsafe { &*self.life.get() },
+        }
+    }
+
+    fn write(&self) -> LifeWrite<'_> {
+        let g = self
+            .shards
+            .each_ref()
+            .map(|s| s.write().unwrap_or_else(|e| e.into_inner()));
+        // SAFETY: every shard's write lock is held for the guard's life, so no reader and no
+        // other writer runs (see the Sync impl).
+        LifeWrite {
+            _g: g,
+            life: unsafe { &mut *self.life.get() },
+        }
+    }
+}
+
 /// The lifecycle: read-shared by every call, written by `nrt_init` / `nrt_close`.
-static RT: LazyLock<ShardedLock<Life>> = LazyLock::new(|| ShardedLock::new(Life::Uninit));
+static RT: Lifecycle = Lifecycle::new();
 
 /// `nrt_init`s so far in this process (the next runtime's [`Runtime::serial`]).
 static INIT_SERIAL: AtomicU32 = AtomicU32::new(0);
@@ -262,8 +344,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Runs `f` on the initialised runtime: `NRT_UNINITIALIZED` before `nrt_init`, `NRT_CLOSED`
 /// after `nrt_close` (the public API's state gate, spec §7.2).
 pub(crate) fn with_rt<T>(f: impl FnOnce(&Runtime) -> Res<T>) -> Res<T> {
-    let g = RT.read().unwrap_or_else(|e| e.into_inner());
-    match &*g {
+    let g = RT.read();
+    match g.life {
         Life::Init(r) => f(r),
         Life::Uninit => Err(nrt_core::Error::Uninitialized.into()),
         Life::Closed => Err(nrt_core::Error::Closed.into()),
@@ -279,13 +361,13 @@ fn random_u32() -> u32 {
 
 /// `nrt_init`: builds the runtime from the environment unless one is up.
 pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
-    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
-    if let Life::Init(_) = &*g {
+    let g = RT.write();
+    if let Life::Init(_) = g.life {
         return Err(nrt_core::Error::AlreadyInitialized.into());
     }
     let rt = build()?;
     let epoch = nrt_core::raw::epoch(&rt.nrt());
-    *g = Life::Init(Box::new(Runtime {
+    *g.life = Life::Init(Box::new(Runtime {
         rt,
         models: Registry::new(),
         serial: INIT_SERIAL.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
@@ -300,14 +382,14 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
 /// `nrt_close`: tears the runtime down; `Uninitialized` / `Closed` (as the core's
 /// `Nrt::close`, docs/STATES.md) when none was up.
 pub(crate) fn close() -> Res {
-    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
-    match std::mem::replace(&mut *g, Life::Closed) {
+    let g = RT.write();
+    match std::mem::replace(g.life, Life::Closed) {
         Life::Init(r) => {
             r.shutdown();
             Ok(())
         }
         Life::Uninit => {
-            *g = Life::Uninit;
+            *g.life = Life::Uninit;
             Err(nrt_core::Error::Uninitialized.into())
         }
         Life::Closed => Err(nrt_core::Error::Closed.into()),
