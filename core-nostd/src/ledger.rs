@@ -402,9 +402,10 @@ impl Nrt<'_> {
             return (d, h);
         }
         let mla = self.mla_ptr(dev);
-        // SAFETY: attached device; the cells are atomics.
         let ext = self.dev_ext(dev);
-        let (log, host) = unsafe { (&(*mla).dmem_logger, &ext.host_usage_nc) };
+        // SAFETY: attached device; the cells are atomics.
+        let log = unsafe { &(*mla).dmem_logger };
+        let host = &ext.host_usage_nc;
         for nc in 0..8 {
             let _g = ext.ledger_locks[nc].0.lock();
             for u in 0..23 {
