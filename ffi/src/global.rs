@@ -309,10 +309,8 @@ impl Lifecycle {
         let g = self.shards[i].read().unwrap_or_else(|e| e.into_inner());
         // SAFETY: a shard's read lock is held for the guard's life, so no writer runs (see
         // the Sync impl).
-        LifeRead {
-            _g: g,
-            life: unsafe { &*self.life.get() },
-        }
+        let life = unsafe { &*self.life.get() };
+        LifeRead { _g: g, life }
     }
 
     fn write(&self) -> LifeWrite<'_> {
@@ -322,10 +320,8 @@ impl Lifecycle {
             .map(|s| s.write().unwrap_or_else(|e| e.into_inner()));
         // SAFETY: every shard's write lock is held for the guard's life, so no reader and no
         // other writer runs (see the Sync impl).
-        LifeWrite {
-            _g: g,
-            life: unsafe { &mut *self.life.get() },
-        }
+        let life = unsafe { &mut *self.life.get() };
+        LifeWrite { _g: g, life }
     }
 }
 
