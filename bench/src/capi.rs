@@ -8,6 +8,11 @@
 //! time runs until the last one finishes. One *op* is one C call (an iteration is 3 calls).
 //! The configurations take turns within each repetition (1, 2, 4 threads, then again), so a
 //! ratio pairs figures measured back to back; ratios are medians of the per-repetition ratios.
+//!
+//! Wall-clock scaling needs idle cores. On a shared machine the benchmark also reports the
+//! CPU time each call costs (the workers' thread CPU time over the calls they made): time lost
+//! to contention that spins or bounces cache lines shows up there whatever else runs, while
+//! time a thread spends descheduled does not (nor does time asleep on a contended futex).
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -19,7 +24,7 @@ use nrt::{
     nrt_tensor_get_device_allocation_info, nrt_tensor_t, nrt_tensor_write, NRT_STATUS,
 };
 
-use crate::median;
+use crate::{median, thread_cpu_ns};
 
 /// Bytes of each tensor.
 pub const TENSOR_BYTES: usize = 4096;
@@ -39,6 +44,11 @@ pub struct CapiThreads {
     pub ratio_2_vs_1: f64,
     /// Median of the per-repetition ratios 4 threads / 1 thread.
     pub ratio_4_vs_1: f64,
+    /// Median CPU nanoseconds per call (workers' thread CPU time / calls) for 1, 2, 4 threads.
+    pub cpu_ns_per_call: [f64; 3],
+    /// Median of the per-repetition ratios CPU ns per call, 2 threads / 1 thread (1.0: no
+    /// contention cost).
+    pub cpu_ratio_2_vs_1: f64,
     /// The logical cores the threads ran on (thread `i` on `vncs[i]`).
     pub vncs: [u32; 4],
     /// The HBM channel of each of those cores (what a tensor allocated there reported).
@@ -74,9 +84,11 @@ fn hbm_of(vnc: u32) -> Result<u32, String> {
     Ok(info.hbm_index as u32)
 }
 
-/// One thread's loop: `n` × (allocate, write 4 KiB, free) on `vnc`.
-fn churn(vnc: u32, n: usize) -> Result<(), String> {
+/// One thread's loop: `n` × (allocate, write 4 KiB, free) on `vnc`; returns the thread CPU
+/// nanoseconds it took.
+fn churn(vnc: u32, n: usize) -> Result<u64, String> {
     let data = [0x5Au8; TENSOR_BYTES];
+    let t0 = thread_cpu_ns();
     for _ in 0..n {
         let mut t: *mut nrt_tensor_t = null_mut();
         // SAFETY: C-ABI calls with valid pointers; `data` outlives the write; the tensor is
@@ -91,11 +103,12 @@ fn churn(vnc: u32, n: usize) -> Result<(), String> {
             ok(st, "nrt_tensor_write")?;
         }
     }
-    Ok(())
+    Ok(thread_cpu_ns() - t0)
 }
 
-/// C calls per second of `threads` threads, thread `i` on `vncs[i]`, `n` iterations each.
-fn run(vncs: &[u32], n: usize) -> Result<f64, String> {
+/// `(C calls per second, CPU ns per call)` of `threads` threads, thread `i` on `vncs[i]`,
+/// `n` iterations each.
+fn run(vncs: &[u32], n: usize) -> Result<(f64, f64), String> {
     let barrier = Arc::new(Barrier::new(vncs.len() + 1));
     let workers: Vec<_> = vncs
         .iter()
@@ -109,11 +122,13 @@ fn run(vncs: &[u32], n: usize) -> Result<f64, String> {
         .collect();
     barrier.wait();
     let t0 = Instant::now();
+    let mut cpu = 0;
     for w in workers {
-        w.join().map_err(|_| "a worker panicked".to_string())??;
+        cpu += w.join().map_err(|_| "a worker panicked".to_string())??;
     }
     let secs = t0.elapsed().as_secs_f64();
-    Ok((3 * n * vncs.len()) as f64 / secs)
+    let calls = (3 * n * vncs.len()) as f64;
+    Ok((calls / secs, cpu as f64 / calls))
 }
 
 /// Runs the benchmark on a fresh `nrt_init` of a simulated trn2 (the environment is set
@@ -156,15 +171,18 @@ fn measure(quick: bool) -> Result<CapiThreads, String> {
     // Warm-up: every core's allocator and the arenas' first pages.
     run(&vncs, n / 10)?;
     let mut per: [Vec<f64>; 3] = Default::default();
-    let (mut r2, mut r4) = (Vec::new(), Vec::new());
+    let mut cpu: [Vec<f64>; 3] = Default::default();
+    let (mut r2, mut r4, mut c2) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
-        let mut this = [0.0; 3];
+        let (mut this, mut this_cpu) = ([0.0; 3], [0.0; 3]);
         for (i, &k) in THREADS.iter().enumerate() {
-            this[i] = run(&vncs[..k], n)?;
+            (this[i], this_cpu[i]) = run(&vncs[..k], n)?;
             per[i].push(this[i]);
+            cpu[i].push(this_cpu[i]);
         }
         r2.push(this[1] / this[0]);
         r4.push(this[2] / this[0]);
+        c2.push(this_cpu[1] / this_cpu[0]);
     }
     let range = |xs: &[f64]| {
         (
@@ -181,6 +199,12 @@ fn measure(quick: bool) -> Result<CapiThreads, String> {
         ],
         ratio_2_vs_1: median(&mut r2),
         ratio_4_vs_1: median(&mut r4),
+        cpu_ns_per_call: [
+            median(&mut cpu[0]),
+            median(&mut cpu[1]),
+            median(&mut cpu[2]),
+        ],
+        cpu_ratio_2_vs_1: median(&mut c2),
         vncs: [vncs[0], vncs[1], vncs[2], vncs[3]],
         hbm: [hbm[0], hbm[1], hbm[2], hbm[3]],
         iterations: n,

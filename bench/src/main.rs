@@ -262,6 +262,8 @@ fn capi_json(c: &Result<CapiThreads, String>) -> serde_json::Value {
             "capi_ops_per_s_range": c.ops_per_s_range.map(|(a, b)| [a, b]),
             "capi_2_vs_1_thread_ratio": c.ratio_2_vs_1,
             "capi_4_vs_1_thread_ratio": c.ratio_4_vs_1,
+            "capi_cpu_ns_per_call": c.cpu_ns_per_call,
+            "capi_cpu_ns_2_vs_1_thread_ratio": c.cpu_ratio_2_vs_1,
             "capi_vncs": c.vncs,
             "capi_hbm": c.hbm,
             "capi_iterations_per_thread": c.iterations,
@@ -275,7 +277,8 @@ fn capi_summary(c: &Result<CapiThreads, String>) {
     match c {
         Ok(c) => eprintln!(
             "C API alloc/write/free 4 KiB on vncs {:?} (HBM {:?}): 1 thread {:.2} M calls/s, \
-             2 threads {:.2} M ({:.2}x), 4 threads {:.2} M ({:.2}x) (medians of {} reps)",
+             2 threads {:.2} M ({:.2}x), 4 threads {:.2} M ({:.2}x); CPU ns/call {:.0} / {:.0} / {:.0} \
+             (2/1 threads {:.2}) (medians of {} reps)",
             c.vncs,
             c.hbm,
             c.ops_per_s[0] / 1e6,
@@ -283,6 +286,10 @@ fn capi_summary(c: &Result<CapiThreads, String>) {
             c.ratio_2_vs_1,
             c.ops_per_s[2] / 1e6,
             c.ratio_4_vs_1,
+            c.cpu_ns_per_call[0],
+            c.cpu_ns_per_call[1],
+            c.cpu_ns_per_call[2],
+            c.cpu_ratio_2_vs_1,
             c.repetitions
         ),
         Err(e) => eprintln!("C API thread benchmark failed: {e}"),
