@@ -1123,7 +1123,10 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
     }
     let stats0 = n.dmem_get_memory_stats(0).unwrap();
     let stats1 = n.dmem_get_memory_stats(1).unwrap();
-    assert!(device_peak >= device, "peak {device_peak} below the total {device}");
+    assert!(
+        device_peak >= device,
+        "peak {device_peak} below the total {device}"
+    );
     assert!(
         device_peak <= stats0.bytes_peak + stats1.bytes_peak,
         "peak {device_peak} above the cores' peaks"
