@@ -17,7 +17,7 @@ use crate::config::*;
 use crate::driver::{errno, DeviceInfo, Driver};
 use crate::error::{Error, Result};
 use crate::ht::{self, HtBuckets};
-use crate::sync::{gate_close, gate_enter, gate_exit, gate_open};
+use crate::sync::ShardedGate;
 use crate::vcore::{VcoreOptions, VcoreTable};
 
 /// Geometry of one attached device, as the driver reported it at bring-up.
@@ -110,21 +110,22 @@ pub const STATE_CLOSED: u32 = 2;
 /// the call.
 #[must_use = "the call is in flight only while the guard lives"]
 pub(crate) struct InFlight<'a> {
-    active: &'a AtomicU32,
+    active: &'a ShardedGate,
+    shard: usize,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        gate_exit(self.active);
+        self.active.exit(self.shard);
     }
 }
 
 /// Opens the gate `init` shut, on whichever path `init` returns.
-struct ReopenOnDrop<'a>(&'a AtomicU32);
+struct ReopenOnDrop<'a>(&'a ShardedGate);
 
 impl Drop for ReopenOnDrop<'_> {
     fn drop(&mut self) {
-        gate_open(self.0);
+        self.0.open();
     }
 }
 
@@ -193,7 +194,7 @@ pub struct CoreState {
     pub(crate) epoch: AtomicU32,
     /// The in-flight gate word ([`Nrt::enter`], `sync::gate_enter`): calls past the gate,
     /// plus `sync::GATE_CLOSED` once `close` shut it; `close` waits for the count to drain.
-    pub(crate) active_calls: AtomicU32,
+    pub(crate) active_calls: ShardedGate,
     pub(crate) init_lock: nrt_mutex_t,
     /// Held by executions while they move their data (`execute`): the simulated stand-in for
     /// spec §7.1's DMA ordering, so an execution's inputs are never read while another
@@ -244,6 +245,9 @@ pub struct CoreState {
 // the plain-integer tables trivially, a zero lock is unlocked, state 0 is UNINIT, and
 // `last_oom` is a MaybeUninit only read after `last_oom_set` became 1.
 unsafe impl ZeroValid for CoreState {}
+// Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
+// the whole 47 MB block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
+const _: () = assert!(core::mem::align_of::<CoreState>() <= 16);
 // SAFETY: all shared mutation goes through atomics, the nrt_mutex_t locks placed where libnrt
 // places them, or the arenas' own locks; raw pointers inside point into this same block.
 unsafe impl Sync for CoreState {}
@@ -482,11 +486,12 @@ impl<'a> Nrt<'a> {
     /// [`Self::enter`] (`closed_readable` false) and [`Self::inspect`] (true).
     #[inline(always)]
     fn pass_gate(&self, closed_readable: bool) -> Result<InFlight<'a>> {
-        if !gate_enter(&self.st.active_calls) {
+        let Some(shard) = self.st.active_calls.enter() else {
             return Err(Error::Closed);
-        }
+        };
         let g = InFlight {
             active: &self.st.active_calls,
+            shard,
         };
         match self.st.state.load(Ordering::Acquire) {
             STATE_INIT => Ok(g),
@@ -583,7 +588,7 @@ impl<'a> Nrt<'a> {
         }
         // Readers of a closed runtime (`inspect`) are let out before the tree is rewritten;
         // the gate opens again however this returns.
-        gate_close(&self.st.active_calls, crate::sync::relax);
+        self.st.active_calls.close(crate::sync::relax);
         let _reopen = ReopenOnDrop(&self.st.active_calls);
         if self.lifecycle() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
@@ -773,7 +778,7 @@ impl<'a> Nrt<'a> {
         // New API calls fail from here on; wait for the ones already past the gate, then for
         // in-flight executions (drained in remove_model).
         self.st.state.store(STATE_CLOSED, Ordering::Release);
-        gate_close(&self.st.active_calls, crate::sync::relax);
+        self.st.active_calls.close(crate::sync::relax);
         // No call is in flight: from here no handle of this runtime resolves again.
         self.st.epoch.store(0, Ordering::Release);
         self.unload_all_models();
@@ -794,7 +799,7 @@ impl<'a> Nrt<'a> {
             );
         }
         // Readers of the closed runtime are welcome again (API calls see CLOSED and fail).
-        gate_open(&self.st.active_calls);
+        self.st.active_calls.open();
         info!("nrt-core closed");
         Ok(())
     }

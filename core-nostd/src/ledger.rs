@@ -200,13 +200,23 @@ impl Inspector<'_> {
 /// A lock on its own cache line: one core's ledger lock
 /// ([`crate::ctx::DevExt::ledger_locks`]), one stripe of the execute data lock
 /// (`CoreState::exec_data_locks`). Valid when all-zero (an unlocked lock).
-#[repr(C, align(64))]
-pub(crate) struct CoreLock(pub(crate) crate::abi::nrt_mutex_t);
+///
+/// Padded to [`crate::sync::LINE_STRIDE`] bytes rather than aligned: an over-aligned member
+/// would over-align `CoreState`, and `Box::new_zeroed` then memsets all of it instead of
+/// using calloc's lazily zeroed pages.
+#[repr(C)]
+pub(crate) struct CoreLock(
+    pub(crate) crate::abi::nrt_mutex_t,
+    [u8; crate::sync::LINE_STRIDE - core::mem::size_of::<crate::abi::nrt_mutex_t>()],
+);
 
 /// One core's device bytes per HBM channel, on its own cache line
-/// ([`crate::ctx::DevExt::hbm_nc`]). Valid when all-zero.
-#[repr(C, align(64))]
-pub(crate) struct CoreChannels(pub(crate) [AtomicU64; constants::MAX_HBM_CHANNELS]);
+/// ([`crate::ctx::DevExt::hbm_nc`]), padded like [`CoreLock`]. Valid when all-zero.
+#[repr(C)]
+pub(crate) struct CoreChannels(
+    pub(crate) [AtomicU64; constants::MAX_HBM_CHANNELS],
+    [u8; crate::sync::LINE_STRIDE - 8 * constants::MAX_HBM_CHANNELS],
+);
 
 /// Adds to a counter and raises its high-water mark. Caller holds the core's ledger lock, so
 /// plain loads and stores suffice: one lock acquisition replaces three read-modify-writes per

@@ -384,9 +384,12 @@ struct HostState {
 
 /// A piece of a device with its own lock, on its own cache lines: each HBM channel and the
 /// host pool, so calls for different channels (logical cores on different HBMs) never meet
-/// on a lock or a hot cache line (issue 16 item 7). No call takes two parts' locks.
-#[repr(C, align(64))]
+/// on a lock or a hot cache line (issue 16 item 7). No call takes two parts' locks. The lock
+/// comes after a cache line of padding, so it never shares a line with the previous part's
+/// state (padding, not alignment: see `sync::LINE_STRIDE`).
+#[repr(C)]
 struct Part<S> {
+    _pad: [u8; 64],
     lock: nrt_mutex_t,
     state: UnsafeCell<S>,
 }
@@ -498,6 +501,9 @@ pub struct SimDevice {
 // are zero, the carves are `ZeroValid` (uninitialised), the backing pointer is null (none).
 // `device_count == 0` makes every driver call return ENODEV until `init`.
 unsafe impl ZeroValid for SimDevice {}
+// Not over-aligned (see `sync::LINE_STRIDE`): `new_boxed` must get calloc's lazily zeroed
+// pages for its 191 MB.
+const _: () = assert!(core::mem::align_of::<SimDevice>() <= 16);
 // SAFETY: all mutable per-device state (carves) is reached only with its part's lock held
 // (or through `&mut self`); the backing pointer and the rest are atomics or written only
 // through `&mut self`. The backing memory is, by `set_backing`'s contract, usable from any thread.
