@@ -1093,7 +1093,6 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
     let cores = [0u32, 2];
     std::thread::scope(|s| {
         for &c in &cores {
-            let n = n;
             s.spawn(move || {
                 let al = n.core_allocator(0, c).unwrap();
                 let mut kept = Vec::new();
