@@ -192,8 +192,9 @@ pub struct CoreState {
     /// This runtime's epoch ([`crate::handle`]): a process-unique value taken at each `init`,
     /// 0 while not initialised. Every handle carries the epoch it was made in.
     pub(crate) epoch: AtomicU32,
-    /// The in-flight gate word ([`Nrt::enter`], `sync::gate_enter`): calls past the gate,
-    /// plus `sync::GATE_CLOSED` once `close` shut it; `close` waits for the count to drain.
+    /// The in-flight gate ([`Nrt::enter`], `sync::ShardedGate`): per shard, calls past the
+    /// gate plus `sync::GATE_CLOSED` once `close` shut it; `close` waits for every shard's
+    /// count to drain.
     pub(crate) active_calls: ShardedGate,
     pub(crate) init_lock: nrt_mutex_t,
     /// Held by executions while they move their data (`execute`): the simulated stand-in for
