@@ -22,6 +22,7 @@ use nrt_core::carve::{Carve, CarveId, Policy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+pub mod capi;
 pub mod placement;
 
 use placement::FreeRanges;

@@ -385,15 +385,12 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
             if model.is_null() {
                 return Err(Fail::invalid("model is NULL"));
             }
-            let h = lock(&r.models)
-                .get(&model.addr())
-                .map(|e| e.h)
-                .ok_or_else(|| {
-                    Fail::new(
-                        CoreStatus::NRT_INVALID_HANDLE,
-                        "model is not a loaded model of this runtime",
-                    )
-                })?;
+            let h = r.models.with(model.addr(), |e| e.h).ok_or_else(|| {
+                Fail::new(
+                    CoreStatus::NRT_INVALID_HANDLE,
+                    "model is not a loaded model of this runtime",
+                )
+            })?;
             let i = r.rt.nrt().model_info(h)?;
             let v = nrtx_model_memory_t {
                 vnc: i.vnc,
