@@ -90,6 +90,11 @@ pub const MAIN_NODES: usize = 16384;
 pub const SMALL_NODES: usize = 16384;
 /// Node capacity of each host DMA pool.
 pub const HOST_NODES: usize = 16384;
+/// Carves per device ([`SimDevice::handle_key`]): a main and a small-object pool per HBM
+/// channel, then the host pool.
+pub const CARVES_PER_DEVICE: u32 = 2 * MAX_HBM_CHANNELS + 1;
+/// Node indices of any carve are below this ([`SimDevice::handle_key`]).
+pub const MAX_CARVE_NODES: u32 = 16384 + 1;
 /// The first allocation category byte that is not a category (`mem_alloc_category_t` MAX,
 /// public ABI §3): refused with `EINVAL`.
 pub const CATEGORY_MAX: u8 = 20;
@@ -105,6 +110,9 @@ const H_TAG: u64 = 0b10110;
 const POOL_HOST: u32 = 2 * MAX_HBM_CHANNELS;
 
 const _: () = {
+    assert!(MAIN_NODES < MAX_CARVE_NODES as usize);
+    assert!(SMALL_NODES < MAX_CARVE_NODES as usize);
+    assert!(HOST_NODES < MAX_CARVE_NODES as usize);
     assert!(MAIN_NODES < 1 << H_INDEX_BITS);
     assert!(SMALL_NODES < 1 << H_INDEX_BITS);
     assert!(HOST_NODES < 1 << H_INDEX_BITS);
@@ -681,6 +689,62 @@ impl SimDevice {
                 small_pool,
             })
         })
+    }
+
+    /// Where a handle's record lives in a per-carve table: `(carve, node index)` with `carve`
+    /// in `0..CARVES_PER_DEVICE` (HBM `c`'s main pool is `c`, its small-object region
+    /// `MAX_HBM_CHANNELS + c`, the host pool `2 * MAX_HBM_CHANNELS`) and the node index below
+    /// [`MAX_CARVE_NODES`]. Two live handles of one device never share a key, so a table
+    /// indexed by it can say who owns each allocation (the shared device, docs/SHARED_DEVICE.md).
+    /// `EINVAL` for a handle this simulator never minted (no pool lookup: a stale handle maps
+    /// to the key its node had).
+    pub fn handle_key(&self, dev: u32, handle: u64) -> Result<(u32, u32), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        let carve = match pool {
+            Pool::Main(c) | Pool::Scratch(c) => c,
+            Pool::Small(c) => MAX_HBM_CHANNELS + c,
+            Pool::Host => POOL_HOST,
+        };
+        Ok((carve, id.index()))
+    }
+
+    /// Verifies every pool's invariants ([`Carve::check`], O(nodes)) and the simulator's own
+    /// fields: for state that came from outside the process (a shared mapping), before it is
+    /// trusted. The check indexes nodes as the carve does, so state corrupted badly enough
+    /// can make it panic: a caller reading untrusted bytes runs it behind `catch_unwind`.
+    pub fn check_pools(&self) -> Result<(), &'static str> {
+        if self.device_count > MAX_DEVICES || self.preset().is_none() {
+            return Err("device count or preset out of range");
+        }
+        if self.channels == 0 || self.channels > MAX_HBM_CHANNELS {
+            return Err("HBM channel count out of range");
+        }
+        for slot in &self.slots[..self.device_count as usize] {
+            let _g = slot.lock.lock();
+            // SAFETY: the slot's lock is held, as in `with_dev`.
+            let st = unsafe { &*slot.state.get() };
+            for c in 0..self.channels as usize {
+                st.main[c].check()?;
+                st.small[c].check()?;
+                if st.scratchpad[c] > st.main[c].capacity() {
+                    return Err("contiguous scratchpad larger than its pool");
+                }
+            }
+            st.host.check()?;
+            if !st.backing.is_null() {
+                return Err("a backing pointer in state that must have none");
+            }
+        }
+        Ok(())
+    }
+
+    /// Forces every device lock open: for a simulator in memory shared by processes, after a
+    /// process died holding the outer lock (and so perhaps one of these). `&mut self` proves
+    /// no call is running in this process; run [`SimDevice::check_pools`] afterwards.
+    pub fn reset_locks(&mut self) {
+        for slot in &mut self.slots {
+            slot.lock = nrt_mutex_t::new();
+        }
     }
 
     /// The kernel's checks of a MEM_ALLOC request and the injected faults, in that order;

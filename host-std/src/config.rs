@@ -19,6 +19,16 @@ pub enum DeviceChoice {
     },
     /// The real driver over `/dev/neuron*`.
     Neuron,
+    /// A simulated device shared by processes (`sim:trn2@prod`, issue 20,
+    /// docs/SHARED_DEVICE.md): the pools live in a file every process naming it maps.
+    Shared {
+        /// Instance preset.
+        preset: Preset,
+        /// Devices.
+        devices: u32,
+        /// The device's name.
+        name: crate::shared::SharedName,
+    },
 }
 
 impl DeviceChoice {
@@ -29,13 +39,29 @@ impl DeviceChoice {
             return Ok(DeviceChoice::Neuron);
         }
         let spec = t.strip_prefix("sim:").unwrap_or(t);
+        if let Some((spec, name)) = spec.split_once('@') {
+            let name = crate::shared::SharedName::parse(name)
+                .map_err(|reason| ConfigError::new("NRT_DMEM_DEVICE", s, reason))?;
+            let (preset, devices) = parse_device_spec(spec).ok_or_else(|| {
+                ConfigError::new(
+                    "NRT_DMEM_DEVICE",
+                    s,
+                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>]@<name>",
+                )
+            })?;
+            return Ok(DeviceChoice::Shared {
+                preset,
+                devices,
+                name,
+            });
+        }
         parse_device_spec(spec)
             .map(|(preset, devices)| DeviceChoice::Sim { preset, devices })
             .ok_or_else(|| {
                 ConfigError::new(
                     "NRT_DMEM_DEVICE",
                     s,
-                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>] or neuron",
+                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>][@<shared name>] or neuron",
                 )
             })
     }
@@ -47,6 +73,16 @@ impl std::fmt::Display for DeviceChoice {
             DeviceChoice::Sim { preset, devices: 1 } => write!(f, "sim:{}", preset.name()),
             DeviceChoice::Sim { preset, devices } => write!(f, "sim:{}x{}", preset.name(), devices),
             DeviceChoice::Neuron => f.write_str("neuron"),
+            DeviceChoice::Shared {
+                preset,
+                devices: 1,
+                name,
+            } => write!(f, "sim:{}@{name}", preset.name()),
+            DeviceChoice::Shared {
+                preset,
+                devices,
+                name,
+            } => write!(f, "sim:{}x{}@{name}", preset.name(), devices),
         }
     }
 }

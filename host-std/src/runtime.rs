@@ -18,6 +18,7 @@ use nrt_core::tensor::{HostMem, TensorSet};
 use nrt_core::{CoreState, Nrt};
 
 use crate::config::{DeviceChoice, RuntimeConfig};
+use crate::shared::{claimed_cores, JoinRequest, SharedDevice};
 use crate::{HostSim, NeuronDriver};
 
 /// `malloc`-backed host memory for VIRTUAL tensors.
@@ -41,6 +42,7 @@ impl HostMem for MallocHostMem {
 enum Backend {
     Sim(HostSim),
     Neuron(NeuronDriver),
+    Shared(SharedDevice),
 }
 
 /// A runtime: state block + driver + host memory. Not yet initialised when built.
@@ -74,6 +76,22 @@ impl HostRuntime {
                 Backend::Sim(HostSim::new(&c)?)
             }
             DeviceChoice::Neuron => Backend::Neuron(NeuronDriver::open()?),
+            DeviceChoice::Shared {
+                preset,
+                devices,
+                name,
+            } => {
+                let mut c = SimConfig::new(preset, devices);
+                c.aligned_alloc = config.aligned_alloc;
+                c.channel_size_override = config.sim_channel_size;
+                // The cores this process's slice will own (an invalid slice claims none:
+                // bring-up then refuses it with the runtime's own message).
+                let mut info = preset.device_info();
+                info.hbm_channel_size = c.channel_size_override.unwrap_or(info.hbm_channel_size);
+                let cores = claimed_cores(&info, devices, &config.vcores).unwrap_or([0; 32]);
+                let req = JoinRequest { config: c, cores };
+                Backend::Shared(SharedDevice::open(&name, &req).map_err(crate::Error::from)?)
+            }
         };
         Ok(HostRuntime {
             st: CoreState::new_boxed(),
@@ -98,6 +116,7 @@ impl HostRuntime {
         match &self.backend {
             Backend::Sim(s) => s,
             Backend::Neuron(n) => n,
+            Backend::Shared(s) => s,
         }
     }
 
@@ -115,7 +134,16 @@ impl HostRuntime {
     pub fn sim(&self) -> Option<&SimDevice> {
         match &self.backend {
             Backend::Sim(s) => Some(s.device()),
-            Backend::Neuron(_) => None,
+            Backend::Neuron(_) | Backend::Shared(_) => None,
+        }
+    }
+
+    /// The shared simulated device, when the runtime runs on one (`sim:trn2@name`): its
+    /// device-wide figures ([`SharedDevice::snapshot`]).
+    pub fn shared(&self) -> Option<&SharedDevice> {
+        match &self.backend {
+            Backend::Shared(s) => Some(s),
+            _ => None,
         }
     }
 

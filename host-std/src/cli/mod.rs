@@ -70,9 +70,6 @@ pub struct GlobalArgs {
 }
 
 fn parse_device(s: &str) -> Result<DeviceChoice, String> {
-    if s.trim().starts_with("shared:") {
-        return Err("shared devices by name are not supported yet".into());
-    }
     DeviceChoice::parse(s).map_err(|e| e.reason.to_string())
 }
 
