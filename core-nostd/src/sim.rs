@@ -708,6 +708,29 @@ impl SimDevice {
         Ok((carve, id.index()))
     }
 
+    /// The handle of the live allocation at key `(carve, index)` ([`SimDevice::handle_key`]),
+    /// if there is one: what a table of owners indexed by that key is reconciled against.
+    /// A contiguous-scratchpad block is named as a plain main-pool one (the pool cannot tell
+    /// them apart), so freeing it does not shrink the scratchpad's recorded size.
+    pub fn live_handle(&self, dev: u32, carve: u32, index: u32) -> Option<u64> {
+        let (pool, id) = self
+            .with_dev(dev, |st| {
+                let (pool, c) = if carve < MAX_HBM_CHANNELS {
+                    (Pool::Main(carve), &st.main[carve as usize] as &dyn IdAt)
+                } else if carve < POOL_HOST {
+                    let c = carve - MAX_HBM_CHANNELS;
+                    (Pool::Small(c), &st.small[c as usize] as &dyn IdAt)
+                } else if carve == POOL_HOST {
+                    (Pool::Host, &st.host as &dyn IdAt)
+                } else {
+                    return Err(errno::EINVAL);
+                };
+                c.id_at(index).map(|id| (pool, id)).ok_or(errno::EINVAL)
+            })
+            .ok()?;
+        Some(Self::encode(dev, pool, id))
+    }
+
     /// Verifies every pool's invariants ([`Carve::check`], O(nodes)) and the simulator's own
     /// fields: for state that came from outside the process (a shared mapping), before it is
     /// trusted. The check indexes nodes as the carve does, so state corrupted badly enough
@@ -944,6 +967,17 @@ impl SimDevice {
             stats.small_object_free,
             stats.small_object_largest_free
         );
+    }
+}
+
+/// [`Carve::id_at`] over carves of any node count.
+trait IdAt {
+    fn id_at(&self, index: u32) -> Option<CarveId>;
+}
+
+impl<const N: usize> IdAt for Carve<N> {
+    fn id_at(&self, index: u32) -> Option<CarveId> {
+        Carve::id_at(self, index)
     }
 }
 

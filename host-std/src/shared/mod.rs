@@ -49,7 +49,9 @@ pub const DIR_VAR: &str = "NRT_DMEM_SHM_DIR";
 pub const DEFAULT_DIR: &str = "/dev/shm";
 /// How often each participant looks for dead processes to reclaim.
 pub const REAP_INTERVAL: Duration = Duration::from_millis(100);
-/// Test hook: an allocation sleeps this many milliseconds holding the device lock, so a test
+/// `mem_alloc_category_t` TENSORS_DEVICE (public ABI §3): the allocations [`HOLD_VAR`] delays.
+const CATEGORY_TENSORS_DEVICE: u8 = 9;
+/// Test hook: a device tensor allocation sleeps this many milliseconds holding the device lock, so a test
 /// can kill the process there (the "killed holding the lock" fault).
 pub const HOLD_VAR: &str = "NRT_DMEM_SHARED_HOLD_LOCK_MS";
 
@@ -487,8 +489,14 @@ impl Locked<'_> {
         n
     }
 
-    /// After a holder died: recount the counters from the ownership table and check that the
-    /// pools agree with it; poison the device if they do not.
+    /// After a holder died: check the pools, reconcile them with the ownership table, and
+    /// recount the counters from the table; poison the device if the pools are damaged.
+    ///
+    /// Every update writes the pools and the table in an order that leaves at most one
+    /// mismatch at any key, and recovery settles each the one safe way: a live allocation
+    /// nobody owns was being allocated or freed by the dead holder (a handle is handed out
+    /// only after its record is written), so it is freed; a record whose allocation is gone
+    /// was being freed, so it is cleared. Nothing another live process owns is touched.
     fn recover(&self) {
         let r = self.r();
         let dead = r
@@ -504,7 +512,22 @@ impl Locked<'_> {
         self.sim_mut().reset_locks();
         let checked =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sim().check_pools()));
-        let mut live = 0u64;
+        let why = match checked {
+            Err(_) => Some("the pools are damaged (their check failed hard)".to_string()),
+            Ok(Err(e)) => Some(format!("the pools are inconsistent ({e})")),
+            Ok(Ok(())) => None,
+        };
+        if let Some(why) = why {
+            r.header.poisoned_by.store(dead, Ordering::Relaxed);
+            r.header.poisoned.store(layout::POISONED, Ordering::Release);
+            log::error!(
+                target: "nrt_host::shared",
+                "{}: process {dead} died holding the device lock and {why}; the device is \
+                 refused from now on",
+                self.inner.name
+            );
+            return;
+        }
         let seq = r.header.seq.load(Ordering::Relaxed);
         r.header.seq.store(seq | 1, Ordering::Release);
         for d in &r.counters {
@@ -524,16 +547,32 @@ impl Locked<'_> {
                 }
             }
         }
+        let (mut freed, mut cleared) = (0, 0);
         for dev in 0..self.inner.devices {
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
                 for index in 1..MAX_CARVE_NODES {
                     let Some(o) = self.owner(dev, carve, index) else {
                         continue;
                     };
-                    if o.slot == 0 || o.slot as usize > MAX_PROCESSES {
-                        continue;
+                    let live = self.sim().live_handle(dev, carve, index);
+                    let owned = o.slot != 0 && o.slot as usize <= MAX_PROCESSES;
+                    match (live, owned) {
+                        (Some(h), true) if h == o.handle => {}
+                        (Some(h), _) => {
+                            // Allocated or being freed by the dead holder, and not (any more)
+                            // recorded: nobody else can hold the handle.
+                            let _ = self.sim().memory_free(dev, h);
+                            *o = Owner::default();
+                            freed += 1;
+                            continue;
+                        }
+                        (None, true) => {
+                            *o = Owner::default();
+                            cleared += 1;
+                            continue;
+                        }
+                        (None, false) => continue,
                     }
-                    live += 1;
                     let (d, c, k) = (
                         dev as usize,
                         o.nc as usize % CORES,
@@ -544,56 +583,20 @@ impl Locked<'_> {
                         .fetch_add(o.size, Ordering::Relaxed)
                         + o.size;
                     r.counters[d][c][k].peak.fetch_max(t, Ordering::Relaxed);
-                    r.procs[o.slot as usize - 1].usage[d][c][k]
-                        .fetch_add(o.size, Ordering::Relaxed);
-                    r.procs[o.slot as usize - 1]
-                        .allocations
-                        .fetch_add(1, Ordering::Relaxed);
+                    let p = &r.procs[o.slot as usize - 1];
+                    p.usage[d][c][k].fetch_add(o.size, Ordering::Relaxed);
+                    p.allocations.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
         r.header.seq.store((seq | 1) + 1, Ordering::Release);
-        let in_pools: u64 = (0..self.inner.devices)
-            .map(|d| {
-                let hbm: u64 = (0..self.inner.channels)
-                    .map(|c| {
-                        self.sim()
-                            .pool_stats(d, false, c)
-                            .map_or(0, |s| s.allocations)
-                    })
-                    .sum();
-                hbm + self
-                    .sim()
-                    .pool_stats(d, true, 0)
-                    .map_or(0, |s| s.allocations)
-            })
-            .sum();
-        let why = match checked {
-            Err(_) => Some("the pools are damaged (their check failed hard)".to_string()),
-            Ok(Err(e)) => Some(format!("the pools are inconsistent ({e})")),
-            Ok(Ok(())) if in_pools != live => Some(format!(
-                "the pools hold {in_pools} allocations and the ownership table {live}"
-            )),
-            Ok(Ok(())) => None,
-        };
-        match why {
-            Some(why) => {
-                r.header.poisoned_by.store(dead, Ordering::Relaxed);
-                r.header.poisoned.store(layout::POISONED, Ordering::Release);
-                log::error!(
-                    target: "nrt_host::shared",
-                    "{}: process {dead} died holding the device lock and {why}; the device is \
-                     refused from now on",
-                    self.inner.name
-                );
-            }
-            None => log::warn!(
-                target: "nrt_host::shared",
-                "{}: process {dead} died holding the device lock; the pools are consistent, \
-                 the counters were recounted",
-                self.inner.name
-            ),
-        }
+        log::warn!(
+            target: "nrt_host::shared",
+            "{}: process {dead} died holding the device lock; the pools are consistent \
+             ({freed} unrecorded allocation(s) freed, {cleared} stale record(s) cleared), the \
+             counters were recounted",
+            self.inner.name
+        );
     }
 
     fn poisoned(&self) -> Result<(), Errno> {
@@ -808,7 +811,7 @@ impl SharedDevice {
             path: path.to_path_buf(),
             fd,
             map,
-            slot: 0,
+            slot: usize::MAX, // not joined yet: no slot is "ours" while admitting
             pid: std::process::id(),
             devices,
             info: Vec::new(),
@@ -866,6 +869,40 @@ impl SharedDevice {
         // Join under the device lock.
         let slot;
         let info;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = Self::admit(&inner, path, raw, fresh, live_others, req);
+            match r {
+                Ok(s) => {
+                    slot = s.0;
+                    info = s.1;
+                    break;
+                }
+                // A process that is gone (no such pid) but whose liveness lock the kernel has
+                // not dropped yet (its file is released a moment after its death): wait for
+                // it rather than refuse for lack of what it held.
+                Err((e, _)) if e == errno::EBUSY && attempt < 100 && inner.any_dying() => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        inner.info = info;
+        Self::finish(name, inner, slot, raw)
+    }
+
+    /// Admits this process under the device lock: checks a file we did not create, reaps the
+    /// dead, takes a free slot and the requested cores. Returns the slot and the devices' info.
+    fn admit(
+        inner: &Inner,
+        path: &Path,
+        raw: RawFd,
+        fresh: bool,
+        live_others: bool,
+        req: &JoinRequest,
+    ) -> Result<(usize, Vec<DeviceInfo>), (Errno, String)> {
+        let devices = req.config.devices;
         {
             let g = inner
                 .lock()
@@ -906,8 +943,10 @@ impl SharedDevice {
                 }
             }
             g.reap();
-            let free = (0..MAX_PROCESSES)
-                .find(|&s| g.r().procs[s].state.load(Ordering::Acquire) == SLOT_FREE);
+            let free = (0..MAX_PROCESSES).find(|&s| {
+                g.r().procs[s].state.load(Ordering::Acquire) == SLOT_FREE
+                    && ofd_locked(raw, live_byte(s)) == Ok(false)
+            });
             let Some(s) = free else {
                 return Err((
                     errno::EBUSY,
@@ -957,11 +996,20 @@ impl SharedDevice {
                 c.store(req.cores.get(dev).copied().unwrap_or(0), Ordering::Relaxed);
             }
             p.state.store(SLOT_LIVE, Ordering::Release);
-            slot = s;
             let i: Result<Vec<_>, _> = (0..devices).map(|d| g.sim().device_info(d)).collect();
-            info = i.map_err(|e| (e, "device info".to_string()))?;
+            let info = i.map_err(|e| (e, "device info".to_string()))?;
+            Ok((s, info))
         }
-        inner.info = info;
+    }
+
+    /// The rest of joining, outside the device lock: this process's backing, the reaper.
+    fn finish(
+        name: &SharedName,
+        mut inner: Inner,
+        slot: usize,
+        raw: RawFd,
+    ) -> Result<Self, (Errno, String)> {
+        let devices = inner.devices;
         inner.slot = slot;
         inner.channels = inner.info[0].hbm_channels;
         inner.channel_size = inner.info[0].hbm_channel_size;
@@ -1124,6 +1172,23 @@ fn pids(r: &Readable) -> String {
 }
 
 impl Inner {
+    /// Whether some other slot is live, its liveness lock still held, but its pid gone: a
+    /// process that just died, whose lock the kernel is about to drop. (A pid in another pid
+    /// namespace also looks gone: then the caller waits a second for nothing.)
+    fn any_dying(&self) -> bool {
+        let r = self.map.readable();
+        (0..MAX_PROCESSES).any(|s| {
+            s != self.slot
+                && h_slot_live(self, s)
+                && ofd_locked(self.fd.as_raw_fd(), live_byte(s)) == Ok(true)
+                && {
+                    let pid = r.procs[s].pid.load(Ordering::Relaxed) as libc::pid_t;
+                    // SAFETY: signal 0 only checks that the pid exists; nothing is sent.
+                    pid > 0 && unsafe { libc::kill(pid, 0) } != 0 && last_errno() == libc::ESRCH
+                }
+        })
+    }
+
     /// Whether some other slot looks live but its process is gone (no lock needed).
     fn any_dead(&self) -> bool {
         (0..MAX_PROCESSES).any(|s| {
@@ -1227,7 +1292,12 @@ impl Drop for SharedDevice {
             let _ = t.join();
         }
         // Close: whatever the runtime did not free goes back, the cores and slot are released.
-        let left = self.inner.lock().map_or(0, |g| g.reclaim(self.inner.slot));
+        let left = self.inner.lock().map_or(0, |g| {
+            let n = g.reclaim(self.inner.slot);
+            // Released before the device lock, so no newcomer sees the slot free but locked.
+            let _ = ofd_lock(self.inner.fd.as_raw_fd(), live_byte(self.inner.slot), false);
+            n
+        });
         if left > 0 {
             log::debug!(target: "nrt_host::shared", "{}: close returned {left} bytes", self.inner.name);
         }
@@ -1257,7 +1327,7 @@ impl Driver for SharedDevice {
         for attempt in 0..2 {
             let g = inner.lock()?;
             g.poisoned()?;
-            if inner.hold_ms > 0 {
+            if inner.hold_ms > 0 && req.category == CATEGORY_TENSORS_DEVICE {
                 std::thread::sleep(Duration::from_millis(inner.hold_ms));
             }
             let r = guarded(|| {

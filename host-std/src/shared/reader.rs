@@ -119,7 +119,7 @@ impl Snapshot {
             fence(Ordering::Acquire);
             let s2 = h.seq.load(Ordering::Acquire);
             tries += 1;
-            if (s1 == s2 && s1 % 2 == 0) || tries >= 10_000 {
+            if (s1 == s2 && s1.is_multiple_of(2)) || tries >= 10_000 {
                 return snap;
             }
             std::thread::yield_now();
