@@ -761,6 +761,38 @@ impl SimDevice {
         Ok(())
     }
 
+    /// Makes `dst` a copy of this simulator: settings, faults cleared, every device's pools
+    /// (each copied under its lock, so each device's figures are those of one moment), no
+    /// backing (set one with [`SimDevice::set_backing`]). A plan runs on such a copy of a
+    /// shared device (issue 19 item 2: a snapshot, never the live pools). Only the attached
+    /// devices' pools are copied (~7.4 MB each).
+    pub fn copy_to(&self, dst: &mut SimDevice) {
+        for d in 0..(self.device_count.min(MAX_DEVICES) as usize) {
+            let slot = &self.slots[d];
+            let _g = slot.lock.lock();
+            let out = dst.slots[d].state.get_mut();
+            // SAFETY: the slot's lock is held, so nothing mutates the source state while it is
+            // read; `DeviceState` is integers, integer arrays and a raw pointer (no heap
+            // ownership, no `Drop`), so a bitwise copy is a valid value and the old `out` needs
+            // no drop. The copied backing pointer is cleared at once: the copy never uses the
+            // source's bytes.
+            unsafe { core::ptr::copy_nonoverlapping(slot.state.get().cast_const(), out, 1) };
+            out.backing = core::ptr::null_mut();
+            out.backing_len = 0;
+        }
+        dst.device_count = self.device_count;
+        dst.preset = self.preset;
+        dst.channels = self.channels;
+        dst.channel_size = self.channel_size;
+        dst.host_capacity = self.host_capacity;
+        dst.placement = self.placement;
+        *dst.aligned_alloc.get_mut() = self.aligned_alloc.load(Ordering::Acquire);
+        *dst.feature_flags.get_mut() = self.feature_flags.load(Ordering::Acquire);
+        *dst.stray_alloc_calls.get_mut() = 0;
+        *dst.fail_countdown.get_mut() = 0;
+        *dst.fail_categories.get_mut() = 0;
+    }
+
     /// Forces every device lock open: for a simulator in memory shared by processes, after a
     /// process died holding the outer lock (and so perhaps one of these). `&mut self` proves
     /// no call is running in this process; run [`SimDevice::check_pools`] afterwards.

@@ -102,6 +102,23 @@ impl HostRuntime {
         })
     }
 
+    /// Builds a runtime on a simulated device already made (a copy of a shared device's pools,
+    /// `HostSim::from_snapshot`) and initialises it; `config.device` only names it.
+    pub fn start_on(config: RuntimeConfig, sim: HostSim) -> Result<Self, StartError> {
+        nrt_core::sync::set_relax_hook(std::thread::yield_now);
+        let rt = HostRuntime {
+            st: CoreState::new_boxed(),
+            backend: Backend::Sim(sim),
+            host: MallocHostMem,
+            config,
+            completions: (Mutex::new(0), Condvar::new()),
+        };
+        rt.nrt()
+            .init(&config.init_options())
+            .map_err(StartError::Init)?;
+        Ok(rt)
+    }
+
     /// Builds and initialises (`nrt_init`).
     pub fn start(config: RuntimeConfig) -> Result<Self, StartError> {
         let rt = Self::new(config)?;

@@ -553,3 +553,92 @@ fn the_monitor_reports_processes_in_json_and_as_a_table() {
     a.exit();
     b.exit();
 }
+
+#[test]
+fn plan_runs_on_a_snapshot_of_what_is_resident_and_changes_nothing() {
+    let dir = shm_dir("plan");
+    let dev = "sim:trn2@plan";
+    // HBM 0 (physical cores 0 and 1 at LNC 1) nearly full: the main pool and the small-object
+    // region both.
+    let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
+    a.ok(&format!("alloc a {} 0", 22 * GIB + 900 * (1 << 20)));
+    a.ok(&format!("alloc b {} 0", 1000 * (1 << 20)));
+    a.ok(&format!("alloc c {} 0", 100 * (1 << 20)));
+    let before = a.stats();
+    let plan = |device: &str| {
+        Command::new(CLI)
+            .args([
+                "plan",
+                "--device",
+                device,
+                "--lnc-size",
+                "1",
+                "--visible-cores",
+                "1",
+            ])
+            .arg(MODEL)
+            .arg("--check")
+            .env("NRT_DMEM_SHM_DIR", &dir)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap()
+    };
+    let o = plan(dev);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "does not fit beside A: {text}");
+    assert!(
+        text.contains("planned on a snapshot of shared device `plan`"),
+        "{text}"
+    );
+    assert!(text.contains("1 process(es)"), "{text}");
+    // The same plan on a private device fits.
+    assert_eq!(plan("sim:trn2").status.code(), Some(0));
+    // The plan took no slot, no core and no byte of the shared device.
+    assert_eq!(a.stats(), before);
+    Worker::start(spawn(&dir, dev, "1", &[])).exit();
+    // Bad input: a shared device nobody opened.
+    let o = plan("sim:trn2@nobody");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no such shared device"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    a.exit();
+}
+
+#[test]
+fn stats_reports_device_wide_figures_beside_its_own() {
+    let dir = shm_dir("stats");
+    let dev = "sim:trn2@stats";
+    let mut a = Worker::start(spawn(&dir, dev, "4-5", &[]));
+    a.ok(&format!("alloc t {} 0", 5 * GIB));
+    let o = Command::new(CLI)
+        .args([
+            "stats",
+            "--json",
+            "--device",
+            dev,
+            "--lnc-size",
+            "1",
+            "--visible-cores",
+            "0-3",
+        ])
+        .env("NRT_DMEM_SHM_DIR", &dir)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let dw = &v["nrt_dmem"]["device_wide"];
+    assert_eq!(dw["name"], "stats");
+    let procs = dw["neuron_runtime_data"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{dw}");
+    let pa = procs.iter().find(|p| p["pid"] == a.pid).unwrap();
+    assert_eq!(
+        pa["report"]["memory_used"]["neuron_runtime_used_bytes"]["neuron_device"],
+        a.stats().0
+    );
+    assert_ne!(dw["this_process"], a.pid);
+    a.exit();
+}

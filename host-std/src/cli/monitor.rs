@@ -120,6 +120,18 @@ fn breakdown(bytes: &[u64; CATEGORIES], host: bool) -> Map<String, Value> {
     m
 }
 
+/// Cores per device and HBM channels of a snapshot's preset.
+fn geometry(s: &Snapshot) -> (usize, u64) {
+    let info = nrt_core::sim::Preset::ALL
+        .into_iter()
+        .find(|p| *p as u32 == s.preset)
+        .map(|p| p.device_info());
+    (
+        info.map_or(layout::CORES as u32, |i| i.cores_per_device) as usize,
+        info.map_or(1, |i| i.hbm_channels) as u64,
+    )
+}
+
 /// One report over the shared simulated devices.
 fn shared_report(files: &[PathBuf], period: f64) -> Value {
     let mut runtimes = Vec::new();
@@ -135,12 +147,7 @@ fn shared_report(files: &[PathBuf], period: f64) -> Value {
             }
         };
         let s = r.snapshot();
-        let preset = nrt_core::sim::Preset::ALL
-            .into_iter()
-            .find(|p| *p as u32 == s.preset);
-        let info = preset.map(|p| p.device_info());
-        let cpd = info.map_or(layout::CORES as u32, |i| i.cores_per_device) as usize;
-        let channels = info.map_or(1, |i| i.hbm_channels) as u64;
+        let (cpd, channels) = geometry(&s);
         cores_per_device = cpd;
         for p in &s.procs {
             runtimes.push(runtime_entry(r.name(), p, cpd, period));
@@ -207,6 +214,18 @@ fn runtime_entry(
             },
         },
         "nrt_dmem": { "device": dev_name, "alive": p.alive, "allocations": p.allocations },
+    })
+}
+
+/// A shared device's figures for `stats --json` (`nrt_dmem.device_wide`): the same entries
+/// the monitor reports (one place for their shape), `this_process` naming the caller's pid.
+pub(super) fn device_wide_json(name: &str, slot: usize, s: &Snapshot) -> Value {
+    let (cpd, channels) = geometry(s);
+    json!({
+        "name": name,
+        "this_process": s.procs.iter().find(|p| p.slot == slot).map(|p| p.pid),
+        "neuron_runtime_data": s.procs.iter().map(|p| runtime_entry(name, p, cpd, 0.0)).collect::<Vec<_>>(),
+        "devices": (0..s.devices as usize).map(|d| device_entry(name, s, d, cpd, channels)).collect::<Vec<_>>(),
     })
 }
 

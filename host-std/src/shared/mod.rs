@@ -1076,30 +1076,6 @@ impl SharedDevice {
         self.inner.lock().map_or(0, |g| g.reap())
     }
 
-    /// A copy of the pools, taken under the device lock, as a private simulated device: what
-    /// `plan --device sim:…@name` plans on (issue 19 item 2: a snapshot, not the live device).
-    pub fn snapshot_pools(&self) -> Result<Box<SimDevice>, Errno> {
-        let g = self.inner.lock()?;
-        g.poisoned()?;
-        let b = Box::<SimDevice>::new_zeroed();
-        // SAFETY: a zeroed `SimDevice` is its valid uninitialised state (`ZeroValid`).
-        let mut b = unsafe { b.assume_init() };
-        // SAFETY: `SimDevice` is plain integers, atomics and null backing pointers in the
-        // shared file (no backing is ever set there, `check_pools` verifies it), so a byte copy
-        // is a valid value; the lock is held, so nothing changes it while we copy, and the
-        // copy's own locks are reset below.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                (g.sim() as *const SimDevice).cast::<u8>(),
-                (&mut *b as *mut SimDevice).cast::<u8>(),
-                size_of::<SimDevice>(),
-            )
-        };
-        drop(g);
-        b.reset_locks();
-        Ok(b)
-    }
-
     /// Checks the pools against the ownership table (tests, the soak's checker): every
     /// pool's invariants hold, every owned allocation is live in the pools, no two overlap,
     /// and the pools hold no allocation nobody owns. Returns the live allocations and bytes.
@@ -1155,6 +1131,91 @@ impl SharedDevice {
         }
         Ok((in_pools, ranges.iter().map(|r| r.2).sum()))
     }
+}
+
+/// A copy of device `name`'s pools as they are now, taken under its lock without joining it
+/// (no slot, no cores), with its counters: what `plan --device sim:…@name` plans on (issue 19
+/// item 2: a plan runs on a snapshot, never on the live pools, so processes that allocate
+/// meanwhile neither disturb it nor are disturbed).
+pub fn snapshot_pools(
+    name: &SharedName,
+) -> Result<(Box<SimDevice>, reader::Snapshot), SharedError> {
+    let path = device_path(name);
+    let fail = |errno: Errno, message: String| SharedError {
+        name: name.to_string(),
+        message,
+        errno,
+    };
+    let fd = open_file(&path, libc::O_RDWR).map_err(|e| {
+        let what = if e == libc::ENOENT {
+            "no such shared device (no process has opened it)"
+        } else if e == libc::EACCES || e == libc::EPERM {
+            "permission denied"
+        } else {
+            "cannot open"
+        };
+        fail(e, format!("{what}: {}", path.display()))
+    })?;
+    // SAFETY: `fstat` fills a zeroed struct for an fd we hold.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(fail(
+            last_errno(),
+            format!("cannot stat {}", path.display()),
+        ));
+    }
+    if (st.st_size as u64) != layout::file_size() as u64 {
+        return Err(fail(
+            errno::EINVAL,
+            format!(
+                "{}: {} bytes, not a shared device of this version",
+                path.display(),
+                st.st_size
+            ),
+        ));
+    }
+    let map = Mapping::map(fd.as_raw_fd(), layout::file_size(), true)
+        .map_err(|e| fail(e, format!("cannot map {}", path.display())))?;
+    check_header(&map.readable().header, st.st_size as u64)
+        .map_err(|m| fail(errno::EINVAL, format!("{}: {m}", path.display())))?;
+    if map.readable().header.ready.load(Ordering::Acquire) != 1 {
+        return Err(fail(errno::EBUSY, "still being created".into()));
+    }
+    let devices = map.readable().header.devices.load(Ordering::Acquire);
+    let inner = Inner {
+        name: name.to_string(),
+        path: path.clone(),
+        fd,
+        map,
+        slot: usize::MAX,
+        pid: std::process::id(),
+        devices,
+        info: Vec::new(),
+        channels: 0,
+        channel_size: 0,
+        backing: Vec::new(),
+        hold_ms: 0,
+    };
+    let g = inner
+        .lock()
+        .map_err(|e| fail(e, "cannot take the device lock".into()))?;
+    g.poisoned()
+        .map_err(|e| fail(e, "inconsistent since a process died mid-update".into()))?;
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.sim().check_pools()));
+    if !matches!(checked, Ok(Ok(()))) {
+        return Err(fail(
+            errno::EINVAL,
+            format!("{}: corrupted pools", path.display()),
+        ));
+    }
+    let b = Box::<SimDevice>::new_zeroed();
+    // SAFETY: a zeroed `SimDevice` is its valid uninitialised state (`ZeroValid`).
+    let mut copy = unsafe { b.assume_init() };
+    g.sim().copy_to(&mut copy);
+    let snap = reader::Snapshot::read(g.r(), inner.fd.as_raw_fd());
+    drop(g);
+    Ok((copy, snap))
 }
 
 fn h_slot_live(inner: &Inner, s: usize) -> bool {

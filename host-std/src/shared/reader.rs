@@ -39,6 +39,17 @@ pub struct ProcSnap {
 }
 
 impl ProcSnap {
+    /// Device (HBM) bytes the process holds on device `dev`.
+    pub fn device_bytes(&self, dev: usize) -> u64 {
+        self.usage.get(dev).map_or(0, |d| {
+            d.iter()
+                .flat_map(|c| c.iter().enumerate())
+                .filter(|(k, _)| !layout::category_is_host(*k))
+                .map(|(_, b)| *b)
+                .sum()
+        })
+    }
+
     /// All bytes the process holds.
     pub fn total_bytes(&self) -> u64 {
         self.usage.iter().flatten().flatten().sum()
