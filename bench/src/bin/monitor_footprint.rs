@@ -1,0 +1,139 @@
+//! The footprint of `nrt-dmem monitor` (issue 20 item 4: peak RSS ≤ 8 MiB and under 1 % of
+//! one core at `--interval 1`), measured on the real binary, not in a timed test.
+//!
+//! Sets up a shared simulated trn2 with two participants holding allocations, runs
+//! `nrt-dmem monitor --json --interval <s> --count <n>` (stdout to /dev/null) and reads the
+//! child's resource usage from `wait4`: peak RSS (`ru_maxrss`) and CPU time (user + system)
+//! over the wall time. The peer measured in the same run is `nrt-dmem --version`: the same
+//! binary doing nothing, so the ratio says what the monitor adds.
+//!
+//! ```text
+//! cargo build --release -p nrt-host --bin nrt-dmem
+//! cargo run --release -p nrt-bench --bin monitor_footprint -- [--count 10] [--interval 1]
+//! ```
+//! One JSON object on stdout.
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use nrt_core::driver::{AllocRequest, Driver};
+use nrt_core::sim::{Preset, SimConfig};
+use nrt_host::shared::{JoinRequest, SharedDevice, SharedName};
+
+/// Runs `cmd` to completion; returns (peak RSS KiB, CPU seconds, wall seconds).
+fn measure(cmd: &mut Command) -> (u64, f64, f64) {
+    let t0 = Instant::now();
+    let child = cmd.spawn().expect("nrt-dmem starts");
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value for `wait4` to fill.
+    let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: waits for our own child; `status` and `ru` are valid for writes.
+    let r = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    assert_eq!(r, child.id() as libc::pid_t, "wait4");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "nrt-dmem failed: status {status}"
+    );
+    let wall = t0.elapsed().as_secs_f64();
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        ru.ru_maxrss as u64,
+        secs(ru.ru_utime) + secs(ru.ru_stime),
+        wall,
+    )
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |k: &str, d: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_else(|| d.to_string())
+    };
+    let count: u64 = arg("--count", "10").parse().expect("--count N");
+    let interval: f64 = arg("--interval", "1").parse().expect("--interval SECONDS");
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("nrt-dmem")))
+        .filter(|p| p.exists())
+        .expect("nrt-dmem next to this binary: cargo build --release -p nrt-host --bin nrt-dmem");
+
+    let dir = std::env::temp_dir().join(format!("nrt-monitor-footprint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::env::set_var("NRT_DMEM_SHM_DIR", &dir);
+    let name = SharedName::parse("footprint").unwrap();
+    let join = |mask: u32| {
+        let mut cores = [0u32; 32];
+        cores[0] = mask;
+        SharedDevice::open(
+            &name,
+            &JoinRequest {
+                config: SimConfig::new(Preset::Trn2, 1),
+                cores,
+            },
+        )
+        .expect("shared device")
+    };
+    let (a, b) = (join(0x0f), join(0xf0));
+    for (d, nc, hbm) in [(&a, 0u32, 0u32), (&a, 2, 1), (&b, 4, 2), (&b, 6, 3)] {
+        for cat in [8u8, 9, 10, 12] {
+            let req = AllocRequest {
+                size: 64 << 20,
+                align: 0,
+                host: false,
+                hbm_idx: hbm,
+                region: 0,
+                nc_id: nc,
+                category: cat,
+            };
+            d.memory_alloc(0, &req).expect("allocation");
+        }
+    }
+
+    let quiet = |c: &mut Command| {
+        c.env("NRT_DMEM_SHM_DIR", &dir)
+            .env("NRT_DMEM_SYSFS_ROOT", dir.join("no-sysfs"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    };
+    let mut peer = Command::new(&exe);
+    peer.arg("--version");
+    quiet(&mut peer);
+    let (peer_rss, _, _) = measure(&mut peer);
+    let mut mon = Command::new(&exe);
+    mon.args([
+        "monitor",
+        "--json",
+        "--interval",
+        &interval.to_string(),
+        "--count",
+        &count.to_string(),
+    ]);
+    quiet(&mut mon);
+    let (rss, cpu, wall) = measure(&mut mon);
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pct = 100.0 * cpu / wall;
+    eprintln!(
+        "nrt-dmem monitor: {count} reports at {interval} s: peak RSS {rss} KiB ({:.2}x `--version`'s \
+         {peer_rss} KiB), CPU {cpu:.3} s over {wall:.1} s = {pct:.3} % of one core",
+        rss as f64 / peer_rss.max(1) as f64
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "monitor_reports": count,
+            "monitor_interval_s": interval,
+            "monitor_peak_rss_kib": rss,
+            "peer_version_peak_rss_kib": peer_rss,
+            "monitor_vs_peer_rss_ratio": rss as f64 / peer_rss.max(1) as f64,
+            "monitor_cpu_s": cpu,
+            "monitor_wall_s": wall,
+            "monitor_cpu_percent_of_one_core": pct,
+            "budget_rss_kib": 8192,
+            "budget_cpu_percent": 1.0,
+        })
+    );
+}
