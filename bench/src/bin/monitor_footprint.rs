@@ -23,13 +23,16 @@ use nrt_host::shared::{JoinRequest, SharedDevice, SharedName};
 /// Runs `cmd` to completion; returns (peak RSS KiB, CPU seconds, wall seconds).
 fn measure(cmd: &mut Command) -> (u64, f64, f64) {
     let t0 = Instant::now();
-    let child = cmd.spawn().expect("nrt-dmem starts");
+    let mut child = cmd.spawn().expect("nrt-dmem starts");
     let mut status = 0;
     // SAFETY: an all-zero `rusage` is a valid value for `wait4` to fill.
     let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
     // SAFETY: waits for our own child; `status` and `ru` are valid for writes.
     let r = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
     assert_eq!(r, child.id() as libc::pid_t, "wait4");
+    // Reaped by `wait4` already: this only lets `Child` know (it answers from its cache or
+    // ECHILD, both fine).
+    let _ = child.try_wait();
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "nrt-dmem failed: status {status}"
