@@ -438,4 +438,44 @@ mod tests {
             assert_eq!(e.var, k);
         }
     }
+
+    #[test]
+    fn a_shared_device_is_a_preset_and_a_safe_name() {
+        let d = DeviceChoice::parse("sim:trn2x2@prod-1.a_b").unwrap();
+        let DeviceChoice::Shared {
+            preset,
+            devices,
+            name,
+        } = d
+        else {
+            panic!("{d:?}")
+        };
+        assert_eq!(
+            (preset, devices, name.as_str()),
+            (Preset::Trn2, 2, "prod-1.a_b")
+        );
+        // Display round-trips, so `plan` and the CLI can pass it on.
+        assert_eq!(DeviceChoice::parse(&d.to_string()).unwrap(), d);
+        assert_eq!(
+            DeviceChoice::parse("trn1@x").unwrap().to_string(),
+            "sim:trn1@x"
+        );
+        for (s, why) in [
+            ("sim:trn2@../x", "path separator"),
+            ("sim:trn2@a\\b", "path separator"),
+            ("sim:trn2@..", "starts with `.`"),
+            ("sim:trn2@", "empty"),
+            ("sim:trn2@a b", "only letters"),
+            ("sim:gpu@x", "expected sim:"),
+        ] {
+            let e = DeviceChoice::parse(s).unwrap_err();
+            assert!(e.reason.contains(why), "{s}: {}", e.reason);
+        }
+        let long = format!("sim:trn2@{}", "n".repeat(33));
+        assert!(DeviceChoice::parse(&long)
+            .unwrap_err()
+            .reason
+            .contains("longer than 32"));
+        assert!(DeviceChoice::parse(&format!("sim:trn2@{}", "n".repeat(32))).is_ok());
+    }
 }

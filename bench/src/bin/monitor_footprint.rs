@@ -3,8 +3,9 @@
 //!
 //! Sets up a shared simulated trn2 with two participants holding allocations, runs
 //! `nrt-dmem monitor --json --interval <s> --count <n>` (stdout to /dev/null) and reads the
-//! child's resource usage from `wait4`: peak RSS (`ru_maxrss`) and CPU time (user + system)
-//! over the wall time. The peer measured in the same run is `nrt-dmem --version`: the same
+//! child's resource usage: peak RSS (its `VmHWM`, sampled until it exits; `ru_maxrss` is
+//! reported too, an upper bound that includes this launcher's pre-`exec` mark) and CPU time
+//! (user + system, `wait4`) over the wall time. The peer measured in the same run is `nrt-dmem --version`: the same
 //! binary doing nothing, so the ratio says what the monitor adds.
 //!
 //! ```text
@@ -20,10 +21,26 @@ use nrt_core::driver::{AllocRequest, Driver};
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_host::shared::{JoinRequest, SharedDevice, SharedName};
 
-/// Runs `cmd` to completion; returns (peak RSS KiB, CPU seconds, wall seconds).
-fn measure(cmd: &mut Command) -> (u64, f64, f64) {
+/// The process's own high-water mark (`VmHWM` of `/proc/<pid>/status`, KiB): it belongs to
+/// the image's address space, so unlike `ru_maxrss` it does not carry the launching process's
+/// pre-`exec` mark. `None` once the process is a zombie.
+fn vm_hwm(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Runs `cmd` to completion; returns (peak RSS KiB: `VmHWM` sampled every 50 ms until exit,
+/// `ru_maxrss` if never sampled; `ru_maxrss` KiB; CPU seconds; wall seconds).
+fn measure(cmd: &mut Command) -> (u64, u64, f64, f64) {
     let t0 = Instant::now();
     let mut child = cmd.spawn().expect("nrt-dmem starts");
+    let mut hwm = None;
+    while let Some(v) = vm_hwm(child.id()) {
+        hwm = Some(v);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let mut status = 0;
     // SAFETY: an all-zero `rusage` is a valid value for `wait4` to fill.
     let mut ru: libc::rusage = unsafe { core::mem::zeroed() };
@@ -39,8 +56,10 @@ fn measure(cmd: &mut Command) -> (u64, f64, f64) {
     );
     let wall = t0.elapsed().as_secs_f64();
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let maxrss = ru.ru_maxrss as u64;
     (
-        ru.ru_maxrss as u64,
+        hwm.unwrap_or(maxrss),
+        maxrss,
         secs(ru.ru_utime) + secs(ru.ru_stime),
         wall,
     )
@@ -104,7 +123,7 @@ fn main() {
     let mut peer = Command::new(&exe);
     peer.arg("--version");
     quiet(&mut peer);
-    let (peer_rss, _, _) = measure(&mut peer);
+    let (peer_rss, _, _, _) = measure(&mut peer);
     let mut mon = Command::new(&exe);
     mon.args([
         "monitor",
@@ -115,7 +134,7 @@ fn main() {
         &count.to_string(),
     ]);
     quiet(&mut mon);
-    let (rss, cpu, wall) = measure(&mut mon);
+    let (rss, maxrss, cpu, wall) = measure(&mut mon);
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
     let pct = 100.0 * cpu / wall;
@@ -130,6 +149,7 @@ fn main() {
             "monitor_reports": count,
             "monitor_interval_s": interval,
             "monitor_peak_rss_kib": rss,
+            "monitor_ru_maxrss_kib": maxrss,
             "peer_version_peak_rss_kib": peer_rss,
             "monitor_vs_peer_rss_ratio": rss as f64 / peer_rss.max(1) as f64,
             "monitor_cpu_s": cpu,

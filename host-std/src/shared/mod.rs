@@ -919,7 +919,11 @@ impl SharedDevice {
                 )
             })?;
             if !fresh && live_others {
-                // A file we did not just create: check the pools before trusting them.
+                // A file we did not just create: check the pools before trusting them. Their
+                // own locks are only ever taken under the device lock, which we hold, so none
+                // is legitimately held now: force them open first, so a damaged lock word
+                // cannot make the check spin.
+                g.sim_mut().reset_locks();
                 let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     g.sim().check_pools()
                 }));
@@ -1202,6 +1206,8 @@ pub fn snapshot_pools(
         .map_err(|e| fail(e, "cannot take the device lock".into()))?;
     g.poisoned()
         .map_err(|e| fail(e, "inconsistent since a process died mid-update".into()))?;
+    // As in `admit`: no pool lock is legitimately held while we hold the device lock.
+    g.sim_mut().reset_locks();
     let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.sim().check_pools()));
     if !matches!(checked, Ok(Ok(()))) {
         return Err(fail(
