@@ -123,7 +123,8 @@ fn main() {
     let mut peer = Command::new(&exe);
     peer.arg("--version");
     quiet(&mut peer);
-    let (peer_rss, _, _, _) = measure(&mut peer);
+    // Too short-lived to sample: its `ru_maxrss` (an upper bound, as the monitor's is).
+    let (_, peer_maxrss, _, _) = measure(&mut peer);
     let mut mon = Command::new(&exe);
     mon.args([
         "monitor",
@@ -138,10 +139,11 @@ fn main() {
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
     let pct = 100.0 * cpu / wall;
+    let ratio = maxrss as f64 / peer_maxrss.max(1) as f64;
     eprintln!(
-        "nrt-dmem monitor: {count} reports at {interval} s: peak RSS {rss} KiB ({:.2}x `--version`'s \
-         {peer_rss} KiB), CPU {cpu:.3} s over {wall:.1} s = {pct:.3} % of one core",
-        rss as f64 / peer_rss.max(1) as f64
+        "nrt-dmem monitor: {count} reports at {interval} s: peak RSS {rss} KiB (VmHWM; ru_maxrss \
+         {maxrss} KiB = {ratio:.2}x `--version`'s {peer_maxrss} KiB), CPU {cpu:.3} s over \
+         {wall:.1} s = {pct:.3} % of one core"
     );
     println!(
         "{}",
@@ -150,8 +152,8 @@ fn main() {
             "monitor_interval_s": interval,
             "monitor_peak_rss_kib": rss,
             "monitor_ru_maxrss_kib": maxrss,
-            "peer_version_peak_rss_kib": peer_rss,
-            "monitor_vs_peer_rss_ratio": rss as f64 / peer_rss.max(1) as f64,
+            "peer_version_ru_maxrss_kib": peer_maxrss,
+            "monitor_vs_peer_ru_maxrss_ratio": ratio,
             "monitor_cpu_s": cpu,
             "monitor_wall_s": wall,
             "monitor_cpu_percent_of_one_core": pct,
