@@ -731,6 +731,43 @@ impl SimDevice {
         Some(Self::encode(dev, pool, id))
     }
 
+    /// Re-creates one allocation at exactly `[addr, addr + size)` of carve `carve`
+    /// ([`SimDevice::handle_key`] numbering; `scratch` marks a contiguous-scratchpad block of
+    /// a main pool, which grows the recorded scratchpad) and returns its new handle: how pools
+    /// damaged in shared memory are rebuilt from an ownership table after a fresh
+    /// [`SimDevice::init`]. `EINVAL` when the range is not free (the table itself is wrong).
+    pub fn place_at(
+        &self,
+        dev: u32,
+        carve: u32,
+        addr: u64,
+        size: u64,
+        scratch: bool,
+    ) -> Result<u64, Errno> {
+        self.with_dev(dev, |st| {
+            let (pool, r) = if carve < self.channels {
+                let pool = if scratch {
+                    Pool::Scratch(carve)
+                } else {
+                    Pool::Main(carve)
+                };
+                (pool, st.main[carve as usize].alloc_at(addr, size))
+            } else if (MAX_HBM_CHANNELS..MAX_HBM_CHANNELS + self.channels).contains(&carve) {
+                let c = carve - MAX_HBM_CHANNELS;
+                (Pool::Small(c), st.small[c as usize].alloc_at(addr, size))
+            } else if carve == POOL_HOST {
+                (Pool::Host, st.host.alloc_at(addr, size))
+            } else {
+                return Err(errno::EINVAL);
+            };
+            let b = r.map_err(|_| errno::EINVAL)?;
+            if let Pool::Scratch(c) = pool {
+                st.scratchpad[c as usize] += b.size;
+            }
+            Ok(Self::encode(dev, pool, b.id))
+        })
+    }
+
     /// Verifies every pool's invariants ([`Carve::check`], O(nodes)) and the simulator's own
     /// fields: for state that came from outside the process (a shared mapping), before it is
     /// trusted. The check indexes nodes as the carve does, so state corrupted badly enough

@@ -382,6 +382,42 @@ fn a_process_killed_holding_the_lock_does_not_block_the_others() {
     b.exit();
 }
 
+#[test]
+fn pools_damaged_by_a_death_mid_update_are_rebuilt_and_handles_kept() {
+    let dir = shm_dir("rebuild");
+    let dev = "sim:trn2@rebuild";
+    let file = dir.join("nrt-dmem-rebuild.shm");
+    let mut b = Worker::start(spawn(&dir, dev, "4", &[]));
+    b.ok(&format!("alloc mine {} 0", GIB));
+    b.ok(&format!("load {MODEL} 0 m"));
+    let (own, _, _) = b.stats();
+    let mut a = Worker::start(spawn(
+        &dir,
+        dev,
+        "0",
+        &[(nrt_host::shared::HOLD_VAR, "10000")],
+    ));
+    writeln!(a.stdin.as_mut().unwrap(), "alloc t 4096 0").unwrap();
+    a.stdin.as_mut().unwrap().flush().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // As if A died halfway through updating the pools: damage them, then kill it.
+    poke(&file, layout::sim_offset() as u64, &[0xa5; 8192]);
+    a.kill9();
+    // B's next call recovers: the pools are rebuilt from the ownership table.
+    b.ok(&format!("alloc more {} 0", GIB));
+    // B's handles from before the rebuild still work: execute, free, unload.
+    b.ok("exec m");
+    b.ok("free mine");
+    b.ok("unload m");
+    let (n, bytes) = b.audit();
+    let (own_now, _, _) = b.stats();
+    assert_eq!(bytes, own_now, "{n} allocations");
+    assert!(own > GIB, "the model and `mine` were held: {own}");
+    assert_eq!(own_now, GIB, "only `more` is left");
+    b.ok("free more");
+    b.exit();
+}
+
 /// A tiny deterministic generator (xorshift), seeded per run and printed on failure.
 struct Rng(u64);
 impl Rng {

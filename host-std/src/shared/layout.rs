@@ -63,6 +63,11 @@ pub struct Header {
     pub poisoned_by: AtomicU32,
     /// Processes reclaimed after their death since creation.
     pub reclaimed: AtomicU64,
+    /// `nrt_core::sim::Placement` discriminant (with the fields above: the `SimConfig` the
+    /// pools were made with, which a rebuild after damage re-creates them from).
+    pub placement: AtomicU32,
+    /// Whether MEM_ALLOC honours alignments (`SimConfig::aligned_alloc`).
+    pub aligned_alloc: AtomicU32,
 }
 
 /// One sysfs-like counter (public ABI §5: `total` = current bytes, `present` = the size of
@@ -105,7 +110,8 @@ pub struct Readable {
     pub counters: [[[Counter; CATEGORIES]; CORES]; MAX_DEVICES],
 }
 
-/// Who owns one allocation (indexed by [`SimDevice::handle_key`]); all zero = no allocation.
+/// Who owns one allocation (indexed by [`SimDevice::handle_key`] of `handle`); all zero = no
+/// allocation.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Owner {
@@ -113,6 +119,11 @@ pub struct Owner {
     pub handle: u64,
     /// Page-rounded bytes.
     pub size: u64,
+    /// Physical address (what a rebuild re-creates the allocation at).
+    pub pa: u64,
+    /// The handle the owning process holds when the pools were rebuilt under it since
+    /// (0 = `handle` itself).
+    pub alias: u64,
     /// Slot + 1 of the owning process (0 = free entry).
     pub slot: u8,
     /// The driver category.
@@ -157,7 +168,7 @@ const _: () = {
     assert!(size_of::<libc::pthread_mutex_t>() <= PAGE);
     assert!(align_of::<SimDevice>() <= PAGE);
     assert!(align_of::<Readable>() <= PAGE);
-    assert!(size_of::<Owner>() == 24);
+    assert!(size_of::<Owner>() == 40);
 };
 
 /// Category names as the driver's sysfs tree spells them (public ABI §5), by

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nrt_core::driver::{errno, AllocRequest, DeviceInfo, Driver, Errno, FreeHistogram, PoolStats};
-use nrt_core::sim::{Preset, SimConfig, SimDevice, HOST_PA_BASE, MAX_CARVE_NODES};
+use nrt_core::sim::{Placement, Preset, SimConfig, SimDevice, HOST_PA_BASE, MAX_CARVE_NODES};
 
 use crate::backing::HostReservation;
 use layout::{Owner, OwnerTable, Readable, CATEGORIES, CORES, MAX_PROCESSES, SLOT_FREE, SLOT_LIVE};
@@ -49,6 +49,8 @@ pub const DIR_VAR: &str = "NRT_DMEM_SHM_DIR";
 pub const DEFAULT_DIR: &str = "/dev/shm";
 /// How often each participant looks for dead processes to reclaim.
 pub const REAP_INTERVAL: Duration = Duration::from_millis(100);
+/// `mem_alloc_category_t` CONTIGUOUS_SCRATCHPAD_DEVICE (public ABI §3).
+const CATEGORY_CONTIGUOUS_SCRATCHPAD: u8 = 19;
 /// `mem_alloc_category_t` TENSORS_DEVICE (public ABI §3): the allocations [`HOLD_VAR`] delays.
 const CATEGORY_TENSORS_DEVICE: u8 = 9;
 /// Test hook: a device tensor allocation sleeps this many milliseconds holding the device lock, so a test
@@ -517,6 +519,19 @@ impl Locked<'_> {
             Ok(Err(e)) => Some(format!("the pools are inconsistent ({e})")),
             Ok(Ok(())) => None,
         };
+        let why = why.and_then(|why| match self.rebuild() {
+            Ok(n) => {
+                log::warn!(
+                    target: "nrt_host::shared",
+                    "{}: process {dead} died inside a pool update and {why}; the pools were \
+                     rebuilt from the ownership table ({n} allocation(s) re-created at their \
+                     addresses, their owners' handles kept)",
+                    self.inner.name
+                );
+                None
+            }
+            Err(e) => Some(format!("{why}, and rebuilding them failed ({e})")),
+        });
         if let Some(why) = why {
             r.header.poisoned_by.store(dead, Ordering::Relaxed);
             r.header.poisoned.store(layout::POISONED, Ordering::Release);
@@ -599,6 +614,70 @@ impl Locked<'_> {
         );
     }
 
+    /// Re-creates the pools from the ownership table: a fresh `SimDevice` of the header's
+    /// configuration, every owned allocation placed again at its address
+    /// ([`SimDevice::place_at`]), each record moved to its new handle's key with the handle
+    /// its owner holds kept as `alias`. Returns the allocations re-created.
+    fn rebuild(&self) -> Result<usize, String> {
+        let h = &self.r().header;
+        let preset = Preset::ALL
+            .into_iter()
+            .find(|p| *p as u32 == h.preset.load(Ordering::Relaxed))
+            .ok_or("the header names no preset")?;
+        let mut cfg = SimConfig::new(preset, h.devices.load(Ordering::Relaxed));
+        cfg.channel_size_override = Some(h.channel_size.load(Ordering::Relaxed));
+        cfg.host_dma_capacity = h.host_capacity.load(Ordering::Relaxed);
+        cfg.aligned_alloc = h.aligned_alloc.load(Ordering::Relaxed) != 0;
+        cfg.placement = if h.placement.load(Ordering::Relaxed) == Placement::Tlsf as u32 {
+            Placement::Tlsf
+        } else {
+            Placement::Genalloc
+        };
+        let mut live = Vec::new();
+        for dev in 0..self.inner.devices {
+            for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
+                for index in 1..MAX_CARVE_NODES {
+                    let Some(o) = self.owner(dev, carve, index) else {
+                        continue;
+                    };
+                    if o.slot != 0 && o.slot as usize <= MAX_PROCESSES {
+                        live.push((dev, carve, *o));
+                    }
+                    *o = Owner::default();
+                }
+            }
+        }
+        self.sim_mut()
+            .init(&cfg)
+            .map_err(|e| format!("the header's configuration was refused (errno {e})"))?;
+        for (dev, carve, rec) in &live {
+            let scratch = rec.category == CATEGORY_CONTIGUOUS_SCRATCHPAD;
+            let new = self
+                .sim()
+                .place_at(*dev, *carve, rec.pa, rec.size, scratch)
+                .map_err(|_| format!("records overlap at {:#x}", rec.pa))?;
+            let (k, i) = self
+                .sim()
+                .handle_key(*dev, new)
+                .map_err(|e| e.to_string())?;
+            let o = self
+                .owner(*dev, k, i)
+                .ok_or("a new handle outside the table")?;
+            *o = Owner {
+                handle: new,
+                alias: if rec.alias != 0 {
+                    rec.alias
+                } else {
+                    rec.handle
+                },
+                ..*rec
+            };
+        }
+        guarded(|| self.sim().check_pools().map_err(|_| errno::EIO))
+            .map_err(|_| "the rebuilt pools fail their check".to_string())?;
+        Ok(live.len())
+    }
+
     fn poisoned(&self) -> Result<(), Errno> {
         if self.r().header.poisoned.load(Ordering::Acquire) == layout::POISONED {
             log::error!(
@@ -615,14 +694,26 @@ impl Locked<'_> {
         }
     }
 
-    /// The record of a handle this process owns, or `EINVAL` (never touches another's).
+    /// The record of a handle this process owns, or `EINVAL` (never touches another's). The
+    /// record's `handle` is the pools' current one (after a rebuild, not the caller's).
     fn mine(&self, dev: u32, handle: u64) -> Result<&mut Owner, Errno> {
+        let me = (self.inner.slot + 1) as u8;
         let (carve, index) = self.sim().handle_key(dev, handle)?;
         let o = self.owner(dev, carve, index).ok_or(errno::EINVAL)?;
-        if o.slot as usize != self.inner.slot + 1 || o.handle != handle {
-            return Err(errno::EINVAL);
+        if o.slot == me && o.handle == handle && o.alias == 0 {
+            return Ok(o);
         }
-        Ok(o)
+        // A handle from before a rebuild: its record moved to the new handle's key.
+        for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
+            for index in 1..MAX_CARVE_NODES {
+                if let Some(o) = self.owner(dev, carve, index) {
+                    if o.slot == me && o.alias == handle {
+                        return Ok(o);
+                    }
+                }
+            }
+        }
+        Err(errno::EINVAL)
     }
 }
 
@@ -693,8 +784,8 @@ impl Inner {
         let g = self.lock()?;
         g.poisoned()?;
         guarded(|| {
-            g.mine(dev, handle)?;
-            let info = g.sim().memory_info(dev, handle)?;
+            let real = g.mine(dev, handle)?.handle;
+            let info = g.sim().memory_info(dev, real)?;
             let end = offset.checked_add(len).ok_or(errno::EFAULT)?;
             if end > info.size {
                 return Err(errno::EFAULT);
@@ -1344,6 +1435,9 @@ fn init_file(inner: &Inner, cfg: &SimConfig) -> Result<(), (Errno, String)> {
     );
     h.host_capacity
         .store(cfg.host_dma_capacity, Ordering::Relaxed);
+    h.placement.store(cfg.placement as u32, Ordering::Relaxed);
+    h.aligned_alloc
+        .store(u32::from(cfg.aligned_alloc), Ordering::Relaxed);
     h.seq.store(0, Ordering::Relaxed);
     h.epoch.fetch_add(1, Ordering::Relaxed);
     h.poisoned.store(0, Ordering::Relaxed);
@@ -1408,6 +1502,8 @@ impl Driver for SharedDevice {
                 *o = Owner {
                     handle: h,
                     size: info.size,
+                    pa: info.pa,
+                    alias: 0,
                     slot: (inner.slot + 1) as u8,
                     category: req.category,
                     nc: req.nc_id as u8,
@@ -1436,8 +1532,8 @@ impl Driver for SharedDevice {
         let g = self.inner.lock()?;
         g.poisoned()?;
         guarded(|| {
-            g.mine(dev, handle)?;
-            g.sim().memory_get_pa(dev, handle)
+            let real = g.mine(dev, handle)?.handle;
+            g.sim().memory_get_pa(dev, real)
         })
     }
 
@@ -1446,7 +1542,7 @@ impl Driver for SharedDevice {
         g.poisoned()?;
         guarded(|| {
             let rec = *g.mine(dev, handle)?;
-            g.sim().memory_free(dev, handle)?;
+            g.sim().memory_free(dev, rec.handle)?;
             *g.mine(dev, handle)? = Owner::default();
             g.book(self.inner.slot, dev, rec.nc, rec.category, rec.size, false);
             Ok(())
