@@ -13,12 +13,33 @@ const GIB: u64 = 1 << 30;
 const WORKER: &str = env!("CARGO_BIN_EXE_nrt-dmem-worker");
 const CLI: &str = env!("CARGO_BIN_EXE_nrt-dmem");
 
-/// A fresh directory for one test's shared files.
-fn shm_dir(test: &str) -> PathBuf {
+/// A fresh directory for one test's shared files, removed when the test ends.
+struct Dir(PathBuf);
+
+impl std::ops::Deref for Dir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Dir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn shm_dir(test: &str) -> Dir {
     let d = std::env::temp_dir().join(format!("nrt-shared-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Dir(d)
 }
 
 struct Worker {
@@ -270,7 +291,7 @@ fn bad_names_are_refused_with_a_message() {
         assert!(e.contains(why), "{name:?}: {e}");
     }
     assert_eq!(
-        std::fs::read_dir(&dir).unwrap().count(),
+        std::fs::read_dir(&*dir).unwrap().count(),
         0,
         "nothing created"
     );
