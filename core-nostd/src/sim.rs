@@ -93,6 +93,11 @@ pub const MAIN_NODES: usize = DEFAULT_NODES;
 pub const SMALL_NODES: usize = DEFAULT_NODES;
 /// Node capacity of each host DMA pool of the default [`SimDevice`].
 pub const HOST_NODES: usize = DEFAULT_NODES;
+/// Carves per device ([`SimDevice::handle_key`]): a main and a small-object pool per HBM
+/// channel, then the host pool.
+pub const CARVES_PER_DEVICE: u32 = 2 * MAX_HBM_CHANNELS + 1;
+/// Node indices of any carve are below this ([`SimDevice::handle_key`]).
+pub const MAX_CARVE_NODES: u32 = 16384 + 1;
 /// The first allocation category byte that is not a category (`mem_alloc_category_t` MAX,
 /// public ABI §3): refused with `EINVAL`.
 pub const CATEGORY_MAX: u8 = 20;
@@ -108,6 +113,9 @@ const H_TAG: u64 = 0b10110;
 const POOL_HOST: u32 = 2 * MAX_HBM_CHANNELS;
 
 const _: () = {
+    assert!(MAIN_NODES < MAX_CARVE_NODES as usize);
+    assert!(SMALL_NODES < MAX_CARVE_NODES as usize);
+    assert!(HOST_NODES < MAX_CARVE_NODES as usize);
     assert!(MAIN_NODES < 1 << H_INDEX_BITS);
     assert!(SMALL_NODES < 1 << H_INDEX_BITS);
     assert!(HOST_NODES < 1 << H_INDEX_BITS);
@@ -733,6 +741,168 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
         })
     }
 
+    /// Where a handle's record lives in a per-carve table: `(carve, node index)` with `carve`
+    /// in `0..CARVES_PER_DEVICE` (HBM `c`'s main pool is `c`, its small-object region
+    /// `MAX_HBM_CHANNELS + c`, the host pool `2 * MAX_HBM_CHANNELS`) and the node index below
+    /// [`MAX_CARVE_NODES`]. Two live handles of one device never share a key, so a table
+    /// indexed by it can say who owns each allocation (the shared device, docs/SHARED_DEVICE.md).
+    /// `EINVAL` for a handle this simulator never minted (no pool lookup: a stale handle maps
+    /// to the key its node had).
+    pub fn handle_key(&self, dev: u32, handle: u64) -> Result<(u32, u32), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        let carve = match pool {
+            Pool::Main(c) | Pool::Scratch(c) => c,
+            Pool::Small(c) => MAX_HBM_CHANNELS + c,
+            Pool::Host => POOL_HOST,
+        };
+        Ok((carve, id.index()))
+    }
+
+    /// The handle of the live allocation at key `(carve, index)` ([`SimDevice::handle_key`]),
+    /// if there is one: what a table of owners indexed by that key is reconciled against.
+    /// A contiguous-scratchpad block is named as a plain main-pool one (the pool cannot tell
+    /// them apart), so freeing it does not shrink the scratchpad's recorded size.
+    pub fn live_handle(&self, dev: u32, carve: u32, index: u32) -> Option<u64> {
+        let (pool, id) = if carve < MAX_HBM_CHANNELS {
+            let id = self.with_channel(dev, carve, |st| {
+                st.main.id_at(index).ok_or(errno::EINVAL)
+            });
+            (Pool::Main(carve), id)
+        } else if carve < POOL_HOST {
+            let c = carve - MAX_HBM_CHANNELS;
+            let id = self.with_channel(dev, c, |st| st.small.id_at(index).ok_or(errno::EINVAL));
+            (Pool::Small(c), id)
+        } else if carve == POOL_HOST {
+            let id = self
+                .with_host(dev, |st| st.host.id_at(index).ok_or(errno::EINVAL));
+            (Pool::Host, id)
+        } else {
+            return None;
+        };
+        Some(Self::encode(dev, pool, id.ok()?))
+    }
+
+    /// Re-creates one allocation at exactly `[addr, addr + size)` of carve `carve`
+    /// ([`SimDevice::handle_key`] numbering; `scratch` marks a contiguous-scratchpad block of
+    /// a main pool, which grows the recorded scratchpad) and returns its new handle: how pools
+    /// damaged in shared memory are rebuilt from an ownership table after a fresh
+    /// [`SimDevice::init`]. `EINVAL` when the range is not free (the table itself is wrong).
+    pub fn place_at(
+        &self,
+        dev: u32,
+        carve: u32,
+        addr: u64,
+        size: u64,
+        scratch: bool,
+    ) -> Result<u64, Errno> {
+        if carve < self.channels {
+            let pool = if scratch {
+                Pool::Scratch(carve)
+            } else {
+                Pool::Main(carve)
+            };
+            self.with_channel(dev, carve, |st| {
+                let b = st.main.alloc_at(addr, size).map_err(|_| errno::EINVAL)?;
+                if scratch {
+                    st.scratchpad += b.size;
+                }
+                Ok(Self::encode(dev, pool, b.id))
+            })
+        } else if (MAX_HBM_CHANNELS..MAX_HBM_CHANNELS + self.channels).contains(&carve) {
+            let c = carve - MAX_HBM_CHANNELS;
+            self.with_channel(dev, c, |st| {
+                let b = st.small.alloc_at(addr, size).map_err(|_| errno::EINVAL)?;
+                Ok(Self::encode(dev, Pool::Small(c), b.id))
+            })
+        } else if carve == POOL_HOST {
+            self.with_host(dev, |st| {
+                let b = st.host.alloc_at(addr, size).map_err(|_| errno::EINVAL)?;
+                Ok(Self::encode(dev, Pool::Host, b.id))
+            })
+        } else {
+            Err(errno::EINVAL)
+        }
+    }
+
+    /// Verifies every pool's invariants ([`Carve::check`], O(nodes)) and the simulator's own
+    /// fields: for state that came from outside the process (a shared mapping), before it is
+    /// trusted. The check indexes nodes as the carve does, so state corrupted badly enough
+    /// can make it panic: a caller reading untrusted bytes runs it behind `catch_unwind`.
+    pub fn check_pools(&self) -> Result<(), &'static str> {
+        if self.device_count as usize > DEVICES || self.preset().is_none() {
+            return Err("device count or preset out of range");
+        }
+        if self.channels == 0 || self.channels > MAX_HBM_CHANNELS {
+            return Err("HBM channel count out of range");
+        }
+        for slot in &self.slots[..self.device_count as usize] {
+            for part in &slot.channels[..self.channels as usize] {
+                part.with(|st| {
+                    st.main.check()?;
+                    st.small.check()?;
+                    if st.scratchpad > st.main.capacity() {
+                        return Err("contiguous scratchpad larger than its pool");
+                    }
+                    Ok(())
+                })?;
+            }
+            slot.host.with(|st| st.host.check())?;
+            if !slot.backing.is_null() {
+                return Err("a backing pointer in state that must have none");
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `dst` a copy of this simulator: settings, faults cleared, every device's pools
+    /// (each part copied under its lock), no backing (set one with
+    /// [`SimDevice::set_backing`]). A plan runs on such a copy of a shared device (issue 19
+    /// item 2: a snapshot, never the live pools). Only the attached devices' pools are copied
+    /// (~7.4 MB each). Each channel's figures are those of one moment; a device's channels
+    /// may be of moments apart (the shared device holds its process-shared lock around the
+    /// whole copy, so nothing changes there meanwhile).
+    pub fn copy_to(&self, dst: &mut Self) {
+        for d in 0..(self.device_count as usize).min(DEVICES) {
+            let (src, out) = (&self.slots[d], &mut dst.slots[d]);
+            for (sp, op) in src.channels.iter().zip(out.channels.iter_mut()) {
+                let o = op.state.get_mut();
+                // SAFETY: under the source part's lock nothing mutates its state while it is
+                // read; `ChannelState` is integers and integer arrays (no heap ownership, no
+                // `Drop`), so a bitwise copy is a valid value and the old `o` needs no drop.
+                sp.with(|st| unsafe { core::ptr::copy_nonoverlapping(st as *const _, o, 1) });
+            }
+            let o = out.host.state.get_mut();
+            // SAFETY: as above, for the host part's `HostState`.
+            src.host
+                .with(|st| unsafe { core::ptr::copy_nonoverlapping(st as *const _, o, 1) });
+            out.backing = core::ptr::null_mut();
+            out.backing_len = 0;
+        }
+        dst.device_count = self.device_count;
+        dst.preset = self.preset;
+        dst.channels = self.channels;
+        dst.channel_size = self.channel_size;
+        dst.host_capacity = self.host_capacity;
+        dst.placement = self.placement;
+        *dst.aligned_alloc.get_mut() = self.aligned_alloc.load(Ordering::Acquire);
+        *dst.feature_flags.get_mut() = self.feature_flags.load(Ordering::Acquire);
+        *dst.stray_alloc_calls.get_mut() = 0;
+        *dst.fail_countdown.get_mut() = 0;
+        *dst.fail_categories.get_mut() = 0;
+    }
+
+    /// Forces every part lock open: for a simulator in memory shared by processes, after a
+    /// process died holding the outer lock (and so perhaps one of these). `&mut self` proves
+    /// no call is running in this process; run [`SimDevice::check_pools`] afterwards.
+    pub fn reset_locks(&mut self) {
+        for slot in &mut self.slots {
+            for part in &mut slot.channels {
+                part.lock = nrt_mutex_t::new();
+            }
+            slot.host.lock = nrt_mutex_t::new();
+        }
+    }
+
     /// The kernel's checks of a MEM_ALLOC request and the injected faults, in that order;
     /// returns the page-rounded size.
     fn check_alloc(&self, req: &AllocRequest, fire: bool) -> Result<u64, Errno> {
@@ -873,6 +1043,19 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
             return Err(errno::EINVAL);
         }
         self.slots[dev as usize].channels[c as usize].with(f)
+    }
+
+    /// Runs `f` on the host DMA pool of device `dev` with its lock held (`ENODEV` for a
+    /// device that does not exist).
+    fn with_host<R>(
+        &self,
+        dev: u32,
+        f: impl FnOnce(&mut HostState<NODES>) -> Result<R, Errno>,
+    ) -> Result<R, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        self.slots[dev as usize].host.with(f)
     }
 
     /// Runs `f(slot, block)` on live allocation `id` of `pool` on device `dev` (`EINVAL` when
