@@ -764,17 +764,14 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
     /// them apart), so freeing it does not shrink the scratchpad's recorded size.
     pub fn live_handle(&self, dev: u32, carve: u32, index: u32) -> Option<u64> {
         let (pool, id) = if carve < MAX_HBM_CHANNELS {
-            let id = self.with_channel(dev, carve, |st| {
-                st.main.id_at(index).ok_or(errno::EINVAL)
-            });
+            let id = self.with_channel(dev, carve, |st| st.main.id_at(index).ok_or(errno::EINVAL));
             (Pool::Main(carve), id)
         } else if carve < POOL_HOST {
             let c = carve - MAX_HBM_CHANNELS;
             let id = self.with_channel(dev, c, |st| st.small.id_at(index).ok_or(errno::EINVAL));
             (Pool::Small(c), id)
         } else if carve == POOL_HOST {
-            let id = self
-                .with_host(dev, |st| st.host.id_at(index).ok_or(errno::EINVAL));
+            let id = self.with_host(dev, |st| st.host.id_at(index).ok_or(errno::EINVAL));
             (Pool::Host, id)
         } else {
             return None;

@@ -1132,7 +1132,10 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
             });
         }
     });
-    let per_core: u64 = cores.iter().map(|&c| n.ledger_device(0, c, UsageSel::Total)).sum();
+    let per_core: u64 = cores
+        .iter()
+        .map(|&c| n.ledger_device(0, c, UsageSel::Total))
+        .sum();
     assert!(per_core > 0);
     let totals = n.device_totals(0).unwrap();
     let (device, device_peak) = (totals.device_bytes, totals.device_peak);

@@ -784,12 +784,16 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
     );
     let n = f.nrt();
     for size in [64u64, 4096, 100_000] {
-        n.tensor_allocate(Placement::Virtual, -1, size, Some("left"), None).unwrap();
+        n.tensor_allocate(Placement::Virtual, -1, size, Some("left"), None)
+            .unwrap();
     }
-    let slice_src = n.tensor_allocate(Placement::Virtual, -1, 512, Some("src"), None).unwrap();
+    let slice_src = n
+        .tensor_allocate(Placement::Virtual, -1, 512, Some("src"), None)
+        .unwrap();
     n.tensor_allocate_slice(slice_src, 0, 256, Some("slice"))
         .unwrap();
-    n.tensor_allocate(Placement::Device, 0, 4096, Some("dev"), None).unwrap();
+    n.tensor_allocate(Placement::Device, 0, 4096, Some("dev"), None)
+        .unwrap();
     assert_eq!(out(), 64 + 4096 + 100_000 + 512);
     n.close().unwrap();
     assert_eq!(out(), 0, "close left VIRTUAL bytes with the host provider");
@@ -805,7 +809,9 @@ fn a_view_over_other_resources_is_refused() {
         &HEAP,
     );
     let n = f.nrt();
-    let t = n.tensor_allocate(Placement::Virtual, -1, 64, Some("mine"), None).unwrap();
+    let t = n
+        .tensor_allocate(Placement::Virtual, -1, 64, Some("mine"), None)
+        .unwrap();
     let before = snapshot(&n);
     // Another driver over the same state block: every call is refused, nothing changes.
     let other_sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();

@@ -113,9 +113,8 @@ impl HostRuntime {
     /// `HostSim::from_snapshot`) and initialises it; `config.device` only names it.
     pub fn start_on(config: RuntimeConfig, sim: HostSim) -> Result<Self, StartError> {
         nrt_core::sync::set_relax_hook(std::thread::yield_now);
-        let st = CoreState::with_capacity(&config.capacity).map_err(|e| {
-            StartError::Build(BuildError::Capacity(e))
-        })?;
+        let st = CoreState::with_capacity(&config.capacity)
+            .map_err(|e| StartError::Build(BuildError::Capacity(e)))?;
         let rt = HostRuntime {
             st,
             backend: Box::new(Backend::Sim(sim)),

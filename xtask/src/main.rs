@@ -151,15 +151,12 @@ fn layout(args: &[String]) -> DynResult {
 /// stdout (`--json`: nothing else; `--capi`: the C API benchmark only). `ci` runs it with
 /// `--quick` as a smoke.
 fn bench(args: &[String]) -> DynResult {
-    if let Some(bad) = args
-        .iter()
-        .find(|a| {
-            !matches!(
-                a.as_str(),
-                "--json" | "--quick" | "--threads" | "--dmem" | "--capi"
-            )
-        })
-    {
+    if let Some(bad) = args.iter().find(|a| {
+        !matches!(
+            a.as_str(),
+            "--json" | "--quick" | "--threads" | "--dmem" | "--capi"
+        )
+    }) {
         return Err(format!(
             "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem, --capi)"
         )

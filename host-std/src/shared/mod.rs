@@ -1344,7 +1344,9 @@ impl Inner {
                 && {
                     let pid = r.procs[s].pid.load(Ordering::Relaxed) as libc::pid_t;
                     // SAFETY: signal 0 only checks that the pid exists; nothing is sent.
-                    pid > 0 && unsafe { libc::kill(pid, 0) } != 0 && last_errno().raw() == libc::ESRCH
+                    pid > 0
+                        && unsafe { libc::kill(pid, 0) } != 0
+                        && last_errno().raw() == libc::ESRCH
                 }
         })
     }
