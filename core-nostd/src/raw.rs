@@ -23,6 +23,7 @@ use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem, DmemInfo};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{DmemHandle, HandleKind, TensorHandle};
+use crate::vcore::CoreSel;
 use crate::tensor::{DeviceAllocationInfo, HostMem, Placement, Tensor, TensorName};
 
 /// The handle of tensor `t`.
@@ -51,9 +52,10 @@ pub unsafe fn tensor_check(n: &Nrt<'_>, t: *const nrt_tensor_t) -> Result<()> {
     n.tensor_check(t)
 }
 
-/// [`Nrt::tensor_allocate`] with the C placement value, returning the tensor's pointer. The
-/// state gate answers first (NRT_UNINITIALIZED / NRT_CLOSED), then a value that is not a
-/// [`Placement`] is `InvalidArgument(InvalidArg::Placement)`, the order of the safe call's gates.
+/// [`Nrt::tensor_allocate`] with the C placement and logical-core values, returning the
+/// tensor's pointer. The state gate answers first (NRT_UNINITIALIZED / NRT_CLOSED), then a
+/// value that is not a [`Placement`] is `InvalidArgument(InvalidArg::Placement)`, the order of
+/// the safe call's gates; `vnc` goes through [`CoreSel::from_c`] (`-1` is any core).
 pub fn tensor_allocate(
     n: &Nrt<'_>,
     placement: u32,
@@ -66,7 +68,7 @@ pub fn tensor_allocate(
         n.check_state()?;
         return Err(Error::InvalidArgument(InvalidArg::Placement));
     };
-    let h = n.tensor_allocate(placement, vnc, size, name, host)?;
+    let h = n.tensor_allocate(placement, CoreSel::from_c(vnc), size, name, host)?;
     n.tensor_slot(h).ok_or(Error::stale(HandleKind::Tensor))
 }
 
