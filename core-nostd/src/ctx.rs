@@ -321,9 +321,7 @@ impl<const B: usize> StaticState<B> {
     pub fn bind(&'static self, caps: &Capacity) -> Result<&'static CoreState> {
         caps.check().map_err(Error::InvalidCapacity)?;
         if Plan::of(caps).total > B {
-            return Err(Error::InvalidArgument(
-                InvalidArg::StaticStorageTooSmall,
-            ));
+            return Err(Error::InvalidArgument(InvalidArg::StaticStorageTooSmall));
         }
         if self
             .bound

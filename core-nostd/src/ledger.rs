@@ -445,7 +445,11 @@ impl Nrt<'_> {
 
     /// Calls `f(mla, ext, nc)` for each physical core of logical core `vnc`, with that
     /// device's ledger lock held: one consistent reading (or peak reset) per core.
-    fn for_each_vnc_core(&self, vnc: LogicalCore, f: impl FnMut(&mla_t, &DevExt, usize)) -> Result<()> {
+    fn for_each_vnc_core(
+        &self,
+        vnc: LogicalCore,
+        f: impl FnMut(&mla_t, &DevExt, usize),
+    ) -> Result<()> {
         self.for_each_core_locked(self.vcore_tpbs(vnc)?, f);
         Ok(())
     }

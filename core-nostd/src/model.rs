@@ -1021,7 +1021,7 @@ mod tests {
             count: 1,
             bytes: 65536,
         });
-        let hx = n.load_model(0, &g).unwrap();
+        let hx = n.load_model(LogicalCore::new(0), &g).unwrap();
         n.unload_model(hx).unwrap();
         assert_eq!(
             n.ulib_shared_stats(0, 0).unwrap(),
@@ -1033,22 +1033,22 @@ mod tests {
             subgraphs: 1,
             ..Default::default()
         };
-        let ha = n.load_model(0, &plain).unwrap();
+        let ha = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
         // The next handle minted is `ha` again: the load fails in add_model, after staging.
         set_last_model_handle_for_test(ha.id - 1);
-        let e = n.load_model(0, &g).unwrap_err();
+        let e = n.load_model(LogicalCore::new(0), &g).unwrap_err();
         assert_eq!(e, Error::DuplicateModel(ha.id));
         assert_eq!(state(&n), before, "the rollback left everything as it was");
         // A load that stages the copy itself and fails still unstages it.
         n.unload_model(ha).unwrap();
         n.ulib_unstage_for_test(0, 0);
-        let hb = n.load_model(0, &plain).unwrap();
+        let hb = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
         assert_eq!(before.2, (0, 0), "nothing cached");
         set_last_model_handle_for_test(hb.id - 1);
         assert_eq!(
-            n.load_model(0, &g).unwrap_err(),
+            n.load_model(LogicalCore::new(0), &g).unwrap_err(),
             Error::DuplicateModel(hb.id)
         );
         assert_eq!(state(&n), before, "its own staging is undone");

@@ -23,8 +23,8 @@ use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem, DmemInfo};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{DmemHandle, HandleKind, TensorHandle};
-use crate::vcore::CoreSel;
 use crate::tensor::{DeviceAllocationInfo, HostMem, Placement, Tensor, TensorName};
+use crate::vcore::CoreSel;
 
 /// The handle of tensor `t`.
 ///

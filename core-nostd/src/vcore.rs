@@ -38,8 +38,8 @@ impl LogicalCore {
     /// The one conversion from the C ABI's `int` / `int32_t` / `int64_t` logical-core argument
     /// (spec §9). Any value is kept as given, a negative or too large one included: the
     /// runtime's range gate refuses it where libnrt does, naming the value.
-    pub const fn from_c(vnc: i64) -> Self {
-        LogicalCore(vnc)
+    pub fn from_c(vnc: impl Into<i64>) -> Self {
+        LogicalCore(vnc.into())
     }
 
     /// The value as the C ABI writes it (the index, or the out-of-range C value it was made
@@ -80,7 +80,8 @@ pub enum CoreSel {
 
 impl CoreSel {
     /// The C ABI's value: `-1` is [`CoreSel::Any`], anything else [`LogicalCore::from_c`].
-    pub const fn from_c(vnc: i64) -> Self {
+    pub fn from_c(vnc: impl Into<i64>) -> Self {
+        let vnc = vnc.into();
         if vnc == -1 {
             CoreSel::Any
         } else {
