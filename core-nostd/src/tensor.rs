@@ -236,9 +236,10 @@ impl<'a> Nrt<'a> {
         let _call = self.enter()?;
         let host = self.host_for(host)?;
         let vnc = match vnc {
+            CoreSel::Core(c) => c,
             CoreSel::Any if placement != Placement::Device => LogicalCore::FIRST,
             // libnrt's −1 on DEVICE is an index like any other: the range gate refuses it.
-            sel => LogicalCore::from_c(sel.to_c()),
+            CoreSel::Any => LogicalCore::from_c(-1),
         };
         let v = *self.vtpb_get_virtual_core(vnc).inspect_err(|e| {
             // libnrt's range gate (spec §7.2), logged with its own words.
