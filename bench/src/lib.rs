@@ -23,6 +23,7 @@ use nrt_core::LogicalCore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+pub mod capi;
 pub mod placement;
 
 use placement::FreeRanges;

@@ -1,10 +1,12 @@
-//! `nrt-bench [--quick] [--json] [--dmem]`: runs the carve-vs-crates comparison and prints one
-//! JSON object on stdout (keys in `docs/PERFORMANCE.md`); without `--json` a human summary goes
-//! to stderr as well. `--dmem` runs only the dmem-path-vs-raw-carve comparison (small enough to
-//! run under `valgrind --tool=callgrind` for instruction counts).
+//! `nrt-bench [--quick] [--json] [--dmem] [--capi]`: runs the carve-vs-crates comparison and
+//! prints one JSON object on stdout (keys in `docs/PERFORMANCE.md`); without `--json` a human
+//! summary goes to stderr as well. `--dmem` runs only the dmem-path-vs-raw-carve comparison
+//! (small enough to run under `valgrind --tool=callgrind` for instruction counts); `--capi`
+//! only the C API thread benchmark (`nrt_bench::capi`).
 
 use std::process::ExitCode;
 
+use nrt_bench::capi::{capi_threads, CapiThreads};
 use nrt_bench::{
     dmem_path_vs_carve, exact_reuse, measure, measure_all, tensor_threads, utilisation_over_seeds,
     CarveBench, FirstFitRef, GenallocBench, Measurement, OffsetBench, RangeBench, SeedSpread,
@@ -13,13 +15,14 @@ use nrt_bench::{
 };
 use serde_json::json;
 
-const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem] [--threads]
+const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem] [--threads] [--capi]
   --quick  small op counts (CI smoke): 10k churn ops, 3 repetitions
   --json   print only the JSON object (no human summary on stderr)
   --dmem   only the full dmem path vs the raw carve (keys dmem_path_ns_per_op,
            carve_raw_ns_per_op_same_trace, dmem_path_vs_carve_raw_ratio)
   --threads only tensor allocate/write/free with 1 vs 2 threads on different logical
-           cores (keys tensor_threads_*)";
+           cores (keys tensor_threads_*)
+  --capi   only the C API thread benchmark (keys capi_*)";
 
 fn opt(x: Option<f64>) -> serde_json::Value {
     x.map_or(serde_json::Value::Null, |v| json!(v))
@@ -34,12 +37,14 @@ fn main() -> ExitCode {
     let mut json_only = false;
     let mut dmem_only = false;
     let mut threads_only = false;
+    let mut capi_only = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => quick = true,
             "--json" => json_only = true,
             "--dmem" => dmem_only = true,
             "--threads" => threads_only = true,
+            "--capi" => capi_only = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -86,6 +91,18 @@ fn main() -> ExitCode {
         }
         serde_json::Value::Object(o)
     };
+    if capi_only {
+        let c = capi_threads(quick);
+        if !json_only {
+            capi_summary(&c);
+        }
+        println!("{}", capi_json(&c));
+        return if c.is_ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     if dmem_only {
         println!("{}", dmem_json());
         return ExitCode::SUCCESS;
@@ -199,6 +216,12 @@ fn main() -> ExitCode {
         o.extend(t);
     }
 
+    // The C API under threads, last: it brings up the process-global `libnrt` runtime.
+    let capi = capi_threads(quick);
+    if let (Some(o), serde_json::Value::Object(c)) = (out.as_object_mut(), capi_json(&capi)) {
+        o.extend(c);
+    }
+
     if !json_only {
         let row = |name: &str, m: &Measurement| {
             eprintln!(
@@ -256,6 +279,57 @@ fn main() -> ExitCode {
             );
         }
     }
+    if !json_only {
+        capi_summary(&capi);
+    }
     println!("{out}");
-    ExitCode::SUCCESS
+    if capi.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The `capi_*` keys of the JSON object (`capi_error` when the benchmark could not run).
+fn capi_json(c: &Result<CapiThreads, String>) -> serde_json::Value {
+    match c {
+        Ok(c) => json!({
+            "capi_ops_per_s_1_thread": c.ops_per_s[0],
+            "capi_ops_per_s_2_threads": c.ops_per_s[1],
+            "capi_ops_per_s_4_threads": c.ops_per_s[2],
+            "capi_ops_per_s_range": c.ops_per_s_range.map(|(a, b)| [a, b]),
+            "capi_2_vs_1_thread_ratio": c.ratio_2_vs_1,
+            "capi_4_vs_1_thread_ratio": c.ratio_4_vs_1,
+            "capi_cpu_ns_per_call": c.cpu_ns_per_call,
+            "capi_cpu_ns_2_vs_1_thread_ratio": c.cpu_ratio_2_vs_1,
+            "capi_vncs": c.vncs,
+            "capi_hbm": c.hbm,
+            "capi_iterations_per_thread": c.iterations,
+            "capi_repetitions": c.repetitions,
+        }),
+        Err(e) => json!({ "capi_error": e }),
+    }
+}
+
+fn capi_summary(c: &Result<CapiThreads, String>) {
+    match c {
+        Ok(c) => eprintln!(
+            "C API alloc/write/free 4 KiB on vncs {:?} (HBM {:?}): 1 thread {:.2} M calls/s, \
+             2 threads {:.2} M ({:.2}x), 4 threads {:.2} M ({:.2}x); CPU ns/call {:.0} / {:.0} / {:.0} \
+             (2/1 threads {:.2}) (medians of {} reps)",
+            c.vncs,
+            c.hbm,
+            c.ops_per_s[0] / 1e6,
+            c.ops_per_s[1] / 1e6,
+            c.ratio_2_vs_1,
+            c.ops_per_s[2] / 1e6,
+            c.ratio_4_vs_1,
+            c.cpu_ns_per_call[0],
+            c.cpu_ns_per_call[1],
+            c.cpu_ns_per_call[2],
+            c.cpu_ratio_2_vs_1,
+            c.repetitions
+        ),
+        Err(e) => eprintln!("C API thread benchmark failed: {e}"),
+    }
 }

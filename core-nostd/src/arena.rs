@@ -248,10 +248,14 @@ impl ShardBooks {
     }
 }
 
-/// One shard: its lock holding its books, alone on its cache lines (128 bytes: the pair of
-/// lines adjacent-line prefetchers pull together), so shards never share a written line.
-#[repr(C, align(128))]
+/// One shard: its lock holding its books, after [`crate::sync::LINE_STRIDE`] bytes of padding
+/// (the pair of lines adjacent-line prefetchers pull together), so no shard's lock or books
+/// share a written line with the previous shard's. Padding, not `align(128)`: an over-aligned
+/// member would over-align `CoreState`, and `Box::new_zeroed` would then memset it instead of
+/// taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
+#[repr(C)]
 struct Shard {
+    _pad: [u8; crate::sync::LINE_STRIDE],
     books: DataLock<ShardBooks>,
 }
 

@@ -906,6 +906,21 @@ impl<const N: usize> Carve<N> {
         })
     }
 
+    /// The id of the live allocation described by node `index`, if that node is one (for
+    /// tables indexed by [`CarveId::index`] that must be reconciled with the carve, e.g. after
+    /// a process died mid-update in shared memory). `None` for a free, unused or
+    /// out-of-range node.
+    pub fn id_at(&self, index: u32) -> Option<CarveId> {
+        if self.size == 0 || index == NIL || index > self.bump || index as usize > N {
+            return None;
+        }
+        let n = self.node(index);
+        if n.state != USED {
+            return None;
+        }
+        CarveId::from_parts(index, n.generation)
+    }
+
     /// The largest free block in bytes. Bounded by the length of the top non-empty class list
     /// (a diagnostics path, not an allocation path).
     pub fn largest_free(&self) -> u64 {

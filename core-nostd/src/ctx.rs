@@ -17,7 +17,7 @@ use crate::config::*;
 use crate::driver::{errno, DeviceInfo, Driver};
 use crate::error::{Error, InvalidArg, Result};
 use crate::ht::{self, HtBuckets};
-use crate::sync::{gate_close, gate_enter, gate_exit, gate_open};
+use crate::sync::ShardedGate;
 use crate::vcore::{VcoreOptions, VcoreTable};
 
 /// Geometry of one attached device, as the driver reported it at bring-up.
@@ -110,21 +110,22 @@ pub const STATE_CLOSED: u32 = 2;
 /// the call.
 #[must_use = "the call is in flight only while the guard lives"]
 pub(crate) struct InFlight<'a> {
-    active: &'a AtomicU32,
+    active: &'a ShardedGate,
+    shard: usize,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        gate_exit(self.active);
+        self.active.exit(self.shard);
     }
 }
 
 /// Opens the gate `init` shut, on whichever path `init` returns.
-struct ReopenOnDrop<'a>(&'a AtomicU32);
+struct ReopenOnDrop<'a>(&'a ShardedGate);
 
 impl Drop for ReopenOnDrop<'_> {
     fn drop(&mut self) {
-        gate_open(self.0);
+        self.0.open();
     }
 }
 
@@ -140,13 +141,17 @@ pub(crate) struct DevExt {
     pub(crate) host_usage_nc: [[AtomicU64; 23]; 8],
     /// High-water mark of `host_usage_nc`.
     pub(crate) host_peak_nc: [[AtomicU64; 23]; 8],
-    /// Device (HBM) bytes of the whole device.
-    pub(crate) total_device_bytes: AtomicU64,
-    /// Host DMA bytes of the whole device.
-    pub(crate) total_host_bytes: AtomicU64,
-    /// High-water mark of `total_device_bytes`.
+    /// Device bytes per (core, HBM channel): `dma_mem_log_t.memory_usage[4]` kept per core
+    /// and summed on read (`ledger_hbm`), so cores on different channels share no counter.
+    pub(crate) hbm_nc: [crate::ledger::CoreChannels; 8],
+    /// The ledger lock of each core: held by every update of that core's rows and by readers
+    /// that want one core's rows consistent (each row sums to its `[nc][22]`). Per core, on
+    /// its own cache line: allocations on different cores never meet here (issue 16 item 7).
+    pub(crate) ledger_locks: [crate::ledger::CoreLock; 8],
+    /// High-water mark of the device's HBM bytes (the sum of its cores' `[nc][22]`; see
+    /// `dml_add_entry` for how exact it is under concurrent allocation).
     pub(crate) peak_device_bytes: AtomicU64,
-    /// High-water mark of `total_host_bytes`.
+    /// High-water mark of the device's host DMA bytes (likewise).
     pub(crate) peak_host_bytes: AtomicU64,
     /// Device OOMs seen.
     pub(crate) oom_count: AtomicU64,
@@ -193,14 +198,18 @@ pub struct CoreState {
     /// This runtime's epoch ([`crate::handle`]): a process-unique value taken at each `init`,
     /// 0 while not initialised. Every handle carries the epoch it was made in.
     pub(crate) epoch: AtomicU32,
-    /// The in-flight gate word ([`Nrt::enter`], `sync::gate_enter`): calls past the gate,
-    /// plus `sync::GATE_CLOSED` once `close` shut it; `close` waits for the count to drain.
-    pub(crate) active_calls: AtomicU32,
+    /// The in-flight gate ([`Nrt::enter`], `sync::ShardedGate`): per shard, calls past the
+    /// gate plus `sync::GATE_CLOSED` once `close` shut it; `close` waits for every shard's
+    /// count to drain.
+    pub(crate) active_calls: ShardedGate,
     pub(crate) init_lock: nrt_mutex_t,
-    /// Held by an execution while it moves its data (`execute`): the simulated stand-in for
+    /// Held by executions while they move their data (`execute`): the simulated stand-in for
     /// spec §7.1's DMA ordering, so an execution's inputs are never read while another
-    /// execution, on any core, is writing them.
-    pub(crate) exec_data_lock: nrt_mutex_t,
+    /// execution, on any core, is writing them. Striped by tensor storage
+    /// ([`crate::tensor::ExecDataGuard`]): an execution takes the stripes of the storages it
+    /// binds, so executions sharing a tensor serialise and independent ones (one per core)
+    /// rarely meet (issue 16 item 7).
+    pub(crate) exec_data_locks: [crate::ledger::CoreLock; crate::tensor::EXEC_DATA_STRIPES],
     pub(crate) oom_lock: nrt_mutex_t,
     /// 1 once `last_oom` holds a value (MaybeUninit keeps the all-zero state valid).
     pub(crate) last_oom_set: AtomicU32,
@@ -353,6 +362,9 @@ impl<const B: usize> Default for StaticState<B> {
 // unlocked, state 0 is UNINIT, a null `owned` owns nothing, and `last_oom` is a MaybeUninit
 // only read after `last_oom_set` became 1.
 unsafe impl ZeroValid for CoreState {}
+// Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
+// the whole 47 MB block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
+const _: () = assert!(core::mem::align_of::<CoreState>() <= 16);
 // SAFETY: all shared mutation goes through atomics, the nrt_mutex_t locks placed where libnrt
 // places them, or the arenas' own locks; raw pointers inside point into this same block.
 unsafe impl Sync for CoreState {}
@@ -770,11 +782,12 @@ impl<'a> Nrt<'a> {
     /// [`Self::enter`] (`closed_readable` false) and [`Self::inspect`] (true).
     #[inline(always)]
     fn pass_gate(&self, closed_readable: bool) -> Result<InFlight<'a>> {
-        if !gate_enter(&self.st.active_calls) {
+        let Some(shard) = self.st.active_calls.enter() else {
             return Err(Error::Closed);
-        }
+        };
         let g = InFlight {
             active: &self.st.active_calls,
+            shard,
         };
         self.check_bound()?;
         match self.st.state.load(Ordering::Acquire) {
@@ -873,7 +886,7 @@ impl<'a> Nrt<'a> {
         }
         // Readers of a closed runtime (`inspect`) are let out before the tree is rewritten;
         // the gate opens again however this returns.
-        gate_close(&self.st.active_calls, crate::sync::relax);
+        self.st.active_calls.close(crate::sync::relax);
         let _reopen = ReopenOnDrop(&self.st.active_calls);
         if self.lifecycle() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
@@ -1079,7 +1092,7 @@ impl<'a> Nrt<'a> {
         // New API calls fail from here on; wait for the ones already past the gate, then for
         // in-flight executions (drained in remove_model).
         self.st.state.store(STATE_CLOSED, Ordering::Release);
-        gate_close(&self.st.active_calls, crate::sync::relax);
+        self.st.active_calls.close(crate::sync::relax);
         // No call is in flight: from here no handle of this runtime resolves again.
         self.st.epoch.store(0, Ordering::Release);
         self.unload_all_models();
@@ -1100,7 +1113,7 @@ impl<'a> Nrt<'a> {
             );
         }
         // Readers of the closed runtime are welcome again (API calls see CLOSED and fail).
-        gate_open(&self.st.active_calls);
+        self.st.active_calls.open();
         info!("nrt-core closed");
         Ok(())
     }

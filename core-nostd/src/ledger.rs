@@ -253,8 +253,30 @@ impl Inspector<'_> {
     }
 }
 
-/// Adds to a counter and raises its high-water mark. Caller holds the ledger lock, so plain
-/// loads and stores suffice: one lock acquisition replaces three read-modify-writes per update.
+/// A lock on its own cache line: one core's ledger lock
+/// ([`crate::ctx::DevExt::ledger_locks`]), one stripe of the execute data lock
+/// (`CoreState::exec_data_locks`). Valid when all-zero (an unlocked lock).
+///
+/// Padded to [`crate::sync::LINE_STRIDE`] bytes rather than aligned: an over-aligned member
+/// would over-align `CoreState`, and `Box::new_zeroed` then memsets all of it instead of
+/// using calloc's lazily zeroed pages.
+#[repr(C)]
+pub(crate) struct CoreLock(
+    pub(crate) crate::abi::nrt_mutex_t,
+    [u8; crate::sync::LINE_STRIDE - core::mem::size_of::<crate::abi::nrt_mutex_t>()],
+);
+
+/// One core's device bytes per HBM channel, on its own cache line
+/// ([`crate::ctx::DevExt::hbm_nc`]), padded like [`CoreLock`]. Valid when all-zero.
+#[repr(C)]
+pub(crate) struct CoreChannels(
+    pub(crate) [AtomicU64; constants::MAX_HBM_CHANNELS],
+    [u8; crate::sync::LINE_STRIDE - 8 * constants::MAX_HBM_CHANNELS],
+);
+
+/// Adds to a counter and raises its high-water mark. Caller holds the core's ledger lock, so
+/// plain loads and stores suffice: one lock acquisition replaces three read-modify-writes per
+/// update.
 fn add_locked(cur: &AtomicU64, peak: &AtomicU64, delta: u64) {
     let now = cur.load(Ordering::Relaxed).wrapping_add(delta);
     cur.store(now, Ordering::Relaxed);
@@ -263,12 +285,17 @@ fn add_locked(cur: &AtomicU64, peak: &AtomicU64, delta: u64) {
     }
 }
 
-/// Takes from a counter (caller holds the ledger lock).
+/// Takes from a counter (caller holds the core's ledger lock).
 fn sub_locked(cur: &AtomicU64, delta: u64) {
     cur.store(
         cur.load(Ordering::Relaxed).wrapping_sub(delta),
         Ordering::Relaxed,
     );
+}
+
+/// The sum of every core's `[nc][22]` (relaxed loads; no lock).
+fn core_totals(rows: &[[AtomicU64; 23]; 8]) -> u64 {
+    rows.iter().map(|r| r[TOTAL].load(Ordering::Relaxed)).sum()
 }
 
 impl Nrt<'_> {
@@ -280,9 +307,18 @@ impl Nrt<'_> {
     /// `DevExt`, see docs/LAYOUT.md), so `memory_usage_nc`, its `[nc][22]` total and the `used` of
     /// `nrt_get_vnc_memory_stats` are HBM bytes, the figure users compare with an HBM limit.
     /// The host figures are reported next to them (`ledger_host`, `vnc_usage`, the OOM table).
+    ///
+    /// No device-wide counter is written (issue 16 item 7): the update takes only its core's
+    /// lock and touches only its core's rows and per-channel figures, so allocations on
+    /// different cores share no lock and no hot cache line. The device totals are sums of the
+    /// cores' `[nc][22]` taken on read. The device peaks are raised after an allocation to the
+    /// sum of every core's `[nc][22]` as this call reads them (other cores' rows are only
+    /// loaded): exact while one core of the device allocates at a time; with allocations
+    /// and frees racing on several cores, the peak can be off by the bytes of the updates in
+    /// flight during that read.
     pub(crate) fn dml_add_entry(&self, mla: *mut mla_t, action: Action, m: *const dmem_t) {
         // SAFETY: `mla` is a resolved device; `m` is live; the counters are atomics, written only
-        // under the ledger lock.
+        // under their core's ledger lock.
         unsafe {
             let nc = ((*m).nc_id as usize).min(constants::TPBS_PER_MLA - 1);
             let usage = ((*m).mem_usage_type as usize).min(TOTAL - 1);
@@ -290,45 +326,43 @@ impl Nrt<'_> {
             let host = (*m).mem_type == dma_mem_location_t::HOST_DRAM as u32;
             let log = &(*mla).dmem_logger;
             let ext = self.dev_ext((*mla).mla_idx);
-            let (rows, peaks, total, total_peak) = if host {
-                (
-                    &ext.host_usage_nc,
-                    &ext.host_peak_nc,
-                    &ext.total_host_bytes,
-                    &ext.peak_host_bytes,
-                )
+            let (rows, peaks, total_peak) = if host {
+                (&ext.host_usage_nc, &ext.host_peak_nc, &ext.peak_host_bytes)
             } else {
                 (
                     &log.memory_usage_nc,
                     &ext.dmem_peak_nc,
-                    &ext.total_device_bytes,
                     &ext.peak_device_bytes,
                 )
             };
-            // `memory_usage[4]`: device bytes per HBM channel (spec §3.4).
+            // `memory_usage[4]`: device bytes per HBM channel (spec §3.4), kept per core.
             let channel = (!host)
-                .then(|| log.memory_usage.get((*m).tdram_channel as usize))
+                .then(|| ext.hbm_nc[nc].0.get((*m).tdram_channel as usize))
                 .flatten();
-            let g = log.lock.lock();
+            let g = ext.ledger_locks[nc].0.lock();
             match action {
                 Action::Alloc => {
                     add_locked(&rows[nc][usage], &peaks[nc][usage], bytes);
                     add_locked(&rows[nc][TOTAL], &peaks[nc][TOTAL], bytes);
-                    add_locked(total, total_peak, bytes);
                     if let Some(c) = channel {
-                        c.fetch_add(bytes, Ordering::Relaxed);
+                        c.store(c.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
                     }
                 }
                 Action::Free => {
                     sub_locked(&rows[nc][usage], bytes);
                     sub_locked(&rows[nc][TOTAL], bytes);
-                    sub_locked(total, bytes);
                     if let Some(c) = channel {
                         sub_locked(c, bytes);
                     }
                 }
             }
             drop(g);
+            if action == Action::Alloc {
+                let sum = core_totals(rows);
+                if sum > total_peak.load(Ordering::Relaxed) {
+                    total_peak.fetch_max(sum, Ordering::Relaxed);
+                }
+            }
             // The figures are computed only when trace logging is on (the macro's arguments
             // are not evaluated otherwise): this is the allocation hot path.
             trace!(
@@ -348,14 +382,16 @@ impl Nrt<'_> {
         if dev >= self.attached_devices() {
             return Err(Error::DeviceOutOfRange(dev));
         }
-        let log = self.dev_ext(dev);
+        let ext = self.dev_ext(dev);
         let l = |a: &AtomicU64| a.load(Ordering::Acquire);
+        // SAFETY: attached device; the cells are atomics.
+        let log = unsafe { &(*self.mla_ptr(dev)).dmem_logger };
         Ok(DeviceTotals {
-            device_bytes: l(&log.total_device_bytes),
-            host_bytes: l(&log.total_host_bytes),
-            device_peak: l(&log.peak_device_bytes),
-            host_peak: l(&log.peak_host_bytes),
-            device_ooms: l(&log.oom_count),
+            device_bytes: core_totals(&log.memory_usage_nc),
+            host_bytes: core_totals(&ext.host_usage_nc),
+            device_peak: l(&ext.peak_device_bytes),
+            host_peak: l(&ext.peak_host_bytes),
+            device_ooms: l(&ext.oom_count),
         })
     }
 
@@ -369,11 +405,11 @@ impl Nrt<'_> {
         if dev >= self.attached_devices() {
             return out;
         }
-        // SAFETY: attached device; the cells are atomics, written under the ledger lock.
-        let log = unsafe { &(*self.mla_ptr(dev)).dmem_logger };
-        let _l = log.lock.lock();
-        for (o, c) in out.iter_mut().zip(&log.memory_usage) {
-            *o = c.load(Ordering::Relaxed);
+        // Summed over the cores' per-channel figures (each core's own, `dml_add_entry`).
+        for core in &self.dev_ext(dev).hbm_nc {
+            for (o, c) in out.iter_mut().zip(&core.0) {
+                *o += c.load(Ordering::Relaxed);
+            }
         }
         out
     }
@@ -413,8 +449,9 @@ impl Nrt<'_> {
         rows[tpb as usize][usage].load(Ordering::Acquire)
     }
 
-    /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`, read under
-    /// the ledger lock (a consistent snapshot: every row sums to its `[nc][22]`). All zero for a
+    /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`, each core's
+    /// rows read under that core's ledger lock (consistent per core: every row sums to its
+    /// `[nc][22]`). All zero for a
     /// device that is not attached, or while the runtime is not initialised.
     pub fn ledger_snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
         match self.inspect() {
@@ -431,10 +468,12 @@ impl Nrt<'_> {
             return (d, h);
         }
         let mla = self.mla_ptr(dev);
+        let ext = self.dev_ext(dev);
         // SAFETY: attached device; the cells are atomics.
-        let (log, host) = unsafe { (&(*mla).dmem_logger, &self.dev_ext(dev).host_usage_nc) };
-        let _g = log.lock.lock();
+        let log = unsafe { &(*mla).dmem_logger };
+        let host = &ext.host_usage_nc;
         for nc in 0..8 {
+            let _g = ext.ledger_locks[nc].0.lock();
             for u in 0..23 {
                 d[nc][u] = log.memory_usage_nc[nc][u].load(Ordering::Relaxed);
                 h[nc][u] = host[nc][u].load(Ordering::Relaxed);
@@ -444,7 +483,7 @@ impl Nrt<'_> {
     }
 
     /// Calls `f(mla, ext, nc)` for each physical core of logical core `vnc`, with that
-    /// device's ledger lock held: one consistent reading (or peak reset) per core.
+    /// core's ledger lock held: one consistent reading (or peak reset) per core.
     fn for_each_vnc_core(
         &self,
         vnc: LogicalCore,
@@ -462,10 +501,12 @@ impl Nrt<'_> {
     ) {
         for pc in cores {
             // SAFETY: the core resolved to an attached device; the ledger cells are atomics
-            // and the lock serialises their writers.
+            // and the core's lock serialises their writers.
             let mla = unsafe { &*self.mla_ptr(pc.device_id) };
-            let _g = mla.dmem_logger.lock.lock();
-            f(mla, self.dev_ext(pc.device_id), pc.device_tpb_idx as usize);
+            let ext = self.dev_ext(pc.device_id);
+            let nc = (pc.device_tpb_idx as usize).min(constants::TPBS_PER_MLA - 1);
+            let _g = ext.ledger_locks[nc].0.lock();
+            f(mla, ext, nc);
         }
     }
 

@@ -1,6 +1,7 @@
 //! The raw-pointer API (libnrt's own shape): dmems and tensors named by `*mut dmem_t` /
 //! `*mut nrt_tensor_t`, for layers that keep their own registry of live objects (the C ABI,
-//! `nrt-ffi`). Every function is `unsafe`: the core cannot tell a stale pointer from a live
+//! `nrt-ffi`, passes the safe API's handles through instead, and uses only [`epoch`] and
+//! [`tensor_free_all`] from here). Every function is `unsafe`: the core cannot tell a stale pointer from a live
 //! one whose slot was reused, so the caller vouches for it. The safe API
 //! ([`crate::Nrt`]'s methods) names the same objects by generation-checked handles.
 //!
@@ -25,6 +26,13 @@ use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{DmemHandle, HandleKind, TensorHandle};
 use crate::tensor::{DeviceAllocationInfo, HostMem, Placement, Tensor, TensorName};
 use crate::vcore::CoreSel;
+
+/// The runtime's epoch: what every handle it hands out carries ([`crate::handle`]); 0 while
+/// it is not initialised. A layer that encodes handles in fewer bits (the C ABI's pointers)
+/// keeps it once and puts it back when decoding.
+pub fn epoch(n: &Nrt<'_>) -> u32 {
+    n.epoch()
+}
 
 /// The handle of tensor `t`.
 ///
@@ -52,10 +60,10 @@ pub unsafe fn tensor_check(n: &Nrt<'_>, t: *const nrt_tensor_t) -> Result<()> {
     n.tensor_check(t)
 }
 
-/// [`Nrt::tensor_allocate`] with the C placement and logical-core values, returning the
-/// tensor's pointer. The state gate answers first (NRT_UNINITIALIZED / NRT_CLOSED), then a
-/// value that is not a [`Placement`] is `InvalidArgument(InvalidArg::Placement)`, the order of
-/// the safe call's gates; `vnc` goes through [`CoreSel::from_c`] (`-1` is any core).
+/// [`Nrt::tensor_allocate`] with the C placement and logical-core values (the C ABI's entry).
+/// The state gate answers first (NRT_UNINITIALIZED / NRT_CLOSED), then a value that is not a
+/// [`Placement`] is `InvalidArgument(InvalidArg::Placement)`, the order of the safe call's
+/// gates; `vnc` goes through [`CoreSel::from_c`] (`-1` is any core).
 pub fn tensor_allocate(
     n: &Nrt<'_>,
     placement: u32,
@@ -63,13 +71,12 @@ pub fn tensor_allocate(
     size: u64,
     name: Option<&str>,
     host: Option<&dyn HostMem>,
-) -> Result<Tensor> {
+) -> Result<TensorHandle> {
     let Some(placement) = Placement::from_raw(placement) else {
         n.check_state()?;
         return Err(Error::InvalidArgument(InvalidArg::Placement));
     };
-    let h = n.tensor_allocate(placement, CoreSel::from_c(vnc), size, name, host)?;
-    n.tensor_slot(h).ok_or(Error::stale(HandleKind::Tensor))
+    n.tensor_allocate(placement, CoreSel::from_c(vnc), size, name, host)
 }
 
 /// [`Nrt::tensor_allocate_empty`], returning the tensor's pointer.

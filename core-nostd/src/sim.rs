@@ -93,6 +93,11 @@ pub const MAIN_NODES: usize = DEFAULT_NODES;
 pub const SMALL_NODES: usize = DEFAULT_NODES;
 /// Node capacity of each host DMA pool of the default [`SimDevice`].
 pub const HOST_NODES: usize = DEFAULT_NODES;
+/// Carves per device ([`SimDevice::handle_key`]): a main and a small-object pool per HBM
+/// channel, then the host pool.
+pub const CARVES_PER_DEVICE: u32 = 2 * MAX_HBM_CHANNELS + 1;
+/// Node indices of any carve are below this ([`SimDevice::handle_key`]).
+pub const MAX_CARVE_NODES: u32 = 16384 + 1;
 /// The first allocation category byte that is not a category (`mem_alloc_category_t` MAX,
 /// public ABI §3): refused with `EINVAL`.
 pub const CATEGORY_MAX: u8 = 20;
@@ -108,6 +113,9 @@ const H_TAG: u64 = 0b10110;
 const POOL_HOST: u32 = 2 * MAX_HBM_CHANNELS;
 
 const _: () = {
+    assert!(MAIN_NODES < MAX_CARVE_NODES as usize);
+    assert!(SMALL_NODES < MAX_CARVE_NODES as usize);
+    assert!(HOST_NODES < MAX_CARVE_NODES as usize);
     assert!(MAIN_NODES < 1 << H_INDEX_BITS);
     assert!(SMALL_NODES < 1 << H_INDEX_BITS);
     assert!(HOST_NODES < 1 << H_INDEX_BITS);
@@ -365,30 +373,45 @@ impl Pool {
     }
 }
 
-/// Everything one device owns; guarded by its slot's lock.
-struct DeviceState<const NODES: usize> {
-    main: [Carve<NODES>; MAX_HBM_CHANNELS as usize],
-    small: [Carve<NODES>; MAX_HBM_CHANNELS as usize],
-    host: Carve<NODES>,
-    /// Bytes of contiguous scratchpad carved below each main pool's end (the driver's
+/// One HBM channel's pools (the driver keeps a mempool per channel); guarded by its
+/// [`Part`]'s lock.
+struct ChannelState<const NODES: usize> {
+    main: Carve<NODES>,
+    small: Carve<NODES>,
+    /// Bytes of contiguous scratchpad carved below the main pool's end (the driver's
     /// `mempool.scratchpad_size`).
-    scratchpad: [u64; MAX_HBM_CHANNELS as usize],
-    backing: *mut u8,
-    backing_len: u64,
-    /// `memory_alloc` calls on this device since `init` (counted under the device lock, so
-    /// the hot path pays no extra atomic read-modify-write).
+    scratchpad: u64,
+    /// `memory_alloc` calls for this channel since `init` (counted under its lock, so the
+    /// hot path pays no extra atomic read-modify-write).
     alloc_calls: u64,
 }
 
-impl<const NODES: usize> DeviceState<NODES> {
-    /// The live allocation `id` of `pool`, or `EINVAL`.
-    fn lookup(&self, pool: Pool, id: CarveId) -> Result<CarveBlock, Errno> {
-        match pool {
-            Pool::Main(c) | Pool::Scratch(c) => self.main[c as usize].lookup(id),
-            Pool::Small(c) => self.small[c as usize].lookup(id),
-            Pool::Host => self.host.lookup(id),
-        }
-        .map_err(|_| errno::EINVAL)
+/// A device's host DMA pool; guarded by its [`Part`]'s lock.
+struct HostState<const NODES: usize> {
+    host: Carve<NODES>,
+    /// `memory_alloc` calls for the host pool since `init`.
+    alloc_calls: u64,
+}
+
+/// A piece of a device with its own lock, on its own cache lines: each HBM channel and the
+/// host pool, so calls for different channels (logical cores on different HBMs) never meet
+/// on a lock or a hot cache line (issue 16 item 7). No call takes two parts' locks. The lock
+/// comes after a cache line of padding, so it never shares a line with the previous part's
+/// state (padding, not alignment: see `sync::LINE_STRIDE`).
+#[repr(C)]
+struct Part<S> {
+    _pad: [u8; 64],
+    lock: nrt_mutex_t,
+    state: UnsafeCell<S>,
+}
+
+impl<S> Part<S> {
+    /// Runs `f` on the part's state with its lock held.
+    fn with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+        let _g = self.lock.lock();
+        // SAFETY: the part's lock is held for the whole call, so this is the only reference
+        // to the state (every other path takes the same lock or has `&mut self`).
+        f(unsafe { &mut *self.state.get() })
     }
 }
 
@@ -397,7 +420,7 @@ const CATEGORY_CONTIGUOUS_SCRATCHPAD: u8 = 19;
 /// The driver refuses aligned requests above `INT_MAX` (`mc_alloc_internal`).
 const MAX_ALIGN: u64 = i32::MAX as u64;
 
-impl<const NODES: usize> DeviceState<NODES> {
+impl<const NODES: usize> ChannelState<NODES> {
     /// The driver's HBM placement for a page-rounded request (aws-neuron-driver 2.24
     /// `neuron_mempool.c` `mc_alloc_internal`; docs/PLACEMENT.md):
     ///
@@ -416,15 +439,15 @@ impl<const NODES: usize> DeviceState<NODES> {
     ) -> Result<(Pool, Result<CarveBlock, CarveError>), Errno> {
         let c = req.hbm_idx as usize;
         if req.category == CATEGORY_CONTIGUOUS_SCRATCHPAD {
-            let main = &mut self.main[c];
+            let main = &mut self.main;
             let r = (main.base() + main.capacity())
-                .checked_sub(self.scratchpad[c])
+                .checked_sub(self.scratchpad)
                 .and_then(|end| end.checked_sub(size))
                 .filter(|&at| at >= main.base())
                 .ok_or(CarveError::OutOfSpace)
                 .and_then(|at| main.alloc_at(at, size));
             if r.is_ok() {
-                self.scratchpad[c] += size;
+                self.scratchpad += size;
             }
             return Ok((Pool::Scratch(c as u32), r));
         }
@@ -436,9 +459,9 @@ impl<const NODES: usize> DeviceState<NODES> {
         let mut r = Err(CarveError::OutOfSpace);
         for small in [small_first, !small_first] {
             r = if small {
-                self.small[c].alloc(size, align)
+                self.small.alloc(size, align)
             } else {
-                self.main[c].alloc(size, align)
+                self.main.alloc(size, align)
             };
             let pool = if small {
                 Pool::Small(c as u32)
@@ -454,9 +477,13 @@ impl<const NODES: usize> DeviceState<NODES> {
     }
 }
 
+/// Everything one device owns.
 struct DeviceSlot<const NODES: usize> {
-    lock: nrt_mutex_t,
-    state: UnsafeCell<DeviceState<NODES>>,
+    channels: [Part<ChannelState<NODES>>; MAX_HBM_CHANNELS as usize],
+    host: Part<HostState<NODES>>,
+    /// The device's bytes ([`SimDevice::set_backing`]); written only through `&mut self`.
+    backing: *mut u8,
+    backing_len: u64,
 }
 
 /// The simulated device set (public ABI §3–§4; see the module docs). Valid when all-zero
@@ -466,7 +493,7 @@ struct DeviceSlot<const NODES: usize> {
 /// nodes per pool (each device has 4 main + 4 small-object + 1 host pool; at least
 /// `NODES / 2 - 1` live allocations per pool whatever the pattern). The defaults are the
 /// 32-device, 16 384-node simulator; `SimDevice<1, 1024>` is a one-device profile of about
-/// 0.5 MB.
+/// 0.8 MB.
 pub struct SimDevice<const DEVICES: usize = 32, const NODES: usize = DEFAULT_NODES> {
     slots: [DeviceSlot<NODES>; DEVICES],
     device_count: u32,
@@ -478,8 +505,8 @@ pub struct SimDevice<const DEVICES: usize = 32, const NODES: usize = DEFAULT_NOD
     placement: u8,
     aligned_alloc: AtomicU32,
     feature_flags: AtomicU64,
-    /// `memory_alloc` calls naming no attached device (the per-device counts are in
-    /// [`DeviceState`]).
+    /// `memory_alloc` calls naming no attached device or no channel of one (the others are
+    /// counted per channel and host pool, [`ChannelState`], [`HostState`]).
     stray_alloc_calls: AtomicU64,
     /// Fault: the allocation call that brings this from 1 to 0 fails.
     fail_countdown: AtomicU64,
@@ -491,9 +518,12 @@ pub struct SimDevice<const DEVICES: usize = 32, const NODES: usize = DEFAULT_NOD
 // are zero, the carves are `ZeroValid` (uninitialised), the backing pointer is null (none).
 // `device_count == 0` makes every driver call return ENODEV until `init`.
 unsafe impl<const D: usize, const N: usize> ZeroValid for SimDevice<D, N> {}
-// SAFETY: all mutable per-device state (carves, backing pointer) is reached only with that
-// device's lock held (or through `&mut self`); the rest is atomics or written only through
-// `&mut self`. The backing memory is, by `set_backing`'s contract, usable from any thread.
+// Not over-aligned (see `sync::LINE_STRIDE`): `new_boxed` must get calloc's lazily zeroed
+// pages for its 191 MB.
+const _: () = assert!(core::mem::align_of::<SimDevice>() <= 16);
+// SAFETY: all mutable per-device state (carves) is reached only with its part's lock held
+// (or through `&mut self`); the backing pointer and the rest are atomics or written only
+// through `&mut self`. The backing memory is, by `set_backing`'s contract, usable from any thread.
 unsafe impl<const D: usize, const N: usize> Sync for SimDevice<D, N> {}
 // SAFETY: as above; the raw backing pointer is not tied to the creating thread.
 unsafe impl<const D: usize, const N: usize> Send for SimDevice<D, N> {}
@@ -511,8 +541,8 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
     };
 
     /// Sets the simulator up (or resets it) for `cfg`: every pool empty, faults cleared, the
-    /// call counter at 0, backings forgotten. `EINVAL` for a device count outside `1..=DEVICES` or
-    /// a bad size override.
+    /// call counter at 0, backings forgotten. `EINVAL` for a device count outside
+    /// `1..=DEVICES` or a bad size override.
     pub fn init(&mut self, cfg: &SimConfig) -> Result<(), Errno> {
         #[allow(clippy::let_unit_value)]
         let () = Self::PARAMS_OK;
@@ -533,11 +563,11 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
             if d as u32 >= cfg.devices {
                 break;
             }
-            let st = slot.state.get_mut();
             for c in 0..info.hbm_channels {
+                let st = slot.channels[c as usize].state.get_mut();
                 let ch = c as u64 * cs;
                 let policy = cfg.placement.policy();
-                st.main[c as usize]
+                st.main
                     .init_with(
                         ch + FIRMWARE_CARVEOUT,
                         cs - FIRMWARE_CARVEOUT - small,
@@ -545,17 +575,19 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
                         policy,
                     )
                     .map_err(carve_errno)?;
-                st.small[c as usize]
+                st.small
                     .init_with(ch + cs - small, small, PAGE_SIZE, policy)
                     .map_err(carve_errno)?;
+                st.scratchpad = 0;
+                st.alloc_calls = 0;
             }
-            st.scratchpad = [0; MAX_HBM_CHANNELS as usize];
-            st.host
+            let hs = slot.host.state.get_mut();
+            hs.host
                 .init(HOST_PA_BASE, host, PAGE_SIZE)
                 .map_err(carve_errno)?;
-            st.backing = core::ptr::null_mut();
-            st.backing_len = 0;
-            st.alloc_calls = 0;
+            hs.alloc_calls = 0;
+            slot.backing = core::ptr::null_mut();
+            slot.backing_len = 0;
         }
         self.device_count = cfg.devices;
         self.preset = cfg.preset as u8;
@@ -630,9 +662,9 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
         if !base.is_null() && len < self.backing_len(dev) {
             return Err(errno::EINVAL);
         }
-        let st = self.slots[dev as usize].state.get_mut();
-        st.backing = base;
-        st.backing_len = if base.is_null() { 0 } else { len };
+        let slot = &mut self.slots[dev as usize];
+        slot.backing = base;
+        slot.backing_len = if base.is_null() { 0 } else { len };
         Ok(())
     }
 
@@ -659,9 +691,18 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
 
     /// `memory_alloc` calls since `init` (failed ones included).
     pub fn alloc_calls(&self) -> u64 {
-        (0..self.device_count).fold(self.stray_alloc_calls.load(Ordering::Acquire), |n, d| {
-            n + self.with_dev(d, |st| Ok(st.alloc_calls)).unwrap_or(0)
-        })
+        let channels = self.channels as usize;
+        self.slots[..self.device_count as usize].iter().fold(
+            self.stray_alloc_calls.load(Ordering::Acquire),
+            |n, slot| {
+                slot.channels[..channels]
+                    .iter()
+                    .map(|p| p.with(|st| st.alloc_calls))
+                    .sum::<u64>()
+                    + slot.host.with(|st| st.alloc_calls)
+                    + n
+            },
+        )
     }
 
     /// Grants or withdraws aligned-alloc support (spec §3.2 `ndl_supports_align`): without it
@@ -684,8 +725,7 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
     /// bad or stale handle.
     pub fn memory_info(&self, dev: u32, handle: u64) -> Result<SimMemInfo, Errno> {
         let (pool, id) = self.decode(dev, handle)?;
-        self.with_dev(dev, |st| {
-            let b = st.lookup(pool, id)?;
+        self.with_block(dev, pool, id, |_, b| {
             let (host, hbm_idx, small_pool) = match pool {
                 Pool::Main(c) | Pool::Scratch(c) => (false, c, false),
                 Pool::Small(c) => (false, c, true),
@@ -699,6 +739,165 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
                 small_pool,
             })
         })
+    }
+
+    /// Where a handle's record lives in a per-carve table: `(carve, node index)` with `carve`
+    /// in `0..CARVES_PER_DEVICE` (HBM `c`'s main pool is `c`, its small-object region
+    /// `MAX_HBM_CHANNELS + c`, the host pool `2 * MAX_HBM_CHANNELS`) and the node index below
+    /// [`MAX_CARVE_NODES`]. Two live handles of one device never share a key, so a table
+    /// indexed by it can say who owns each allocation (the shared device, docs/SHARED_DEVICE.md).
+    /// `EINVAL` for a handle this simulator never minted (no pool lookup: a stale handle maps
+    /// to the key its node had).
+    pub fn handle_key(&self, dev: u32, handle: u64) -> Result<(u32, u32), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        let carve = match pool {
+            Pool::Main(c) | Pool::Scratch(c) => c,
+            Pool::Small(c) => MAX_HBM_CHANNELS + c,
+            Pool::Host => POOL_HOST,
+        };
+        Ok((carve, id.index()))
+    }
+
+    /// The handle of the live allocation at key `(carve, index)` ([`SimDevice::handle_key`]),
+    /// if there is one: what a table of owners indexed by that key is reconciled against.
+    /// A contiguous-scratchpad block is named as a plain main-pool one (the pool cannot tell
+    /// them apart), so freeing it does not shrink the scratchpad's recorded size.
+    pub fn live_handle(&self, dev: u32, carve: u32, index: u32) -> Option<u64> {
+        let (pool, id) = if carve < MAX_HBM_CHANNELS {
+            let id = self.with_channel(dev, carve, |st| st.main.id_at(index).ok_or(errno::EINVAL));
+            (Pool::Main(carve), id)
+        } else if carve < POOL_HOST {
+            let c = carve - MAX_HBM_CHANNELS;
+            let id = self.with_channel(dev, c, |st| st.small.id_at(index).ok_or(errno::EINVAL));
+            (Pool::Small(c), id)
+        } else if carve == POOL_HOST {
+            let id = self.with_host(dev, |st| st.host.id_at(index).ok_or(errno::EINVAL));
+            (Pool::Host, id)
+        } else {
+            return None;
+        };
+        Some(Self::encode(dev, pool, id.ok()?))
+    }
+
+    /// Re-creates one allocation at exactly `[addr, addr + size)` of carve `carve`
+    /// ([`SimDevice::handle_key`] numbering; `scratch` marks a contiguous-scratchpad block of
+    /// a main pool, which grows the recorded scratchpad) and returns its new handle: how pools
+    /// damaged in shared memory are rebuilt from an ownership table after a fresh
+    /// [`SimDevice::init`]. `EINVAL` when the range is not free (the table itself is wrong).
+    pub fn place_at(
+        &self,
+        dev: u32,
+        carve: u32,
+        addr: u64,
+        size: u64,
+        scratch: bool,
+    ) -> Result<u64, Errno> {
+        if carve < self.channels {
+            let pool = if scratch {
+                Pool::Scratch(carve)
+            } else {
+                Pool::Main(carve)
+            };
+            self.with_channel(dev, carve, |st| {
+                let b = st.main.alloc_at(addr, size).map_err(|_| errno::EINVAL)?;
+                if scratch {
+                    st.scratchpad += b.size;
+                }
+                Ok(Self::encode(dev, pool, b.id))
+            })
+        } else if (MAX_HBM_CHANNELS..MAX_HBM_CHANNELS + self.channels).contains(&carve) {
+            let c = carve - MAX_HBM_CHANNELS;
+            self.with_channel(dev, c, |st| {
+                let b = st.small.alloc_at(addr, size).map_err(|_| errno::EINVAL)?;
+                Ok(Self::encode(dev, Pool::Small(c), b.id))
+            })
+        } else if carve == POOL_HOST {
+            self.with_host(dev, |st| {
+                let b = st.host.alloc_at(addr, size).map_err(|_| errno::EINVAL)?;
+                Ok(Self::encode(dev, Pool::Host, b.id))
+            })
+        } else {
+            Err(errno::EINVAL)
+        }
+    }
+
+    /// Verifies every pool's invariants ([`Carve::check`], O(nodes)) and the simulator's own
+    /// fields: for state that came from outside the process (a shared mapping), before it is
+    /// trusted. The check indexes nodes as the carve does, so state corrupted badly enough
+    /// can make it panic: a caller reading untrusted bytes runs it behind `catch_unwind`.
+    pub fn check_pools(&self) -> Result<(), &'static str> {
+        if self.device_count as usize > DEVICES || self.preset().is_none() {
+            return Err("device count or preset out of range");
+        }
+        if self.channels == 0 || self.channels > MAX_HBM_CHANNELS {
+            return Err("HBM channel count out of range");
+        }
+        for slot in &self.slots[..self.device_count as usize] {
+            for part in &slot.channels[..self.channels as usize] {
+                part.with(|st| {
+                    st.main.check()?;
+                    st.small.check()?;
+                    if st.scratchpad > st.main.capacity() {
+                        return Err("contiguous scratchpad larger than its pool");
+                    }
+                    Ok(())
+                })?;
+            }
+            slot.host.with(|st| st.host.check())?;
+            if !slot.backing.is_null() {
+                return Err("a backing pointer in state that must have none");
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `dst` a copy of this simulator: settings, faults cleared, every device's pools
+    /// (each part copied under its lock), no backing (set one with
+    /// [`SimDevice::set_backing`]). A plan runs on such a copy of a shared device (issue 19
+    /// item 2: a snapshot, never the live pools). Only the attached devices' pools are copied
+    /// (~7.4 MB each). Each channel's figures are those of one moment; a device's channels
+    /// may be of moments apart (the shared device holds its process-shared lock around the
+    /// whole copy, so nothing changes there meanwhile).
+    pub fn copy_to(&self, dst: &mut Self) {
+        for d in 0..(self.device_count as usize).min(DEVICES) {
+            let (src, out) = (&self.slots[d], &mut dst.slots[d]);
+            for (sp, op) in src.channels.iter().zip(out.channels.iter_mut()) {
+                let o = op.state.get_mut();
+                // SAFETY: under the source part's lock nothing mutates its state while it is
+                // read; `ChannelState` is integers and integer arrays (no heap ownership, no
+                // `Drop`), so a bitwise copy is a valid value and the old `o` needs no drop.
+                sp.with(|st| unsafe { core::ptr::copy_nonoverlapping(st as *const _, o, 1) });
+            }
+            let o = out.host.state.get_mut();
+            // SAFETY: as above, for the host part's `HostState`.
+            src.host
+                .with(|st| unsafe { core::ptr::copy_nonoverlapping(st as *const _, o, 1) });
+            out.backing = core::ptr::null_mut();
+            out.backing_len = 0;
+        }
+        dst.device_count = self.device_count;
+        dst.preset = self.preset;
+        dst.channels = self.channels;
+        dst.channel_size = self.channel_size;
+        dst.host_capacity = self.host_capacity;
+        dst.placement = self.placement;
+        *dst.aligned_alloc.get_mut() = self.aligned_alloc.load(Ordering::Acquire);
+        *dst.feature_flags.get_mut() = self.feature_flags.load(Ordering::Acquire);
+        *dst.stray_alloc_calls.get_mut() = 0;
+        *dst.fail_countdown.get_mut() = 0;
+        *dst.fail_categories.get_mut() = 0;
+    }
+
+    /// Forces every part lock open: for a simulator in memory shared by processes, after a
+    /// process died holding the outer lock (and so perhaps one of these). `&mut self` proves
+    /// no call is running in this process; run [`SimDevice::check_pools`] afterwards.
+    pub fn reset_locks(&mut self) {
+        for slot in &mut self.slots {
+            for part in &mut slot.channels {
+                part.lock = nrt_mutex_t::new();
+            }
+            slot.host.lock = nrt_mutex_t::new();
+        }
     }
 
     /// The kernel's checks of a MEM_ALLOC request and the injected faults, in that order;
@@ -747,21 +946,32 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
                 .fail_countdown
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1))
                 == Ok(1);
-        if dev >= self.device_count {
+        if dev >= self.device_count || (!req.host && req.hbm_idx >= self.channels) {
             self.stray_alloc_calls.fetch_add(1, Ordering::AcqRel);
-            return Err(errno::ENODEV);
+            return Err(if dev >= self.device_count {
+                errno::ENODEV
+            } else {
+                self.check_alloc(req, fire).err().unwrap_or(errno::EINVAL)
+            });
         }
-        self.with_dev(dev, |st| {
+        let slot = &self.slots[dev as usize];
+        if req.host {
+            return slot.host.with(|st| {
+                st.alloc_calls += 1;
+                let size = self.check_alloc(req, fire)?;
+                let r = st.host.alloc(size, 0);
+                self.placed(dev, req, size, Pool::Host, r, || st.host.stats().into())
+            });
+        }
+        slot.channels[req.hbm_idx as usize].with(|st| {
             st.alloc_calls += 1;
             let size = self.check_alloc(req, fire)?;
-            let (pool, r) = if req.host {
-                (Pool::Host, st.host.alloc(size, 0))
-            } else if self.genalloc() {
+            let (pool, r) = if self.genalloc() {
                 st.genalloc_place(req, size)?
             } else {
                 let c = req.hbm_idx;
                 let small = if size <= SMALL_OBJECT_MAX {
-                    match st.small[c as usize].alloc(size, req.align) {
+                    match st.small.alloc(size, req.align) {
                         Ok(b) => Some(b),
                         Err(CarveError::OutOfSpace | CarveError::NodesExhausted) => None,
                         Err(e) => return Err(e.errno()),
@@ -771,9 +981,27 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
                 };
                 match small {
                     Some(b) => (Pool::Small(c), Ok(b)),
-                    None => (Pool::Main(c), st.main[c as usize].alloc(size, req.align)),
+                    None => (Pool::Main(c), st.main.alloc(size, req.align)),
                 }
             };
+            self.placed(dev, req, size, pool, r, || {
+                hbm_stats(&st.main, &st.small, req.align, self.genalloc())
+            })
+        })
+    }
+
+    /// The answer to a MEM_ALLOC the pool of part `pool` placed (`r`): the handle and address,
+    /// or the driver's errno (an out-of-memory logged with `stats()`, the pool's figures).
+    fn placed(
+        &self,
+        dev: u32,
+        req: &AllocRequest,
+        size: u64,
+        pool: Pool,
+        r: Result<CarveBlock, CarveError>,
+        stats: impl FnOnce() -> PoolStats,
+    ) -> Result<(u64, u64), Errno> {
+        {
             match r {
                 Ok(b) => Ok((Self::encode(dev, pool, b.id), b.addr)),
                 Err(CarveError::NodesExhausted) => {
@@ -789,35 +1017,66 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
                 }
                 Err(e) => {
                     if e.errno() == errno::ENOMEM {
-                        let stats = if req.host {
-                            st.host.stats().into()
-                        } else {
-                            let c = req.hbm_idx as usize;
-                            hbm_stats(&st.main[c], &st.small[c], req.align, self.genalloc())
-                        };
-                        self.oom_log(dev, req, size, stats);
+                        self.oom_log(dev, req, size, stats());
                     }
                     Err(e.errno())
                 }
             }
-        })
+        }
     }
 
-    /// Runs `f` on device `dev`'s state with its lock held.
-    fn with_dev<R>(
+    /// Runs `f` on HBM channel `c` of device `dev` with its lock held (`ENODEV` / `EINVAL`
+    /// for a device or channel that does not exist).
+    fn with_channel<R>(
         &self,
         dev: u32,
-        f: impl FnOnce(&mut DeviceState<NODES>) -> Result<R, Errno>,
+        c: u32,
+        f: impl FnOnce(&mut ChannelState<NODES>) -> Result<R, Errno>,
+    ) -> Result<R, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if c >= self.channels {
+            return Err(errno::EINVAL);
+        }
+        self.slots[dev as usize].channels[c as usize].with(f)
+    }
+
+    /// Runs `f` on the host DMA pool of device `dev` with its lock held (`ENODEV` for a
+    /// device that does not exist).
+    fn with_host<R>(
+        &self,
+        dev: u32,
+        f: impl FnOnce(&mut HostState<NODES>) -> Result<R, Errno>,
+    ) -> Result<R, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        self.slots[dev as usize].host.with(f)
+    }
+
+    /// Runs `f(slot, block)` on live allocation `id` of `pool` on device `dev` (`EINVAL` when
+    /// it is not live), with the lock of the part that holds it kept for the whole call: the
+    /// block cannot be freed or re-carved meanwhile.
+    fn with_block<R>(
+        &self,
+        dev: u32,
+        pool: Pool,
+        id: CarveId,
+        f: impl FnOnce(&DeviceSlot<NODES>, CarveBlock) -> Result<R, Errno>,
     ) -> Result<R, Errno> {
         if dev >= self.device_count {
             return Err(errno::ENODEV);
         }
         let slot = &self.slots[dev as usize];
-        let _g = slot.lock.lock();
-        // SAFETY: the slot's lock is held for the whole call, so this is the only reference to
-        // the state (every other path takes the same lock or has `&mut self`).
-        let st = unsafe { &mut *slot.state.get() };
-        f(st)
+        let found = |b: Result<CarveBlock, CarveError>| b.map_err(|_| errno::EINVAL);
+        match pool {
+            Pool::Host => slot.host.with(|st| f(slot, found(st.host.lookup(id))?)),
+            Pool::Main(c) | Pool::Scratch(c) => {
+                self.with_channel(dev, c, |st| f(slot, found(st.main.lookup(id))?))
+            }
+            Pool::Small(c) => self.with_channel(dev, c, |st| f(slot, found(st.small.lookup(id))?)),
+        }
     }
 
     fn encode(dev: u32, pool: Pool, id: CarveId) -> u64 {
@@ -852,16 +1111,16 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
         Ok((pool, id))
     }
 
-    /// Validates a copy window and returns a pointer to its first backing byte.
+    /// Validates a copy window of block `b` of `pool` and returns a pointer to its first
+    /// backing byte.
     fn window(
         &self,
-        st: &DeviceState<NODES>,
+        st: &DeviceSlot<NODES>,
         pool: Pool,
-        id: CarveId,
+        b: CarveBlock,
         offset: u64,
         len: u64,
     ) -> Result<*mut u8, Errno> {
-        let b = st.lookup(pool, id)?;
         let end = offset.checked_add(len).ok_or(errno::EFAULT)?;
         if end > b.size {
             return Err(errno::EFAULT);
@@ -988,15 +1247,22 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
 
     fn memory_free(&self, dev: u32, handle: u64) -> Result<(), Errno> {
         let (pool, id) = self.decode(dev, handle)?;
-        self.with_dev(dev, |st| {
+        if let Pool::Host = pool {
+            return self.slots[dev as usize]
+                .host
+                .with(|st| st.host.free(id).map(|_| ()).map_err(|_| errno::EINVAL));
+        }
+        let (Pool::Main(c) | Pool::Small(c) | Pool::Scratch(c)) = pool else {
+            return Err(errno::EINVAL);
+        };
+        self.with_channel(dev, c, |st| {
             match pool {
-                Pool::Main(c) => st.main[c as usize].free(id),
-                Pool::Small(c) => st.small[c as usize].free(id),
-                Pool::Host => st.host.free(id),
-                Pool::Scratch(c) => {
-                    let b = st.main[c as usize].free(id).map_err(|_| errno::EINVAL)?;
-                    let sp = &mut st.scratchpad[c as usize];
-                    let bottom = st.main[c as usize].base() + st.main[c as usize].capacity() - *sp;
+                Pool::Main(_) | Pool::Host => st.main.free(id),
+                Pool::Small(_) => st.small.free(id),
+                Pool::Scratch(_) => {
+                    let b = st.main.free(id).map_err(|_| errno::EINVAL)?;
+                    let sp = &mut st.scratchpad;
+                    let bottom = st.main.base() + st.main.capacity() - *sp;
                     if b.addr != bottom {
                         // The driver logs and carries on (`mc_free`): the scratchpad shrinks
                         // by this block all the same.
@@ -1017,10 +1283,11 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
 
     fn copy_in(&self, dev: u32, handle: u64, offset: u64, src: &[u8]) -> Result<(), Errno> {
         let (pool, id) = self.decode(dev, handle)?;
-        self.with_dev(dev, |st| {
-            let p = self.window(st, pool, id, offset, src.len() as u64)?;
-            // SAFETY: `window` checked `[p, p + len)` lies inside the backing, which nothing
-            // else accesses (set_backing's contract) while we hold the device lock; `src` is a
+        self.with_block(dev, pool, id, |st, b| {
+            let p = self.window(st, pool, b, offset, src.len() as u64)?;
+            // SAFETY: `window` checked `[p, p + len)` lies inside the block's backing, which
+            // nothing else accesses (set_backing's contract) while we hold the lock of the
+            // part that owns the block (so nobody frees or re-carves it meanwhile); `src` is a
             // distinct Rust slice, so the ranges do not overlap.
             unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
             Ok(())
@@ -1029,8 +1296,8 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
 
     fn copy_out(&self, dev: u32, handle: u64, offset: u64, dst: &mut [u8]) -> Result<(), Errno> {
         let (pool, id) = self.decode(dev, handle)?;
-        self.with_dev(dev, |st| {
-            let p = self.window(st, pool, id, offset, dst.len() as u64)?;
+        self.with_block(dev, pool, id, |st, b| {
+            let p = self.window(st, pool, b, offset, dst.len() as u64)?;
             // SAFETY: as in `copy_in`; `dst` is an exclusive Rust slice outside the backing.
             unsafe { core::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
             Ok(())
@@ -1039,11 +1306,11 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
 
     fn fill(&self, dev: u32, handle: u64, offset: u64, len: u64, value: u8) -> Result<(), Errno> {
         let (pool, id) = self.decode(dev, handle)?;
-        self.with_dev(dev, |st| {
-            let p = self.window(st, pool, id, offset, len)?;
+        self.with_block(dev, pool, id, |st, b| {
+            let p = self.window(st, pool, b, offset, len)?;
             let n = usize::try_from(len).map_err(|_| errno::EFAULT)?;
-            // SAFETY: `window` checked `[p, p + len)` lies inside the backing, which only we
-            // access while the device lock is held.
+            // SAFETY: `window` checked `[p, p + len)` lies inside the block's backing, which
+            // only we access while the lock of the part that owns the block is held.
             unsafe { core::ptr::write_bytes(p, value, n) };
             Ok(())
         })
@@ -1056,18 +1323,18 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
         if !host && hbm_idx >= self.channels {
             return Err(errno::EINVAL);
         }
-        self.with_dev(dev, |st| {
-            Ok(if host {
-                st.host.stats().into()
-            } else {
-                let c = hbm_idx as usize;
-                hbm_stats(&st.main[c], &st.small[c], 0, self.genalloc())
-            })
+        if host {
+            return Ok(self.slots[dev as usize]
+                .host
+                .with(|st| st.host.stats().into()));
+        }
+        self.with_channel(dev, hbm_idx, |st| {
+            Ok(hbm_stats(&st.main, &st.small, 0, self.genalloc()))
         })
     }
 
     /// Exact: every free block of the channel's main pool and small-object region, under the
-    /// device lock (one moment), by size class.
+    /// channel's lock (one moment), by size class.
     fn free_histogram(
         &self,
         dev: u32,
@@ -1079,15 +1346,14 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
         if hbm_idx >= self.channels {
             return Err(errno::EINVAL);
         }
-        self.with_dev(dev, |st| {
-            let c = hbm_idx as usize;
+        self.with_channel(dev, hbm_idx, |st| {
             let (mut main, mut small) = (FreeHistogram::default(), FreeHistogram::default());
-            st.main[c].for_each_block(|b| {
+            st.main.for_each_block(|b| {
                 if !b.used {
                     main.add(b.size);
                 }
             });
-            st.small[c].for_each_block(|b| {
+            st.small.for_each_block(|b| {
                 if !b.used {
                     small.add(b.size);
                 }
@@ -1097,7 +1363,7 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
     }
 
     /// Exact: the largest request each region's carve would grant at `align`
-    /// ([`Carve::largest_aligned`]), under the device lock, so the figures are those of one
+    /// ([`Carve::largest_aligned`]), under the channel's lock, so the figures are those of one
     /// moment. `EINVAL` for an alignment that is not a power of two or a bad channel.
     fn hbm_stats_aligned(&self, dev: u32, hbm_idx: u32, align: u64) -> Result<PoolStats, Errno> {
         if dev >= self.device_count {
@@ -1106,9 +1372,8 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
         if hbm_idx >= self.channels || (align != 0 && !align.is_power_of_two()) {
             return Err(errno::EINVAL);
         }
-        self.with_dev(dev, |st| {
-            let c = hbm_idx as usize;
-            Ok(hbm_stats(&st.main[c], &st.small[c], align, self.genalloc()))
+        self.with_channel(dev, hbm_idx, |st| {
+            Ok(hbm_stats(&st.main, &st.small, align, self.genalloc()))
         })
     }
 }

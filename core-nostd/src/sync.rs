@@ -237,6 +237,78 @@ pub fn gate_open<W: GateWord>(gate: &W) {
     gate.reopen();
 }
 
+/// Shards of a [`ShardedGate`].
+pub const GATE_SHARDS: usize = 16;
+
+/// Bytes between the hot words of adjacent per-core / per-shard items: two cache lines, so
+/// two items' first words never share a line whatever the base address (padding, not
+/// alignment: an over-aligned member would over-align the 47 MB `CoreState` and the
+/// simulator, and `Box::new_zeroed` then memsets them instead of using calloc's lazily
+/// zeroed pages).
+pub const LINE_STRIDE: usize = 128;
+
+/// One gate word, padded to [`LINE_STRIDE`].
+#[repr(C)]
+pub struct GateShard(AtomicU32, [u8; LINE_STRIDE - 4]);
+
+/// The in-flight gate split into [`GATE_SHARDS`] words on their own cache lines (issue 16
+/// item 7: a call on one core does not bounce a line every call on every other core
+/// touches). Each word runs the one-word protocol above ([`gate_enter`] / [`gate_exit`],
+/// which loom checks); a call counts itself in on one shard and out on the same one, and
+/// [`ShardedGate::close`] shuts every shard before it waits for each to drain, so a call is
+/// either seen and waited for or refused, exactly as with one word. Valid when all-zero
+/// (open, no call counted).
+#[repr(C)]
+pub struct ShardedGate {
+    shards: [GateShard; GATE_SHARDS],
+}
+
+impl ShardedGate {
+    /// The calling thread's shard. `no_std` has no thread-locals, so it is picked from the
+    /// address of a local: threads run on disjoint stacks (a hash of the address's 2 MiB
+    /// region), so concurrent threads mostly land on different shards. Any answer is
+    /// correct; the guard remembers the shard it counted in on.
+    #[inline(always)]
+    fn pick() -> usize {
+        let probe = 0u8;
+        let a = core::ptr::addr_of!(probe) as usize as u64;
+        ((a >> 21).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % GATE_SHARDS
+    }
+
+    /// [`gate_enter`] on this thread's shard: the shard to [`Self::exit`] on, or `None` when
+    /// the gate is shut (nothing is left counted).
+    #[inline]
+    pub fn enter(&self) -> Option<usize> {
+        let i = Self::pick();
+        gate_enter(&self.shards[i].0).then_some(i)
+    }
+
+    /// [`gate_exit`] on shard `i` (what [`Self::enter`] returned).
+    #[inline]
+    pub fn exit(&self, i: usize) {
+        gate_exit(&self.shards[i % GATE_SHARDS].0);
+    }
+
+    /// Shuts every shard, then waits until none counts a call ([`gate_close`] on all words:
+    /// all are shut before the first wait, so no call gets in through a shard not yet shut
+    /// while another drains).
+    pub fn close(&self, mut relax: impl FnMut(u32)) {
+        for s in &self.shards {
+            s.0.shut();
+        }
+        for s in &self.shards {
+            gate_close(&s.0, &mut relax);
+        }
+    }
+
+    /// [`gate_open`] on every shard.
+    pub fn open(&self) {
+        for s in &self.shards {
+            gate_open(&s.0);
+        }
+    }
+}
+
 /// Waits until `done()` holds, calling `relax` between looks with the number of looks so far
 /// (the waits of [`gate_close`] and of a model's drain, `model::drain_with`).
 pub fn wait_until(mut done: impl FnMut() -> bool, mut relax: impl FnMut(u32)) {

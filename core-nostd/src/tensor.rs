@@ -879,9 +879,14 @@ impl<'a> Nrt<'a> {
             self.copy_check(ins[k], 0, *o, 0, n)?;
         }
         let marks = PendingMarks::new(&ins[..ni], &outs[..no]);
-        // One execution's data movement at a time (spec §7.1: a tensor is not read while the
-        // execution writing it runs; executions on different cores may share tensors).
-        let data = self.st.exec_data_lock.lock();
+        // Executions that share a storage move their data one at a time (spec §7.1: a tensor
+        // is not read while the execution writing it runs; executions on different cores may
+        // share tensors); executions with disjoint tensors run side by side.
+        let mut stripes = 0u64;
+        for t in ins[..ni].iter().chain(&outs[..no]) {
+            stripes |= 1 << self.exec_stripe(*t)?;
+        }
+        let data = ExecDataGuard::lock(self.st, stripes);
         let mut r = Ok(());
         for (k, o) in outs[..no].iter().enumerate() {
             // SAFETY: bound, live.
@@ -940,6 +945,38 @@ impl<'a> Nrt<'a> {
             i += 1;
         }
         Ok(i)
+    }
+}
+
+/// Stripes of the execute data lock (`CoreState::exec_data_locks`): one bit each of a `u64`.
+pub(crate) const EXEC_DATA_STRIPES: usize = 64;
+
+impl Nrt<'_> {
+    /// The execute data lock stripe of bound tensor `t`: its storage's arena slot, modulo the
+    /// stripes, so every tensor viewing one storage (slices included) has the same stripe.
+    fn exec_stripe(&self, t: Tensor) -> Result<usize> {
+        let (s, _, _) = self.storage_of(t)?;
+        Ok(self.st.storages.index_of(s).unwrap_or(0) % EXEC_DATA_STRIPES)
+    }
+}
+
+/// The stripes of the execute data lock one execution holds, taken in ascending order (so
+/// two executions never wait for each other's stripes in a cycle), released on drop.
+pub(crate) struct ExecDataGuard<'a> {
+    _held: heapless::Vec<crate::sync::MutexGuard<'a>, EXEC_DATA_STRIPES>,
+}
+
+impl<'a> ExecDataGuard<'a> {
+    /// Locks every stripe whose bit is set in `stripes`, lowest first.
+    pub(crate) fn lock(st: &'a crate::ctx::CoreState, mut stripes: u64) -> Self {
+        let mut held = heapless::Vec::new();
+        while stripes != 0 {
+            let i = stripes.trailing_zeros() as usize;
+            stripes &= stripes - 1;
+            // At most EXEC_DATA_STRIPES bits, so the push never finds the list full.
+            let _ = held.push(st.exec_data_locks[i].0.lock());
+        }
+        ExecDataGuard { _held: held }
     }
 }
 
@@ -1156,5 +1193,37 @@ impl Drop for PendingMarks<'_> {
                     .fetch_sub(1, Ordering::AcqRel)
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use core::sync::atomic::AtomicBool;
+
+    /// spec §7.1 through the striped execute data lock: an execution whose stripes meet
+    /// another's (a shared storage) waits for it; one with disjoint stripes does not.
+    #[test]
+    fn executions_sharing_a_stripe_serialise_and_disjoint_ones_do_not() {
+        let state = crate::ctx::CoreState::new_boxed();
+        let st = &*state;
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let first = ExecDataGuard::lock(st, 1 << 3 | 1 << 5);
+            // Disjoint stripes: taken at once, while the first execution holds its own.
+            drop(ExecDataGuard::lock(st, 1 << 4 | 1 << 63));
+            let waiter = s.spawn(|| {
+                let _g = ExecDataGuard::lock(st, 1 << 5 | 1 << 9);
+                done.load(Ordering::Acquire)
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            done.store(true, Ordering::Release);
+            drop(first);
+            assert!(
+                waiter.join().unwrap(),
+                "an execution sharing stripe 5 ran while the first one held it"
+            );
+        });
     }
 }

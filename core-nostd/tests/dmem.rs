@@ -1113,3 +1113,58 @@ fn the_oom_report_says_why_in_one_line() {
     }
     n.close().unwrap();
 }
+
+/// The per-core ledger (issue 16 item 7): allocations racing on two cores of one device on
+/// different HBM channels leave every device figure the sum of the cores' — the device total,
+/// the per-channel bytes, each row its `[nc][22]` — and the device peak at least the final
+/// total and at most the sum of the cores' peaks.
+#[test]
+fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
+    let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
+    let n = f.nrt();
+    // Physical cores 0 and 2: logical cores 0 and 1 at LNC 2, HBM 0 and 1.
+    let cores = [0u32, 2];
+    std::thread::scope(|s| {
+        for &c in &cores {
+            s.spawn(move || {
+                let al = n.core_allocator(0, c).unwrap();
+                let mut kept = Vec::new();
+                for i in 0..2000u64 {
+                    let size = 4096 * (1 + i % 7);
+                    let m = n
+                        .dmem_alloc(al, &AllocArgs::device(size, 0, TENSOR, "race"), None)
+                        .unwrap();
+                    if i % 100 == 0 {
+                        kept.push(m);
+                    } else {
+                        n.dmem_free(m).unwrap();
+                    }
+                }
+                kept.len()
+            });
+        }
+    });
+    let per_core: u64 = cores
+        .iter()
+        .map(|&c| n.ledger_device(0, c, UsageSel::Total))
+        .sum();
+    assert!(per_core > 0);
+    let totals = n.device_totals(0).unwrap();
+    let (device, device_peak) = (totals.device_bytes, totals.device_peak);
+    assert_eq!(device, per_core);
+    assert_eq!(n.ledger_hbm(0).iter().sum::<u64>(), per_core);
+    let (rows, _) = n.ledger_snapshot(0);
+    for row in rows {
+        assert_eq!(row[..22].iter().sum::<u64>(), row[22]);
+    }
+    let stats0 = n.dmem_get_memory_stats(LogicalCore::new(0)).unwrap();
+    let stats1 = n.dmem_get_memory_stats(LogicalCore::new(1)).unwrap();
+    assert!(
+        device_peak >= device,
+        "peak {device_peak} below the total {device}"
+    );
+    assert!(
+        device_peak <= stats0.bytes_peak + stats1.bytes_peak,
+        "peak {device_peak} above the cores' peaks"
+    );
+}

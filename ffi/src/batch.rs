@@ -47,7 +47,9 @@ unsafe fn slice_of<'a, T>(p: *const T, n: usize, what: &str) -> Res<&'a [T]> {
 
 /// Runs every operation of every batch, in order: checks all of them first (live tensors,
 /// windows inside them, non-NULL arrays and buffers), so a bad one is NRT_INVALID with nothing
-/// copied, then copies. The tensors stay pinned (a racing `nrt_tensor_free` waits) to the end.
+/// copied, then copies. Each copy resolves its tensor's handle again (the core pins it for the
+/// copy): a tensor freed by another thread after the checks fails its copy with NRT_INVALID
+/// (the caller's race; nothing of anybody else's is touched).
 ///
 /// # Safety
 /// `batches` holds `num_batches` entries whose `ops` and buffers are valid as declared.
@@ -57,11 +59,9 @@ unsafe fn run(batches: *const nrt_tensor_batch_t, num_batches: u64, write: bool)
             usize::try_from(num_batches).map_err(|_| Fail::invalid("num_batches is too large"))?;
         // SAFETY: caller contract.
         let batches = unsafe { slice_of(batches, n, "batches") }?;
-        let mut pins = Vec::with_capacity(batches.len());
         let mut work = Vec::new();
         for (i, b) in batches.iter().enumerate() {
-            let t = r.tensor(b.tensor).map_err(|e| at(e, i, None))?;
-            let h = t.handle(r).map_err(|e| at(e, i, None))?;
+            let h = r.tensor(b.tensor).map_err(|e| at(e, i, None))?;
             // SAFETY: caller contract (`ops` holds `num_ops` entries).
             let ops = unsafe { slice_of(b.ops, b.num_ops as usize, "ops") }
                 .map_err(|e| at(e, i, None))?;
@@ -76,12 +76,10 @@ unsafe fn run(batches: *const nrt_tensor_batch_t, num_batches: u64, write: bool)
                 }
                 work.push((h, *op));
             }
-            pins.push(t);
         }
         for (t, op) in work {
             copy(r, t, &op, write)?;
         }
-        drop(pins);
         Ok(())
     })
 }

@@ -165,11 +165,10 @@ pub unsafe extern "C" fn nrt_get_model_tensor_info(
                 return Err(Fail::invalid("tensor_info is NULL"));
             }
             let key = crate::model::model_key(model)?;
-            let arr = {
-                let models = lock(&r.models);
-                let e = models.get(&key).ok_or_else(crate::model::not_loaded)?;
-                build_array(&e.io)?
-            };
+            let arr = r
+                .models
+                .with(key, |e| build_array(&e.io))
+                .ok_or_else(crate::model::not_loaded)??;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor_info, arr, "tensor_info") }
         })

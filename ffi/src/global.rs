@@ -1,21 +1,28 @@
 //! The process-global runtime behind the C ABI and the machinery every entry point shares:
-//! the lifecycle (`Uninit → Init → Closed → Init …`), the registries that validate the opaque
-//! pointers handed to C (models, tensor sets, tensors to free at close), the error type with
-//! its `NRT_STATUS`, the thread-local last error, and the panic fence.
+//! the lifecycle (`Uninit → Init → Closed → Init …`), the opaque pointers handed to C and how
+//! they are checked (tensors: the core's generation-checked handles, encoded in the pointer
+//! value; models and tensor sets: sharded registries under never-reused handles), the error
+//! type with its `NRT_STATUS`, the thread-local last error, and the panic fence.
 //!
 //! libnrt has one runtime per process (ARCHITECTURE.md principle 3: the C ABI uses one global
 //! context). Every call takes the lifecycle lock shared; `nrt_init`/`nrt_close` take it
 //! exclusively, so close waits for calls in flight and no call sees a half-closed runtime.
+//! The lock is a sharded reader-writer lock ([`Lifecycle`]): a call touches only its thread's
+//! shard, so calls on different threads share no cache line here (issue 16 item 7: no
+//! process-wide lock on the per-call path).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
+use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crossbeam_utils::CachePadded;
 use nrt_core::abi::{H_MODEL, NRT_STATUS as CoreStatus};
+use nrt_core::TensorHandle;
 use nrt_host::HostRuntime;
 
 use crate::status::NRT_STATUS;
@@ -65,23 +72,33 @@ pub(crate) struct ModelEntry {
 pub(crate) struct Runtime {
     pub rt: HostRuntime,
     /// `nrt_model_t *` handle → the model.
-    pub models: Mutex<BTreeMap<usize, ModelEntry>>,
-    /// `nrt_tensor_t *` handle → the core's tensor, for every tensor made through the C ABI
-    /// and not yet freed. Handles are never reused, so a stale or doubly freed tensor pointer
-    /// is always an error. Each call pins the tensor it works on (a clone of the `Arc`), and
-    /// `nrt_tensor_free` waits for the pins to go before the core frees it. `nrt_close` frees
-    /// what is left with the host memory provider, so VIRTUAL tensors the application forgot
-    /// do not leak.
-    pub tensors: Mutex<BTreeMap<usize, Arc<usize>>>,
-    /// The first handle minted for this runtime: a handle below it came from a runtime that
-    /// `nrt_close` ended ([`Runtime::outlived`]).
-    pub first_handle: usize,
-    /// The OOM report captured when the last device out-of-memory happened (libnrt writes its
+    pub models: Registry<ModelEntry>,
+    /// This runtime's number among the process's `nrt_init`s ([`INIT_SERIAL`]): its low bits
+    /// are in every tensor pointer it hands out ([`Runtime::tensor_ptr`]).
+    pub serial: u32,
+    /// XORed into the generation a tensor pointer carries: drawn at random per runtime, so a
+    /// pointer of an earlier runtime whose serial bits happen to match names a random
+    /// generation (refused by the core but for a 2⁻³² chance), not the same small numbers.
+    salt: u32,
+    /// The core's epoch for this runtime (what the core's handles carry).
+    epoch: u32,
+    /// The OOM report captured when the last device OOM happened (libnrt writes its
     /// report at the failure, not when someone asks).
     pub oom_report: Mutex<Option<String>>,
     /// Held by a `nrt_load(vnc = -1)` from picking its core to the end of the load.
     pub free_core_pick: Mutex<()>,
 }
+
+/// Bits of a tensor pointer's slot index: tensor arenas up to 2²⁰ slots.
+const TENSOR_INDEX_BITS: u32 = 20;
+/// Bits of the runtime serial a tensor pointer carries.
+const TENSOR_SERIAL_BITS: u32 = 6;
+/// Where each field of a tensor pointer starts (bits 0..3 stay 0: 8-byte aligned).
+const TENSOR_SERIAL_SHIFT: u32 = HANDLE_SHIFT;
+const TENSOR_INDEX_SHIFT: u32 = TENSOR_SERIAL_SHIFT + TENSOR_SERIAL_BITS;
+const TENSOR_GEN_SHIFT: u32 = TENSOR_INDEX_SHIFT + TENSOR_INDEX_BITS;
+const _: () = assert!(TENSOR_GEN_SHIFT + 32 <= KIND_SHIFT);
+const _: () = assert!(usize::BITS == 64, "the C handles need 64-bit pointers");
 
 impl Runtime {
     /// Passes a core result through. A device out-of-memory (`NRT_RESOURCE`, spec §3.2
@@ -107,96 +124,117 @@ impl Runtime {
         Ok(r?)
     }
 
-    /// Registers core tensor `t` under a new handle, the `nrt_tensor_t *` C gets. If no
-    /// handle is left, the tensor is freed again and the error returned.
-    pub fn register_tensor(&self, t: nrt_core::tensor::Tensor) -> Res<*mut nrt_tensor_t> {
-        match new_handle() {
-            Ok(h) => {
-                lock(&self.tensors).insert(h, Arc::new(t as usize));
-                Ok(handle_ptr(h))
-            }
-            Err(e) => {
-                // SAFETY: `t` was just made by the core and never handed out.
-                let _ = unsafe {
-                    nrt_core::raw::tensor_free(&self.rt.nrt(), t, Some(self.rt.host_mem()))
-                };
-                Err(e)
-            }
+    /// The `nrt_tensor_t *` C gets for core tensor `h`: the handle itself, encoded
+    /// (`HANDLE_BASE | KIND_TENSOR | (generation ^ salt) << 29 | index << 9 | serial << 3`,
+    /// low serial bits only). No registry: the pointer is decoded back
+    /// ([`Runtime::tensor`]) and the core checks the handle (generation, epoch) at every
+    /// call. When the slot index does not fit the pointer, the tensor is freed again and the
+    /// call fails with NRT_RESOURCE.
+    pub fn tensor_ptr(&self, h: TensorHandle) -> Res<*mut nrt_tensor_t> {
+        let (index, generation, _) = h.to_parts();
+        if index >= 1 << TENSOR_INDEX_BITS {
+            let _ = self.rt.nrt().tensor_free(h, Some(self.rt.host_mem()));
+            return Err(Fail::new(
+                CoreStatus::NRT_RESOURCE,
+                format_args!(
+                    "tensor slot {index} does not fit a C tensor handle (at most {} live \
+                     tensors through the C API)",
+                    1u32 << TENSOR_INDEX_BITS
+                ),
+            ));
         }
+        let serial = self.serial as usize & ((1 << TENSOR_SERIAL_BITS) - 1);
+        Ok(handle_ptr(
+            HANDLE_BASE
+                | KIND_TENSOR
+                | ((generation ^ self.salt) as usize) << TENSOR_GEN_SHIFT
+                | (index as usize) << TENSOR_INDEX_SHIFT
+                | serial << TENSOR_SERIAL_SHIFT,
+        ))
     }
 
-    /// The core tensor behind handle `h`: `NRT_INVALID` for a freed, foreign or NULL pointer,
-    /// and for a tensor of a runtime that `nrt_close` ended (as for a model of one).
-    pub fn tensor(&self, h: *const nrt_tensor_t) -> Res<Pinned> {
-        let found = lock(&self.tensors).get(&h.addr()).cloned();
-        if let Some(t) = found {
-            return Ok(Pinned(t));
+    /// The core's handle behind tensor pointer `p` ([`Runtime::tensor_ptr`] backwards), for
+    /// the core to check: `NRT_INVALID` here for NULL, for a value that is no tensor pointer
+    /// (foreign, corrupt, a model or set pointer) and for one of a runtime that `nrt_close`
+    /// ended; the core refuses a freed or forged one (`InvalidHandle`, NRT_INVALID) at any
+    /// age.
+    pub fn tensor(&self, p: *const nrt_tensor_t) -> Res<TensorHandle> {
+        let v = p.addr();
+        if v & (HANDLE_BASE | KIND_MASK | ((1 << HANDLE_SHIFT) - 1)) != HANDLE_BASE | KIND_TENSOR {
+            return Err(Fail::invalid(
+                "not a live tensor (NULL, already freed, foreign or corrupt pointer)",
+            ));
         }
-        Err(Fail::invalid(if self.outlived(h) {
-            "the tensor belongs to a runtime that nrt_close ended"
-        } else {
-            "not a live tensor (NULL, already freed, foreign or corrupt pointer)"
-        }))
-    }
-
-    /// Whether tensor handle `h` was minted for an earlier runtime (one `nrt_close` ended).
-    fn outlived(&self, h: *const nrt_tensor_t) -> bool {
-        is_handle(h.addr()) && h.addr() < self.first_handle
-    }
-
-    /// Takes handle `h` out of the registry (the first step of `nrt_tensor_free`: exactly one
-    /// of two racing frees gets the tensor, and no new call can pin it), then waits until the
-    /// calls that pinned it before are done, so the core frees a tensor nobody is using.
-    pub fn unregister_tensor(&self, h: *const nrt_tensor_t) -> Res<nrt_core::tensor::Tensor> {
-        let removed = lock(&self.tensors).remove(&h.addr());
-        let Some(t) = removed else {
-            // Not registered: the same answer as any other call would give.
-            return self.tensor(h).map(|p| p.ptr());
-        };
-        // Pins live for one call (a completion wait re-pins per 20 ms slice), and none is
-        // taken from here on.
-        while Arc::strong_count(&t) > 1 {
-            std::thread::yield_now();
+        let field = |shift: u32, bits: u32| ((v >> shift) & ((1usize << bits) - 1)) as u32;
+        if field(TENSOR_SERIAL_SHIFT, TENSOR_SERIAL_BITS)
+            != self.serial & ((1 << TENSOR_SERIAL_BITS) - 1)
+        {
+            return Err(Fail::invalid(
+                "the tensor belongs to a runtime that nrt_close ended",
+            ));
         }
-        Ok(*t as nrt_core::tensor::Tensor)
+        Ok(TensorHandle::from_parts(
+            field(TENSOR_INDEX_SHIFT, TENSOR_INDEX_BITS),
+            field(TENSOR_GEN_SHIFT, 32) ^ self.salt,
+            self.epoch,
+        ))
     }
 
-    /// Frees what the application left, then closes the core (spec §12).
+    /// Closes the core (spec §12): it frees what the application left, VIRTUAL tensors'
+    /// bytes included (to the host provider the runtime is bound to, issue 16 item 2).
     fn shutdown(self) {
-        let nrt = self.rt.nrt();
-        let left = std::mem::take(&mut *lock(&self.tensors));
-        for t in left.into_values() {
-            let t = *t as nrt_core::tensor::Tensor;
-            // SAFETY: the registry held the only reference to `t`, a tensor of this runtime
-            // that nobody freed (frees go through the registry) and no call is using (the
-            // runtime is closing).
-            if unsafe { nrt_core::raw::tensor_check(&nrt, t) }.is_ok() {
-                // SAFETY: as above.
-                let _ = unsafe { nrt_core::raw::tensor_free(&nrt, t, Some(self.rt.host_mem())) };
-            }
-        }
         if let Err(e) = self.rt.close() {
             log::warn!(target: "nrt_close", "{e}");
         }
-        lock(&self.models).clear();
+        self.models.clear();
     }
 }
 
-/// A tensor pinned for the length of one call ([`Runtime::tensor`]): `nrt_tensor_free` waits
-/// for it to drop before the core frees the tensor.
-pub(crate) struct Pinned(Arc<usize>);
+/// Shards of a [`Registry`]: a power of two, more than the threads a serving process runs
+/// per core group, so consecutive handles (one per thread in a steady state) hit different
+/// locks.
+const SHARDS: usize = 64;
 
-impl Pinned {
-    /// The core's tensor.
-    pub fn ptr(&self) -> nrt_core::tensor::Tensor {
-        *self.0 as nrt_core::tensor::Tensor
+/// A map from never-reused handles ([`new_handle`]) to `T`, split into [`SHARDS`] maps by
+/// handle number, each under its own lock on its own cache line: calls on different objects
+/// (one per thread) rarely meet on a lock, and never on one process-wide lock.
+pub(crate) struct Registry<T> {
+    shards: [CachePadded<Mutex<BTreeMap<usize, T>>>; SHARDS],
+}
+
+impl<T> Registry<T> {
+    /// An empty registry.
+    pub const fn new() -> Self {
+        Registry {
+            shards: [const { CachePadded::new(Mutex::new(BTreeMap::new())) }; SHARDS],
+        }
     }
 
-    /// The core's handle of the tensor, for the core's safe API.
-    pub fn handle(&self, r: &Runtime) -> Res<nrt_core::TensorHandle> {
-        // SAFETY: a pinned registry entry is a live tensor of `r`'s core that no free can
-        // release while the pin lives (`unregister_tensor` waits for it): the raw contract.
-        Ok(unsafe { nrt_core::raw::tensor_handle(&r.rt.nrt(), self.ptr()) }?)
+    /// The shard of handle `h` (handles count up in steps of `1 << HANDLE_SHIFT`).
+    pub fn shard(&self, h: usize) -> MutexGuard<'_, BTreeMap<usize, T>> {
+        lock(&self.shards[(h >> HANDLE_SHIFT) % SHARDS])
+    }
+
+    /// Registers `v` under `h`.
+    pub fn insert(&self, h: usize, v: T) {
+        self.shard(h).insert(h, v);
+    }
+
+    /// Takes `h` out: `None` when it is not registered (exactly one of racing removes gets it).
+    pub fn remove(&self, h: usize) -> Option<T> {
+        self.shard(h).remove(&h)
+    }
+
+    /// `f` of the entry under `h` (under its shard's lock), `None` when there is none.
+    pub fn with<R>(&self, h: usize, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        self.shard(h).get_mut(&h).map(f)
+    }
+
+    /// Drops every entry.
+    pub fn clear(&self) {
+        for s in &self.shards {
+            lock(s).clear();
+        }
     }
 }
 
@@ -206,7 +244,90 @@ enum Life {
     Closed,
 }
 
-static RT: RwLock<Life> = RwLock::new(Life::Uninit);
+/// Shards of the [`Lifecycle`] lock.
+const LIFE_SHARDS: usize = 16;
+
+/// The lifecycle behind a sharded reader-writer lock: a reader takes the read side of its
+/// thread's shard only (threads are dealt shards round-robin at their first call); a writer
+/// takes the write side of every shard, in order. So calls on different threads touch
+/// different cache lines, and `nrt_init` / `nrt_close` still exclude every call.
+///
+/// Hand-rolled rather than `crossbeam_utils::sync::ShardedLock`, which registers every thread
+/// in a process-global map that is never freed: valgrind reports it as possibly lost in C
+/// clients (`tests/tests/c_client.rs`). This one allocates nothing.
+struct Lifecycle {
+    shards: [CachePadded<RwLock<()>>; LIFE_SHARDS],
+    life: UnsafeCell<Life>,
+}
+
+// SAFETY: `life` is read only through `read` (holding a shard's read lock) and written only
+// through `write` (holding every shard's write lock, so no reader holds any): never a write
+// alongside another access. `Life` itself is Send + Sync.
+unsafe impl Sync for Lifecycle {}
+
+/// The next shard to deal to a thread at its first call.
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's [`Lifecycle`] shard (`usize::MAX` until its first call). A plain `Cell`:
+    /// no destructor, no heap.
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// Shared access to the lifecycle (what [`Lifecycle::read`] returns).
+struct LifeRead<'a> {
+    _g: RwLockReadGuard<'a, ()>,
+    life: &'a Life,
+}
+
+/// Exclusive access to the lifecycle (what [`Lifecycle::write`] returns).
+struct LifeWrite<'a> {
+    _g: [RwLockWriteGuard<'a, ()>; LIFE_SHARDS],
+    life: &'a mut Life,
+}
+
+impl Lifecycle {
+    const fn new() -> Self {
+        Lifecycle {
+            shards: [const { CachePadded::new(RwLock::new(())) }; LIFE_SHARDS],
+            life: UnsafeCell::new(Life::Uninit),
+        }
+    }
+
+    fn read(&self) -> LifeRead<'_> {
+        // A thread whose storage is gone (a call from a TLS destructor) uses shard 0.
+        let i = SHARD
+            .try_with(|s| {
+                if s.get() == usize::MAX {
+                    s.set(NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % LIFE_SHARDS);
+                }
+                s.get()
+            })
+            .unwrap_or(0);
+        let g = self.shards[i].read().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: a shard's read lock is held for the guard's life, so no writer runs (see
+        // the Sync impl).
+        let life = unsafe { &*self.life.get() };
+        LifeRead { _g: g, life }
+    }
+
+    fn write(&self) -> LifeWrite<'_> {
+        let g = self
+            .shards
+            .each_ref()
+            .map(|s| s.write().unwrap_or_else(|e| e.into_inner()));
+        // SAFETY: every shard's write lock is held for the guard's life, so no reader and no
+        // other writer runs (see the Sync impl).
+        let life = unsafe { &mut *self.life.get() };
+        LifeWrite { _g: g, life }
+    }
+}
+
+/// The lifecycle: read-shared by every call, written by `nrt_init` / `nrt_close`.
+static RT: Lifecycle = Lifecycle::new();
+
+/// `nrt_init`s so far in this process (the next runtime's [`Runtime::serial`]).
+static INIT_SERIAL: AtomicU32 = AtomicU32::new(0);
 
 /// Locks a mutex, ignoring poisoning (a panic is fenced at the boundary; the data stays
 /// consistent because every critical section here is a single map operation).
@@ -217,26 +338,35 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Runs `f` on the initialised runtime: `NRT_UNINITIALIZED` before `nrt_init`, `NRT_CLOSED`
 /// after `nrt_close` (the public API's state gate, spec §7.2).
 pub(crate) fn with_rt<T>(f: impl FnOnce(&Runtime) -> Res<T>) -> Res<T> {
-    let g = RT.read().unwrap_or_else(|e| e.into_inner());
-    match &*g {
+    let g = RT.read();
+    match g.life {
         Life::Init(r) => f(r),
         Life::Uninit => Err(nrt_core::Error::Uninitialized.into()),
         Life::Closed => Err(nrt_core::Error::Closed.into()),
     }
 }
 
+/// A random 32-bit value (std's per-process random hash keys; no cryptographic use).
+fn random_u32() -> u32 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(INIT_SERIAL.load(Ordering::Relaxed));
+    h.finish() as u32
+}
+
 /// `nrt_init`: builds the runtime from the environment unless one is up.
 pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
-    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
-    if let Life::Init(_) = &*g {
+    let g = RT.write();
+    if let Life::Init(_) = g.life {
         return Err(nrt_core::Error::AlreadyInitialized.into());
     }
     let rt = build()?;
-    *g = Life::Init(Box::new(Runtime {
+    let epoch = nrt_core::raw::epoch(&rt.nrt());
+    *g.life = Life::Init(Box::new(Runtime {
         rt,
-        models: Mutex::new(BTreeMap::new()),
-        tensors: Mutex::new(BTreeMap::new()),
-        first_handle: HANDLE_BASE | NEXT_HANDLE.load(Ordering::Relaxed) << HANDLE_SHIFT,
+        models: Registry::new(),
+        serial: INIT_SERIAL.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
+        salt: random_u32(),
+        epoch,
         oom_report: Mutex::new(None),
         free_core_pick: Mutex::new(()),
     }));
@@ -246,14 +376,14 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
 /// `nrt_close`: tears the runtime down; `Uninitialized` / `Closed` (as the core's
 /// `Nrt::close`, docs/STATES.md) when none was up.
 pub(crate) fn close() -> Res {
-    let mut g = RT.write().unwrap_or_else(|e| e.into_inner());
-    match std::mem::replace(&mut *g, Life::Closed) {
+    let g = RT.write();
+    match std::mem::replace(g.life, Life::Closed) {
         Life::Init(r) => {
             r.shutdown();
             Ok(())
         }
         Life::Uninit => {
-            *g = Life::Uninit;
+            *g.life = Life::Uninit;
             Err(nrt_core::Error::Uninitialized.into())
         }
         Life::Closed => Err(nrt_core::Error::Closed.into()),
@@ -264,39 +394,41 @@ pub(crate) fn close() -> Res {
 /// space, where no object of a user process lives, so no pointer to the caller's own memory
 /// (a foreign pointer) ever equals a handle.
 const HANDLE_BASE: usize = 1 << (usize::BITS - 1);
-/// Handles are multiples of 16: aligned for any type a caller may imagine behind them.
-const HANDLE_SHIFT: u32 = 4;
-/// The next handle number (1-based, so no handle is `HANDLE_BASE` alone).
+/// The two bits below [`HANDLE_BASE`] say what a handle names, so the pointer of one kind is
+/// never taken for another: [`KIND_TENSOR`] (a core handle, [`Runtime::tensor_ptr`]) or
+/// [`KIND_COUNTED`] (a model or tensor set, [`new_handle`]).
+const KIND_SHIFT: u32 = usize::BITS - 3;
+const KIND_MASK: usize = 3 << KIND_SHIFT;
+const KIND_TENSOR: usize = 1 << KIND_SHIFT;
+const KIND_COUNTED: usize = 2 << KIND_SHIFT;
+/// Handles are multiples of 8: aligned for any pointer-sized type a caller may imagine
+/// behind them.
+const HANDLE_SHIFT: u32 = 3;
+/// The next counted handle number (1-based, so no handle is the kind bits alone).
 static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
 
-/// Mints the value of a new opaque C pointer (`nrt_model_t *`, `nrt_tensor_set_t *`,
-/// `nrt_tensor_t *`):
-/// `HANDLE_BASE | n << 4` for a process-wide counter `n`.
+/// Mints the value of a new opaque C pointer to a model or tensor set (`nrt_model_t *`,
+/// `nrt_tensor_set_t *`): `HANDLE_BASE | KIND_COUNTED | n << 3` for a process-wide counter `n`.
 ///
 /// A handle is a pointer value the library never dereferences: it is only a registry key. It
 /// is never handed out twice in the process (a heap address was: once freed, malloc gives the
 /// same address to the next object, and a stale pointer then named a different, live one);
-/// it is non-null and 16-byte aligned; models, sets and tensors share the counter, so the
-/// pointer of one kind is never a live object of another. `NRT_RESOURCE` after 2^59 handles (2^27 on a
-/// 32-bit target) rather than ever reusing one.
+/// it is non-null and 8-byte aligned; models and sets share the counter, so the pointer of
+/// one kind is never a live object of the other, and the kind bits keep tensor pointers apart.
+/// `NRT_RESOURCE` after 2^58 handles rather than ever reusing one.
 pub(crate) fn new_handle() -> Res<usize> {
     mint_handle(&NEXT_HANDLE)
 }
 
-/// Whether `v` has the form of a handle ([`new_handle`]); it may still be unknown.
-fn is_handle(v: usize) -> bool {
-    v & HANDLE_BASE != 0 && v.trailing_zeros() >= HANDLE_SHIFT && v != HANDLE_BASE
-}
-
-/// Handle numbers stop before this one (`n << 4` must stay below `HANDLE_BASE`).
-const HANDLE_LIMIT: usize = HANDLE_BASE >> HANDLE_SHIFT;
+/// Handle numbers stop before this one (`n << 3` must stay below the kind bits).
+const HANDLE_LIMIT: usize = 1 << (KIND_SHIFT - HANDLE_SHIFT);
 
 /// [`new_handle`] on the counter `next`.
 fn mint_handle(next: &AtomicUsize) -> Res<usize> {
     next.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
         (n < HANDLE_LIMIT).then_some(n + 1)
     })
-    .map(|n| HANDLE_BASE | n << HANDLE_SHIFT)
+    .map(|n| HANDLE_BASE | KIND_COUNTED | n << HANDLE_SHIFT)
     .map_err(|_| {
         Fail::new(
             CoreStatus::NRT_RESOURCE,
@@ -306,7 +438,7 @@ fn mint_handle(next: &AtomicUsize) -> Res<usize> {
 }
 
 /// The C pointer of handle `h`. It has no provenance: nothing may read or write through it
-/// (nothing does: pointers coming back from C are only looked up by address).
+/// (nothing does: pointers coming back from C are only decoded or looked up by address).
 pub(crate) fn handle_ptr<T>(h: usize) -> *mut T {
     std::ptr::without_provenance_mut(h)
 }
@@ -315,14 +447,13 @@ pub(crate) fn handle_ptr<T>(h: usize) -> *mut T {
 /// its handle ([`new_handle`]), so a caller's pointer is looked up, never dereferenced.
 #[derive(Default)]
 pub(crate) struct SetEntry {
-    /// `(name, tensor)` in insertion order.
+    /// `(name, tensor pointer)` in insertion order.
     pub entries: Vec<(String, usize)>,
 }
 
 /// Live tensor sets by handle. Not tied to one runtime: a set made before `nrt_close` can still
 /// be destroyed after it.
-pub(crate) static SETS: LazyLock<Mutex<BTreeMap<usize, SetEntry>>> =
-    LazyLock::new(|| Mutex::new(BTreeMap::new()));
+pub(crate) static SETS: Registry<SetEntry> = Registry::new();
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -625,13 +756,14 @@ mod tests {
         let distinct: std::collections::BTreeSet<usize> = hs.iter().copied().collect();
         assert_eq!(distinct.len(), hs.len());
         for &h in &hs {
-            assert!(h != 0 && h % 16 == 0 && h & HANDLE_BASE != 0, "{h:#x}");
+            assert!(h != 0 && h % 8 == 0 && h & HANDLE_BASE != 0, "{h:#x}");
+            assert_eq!(h & KIND_MASK, KIND_COUNTED, "{h:#x}");
             assert_eq!(handle_ptr::<u8>(h).addr(), h);
         }
         let next = AtomicUsize::new(HANDLE_LIMIT - 1);
         assert_eq!(
             mint_handle(&next).unwrap(),
-            HANDLE_BASE | (HANDLE_LIMIT - 1) << HANDLE_SHIFT
+            HANDLE_BASE | KIND_COUNTED | (HANDLE_LIMIT - 1) << HANDLE_SHIFT
         );
         for _ in 0..2 {
             let e = mint_handle(&next).unwrap_err();

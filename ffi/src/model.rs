@@ -3,9 +3,10 @@
 //! `nrt_load` takes a NEFF container (docs/NEFF.md: its header gates, archive and metadata are
 //! checked as libnrt checks them, and its footprint is booked under libnrt's usage types) or a
 //! model manifest (JSON, format `"nrt-dmem-model/2"`, docs/MANIFEST.md): this runtime models
-//! libnrt's device memory, not the NeuronCore's instruction set. The `nrt_model_t *` handed back is an opaque handle registered with the
-//! runtime and never reused within the process (`global::new_handle`); every call looks a
-//! caller's pointer up in that registry, never dereferences it.
+//! libnrt's device memory, not the NeuronCore's instruction set. The `nrt_model_t *` handed
+//! back is an opaque handle registered with the runtime (`Runtime::models`, sharded: no
+//! process-wide lock) and never reused within the process (`global::new_handle`); every call
+//! looks a caller's pointer up in that registry, never dereferences it.
 
 use std::ffi::c_void;
 
@@ -23,9 +24,8 @@ pub(crate) fn model_of(
     r: &Runtime,
     model: *const nrt_model_t,
 ) -> Res<(nrt_core::abi::H_MODEL, u32)> {
-    lock(&r.models)
-        .get(&model_key(model)?)
-        .map(|e| (e.h, e.vnc))
+    r.models
+        .with(model_key(model)?, |e| (e.h, e.vnc))
         .ok_or_else(not_loaded)
 }
 
@@ -113,7 +113,7 @@ pub(crate) unsafe fn load(
             Err(e) => return Err(Fail::new(e.status(), e)),
         };
         let io = m.tensor_info();
-        lock(&r.models).insert(
+        r.models.insert(
             key,
             ModelEntry {
                 h,
@@ -163,40 +163,35 @@ pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
             // Taken out of the registry first: of two threads unloading the same model, one
             // unloads it and the other gets NRT_INVALID_HANDLE from here.
             let key = model_key(model)?;
-            let e = lock(&r.models).remove(&key).ok_or_else(not_loaded)?;
+            let e = r.models.remove(key).ok_or_else(not_loaded)?;
             r.rt.nrt().unload_model(e.h).inspect_err(|_| {
-                lock(&r.models).insert(key, e);
+                r.models.insert(key, e);
             })?;
             Ok(())
         })
     })
 }
 
-/// Snapshot of a registered tensor set as the core's `TensorSet`.
-/// The tensors of `set` as the core binds them: each stored handle looked up in `r` (a tensor
-/// freed since it was added is NRT_INVALID), and pinned in `pins` for the execution.
-fn set_snapshot(
-    r: &Runtime,
-    set: *const nrt_tensor_set_t,
-    what: &str,
-    pins: &mut Vec<global::Pinned>,
-) -> Res<Box<TensorSet>> {
+/// The tensors of registered set `set` as the core binds them: each stored pointer decoded
+/// in `r` (the core refuses, with NRT_INVALID, a tensor freed since it was added; it pins the
+/// bound tensors for the execution).
+fn set_snapshot(r: &Runtime, set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>> {
     if set.is_null() {
         return Err(Fail::invalid(format_args!("{what} is NULL")));
     }
-    let sets = lock(&global::SETS);
-    let e = sets.get(&set.addr()).ok_or_else(|| {
-        Fail::invalid(format_args!(
-            "{what} is not a live tensor set (destroyed, foreign or corrupt pointer)"
-        ))
-    })?;
-    let mut ts = Box::<TensorSet>::default();
-    for (name, t) in &e.entries {
-        let pin = r.tensor(global::handle_ptr(*t))?;
-        ts.add(name, pin.handle(r)?)?;
-        pins.push(pin);
-    }
-    Ok(ts)
+    global::SETS
+        .with(set.addr(), |e| {
+            let mut ts = Box::<TensorSet>::default();
+            for (name, t) in &e.entries {
+                ts.add(name, r.tensor(global::handle_ptr(*t))?)?;
+            }
+            Ok(ts)
+        })
+        .ok_or_else(|| {
+            Fail::invalid(format_args!(
+                "{what} is not a live tensor set (destroyed, foreign or corrupt pointer)"
+            ))
+        })?
 }
 
 /// Executes a model. Inputs and outputs are bound by the names the model declares; a missing
@@ -227,11 +222,8 @@ pub(crate) fn execute(
 ) -> Res {
     global::with_rt(|r| {
         let (h, _) = model_of(r, model)?;
-        // The bound tensors stay pinned (a racing nrt_tensor_free waits) until the
-        // executions are done.
-        let mut pins = Vec::new();
-        let ins = set_snapshot(r, input_set, "input_set", &mut pins)?;
-        let outs = set_snapshot(r, output_set, "output_set", &mut pins)?;
+        let ins = set_snapshot(r, input_set, "input_set")?;
+        let outs = set_snapshot(r, output_set, "output_set")?;
         for _ in 0..repeat {
             r.rt.execute(h, &ins, &outs)?;
         }

@@ -123,6 +123,27 @@ pub struct nrtx_vnc_memory_stats_t {
     pub host_bytes_peak: u64,
 }
 
+/// Device-wide memory of one device (`nrtx_get_device_memory_stats`, issue 20 item 5): what
+/// every process holds and what this one holds. On a shared simulated device
+/// (`NRT_DMEM_DEVICE=sim:trn2@name`) the figures cover every process using it; elsewhere
+/// only this process is known (`processes` = 1, `shared` = 0).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct nrtx_device_memory_stats_t {
+    /// HBM bytes the device's pools hold, all processes.
+    pub device_bytes_used: u64,
+    /// HBM bytes the device has (all channels, firmware carve-outs included).
+    pub device_bytes_total: u64,
+    /// HBM bytes this process holds on the device.
+    pub process_device_bytes_used: u64,
+    /// Host DMA bytes of the device's pool, all processes.
+    pub host_bytes_used: u64,
+    /// Processes attached to the device.
+    pub processes: u32,
+    /// 1 on a shared simulated device, else 0.
+    pub shared: u32,
+}
+
 /// The usage ledger of one logical core (`nrtx_get_vnc_usage`): bytes per
 /// `dma_mem_usage_type_t`, index `NRTX_USAGE_TOTAL` holding the total. Names of the indices:
 /// `nrtx_get_usage_type_name`.
@@ -286,6 +307,68 @@ pub extern "C" fn nrtx_get_usage_type_name(usage: u32) -> *const c_char {
     })
 }
 
+/// Device-wide memory of `device` (an attached device index): every process's bytes and this
+/// process's. Size-in/size-out as `nrt_get_vnc_memory_stats`.
+///
+/// # Safety
+/// `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nrtx_get_device_memory_stats(
+    device: u32,
+    stats: *mut nrtx_device_memory_stats_t,
+    stats_size_in: usize,
+    stats_size_out: *mut usize,
+) -> NRT_STATUS {
+    entry("nrtx_get_device_memory_stats", || {
+        global::with_rt(|r| {
+            let n = r.rt.nrt();
+            if device >= n.num_devices() {
+                return Err(Error::DeviceOutOfRange(device).into());
+            }
+            let g = n.geom(device);
+            let drv = r.rt.driver();
+            let mut used = 0;
+            for h in 0..g.channels {
+                let p = drv.pool_stats(device, false, h).map_err(Error::Driver)?;
+                used += p.capacity - p.free;
+            }
+            let host = drv
+                .pool_stats(device, true, 0)
+                .map_or(0, |p| p.capacity - p.free);
+            let total = u64::from(g.channels) * g.channel_size;
+            let v = match r.rt.shared() {
+                Some(s) => {
+                    let snap = s.snapshot();
+                    let mine = snap
+                        .procs
+                        .iter()
+                        .find(|p| p.slot == s.slot())
+                        .map_or(0, |p| p.device_bytes(device as usize));
+                    nrtx_device_memory_stats_t {
+                        device_bytes_used: used,
+                        device_bytes_total: total,
+                        process_device_bytes_used: mine,
+                        host_bytes_used: host,
+                        processes: snap.procs.len() as u32,
+                        shared: 1,
+                    }
+                }
+                None => nrtx_device_memory_stats_t {
+                    device_bytes_used: used,
+                    device_bytes_total: total,
+                    process_device_bytes_used: used,
+                    host_bytes_used: host,
+                    processes: 1,
+                    shared: 0,
+                },
+            };
+            // SAFETY: caller contract.
+            unsafe { put_sized(&v, stats, stats_size_in, stats_size_out) }
+        })
+    })
+}
+
 fn hbm_stats(r: &global::Runtime, device: u32, hbm: u32) -> Res<nrtx_hbm_stats_t> {
     let n = r.rt.nrt();
     if device >= n.num_devices() {
@@ -385,15 +468,12 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
             if model.is_null() {
                 return Err(Fail::invalid("model is NULL"));
             }
-            let h = lock(&r.models)
-                .get(&model.addr())
-                .map(|e| e.h)
-                .ok_or_else(|| {
-                    Fail::new(
-                        CoreStatus::NRT_INVALID_HANDLE,
-                        "model is not a loaded model of this runtime",
-                    )
-                })?;
+            let h = r.models.with(model.addr(), |e| e.h).ok_or_else(|| {
+                Fail::new(
+                    CoreStatus::NRT_INVALID_HANDLE,
+                    "model is not a loaded model of this runtime",
+                )
+            })?;
             let i = r.rt.nrt().model_info(h)?;
             let v = nrtx_model_memory_t {
                 // A model's core is one the runtime found it on: always an index.

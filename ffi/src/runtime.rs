@@ -64,7 +64,10 @@ pub extern "C" fn nrt_close() {
 fn total_from_config() -> Res<(u32, RuntimeConfig)> {
     let cfg = config()?;
     let (arch, cores, devices) = match cfg.device {
-        DeviceChoice::Sim { preset, devices } => {
+        DeviceChoice::Sim { preset, devices }
+        | DeviceChoice::Shared {
+            preset, devices, ..
+        } => {
             let i = preset.device_info();
             (i.arch, i.cores_per_device, devices)
         }

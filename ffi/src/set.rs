@@ -1,12 +1,13 @@
 //! Tensor sets (public API §2; spec §7.3): name → tensor, the inputs or outputs of one
 //! `nrt_execute`. A `nrt_tensor_set_t *` is an opaque handle, never reused within the process
-//! (`global::new_handle`); callers' pointers are looked up, never dereferenced.
+//! (`global::new_handle`); callers' pointers are looked up (in the sharded `global::SETS`),
+//! never dereferenced.
 
 use std::ffi::c_char;
 
 use nrt_core::abi::NRT_STATUS as CoreStatus;
 
-use crate::global::{self, entry, lock, put, required_name, Fail, SetEntry, SETS};
+use crate::global::{self, entry, put, required_name, Fail, SetEntry, SETS};
 use crate::status::NRT_STATUS;
 use crate::types::{nrt_tensor_set_t, nrt_tensor_t};
 
@@ -25,7 +26,7 @@ pub unsafe extern "C" fn nrt_allocate_tensor_set(result: *mut *mut nrt_tensor_se
                 return Err(Fail::invalid("result is NULL"));
             }
             let h = global::new_handle()?;
-            lock(&SETS).insert(h, SetEntry::default());
+            SETS.insert(h, SetEntry::default());
             // SAFETY: checked non-null; caller contract.
             unsafe { put(result, global::handle_ptr(h), "result") }
         })
@@ -44,7 +45,7 @@ pub unsafe extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut nrt_tensor
         let Some(set) = (unsafe { global::take_nulled(tensor_set) }) else {
             return Ok(());
         };
-        match lock(&SETS).remove(&set.addr()) {
+        match SETS.remove(set.addr()) {
             Some(_) => Ok(()),
             None => Err(Fail::invalid(
                 "tensor_set is not a live tensor set (already destroyed, foreign or corrupt pointer)",
@@ -70,24 +71,26 @@ pub unsafe extern "C" fn nrt_add_tensor_to_tensor_set(
         global::with_rt(|r| {
             // SAFETY: caller contract.
             let name = unsafe { required_name(tensor_name, "tensor_name") }?;
-            r.tensor(tensor)?;
-            let mut sets = lock(&SETS);
-            let e = sets
-                .get_mut(&tensor_set.addr())
-                .filter(|_| !tensor_set.is_null())
-                .ok_or_else(|| Fail::invalid("tensor_set is NULL or not a live tensor set"))?;
-            if let Some(slot) = e.entries.iter_mut().find(|(n, _)| n == name) {
-                slot.1 = tensor.addr();
-                return Ok(());
+            // A live tensor of this runtime when added (checked by the core now).
+            r.rt.nrt().tensor_get_size(r.tensor(tensor)?)?;
+            if tensor_set.is_null() {
+                return Err(Fail::invalid("tensor_set is NULL or not a live tensor set"));
             }
-            if e.entries.len() >= NRT_TENSOR_SET_MAX {
-                return Err(Fail::new(
-                    CoreStatus::NRT_RESOURCE,
-                    format_args!("tensor set is full ({NRT_TENSOR_SET_MAX} tensors)"),
-                ));
-            }
-            e.entries.push((name.to_string(), tensor.addr()));
-            Ok(())
+            SETS.with(tensor_set.addr(), |e| {
+                if let Some(slot) = e.entries.iter_mut().find(|(n, _)| n == name) {
+                    slot.1 = tensor.addr();
+                    return Ok(());
+                }
+                if e.entries.len() >= NRT_TENSOR_SET_MAX {
+                    return Err(Fail::new(
+                        CoreStatus::NRT_RESOURCE,
+                        format_args!("tensor set is full ({NRT_TENSOR_SET_MAX} tensors)"),
+                    ));
+                }
+                e.entries.push((name.to_string(), tensor.addr()));
+                Ok(())
+            })
+            .ok_or_else(|| Fail::invalid("tensor_set is NULL or not a live tensor set"))?
         })
     })
 }
@@ -110,16 +113,17 @@ pub unsafe extern "C" fn nrt_get_tensor_from_tensor_set(
             if tensor.is_null() {
                 return Err(Fail::invalid("tensor is NULL"));
             }
-            let sets = lock(&SETS);
-            let e = sets
-                .get(&tensor_set.addr())
-                .filter(|_| !tensor_set.is_null())
-                .ok_or_else(|| Fail::invalid("tensor_set is NULL or not a live tensor set"))?;
-            let t = e
-                .entries
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, t)| global::handle_ptr::<nrt_tensor_t>(*t))
+            if tensor_set.is_null() {
+                return Err(Fail::invalid("tensor_set is NULL or not a live tensor set"));
+            }
+            let t = SETS
+                .with(tensor_set.addr(), |e| {
+                    e.entries
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, t)| global::handle_ptr::<nrt_tensor_t>(*t))
+                })
+                .ok_or_else(|| Fail::invalid("tensor_set is NULL or not a live tensor set"))?
                 .ok_or_else(|| {
                     Fail::invalid(format_args!("the tensor set has no tensor named {name:?}"))
                 })?;

@@ -1,8 +1,8 @@
-//! Tensors (public API §2; spec §7). A `nrt_tensor_t *` is an opaque handle, never reused in
-//! the process (`global::new_handle`), looked up in the runtime's registry
-//! (`Runtime::tensor`), never dereferenced. So a freed, doubly freed, foreign or corrupt
-//! pointer is always NRT_INVALID, and a tensor of a closed runtime NRT_CLOSED, however many
-//! tensors came and went since (the core's own slots are reused, after a quarantine).
+//! Tensors (public API §2; spec §7). A `nrt_tensor_t *` is the core's generation-checked
+//! tensor handle encoded in a pointer value (`Runtime::tensor_ptr`), decoded at each call
+//! (`Runtime::tensor`) and never dereferenced; the core checks it. So a freed, doubly freed,
+//! foreign or corrupt pointer is NRT_INVALID however many tensors came and went since, and no
+//! call takes a process-wide lock to find its tensor.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate(
                 ),
                 String::new,
             )?;
-            let h = r.register_tensor(t)?;
+            let h = r.tensor_ptr(t)?;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor, h, "tensor") }
         })
@@ -68,11 +68,12 @@ pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
         let Some(t) = (unsafe { global::take_nulled(tensor) }) else {
             return Ok(());
         };
+        // The core's free: exactly one of racing frees releases the tensor, after every
+        // call using it on another thread is done; the others get InvalidHandle.
         global::with_rt(|r| {
-            let t = r.unregister_tensor(t)?;
-            // SAFETY: `t` is a live core tensor this runtime made; unregistering gave this
-            // call the only reference and waited for every pin, so nobody else frees it.
-            Ok(unsafe { nrt_core::raw::tensor_free(&r.rt.nrt(), t, Some(r.rt.host_mem())) }?)
+            Ok(r.rt
+                .nrt()
+                .tensor_free(r.tensor(t)?, Some(r.rt.host_mem()))?)
         })
     })
 }
@@ -99,10 +100,10 @@ pub unsafe extern "C" fn nrt_tensor_read(
     entry("nrt_tensor_read", || {
         global::with_rt(|r| {
             let t = r.tensor(tensor)?;
-            window(r, t.handle(r)?, offset, size)?;
+            window(r, t, offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { out_bytes(buf as *mut u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_read(t.handle(r)?, b, offset as u64)?)
+            Ok(r.rt.nrt().tensor_read(t, b, offset as u64)?)
         })
     })
 }
@@ -121,10 +122,10 @@ pub unsafe extern "C" fn nrt_tensor_write(
     entry("nrt_tensor_write", || {
         global::with_rt(|r| {
             let t = r.tensor(tensor)?;
-            window(r, t.handle(r)?, offset, size)?;
+            window(r, t, offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { in_bytes(buf as *const u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_write(t.handle(r)?, b, offset as u64)?)
+            Ok(r.rt.nrt().tensor_write(t, b, offset as u64)?)
         })
     })
 }
@@ -145,9 +146,9 @@ pub unsafe extern "C" fn nrt_tensor_copy(
     entry("nrt_tensor_copy", || {
         global::with_rt(|r| {
             Ok(r.rt.nrt().tensor_copy(
-                r.tensor(src)?.handle(r)?,
+                r.tensor(src)?,
                 src_offset as u64,
-                r.tensor(dst)?.handle(r)?,
+                r.tensor(dst)?,
                 dst_offset as u64,
                 size as u64,
             )?)
@@ -162,7 +163,7 @@ pub unsafe extern "C" fn nrt_tensor_copy(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_size(tensor: *const nrt_tensor_t) -> usize {
     global::entry_value("nrt_tensor_get_size", 0, || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(r.tensor(tensor)?.handle(r)?)? as usize))
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(r.tensor(tensor)?)? as usize))
     })
 }
 
@@ -179,12 +180,9 @@ pub unsafe extern "C" fn nrt_tensor_memset(
 ) -> NRT_STATUS {
     entry("nrt_tensor_memset", || {
         global::with_rt(|r| {
-            Ok(r.rt.nrt().tensor_memset(
-                r.tensor(tensor)?.handle(r)?,
-                offset,
-                value as u8,
-                size as u64,
-            )?)
+            Ok(r.rt
+                .nrt()
+                .tensor_memset(r.tensor(tensor)?, offset, value as u8, size as u64)?)
         })
     })
 }
@@ -205,8 +203,8 @@ pub unsafe extern "C" fn nrt_tensor_allocate_empty(
             }
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
-            let t = nrt_core::raw::tensor_allocate_empty(&r.rt.nrt(), name)?;
-            let h = r.register_tensor(t)?;
+            let t = r.rt.nrt().tensor_allocate_empty(name)?;
+            let h = r.tensor_ptr(t)?;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor, h, "tensor") }
         })
@@ -233,7 +231,7 @@ pub unsafe extern "C" fn nrt_tensor_attach_buffer(
             // and writes of `size` bytes for as long as the tensor (or a slice of it) views it.
             Ok(unsafe {
                 r.rt.nrt().tensor_attach_buffer(
-                    t.handle(r)?,
+                    t,
                     buffer as *mut u8,
                     size as u64,
                     Some(r.rt.host_mem()),
@@ -265,12 +263,12 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
             let t = r.rt.nrt().tensor_allocate_slice(
-                r.tensor(tensor_source)?.handle(r)?,
+                r.tensor(tensor_source)?,
                 offset as u64,
                 size as u64,
                 name,
             )?;
-            let h = r.register_tensor(nrt_core::raw::tensor_ptr(&r.rt.nrt(), t)?)?;
+            let h = r.tensor_ptr(t)?;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor_slice, h, "tensor_slice") }
         })
@@ -285,9 +283,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_va(tensor: *const nrt_tensor_t) -> *mut c_void {
     global::entry_value("nrt_tensor_get_va", std::ptr::null_mut(), || {
-        global::with_rt(|r| {
-            Ok(r.rt.nrt().tensor_get_va(r.tensor(tensor)?.handle(r)?)? as *mut c_void)
-        })
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_va(r.tensor(tensor)?)? as *mut c_void))
     })
 }
 
@@ -308,7 +304,7 @@ pub unsafe extern "C" fn nrt_tensor_get_device_allocation_info(
             }
             let i =
                 r.rt.nrt()
-                    .tensor_device_allocation_info(r.tensor(tensor)?.handle(r)?)?;
+                    .tensor_device_allocation_info(r.tensor(tensor)?)?;
             let v = nrt_tensor_device_allocation_info_t {
                 physical_address: i.physical_address,
                 size: i.size as usize,
@@ -339,7 +335,7 @@ pub unsafe extern "C" fn nrt_tensor_check_output_completion(
     entry("nrt_tensor_check_output_completion", || {
         let deadline =
             (timeout >= 0).then(|| Instant::now() + Duration::from_micros(timeout as u64));
-        // Which runtime the wait began in (its `first_handle`).
+        // Which runtime the wait began in (its `serial`).
         let mut began = None;
         loop {
             let slice = match deadline {
@@ -347,14 +343,14 @@ pub unsafe extern "C" fn nrt_tensor_check_output_completion(
                 None => WAIT_SLICE,
             };
             let r = global::with_rt(|r| {
-                if began.is_some_and(|b| b != r.first_handle) {
+                if began.is_some_and(|b| b != r.serial) {
                     // The runtime this wait began in closed between two slices, and another
                     // one started: the wait ends as it would have at the close.
                     return Err(nrt_core::Error::Closed.into());
                 }
-                began = Some(r.first_handle);
+                began = Some(r.serial);
                 Ok(r.rt.wait_output_completion(
-                    r.tensor(output_tensor)?.handle(r)?,
+                    r.tensor(output_tensor)?,
                     Some(slice),
                     expected_completion_count,
                 )?)
@@ -384,7 +380,7 @@ pub unsafe extern "C" fn nrt_tensor_reset_output_completion(
         global::with_rt(|r| {
             Ok(r.rt
                 .nrt()
-                .tensor_reset_output_completion(r.tensor(output_tensor)?.handle(r)?)?)
+                .tensor_reset_output_completion(r.tensor(output_tensor)?)?)
         })
     })
 }

@@ -1,6 +1,6 @@
 //! Opaque pointers a C application keeps too long or shares between threads: tensor pointers
-//! are handles that are never reused, so a stale copy is always refused, even after thousands
-//! of tensors came and went; a free racing another call on the same tensor waits for it; a
+//! are the core's generation-checked handles, so a stale copy is always refused, even after
+//! 10⁵ tensors came and went in its slot, and one of a closed runtime too; a free racing another call on the same tensor waits for it; a
 //! completion wait that spans `nrt_close` + `nrt_init` ends with NRT_CLOSED; `nrt_load` with
 //! `vnc = -1` takes the first free logical core (public API §2). The runtime is
 //! process-global, so the tests take turns.
@@ -93,6 +93,103 @@ fn a_stale_tensor_pointer_is_refused_however_many_tensors_came_since() {
         nrt_destroy_tensor_set(&mut set);
     }
     nrt_close();
+}
+
+/// The done-means of issue 16: a freed tensor's pointer stays refused after 10⁵ other frees
+/// (on a core whose tensors reuse the same few slots), and freeing it again frees nobody's.
+#[test]
+fn a_stale_tensor_pointer_is_refused_after_a_hundred_thousand_frees() {
+    let _turn = init();
+    // SAFETY: C-ABI calls with valid out-pointers; `stale` is deliberately a freed tensor.
+    unsafe {
+        let mut stale = null_mut();
+        assert_eq!(nrt_tensor_allocate(0, 0, 4096, null_mut(), &mut stale), OK);
+        let kept = stale;
+        nrt_tensor_free(&mut stale);
+        let mut live = null_mut();
+        for i in 0..100_000u32 {
+            let mut t = null_mut();
+            assert_eq!(nrt_tensor_allocate(0, 0, 4096, null_mut(), &mut t), OK);
+            assert_ne!(t, kept, "a freed tensor's pointer was handed out again");
+            if i == 99_999 {
+                live = t;
+            } else {
+                nrt_tensor_free(&mut t);
+            }
+        }
+        assert_eq!(nrt_tensor_memset(live, 0, 7, 4096), OK);
+        let mut copy = kept;
+        nrt_tensor_free(&mut copy);
+        assert_eq!(nrt_tensor_get_size(kept), 0);
+        let mut b = [0u8; 4];
+        assert_eq!(
+            nrt_tensor_read(live, b.as_mut_ptr() as *mut c_void, 0, 4),
+            OK
+        );
+        assert_eq!(
+            b, [7; 4],
+            "the double free through the stale copy touched a live tensor"
+        );
+        nrt_tensor_free(&mut live);
+    }
+    nrt_close();
+}
+
+/// A tensor pointer of a runtime `nrt_close` ended is refused in every later runtime,
+/// including after 64 more `nrt_init`s, when the runtime serial bits the pointer carries come
+/// round again and the new runtime's tensor sits in the same slot; the pointers of the other
+/// kinds (set, model) and forged values are not tensors either.
+#[test]
+fn tensor_pointers_of_closed_runtimes_and_other_kinds_are_refused() {
+    let turn = init();
+    let mut old = null_mut();
+    // SAFETY: valid out-pointers; `old` is deliberately kept past its runtime.
+    unsafe {
+        assert_eq!(
+            nrt_tensor_allocate(VIRTUAL, -1, 64, null_mut(), &mut old),
+            OK
+        );
+    }
+    nrt_close();
+    drop(turn);
+    for round in 0..70 {
+        let _turn = init();
+        let mut t = null_mut();
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(nrt_tensor_allocate(VIRTUAL, -1, 64, null_mut(), &mut t), OK);
+            assert_eq!(nrt_tensor_memset(t, 0, 1, 64), OK);
+            assert_eq!(nrt_tensor_get_size(old), 0, "round {round}");
+            assert_eq!(nrt_tensor_memset(old, 0, 9, 64), INVALID, "round {round}");
+            let mut copy = old;
+            nrt_tensor_free(&mut copy);
+            let mut b = [0u8; 4];
+            assert_eq!(nrt_tensor_read(t, b.as_mut_ptr() as *mut c_void, 0, 4), OK);
+            assert_eq!(b, [1; 4], "round {round}");
+            if round == 0 {
+                let mut set = null_mut();
+                assert_eq!(nrt_allocate_tensor_set(&mut set), OK);
+                assert_eq!(nrt_tensor_get_size(set as *const nrt_tensor_t), 0);
+                assert_eq!(
+                    nrt_unload(t as *mut nrt_model_t),
+                    3,
+                    "a tensor is not a model (NRT_INVALID_HANDLE)"
+                );
+                for forged in [
+                    1usize,
+                    8,
+                    usize::MAX,
+                    t as usize ^ (1 << 40),
+                    t as usize + 8,
+                ] {
+                    assert_eq!(nrt_tensor_get_size(forged as *const nrt_tensor_t), 0);
+                }
+                nrt_destroy_tensor_set(&mut set);
+            }
+            nrt_tensor_free(&mut t);
+        }
+        nrt_close();
+    }
 }
 
 #[test]

@@ -19,6 +19,16 @@ pub enum DeviceChoice {
     },
     /// The real driver over `/dev/neuron*`.
     Neuron,
+    /// A simulated device shared by processes (`sim:trn2@prod`, issue 20,
+    /// docs/SHARED_DEVICE.md): the pools live in a file every process naming it maps.
+    Shared {
+        /// Instance preset.
+        preset: Preset,
+        /// Devices.
+        devices: u32,
+        /// The device's name.
+        name: crate::shared::SharedName,
+    },
 }
 
 impl DeviceChoice {
@@ -29,13 +39,29 @@ impl DeviceChoice {
             return Ok(DeviceChoice::Neuron);
         }
         let spec = t.strip_prefix("sim:").unwrap_or(t);
+        if let Some((spec, name)) = spec.split_once('@') {
+            let name = crate::shared::SharedName::parse(name)
+                .map_err(|reason| ConfigError::new("NRT_DMEM_DEVICE", s, reason))?;
+            let (preset, devices) = parse_device_spec(spec).ok_or_else(|| {
+                ConfigError::new(
+                    "NRT_DMEM_DEVICE",
+                    s,
+                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>]@<name>",
+                )
+            })?;
+            return Ok(DeviceChoice::Shared {
+                preset,
+                devices,
+                name,
+            });
+        }
         parse_device_spec(spec)
             .map(|(preset, devices)| DeviceChoice::Sim { preset, devices })
             .ok_or_else(|| {
                 ConfigError::new(
                     "NRT_DMEM_DEVICE",
                     s,
-                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>] or neuron",
+                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>][@<shared name>] or neuron",
                 )
             })
     }
@@ -47,6 +73,16 @@ impl std::fmt::Display for DeviceChoice {
             DeviceChoice::Sim { preset, devices: 1 } => write!(f, "sim:{}", preset.name()),
             DeviceChoice::Sim { preset, devices } => write!(f, "sim:{}x{}", preset.name(), devices),
             DeviceChoice::Neuron => f.write_str("neuron"),
+            DeviceChoice::Shared {
+                preset,
+                devices: 1,
+                name,
+            } => write!(f, "sim:{}@{name}", preset.name()),
+            DeviceChoice::Shared {
+                preset,
+                devices,
+                name,
+            } => write!(f, "sim:{}x{}@{name}", preset.name(), devices),
         }
     }
 }
@@ -465,5 +501,45 @@ mod tests {
             let e = cfg(&[(k, v)]).unwrap_err();
             assert_eq!(e.var, k);
         }
+    }
+
+    #[test]
+    fn a_shared_device_is_a_preset_and_a_safe_name() {
+        let d = DeviceChoice::parse("sim:trn2x2@prod-1.a_b").unwrap();
+        let DeviceChoice::Shared {
+            preset,
+            devices,
+            name,
+        } = d
+        else {
+            panic!("{d:?}")
+        };
+        assert_eq!(
+            (preset, devices, name.as_str()),
+            (Preset::Trn2, 2, "prod-1.a_b")
+        );
+        // Display round-trips, so `plan` and the CLI can pass it on.
+        assert_eq!(DeviceChoice::parse(&d.to_string()).unwrap(), d);
+        assert_eq!(
+            DeviceChoice::parse("trn1@x").unwrap().to_string(),
+            "sim:trn1@x"
+        );
+        for (s, why) in [
+            ("sim:trn2@../x", "path separator"),
+            ("sim:trn2@a\\b", "path separator"),
+            ("sim:trn2@..", "starts with `.`"),
+            ("sim:trn2@", "empty"),
+            ("sim:trn2@a b", "only letters"),
+            ("sim:gpu@x", "expected sim:"),
+        ] {
+            let e = DeviceChoice::parse(s).unwrap_err();
+            assert!(e.reason.contains(why), "{s}: {}", e.reason);
+        }
+        let long = format!("sim:trn2@{}", "n".repeat(33));
+        assert!(DeviceChoice::parse(&long)
+            .unwrap_err()
+            .reason
+            .contains("longer than 32"));
+        assert!(DeviceChoice::parse(&format!("sim:trn2@{}", "n".repeat(32))).is_ok());
     }
 }

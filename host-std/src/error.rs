@@ -83,6 +83,10 @@ pub enum Error {
         #[source]
         source: Errno,
     },
+    /// A shared simulated device refused this process (docs/SHARED_DEVICE.md): 16 processes,
+    /// a core another process holds, permission, another layout version, a corrupted file.
+    #[error(transparent)]
+    Shared(#[from] crate::shared::SharedError),
 }
 
 /// The core's [`nrt_core::driver::Errno`] of a nix errno: the same Linux number, the type the
@@ -106,6 +110,7 @@ impl Error {
             | Error::Reserve { source, .. }
             | Error::Sim { source, .. } => Some(*source),
             Error::UnsupportedArch { .. } => None,
+            Error::Shared(e) => Some(Errno::from_raw(e.errno.raw())),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! - [`backing`]: lazily committed host memory ([`HostReservation`]) for the simulated device.
 //! - [`simdev`]: [`HostSim`], the simulated device with that memory behind it.
 //! - [`config`]: the environment the real runtime reads ([`RuntimeConfig`]).
+//! - [`shared`]: a simulated device shared by processes (`sim:trn2@name`), its reader.
 //! - [`runtime`]: [`HostRuntime`], a runtime with its driver — what the C ABI and CLI use.
 //! - [`manifest`]: the model manifest, the JSON stand-in for a NEFF ([`Manifest`]).
 //! - [`tensor_info`]: a model's IO tensors as applications see them (dtype, shape, size).
@@ -33,6 +34,7 @@ pub mod plan;
 pub mod runtime;
 #[cfg(feature = "cli")]
 pub mod scenario;
+pub mod shared;
 pub mod simdev;
 pub mod tensor_info;
 

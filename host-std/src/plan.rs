@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, H_MODEL};
 use nrt_core::driver::PoolStats;
 use nrt_core::oom::{FailingChannel, OomCause};
+use nrt_core::sim::SimDevice;
 use nrt_core::tensor::Placement;
 use nrt_core::{CoreSel, LogicalCore, Nrt, TensorHandle};
 use nrt_neff::ReadOptions;
@@ -31,6 +32,7 @@ use serde::Serialize;
 use crate::config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};
 use crate::model_file::{LoadError, ModelFile};
 use crate::runtime::{HostRuntime, StartError};
+use crate::HostSim;
 
 /// Where a model comes from.
 #[derive(Clone, Debug)]
@@ -110,8 +112,9 @@ pub enum PlanError {
     /// `neuron`: a plan never allocates on a real device.
     #[error("plans run on a simulated device only (sim:inf2|trn1|trn2|trn3[xN]), not on `neuron`")]
     RealDevice,
-    /// A shared device by name.
-    #[error("planning against a shared device (`{0}`) is not supported yet; plan on sim:<preset> instead")]
+    /// A shared device by name (`sim:trn2@prod`) that could not be read (the shared device's
+    /// message).
+    #[error("{0}")]
     SharedDevice(String),
     /// The runtime refused the configuration (LNC size, visible cores: the runtime's message).
     #[error("{0}")]
@@ -287,6 +290,9 @@ pub struct Plan {
     /// Fragmentation: one line per model that did not fit although its channel had enough
     /// free bytes in total, but no free block (or none at its alignment) holding the request.
     pub fragmentation: Vec<String>,
+    /// Planned against a shared device: the note saying it was a snapshot, and of what.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 impl Plan {
@@ -332,22 +338,25 @@ fn is_file_name(label: &str, key: &str) -> bool {
 /// Parses the plan's device string: a simulated device only.
 pub fn parse_plan_device(s: &str) -> Result<DeviceChoice, PlanError> {
     let t = s.trim();
-    if let Some(name) = t.strip_prefix("shared:") {
-        return Err(PlanError::SharedDevice(name.to_string()));
-    }
     match DeviceChoice::parse(t)? {
         DeviceChoice::Neuron => Err(PlanError::RealDevice),
         d => Ok(d),
     }
 }
 
-fn start(cfg: RuntimeConfig) -> Result<Scratch, PlanError> {
-    HostRuntime::start(cfg)
-        .map(|rt| Scratch { rt })
-        .map_err(|e| match e {
-            StartError::Init(e) => PlanError::Config(e.to_string()),
-            e => PlanError::Config(e.to_string()),
-        })
+/// A scratch runtime for `cfg`: on a fresh simulated device, or on a private copy of `base`
+/// (the snapshot of a shared device the plan runs against).
+fn start(cfg: RuntimeConfig, base: Option<&SimDevice>) -> Result<Scratch, PlanError> {
+    let rt = match base {
+        Some(b) => HostSim::from_snapshot(b)
+            .map_err(|e| StartError::Build(e.into()))
+            .and_then(|sim| HostRuntime::start_on(cfg, sim)),
+        None => HostRuntime::start(cfg),
+    };
+    rt.map(|rt| Scratch { rt }).map_err(|e| match e {
+        StartError::Init(e) => PlanError::Config(e.to_string()),
+        e => PlanError::Config(e.to_string()),
+    })
 }
 
 /// `vnc = -1`: the first visible logical core with no model, else the fewest (lowest index).
@@ -481,7 +490,24 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         num_cores: None,
     });
     let allow_legacy = req.read_options.allow_legacy_neff;
-    let s = start(cfg)?;
+    // A shared device: plan on a copy of its pools taken now, under its lock.
+    let (base, snapshot) = match device {
+        DeviceChoice::Shared { name, .. } => {
+            let (b, snap) = crate::shared::snapshot_pools(&name)
+                .map_err(|e| PlanError::SharedDevice(e.to_string()))?;
+            let note = format!(
+                "planned on a snapshot of shared device `{name}` taken under its lock: {} \
+                 process(es) holding {} resident; what they allocate or free after it is not \
+                 in this plan",
+                snap.procs.len(),
+                fmt(snap.total_bytes())
+            );
+            (Some(b), Some(note))
+        }
+        _ => (None, None),
+    };
+    let base = base.as_deref();
+    let s = start(cfg, base)?;
     let nrt = s.rt.nrt();
 
     let mut models = Vec::with_capacity(parsed.len());
@@ -555,6 +581,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         let what_ifs = if req.what_ifs && oom.as_ref().is_some_and(|o| !o.larger_than_channel) {
             let ctx = Replay {
                 cfg: &cfg,
+                base,
                 parsed: &parsed,
                 landed: &landed,
                 allow_legacy,
@@ -580,6 +607,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         hbm,
         first_failure,
         fragmentation: frag,
+        snapshot,
     })
 }
 
@@ -780,6 +808,7 @@ fn oom_figures(
 /// each landed in the plan (`None`: it did not fit).
 struct Replay<'a> {
     cfg: &'a RuntimeConfig,
+    base: Option<&'a SimDevice>,
     parsed: &'a [Parsed],
     landed: &'a [Option<i64>],
     allow_legacy: bool,
@@ -800,7 +829,7 @@ impl Replay<'_> {
         skip: &[usize],
         cores: &[i64],
     ) -> Result<Vec<Result<(), String>>, String> {
-        let s = start(*self.cfg).map_err(|e| e.to_string())?;
+        let s = start(*self.cfg, self.base).map_err(|e| e.to_string())?;
         for (j, p) in self.parsed.iter().enumerate().take(upto) {
             let Some(core) = self.landed[j] else { continue };
             if skip.contains(&j) {
@@ -839,7 +868,7 @@ impl Replay<'_> {
     /// (explicit ones dropped: core numbers change with the LNC size), on a fresh device of
     /// `cfg`: `Ok` when all of them fit.
     fn default_placement(&self, cfg: &RuntimeConfig, upto: usize) -> Result<(), String> {
-        let s = start(*cfg).map_err(|e| e.to_string())?;
+        let s = start(*cfg, self.base).map_err(|e| e.to_string())?;
         let nrt = s.rt.nrt();
         for (j, p) in self.parsed.iter().enumerate().take(upto + 1) {
             if j < upto && self.landed[j].is_none() {
@@ -885,7 +914,7 @@ fn what_ifs(r: &Replay<'_>, failed: usize, core: i64, visible: i64, lnc: u32) ->
         c.vcores.lnc_size = Some(size);
         // Not a size this device takes (or the visible cores do not exist then), or one it
         // ignores (the in-force size is another).
-        if !start(c).is_ok_and(|s| s.rt.nrt().lnc_size() == size) {
+        if !start(c, r.base).is_ok_and(|s| s.rt.nrt().lnc_size() == size) {
             continue;
         }
         out.push(verdict(

@@ -18,6 +18,7 @@ use nrt_core::tensor::{HostMem, TensorSet};
 use nrt_core::{CoreState, Nrt};
 
 use crate::config::{DeviceChoice, RuntimeConfig};
+use crate::shared::{claimed_cores, JoinRequest, SharedDevice};
 use crate::{HostSim, NeuronDriver};
 
 /// `malloc`-backed host memory for VIRTUAL tensors.
@@ -41,6 +42,7 @@ impl HostMem for MallocHostMem {
 enum Backend {
     Sim(HostSim),
     Neuron(NeuronDriver),
+    Shared(SharedDevice),
 }
 
 /// A runtime: state block + driver + host memory. Not yet initialised when built.
@@ -80,6 +82,22 @@ impl HostRuntime {
                 Backend::Sim(HostSim::new(&c)?)
             }
             DeviceChoice::Neuron => Backend::Neuron(NeuronDriver::open()?),
+            DeviceChoice::Shared {
+                preset,
+                devices,
+                name,
+            } => {
+                let mut c = SimConfig::new(preset, devices);
+                c.aligned_alloc = config.aligned_alloc;
+                c.channel_size_override = config.sim_channel_size;
+                // The cores this process's slice will own (an invalid slice claims none:
+                // bring-up then refuses it with the runtime's own message).
+                let mut info = preset.device_info();
+                info.hbm_channel_size = c.channel_size_override.unwrap_or(info.hbm_channel_size);
+                let cores = claimed_cores(&info, devices, &config.vcores).unwrap_or([0; 32]);
+                let req = JoinRequest { config: c, cores };
+                Backend::Shared(SharedDevice::open(&name, &req).map_err(crate::Error::from)?)
+            }
         };
         let st = CoreState::with_capacity(&config.capacity).map_err(BuildError::Capacity)?;
         Ok(HostRuntime {
@@ -89,6 +107,25 @@ impl HostRuntime {
             config,
             completions: (Mutex::new(0), Condvar::new()),
         })
+    }
+
+    /// Builds a runtime on a simulated device already made (a copy of a shared device's pools,
+    /// `HostSim::from_snapshot`) and initialises it; `config.device` only names it.
+    pub fn start_on(config: RuntimeConfig, sim: HostSim) -> Result<Self, StartError> {
+        nrt_core::sync::set_relax_hook(std::thread::yield_now);
+        let st = CoreState::with_capacity(&config.capacity)
+            .map_err(|e| StartError::Build(BuildError::Capacity(e)))?;
+        let rt = HostRuntime {
+            st,
+            backend: Box::new(Backend::Sim(sim)),
+            host: Box::new(MallocHostMem),
+            config,
+            completions: (Mutex::new(0), Condvar::new()),
+        };
+        rt.nrt()
+            .init(&config.init_options())
+            .map_err(StartError::Init)?;
+        Ok(rt)
     }
 
     /// Builds and initialises (`nrt_init`).
@@ -105,6 +142,7 @@ impl HostRuntime {
         match &*self.backend {
             Backend::Sim(s) => s,
             Backend::Neuron(n) => n,
+            Backend::Shared(s) => s,
         }
     }
 
@@ -123,7 +161,16 @@ impl HostRuntime {
     pub fn sim(&self) -> Option<&SimDevice> {
         match &*self.backend {
             Backend::Sim(s) => Some(s.device()),
-            Backend::Neuron(_) => None,
+            Backend::Neuron(_) | Backend::Shared(_) => None,
+        }
+    }
+
+    /// The shared simulated device, when the runtime runs on one (`sim:trn2@name`): its
+    /// device-wide figures ([`SharedDevice::snapshot`]).
+    pub fn shared(&self) -> Option<&SharedDevice> {
+        match &*self.backend {
+            Backend::Shared(s) => Some(s),
+            _ => None,
         }
     }
 

@@ -32,8 +32,29 @@ impl HostSim {
     /// Builds the simulator for `cfg` and backs each of its devices with a lazily committed
     /// host reservation.
     pub fn new(cfg: &SimConfig) -> Result<Self> {
-        let mut dev = SimDevice::new_boxed(cfg).map_err(sim_err("invalid configuration"))?;
-        let mut mem = Vec::with_capacity(cfg.devices as usize);
+        let dev = SimDevice::new_boxed(cfg).map_err(sim_err("invalid configuration"))?;
+        let sim = Self::with_backings(dev)?;
+        log::debug!(
+            "simulated {} × {:?}: {} B of host memory reserved per device",
+            sim.dev.device_count(),
+            cfg.preset,
+            sim.mem.first().map_or(0, |r| r.len())
+        );
+        Ok(sim)
+    }
+
+    /// A private copy of `src` (its pools as they are now, [`SimDevice::copy_to`]) with host
+    /// memory behind each device: what a plan against a shared device runs on.
+    pub fn from_snapshot(src: &SimDevice) -> Result<Self> {
+        let b = Box::<SimDevice>::new_zeroed();
+        // SAFETY: `SimDevice` is `ZeroValid`: all-zero bytes are its uninitialised state.
+        let mut dev = unsafe { b.assume_init() };
+        src.copy_to(&mut dev);
+        Self::with_backings(dev)
+    }
+
+    fn with_backings(mut dev: Box<SimDevice>) -> Result<Self> {
+        let mut mem = Vec::with_capacity(dev.device_count() as usize);
         for d in 0..dev.device_count() {
             let r = HostReservation::reserve(dev.backing_len(d))?;
             // SAFETY: `r` is valid for reads and writes of `r.len()` bytes from any thread
@@ -43,12 +64,6 @@ impl HostSim {
             unsafe { dev.set_backing(d, r.as_ptr(), r.len()) }.map_err(sim_err("set_backing"))?;
             mem.push(r);
         }
-        log::debug!(
-            "simulated {} × {:?}: {} B of host memory reserved per device",
-            dev.device_count(),
-            cfg.preset,
-            mem.first().map_or(0, |r| r.len())
-        );
         Ok(HostSim { dev, mem })
     }
 

@@ -228,7 +228,11 @@ fn bad_input_is_an_error_naming_it() {
     let e = |r: PlanRequest| plan(&r).unwrap_err().to_string();
     assert!(e(request("gpu", &set, false)).contains("expected sim:"));
     assert!(e(request("neuron", &set, false)).contains("simulated device only"));
-    assert!(e(request("shared:team", &set, false)).contains("not supported yet"));
+    // A shared device is named `sim:<preset>@name` (docs/SHARED_DEVICE.md); one that no
+    // process has opened is refused by name.
+    assert!(e(request("shared:team", &set, false)).contains("expected sim:"));
+    let nobody = format!("sim:trn2@plan-test-nobody-{}", std::process::id());
+    assert!(e(request(&nobody, &set, false)).contains("no such shared device"));
     let mut r = request("sim:trn2", &set, false);
     r.lnc_size = Some(3);
     assert!(e(r).contains("does not divide"));

@@ -145,16 +145,20 @@ fn layout(args: &[String]) -> DynResult {
     Ok(())
 }
 
-/// `cargo xtask bench [--json] [--quick]`: the carve allocator against offset-allocator and
-/// range-alloc on identical traces (docs/PERFORMANCE.md), built in release mode; prints one
-/// JSON object on stdout (`--json`: nothing else). `ci` runs it with `--quick` as a smoke.
+/// `cargo xtask bench [--json] [--quick] [--capi]`: the carve allocator against
+/// offset-allocator and range-alloc on identical traces, the dmem path, and the C API under
+/// 1, 2 and 4 threads (docs/PERFORMANCE.md), built in release mode; prints one JSON object on
+/// stdout (`--json`: nothing else; `--capi`: the C API benchmark only). `ci` runs it with
+/// `--quick` as a smoke.
 fn bench(args: &[String]) -> DynResult {
-    if let Some(bad) = args
-        .iter()
-        .find(|a| !matches!(a.as_str(), "--json" | "--quick" | "--threads" | "--dmem"))
-    {
+    if let Some(bad) = args.iter().find(|a| {
+        !matches!(
+            a.as_str(),
+            "--json" | "--quick" | "--threads" | "--dmem" | "--capi"
+        )
+    }) {
         return Err(format!(
-            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem)"
+            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem, --capi)"
         )
         .into());
     }
@@ -183,7 +187,7 @@ fn usage() -> &'static str {
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--heap|--full|--ci]  the no_std image: build, run, footprint targets\n  \
-     bench [--json] [--quick]  carve vs offset-allocator / range-alloc (docs/PERFORMANCE.md)\n  \
+     bench [--json] [--quick] [--threads] [--dmem] [--capi]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
      dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc\n  \
      loom     loom models of the handle counter, handle pin vs free, drain and ext-isa staging"

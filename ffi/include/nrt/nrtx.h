@@ -95,6 +95,27 @@ typedef struct nrtx_vnc_memory_stats {
 } nrtx_vnc_memory_stats_t;
 
 /**
+ * Device-wide memory of one device (`nrtx_get_device_memory_stats`, issue 20 item 5): what
+ * every process holds and what this one holds. On a shared simulated device
+ * (`NRT_DMEM_DEVICE=sim:trn2@name`) the figures cover every process using it; elsewhere
+ * only this process is known (`processes` = 1, `shared` = 0).
+ */
+typedef struct nrtx_device_memory_stats {
+    /** HBM bytes the device's pools hold, all processes. */
+    uint64_t device_bytes_used;
+    /** HBM bytes the device has (all channels, firmware carve-outs included). */
+    uint64_t device_bytes_total;
+    /** HBM bytes this process holds on the device. */
+    uint64_t process_device_bytes_used;
+    /** Host DMA bytes of the device's pool, all processes. */
+    uint64_t host_bytes_used;
+    /** Processes attached to the device. */
+    uint32_t processes;
+    /** 1 on a shared simulated device, else 0. */
+    uint32_t shared;
+} nrtx_device_memory_stats_t;
+
+/**
  * The usage ledger of one logical core (`nrtx_get_vnc_usage`): bytes per
  * `dma_mem_usage_type_t`, index `NRTX_USAGE_TOTAL` holding the total. Names of the indices:
  * `nrtx_get_usage_type_name`.
@@ -201,6 +222,16 @@ NRT_STATUS nrtx_get_vnc_usage(uint32_t vnc, nrtx_vnc_usage_t *usage, size_t usag
  * `NRTX_USAGE_TOTAL`); NULL past the last index. The string is static.
  */
 const char *nrtx_get_usage_type_name(uint32_t usage);
+
+/**
+ * Device-wide memory of `device` (an attached device index): every process's bytes and this
+ * process's. Size-in/size-out as `nrt_get_vnc_memory_stats`.
+ *
+ * Safety:
+ * `stats` is NULL or valid for writes of `stats_size_in` bytes; `stats_size_out` is NULL or
+ * valid for a write.
+ */
+NRT_STATUS nrtx_get_device_memory_stats(uint32_t device, nrtx_device_memory_stats_t *stats, size_t stats_size_in, size_t *stats_size_out);
 
 /**
  * Free bytes and the largest free block of HBM `hbm_index` of device `device`. Start at

@@ -18,6 +18,7 @@
 
 mod demo;
 mod layout;
+mod monitor;
 mod neff;
 mod plan;
 mod stats;
@@ -70,9 +71,6 @@ pub struct GlobalArgs {
 }
 
 fn parse_device(s: &str) -> Result<DeviceChoice, String> {
-    if s.trim().starts_with("shared:") {
-        return Err("shared devices by name are not supported yet".into());
-    }
     DeviceChoice::parse(s).map_err(|e| e.reason.to_string())
 }
 
@@ -112,6 +110,10 @@ pub enum Command {
     /// each model lands, per core and HBM channel the bytes by usage, headroom and largest
     /// free block, and for the first model that does not fit what would make it fit.
     Plan(plan::PlanArgs),
+    /// The host agent: device-wide memory of every process on the shared simulated devices
+    /// (or the real driver's sysfs counters), every --interval, as neuron-monitor JSON or a
+    /// live table (docs/SHARED_DEVICE.md).
+    Monitor(monitor::MonitorArgs),
 }
 
 /// A failure the command line reports: exit code and message.
@@ -249,6 +251,7 @@ where
         Command::Layout(a) => Ok(layout::run(a)),
         Command::Neff(a) => neff::run(a, &mut out),
         Command::Plan(a) => plan::run(&cli.global, a, &mut out),
+        Command::Monitor(a) => monitor::run(a, &mut out).map(|()| 0),
     };
     let _ = out.flush();
     match r {

@@ -122,6 +122,9 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         fit,
         p.models.len()
     )?;
+    if let Some(n) = &p.snapshot {
+        writeln!(out, "  {n}")?;
+    }
     writeln!(out)?;
     writeln!(
         out,

@@ -76,6 +76,9 @@ pub struct Report {
     pub host_pools: Vec<(u32, PoolStats)>,
     /// Bytes the driver holds.
     pub driver_bytes: u64,
+    /// On a shared simulated device (issue 20 item 5): its name, this process's slot and the
+    /// device-wide figures of every process.
+    pub device_wide: Option<(String, usize, crate::shared::reader::Snapshot)>,
 }
 
 /// Gathers the report from a live session.
@@ -159,6 +162,10 @@ pub fn collect(s: &Session, source: &str) -> Report {
         hbm_free_blocks,
         host_pools,
         driver_bytes: nrt.driver_bytes_in_use(),
+        device_wide: s
+            .runtime()
+            .shared()
+            .map(|d| (d.name().to_string(), d.slot(), d.snapshot())),
     }
 }
 
@@ -334,6 +341,9 @@ pub fn to_json(r: &Report) -> Value {
                 v
             }).collect::<Vec<_>>(),
             "driver_bytes_in_use": r.driver_bytes,
+            "device_wide": r.device_wide.as_ref().map(|(name, slot, snap)| {
+                super::monitor::device_wide_json(name, *slot, snap)
+            }),
         }
     })
 }
@@ -473,10 +483,42 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
         let _ = nrt_core::oom::write_free_histogram(&mut line, main, small);
         write!(out, "  nd{d} hbm{h} {}", line.trim_start())?;
     }
-    writeln!(
-        out,
-        "  driver holds {} for this runtime",
-        fmt_bytes(r.driver_bytes)
-    )?;
+    if let Some((name, slot, snap)) = &r.device_wide {
+        // On a shared device the pools' figures above are device-wide; this process's own
+        // bytes are its slot's.
+        writeln!(out)?;
+        writeln!(out, "{}", h(&format!("device-wide (shared device {name})")))?;
+        for d in 0..snap.devices as usize {
+            writeln!(
+                out,
+                "  nd{d}: {} on the device",
+                fmt_bytes(snap.device_bytes(d))
+            )?;
+        }
+        for p in &snap.procs {
+            writeln!(
+                out,
+                "  pid {:>8}: {:>12}{}{}",
+                p.pid,
+                fmt_bytes(p.total_bytes()),
+                if p.slot == *slot {
+                    "  (this process)"
+                } else {
+                    ""
+                },
+                if p.alive {
+                    ""
+                } else {
+                    "  (gone, being reclaimed)"
+                }
+            )?;
+        }
+    } else {
+        writeln!(
+            out,
+            "  driver holds {} for this runtime",
+            fmt_bytes(r.driver_bytes)
+        )?;
+    }
     Ok(())
 }
