@@ -8,7 +8,7 @@ use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as WEIGHT;
 use nrt_core::model::{ModelAlloc, ModelSpec};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::tensor::{ArenaHostMem, Placement};
-use nrt_core::{CoreSel, LogicalCore};
+use nrt_core::CoreSel;
 use nrt_core::{CoreState, Error, InitOptions, Nrt};
 
 /// Host bytes for VIRTUAL tensors, heap-free (the simulator keeps no device bytes unless given
@@ -33,7 +33,8 @@ fn main() -> Result<(), Error> {
         allocations: &WEIGHTS,
         ..Default::default()
     };
-    let model = nrt.load_model(LogicalCore::new(0), &spec)?;
+    let core0 = nrt.logical_core(0)?;
+    let model = nrt.load_model(core0, &spec)?;
 
     let t = nrt.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"), None)?;
     nrt.tensor_write(t, b"hello", 0)?;
@@ -42,7 +43,7 @@ fn main() -> Result<(), Error> {
     assert_eq!(&back, b"hello");
     nrt.tensor_free(t, None)?;
 
-    let core = nrt.virtual_core(LogicalCore::new(0))?.tpbs[0];
+    let core = nrt.virtual_core(core0)?.tpbs[0];
     let booked = nrt.ledger_device(core.device_id, core.device_tpb_idx, WEIGHT);
     println!(
         "model h{}: {booked} B of weights booked on logical core 0",
