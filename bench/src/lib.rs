@@ -19,6 +19,7 @@
 use std::time::Instant;
 
 use nrt_core::carve::{Carve, CarveId, Policy};
+use nrt_core::LogicalCore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -932,10 +933,10 @@ pub fn tensor_threads(
     let n = Nrt::with_host(&st, &*sim, &HOST);
     n.init(&InitOptions::default()).ok()?;
     let data = [0x5au8; 4096];
-    let work = |vnc: i64| -> Option<()> {
+    let work = |vnc: LogicalCore| -> Option<()> {
         for _ in 0..ops {
             let t = n
-                .tensor_allocate(placement, vnc, 4096, Some("bench"), None)
+                .tensor_allocate(placement, vnc.into(), 4096, Some("bench"), None)
                 .ok()?;
             n.tensor_write(t, &data, 0).ok()?;
             n.tensor_free(t, None).ok()?;
@@ -945,12 +946,12 @@ pub fn tensor_threads(
     let (mut one, mut two) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         let t0 = Instant::now();
-        work(0)?;
+        work(LogicalCore::new(0))?;
         one.push(f64::from(ops) / t0.elapsed().as_secs_f64());
         let t0 = Instant::now();
         let ok = std::thread::scope(|s| {
-            let h = s.spawn(|| work(1));
-            let a = work(0);
+            let h = s.spawn(|| work(LogicalCore::new(1)));
+            let a = work(LogicalCore::new(0));
             a.and(h.join().ok().flatten())
         });
         ok?;

@@ -8,6 +8,7 @@ use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_WEIGHT as WEIGHT;
 use nrt_core::model::{ModelAlloc, ModelSpec};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::tensor::{ArenaHostMem, Placement};
+use nrt_core::CoreSel;
 use nrt_core::{CoreState, Error, InitOptions, Nrt};
 
 /// Host bytes for VIRTUAL tensors, heap-free (the simulator keeps no device bytes unless given
@@ -32,16 +33,17 @@ fn main() -> Result<(), Error> {
         allocations: &WEIGHTS,
         ..Default::default()
     };
-    let model = nrt.load_model(0, &spec)?;
+    let core0 = nrt.logical_core(0)?;
+    let model = nrt.load_model(core0, &spec)?;
 
-    let t = nrt.tensor_allocate(Placement::Virtual, -1, 4096, Some("x"), None)?;
+    let t = nrt.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"), None)?;
     nrt.tensor_write(t, b"hello", 0)?;
     let mut back = [0u8; 5];
     nrt.tensor_read(t, &mut back, 0)?;
     assert_eq!(&back, b"hello");
     nrt.tensor_free(t, None)?;
 
-    let core = nrt.virtual_core(0)?.tpbs[0];
+    let core = nrt.virtual_core(core0)?.tpbs[0];
     let booked = nrt.ledger_device(core.device_id, core.device_tpb_idx, WEIGHT);
     println!(
         "model h{}: {booked} B of weights booked on logical core 0",

@@ -23,6 +23,7 @@ use crate::ctx::{DevExt, Nrt};
 use crate::dmem::Action;
 use crate::error::{Error, Result};
 use crate::oom::{write_free_histogram, write_hbm_line};
+use crate::vcore::LogicalCore;
 
 const TOTAL: usize = constants::USAGE_TYPE_MAX_INDEX;
 
@@ -234,19 +235,19 @@ impl<'a> Nrt<'a> {
 
 impl Inspector<'_> {
     /// [`Nrt::dmem_get_memory_stats`], also after `close`.
-    pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
+    pub fn dmem_get_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
         let _g = self.0.inspect()?;
         self.0.vnc_memory_stats(vnc)
     }
 
     /// [`Nrt::vnc_usage`], also after `close`.
-    pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
+    pub fn vnc_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
         let _g = self.0.inspect()?;
         self.0.vnc_usage_inner(vnc)
     }
 
     /// [`Nrt::virtual_core`], also after `close`.
-    pub fn virtual_core(&self, vnc: i64) -> Result<virtual_core_t> {
+    pub fn virtual_core(&self, vnc: LogicalCore) -> Result<virtual_core_t> {
         let _g = self.0.inspect()?;
         self.0.vtpb_get_virtual_core(vnc).copied()
     }
@@ -483,7 +484,11 @@ impl Nrt<'_> {
 
     /// Calls `f(mla, ext, nc)` for each physical core of logical core `vnc`, with that
     /// core's ledger lock held: one consistent reading (or peak reset) per core.
-    fn for_each_vnc_core(&self, vnc: i64, f: impl FnMut(&mla_t, &DevExt, usize)) -> Result<()> {
+    fn for_each_vnc_core(
+        &self,
+        vnc: LogicalCore,
+        f: impl FnMut(&mla_t, &DevExt, usize),
+    ) -> Result<()> {
         self.for_each_core_locked(self.vcore_tpbs(vnc)?, f);
         Ok(())
     }
@@ -507,13 +512,13 @@ impl Nrt<'_> {
 
     /// Per-usage breakdown of logical core `vnc` (sum over its physical cores). `Closed`
     /// after `close` (docs/STATES.md); [`Inspector::vnc_usage`] reads a closed runtime.
-    pub fn vnc_usage(&self, vnc: i64) -> Result<UsageBreakdown> {
+    pub fn vnc_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
         let _g = self.enter()?;
         self.vnc_usage_inner(vnc)
     }
 
     /// [`Self::vnc_usage`] without the gate (inside a gated call).
-    fn vnc_usage_inner(&self, vnc: i64) -> Result<UsageBreakdown> {
+    fn vnc_usage_inner(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
         let mut b = UsageBreakdown::default();
         self.for_each_vnc_core(vnc, |mla, ext, nc| {
             for u in 0..23 {
@@ -535,13 +540,13 @@ impl Nrt<'_> {
     ///
     /// `Closed` after `close`, as `nrt_get_vnc_memory_stats` (docs/STATES.md);
     /// [`Inspector::dmem_get_memory_stats`] reads a closed runtime.
-    pub fn dmem_get_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
+    pub fn dmem_get_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
         let _g = self.enter()?;
         self.vnc_memory_stats(vnc)
     }
 
     /// [`Self::dmem_get_memory_stats`] without the gate (inside a gated call).
-    pub(crate) fn vnc_memory_stats(&self, vnc: i64) -> Result<VncMemoryStats> {
+    pub(crate) fn vnc_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
         let cores = self.vcore_tpbs(vnc)?;
         self.for_each_core_locked(cores, |mla, ext, nc| {
@@ -563,7 +568,7 @@ impl Nrt<'_> {
     /// Resets every peak of logical core `vnc` to its current value (CUDA-style
     /// `reset_peak_memory_stats`). Under the ledger lock no update can slip between the load
     /// of a row and the store of its peak.
-    pub fn reset_peak(&self, vnc: i64) -> Result<()> {
+    pub fn reset_peak(&self, vnc: LogicalCore) -> Result<()> {
         let _g = self.enter()?;
         self.for_each_vnc_core(vnc, |mla, ext, nc| {
             for u in 0..23 {

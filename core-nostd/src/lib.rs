@@ -41,3 +41,4 @@ pub use ctx::{CoreState, InitOptions, Nrt, StaticState};
 pub use error::{Error, InvalidArg, Result};
 pub use handle::{DmemHandle, HandleError, HandleFault, HandleKind, TensorHandle};
 pub use ledger::{DeviceTotals, UsageSel};
+pub use vcore::{CoreSel, LogicalCore};

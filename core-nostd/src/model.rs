@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::ht;
 use crate::sync::{relax, MutexGuard};
 use crate::ulib::UlibRequest;
+use crate::vcore::LogicalCore;
 
 /// `last_model_handle.50`: the process-global handle counter (spec §4.2). libnrt's counter is
 /// 64 bits wide (`lock xadd %rax`) and its low 32 bits become `H_MODEL.id`; this one is the id's
@@ -192,8 +193,8 @@ impl<'a> ModelSpec<'a> {
 pub struct ModelInfo {
     /// Handle.
     pub handle: u32,
-    /// Logical core.
-    pub vnc: u32,
+    /// Logical core (spec §9).
+    pub vnc: LogicalCore,
     /// dmems in its MODEL heaps.
     pub allocations: u64,
     /// Bytes in its MODEL heaps (device + host).
@@ -403,7 +404,7 @@ impl<'a> Nrt<'a> {
     }
 
     /// Device bytes booked to a logical core (the "mem_usage before/after" of §5.3).
-    fn vnc_device_bytes(&self, vnc: i64) -> u64 {
+    fn vnc_device_bytes(&self, vnc: LogicalCore) -> u64 {
         // Ungated: this runs inside `load_model`'s own gated call, which a racing `close`
         // waits for.
         self.vnc_memory_stats(vnc)
@@ -419,7 +420,7 @@ impl<'a> Nrt<'a> {
     /// straight back, not through the quarantines (nobody saw them); scratchpad pages and the
     /// shared ext-isa copy, which others could see once claimed, go through them. High-water marks — the ledger's
     /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
-    pub fn load_model(&self, vnc: i64, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
+    pub fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
         let _call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(vnc)?;
         let g = self.dev_geom(v.tpbs[0].device_id);
@@ -452,7 +453,7 @@ impl<'a> Nrt<'a> {
         v: &virtual_core_t,
         spec: &ModelSpec<'_>,
         arch: al_hal_tpb_arch_type_t,
-        vnc: i64,
+        vnc: LogicalCore,
         before: u64,
     ) -> Result<H_MODEL> {
         let m = b.model;
@@ -707,12 +708,12 @@ impl<'a> Nrt<'a> {
     }
 
     /// The core (`tpb_t` of the first physical core) whose model_db holds `h`, and its vnc.
-    fn find_model_core(&self, h: H_MODEL) -> Result<(*mut tpb_t, u32)> {
+    fn find_model_core(&self, h: H_MODEL) -> Result<(*mut tpb_t, LogicalCore)> {
         if h.id == 0 {
             return Err(Error::UnknownModel(0));
         }
-        for vnc in 0..self.owned_vnc_count() {
-            let v = self.vtpb_get_virtual_core(vnc as i64)?;
+        for vnc in (0..self.owned_vnc_count()).map(LogicalCore::new) {
+            let v = self.vtpb_get_virtual_core(vnc)?;
             let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
             // SAFETY: resolved tpb; under model_db_lock.
             let found = unsafe {
@@ -810,8 +811,8 @@ impl<'a> Nrt<'a> {
 
     /// Teardown: unloads every resident model.
     pub(crate) fn unload_all_models(&self) {
-        for vnc in 0..self.owned_vnc_count() {
-            let Ok(v) = self.vtpb_get_virtual_core(vnc as i64) else {
+        for vnc in (0..self.owned_vnc_count()).map(LogicalCore::new) {
+            let Ok(v) = self.vtpb_get_virtual_core(vnc) else {
                 continue;
             };
             let Ok(tpb) = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx) else {
@@ -850,7 +851,7 @@ impl<'a> Nrt<'a> {
         let _call = self.enter()?;
         let (tpb0, vnc) = self.find_model_core(h)?;
         let m = self.get_model_ref_count(tpb0, h)?;
-        let v = *self.vtpb_get_virtual_core(vnc as i64)?;
+        let v = *self.vtpb_get_virtual_core(vnc)?;
         let mut g = ExecGuard {
             model: m,
             tpbs: [null_mut(); 2],
@@ -914,7 +915,11 @@ impl<'a> Nrt<'a> {
 
     /// Runs `f` on a resident model while holding a reference on it (so an unload waits):
     /// `f(model, logical core, references held by others)`.
-    fn with_model<R>(&self, h: H_MODEL, f: impl FnOnce(&model_t, u32, u64) -> R) -> Result<R> {
+    fn with_model<R>(
+        &self,
+        h: H_MODEL,
+        f: impl FnOnce(&model_t, LogicalCore, u64) -> R,
+    ) -> Result<R> {
         let _call = self.enter()?;
         let (tpb, vnc) = self.find_model_core(h)?;
         let m = self.get_model_ref_count(tpb, h)?;
@@ -928,7 +933,7 @@ impl<'a> Nrt<'a> {
     /// Handles of the models resident on logical core `vnc` (the core's `model_db`, spec
     /// §4.3): writes up to `out.len()` of them and returns how many there are. `Closed` /
     /// `Uninitialized` outside an initialised runtime (the table only exists while it is).
-    pub fn models_on(&self, vnc: i64, out: &mut [u32]) -> Result<usize> {
+    pub fn models_on(&self, vnc: LogicalCore, out: &mut [u32]) -> Result<usize> {
         let _call = self.enter()?;
         let v = self.vtpb_get_virtual_core(vnc)?;
         let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
@@ -1016,7 +1021,7 @@ mod tests {
             count: 1,
             bytes: 65536,
         });
-        let hx = n.load_model(0, &g).unwrap();
+        let hx = n.load_model(LogicalCore::new(0), &g).unwrap();
         n.unload_model(hx).unwrap();
         assert_eq!(
             n.ulib_shared_stats(0, 0).unwrap(),
@@ -1028,22 +1033,22 @@ mod tests {
             subgraphs: 1,
             ..Default::default()
         };
-        let ha = n.load_model(0, &plain).unwrap();
+        let ha = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
         // The next handle minted is `ha` again: the load fails in add_model, after staging.
         set_last_model_handle_for_test(ha.id - 1);
-        let e = n.load_model(0, &g).unwrap_err();
+        let e = n.load_model(LogicalCore::new(0), &g).unwrap_err();
         assert_eq!(e, Error::DuplicateModel(ha.id));
         assert_eq!(state(&n), before, "the rollback left everything as it was");
         // A load that stages the copy itself and fails still unstages it.
         n.unload_model(ha).unwrap();
         n.ulib_unstage_for_test(0, 0);
-        let hb = n.load_model(0, &plain).unwrap();
+        let hb = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
         assert_eq!(before.2, (0, 0), "nothing cached");
         set_last_model_handle_for_test(hb.id - 1);
         assert_eq!(
-            n.load_model(0, &g).unwrap_err(),
+            n.load_model(LogicalCore::new(0), &g).unwrap_err(),
             Error::DuplicateModel(hb.id)
         );
         assert_eq!(state(&n), before, "its own staging is undone");

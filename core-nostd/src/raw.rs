@@ -25,6 +25,7 @@ use crate::dmem::{AllocArgs, Dmem, DmemInfo};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{DmemHandle, HandleKind, TensorHandle};
 use crate::tensor::{DeviceAllocationInfo, HostMem, Placement, Tensor, TensorName};
+use crate::vcore::CoreSel;
 
 /// The runtime's epoch: what every handle it hands out carries ([`crate::handle`]); 0 while
 /// it is not initialised. A layer that encodes handles in fewer bits (the C ABI's pointers)
@@ -59,9 +60,10 @@ pub unsafe fn tensor_check(n: &Nrt<'_>, t: *const nrt_tensor_t) -> Result<()> {
     n.tensor_check(t)
 }
 
-/// [`Nrt::tensor_allocate`] with the C placement value (the C ABI's entry). The state gate
-/// answers first (NRT_UNINITIALIZED / NRT_CLOSED), then a value that is not a
-/// [`Placement`] is `InvalidArgument(InvalidArg::Placement)`, the order of the safe call's gates.
+/// [`Nrt::tensor_allocate`] with the C placement and logical-core values (the C ABI's entry).
+/// The state gate answers first (NRT_UNINITIALIZED / NRT_CLOSED), then a value that is not a
+/// [`Placement`] is `InvalidArgument(InvalidArg::Placement)`, the order of the safe call's
+/// gates; `vnc` goes through [`CoreSel::from_c`] (`-1` is any core).
 pub fn tensor_allocate(
     n: &Nrt<'_>,
     placement: u32,
@@ -74,7 +76,7 @@ pub fn tensor_allocate(
         n.check_state()?;
         return Err(Error::InvalidArgument(InvalidArg::Placement));
     };
-    n.tensor_allocate(placement, vnc, size, name, host)
+    n.tensor_allocate(placement, CoreSel::from_c(vnc), size, name, host)
 }
 
 /// [`Nrt::tensor_allocate_empty`], returning the tensor's pointer.

@@ -24,6 +24,7 @@ use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped, HandleKind, TensorHandle};
 use crate::model::ExecGuard;
 use crate::sync::relax;
+use crate::vcore::{CoreSel, LogicalCore};
 
 const TENSOR_MAGIC: u32 = 0x7e45_0a11;
 const STORAGE_MAGIC: u32 = 0x570a_6e01;
@@ -218,24 +219,27 @@ impl<'a> Nrt<'a> {
     }
 
     /// `nrt_tensor_allocate` → `tensor_allocate` (spec §7.2), gates in order: state, logical
-    /// core range (VIRTUAL and HOST accept −1), host placement on CAYMAN, then the allocation.
+    /// core range (VIRTUAL and HOST accept [`CoreSel::Any`], logical core 0; on a DEVICE
+    /// tensor it fails the range gate as −1, spec §9), host placement on CAYMAN, then the
+    /// allocation.
     ///
     /// The placement is typed; the C value is checked in [`crate::raw::tensor_allocate`], after
     /// the state gate as here.
     pub fn tensor_allocate(
         &self,
         placement: Placement,
-        vnc: i64,
+        vnc: CoreSel,
         size: u64,
         name: Option<&str>,
         host: Option<&dyn HostMem>,
     ) -> Result<TensorHandle> {
         let _call = self.enter()?;
         let host = self.host_for(host)?;
-        let vnc = if vnc == -1 && placement != Placement::Device {
-            0
-        } else {
-            vnc
+        let vnc = match vnc {
+            CoreSel::Core(c) => c,
+            CoreSel::Any if placement != Placement::Device => LogicalCore::FIRST,
+            // libnrt's −1 on DEVICE is an index like any other: the range gate refuses it.
+            CoreSel::Any => LogicalCore::from_c(-1),
         };
         let v = *self.vtpb_get_virtual_core(vnc).inspect_err(|e| {
             // libnrt's range gate (spec §7.2), logged with its own words.

@@ -8,6 +8,7 @@ use nrt_core::abi::*;
 use nrt_core::dmem::{align_offset, AllocArgs};
 use nrt_core::ledger::UsageSel;
 use nrt_core::sim::{Placement, Preset, SimConfig};
+use nrt_core::LogicalCore;
 use nrt_core::{Error, InitOptions};
 use proptest::prelude::*;
 
@@ -584,9 +585,9 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
                 );
             }
             if round % 3 == 0 {
-                n.reset_peak(0).unwrap();
+                n.reset_peak(LogicalCore::new(0)).unwrap();
             }
-            let u = n.vnc_usage(0).unwrap();
+            let u = n.vnc_usage(LogicalCore::new(0)).unwrap();
             for c in 0..23 {
                 assert!(
                     u.device_peak[c] >= u.device[c],
@@ -723,7 +724,7 @@ fn the_limit_is_the_hbm_size_at_every_lnc() {
         };
         let f = Fixture::up(SimConfig::new(preset, 1), opts);
         let n = f.nrt();
-        for vnc in 0..n.visible_vnc_count() as i64 {
+        for vnc in n.logical_cores() {
             let s = n.dmem_get_memory_stats(vnc).unwrap();
             assert_eq!(s.bytes_limit, limit, "{preset:?} lnc {lnc:?} vnc {vnc}");
         }
@@ -733,7 +734,7 @@ fn the_limit_is_the_hbm_size_at_every_lnc() {
             let big = n
                 .dmem_alloc(al, &AllocArgs::device(20 * GIB, 0, TENSOR, "big"), None)
                 .unwrap();
-            let s = n.dmem_get_memory_stats(0).unwrap();
+            let s = n.dmem_get_memory_stats(LogicalCore::new(0)).unwrap();
             assert!(s.bytes_used <= s.bytes_limit, "{s:?}");
             n.dmem_free(big).unwrap();
         }
@@ -765,7 +766,7 @@ fn the_runtime_works_again_after_close_and_init() {
     let t = n
         .tensor_allocate(
             nrt_core::tensor::Placement::Device,
-            0,
+            LogicalCore::new(0).into(),
             4096,
             Some("t"),
             None,
@@ -788,7 +789,7 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     let t = n
         .tensor_allocate(
             nrt_core::tensor::Placement::Device,
-            0,
+            LogicalCore::new(0).into(),
             4096,
             Some("t"),
             None,
@@ -803,7 +804,7 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     }];
     let h = n
         .load_model(
-            0,
+            LogicalCore::new(0),
             &nrt_core::model::ModelSpec {
                 name: "m",
                 subgraphs: 1,
@@ -860,7 +861,7 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
             let devices = n.num_devices();
             let g = n.geom(0);
             let lnc = n.lnc_size();
-            let vc = n.inspector().virtual_core(0);
+            let vc = n.inspector().virtual_core(LogicalCore::new(0));
             let (rows, _) = n.ledger_snapshot(0);
             // Each answer is whole on its own (the runtime may change between two calls).
             assert!(devices == 0 || devices == 1, "{devices} devices");
@@ -900,13 +901,22 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     assert_eq!(n.geom(0).channels, 4);
     assert_eq!(n.visible_vnc_count(), 4);
     assert_eq!(n.lnc_size(), 2);
-    assert_eq!(n.virtual_core(3).unwrap_err(), Error::Closed);
-    assert_eq!(n.dmem_get_memory_stats(0), Err(Error::Closed));
-    assert_eq!(n.vnc_usage(0), Err(Error::Closed));
+    assert_eq!(
+        n.virtual_core(LogicalCore::new(3)).unwrap_err(),
+        Error::Closed
+    );
+    assert_eq!(
+        n.dmem_get_memory_stats(LogicalCore::new(0)),
+        Err(Error::Closed)
+    );
+    assert_eq!(n.vnc_usage(LogicalCore::new(0)), Err(Error::Closed));
     let ins = n.inspector();
-    assert_eq!(ins.virtual_core(3).unwrap().cores().len(), 2);
-    assert_eq!(ins.vnc_usage(0).unwrap().device[22], 0);
-    let stats = ins.dmem_get_memory_stats(0).unwrap();
+    assert_eq!(
+        ins.virtual_core(LogicalCore::new(3)).unwrap().cores().len(),
+        2
+    );
+    assert_eq!(ins.vnc_usage(LogicalCore::new(0)).unwrap().device[22], 0);
+    let stats = ins.dmem_get_memory_stats(LogicalCore::new(0)).unwrap();
     assert_eq!(
         stats.bytes_used, 0,
         "close reclaimed what the dmem API left"
@@ -925,7 +935,9 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     );
     n.init(&InitOptions::default()).unwrap();
     assert_eq!(
-        n.dmem_get_memory_stats(0).unwrap().bytes_peak,
+        n.dmem_get_memory_stats(LogicalCore::new(0))
+            .unwrap()
+            .bytes_peak,
         0,
         "init starts afresh"
     );
@@ -1145,8 +1157,8 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
     for row in rows {
         assert_eq!(row[..22].iter().sum::<u64>(), row[22]);
     }
-    let stats0 = n.dmem_get_memory_stats(0).unwrap();
-    let stats1 = n.dmem_get_memory_stats(1).unwrap();
+    let stats0 = n.dmem_get_memory_stats(LogicalCore::new(0)).unwrap();
+    let stats1 = n.dmem_get_memory_stats(LogicalCore::new(1)).unwrap();
     assert!(
         device_peak >= device,
         "peak {device_peak} below the total {device}"

@@ -12,6 +12,7 @@ use common::*;
 use nrt_core::dmem::AllocArgs;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
+use nrt_core::LogicalCore;
 use nrt_core::{
     CoreState, DmemHandle, Error, HandleError, HandleFault, HandleKind, InitOptions, Nrt,
     TensorHandle,
@@ -30,7 +31,7 @@ fn fault(e: Error) -> Option<HandleFault> {
 /// A device tensor of `len` bytes filled with `byte`.
 fn filled(n: &Nrt<'_>, len: usize, byte: u8) -> TensorHandle {
     let t = n
-        .tensor_allocate(DEVICE, 0, len as u64, None, None)
+        .tensor_allocate(DEVICE, LogicalCore::new(0).into(), len as u64, None, None)
         .unwrap();
     n.tensor_write(t, &vec![byte; len], 0).unwrap();
     t
@@ -84,7 +85,7 @@ fn a_stale_tensor_handle_stays_an_error_after_100k_frees() {
     }
     assert!(reused > 5, "the slot was reused ({reused} times)");
     // A new tensor in the very slot the stale handle names.
-    while let Ok(t) = n.tensor_allocate(DEVICE, 0, 64, None, None) {
+    while let Ok(t) = n.tensor_allocate(DEVICE, LogicalCore::new(0).into(), 64, None, None) {
         all.push(t);
     }
     let at = all.iter().position(|t| t.to_parts().0 == idx).unwrap();

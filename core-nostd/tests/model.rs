@@ -12,6 +12,7 @@ use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout};
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::ulib::UlibRequest;
+use nrt_core::LogicalCore;
 use nrt_core::{Error, InitOptions};
 
 const DEV: dma_mem_location_t = dma_mem_location_t::TONGA_DRAM;
@@ -99,23 +100,29 @@ fn three_models_share_a_core_and_unload_frees_exactly_one() {
     );
     let n = f.nrt();
     let a = allocs();
-    let h1 = n.load_model(0, &spec("m1", &a)).unwrap();
-    let after1 = n.dmem_get_memory_stats(0).unwrap().bytes_used;
-    let h2 = n.load_model(0, &spec("m2", &a)).unwrap();
-    let after2 = n.dmem_get_memory_stats(0).unwrap().bytes_used;
-    let h3 = n.load_model(0, &spec("m3", &a)).unwrap();
+    let h1 = n.load_model(LogicalCore::new(0), &spec("m1", &a)).unwrap();
+    let after1 = n
+        .dmem_get_memory_stats(LogicalCore::new(0))
+        .unwrap()
+        .bytes_used;
+    let h2 = n.load_model(LogicalCore::new(0), &spec("m2", &a)).unwrap();
+    let after2 = n
+        .dmem_get_memory_stats(LogicalCore::new(0))
+        .unwrap()
+        .bytes_used;
+    let h3 = n.load_model(LogicalCore::new(0), &spec("m3", &a)).unwrap();
     assert!(h1.id != 0 && h2.id != 0 && h3.id != 0);
     assert!(h1 != h2 && h2 != h3 && h1 != h3);
     let mut on = [0u32; 8];
-    assert_eq!(n.models_on(0, &mut on).unwrap(), 3);
+    assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 3);
     let s1 = stamp(&f, h1, 0x11);
     let s3 = stamp(&f, h3, 0x33);
     let i1 = n.model_info(h1).unwrap();
     let i3 = n.model_info(h3).unwrap();
-    let ledger_before = n.vnc_usage(0).unwrap();
+    let ledger_before = n.vnc_usage(LogicalCore::new(0)).unwrap();
     let m2_bytes = after2 - after1;
     n.unload_model(h2).unwrap();
-    let ledger_after = n.vnc_usage(0).unwrap();
+    let ledger_after = n.vnc_usage(LogicalCore::new(0)).unwrap();
     assert_eq!(
         ledger_before.device[22] - ledger_after.device[22],
         m2_bytes,
@@ -125,7 +132,7 @@ fn three_models_share_a_core_and_unload_frees_exactly_one() {
     assert_eq!(n.model_info(h3).unwrap(), i3);
     check_stamp(&f, &s1, 0x11);
     check_stamp(&f, &s3, 0x33);
-    assert_eq!(n.models_on(0, &mut on).unwrap(), 2);
+    assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 2);
     assert_eq!(
         n.unload_model(h2),
         Err(Error::UnknownModel(h2.id)),
@@ -154,7 +161,7 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
     });
     // Count the driver allocations one successful load makes.
     let c0 = f.sim.alloc_calls();
-    let h = n.load_model(0, &s).unwrap();
+    let h = n.load_model(LogicalCore::new(0), &s).unwrap();
     let points = f.sim.alloc_calls() - c0;
     n.unload_model(h).unwrap();
     n.ulib_unstage_for_test(0, 0);
@@ -163,7 +170,7 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
         let before = snapshot(&n);
         let arenas = n.state().arena_stats().map(|(name, s)| (name, s.live));
         f.sim.fail_nth_alloc(k);
-        let e = n.load_model(0, &s).unwrap_err();
+        let e = n.load_model(LogicalCore::new(0), &s).unwrap_err();
         f.sim.clear_faults();
         // Device ENOMEM is NRT_RESOURCE; the host IO queue's is NRT_FAIL_HOST_MEM_ALLOC (§3.2).
         let host_point = matches!(e, Error::HostOom { .. });
@@ -189,7 +196,7 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
         );
     }
     // And it still loads afterwards.
-    n.load_model(0, &s).unwrap();
+    n.load_model(LogicalCore::new(0), &s).unwrap();
 }
 
 #[test]
@@ -222,7 +229,9 @@ fn failed_loads_do_not_shorten_double_free_detection() {
     // Each failed load allocated (and gave back) one dmem: as many failures as the quarantine
     // holds would age the stale slot out if they went through it.
     for _ in 0..nrt_core::arena::QUARANTINE {
-        let e = n.load_model(0, &spec("retry", &too_big)).unwrap_err();
+        let e = n
+            .load_model(LogicalCore::new(0), &spec("retry", &too_big))
+            .unwrap_err();
         assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE, "{e}");
     }
     assert_eq!((snapshot(&n), live(&n)), before);
@@ -245,12 +254,12 @@ fn gpsimd_libs_are_checked_before_anything_is_allocated() {
     };
     let calls = f.sim.alloc_calls();
     assert_eq!(
-        n.load_model(0, &s).unwrap_err().status(),
+        n.load_model(LogicalCore::new(0), &s).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(f.sim.alloc_calls(), calls);
     s.gpsimd_libs = Some(UlibRequest { count: 0, bytes: 0 });
-    let h = n.load_model(0, &s).unwrap();
+    let h = n.load_model(LogicalCore::new(0), &s).unwrap();
     n.unload_model(h).unwrap();
 }
 
@@ -264,7 +273,9 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
         count: 1,
         bytes: 65536,
     });
-    let hs: Vec<_> = (0..3).map(|_| n.load_model(0, &s).unwrap()).collect();
+    let hs: Vec<_> = (0..3)
+        .map(|_| n.load_model(LogicalCore::new(0), &s).unwrap())
+        .collect();
     assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 3));
     let lib_bytes = n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB);
     assert!(lib_bytes >= 65536);
@@ -281,7 +292,7 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
         count: 3,
         bytes: 4096,
     });
-    let h = n.load_model(0, &s).unwrap();
+    let h = n.load_model(LogicalCore::new(0), &s).unwrap();
     assert!(!n.model_info(h).unwrap().shared_ulib);
     assert!(
         n.model_info(h).unwrap().by_usage
@@ -295,7 +306,7 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
         count: 10,
         bytes: 4096,
     });
-    let e = n.load_model(0, &s).unwrap_err();
+    let e = n.load_model(LogicalCore::new(0), &s).unwrap_err();
     assert_eq!(
         (e, e.status()),
         (Error::TooManyLibs(10), NRT_STATUS::NRT_FAILURE)
@@ -305,7 +316,7 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
     // model loads, its libraries ignored.
     let f2 = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n2 = f2.nrt();
-    let h = n2.load_model(0, &s).unwrap();
+    let h = n2.load_model(LogicalCore::new(0), &s).unwrap();
     assert_eq!(
         n2.model_info(h).unwrap().by_usage
             [dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize],
@@ -328,8 +339,8 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     small.scratchpad_bytes = 6 << 20; // 2 pages
     let mut big = spec("big", &[]);
     big.scratchpad_bytes = 10 << 20; // 3 pages
-    let hs = n.load_model(0, &small).unwrap();
-    let hb = n.load_model(0, &big).unwrap();
+    let hs = n.load_model(LogicalCore::new(0), &small).unwrap();
+    let hb = n.load_model(LogicalCore::new(0), &big).unwrap();
     let refs: Vec<u32> = (0..4)
         .map(|i| n.scratchpad_page(0, 0, i).unwrap().1)
         .collect();
@@ -375,7 +386,7 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
     let n = f.nrt();
     let mut s = spec("c", &[]);
     s.scratchpad_bytes = 100 << 20;
-    n.load_model(0, &s).unwrap();
+    n.load_model(LogicalCore::new(0), &s).unwrap();
     assert_eq!(n.scratchpad_info(0, 0).unwrap(), (64 << 20, 2, true));
     let (first, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
     let (second, _) = n.tdrv_scratchpad_get_mem(0, 0, 64 << 20, 1).unwrap();
@@ -412,7 +423,7 @@ fn sbuf_carveout_is_checked_on_cayman_only() {
     let n = f.nrt();
     let mut s = spec("sb", &[]);
     s.sbuf_carveout = Some(good);
-    n.load_model(0, &s).unwrap();
+    n.load_model(LogicalCore::new(0), &s).unwrap();
     let before = snapshot(&n);
     for bad in [
         SbufCarveout { ty: 0, ..good },
@@ -431,7 +442,7 @@ fn sbuf_carveout_is_checked_on_cayman_only() {
         SbufCarveout { size: 16, ..good },
     ] {
         s.sbuf_carveout = Some(bad);
-        let e = n.load_model(0, &s).unwrap_err();
+        let e = n.load_model(LogicalCore::new(0), &s).unwrap_err();
         assert!(matches!(e, Error::BadCarveout(_)), "{e}");
         assert_eq!(e.status(), NRT_STATUS::NRT_INVALID);
         assert_eq!(snapshot(&n), before);
@@ -439,7 +450,7 @@ fn sbuf_carveout_is_checked_on_cayman_only() {
     // SUNDA does not look at it.
     let g = Fixture::up(SimConfig::new(Preset::Trn1, 1), InitOptions::default());
     s.sbuf_carveout = Some(SbufCarveout { size: 16, ..good });
-    g.nrt().load_model(0, &s).unwrap();
+    g.nrt().load_model(LogicalCore::new(0), &s).unwrap();
 }
 
 #[test]
@@ -449,14 +460,17 @@ fn bad_model_inputs() {
     let a = allocs();
     let mut s = spec("bad", &a);
     s.subgraphs = 0;
-    assert!(matches!(n.load_model(0, &s), Err(Error::InvalidModel(_))));
+    assert!(matches!(
+        n.load_model(LogicalCore::new(0), &s),
+        Err(Error::InvalidModel(_))
+    ));
     s.subgraphs = 1;
     assert!(matches!(
-        n.load_model(4, &s),
+        n.load_model(LogicalCore::new(4), &s),
         Err(Error::LogicalCoreOutOfRange { vnc: 4, owned: 4 })
     ));
     assert!(matches!(
-        n.load_model(-1, &s),
+        n.load_model(LogicalCore::from_c(-1), &s),
         Err(Error::LogicalCoreOutOfRange { .. })
     ));
     // A value outside 0..=22 no longer compiles (typed usage); the ledger's total column is
@@ -466,7 +480,7 @@ fn bad_model_inputs() {
         ..a[0]
     }];
     assert!(matches!(
-        n.load_model(0, &spec("u", &wrong)),
+        n.load_model(LogicalCore::new(0), &spec("u", &wrong)),
         Err(Error::InvalidUsage(22))
     ));
     let nowhere = [ModelAlloc {
@@ -474,7 +488,7 @@ fn bad_model_inputs() {
         ..a[0]
     }];
     assert!(matches!(
-        n.load_model(0, &spec("l", &nowhere)),
+        n.load_model(LogicalCore::new(0), &spec("l", &nowhere)),
         Err(Error::InvalidLocation(_))
     ));
     let scratch_on_host = [ModelAlloc {
@@ -483,7 +497,7 @@ fn bad_model_inputs() {
         ..a[0]
     }];
     assert!(matches!(
-        n.load_model(0, &spec("r", &scratch_on_host)),
+        n.load_model(LogicalCore::new(0), &spec("r", &scratch_on_host)),
         Err(Error::UsageInvalidForLocation { .. })
     ));
     assert_eq!(
@@ -501,7 +515,7 @@ fn subgraphs_spread_over_the_logical_cores_physical_cores() {
     let a = allocs();
     let mut s = spec("sg2", &a);
     s.subgraphs = 2;
-    let h = n.load_model(1, &s).unwrap();
+    let h = n.load_model(LogicalCore::new(1), &s).unwrap();
     assert!(
         n.ledger_device(0, 2, UsageSel::Total) > 0 && n.ledger_device(0, 3, UsageSel::Total) > 0
     );
@@ -521,7 +535,7 @@ fn handles_are_unique_across_cores_and_never_zero() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 2), InitOptions::default());
     let n = f.nrt();
     let mut seen = std::collections::HashSet::new();
-    for vnc in 0..n.visible_vnc_count() as i64 {
+    for vnc in n.logical_cores() {
         for _ in 0..3 {
             let h = n.load_model(vnc, &spec("h", &[])).unwrap();
             assert!(h.id != 0 && seen.insert(h.id));
@@ -550,7 +564,9 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
             hint: "too_big",
         },
     ];
-    let e = n.load_model(0, &spec("oom", &big)).unwrap_err();
+    let e = n
+        .load_model(LogicalCore::new(0), &spec("oom", &big))
+        .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE);
     assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0, "rolled back");
     let mut dump = String::new();
@@ -573,17 +589,20 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
 fn models_on_after_close_is_closed() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let h = n.load_model(0, &spec("m", &[])).unwrap();
+    let h = n.load_model(LogicalCore::new(0), &spec("m", &[])).unwrap();
     let mut on = [0u32; 4];
-    assert_eq!(n.models_on(0, &mut on).unwrap(), 1);
+    assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 1);
     assert_eq!(on[0], h.id);
     n.close().unwrap();
-    let e = n.models_on(0, &mut on).unwrap_err();
+    let e = n.models_on(LogicalCore::new(0), &mut on).unwrap_err();
     assert_eq!(e, Error::Closed);
     assert_eq!(e.status(), NRT_STATUS::NRT_CLOSED);
     let fresh = Fixture::trn2();
     assert_eq!(
-        fresh.nrt().models_on(0, &mut on).unwrap_err(),
+        fresh
+            .nrt()
+            .models_on(LogicalCore::new(0), &mut on)
+            .unwrap_err(),
         Error::Uninitialized
     );
 }
@@ -604,7 +623,7 @@ fn close_waits_for_in_flight_calls() {
         iters += 1;
         let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
         let n = f.nrt();
-        let h = n.load_model(0, &spec("m", &a)).unwrap();
+        let h = n.load_model(LogicalCore::new(0), &spec("m", &a)).unwrap();
         let ready = AtomicU32::new(0);
         std::thread::scope(|sc| {
             let mut hs = Vec::new();
@@ -621,7 +640,7 @@ fn close_waits_for_in_flight_calls() {
             hs.push(sc.spawn(|| {
                 ready.fetch_add(1, Ordering::SeqCst);
                 loop {
-                    match n.load_model(0, &spec("l", &a)) {
+                    match n.load_model(LogicalCore::new(0), &spec("l", &a)) {
                         Ok(h) => match n.unload_model(h) {
                             Ok(()) => {}
                             Err(e) => return e,
@@ -633,7 +652,13 @@ fn close_waits_for_in_flight_calls() {
             hs.push(sc.spawn(|| {
                 ready.fetch_add(1, Ordering::SeqCst);
                 loop {
-                    match n.tensor_allocate(Placement::Device, 0, 4096, Some("t"), None) {
+                    match n.tensor_allocate(
+                        Placement::Device,
+                        LogicalCore::new(0).into(),
+                        4096,
+                        Some("t"),
+                        None,
+                    ) {
                         Ok(t) => {
                             if let Err(e) = n.tensor_free(t, None) {
                                 return e;

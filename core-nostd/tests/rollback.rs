@@ -13,6 +13,7 @@ use nrt_core::driver::{AllocRequest, Driver};
 use nrt_core::model::ModelSpec;
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::ulib::UlibRequest;
+use nrt_core::LogicalCore;
 use nrt_core::{CoreState, InitOptions, Nrt};
 
 /// What the hook does: runs once, with a runtime over the same state.
@@ -67,7 +68,7 @@ fn run(hook: impl FnOnce(&Nrt<'_>, &Seen) + Send + 'static) {
         ..Default::default()
     };
     assert_eq!(
-        n.load_model(0, &s).unwrap_err().status(),
+        n.load_model(LogicalCore::new(0), &s).unwrap_err().status(),
         NRT_STATUS::NRT_RESOURCE
     );
     let page = nrt_core::DmemHandle::from_bits(seen.lock().unwrap().expect("hook saw the page"));
@@ -96,7 +97,7 @@ fn a_page_another_model_shared_during_a_failing_load_is_not_cancelled() {
             scratchpad_bytes: 4096,
             ..Default::default()
         };
-        let h = n.load_model(0, &s).unwrap();
+        let h = n.load_model(LogicalCore::new(0), &s).unwrap();
         let (m, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
         *seen.lock().unwrap() = Some(m.to_bits());
         n.unload_model(h).unwrap();

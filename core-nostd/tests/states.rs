@@ -14,6 +14,7 @@ use nrt_core::model::ModelSpec;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::tensor::TensorSet;
+use nrt_core::LogicalCore;
 use nrt_core::{DmemHandle, InitOptions, Nrt, Result, TensorHandle};
 
 /// Objects the calls work on, made by a live runtime (this one, or a donor for the uninit
@@ -29,12 +30,19 @@ impl Kit {
     fn make(n: &Nrt<'_>) -> Kit {
         let al = n.core_allocator(0, 0).expect("allocator");
         Kit {
-            t: n.tensor_allocate(Placement::Device, 0, 64, Some("kit"), None)
-                .expect("tensor"),
+            t: n.tensor_allocate(
+                Placement::Device,
+                LogicalCore::new(0).into(),
+                64,
+                Some("kit"),
+                None,
+            )
+            .expect("tensor"),
             d: n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "kit"), None)
                 .expect("dmem"),
             al,
-            m: n.load_model(0, &model_spec()).expect("model"),
+            m: n.load_model(LogicalCore::new(0), &model_spec())
+                .expect("model"),
         }
     }
 }
@@ -56,8 +64,14 @@ fn st<T>(r: Result<T>) -> String {
 
 /// A fresh tensor in the live runtime (consumed by the call), the kit's otherwise.
 fn fresh_t(n: &Nrt<'_>, k: &Kit) -> TensorHandle {
-    n.tensor_allocate(Placement::Device, 0, 64, None, None)
-        .unwrap_or(k.t)
+    n.tensor_allocate(
+        Placement::Device,
+        LogicalCore::new(0).into(),
+        64,
+        None,
+        None,
+    )
+    .unwrap_or(k.t)
 }
 
 /// The answer of call `name` on `n` (None: the test has no call of that name).
@@ -77,10 +91,16 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "visible_vnc_count" => return Some(n.visible_vnc_count()).and(v()),
         "total_vnc_count" => return Some(n.total_vnc_count()).and(v()),
         "lnc_size" => return Some(n.lnc_size()).and(v()),
-        "virtual_core" => st(n.virtual_core(0)),
-        "vtpb_get_default_hbm_idx" => st(n.vtpb_get_default_hbm_idx(0)),
+        "virtual_core" => st(n.virtual_core(LogicalCore::new(0))),
+        "vtpb_get_default_hbm_idx" => st(n.vtpb_get_default_hbm_idx(LogicalCore::new(0))),
         "core_allocator" => st(n.core_allocator(0, 0)),
-        "tensor_allocate" => st(n.tensor_allocate(Placement::Device, 0, 64, None, None)),
+        "tensor_allocate" => st(n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            64,
+            None,
+            None,
+        )),
         "tensor_allocate_empty" => st(n.tensor_allocate_empty(None)),
         "tensor_attach_buffer" => {
             let e = n.tensor_allocate_empty(None).unwrap_or(k.t);
@@ -101,16 +121,18 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "tensor_output_completion" => st(n.tensor_output_completion(k.t)),
         "tensor_reset_output_completion" => st(n.tensor_reset_output_completion(k.t)),
         "tensor_pending" => st(n.tensor_pending(k.t)),
-        "load_model" => st(n.load_model(0, &model_spec())),
+        "load_model" => st(n.load_model(LogicalCore::new(0), &model_spec())),
         "unload_model" => {
-            let m = n.load_model(1, &model_spec()).unwrap_or(k.m);
+            let m = n
+                .load_model(LogicalCore::new(1), &model_spec())
+                .unwrap_or(k.m);
             st(n.unload_model(m))
         }
         "exec_begin" => st(n.exec_begin(k.m)),
         "execute" => st(n.execute(k.m, &TensorSet::new(), &TensorSet::new())),
         "model_info" => st(n.model_info(k.m)),
         "for_each_model_dmem" => st(n.for_each_model_dmem(k.m, |_, _| ())),
-        "models_on" => st(n.models_on(0, &mut [])),
+        "models_on" => st(n.models_on(LogicalCore::new(0), &mut [])),
         "model_io" => {
             let g = n.exec_begin(k.m).ok()?;
             return Some(n.model_io(&g, false, 0)).and(v());
@@ -148,12 +170,14 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
             let _ = (n.dmem_is_live(k.d), n.allocator_usage(k.al));
             return v();
         }
-        "dmem_get_memory_stats" => st(n.dmem_get_memory_stats(0)),
-        "vnc_usage" => st(n.vnc_usage(0)),
-        "reset_peak" => st(n.reset_peak(0)),
-        "inspector().dmem_get_memory_stats" => st(n.inspector().dmem_get_memory_stats(0)),
-        "inspector().vnc_usage" => st(n.inspector().vnc_usage(0)),
-        "inspector().virtual_core" => st(n.inspector().virtual_core(0)),
+        "dmem_get_memory_stats" => st(n.dmem_get_memory_stats(LogicalCore::new(0))),
+        "vnc_usage" => st(n.vnc_usage(LogicalCore::new(0))),
+        "reset_peak" => st(n.reset_peak(LogicalCore::new(0))),
+        "inspector().dmem_get_memory_stats" => {
+            st(n.inspector().dmem_get_memory_stats(LogicalCore::new(0)))
+        }
+        "inspector().vnc_usage" => st(n.inspector().vnc_usage(LogicalCore::new(0))),
+        "inspector().virtual_core" => st(n.inspector().virtual_core(LogicalCore::new(0))),
         "device_totals" => st(n.device_totals(0)),
         "ledger_hbm" => return Some(n.ledger_hbm(0)).and(v()),
         "ledger_device" => return Some(n.ledger_device(0, 0, UsageSel::Total)).and(v()),

@@ -15,6 +15,7 @@ use nrt_core::model::{ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::tensor::{HostMem, TensorSet};
 use nrt_core::TensorHandle;
+use nrt_core::{CoreSel, LogicalCore};
 use nrt_core::{CoreState, Error, InitOptions, Nrt};
 
 struct Heap;
@@ -43,21 +44,39 @@ fn gates_in_order() {
     let f = Fixture::new(SimConfig::scaled_down(Preset::Trn2, 1));
     let n = f.nrt();
     assert_eq!(
-        n.tensor_allocate(Placement::Device, 0, 16, Some("t"), None)
-            .unwrap_err()
-            .status(),
+        n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            16,
+            Some("t"),
+            None
+        )
+        .unwrap_err()
+        .status(),
         NRT_STATUS::NRT_UNINITIALIZED
     );
     n.init(&InitOptions::default()).unwrap();
     // range gate before the host-on-CAYMAN gate
     assert_eq!(
-        n.tensor_allocate(Placement::Host, 9, 16, Some("t"), None)
-            .unwrap_err()
-            .status(),
+        n.tensor_allocate(
+            Placement::Host,
+            LogicalCore::new(9).into(),
+            16,
+            Some("t"),
+            None
+        )
+        .unwrap_err()
+        .status(),
         NRT_STATUS::NRT_INVALID
     );
     let e = n
-        .tensor_allocate(Placement::Host, 0, 16, Some("t"), None)
+        .tensor_allocate(
+            Placement::Host,
+            LogicalCore::new(0).into(),
+            16,
+            Some("t"),
+            None,
+        )
         .unwrap_err();
     assert_eq!(
         e.status(),
@@ -71,23 +90,41 @@ fn gates_in_order() {
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(
-        n.tensor_allocate(Placement::Device, 0, 0, Some("t"), None)
-            .unwrap_err()
-            .status(),
+        n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            0,
+            Some("t"),
+            None
+        )
+        .unwrap_err()
+        .status(),
         NRT_STATUS::NRT_INVALID
     );
     let long = "x".repeat(96);
     assert_eq!(
-        n.tensor_allocate(Placement::Device, 0, 16, Some(&long), None)
-            .unwrap_err()
-            .status(),
+        n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            16,
+            Some(&long),
+            None
+        )
+        .unwrap_err()
+        .status(),
         NRT_STATUS::NRT_INVALID
     );
     n.close().unwrap();
     assert_eq!(
-        n.tensor_allocate(Placement::Device, 0, 16, Some("t"), None)
-            .unwrap_err()
-            .status(),
+        n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            16,
+            Some("t"),
+            None
+        )
+        .unwrap_err()
+        .status(),
         NRT_STATUS::NRT_CLOSED
     );
 }
@@ -100,7 +137,13 @@ fn device_tensor_round_trip_slices_and_info() {
     );
     let n = f.nrt();
     let t = n
-        .tensor_allocate(Placement::Device, 1, 8192, Some("in"), None)
+        .tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(1).into(),
+            8192,
+            Some("in"),
+            None,
+        )
         .unwrap();
     assert_eq!(
         n.ledger_device(0, 2, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
@@ -161,26 +204,50 @@ fn virtual_attach_copy_and_host_placement() {
     );
     let n = f.nrt();
     let v = n
-        .tensor_allocate(Placement::Virtual, -1, 64, Some("v"), Some(&HEAP))
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"), Some(&HEAP))
         .unwrap();
     assert!(!n.tensor_get_va(v).unwrap().is_null());
     n.tensor_write(v, &[7u8; 64], 0).unwrap();
     let h = n
-        .tensor_allocate(Placement::Host, 0, 64, Some("h"), None)
+        .tensor_allocate(
+            Placement::Host,
+            LogicalCore::new(0).into(),
+            64,
+            Some("h"),
+            None,
+        )
         .unwrap();
     assert_eq!(
         n.ledger_host(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
         64
     );
     let d0 = n
-        .tensor_allocate(Placement::Device, 0, 64, Some("d0"), None)
+        .tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            64,
+            Some("d0"),
+            None,
+        )
         .unwrap();
     let d1 = n
-        .tensor_allocate(Placement::Device, 1, 64, Some("d1"), None)
+        .tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(1).into(),
+            64,
+            Some("d1"),
+            None,
+        )
         .unwrap();
     // A host tensor records its logical core's default HBM, as a device one does (spec §7.2).
     let h1 = n
-        .tensor_allocate(Placement::Host, 1, 64, Some("h1"), None)
+        .tensor_allocate(
+            Placement::Host,
+            LogicalCore::new(1).into(),
+            64,
+            Some("h1"),
+            None,
+        )
         .unwrap();
     assert_eq!(n.tensor_device_allocation_info(h1).unwrap().hbm_index, 1);
     assert_eq!(n.tensor_device_allocation_info(d1).unwrap().hbm_index, 1);
@@ -252,8 +319,14 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
     ];
     let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name, size| {
-        n.tensor_allocate(Placement::Device, 0, size, Some(name), None)
-            .unwrap()
+        n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            size,
+            Some(name),
+            None,
+        )
+        .unwrap()
     };
     let (a, b, x, y) = (mk("a", 16), mk("b", 8), mk("x", 16), mk("y", 12));
     n.tensor_write(a, &[1u8; 16], 0).unwrap();
@@ -295,14 +368,26 @@ fn independent_instances_do_not_share_state() {
     let st = CoreState::new_boxed();
     let n2 = Nrt::new(&st, &*f1.sim);
     assert_eq!(
-        n2.tensor_allocate(Placement::Device, 0, 16, None, None)
-            .unwrap_err()
-            .status(),
+        n2.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            16,
+            None,
+            None
+        )
+        .unwrap_err()
+        .status(),
         NRT_STATUS::NRT_UNINITIALIZED
     );
     let t = f1
         .nrt()
-        .tensor_allocate(Placement::Device, 0, 16, None, None)
+        .tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            16,
+            None,
+            None,
+        )
         .unwrap();
     assert!(
         matches!(
@@ -325,10 +410,22 @@ fn virtual_tensors_from_a_static_arena() {
     let n = f.nrt();
     let before = POOL.free_bytes();
     let a = n
-        .tensor_allocate(Placement::Virtual, -1, 1000, Some("a"), Some(&POOL))
+        .tensor_allocate(
+            Placement::Virtual,
+            CoreSel::Any,
+            1000,
+            Some("a"),
+            Some(&POOL),
+        )
         .unwrap();
     let b = n
-        .tensor_allocate(Placement::Virtual, -1, 4096, Some("b"), Some(&POOL))
+        .tensor_allocate(
+            Placement::Virtual,
+            CoreSel::Any,
+            4096,
+            Some("b"),
+            Some(&POOL),
+        )
         .unwrap();
     n.tensor_write(a, &[3u8; 1000], 0).unwrap();
     n.tensor_copy(a, 0, b, 100, 1000).unwrap();
@@ -336,9 +433,15 @@ fn virtual_tensors_from_a_static_arena() {
     n.tensor_read(b, &mut out, 0).unwrap();
     assert!(out[..100].iter().all(|x| *x == 0) && out[100..].iter().all(|x| *x == 3));
     assert_eq!(
-        n.tensor_allocate(Placement::Virtual, -1, 2 << 20, Some("big"), Some(&POOL))
-            .unwrap_err()
-            .status(),
+        n.tensor_allocate(
+            Placement::Virtual,
+            CoreSel::Any,
+            2 << 20,
+            Some("big"),
+            Some(&POOL)
+        )
+        .unwrap_err()
+        .status(),
         NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC
     );
     n.tensor_free(a, Some(&POOL)).unwrap();
@@ -409,10 +512,22 @@ fn overlapping_copy_within_a_storage_is_memmove() {
         );
     };
     let v = n
-        .tensor_allocate(Placement::Virtual, -1, 16384, Some("v"), Some(&HEAP))
+        .tensor_allocate(
+            Placement::Virtual,
+            CoreSel::Any,
+            16384,
+            Some("v"),
+            Some(&HEAP),
+        )
         .unwrap();
     let d = n
-        .tensor_allocate(Placement::Device, 0, 16384, Some("d"), None)
+        .tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            16384,
+            Some("d"),
+            None,
+        )
         .unwrap();
     for (t, what) in [(v, "VIRTUAL"), (d, "DEVICE")] {
         check(t, 0, 100, 8192, what);
@@ -508,8 +623,14 @@ fn an_execute_in_flight_when_close_begins_completes() {
     ];
     let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name| {
-        n.tensor_allocate(Placement::Device, 0, 16, Some(name), None)
-            .unwrap()
+        n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            16,
+            Some(name),
+            None,
+        )
+        .unwrap()
     };
     let (a, b, x, y) = (mk("a"), mk("b"), mk("x"), mk("y"));
     n.tensor_write(a, &[1; 16], 0).unwrap();
@@ -561,10 +682,22 @@ fn copy_model(
     }];
     let h = load_io_model(n, 0, &ins, &outs);
     let a = n
-        .tensor_allocate(Placement::Device, 0, 16, Some("a"), None)
+        .tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            16,
+            Some("a"),
+            None,
+        )
         .unwrap();
     let x = n
-        .tensor_allocate(Placement::Device, 0, out, Some("x"), None)
+        .tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            out,
+            Some("x"),
+            None,
+        )
         .unwrap();
     let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
     si.add("a", a).unwrap();
@@ -582,7 +715,7 @@ fn load_io_model(n: &Nrt<'_>, vnc: i64, ins: &[TensorDecl], outs: &[TensorDecl])
         outputs: outs,
         ..Default::default()
     };
-    n.load_model(vnc, &spec).unwrap()
+    n.load_model(LogicalCore::from_c(vnc), &spec).unwrap()
 }
 
 /// A read never sees an output half written (spec §7.1: a tensor cannot be read until the
@@ -680,8 +813,14 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     };
     let (p, c) = (load(0, "a", "x"), load(1, "x", "z"));
     let mk = |name| {
-        n.tensor_allocate(Placement::Device, 0, N, Some(name), None)
-            .unwrap()
+        n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            N,
+            Some(name),
+            None,
+        )
+        .unwrap()
     };
     let (a1, a2, x, z) = (mk("a"), mk("a"), mk("x"), mk("z"));
     n.tensor_write(a1, &vec![0x11; N as usize], 0).unwrap();
@@ -739,7 +878,12 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
         n.tensor_allocate(Placement::Device, vnc, N, Some(name), None)
             .unwrap()
     };
-    let (a, b, x, y) = (on(0, "a"), on(0, "b"), on(0, "x"), on(1, "y"));
+    let (a, b, x, y) = (
+        on(LogicalCore::new(0).into(), "a"),
+        on(LogicalCore::new(0).into(), "b"),
+        on(LogicalCore::new(0).into(), "x"),
+        on(LogicalCore::new(1).into(), "y"),
+    );
     n.tensor_write(a, &[0x11; N as usize], 0).unwrap();
     n.tensor_write(x, &[0x77; N as usize], 0).unwrap();
     let mut si = TensorSet::new();
@@ -784,16 +928,22 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
     );
     let n = f.nrt();
     for size in [64u64, 4096, 100_000] {
-        n.tensor_allocate(Placement::Virtual, -1, size, Some("left"), None)
+        n.tensor_allocate(Placement::Virtual, CoreSel::Any, size, Some("left"), None)
             .unwrap();
     }
     let slice_src = n
-        .tensor_allocate(Placement::Virtual, -1, 512, Some("src"), None)
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 512, Some("src"), None)
         .unwrap();
     n.tensor_allocate_slice(slice_src, 0, 256, Some("slice"))
         .unwrap();
-    n.tensor_allocate(Placement::Device, 0, 4096, Some("dev"), None)
-        .unwrap();
+    n.tensor_allocate(
+        Placement::Device,
+        LogicalCore::new(0).into(),
+        4096,
+        Some("dev"),
+        None,
+    )
+    .unwrap();
     assert_eq!(out(), 64 + 4096 + 100_000 + 512);
     n.close().unwrap();
     assert_eq!(out(), 0, "close left VIRTUAL bytes with the host provider");
@@ -810,7 +960,7 @@ fn a_view_over_other_resources_is_refused() {
     );
     let n = f.nrt();
     let t = n
-        .tensor_allocate(Placement::Virtual, -1, 64, Some("mine"), None)
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("mine"), None)
         .unwrap();
     let before = snapshot(&n);
     // Another driver over the same state block: every call is refused, nothing changes.
@@ -818,7 +968,13 @@ fn a_view_over_other_resources_is_refused() {
     let wrong = Nrt::with_host(&f.st, &*other_sim, &HEAP);
     assert_eq!(wrong.tensor_free(t, None), Err(Error::ForeignResources));
     assert_eq!(
-        wrong.tensor_allocate(Placement::Device, 0, 4096, None, None),
+        wrong.tensor_allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            4096,
+            None,
+            None
+        ),
         Err(Error::ForeignResources)
     );
     assert_eq!(wrong.close(), Err(Error::ForeignResources));
@@ -851,4 +1007,32 @@ fn a_view_over_other_resources_is_refused() {
     again.init(&InitOptions::default()).unwrap();
     assert_eq!(n.tensor_get_size(t), Err(Error::ForeignResources));
     again.close().unwrap();
+}
+
+#[test]
+fn any_core_is_core_0_off_device_and_fails_the_range_gate_as_minus_1_on_device() {
+    let f = Fixture::up_with_host(
+        SimConfig::scaled_down(Preset::Trn1, 1),
+        InitOptions::default(),
+        &HEAP,
+    );
+    let n = f.nrt();
+    let owned = n.visible_vnc_count();
+    let v = n
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"), None)
+        .unwrap();
+    let h = n
+        .tensor_allocate(Placement::Host, CoreSel::Any, 64, Some("h"), None)
+        .unwrap();
+    let host = n.vnc_usage(LogicalCore::FIRST).unwrap().host;
+    assert!(
+        host.iter().any(|&b| b >= 64),
+        "HOST tensor booked on core 0"
+    );
+    assert_eq!(
+        n.tensor_allocate(Placement::Device, CoreSel::Any, 64, Some("d"), None),
+        Err(Error::LogicalCoreOutOfRange { vnc: -1, owned })
+    );
+    n.tensor_free(v, None).unwrap();
+    n.tensor_free(h, None).unwrap();
 }

@@ -12,6 +12,7 @@ use std::ffi::c_void;
 
 use nrt_core::abi::NRT_STATUS as CoreStatus;
 use nrt_core::tensor::TensorSet;
+use nrt_core::LogicalCore;
 use nrt_host::model_file::{self, LoadError, ModelFile};
 
 use crate::global::{self, entry, in_bytes, lock, put, Fail, ModelEntry, Res, Runtime};
@@ -102,7 +103,11 @@ pub(crate) unsafe fn load(
         } else {
             vnc as i64
         };
-        let h = match m.load(&r.rt.nrt(), vnc, opts.allow_legacy_neff) {
+        let h = match m.load(
+            &r.rt.nrt(),
+            LogicalCore::from_c(vnc),
+            opts.allow_legacy_neff,
+        ) {
             Ok(h) => h,
             Err(LoadError::Core(e)) => r.core(Err(e), || model_oom_note(&m, vnc))?,
             Err(e) => return Err(Fail::new(e.status(), e)),
@@ -127,7 +132,10 @@ pub(crate) unsafe fn load(
 fn first_free_core(r: &Runtime) -> i64 {
     let nrt = r.rt.nrt();
     (0..i64::from(nrt.visible_vnc_count()))
-        .min_by_key(|&v| nrt.models_on(v, &mut []).unwrap_or(usize::MAX))
+        .min_by_key(|&v| {
+            nrt.models_on(LogicalCore::from_c(v), &mut [])
+                .unwrap_or(usize::MAX)
+        })
         .unwrap_or(0)
 }
 

@@ -10,7 +10,7 @@ use std::ffi::{c_char, CString};
 use std::sync::LazyLock;
 
 use nrt_core::abi::{dma_mem_usage_type_t, NRT_STATUS as CoreStatus};
-use nrt_core::Error;
+use nrt_core::{Error, LogicalCore};
 
 use crate::global::{self, entry, lock, put_sized, Fail, Res};
 use crate::status::NRT_STATUS;
@@ -232,8 +232,8 @@ pub unsafe extern "C" fn nrtx_get_vnc_memory_stats(
     entry("nrtx_get_vnc_memory_stats", || {
         global::with_rt(|r| {
             let n = r.rt.nrt();
-            let s = n.dmem_get_memory_stats(vnc as i64)?;
-            let u = n.vnc_usage(vnc as i64)?;
+            let s = n.dmem_get_memory_stats(LogicalCore::from_c(vnc))?;
+            let u = n.vnc_usage(LogicalCore::from_c(vnc))?;
             let v = nrtx_vnc_memory_stats_t {
                 bytes_used: s.bytes_used,
                 bytes_limit: s.bytes_limit,
@@ -252,7 +252,7 @@ pub unsafe extern "C" fn nrtx_get_vnc_memory_stats(
 #[no_mangle]
 pub extern "C" fn nrtx_reset_vnc_memory_peak(vnc: u32) -> NRT_STATUS {
     entry("nrtx_reset_vnc_memory_peak", || {
-        global::with_rt(|r| Ok(r.rt.nrt().reset_peak(vnc as i64)?))
+        global::with_rt(|r| Ok(r.rt.nrt().reset_peak(LogicalCore::from_c(vnc))?))
     })
 }
 
@@ -271,7 +271,7 @@ pub unsafe extern "C" fn nrtx_get_vnc_usage(
 ) -> NRT_STATUS {
     entry("nrtx_get_vnc_usage", || {
         global::with_rt(|r| {
-            let u = r.rt.nrt().vnc_usage(vnc as i64)?;
+            let u = r.rt.nrt().vnc_usage(LogicalCore::from_c(vnc))?;
             let v = nrtx_vnc_usage_t {
                 device: u.device,
                 device_peak: u.device_peak,
@@ -439,11 +439,11 @@ pub unsafe extern "C" fn nrtx_get_vnc_hbm_stats(
     entry("nrtx_get_vnc_hbm_stats", || {
         global::with_rt(|r| {
             let nrt = r.rt.nrt();
-            let v = nrt.virtual_core(vnc as i64)?;
+            let v = nrt.virtual_core(LogicalCore::from_c(vnc))?;
             let s = hbm_stats(
                 r,
                 v.tpbs[0].device_id,
-                nrt.vtpb_get_default_hbm_idx(vnc as i64)?,
+                nrt.vtpb_get_default_hbm_idx(LogicalCore::from_c(vnc))?,
             )?;
             // SAFETY: caller contract.
             unsafe { put_sized(&s, stats, stats_size_in, stats_size_out) }
@@ -476,7 +476,8 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
             })?;
             let i = r.rt.nrt().model_info(h)?;
             let v = nrtx_model_memory_t {
-                vnc: i.vnc,
+                // A model's core is one the runtime found it on: always an index.
+                vnc: i.vnc.index().unwrap_or(u32::MAX),
                 subgraphs: i.subgraphs,
                 allocations: i.allocations,
                 bytes: i.bytes,

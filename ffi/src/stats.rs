@@ -3,6 +3,7 @@
 use crate::global::{self, entry, put_sized};
 use crate::status::NRT_STATUS;
 use crate::types::nrt_vnc_memory_stats_t;
+use nrt_core::LogicalCore;
 
 /// Device memory of logical core `vnc`: bytes in use (every allocation booked to its
 /// NeuronCores, on whichever HBM: tensors, models, shared scratchpad and libraries) and the
@@ -24,7 +25,7 @@ pub unsafe extern "C" fn nrt_get_vnc_memory_stats(
 ) -> NRT_STATUS {
     entry("nrt_get_vnc_memory_stats", || {
         global::with_rt(|r| {
-            let s = r.rt.nrt().dmem_get_memory_stats(vnc as i64)?;
+            let s = r.rt.nrt().dmem_get_memory_stats(LogicalCore::from_c(vnc))?;
             let v = nrt_vnc_memory_stats_t {
                 bytes_used: s.bytes_used as usize,
                 bytes_limit: s.bytes_limit as usize,

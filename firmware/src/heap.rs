@@ -24,7 +24,7 @@ use linked_list_allocator::LockedHeap;
 use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as TENSOR;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
-use nrt_core::{CoreState, Error, InitOptions, Nrt};
+use nrt_core::{CoreState, Error, InitOptions, LogicalCore, Nrt};
 
 use crate::out::Mib;
 use crate::{Run, Sim, CAPS, MIB};
@@ -60,8 +60,14 @@ impl Run {
         theirs.init(&InitOptions::default())?;
 
         let ours_ledger = ours.ledger_snapshot(0);
-        let t = theirs.tensor_allocate(Placement::Device, 0, 4 * MIB, Some("boxed"), None)?;
-        let pc = theirs.virtual_core(0)?.tpbs[0];
+        let t = theirs.tensor_allocate(
+            Placement::Device,
+            LogicalCore::FIRST.into(),
+            4 * MIB,
+            Some("boxed"),
+            None,
+        )?;
+        let pc = theirs.virtual_core(LogicalCore::FIRST)?.tpbs[0];
         let booked = theirs.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
         self.check(
             booked >= 4 * MIB && ours.ledger_snapshot(0) == ours_ledger,

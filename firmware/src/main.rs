@@ -47,7 +47,7 @@ use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::TensorHandle;
-use nrt_core::{CoreState, Error, InitOptions, Nrt, StaticState};
+use nrt_core::{CoreSel, CoreState, Error, InitOptions, LogicalCore, Nrt, StaticState};
 
 use out::{Mib, Out};
 
@@ -210,9 +210,9 @@ static OVERSIZED: ModelSpec<'static> = ModelSpec {
 };
 
 /// Logical core the three models share.
-const MODEL_VNC: i64 = 0;
+const MODEL_VNC: LogicalCore = LogicalCore::FIRST;
 /// The two logical cores that get device tensors.
-const TENSOR_VNCS: [i64; 2] = [0, 1];
+const TENSOR_VNCS: [LogicalCore; 2] = [LogicalCore::new(0), LogicalCore::new(1)];
 /// The model unloaded mid-run (index into [`MODELS`]).
 const UNLOADED: usize = 1;
 
@@ -382,8 +382,12 @@ impl Run {
         // A never-issued handle until each slot is filled.
         let mut tensors = [TensorHandle::from_parts(0, 0, 0); 2];
         for (t, vnc) in tensors.iter_mut().zip(TENSOR_VNCS) {
-            let name = if vnc == 0 { "input0" } else { "output0" };
-            *t = n.tensor_allocate(Placement::Device, vnc, 4 * MIB, Some(name), None)?;
+            let name = if vnc == LogicalCore::FIRST {
+                "input0"
+            } else {
+                "output0"
+            };
+            *t = n.tensor_allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name), None)?;
             let info = n.tensor_device_allocation_info(*t)?;
             let pc = n.virtual_core(vnc)?.tpbs[0];
             let booked = n.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
@@ -406,7 +410,7 @@ impl Run {
         // A VIRTUAL tensor: plain host bytes from a static arena (no heap), written and read back.
         let v = n.tensor_allocate(
             Placement::Virtual,
-            -1,
+            CoreSel::Any,
             4096,
             Some("scratch"),
             Some(&HOST_POOL),
@@ -488,7 +492,13 @@ impl Run {
             }
         };
         let before = self.snapshot();
-        let again = n.tensor_allocate(Placement::Device, 0, MIB, Some("late"), None);
+        let again = n.tensor_allocate(
+            Placement::Device,
+            LogicalCore::FIRST.into(),
+            MIB,
+            Some("late"),
+            None,
+        );
         let unchanged = self.snapshot() == before;
         for t in &taken[..count] {
             n.tensor_free(*t, None)?;

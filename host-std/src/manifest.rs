@@ -648,6 +648,7 @@ fn de_carveout_type<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nrt_core::LogicalCore;
 
     const BERT: &str = r#"{ "format": "nrt-dmem-model/2", "name": "bert-base", "subgraphs": 1,
   "allocations": [ { "usage": "DMA_RING", "location": "device", "size": 4194304, "align": 0, "hint": "qPoolIO0" },
@@ -1037,13 +1038,16 @@ mod tests {
             };
             let rt = crate::HostRuntime::start(cfg).unwrap();
             let nrt = rt.nrt();
-            let before = nrt.dmem_get_memory_stats(0).unwrap().bytes_used;
+            let before = nrt
+                .dmem_get_memory_stats(LogicalCore::new(0))
+                .unwrap()
+                .bytes_used;
             let mut handles = Vec::new();
             for p in &paths {
                 let m = Manifest::from_path(p).unwrap();
                 let s = m.spec();
                 let h = nrt
-                    .load_model(0, &s.as_spec())
+                    .load_model(LogicalCore::new(0), &s.as_spec())
                     .unwrap_or_else(|e| panic!("{preset:?} {}: {e}", p.display()));
                 let info = nrt.model_info(h).unwrap();
                 assert!(
@@ -1055,7 +1059,12 @@ mod tests {
                 );
                 handles.push(h);
             }
-            assert!(nrt.dmem_get_memory_stats(0).unwrap().bytes_used > before);
+            assert!(
+                nrt.dmem_get_memory_stats(LogicalCore::new(0))
+                    .unwrap()
+                    .bytes_used
+                    > before
+            );
             for h in handles {
                 nrt.unload_model(h).unwrap();
             }

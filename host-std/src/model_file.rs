@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use nrt_core::abi::{H_MODEL, NRT_STATUS};
-use nrt_core::Nrt;
+use nrt_core::{LogicalCore, Nrt};
 use nrt_neff::pack::{PackAlloc, PackModel, PackTensor};
 use nrt_neff::{NeffError, NeffModel, ReadOptions, Reservation, TensorInfo};
 
@@ -114,7 +114,12 @@ impl ModelFile {
     /// checks that need the live device (KELF target, CAYMAN's reservation and EVTACCEL
     /// geometry; `allow_legacy` = `NEURON_RT_ALLOW_LEGACY_NEFF=1`), then the core's load,
     /// then the weights' copy-in; a failed copy unloads the model.
-    pub fn load(&self, nrt: &Nrt<'_>, vnc: i64, allow_legacy: bool) -> Result<H_MODEL, LoadError> {
+    pub fn load(
+        &self,
+        nrt: &Nrt<'_>,
+        vnc: LogicalCore,
+        allow_legacy: bool,
+    ) -> Result<H_MODEL, LoadError> {
         match self {
             ModelFile::Manifest(m) => Ok(nrt.load_model(vnc, &m.spec().as_spec())?),
             ModelFile::Neff(n) => load_neff(nrt, vnc, n, allow_legacy),
@@ -126,7 +131,7 @@ impl ModelFile {
 /// options, then [`ModelFile::load`]. Returns the handle and the file (for its tensor table).
 pub fn load_bytes(
     nrt: &Nrt<'_>,
-    vnc: i64,
+    vnc: LogicalCore,
     bytes: &[u8],
 ) -> Result<(H_MODEL, ModelFile), LoadError> {
     let opts = read_options_from_env();
@@ -137,7 +142,7 @@ pub fn load_bytes(
 
 fn load_neff(
     nrt: &Nrt<'_>,
-    vnc: i64,
+    vnc: LogicalCore,
     n: &NeffModel,
     allow_legacy: bool,
 ) -> Result<H_MODEL, LoadError> {

@@ -25,7 +25,7 @@ use nrt_core::driver::PoolStats;
 use nrt_core::oom::{FailingChannel, OomCause};
 use nrt_core::sim::SimDevice;
 use nrt_core::tensor::Placement;
-use nrt_core::{Nrt, TensorHandle};
+use nrt_core::{CoreSel, LogicalCore, Nrt, TensorHandle};
 use nrt_neff::ReadOptions;
 use serde::Serialize;
 
@@ -362,7 +362,10 @@ fn start(cfg: RuntimeConfig, base: Option<&SimDevice>) -> Result<Scratch, PlanEr
 /// `vnc = -1`: the first visible logical core with no model, else the fewest (lowest index).
 pub fn first_free_core(nrt: &Nrt<'_>) -> i64 {
     (0..i64::from(nrt.visible_vnc_count()))
-        .min_by_key(|&v| nrt.models_on(v, &mut []).unwrap_or(usize::MAX))
+        .min_by_key(|&v| {
+            nrt.models_on(LogicalCore::from_c(v), &mut [])
+                .unwrap_or(usize::MAX)
+        })
         .unwrap_or(0)
 }
 
@@ -375,7 +378,7 @@ impl Scratch {
             oom: matches!(e, nrt_core::Error::DeviceOom { .. })
                 .then(|| (*e, nrt.last_oom_channel())),
         };
-        let handle = match p.file.load(&nrt, core, allow_legacy) {
+        let handle = match p.file.load(&nrt, LogicalCore::from_c(core), allow_legacy) {
             Ok(h) => h,
             Err(LoadError::Core(e)) => return failed(&e, LoadError::Core(e).to_string()),
             Err(e) => {
@@ -391,7 +394,7 @@ impl Scratch {
             for t in p.file.tensor_info() {
                 match nrt.tensor_allocate(
                     Placement::Device,
-                    core,
+                    CoreSel::from_c(core),
                     t.size,
                     Some(&t.name),
                     Some(self.rt.host_mem()),
@@ -639,9 +642,11 @@ fn fmt(b: u64) -> String {
 }
 
 fn core_plan(nrt: &Nrt<'_>, v: i64) -> CorePlan {
-    let st = nrt.dmem_get_memory_stats(v).unwrap_or_default();
+    let st = nrt
+        .dmem_get_memory_stats(LogicalCore::from_c(v))
+        .unwrap_or_default();
     let physical = nrt
-        .virtual_core(v)
+        .virtual_core(LogicalCore::from_c(v))
         .map(|c| {
             c.cores()
                 .iter()
@@ -652,11 +657,15 @@ fn core_plan(nrt: &Nrt<'_>, v: i64) -> CorePlan {
     CorePlan {
         index: v,
         physical,
-        models: nrt.models_on(v, &mut []).unwrap_or(0),
+        models: nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap_or(0),
         used: st.bytes_used,
         limit: st.bytes_limit,
         headroom: st.bytes_limit.saturating_sub(st.bytes_used),
-        usage: usage_list(&nrt.vnc_usage(v).unwrap_or_default().device),
+        usage: usage_list(
+            &nrt.vnc_usage(LogicalCore::from_c(v))
+                .unwrap_or_default()
+                .device,
+        ),
     }
 }
 

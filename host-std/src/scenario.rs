@@ -23,8 +23,8 @@ use nrt_core::cstr::Printable;
 use nrt_core::ledger::MonitorClass;
 use nrt_core::model::ModelSpec;
 use nrt_core::tensor::{Placement, TensorSet};
-use nrt_core::Nrt;
 use nrt_core::TensorHandle;
+use nrt_core::{CoreSel, LogicalCore, Nrt};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
@@ -1413,7 +1413,7 @@ impl Session {
         }
         let storage = manifest.spec();
         let spec: ModelSpec<'_> = storage.as_spec();
-        let r = self.rt.nrt().load_model(core, &spec);
+        let r = self.rt.nrt().load_model(LogicalCore::from_c(core), &spec);
         match r {
             Ok(h) => {
                 log::info!(target: "nrt_dmem::session", "loaded {name} on core {core} (handle {})", h.id);
@@ -1457,7 +1457,7 @@ impl Session {
         }
         let r = self.rt.nrt().tensor_allocate(
             placement,
-            core,
+            CoreSel::from_c(core),
             size,
             Some(name),
             Some(self.rt.host_mem()),
@@ -1543,7 +1543,7 @@ impl Session {
                         None => {
                             let t = nrt.tensor_allocate(
                                 Placement::Device,
-                                m.core,
+                                CoreSel::from_c(m.core),
                                 d.size,
                                 Some(&d.name),
                                 None,
@@ -1642,7 +1642,7 @@ impl Session {
         let rows = (0..nrt.visible_vnc_count() as i64)
             .map(|v| {
                 nrt.inspector()
-                    .vnc_usage(v)
+                    .vnc_usage(LogicalCore::from_c(v))
                     .map(|u| u.device)
                     .unwrap_or([0; 23])
             })
@@ -1670,8 +1670,8 @@ impl Session {
         // Expectations may follow a `close` step: they read what the runtime left.
         let ins = nrt.inspector();
         if let Some(core) = x.core {
-            let stats = ins.dmem_get_memory_stats(core);
-            let usage = ins.vnc_usage(core);
+            let stats = ins.dmem_get_memory_stats(LogicalCore::from_c(core));
+            let usage = ins.vnc_usage(LogicalCore::from_c(core));
             match (stats, usage) {
                 (Ok(s), Ok(u)) => {
                     if let Some(why) = x.used.check(s.bytes_used) {
@@ -1693,7 +1693,7 @@ impl Session {
                 }
             }
             if let Some(snap) = &x.unchanged_since {
-                let now = ins.vnc_usage(core).map(|u| u.device);
+                let now = ins.vnc_usage(LogicalCore::from_c(core)).map(|u| u.device);
                 match (self.snapshots.get(snap), now) {
                     (None, _) => out.push(format!("no snapshot named `{snap}` was taken")),
                     (Some(rows), Ok(now)) => match rows.get(core as usize) {
@@ -1721,7 +1721,7 @@ impl Session {
                 }
             }
             if let Some(n) = x.models_on_core {
-                match nrt.models_on(core, &mut []) {
+                match nrt.models_on(LogicalCore::from_c(core), &mut []) {
                     Ok(have) if have as u64 == n => {}
                     Ok(have) => out.push(format!(
                         "core {core} has {have} models resident, expected {n}"
@@ -2071,7 +2071,7 @@ impl Runner<'_, '_> {
                 let before = self.s.model(name).ok().map(|m| m.core).and_then(|c| {
                     self.s
                         .nrt()
-                        .dmem_get_memory_stats(c)
+                        .dmem_get_memory_stats(LogicalCore::from_c(c))
                         .ok()
                         .map(|st| (c, st.bytes_used))
                 });
@@ -2080,7 +2080,7 @@ impl Runner<'_, '_> {
                         let after = self
                             .s
                             .nrt()
-                            .dmem_get_memory_stats(c)
+                            .dmem_get_memory_stats(LogicalCore::from_c(c))
                             .map_or(b, |s| s.bytes_used);
                         format!(" (core {c}: {} freed)", fmt_bytes(b.saturating_sub(after)))
                     }
@@ -2126,7 +2126,7 @@ impl Runner<'_, '_> {
                 format!("reset_peak core {core}"),
                 self.s
                     .nrt()
-                    .reset_peak(*core)
+                    .reset_peak(LogicalCore::from_c(*core))
                     .map(|_| String::new())
                     .map_err(StepError::from),
             ),

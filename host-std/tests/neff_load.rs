@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use nrt_core::abi::{dma_mem_usage_type_t as U, NRT_STATUS};
 use nrt_core::sim::Preset;
+use nrt_core::LogicalCore;
 use nrt_host::config::{DeviceChoice, RuntimeConfig};
 use nrt_host::model_file::{self, ModelFile};
 use nrt_host::{HostRuntime, Manifest};
@@ -65,11 +66,13 @@ fn packed_examples_book_what_their_manifests_book() {
                 f.requested_device_bytes(),
                 m.requested_bytes(nrt_host::manifest::Location::Device)
             );
-            let hm = ModelFile::Manifest(m.clone()).load(&nrt, 0, false).unwrap();
+            let hm = ModelFile::Manifest(m.clone())
+                .load(&nrt, LogicalCore::new(0), false)
+                .unwrap();
             let want = nrt.model_info(hm).unwrap();
             nrt.unload_model(hm).unwrap();
             let before = state(&rt);
-            let hn = f.load(&nrt, 0, false).unwrap();
+            let hn = f.load(&nrt, LogicalCore::new(0), false).unwrap();
             let got = nrt.model_info(hn).unwrap();
             assert_eq!(
                 (got.bytes, got.by_usage, got.allocations),
@@ -96,10 +99,10 @@ fn the_libnrt_fixture_loads_on_every_preset() {
         let nrt = rt.nrt();
         // On SUNDA the default ext-ISA library is staged once per core and stays cached after
         // its last user unloads (spec §6): warm it first, then a load/unload is exact.
-        let (h, _) = model_file::load_bytes(&nrt, 0, &bytes).unwrap();
+        let (h, _) = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes).unwrap();
         nrt.unload_model(h).unwrap();
         let before = state(&rt);
-        let (h, f) = model_file::load_bytes(&nrt, 0, &bytes).unwrap();
+        let (h, f) = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes).unwrap();
         let info = nrt.model_info(h).unwrap();
         // 256 B of SCRATCHPAD_NOT_SHARED (two 128 B tmp-bufs, exact), no WEIGHT (§12).
         assert_eq!(
@@ -153,7 +156,7 @@ fn weights_are_copied_into_their_allocation() {
     let content: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
     let rt = runtime(Preset::Trn2);
     let nrt = rt.nrt();
-    let (h, _) = model_file::load_bytes(&nrt, 0, &weighted(&content)).unwrap();
+    let (h, _) = model_file::load_bytes(&nrt, LogicalCore::new(0), &weighted(&content)).unwrap();
     let mut found = Vec::new();
     nrt.for_each_model_dmem(h, |_, d| {
         if d.mem_usage_type == U::DMA_MEM_USAGE_TYPE_WEIGHT as u32 {
@@ -296,11 +299,14 @@ fn device_dependent_refusals_leave_ledger_and_driver_unchanged() {
         let rt = runtime(*preset);
         let nrt = rt.nrt();
         // Something resident, so "unchanged" is not trivially "empty".
-        let (keep, _) =
-            model_file::load_bytes(&nrt, 0, &pack::pack(&tiny(None, Some(EVTACCEL))).unwrap())
-                .unwrap();
+        let (keep, _) = model_file::load_bytes(
+            &nrt,
+            LogicalCore::new(0),
+            &pack::pack(&tiny(None, Some(EVTACCEL))).unwrap(),
+        )
+        .unwrap();
         let before = state(&rt);
-        match model_file::load_bytes(&nrt, 0, bytes) {
+        match model_file::load_bytes(&nrt, LogicalCore::new(0), bytes) {
             Ok(_) => wrong.push(format!("{what}: loaded")),
             Err(e) => {
                 if e.status() != *status || !e.to_string().contains(msg) {
@@ -351,7 +357,7 @@ fn what_other_devices_accept() {
             ..ReadOptions::default()
         };
         let f = ModelFile::parse(&bytes, &opts).unwrap();
-        let h = f.load(&nrt, 0, legacy).unwrap();
+        let h = f.load(&nrt, LogicalCore::new(0), legacy).unwrap();
         nrt.unload_model(h).unwrap();
     }
 }
@@ -386,7 +392,7 @@ fn subgraphs_with_different_footprints_each_book_their_own() {
     let rt = runtime(Preset::Trn2);
     let nrt = rt.nrt();
     let before = state(&rt);
-    let (h, _) = model_file::load_bytes(&nrt, 0, &bytes).unwrap();
+    let (h, _) = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes).unwrap();
     let scr = U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED;
     let per_core: Vec<u64> = (0..2).map(|c| nrt.ledger_device(0, c, scr)).collect();
     assert_eq!(per_core, [1 << 20, 2 << 20], "sg00 on nc0, sg01 on nc1");

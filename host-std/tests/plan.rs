@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nrt_core::tensor::Placement;
+use nrt_core::CoreSel;
+use nrt_core::LogicalCore;
 use nrt_host::model_file::{pack, ModelFile};
 use nrt_host::plan::{plan, ModelSource, Plan, PlanError, PlanModel, PlanRequest};
 use nrt_host::{DeviceChoice, HostRuntime, Manifest, Overrides, RuntimeConfig};
@@ -79,16 +81,21 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
     for (i, (label, bytes)) in set.iter().enumerate() {
         let f = ModelFile::parse(bytes, &ReadOptions::default()).unwrap();
         let core = (0..i64::from(nrt.visible_vnc_count()))
-            .min_by_key(|&v| nrt.models_on(v, &mut []).unwrap())
+            .min_by_key(|&v| nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap())
             .unwrap();
         let mut fits = false;
-        if let Ok(h) = f.load(&nrt, core, false) {
+        if let Ok(h) = f.load(&nrt, LogicalCore::from_c(core), false) {
             fits = true;
             if tensors {
                 let mut made = Vec::new();
                 for t in f.tensor_info() {
-                    match nrt.tensor_allocate(Placement::Device, core, t.size, Some(&t.name), None)
-                    {
+                    match nrt.tensor_allocate(
+                        Placement::Device,
+                        CoreSel::from_c(core),
+                        t.size,
+                        Some(&t.name),
+                        None,
+                    ) {
                         Ok(t) => made.push(t),
                         Err(_) => {
                             fits = false;
@@ -112,9 +119,11 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
         );
     }
     for c in &p.cores {
-        let st = nrt.dmem_get_memory_stats(c.index).unwrap();
+        let st = nrt
+            .dmem_get_memory_stats(LogicalCore::from_c(c.index))
+            .unwrap();
         assert_eq!((c.used, c.limit), (st.bytes_used, st.bytes_limit));
-        let dev = nrt.vnc_usage(c.index).unwrap().device;
+        let dev = nrt.vnc_usage(LogicalCore::from_c(c.index)).unwrap().device;
         let sum: u64 = c.usage.iter().map(|(_, b)| b).sum();
         assert_eq!(sum, dev[22], "{device}: core {} by usage", c.index);
         for (u, b) in &c.usage {

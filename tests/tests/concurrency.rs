@@ -9,6 +9,7 @@ use std::time::Duration;
 use nrt_core::abi::*;
 use nrt_core::model::{ModelAlloc, ModelSpec};
 use nrt_core::ulib::UlibRequest;
+use nrt_core::LogicalCore;
 use nrt_host::config::{DeviceChoice, RuntimeConfig};
 use nrt_host::HostRuntime;
 
@@ -52,7 +53,7 @@ fn runtime(device: DeviceChoice) -> HostRuntime {
 fn resident_bytes(rt: &HostRuntime) -> u64 {
     let n = rt.nrt();
     let mut hs = [0u32; 128];
-    let k = n.models_on(0, &mut hs).unwrap();
+    let k = n.models_on(LogicalCore::new(0), &mut hs).unwrap();
     hs[..k]
         .iter()
         .map(|h| {
@@ -78,7 +79,7 @@ fn threads_load_execute_unload_on_one_core() {
         ..Default::default()
     };
     // A long-lived model everyone executes.
-    let shared = rt.nrt().load_model(0, &spec).unwrap();
+    let shared = rt.nrt().load_model(LogicalCore::new(0), &spec).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let loads = Arc::new(AtomicU64::new(0));
     let start = Arc::new(Barrier::new(6));
@@ -118,7 +119,10 @@ fn threads_load_execute_unload_on_one_core() {
             };
             start.wait();
             for _ in 0..LOADER_ROUNDS {
-                let h = rt.nrt().load_model(0, &spec).expect("load");
+                let h = rt
+                    .nrt()
+                    .load_model(LogicalCore::new(0), &spec)
+                    .expect("load");
                 // Someone executes it while we unload: the unload must wait for the drain.
                 let g = rt.nrt().exec_begin(h).expect("exec");
                 let in_exec = AtomicBool::new(true);
@@ -158,7 +162,10 @@ fn threads_load_execute_unload_on_one_core() {
     // After the joins: only the shared model is resident and the ledger says exactly its bytes
     // plus the scratchpad pages it still holds.
     let n = rt.nrt();
-    let used = n.dmem_get_memory_stats(0).unwrap().bytes_used;
+    let used = n
+        .dmem_get_memory_stats(LogicalCore::new(0))
+        .unwrap()
+        .bytes_used;
     let scr = n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD);
     assert_eq!(used, resident_bytes(&rt) + scr);
     assert_eq!(
@@ -167,7 +174,12 @@ fn threads_load_execute_unload_on_one_core() {
         "only the shared model holds the page"
     );
     n.unload_model(shared).unwrap();
-    assert_eq!(n.dmem_get_memory_stats(0).unwrap().bytes_used, 0);
+    assert_eq!(
+        n.dmem_get_memory_stats(LogicalCore::new(0))
+            .unwrap()
+            .bytes_used,
+        0
+    );
     rt.close().unwrap();
     assert_eq!(rt.nrt().driver_bytes_in_use(), 0);
 }
@@ -193,7 +205,7 @@ fn concurrent_first_loads_stage_the_ext_isa_once() {
                     ..Default::default()
                 };
                 start.wait();
-                rt.nrt().load_model(0, &spec).unwrap()
+                rt.nrt().load_model(LogicalCore::new(0), &spec).unwrap()
             })
         })
         .collect();
@@ -215,8 +227,8 @@ fn executions_are_serialised_per_core() {
         subgraphs: 1,
         ..Default::default()
     };
-    let h1 = rt.nrt().load_model(0, &spec).unwrap();
-    let h2 = rt.nrt().load_model(0, &spec).unwrap();
+    let h1 = rt.nrt().load_model(LogicalCore::new(0), &spec).unwrap();
+    let h2 = rt.nrt().load_model(LogicalCore::new(0), &spec).unwrap();
     let inside = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = [h1, h2, h1, h2]
         .into_iter()

@@ -7,6 +7,7 @@
 use std::io::Write;
 
 use nrt_core::tensor::Placement;
+use nrt_core::LogicalCore;
 
 use super::{paint, CliError, Ui, BOLD, GREEN, RED};
 use crate::manifest::Manifest;
@@ -243,10 +244,16 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         .iter()
         .map(|(n, _, _)| footprint(s, n))
         .collect::<Result<_, _>>()?;
-    let before = s.nrt().vnc_usage(mid_core).map_err(fail)?;
+    let before = s
+        .nrt()
+        .vnc_usage(LogicalCore::from_c(mid_core))
+        .map_err(fail)?;
     s.unload(&mid)
         .map_err(|e| fail(format!("unloading {mid}: {e}")))?;
-    let after = s.nrt().vnc_usage(mid_core).map_err(fail)?;
+    let after = s
+        .nrt()
+        .vnc_usage(LogicalCore::from_c(mid_core))
+        .map_err(fail)?;
     o.line(&format!(
         "   {:<26} {:>12} {:>12} {:>12}",
         format!("core {mid_core}"),
@@ -301,10 +308,13 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     // 4. OOM on purpose.
     let oom_core = ncores - 1;
     o.line("")?;
-    let hbm = s.nrt().vtpb_get_default_hbm_idx(oom_core).unwrap_or(0);
+    let hbm = s
+        .nrt()
+        .vtpb_get_default_hbm_idx(LogicalCore::from_c(oom_core))
+        .unwrap_or(0);
     let dev = s
         .nrt()
-        .virtual_core(oom_core)
+        .virtual_core(LogicalCore::from_c(oom_core))
         .ok()
         .and_then(|v| v.cores().first().map(|p| p.device_id))
         .unwrap_or(0);
@@ -322,7 +332,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     ))?;
     let used_before = s
         .nrt()
-        .dmem_get_memory_stats(oom_core)
+        .dmem_get_memory_stats(LogicalCore::from_c(oom_core))
         .map(|x| x.bytes_used)
         .unwrap_or(0);
     // With -q the deliberate OOM is not logged as an error: the verdict line says how it went.
@@ -358,7 +368,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
             }
             let used_after = s
                 .nrt()
-                .dmem_get_memory_stats(oom_core)
+                .dmem_get_memory_stats(LogicalCore::from_c(oom_core))
                 .map(|x| x.bytes_used)
                 .unwrap_or(0);
             o.verdict(

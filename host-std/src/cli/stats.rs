@@ -10,6 +10,7 @@ use nrt_core::cstr::Printable;
 use nrt_core::driver::{FreeHistogram, PoolStats};
 use nrt_core::ledger::UsageBreakdown;
 use nrt_core::ledger::{roll_up_aggr, roll_up_category, MonitorClass};
+use nrt_core::LogicalCore;
 use serde_json::{json, Map, Value};
 
 use crate::scenario::{
@@ -88,7 +89,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
     let mut cores = Vec::new();
     for v in 0..nrt.visible_vnc_count() as i64 {
         let tpbs = ins
-            .virtual_core(v)
+            .virtual_core(LogicalCore::from_c(v))
             .map(|v| {
                 v.cores()
                     .iter()
@@ -96,15 +97,17 @@ pub fn collect(s: &Session, source: &str) -> Report {
                     .collect()
             })
             .unwrap_or_default();
-        let st = ins.dmem_get_memory_stats(v).unwrap_or_default();
+        let st = ins
+            .dmem_get_memory_stats(LogicalCore::from_c(v))
+            .unwrap_or_default();
         cores.push(CoreStats {
             index: v,
             tpbs,
             used: st.bytes_used,
             limit: st.bytes_limit,
             peak: st.bytes_peak,
-            usage: ins.vnc_usage(v).unwrap_or_default(),
-            models: nrt.models_on(v, &mut []).unwrap_or(0),
+            usage: ins.vnc_usage(LogicalCore::from_c(v)).unwrap_or_default(),
+            models: nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap_or(0),
         });
     }
     let models = s
@@ -116,7 +119,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
             let (dev, host) = total_footprint(&subgraphs);
             let info = nrt.model_info(m.handle).unwrap_or_default();
             let device = nrt
-                .virtual_core(m.core)
+                .virtual_core(LogicalCore::from_c(m.core))
                 .ok()
                 .and_then(|v| v.cores().first().map(|p| p.device_id))
                 .unwrap_or(0);

@@ -7,7 +7,7 @@
 
 use nrt_core::ledger::VncMemoryStats;
 use nrt_core::tensor::Placement;
-use nrt_core::{DeviceTotals, Error};
+use nrt_core::{DeviceTotals, Error, LogicalCore};
 use nrt_host::{HostRuntime, Manifest, RuntimeConfig};
 
 /// The model the agent serves: 4 MiB of weights on the device.
@@ -62,7 +62,8 @@ pub fn serve(workers: u32, rounds: u32) -> Result<AgentReport, AgentError> {
     let cores = workers.min(nrt.visible_vnc_count());
     let manifest = Manifest::parse(MANIFEST.as_bytes()).map_err(AgentError::Manifest)?;
     let spec = manifest.spec();
-    let model = nrt.load_model(0, &spec.as_spec())?;
+    let core0 = nrt.logical_core(0)?;
+    let model = nrt.load_model(core0, &spec.as_spec())?;
 
     let round_trips = std::thread::scope(|s| {
         let workers: Vec<_> = (0..cores)
@@ -75,7 +76,7 @@ pub fn serve(workers: u32, rounds: u32) -> Result<AgentReport, AgentError> {
                     for _ in 0..rounds {
                         let t = nrt.tensor_allocate(
                             Placement::Device,
-                            i64::from(core),
+                            LogicalCore::new(core).into(),
                             4096,
                             Some("work"),
                             Some(rt.host_mem()),
@@ -97,12 +98,12 @@ pub fn serve(workers: u32, rounds: u32) -> Result<AgentReport, AgentError> {
             .collect::<Result<Vec<u32>, AgentError>>()
     })?;
 
-    let core0_loaded = nrt.dmem_get_memory_stats(0)?;
+    let core0_loaded = nrt.dmem_get_memory_stats(core0)?;
     let device0_loaded = nrt.device_totals(0)?;
     nrt.unload_model(model)?;
-    let core0_idle = nrt.dmem_get_memory_stats(0)?;
+    let core0_idle = nrt.dmem_get_memory_stats(core0)?;
     rt.close()?;
-    let stats_after_close = nrt.dmem_get_memory_stats(0);
+    let stats_after_close = nrt.dmem_get_memory_stats(core0);
     Ok(AgentReport {
         cores,
         round_trips,

@@ -20,7 +20,9 @@ use nrt_core::cell::ZeroedCell;
 use nrt_core::model::{ModelAlloc, ModelSpec};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::tensor::{ArenaHostMem, Placement};
-use nrt_core::{Capacity, CoreState, Error, InitOptions, Nrt, StaticState, UsageSel};
+use nrt_core::{
+    Capacity, CoreSel, CoreState, Error, InitOptions, LogicalCore, Nrt, StaticState, UsageSel,
+};
 
 /// The capacities this firmware chooses: one device, the arenas sized for it.
 const CAPS: Capacity = Capacity::ONE_DEVICE;
@@ -92,16 +94,16 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
         allocations: &ALLOCS,
         ..Default::default()
     };
-    let model = nrt.load_model(0, &spec)?;
+    let model = nrt.load_model(LogicalCore::FIRST, &spec)?;
     let _ = writeln!(log, "loaded model h{}", model.id);
 
-    let t = nrt.tensor_allocate(Placement::Virtual, -1, 4096, Some("x"), None)?;
+    let t = nrt.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"), None)?;
     nrt.tensor_write(t, b"hello", 0)?;
     let mut read_back = [0u8; 5];
     nrt.tensor_read(t, &mut read_back, 0)?;
     nrt.tensor_free(t, None)?;
 
-    let core = nrt.virtual_core(0)?.tpbs[0];
+    let core = nrt.virtual_core(LogicalCore::FIRST)?.tpbs[0];
     let (dev, tpb) = (core.device_id, core.device_tpb_idx);
     let weights_booked = nrt.ledger_device(dev, tpb, WEIGHT);
     let core_total = nrt.ledger_device(dev, tpb, UsageSel::Total);
