@@ -2,8 +2,9 @@
 //! `*mut nrt_tensor_t`, for layers that keep their own registry of live objects (the C ABI,
 //! `nrt-ffi`, passes the safe API's handles through instead, and uses only [`epoch`] and
 //! [`tensor_allocate`] (the C placement value) from here). Most functions are `unsafe`: the
-//! core cannot tell a stale pointer from a live one whose slot was reused, so the caller vouches for it. The safe API
-//! ([`crate::Nrt`]'s methods) names the same objects by generation-checked handles.
+//! core cannot tell a stale pointer from a live one whose slot was reused, so the caller
+//! vouches for it. The safe API ([`crate::Nrt`]'s methods) names the same objects by
+//! generation-checked handles.
 //!
 //! # The contract every function here shares
 //!
