@@ -210,51 +210,18 @@ fn every_rust_call_answers_the_state_table() {
     let mut bad = Vec::new();
     let dk = Kit::make(&donor.nrt());
     // uninit: a fresh runtime (init itself is checked last: it changes the state).
-    bad.extend(states::check(
-        "Rust",
-        rust,
-        0,
-        |x| x != "init",
-        |name| answer(&n, &dk, name),
-    ));
-    bad.extend(states::check(
-        "Rust",
-        rust,
-        0,
-        |x| x == "init",
-        |name| answer(&n, &dk, name),
-    ));
+    bad.extend(states::check_state("Rust", rust, 0, "init", |name| {
+        answer(&n, &dk, name)
+    }));
     // init (close last, for the same reason).
     let k = Kit::make(&n);
-    bad.extend(states::check(
-        "Rust",
-        rust,
-        1,
-        |x| x != "close",
-        |name| answer(&n, &k, name),
-    ));
-    bad.extend(states::check(
-        "Rust",
-        rust,
-        1,
-        |x| x == "close",
-        |name| answer(&n, &k, name),
-    ));
+    bad.extend(states::check_state("Rust", rust, 1, "close", |name| {
+        answer(&n, &k, name)
+    }));
     // closed (init last).
-    bad.extend(states::check(
-        "Rust",
-        rust,
-        2,
-        |x| x != "init",
-        |name| answer(&n, &k, name),
-    ));
-    bad.extend(states::check(
-        "Rust",
-        rust,
-        2,
-        |x| x == "init",
-        |name| answer(&n, &k, name),
-    ));
+    bad.extend(states::check_state("Rust", rust, 2, "init", |name| {
+        answer(&n, &k, name)
+    }));
     assert!(
         bad.is_empty(),
         "{} disagreement(s):\n{}",

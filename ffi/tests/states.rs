@@ -304,51 +304,18 @@ fn every_c_call_answers_the_state_table() {
     let mut bad = Vec::new();
     let none = Kit::forged();
     // uninit: the process before its first nrt_init (init itself last: it changes the state).
-    bad.extend(states::check(
-        "C",
-        c,
-        0,
-        |x| x != "nrt_init",
-        |n| answer(&none, n),
-    ));
-    bad.extend(states::check(
-        "C",
-        c,
-        0,
-        |x| x == "nrt_init",
-        |n| answer(&none, n),
-    ));
+    bad.extend(states::check_state("C", c, 0, "nrt_init", |n| {
+        answer(&none, n)
+    }));
     // init (close last).
     let k = Kit::make();
-    bad.extend(states::check(
-        "C",
-        c,
-        1,
-        |x| x != "nrt_close",
-        |n| answer(&k, n),
-    ));
-    bad.extend(states::check(
-        "C",
-        c,
-        1,
-        |x| x == "nrt_close",
-        |n| answer(&k, n),
-    ));
+    bad.extend(states::check_state("C", c, 1, "nrt_close", |n| {
+        answer(&k, n)
+    }));
     // closed (init last), with the kit's objects now stale.
-    bad.extend(states::check(
-        "C",
-        c,
-        2,
-        |x| x != "nrt_init",
-        |n| answer(&k, n),
-    ));
-    bad.extend(states::check(
-        "C",
-        c,
-        2,
-        |x| x == "nrt_init",
-        |n| answer(&k, n),
-    ));
+    bad.extend(states::check_state("C", c, 2, "nrt_init", |n| {
+        answer(&k, n)
+    }));
     nrt_close();
     assert!(
         bad.is_empty(),

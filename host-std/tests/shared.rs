@@ -365,22 +365,29 @@ fn a_corrupted_file_is_refused_never_trusted() {
     assert!(e.contains("too short"), "{e}");
 }
 
+/// A worker on core 0 of `dev` that is inside an allocation with the device lock held (its
+/// allocation sleeps there, `HOLD_VAR`), for a test to kill it at that moment.
+fn holding_the_lock(dir: &Path, dev: &str) -> Worker {
+    let mut a = Worker::start(spawn(
+        dir,
+        dev,
+        "0",
+        &[(nrt_host::shared::HOLD_VAR, "10000")],
+    ));
+    writeln!(a.stdin.as_mut().unwrap(), "alloc t 4096 0").unwrap();
+    a.stdin.as_mut().unwrap().flush().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    a
+}
+
 #[test]
 fn a_process_killed_holding_the_lock_does_not_block_the_others() {
     let dir = shm_dir("holder");
     let dev = "sim:trn2@holder";
     let mut b = Worker::start(spawn(&dir, dev, "4", &[]));
     b.ok(&format!("alloc mine {} 0", GIB));
-    let mut a = Worker::start(spawn(
-        &dir,
-        dev,
-        "0",
-        &[(nrt_host::shared::HOLD_VAR, "10000")],
-    ));
     // A's allocation sleeps with the device lock held: kill it there.
-    writeln!(a.stdin.as_mut().unwrap(), "alloc t 4096 0").unwrap();
-    a.stdin.as_mut().unwrap().flush().unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    let a = holding_the_lock(&dir, dev);
     let t0 = Instant::now();
     let a_pid = a.pid;
     a.kill9();
@@ -412,15 +419,7 @@ fn pools_damaged_by_a_death_mid_update_are_rebuilt_and_handles_kept() {
     b.ok(&format!("alloc mine {} 0", GIB));
     b.ok(&format!("load {MODEL} 0 m"));
     let (own, _, _) = b.stats();
-    let mut a = Worker::start(spawn(
-        &dir,
-        dev,
-        "0",
-        &[(nrt_host::shared::HOLD_VAR, "10000")],
-    ));
-    writeln!(a.stdin.as_mut().unwrap(), "alloc t 4096 0").unwrap();
-    a.stdin.as_mut().unwrap().flush().unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    let a = holding_the_lock(&dir, dev);
     // As if A died halfway through updating the pools: damage them, then kill it.
     poke(&file, layout::sim_offset() as u64, &[0xa5; 8192]);
     a.kill9();

@@ -78,3 +78,17 @@ pub fn check(
     }
     out
 }
+
+/// [`check`] in `state` for every call but `last`, then for `last`: the call that changes the
+/// state (init, close) is asked after every other one of its state.
+pub fn check_state(
+    layer: &str,
+    names: impl Fn(&Row) -> Option<&'static str>,
+    state: usize,
+    last: &str,
+    mut answer: impl FnMut(&str) -> Option<String>,
+) -> Vec<String> {
+    let mut out = check(layer, &names, state, |x| x != last, &mut answer);
+    out.extend(check(layer, &names, state, |x| x == last, &mut answer));
+    out
+}
