@@ -20,6 +20,7 @@ pub mod cell;
 pub mod config;
 pub mod cstr;
 pub mod ctx;
+pub mod device;
 pub mod dmem;
 pub mod driver;
 pub mod error;

@@ -53,6 +53,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::abi::al_hal_tpb_arch_type_t;
 use crate::abi::meta::ZeroValid;
 use crate::abi::nrt_mutex_t;
+use crate::device::Geometry;
 use crate::carve::{Carve, CarveBlock, CarveError, CarveId, Policy};
 use crate::driver::{
     errno, feature, AllocRequest, DeviceInfo, Driver, Errno, FreeHistogram, PoolStats,
@@ -62,20 +63,13 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 const GIB: u64 = 1024 * MIB;
 
-/// Devices one simulator can expose (the context tree's `mla[32]`, spec §1).
-pub const MAX_DEVICES: u32 = 32;
-/// HBM channels per device the simulator supports (trn2/trn3 have 4).
-pub const MAX_HBM_CHANNELS: u32 = 4;
-/// Firmware carve-out at the start of each HBM channel (public ABI §3).
-pub const FIRMWARE_CARVEOUT: u64 = 16 * MIB;
-/// The driver's allocation granule: sizes are rounded up to it (public ABI §3).
-pub const PAGE_SIZE: u64 = 4 * KIB;
+pub use crate::device::{
+    DEFAULT_HOST_DMA_CAPACITY, FIRMWARE_CARVEOUT, MAX_DEVICES, MAX_HBM_CHANNELS, PAGE_SIZE,
+};
 pub use crate::driver::SMALL_OBJECT_MAX;
 /// Size of the small-object pool at the top of a full-size channel (public ABI §3); shrunk
 /// to a quarter of the channel for test geometries ([`SimConfig::channel_size_override`]).
 pub const SMALL_REGION_SIZE: u64 = GIB;
-/// Default host DMA capacity per device.
-pub const DEFAULT_HOST_DMA_CAPACITY: u64 = 8 * GIB;
 /// Physical address of the first host DMA pool byte (its own range, far above any HBM).
 pub const HOST_PA_BASE: u64 = 1 << 48;
 /// `nc_id` must be below this (range checked, not a placement; public ABI §3).
@@ -184,31 +178,17 @@ impl Preset {
     /// Geometry and features of one device of this preset with the default host DMA capacity
     /// (public ABI §3 "per channel sizes", §4 "Devices").
     pub const fn device_info(self) -> DeviceInfo {
-        let (arch, cores, channels, channel_size) = match self {
-            Preset::Inf2 | Preset::Trn1 => (
-                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA,
-                2,
-                2,
-                16 * GIB,
-            ),
-            Preset::Trn2 => (
-                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN,
-                8,
-                4,
-                24 * GIB,
-            ),
-            Preset::Trn3 => (
-                al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_MARIANA,
-                8,
-                4,
-                36 * GIB,
-            ),
+        use al_hal_tpb_arch_type_t::*;
+        let (arch, g) = match self {
+            Preset::Inf2 | Preset::Trn1 => (AL_HAL_TPB_ARCH_TYPE_SUNDA, Geometry::V2),
+            Preset::Trn2 => (AL_HAL_TPB_ARCH_TYPE_CAYMAN, Geometry::V3),
+            Preset::Trn3 => (AL_HAL_TPB_ARCH_TYPE_MARIANA, Geometry::V4),
         };
         DeviceInfo {
             arch,
-            cores_per_device: cores,
-            hbm_channels: channels,
-            hbm_channel_size: channel_size,
+            cores_per_device: g.cores_per_device,
+            hbm_channels: g.hbm_channels,
+            hbm_channel_size: g.hbm_channel_size,
             host_dma_capacity: DEFAULT_HOST_DMA_CAPACITY,
             feature_flags: self.default_feature_flags(),
             supports_aligned_alloc: true,

@@ -36,16 +36,10 @@ use crate::ioctl::{ioctl_arg, RealSys, Sys};
 
 /// Device nodes are `/dev/neuron0`, `/dev/neuron1`, … (public ABI §3, one node per device).
 pub const DEVICE_PATH_PREFIX: &str = "/dev/neuron";
-/// At most this many devices (the context tree's `mla[32]`).
-pub const MAX_DEVICES: u32 = 32;
-/// Bytes the firmware keeps at the start of every HBM channel (public ABI §3).
-pub const FIRMWARE_CARVE_OUT: u64 = 16 << 20;
-/// The driver rounds every request up to this (the kernel page).
-pub const PAGE_SIZE: u64 = 4096;
-/// Bytes of host DMA memory reported in [`DeviceInfo::host_dma_capacity`]. The real driver
-/// takes host DMA memory from the kernel with no fixed pool, so this is a chosen budget (the
-/// same 8 GiB the simulated device uses), not a driver fact.
-pub const HOST_DMA_CAPACITY: u64 = 8 << 30;
+pub use nrt_core::device::{
+    Geometry, DEFAULT_HOST_DMA_CAPACITY as HOST_DMA_CAPACITY, FIRMWARE_CARVEOUT, MAX_DEVICES,
+    PAGE_SIZE,
+};
 /// Default bytes per MEM_BUF_COPY64 call in `copy_in` / `copy_out`.
 pub const DEFAULT_COPY_CHUNK: u64 = 8 << 20;
 /// The largest chunk one MEM_BUF_COPY64 call can move: the driver's device-memory copy loop
@@ -54,45 +48,6 @@ pub const DEFAULT_COPY_CHUNK: u64 = 8 << 20;
 pub const MAX_COPY_CHUNK: u64 = 1 << 31;
 /// Sizes from here on need MEM_ALLOC_V2MT64 (public ABI §3).
 pub const FOUR_GIB: u64 = 4 << 30;
-
-/// Device geometry by architecture (public ABI §4).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    /// Physical NeuronCores.
-    pub cores_per_device: u32,
-    /// HBM channels (driver pools).
-    pub hbm_channels: u32,
-    /// Bytes per channel, before the firmware carve-out.
-    pub hbm_channel_size: u64,
-}
-
-impl Geometry {
-    /// Public ABI §4: v2 (trn1/inf2) 2 cores, 2 × 16 GiB; v3 (trn2) 8 cores, 4 × 24 GiB;
-    /// v4 (trn3) 8 cores, 144 GiB — split here as 4 × 36 GiB, a *chosen* channel count (the
-    /// public table gives only the total). `None` for v1 and unknown values.
-    pub const fn for_arch(arch: al_hal_tpb_arch_type_t) -> Option<Geometry> {
-        use al_hal_tpb_arch_type_t::*;
-        const GIB: u64 = 1 << 30;
-        match arch {
-            AL_HAL_TPB_ARCH_TYPE_SUNDA => Some(Geometry {
-                cores_per_device: 2,
-                hbm_channels: 2,
-                hbm_channel_size: 16 * GIB,
-            }),
-            AL_HAL_TPB_ARCH_TYPE_CAYMAN => Some(Geometry {
-                cores_per_device: 8,
-                hbm_channels: 4,
-                hbm_channel_size: 24 * GIB,
-            }),
-            AL_HAL_TPB_ARCH_TYPE_MARIANA => Some(Geometry {
-                cores_per_device: 8,
-                hbm_channels: 4,
-                hbm_channel_size: 36 * GIB,
-            }),
-            _ => None,
-        }
-    }
-}
 
 /// The MEM_ALLOC variants, newest first (public ABI §3).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -628,7 +583,7 @@ impl<S: Sys> Driver for NeuronDriver<S> {
         if hbm_idx >= d.info.hbm_channels {
             return Err(drv(Errno::EINVAL));
         }
-        let capacity = d.info.hbm_channel_size - FIRMWARE_CARVE_OUT;
+        let capacity = d.info.hbm_channel_size - FIRMWARE_CARVEOUT;
         let mut chunks = match self.dump_mem_chunks(dev, hbm_idx) {
             Ok(c) => c,
             Err(Errno::ENOTTY | Errno::EINVAL | Errno::EPERM | Errno::EACCES) => {
@@ -707,12 +662,6 @@ mod tests {
         // One DEVICE_BASIC_INFO and one DRIVER_INFO_GET per device.
         assert_eq!(drv.sys().call_count(NEURON_IOCTL_DEVICE_BASIC_INFO), 2);
         assert_eq!(drv.sys().call_count(NEURON_IOCTL_DRIVER_INFO_GET), 2);
-        assert_eq!(
-            Geometry::for_arch(al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_INVALID_1),
-            None
-        );
-        let m = Geometry::for_arch(al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_MARIANA).unwrap();
-        assert_eq!(m.hbm_channels as u64 * m.hbm_channel_size, 144 * GIB);
     }
 
     #[test]
@@ -1010,7 +959,7 @@ mod tests {
     #[test]
     fn pool_stats_from_dump_mem_chunks() {
         let drv = open(vec![FakeDevice::trn2()]);
-        let cap = 24 * GIB - FIRMWARE_CARVE_OUT;
+        let cap = 24 * GIB - FIRMWARE_CARVEOUT;
         let s = drv.pool_stats(0, false, 0).unwrap();
         assert_eq!(s, PoolStats::one_region(cap, cap, cap, 0));
         let a = drv.memory_alloc(0, &req(1 << 20, 0)).unwrap();
@@ -1040,7 +989,7 @@ mod tests {
         let mut d = FakeDevice::trn1();
         d.dump_mem_chunks = false;
         let drv = open(vec![d]);
-        let cap = 16 * GIB - FIRMWARE_CARVE_OUT;
+        let cap = 16 * GIB - FIRMWARE_CARVEOUT;
         drv.memory_alloc(0, &req(8192, 1)).unwrap();
         let s = drv.pool_stats(0, false, 1).unwrap();
         assert_eq!((s.capacity, s.free, s.allocations), (cap, cap - 8192, 1));
