@@ -444,6 +444,183 @@ pub trait Driver: Sync {
     }
 }
 
+/// Forwards [`Driver`] methods to a field that is a driver, inside an `impl Driver for …`
+/// block: `forward_driver!(field => method, method, …)`, or `forward_driver!(field => all)`
+/// for every method (issue 17 item 3: one place instead of hand-forwarded impls). A wrapper
+/// that changes some calls writes those itself and forwards the rest.
+///
+/// ```
+/// use nrt_core::driver::Driver;
+/// use nrt_core::sim::SimDevice;
+///
+/// /// Counts allocations, forwards everything else.
+/// struct Counting {
+///     inner: Box<SimDevice>,
+///     allocs: core::sync::atomic::AtomicU32,
+/// }
+///
+/// impl Driver for Counting {
+///     nrt_core::forward_driver!(inner => device_count, device_info, memory_get_pa,
+///         memory_free, copy_in, copy_out, pool_stats);
+///     fn memory_alloc(
+///         &self,
+///         dev: u32,
+///         req: &nrt_core::driver::AllocRequest,
+///     ) -> Result<u64, nrt_core::driver::Errno> {
+///         self.allocs.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+///         self.inner.memory_alloc(dev, req)
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! forward_driver {
+    ($to:ident => all) => {
+        $crate::forward_driver!($to => device_count, device_info, memory_alloc, memory_alloc_pa,
+            memory_get_pa, memory_free, memory_unmap, get_copy_buf, copy_in, copy_out, fill,
+            pool_stats, hbm_stats_aligned, free_histogram, host_device_id_rid_map);
+    };
+    ($to:ident => $($m:ident),+ $(,)?) => {
+        $( $crate::forward_driver!(@one $to $m); )+
+    };
+    (@one $to:ident device_count) => {
+        fn device_count(&self) -> u32 {
+            $crate::driver::Driver::device_count(&*self.$to)
+        }
+    };
+    (@one $to:ident device_info) => {
+        fn device_info(
+            &self,
+            dev: u32,
+        ) -> ::core::result::Result<$crate::driver::DeviceInfo, $crate::driver::Errno> {
+            $crate::driver::Driver::device_info(&*self.$to, dev)
+        }
+    };
+    (@one $to:ident memory_alloc) => {
+        fn memory_alloc(
+            &self,
+            dev: u32,
+            req: &$crate::driver::AllocRequest,
+        ) -> ::core::result::Result<u64, $crate::driver::Errno> {
+            $crate::driver::Driver::memory_alloc(&*self.$to, dev, req)
+        }
+    };
+    (@one $to:ident memory_alloc_pa) => {
+        fn memory_alloc_pa(
+            &self,
+            dev: u32,
+            req: &$crate::driver::AllocRequest,
+        ) -> ::core::result::Result<(u64, u64), $crate::driver::Errno> {
+            $crate::driver::Driver::memory_alloc_pa(&*self.$to, dev, req)
+        }
+    };
+    (@one $to:ident memory_get_pa) => {
+        fn memory_get_pa(
+            &self,
+            dev: u32,
+            handle: u64,
+        ) -> ::core::result::Result<u64, $crate::driver::Errno> {
+            $crate::driver::Driver::memory_get_pa(&*self.$to, dev, handle)
+        }
+    };
+    (@one $to:ident memory_free) => {
+        fn memory_free(
+            &self,
+            dev: u32,
+            handle: u64,
+        ) -> ::core::result::Result<(), $crate::driver::Errno> {
+            $crate::driver::Driver::memory_free(&*self.$to, dev, handle)
+        }
+    };
+    (@one $to:ident memory_unmap) => {
+        fn memory_unmap(
+            &self,
+            dev: u32,
+            handle: u64,
+        ) -> ::core::result::Result<(), $crate::driver::Errno> {
+            $crate::driver::Driver::memory_unmap(&*self.$to, dev, handle)
+        }
+    };
+    (@one $to:ident get_copy_buf) => {
+        fn get_copy_buf(&self, dev: u32, nc_id: u32) -> u64 {
+            $crate::driver::Driver::get_copy_buf(&*self.$to, dev, nc_id)
+        }
+    };
+    (@one $to:ident copy_in) => {
+        fn copy_in(
+            &self,
+            dev: u32,
+            handle: u64,
+            offset: u64,
+            src: &[u8],
+        ) -> ::core::result::Result<(), $crate::driver::Errno> {
+            $crate::driver::Driver::copy_in(&*self.$to, dev, handle, offset, src)
+        }
+    };
+    (@one $to:ident copy_out) => {
+        fn copy_out(
+            &self,
+            dev: u32,
+            handle: u64,
+            offset: u64,
+            dst: &mut [u8],
+        ) -> ::core::result::Result<(), $crate::driver::Errno> {
+            $crate::driver::Driver::copy_out(&*self.$to, dev, handle, offset, dst)
+        }
+    };
+    (@one $to:ident fill) => {
+        fn fill(
+            &self,
+            dev: u32,
+            handle: u64,
+            offset: u64,
+            len: u64,
+            value: u8,
+        ) -> ::core::result::Result<(), $crate::driver::Errno> {
+            $crate::driver::Driver::fill(&*self.$to, dev, handle, offset, len, value)
+        }
+    };
+    (@one $to:ident pool_stats) => {
+        fn pool_stats(
+            &self,
+            dev: u32,
+            host: bool,
+            hbm_idx: u32,
+        ) -> ::core::result::Result<$crate::driver::PoolStats, $crate::driver::Errno> {
+            $crate::driver::Driver::pool_stats(&*self.$to, dev, host, hbm_idx)
+        }
+    };
+    (@one $to:ident hbm_stats_aligned) => {
+        fn hbm_stats_aligned(
+            &self,
+            dev: u32,
+            hbm_idx: u32,
+            align: u64,
+        ) -> ::core::result::Result<$crate::driver::PoolStats, $crate::driver::Errno> {
+            $crate::driver::Driver::hbm_stats_aligned(&*self.$to, dev, hbm_idx, align)
+        }
+    };
+    (@one $to:ident free_histogram) => {
+        fn free_histogram(
+            &self,
+            dev: u32,
+            hbm_idx: u32,
+        ) -> ::core::result::Result<
+            ($crate::driver::FreeHistogram, $crate::driver::FreeHistogram),
+            $crate::driver::Errno,
+        > {
+            $crate::driver::Driver::free_histogram(&*self.$to, dev, hbm_idx)
+        }
+    };
+    (@one $to:ident host_device_id_rid_map) => {
+        fn host_device_id_rid_map(
+            &self,
+            out: &mut [u32; 32],
+        ) -> ::core::result::Result<(), $crate::driver::Errno> {
+            $crate::driver::Driver::host_device_id_rid_map(&*self.$to, out)
+        }
+    };
+}
+
 /// Fills `[offset, offset+len)` of an allocation by repeated [`Driver::copy_in`] of `pattern`
 /// (a buffer of the fill byte, any length ≥ 1): the one loop behind every `fill` that has no
 /// device memset.

@@ -6,9 +6,7 @@
 //! which only the pages written cost memory (`MAP_NORESERVE`). `HostSim` owns the device and its
 //! reservations together, so the memory outlives every use the device makes of it.
 
-use nrt_core::driver::{
-    AllocRequest, DeviceInfo, Driver, Errno as DrvErrno, FreeHistogram, PoolStats,
-};
+use nrt_core::driver::{Driver, Errno as DrvErrno};
 use nrt_core::sim::{SimConfig, SimDevice};
 
 use crate::backing::HostReservation;
@@ -79,94 +77,14 @@ impl HostSim {
 }
 
 impl Driver for HostSim {
-    fn device_count(&self) -> u32 {
-        self.dev.device_count()
-    }
-    fn device_info(&self, dev: u32) -> core::result::Result<DeviceInfo, DrvErrno> {
-        self.dev.device_info(dev)
-    }
-    fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> core::result::Result<u64, DrvErrno> {
-        self.dev.memory_alloc(dev, req)
-    }
-    fn memory_alloc_pa(
-        &self,
-        dev: u32,
-        req: &AllocRequest,
-    ) -> core::result::Result<(u64, u64), DrvErrno> {
-        self.dev.memory_alloc_pa(dev, req)
-    }
-    fn memory_get_pa(&self, dev: u32, handle: u64) -> core::result::Result<u64, DrvErrno> {
-        self.dev.memory_get_pa(dev, handle)
-    }
-    fn memory_free(&self, dev: u32, handle: u64) -> core::result::Result<(), DrvErrno> {
-        self.dev.memory_free(dev, handle)
-    }
-    fn memory_unmap(&self, dev: u32, handle: u64) -> core::result::Result<(), DrvErrno> {
-        self.dev.memory_unmap(dev, handle)
-    }
-    fn get_copy_buf(&self, dev: u32, nc_id: u32) -> u64 {
-        self.dev.get_copy_buf(dev, nc_id)
-    }
-    fn copy_in(
-        &self,
-        dev: u32,
-        handle: u64,
-        offset: u64,
-        src: &[u8],
-    ) -> core::result::Result<(), DrvErrno> {
-        self.dev.copy_in(dev, handle, offset, src)
-    }
-    fn copy_out(
-        &self,
-        dev: u32,
-        handle: u64,
-        offset: u64,
-        dst: &mut [u8],
-    ) -> core::result::Result<(), DrvErrno> {
-        self.dev.copy_out(dev, handle, offset, dst)
-    }
-    fn fill(
-        &self,
-        dev: u32,
-        handle: u64,
-        offset: u64,
-        len: u64,
-        value: u8,
-    ) -> core::result::Result<(), DrvErrno> {
-        self.dev.fill(dev, handle, offset, len, value)
-    }
-    fn pool_stats(
-        &self,
-        dev: u32,
-        host: bool,
-        hbm_idx: u32,
-    ) -> core::result::Result<PoolStats, DrvErrno> {
-        self.dev.pool_stats(dev, host, hbm_idx)
-    }
-    fn hbm_stats_aligned(
-        &self,
-        dev: u32,
-        hbm_idx: u32,
-        align: u64,
-    ) -> core::result::Result<PoolStats, DrvErrno> {
-        self.dev.hbm_stats_aligned(dev, hbm_idx, align)
-    }
-    fn free_histogram(
-        &self,
-        dev: u32,
-        hbm_idx: u32,
-    ) -> core::result::Result<(FreeHistogram, FreeHistogram), DrvErrno> {
-        self.dev.free_histogram(dev, hbm_idx)
-    }
-    fn host_device_id_rid_map(&self, out: &mut [u32; 32]) -> core::result::Result<(), DrvErrno> {
-        self.dev.host_device_id_rid_map(out)
-    }
+    nrt_core::forward_driver!(dev => all);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backing::resident_pages;
+    use nrt_core::driver::AllocRequest;
     use nrt_core::sim::Preset;
 
     const GIB: u64 = 1 << 30;

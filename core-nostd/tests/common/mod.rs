@@ -144,12 +144,8 @@ pub struct HookedSim<H> {
 }
 
 impl<H: DriverHooks> nrt_core::driver::Driver for HookedSim<H> {
-    fn device_count(&self) -> u32 {
-        self.inner.device_count()
-    }
-    fn device_info(&self, d: u32) -> Result<nrt_core::driver::DeviceInfo, nrt_core::driver::Errno> {
-        self.inner.device_info(d)
-    }
+    nrt_core::forward_driver!(inner => device_count, device_info, memory_get_pa, memory_free,
+        copy_out, pool_stats, hbm_stats_aligned, free_histogram);
     fn memory_alloc(
         &self,
         d: u32,
@@ -172,56 +168,12 @@ impl<H: DriverHooks> nrt_core::driver::Driver for HookedSim<H> {
         }
         self.inner.memory_alloc_pa(d, r)
     }
-    fn memory_get_pa(&self, d: u32, h: u64) -> Result<u64, nrt_core::driver::Errno> {
-        self.inner.memory_get_pa(d, h)
-    }
-    fn memory_free(&self, d: u32, h: u64) -> Result<(), nrt_core::driver::Errno> {
-        self.inner.memory_free(d, h)
-    }
     fn copy_in(&self, d: u32, h: u64, o: u64, s: &[u8]) -> Result<(), nrt_core::driver::Errno> {
         self.hooks.before_copy_in();
         self.inner.copy_in(d, h, o, s)
     }
-    fn copy_out(
-        &self,
-        d: u32,
-        h: u64,
-        o: u64,
-        s: &mut [u8],
-    ) -> Result<(), nrt_core::driver::Errno> {
-        self.inner.copy_out(d, h, o, s)
-    }
     fn fill(&self, d: u32, h: u64, o: u64, l: u64, v: u8) -> Result<(), nrt_core::driver::Errno> {
         self.hooks.before_fill();
         self.inner.fill(d, h, o, l, v)
-    }
-    fn pool_stats(
-        &self,
-        d: u32,
-        host: bool,
-        i: u32,
-    ) -> Result<nrt_core::driver::PoolStats, nrt_core::driver::Errno> {
-        self.inner.pool_stats(d, host, i)
-    }
-    fn hbm_stats_aligned(
-        &self,
-        d: u32,
-        i: u32,
-        align: u64,
-    ) -> Result<nrt_core::driver::PoolStats, nrt_core::driver::Errno> {
-        self.inner.hbm_stats_aligned(d, i, align)
-    }
-    fn free_histogram(
-        &self,
-        d: u32,
-        i: u32,
-    ) -> Result<
-        (
-            nrt_core::driver::FreeHistogram,
-            nrt_core::driver::FreeHistogram,
-        ),
-        nrt_core::driver::Errno,
-    > {
-        self.inner.free_histogram(d, i)
     }
 }
