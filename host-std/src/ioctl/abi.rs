@@ -453,66 +453,53 @@ impl MemChunkInfo {
     }
 }
 
-// Sizes and offsets, beside the structs (public ABI §3 "size" column).
-const _: () = {
-    assert!(size_of::<MemAlloc>() == 32);
-    assert!(offset_of!(MemAlloc, host_memory) == 8);
-    assert!(offset_of!(MemAlloc, nc_id) == 20);
-    assert!(offset_of!(MemAlloc, mem_handle) == 24);
+/// Asserts at compile time each struct's size and its members' offsets (public ABI §3 "size"
+/// column): `abi_layout!(Struct = size { member: offset, … })`.
+macro_rules! abi_layout {
+    ($($t:ident = $size:literal { $($f:ident: $off:literal),* $(,)? })+) => {
+        const _: () = {
+            $(
+                assert!(size_of::<$t>() == $size);
+                $( assert!(offset_of!($t, $f) == $off); )*
+            )+
+        };
+    };
+}
 
-    assert!(size_of::<MemAllocV2>() == 40);
-    assert!(offset_of!(MemAllocV2, align) == 8);
-    assert!(offset_of!(MemAllocV2, host_memory) == 16);
-    assert!(offset_of!(MemAllocV2, dram_channel) == 20);
-    assert!(offset_of!(MemAllocV2, dram_region) == 24);
-    assert!(offset_of!(MemAllocV2, nc_id) == 28);
-    assert!(offset_of!(MemAllocV2, mem_handle) == 32);
-
-    assert!(size_of::<MemAllocV2Mt>() == 48);
-    assert!(offset_of!(MemAllocV2Mt, mem_type) == 32);
-    assert!(offset_of!(MemAllocV2Mt, mem_handle) == 40);
-
-    assert!(size_of::<MemAllocV2Mt64>() == 56);
-    assert!(offset_of!(MemAllocV2Mt64, mem_type) == 32);
-    assert!(offset_of!(MemAllocV2Mt64, mem_handle) == 40);
-    assert!(offset_of!(MemAllocV2Mt64, pad) == 48);
-
-    assert!(size_of::<MemFree>() == 8);
-
-    assert!(size_of::<MemBufCopy64>() == 40);
-    assert!(offset_of!(MemBufCopy64, buffer) == 8);
-    assert!(offset_of!(MemBufCopy64, size) == 16);
-    assert!(offset_of!(MemBufCopy64, offset) == 24);
-    assert!(offset_of!(MemBufCopy64, copy_to_mem_handle) == 32);
-
-    assert!(size_of::<MemGetExtendedInfo>() == 48);
-    assert!(offset_of!(MemGetExtendedInfo, version) == 8);
-    assert!(offset_of!(MemGetExtendedInfo, host_memory) == 12);
-    assert!(offset_of!(MemGetExtendedInfo, mmap_offset) == 16);
-    assert!(offset_of!(MemGetExtendedInfo, pa) == 24);
-    assert!(offset_of!(MemGetExtendedInfo, pid) == 32);
-    assert!(offset_of!(MemGetExtendedInfo, size) == 40);
-
-    assert!(size_of::<DeviceBasicInfo>() == 8);
-
-    assert!(size_of::<DeviceInfoArg>() == 80);
-    assert!(offset_of!(DeviceInfoArg, connected_device_count) == 8);
-    assert!(offset_of!(DeviceInfoArg, connected_devices) == 12);
-    assert!(offset_of!(DeviceInfoArg, bar_address) == 48);
-    assert!(offset_of!(DeviceInfoArg, bar_size) == 64);
-
-    assert!(size_of::<DriverInfo>() == 24);
-    assert!(offset_of!(DriverInfo, version) == 8);
-    assert!(offset_of!(DriverInfo, size) == 12);
-    assert!(offset_of!(DriverInfo, feature_flags1) == 16);
-
-    assert!(size_of::<DumpMemChunks>() == 24);
-    assert!(offset_of!(DumpMemChunks, num_entries_out) == 8);
-    assert!(offset_of!(DumpMemChunks, data) == 16);
-    assert!(size_of::<MemChunkInfo>() == 24);
-    assert!(offset_of!(MemChunkInfo, size) == 8);
-    assert!(offset_of!(MemChunkInfo, mem_type) == 16);
-};
+// Sizes and offsets, beside the structs.
+abi_layout! {
+    MemAlloc = 32 { host_memory: 8, nc_id: 20, mem_handle: 24 }
+    MemAllocV2 = 40 {
+        align: 8,
+        host_memory: 16,
+        dram_channel: 20,
+        dram_region: 24,
+        nc_id: 28,
+        mem_handle: 32,
+    }
+    MemAllocV2Mt = 48 { mem_type: 32, mem_handle: 40 }
+    MemAllocV2Mt64 = 56 { mem_type: 32, mem_handle: 40, pad: 48 }
+    MemFree = 8 {}
+    MemBufCopy64 = 40 { buffer: 8, size: 16, offset: 24, copy_to_mem_handle: 32 }
+    MemGetExtendedInfo = 48 {
+        version: 8,
+        host_memory: 12,
+        mmap_offset: 16,
+        pa: 24,
+        pid: 32,
+        size: 40,
+    }
+    DeviceBasicInfo = 8 {}
+    DeviceInfoArg = 80 {
+        connected_device_count: 8,
+        connected_devices: 12,
+        bar_address: 48,
+        bar_size: 64,
+    }
+    DriverInfo = 24 { version: 8, size: 12, feature_flags1: 16 }
+    DumpMemChunks = 24 { num_entries_out: 8, data: 16 }
+    MemChunkInfo = 24 { size: 8, mem_type: 16 }
+}
 
 #[cfg(test)]
 mod tests {

@@ -32,31 +32,26 @@ pub trait Sys: Send + Sync {
     fn close(&self, fd: RawFd) -> Result<(), Errno>;
 }
 
-impl<T: Sys + ?Sized> Sys for &T {
-    fn open(&self, path: &Path) -> Result<RawFd, Errno> {
-        (**self).open(path)
-    }
-    unsafe fn ioctl(&self, fd: RawFd, cmd: u64, arg: *mut u8) -> Result<i32, Errno> {
-        // SAFETY: forwarded contract.
-        unsafe { (**self).ioctl(fd, cmd, arg) }
-    }
-    fn close(&self, fd: RawFd) -> Result<(), Errno> {
-        (**self).close(fd)
-    }
+/// `Sys` through a pointer to one: every call goes to the pointee (one body for each pointer
+/// type instead of a hand-copied impl per type).
+macro_rules! forward_sys {
+    ($($ptr:ty),+) => {$(
+        impl<T: Sys + ?Sized> Sys for $ptr {
+            fn open(&self, path: &Path) -> Result<RawFd, Errno> {
+                (**self).open(path)
+            }
+            unsafe fn ioctl(&self, fd: RawFd, cmd: u64, arg: *mut u8) -> Result<i32, Errno> {
+                // SAFETY: the pointee's `ioctl` has the same contract, which our caller keeps.
+                unsafe { (**self).ioctl(fd, cmd, arg) }
+            }
+            fn close(&self, fd: RawFd) -> Result<(), Errno> {
+                (**self).close(fd)
+            }
+        }
+    )+};
 }
 
-impl<T: Sys + ?Sized> Sys for std::sync::Arc<T> {
-    fn open(&self, path: &Path) -> Result<RawFd, Errno> {
-        (**self).open(path)
-    }
-    unsafe fn ioctl(&self, fd: RawFd, cmd: u64, arg: *mut u8) -> Result<i32, Errno> {
-        // SAFETY: forwarded contract.
-        unsafe { (**self).ioctl(fd, cmd, arg) }
-    }
-    fn close(&self, fd: RawFd) -> Result<(), Errno> {
-        (**self).close(fd)
-    }
-}
+forward_sys!(&T, std::sync::Arc<T>);
 
 /// Issues `cmd` with `arg` as its argument struct.
 ///
