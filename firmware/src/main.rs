@@ -174,40 +174,32 @@ static MODELS: [ModelSpec<'static>; 3] = [
         }],
     },
     ModelSpec {
-        name: "decoder",
-        subgraphs: 1,
-        allocations: &DECODER_ALLOCS,
-        subgraph_ends: &[],
-        gpsimd_libs: None,
-        scratchpad_bytes: 0,
         sbuf_carveout: Some(EVTACCEL),
-        inputs: &[],
-        outputs: &[],
+        ..plain("decoder", &DECODER_ALLOCS)
     },
+    plain("classifier", &CLASSIFIER_ALLOCS),
+];
+
+static OVERSIZED: ModelSpec<'static> = plain("oversized", &OVERSIZED_ALLOCS);
+
+/// A one-subgraph model that makes `allocations` and nothing else (no libraries, scratchpad,
+/// carveout or declared IO).
+const fn plain(
+    name: &'static str,
+    allocations: &'static [ModelAlloc<'static>],
+) -> ModelSpec<'static> {
     ModelSpec {
-        name: "classifier",
+        name,
         subgraphs: 1,
-        allocations: &CLASSIFIER_ALLOCS,
+        allocations,
         subgraph_ends: &[],
         gpsimd_libs: None,
         scratchpad_bytes: 0,
         sbuf_carveout: None,
         inputs: &[],
         outputs: &[],
-    },
-];
-
-static OVERSIZED: ModelSpec<'static> = ModelSpec {
-    name: "oversized",
-    subgraphs: 1,
-    allocations: &OVERSIZED_ALLOCS,
-    subgraph_ends: &[],
-    gpsimd_libs: None,
-    scratchpad_bytes: 0,
-    sbuf_carveout: None,
-    inputs: &[],
-    outputs: &[],
-};
+    }
+}
 
 /// Logical core the three models share.
 const MODEL_VNC: LogicalCore = LogicalCore::FIRST;
