@@ -53,8 +53,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::abi::al_hal_tpb_arch_type_t;
 use crate::abi::meta::ZeroValid;
 use crate::abi::nrt_mutex_t;
-use crate::device::Geometry;
 use crate::carve::{Carve, CarveBlock, CarveError, CarveId, Policy};
+use crate::device::Geometry;
 use crate::driver::{
     errno, feature, AllocRequest, DeviceInfo, Driver, Errno, FreeHistogram, PoolStats,
 };

@@ -341,14 +341,14 @@ impl Drop for Locked<'_> {
 }
 
 impl Locked<'_> {
-    fn sim(&self) -> &SimDevice {
-        // SAFETY: `sim_offset()` is page-aligned inside the mapping and holds a `SimDevice`
-        // the creator initialised (zero-valid in any case). It is reached by any process
-        // only with the device lock held, which we hold: no other process mutates it now,
-        // and this process's threads reach it through the same lock.
+    /// The shared `SimDevice`: `sim_offset()` is page-aligned inside the mapping and holds a
+    /// `SimDevice` the creator initialised (zero-valid in any case). It is reached by any
+    /// process only with the device lock held, which a `Locked` holds: no other process
+    /// mutates it now, and this process's threads reach it through the same lock.
+    fn sim_ptr(&self) -> *mut SimDevice {
+        // SAFETY: the offset is inside the mapping (`layout` sizes the file to hold it).
         unsafe {
-            &*self
-                .inner
+            self.inner
                 .map
                 .base
                 .add(layout::sim_offset())
@@ -356,18 +356,16 @@ impl Locked<'_> {
         }
     }
 
+    fn sim(&self) -> &SimDevice {
+        // SAFETY: see `sim_ptr`: a valid, initialised `SimDevice` behind the held lock.
+        unsafe { &*self.sim_ptr() }
+    }
+
     #[allow(clippy::mut_from_ref)]
     fn sim_mut(&self) -> &mut SimDevice {
-        // SAFETY: as in `sim`; exclusive because the lock is held and no `&SimDevice` from
+        // SAFETY: see `sim_ptr`; exclusive because the lock is held and no `&SimDevice` from
         // `sim()` is alive across a call of this (both are used only for one statement).
-        unsafe {
-            &mut *self
-                .inner
-                .map
-                .base
-                .add(layout::sim_offset())
-                .cast::<SimDevice>()
-        }
+        unsafe { &mut *self.sim_ptr() }
     }
 
     /// The owner record of key `(carve, index)` on device `dev`.
