@@ -29,9 +29,9 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::config::{parse_visible_cores, DeviceChoice, Overrides, RuntimeConfig};
-use crate::manifest::{parse_usage, Manifest};
-use crate::runtime::{HostRuntime, StartError};
+use nrt_host::config::{parse_visible_cores, DeviceChoice, Overrides, RuntimeConfig};
+use nrt_host::manifest::{parse_usage, Manifest};
+use nrt_host::runtime::{HostRuntime, StartError};
 
 // ---------------------------------------------------------------------------------------------
 // Sizes
@@ -1286,10 +1286,10 @@ pub fn oom_dump_text(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<(u32, Strin
     Some((device, s))
 }
 
-/// Writes the OOM table to its file ([`crate::runtime::oom_report_path`]) and returns the path.
+/// Writes the OOM table to its file ([`nrt_host::runtime::oom_report_path`]) and returns the path.
 pub fn write_oom_file(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<std::io::Result<PathBuf>> {
     let (device, text) = oom_dump_text(nrt, err)?;
-    Some(crate::runtime::write_oom_report(device, &text))
+    Some(nrt_host::runtime::write_oom_report(device, &text))
 }
 
 /// A model's device and host bytes per usage type (`[22]` = total): `(device, host)`.
