@@ -16,14 +16,21 @@
 //! - [`model_file`]: what `nrt_load` takes — a NEFF or a manifest ([`ModelFile`]) — and the
 //!   one load path for both, with a NEFF's weights copied in.
 //! - [`plan`]: will these models fit? A dry run of the load path on a scratch simulated device.
-//! - [`scenario`]: scenario files (TOML) and the [`scenario::Session`] that runs them.
-//! - [`cli`]: the `nrt-dmem` command line (demo, run, stats, layout).
 //! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
+//!
+//! ## What lives here and what does not (issue 17 item 3)
+//!
+//! A file belongs in this crate when an application, `libnrt.so` (`nrt-ffi`) or another
+//! runtime process needs it to run models: the driver and device below the core, the
+//! configuration the real runtime reads, the inputs `nrt_load` takes (NEFF, manifest) and the
+//! Rust APIs over them (the planner, the shared device and its read-only view). A file whose
+//! job is talking to a person — argument parsing, reports and tables, the scenario files and
+//! their runner, `monitor`, the layout/DWARF commands — belongs in the `nrt-dmem` CLI crate
+//! (`cli/`, `nrt-dmem-cli`), which depends on this one. So this crate carries no clap, toml,
+//! gimli or object, and nothing here depends on the CLI.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backing;
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod config;
 pub mod error;
 pub mod ioctl;
@@ -32,8 +39,6 @@ pub mod model_file;
 pub mod neuron_driver;
 pub mod plan;
 pub mod runtime;
-#[cfg(feature = "cli")]
-pub mod scenario;
 pub mod shared;
 pub mod simdev;
 pub mod tensor_info;

@@ -9,7 +9,7 @@
 //! binary doing nothing, so the ratio says what the monitor adds.
 //!
 //! ```text
-//! cargo build --release -p nrt-host --bin nrt-dmem
+//! cargo build --release -p nrt-dmem-cli --bin nrt-dmem
 //! cargo run --release -p nrt-bench --bin monitor_footprint -- [--count 10] [--interval 1]
 //! ```
 //! One JSON object on stdout.
@@ -80,7 +80,9 @@ fn main() {
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("nrt-dmem")))
         .filter(|p| p.exists())
-        .expect("nrt-dmem next to this binary: cargo build --release -p nrt-host --bin nrt-dmem");
+        .expect(
+            "nrt-dmem next to this binary: cargo build --release -p nrt-dmem-cli --bin nrt-dmem",
+        );
 
     let dir = std::env::temp_dir().join(format!("nrt-monitor-footprint-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -78,7 +78,7 @@ pub struct Report {
     pub driver_bytes: u64,
     /// On a shared simulated device (issue 20 item 5): its name, this process's slot and the
     /// device-wide figures of every process.
-    pub device_wide: Option<(String, usize, crate::shared::reader::Snapshot)>,
+    pub device_wide: Option<(String, usize, nrt_host::shared::reader::Snapshot)>,
 }
 
 /// Gathers the report from a live session.

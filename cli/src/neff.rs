@@ -12,8 +12,8 @@ use nrt_neff::{Basis, NeffModel};
 use serde_json::{json, Value};
 
 use super::CliError;
-use crate::model_file;
-use crate::Manifest;
+use nrt_host::model_file;
+use nrt_host::Manifest;
 
 /// `neff` arguments.
 #[derive(Debug, Args)]

@@ -10,40 +10,40 @@ use nrt_core::tensor::Placement;
 use nrt_core::LogicalCore;
 
 use super::{paint, CliError, Ui, BOLD, GREEN, RED};
-use crate::manifest::Manifest;
 use crate::scenario::{fmt_bytes, oom_dump_text, ManifestRef, Session, REPORT_ROWS};
+use nrt_host::manifest::Manifest;
 
 /// The shipped manifests the demo loads, embedded so the binary runs from anywhere:
 /// `(file, text, logical core before wrapping to the visible count)`.
 const MODELS: [(&str, &str, i64); 6] = [
     (
         "resnet50.json",
-        include_str!("../../../examples/models/resnet50.json"),
+        include_str!("../../examples/models/resnet50.json"),
         0,
     ),
     (
         "bert-base.json",
-        include_str!("../../../examples/models/bert-base.json"),
+        include_str!("../../examples/models/bert-base.json"),
         0,
     ),
     (
         "gpsimd-topk.json",
-        include_str!("../../../examples/models/gpsimd-topk.json"),
+        include_str!("../../examples/models/gpsimd-topk.json"),
         0,
     ),
     (
         "llama3-8b-tp8-shard.json",
-        include_str!("../../../examples/models/llama3-8b-tp8-shard.json"),
+        include_str!("../../examples/models/llama3-8b-tp8-shard.json"),
         1,
     ),
     (
         "sd-unet.json",
-        include_str!("../../../examples/models/sd-unet.json"),
+        include_str!("../../examples/models/sd-unet.json"),
         2,
     ),
     (
         "custom-op-3libs.json",
-        include_str!("../../../examples/models/custom-op-3libs.json"),
+        include_str!("../../examples/models/custom-op-3libs.json"),
         3,
     ),
 ];

@@ -1,5 +1,15 @@
+//! # nrt-dmem-cli
+//!
 //! The `nrt-dmem` command line (issue 6 item 5): the demo, the scenario runner, the memory
-//! report and the layout report.
+//! report and the layout report. It was split out of `nrt-host` (issue 17 item 3): a file
+//! lives here when its job is talking to a person — parsing arguments, drawing reports and
+//! tables, reading scenario files and running them, watching shared devices (`monitor`), the
+//! layout/DWARF commands. What an application or `libnrt.so` needs to run models (driver,
+//! device, config, NEFF/manifest loading, the planner's and the shared device's Rust APIs)
+//! stays in `nrt-host`, which this crate calls and which does not depend on it.
+//!
+//! - [`scenario`]: scenario files (TOML) and the [`scenario::Session`] that runs them.
+//! - [`main`]: the command line itself; the binary `nrt-dmem` is a call to it.
 //!
 //! ```text
 //! nrt-dmem [--device sim:trn2|sim:inf2x2|neuron] [--lnc-size N] [--visible-cores 1-3]
@@ -9,12 +19,14 @@
 //! Flags override the environment the real runtime reads (`NRT_DMEM_DEVICE`,
 //! `NEURON_RT_VIRTUAL_CORE_SIZE`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_NUM_CORES`); a scenario
 //! file's settings sit between the two. Logs go through `log` + `env_logger` to stderr: the core
-//! logs under target `nrt`, this crate under `nrt_host::…` and `nrt_dmem::…`; `RUST_LOG`
+//! logs under target `nrt`, the shim under `nrt_host::…` and this crate under `nrt_dmem::…`; `RUST_LOG`
 //! refines what `-v`/`-q` set (`RUST_LOG=nrt=debug`).
 //!
 //! Exit codes: 0 = done and every expectation held; 1 = an expectation failed or a step failed
 //! unexpectedly; 2 = bad input (usage, unreadable or malformed file, no such device).
 #![deny(unsafe_code)]
+
+pub mod scenario;
 
 mod demo;
 mod layout;
@@ -30,9 +42,9 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use nrt_core::cstr::Printable;
 
-use crate::config::{parse_visible_cores, DeviceChoice, Overrides, RuntimeConfig};
-use crate::runtime::StartError;
-use crate::scenario::{self, RunOptions, Scenario, Session};
+use crate::scenario::{RunOptions, Scenario, Session};
+use nrt_host::config::{parse_visible_cores, DeviceChoice, Overrides, RuntimeConfig};
+use nrt_host::runtime::StartError;
 
 /// Device-memory core of AWS Neuron's runtime (libnrt), on a simulated Trainium device.
 #[derive(Debug, Parser)]
@@ -152,7 +164,7 @@ impl From<StartError> for CliError {
         // The host error names the device node and the simulated alternative; its sources
         // (the errno) follow in parentheses.
         let mut msg = e.to_string();
-        if msg.ends_with(crate::SIM_HINT) {
+        if msg.ends_with(nrt_host::SIM_HINT) {
             msg.push_str(" or --device sim:trn2");
         }
         let mut causes = Vec::new();

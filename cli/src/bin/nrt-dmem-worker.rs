@@ -1,5 +1,5 @@
 //! `nrt-dmem-worker`: one runtime driven line by line from stdin, for the multi-process tests
-//! of the shared device (issue 20; host-std/tests/shared.rs). Configured by the environment
+//! of the shared device (issue 20; cli/tests/shared.rs). Configured by the environment
 //! the runtime reads (`NRT_DMEM_DEVICE=sim:trn2@name`, `NEURON_RT_VISIBLE_CORES`, …).
 //!
 //! Commands, one per line; each answers one line, `ok …` or `err <NRT_STATUS> <message>`:
@@ -23,7 +23,7 @@ use std::io::{BufRead, Write};
 use std::rc::Rc;
 
 use nrt_core::tensor::Placement;
-use nrt_host::scenario::{oom_dump_text, Session, StepError};
+use nrt_dmem_cli::scenario::{oom_dump_text, Session, StepError};
 use nrt_host::{Manifest, RuntimeConfig};
 
 fn main() {

@@ -18,9 +18,9 @@ use clap::Args;
 use serde_json::{json, Map, Value};
 
 use super::CliError;
-use crate::shared::layout::{self, category_is_host, category_name, monitor_field, CATEGORIES};
-use crate::shared::reader::{list, SharedReader, Snapshot};
-use crate::shared::shm_dir;
+use nrt_host::shared::layout::{self, category_is_host, category_name, monitor_field, CATEGORIES};
+use nrt_host::shared::reader::{list, SharedReader, Snapshot};
+use nrt_host::shared::shm_dir;
 
 /// `nrt-dmem monitor` flags.
 #[derive(Debug, Args)]
@@ -70,7 +70,7 @@ pub fn run(a: &MonitorArgs, out: &mut dyn Write) -> Result<(), CliError> {
                      NRT_DMEM_DEVICE=sim:trn2@<name>; {} sets the directory)",
                     sys.display(),
                     shm.display(),
-                    crate::shared::DIR_VAR
+                    nrt_host::shared::DIR_VAR
                 )));
             }
             shared_report(&files, a.interval)
@@ -171,7 +171,7 @@ fn shared_report(files: &[PathBuf], period: f64) -> Value {
 
 fn runtime_entry(
     dev_name: &str,
-    p: &crate::shared::reader::ProcSnap,
+    p: &nrt_host::shared::reader::ProcSnap,
     cpd: usize,
     period: f64,
 ) -> Value {

@@ -1,4 +1,4 @@
-//! `nrt-dmem plan`: will these models fit? The planner ([`crate::plan`]) as a table, JSON or
+//! `nrt-dmem plan`: will these models fit? The planner ([`nrt_host::plan`]) as a table, JSON or
 //! an SVG chart of each HBM channel's occupancy by usage; `--check` for CI.
 
 use std::io::Write;
@@ -8,8 +8,8 @@ use clap::Args;
 use nrt_core::cstr::Printable;
 
 use super::CliError;
-use crate::plan::{HbmPlan, ModelSource, Plan, PlanModel, PlanRequest};
 use crate::scenario::fmt_bytes;
+use nrt_host::plan::{HbmPlan, ModelSource, Plan, PlanModel, PlanRequest};
 
 /// `plan`'s arguments (the global `--device`, `--lnc-size` and `--visible-cores` apply).
 #[derive(Debug, Args)]
@@ -72,7 +72,7 @@ pub fn run(g: &super::GlobalArgs, a: &PlanArgs, out: &mut dyn Write) -> Result<i
     let visible_cores = match g.visible_cores {
         Some(v) => Some(v),
         None => env("NEURON_RT_VISIBLE_CORES")
-            .map(|v| crate::config::parse_visible_cores(&v))
+            .map(|v| nrt_host::config::parse_visible_cores(&v))
             .transpose()
             .map_err(|e| CliError::input(e.to_string()))?,
     };
@@ -89,14 +89,14 @@ pub fn run(g: &super::GlobalArgs, a: &PlanArgs, out: &mut dyn Write) -> Result<i
         lnc_size,
         visible_cores,
         placements: a.place.clone(),
-        read_options: crate::model_file::read_options_from_env(),
+        read_options: nrt_host::model_file::read_options_from_env(),
         what_ifs: true,
     };
     // The dry run's own OOMs are expected: they are the plan's subject, not warnings.
     if g.verbose == 0 {
         log::set_max_level(log::LevelFilter::Off);
     }
-    let plan = crate::plan::plan(&req).map_err(|e| CliError::input(e.to_string()))?;
+    let plan = nrt_host::plan::plan(&req).map_err(|e| CliError::input(e.to_string()))?;
     if let Some(p) = &a.svg {
         std::fs::write(p, svg(&plan))
             .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
