@@ -10,7 +10,7 @@ use nrt_core::tensor::Placement;
 use nrt_core::LogicalCore;
 
 use super::{paint, CliError, Ui, BOLD, GREEN, RED};
-use crate::scenario::{fmt_bytes, oom_dump_text, ManifestRef, Session, REPORT_ROWS};
+use crate::scenario::{fmt_bytes, ManifestRef, Session, REPORT_ROWS};
 use nrt_host::manifest::Manifest;
 
 /// The shipped manifests the demo loads, embedded so the binary runs from anywhere:
@@ -353,7 +353,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
                 "   nrt_tensor_allocate → {status}; libnrt's table for the device:"
             ))?;
             if let crate::scenario::StepError::Nrt(err) = &e {
-                if let Some((_, text)) = oom_dump_text(&s.nrt(), err) {
+                if let Some((_, text)) = nrt_host::runtime::oom_table(&s.nrt(), err) {
                     for l in text.lines() {
                         o.line(&format!("   │ {l}"))?;
                     }

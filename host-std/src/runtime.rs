@@ -260,6 +260,29 @@ const _: fn() = || {
     shareable::<HostRuntime>();
 };
 
+/// The OOM table libnrt logs and writes on a device OOM (public API §5), as text: the table
+/// the core captured at the moment of the failure (headed by the failure, with the largest
+/// live allocations), and the device it names. `None` when `err` is not a device OOM. The one
+/// place every layer (scenario runner, worker, demo, C API) gets the table from.
+pub fn oom_table(nrt: &nrt_core::Nrt<'_>, err: &nrt_core::Error) -> Option<(u32, String)> {
+    let nrt_core::Error::DeviceOom { device, .. } = *err else {
+        return None;
+    };
+    let mut s = String::new();
+    nrt.last_oom_dump(&mut s).ok()?;
+    Some((device, s))
+}
+
+/// [`oom_table`] written to its file ([`oom_report_path`]): the path, or why it could not be
+/// written; `None` when `err` is not a device OOM.
+pub fn write_oom_table(
+    nrt: &nrt_core::Nrt<'_>,
+    err: &nrt_core::Error,
+) -> Option<std::io::Result<PathBuf>> {
+    let (device, text) = oom_table(nrt, err)?;
+    Some(write_oom_report(device, &text))
+}
+
 /// Where libnrt's OOM table for `device` goes (public API §5: on a device OOM libnrt logs the
 /// table and writes it to a file): `$TMPDIR/nrt-dmem-oom-nd<D>-<pid>.txt`, one file per device
 /// and process, `/tmp` when `TMPDIR` is unset or empty.

@@ -23,7 +23,7 @@ use std::io::{BufRead, Write};
 use std::rc::Rc;
 
 use nrt_core::tensor::Placement;
-use nrt_dmem_cli::scenario::{oom_dump_text, Session, StepError};
+use nrt_dmem_cli::scenario::{Session, StepError};
 use nrt_host::{Manifest, RuntimeConfig};
 
 fn main() {
@@ -61,7 +61,7 @@ fn main() {
                     .map(|_| String::new())
                     .inspect_err(|e| {
                         if let StepError::Nrt(err) = e {
-                            if let Some((_, t)) = oom_dump_text(&s.nrt(), err) {
+                            if let Some((_, t)) = nrt_host::runtime::oom_table(&s.nrt(), err) {
                                 last_oom = t;
                             }
                         }
@@ -75,7 +75,7 @@ fn main() {
                     .map(|_| String::new())
                     .inspect_err(|e| {
                         if let StepError::Nrt(err) = e {
-                            if let Some((_, t)) = oom_dump_text(&s.nrt(), err) {
+                            if let Some((_, t)) = nrt_host::runtime::oom_table(&s.nrt(), err) {
                                 last_oom = t;
                             }
                         }

@@ -27,8 +27,5 @@ pub use category::{Category, DEVICE_CLASSES, REPORT_ROWS};
 pub use model::{Action, Bound, Expect, ManifestRef, Scenario, Step};
 pub use runner::{run, Failure, RunOptions, RunReport};
 pub use schema::ScenarioError;
-pub use session::{
-    oom_dump_text, total_footprint, write_oom_file, Footprint, LoadedModel, NamedTensor, Session,
-    StepError,
-};
+pub use session::{total_footprint, Footprint, LoadedModel, NamedTensor, Session, StepError};
 pub use units::{fmt_bytes, parse_size, parse_status};

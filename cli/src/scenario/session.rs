@@ -81,23 +81,6 @@ impl From<nrt_core::Error> for StepError {
     }
 }
 
-/// The OOM table libnrt writes on a device OOM, as text: the table the core captured at the
-/// moment of the failure (headed by the failure, with the 5 largest live allocations).
-pub fn oom_dump_text(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<(u32, String)> {
-    let nrt_core::Error::DeviceOom { device, .. } = *err else {
-        return None;
-    };
-    let mut s = String::new();
-    nrt.last_oom_dump(&mut s).ok()?;
-    Some((device, s))
-}
-
-/// Writes the OOM table to its file ([`nrt_host::runtime::oom_report_path`]) and returns the path.
-pub fn write_oom_file(nrt: &Nrt<'_>, err: &nrt_core::Error) -> Option<std::io::Result<PathBuf>> {
-    let (device, text) = oom_dump_text(nrt, err)?;
-    Some(nrt_host::runtime::write_oom_report(device, &text))
-}
-
 /// A model's device and host bytes per usage type (`[22]` = total): `(device, host)`.
 pub type Footprint = ([u64; 23], [u64; 23]);
 
@@ -189,7 +172,7 @@ impl Session {
 
     fn note_error(&mut self, e: StepError) -> StepError {
         if let StepError::Nrt(err) = &e {
-            if let Some(r) = write_oom_file(&self.rt.nrt(), err) {
+            if let Some(r) = nrt_host::runtime::write_oom_table(&self.rt.nrt(), err) {
                 let r = r.map_err(|io| io.to_string());
                 match &r {
                     Ok(p) => {
