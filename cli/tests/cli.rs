@@ -4,17 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt-dmem"));
-    // The tests describe the default environment: none of the runtime's settings leak in.
-    for v in nrt_host::config::ENV_VARS
-        .iter()
-        .chain(&["RUST_LOG", "CLICOLOR_FORCE"])
-    {
-        c.env_remove(v);
-    }
-    c
-}
+mod common;
+use common::bin;
 
 fn run(args: &[&str]) -> Output {
     run_with(&[], args)

@@ -7,7 +7,7 @@
 #[path = "../../core-nostd/tests/common/states.rs"]
 mod states;
 
-use std::process::Command;
+mod common;
 
 /// The step that makes the call of table row `rust`, or None when the CLI has none.
 fn step(rust: &str, n: usize) -> Option<String> {
@@ -53,11 +53,11 @@ fn the_cli_answers_the_state_table_in_the_init_and_closed_states() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("states.toml");
     std::fs::write(&file, &toml).unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt-dmem"));
-    for v in nrt_host::config::ENV_VARS {
-        c.env_remove(v);
-    }
-    let o = c.arg("run").arg(&file).output().expect("run nrt-dmem");
+    let o = common::bin()
+        .arg("run")
+        .arg(&file)
+        .output()
+        .expect("run nrt-dmem");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         o.status.success(),

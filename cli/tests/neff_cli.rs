@@ -1,18 +1,12 @@
 //! `nrt-dmem neff inspect` and `neff pack` as a person runs them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
 
 fn run(args: &[&std::ffi::OsStr]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt-dmem"));
-    for v in nrt_host::config::ENV_VARS.iter().chain(&[
-        "RUST_LOG",
-        "CLICOLOR_FORCE",
-        "NEURON_RT_ALLOW_LEGACY_NEFF",
-    ]) {
-        c.env_remove(v);
-    }
-    c.args(args).output().expect("run nrt-dmem")
+    common::bin().args(args).output().expect("run nrt-dmem")
 }
 
 fn tmp(name: &str) -> PathBuf {

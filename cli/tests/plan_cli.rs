@@ -1,22 +1,12 @@
 //! `nrt-dmem plan` as a person runs it: `--check`'s exit codes, `--json`, the SVG is
 //! well-formed with one bar per channel, bad input. The planner itself: host-std/tests/plan.rs.
 
-use std::process::Command;
-
 #[path = "../../host-std/tests/common/examples.rs"]
 mod example_models;
 use example_models::{example_paths, models_dir};
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt-dmem"));
-    for v in nrt_host::config::ENV_VARS
-        .iter()
-        .chain(&["RUST_LOG", "CLICOLOR_FORCE"])
-    {
-        c.env_remove(v);
-    }
-    c
-}
+mod common;
+use common::bin;
 
 fn examples() -> Vec<String> {
     example_paths()
