@@ -26,6 +26,7 @@ pub mod error;
 pub mod handle;
 pub mod ht;
 pub mod ledger;
+pub mod list;
 pub mod model;
 pub mod oom;
 pub mod raw;
