@@ -119,6 +119,9 @@ pub(crate) struct DmemPin<'a> {
     refs: &'a core::sync::atomic::AtomicU64,
 }
 
+// A pin is one count in the reference word: a copy would unpin twice.
+static_assertions::assert_not_impl_any!(DmemPin<'static>: Clone, Copy);
+
 impl Drop for DmemPin<'_> {
     #[inline]
     fn drop(&mut self) {

@@ -319,6 +319,25 @@ impl fmt::Display for HandleError {
     }
 }
 
+// What the README promises of the handles: plain values any thread may hold and compare.
+static_assertions::assert_impl_all!(
+    DmemHandle: Copy,
+    Send,
+    Sync,
+    Eq,
+    core::hash::Hash,
+    fmt::Debug
+);
+static_assertions::assert_impl_all!(
+    TensorHandle: Copy,
+    Send,
+    Sync,
+    Eq,
+    core::hash::Hash,
+    fmt::Debug
+);
+static_assertions::assert_impl_all!(HandleError: Copy, Send, Sync, Eq, fmt::Display);
+
 /// The three words of a handle.
 #[derive(Copy, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Raw {

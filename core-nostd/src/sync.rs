@@ -1,37 +1,54 @@
-//! Spin locks that live inside libnrt's 40-byte `pthread_mutex_t` slots (spec §2, §3.1, §6, §8).
+//! The core's locks and waits (spec §2, §3.1, §6, §8).
 //!
-//! Hand-rolled rather than `spin::Mutex<T>` on purpose: libnrt's locks sit at fixed offsets
-//! *beside* the data they guard (`model_db_lock` at tpb_t+19992 guards `model_db` at +20032),
-//! so the lock word must be a bare `AtomicU32` at offset 0 of the slot, with all-zero meaning
-//! unlocked. The integrator can install a relax hook (the std shim yields the thread) so long
-//! waits do not burn a core.
+//! * [`nrt_mutex_t`]: the lock inside libnrt's 40-byte `pthread_mutex_t` slots, a spin lock of
+//!   the core's own (why not spin's: see the type's `impl`).
+//! * [`DataLock`]: every other lock, one that holds its data — `lock_api::Mutex` over spin's
+//!   `SpinMutex<()>` ([`RawSpin`]).
+//! * [`Relax`] (spin's `RelaxStrategy`) and [`relax`]: one step of a wait. The integrator can
+//!   install a relax hook once (the std shim yields the thread), so long waits do not burn a
+//!   core; without one a wait spins.
+//! * The in-flight call gate ([`ShardedGate`]) and [`wait_until`].
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::nrt_mutex_t;
 
-static RELAX_HOOK: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+/// The integrator's relax hook, installed once ([`set_relax_hook`]).
+static RELAX_HOOK: spin::Once<fn()> = spin::Once::new();
 
 /// Installs the function called by spinning waiters after a short busy phase (e.g.
-/// `std::thread::yield_now`). Without one, waiters use `core::hint::spin_loop`.
+/// `std::thread::yield_now`). One-shot: the first hook installed stays for the process (a
+/// second call, with any hook, changes nothing). Without one, waiters use
+/// `core::hint::spin_loop`.
 pub fn set_relax_hook(hook: fn()) {
-    RELAX_HOOK.store(hook as *mut (), Ordering::Release);
+    RELAX_HOOK.call_once(|| hook);
 }
 
-/// One step of a wait loop: spins for the first iterations, then calls the relax hook.
+/// One relax step of a long wait (spin's [`spin::RelaxStrategy`]): the integrator's hook
+/// ([`set_relax_hook`]) if one is installed, else `core::hint::spin_loop`.
+pub struct Relax;
+
+impl spin::RelaxStrategy for Relax {
+    #[inline]
+    fn relax() {
+        match RELAX_HOOK.get() {
+            Some(hook) => hook(),
+            None => core::hint::spin_loop(),
+        }
+    }
+}
+
+/// Busy iterations a wait spins before it relaxes through [`Relax`].
+const SPINS_BEFORE_RELAX: u32 = 64;
+
+/// One step of a wait loop: spins for the first iterations, then relaxes ([`Relax`]).
 #[inline]
 pub fn relax(iteration: u32) {
-    if iteration < 64 {
-        core::hint::spin_loop();
-        return;
-    }
-    let p = RELAX_HOOK.load(Ordering::Acquire);
-    if p.is_null() {
-        core::hint::spin_loop();
+    use spin::RelaxStrategy;
+    if iteration < SPINS_BEFORE_RELAX {
+        spin::relax::Spin::relax();
     } else {
-        // SAFETY: the only non-null value ever stored is a `fn()` cast in `set_relax_hook`.
-        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
-        f();
+        Relax::relax();
     }
 }
 
@@ -93,6 +110,14 @@ impl nrt_mutex_t {
     }
 }
 
+// The ABI slots keep this raw lock of the core's own rather than spin's `SpinMutex<()>`: the
+// slot's bytes are ABI. `abi_struct!` pins each member's offset, generates the C header and
+// the layout report from them, and needs every member `ZeroValid` and `CType`; the lock word
+// must be the `AtomicU32` at offset 0, where glibc keeps `__lock`, so that all-zero (a calloc'd
+// tree, `PTHREAD_MUTEX_INITIALIZER`) is unlocked; and the shared-device mode resets these words
+// in place after a death (`SimDevice::reset_locks`). spin's mutex has private, non-`repr(C)`
+// fields whose layout none of that can state. Its wait relaxes through [`Relax`], as spin's do.
+//
 // SAFETY: `lock` returns only once this thread's compare-exchange moved the word 0 → 1
 // (Acquire), and no other `lock`/`try_lock` can succeed until `unlock` stores 0 (Release),
 // so at most one holder exists at a time and the holder's writes happen before the next
@@ -124,16 +149,48 @@ unsafe impl lock_api::RawMutex for nrt_mutex_t {
     }
 }
 
-/// A lock that holds the data it guards (issue 17): `lock_api::Mutex` over [`nrt_mutex_t`]'s
-/// spin-then-relax protocol. All-zero is unlocked; with zero-valid data the whole mutex is
-/// zero-valid.
-pub type DataLock<T> = lock_api::Mutex<nrt_mutex_t, T>;
+/// The raw lock of the core's own (non-ABI) locks: spin's `SpinMutex<()>`, one byte.
+///
+/// Its waits spin without relaxing (`spin::relax::Spin`, not [`Relax`]): these locks guard a
+/// few dozen instructions of bookkeeping (an arena shard's books) and are never held across a
+/// driver call or another lock's wait, so a waiter's wait is as short as the holder's section
+/// and a yield would cost more than it saves.
+pub type RawSpin = spin::mutex::SpinMutex<(), spin::relax::Spin>;
+
+/// A lock that holds the data it guards (issue 17): `lock_api::Mutex` over [`RawSpin`]. All-zero
+/// is unlocked (checked below); with zero-valid data the whole mutex is zero-valid, so it can
+/// sit in the zeroed state blocks.
+pub type DataLock<T> = lock_api::Mutex<RawSpin, T>;
+
+// The state blocks holding `DataLock`s are made from zeroed bytes (`.bss`, calloc), so the
+// unlocked `RawSpin` must be all-zero bytes. spin does not promise its layout; this checks it
+// at compile time (a change of size, a non-zero unlocked value or padding fails the build).
+const _: () = {
+    // SAFETY: a value-to-bytes transmute between types of the same size (the compiler checks
+    // the sizes); reading padding as `u8` would be a const-evaluation error, not UB at run time.
+    let bytes: [u8; core::mem::size_of::<RawSpin>()] =
+        unsafe { core::mem::transmute(<RawSpin as lock_api::RawMutex>::INIT) };
+    let mut i = 0;
+    while i < bytes.len() {
+        assert!(
+            bytes[i] == 0,
+            "spin's unlocked SpinMutex is not all-zero bytes"
+        );
+        i += 1;
+    }
+};
 
 impl Default for nrt_mutex_t {
     fn default() -> Self {
         Self::new()
     }
 }
+
+// A guard is the lock held: a copy would unlock twice.
+static_assertions::assert_not_impl_any!(MutexGuard<'static>: Clone, Copy);
+// The lock may sit in a `static` and be shared by threads.
+static_assertions::assert_impl_all!(nrt_mutex_t: Send, Sync, lock_api::RawMutex);
+static_assertions::assert_impl_all!(DataLock<u64>: Send, Sync);
 
 /// Holds an [`nrt_mutex_t`] until dropped.
 #[must_use = "the lock is released when the guard is dropped"]
@@ -360,6 +417,52 @@ mod tests {
         // SAFETY: every thread has joined.
         assert_eq!(unsafe { *g.value.get() }, THREADS * ITERS);
         assert!(!g.lock.is_locked());
+    }
+
+    #[test]
+    fn a_data_lock_excludes_under_contention_and_is_unlocked_when_zero() {
+        const THREADS: u64 = 4;
+        const ITERS: u64 = 20_000;
+        // The zeroed state blocks rely on this: all-zero bytes are an unlocked lock.
+        // SAFETY: the compile-time check beside `RawSpin` proves all-zero is its unlocked value.
+        let zeroed: DataLock<u64> = unsafe { core::mem::zeroed() };
+        assert!(!zeroed.is_locked());
+        let lock = &zeroed;
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(move || {
+                    for _ in 0..ITERS {
+                        let mut g = lock.lock();
+                        let v = *g;
+                        core::hint::spin_loop();
+                        *g = v + 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(*lock.lock(), THREADS * ITERS);
+        assert!(lock.try_lock().is_some(), "no guard left behind");
+    }
+
+    #[test]
+    fn the_relax_hook_is_installed_once() {
+        std::thread_local!(static CALLS: core::cell::Cell<u32> = const { core::cell::Cell::new(0) });
+        // Counted per thread: other tests' waits may call the hook on their threads.
+        fn counting() {
+            CALLS.with(|c| c.set(c.get() + 1));
+        }
+        fn other() {
+            CALLS.with(|c| c.set(c.get() + 1000));
+        }
+        // The only unit test that installs a hook.
+        set_relax_hook(counting);
+        set_relax_hook(other);
+        for i in 0..SPINS_BEFORE_RELAX {
+            relax(i); // the busy phase: no hook call
+        }
+        assert_eq!(CALLS.with(|c| c.get()), 0);
+        relax(SPINS_BEFORE_RELAX);
+        assert_eq!(CALLS.with(|c| c.get()), 1, "the first hook stays");
     }
 
     #[test]

@@ -255,10 +255,7 @@ impl From<crate::Error> for StartError {
 
 // A runtime is shared by threads (the C ABI's global, the concurrency tests): Send + Sync come
 // from its parts (CoreState and the drivers are Sync), checked here instead of asserted unsafely.
-const _: fn() = || {
-    fn shareable<T: Send + Sync>() {}
-    shareable::<HostRuntime>();
-};
+static_assertions::assert_impl_all!(HostRuntime: Send, Sync);
 
 /// Where libnrt's OOM table for `device` goes (public API §5: on a device OOM libnrt logs the
 /// table and writes it to a file): `$TMPDIR/nrt-dmem-oom-nd<D>-<pid>.txt`, one file per device
