@@ -27,6 +27,7 @@ pub mod handle;
 pub mod ht;
 pub mod ledger;
 pub mod list;
+pub mod loom;
 pub mod model;
 pub mod oom;
 pub mod raw;

@@ -12,6 +12,7 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::nrt_mutex_t;
+use crate::loom::Atomic;
 
 /// The integrator's relax hook, installed once ([`set_relax_hook`]).
 static RELAX_HOOK: spin::Once<fn()> = spin::Once::new();
@@ -205,70 +206,22 @@ impl Drop for MutexGuard<'_> {
     }
 }
 
-/// The in-flight call gate's word (spec §7.2 state gate, §12 teardown): the number of calls
-/// past the gate, plus [`GATE_CLOSED`] once `close` has shut it. One word, so every step of
-/// the protocol is a read-modify-write of the same location and the steps are totally ordered
-/// (no store-buffering pattern to get wrong; loom checks it as written).
-pub trait GateWord {
-    /// `fetch_add(1)` (AcqRel): the previous value.
-    fn count_in(&self) -> u32;
-    /// `fetch_sub(1)` (Release).
-    fn count_out(&self);
-    /// `fetch_or(GATE_CLOSED)` (AcqRel).
-    fn shut(&self);
-    /// `fetch_and(!GATE_CLOSED)` (AcqRel).
-    fn reopen(&self);
-    /// Load (Acquire).
-    fn get(&self) -> u32;
-}
-
-/// The bit of the gate word that `close` sets.
+/// The bit of a gate word that `close` sets. A gate word (spec §7.2 state gate, §12 teardown)
+/// holds the number of calls past the gate on it, plus this bit once `close` has shut it. One
+/// word, so every step of the one-word protocol below is a read-modify-write of the same
+/// location and the steps are totally ordered (no store-buffering pattern to get wrong). The
+/// functions are generic over the loom facade ([`crate::loom::Atomic`]), so loom checks them,
+/// and the sharded gate built on them, as written (`tests/loom.rs`).
 pub const GATE_CLOSED: u32 = 1 << 31;
 
-impl GateWord for AtomicU32 {
-    fn count_in(&self) -> u32 {
-        self.fetch_add(1, Ordering::AcqRel)
-    }
-    fn count_out(&self) {
-        self.fetch_sub(1, Ordering::Release);
-    }
-    fn shut(&self) {
-        self.fetch_or(GATE_CLOSED, Ordering::AcqRel);
-    }
-    fn reopen(&self) {
-        self.fetch_and(!GATE_CLOSED, Ordering::AcqRel);
-    }
-    fn get(&self) -> u32 {
-        self.load(Ordering::Acquire)
-    }
-}
-
-#[cfg(loom)]
-impl GateWord for loom::sync::atomic::AtomicU32 {
-    fn count_in(&self) -> u32 {
-        self.fetch_add(1, loom::sync::atomic::Ordering::AcqRel)
-    }
-    fn count_out(&self) {
-        self.fetch_sub(1, loom::sync::atomic::Ordering::Release);
-    }
-    fn shut(&self) {
-        self.fetch_or(GATE_CLOSED, loom::sync::atomic::Ordering::AcqRel);
-    }
-    fn reopen(&self) {
-        self.fetch_and(!GATE_CLOSED, loom::sync::atomic::Ordering::AcqRel);
-    }
-    fn get(&self) -> u32 {
-        self.load(loom::sync::atomic::Ordering::Acquire)
-    }
-}
-
-/// A call passes the gate: `true` when it is counted in (it must call [`gate_exit`] when it
-/// ends); `false` when the gate is shut (the count is already taken back). If the count-in
+/// A call passes the gate word: `true` when it is counted in (it must call [`gate_exit`] when
+/// it ends); `false` when the gate is shut (the count is already taken back). If the count-in
 /// comes before [`gate_close`]'s shut in the word's order, the closer sees the call and waits
 /// for its exit; otherwise the call sees the closed bit.
-pub fn gate_enter<W: GateWord>(gate: &W) -> bool {
-    if gate.count_in() & GATE_CLOSED != 0 {
-        gate.count_out();
+#[inline]
+pub fn gate_enter<W: Atomic<Int = u32>>(gate: &W) -> bool {
+    if gate.fetch_add(1, Ordering::AcqRel) & GATE_CLOSED != 0 {
+        gate.fetch_sub(1, Ordering::Release);
         return false;
     }
     true
@@ -276,25 +229,32 @@ pub fn gate_enter<W: GateWord>(gate: &W) -> bool {
 
 /// A call counted in by [`gate_enter`] ends (Release: what it did happens before the
 /// teardown that waited for it).
-pub fn gate_exit<W: GateWord>(gate: &W) {
-    gate.count_out();
+#[inline]
+pub fn gate_exit<W: Atomic<Int = u32>>(gate: &W) {
+    gate.fetch_sub(1, Ordering::Release);
+}
+
+/// Shuts the gate word (the first half of [`gate_close`]).
+#[inline]
+fn gate_shut<W: Atomic<Int = u32>>(gate: &W) {
+    gate.fetch_or(GATE_CLOSED, Ordering::AcqRel);
 }
 
 /// Shuts the gate, then waits (calling `relax` between looks) until no call is counted in.
 /// When it returns, every call that got past the gate has ended, and none gets past any more.
-pub fn gate_close<W: GateWord>(gate: &W, relax: impl FnMut(u32)) {
-    gate.shut();
-    wait_until(|| gate.get() & !GATE_CLOSED == 0, relax);
+pub fn gate_close<W: Atomic<Int = u32>>(gate: &W, relax: impl FnMut(u32)) {
+    gate_shut(gate);
+    wait_until(|| gate.load(Ordering::Acquire) & !GATE_CLOSED == 0, relax);
 }
 
 /// Opens a gate [`gate_close`] shut (a runtime initialised again after `close`). Only the
 /// closed bit is cleared: a late caller that counted itself in against the shut gate takes
 /// its own count back.
-pub fn gate_open<W: GateWord>(gate: &W) {
-    gate.reopen();
+pub fn gate_open<W: Atomic<Int = u32>>(gate: &W) {
+    gate.fetch_and(!GATE_CLOSED, Ordering::AcqRel);
 }
 
-/// Shards of a [`ShardedGate`].
+/// Shards of the runtime's [`ShardedGate`].
 pub const GATE_SHARDS: usize = 16;
 
 /// Bytes between the hot words of adjacent per-core / per-shard items: two cache lines, so
@@ -304,23 +264,48 @@ pub const GATE_SHARDS: usize = 16;
 /// zeroed pages).
 pub const LINE_STRIDE: usize = 128;
 
-/// One gate word, padded to [`LINE_STRIDE`].
+/// One gate word, padded to [`LINE_STRIDE`] (for the runtime's `AtomicU32` words exactly; a
+/// loom word is larger, and its shard with it, which only matters to cache lines).
 #[repr(C)]
-pub struct GateShard(AtomicU32, [u8; LINE_STRIDE - 4]);
+pub struct GateShard<W = AtomicU32>(W, [u8; LINE_STRIDE - 4]);
 
-/// The in-flight gate split into [`GATE_SHARDS`] words on their own cache lines (issue 16
-/// item 7: a call on one core does not bounce a line every call on every other core
-/// touches). Each word runs the one-word protocol above ([`gate_enter`] / [`gate_exit`],
-/// which loom checks); a call counts itself in on one shard and out on the same one, and
-/// [`ShardedGate::close`] shuts every shard before it waits for each to drain, so a call is
-/// either seen and waited for or refused, exactly as with one word. Valid when all-zero
-/// (open, no call counted).
+const _: () = assert!(core::mem::size_of::<GateShard>() == LINE_STRIDE);
+
+/// The in-flight gate split into `N` ([`GATE_SHARDS`] in the runtime) words on their own cache
+/// lines (issue 16 item 7: a call on one core does not bounce a line every call on every other
+/// core touches). Each word runs the one-word protocol above ([`gate_enter`] / [`gate_exit`]);
+/// a call counts itself in on one shard and out on the same one, and [`ShardedGate::close`]
+/// shuts every shard before it waits for each to drain, so a call is either seen and waited
+/// for or refused, exactly as with one word. Valid when all-zero (open, no call counted).
+///
+/// Generic over the word (the loom facade's [`Atomic`]) and the shard count, so loom checks
+/// this type as the runtime runs it, on two shards (`tests/loom.rs`).
 #[repr(C)]
-pub struct ShardedGate {
-    shards: [GateShard; GATE_SHARDS],
+pub struct ShardedGate<W = AtomicU32, const N: usize = GATE_SHARDS> {
+    shards: [GateShard<W>; N],
 }
 
-impl ShardedGate {
+impl<W: Atomic<Int = u32>, const N: usize> ShardedGate<W, N> {
+    /// Refuses `N = 0` at compile time (every use of the gate names it).
+    const SHARDS: usize = {
+        assert!(N > 0, "a gate needs a shard");
+        N
+    };
+
+    /// A gate over the given words: open and empty when they are all 0. The runtime's gate is
+    /// a zeroed field of the state block; loom builds its models' gates this way.
+    pub fn from_words(words: [W; N]) -> Self {
+        let _ = Self::SHARDS;
+        ShardedGate {
+            shards: words.map(|w| GateShard(w, [0; LINE_STRIDE - 4])),
+        }
+    }
+
+    /// The shard words, in order (diagnostics and the loom models' checks).
+    pub fn words(&self) -> impl Iterator<Item = &W> {
+        self.shards.iter().map(|s| &s.0)
+    }
+
     /// The calling thread's shard. `no_std` has no thread-locals, so it is picked from the
     /// address of a local: threads run on disjoint stacks (a hash of the address's 2 MiB
     /// region), so concurrent threads mostly land on different shards. Any answer is
@@ -329,21 +314,28 @@ impl ShardedGate {
     fn pick() -> usize {
         let probe = 0u8;
         let a = core::ptr::addr_of!(probe) as usize as u64;
-        ((a >> 21).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % GATE_SHARDS
+        ((a >> 21).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % Self::SHARDS
     }
 
     /// [`gate_enter`] on this thread's shard: the shard to [`Self::exit`] on, or `None` when
     /// the gate is shut (nothing is left counted).
     #[inline]
     pub fn enter(&self) -> Option<usize> {
-        let i = Self::pick();
+        self.enter_on(Self::pick())
+    }
+
+    /// [`gate_enter`] on shard `shard` (modulo the shard count): what [`Self::enter`] does on
+    /// the shard it picks; the loom models choose the shard.
+    #[inline]
+    pub fn enter_on(&self, shard: usize) -> Option<usize> {
+        let i = shard % Self::SHARDS;
         gate_enter(&self.shards[i].0).then_some(i)
     }
 
     /// [`gate_exit`] on shard `i` (what [`Self::enter`] returned).
     #[inline]
     pub fn exit(&self, i: usize) {
-        gate_exit(&self.shards[i % GATE_SHARDS].0);
+        gate_exit(&self.shards[i % Self::SHARDS].0);
     }
 
     /// Shuts every shard, then waits until none counts a call ([`gate_close`] on all words:
@@ -351,7 +343,7 @@ impl ShardedGate {
     /// while another drains).
     pub fn close(&self, mut relax: impl FnMut(u32)) {
         for s in &self.shards {
-            s.0.shut();
+            gate_shut(&s.0);
         }
         for s in &self.shards {
             gate_close(&s.0, &mut relax);

@@ -2,18 +2,17 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p nrt-core --test loom --release` (`cargo xtask loom`).
 //! They drive the very functions the runtime uses (`mint_handle`, `drain_with`, `stage_once`,
 //! the handle pin protocol `publish` / `pin` / `unpin` / `drop_owner` / `add_owner` /
-//! `wait_drained` / `retire`, `gate_enter` / `gate_exit` / `gate_close`, the sharded arena's
-//! `ShardBooks`)
-//! over loom's atomics and mutex.
+//! `wait_drained` / `retire`, `gate_enter` / `gate_exit` / `gate_close` / `gate_open`, the sharded arena's
+//! `ShardBooks`) over loom's atomics and mutex. The atomics come through the core's one loom
+//! facade (`nrt_core::loom`: loom's under `cfg(loom)`), the types those functions are generic
+//! over.
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use nrt_core::handle::{
-    add_owner, drop_owner, pin, publish, retire, unpin, wait_drained, Dropped, GenWord, RefWord,
-};
+use nrt_core::handle::{add_owner, drop_owner, pin, publish, retire, unpin, wait_drained, Dropped};
+use nrt_core::loom::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use nrt_core::model::{drain_with, mint_handle};
 use nrt_core::sync::{gate_close, gate_enter, gate_exit, gate_open, GATE_CLOSED};
 use nrt_core::ulib::stage_once;
@@ -210,8 +209,12 @@ fn pin_vs_two_frees() {
             "exactly one free wins: {mine:?} {theirs:?}"
         );
         assert_eq!(s.finalised.load(Ordering::Acquire), 1, "finalised once");
-        assert_eq!(s.refs.get(), 0);
-        assert_eq!(s.gen.get(), g + 1, "retired: the slot reads as free");
+        assert_eq!(s.refs.load(Ordering::Acquire), 0);
+        assert_eq!(
+            s.gen.load(Ordering::Acquire),
+            g + 1,
+            "retired: the slot reads as free"
+        );
         assert!(!s.use_handle(g, 7), "stale after the free");
     });
 }
@@ -231,7 +234,7 @@ fn stale_handle_never_reaches_the_reused_slot() {
             })
         };
         assert_eq!(s.free_handle(g, Some(2)), Some(true));
-        let g2 = s.gen.get();
+        let g2 = s.gen.load(Ordering::Acquire);
         assert_ne!(g2, g);
         assert!(s.use_handle(g2, 2), "the new object's handle resolves");
         user.join().unwrap();
@@ -263,7 +266,7 @@ fn shared_owners_elect_one_last_free() {
             "{mine:?} {theirs:?}"
         );
         assert_eq!(s.finalised.load(Ordering::Acquire), 1);
-        assert_eq!(s.refs.get(), 0);
+        assert_eq!(s.refs.load(Ordering::Acquire), 0);
     });
 }
 
