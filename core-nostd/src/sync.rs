@@ -457,6 +457,79 @@ mod tests {
         assert_eq!(CALLS.with(|c| c.get()), 1, "the first hook stays");
     }
 
+    fn open_gate() -> ShardedGate {
+        ShardedGate::from_words(core::array::from_fn(|_| AtomicU32::new(0)))
+    }
+
+    fn counts(g: &ShardedGate) -> std::vec::Vec<u32> {
+        g.words().map(|w| w.load(Ordering::Relaxed)).collect()
+    }
+
+    #[test]
+    fn a_call_counts_in_on_its_shard_only() {
+        let g = open_gate();
+        let i = g.enter_on(3).expect("an open gate lets the call in");
+        let mut want = [0u32; GATE_SHARDS];
+        want[3] = 1;
+        assert_eq!(counts(&g), want, "only shard 3 counts the call");
+        // A shard index past the end wraps rather than failing or panicking.
+        let j = g.enter_on(3 + GATE_SHARDS).expect("wrapped shard");
+        assert_eq!((i, j), (3, 3));
+        g.exit(i);
+        g.exit(j);
+        assert_eq!(counts(&g), [0; GATE_SHARDS]);
+        let k = g.enter().expect("the caller's own shard");
+        assert!(k < GATE_SHARDS);
+        g.exit(k);
+        assert_eq!(counts(&g), [0; GATE_SHARDS]);
+    }
+
+    #[test]
+    fn close_turns_calls_away_on_every_shard_and_open_lets_them_in() {
+        let g = open_gate();
+        g.close(|_| panic!("nothing is in flight: no wait"));
+        for s in 0..GATE_SHARDS {
+            assert!(
+                g.enter_on(s).is_none(),
+                "shard {s} lets a call in after close"
+            );
+        }
+        assert_eq!(
+            counts(&g),
+            [GATE_CLOSED; GATE_SHARDS],
+            "refused calls left no count"
+        );
+        g.open();
+        for s in 0..GATE_SHARDS {
+            let i = g.enter_on(s).expect("reopened");
+            g.exit(i);
+        }
+        assert_eq!(counts(&g), [0; GATE_SHARDS]);
+    }
+
+    #[test]
+    fn close_waits_for_a_call_on_another_shard() {
+        let g = open_gate();
+        let ended = AtomicBool::new(false);
+        let i = g.enter_on(GATE_SHARDS - 1).expect("open");
+        std::thread::scope(|s| {
+            let closer = s.spawn(|| {
+                g.close(|_| std::thread::yield_now());
+                ended.load(Ordering::Acquire)
+            });
+            // The closer shuts every shard first; the call on the last one is still counted.
+            while g.enter_on(0).map(|j| g.exit(j)).is_some() {
+                std::thread::yield_now();
+            }
+            ended.store(true, Ordering::Release);
+            g.exit(i);
+            assert!(
+                closer.join().unwrap(),
+                "close returned before the call ended"
+            );
+        });
+    }
+
     #[test]
     fn try_lock_fails_while_held_and_succeeds_after() {
         let m = nrt_mutex_t::new();
