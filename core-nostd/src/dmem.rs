@@ -900,7 +900,12 @@ impl<'a> Nrt<'a> {
         // SAFETY: live allocator, checked under its lock.
         unsafe {
             let _g = (*al).lock.lock();
-            let len = usize::try_from((*al).count).unwrap_or(usize::MAX);
+            // More than the arena's slots cannot be linked: refused without a walk, so a
+            // corrupt count does not make a cycle a long walk.
+            let len = match usize::try_from((*al).count) {
+                Ok(n) if n <= self.st.dmems.capacity() => n,
+                _ => return Ok(Err(ListError::Broken)),
+            };
             Ok(allocator_list(al).check(len))
         }
     }
