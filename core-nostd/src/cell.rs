@@ -65,6 +65,13 @@ impl<T: ZeroValid> ZeroedCell<T> {
     }
 }
 
+// A cell is a `static` shared by every thread, and hands out its one `&mut` because it is the
+// only cell holding the value: a clone would be a second `&mut` to it. A value that may not
+// move to another thread (`!Send`) makes the cell not `Sync`.
+static_assertions::assert_impl_all!(ZeroedCell<u64>: Sync);
+static_assertions::assert_not_impl_any!(ZeroedCell<u64>: Clone, Copy);
+static_assertions::assert_not_impl_any!(ZeroedCell<*mut u8>: Sync);
+
 impl<T: ZeroValid> Default for ZeroedCell<T> {
     fn default() -> Self {
         Self::new()

@@ -10,7 +10,7 @@
 // stale or foreign pointer is an error, not undefined behaviour.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use core::ptr::{addr_of_mut, null_mut};
+use core::ptr::{addr_of_mut, null_mut, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
@@ -21,6 +21,7 @@ use crate::ctx::Nrt;
 use crate::driver::{errno, AllocRequest, Errno};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, DmemHandle, Dropped, HandleKind};
+use crate::list::{allocator_list, ListError, WeakIndex};
 
 /// `DMEM_ACTION_*` of `dml_add_entry`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -117,6 +118,9 @@ pub(crate) struct DmemPin<'a> {
     pub(crate) m: Dmem,
     refs: &'a core::sync::atomic::AtomicU64,
 }
+
+// A pin is one count in the reference word: a copy would unpin twice.
+static_assertions::assert_not_impl_any!(DmemPin<'static>: Clone, Copy);
 
 impl Drop for DmemPin<'_> {
     #[inline]
@@ -359,14 +363,12 @@ impl<'a> Nrt<'a> {
             .ok_or(Error::InvalidArgument(InvalidArg::PcoreNotInTree))?;
         self.tpb(dev, core)?; // attached
         let al = self.st.allocators.alloc("dmem_allocator_t")?.as_ptr();
-        // SAFETY: fresh zeroed slot owned by us.
+        // SAFETY: fresh zeroed slot owned by us (no other thread can reach it yet, so its
+        // list is ours without the lock).
         unsafe {
             (*al).r#type = ty as u32;
             (*al).pcore = pcore;
-            let head = addr_of_mut!((*al).dummy_head);
-            let tail = addr_of_mut!((*al).dummy_tail);
-            (*head).next = tail;
-            (*tail).prev = head;
+            allocator_list(al).init();
         }
         Ok(al)
     }
@@ -387,18 +389,27 @@ impl<'a> Nrt<'a> {
             // is not finalised yet (finalising unlinks it under this lock first).
             let (first, pinned) = unsafe {
                 let _g = (*al).lock.lock();
-                let head = addr_of_mut!((*al).dummy_head);
-                let tail = addr_of_mut!((*al).dummy_tail);
-                let n = (*head).next;
-                if n == tail || n.is_null() {
+                let Some(n) = allocator_list(al).first() else {
                     break;
-                }
+                };
+                let n = n.as_ptr();
                 // Pinned before it is detached, so it stays whole however a racing free goes.
                 // No pin when its last owner is already gone: that free finalises it, and
                 // finds it detached.
                 let pinned = handle::add_pin_if_owned(self.st.dmems.words(n).1);
-                // Detach: the allocator no longer owns it.
-                Self::list_unlink(al, n);
+                // Detach: the allocator no longer owns it. The first node of the list is
+                // linked, so this cannot be refused; if it were (a corrupt list), stop here
+                // rather than loop on it: the allocator is still released below.
+                if let Err(e) = Self::list_unlink(al, n) {
+                    error!(
+                        "dmem_allocator_destroy: {}; the rest of the list is abandoned",
+                        e
+                    );
+                    if pinned {
+                        handle::unpin(self.st.dmems.words(n).1);
+                    }
+                    break;
+                }
                 (n, pinned)
             };
             if pinned {
@@ -585,17 +596,41 @@ impl<'a> Nrt<'a> {
         // 6. ledger + trace
         self.dml_add_entry(mla, Action::Alloc, m);
         // 7. link before dummy_tail
-        // SAFETY: live allocator; `m` is ours and unlinked.
-        unsafe {
+        // SAFETY: live allocator, its lock held for the call; `m` is a live dmem.
+        let linked = unsafe {
             let _g = (*al).lock.lock();
-            Self::list_insert_tail(al, m);
+            Self::list_insert_tail(al, m)
+        };
+        if let Err(e) = linked {
+            // A fresh slot starts zeroed, so unlinked: a refusal means the arena handed out a
+            // node that is still on some allocator's list. Undo everything (the dmem was never
+            // on this list and its handle was never returned) and refuse the call.
+            error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
+            if !ref_node.is_null() {
+                let _ = self.st.ref_nodes.cancel(ref_node);
+            }
+            // SAFETY: `m` is not on `al`'s list, its one owner is this call and no handle of
+            // it was handed out, so nothing else holds or pins it.
+            unsafe {
+                self.st.dmems.words(m).1.store(0, Ordering::Release);
+                self.dmem_finalize(m, GiveBack::Cancel);
+            }
+            return Err(Error::ForeignDmem);
         }
         // 8. weak GC index
         if let Some(list) = ref_list {
-            // SAFETY: ref_node is a fresh slot; the list belongs to the caller.
-            unsafe {
+            // SAFETY: ref_node is a fresh slot (zeroed: unlinked); the list is a live index
+            // (checked in step 1) that belongs to the caller, who serialises its use.
+            let pushed = unsafe {
                 (*ref_node).dmem = m;
-                dmem_list_push(list, ref_node);
+                WeakIndex::new(NonNull::new_unchecked(list))
+                    .push_back(NonNull::new_unchecked(ref_node))
+            };
+            if let Err(e) = pushed {
+                // Only a fresh node can be pushed, and it is unlinked: record the refusal; the
+                // dmem stays allocated (on its allocator), only its weak entry is dropped.
+                error!("dmem_alloc: {}: the weak index entry is dropped", e);
+                let _ = self.st.ref_nodes.cancel(ref_node);
             }
         }
         Ok(m)
@@ -744,7 +779,12 @@ impl<'a> Nrt<'a> {
                     drop(g);
                     continue; // detached meanwhile: retry on the new state
                 }
-                Self::list_unlink(al, m);
+                // `allocator` non-null under its lock means linked: a refusal is a corrupt
+                // list, said loudly; the dmem is finalised either way (nothing else holds it).
+                if let Err(e) = Self::list_unlink(al, m) {
+                    error!("dmem_free: {}: the dmem is finalised off-list", e);
+                    al_slot.store(null_mut(), Ordering::Release);
+                }
                 drop(g);
                 break;
             }
@@ -835,15 +875,38 @@ impl<'a> Nrt<'a> {
         if !self.st.allocators.is_live(al) {
             return;
         }
-        // SAFETY: live allocator, walked under its lock.
+        // SAFETY: live allocator, walked under its lock; its linked dmems are live (a dmem is
+        // unlinked under this lock before it is finalised).
         unsafe {
             let _g = (*al).lock.lock();
-            let tail = addr_of_mut!((*al).dummy_tail);
-            let mut n = (*al).dummy_head.next;
-            while !n.is_null() && n != tail {
-                f(&*n);
-                n = (*n).next;
+            for n in allocator_list(al).iter() {
+                f(n.as_ref());
             }
+        }
+    }
+
+    /// Walks `al`'s list under its lock and checks it ([`crate::list::List::check`]): every
+    /// link symmetric, and as many dmems as the allocator's own count says. The outer error is
+    /// the call's (`Closed`, `Uninitialized`, an allocator that is not live), the inner one
+    /// the list's.
+    pub fn allocator_check(
+        &self,
+        al: *mut dmem_allocator_t,
+    ) -> Result<core::result::Result<(), ListError>> {
+        let _call = self.enter()?;
+        if !self.st.allocators.is_live(al) {
+            return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
+        }
+        // SAFETY: live allocator, checked under its lock.
+        unsafe {
+            let _g = (*al).lock.lock();
+            // More than the arena's slots cannot be linked: refused without a walk, so a
+            // corrupt count does not make a cycle a long walk.
+            let len = match usize::try_from((*al).count) {
+                Ok(n) if n <= self.st.dmems.capacity() => n,
+                _ => return Ok(Err(ListError::Broken)),
+            };
+            Ok(allocator_list(al).check(len))
         }
     }
 
@@ -855,44 +918,44 @@ impl<'a> Nrt<'a> {
         self.dmem_pin(h).is_ok()
     }
 
-    /// `list_insert_before(&al->dummy_tail, m)`; detects a double insert.
+    /// `list_insert_before(&al->dummy_tail, m)` and the allocator's books. A dmem that is
+    /// already on a list is refused ([`ListError::AlreadyLinked`]), changing nothing.
     ///
     /// # Safety
     /// `al` live, its lock held; `m` a live dmem.
-    unsafe fn list_insert_tail(al: *mut dmem_allocator_t, m: Dmem) {
-        // SAFETY: caller contract.
+    unsafe fn list_insert_tail(
+        al: *mut dmem_allocator_t,
+        m: Dmem,
+    ) -> core::result::Result<(), ListError> {
+        // SAFETY: `al` live with its lock held, so its list is ours; `m` is live and guarded by
+        // the same lock once linked (caller contract).
         unsafe {
-            debug_assert!((*m).prev.is_null() && (*m).next.is_null(), "double insert");
-            let tail = addr_of_mut!((*al).dummy_tail);
-            let last = (*tail).prev;
-            (*m).prev = last;
-            (*m).next = tail;
-            (*last).next = m;
-            (*tail).prev = m;
+            allocator_list(al).push_back(NonNull::new_unchecked(m))?;
             AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).store(al, Ordering::Release);
             (*al).count += 1;
             (*al).bytes += (*m).allocated_size;
         }
+        Ok(())
     }
 
-    /// Unlinks `m` from `al` (no-op when not linked).
+    /// Unlinks `m` from `al` and takes it off the allocator's books. A dmem on no list is
+    /// refused ([`ListError::NotLinked`]), changing nothing.
     ///
     /// # Safety
-    /// `al` live, its lock held.
-    unsafe fn list_unlink(al: *mut dmem_allocator_t, m: Dmem) {
-        // SAFETY: caller contract.
+    /// `al` live, its lock held; `m` a live dmem whose `allocator` is `al` (so if linked, it
+    /// is on `al`'s list).
+    unsafe fn list_unlink(
+        al: *mut dmem_allocator_t,
+        m: Dmem,
+    ) -> core::result::Result<(), ListError> {
+        // SAFETY: caller contract, as in `list_insert_tail`.
         unsafe {
-            if (*m).prev.is_null() || (*m).next.is_null() {
-                return;
-            }
-            (*(*m).prev).next = (*m).next;
-            (*(*m).next).prev = (*m).prev;
-            (*m).prev = null_mut();
-            (*m).next = null_mut();
+            allocator_list(al).remove(NonNull::new_unchecked(m))?;
             AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).store(null_mut(), Ordering::Release);
             (*al).count -= 1;
             (*al).bytes -= (*m).allocated_size;
         }
+        Ok(())
     }
 
     /// A weak GC index (`dmem_list_t`) from the arena.
@@ -905,33 +968,13 @@ impl<'a> Nrt<'a> {
         if list.is_null() {
             return;
         }
-        // SAFETY: the list's nodes came from `ref_nodes` and are owned by the list.
-        unsafe {
-            let mut n = (*list).head;
-            while !n.is_null() {
-                let next = (*n).next;
-                let _ = self.st.ref_nodes.give_back(n, how);
-                n = next;
-            }
-        }
+        // SAFETY: non-null, a live index whose nodes came from `ref_nodes` and are owned by
+        // it; the caller (model free) is its only user now.
+        let mut index = unsafe { WeakIndex::new(NonNull::new_unchecked(list)) };
+        index.drain(|n| {
+            let _ = self.st.ref_nodes.give_back(n.as_ptr(), how);
+        });
         let _ = self.st.dmem_lists.give_back(list, how);
-    }
-}
-
-/// Appends `node` to a weak index.
-///
-/// # Safety
-/// `list` and `node` valid; `node` not on any list.
-unsafe fn dmem_list_push(list: *mut dmem_list_t, node: *mut dmem_ref_node_t) {
-    // SAFETY: caller contract.
-    unsafe {
-        (*node).next = null_mut();
-        if (*list).tail.is_null() {
-            (*list).head = node;
-        } else {
-            (*(*list).tail).next = node;
-        }
-        (*list).tail = node;
     }
 }
 

@@ -39,110 +39,32 @@
 //!
 //! The generation and the word are the only bytes a resolver reads without a pin, and they
 //! are only ever accessed atomically: the arena's allocation zeroes every other byte of a
-//! slot but leaves these two ([`crate::arena::Generational`]). loom checks this protocol as
-//! written (`core-nostd/tests/loom.rs`, `pin_vs_free`), over the same functions.
+//! slot but leaves these two ([`crate::arena::Generational`]). The protocol's functions are
+//! generic over [`crate::loom::Atomic`] (the generation a `u32` word, the reference word a
+//! `u64`), so loom checks them as written (`core-nostd/tests/loom.rs`: `pin_vs_two_frees`,
+//! `stale_handle_never_reaches_the_reused_slot`, `shared_owners_elect_one_last_free`).
 #![deny(unsafe_code)]
 
 use core::fmt;
-use core::sync::atomic::Ordering;
+
+use crate::loom::{Atomic, Ordering};
 
 /// One pin in the reference word.
 pub const PIN: u64 = 1 << 32;
 /// The owner count's bits of the reference word.
 pub const OWNERS: u64 = PIN - 1;
 
-/// A slot's generation word as the protocol uses it (lets loom check the same code).
-pub trait GenWord {
-    /// Load (Acquire).
-    fn get(&self) -> u32;
-    /// Store (Release).
-    fn set(&self, v: u32);
-}
-
-/// A slot's reference word (owners low, pins high) as the protocol uses it.
-pub trait RefWord {
-    /// Load (Acquire).
-    fn get(&self) -> u64;
-    /// Store (Release).
-    fn set(&self, v: u64);
-    /// Weak compare-exchange (AcqRel on success, Acquire on failure).
-    fn cas(&self, current: u64, new: u64) -> Result<u64, u64>;
-    /// Fetch-sub (AcqRel); the previous value.
-    fn sub(&self, v: u64) -> u64;
-}
-
-impl GenWord for core::sync::atomic::AtomicU32 {
-    #[inline]
-    fn get(&self) -> u32 {
-        self.load(Ordering::Acquire)
-    }
-    #[inline]
-    fn set(&self, v: u32) {
-        self.store(v, Ordering::Release)
-    }
-}
-
-impl RefWord for core::sync::atomic::AtomicU64 {
-    #[inline]
-    fn get(&self) -> u64 {
-        self.load(Ordering::Acquire)
-    }
-    #[inline]
-    fn set(&self, v: u64) {
-        self.store(v, Ordering::Release)
-    }
-    #[inline]
-    fn cas(&self, current: u64, new: u64) -> Result<u64, u64> {
-        self.compare_exchange_weak(current, new, Ordering::AcqRel, Ordering::Acquire)
-    }
-    #[inline]
-    fn sub(&self, v: u64) -> u64 {
-        self.fetch_sub(v, Ordering::AcqRel)
-    }
-}
-
-#[cfg(loom)]
-impl GenWord for loom::sync::atomic::AtomicU32 {
-    fn get(&self) -> u32 {
-        self.load(loom::sync::atomic::Ordering::Acquire)
-    }
-    fn set(&self, v: u32) {
-        self.store(v, loom::sync::atomic::Ordering::Release)
-    }
-}
-
-#[cfg(loom)]
-impl RefWord for loom::sync::atomic::AtomicU64 {
-    fn get(&self) -> u64 {
-        self.load(loom::sync::atomic::Ordering::Acquire)
-    }
-    fn set(&self, v: u64) {
-        self.store(v, loom::sync::atomic::Ordering::Release)
-    }
-    fn cas(&self, current: u64, new: u64) -> Result<u64, u64> {
-        self.compare_exchange_weak(
-            current,
-            new,
-            loom::sync::atomic::Ordering::AcqRel,
-            loom::sync::atomic::Ordering::Acquire,
-        )
-    }
-    fn sub(&self, v: u64) -> u64 {
-        self.fetch_sub(v, loom::sync::atomic::Ordering::AcqRel)
-    }
-}
-
 /// Allocation: the slot is free (generation even, word 0, nobody else touches either), its
 /// other fields are written. Publishes the object: the next odd generation, then one owner.
 /// Returns the object's generation. The generation is stored first, so a resolver whose pin
 /// reads the owner count sees it (the re-check in [`pin`] relies on that).
 #[inline]
-pub fn publish<G: GenWord, R: RefWord>(gen: &G, refs: &R) -> u32 {
-    let cur = gen.get();
+pub fn publish<G: Atomic<Int = u32>, R: Atomic<Int = u64>>(gen: &G, refs: &R) -> u32 {
+    let cur = gen.load(Ordering::Acquire);
     // Even while free; an odd value (never left by `retire`) still moves on to a new one.
     let g = cur.wrapping_add(if cur & 1 == 0 { 1 } else { 2 });
-    gen.set(g);
-    refs.set(1);
+    gen.store(g, Ordering::Release);
+    refs.store(1, Ordering::Release);
     g
 }
 
@@ -150,8 +72,8 @@ pub fn publish<G: GenWord, R: RefWord>(gen: &G, refs: &R) -> u32 {
 /// (the caller must [`unpin`] it), `false` when it is gone (freed, being freed, or never
 /// was). Never pins an object without owners, and never leaves a pin behind on refusal.
 #[inline]
-pub fn pin<G: GenWord, R: RefWord>(gen: &G, refs: &R, want: u32) -> bool {
-    if want & 1 == 0 || gen.get() != want {
+pub fn pin<G: Atomic<Int = u32>, R: Atomic<Int = u64>>(gen: &G, refs: &R, want: u32) -> bool {
+    if want & 1 == 0 || gen.load(Ordering::Acquire) != want {
         return false;
     }
     if !add_pin_if_owned(refs) {
@@ -159,7 +81,7 @@ pub fn pin<G: GenWord, R: RefWord>(gen: &G, refs: &R, want: u32) -> bool {
     }
     // Pinned something live. It is the handle's object only if the generation still matches
     // (a pinned object's generation cannot move; a newer occupant's is different).
-    if gen.get() != want {
+    if gen.load(Ordering::Acquire) != want {
         unpin(refs);
         return false;
     }
@@ -171,7 +93,7 @@ pub fn pin<G: GenWord, R: RefWord>(gen: &G, refs: &R, want: u32) -> bool {
 /// object through a structure that cannot hold a finalised one (an allocator's list, under
 /// its lock); a handle is resolved with [`pin`].
 #[inline]
-pub fn add_pin_if_owned<R: RefWord>(refs: &R) -> bool {
+pub fn add_pin_if_owned<R: Atomic<Int = u64>>(refs: &R) -> bool {
     // First try as if the object had one owner and no pins (the common case): no load
     // before the compare-exchange, which returns the real value when the guess is wrong.
     let mut w = 1;
@@ -179,7 +101,7 @@ pub fn add_pin_if_owned<R: RefWord>(refs: &R) -> bool {
         if w & OWNERS == 0 {
             return false;
         }
-        match refs.cas(w, w + PIN) {
+        match refs.compare_exchange_weak(w, w + PIN, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return true,
             Err(now) => w = now,
         }
@@ -189,8 +111,8 @@ pub fn add_pin_if_owned<R: RefWord>(refs: &R) -> bool {
 /// Ends a pin taken by [`pin`]. Never finalises: the free that dropped the last owner keeps
 /// its own pin and waits for this one ([`wait_drained`]).
 #[inline]
-pub fn unpin<R: RefWord>(refs: &R) {
-    refs.sub(PIN);
+pub fn unpin<R: Atomic<Int = u64>>(refs: &R) {
+    refs.fetch_sub(PIN, Ordering::AcqRel);
 }
 
 /// What dropping an owner did.
@@ -207,14 +129,14 @@ pub enum Dropped {
 /// Drops one owner of an object the caller has pinned (a free through a handle). Exactly
 /// one of racing frees of the last owner gets [`Dropped::Last`].
 #[inline]
-pub fn drop_owner<R: RefWord>(refs: &R) -> Dropped {
+pub fn drop_owner<R: Atomic<Int = u64>>(refs: &R) -> Dropped {
     // First try the common case, one owner and the caller's pin, without a load first.
     let mut w = 1 + PIN;
     loop {
         if w & OWNERS == 0 {
             return Dropped::NoOwner;
         }
-        match refs.cas(w, w - 1) {
+        match refs.compare_exchange_weak(w, w - 1, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
                 return if w & OWNERS == 1 {
                     Dropped::Last
@@ -230,13 +152,13 @@ pub fn drop_owner<R: RefWord>(refs: &R) -> Dropped {
 /// Adds an owner to an object the caller has pinned (`dmem_acquire_reference`): `false` when
 /// its last owner went meanwhile (it is being freed; nothing changed).
 #[inline]
-pub fn add_owner<R: RefWord>(refs: &R) -> bool {
-    let mut w = refs.get();
+pub fn add_owner<R: Atomic<Int = u64>>(refs: &R) -> bool {
+    let mut w = refs.load(Ordering::Acquire);
     loop {
         if w & OWNERS == 0 {
             return false;
         }
-        match refs.cas(w, w + 1) {
+        match refs.compare_exchange_weak(w, w + 1, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return true,
             Err(now) => w = now,
         }
@@ -248,20 +170,23 @@ pub fn add_owner<R: RefWord>(refs: &R) -> bool {
 /// then clears the word. When it returns, every call that pinned the object has ended and
 /// none can pin it any more: the caller alone may tear it down.
 #[inline]
-pub fn wait_drained<R: RefWord>(refs: &R, own: u64, mut relax: impl FnMut(u32)) {
+pub fn wait_drained<R: Atomic<Int = u64>>(refs: &R, own: u64, mut relax: impl FnMut(u32)) {
     let mut i = 0u32;
-    while refs.get() != own * PIN {
+    while refs.load(Ordering::Acquire) != own * PIN {
         relax(i);
         i = i.saturating_add(1);
     }
-    refs.set(0);
+    refs.store(0, Ordering::Release);
 }
 
 /// Finalisation, last step before the slot goes back to its arena: the generation goes from
 /// the object's odd value to the next even one, so the slot reads as free.
 #[inline]
-pub fn retire<G: GenWord>(gen: &G) {
-    gen.set(gen.get().wrapping_add(1));
+pub fn retire<G: Atomic<Int = u32>>(gen: &G) {
+    gen.store(
+        gen.load(Ordering::Acquire).wrapping_add(1),
+        Ordering::Release,
+    );
 }
 
 /// What kind of object a handle names (for messages and matching).
@@ -318,6 +243,25 @@ impl fmt::Display for HandleError {
         }
     }
 }
+
+// What the README promises of the handles: plain values any thread may hold and compare.
+static_assertions::assert_impl_all!(
+    DmemHandle: Copy,
+    Send,
+    Sync,
+    Eq,
+    core::hash::Hash,
+    fmt::Debug
+);
+static_assertions::assert_impl_all!(
+    TensorHandle: Copy,
+    Send,
+    Sync,
+    Eq,
+    core::hash::Hash,
+    fmt::Debug
+);
+static_assertions::assert_impl_all!(HandleError: Copy, Send, Sync, Eq, fmt::Display);
 
 /// The three words of a handle.
 #[derive(Copy, Clone, PartialEq, Eq, Hash)]
@@ -440,7 +384,7 @@ mod tests {
         assert_eq!(drop_owner(&r), Dropped::NoOwner, "double free");
         wait_drained(&r, 1, |_| panic!("only our pin"));
         retire(&g);
-        assert_eq!(g.get(), 2);
+        assert_eq!(g.load(Ordering::Acquire), 2);
         assert!(!pin(&g, &r, a));
         let b = publish(&g, &r);
         assert_eq!(b, 3);
@@ -448,7 +392,7 @@ mod tests {
         // Wrap: odd u32::MAX retires to 0, publishes 1.
         let (g, r) = (AtomicU32::new(u32::MAX - 1), AtomicU64::new(0));
         assert_eq!(publish(&g, &r), u32::MAX);
-        r.set(0);
+        r.store(0, Ordering::Release);
         retire(&g);
         assert_eq!(publish(&g, &r), 1);
     }

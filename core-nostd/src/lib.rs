@@ -27,6 +27,8 @@ pub mod error;
 pub mod handle;
 pub mod ht;
 pub mod ledger;
+pub mod list;
+pub mod loom;
 pub mod model;
 pub mod oom;
 pub mod raw;
@@ -37,9 +39,29 @@ pub mod tensor;
 pub mod ulib;
 pub mod vcore;
 
+// `abi_struct!` (a `#[macro_export]` macro) names the crate through `$crate`.
+#[doc(hidden)]
+pub use static_assertions as __static_assertions;
+
 pub use config::Capacity;
 pub use ctx::{CoreState, InitOptions, Nrt, StaticState};
 pub use error::{Error, InvalidArg, Result};
 pub use handle::{DmemHandle, HandleError, HandleFault, HandleKind, TensorHandle};
 pub use ledger::{DeviceTotals, UsageSel};
 pub use vcore::{CoreSel, LogicalCore};
+
+// What the public types promise about their traits, checked at compile time (the promises of
+// the types in `handle`, `sync`, `cell` and `dmem` sit beside them).
+// The integrator implements these and passes them as trait objects (`&dyn Driver`,
+// `&'static dyn HostMem`).
+static_assertions::assert_obj_safe!(driver::Driver, tensor::HostMem);
+// A state block is shared by every thread that calls in, and is made from zeroed bytes.
+static_assertions::assert_impl_all!(CoreState: Send, Sync, abi::meta::ZeroValid);
+// A runtime view is shared by threads (the C ABI's global, the std shim's runtime).
+static_assertions::assert_impl_all!(Nrt<'static>: Send, Sync);
+// Errors are plain values (`Error` stays `Copy`: issue 16 item 3).
+static_assertions::assert_impl_all!(Error: Copy, Send, Sync, core::fmt::Debug, core::fmt::Display);
+// An execution's guard may finish on another thread (an async completion), but it holds the
+// model reference and the exec locks: a copy would release them twice.
+static_assertions::assert_impl_all!(model::ExecGuard<'static>: Send);
+static_assertions::assert_not_impl_any!(model::ExecGuard<'static>: Clone, Copy);

@@ -18,6 +18,7 @@ use crate::ctx::{MemRefSet, Nrt};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
 use crate::ht;
+use crate::loom::Atomic;
 use crate::sync::{relax, MutexGuard};
 use crate::ulib::UlibRequest;
 use crate::vcore::LogicalCore;
@@ -28,23 +29,14 @@ use crate::vcore::LogicalCore;
 /// truncation would hand out 0 (the spec's stated intent, §4.2, is that 0 is never a handle).
 static LAST_MODEL_HANDLE: AtomicU32 = AtomicU32::new(0);
 
-/// The atomic-add the handle counter needs (lets loom check the same code).
-pub trait FetchAdd {
-    /// `fetch_add(1) + 1`, wrapping.
-    fn incr(&self) -> u32;
-}
-impl FetchAdd for AtomicU32 {
-    fn incr(&self) -> u32 {
-        self.fetch_add(1, Ordering::AcqRel).wrapping_add(1)
-    }
-}
-
 /// `tdrv_get_unique_h_model` over a given counter: `++counter`, bumped again when the
-/// increment wraps to 0 (handle 0 is reserved, spec §4.2).
-pub fn mint_handle<C: FetchAdd>(counter: &C) -> u32 {
-    let mut h = counter.incr();
+/// increment wraps to 0 (handle 0 is reserved, spec §4.2). Generic over the loom facade
+/// ([`crate::loom::Atomic`]), so loom checks this very function (`tests/loom.rs`).
+pub fn mint_handle<C: Atomic<Int = u32>>(counter: &C) -> u32 {
+    let incr = || counter.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+    let mut h = incr();
     while h == constants::MODEL_HANDLE_RESERVED {
-        h = counter.incr();
+        h = incr();
     }
     h
 }
@@ -63,34 +55,11 @@ pub fn set_last_model_handle_for_test(v: u32) {
     LAST_MODEL_HANDLE.store(v, Ordering::SeqCst);
 }
 
-/// A reference count the drain can watch (lets loom check the same code).
-pub trait RefCount {
-    /// The current count (acquire).
-    fn current(&self) -> u64;
-}
-impl RefCount for core::sync::atomic::AtomicU64 {
-    fn current(&self) -> u64 {
-        self.load(Ordering::Acquire)
-    }
-}
-#[cfg(loom)]
-impl RefCount for loom::sync::atomic::AtomicU64 {
-    fn current(&self) -> u64 {
-        self.load(loom::sync::atomic::Ordering::Acquire)
-    }
-}
-#[cfg(loom)]
-impl FetchAdd for loom::sync::atomic::AtomicU32 {
-    fn incr(&self) -> u32 {
-        self.fetch_add(1, loom::sync::atomic::Ordering::AcqRel)
-            .wrapping_add(1)
-    }
-}
-
 /// Waits until `ref_count` reaches zero, calling `relax` between looks: the drain of
 /// `remove_model` (spec §4.5: `while (ref_count != 0) _mm_pause()`).
-pub fn drain_with<R: RefCount>(ref_count: &R, relax: impl FnMut(u32)) {
-    crate::sync::wait_until(|| ref_count.current() == 0, relax)
+/// Generic over the loom facade ([`crate::loom::Atomic`]), so loom checks this very function.
+pub fn drain_with<R: Atomic<Int = u64>>(ref_count: &R, relax: impl FnMut(u32)) {
+    crate::sync::wait_until(|| ref_count.load(Ordering::Acquire) == 0, relax)
 }
 
 /// [`drain_with`] that spins, then relaxes through the integrator's hook (the std shim yields

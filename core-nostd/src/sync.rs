@@ -1,37 +1,55 @@
-//! Spin locks that live inside libnrt's 40-byte `pthread_mutex_t` slots (spec §2, §3.1, §6, §8).
+//! The core's locks and waits (spec §2, §3.1, §6, §8).
 //!
-//! Hand-rolled rather than `spin::Mutex<T>` on purpose: libnrt's locks sit at fixed offsets
-//! *beside* the data they guard (`model_db_lock` at tpb_t+19992 guards `model_db` at +20032),
-//! so the lock word must be a bare `AtomicU32` at offset 0 of the slot, with all-zero meaning
-//! unlocked. The integrator can install a relax hook (the std shim yields the thread) so long
-//! waits do not burn a core.
+//! * [`nrt_mutex_t`]: the lock inside libnrt's 40-byte `pthread_mutex_t` slots, a spin lock of
+//!   the core's own (why not spin's: see the type's `impl`).
+//! * [`DataLock`]: every other lock, one that holds its data — `lock_api::Mutex` over spin's
+//!   `SpinMutex<()>` ([`RawSpin`]).
+//! * [`Relax`] (spin's `RelaxStrategy`) and [`relax`]: one step of a wait. The integrator can
+//!   install a relax hook once (the std shim yields the thread), so long waits do not burn a
+//!   core; without one a wait spins.
+//! * The in-flight call gate ([`ShardedGate`]) and [`wait_until`].
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::nrt_mutex_t;
+use crate::loom::Atomic;
 
-static RELAX_HOOK: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+/// The integrator's relax hook, installed once ([`set_relax_hook`]).
+static RELAX_HOOK: spin::Once<fn()> = spin::Once::new();
 
 /// Installs the function called by spinning waiters after a short busy phase (e.g.
-/// `std::thread::yield_now`). Without one, waiters use `core::hint::spin_loop`.
+/// `std::thread::yield_now`). One-shot: the first hook installed stays for the process (a
+/// second call, with any hook, changes nothing). Without one, waiters use
+/// `core::hint::spin_loop`.
 pub fn set_relax_hook(hook: fn()) {
-    RELAX_HOOK.store(hook as *mut (), Ordering::Release);
+    RELAX_HOOK.call_once(|| hook);
 }
 
-/// One step of a wait loop: spins for the first iterations, then calls the relax hook.
+/// One relax step of a long wait (spin's [`spin::RelaxStrategy`]): the integrator's hook
+/// ([`set_relax_hook`]) if one is installed, else `core::hint::spin_loop`.
+pub struct Relax;
+
+impl spin::RelaxStrategy for Relax {
+    #[inline]
+    fn relax() {
+        match RELAX_HOOK.get() {
+            Some(hook) => hook(),
+            None => core::hint::spin_loop(),
+        }
+    }
+}
+
+/// Busy iterations a wait spins before it relaxes through [`Relax`].
+const SPINS_BEFORE_RELAX: u32 = 64;
+
+/// One step of a wait loop: spins for the first iterations, then relaxes ([`Relax`]).
 #[inline]
 pub fn relax(iteration: u32) {
-    if iteration < 64 {
-        core::hint::spin_loop();
-        return;
-    }
-    let p = RELAX_HOOK.load(Ordering::Acquire);
-    if p.is_null() {
-        core::hint::spin_loop();
+    use spin::RelaxStrategy;
+    if iteration < SPINS_BEFORE_RELAX {
+        spin::relax::Spin::relax();
     } else {
-        // SAFETY: the only non-null value ever stored is a `fn()` cast in `set_relax_hook`.
-        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
-        f();
+        Relax::relax();
     }
 }
 
@@ -93,6 +111,14 @@ impl nrt_mutex_t {
     }
 }
 
+// The ABI slots keep this raw lock of the core's own rather than spin's `SpinMutex<()>`: the
+// slot's bytes are ABI. `abi_struct!` pins each member's offset, generates the C header and
+// the layout report from them, and needs every member `ZeroValid` and `CType`; the lock word
+// must be the `AtomicU32` at offset 0, where glibc keeps `__lock`, so that all-zero (a calloc'd
+// tree, `PTHREAD_MUTEX_INITIALIZER`) is unlocked; and the shared-device mode resets these words
+// in place after a death (`SimDevice::reset_locks`). spin's mutex has private, non-`repr(C)`
+// fields whose layout none of that can state. Its wait relaxes through [`Relax`], as spin's do.
+//
 // SAFETY: `lock` returns only once this thread's compare-exchange moved the word 0 → 1
 // (Acquire), and no other `lock`/`try_lock` can succeed until `unlock` stores 0 (Release),
 // so at most one holder exists at a time and the holder's writes happen before the next
@@ -124,16 +150,48 @@ unsafe impl lock_api::RawMutex for nrt_mutex_t {
     }
 }
 
-/// A lock that holds the data it guards (issue 17): `lock_api::Mutex` over [`nrt_mutex_t`]'s
-/// spin-then-relax protocol. All-zero is unlocked; with zero-valid data the whole mutex is
-/// zero-valid.
-pub type DataLock<T> = lock_api::Mutex<nrt_mutex_t, T>;
+/// The raw lock of the core's own (non-ABI) locks: spin's `SpinMutex<()>`, one byte.
+///
+/// Its waits spin without relaxing (`spin::relax::Spin`, not [`Relax`]): these locks guard a
+/// few dozen instructions of bookkeeping (an arena shard's books) and are never held across a
+/// driver call or another lock's wait, so a waiter's wait is as short as the holder's section
+/// and a yield would cost more than it saves.
+pub type RawSpin = spin::mutex::SpinMutex<(), spin::relax::Spin>;
+
+/// A lock that holds the data it guards (issue 17): `lock_api::Mutex` over [`RawSpin`]. All-zero
+/// is unlocked (checked below); with zero-valid data the whole mutex is zero-valid, so it can
+/// sit in the zeroed state blocks.
+pub type DataLock<T> = lock_api::Mutex<RawSpin, T>;
+
+// The state blocks holding `DataLock`s are made from zeroed bytes (`.bss`, calloc), so the
+// unlocked `RawSpin` must be all-zero bytes. spin does not promise its layout; this checks it
+// at compile time (a change of size, a non-zero unlocked value or padding fails the build).
+const _: () = {
+    // SAFETY: a value-to-bytes transmute between types of the same size (the compiler checks
+    // the sizes); reading padding as `u8` would be a const-evaluation error, not UB at run time.
+    let bytes: [u8; core::mem::size_of::<RawSpin>()] =
+        unsafe { core::mem::transmute(<RawSpin as lock_api::RawMutex>::INIT) };
+    let mut i = 0;
+    while i < bytes.len() {
+        assert!(
+            bytes[i] == 0,
+            "spin's unlocked SpinMutex is not all-zero bytes"
+        );
+        i += 1;
+    }
+};
 
 impl Default for nrt_mutex_t {
     fn default() -> Self {
         Self::new()
     }
 }
+
+// A guard is the lock held: a copy would unlock twice.
+static_assertions::assert_not_impl_any!(MutexGuard<'static>: Clone, Copy);
+// The lock may sit in a `static` and be shared by threads.
+static_assertions::assert_impl_all!(nrt_mutex_t: Send, Sync, lock_api::RawMutex);
+static_assertions::assert_impl_all!(DataLock<u64>: Send, Sync);
 
 /// Holds an [`nrt_mutex_t`] until dropped.
 #[must_use = "the lock is released when the guard is dropped"]
@@ -148,70 +206,22 @@ impl Drop for MutexGuard<'_> {
     }
 }
 
-/// The in-flight call gate's word (spec §7.2 state gate, §12 teardown): the number of calls
-/// past the gate, plus [`GATE_CLOSED`] once `close` has shut it. One word, so every step of
-/// the protocol is a read-modify-write of the same location and the steps are totally ordered
-/// (no store-buffering pattern to get wrong; loom checks it as written).
-pub trait GateWord {
-    /// `fetch_add(1)` (AcqRel): the previous value.
-    fn count_in(&self) -> u32;
-    /// `fetch_sub(1)` (Release).
-    fn count_out(&self);
-    /// `fetch_or(GATE_CLOSED)` (AcqRel).
-    fn shut(&self);
-    /// `fetch_and(!GATE_CLOSED)` (AcqRel).
-    fn reopen(&self);
-    /// Load (Acquire).
-    fn get(&self) -> u32;
-}
-
-/// The bit of the gate word that `close` sets.
+/// The bit of a gate word that `close` sets. A gate word (spec §7.2 state gate, §12 teardown)
+/// holds the number of calls past the gate on it, plus this bit once `close` has shut it. One
+/// word, so every step of the one-word protocol below is a read-modify-write of the same
+/// location and the steps are totally ordered (no store-buffering pattern to get wrong). The
+/// functions are generic over the loom facade ([`crate::loom::Atomic`]), so loom checks them,
+/// and the sharded gate built on them, as written (`tests/loom.rs`).
 pub const GATE_CLOSED: u32 = 1 << 31;
 
-impl GateWord for AtomicU32 {
-    fn count_in(&self) -> u32 {
-        self.fetch_add(1, Ordering::AcqRel)
-    }
-    fn count_out(&self) {
-        self.fetch_sub(1, Ordering::Release);
-    }
-    fn shut(&self) {
-        self.fetch_or(GATE_CLOSED, Ordering::AcqRel);
-    }
-    fn reopen(&self) {
-        self.fetch_and(!GATE_CLOSED, Ordering::AcqRel);
-    }
-    fn get(&self) -> u32 {
-        self.load(Ordering::Acquire)
-    }
-}
-
-#[cfg(loom)]
-impl GateWord for loom::sync::atomic::AtomicU32 {
-    fn count_in(&self) -> u32 {
-        self.fetch_add(1, loom::sync::atomic::Ordering::AcqRel)
-    }
-    fn count_out(&self) {
-        self.fetch_sub(1, loom::sync::atomic::Ordering::Release);
-    }
-    fn shut(&self) {
-        self.fetch_or(GATE_CLOSED, loom::sync::atomic::Ordering::AcqRel);
-    }
-    fn reopen(&self) {
-        self.fetch_and(!GATE_CLOSED, loom::sync::atomic::Ordering::AcqRel);
-    }
-    fn get(&self) -> u32 {
-        self.load(loom::sync::atomic::Ordering::Acquire)
-    }
-}
-
-/// A call passes the gate: `true` when it is counted in (it must call [`gate_exit`] when it
-/// ends); `false` when the gate is shut (the count is already taken back). If the count-in
+/// A call passes the gate word: `true` when it is counted in (it must call [`gate_exit`] when
+/// it ends); `false` when the gate is shut (the count is already taken back). If the count-in
 /// comes before [`gate_close`]'s shut in the word's order, the closer sees the call and waits
 /// for its exit; otherwise the call sees the closed bit.
-pub fn gate_enter<W: GateWord>(gate: &W) -> bool {
-    if gate.count_in() & GATE_CLOSED != 0 {
-        gate.count_out();
+#[inline]
+pub fn gate_enter<W: Atomic<Int = u32>>(gate: &W) -> bool {
+    if gate.fetch_add(1, Ordering::AcqRel) & GATE_CLOSED != 0 {
+        gate.fetch_sub(1, Ordering::Release);
         return false;
     }
     true
@@ -219,25 +229,32 @@ pub fn gate_enter<W: GateWord>(gate: &W) -> bool {
 
 /// A call counted in by [`gate_enter`] ends (Release: what it did happens before the
 /// teardown that waited for it).
-pub fn gate_exit<W: GateWord>(gate: &W) {
-    gate.count_out();
+#[inline]
+pub fn gate_exit<W: Atomic<Int = u32>>(gate: &W) {
+    gate.fetch_sub(1, Ordering::Release);
+}
+
+/// Shuts the gate word (the first half of [`gate_close`]).
+#[inline]
+fn gate_shut<W: Atomic<Int = u32>>(gate: &W) {
+    gate.fetch_or(GATE_CLOSED, Ordering::AcqRel);
 }
 
 /// Shuts the gate, then waits (calling `relax` between looks) until no call is counted in.
 /// When it returns, every call that got past the gate has ended, and none gets past any more.
-pub fn gate_close<W: GateWord>(gate: &W, relax: impl FnMut(u32)) {
-    gate.shut();
-    wait_until(|| gate.get() & !GATE_CLOSED == 0, relax);
+pub fn gate_close<W: Atomic<Int = u32>>(gate: &W, relax: impl FnMut(u32)) {
+    gate_shut(gate);
+    wait_until(|| gate.load(Ordering::Acquire) & !GATE_CLOSED == 0, relax);
 }
 
 /// Opens a gate [`gate_close`] shut (a runtime initialised again after `close`). Only the
 /// closed bit is cleared: a late caller that counted itself in against the shut gate takes
 /// its own count back.
-pub fn gate_open<W: GateWord>(gate: &W) {
-    gate.reopen();
+pub fn gate_open<W: Atomic<Int = u32>>(gate: &W) {
+    gate.fetch_and(!GATE_CLOSED, Ordering::AcqRel);
 }
 
-/// Shards of a [`ShardedGate`].
+/// Shards of the runtime's [`ShardedGate`].
 pub const GATE_SHARDS: usize = 16;
 
 /// Bytes between the hot words of adjacent per-core / per-shard items: two cache lines, so
@@ -247,23 +264,48 @@ pub const GATE_SHARDS: usize = 16;
 /// zeroed pages).
 pub const LINE_STRIDE: usize = 128;
 
-/// One gate word, padded to [`LINE_STRIDE`].
+/// One gate word, padded to [`LINE_STRIDE`] (for the runtime's `AtomicU32` words exactly; a
+/// loom word is larger, and its shard with it, which only matters to cache lines).
 #[repr(C)]
-pub struct GateShard(AtomicU32, [u8; LINE_STRIDE - 4]);
+pub struct GateShard<W = AtomicU32>(W, [u8; LINE_STRIDE - 4]);
 
-/// The in-flight gate split into [`GATE_SHARDS`] words on their own cache lines (issue 16
-/// item 7: a call on one core does not bounce a line every call on every other core
-/// touches). Each word runs the one-word protocol above ([`gate_enter`] / [`gate_exit`],
-/// which loom checks); a call counts itself in on one shard and out on the same one, and
-/// [`ShardedGate::close`] shuts every shard before it waits for each to drain, so a call is
-/// either seen and waited for or refused, exactly as with one word. Valid when all-zero
-/// (open, no call counted).
+const _: () = assert!(core::mem::size_of::<GateShard>() == LINE_STRIDE);
+
+/// The in-flight gate split into `N` ([`GATE_SHARDS`] in the runtime) words on their own cache
+/// lines (issue 16 item 7: a call on one core does not bounce a line every call on every other
+/// core touches). Each word runs the one-word protocol above ([`gate_enter`] / [`gate_exit`]);
+/// a call counts itself in on one shard and out on the same one, and [`ShardedGate::close`]
+/// shuts every shard before it waits for each to drain, so a call is either seen and waited
+/// for or refused, exactly as with one word. Valid when all-zero (open, no call counted).
+///
+/// Generic over the word (the loom facade's [`Atomic`]) and the shard count, so loom checks
+/// this type as the runtime runs it, on two shards (`tests/loom.rs`).
 #[repr(C)]
-pub struct ShardedGate {
-    shards: [GateShard; GATE_SHARDS],
+pub struct ShardedGate<W = AtomicU32, const N: usize = GATE_SHARDS> {
+    shards: [GateShard<W>; N],
 }
 
-impl ShardedGate {
+impl<W: Atomic<Int = u32>, const N: usize> ShardedGate<W, N> {
+    /// Refuses `N = 0` at compile time (every use of the gate names it).
+    const SHARDS: usize = {
+        assert!(N > 0, "a gate needs a shard");
+        N
+    };
+
+    /// A gate over the given words: open and empty when they are all 0. The runtime's gate is
+    /// a zeroed field of the state block; loom builds its models' gates this way.
+    pub fn from_words(words: [W; N]) -> Self {
+        let _ = Self::SHARDS;
+        ShardedGate {
+            shards: words.map(|w| GateShard(w, [0; LINE_STRIDE - 4])),
+        }
+    }
+
+    /// The shard words, in order (diagnostics and the loom models' checks).
+    pub fn words(&self) -> impl Iterator<Item = &W> {
+        self.shards.iter().map(|s| &s.0)
+    }
+
     /// The calling thread's shard. `no_std` has no thread-locals, so it is picked from the
     /// address of a local: threads run on disjoint stacks (a hash of the address's 2 MiB
     /// region), so concurrent threads mostly land on different shards. Any answer is
@@ -272,21 +314,28 @@ impl ShardedGate {
     fn pick() -> usize {
         let probe = 0u8;
         let a = core::ptr::addr_of!(probe) as usize as u64;
-        ((a >> 21).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % GATE_SHARDS
+        ((a >> 21).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % Self::SHARDS
     }
 
     /// [`gate_enter`] on this thread's shard: the shard to [`Self::exit`] on, or `None` when
     /// the gate is shut (nothing is left counted).
     #[inline]
     pub fn enter(&self) -> Option<usize> {
-        let i = Self::pick();
+        self.enter_on(Self::pick())
+    }
+
+    /// [`gate_enter`] on shard `shard` (modulo the shard count): what [`Self::enter`] does on
+    /// the shard it picks; the loom models choose the shard.
+    #[inline]
+    pub fn enter_on(&self, shard: usize) -> Option<usize> {
+        let i = shard % Self::SHARDS;
         gate_enter(&self.shards[i].0).then_some(i)
     }
 
     /// [`gate_exit`] on shard `i` (what [`Self::enter`] returned).
     #[inline]
     pub fn exit(&self, i: usize) {
-        gate_exit(&self.shards[i % GATE_SHARDS].0);
+        gate_exit(&self.shards[i % Self::SHARDS].0);
     }
 
     /// Shuts every shard, then waits until none counts a call ([`gate_close`] on all words:
@@ -294,7 +343,7 @@ impl ShardedGate {
     /// while another drains).
     pub fn close(&self, mut relax: impl FnMut(u32)) {
         for s in &self.shards {
-            s.0.shut();
+            gate_shut(&s.0);
         }
         for s in &self.shards {
             gate_close(&s.0, &mut relax);
@@ -360,6 +409,125 @@ mod tests {
         // SAFETY: every thread has joined.
         assert_eq!(unsafe { *g.value.get() }, THREADS * ITERS);
         assert!(!g.lock.is_locked());
+    }
+
+    #[test]
+    fn a_data_lock_excludes_under_contention_and_is_unlocked_when_zero() {
+        const THREADS: u64 = 4;
+        const ITERS: u64 = 20_000;
+        // The zeroed state blocks rely on this: all-zero bytes are an unlocked lock.
+        // SAFETY: the compile-time check beside `RawSpin` proves all-zero is its unlocked value.
+        let zeroed: DataLock<u64> = unsafe { core::mem::zeroed() };
+        assert!(!zeroed.is_locked());
+        let lock = &zeroed;
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(move || {
+                    for _ in 0..ITERS {
+                        let mut g = lock.lock();
+                        let v = *g;
+                        core::hint::spin_loop();
+                        *g = v + 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(*lock.lock(), THREADS * ITERS);
+        assert!(lock.try_lock().is_some(), "no guard left behind");
+    }
+
+    #[test]
+    fn the_relax_hook_is_installed_once() {
+        std::thread_local!(static CALLS: core::cell::Cell<u32> = const { core::cell::Cell::new(0) });
+        // Counted per thread: other tests' waits may call the hook on their threads.
+        fn counting() {
+            CALLS.with(|c| c.set(c.get() + 1));
+        }
+        fn other() {
+            CALLS.with(|c| c.set(c.get() + 1000));
+        }
+        // The only unit test that installs a hook.
+        set_relax_hook(counting);
+        set_relax_hook(other);
+        for i in 0..SPINS_BEFORE_RELAX {
+            relax(i); // the busy phase: no hook call
+        }
+        assert_eq!(CALLS.with(|c| c.get()), 0);
+        relax(SPINS_BEFORE_RELAX);
+        assert_eq!(CALLS.with(|c| c.get()), 1, "the first hook stays");
+    }
+
+    fn open_gate() -> ShardedGate {
+        ShardedGate::from_words(core::array::from_fn(|_| AtomicU32::new(0)))
+    }
+
+    fn counts(g: &ShardedGate) -> std::vec::Vec<u32> {
+        g.words().map(|w| w.load(Ordering::Relaxed)).collect()
+    }
+
+    #[test]
+    fn a_call_counts_in_on_its_shard_only() {
+        let g = open_gate();
+        let i = g.enter_on(3).expect("an open gate lets the call in");
+        let mut want = [0u32; GATE_SHARDS];
+        want[3] = 1;
+        assert_eq!(counts(&g), want, "only shard 3 counts the call");
+        // A shard index past the end wraps rather than failing or panicking.
+        let j = g.enter_on(3 + GATE_SHARDS).expect("wrapped shard");
+        assert_eq!((i, j), (3, 3));
+        g.exit(i);
+        g.exit(j);
+        assert_eq!(counts(&g), [0; GATE_SHARDS]);
+        let k = g.enter().expect("the caller's own shard");
+        assert!(k < GATE_SHARDS);
+        g.exit(k);
+        assert_eq!(counts(&g), [0; GATE_SHARDS]);
+    }
+
+    #[test]
+    fn close_turns_calls_away_on_every_shard_and_open_lets_them_in() {
+        let g = open_gate();
+        g.close(|_| panic!("nothing is in flight: no wait"));
+        for s in 0..GATE_SHARDS {
+            assert!(
+                g.enter_on(s).is_none(),
+                "shard {s} lets a call in after close"
+            );
+        }
+        assert_eq!(
+            counts(&g),
+            [GATE_CLOSED; GATE_SHARDS],
+            "refused calls left no count"
+        );
+        g.open();
+        for s in 0..GATE_SHARDS {
+            let i = g.enter_on(s).expect("reopened");
+            g.exit(i);
+        }
+        assert_eq!(counts(&g), [0; GATE_SHARDS]);
+    }
+
+    #[test]
+    fn close_waits_for_a_call_on_another_shard() {
+        let g = open_gate();
+        let ended = AtomicBool::new(false);
+        let i = g.enter_on(GATE_SHARDS - 1).expect("open");
+        std::thread::scope(|s| {
+            let closer = s.spawn(|| {
+                g.close(|_| std::thread::yield_now());
+                ended.load(Ordering::Acquire)
+            });
+            // The closer shuts every shard first; the call on the last one is still counted.
+            while g.enter_on(0).map(|j| g.exit(j)).is_some() {
+                std::thread::yield_now();
+            }
+            ended.store(true, Ordering::Release);
+            g.exit(i);
+            assert!(
+                closer.join().unwrap(),
+                "close returned before the call ended"
+            );
+        });
     }
 
     #[test]

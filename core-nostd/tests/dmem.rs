@@ -12,6 +12,17 @@ use nrt_core::LogicalCore;
 use nrt_core::{Error, InitOptions};
 use proptest::prelude::*;
 
+/// `al`'s list is whole (`List::assert_valid` through `Nrt::allocator_check`): every link
+/// symmetric and as many dmems linked as the allocator counts.
+#[track_caller]
+fn assert_list_valid(n: &nrt_core::Nrt<'_>, al: *mut dmem_allocator_t) {
+    match n.allocator_check(al) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("allocator list invalid: {e}"),
+        Err(e) => panic!("allocator not checkable: {e}"),
+    }
+}
+
 #[test]
 fn alloc_books_and_free_returns() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
@@ -23,6 +34,7 @@ fn alloc_books_and_free_returns() {
     assert_eq!(n.ledger_device(0, 1, TENSOR), 1 << 20);
     assert_eq!(n.ledger_device(0, 1, UsageSel::Total), 1 << 20);
     assert_eq!(n.allocator_usage(al), (1, 1 << 20));
+    assert_list_valid(&n, al);
     let h = n
         .dmem_alloc(al, &AllocArgs::host(8192, TENSOR, "h0"), None)
         .unwrap();
@@ -37,6 +49,7 @@ fn alloc_books_and_free_returns() {
     assert_eq!(n.ledger_device(0, 1, UsageSel::Total), 0);
     assert_eq!(n.ledger_host(0, 1, UsageSel::Total), 0);
     assert_eq!(n.allocator_usage(al), (0, 0));
+    assert_list_valid(&n, al);
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
@@ -428,7 +441,13 @@ fn destroy_keeps_shared_dmems_until_their_last_reference() {
         .dmem_alloc(al, &AllocArgs::device(8192, 0, TENSOR, "own"), None)
         .unwrap();
     n.dmem_acquire_reference(shared).unwrap();
+    assert_list_valid(&n, al);
+    assert_eq!(n.allocator_usage(al), (2, 4096 + 8192));
     n.dmem_allocator_destroy(al).unwrap();
+    assert!(
+        matches!(n.allocator_check(al), Err(Error::InvalidArgument(_))),
+        "a destroyed allocator is not checkable"
+    );
     assert_eq!(
         n.ledger_device(0, 0, UsageSel::Total),
         4096,
@@ -471,6 +490,8 @@ proptest! {
         let f = Fixture::up(cfg, InitOptions::default());
         let n = f.nrt();
         let mut live: Vec<(nrt_core::DmemHandle, u32, bool, u32, u64, u32)> = Vec::new();
+        // What the runtime itself keeps on each core's GLOBAL allocator.
+        let base: Vec<u64> = (0..8).map(|c| n.allocator_usage(n.core_allocator(0, c).unwrap()).0).collect();
         for op in ops {
             match op {
                 Op::Alloc { core, host, usage, kib, align_log } => {
@@ -513,6 +534,13 @@ proptest! {
                     prop_assert_eq!(n.ledger_device(0, core, UsageSel::from_index(usage).unwrap()), want(false));
                     prop_assert_eq!(n.ledger_host(0, core, UsageSel::from_index(usage).unwrap()), want(true));
                 }
+            }
+            // Every core's list is whole and holds the runtime's own dmems plus the model's.
+            for core in 0..8u32 {
+                let al = n.core_allocator(0, core).unwrap();
+                assert_list_valid(&n, al);
+                let mine = live.iter().filter(|l| l.1 == core).count() as u64;
+                prop_assert_eq!(n.allocator_usage(al).0, base[core as usize] + mine);
             }
             // `memory_usage[4]`: device bytes per HBM channel (device allocations go to core / 2).
             let hbm = n.ledger_hbm(0);
@@ -594,10 +622,19 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
                     "round {round}: peak below usage ({c})"
                 );
             }
+            if round % 100 == 0 {
+                // The lists the writers are linking into and out of are whole at every look.
+                for core in 0..2 {
+                    assert_list_valid(&n, n.core_allocator(0, core).unwrap());
+                }
+            }
         }
     });
     let n = f.nrt();
     assert_eq!(n.ledger_snapshot(0), ([[0; 23]; 8], [[0; 23]; 8]));
+    for core in 0..8 {
+        assert_list_valid(&n, n.core_allocator(0, core).unwrap());
+    }
     n.close().unwrap();
 }
 

@@ -2,20 +2,19 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p nrt-core --test loom --release` (`cargo xtask loom`).
 //! They drive the very functions the runtime uses (`mint_handle`, `drain_with`, `stage_once`,
 //! the handle pin protocol `publish` / `pin` / `unpin` / `drop_owner` / `add_owner` /
-//! `wait_drained` / `retire`, `gate_enter` / `gate_exit` / `gate_close`, the sharded arena's
-//! `ShardBooks`)
-//! over loom's atomics and mutex.
+//! `wait_drained` / `retire`, the runtime's `ShardedGate` on two shards, the sharded arena's
+//! `ShardBooks`) over loom's atomics and mutex. The atomics come through the core's one loom
+//! facade (`nrt_core::loom`: loom's under `cfg(loom)`), the types those functions are generic
+//! over.
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use nrt_core::handle::{
-    add_owner, drop_owner, pin, publish, retire, unpin, wait_drained, Dropped, GenWord, RefWord,
-};
+use nrt_core::handle::{add_owner, drop_owner, pin, publish, retire, unpin, wait_drained, Dropped};
+use nrt_core::loom::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use nrt_core::model::{drain_with, mint_handle};
-use nrt_core::sync::{gate_close, gate_enter, gate_exit, gate_open, GATE_CLOSED};
+use nrt_core::sync::{ShardedGate, GATE_CLOSED};
 use nrt_core::ulib::stage_once;
 
 /// Handles from concurrent mints are distinct and never 0, also across the wrap.
@@ -210,8 +209,12 @@ fn pin_vs_two_frees() {
             "exactly one free wins: {mine:?} {theirs:?}"
         );
         assert_eq!(s.finalised.load(Ordering::Acquire), 1, "finalised once");
-        assert_eq!(s.refs.get(), 0);
-        assert_eq!(s.gen.get(), g + 1, "retired: the slot reads as free");
+        assert_eq!(s.refs.load(Ordering::Acquire), 0);
+        assert_eq!(
+            s.gen.load(Ordering::Acquire),
+            g + 1,
+            "retired: the slot reads as free"
+        );
         assert!(!s.use_handle(g, 7), "stale after the free");
     });
 }
@@ -231,7 +234,7 @@ fn stale_handle_never_reaches_the_reused_slot() {
             })
         };
         assert_eq!(s.free_handle(g, Some(2)), Some(true));
-        let g2 = s.gen.get();
+        let g2 = s.gen.load(Ordering::Acquire);
         assert_ne!(g2, g);
         assert!(s.use_handle(g2, 2), "the new object's handle resolves");
         user.join().unwrap();
@@ -263,66 +266,96 @@ fn shared_owners_elect_one_last_free() {
             "{mine:?} {theirs:?}"
         );
         assert_eq!(s.finalised.load(Ordering::Acquire), 1);
-        assert_eq!(s.refs.get(), 0);
+        assert_eq!(s.refs.load(Ordering::Acquire), 0);
     });
 }
 
-/// A public call racing `close`: it counts itself in, and when it got in it must not meet a
-/// torn-down runtime. Returns whether it got in.
-fn racing_call(gate: &Arc<AtomicU32>, torn_down: &Arc<AtomicBool>) -> thread::JoinHandle<bool> {
+/// The runtime's gate with two shards (the runtime's is `GATE_SHARDS` wide; two is the least
+/// that shows calls on different shards racing one `close`).
+type Gate2 = ShardedGate<AtomicU32, 2>;
+
+fn gate2() -> Arc<Gate2> {
+    Arc::new(ShardedGate::from_words([
+        AtomicU32::new(0),
+        AtomicU32::new(0),
+    ]))
+}
+
+/// A public call racing `close` on shard `shard`: it counts itself in, and when it got in it
+/// must not meet a torn-down runtime. Returns whether it got in.
+fn racing_call(
+    gate: &Arc<Gate2>,
+    shard: usize,
+    torn_down: &Arc<AtomicBool>,
+) -> thread::JoinHandle<bool> {
     let (gate, torn_down) = (gate.clone(), torn_down.clone());
-    thread::spawn(move || {
-        let got_in = gate_enter(&*gate);
-        if got_in {
+    thread::spawn(move || match gate.enter_on(shard) {
+        Some(i) => {
+            assert_eq!(i, shard, "counted in on the shard it asked for");
             assert!(
                 !torn_down.load(Ordering::Acquire),
                 "call ran into a teardown"
             );
-            gate_exit(&*gate);
+            gate.exit(i);
+            true
         }
-        got_in
+        None => false,
     })
 }
 
 /// `close` as the runtime does it: shut the gate, wait for the calls counted in, tear down.
-fn close(gate: &AtomicU32, torn_down: &AtomicBool) {
-    gate_close(gate, |_| thread::yield_now());
+fn close(gate: &Gate2, torn_down: &AtomicBool) {
+    gate.close(|_| thread::yield_now());
     torn_down.store(true, Ordering::Release);
 }
 
-/// The in-flight call gate (spec §7.2, §12): `close` shuts the gate and waits for the calls
-/// counted in; a call counts itself in unless the gate is shut. Under every interleaving a
-/// call that got in ends before the teardown that follows `gate_close`, and a call that comes
-/// later does not get in.
+/// Every shard of a closed gate with no call in flight holds just the closed bit.
+fn assert_shut_and_empty(gate: &Gate2) {
+    for w in gate.words() {
+        assert_eq!(w.load(Ordering::Acquire), GATE_CLOSED);
+    }
+}
+
+/// The in-flight call gate (spec §7.2, §12), sharded (issue 16 item 7): `close` shuts every
+/// shard and waits for the calls counted in on each; a call counts itself in on its shard
+/// unless that shard is shut. Under every interleaving of two calls on different shards with
+/// `close`, a call that got in ends before the teardown that follows the close, and a call
+/// that comes later, on either shard, does not get in.
 #[test]
 fn close_never_tears_down_under_a_call() {
     loom::model(|| {
-        let gate = Arc::new(AtomicU32::new(0));
+        let gate = gate2();
         let torn_down = Arc::new(AtomicBool::new(false));
-        let call = racing_call(&gate, &torn_down);
+        let a = racing_call(&gate, 0, &torn_down);
+        let b = racing_call(&gate, 1, &torn_down);
         close(&gate, &torn_down);
-        call.join().unwrap();
-        assert!(!gate_enter(&*gate), "a call after close gets in");
-        assert_eq!(gate.load(Ordering::Acquire), GATE_CLOSED);
+        a.join().unwrap();
+        b.join().unwrap();
+        assert!(gate.enter_on(0).is_none(), "a call after close gets in");
+        assert!(gate.enter_on(1).is_none(), "a call after close gets in");
+        assert_shut_and_empty(&gate);
     });
 }
 
-/// `init` after `close` reopens the gate (`gate_open`), and a later `close` shuts it again: a
-/// call racing all three either gets in while the runtime stands (and ends before the
-/// teardown that follows) or is turned away, whichever runtime it meets.
+/// `init` after `close` reopens the gate (`open`), and a later `close` shuts it again: a call
+/// racing all three either gets in while the runtime stands (and ends before the teardown
+/// that follows) or is turned away, whichever runtime it meets; a call on the other shard
+/// after the reopen gets in.
 #[test]
 fn a_reopened_gate_closes_again() {
     loom::model(|| {
-        let gate = Arc::new(AtomicU32::new(0));
+        let gate = gate2();
         let torn_down = Arc::new(AtomicBool::new(false));
-        let call = racing_call(&gate, &torn_down);
+        let call = racing_call(&gate, 1, &torn_down);
         close(&gate, &torn_down);
         // init: the runtime stands again before the gate opens.
         torn_down.store(false, Ordering::Release);
-        gate_open(&*gate);
+        gate.open();
+        let i = gate.enter_on(0).expect("a reopened gate lets a call in");
+        gate.exit(i);
         close(&gate, &torn_down);
         call.join().unwrap();
-        assert_eq!(gate.load(Ordering::Acquire), GATE_CLOSED);
+        assert_shut_and_empty(&gate);
     });
 }
 

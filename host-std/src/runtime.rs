@@ -255,10 +255,7 @@ impl From<crate::Error> for StartError {
 
 // A runtime is shared by threads (the C ABI's global, the concurrency tests): Send + Sync come
 // from its parts (CoreState and the drivers are Sync), checked here instead of asserted unsafely.
-const _: fn() = || {
-    fn shareable<T: Send + Sync>() {}
-    shareable::<HostRuntime>();
-};
+static_assertions::assert_impl_all!(HostRuntime: Send, Sync);
 
 /// The OOM table libnrt logs and writes on a device OOM (public API §5), as text: the table
 /// the core captured at the moment of the failure (headed by the failure, with the largest

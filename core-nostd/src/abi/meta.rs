@@ -237,10 +237,7 @@ macro_rules! abi_struct {
         unsafe impl $crate::abi::meta::ZeroValid for $name {}
         // SAFETY: null is a valid raw pointer value.
         unsafe impl $crate::abi::meta::ZeroValid for *mut $name {}
-        const _: () = {
-            const fn zero_valid<T: $crate::abi::meta::ZeroValid>() {}
-            $( zero_valid::<$ty>(); )*
-        };
+        $( $crate::__static_assertions::assert_impl_all!($ty: $crate::abi::meta::ZeroValid); )*
     };
 }
 
