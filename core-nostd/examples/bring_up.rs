@@ -47,7 +47,7 @@ fn main() -> Result<(), Error> {
     let booked = nrt.ledger_device(core.device_id, core.device_tpb_idx, WEIGHT);
     println!(
         "model h{}: {booked} B of weights booked on logical core 0",
-        model.id
+        model.h_model().id
     );
     nrt.close()?; // unloads the model too: every byte goes back
     assert_eq!(nrt.driver_bytes_in_use(), 0);

@@ -13,9 +13,8 @@ use nrt_core::ledger::UsageSel;
 use nrt_core::model::ModelSpec;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
-use nrt_core::tensor::TensorSet;
 use nrt_core::LogicalCore;
-use nrt_core::{DmemHandle, InitOptions, Nrt, Result, TensorHandle};
+use nrt_core::{DmemHandle, InitOptions, ModelHandle, Nrt, Result, SetHandle, TensorHandle};
 
 /// Objects the calls work on, made by a live runtime (this one, or a donor for the uninit
 /// state, whose handles the gate refuses before it looks at them).
@@ -23,7 +22,8 @@ struct Kit {
     t: TensorHandle,
     d: DmemHandle,
     al: *mut dmem_allocator_t,
-    m: H_MODEL,
+    m: ModelHandle,
+    s: SetHandle,
 }
 
 impl Kit {
@@ -43,6 +43,7 @@ impl Kit {
             al,
             m: n.load_model(LogicalCore::new(0), &model_spec())
                 .expect("model"),
+            s: n.set_create().expect("set"),
         }
     }
 }
@@ -129,14 +130,17 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
             st(n.unload_model(m))
         }
         "exec_begin" => st(n.exec_begin(k.m)),
-        "execute" => st(n.execute(k.m, &TensorSet::new(), &TensorSet::new())),
+        "execute" => st(n.execute(k.m, k.s, k.s)),
         "model_info" => st(n.model_info(k.m)),
         "for_each_model_dmem" => st(n.for_each_model_dmem(k.m, |_, _| ())),
         "models_on" => st(n.models_on(LogicalCore::new(0), &mut [])),
-        "model_io" => {
-            let g = n.exec_begin(k.m).ok()?;
-            return Some(n.model_io(&g, false, 0)).and(v());
-        }
+        "for_each_model_io" => st(n.for_each_model_io(k.m, |_| ())),
+        "model_core" => st(n.model_core(k.m)),
+        "set_create" => st(n.set_create()),
+        "set_destroy" => st(n.set_destroy(n.set_create().unwrap_or(k.s))),
+        "set_add" => st(n.set_add(k.s, "x", k.t)),
+        "set_get" => st(n.set_get(k.s, "x")),
+        "set_len" => st(n.set_len(k.s)),
         "dmem_allocator_create" | "dmem_allocator_destroy" => {
             let pcore = if n.lifecycle() == nrt_core::ctx::STATE_INIT {
                 // SAFETY: in the init state `al` is the kit's live allocator.

@@ -13,10 +13,10 @@ use common::*;
 use nrt_core::abi::*;
 use nrt_core::model::{ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
-use nrt_core::tensor::{HostMem, TensorSet};
+use nrt_core::tensor::HostMem;
 use nrt_core::TensorHandle;
 use nrt_core::{CoreSel, LogicalCore};
-use nrt_core::{CoreState, Error, InitOptions, Nrt};
+use nrt_core::{CoreState, Error, InitOptions, ModelHandle, Nrt, SetHandle};
 
 struct Heap;
 /// The provider the VIRTUAL tests bind their runtime to.
@@ -300,23 +300,8 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let ins = [
-        TensorDecl {
-            name: "a",
-            size: 16,
-        },
-        TensorDecl { name: "b", size: 8 },
-    ];
-    let outs = [
-        TensorDecl {
-            name: "x",
-            size: 16,
-        },
-        TensorDecl {
-            name: "y",
-            size: 12,
-        },
-    ];
+    let ins = [TensorDecl::new("a", 16), TensorDecl::new("b", 8)];
+    let outs = [TensorDecl::new("x", 16), TensorDecl::new("y", 12)];
     let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name, size| {
         n.tensor_allocate(
@@ -332,24 +317,24 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
     n.tensor_write(a, &[1u8; 16], 0).unwrap();
     n.tensor_write(b, &[2u8; 8], 0).unwrap();
     n.tensor_write(y, &[0xffu8; 12], 0).unwrap();
-    let mut si = TensorSet::new();
-    let mut so = TensorSet::new();
-    si.add("a", a).unwrap();
-    so.add("x", x).unwrap();
+    let si = n.set_create().unwrap();
+    let so = n.set_create().unwrap();
+    n.set_add(si, "a", a).unwrap();
+    n.set_add(so, "x", x).unwrap();
     assert_eq!(
-        n.execute(h, &si, &so).unwrap_err().status(),
+        n.execute(h, si, so).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "missing input b"
     );
-    si.add("b", b).unwrap();
-    so.add("y", a).unwrap();
+    n.set_add(si, "b", b).unwrap();
+    n.set_add(so, "y", a).unwrap();
     assert_eq!(
-        n.execute(h, &si, &so).unwrap_err().status(),
+        n.execute(h, si, so).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "wrong size"
     );
-    so.add("y", y).unwrap();
-    n.execute(h, &si, &so).unwrap();
+    n.set_add(so, "y", y).unwrap();
+    n.execute(h, si, so).unwrap();
     let mut out = [0u8; 12];
     n.tensor_read(y, &mut out, 0).unwrap();
     assert_eq!(out, [2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0]);
@@ -357,9 +342,9 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
     assert_eq!(n.tensor_pending(y).unwrap(), (0, 0));
     n.tensor_reset_output_completion(y).unwrap();
     assert_eq!(n.tensor_output_completion(y).unwrap(), 0);
-    assert_eq!(si.iter().count(), 2);
+    assert_eq!(n.set_len(si).unwrap(), 2);
     n.unload_model(h).unwrap();
-    assert!(n.execute(h, &si, &so).is_err());
+    assert!(n.execute(h, si, so).is_err());
 }
 
 #[test]
@@ -601,26 +586,8 @@ fn an_execute_in_flight_when_close_begins_completes() {
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
-    let ins = [
-        TensorDecl {
-            name: "a",
-            size: 16,
-        },
-        TensorDecl {
-            name: "b",
-            size: 16,
-        },
-    ];
-    let outs = [
-        TensorDecl {
-            name: "x",
-            size: 16,
-        },
-        TensorDecl {
-            name: "y",
-            size: 16,
-        },
-    ];
+    let ins = [TensorDecl::new("a", 16), TensorDecl::new("b", 16)];
+    let outs = [TensorDecl::new("x", 16), TensorDecl::new("y", 16)];
     let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name| {
         n.tensor_allocate(
@@ -635,14 +602,14 @@ fn an_execute_in_flight_when_close_begins_completes() {
     let (a, b, x, y) = (mk("a"), mk("b"), mk("x"), mk("y"));
     n.tensor_write(a, &[1; 16], 0).unwrap();
     n.tensor_write(b, &[2; 16], 0).unwrap();
-    let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
-    si.add("a", a).unwrap();
-    si.add("b", b).unwrap();
-    so.add("x", x).unwrap();
-    so.add("y", y).unwrap();
+    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    n.set_add(si, "a", a).unwrap();
+    n.set_add(si, "b", b).unwrap();
+    n.set_add(so, "x", x).unwrap();
+    n.set_add(so, "y", y).unwrap();
     drv.hooks.armed.store(true, SeqCst);
     std::thread::scope(|s| {
-        let exec = s.spawn(|| n.execute(h, &si, &so));
+        let exec = s.spawn(|| n.execute(h, si, so));
         while !drv.hooks.parked.load(SeqCst) {
             std::thread::yield_now();
         }
@@ -671,15 +638,15 @@ fn an_execute_in_flight_when_close_begins_completes() {
 fn copy_model(
     n: &Nrt<'_>,
     out: u64,
-) -> (H_MODEL, TensorHandle, TensorHandle, TensorSet, TensorSet) {
-    let ins = [TensorDecl {
-        name: "a",
-        size: 16,
-    }];
-    let outs = [TensorDecl {
-        name: "x",
-        size: out,
-    }];
+) -> (
+    ModelHandle,
+    TensorHandle,
+    TensorHandle,
+    SetHandle,
+    SetHandle,
+) {
+    let ins = [TensorDecl::new("a", 16)];
+    let outs = [TensorDecl::new("x", out)];
     let h = load_io_model(n, 0, &ins, &outs);
     let a = n
         .tensor_allocate(
@@ -699,15 +666,15 @@ fn copy_model(
             None,
         )
         .unwrap();
-    let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
-    si.add("a", a).unwrap();
-    so.add("x", x).unwrap();
+    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    n.set_add(si, "a", a).unwrap();
+    n.set_add(so, "x", x).unwrap();
     (h, a, x, si, so)
 }
 
 /// Loads a model of one subgraph with these declared inputs and outputs on logical core
 /// `vnc`.
-fn load_io_model(n: &Nrt<'_>, vnc: i64, ins: &[TensorDecl], outs: &[TensorDecl]) -> H_MODEL {
+fn load_io_model(n: &Nrt<'_>, vnc: i64, ins: &[TensorDecl], outs: &[TensorDecl]) -> ModelHandle {
     let spec = ModelSpec {
         name: "m",
         subgraphs: 1,
@@ -760,7 +727,7 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
         }
         for _ in 0..2000 {
             n.tensor_write(x, &old, 0).unwrap();
-            n.execute(h, &si, &so).unwrap();
+            n.execute(h, si, so).unwrap();
         }
         done.store(true, SeqCst);
         assert!(reader.join().unwrap() > 0);
@@ -783,7 +750,7 @@ fn an_unwinding_execute_leaves_no_pending_marks() {
     let (h, a, x, si, so) = copy_model(&n, 64);
     // The 16 input bytes are copied, then the rest of the output is filled: that panics.
     drv.hooks.panic_in_fill.store(true, SeqCst);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n.execute(h, &si, &so)));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n.execute(h, si, so)));
     assert!(r.is_err(), "the driver's panic unwound through execute");
     assert_eq!(n.tensor_pending(x).unwrap(), (0, 0));
     assert_eq!(n.tensor_pending(a).unwrap(), (0, 0));
@@ -807,8 +774,8 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     let n = f.nrt();
     const N: u64 = 64 << 10;
     let load = |vnc, i: &'static str, o: &'static str| {
-        let ins = [TensorDecl { name: i, size: N }];
-        let outs = [TensorDecl { name: o, size: N }];
+        let ins = [TensorDecl::new(i, N)];
+        let outs = [TensorDecl::new(o, N)];
         load_io_model(&n, vnc, &ins, &outs)
     };
     let (p, c) = (load(0, "a", "x"), load(1, "x", "z"));
@@ -827,8 +794,8 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     n.tensor_write(a2, &vec![0x22; N as usize], 0).unwrap();
     n.tensor_write(x, &vec![0x11; N as usize], 0).unwrap();
     let set = |name, t| {
-        let mut s = TensorSet::new();
-        s.add(name, t).unwrap();
+        let s = n.set_create().unwrap();
+        n.set_add(s, name, t).unwrap();
         s
     };
     let (sa1, sa2, sx, sz) = (set("a", a1), set("a", a2), set("x", x), set("z", z));
@@ -836,14 +803,14 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             while !done.load(SeqCst) {
-                n.execute(p, &sa1, &sx).unwrap();
-                n.execute(p, &sa2, &sx).unwrap();
+                n.execute(p, sa1, sx).unwrap();
+                n.execute(p, sa2, sx).unwrap();
             }
         });
         let _stop = StopOnDrop(&done);
         let mut buf = vec![0u8; N as usize];
         for i in 0..1000 {
-            n.execute(c, &sx, &sz).unwrap();
+            n.execute(c, sx, sz).unwrap();
             n.tensor_read(z, &mut buf, 0).unwrap();
             assert!(
                 buf.iter().all(|b| *b == buf[0]),
@@ -865,14 +832,8 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
     );
     let n = f.nrt();
     const N: u64 = 4096;
-    let ins = [
-        TensorDecl { name: "a", size: N },
-        TensorDecl { name: "b", size: N },
-    ];
-    let outs = [
-        TensorDecl { name: "x", size: N },
-        TensorDecl { name: "y", size: N },
-    ];
+    let ins = [TensorDecl::new("a", N), TensorDecl::new("b", N)];
+    let outs = [TensorDecl::new("x", N), TensorDecl::new("y", N)];
     let m = load_io_model(&n, 0, &ins, &outs);
     let on = |vnc, name| {
         n.tensor_allocate(Placement::Device, vnc, N, Some(name), None)
@@ -886,13 +847,13 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
     );
     n.tensor_write(a, &[0x11; N as usize], 0).unwrap();
     n.tensor_write(x, &[0x77; N as usize], 0).unwrap();
-    let mut si = TensorSet::new();
-    si.add("a", a).unwrap();
-    si.add("b", b).unwrap();
-    let mut so = TensorSet::new();
-    so.add("x", x).unwrap();
-    so.add("y", y).unwrap();
-    let e = n.execute(m, &si, &so).unwrap_err();
+    let si = n.set_create().unwrap();
+    n.set_add(si, "a", a).unwrap();
+    n.set_add(si, "b", b).unwrap();
+    let so = n.set_create().unwrap();
+    n.set_add(so, "x", x).unwrap();
+    n.set_add(so, "y", y).unwrap();
+    let e = n.execute(m, si, so).unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{e}");
     let mut buf = [0u8; N as usize];
     n.tensor_read(x, &mut buf, 0).unwrap();

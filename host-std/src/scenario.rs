@@ -16,15 +16,13 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use nrt_core::abi::tables::category_for;
-use nrt_core::abi::{
-    dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t, H_MODEL, NRT_STATUS,
-};
+use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t, NRT_STATUS};
 use nrt_core::cstr::Printable;
 use nrt_core::ledger::MonitorClass;
 use nrt_core::model::ModelSpec;
-use nrt_core::tensor::{Placement, TensorSet};
-use nrt_core::TensorHandle;
+use nrt_core::tensor::Placement;
 use nrt_core::{CoreSel, LogicalCore, Nrt};
+use nrt_core::{ModelHandle, TensorHandle};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
@@ -1217,7 +1215,7 @@ pub struct LoadedModel {
     /// The name steps use.
     pub name: String,
     /// Its handle.
-    pub handle: H_MODEL,
+    pub handle: ModelHandle,
     /// Logical core.
     pub core: i64,
     /// Its manifest.
@@ -1405,7 +1403,7 @@ impl Session {
         manifest: &ManifestRef,
         core: i64,
         name: &str,
-    ) -> Result<H_MODEL, StepError> {
+    ) -> Result<ModelHandle, StepError> {
         if self.models.iter().any(|m| m.name == name) {
             return Err(StepError::Usage(format!(
                 "a model named `{name}` is already loaded (give the load another `as`)"
@@ -1416,7 +1414,7 @@ impl Session {
         let r = self.rt.nrt().load_model(LogicalCore::from_c(core), &spec);
         match r {
             Ok(h) => {
-                log::info!(target: "nrt_dmem::session", "loaded {name} on core {core} (handle {})", h.id);
+                log::info!(target: "nrt_dmem::session", "loaded {name} on core {core} (handle {})", h.h_model().id);
                 self.models.push(LoadedModel {
                     name: name.to_string(),
                     handle: h,
@@ -1528,14 +1526,17 @@ impl Session {
         }
         let nrt = self.rt.nrt();
         let mut created: Vec<TensorHandle> = Vec::new();
+        let mut sets = Vec::new();
         let result = (|| -> Result<u64, StepError> {
-            let mut ins = TensorSet::new();
-            let mut outs = TensorSet::new();
+            let ins = nrt.set_create()?;
+            sets.push(ins);
+            let outs = nrt.set_create()?;
+            sets.push(outs);
             let mut in_list = Vec::new();
             let mut out_list = Vec::new();
             for (set, decls, binds, list) in [
-                (&mut ins, &spec.inputs, inputs, &mut in_list),
-                (&mut outs, &spec.outputs, outputs, &mut out_list),
+                (ins, &spec.inputs, inputs, &mut in_list),
+                (outs, &spec.outputs, outputs, &mut out_list),
             ] {
                 for d in decls {
                     let t = match binds.iter().find(|(k, _)| *k == d.name) {
@@ -1552,7 +1553,7 @@ impl Session {
                             t
                         }
                     };
-                    set.add(&d.name, t)?;
+                    nrt.set_add(set, &d.name, t)?;
                     list.push((t, nrt.tensor_get_size(t)?));
                 }
             }
@@ -1569,7 +1570,7 @@ impl Session {
                     written += size;
                 }
             }
-            self.rt.execute(m.handle, &ins, &outs)?;
+            self.rt.execute(m.handle, ins, outs)?;
             if check {
                 let mut buf = vec![0u8; CHUNK];
                 for (k, (t, size)) in out_list.iter().enumerate() {
@@ -1602,6 +1603,9 @@ impl Session {
             }
             Ok(written)
         })();
+        for s in sets {
+            let _ = nrt.set_destroy(s);
+        }
         for t in created {
             let _ = nrt.tensor_free(t, None);
         }
@@ -1610,12 +1614,12 @@ impl Session {
 
     /// Device bytes of a loaded model's MODEL heaps, per usage (`[22]` = total), and its host
     /// bytes per usage.
-    pub fn footprint(&self, h: H_MODEL) -> Result<Footprint, StepError> {
+    pub fn footprint(&self, h: ModelHandle) -> Result<Footprint, StepError> {
         Ok(total_footprint(&self.subgraph_footprints(h)?))
     }
 
     /// [`Self::footprint`] of each subgraph's MODEL heap (spec §5.2), in subgraph order.
-    pub fn subgraph_footprints(&self, h: H_MODEL) -> Result<Vec<Footprint>, StepError> {
+    pub fn subgraph_footprints(&self, h: ModelHandle) -> Result<Vec<Footprint>, StepError> {
         let subgraphs = self.rt.nrt().model_info(h)?.subgraphs as usize;
         let mut per: Vec<Footprint> = vec![([0; 23], [0; 23]); subgraphs];
         self.rt.nrt().for_each_model_dmem(h, |sg, d| {

@@ -95,7 +95,7 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
         ..Default::default()
     };
     let model = nrt.load_model(LogicalCore::FIRST, &spec)?;
-    let _ = writeln!(log, "loaded model h{}", model.id);
+    let _ = writeln!(log, "loaded model h{}", model.h_model().id);
 
     let t = nrt.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"), None)?;
     nrt.tensor_write(t, b"hello", 0)?;
