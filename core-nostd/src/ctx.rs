@@ -609,19 +609,6 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// The provider a call uses: the bound one. A per-call provider (the libnrt-shaped
-    /// argument) must be that same one, else [`Error::ForeignResources`]: a free can never go
-    /// to a heap that did not hand the memory out.
-    pub(crate) fn host_for(
-        &self,
-        given: Option<&dyn crate::tensor::HostMem>,
-    ) -> Result<Option<&'a dyn crate::tensor::HostMem>> {
-        match given {
-            Some(g) if self.host.map_or(0, addr) != addr(g) => Err(Error::ForeignResources),
-            _ => Ok(self.host),
-        }
-    }
-
     /// The driver.
     pub fn driver(&self) -> &'a dyn Driver {
         self.drv

@@ -75,8 +75,8 @@ pub enum Error {
     /// A dmem that does not belong to the allocator it was given to.
     ForeignDmem,
     /// The call came through a view ([`crate::Nrt`]) over another driver or host-memory
-    /// provider than the state block was initialised with, or named a per-call provider that
-    /// is not the bound one (issue 16 item 2). Nothing was done.
+    /// provider than the state block was initialised with (issue 16 item 2). Nothing was
+    /// done.
     ForeignResources,
     /// A [`crate::Capacity`] field out of range (`Capacity::check`; the message names the
     /// field and its range). NRT_INVALID.

@@ -225,10 +225,10 @@ impl<'a> Nrt<'a> {
         vnc: CoreSel,
         size: u64,
         name: Option<&str>,
-        host: Option<&dyn HostMem>,
     ) -> Result<TensorHandle> {
         let _call = self.enter()?;
-        let host = self.host_for(host)?;
+        // VIRTUAL bytes come from the provider the runtime is bound to (`Nrt::with_host`).
+        let host = self.host;
         let vnc = match vnc {
             CoreSel::Core(c) => c,
             CoreSel::Any if placement != Placement::Device => LogicalCore::FIRST,
@@ -343,7 +343,7 @@ impl<'a> Nrt<'a> {
     /// ```compile_fail,E0133
     /// # fn f(n: nrt_core::Nrt<'_>, t: nrt_core::TensorHandle, b: &mut [u8; 16]) {
     /// // Attaching needs `unsafe`: the caller vouches for the buffer.
-    /// let _ = n.tensor_attach_buffer(t, b.as_mut_ptr(), 16, None);
+    /// let _ = n.tensor_attach_buffer(t, b.as_mut_ptr(), 16);
     /// # }
     /// ```
     ///
@@ -360,10 +360,8 @@ impl<'a> Nrt<'a> {
         h: TensorHandle,
         buf: *mut u8,
         size: u64,
-        host: Option<&dyn HostMem>,
     ) -> Result<()> {
         let _call = self.enter()?;
-        let host = self.host_for(host)?;
         let pin = self.tensor_pin(h)?;
         let t = pin.t;
         self.tensor_check(t)?;
@@ -382,7 +380,7 @@ impl<'a> Nrt<'a> {
             (*t)._offset = 0;
             (*t)._size = size;
             if !old.is_null() {
-                self.storage_put(old, host);
+                self.storage_put(old);
             }
         }
         Ok(())
@@ -425,9 +423,8 @@ impl<'a> Nrt<'a> {
     /// call using it on another thread is done. A stale (already freed, at any age), forged
     /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
-    pub fn tensor_free(&self, h: TensorHandle, host: Option<&dyn HostMem>) -> Result<()> {
+    pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
         let _call = self.enter()?;
-        let host = self.host_for(host)?;
         let pin = self.tensor_pin(h)?;
         match handle::drop_owner(pin.refs) {
             Dropped::Last => {
@@ -436,7 +433,7 @@ impl<'a> Nrt<'a> {
                 core::mem::forget(pin);
                 handle::wait_drained(refs, 1, relax);
                 // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
-                unsafe { self.tensor_finalize(t, host) };
+                unsafe { self.tensor_finalize(t) };
                 Ok(())
             }
             // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
@@ -447,7 +444,7 @@ impl<'a> Nrt<'a> {
 
     /// [`Self::tensor_free`] without the gate and through a pointer the caller owns
     /// (teardown runs after the gate closed; [`crate::raw`]).
-    pub(crate) fn tensor_free_inner(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
+    pub(crate) fn tensor_free_inner(&self, t: Tensor) -> Result<()> {
         self.tensor_check(t)?;
         // SAFETY: live slot of the tensor arena.
         let refs = unsafe { self.st.tensors.words(t).1 };
@@ -459,7 +456,7 @@ impl<'a> Nrt<'a> {
             Dropped::NoOwner => return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor)),
         }
         // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
-        unsafe { self.tensor_finalize(t, host) };
+        unsafe { self.tensor_finalize(t) };
         Ok(())
     }
 
@@ -468,14 +465,14 @@ impl<'a> Nrt<'a> {
     /// # Safety
     /// `t` is a live tensor whose owner is gone and whose pins have drained (nobody else can
     /// reach it).
-    unsafe fn tensor_finalize(&self, t: Tensor, host: Option<&dyn HostMem>) {
+    unsafe fn tensor_finalize(&self, t: Tensor) {
         // SAFETY: caller contract; after this the slot is dead.
         unsafe {
             let sto = (*t).sto;
             (*t).magic = 0;
             (*t).sto = null_mut();
             if !sto.is_null() {
-                self.storage_put(sto, host);
+                self.storage_put(sto);
             }
             // The slot reads as free before it can be handed out again.
             handle::retire(self.st.tensors.words(t).0);
@@ -483,11 +480,12 @@ impl<'a> Nrt<'a> {
         let _ = self.st.tensors.release(t);
     }
 
-    /// Drops one reference on a storage; the last one frees its memory if owned.
+    /// Drops one reference on a storage; the last one frees its memory if owned (VIRTUAL
+    /// bytes to the bound host provider, the one that allocated them).
     ///
     /// # Safety
     /// `s` is a live storage on which the caller holds a reference.
-    unsafe fn storage_put(&self, s: *mut nrt_tensor_storage_t, host: Option<&dyn HostMem>) {
+    unsafe fn storage_put(&self, s: *mut nrt_tensor_storage_t) {
         // SAFETY: caller contract.
         unsafe {
             if (*s).ref_count.fetch_sub(1, Ordering::AcqRel) != 1 {
@@ -499,7 +497,8 @@ impl<'a> Nrt<'a> {
                         let _ = self.dmem_free_inner((*s).dmem as Dmem);
                     }
                     Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
-                        if let (Some(h), Some(p)) = (host, NonNull::new((*s).dmem as *mut u8)) {
+                        if let (Some(h), Some(p)) = (self.host, NonNull::new((*s).dmem as *mut u8))
+                        {
                             h.free(p, (*s).allocated_size as usize);
                         }
                     }
@@ -528,7 +527,7 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                if self.tensor_free_inner(*t, self.host).is_err() {
+                if self.tensor_free_inner(*t).is_err() {
                     // Not a whole tensor (cannot happen once the gate is drained): give the
                     // slot back rather than meet it again.
                     let _ = self.st.tensors.release(*t);

@@ -769,10 +769,9 @@ fn the_runtime_works_again_after_close_and_init() {
             LogicalCore::new(0).into(),
             4096,
             Some("t"),
-            None,
         )
         .unwrap();
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
@@ -792,7 +791,6 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
             LogicalCore::new(0).into(),
             4096,
             Some("t"),
-            None,
         )
         .unwrap();
     let allocs = [nrt_core::model::ModelAlloc {
@@ -832,7 +830,7 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
         .unwrap();
     n.dmem_allocator_destroy(mine).unwrap();
     n.unload_model(h).unwrap();
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }

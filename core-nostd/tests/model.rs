@@ -665,10 +665,9 @@ fn close_waits_for_in_flight_calls() {
                         LogicalCore::new(0).into(),
                         4096,
                         Some("t"),
-                        None,
                     ) {
                         Ok(t) => {
-                            if let Err(e) = n.tensor_free(t, None) {
+                            if let Err(e) = n.tensor_free(t) {
                                 return e;
                             }
                         }

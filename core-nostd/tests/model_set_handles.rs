@@ -100,7 +100,7 @@ fn set_refused(n: &Nrt<'_>, h: SetHandle, live: ModelHandle, want: HandleFault) 
     assert_eq!(fault(n.set_len(h).unwrap_err()), s);
     assert_eq!(fault(n.execute(live, h, h).unwrap_err()), s);
     assert_eq!(state(n), before, "a refused set call changed something");
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
 }
 
 #[test]
@@ -334,22 +334,10 @@ fn a_model_unloaded_while_other_threads_use_it() {
     let kept = n.model_info(keep).unwrap();
     let t = [0u8; 16];
     let (ti, to) = (
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            None,
-            None,
-        )
-        .unwrap(),
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            None,
-            None,
-        )
-        .unwrap(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+            .unwrap(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+            .unwrap(),
     );
     n.tensor_write(ti, &t, 0).unwrap();
     let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
@@ -407,22 +395,10 @@ fn a_set_destroyed_while_other_threads_use_it() {
     let n = f.nrt();
     let m = load(&n, 0);
     let (ti, to) = (
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            None,
-            None,
-        )
-        .unwrap(),
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            None,
-            None,
-        )
-        .unwrap(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+            .unwrap(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+            .unwrap(),
     );
     let sets_live = || n.state().arena_stats()[12].1.live;
     assert_eq!(n.state().arena_stats()[12].0, "tensor_set");
@@ -500,7 +476,7 @@ fn full_set_arena_and_full_sets_are_errors() {
         n.set_add(s, &"n".repeat(96), ts[0]),
         Err(Error::InvalidArgument(_))
     ));
-    n.tensor_free(ts[1], None).unwrap();
+    n.tensor_free(ts[1]).unwrap();
     let freed = ts[1];
     let before_freed = state(&n);
     assert_eq!(

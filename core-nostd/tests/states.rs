@@ -35,7 +35,6 @@ impl Kit {
                 LogicalCore::new(0).into(),
                 64,
                 Some("kit"),
-                None,
             )
             .expect("tensor"),
             d: n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "kit"), None)
@@ -65,14 +64,8 @@ fn st<T>(r: Result<T>) -> String {
 
 /// A fresh tensor in the live runtime (consumed by the call), the kit's otherwise.
 fn fresh_t(n: &Nrt<'_>, k: &Kit) -> TensorHandle {
-    n.tensor_allocate(
-        Placement::Device,
-        LogicalCore::new(0).into(),
-        64,
-        None,
-        None,
-    )
-    .unwrap_or(k.t)
+    n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 64, None)
+        .unwrap_or(k.t)
 }
 
 /// The answer of call `name` on `n` (None: the test has no call of that name).
@@ -95,22 +88,18 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "virtual_core" => st(n.virtual_core(LogicalCore::new(0))),
         "vtpb_get_default_hbm_idx" => st(n.vtpb_get_default_hbm_idx(LogicalCore::new(0))),
         "core_allocator" => st(n.core_allocator(0, 0)),
-        "tensor_allocate" => st(n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            64,
-            None,
-            None,
-        )),
+        "tensor_allocate" => {
+            st(n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 64, None))
+        }
         "tensor_allocate_empty" => st(n.tensor_allocate_empty(None)),
         "tensor_attach_buffer" => {
             let e = n.tensor_allocate_empty(None).unwrap_or(k.t);
             let leaked: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
             // SAFETY: a leaked buffer outlives every tensor.
-            st(unsafe { n.tensor_attach_buffer(e, leaked.as_mut_ptr(), 64, None) })
+            st(unsafe { n.tensor_attach_buffer(e, leaked.as_mut_ptr(), 64) })
         }
         "tensor_allocate_slice" => st(n.tensor_allocate_slice(k.t, 0, 8, None)),
-        "tensor_free" => st(n.tensor_free(fresh_t(n, k), None)),
+        "tensor_free" => st(n.tensor_free(fresh_t(n, k))),
         "tensor_get_size" => st(n.tensor_get_size(k.t)),
         "tensor_name" => st(n.tensor_name(k.t)),
         "tensor_write" => st(n.tensor_write(k.t, &buf, 0)),

@@ -44,39 +44,21 @@ fn gates_in_order() {
     let f = Fixture::new(SimConfig::scaled_down(Preset::Trn2, 1));
     let n = f.nrt();
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            Some("t"),
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("t"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_UNINITIALIZED
     );
     n.init(&InitOptions::default()).unwrap();
     // range gate before the host-on-CAYMAN gate
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Host,
-            LogicalCore::new(9).into(),
-            16,
-            Some("t"),
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Host, LogicalCore::new(9).into(), 16, Some("t"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_INVALID
     );
     let e = n
-        .tensor_allocate(
-            Placement::Host,
-            LogicalCore::new(0).into(),
-            16,
-            Some("t"),
-            None,
-        )
+        .tensor_allocate(Placement::Host, LogicalCore::new(0).into(), 16, Some("t"))
         .unwrap_err();
     assert_eq!(
         e.status(),
@@ -84,21 +66,15 @@ fn gates_in_order() {
         "host tensors are refused on CAYMAN: {e}"
     );
     assert_eq!(
-        nrt_core::raw::tensor_allocate(&n, 7, 0, 16, Some("t"), None)
+        nrt_core::raw::tensor_allocate(&n, 7, 0, 16, Some("t"))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            0,
-            Some("t"),
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 0, Some("t"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_INVALID
     );
     let long = "x".repeat(96);
@@ -107,8 +83,7 @@ fn gates_in_order() {
             Placement::Device,
             LogicalCore::new(0).into(),
             16,
-            Some(&long),
-            None
+            Some(&long)
         )
         .unwrap_err()
         .status(),
@@ -116,15 +91,9 @@ fn gates_in_order() {
     );
     n.close().unwrap();
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            Some("t"),
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("t"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_CLOSED
     );
 }
@@ -142,7 +111,6 @@ fn device_tensor_round_trip_slices_and_info() {
             LogicalCore::new(1).into(),
             8192,
             Some("in"),
-            None,
         )
         .unwrap();
     assert_eq!(
@@ -177,9 +145,9 @@ fn device_tensor_round_trip_slices_and_info() {
     );
     assert!(n.tensor_allocate_slice(t, 8000, 500, None).is_err());
     n.tensor_memset(s, 0, 0xee, 100).unwrap();
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
     assert_eq!(
-        n.tensor_free(t, None).unwrap_err().status(),
+        n.tensor_free(t).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "double free detected"
     );
@@ -187,7 +155,7 @@ fn device_tensor_round_trip_slices_and_info() {
     n.tensor_read(s, &mut b, 0).unwrap();
     assert!(b.iter().all(|x| *x == 0xee));
     assert_eq!(n.ledger_device(0, 2, UsageSel::Total), 8192);
-    n.tensor_free(s, None).unwrap();
+    n.tensor_free(s).unwrap();
     assert_eq!(
         n.ledger_device(0, 2, UsageSel::Total),
         0,
@@ -204,18 +172,12 @@ fn virtual_attach_copy_and_host_placement() {
     );
     let n = f.nrt();
     let v = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"), Some(&HEAP))
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))
         .unwrap();
     assert!(!n.tensor_get_va(v).unwrap().is_null());
     n.tensor_write(v, &[7u8; 64], 0).unwrap();
     let h = n
-        .tensor_allocate(
-            Placement::Host,
-            LogicalCore::new(0).into(),
-            64,
-            Some("h"),
-            None,
-        )
+        .tensor_allocate(Placement::Host, LogicalCore::new(0).into(), 64, Some("h"))
         .unwrap();
     assert_eq!(
         n.ledger_host(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
@@ -227,7 +189,6 @@ fn virtual_attach_copy_and_host_placement() {
             LogicalCore::new(0).into(),
             64,
             Some("d0"),
-            None,
         )
         .unwrap();
     let d1 = n
@@ -236,22 +197,15 @@ fn virtual_attach_copy_and_host_placement() {
             LogicalCore::new(1).into(),
             64,
             Some("d1"),
-            None,
         )
         .unwrap();
     // A host tensor records its logical core's default HBM, as a device one does (spec §7.2).
     let h1 = n
-        .tensor_allocate(
-            Placement::Host,
-            LogicalCore::new(1).into(),
-            64,
-            Some("h1"),
-            None,
-        )
+        .tensor_allocate(Placement::Host, LogicalCore::new(1).into(), 64, Some("h1"))
         .unwrap();
     assert_eq!(n.tensor_device_allocation_info(h1).unwrap().hbm_index, 1);
     assert_eq!(n.tensor_device_allocation_info(d1).unwrap().hbm_index, 1);
-    n.tensor_free(h1, None).unwrap();
+    n.tensor_free(h1).unwrap();
     n.tensor_copy(v, 0, d0, 0, 64).unwrap();
     n.tensor_copy(d0, 0, h, 0, 64).unwrap();
     let mut b = [0u8; 64];
@@ -267,25 +221,25 @@ fn virtual_attach_copy_and_host_placement() {
     assert!(n.tensor_read(e, &mut b[..1], 0).is_err(), "no storage yet");
     // SAFETY: `buf` (32 bytes) outlives `e`, which is freed below; nothing else touches it
     // meanwhile.
-    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&HEAP)) }.unwrap();
+    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32) }.unwrap();
     n.tensor_write(e, &[9u8; 4], 0).unwrap();
-    n.tensor_free(e, Some(&HEAP)).unwrap();
+    n.tensor_free(e).unwrap();
     assert_eq!(
         &buf[..5],
         &[9, 9, 9, 9, 1],
         "the caller's buffer is never freed by us"
     );
     for t in [v, h, d0, d1] {
-        n.tensor_free(t, Some(&HEAP)).unwrap();
+        n.tensor_free(t).unwrap();
     }
     assert_eq!(
-        n.tensor_free(TensorHandle::from_parts(0, 0, 0), None)
+        n.tensor_free(TensorHandle::from_parts(0, 0, 0))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(
-        n.tensor_free(v, None).unwrap_err(),
+        n.tensor_free(v).unwrap_err(),
         common::stale(nrt_core::HandleKind::Tensor),
         "double free"
     );
@@ -309,7 +263,6 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
             LogicalCore::new(0).into(),
             size,
             Some(name),
-            None,
         )
         .unwrap()
     };
@@ -353,26 +306,14 @@ fn independent_instances_do_not_share_state() {
     let st = CoreState::new_boxed();
     let n2 = Nrt::new(&st, &*f1.sim);
     assert_eq!(
-        n2.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            None,
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n2.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_UNINITIALIZED
     );
     let t = f1
         .nrt()
-        .tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            None,
-            None,
-        )
+        .tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
         .unwrap();
     assert!(
         matches!(
@@ -395,22 +336,10 @@ fn virtual_tensors_from_a_static_arena() {
     let n = f.nrt();
     let before = POOL.free_bytes();
     let a = n
-        .tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            1000,
-            Some("a"),
-            Some(&POOL),
-        )
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 1000, Some("a"))
         .unwrap();
     let b = n
-        .tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            4096,
-            Some("b"),
-            Some(&POOL),
-        )
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("b"))
         .unwrap();
     n.tensor_write(a, &[3u8; 1000], 0).unwrap();
     n.tensor_copy(a, 0, b, 100, 1000).unwrap();
@@ -418,19 +347,13 @@ fn virtual_tensors_from_a_static_arena() {
     n.tensor_read(b, &mut out, 0).unwrap();
     assert!(out[..100].iter().all(|x| *x == 0) && out[100..].iter().all(|x| *x == 3));
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            2 << 20,
-            Some("big"),
-            Some(&POOL)
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Virtual, CoreSel::Any, 2 << 20, Some("big"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC
     );
-    n.tensor_free(a, Some(&POOL)).unwrap();
-    n.tensor_free(b, Some(&POOL)).unwrap();
+    n.tensor_free(a).unwrap();
+    n.tensor_free(b).unwrap();
     assert_eq!(POOL.free_bytes(), before.min(1 << 20));
 }
 
@@ -442,7 +365,7 @@ fn tensor_name_outlives_the_tensor() {
     let n = f.nrt();
     let t = n.tensor_allocate_empty(Some("alpha")).unwrap();
     let name = n.tensor_name(t).unwrap();
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
     let mut others = Vec::new();
     loop {
         let u = n.tensor_allocate_empty(Some("ZZZZZ")).unwrap();
@@ -463,12 +386,12 @@ fn tensor_name_outlives_the_tensor() {
         "the name read before the free is unchanged"
     );
     for u in others {
-        n.tensor_free(u, None).unwrap();
+        n.tensor_free(u).unwrap();
     }
     let long = "n".repeat(95);
     let t = n.tensor_allocate_empty(Some(&long)).unwrap();
     assert_eq!(&*n.tensor_name(t).unwrap(), long.as_str(), "95 bytes fit");
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
 }
 
 /// `tensor_copy` within one storage with overlapping ranges: the 4 KiB chunks went forward, so
@@ -497,13 +420,7 @@ fn overlapping_copy_within_a_storage_is_memmove() {
         );
     };
     let v = n
-        .tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            16384,
-            Some("v"),
-            Some(&HEAP),
-        )
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 16384, Some("v"))
         .unwrap();
     let d = n
         .tensor_allocate(
@@ -511,7 +428,6 @@ fn overlapping_copy_within_a_storage_is_memmove() {
             LogicalCore::new(0).into(),
             16384,
             Some("d"),
-            None,
         )
         .unwrap();
     for (t, what) in [(v, "VIRTUAL"), (d, "DEVICE")] {
@@ -532,7 +448,7 @@ fn overlapping_copy_within_a_storage_is_memmove() {
     n.tensor_read(v, &mut got, 0).unwrap();
     assert!(got == want, "slices sharing a storage: not memmove");
     for t in [lo, hi, v, d] {
-        n.tensor_free(t, Some(&HEAP)).unwrap();
+        n.tensor_free(t).unwrap();
     }
 }
 
@@ -595,7 +511,6 @@ fn an_execute_in_flight_when_close_begins_completes() {
             LogicalCore::new(0).into(),
             16,
             Some(name),
-            None,
         )
         .unwrap()
     };
@@ -649,13 +564,7 @@ fn copy_model(
     let outs = [TensorDecl::new("x", out)];
     let h = load_io_model(n, 0, &ins, &outs);
     let a = n
-        .tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            Some("a"),
-            None,
-        )
+        .tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("a"))
         .unwrap();
     let x = n
         .tensor_allocate(
@@ -663,7 +572,6 @@ fn copy_model(
             LogicalCore::new(0).into(),
             out,
             Some("x"),
-            None,
         )
         .unwrap();
     let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
@@ -733,7 +641,7 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
         assert!(reader.join().unwrap() > 0);
     });
     for t in [a, x] {
-        n.tensor_free(t, None).unwrap();
+        n.tensor_free(t).unwrap();
     }
     n.unload_model(h).unwrap();
 }
@@ -780,14 +688,8 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     };
     let (p, c) = (load(0, "a", "x"), load(1, "x", "z"));
     let mk = |name| {
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            N,
-            Some(name),
-            None,
-        )
-        .unwrap()
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), N, Some(name))
+            .unwrap()
     };
     let (a1, a2, x, z) = (mk("a"), mk("a"), mk("x"), mk("z"));
     n.tensor_write(a1, &vec![0x11; N as usize], 0).unwrap();
@@ -836,7 +738,7 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
     let outs = [TensorDecl::new("x", N), TensorDecl::new("y", N)];
     let m = load_io_model(&n, 0, &ins, &outs);
     let on = |vnc, name| {
-        n.tensor_allocate(Placement::Device, vnc, N, Some(name), None)
+        n.tensor_allocate(Placement::Device, vnc, N, Some(name))
             .unwrap()
     };
     let (a, b, x, y) = (
@@ -889,11 +791,11 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
     );
     let n = f.nrt();
     for size in [64u64, 4096, 100_000] {
-        n.tensor_allocate(Placement::Virtual, CoreSel::Any, size, Some("left"), None)
+        n.tensor_allocate(Placement::Virtual, CoreSel::Any, size, Some("left"))
             .unwrap();
     }
     let slice_src = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 512, Some("src"), None)
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 512, Some("src"))
         .unwrap();
     n.tensor_allocate_slice(slice_src, 0, 256, Some("slice"))
         .unwrap();
@@ -902,7 +804,6 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
         LogicalCore::new(0).into(),
         4096,
         Some("dev"),
-        None,
     )
     .unwrap();
     assert_eq!(out(), 64 + 4096 + 100_000 + 512);
@@ -921,21 +822,15 @@ fn a_view_over_other_resources_is_refused() {
     );
     let n = f.nrt();
     let t = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("mine"), None)
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("mine"))
         .unwrap();
     let before = snapshot(&n);
     // Another driver over the same state block: every call is refused, nothing changes.
     let other_sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
     let wrong = Nrt::with_host(&f.st, &*other_sim, &HEAP);
-    assert_eq!(wrong.tensor_free(t, None), Err(Error::ForeignResources));
+    assert_eq!(wrong.tensor_free(t), Err(Error::ForeignResources));
     assert_eq!(
-        wrong.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            4096,
-            None,
-            None
-        ),
+        wrong.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 4096, None),
         Err(Error::ForeignResources)
     );
     assert_eq!(wrong.close(), Err(Error::ForeignResources));
@@ -947,13 +842,8 @@ fn a_view_over_other_resources_is_refused() {
     let no_host = Nrt::new(&f.st, &*f.sim);
     assert_eq!(no_host.tensor_get_size(t), Err(Error::ForeignResources));
     let other_host = Nrt::with_host(&f.st, &*f.sim, &OTHER);
-    assert_eq!(
-        other_host.tensor_free(t, None),
-        Err(Error::ForeignResources)
-    );
-    // A per-call provider that is not the bound one is refused (it never frees what the
-    // bound one allocated).
-    assert_eq!(n.tensor_free(t, Some(&OTHER)), Err(Error::ForeignResources));
+    assert_eq!(other_host.tensor_free(t), Err(Error::ForeignResources));
+    // No call takes a per-call provider any more: a free always goes to the bound one.
     assert_eq!(
         Error::ForeignResources.status(),
         NRT_STATUS::NRT_INVALID,
@@ -961,7 +851,7 @@ fn a_view_over_other_resources_is_refused() {
     );
     assert_eq!(snapshot(&n), before);
     assert_eq!(n.tensor_get_size(t), Ok(64));
-    n.tensor_free(t, Some(&HEAP)).unwrap();
+    n.tensor_free(t).unwrap();
     n.close().unwrap();
     // After close, a new init may bind other resources.
     let again = Nrt::new(&f.st, &*other_sim);
@@ -980,10 +870,10 @@ fn any_core_is_core_0_off_device_and_fails_the_range_gate_as_minus_1_on_device()
     let n = f.nrt();
     let owned = n.visible_vnc_count();
     let v = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"), None)
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))
         .unwrap();
     let h = n
-        .tensor_allocate(Placement::Host, CoreSel::Any, 64, Some("h"), None)
+        .tensor_allocate(Placement::Host, CoreSel::Any, 64, Some("h"))
         .unwrap();
     let host = n.vnc_usage(LogicalCore::FIRST).unwrap().host;
     assert!(
@@ -991,9 +881,9 @@ fn any_core_is_core_0_off_device_and_fails_the_range_gate_as_minus_1_on_device()
         "HOST tensor booked on core 0"
     );
     assert_eq!(
-        n.tensor_allocate(Placement::Device, CoreSel::Any, 64, Some("d"), None),
+        n.tensor_allocate(Placement::Device, CoreSel::Any, 64, Some("d")),
         Err(Error::LogicalCoreOutOfRange { vnc: -1, owned })
     );
-    n.tensor_free(v, None).unwrap();
-    n.tensor_free(h, None).unwrap();
+    n.tensor_free(v).unwrap();
+    n.tensor_free(h).unwrap();
 }

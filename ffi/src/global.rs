@@ -171,7 +171,7 @@ impl Runtime {
         match self.encode(KIND_TENSOR, index, generation) {
             Some(v) => Ok(handle_ptr(v)),
             None => {
-                let _ = self.rt.nrt().tensor_free(h, Some(self.rt.host_mem()));
+                let _ = self.rt.nrt().tensor_free(h);
                 Err(too_many("tensor", index))
             }
         }

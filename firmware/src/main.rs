@@ -381,7 +381,7 @@ impl Run {
             } else {
                 "output0"
             };
-            *t = n.tensor_allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name), None)?;
+            *t = n.tensor_allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name))?;
             let info = n.tensor_device_allocation_info(*t)?;
             let pc = n.virtual_core(vnc)?.tpbs[0];
             let booked = n.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
@@ -402,13 +402,7 @@ impl Run {
             );
         }
         // A VIRTUAL tensor: plain host bytes from a static arena (no heap), written and read back.
-        let v = n.tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            4096,
-            Some("scratch"),
-            Some(&HOST_POOL),
-        )?;
+        let v = n.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("scratch"))?;
         n.tensor_write(v, &[0xa5; 64], 100)?;
         let mut back = [0u8; 64];
         n.tensor_read(v, &mut back, 100)?;
@@ -416,7 +410,7 @@ impl Run {
             back == [0xa5; 64],
             format_args!("VIRTUAL tensor bytes did not round-trip"),
         );
-        n.tensor_free(v, Some(&HOST_POOL))?;
+        n.tensor_free(v)?;
         self.check(
             HOST_POOL.free_bytes() == HOST_POOL_BYTES as u64,
             format_args!("VIRTUAL tensor memory not returned to the static pool"),
@@ -426,7 +420,7 @@ impl Run {
             "  tensor        scratch    VIRTUAL, 4 KiB from a static pool: bytes round-trip, freed"
         );
         // One is freed here, the other is left for `close` to reclaim.
-        n.tensor_free(tensors[0], None)?;
+        n.tensor_free(tensors[0])?;
 
         // Unload one model: exactly its bytes go, the others stay.
         let h = handles[UNLOADED];
@@ -480,7 +474,7 @@ impl Run {
                     count += 1;
                 }
                 Ok(t) => {
-                    n.tensor_free(t, None)?;
+                    n.tensor_free(t)?;
                     break None;
                 }
                 Err(e) => break Some(e),
@@ -492,11 +486,10 @@ impl Run {
             LogicalCore::FIRST.into(),
             MIB,
             Some("late"),
-            None,
         );
         let unchanged = self.snapshot() == before;
         for t in &taken[..count] {
-            n.tensor_free(*t, None)?;
+            n.tensor_free(*t)?;
         }
         let ok = matches!(err, Some(Error::ArenaFull(a)) if a.arena == "nrt_tensor_t" && a.capacity == (CAPS.tensors as usize))
             && count + 1 == (CAPS.tensors as usize) // one slot is held by the tensor `close` frees

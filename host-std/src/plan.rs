@@ -398,7 +398,6 @@ impl Scratch {
                     CoreSel::from_c(core),
                     t.size,
                     Some(&t.name),
-                    Some(self.rt.host_mem()),
                 ) {
                     Ok(h) => {
                         tensors.push(h);
@@ -422,7 +421,7 @@ impl Scratch {
     fn undo(&self, handle: ModelHandle, tensors: &[TensorHandle]) {
         let nrt = self.rt.nrt();
         for t in tensors {
-            if let Err(e) = nrt.tensor_free(*t, Some(self.rt.host_mem())) {
+            if let Err(e) = nrt.tensor_free(*t) {
                 log::warn!(target: "nrt_dmem::plan", "freeing a scratch tensor: {e}");
             }
         }

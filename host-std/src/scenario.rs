@@ -1453,13 +1453,10 @@ impl Session {
                 "a tensor named `{name}` already exists"
             )));
         }
-        let r = self.rt.nrt().tensor_allocate(
-            placement,
-            CoreSel::from_c(core),
-            size,
-            Some(name),
-            Some(self.rt.host_mem()),
-        );
+        let r = self
+            .rt
+            .nrt()
+            .tensor_allocate(placement, CoreSel::from_c(core), size, Some(name));
         match r {
             Ok(t) => {
                 self.tensors.push(NamedTensor {
@@ -1482,9 +1479,7 @@ impl Session {
             .iter()
             .position(|t| t.name == name)
             .ok_or_else(|| StepError::Usage(format!("no tensor named `{name}`")))?;
-        self.rt
-            .nrt()
-            .tensor_free(self.tensors[i].tensor, Some(self.rt.host_mem()))?;
+        self.rt.nrt().tensor_free(self.tensors[i].tensor)?;
         self.tensors.remove(i);
         Ok(())
     }
@@ -1547,7 +1542,6 @@ impl Session {
                                 CoreSel::from_c(m.core),
                                 d.size,
                                 Some(&d.name),
-                                None,
                             )?;
                             created.push(t);
                             t
@@ -1607,7 +1601,7 @@ impl Session {
             let _ = nrt.set_destroy(s);
         }
         for t in created {
-            let _ = nrt.tensor_free(t, None);
+            let _ = nrt.tensor_free(t);
         }
         result.map_err(|e| self.note_error(e))
     }
