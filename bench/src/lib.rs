@@ -936,10 +936,10 @@ pub fn tensor_threads(
     let work = |vnc: LogicalCore| -> Option<()> {
         for _ in 0..ops {
             let t = n
-                .tensor_allocate(placement, vnc.into(), 4096, Some("bench"), None)
+                .tensor_allocate(placement, vnc.into(), 4096, Some("bench"))
                 .ok()?;
             n.tensor_write(t, &data, 0).ok()?;
-            n.tensor_free(t, None).ok()?;
+            n.tensor_free(t).ok()?;
         }
         Some(())
     };

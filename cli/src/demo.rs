@@ -168,7 +168,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
             "   {:<4} {:<22} {:>6} {:>12} {:>12}",
             core,
             m.name,
-            h.id,
+            h.h_model().id,
             fmt_bytes(dev[22]),
             fmt_bytes(host[22])
         ))?;

@@ -125,7 +125,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
                 .unwrap_or(0);
             ModelStats {
                 name: m.name.clone(),
-                handle: m.handle.id,
+                handle: m.handle.h_model().id,
                 core: m.core,
                 device,
                 dev,

@@ -384,7 +384,40 @@ unsafe impl Generational for crate::abi::nrt_tensor_t {
     const REFS: usize = core::mem::offset_of!(crate::abi::nrt_tensor_t, ref_count);
 }
 
+// SAFETY: `generation` is a u32 at offset 0 and `refs` an AtomicU64 at 8 (repr(C), pinned
+// by the const asserts beside the type); the core reaches `generation` only through
+// `Arena::words` (atomically) and `refs` only as the atomic it is.
+unsafe impl Generational for crate::tensor::SetSlot {
+    const GEN: usize = core::mem::offset_of!(crate::tensor::SetSlot, generation);
+    const REFS: usize = core::mem::offset_of!(crate::tensor::SetSlot, refs);
+}
+
 impl<T: Generational> Arena<T> {
+    /// Resolves handle words `(index, generation)` of a slot of this arena and pins the
+    /// object they name ([`crate::handle::pin`]): the slot and a reference to its word,
+    /// which the caller must [`crate::handle::unpin`]. An index past the arena or an even
+    /// generation is `Forged`; a slot whose object is gone (or was never this one) is
+    /// `Stale`. The epoch is the caller's to check first.
+    #[inline]
+    pub(crate) fn pin(
+        &self,
+        index: u32,
+        generation: u32,
+        kind: crate::handle::HandleKind,
+    ) -> Result<(*mut T, &AtomicU64), crate::Error> {
+        let p = self.slot(index).ok_or(crate::Error::forged(kind))?;
+        if generation & 1 == 0 {
+            return Err(crate::Error::forged(kind));
+        }
+        // SAFETY: `p` is a slot of this arena (`slot` bounds-checked the index).
+        let (gen, refs) = unsafe { self.words(p) };
+        if crate::handle::pin(gen, refs, generation) {
+            Ok((p, refs))
+        } else {
+            Err(crate::Error::stale(kind))
+        }
+    }
+
     /// The generation and reference words of slot `p` (a slot of this arena, live or not).
     ///
     /// # Safety

@@ -31,6 +31,8 @@ pub struct Capacity {
     pub tensors: u32,
     /// Live tensor storages (`nrt_tensor_storage_t`, 320 B each).
     pub storages: u32,
+    /// Live tensor sets (`nrt_tensor_set_t`, spec §7.3: 64 named tensors, 6.9 KiB each).
+    pub sets: u32,
     /// Shards per arena (1..=[`crate::arena::MAX_SHARDS`]): calls preferring different
     /// shards (different cores) take different locks.
     pub shards: u32,
@@ -50,6 +52,7 @@ impl Capacity {
         ulib_sets: 256,
         tensors: 8192,
         storages: 8192,
+        sets: 1024,
         shards: crate::arena::MAX_SHARDS as u32,
     };
 
@@ -65,6 +68,7 @@ impl Capacity {
         ulib_sets: 32,
         tensors: 1024,
         storages: 1024,
+        sets: 32,
         shards: 2,
     };
 
@@ -86,6 +90,7 @@ impl Capacity {
             (self.ulib_sets, "Capacity.ulib_sets must be 1..=16777216"),
             (self.tensors, "Capacity.tensors must be 1..=16777216"),
             (self.storages, "Capacity.storages must be 1..=16777216"),
+            (self.sets, "Capacity.sets must be 1..=16777216"),
         ];
         let mut i = 0;
         while i < arenas.len() {

@@ -251,13 +251,15 @@ pub struct CoreState {
     /// Per `tensors` slot: the tensor's name text (`nrt_tensor_t.name` points here).
     pub(crate) tensor_names: SideTable<[u8; crate::tensor::TENSOR_NAME_MAX + 1]>,
     pub(crate) storages: Arena<nrt_tensor_storage_t>,
+    /// Tensor sets ([`crate::tensor::SetSlot`]), named by `SetHandle`s.
+    pub(crate) sets: Arena<crate::tensor::SetSlot>,
 }
 
 /// Where each arena's storage starts in a state block's storage region, for a [`Capacity`]
 /// (one computation for both sizing and binding, so the two cannot disagree).
 #[derive(Copy, Clone, Debug)]
 struct Plan {
-    at: [usize; 15],
+    at: [usize; 16],
     total: usize,
 }
 
@@ -273,6 +275,7 @@ impl Plan {
             c.tensors as usize,
             c.storages as usize,
         );
+        let sets = c.sets as usize;
         let dbs = c.devices as usize * constants::TPBS_PER_MLA;
         let sizes = [
             Arena::<dmem_t>::storage_bytes(d),
@@ -290,8 +293,9 @@ impl Plan {
             Arena::<nrt_tensor_t>::storage_bytes(t),
             SideTable::<[u8; crate::tensor::TENSOR_NAME_MAX + 1]>::bytes(t),
             Arena::<nrt_tensor_storage_t>::storage_bytes(s),
+            Arena::<crate::tensor::SetSlot>::storage_bytes(sets),
         ];
-        let mut at = [0; 15];
+        let mut at = [0; 16];
         let mut total = 0;
         let mut i = 0;
         while i < sizes.len() {
@@ -434,6 +438,12 @@ impl CoreState {
             self.tensor_names.bind(at(13), t);
             self.storages
                 .bind(at(14), s, sh, "Capacity.storages (NRT_DMEM_MAX_TENSORS)");
+            self.sets.bind(
+                at(15),
+                caps.sets as usize,
+                1,
+                "Capacity.sets (NRT_DMEM_MAX_SETS)",
+            );
         }
         self.caps = *caps;
     }
@@ -482,7 +492,7 @@ impl CoreState {
     }
 
     /// Number of static arenas in a `CoreState` (the length of [`Self::arena_stats`]).
-    pub const ARENA_COUNT: usize = 12;
+    pub const ARENA_COUNT: usize = 13;
 
     /// Per-arena occupancy, for footprint reports.
     pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); Self::ARENA_COUNT] {
@@ -499,6 +509,7 @@ impl CoreState {
             ("ulib_set", self.ulib_sets.stats()),
             ("nrt_tensor_t", self.tensors.stats()),
             ("nrt_tensor_storage_t", self.storages.stats()),
+            ("tensor_set", self.sets.stats()),
         ]
     }
 }
@@ -595,19 +606,6 @@ impl<'a> Nrt<'a> {
             Ok(())
         } else {
             Err(Error::ForeignResources)
-        }
-    }
-
-    /// The provider a call uses: the bound one. A per-call provider (the libnrt-shaped
-    /// argument) must be that same one, else [`Error::ForeignResources`]: a free can never go
-    /// to a heap that did not hand the memory out.
-    pub(crate) fn host_for(
-        &self,
-        given: Option<&dyn crate::tensor::HostMem>,
-    ) -> Result<Option<&'a dyn crate::tensor::HostMem>> {
-        match given {
-            Some(g) if self.host.map_or(0, addr) != addr(g) => Err(Error::ForeignResources),
-            _ => Ok(self.host),
         }
     }
 
@@ -1065,7 +1063,7 @@ impl<'a> Nrt<'a> {
     }
 
     /// `tdrv_destroy` (spec §12): unloads every model (draining in-flight executions), frees
-    /// every tensor, the scratchpad pages, the shared ext-isa copies and the GLOBAL allocators,
+    /// every tensor set and every tensor, the scratchpad pages, the shared ext-isa copies and the GLOBAL allocators,
     /// and reclaims what the dmem API left behind. Afterwards the driver holds no memory of
     /// this runtime.
     ///
@@ -1096,6 +1094,7 @@ impl<'a> Nrt<'a> {
         // No call is in flight: from here no handle of this runtime resolves again.
         self.st.epoch.store(0, Ordering::Release);
         self.unload_all_models();
+        self.free_all_sets();
         self.free_all_tensors();
         for d in 0..self.attached_devices() {
             for t in 0..self.dev_geom(d).cores {

@@ -67,20 +67,25 @@ pub enum Error {
     /// A dmem that was already freed (or never allocated), named by raw pointer
     /// ([`crate::raw`]); through a handle this is [`Error::InvalidHandle`].
     DoubleFree,
-    /// A handle that names no live object of this runtime: stale (freed, at any age), forged
-    /// or foreign (another runtime, or this one before close / re-init). NRT_INVALID.
+    /// A handle that names no live object of this runtime: stale (freed or unloaded, at any
+    /// age), forged or foreign (another runtime, or this one before close / re-init).
+    /// NRT_INVALID; NRT_INVALID_HANDLE for a model handle (libnrt's status for a model that
+    /// is not loaded).
     InvalidHandle(crate::handle::HandleError),
     /// A dmem that does not belong to the allocator it was given to.
     ForeignDmem,
     /// The call came through a view ([`crate::Nrt`]) over another driver or host-memory
-    /// provider than the state block was initialised with, or named a per-call provider that
-    /// is not the bound one (issue 16 item 2). Nothing was done.
+    /// provider than the state block was initialised with (issue 16 item 2). Nothing was
+    /// done.
     ForeignResources,
     /// A [`crate::Capacity`] field out of range (`Capacity::check`; the message names the
     /// field and its range). NRT_INVALID.
     InvalidCapacity(&'static str),
     /// A static arena is full (distinct from device OOM).
     ArenaFull(ArenaFull),
+    /// A tensor set that already holds [`crate::tensor::SET_MAX`] (64) tensors
+    /// ([`crate::Nrt::set_add`]; NRT_RESOURCE, as the C API answers).
+    SetFull,
     /// Device HBM exhausted (`ENOMEM` on TONGA_DRAM → NRT_RESOURCE, spec §3.2 GOTCHA).
     DeviceOom {
         /// Bytes requested.
@@ -129,8 +134,6 @@ pub enum Error {
         /// Logical cores present.
         total: u32,
     },
-    /// Unknown or stale model handle.
-    UnknownModel(u32),
     /// A model handle already present in the core's model_db (spec §4.3).
     DuplicateModel(u32),
     /// A model description that cannot be loaded (message says why).
@@ -241,8 +244,6 @@ invalid_args! {
     TensorSizeMismatch => "tensor size differs from the model's declaration",
     /// `execute` binding more than 64 tensors.
     TooManyBound => "more than 64 tensors bound",
-    /// A [`crate::tensor::TensorSet`] that already holds 64 tensors.
-    TensorSetFull => "tensor set is full (64 tensors)",
     /// A `StaticState` whose storage is smaller than its capacity needs.
     StaticStorageTooSmall => "the static storage is smaller than the capacity needs (size it with CoreState::storage_bytes)",
     /// A `StaticState` bound a second time.
@@ -284,9 +285,14 @@ impl Error {
         match self {
             Error::DeviceOom { .. } => NRT_RESOURCE,
             Error::HostOom { .. } => NRT_FAIL_HOST_MEM_ALLOC,
-            Error::ArenaFull(_) => NRT_RESOURCE,
+            Error::ArenaFull(_) | Error::SetFull => NRT_RESOURCE,
             Error::ForeignResources | Error::InvalidCapacity(_) => NRT_INVALID,
-            Error::UnknownModel(_) | Error::DuplicateModel(_) => NRT_INVALID_HANDLE,
+            // libnrt's status for a model that is not loaded (public API §2, `nrt_unload`).
+            Error::InvalidHandle(crate::handle::HandleError {
+                kind: crate::handle::HandleKind::Model,
+                ..
+            })
+            | Error::DuplicateModel(_) => NRT_INVALID_HANDLE,
             Error::TooManyLibs(_) | Error::AlreadyInitialized => NRT_FAILURE,
             Error::Driver(errno::ENOMEM) => NRT_RESOURCE,
             Error::Driver(_) => NRT_FAILURE,
@@ -369,6 +375,7 @@ impl fmt::Display for Error {
             ),
             Error::DoubleFree => f.write_str("dmem already freed (double free)"),
             Error::InvalidHandle(h) => write!(f, "{h}"),
+            Error::SetFull => f.write_str("tensor set is full (64 tensors)"),
             Error::ForeignDmem => f.write_str("dmem does not belong to this allocator"),
             Error::ForeignResources => f.write_str(
                 "this runtime is bound to another driver or host-memory provider (the ones it \
@@ -468,10 +475,6 @@ impl fmt::Display for Error {
                     _ => write!(f, ", but the {total} present are 0-{}", total - 1),
                 }
             }
-            Error::UnknownModel(h) => write!(
-                f,
-                "model handle {h} is unknown (never loaded or already unloaded)"
-            ),
             Error::DuplicateModel(h) => write!(f, "Model {h} already in DB"),
             Error::InvalidModel(m) => write!(f, "invalid model: {m}"),
             Error::TooManyLibs(n) => write!(f, "Exceeded max number of GPSIMD libs: {n} > 9"),

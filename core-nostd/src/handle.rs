@@ -197,6 +197,10 @@ pub enum HandleKind {
     Dmem,
     /// A [`TensorHandle`].
     Tensor,
+    /// A [`ModelHandle`].
+    Model,
+    /// A [`SetHandle`].
+    Set,
 }
 
 /// Why a handle was refused.
@@ -228,8 +232,15 @@ impl fmt::Display for HandleError {
         let kind = match self.kind {
             HandleKind::Dmem => "dmem",
             HandleKind::Tensor => "tensor",
+            HandleKind::Model => "model",
+            HandleKind::Set => "tensor set",
         };
         match self.fault {
+            HandleFault::Stale if self.kind == HandleKind::Model => write!(
+                f,
+                "model handle names no loaded model (already unloaded, being unloaded, or \
+                 never loaded)"
+            ),
             HandleFault::Stale => write!(
                 f,
                 "{kind} handle names no live {kind} (already freed, being freed, or never made)"
@@ -352,6 +363,46 @@ handle_type!(
     TensorHandle,
     HandleKind::Tensor
 );
+
+handle_type!(
+    /// A tensor set (`nrt_tensor_set_t`: name → tensor, spec §7.3) of one runtime, as the
+    /// safe API names it: `Copy + Send + Sync`; a stale, forged or foreign one is refused at
+    /// any age (`Error::InvalidHandle`). See the module docs for the protocol and the wrap
+    /// bound.
+    SetHandle,
+    HandleKind::Set
+);
+
+handle_type!(
+    /// A resident model of one runtime (spec §4), as the safe API names it: `Copy + Send +
+    /// Sync`. Its words are `(logical core, H_MODEL id, epoch)`: the core says whose
+    /// `model_db` to look in (no scan over the cores), the id is the `H_MODEL` the ABI stores
+    /// (`model_t.h_model`, the `model_db` key, `tpb.h_running_model`) and logs print, and the
+    /// epoch refuses a handle of another runtime or of this one before `close` / re-`init`.
+    ///
+    /// Models are not named through an arena generation: their ids come from the
+    /// process-wide `tdrv_get_unique_h_model` counter (spec §4.2), which never hands an id
+    /// out twice below 2³² loads, so a handle whose id is not in its core's `model_db` is
+    /// stale (unloaded, at any age) or forged, and is refused (`Error::InvalidHandle`,
+    /// NRT_INVALID_HANDLE). The pin is the `model_t.ref_count` libnrt's unload drains
+    /// (spec §4.4–§4.5), taken under the `model_db` lock.
+    ModelHandle,
+    HandleKind::Model
+);
+
+impl ModelHandle {
+    /// The `H_MODEL` the ABI stores for this model (and logs print).
+    pub const fn h_model(self) -> crate::abi::H_MODEL {
+        crate::abi::H_MODEL {
+            id: self.0.generation,
+        }
+    }
+
+    /// The logical core the model was loaded on (spec §9).
+    pub const fn core(self) -> crate::vcore::LogicalCore {
+        crate::vcore::LogicalCore::new(self.0.index)
+    }
+}
 
 /// The process-wide epoch counter: every `init` takes the next value (never 0).
 static EPOCH: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);

@@ -46,7 +46,9 @@ pub use static_assertions as __static_assertions;
 pub use config::Capacity;
 pub use ctx::{CoreState, InitOptions, Nrt, StaticState};
 pub use error::{Error, InvalidArg, Result};
-pub use handle::{DmemHandle, HandleError, HandleFault, HandleKind, TensorHandle};
+pub use handle::{
+    DmemHandle, HandleError, HandleFault, HandleKind, ModelHandle, SetHandle, TensorHandle,
+};
 pub use ledger::{DeviceTotals, UsageSel};
 pub use vcore::{CoreSel, LogicalCore};
 

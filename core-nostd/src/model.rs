@@ -17,6 +17,7 @@ use crate::cstr::{c_name, copy_c_name};
 use crate::ctx::{MemRefSet, Nrt};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
+use crate::handle::{HandleKind, ModelHandle};
 use crate::ht;
 use crate::loom::Atomic;
 use crate::sync::{relax, MutexGuard};
@@ -87,14 +88,68 @@ pub struct ModelAlloc<'a> {
     pub hint: &'a str,
 }
 
-/// A declared input or output tensor.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+/// A declared input or output tensor: what `nrt_get_model_tensor_info` reports for it
+/// (public `nrt_experimental.h` `nrt_tensor_info_t`: name, size, dtype, shape; the usage
+/// follows from the list it is in).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct TensorDecl<'a> {
-    /// Name.
+    /// Name: 1..=[`IO_NAME_MAX`] bytes (the longest name a tensor set binds).
     pub name: &'a str,
     /// Bytes.
     pub size: u64,
+    /// Element type: the public `nrt_dtype_t` value (0, `NRT_DTYPE_UNKNOWN`, when not
+    /// known). Kept as given: the core does not interpret it.
+    pub dtype: u32,
+    /// Dimensions, outermost first (at most [`IO_DIMS_MAX`]; empty when not known).
+    pub shape: &'a [u32],
+}
+
+impl<'a> TensorDecl<'a> {
+    /// A tensor of `size` bytes with no element type or shape declared.
+    pub const fn new(name: &'a str, size: u64) -> Self {
+        TensorDecl {
+            name,
+            size,
+            dtype: 0,
+            shape: &[],
+        }
+    }
+}
+
+/// Longest declared input / output name (bytes, excluding the NUL): the longest name a
+/// tensor set can bind ([`crate::tensor::TENSOR_NAME_MAX`]). `nrt_tensor_info_t.name` holds
+/// 255, but a model with a longer name could never be executed, so it is refused at load.
+pub const IO_NAME_MAX: usize = crate::tensor::TENSOR_NAME_MAX;
+
+/// Most dimensions of a declared tensor (the NEFF reader's `MAX_DIMS`, neff-format §6).
+pub const IO_DIMS_MAX: usize = 32;
+
+/// Whether a declared tensor is read or written by the model (`nrt_tensor_usage_t`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum IoUsage {
+    /// `NRT_TENSOR_USAGE_INPUT` (0).
+    Input = 0,
+    /// `NRT_TENSOR_USAGE_OUTPUT` (1).
+    Output = 1,
+}
+
+/// One declared input or output of a resident model, as [`Nrt::for_each_model_io`] lends
+/// it (borrowed from the model's IO table while the call holds a reference on the model).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ModelIo<'s> {
+    /// Name.
+    pub name: &'s str,
+    /// Input or output.
+    pub usage: IoUsage,
+    /// Bytes.
+    pub size: u64,
+    /// `nrt_dtype_t` value as declared (0: unknown).
+    pub dtype: u32,
+    /// Dimensions as declared.
+    pub shape: &'s [u32],
 }
 
 /// The SBUF carveout a NEFF reserves (spec §8).
@@ -217,13 +272,17 @@ impl Drop for ExecGuard<'_> {
 }
 
 /// A model under construction; `Drop`-free so rollback is explicit.
-/// One declared input or output of a resident model: its name and size (what a NEFF's
-/// `neff.json` declares). `model_t` has no gap large enough for the table, so it lives beside
-/// the model arena, one table per slot (`CoreState::model_io`).
+/// One declared input or output of a resident model: what `nrt_get_model_tensor_info`
+/// returns for it (a NEFF's `neff.json` row, a manifest's tensor). `model_t` has no gap large
+/// enough for the table, so it lives beside the model arena, one table per slot
+/// (`CoreState::model_io`). Valid when all-zero.
 #[repr(C)]
 pub(crate) struct ModelIoEntry {
     pub(crate) size: u64,
-    pub(crate) name: [u8; 48],
+    pub(crate) dtype: u32,
+    pub(crate) ndim: u32,
+    pub(crate) shape: [u32; IO_DIMS_MAX],
+    pub(crate) name: [u8; IO_NAME_MAX + 1],
 }
 
 /// IO entries per model (inputs then outputs).
@@ -292,15 +351,18 @@ impl<'a> Nrt<'a> {
         if spec.subgraphs as usize > MAX_SUBGRAPHS {
             return Err(Error::InvalidModel("more than 8 subgraphs"));
         }
-        if spec.inputs.len() + spec.outputs.len() > 32 {
+        if spec.inputs.len() + spec.outputs.len() > MODEL_IO_MAX {
             return Err(Error::InvalidModel("more than 32 inputs + outputs"));
         }
         for t in spec.inputs.iter().chain(spec.outputs.iter()) {
-            if t.name.is_empty() || t.name.len() >= 48 {
-                return Err(Error::InvalidModel("tensor names must be 1..=47 bytes"));
+            if t.name.is_empty() || t.name.len() > IO_NAME_MAX {
+                return Err(Error::InvalidModel("tensor names must be 1..=95 bytes"));
             }
             if t.size == 0 {
                 return Err(Error::InvalidModel("tensor size must be > 0"));
+            }
+            if t.shape.len() > IO_DIMS_MAX {
+                return Err(Error::InvalidModel("a tensor has more than 32 dimensions"));
             }
         }
         let ends = spec.subgraph_ends;
@@ -389,7 +451,7 @@ impl<'a> Nrt<'a> {
     /// straight back, not through the quarantines (nobody saw them); scratchpad pages and the
     /// shared ext-isa copy, which others could see once claimed, go through them. High-water marks — the ledger's
     /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
-    pub fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<H_MODEL> {
+    pub fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<ModelHandle> {
         let _call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(vnc)?;
         let g = self.dev_geom(v.tpbs[0].device_id);
@@ -408,7 +470,11 @@ impl<'a> Nrt<'a> {
             ulib_tpb: null_mut(),
         };
         match self.load_into(&mut b, &v, spec, arch, vnc, before) {
-            Ok(h) => Ok(h),
+            Ok(h) => Ok(ModelHandle::from_parts(
+                vnc.index().unwrap_or(u32::MAX),
+                h.id,
+                self.epoch(),
+            )),
             Err(e) => {
                 self.rollback(&b);
                 Err(e)
@@ -570,8 +636,14 @@ impl<'a> Nrt<'a> {
             (*m).num_outputs = spec.outputs.len() as u32;
             let io = self.model_io_table(m);
             for (i, t) in spec.inputs.iter().chain(spec.outputs.iter()).enumerate() {
-                (*io)[i].size = t.size;
-                copy_c_name(&mut (*io)[i].name, t.name);
+                let e = &mut (*io)[i];
+                e.size = t.size;
+                e.dtype = t.dtype;
+                e.ndim = t.shape.len() as u32;
+                e.shape = [0; IO_DIMS_MAX];
+                e.shape[..t.shape.len()].copy_from_slice(t.shape);
+                e.name = [0; IO_NAME_MAX + 1];
+                copy_c_name(&mut e.name, t.name);
             }
             (*m).mem_usage_before = before;
             (*m).mem_usage_after = self.vnc_device_bytes(vnc);
@@ -676,24 +748,21 @@ impl<'a> Nrt<'a> {
         (node as *mut u8).wrapping_sub(core::mem::offset_of!(model_t, ht_node)) as *mut model_t
     }
 
-    /// The core (`tpb_t` of the first physical core) whose model_db holds `h`, and its vnc.
-    fn find_model_core(&self, h: H_MODEL) -> Result<(*mut tpb_t, LogicalCore)> {
-        if h.id == 0 {
-            return Err(Error::UnknownModel(0));
+    /// Resolves the core part of a model handle: its epoch must be this runtime's, and its
+    /// logical core one this runtime owns (whose first physical core's `model_db` holds the
+    /// model: no scan over the cores). Whether the model is still there is for the lookup
+    /// under the `model_db` lock ([`Self::get_model_ref_count`], [`Self::remove_model`]).
+    fn model_tpb(&self, h: ModelHandle) -> Result<(*mut tpb_t, LogicalCore)> {
+        self.check_epoch(h.0, HandleKind::Model)?;
+        if h.0.generation == constants::MODEL_HANDLE_RESERVED {
+            return Err(Error::forged(HandleKind::Model));
         }
-        for vnc in (0..self.owned_vnc_count()).map(LogicalCore::new) {
-            let v = self.vtpb_get_virtual_core(vnc)?;
-            let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
-            // SAFETY: resolved tpb; under model_db_lock.
-            let found = unsafe {
-                let _g = (*tpb).model_db_lock.lock();
-                !(*tpb).model_db.is_null() && ht::find((*tpb).model_db, h.id as u64).is_some()
-            };
-            if found {
-                return Ok((tpb, vnc));
-            }
-        }
-        Err(Error::UnknownModel(h.id))
+        let vnc = h.core();
+        let v = self
+            .vtpb_get_virtual_core(vnc)
+            .map_err(|_| Error::forged(HandleKind::Model))?;
+        let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
+        Ok((tpb, vnc))
     }
 
     /// `get_model_ref_count` (spec §4.4): looks `h` up and takes a reference under the lock,
@@ -705,7 +774,8 @@ impl<'a> Nrt<'a> {
             if (*tpb).model_db.is_null() {
                 return Err(Error::Closed);
             }
-            let node = ht::find((*tpb).model_db, h.id as u64).ok_or(Error::UnknownModel(h.id))?;
+            let node =
+                ht::find((*tpb).model_db, h.id as u64).ok_or(Error::stale(HandleKind::Model))?;
             let m = Self::model_of(node);
             (*m).ref_count.fetch_add(1, Ordering::AcqRel);
             Ok(m)
@@ -725,7 +795,7 @@ impl<'a> Nrt<'a> {
                     return Err(Error::Closed);
                 }
                 if ht::ht_find((*tpb).model_db, h.id as u64, None) != 0 {
-                    return Err(Error::UnknownModel(h.id));
+                    return Err(Error::stale(HandleKind::Model));
                 }
                 ht::ht_remove((*tpb).model_db, h.id as u64)
             };
@@ -764,16 +834,19 @@ impl<'a> Nrt<'a> {
 
     /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
     /// `model_free` (spec §4.5, §5.4). No other model's memory changes. `Closed` /
-    /// `Uninitialized` outside an initialised runtime (spec §7.2 state gate).
+    /// `Uninitialized` outside an initialised runtime (spec §7.2 state gate). A handle
+    /// already unloaded (at any age), forged, or of another runtime is
+    /// [`Error::InvalidHandle`] and nothing changes; of two racing unloads of one model,
+    /// exactly one unloads it.
     ///
     /// As with `close`: a thread must not unload while it holds an [`ExecGuard`] of a model on
     /// the same core. The guard holds the core's exec lock; an execution of the model being
     /// unloaded that waits for that lock already holds a model reference; and the unload
     /// waits for the model's references to go. The three would wait for each other forever.
-    pub fn unload_model(&self, h: H_MODEL) -> Result<()> {
+    pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
         let _call = self.enter()?;
-        let (tpb, _) = self.find_model_core(h)?;
-        let m = self.remove_model(tpb, h)?;
+        let (tpb, _) = self.model_tpb(h)?;
+        let m = self.remove_model(tpb, h.h_model())?;
         self.model_free(m);
         Ok(())
     }
@@ -816,10 +889,10 @@ impl<'a> Nrt<'a> {
     /// The exec seam (spec §4.6): takes a reference on `h` (so an unload waits), then each of
     /// its physical cores' exec locks in order (one model executes at a time per core), and
     /// marks it `h_running_model`. Dropping the guard undoes all three.
-    pub fn exec_begin(&self, h: H_MODEL) -> Result<ExecGuard<'a>> {
+    pub fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
         let _call = self.enter()?;
-        let (tpb0, vnc) = self.find_model_core(h)?;
-        let m = self.get_model_ref_count(tpb0, h)?;
+        let (tpb0, vnc) = self.model_tpb(h)?;
+        let m = self.get_model_ref_count(tpb0, h.h_model())?;
         let v = *self.vtpb_get_virtual_core(vnc)?;
         let mut g = ExecGuard {
             model: m,
@@ -833,7 +906,7 @@ impl<'a> Nrt<'a> {
             g._locks[j] = Some(ext.exec_lock.lock());
             ext.exec_count.fetch_add(1, Ordering::Relaxed);
             // SAFETY: under this core's exec lock.
-            unsafe { (*tpb).h_running_model = h };
+            unsafe { (*tpb).h_running_model = h.h_model() };
             g.tpbs[j] = tpb;
         }
         // SAFETY: we hold a reference.
@@ -843,13 +916,13 @@ impl<'a> Nrt<'a> {
 
     /// Footprint of a resident model (spec §4.4 lookup + reference, §5). `Closed` /
     /// `Uninitialized` outside an initialised runtime.
-    pub fn model_info(&self, h: H_MODEL) -> Result<ModelInfo> {
+    pub fn model_info(&self, h: ModelHandle) -> Result<ModelInfo> {
         self.with_model(h, |m, vnc, refs| {
             let scratchpad_pages = self
                 .cleanup_claim(m.scratchpad_cleanup_info)
                 .map_or(0, |(_, pages)| pages);
             let mut info = ModelInfo {
-                handle: h.id,
+                handle: h.h_model().id,
                 vnc,
                 scratchpad_pages,
                 shared_ulib: m.ulib_is_shared != 0,
@@ -873,7 +946,11 @@ impl<'a> Nrt<'a> {
 
     /// Calls `f(subgraph, dmem)` on every dmem of a resident model's MODEL heaps, one heap per
     /// subgraph (spec §5.2). `Closed` / `Uninitialized` outside an initialised runtime.
-    pub fn for_each_model_dmem(&self, h: H_MODEL, mut f: impl FnMut(u32, &dmem_t)) -> Result<()> {
+    pub fn for_each_model_dmem(
+        &self,
+        h: ModelHandle,
+        mut f: impl FnMut(u32, &dmem_t),
+    ) -> Result<()> {
         self.with_model(h, |m, _, _| {
             let n = (m.num_subgraphs as usize).min(m.sg_allocators.len());
             for (sg, al) in m.sg_allocators[..n].iter().enumerate() {
@@ -886,12 +963,12 @@ impl<'a> Nrt<'a> {
     /// `f(model, logical core, references held by others)`.
     fn with_model<R>(
         &self,
-        h: H_MODEL,
+        h: ModelHandle,
         f: impl FnOnce(&model_t, LogicalCore, u64) -> R,
     ) -> Result<R> {
         let _call = self.enter()?;
-        let (tpb, vnc) = self.find_model_core(h)?;
-        let m = self.get_model_ref_count(tpb, h)?;
+        let (tpb, vnc) = self.model_tpb(h)?;
+        let m = self.get_model_ref_count(tpb, h.h_model())?;
         // SAFETY: we hold a reference: the model is not freed until we drop it below.
         let r = unsafe { f(&*m, vnc, (*m).ref_count.load(Ordering::Acquire) - 1) };
         // SAFETY: the reference taken above.
@@ -902,9 +979,10 @@ impl<'a> Nrt<'a> {
     /// Handles of the models resident on logical core `vnc` (the core's `model_db`, spec
     /// §4.3): writes up to `out.len()` of them and returns how many there are. `Closed` /
     /// `Uninitialized` outside an initialised runtime (the table only exists while it is).
-    pub fn models_on(&self, vnc: LogicalCore, out: &mut [u32]) -> Result<usize> {
+    pub fn models_on(&self, vnc: LogicalCore, out: &mut [ModelHandle]) -> Result<usize> {
         let _call = self.enter()?;
         let v = self.vtpb_get_virtual_core(vnc)?;
+        let (index, epoch) = (vnc.index().unwrap_or(u32::MAX), self.epoch());
         let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
         let mut n = 0;
         // SAFETY: resolved tpb; the table is read under model_db_lock, and only when teardown
@@ -916,7 +994,7 @@ impl<'a> Nrt<'a> {
             }
             ht::for_each((*tpb).model_db, |node| {
                 if n < out.len() {
-                    out[n] = (*node).key as u32;
+                    out[n] = ModelHandle::from_parts(index, (*node).key as u32, epoch);
                 }
                 n += 1;
             });
@@ -924,27 +1002,70 @@ impl<'a> Nrt<'a> {
         Ok(n)
     }
 
-    /// Declared input (`output == false`) or output `i` of a resident model: `(name, size)`.
-    pub fn model_io<'s>(
+    /// Declared input (`output == false`) or output `i` of the model an execution holds.
+    pub(crate) fn model_io<'s>(
         &self,
         g: &'s ExecGuard<'_>,
         output: bool,
         i: usize,
-    ) -> Option<(&'s str, u64)> {
+    ) -> Option<ModelIo<'s>> {
         let m = g.model();
         let (start, n) = if output {
             (m.num_inputs as usize, m.num_outputs as usize)
         } else {
             (0, m.num_inputs as usize)
         };
-        // SAFETY: the guard holds a reference, so the model's IO entries (written before it
-        // was published) are not rewritten while `'s` lives.
-        let table = unsafe { &*self.model_io_table(m as *const model_t as *mut model_t) };
-        if i >= n || start + i >= table.len() {
+        if i >= n {
             return None;
         }
-        let io = &table[start + i];
-        Some((c_name(&io.name), io.size))
+        // SAFETY: the guard holds a reference, so the model's IO entries (written before it
+        // was published) are not rewritten while `'s` lives.
+        unsafe { self.io_entry(m, start + i) }
+    }
+
+    /// Entry `k` of a referenced model's IO table (inputs first, then outputs).
+    ///
+    /// # Safety
+    /// The caller holds a reference on `m` for `'s` (the table is not rewritten meanwhile).
+    unsafe fn io_entry<'s>(&self, m: &'s model_t, k: usize) -> Option<ModelIo<'s>> {
+        // SAFETY: caller contract; the table belongs to `m`'s slot.
+        let table = unsafe { &*self.model_io_table(m as *const model_t as *mut model_t) };
+        let io = table.get(k)?;
+        Some(ModelIo {
+            name: c_name(&io.name),
+            usage: if k < m.num_inputs as usize {
+                IoUsage::Input
+            } else {
+                IoUsage::Output
+            },
+            size: io.size,
+            dtype: io.dtype,
+            shape: &io.shape[..(io.ndim as usize).min(IO_DIMS_MAX)],
+        })
+    }
+
+    /// Calls `f` on each declared input, then each output, of a resident model, in the order
+    /// the model declared them: what `nrt_get_model_tensor_info` reports (name, usage, size,
+    /// dtype, shape). Holds a reference on the model meanwhile (an unload waits). A stale,
+    /// forged or foreign handle is [`Error::InvalidHandle`]; `Closed` / `Uninitialized`
+    /// outside an initialised runtime.
+    pub fn for_each_model_io(&self, h: ModelHandle, mut f: impl FnMut(&ModelIo<'_>)) -> Result<()> {
+        self.with_model(h, |m, _, _| {
+            let n = (m.num_inputs + m.num_outputs) as usize;
+            for k in 0..n.min(MODEL_IO_MAX) {
+                // SAFETY: `with_model` holds a reference on `m` for the whole closure.
+                if let Some(io) = unsafe { self.io_entry(m, k) } {
+                    f(&io);
+                }
+            }
+        })
+    }
+
+    /// The logical core of a resident model (`nrt_get_model_info`'s `vnc`), checking that
+    /// the model is still loaded: a stale, forged or foreign handle is
+    /// [`Error::InvalidHandle`].
+    pub fn model_core(&self, h: ModelHandle) -> Result<LogicalCore> {
+        self.with_model(h, |_, vnc, _| vnc)
     }
 }
 
@@ -1005,9 +1126,9 @@ mod tests {
         let ha = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
         // The next handle minted is `ha` again: the load fails in add_model, after staging.
-        set_last_model_handle_for_test(ha.id - 1);
+        set_last_model_handle_for_test(ha.h_model().id - 1);
         let e = n.load_model(LogicalCore::new(0), &g).unwrap_err();
-        assert_eq!(e, Error::DuplicateModel(ha.id));
+        assert_eq!(e, Error::DuplicateModel(ha.h_model().id));
         assert_eq!(state(&n), before, "the rollback left everything as it was");
         // A load that stages the copy itself and fails still unstages it.
         n.unload_model(ha).unwrap();
@@ -1015,10 +1136,10 @@ mod tests {
         let hb = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
         assert_eq!(before.2, (0, 0), "nothing cached");
-        set_last_model_handle_for_test(hb.id - 1);
+        set_last_model_handle_for_test(hb.h_model().id - 1);
         assert_eq!(
             n.load_model(LogicalCore::new(0), &g).unwrap_err(),
-            Error::DuplicateModel(hb.id)
+            Error::DuplicateModel(hb.h_model().id)
         );
         assert_eq!(state(&n), before, "its own staging is undone");
         n.unload_model(hb).unwrap();

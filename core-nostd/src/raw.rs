@@ -25,7 +25,7 @@ use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem, DmemInfo};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{DmemHandle, HandleKind, TensorHandle};
-use crate::tensor::{DeviceAllocationInfo, HostMem, Placement, Tensor, TensorName};
+use crate::tensor::{DeviceAllocationInfo, Placement, Tensor, TensorName};
 use crate::vcore::CoreSel;
 
 /// The runtime's epoch: what every handle it hands out carries ([`crate::handle`]); 0 while
@@ -71,13 +71,12 @@ pub fn tensor_allocate(
     vnc: i64,
     size: u64,
     name: Option<&str>,
-    host: Option<&dyn HostMem>,
 ) -> Result<TensorHandle> {
     let Some(placement) = Placement::from_raw(placement) else {
         n.check_state()?;
         return Err(Error::InvalidArgument(InvalidArg::Placement));
     };
-    n.tensor_allocate(placement, CoreSel::from_c(vnc), size, name, host)
+    n.tensor_allocate(placement, CoreSel::from_c(vnc), size, name)
 }
 
 /// [`Nrt::tensor_allocate_empty`], returning the tensor's pointer.
@@ -107,13 +106,9 @@ pub unsafe fn tensor_allocate_slice(
 ///
 /// # Safety
 /// The module contract for `t`; afterwards the pointer is dead.
-pub unsafe fn tensor_free(
-    n: &Nrt<'_>,
-    t: *const nrt_tensor_t,
-    host: Option<&dyn HostMem>,
-) -> Result<()> {
+pub unsafe fn tensor_free(n: &Nrt<'_>, t: *const nrt_tensor_t) -> Result<()> {
     // SAFETY: forwarded contract.
-    n.tensor_free(unsafe { tensor_handle(n, t) }?, host)
+    n.tensor_free(unsafe { tensor_handle(n, t) }?)
 }
 
 /// [`Nrt::tensor_attach_buffer`] on `t`.
@@ -125,10 +120,9 @@ pub unsafe fn tensor_attach_buffer(
     t: *const nrt_tensor_t,
     buf: *mut u8,
     size: u64,
-    host: Option<&dyn HostMem>,
 ) -> Result<()> {
     // SAFETY: forwarded contracts.
-    unsafe { n.tensor_attach_buffer(tensor_handle(n, t)?, buf, size, host) }
+    unsafe { n.tensor_attach_buffer(tensor_handle(n, t)?, buf, size) }
 }
 
 macro_rules! tensor_fwd {

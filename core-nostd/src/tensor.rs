@@ -21,7 +21,7 @@ use crate::cstr::c_name;
 use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, InvalidArg, Result};
-use crate::handle::{self, Dropped, HandleKind, TensorHandle};
+use crate::handle::{self, Dropped, HandleKind, ModelHandle, SetHandle, TensorHandle};
 use crate::model::ExecGuard;
 use crate::sync::relax;
 use crate::vcore::{CoreSel, LogicalCore};
@@ -86,14 +86,18 @@ pub struct DeviceAllocationInfo {
 /// safe API names tensors by [`TensorHandle`].
 pub type Tensor = *mut nrt_tensor_t;
 
-/// A pinned tensor ([`Nrt::tensor_pin`]): the tensor (and so its storage) stays whole until
-/// this drops.
-pub(crate) struct TensorPin<'a> {
-    pub(crate) t: Tensor,
+/// A pinned arena object (a tensor, a set): it stays whole, and its slot is not reused,
+/// until this drops.
+pub(crate) struct SlotPin<'a, T> {
+    pub(crate) t: *mut T,
     refs: &'a core::sync::atomic::AtomicU64,
 }
 
-impl Drop for TensorPin<'_> {
+/// A pinned tensor ([`Nrt::tensor_pin`]): the tensor (and so its storage) stays whole until
+/// this drops.
+pub(crate) type TensorPin<'a> = SlotPin<'a, nrt_tensor_t>;
+
+impl<T> Drop for SlotPin<'_, T> {
     #[inline]
     fn drop(&mut self) {
         handle::unpin(self.refs);
@@ -112,21 +116,11 @@ impl<'a> Nrt<'a> {
     /// finalised, nor its slot reused, until the pin drops.
     pub(crate) fn tensor_pin(&self, h: TensorHandle) -> Result<TensorPin<'a>> {
         self.check_epoch(h.0, HandleKind::Tensor)?;
-        let t = self
+        let (t, refs) = self
             .st
             .tensors
-            .slot(h.0.index)
-            .ok_or(Error::forged(HandleKind::Tensor))?;
-        if h.0.generation & 1 == 0 {
-            return Err(Error::forged(HandleKind::Tensor));
-        }
-        // SAFETY: `t` is a slot of the tensor arena (`slot` bounds-checked the index).
-        let (gen, refs) = unsafe { self.st.tensors.words(t) };
-        if handle::pin(gen, refs, h.0.generation) {
-            Ok(TensorPin { t, refs })
-        } else {
-            Err(Error::stale(HandleKind::Tensor))
-        }
+            .pin(h.0.index, h.0.generation, HandleKind::Tensor)?;
+        Ok(TensorPin { t, refs })
     }
 
     /// The handle of tensor `t`, which the caller owns (just made, or kept alive by the
@@ -231,10 +225,10 @@ impl<'a> Nrt<'a> {
         vnc: CoreSel,
         size: u64,
         name: Option<&str>,
-        host: Option<&dyn HostMem>,
     ) -> Result<TensorHandle> {
         let _call = self.enter()?;
-        let host = self.host_for(host)?;
+        // VIRTUAL bytes come from the provider the runtime is bound to (`Nrt::with_host`).
+        let host = self.host;
         let vnc = match vnc {
             CoreSel::Core(c) => c,
             CoreSel::Any if placement != Placement::Device => LogicalCore::FIRST,
@@ -349,7 +343,7 @@ impl<'a> Nrt<'a> {
     /// ```compile_fail,E0133
     /// # fn f(n: nrt_core::Nrt<'_>, t: nrt_core::TensorHandle, b: &mut [u8; 16]) {
     /// // Attaching needs `unsafe`: the caller vouches for the buffer.
-    /// let _ = n.tensor_attach_buffer(t, b.as_mut_ptr(), 16, None);
+    /// let _ = n.tensor_attach_buffer(t, b.as_mut_ptr(), 16);
     /// # }
     /// ```
     ///
@@ -366,10 +360,8 @@ impl<'a> Nrt<'a> {
         h: TensorHandle,
         buf: *mut u8,
         size: u64,
-        host: Option<&dyn HostMem>,
     ) -> Result<()> {
         let _call = self.enter()?;
-        let host = self.host_for(host)?;
         let pin = self.tensor_pin(h)?;
         let t = pin.t;
         self.tensor_check(t)?;
@@ -388,7 +380,7 @@ impl<'a> Nrt<'a> {
             (*t)._offset = 0;
             (*t)._size = size;
             if !old.is_null() {
-                self.storage_put(old, host);
+                self.storage_put(old);
             }
         }
         Ok(())
@@ -431,9 +423,8 @@ impl<'a> Nrt<'a> {
     /// call using it on another thread is done. A stale (already freed, at any age), forged
     /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
-    pub fn tensor_free(&self, h: TensorHandle, host: Option<&dyn HostMem>) -> Result<()> {
+    pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
         let _call = self.enter()?;
-        let host = self.host_for(host)?;
         let pin = self.tensor_pin(h)?;
         match handle::drop_owner(pin.refs) {
             Dropped::Last => {
@@ -442,7 +433,7 @@ impl<'a> Nrt<'a> {
                 core::mem::forget(pin);
                 handle::wait_drained(refs, 1, relax);
                 // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
-                unsafe { self.tensor_finalize(t, host) };
+                unsafe { self.tensor_finalize(t) };
                 Ok(())
             }
             // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
@@ -453,7 +444,7 @@ impl<'a> Nrt<'a> {
 
     /// [`Self::tensor_free`] without the gate and through a pointer the caller owns
     /// (teardown runs after the gate closed; [`crate::raw`]).
-    pub(crate) fn tensor_free_inner(&self, t: Tensor, host: Option<&dyn HostMem>) -> Result<()> {
+    pub(crate) fn tensor_free_inner(&self, t: Tensor) -> Result<()> {
         self.tensor_check(t)?;
         // SAFETY: live slot of the tensor arena.
         let refs = unsafe { self.st.tensors.words(t).1 };
@@ -465,7 +456,7 @@ impl<'a> Nrt<'a> {
             Dropped::NoOwner => return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor)),
         }
         // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
-        unsafe { self.tensor_finalize(t, host) };
+        unsafe { self.tensor_finalize(t) };
         Ok(())
     }
 
@@ -474,14 +465,14 @@ impl<'a> Nrt<'a> {
     /// # Safety
     /// `t` is a live tensor whose owner is gone and whose pins have drained (nobody else can
     /// reach it).
-    unsafe fn tensor_finalize(&self, t: Tensor, host: Option<&dyn HostMem>) {
+    unsafe fn tensor_finalize(&self, t: Tensor) {
         // SAFETY: caller contract; after this the slot is dead.
         unsafe {
             let sto = (*t).sto;
             (*t).magic = 0;
             (*t).sto = null_mut();
             if !sto.is_null() {
-                self.storage_put(sto, host);
+                self.storage_put(sto);
             }
             // The slot reads as free before it can be handed out again.
             handle::retire(self.st.tensors.words(t).0);
@@ -489,11 +480,12 @@ impl<'a> Nrt<'a> {
         let _ = self.st.tensors.release(t);
     }
 
-    /// Drops one reference on a storage; the last one frees its memory if owned.
+    /// Drops one reference on a storage; the last one frees its memory if owned (VIRTUAL
+    /// bytes to the bound host provider, the one that allocated them).
     ///
     /// # Safety
     /// `s` is a live storage on which the caller holds a reference.
-    unsafe fn storage_put(&self, s: *mut nrt_tensor_storage_t, host: Option<&dyn HostMem>) {
+    unsafe fn storage_put(&self, s: *mut nrt_tensor_storage_t) {
         // SAFETY: caller contract.
         unsafe {
             if (*s).ref_count.fetch_sub(1, Ordering::AcqRel) != 1 {
@@ -505,7 +497,8 @@ impl<'a> Nrt<'a> {
                         let _ = self.dmem_free_inner((*s).dmem as Dmem);
                     }
                     Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
-                        if let (Some(h), Some(p)) = (host, NonNull::new((*s).dmem as *mut u8)) {
+                        if let (Some(h), Some(p)) = (self.host, NonNull::new((*s).dmem as *mut u8))
+                        {
                             h.free(p, (*s).allocated_size as usize);
                         }
                     }
@@ -534,7 +527,7 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                if self.tensor_free_inner(*t, self.host).is_err() {
+                if self.tensor_free_inner(*t).is_err() {
                     // Not a whole tensor (cannot happen once the gate is drained): give the
                     // slot back rather than meet it again.
                     let _ = self.st.tensors.release(*t);
@@ -860,7 +853,10 @@ impl<'a> Nrt<'a> {
     /// tensor)`) to the model's declared tensors by name — a missing or wrongly sized one is
     /// NRT_INVALID — then, inside the exec seam, copies each input's bytes to the output of the
     /// same position (zero-filling the rest) and bumps each output's completion count.
-    pub fn execute(&self, h: H_MODEL, inputs: &TensorSet, outputs: &TensorSet) -> Result<()> {
+    ///
+    /// The sets are tensor sets of this runtime ([`Nrt::set_create`]); a stale, forged or
+    /// foreign model or set handle is [`Error::InvalidHandle`], and nothing is written.
+    pub fn execute(&self, h: ModelHandle, inputs: SetHandle, outputs: SetHandle) -> Result<()> {
         let _call = self.enter()?;
         let g = self.exec_begin(h)?;
         let mut ins: [Tensor; 32] = [null_mut(); 32];
@@ -921,24 +917,33 @@ impl<'a> Nrt<'a> {
         r
     }
 
+    /// Binds the model's declared inputs (or outputs) to the tensors of set `set` by name,
+    /// pinning each for the execution. The set is read under its lock (a racing `set_add`
+    /// waits) and stays pinned only for the binding: the tensors, not the set, are what the
+    /// execution uses.
     fn bind(
         &self,
         g: &ExecGuard<'_>,
         output: bool,
-        set: &TensorSet,
+        set: SetHandle,
         out: &mut [Tensor; 32],
         pins: &mut PinList<'a>,
     ) -> Result<usize> {
+        let sp = self.set_pin(set)?;
+        // SAFETY: pinned set slot (cannot be finalised meanwhile); its body under its lock.
+        let _g = unsafe { (*sp.t).lock.lock() };
+        // SAFETY: as above: the body is only touched under the lock.
+        let body = unsafe { &*(*sp.t).body.get() };
         let mut i = 0;
-        while let Some((name, size)) = self.model_io(g, output, i) {
-            let h = set.get(name).ok_or(Error::InvalidArgument(if output {
+        while let Some(io) = self.model_io(g, output, i) {
+            let h = body.get(io.name).ok_or(Error::InvalidArgument(if output {
                 InvalidArg::OutputMissing
             } else {
                 InvalidArg::InputMissing
             }))?;
             let t = pins.push(self.tensor_pin(h)?)?;
             let (_, _, len) = self.storage_of(t)?;
-            if len != size {
+            if len != io.size {
                 return Err(Error::InvalidArgument(InvalidArg::TensorSizeMismatch));
             }
             out[i] = t;
@@ -1009,49 +1014,193 @@ impl<'a> PinList<'a> {
     }
 }
 
-/// A tensor set: name → tensor handle (spec §7.3; libnrt's `kbl_feature_map_set_t`). Fixed
-/// capacity, heap-free. A plain value: the handles are checked when an execution binds them.
-#[derive(Default, Clone)]
-pub struct TensorSet {
-    entries: heapless::Vec<(heapless::String<96>, TensorHandle), 64>,
+/// Tensors one tensor set holds (spec §7.3: what one execution binds).
+pub const SET_MAX: usize = 64;
+
+/// One tensor set (`nrt_tensor_set_t`, spec §7.3; libnrt's `kbl_feature_map_set_t`): a slot
+/// of the core's set arena (`CoreState::sets`, sized by [`crate::Capacity::sets`]), named by
+/// a [`SetHandle`] through the pin protocol of [`crate::handle`]. Valid when all-zero.
+#[repr(C)]
+pub struct SetSlot {
+    /// The slot's generation (only through `Arena::words`, atomically).
+    pub(crate) generation: u32,
+    _pad: u32,
+    /// Owners (1 while the set lives) and pins.
+    pub(crate) refs: core::sync::atomic::AtomicU64,
+    /// Guards `body`: taken by `set_add`, `set_get` and an execution's binding, only while
+    /// the set is pinned.
+    pub(crate) lock: nrt_mutex_t,
+    pub(crate) body: core::cell::UnsafeCell<SetBody>,
 }
 
-impl TensorSet {
-    /// An empty set.
-    pub fn new() -> Self {
-        Self::default()
+const _: () = assert!(core::mem::offset_of!(SetSlot, generation) == 0);
+const _: () = assert!(core::mem::offset_of!(SetSlot, refs) == 8);
+
+// SAFETY: every member is valid all-zero: integers, an atomic, an unlocked lock, an empty
+// body (length 0).
+unsafe impl crate::abi::meta::ZeroValid for SetSlot {}
+
+/// A set's entries: `len` (name, tensor handle words) pairs in insertion order.
+#[repr(C)]
+pub(crate) struct SetBody {
+    len: u32,
+    _pad: u32,
+    tensors: [[u32; 3]; SET_MAX],
+    names: [[u8; TENSOR_NAME_MAX + 1]; SET_MAX],
+}
+
+impl SetBody {
+    fn find(&self, name: &str) -> Option<usize> {
+        (0..(self.len as usize).min(SET_MAX)).find(|&i| c_name(&self.names[i]) == name)
     }
-    /// Adds or replaces `name`. A tensor freed while in the set makes an execution that
-    /// binds it fail with [`Error::InvalidHandle`].
-    pub fn add(&mut self, name: &str, t: TensorHandle) -> Result<()> {
-        let key: heapless::String<96> = heapless::String::try_from(name)
-            .map_err(|_| Error::InvalidArgument(InvalidArg::TensorNameTooLong))?;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.0 == key) {
-            e.1 = t;
-            return Ok(());
+
+    fn get(&self, name: &str) -> Option<TensorHandle> {
+        self.find(name).map(|i| {
+            let [a, b, c] = self.tensors[i];
+            TensorHandle::from_parts(a, b, c)
+        })
+    }
+}
+
+/// A pinned tensor set ([`Nrt::set_pin`]).
+pub(crate) type SetPin<'a> = SlotPin<'a, SetSlot>;
+
+impl<'a> Nrt<'a> {
+    /// Resolves and pins set `h` (the pin protocol of [`crate::handle`]).
+    pub(crate) fn set_pin(&self, h: SetHandle) -> Result<SetPin<'a>> {
+        self.check_epoch(h.0, HandleKind::Set)?;
+        let (t, refs) = self
+            .st
+            .sets
+            .pin(h.0.index, h.0.generation, HandleKind::Set)?;
+        Ok(SlotPin { t, refs })
+    }
+
+    /// `nrt_allocate_tensor_set`: an empty tensor set of this runtime. A full set arena is
+    /// [`Error::ArenaFull`] naming the setting that raises it (`Capacity.sets`,
+    /// `NRT_DMEM_MAX_SETS`).
+    pub fn set_create(&self) -> Result<SetHandle> {
+        let _call = self.enter()?;
+        // Generation and reference words left alone: resolvers of old handles may read them.
+        let (p, index) = self.st.sets.alloc_handle("tensor set", true, 0)?;
+        // SAFETY: a slot of the set arena, ours alone until published (zeroed but for the
+        // two words: an empty body).
+        let (gen, refs) = unsafe { self.st.sets.words(p.as_ptr()) };
+        let generation = handle::publish(gen, refs);
+        Ok(SetHandle(handle::Raw {
+            index,
+            generation,
+            epoch: self.epoch(),
+        }))
+    }
+
+    /// `nrt_destroy_tensor_set`: frees the set (not its tensors), once any call using it on
+    /// another thread is done. A stale (already destroyed, at any age), forged or foreign
+    /// handle is [`Error::InvalidHandle`] and nothing changes. `Closed` / `Uninitialized`
+    /// outside an initialised runtime: `close` frees every set (spec §12), so a set of a
+    /// closed runtime is already gone.
+    pub fn set_destroy(&self, h: SetHandle) -> Result<()> {
+        let _call = self.enter()?;
+        let pin = self.set_pin(h)?;
+        match handle::drop_owner(pin.refs) {
+            Dropped::Last => {
+                let (p, refs) = (pin.t, pin.refs);
+                // The pin is handed over to the drain: it is the last one left.
+                core::mem::forget(pin);
+                handle::wait_drained(refs, 1, relax);
+                self.set_finalize(p);
+                Ok(())
+            }
+            // A set has one owner, so never Shared; NoOwner: a racing destroy took it.
+            Dropped::Shared => Ok(()),
+            Dropped::NoOwner => Err(Error::stale(HandleKind::Set)),
         }
-        self.entries
-            .push((key, t))
-            .map_err(|_| Error::InvalidArgument(InvalidArg::TensorSetFull))
     }
-    /// The tensor under `name`.
-    pub fn get(&self, name: &str) -> Option<TensorHandle> {
-        self.entries
-            .iter()
-            .find(|e| e.0.as_str() == name)
-            .map(|e| e.1)
+
+    /// Retires a set whose owner is gone and whose pins drained, and gives its slot back.
+    fn set_finalize(&self, p: *mut SetSlot) {
+        // SAFETY: a slot of the set arena; nobody else can reach it (owner gone, drained).
+        handle::retire(unsafe { self.st.sets.words(p) }.0);
+        let _ = self.st.sets.release(p);
     }
-    /// The entries, in insertion order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, TensorHandle)> + '_ {
-        self.entries.iter().map(|e| (e.0.as_str(), e.1))
+
+    /// Teardown: frees every set still alive (after the gate drained: nobody pins one).
+    pub(crate) fn free_all_sets(&self) {
+        let mut live: [*mut SetSlot; 64] = [null_mut(); 64];
+        loop {
+            let mut n = 0;
+            self.st.sets.for_each_live(|p| {
+                if n < live.len() {
+                    live[n] = p.as_ptr();
+                    n += 1;
+                }
+            });
+            if n == 0 {
+                break;
+            }
+            for p in &live[..n] {
+                // SAFETY: a live slot of the set arena.
+                let refs = unsafe { self.st.sets.words(*p) }.1;
+                if handle::drop_owner(refs) == Dropped::Last {
+                    handle::wait_drained(refs, 0, relax);
+                }
+                self.set_finalize(*p);
+            }
+        }
     }
-    /// Number of tensors.
-    pub fn len(&self) -> usize {
-        self.entries.len()
+
+    /// `nrt_add_tensor_to_tensor_set`: adds tensor `t` under `name` (at most 95 bytes), replacing
+    /// a tensor of the same name. `t` must be a live tensor of this runtime now
+    /// ([`Error::InvalidHandle`] otherwise); one freed later makes an execution that binds it
+    /// fail with [`Error::InvalidHandle`]. A set holds [`SET_MAX`] tensors
+    /// ([`Error::SetFull`], NRT_RESOURCE, beyond). A failed add changes nothing.
+    pub fn set_add(&self, h: SetHandle, name: &str, t: TensorHandle) -> Result<()> {
+        let _call = self.enter()?;
+        if name.len() > TENSOR_NAME_MAX {
+            return Err(Error::InvalidArgument(InvalidArg::TensorNameTooLong));
+        }
+        drop(self.tensor_pin(t)?);
+        let pin = self.set_pin(h)?;
+        // SAFETY: pinned set slot; its body under its lock.
+        let _g = unsafe { (*pin.t).lock.lock() };
+        // SAFETY: as above.
+        let body = unsafe { &mut *(*pin.t).body.get() };
+        let (a, b, c) = t.to_parts();
+        let i = match body.find(name) {
+            Some(i) => i,
+            None if body.len as usize >= SET_MAX => return Err(Error::SetFull),
+            None => {
+                let i = body.len as usize;
+                body.names[i] = [0; TENSOR_NAME_MAX + 1];
+                body.names[i][..name.len()].copy_from_slice(name.as_bytes());
+                body.len += 1;
+                i
+            }
+        };
+        body.tensors[i] = [a, b, c];
+        Ok(())
     }
-    /// Whether empty.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+
+    /// `nrt_get_tensor_from_tensor_set`: the tensor stored under `name` (`None` when the set
+    /// has none). The handle is returned as stored: a tensor freed since is refused where
+    /// it is used.
+    pub fn set_get(&self, h: SetHandle, name: &str) -> Result<Option<TensorHandle>> {
+        let _call = self.enter()?;
+        let pin = self.set_pin(h)?;
+        // SAFETY: pinned set slot; its body under its lock.
+        let _g = unsafe { (*pin.t).lock.lock() };
+        // SAFETY: as above.
+        Ok(unsafe { &*(*pin.t).body.get() }.get(name))
+    }
+
+    /// Tensors in set `h`.
+    pub fn set_len(&self, h: SetHandle) -> Result<usize> {
+        let _call = self.enter()?;
+        let pin = self.set_pin(h)?;
+        // SAFETY: pinned set slot; its body under its lock.
+        let _g = unsafe { (*pin.t).lock.lock() };
+        // SAFETY: as above.
+        Ok(unsafe { &*(*pin.t).body.get() }.len as usize)
     }
 }
 

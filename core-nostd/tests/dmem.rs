@@ -806,10 +806,9 @@ fn the_runtime_works_again_after_close_and_init() {
             LogicalCore::new(0).into(),
             4096,
             Some("t"),
-            None,
         )
         .unwrap();
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
@@ -829,7 +828,6 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
             LogicalCore::new(0).into(),
             4096,
             Some("t"),
-            None,
         )
         .unwrap();
     let allocs = [nrt_core::model::ModelAlloc {
@@ -869,7 +867,7 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
         .unwrap();
     n.dmem_allocator_destroy(mine).unwrap();
     n.unload_model(h).unwrap();
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }

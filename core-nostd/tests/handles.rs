@@ -31,7 +31,7 @@ fn fault(e: Error) -> Option<HandleFault> {
 /// A device tensor of `len` bytes filled with `byte`.
 fn filled(n: &Nrt<'_>, len: usize, byte: u8) -> TensorHandle {
     let t = n
-        .tensor_allocate(DEVICE, LogicalCore::new(0).into(), len as u64, None, None)
+        .tensor_allocate(DEVICE, LogicalCore::new(0).into(), len as u64, None)
         .unwrap();
     n.tensor_write(t, &vec![byte; len], 0).unwrap();
     t
@@ -63,7 +63,7 @@ fn a_stale_tensor_handle_stays_an_error_after_100k_frees() {
     );
     let n = f.nrt();
     let stale = filled(&n, 64, 0xaa);
-    n.tensor_free(stale, None).unwrap();
+    n.tensor_free(stale).unwrap();
     let (idx, _, _) = stale.to_parts();
     // Fill the arena and empty it again, over and over: every slot, the stale one's
     // included, is reused once per round.
@@ -79,19 +79,19 @@ fn a_stale_tensor_handle_stays_an_error_after_100k_frees() {
             all.push(t);
         }
         for t in all.drain(..) {
-            n.tensor_free(t, None).unwrap();
+            n.tensor_free(t).unwrap();
             frees += 1;
         }
     }
     assert!(reused > 5, "the slot was reused ({reused} times)");
     // A new tensor in the very slot the stale handle names.
-    while let Ok(t) = n.tensor_allocate(DEVICE, LogicalCore::new(0).into(), 64, None, None) {
+    while let Ok(t) = n.tensor_allocate(DEVICE, LogicalCore::new(0).into(), 64, None) {
         all.push(t);
     }
     let at = all.iter().position(|t| t.to_parts().0 == idx).unwrap();
     let victim = all.swap_remove(at);
     for t in all.drain(..) {
-        n.tensor_free(t, None).unwrap();
+        n.tensor_free(t).unwrap();
     }
     n.tensor_write(victim, &[0x5c; 64], 0).unwrap();
     let stale_err = Err(stale_of(HandleKind::Tensor));
@@ -102,17 +102,13 @@ fn a_stale_tensor_handle_stays_an_error_after_100k_frees() {
     assert_eq!(n.tensor_get_size(stale), Err(stale_of(HandleKind::Tensor)));
     assert_eq!(n.tensor_copy(victim, 0, stale, 0, 8), stale_err);
     assert!(n.tensor_allocate_slice(stale, 0, 8, None).is_err());
-    assert_eq!(
-        n.tensor_free(stale, None),
-        stale_err,
-        "a double free at any age"
-    );
+    assert_eq!(n.tensor_free(stale), stale_err, "a double free at any age");
     assert_eq!(
         bytes(&n, victim, 64),
         vec![0x5c; 64],
         "the slot's new tensor"
     );
-    n.tensor_free(victim, None).unwrap();
+    n.tensor_free(victim).unwrap();
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
@@ -209,7 +205,7 @@ fn forged_handles_never_resolve() {
             continue; // the bits of a real handle are that handle
         }
         assert!(fault(n.tensor_write(t, &[0; 16], 0).unwrap_err()).is_some());
-        assert!(fault(n.tensor_free(t, None).unwrap_err()).is_some());
+        assert!(fault(n.tensor_free(t).unwrap_err()).is_some());
         assert!(fault(n.dmem_free(d).unwrap_err()).is_some());
         assert!(fault(n.dmem_acquire_reference(d).unwrap_err()).is_some());
     }
@@ -251,7 +247,7 @@ fn foreign_closed_and_reinitialised_handles_are_refused() {
     let ta = filled(&na, 32, 1);
     let tb = filled(&nb, 32, 2);
     let foreign = Some(HandleFault::Foreign);
-    assert_eq!(fault(nb.tensor_free(ta, None).unwrap_err()), foreign);
+    assert_eq!(fault(nb.tensor_free(ta).unwrap_err()), foreign);
     assert_eq!(fault(nb.tensor_get_size(ta).unwrap_err()), foreign);
     let al = na.core_allocator(0, 0).unwrap();
     let da = na
@@ -267,7 +263,7 @@ fn foreign_closed_and_reinitialised_handles_are_refused() {
     na.init(&InitOptions::default()).unwrap();
     let ta2 = filled(&na, 32, 3);
     assert_eq!(fault(na.tensor_get_size(ta).unwrap_err()), foreign);
-    assert_eq!(fault(na.tensor_free(ta, None).unwrap_err()), foreign);
+    assert_eq!(fault(na.tensor_free(ta).unwrap_err()), foreign);
     assert_eq!(fault(na.dmem_free(da).unwrap_err()), foreign);
     assert_eq!(bytes(&na, ta2, 32), vec![3; 32]);
     // A state block freed and another allocated (often at the same address).
@@ -307,7 +303,7 @@ fn a_handle_freed_while_other_threads_use_it() {
         .map_while(|_| n.tensor_allocate_empty(None).ok())
         .collect();
     for t in fill {
-        n.tensor_free(t, None).unwrap();
+        n.tensor_free(t).unwrap();
     }
     let rounds = 1000;
     let (mut ok_reads, mut refused) = (0u64, 0u64);
@@ -355,13 +351,13 @@ fn a_handle_freed_while_other_threads_use_it() {
             for _ in 0..(round % 64) * 16 {
                 std::hint::spin_loop();
             }
-            n.tensor_free(t, None).unwrap();
+            n.tensor_free(t).unwrap();
             // The slot may now hold another tensor: the old handle must not reach it.
             let next = filled(&n, LEN, 0);
             let rw = reader.join().unwrap();
             writer.join().unwrap();
             assert_eq!(bytes(&n, next, LEN), vec![0; LEN], "round {round}");
-            n.tensor_free(next, None).unwrap();
+            n.tensor_free(next).unwrap();
             (rw.0, rw.1)
         });
         ok_reads += r;
@@ -447,13 +443,13 @@ fn a_full_tensor_arena_is_an_error() {
     );
     assert_eq!(all.len(), nrt_core::Capacity::DEFAULT.tensors as usize);
     assert_eq!(n.tensor_get_size(all[17]), Ok(0));
-    n.tensor_free(all[17], None).unwrap();
+    n.tensor_free(all[17]).unwrap();
     let t = n.tensor_allocate_empty(None).unwrap();
     assert_ne!(t, all[17]);
     assert!(n.tensor_get_size(all[17]).is_err());
     all[17] = t;
     for t in all {
-        n.tensor_free(t, None).unwrap();
+        n.tensor_free(t).unwrap();
     }
 }
 
@@ -502,7 +498,7 @@ proptest! {
                 Op::Free(i) if !order.is_empty() => {
                     let t = order.swap_remove(i % order.len());
                     live.remove(&t);
-                    n.tensor_free(t, None).unwrap();
+                    n.tensor_free(t).unwrap();
                     dead.push(t);
                 }
                 Op::Write(i, b) if !order.is_empty() => {
@@ -517,7 +513,7 @@ proptest! {
                 Op::UseStale(i) if !dead.is_empty() => {
                     let t = dead[i % dead.len()];
                     prop_assert_eq!(n.tensor_write(t, &[0xee; LEN], 0), Err(stale(HandleKind::Tensor)));
-                    prop_assert_eq!(n.tensor_free(t, None), Err(stale(HandleKind::Tensor)));
+                    prop_assert_eq!(n.tensor_free(t), Err(stale(HandleKind::Tensor)));
                 }
                 Op::Forge(i, g) => {
                     let epoch = order.first().or(dead.first()).map_or(1, |t| t.to_parts().2);

@@ -13,7 +13,7 @@ use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::ulib::UlibRequest;
 use nrt_core::LogicalCore;
-use nrt_core::{Error, InitOptions};
+use nrt_core::{Error, HandleError, HandleFault, HandleKind, InitOptions, ModelHandle};
 
 const DEV: dma_mem_location_t = dma_mem_location_t::TONGA_DRAM;
 const HOST: dma_mem_location_t = dma_mem_location_t::HOST_DRAM;
@@ -62,7 +62,7 @@ fn spec<'a>(name: &'a str, a: &'a [ModelAlloc<'a>]) -> ModelSpec<'a> {
 
 /// Writes `pattern` into every device dmem of the model (through the driver) and returns the
 /// handles, so a later read can prove the bytes were untouched.
-fn stamp(f: &Fixture, h: H_MODEL, pattern: u8) -> Vec<(u64, u64)> {
+fn stamp(f: &Fixture, h: ModelHandle, pattern: u8) -> Vec<(u64, u64)> {
     let n = f.nrt();
     let mut out = Vec::new();
     let st = n.model_info(h).unwrap();
@@ -111,9 +111,9 @@ fn three_models_share_a_core_and_unload_frees_exactly_one() {
         .unwrap()
         .bytes_used;
     let h3 = n.load_model(LogicalCore::new(0), &spec("m3", &a)).unwrap();
-    assert!(h1.id != 0 && h2.id != 0 && h3.id != 0);
+    assert!(h1.h_model().id != 0 && h2.h_model().id != 0 && h3.h_model().id != 0);
     assert!(h1 != h2 && h2 != h3 && h1 != h3);
-    let mut on = [0u32; 8];
+    let mut on = [ModelHandle::from_parts(0, 0, 0); 8];
     assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 3);
     let s1 = stamp(&f, h1, 0x11);
     let s3 = stamp(&f, h3, 0x33);
@@ -135,11 +135,15 @@ fn three_models_share_a_core_and_unload_frees_exactly_one() {
     assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 2);
     assert_eq!(
         n.unload_model(h2),
-        Err(Error::UnknownModel(h2.id)),
+        Err(Error::InvalidHandle(HandleError {
+            kind: HandleKind::Model,
+            fault: HandleFault::Stale
+        })),
         "double unload"
     );
+    let zero = ModelHandle::from_parts(0, 0, h1.to_parts().2);
     assert_eq!(
-        n.unload_model(H_MODEL { id: 0 }).unwrap_err().status(),
+        n.unload_model(zero).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID_HANDLE
     );
     // Teardown with models still loaded returns every byte to the driver.
@@ -500,9 +504,13 @@ fn bad_model_inputs() {
         n.load_model(LogicalCore::new(0), &spec("r", &scratch_on_host)),
         Err(Error::UsageInvalidForLocation { .. })
     ));
+    let never = ModelHandle::from_parts(0, 987654, nrt_core::raw::epoch(&n));
     assert_eq!(
-        n.unload_model(H_MODEL { id: 987654 }),
-        Err(Error::UnknownModel(987654))
+        n.unload_model(never),
+        Err(Error::InvalidHandle(HandleError {
+            kind: HandleKind::Model,
+            fault: HandleFault::Stale
+        }))
     );
     assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
 }
@@ -538,7 +546,7 @@ fn handles_are_unique_across_cores_and_never_zero() {
     for vnc in n.logical_cores() {
         for _ in 0..3 {
             let h = n.load_model(vnc, &spec("h", &[])).unwrap();
-            assert!(h.id != 0 && seen.insert(h.id));
+            assert!(h.h_model().id != 0 && seen.insert(h.h_model().id));
         }
     }
     assert_eq!(seen.len(), 24);
@@ -590,9 +598,9 @@ fn models_on_after_close_is_closed() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     let h = n.load_model(LogicalCore::new(0), &spec("m", &[])).unwrap();
-    let mut on = [0u32; 4];
+    let mut on = [ModelHandle::from_parts(0, 0, 0); 4];
     assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 1);
-    assert_eq!(on[0], h.id);
+    assert_eq!(on[0], h);
     n.close().unwrap();
     let e = n.models_on(LogicalCore::new(0), &mut on).unwrap_err();
     assert_eq!(e, Error::Closed);
@@ -657,10 +665,9 @@ fn close_waits_for_in_flight_calls() {
                         LogicalCore::new(0).into(),
                         4096,
                         Some("t"),
-                        None,
                     ) {
                         Ok(t) => {
-                            if let Err(e) = n.tensor_free(t, None) {
+                            if let Err(e) = n.tensor_free(t) {
                                 return e;
                             }
                         }

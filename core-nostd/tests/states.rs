@@ -13,9 +13,8 @@ use nrt_core::ledger::UsageSel;
 use nrt_core::model::ModelSpec;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
-use nrt_core::tensor::TensorSet;
 use nrt_core::LogicalCore;
-use nrt_core::{DmemHandle, InitOptions, Nrt, Result, TensorHandle};
+use nrt_core::{DmemHandle, InitOptions, ModelHandle, Nrt, Result, SetHandle, TensorHandle};
 
 /// Objects the calls work on, made by a live runtime (this one, or a donor for the uninit
 /// state, whose handles the gate refuses before it looks at them).
@@ -23,7 +22,8 @@ struct Kit {
     t: TensorHandle,
     d: DmemHandle,
     al: *mut dmem_allocator_t,
-    m: H_MODEL,
+    m: ModelHandle,
+    s: SetHandle,
 }
 
 impl Kit {
@@ -35,7 +35,6 @@ impl Kit {
                 LogicalCore::new(0).into(),
                 64,
                 Some("kit"),
-                None,
             )
             .expect("tensor"),
             d: n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "kit"), None)
@@ -43,6 +42,7 @@ impl Kit {
             al,
             m: n.load_model(LogicalCore::new(0), &model_spec())
                 .expect("model"),
+            s: n.set_create().expect("set"),
         }
     }
 }
@@ -64,14 +64,8 @@ fn st<T>(r: Result<T>) -> String {
 
 /// A fresh tensor in the live runtime (consumed by the call), the kit's otherwise.
 fn fresh_t(n: &Nrt<'_>, k: &Kit) -> TensorHandle {
-    n.tensor_allocate(
-        Placement::Device,
-        LogicalCore::new(0).into(),
-        64,
-        None,
-        None,
-    )
-    .unwrap_or(k.t)
+    n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 64, None)
+        .unwrap_or(k.t)
 }
 
 /// The answer of call `name` on `n` (None: the test has no call of that name).
@@ -94,22 +88,18 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "virtual_core" => st(n.virtual_core(LogicalCore::new(0))),
         "vtpb_get_default_hbm_idx" => st(n.vtpb_get_default_hbm_idx(LogicalCore::new(0))),
         "core_allocator" => st(n.core_allocator(0, 0)),
-        "tensor_allocate" => st(n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            64,
-            None,
-            None,
-        )),
+        "tensor_allocate" => {
+            st(n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 64, None))
+        }
         "tensor_allocate_empty" => st(n.tensor_allocate_empty(None)),
         "tensor_attach_buffer" => {
             let e = n.tensor_allocate_empty(None).unwrap_or(k.t);
             let leaked: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
             // SAFETY: a leaked buffer outlives every tensor.
-            st(unsafe { n.tensor_attach_buffer(e, leaked.as_mut_ptr(), 64, None) })
+            st(unsafe { n.tensor_attach_buffer(e, leaked.as_mut_ptr(), 64) })
         }
         "tensor_allocate_slice" => st(n.tensor_allocate_slice(k.t, 0, 8, None)),
-        "tensor_free" => st(n.tensor_free(fresh_t(n, k), None)),
+        "tensor_free" => st(n.tensor_free(fresh_t(n, k))),
         "tensor_get_size" => st(n.tensor_get_size(k.t)),
         "tensor_name" => st(n.tensor_name(k.t)),
         "tensor_write" => st(n.tensor_write(k.t, &buf, 0)),
@@ -129,14 +119,17 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
             st(n.unload_model(m))
         }
         "exec_begin" => st(n.exec_begin(k.m)),
-        "execute" => st(n.execute(k.m, &TensorSet::new(), &TensorSet::new())),
+        "execute" => st(n.execute(k.m, k.s, k.s)),
         "model_info" => st(n.model_info(k.m)),
         "for_each_model_dmem" => st(n.for_each_model_dmem(k.m, |_, _| ())),
         "models_on" => st(n.models_on(LogicalCore::new(0), &mut [])),
-        "model_io" => {
-            let g = n.exec_begin(k.m).ok()?;
-            return Some(n.model_io(&g, false, 0)).and(v());
-        }
+        "for_each_model_io" => st(n.for_each_model_io(k.m, |_| ())),
+        "model_core" => st(n.model_core(k.m)),
+        "set_create" => st(n.set_create()),
+        "set_destroy" => st(n.set_destroy(n.set_create().unwrap_or(k.s))),
+        "set_add" => st(n.set_add(k.s, "x", k.t)),
+        "set_get" => st(n.set_get(k.s, "x")),
+        "set_len" => st(n.set_len(k.s)),
         "dmem_allocator_create" | "dmem_allocator_destroy" => {
             let pcore = if n.lifecycle() == nrt_core::ctx::STATE_INIT {
                 // SAFETY: in the init state `al` is the kit's live allocator.

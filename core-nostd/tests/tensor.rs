@@ -13,10 +13,10 @@ use common::*;
 use nrt_core::abi::*;
 use nrt_core::model::{ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
-use nrt_core::tensor::{HostMem, TensorSet};
+use nrt_core::tensor::HostMem;
 use nrt_core::TensorHandle;
 use nrt_core::{CoreSel, LogicalCore};
-use nrt_core::{CoreState, Error, InitOptions, Nrt};
+use nrt_core::{CoreState, Error, InitOptions, ModelHandle, Nrt, SetHandle};
 
 struct Heap;
 /// The provider the VIRTUAL tests bind their runtime to.
@@ -44,39 +44,21 @@ fn gates_in_order() {
     let f = Fixture::new(SimConfig::scaled_down(Preset::Trn2, 1));
     let n = f.nrt();
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            Some("t"),
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("t"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_UNINITIALIZED
     );
     n.init(&InitOptions::default()).unwrap();
     // range gate before the host-on-CAYMAN gate
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Host,
-            LogicalCore::new(9).into(),
-            16,
-            Some("t"),
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Host, LogicalCore::new(9).into(), 16, Some("t"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_INVALID
     );
     let e = n
-        .tensor_allocate(
-            Placement::Host,
-            LogicalCore::new(0).into(),
-            16,
-            Some("t"),
-            None,
-        )
+        .tensor_allocate(Placement::Host, LogicalCore::new(0).into(), 16, Some("t"))
         .unwrap_err();
     assert_eq!(
         e.status(),
@@ -84,21 +66,15 @@ fn gates_in_order() {
         "host tensors are refused on CAYMAN: {e}"
     );
     assert_eq!(
-        nrt_core::raw::tensor_allocate(&n, 7, 0, 16, Some("t"), None)
+        nrt_core::raw::tensor_allocate(&n, 7, 0, 16, Some("t"))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            0,
-            Some("t"),
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 0, Some("t"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_INVALID
     );
     let long = "x".repeat(96);
@@ -107,8 +83,7 @@ fn gates_in_order() {
             Placement::Device,
             LogicalCore::new(0).into(),
             16,
-            Some(&long),
-            None
+            Some(&long)
         )
         .unwrap_err()
         .status(),
@@ -116,15 +91,9 @@ fn gates_in_order() {
     );
     n.close().unwrap();
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            Some("t"),
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("t"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_CLOSED
     );
 }
@@ -142,7 +111,6 @@ fn device_tensor_round_trip_slices_and_info() {
             LogicalCore::new(1).into(),
             8192,
             Some("in"),
-            None,
         )
         .unwrap();
     assert_eq!(
@@ -177,9 +145,9 @@ fn device_tensor_round_trip_slices_and_info() {
     );
     assert!(n.tensor_allocate_slice(t, 8000, 500, None).is_err());
     n.tensor_memset(s, 0, 0xee, 100).unwrap();
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
     assert_eq!(
-        n.tensor_free(t, None).unwrap_err().status(),
+        n.tensor_free(t).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "double free detected"
     );
@@ -187,7 +155,7 @@ fn device_tensor_round_trip_slices_and_info() {
     n.tensor_read(s, &mut b, 0).unwrap();
     assert!(b.iter().all(|x| *x == 0xee));
     assert_eq!(n.ledger_device(0, 2, UsageSel::Total), 8192);
-    n.tensor_free(s, None).unwrap();
+    n.tensor_free(s).unwrap();
     assert_eq!(
         n.ledger_device(0, 2, UsageSel::Total),
         0,
@@ -204,18 +172,12 @@ fn virtual_attach_copy_and_host_placement() {
     );
     let n = f.nrt();
     let v = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"), Some(&HEAP))
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))
         .unwrap();
     assert!(!n.tensor_get_va(v).unwrap().is_null());
     n.tensor_write(v, &[7u8; 64], 0).unwrap();
     let h = n
-        .tensor_allocate(
-            Placement::Host,
-            LogicalCore::new(0).into(),
-            64,
-            Some("h"),
-            None,
-        )
+        .tensor_allocate(Placement::Host, LogicalCore::new(0).into(), 64, Some("h"))
         .unwrap();
     assert_eq!(
         n.ledger_host(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
@@ -227,7 +189,6 @@ fn virtual_attach_copy_and_host_placement() {
             LogicalCore::new(0).into(),
             64,
             Some("d0"),
-            None,
         )
         .unwrap();
     let d1 = n
@@ -236,22 +197,15 @@ fn virtual_attach_copy_and_host_placement() {
             LogicalCore::new(1).into(),
             64,
             Some("d1"),
-            None,
         )
         .unwrap();
     // A host tensor records its logical core's default HBM, as a device one does (spec §7.2).
     let h1 = n
-        .tensor_allocate(
-            Placement::Host,
-            LogicalCore::new(1).into(),
-            64,
-            Some("h1"),
-            None,
-        )
+        .tensor_allocate(Placement::Host, LogicalCore::new(1).into(), 64, Some("h1"))
         .unwrap();
     assert_eq!(n.tensor_device_allocation_info(h1).unwrap().hbm_index, 1);
     assert_eq!(n.tensor_device_allocation_info(d1).unwrap().hbm_index, 1);
-    n.tensor_free(h1, None).unwrap();
+    n.tensor_free(h1).unwrap();
     n.tensor_copy(v, 0, d0, 0, 64).unwrap();
     n.tensor_copy(d0, 0, h, 0, 64).unwrap();
     let mut b = [0u8; 64];
@@ -267,25 +221,25 @@ fn virtual_attach_copy_and_host_placement() {
     assert!(n.tensor_read(e, &mut b[..1], 0).is_err(), "no storage yet");
     // SAFETY: `buf` (32 bytes) outlives `e`, which is freed below; nothing else touches it
     // meanwhile.
-    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32, Some(&HEAP)) }.unwrap();
+    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32) }.unwrap();
     n.tensor_write(e, &[9u8; 4], 0).unwrap();
-    n.tensor_free(e, Some(&HEAP)).unwrap();
+    n.tensor_free(e).unwrap();
     assert_eq!(
         &buf[..5],
         &[9, 9, 9, 9, 1],
         "the caller's buffer is never freed by us"
     );
     for t in [v, h, d0, d1] {
-        n.tensor_free(t, Some(&HEAP)).unwrap();
+        n.tensor_free(t).unwrap();
     }
     assert_eq!(
-        n.tensor_free(TensorHandle::from_parts(0, 0, 0), None)
+        n.tensor_free(TensorHandle::from_parts(0, 0, 0))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(
-        n.tensor_free(v, None).unwrap_err(),
+        n.tensor_free(v).unwrap_err(),
         common::stale(nrt_core::HandleKind::Tensor),
         "double free"
     );
@@ -300,23 +254,8 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let ins = [
-        TensorDecl {
-            name: "a",
-            size: 16,
-        },
-        TensorDecl { name: "b", size: 8 },
-    ];
-    let outs = [
-        TensorDecl {
-            name: "x",
-            size: 16,
-        },
-        TensorDecl {
-            name: "y",
-            size: 12,
-        },
-    ];
+    let ins = [TensorDecl::new("a", 16), TensorDecl::new("b", 8)];
+    let outs = [TensorDecl::new("x", 16), TensorDecl::new("y", 12)];
     let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name, size| {
         n.tensor_allocate(
@@ -324,7 +263,6 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
             LogicalCore::new(0).into(),
             size,
             Some(name),
-            None,
         )
         .unwrap()
     };
@@ -332,24 +270,24 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
     n.tensor_write(a, &[1u8; 16], 0).unwrap();
     n.tensor_write(b, &[2u8; 8], 0).unwrap();
     n.tensor_write(y, &[0xffu8; 12], 0).unwrap();
-    let mut si = TensorSet::new();
-    let mut so = TensorSet::new();
-    si.add("a", a).unwrap();
-    so.add("x", x).unwrap();
+    let si = n.set_create().unwrap();
+    let so = n.set_create().unwrap();
+    n.set_add(si, "a", a).unwrap();
+    n.set_add(so, "x", x).unwrap();
     assert_eq!(
-        n.execute(h, &si, &so).unwrap_err().status(),
+        n.execute(h, si, so).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "missing input b"
     );
-    si.add("b", b).unwrap();
-    so.add("y", a).unwrap();
+    n.set_add(si, "b", b).unwrap();
+    n.set_add(so, "y", a).unwrap();
     assert_eq!(
-        n.execute(h, &si, &so).unwrap_err().status(),
+        n.execute(h, si, so).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "wrong size"
     );
-    so.add("y", y).unwrap();
-    n.execute(h, &si, &so).unwrap();
+    n.set_add(so, "y", y).unwrap();
+    n.execute(h, si, so).unwrap();
     let mut out = [0u8; 12];
     n.tensor_read(y, &mut out, 0).unwrap();
     assert_eq!(out, [2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0]);
@@ -357,9 +295,9 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
     assert_eq!(n.tensor_pending(y).unwrap(), (0, 0));
     n.tensor_reset_output_completion(y).unwrap();
     assert_eq!(n.tensor_output_completion(y).unwrap(), 0);
-    assert_eq!(si.iter().count(), 2);
+    assert_eq!(n.set_len(si).unwrap(), 2);
     n.unload_model(h).unwrap();
-    assert!(n.execute(h, &si, &so).is_err());
+    assert!(n.execute(h, si, so).is_err());
 }
 
 #[test]
@@ -368,26 +306,14 @@ fn independent_instances_do_not_share_state() {
     let st = CoreState::new_boxed();
     let n2 = Nrt::new(&st, &*f1.sim);
     assert_eq!(
-        n2.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            None,
-            None
-        )
-        .unwrap_err()
-        .status(),
+        n2.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_UNINITIALIZED
     );
     let t = f1
         .nrt()
-        .tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            None,
-            None,
-        )
+        .tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
         .unwrap();
     assert!(
         matches!(
@@ -410,22 +336,10 @@ fn virtual_tensors_from_a_static_arena() {
     let n = f.nrt();
     let before = POOL.free_bytes();
     let a = n
-        .tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            1000,
-            Some("a"),
-            Some(&POOL),
-        )
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 1000, Some("a"))
         .unwrap();
     let b = n
-        .tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            4096,
-            Some("b"),
-            Some(&POOL),
-        )
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("b"))
         .unwrap();
     n.tensor_write(a, &[3u8; 1000], 0).unwrap();
     n.tensor_copy(a, 0, b, 100, 1000).unwrap();
@@ -433,19 +347,13 @@ fn virtual_tensors_from_a_static_arena() {
     n.tensor_read(b, &mut out, 0).unwrap();
     assert!(out[..100].iter().all(|x| *x == 0) && out[100..].iter().all(|x| *x == 3));
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            2 << 20,
-            Some("big"),
-            Some(&POOL)
-        )
-        .unwrap_err()
-        .status(),
+        n.tensor_allocate(Placement::Virtual, CoreSel::Any, 2 << 20, Some("big"))
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC
     );
-    n.tensor_free(a, Some(&POOL)).unwrap();
-    n.tensor_free(b, Some(&POOL)).unwrap();
+    n.tensor_free(a).unwrap();
+    n.tensor_free(b).unwrap();
     assert_eq!(POOL.free_bytes(), before.min(1 << 20));
 }
 
@@ -457,7 +365,7 @@ fn tensor_name_outlives_the_tensor() {
     let n = f.nrt();
     let t = n.tensor_allocate_empty(Some("alpha")).unwrap();
     let name = n.tensor_name(t).unwrap();
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
     let mut others = Vec::new();
     loop {
         let u = n.tensor_allocate_empty(Some("ZZZZZ")).unwrap();
@@ -478,12 +386,12 @@ fn tensor_name_outlives_the_tensor() {
         "the name read before the free is unchanged"
     );
     for u in others {
-        n.tensor_free(u, None).unwrap();
+        n.tensor_free(u).unwrap();
     }
     let long = "n".repeat(95);
     let t = n.tensor_allocate_empty(Some(&long)).unwrap();
     assert_eq!(&*n.tensor_name(t).unwrap(), long.as_str(), "95 bytes fit");
-    n.tensor_free(t, None).unwrap();
+    n.tensor_free(t).unwrap();
 }
 
 /// `tensor_copy` within one storage with overlapping ranges: the 4 KiB chunks went forward, so
@@ -512,13 +420,7 @@ fn overlapping_copy_within_a_storage_is_memmove() {
         );
     };
     let v = n
-        .tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            16384,
-            Some("v"),
-            Some(&HEAP),
-        )
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 16384, Some("v"))
         .unwrap();
     let d = n
         .tensor_allocate(
@@ -526,7 +428,6 @@ fn overlapping_copy_within_a_storage_is_memmove() {
             LogicalCore::new(0).into(),
             16384,
             Some("d"),
-            None,
         )
         .unwrap();
     for (t, what) in [(v, "VIRTUAL"), (d, "DEVICE")] {
@@ -547,7 +448,7 @@ fn overlapping_copy_within_a_storage_is_memmove() {
     n.tensor_read(v, &mut got, 0).unwrap();
     assert!(got == want, "slices sharing a storage: not memmove");
     for t in [lo, hi, v, d] {
-        n.tensor_free(t, Some(&HEAP)).unwrap();
+        n.tensor_free(t).unwrap();
     }
 }
 
@@ -601,26 +502,8 @@ fn an_execute_in_flight_when_close_begins_completes() {
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
-    let ins = [
-        TensorDecl {
-            name: "a",
-            size: 16,
-        },
-        TensorDecl {
-            name: "b",
-            size: 16,
-        },
-    ];
-    let outs = [
-        TensorDecl {
-            name: "x",
-            size: 16,
-        },
-        TensorDecl {
-            name: "y",
-            size: 16,
-        },
-    ];
+    let ins = [TensorDecl::new("a", 16), TensorDecl::new("b", 16)];
+    let outs = [TensorDecl::new("x", 16), TensorDecl::new("y", 16)];
     let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name| {
         n.tensor_allocate(
@@ -628,21 +511,20 @@ fn an_execute_in_flight_when_close_begins_completes() {
             LogicalCore::new(0).into(),
             16,
             Some(name),
-            None,
         )
         .unwrap()
     };
     let (a, b, x, y) = (mk("a"), mk("b"), mk("x"), mk("y"));
     n.tensor_write(a, &[1; 16], 0).unwrap();
     n.tensor_write(b, &[2; 16], 0).unwrap();
-    let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
-    si.add("a", a).unwrap();
-    si.add("b", b).unwrap();
-    so.add("x", x).unwrap();
-    so.add("y", y).unwrap();
+    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    n.set_add(si, "a", a).unwrap();
+    n.set_add(si, "b", b).unwrap();
+    n.set_add(so, "x", x).unwrap();
+    n.set_add(so, "y", y).unwrap();
     drv.hooks.armed.store(true, SeqCst);
     std::thread::scope(|s| {
-        let exec = s.spawn(|| n.execute(h, &si, &so));
+        let exec = s.spawn(|| n.execute(h, si, so));
         while !drv.hooks.parked.load(SeqCst) {
             std::thread::yield_now();
         }
@@ -671,24 +553,18 @@ fn an_execute_in_flight_when_close_begins_completes() {
 fn copy_model(
     n: &Nrt<'_>,
     out: u64,
-) -> (H_MODEL, TensorHandle, TensorHandle, TensorSet, TensorSet) {
-    let ins = [TensorDecl {
-        name: "a",
-        size: 16,
-    }];
-    let outs = [TensorDecl {
-        name: "x",
-        size: out,
-    }];
+) -> (
+    ModelHandle,
+    TensorHandle,
+    TensorHandle,
+    SetHandle,
+    SetHandle,
+) {
+    let ins = [TensorDecl::new("a", 16)];
+    let outs = [TensorDecl::new("x", out)];
     let h = load_io_model(n, 0, &ins, &outs);
     let a = n
-        .tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            Some("a"),
-            None,
-        )
+        .tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("a"))
         .unwrap();
     let x = n
         .tensor_allocate(
@@ -696,18 +572,17 @@ fn copy_model(
             LogicalCore::new(0).into(),
             out,
             Some("x"),
-            None,
         )
         .unwrap();
-    let (mut si, mut so) = (TensorSet::new(), TensorSet::new());
-    si.add("a", a).unwrap();
-    so.add("x", x).unwrap();
+    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    n.set_add(si, "a", a).unwrap();
+    n.set_add(so, "x", x).unwrap();
     (h, a, x, si, so)
 }
 
 /// Loads a model of one subgraph with these declared inputs and outputs on logical core
 /// `vnc`.
-fn load_io_model(n: &Nrt<'_>, vnc: i64, ins: &[TensorDecl], outs: &[TensorDecl]) -> H_MODEL {
+fn load_io_model(n: &Nrt<'_>, vnc: i64, ins: &[TensorDecl], outs: &[TensorDecl]) -> ModelHandle {
     let spec = ModelSpec {
         name: "m",
         subgraphs: 1,
@@ -760,13 +635,13 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
         }
         for _ in 0..2000 {
             n.tensor_write(x, &old, 0).unwrap();
-            n.execute(h, &si, &so).unwrap();
+            n.execute(h, si, so).unwrap();
         }
         done.store(true, SeqCst);
         assert!(reader.join().unwrap() > 0);
     });
     for t in [a, x] {
-        n.tensor_free(t, None).unwrap();
+        n.tensor_free(t).unwrap();
     }
     n.unload_model(h).unwrap();
 }
@@ -783,7 +658,7 @@ fn an_unwinding_execute_leaves_no_pending_marks() {
     let (h, a, x, si, so) = copy_model(&n, 64);
     // The 16 input bytes are copied, then the rest of the output is filled: that panics.
     drv.hooks.panic_in_fill.store(true, SeqCst);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n.execute(h, &si, &so)));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n.execute(h, si, so)));
     assert!(r.is_err(), "the driver's panic unwound through execute");
     assert_eq!(n.tensor_pending(x).unwrap(), (0, 0));
     assert_eq!(n.tensor_pending(a).unwrap(), (0, 0));
@@ -807,28 +682,22 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     let n = f.nrt();
     const N: u64 = 64 << 10;
     let load = |vnc, i: &'static str, o: &'static str| {
-        let ins = [TensorDecl { name: i, size: N }];
-        let outs = [TensorDecl { name: o, size: N }];
+        let ins = [TensorDecl::new(i, N)];
+        let outs = [TensorDecl::new(o, N)];
         load_io_model(&n, vnc, &ins, &outs)
     };
     let (p, c) = (load(0, "a", "x"), load(1, "x", "z"));
     let mk = |name| {
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            N,
-            Some(name),
-            None,
-        )
-        .unwrap()
+        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), N, Some(name))
+            .unwrap()
     };
     let (a1, a2, x, z) = (mk("a"), mk("a"), mk("x"), mk("z"));
     n.tensor_write(a1, &vec![0x11; N as usize], 0).unwrap();
     n.tensor_write(a2, &vec![0x22; N as usize], 0).unwrap();
     n.tensor_write(x, &vec![0x11; N as usize], 0).unwrap();
     let set = |name, t| {
-        let mut s = TensorSet::new();
-        s.add(name, t).unwrap();
+        let s = n.set_create().unwrap();
+        n.set_add(s, name, t).unwrap();
         s
     };
     let (sa1, sa2, sx, sz) = (set("a", a1), set("a", a2), set("x", x), set("z", z));
@@ -836,14 +705,14 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             while !done.load(SeqCst) {
-                n.execute(p, &sa1, &sx).unwrap();
-                n.execute(p, &sa2, &sx).unwrap();
+                n.execute(p, sa1, sx).unwrap();
+                n.execute(p, sa2, sx).unwrap();
             }
         });
         let _stop = StopOnDrop(&done);
         let mut buf = vec![0u8; N as usize];
         for i in 0..1000 {
-            n.execute(c, &sx, &sz).unwrap();
+            n.execute(c, sx, sz).unwrap();
             n.tensor_read(z, &mut buf, 0).unwrap();
             assert!(
                 buf.iter().all(|b| *b == buf[0]),
@@ -865,17 +734,11 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
     );
     let n = f.nrt();
     const N: u64 = 4096;
-    let ins = [
-        TensorDecl { name: "a", size: N },
-        TensorDecl { name: "b", size: N },
-    ];
-    let outs = [
-        TensorDecl { name: "x", size: N },
-        TensorDecl { name: "y", size: N },
-    ];
+    let ins = [TensorDecl::new("a", N), TensorDecl::new("b", N)];
+    let outs = [TensorDecl::new("x", N), TensorDecl::new("y", N)];
     let m = load_io_model(&n, 0, &ins, &outs);
     let on = |vnc, name| {
-        n.tensor_allocate(Placement::Device, vnc, N, Some(name), None)
+        n.tensor_allocate(Placement::Device, vnc, N, Some(name))
             .unwrap()
     };
     let (a, b, x, y) = (
@@ -886,13 +749,13 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
     );
     n.tensor_write(a, &[0x11; N as usize], 0).unwrap();
     n.tensor_write(x, &[0x77; N as usize], 0).unwrap();
-    let mut si = TensorSet::new();
-    si.add("a", a).unwrap();
-    si.add("b", b).unwrap();
-    let mut so = TensorSet::new();
-    so.add("x", x).unwrap();
-    so.add("y", y).unwrap();
-    let e = n.execute(m, &si, &so).unwrap_err();
+    let si = n.set_create().unwrap();
+    n.set_add(si, "a", a).unwrap();
+    n.set_add(si, "b", b).unwrap();
+    let so = n.set_create().unwrap();
+    n.set_add(so, "x", x).unwrap();
+    n.set_add(so, "y", y).unwrap();
+    let e = n.execute(m, si, so).unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{e}");
     let mut buf = [0u8; N as usize];
     n.tensor_read(x, &mut buf, 0).unwrap();
@@ -928,11 +791,11 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
     );
     let n = f.nrt();
     for size in [64u64, 4096, 100_000] {
-        n.tensor_allocate(Placement::Virtual, CoreSel::Any, size, Some("left"), None)
+        n.tensor_allocate(Placement::Virtual, CoreSel::Any, size, Some("left"))
             .unwrap();
     }
     let slice_src = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 512, Some("src"), None)
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 512, Some("src"))
         .unwrap();
     n.tensor_allocate_slice(slice_src, 0, 256, Some("slice"))
         .unwrap();
@@ -941,7 +804,6 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
         LogicalCore::new(0).into(),
         4096,
         Some("dev"),
-        None,
     )
     .unwrap();
     assert_eq!(out(), 64 + 4096 + 100_000 + 512);
@@ -960,21 +822,15 @@ fn a_view_over_other_resources_is_refused() {
     );
     let n = f.nrt();
     let t = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("mine"), None)
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("mine"))
         .unwrap();
     let before = snapshot(&n);
     // Another driver over the same state block: every call is refused, nothing changes.
     let other_sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
     let wrong = Nrt::with_host(&f.st, &*other_sim, &HEAP);
-    assert_eq!(wrong.tensor_free(t, None), Err(Error::ForeignResources));
+    assert_eq!(wrong.tensor_free(t), Err(Error::ForeignResources));
     assert_eq!(
-        wrong.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            4096,
-            None,
-            None
-        ),
+        wrong.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 4096, None),
         Err(Error::ForeignResources)
     );
     assert_eq!(wrong.close(), Err(Error::ForeignResources));
@@ -986,13 +842,8 @@ fn a_view_over_other_resources_is_refused() {
     let no_host = Nrt::new(&f.st, &*f.sim);
     assert_eq!(no_host.tensor_get_size(t), Err(Error::ForeignResources));
     let other_host = Nrt::with_host(&f.st, &*f.sim, &OTHER);
-    assert_eq!(
-        other_host.tensor_free(t, None),
-        Err(Error::ForeignResources)
-    );
-    // A per-call provider that is not the bound one is refused (it never frees what the
-    // bound one allocated).
-    assert_eq!(n.tensor_free(t, Some(&OTHER)), Err(Error::ForeignResources));
+    assert_eq!(other_host.tensor_free(t), Err(Error::ForeignResources));
+    // No call takes a per-call provider any more: a free always goes to the bound one.
     assert_eq!(
         Error::ForeignResources.status(),
         NRT_STATUS::NRT_INVALID,
@@ -1000,7 +851,7 @@ fn a_view_over_other_resources_is_refused() {
     );
     assert_eq!(snapshot(&n), before);
     assert_eq!(n.tensor_get_size(t), Ok(64));
-    n.tensor_free(t, Some(&HEAP)).unwrap();
+    n.tensor_free(t).unwrap();
     n.close().unwrap();
     // After close, a new init may bind other resources.
     let again = Nrt::new(&f.st, &*other_sim);
@@ -1019,10 +870,10 @@ fn any_core_is_core_0_off_device_and_fails_the_range_gate_as_minus_1_on_device()
     let n = f.nrt();
     let owned = n.visible_vnc_count();
     let v = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"), None)
+        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))
         .unwrap();
     let h = n
-        .tensor_allocate(Placement::Host, CoreSel::Any, 64, Some("h"), None)
+        .tensor_allocate(Placement::Host, CoreSel::Any, 64, Some("h"))
         .unwrap();
     let host = n.vnc_usage(LogicalCore::FIRST).unwrap().host;
     assert!(
@@ -1030,9 +881,9 @@ fn any_core_is_core_0_off_device_and_fails_the_range_gate_as_minus_1_on_device()
         "HOST tensor booked on core 0"
     );
     assert_eq!(
-        n.tensor_allocate(Placement::Device, CoreSel::Any, 64, Some("d"), None),
+        n.tensor_allocate(Placement::Device, CoreSel::Any, 64, Some("d")),
         Err(Error::LogicalCoreOutOfRange { vnc: -1, owned })
     );
-    n.tensor_free(v, None).unwrap();
-    n.tensor_free(h, None).unwrap();
+    n.tensor_free(v).unwrap();
+    n.tensor_free(h).unwrap();
 }

@@ -3,9 +3,10 @@
 //! experimental entry points this memory-path runtime does not implement, which fail with
 //! `NRT_FAILURE` and one log line.
 //!
-//! The tensor table comes from the [`TensorInfo`]s the model was loaded with (a manifest's
-//! `inputs`/`outputs` today, a NEFF's `neff.json` once that reader exists); this file never
-//! looks at where they came from.
+//! The tensor table comes from the core's per-model IO table
+//! ([`nrt_core::Nrt::for_each_model_io`]: name, usage, size, dtype, shape), which the load
+//! filled from the model's declarations (a manifest's `inputs`/`outputs`, a NEFF's
+//! `neff.json`); this file never looks at where they came from.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
@@ -14,7 +15,7 @@ use std::mem::{align_of, offset_of, size_of};
 use std::sync::{LazyLock, Mutex};
 
 use nrt_core::abi::NRT_STATUS as CoreStatus;
-use nrt_host::tensor_info::{TensorInfo, TensorUsage};
+use nrt_core::model::IoUsage;
 
 use crate::global::{self, entry, lock, put, put_sized, Fail, Res};
 use crate::info::nrt_dtype_t;
@@ -85,8 +86,17 @@ pub type NRT_ASYNC_EXEC_STATUS_CALLBACK = Option<
 /// layout they were allocated with: `nrt_free_model_tensor_info` frees only these.
 static ARRAYS: LazyLock<Mutex<BTreeMap<usize, Layout>>> = LazyLock::new(Default::default);
 
+/// One row of the table, as the core's IO table holds it ([`nrt_core::Nrt::for_each_model_io`]).
+struct IoRow {
+    name: String,
+    usage: nrt_tensor_usage_t,
+    size: u64,
+    dtype: nrt_dtype_t,
+    shape: Vec<u32>,
+}
+
 /// One block: the array header, `io.len()` entries, then every shape.
-fn build_array(io: &[TensorInfo]) -> Res<*mut nrt_tensor_info_array_t> {
+fn build_array(io: &[IoRow]) -> Res<*mut nrt_tensor_info_array_t> {
     let too_big = || {
         Fail::new(
             CoreStatus::NRT_FAIL_HOST_MEM_ALLOC,
@@ -131,12 +141,9 @@ fn build_array(io: &[TensorInfo]) -> Res<*mut nrt_tensor_info_array_t> {
             shapes = shapes.add(t.shape.len());
             infos.add(i).write(nrt_tensor_info_t {
                 name: crate::info::c_text(&t.name),
-                usage: match t.usage {
-                    TensorUsage::Input => NRT_TENSOR_USAGE_INPUT,
-                    TensorUsage::Output => NRT_TENSOR_USAGE_OUTPUT,
-                },
+                usage: t.usage,
                 size: t.size as usize,
-                dtype: t.dtype.raw(),
+                dtype: t.dtype,
                 shape,
                 ndim: t.shape.len() as u32,
             });
@@ -152,8 +159,8 @@ fn build_array(io: &[TensorInfo]) -> Res<*mut nrt_tensor_info_array_t> {
 /// A model that is not loaded is NRT_INVALID_HANDLE; NULL `tensor_info` is NRT_INVALID.
 ///
 /// # Safety
-/// `tensor_info` is NULL or valid for a write; `model` is any pointer value (looked up,
-/// never dereferenced).
+/// `tensor_info` is NULL or valid for a write; `model` is any pointer value (decoded and
+/// checked by the core, never dereferenced).
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_model_tensor_info(
     model: *mut nrt_model_t,
@@ -164,11 +171,21 @@ pub unsafe extern "C" fn nrt_get_model_tensor_info(
             if tensor_info.is_null() {
                 return Err(Fail::invalid("tensor_info is NULL"));
             }
-            let key = crate::model::model_key(model)?;
-            let arr = r
-                .models
-                .with(key, |e| build_array(&e.io))
-                .ok_or_else(crate::model::not_loaded)??;
+            let h = r.model(model)?;
+            let mut io = Vec::new();
+            r.rt.nrt().for_each_model_io(h, |t| {
+                io.push(IoRow {
+                    name: t.name.to_string(),
+                    usage: match t.usage {
+                        IoUsage::Input => NRT_TENSOR_USAGE_INPUT,
+                        IoUsage::Output => NRT_TENSOR_USAGE_OUTPUT,
+                    },
+                    size: t.size,
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                })
+            })?;
+            let arr = build_array(&io)?;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor_info, arr, "tensor_info") }
         })
@@ -374,7 +391,9 @@ pub unsafe extern "C" fn nrt_get_model_info(
 ) -> NRT_STATUS {
     entry("nrt_get_model_info", || {
         global::with_rt(|r| {
-            let (_, vnc) = crate::model::model_of(r, model)?;
+            let h = r.model(model)?;
+            // A model's core is one the runtime loaded it on: always an index.
+            let vnc = r.rt.nrt().model_core(h)?.index().unwrap_or(u32::MAX);
             // SAFETY: caller contract.
             unsafe { put_sized(&nrt_model_info_t { vnc }, info, info_size_in, info_size_out) }
         })

@@ -1,8 +1,8 @@
 //! The process-global runtime behind the C ABI and the machinery every entry point shares:
 //! the lifecycle (`Uninit → Init → Closed → Init …`), the opaque pointers handed to C and how
-//! they are checked (tensors: the core's generation-checked handles, encoded in the pointer
-//! value; models and tensor sets: sharded registries under never-reused handles), the error
-//! type with its `NRT_STATUS`, the thread-local last error, and the panic fence.
+//! they are checked (tensors, models and tensor sets: the core's handles, encoded in the
+//! pointer value and checked by the core at every call; no registry), the error type with its
+//! `NRT_STATUS`, the thread-local last error, and the panic fence.
 //!
 //! libnrt has one runtime per process (ARCHITECTURE.md principle 3: the C ABI uses one global
 //! context). Every call takes the lifecycle lock shared; `nrt_init`/`nrt_close` take it
@@ -12,7 +12,6 @@
 //! process-wide lock on the per-call path).
 
 use std::cell::{Cell, RefCell, UnsafeCell};
-use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::hash::{BuildHasher, Hasher};
@@ -21,12 +20,12 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crossbeam_utils::CachePadded;
-use nrt_core::abi::{H_MODEL, NRT_STATUS as CoreStatus};
-use nrt_core::TensorHandle;
+use nrt_core::abi::NRT_STATUS as CoreStatus;
+use nrt_core::{ModelHandle, SetHandle, TensorHandle};
 use nrt_host::HostRuntime;
 
 use crate::status::NRT_STATUS;
-use crate::types::nrt_tensor_t;
+use crate::types::{nrt_model_t, nrt_tensor_set_t, nrt_tensor_t};
 
 /// What an entry point failed with: the status C sees and the message it logs.
 #[derive(Debug, Clone)]
@@ -56,29 +55,17 @@ impl From<nrt_core::Error> for Fail {
 
 pub(crate) type Res<T = ()> = Result<T, Fail>;
 
-/// A resident model as the registry keeps it, under the handle ([`new_handle`]) that C holds
-/// as its `nrt_model_t *` (looked up, never dereferenced).
-pub(crate) struct ModelEntry {
-    /// The core's model handle.
-    pub h: H_MODEL,
-    /// The logical core the model is loaded on.
-    pub vnc: u32,
-    /// Its input and output tensors (`nrt_get_model_tensor_info`), from whatever the model
-    /// was read from.
-    pub io: Vec<nrt_host::tensor_info::TensorInfo>,
-}
-
-/// One initialised runtime and the C-side objects tied to it.
+/// One initialised runtime and the C-side state tied to it.
 pub(crate) struct Runtime {
     pub rt: HostRuntime,
-    /// `nrt_model_t *` handle → the model.
-    pub models: Registry<ModelEntry>,
     /// This runtime's number among the process's `nrt_init`s ([`INIT_SERIAL`]): its low bits
-    /// are in every tensor pointer it hands out ([`Runtime::tensor_ptr`]).
+    /// are in every pointer it hands out ([`Runtime::tensor_ptr`], [`Runtime::model_ptr`],
+    /// [`Runtime::set_ptr`]).
     pub serial: u32,
-    /// XORed into the generation a tensor pointer carries: drawn at random per runtime, so a
-    /// pointer of an earlier runtime whose serial bits happen to match names a random
-    /// generation (refused by the core but for a 2⁻³² chance), not the same small numbers.
+    /// XORed into the generation (or model id) a pointer carries: drawn at random per
+    /// runtime, so a pointer of an earlier runtime whose serial bits happen to match names a
+    /// random generation (refused by the core but for a 2⁻³² chance), not the same small
+    /// numbers.
     salt: u32,
     /// The core's epoch for this runtime (what the core's handles carry).
     epoch: u32,
@@ -89,15 +76,16 @@ pub(crate) struct Runtime {
     pub free_core_pick: Mutex<()>,
 }
 
-/// Bits of a tensor pointer's slot index: tensor arenas up to 2²⁰ slots.
-const TENSOR_INDEX_BITS: u32 = 20;
-/// Bits of the runtime serial a tensor pointer carries.
-const TENSOR_SERIAL_BITS: u32 = 6;
-/// Where each field of a tensor pointer starts (bits 0..3 stay 0: 8-byte aligned).
-const TENSOR_SERIAL_SHIFT: u32 = HANDLE_SHIFT;
-const TENSOR_INDEX_SHIFT: u32 = TENSOR_SERIAL_SHIFT + TENSOR_SERIAL_BITS;
-const TENSOR_GEN_SHIFT: u32 = TENSOR_INDEX_SHIFT + TENSOR_INDEX_BITS;
-const _: () = assert!(TENSOR_GEN_SHIFT + 32 <= KIND_SHIFT);
+/// Bits of a pointer's slot index (a tensor or set arena slot, a model's logical core):
+/// arenas up to 2²⁰ slots through the C API.
+const INDEX_BITS: u32 = 20;
+/// Bits of the runtime serial a pointer carries.
+const SERIAL_BITS: u32 = 6;
+/// Where each field of a pointer starts (bits 0..3 stay 0: 8-byte aligned).
+const SERIAL_SHIFT: u32 = HANDLE_SHIFT;
+const INDEX_SHIFT: u32 = SERIAL_SHIFT + SERIAL_BITS;
+const GEN_SHIFT: u32 = INDEX_SHIFT + INDEX_BITS;
+const _: () = assert!(GEN_SHIFT + 32 <= KIND_SHIFT);
 const _: () = assert!(usize::BITS == 64, "the C handles need 64-bit pointers");
 
 impl Runtime {
@@ -124,33 +112,78 @@ impl Runtime {
         Ok(r?)
     }
 
-    /// The `nrt_tensor_t *` C gets for core tensor `h`: the handle itself, encoded
-    /// (`HANDLE_BASE | KIND_TENSOR | (generation ^ salt) << 29 | index << 9 | serial << 3`,
-    /// low serial bits only). No registry: the pointer is decoded back
-    /// ([`Runtime::tensor`]) and the core checks the handle (generation, epoch) at every
-    /// call. When the slot index does not fit the pointer, the tensor is freed again and the
-    /// call fails with NRT_RESOURCE.
-    pub fn tensor_ptr(&self, h: TensorHandle) -> Res<*mut nrt_tensor_t> {
-        let (index, generation, _) = h.to_parts();
-        if index >= 1 << TENSOR_INDEX_BITS {
-            let _ = self.rt.nrt().tensor_free(h, Some(self.rt.host_mem()));
+    /// The pointer value of a core handle of kind `kind` with words `(index, generation)`:
+    /// `HANDLE_BASE | kind | (generation ^ salt) << 29 | index << 9 | serial << 3` (low serial
+    /// bits only). No registry: the value is decoded back ([`Runtime::decode`]) and the core
+    /// checks the handle (generation, epoch) at every call. `None` when the index does not
+    /// fit.
+    fn encode(&self, kind: usize, index: u32, generation: u32) -> Option<usize> {
+        if index >= 1 << INDEX_BITS {
+            return None;
+        }
+        let serial = self.serial as usize & ((1 << SERIAL_BITS) - 1);
+        Some(
+            HANDLE_BASE
+                | kind
+                | ((generation ^ self.salt) as usize) << GEN_SHIFT
+                | (index as usize) << INDEX_SHIFT
+                | serial << SERIAL_SHIFT,
+        )
+    }
+
+    /// [`Runtime::encode`] backwards: `(index, generation)` of pointer value `v` of kind
+    /// `kind`. `what` fails for a value that is no pointer of that kind (NULL, foreign,
+    /// corrupt, another kind's) and `closed` for one of a runtime that `nrt_close` ended;
+    /// whether the object is still alive is the core's to say.
+    fn decode(&self, v: usize, kind: usize, what: impl FnOnce() -> Fail) -> Res<(u32, u32)> {
+        if v & (HANDLE_BASE | KIND_MASK | ((1 << HANDLE_SHIFT) - 1)) != HANDLE_BASE | kind {
+            return Err(what());
+        }
+        let field = |shift: u32, bits: u32| ((v >> shift) & ((1usize << bits) - 1)) as u32;
+        if field(SERIAL_SHIFT, SERIAL_BITS) != self.serial & ((1 << SERIAL_BITS) - 1) {
             return Err(Fail::new(
-                CoreStatus::NRT_RESOURCE,
+                if kind == KIND_MODEL {
+                    CoreStatus::NRT_INVALID_HANDLE
+                } else {
+                    CoreStatus::NRT_INVALID
+                },
                 format_args!(
-                    "tensor slot {index} does not fit a C tensor handle (at most {} live \
-                     tensors through the C API)",
-                    1u32 << TENSOR_INDEX_BITS
+                    "the {} belongs to a runtime that nrt_close ended",
+                    match kind {
+                        KIND_TENSOR => "tensor",
+                        KIND_MODEL => "model",
+                        _ => "tensor set",
+                    }
                 ),
             ));
         }
-        let serial = self.serial as usize & ((1 << TENSOR_SERIAL_BITS) - 1);
-        Ok(handle_ptr(
-            HANDLE_BASE
-                | KIND_TENSOR
-                | ((generation ^ self.salt) as usize) << TENSOR_GEN_SHIFT
-                | (index as usize) << TENSOR_INDEX_SHIFT
-                | serial << TENSOR_SERIAL_SHIFT,
+        Ok((
+            field(INDEX_SHIFT, INDEX_BITS),
+            field(GEN_SHIFT, 32) ^ self.salt,
         ))
+    }
+
+    /// The `nrt_tensor_t *` C gets for a new core tensor `h` ([`Runtime::encode`]). When the
+    /// slot index does not fit the pointer, the tensor is freed again and the call fails with
+    /// NRT_RESOURCE.
+    pub fn tensor_ptr(&self, h: TensorHandle) -> Res<*mut nrt_tensor_t> {
+        let (index, generation, _) = h.to_parts();
+        match self.encode(KIND_TENSOR, index, generation) {
+            Some(v) => Ok(handle_ptr(v)),
+            None => {
+                let _ = self.rt.nrt().tensor_free(h);
+                Err(too_many("tensor", index))
+            }
+        }
+    }
+
+    /// The `nrt_tensor_t *` of a tensor C already holds (its index fitted when it was handed
+    /// out), e.g. one stored in a tensor set.
+    pub fn existing_tensor_ptr(&self, h: TensorHandle) -> Res<*mut nrt_tensor_t> {
+        let (index, generation, _) = h.to_parts();
+        self.encode(KIND_TENSOR, index, generation)
+            .map(handle_ptr)
+            .ok_or_else(|| too_many("tensor", index))
     }
 
     /// The core's handle behind tensor pointer `p` ([`Runtime::tensor_ptr`] backwards), for
@@ -159,25 +192,60 @@ impl Runtime {
     /// ended; the core refuses a freed or forged one (`InvalidHandle`, NRT_INVALID) at any
     /// age.
     pub fn tensor(&self, p: *const nrt_tensor_t) -> Res<TensorHandle> {
-        let v = p.addr();
-        if v & (HANDLE_BASE | KIND_MASK | ((1 << HANDLE_SHIFT) - 1)) != HANDLE_BASE | KIND_TENSOR {
-            return Err(Fail::invalid(
-                "not a live tensor (NULL, already freed, foreign or corrupt pointer)",
-            ));
+        let (index, generation) = self.decode(p.addr(), KIND_TENSOR, || {
+            Fail::invalid("not a live tensor (NULL, already freed, foreign or corrupt pointer)")
+        })?;
+        Ok(TensorHandle::from_parts(index, generation, self.epoch))
+    }
+
+    /// The `nrt_tensor_set_t *` C gets for a new core set `h`; when its slot index does not
+    /// fit, the set is destroyed again and the call fails with NRT_RESOURCE.
+    pub fn set_ptr(&self, h: SetHandle) -> Res<*mut nrt_tensor_set_t> {
+        let (index, generation, _) = h.to_parts();
+        match self.encode(KIND_SET, index, generation) {
+            Some(v) => Ok(handle_ptr(v)),
+            None => {
+                let _ = self.rt.nrt().set_destroy(h);
+                Err(too_many("tensor set", index))
+            }
         }
-        let field = |shift: u32, bits: u32| ((v >> shift) & ((1usize << bits) - 1)) as u32;
-        if field(TENSOR_SERIAL_SHIFT, TENSOR_SERIAL_BITS)
-            != self.serial & ((1 << TENSOR_SERIAL_BITS) - 1)
-        {
-            return Err(Fail::invalid(
-                "the tensor belongs to a runtime that nrt_close ended",
-            ));
+    }
+
+    /// The core's handle behind set pointer `p` (NRT_INVALID here for NULL or a value that is
+    /// no set pointer of this runtime; the core refuses a destroyed or forged one).
+    pub fn set(&self, p: *const nrt_tensor_set_t, what: &str) -> Res<SetHandle> {
+        let (index, generation) = self.decode(p.addr(), KIND_SET, || {
+            Fail::invalid(format_args!(
+                "{what} is not a live tensor set (NULL, destroyed, foreign or corrupt pointer)"
+            ))
+        })?;
+        Ok(SetHandle::from_parts(index, generation, self.epoch))
+    }
+
+    /// The `nrt_model_t *` C gets for core model `h`: its logical core as the index, its
+    /// `H_MODEL` id as the generation ([`Runtime::encode`]). A logical core always fits.
+    pub fn model_ptr(&self, h: ModelHandle) -> Res<*mut nrt_model_t> {
+        let (vnc, id, _) = h.to_parts();
+        self.encode(KIND_MODEL, vnc, id)
+            .map(handle_ptr)
+            .ok_or_else(|| too_many("model core", vnc))
+    }
+
+    /// The core's handle behind model pointer `p`: NRT_INVALID for NULL, NRT_INVALID_HANDLE
+    /// here for a value that is no model pointer of this runtime (and from the core for an
+    /// unloaded or forged one, at any age).
+    pub fn model(&self, p: *const nrt_model_t) -> Res<ModelHandle> {
+        if p.is_null() {
+            return Err(Fail::invalid("model is NULL"));
         }
-        Ok(TensorHandle::from_parts(
-            field(TENSOR_INDEX_SHIFT, TENSOR_INDEX_BITS),
-            field(TENSOR_GEN_SHIFT, 32) ^ self.salt,
-            self.epoch,
-        ))
+        let (vnc, id) = self.decode(p.addr(), KIND_MODEL, || {
+            Fail::new(
+                CoreStatus::NRT_INVALID_HANDLE,
+                "model is not a loaded model of this runtime (unloaded, foreign or corrupt \
+                 pointer)",
+            )
+        })?;
+        Ok(ModelHandle::from_parts(vnc, id, self.epoch))
     }
 
     /// Closes the core (spec §12): it frees what the application left, VIRTUAL tensors'
@@ -186,56 +254,18 @@ impl Runtime {
         if let Err(e) = self.rt.close() {
             log::warn!(target: "nrt_close", "{e}");
         }
-        self.models.clear();
     }
 }
 
-/// Shards of a [`Registry`]: a power of two, more than the threads a serving process runs
-/// per core group, so consecutive handles (one per thread in a steady state) hit different
-/// locks.
-const SHARDS: usize = 64;
-
-/// A map from never-reused handles ([`new_handle`]) to `T`, split into [`SHARDS`] maps by
-/// handle number, each under its own lock on its own cache line: calls on different objects
-/// (one per thread) rarely meet on a lock, and never on one process-wide lock.
-pub(crate) struct Registry<T> {
-    shards: [CachePadded<Mutex<BTreeMap<usize, T>>>; SHARDS],
-}
-
-impl<T> Registry<T> {
-    /// An empty registry.
-    pub const fn new() -> Self {
-        Registry {
-            shards: [const { CachePadded::new(Mutex::new(BTreeMap::new())) }; SHARDS],
-        }
-    }
-
-    /// The shard of handle `h` (handles count up in steps of `1 << HANDLE_SHIFT`).
-    pub fn shard(&self, h: usize) -> MutexGuard<'_, BTreeMap<usize, T>> {
-        lock(&self.shards[(h >> HANDLE_SHIFT) % SHARDS])
-    }
-
-    /// Registers `v` under `h`.
-    pub fn insert(&self, h: usize, v: T) {
-        self.shard(h).insert(h, v);
-    }
-
-    /// Takes `h` out: `None` when it is not registered (exactly one of racing removes gets it).
-    pub fn remove(&self, h: usize) -> Option<T> {
-        self.shard(h).remove(&h)
-    }
-
-    /// `f` of the entry under `h` (under its shard's lock), `None` when there is none.
-    pub fn with<R>(&self, h: usize, f: impl FnOnce(&mut T) -> R) -> Option<R> {
-        self.shard(h).get_mut(&h).map(f)
-    }
-
-    /// Drops every entry.
-    pub fn clear(&self) {
-        for s in &self.shards {
-            lock(s).clear();
-        }
-    }
+/// NRT_RESOURCE: an arena slot past what a C pointer can carry.
+fn too_many(what: &str, index: u32) -> Fail {
+    Fail::new(
+        CoreStatus::NRT_RESOURCE,
+        format_args!(
+            "{what} slot {index} does not fit a C handle (at most {} live through the C API)",
+            1u32 << INDEX_BITS
+        ),
+    )
 }
 
 enum Life {
@@ -363,7 +393,6 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
     let epoch = nrt_core::raw::epoch(&rt.nrt());
     *g.life = Life::Init(Box::new(Runtime {
         rt,
-        models: Registry::new(),
         serial: INIT_SERIAL.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
         salt: random_u32(),
         epoch,
@@ -395,65 +424,21 @@ pub(crate) fn close() -> Res {
 /// (a foreign pointer) ever equals a handle.
 const HANDLE_BASE: usize = 1 << (usize::BITS - 1);
 /// The two bits below [`HANDLE_BASE`] say what a handle names, so the pointer of one kind is
-/// never taken for another: [`KIND_TENSOR`] (a core handle, [`Runtime::tensor_ptr`]) or
-/// [`KIND_COUNTED`] (a model or tensor set, [`new_handle`]).
+/// never taken for another: [`KIND_TENSOR`], [`KIND_MODEL`] or [`KIND_SET`].
 const KIND_SHIFT: u32 = usize::BITS - 3;
 const KIND_MASK: usize = 3 << KIND_SHIFT;
 const KIND_TENSOR: usize = 1 << KIND_SHIFT;
-const KIND_COUNTED: usize = 2 << KIND_SHIFT;
+const KIND_MODEL: usize = 2 << KIND_SHIFT;
+const KIND_SET: usize = 3 << KIND_SHIFT;
 /// Handles are multiples of 8: aligned for any pointer-sized type a caller may imagine
 /// behind them.
 const HANDLE_SHIFT: u32 = 3;
-/// The next counted handle number (1-based, so no handle is the kind bits alone).
-static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(1);
-
-/// Mints the value of a new opaque C pointer to a model or tensor set (`nrt_model_t *`,
-/// `nrt_tensor_set_t *`): `HANDLE_BASE | KIND_COUNTED | n << 3` for a process-wide counter `n`.
-///
-/// A handle is a pointer value the library never dereferences: it is only a registry key. It
-/// is never handed out twice in the process (a heap address was: once freed, malloc gives the
-/// same address to the next object, and a stale pointer then named a different, live one);
-/// it is non-null and 8-byte aligned; models and sets share the counter, so the pointer of
-/// one kind is never a live object of the other, and the kind bits keep tensor pointers apart.
-/// `NRT_RESOURCE` after 2^58 handles rather than ever reusing one.
-pub(crate) fn new_handle() -> Res<usize> {
-    mint_handle(&NEXT_HANDLE)
-}
-
-/// Handle numbers stop before this one (`n << 3` must stay below the kind bits).
-const HANDLE_LIMIT: usize = 1 << (KIND_SHIFT - HANDLE_SHIFT);
-
-/// [`new_handle`] on the counter `next`.
-fn mint_handle(next: &AtomicUsize) -> Res<usize> {
-    next.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-        (n < HANDLE_LIMIT).then_some(n + 1)
-    })
-    .map(|n| HANDLE_BASE | KIND_COUNTED | n << HANDLE_SHIFT)
-    .map_err(|_| {
-        Fail::new(
-            CoreStatus::NRT_RESOURCE,
-            "out of handles (every model and tensor set handle of this process is used)",
-        )
-    })
-}
 
 /// The C pointer of handle `h`. It has no provenance: nothing may read or write through it
 /// (nothing does: pointers coming back from C are only decoded or looked up by address).
 pub(crate) fn handle_ptr<T>(h: usize) -> *mut T {
     std::ptr::without_provenance_mut(h)
 }
-
-/// A tensor set as C sees it (`nrt_tensor_set_t *`, a `void *`): registered in [`SETS`] under
-/// its handle ([`new_handle`]), so a caller's pointer is looked up, never dereferenced.
-#[derive(Default)]
-pub(crate) struct SetEntry {
-    /// `(name, tensor pointer)` in insertion order.
-    pub entries: Vec<(String, usize)>,
-}
-
-/// Live tensor sets by handle. Not tied to one runtime: a set made before `nrt_close` can still
-/// be destroyed after it.
-pub(crate) static SETS: Registry<SetEntry> = Registry::new();
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -750,25 +735,48 @@ mod tests {
         assert_eq!(OUTCOME.load(Ordering::SeqCst), 1);
     }
 
+    /// Each kind's pointer decodes back to its own words, is 8-aligned, non-null and in the
+    /// kernel half; another kind's, another runtime's (serial) and a foreign pointer do not
+    /// decode.
     #[test]
-    fn handles_are_unique_aligned_non_null_and_run_out_rather_than_wrap() {
-        let hs: Vec<usize> = (0..1000).map(|_| new_handle().unwrap()).collect();
-        let distinct: std::collections::BTreeSet<usize> = hs.iter().copied().collect();
-        assert_eq!(distinct.len(), hs.len());
-        for &h in &hs {
-            assert!(h != 0 && h % 8 == 0 && h & HANDLE_BASE != 0, "{h:#x}");
-            assert_eq!(h & KIND_MASK, KIND_COUNTED, "{h:#x}");
-            assert_eq!(handle_ptr::<u8>(h).addr(), h);
+    fn handles_encode_and_decode_by_kind() {
+        let r = |serial, salt| Runtime {
+            rt: HostRuntime::new(nrt_host::RuntimeConfig::default()).unwrap(),
+            serial,
+            salt,
+            epoch: 7,
+            oom_report: Mutex::new(None),
+            free_core_pick: Mutex::new(()),
+        };
+        let (a, b) = (r(1, 0x1234_5678), r(2, 0x9abc_def0));
+        let bad = || Fail::invalid("bad");
+        for kind in [KIND_TENSOR, KIND_MODEL, KIND_SET] {
+            let v = a.encode(kind, (1 << INDEX_BITS) - 1, 0xdead_beef).unwrap();
+            assert!(v != 0 && v % 8 == 0 && v & HANDLE_BASE != 0, "{v:#x}");
+            assert_eq!(handle_ptr::<u8>(v).addr(), v);
+            assert_eq!(
+                a.decode(v, kind, bad).unwrap(),
+                ((1 << INDEX_BITS) - 1, 0xdead_beef)
+            );
+            assert!(b.decode(v, kind, bad).is_err(), "another runtime's");
+            for other in [KIND_TENSOR, KIND_MODEL, KIND_SET]
+                .into_iter()
+                .filter(|k| *k != kind)
+            {
+                assert!(a.decode(v, other, bad).is_err(), "another kind's");
+            }
+            assert!(a.decode(0x1000, kind, bad).is_err(), "a foreign pointer");
+            assert!(a.decode(v | 4, kind, bad).is_err(), "misaligned");
         }
-        let next = AtomicUsize::new(HANDLE_LIMIT - 1);
+        assert_eq!(a.encode(KIND_SET, 1 << INDEX_BITS, 1), None);
+        let m = a
+            .model(a.model_ptr(ModelHandle::from_parts(3, 42, 7)).unwrap())
+            .unwrap();
+        assert_eq!(m, ModelHandle::from_parts(3, 42, 7));
         assert_eq!(
-            mint_handle(&next).unwrap(),
-            HANDLE_BASE | KIND_COUNTED | (HANDLE_LIMIT - 1) << HANDLE_SHIFT
+            a.model(std::ptr::null()).unwrap_err().status,
+            CoreStatus::NRT_INVALID
         );
-        for _ in 0..2 {
-            let e = mint_handle(&next).unwrap_err();
-            assert_eq!(e.status, CoreStatus::NRT_RESOURCE);
-        }
     }
 
     #[test]

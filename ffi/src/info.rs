@@ -239,7 +239,7 @@ pub(crate) unsafe fn per_model(
     what: &str,
 ) -> Res {
     global::with_rt(|r| {
-        crate::model::model_of(r, model)?;
+        r.rt.nrt().model_core(r.model(model)?)?;
         // SAFETY: caller contract.
         unsafe { put(out, v, what) }
     })

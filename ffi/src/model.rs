@@ -4,45 +4,19 @@
 //! checked as libnrt checks them, and its footprint is booked under libnrt's usage types) or a
 //! model manifest (JSON, format `"nrt-dmem-model/2"`, docs/MANIFEST.md): this runtime models
 //! libnrt's device memory, not the NeuronCore's instruction set. The `nrt_model_t *` handed
-//! back is an opaque handle registered with the runtime (`Runtime::models`, sharded: no
-//! process-wide lock) and never reused within the process (`global::new_handle`); every call
-//! looks a caller's pointer up in that registry, never dereferences it.
+//! back is the core's `ModelHandle` encoded in the pointer value (`Runtime::model_ptr`: its
+//! logical core and `H_MODEL` id, never reused below 2³² loads); every call decodes a
+//! caller's pointer and the core checks it (no registry, no process-wide lock), never
+//! dereferences it.
 
 use std::ffi::c_void;
 
-use nrt_core::abi::NRT_STATUS as CoreStatus;
-use nrt_core::tensor::TensorSet;
 use nrt_core::LogicalCore;
 use nrt_host::model_file::{self, LoadError, ModelFile};
 
-use crate::global::{self, entry, in_bytes, lock, put, Fail, ModelEntry, Res, Runtime};
+use crate::global::{self, entry, in_bytes, lock, put, Fail, Res, Runtime};
 use crate::status::NRT_STATUS;
 use crate::types::{nrt_model_t, nrt_tensor_set_t};
-
-/// The registered model behind a caller's pointer.
-pub(crate) fn model_of(
-    r: &Runtime,
-    model: *const nrt_model_t,
-) -> Res<(nrt_core::abi::H_MODEL, u32)> {
-    r.models
-        .with(model_key(model)?, |e| (e.h, e.vnc))
-        .ok_or_else(not_loaded)
-}
-
-/// The registry key of a caller's model pointer (NULL is NRT_INVALID).
-pub(crate) fn model_key(model: *const nrt_model_t) -> Res<usize> {
-    if model.is_null() {
-        return Err(Fail::invalid("model is NULL"));
-    }
-    Ok(model.addr())
-}
-
-pub(crate) fn not_loaded() -> Fail {
-    Fail::new(
-        CoreStatus::NRT_INVALID_HANDLE,
-        "model is not a loaded model of this runtime (unloaded, foreign or corrupt pointer)",
-    )
-}
 
 /// Loads a model onto logical core `vnc` (-1: the first with no model, else the one with the
 /// fewest) and makes all of its device memory: per-subgraph allocations, GPSIMD libraries,
@@ -92,9 +66,6 @@ pub(crate) unsafe fn load(
         let bytes = unsafe { in_bytes(neff_bytes as *const u8, size, "neff_bytes") }?;
         let opts = model_file::read_options_from_env();
         let m = ModelFile::parse(bytes, &opts).map_err(|e| Fail::new(e.status(), e))?;
-        // Minted before the load, so nothing is left to roll back when the handles ran
-        // out (a failed load only skips a number).
-        let key = global::new_handle()?;
         // `-1` loads pick and load under one lock, so two of them never pick the same
         // free core.
         let _picking = (vnc == -1).then(|| lock(&r.free_core_pick));
@@ -112,18 +83,10 @@ pub(crate) unsafe fn load(
             Err(LoadError::Core(e)) => r.core(Err(e), || model_oom_note(&m, vnc))?,
             Err(e) => return Err(Fail::new(e.status(), e)),
         };
-        let io = m.tensor_info();
-        r.models.insert(
-            key,
-            ModelEntry {
-                h,
-                vnc: vnc as u32,
-                io,
-            },
-        );
-        log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.id, m.name());
+        log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.h_model().id, m.name());
+        let p = r.model_ptr(h)?;
         // SAFETY: checked non-null; caller contract.
-        unsafe { put(model, global::handle_ptr(key), "model") }
+        unsafe { put(model, p, "model") }
     })
 }
 
@@ -152,46 +115,17 @@ fn model_oom_note(m: &ModelFile, vnc: i64) -> String {
 
 /// Unloads a model: waits for its executions in flight, then frees all of its device memory
 /// (no other model's memory changes). The pointer is invalid afterwards; passing it (or a copy)
-/// again is NRT_INVALID_HANDLE, also after later loads: model pointers are never reused.
+/// again is NRT_INVALID_HANDLE, also after later loads: model ids are never reused (below
+/// 2³² loads). Of two threads unloading the same model, one unloads it and the other gets
+/// NRT_INVALID_HANDLE.
 ///
 /// # Safety
-/// `model` is any pointer value (it is looked up, never dereferenced).
+/// `model` is any pointer value (it is decoded, never dereferenced).
 #[no_mangle]
 pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
     entry("nrt_unload", || {
-        global::with_rt(|r| {
-            // Taken out of the registry first: of two threads unloading the same model, one
-            // unloads it and the other gets NRT_INVALID_HANDLE from here.
-            let key = model_key(model)?;
-            let e = r.models.remove(key).ok_or_else(not_loaded)?;
-            r.rt.nrt().unload_model(e.h).inspect_err(|_| {
-                r.models.insert(key, e);
-            })?;
-            Ok(())
-        })
+        global::with_rt(|r| Ok(r.rt.nrt().unload_model(r.model(model)?)?))
     })
-}
-
-/// The tensors of registered set `set` as the core binds them: each stored pointer decoded
-/// in `r` (the core refuses, with NRT_INVALID, a tensor freed since it was added; it pins the
-/// bound tensors for the execution).
-fn set_snapshot(r: &Runtime, set: *const nrt_tensor_set_t, what: &str) -> Res<Box<TensorSet>> {
-    if set.is_null() {
-        return Err(Fail::invalid(format_args!("{what} is NULL")));
-    }
-    global::SETS
-        .with(set.addr(), |e| {
-            let mut ts = Box::<TensorSet>::default();
-            for (name, t) in &e.entries {
-                ts.add(name, r.tensor(global::handle_ptr(*t))?)?;
-            }
-            Ok(ts)
-        })
-        .ok_or_else(|| {
-            Fail::invalid(format_args!(
-                "{what} is not a live tensor set (destroyed, foreign or corrupt pointer)"
-            ))
-        })?
 }
 
 /// Executes a model. Inputs and outputs are bound by the names the model declares; a missing
@@ -201,8 +135,8 @@ fn set_snapshot(r: &Runtime, set: *const nrt_tensor_set_t, what: &str) -> Res<Bo
 /// (`nrt_tensor_check_output_completion`).
 ///
 /// # Safety
-/// `model`, `input_set` and `output_set` are any pointer values (looked up, never
-/// dereferenced); the tensors in the sets are live.
+/// `model`, `input_set` and `output_set` are any pointer values (decoded and checked by the
+/// core, never dereferenced); a tensor in a set freed since it was added is NRT_INVALID.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_execute(
     model: *mut nrt_model_t,
@@ -221,11 +155,18 @@ pub(crate) fn execute(
     repeat: u32,
 ) -> Res {
     global::with_rt(|r| {
-        let (h, _) = model_of(r, model)?;
-        let ins = set_snapshot(r, input_set, "input_set")?;
-        let outs = set_snapshot(r, output_set, "output_set")?;
+        let h = r.model(model)?;
+        let (ins, outs) = (
+            r.set(input_set, "input_set"),
+            r.set(output_set, "output_set"),
+        );
+        if ins.is_err() || outs.is_err() {
+            // The model is checked before the sets, as the core's execute does.
+            r.rt.nrt().model_core(h)?;
+        }
+        let (ins, outs) = (ins?, outs?);
         for _ in 0..repeat {
-            r.rt.execute(h, &ins, &outs)?;
+            r.rt.execute(h, ins, outs)?;
         }
         Ok(())
     })

@@ -465,16 +465,7 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
 ) -> NRT_STATUS {
     entry("nrtx_get_model_memory", || {
         global::with_rt(|r| {
-            if model.is_null() {
-                return Err(Fail::invalid("model is NULL"));
-            }
-            let h = r.models.with(model.addr(), |e| e.h).ok_or_else(|| {
-                Fail::new(
-                    CoreStatus::NRT_INVALID_HANDLE,
-                    "model is not a loaded model of this runtime",
-                )
-            })?;
-            let i = r.rt.nrt().model_info(h)?;
+            let i = r.rt.nrt().model_info(r.model(model)?)?;
             let v = nrtx_model_memory_t {
                 // A model's core is one the runtime found it on: always an index.
                 vnc: i.vnc.index().unwrap_or(u32::MAX),

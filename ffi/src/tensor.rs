@@ -43,7 +43,6 @@ pub unsafe extern "C" fn nrt_tensor_allocate(
                     vnc as i64,
                     size as u64,
                     name,
-                    Some(r.rt.host_mem()),
                 ),
                 String::new,
             )?;
@@ -70,11 +69,7 @@ pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
         };
         // The core's free: exactly one of racing frees releases the tensor, after every
         // call using it on another thread is done; the others get InvalidHandle.
-        global::with_rt(|r| {
-            Ok(r.rt
-                .nrt()
-                .tensor_free(r.tensor(t)?, Some(r.rt.host_mem()))?)
-        })
+        global::with_rt(|r| Ok(r.rt.nrt().tensor_free(r.tensor(t)?)?))
     })
 }
 
@@ -230,12 +225,8 @@ pub unsafe extern "C" fn nrt_tensor_attach_buffer(
             // SAFETY: the caller's contract above is the core's: `buffer` is valid for reads
             // and writes of `size` bytes for as long as the tensor (or a slice of it) views it.
             Ok(unsafe {
-                r.rt.nrt().tensor_attach_buffer(
-                    t,
-                    buffer as *mut u8,
-                    size as u64,
-                    Some(r.rt.host_mem()),
-                )
+                r.rt.nrt()
+                    .tensor_attach_buffer(t, buffer as *mut u8, size as u64)
             }?)
         })
     })

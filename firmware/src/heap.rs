@@ -65,7 +65,6 @@ impl Run {
             LogicalCore::FIRST.into(),
             4 * MIB,
             Some("boxed"),
-            None,
         )?;
         let pc = theirs.virtual_core(LogicalCore::FIRST)?.tpbs[0];
         let booked = theirs.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
@@ -85,7 +84,7 @@ impl Run {
             ),
             format_args!("handles crossed between the runtimes: {refused:?}"),
         );
-        ours.tensor_free(mine, None)?;
+        ours.tensor_free(mine)?;
 
         // `close` reclaims the tensor left live.
         theirs.close()?;

@@ -46,8 +46,8 @@ use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
-use nrt_core::TensorHandle;
 use nrt_core::{CoreSel, CoreState, Error, InitOptions, LogicalCore, Nrt, StaticState};
+use nrt_core::{HandleError, HandleFault, HandleKind, ModelHandle, TensorHandle};
 
 use out::{Mib, Out};
 
@@ -164,14 +164,8 @@ static MODELS: [ModelSpec<'static>; 3] = [
         gpsimd_libs: None,
         scratchpad_bytes: 8 * MIB,
         sbuf_carveout: Some(EVTACCEL),
-        inputs: &[TensorDecl {
-            name: "tokens",
-            size: 64 * KIB,
-        }],
-        outputs: &[TensorDecl {
-            name: "hidden",
-            size: 4 * MIB,
-        }],
+        inputs: &[TensorDecl::new("tokens", 64 * KIB)],
+        outputs: &[TensorDecl::new("hidden", 4 * MIB)],
     },
     ModelSpec {
         sbuf_carveout: Some(EVTACCEL),
@@ -297,7 +291,7 @@ impl Run {
         for (l, (_, s)) in arena_live.iter_mut().zip(self.nrt.state().arena_stats()) {
             *l = s.live;
         }
-        let mut on = [0u32; CAPS.models as usize];
+        let mut on = [ModelHandle::from_parts(0, 0, 0); CAPS.models as usize];
         Snapshot {
             ledger: self.nrt.ledger_snapshot(0),
             driver_bytes: self.nrt.driver_bytes_in_use(),
@@ -346,7 +340,7 @@ impl Run {
         );
 
         // Three models on one logical core.
-        let mut handles = [H_MODEL { id: 0 }; 3];
+        let mut handles = [ModelHandle::from_parts(0, 0, 0); 3];
         let mut bytes = [0u64; 3];
         for (i, spec) in MODELS.iter().enumerate() {
             let before = n.driver_bytes_in_use();
@@ -357,13 +351,13 @@ impl Run {
                 self.out,
                 "  load          {:<10} h{} on vnc {}: {} model heap, driver +{}",
                 spec.name,
-                handles[i].id,
+                handles[i].h_model().id,
                 MODEL_VNC,
                 Mib(info.bytes),
                 Mib(n.driver_bytes_in_use() - before)
             );
         }
-        let mut on = [0u32; 8];
+        let mut on = [ModelHandle::from_parts(0, 0, 0); 8];
         let resident = n.models_on(MODEL_VNC, &mut on)?;
         self.check(
             resident == 3,
@@ -379,7 +373,7 @@ impl Run {
             } else {
                 "output0"
             };
-            *t = n.tensor_allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name), None)?;
+            *t = n.tensor_allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name))?;
             let info = n.tensor_device_allocation_info(*t)?;
             let pc = n.virtual_core(vnc)?.tpbs[0];
             let booked = n.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
@@ -400,13 +394,7 @@ impl Run {
             );
         }
         // A VIRTUAL tensor: plain host bytes from a static arena (no heap), written and read back.
-        let v = n.tensor_allocate(
-            Placement::Virtual,
-            CoreSel::Any,
-            4096,
-            Some("scratch"),
-            Some(&HOST_POOL),
-        )?;
+        let v = n.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("scratch"))?;
         n.tensor_write(v, &[0xa5; 64], 100)?;
         let mut back = [0u8; 64];
         n.tensor_read(v, &mut back, 100)?;
@@ -414,7 +402,7 @@ impl Run {
             back == [0xa5; 64],
             format_args!("VIRTUAL tensor bytes did not round-trip"),
         );
-        n.tensor_free(v, Some(&HOST_POOL))?;
+        n.tensor_free(v)?;
         self.check(
             HOST_POOL.free_bytes() == HOST_POOL_BYTES as u64,
             format_args!("VIRTUAL tensor memory not returned to the static pool"),
@@ -424,7 +412,7 @@ impl Run {
             "  tensor        scratch    VIRTUAL, 4 KiB from a static pool: bytes round-trip, freed"
         );
         // One is freed here, the other is left for `close` to reclaim.
-        n.tensor_free(tensors[0], None)?;
+        n.tensor_free(tensors[0])?;
 
         // Unload one model: exactly its bytes go, the others stay.
         let h = handles[UNLOADED];
@@ -436,12 +424,13 @@ impl Run {
             freed == bytes[UNLOADED],
             format_args!(
                 "unload h{} freed {freed} B, its model heap held {} B",
-                h.id, bytes[UNLOADED]
+                h.h_model().id,
+                bytes[UNLOADED]
             ),
         );
         self.check(
             n.model_info(handles[0])? == others[0] && n.model_info(handles[2])? == others[1],
-            format_args!("unloading h{} changed another model", h.id),
+            format_args!("unloading h{} changed another model", h.h_model().id),
         );
         let resident = n.models_on(MODEL_VNC, &mut on)?;
         self.check(
@@ -452,7 +441,7 @@ impl Run {
             self.out,
             "  unload        {:<10} h{}: driver -{} (exactly its heap), {} models left",
             MODELS[UNLOADED].name,
-            h.id,
+            h.h_model().id,
             Mib(freed),
             resident
         );
@@ -477,7 +466,7 @@ impl Run {
                     count += 1;
                 }
                 Ok(t) => {
-                    n.tensor_free(t, None)?;
+                    n.tensor_free(t)?;
                     break None;
                 }
                 Err(e) => break Some(e),
@@ -489,11 +478,10 @@ impl Run {
             LogicalCore::FIRST.into(),
             MIB,
             Some("late"),
-            None,
         );
         let unchanged = self.snapshot() == before;
         for t in &taken[..count] {
-            n.tensor_free(*t, None)?;
+            n.tensor_free(*t)?;
         }
         let ok = matches!(err, Some(Error::ArenaFull(a)) if a.arena == "nrt_tensor_t" && a.capacity == (CAPS.tensors as usize))
             && count + 1 == (CAPS.tensors as usize) // one slot is held by the tensor `close` frees
@@ -581,17 +569,20 @@ impl Run {
         Ok(())
     }
 
-    /// The unloaded handle and one never minted: `UnknownModel`, nothing changes.
-    fn bad_unknown_handle(&mut self, unloaded: H_MODEL) -> Result<(), Error> {
+    /// The unloaded handle and one never minted: a stale model handle, nothing changes.
+    fn bad_unknown_handle(&mut self, unloaded: ModelHandle) -> Result<(), Error> {
         let n = self.nrt;
         let before = self.snapshot();
         let twice = n.unload_model(unloaded);
-        let never = n.model_info(H_MODEL { id: u32::MAX });
+        let (vnc, _, epoch) = unloaded.to_parts();
+        let never = n.model_info(ModelHandle::from_parts(vnc, u32::MAX, epoch));
         let unchanged = self.snapshot() == before;
+        let stale = Error::InvalidHandle(HandleError {
+            kind: HandleKind::Model,
+            fault: HandleFault::Stale,
+        });
         self.check(
-            twice == Err(Error::UnknownModel(unloaded.id))
-                && never.err() == Some(Error::UnknownModel(u32::MAX))
-                && unchanged,
+            twice == Err(stale) && never.err() == Some(stale) && unchanged,
             format_args!(
                 "unknown handle: {twice:?} / {:?}; state unchanged: {unchanged}",
                 never.err()

@@ -141,7 +141,8 @@ pub struct RuntimeConfig {
     /// what lets a trn2 (4 × 24 GiB) run under valgrind, whose address space stops at 64 GiB.
     pub sim_channel_size: Option<u64>,
     /// The core's arena capacities (issue 16 item 4): [`HOST_CAPACITY`], with
-    /// `NRT_DMEM_MAX_TENSORS`, `NRT_DMEM_MAX_DMEMS` and `NRT_DMEM_MAX_MODELS` on top.
+    /// `NRT_DMEM_MAX_TENSORS`, `NRT_DMEM_MAX_DMEMS`, `NRT_DMEM_MAX_MODELS` and
+    /// `NRT_DMEM_MAX_SETS` on top.
     pub capacity: nrt_core::Capacity,
 }
 
@@ -259,7 +260,7 @@ fn parse_slots(var: &'static str, v: &str) -> Result<u32, ConfigError> {
 }
 
 /// Every variable [`RuntimeConfig::from_env`] reads.
-pub const ENV_VARS: [&str; 10] = [
+pub const ENV_VARS: [&str; 11] = [
     "NRT_DMEM_DEVICE",
     "NEURON_RT_VIRTUAL_CORE_SIZE",
     "NEURON_RT_VISIBLE_CORES",
@@ -270,6 +271,7 @@ pub const ENV_VARS: [&str; 10] = [
     "NRT_DMEM_MAX_TENSORS",
     "NRT_DMEM_MAX_DMEMS",
     "NRT_DMEM_MAX_MODELS",
+    "NRT_DMEM_MAX_SETS",
 ];
 
 impl Overrides {
@@ -360,6 +362,9 @@ impl RuntimeConfig {
             c.capacity.models = n;
             c.capacity.mr_sets = n.saturating_mul(2).min(nrt_core::config::MAX_ARENA_SLOTS);
         }
+        if let Some(v) = var("NRT_DMEM_MAX_SETS") {
+            c.capacity.sets = parse_slots("NRT_DMEM_MAX_SETS", &v)?;
+        }
         Ok(c)
     }
 
@@ -413,11 +418,12 @@ mod tests {
             ("NRT_DMEM_MAX_TENSORS", "100000"),
             ("NRT_DMEM_MAX_DMEMS", " 4096 "),
             ("NRT_DMEM_MAX_MODELS", "16"),
+            ("NRT_DMEM_MAX_SETS", "3"),
         ])
         .unwrap()
         .capacity;
         assert_eq!((c.tensors, c.storages, c.dmems), (100_000, 100_000, 4096));
-        assert_eq!((c.models, c.mr_sets), (16, 32));
+        assert_eq!((c.models, c.mr_sets, c.sets), (16, 32, 3));
         for bad in ["0", "-1", "16777217", "lots"] {
             let e = cfg(&[("NRT_DMEM_MAX_TENSORS", bad)]).unwrap_err();
             assert!(e.to_string().contains("NRT_DMEM_MAX_TENSORS"), "{e}");

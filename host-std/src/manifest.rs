@@ -349,6 +349,8 @@ impl Manifest {
                 .map(|t| TensorDecl {
                     name: &t.name,
                     size: t.size,
+                    dtype: t.dtype.raw(),
+                    shape: &t.shape,
                 })
                 .collect(),
             outputs: self
@@ -357,6 +359,8 @@ impl Manifest {
                 .map(|t| TensorDecl {
                     name: &t.name,
                     size: t.size,
+                    dtype: t.dtype.raw(),
+                    shape: &t.shape,
                 })
                 .collect(),
         }

@@ -10,8 +10,8 @@
 
 use std::path::Path;
 
-use nrt_core::abi::{H_MODEL, NRT_STATUS};
-use nrt_core::{LogicalCore, Nrt};
+use nrt_core::abi::NRT_STATUS;
+use nrt_core::{LogicalCore, ModelHandle, Nrt};
 use nrt_neff::pack::{PackAlloc, PackModel, PackTensor};
 use nrt_neff::{NeffError, NeffModel, ReadOptions, Reservation, TensorInfo};
 
@@ -119,7 +119,7 @@ impl ModelFile {
         nrt: &Nrt<'_>,
         vnc: LogicalCore,
         allow_legacy: bool,
-    ) -> Result<H_MODEL, LoadError> {
+    ) -> Result<ModelHandle, LoadError> {
         match self {
             ModelFile::Manifest(m) => Ok(nrt.load_model(vnc, &m.spec().as_spec())?),
             ModelFile::Neff(n) => load_neff(nrt, vnc, n, allow_legacy),
@@ -133,7 +133,7 @@ pub fn load_bytes(
     nrt: &Nrt<'_>,
     vnc: LogicalCore,
     bytes: &[u8],
-) -> Result<(H_MODEL, ModelFile), LoadError> {
+) -> Result<(ModelHandle, ModelFile), LoadError> {
     let opts = read_options_from_env();
     let f = ModelFile::parse(bytes, &opts)?;
     let h = f.load(nrt, vnc, opts.allow_legacy_neff)?;
@@ -145,7 +145,7 @@ fn load_neff(
     vnc: LogicalCore,
     n: &NeffModel,
     allow_legacy: bool,
-) -> Result<H_MODEL, LoadError> {
+) -> Result<ModelHandle, LoadError> {
     let v = nrt.virtual_core(vnc)?;
     let arch = nrt.geom(v.tpbs[0].device_id).arch;
     n.check_arch(arch, allow_legacy)?;
@@ -154,7 +154,10 @@ fn load_neff(
     if let Err(e) = copy_weights(nrt, h, n) {
         // The model was never handed out: unloading it is the rollback.
         if let Err(u) = nrt.unload_model(h) {
-            log::error!("unloading model {} after a failed weight copy: {u}", h.id);
+            log::error!(
+                "unloading model {} after a failed weight copy: {u}",
+                h.h_model().id
+            );
         }
         return Err(e);
     }
@@ -164,7 +167,7 @@ fn load_neff(
 /// Copies each weight into its WEIGHT allocation (neff-format §8.2: HBM alloc + copy). The
 /// k-th dmem of a subgraph's MODEL heap is its k-th spec allocation (the heap keeps them in
 /// allocation order; the model's own GPSIMD libraries come after them).
-fn copy_weights(nrt: &Nrt<'_>, h: H_MODEL, n: &NeffModel) -> Result<(), LoadError> {
+fn copy_weights(nrt: &Nrt<'_>, h: ModelHandle, n: &NeffModel) -> Result<(), LoadError> {
     struct Slot {
         dev: u32,
         handle: u64,

@@ -20,11 +20,12 @@
 
 use std::path::{Path, PathBuf};
 
-use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, H_MODEL};
+use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t};
 use nrt_core::driver::PoolStats;
 use nrt_core::oom::{FailingChannel, OomCause};
 use nrt_core::sim::SimDevice;
 use nrt_core::tensor::Placement;
+use nrt_core::ModelHandle;
 use nrt_core::{CoreSel, LogicalCore, Nrt, TensorHandle};
 use nrt_neff::ReadOptions;
 use serde::Serialize;
@@ -315,7 +316,7 @@ type OomAt = (nrt_core::Error, Option<FailingChannel>);
 /// What one step did on a scratch device.
 enum Step {
     Fit {
-        handle: H_MODEL,
+        handle: ModelHandle,
         tensors: Vec<TensorHandle>,
         tensor_bytes: u64,
     },
@@ -397,7 +398,6 @@ impl Scratch {
                     CoreSel::from_c(core),
                     t.size,
                     Some(&t.name),
-                    Some(self.rt.host_mem()),
                 ) {
                     Ok(h) => {
                         tensors.push(h);
@@ -418,10 +418,10 @@ impl Scratch {
         }
     }
 
-    fn undo(&self, handle: H_MODEL, tensors: &[TensorHandle]) {
+    fn undo(&self, handle: ModelHandle, tensors: &[TensorHandle]) {
         let nrt = self.rt.nrt();
         for t in tensors {
-            if let Err(e) = nrt.tensor_free(*t, Some(self.rt.host_mem())) {
+            if let Err(e) = nrt.tensor_free(*t) {
                 log::warn!(target: "nrt_dmem::plan", "freeing a scratch tensor: {e}");
             }
         }
@@ -672,7 +672,7 @@ fn core_plan(nrt: &Nrt<'_>, v: i64) -> CorePlan {
 /// Every HBM channel: pool figures from the driver, the ledger's bytes, and the live
 /// allocations (the GLOBAL heaps of every physical core, the models' MODEL heaps) placed by
 /// the simulated driver's own addresses.
-fn hbm_plan(rt: &HostRuntime, handles: &[H_MODEL]) -> Vec<HbmPlan> {
+fn hbm_plan(rt: &HostRuntime, handles: &[ModelHandle]) -> Vec<HbmPlan> {
     let nrt = rt.nrt();
     let mut seen = std::collections::HashSet::new();
     let mut blocks: Vec<(u32, u32, Block)> = Vec::new();

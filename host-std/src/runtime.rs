@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use nrt_core::driver::Driver;
 use nrt_core::sim::{SimConfig, SimDevice};
-use nrt_core::tensor::{HostMem, TensorSet};
+use nrt_core::tensor::HostMem;
 use nrt_core::{CoreState, Nrt};
 
 use crate::config::{DeviceChoice, RuntimeConfig};
@@ -182,9 +182,9 @@ impl HostRuntime {
     /// `nrt_execute`'s data path, waking completion waiters afterwards.
     pub fn execute(
         &self,
-        h: nrt_core::abi::H_MODEL,
-        inputs: &TensorSet,
-        outputs: &TensorSet,
+        h: nrt_core::ModelHandle,
+        inputs: nrt_core::SetHandle,
+        outputs: nrt_core::SetHandle,
     ) -> nrt_core::Result<()> {
         let r = self.nrt().execute(h, inputs, outputs);
         let (m, cv) = &self.completions;

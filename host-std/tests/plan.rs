@@ -80,7 +80,6 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
                         CoreSel::from_c(core),
                         t.size,
                         Some(&t.name),
-                        None,
                     ) {
                         Ok(t) => made.push(t),
                         Err(_) => {
@@ -91,7 +90,7 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
                 }
                 if !fits {
                     for t in made {
-                        nrt.tensor_free(t, None).unwrap();
+                        nrt.tensor_free(t).unwrap();
                     }
                     nrt.unload_model(h).unwrap();
                 }

@@ -265,6 +265,8 @@ impl NeffModel {
             TensorDecl {
                 name: &t.name,
                 size: t.size,
+                dtype: t.dtype.raw(),
+                shape: &t.shape,
             }
         }
         fn alloc(b: &Booked) -> ModelAlloc<'_> {

@@ -52,15 +52,11 @@ fn runtime(device: DeviceChoice) -> HostRuntime {
 /// Device bytes the resident models of logical core 0 account for.
 fn resident_bytes(rt: &HostRuntime) -> u64 {
     let n = rt.nrt();
-    let mut hs = [0u32; 128];
+    let mut hs = [nrt_core::ModelHandle::from_parts(0, 0, 0); 128];
     let k = n.models_on(LogicalCore::new(0), &mut hs).unwrap();
     hs[..k]
         .iter()
-        .map(|h| {
-            n.model_info(H_MODEL { id: *h })
-                .map(|i| i.by_usage[22])
-                .unwrap_or(0)
-        })
+        .map(|h| n.model_info(*h).map(|i| i.by_usage[22]).unwrap_or(0))
         .sum()
 }
 
@@ -91,7 +87,7 @@ fn threads_load_execute_unload_on_one_core() {
             // At least one execution each, however the scheduler treats this thread.
             loop {
                 let g = rt.nrt().exec_begin(shared).expect("exec");
-                assert_eq!(g.model().h_model, shared);
+                assert_eq!(g.model().h_model, shared.h_model());
                 if t == 0 {
                     std::thread::yield_now();
                 }

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, H_MODEL, NRT_STATUS};
+use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, NRT_STATUS};
 use nrt_core::model::ModelSpec;
-use nrt_core::tensor::{Placement, TensorSet};
-use nrt_core::TensorHandle;
+use nrt_core::tensor::Placement;
 use nrt_core::{CoreSel, LogicalCore, Nrt};
+use nrt_core::{ModelHandle, TensorHandle};
 
 use nrt_host::config::RuntimeConfig;
 use nrt_host::runtime::{HostRuntime, StartError};
@@ -23,7 +23,7 @@ pub struct LoadedModel {
     /// The name steps use.
     pub name: String,
     /// Its handle.
-    pub handle: H_MODEL,
+    pub handle: ModelHandle,
     /// Logical core.
     pub core: i64,
     /// Its manifest.
@@ -194,7 +194,7 @@ impl Session {
         manifest: &ManifestRef,
         core: i64,
         name: &str,
-    ) -> Result<H_MODEL, StepError> {
+    ) -> Result<ModelHandle, StepError> {
         if self.models.iter().any(|m| m.name == name) {
             return Err(StepError::Usage(format!(
                 "a model named `{name}` is already loaded (give the load another `as`)"
@@ -205,7 +205,7 @@ impl Session {
         let r = self.rt.nrt().load_model(LogicalCore::from_c(core), &spec);
         match r {
             Ok(h) => {
-                log::info!(target: "nrt_dmem::session", "loaded {name} on core {core} (handle {})", h.id);
+                log::info!(target: "nrt_dmem::session", "loaded {name} on core {core} (handle {})", h.h_model().id);
                 self.models.push(LoadedModel {
                     name: name.to_string(),
                     handle: h,
@@ -244,13 +244,10 @@ impl Session {
                 "a tensor named `{name}` already exists"
             )));
         }
-        let r = self.rt.nrt().tensor_allocate(
-            placement,
-            CoreSel::from_c(core),
-            size,
-            Some(name),
-            Some(self.rt.host_mem()),
-        );
+        let r = self
+            .rt
+            .nrt()
+            .tensor_allocate(placement, CoreSel::from_c(core), size, Some(name));
         match r {
             Ok(t) => {
                 self.tensors.push(NamedTensor {
@@ -273,9 +270,7 @@ impl Session {
             .iter()
             .position(|t| t.name == name)
             .ok_or_else(|| StepError::Usage(format!("no tensor named `{name}`")))?;
-        self.rt
-            .nrt()
-            .tensor_free(self.tensors[i].tensor, Some(self.rt.host_mem()))?;
+        self.rt.nrt().tensor_free(self.tensors[i].tensor)?;
         self.tensors.remove(i);
         Ok(())
     }
@@ -317,14 +312,17 @@ impl Session {
         }
         let nrt = self.rt.nrt();
         let mut created: Vec<TensorHandle> = Vec::new();
+        let mut sets = Vec::new();
         let result = (|| -> Result<u64, StepError> {
-            let mut ins = TensorSet::new();
-            let mut outs = TensorSet::new();
+            let ins = nrt.set_create()?;
+            sets.push(ins);
+            let outs = nrt.set_create()?;
+            sets.push(outs);
             let mut in_list = Vec::new();
             let mut out_list = Vec::new();
             for (set, decls, binds, list) in [
-                (&mut ins, &spec.inputs, inputs, &mut in_list),
-                (&mut outs, &spec.outputs, outputs, &mut out_list),
+                (ins, &spec.inputs, inputs, &mut in_list),
+                (outs, &spec.outputs, outputs, &mut out_list),
             ] {
                 for d in decls {
                     let t = match binds.iter().find(|(k, _)| *k == d.name) {
@@ -335,13 +333,12 @@ impl Session {
                                 CoreSel::from_c(m.core),
                                 d.size,
                                 Some(&d.name),
-                                None,
                             )?;
                             created.push(t);
                             t
                         }
                     };
-                    set.add(&d.name, t)?;
+                    nrt.set_add(set, &d.name, t)?;
                     list.push((t, nrt.tensor_get_size(t)?));
                 }
             }
@@ -358,7 +355,7 @@ impl Session {
                     written += size;
                 }
             }
-            self.rt.execute(m.handle, &ins, &outs)?;
+            self.rt.execute(m.handle, ins, outs)?;
             if check {
                 let mut buf = vec![0u8; CHUNK];
                 for (k, (t, size)) in out_list.iter().enumerate() {
@@ -391,20 +388,23 @@ impl Session {
             }
             Ok(written)
         })();
+        for s in sets {
+            let _ = nrt.set_destroy(s);
+        }
         for t in created {
-            let _ = nrt.tensor_free(t, None);
+            let _ = nrt.tensor_free(t);
         }
         result.map_err(|e| self.note_error(e))
     }
 
     /// Device bytes of a loaded model's MODEL heaps, per usage (`[22]` = total), and its host
     /// bytes per usage.
-    pub fn footprint(&self, h: H_MODEL) -> Result<Footprint, StepError> {
+    pub fn footprint(&self, h: ModelHandle) -> Result<Footprint, StepError> {
         Ok(total_footprint(&self.subgraph_footprints(h)?))
     }
 
     /// [`Self::footprint`] of each subgraph's MODEL heap (spec §5.2), in subgraph order.
-    pub fn subgraph_footprints(&self, h: H_MODEL) -> Result<Vec<Footprint>, StepError> {
+    pub fn subgraph_footprints(&self, h: ModelHandle) -> Result<Vec<Footprint>, StepError> {
         let subgraphs = self.rt.nrt().model_info(h)?.subgraphs as usize;
         let mut per: Vec<Footprint> = vec![([0; 23], [0; 23]); subgraphs];
         self.rt.nrt().for_each_model_dmem(h, |sg, d| {

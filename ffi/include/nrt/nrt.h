@@ -327,10 +327,12 @@ NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t vnc, int32_t vn
 /**
  * Unloads a model: waits for its executions in flight, then frees all of its device memory
  * (no other model's memory changes). The pointer is invalid afterwards; passing it (or a copy)
- * again is NRT_INVALID_HANDLE, also after later loads: model pointers are never reused.
+ * again is NRT_INVALID_HANDLE, also after later loads: model ids are never reused (below
+ * 2?? loads). Of two threads unloading the same model, one unloads it and the other gets
+ * NRT_INVALID_HANDLE.
  *
  * Safety:
- * `model` is any pointer value (it is looked up, never dereferenced).
+ * `model` is any pointer value (it is decoded, never dereferenced).
  */
 NRT_STATUS nrt_unload(nrt_model_t *model);
 
@@ -342,8 +344,8 @@ NRT_STATUS nrt_unload(nrt_model_t *model);
  * (`nrt_tensor_check_output_completion`).
  *
  * Safety:
- * `model`, `input_set` and `output_set` are any pointer values (looked up, never
- * dereferenced); the tensors in the sets are live.
+ * `model`, `input_set` and `output_set` are any pointer values (decoded and checked by the
+ * core, never dereferenced); a tensor in a set freed since it was added is NRT_INVALID.
  */
 NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t *input_set, nrt_tensor_set_t *output_set);
 
@@ -369,7 +371,8 @@ NRT_STATUS nrt_execute_repeat(nrt_model_t *model, const nrt_tensor_set_t *input_
 NRT_STATUS nrt_load_collectives(const void *neff_bytes, size_t size, int32_t vnc, int32_t vnc_count, uint32_t ctx_device_id, uint32_t ctx_device_count, nrt_model_t **model);
 
 /**
- * Allocates an empty tensor set.
+ * Allocates an empty tensor set. A full set arena is NRT_RESOURCE naming the setting that
+ * raises it (`NRT_DMEM_MAX_SETS`).
  *
  * Safety:
  * `result` is NULL or valid for a write.
@@ -377,8 +380,10 @@ NRT_STATUS nrt_load_collectives(const void *neff_bytes, size_t size, int32_t vnc
 NRT_STATUS nrt_allocate_tensor_set(nrt_tensor_set_t **result);
 
 /**
- * Destroys a tensor set (not the tensors in it) and sets `*tensor_set` to NULL. NULL, or a
- * pointer that is not a live set, is a no-op (logged). Works after `nrt_close` too.
+ * Destroys a tensor set (not the tensors in it) and sets `*tensor_set` to NULL. NULL is a
+ * no-op; a pointer that is not a live set is refused (logged, NRT_INVALID as the thread's
+ * last error). After `nrt_close` the set is already gone (close frees every set): the pointer
+ * is set to NULL and NRT_CLOSED recorded; before `nrt_init`, NRT_UNINITIALIZED.
  *
  * Safety:
  * `tensor_set` is NULL or valid for a read and a write.
@@ -387,12 +392,12 @@ void nrt_destroy_tensor_set(nrt_tensor_set_t **tensor_set);
 
 /**
  * Adds `tensor` to the set under `tensor_name`, replacing a tensor of the same name. The
- * tensor must stay valid until the set is destroyed or the name is replaced. Names are at
- * most 95 bytes; a set holds at most 64 tensors (NRT_RESOURCE beyond).
+ * tensor must be live now; one freed later makes an execution that binds it NRT_INVALID.
+ * Names are at most 95 bytes; a set holds at most 64 tensors (NRT_RESOURCE beyond).
  *
  * Safety:
  * `tensor_name` is NULL or a NUL-terminated string; `tensor_set` and `tensor` are any pointer
- * values (looked up, never dereferenced unless live).
+ * values (decoded and checked by the core, never dereferenced).
  */
 NRT_STATUS nrt_add_tensor_to_tensor_set(nrt_tensor_set_t *tensor_set, const char *tensor_name, nrt_tensor_t *tensor);
 
@@ -401,7 +406,7 @@ NRT_STATUS nrt_add_tensor_to_tensor_set(nrt_tensor_set_t *tensor_set, const char
  *
  * Safety:
  * `tensor_name` is NULL or a NUL-terminated string; `tensor` is NULL or valid for a write;
- * `tensor_set` is any pointer value (looked up, never dereferenced).
+ * `tensor_set` is any pointer value (decoded and checked by the core, never dereferenced).
  */
 NRT_STATUS nrt_get_tensor_from_tensor_set(nrt_tensor_set_t *tensor_set, const char *tensor_name, nrt_tensor_t **tensor);
 

@@ -64,8 +64,8 @@ typedef void (*NRT_ASYNC_EXEC_STATUS_CALLBACK)(void *params, uint32_t model_id, 
  * A model that is not loaded is NRT_INVALID_HANDLE; NULL `tensor_info` is NRT_INVALID.
  *
  * Safety:
- * `tensor_info` is NULL or valid for a write; `model` is any pointer value (looked up,
- * never dereferenced).
+ * `tensor_info` is NULL or valid for a write; `model` is any pointer value (decoded and
+ * checked by the core, never dereferenced).
  */
 NRT_STATUS nrt_get_model_tensor_info(nrt_model_t *model, nrt_tensor_info_array_t **tensor_info);
 

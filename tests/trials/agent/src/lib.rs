@@ -79,11 +79,10 @@ pub fn serve(workers: u32, rounds: u32) -> Result<AgentReport, AgentError> {
                             LogicalCore::new(core).into(),
                             4096,
                             Some("work"),
-                            Some(rt.host_mem()),
                         )?;
                         nrt.tensor_write(t, &payload, 128)?;
                         nrt.tensor_read(t, &mut back, 128)?;
-                        nrt.tensor_free(t, Some(rt.host_mem()))?;
+                        nrt.tensor_free(t)?;
                         if back != payload {
                             return Err(AgentError::Corrupt { core });
                         }

@@ -95,13 +95,13 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
         ..Default::default()
     };
     let model = nrt.load_model(LogicalCore::FIRST, &spec)?;
-    let _ = writeln!(log, "loaded model h{}", model.id);
+    let _ = writeln!(log, "loaded model h{}", model.h_model().id);
 
-    let t = nrt.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"), None)?;
+    let t = nrt.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"))?;
     nrt.tensor_write(t, b"hello", 0)?;
     let mut read_back = [0u8; 5];
     nrt.tensor_read(t, &mut read_back, 0)?;
-    nrt.tensor_free(t, None)?;
+    nrt.tensor_free(t)?;
 
     let core = nrt.virtual_core(LogicalCore::FIRST)?.tpbs[0];
     let (dev, tpb) = (core.device_id, core.device_tpb_idx);
