@@ -393,6 +393,19 @@ unsafe impl Generational for crate::tensor::SetSlot {
 }
 
 impl<T: Generational> Arena<T> {
+    /// The `(index, generation)` a handle of slot `p` carries, read now, for a slot the
+    /// caller owns (just made, or held by an owner reference), whose generation therefore
+    /// cannot move under the call. A pointer this arena does not own yields `(u32::MAX, 0)`:
+    /// an index past any arena and an even generation, which every resolver refuses.
+    pub(crate) fn handle_words_of(&self, p: *const T) -> (u32, u32) {
+        let Some(index) = self.index_of(p) else {
+            return (u32::MAX, 0);
+        };
+        // SAFETY: `index_of` confirmed `p` is a slot of this arena.
+        let (gen, _) = unsafe { self.words(p) };
+        (index as u32, gen.load(Ordering::Acquire))
+    }
+
     /// Resolves handle words `(index, generation)` of a slot of this arena and pins the
     /// object they name ([`crate::handle::pin`]): the slot and a reference to its word,
     /// which the caller must [`crate::handle::unpin`]. An index past the arena or an even

@@ -729,6 +729,22 @@ impl<'a> Nrt<'a> {
         self.st.epoch.load(Ordering::Acquire)
     }
 
+    /// The handle words of slot `p` of `arena`, which the caller owns
+    /// ([`crate::arena::Arena::handle_words_of`]), in this runtime's epoch.
+    #[inline]
+    pub(crate) fn owned_handle<T: crate::arena::Generational>(
+        &self,
+        arena: &crate::arena::Arena<T>,
+        p: *const T,
+    ) -> crate::handle::Raw {
+        let (index, generation) = arena.handle_words_of(p);
+        crate::handle::Raw {
+            index,
+            generation,
+            epoch: self.epoch(),
+        }
+    }
+
     /// Refuses a handle made in another epoch (another runtime, or this one before `close`
     /// or re-`init`).
     #[inline]

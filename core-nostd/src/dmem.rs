@@ -304,35 +304,18 @@ impl<'a> Nrt<'a> {
     /// The handle of dmem `m`, which the caller owns (it was just allocated, or the caller
     /// holds an owner reference), so its generation cannot move under this call.
     pub(crate) fn dmem_handle_of_owned(&self, m: Dmem) -> DmemHandle {
-        let index = self.st.dmems.index_of(m).unwrap_or(usize::MAX) as u32;
-        // SAFETY: `m` is a live slot of the dmem arena (caller contract); the word is atomic.
-        let (gen, _) = unsafe { self.st.dmems.words(m) };
-        DmemHandle(handle::Raw {
-            index,
-            generation: gen.load(Ordering::Acquire),
-            epoch: self.epoch(),
-        })
+        DmemHandle(self.owned_handle(&self.st.dmems, m))
     }
 
     /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the dmem cannot be
     /// finalised, nor its slot reused, until the pin drops.
     pub(crate) fn dmem_pin(&self, h: DmemHandle) -> Result<DmemPin<'a>> {
         self.check_epoch(h.0, HandleKind::Dmem)?;
-        let m = self
+        let (m, refs) = self
             .st
             .dmems
-            .slot(h.0.index)
-            .ok_or(Error::forged(HandleKind::Dmem))?;
-        if h.0.generation & 1 == 0 {
-            return Err(Error::forged(HandleKind::Dmem));
-        }
-        // SAFETY: `m` is a slot of the dmem arena (`slot` bounds-checked the index).
-        let (gen, refs) = unsafe { self.st.dmems.words(m) };
-        if handle::pin(gen, refs, h.0.generation) {
-            Ok(DmemPin { m, refs })
-        } else {
-            Err(Error::stale(HandleKind::Dmem))
-        }
+            .pin(h.0.index, h.0.generation, HandleKind::Dmem)?;
+        Ok(DmemPin { m, refs })
     }
 
     /// A free through a handle, once pinned: drops one owner; the last one waits for every

@@ -126,14 +126,7 @@ impl<'a> Nrt<'a> {
     /// The handle of tensor `t`, which the caller owns (just made, or kept alive by the
     /// caller), so its generation cannot move under this call.
     pub(crate) fn tensor_handle_of_owned(&self, t: *const nrt_tensor_t) -> TensorHandle {
-        let index = self.st.tensors.index_of(t).unwrap_or(usize::MAX) as u32;
-        // SAFETY: `t` is a slot of the tensor arena (caller contract); the word is atomic.
-        let (gen, _) = unsafe { self.st.tensors.words(t) };
-        TensorHandle(handle::Raw {
-            index,
-            generation: gen.load(Ordering::Acquire),
-            epoch: self.epoch(),
-        })
+        TensorHandle(self.owned_handle(&self.st.tensors, t))
     }
 
     /// The slot `h` names, if it is in bounds (no liveness check: for [`crate::raw`]).
@@ -930,10 +923,7 @@ impl<'a> Nrt<'a> {
         pins: &mut PinList<'a>,
     ) -> Result<usize> {
         let sp = self.set_pin(set)?;
-        // SAFETY: pinned set slot (cannot be finalised meanwhile); its body under its lock.
-        let _g = unsafe { (*sp.t).lock.lock() };
-        // SAFETY: as above: the body is only touched under the lock.
-        let body = unsafe { &*(*sp.t).body.get() };
+        let body = sp.body();
         let mut i = 0;
         while let Some(io) = self.model_io(g, output, i) {
             let h = body.get(io.name).ok_or(Error::InvalidArgument(if output {
@@ -1027,17 +1017,16 @@ pub struct SetSlot {
     _pad: u32,
     /// Owners (1 while the set lives) and pins.
     pub(crate) refs: core::sync::atomic::AtomicU64,
-    /// Guards `body`: taken by `set_add`, `set_get` and an execution's binding, only while
-    /// the set is pinned.
-    pub(crate) lock: nrt_mutex_t,
-    pub(crate) body: core::cell::UnsafeCell<SetBody>,
+    /// The entries, behind the lock that guards them ([`SetPin::body`]): taken by `set_add`,
+    /// `set_get`, `set_len` and an execution's binding, only while the set is pinned.
+    body: crate::sync::DataLock<SetBody>,
 }
 
 const _: () = assert!(core::mem::offset_of!(SetSlot, generation) == 0);
 const _: () = assert!(core::mem::offset_of!(SetSlot, refs) == 8);
 
-// SAFETY: every member is valid all-zero: integers, an atomic, an unlocked lock, an empty
-// body (length 0).
+// SAFETY: every member is valid all-zero: integers, an atomic, and a `DataLock` that is
+// unlocked when zeroed (checked in `sync`) around an empty body (length 0).
 unsafe impl crate::abi::meta::ZeroValid for SetSlot {}
 
 /// A set's entries: `len` (name, tensor handle words) pairs in insertion order.
@@ -1064,6 +1053,19 @@ impl SetBody {
 
 /// A pinned tensor set ([`Nrt::set_pin`]).
 pub(crate) type SetPin<'a> = SlotPin<'a, SetSlot>;
+
+impl SetPin<'_> {
+    /// The set's entries, locked. The one way to them: a set's body is only read or written
+    /// through a pin, under its lock.
+    fn body(&self) -> lock_api::MutexGuard<'_, crate::sync::RawSpin, SetBody> {
+        // SAFETY: the pin keeps the slot's object alive and this set (the pin protocol of
+        // `crate::handle`: no finalise, no reuse until it drops), so the field outlives the
+        // returned guard, which borrows the pin. Only the `body` field is referenced: the
+        // generation and reference words other threads read atomically are not.
+        let lock = unsafe { &*core::ptr::addr_of!((*self.t).body) };
+        lock.lock()
+    }
+}
 
 impl<'a> Nrt<'a> {
     /// Resolves and pins set `h` (the pin protocol of [`crate::handle`]).
@@ -1161,10 +1163,7 @@ impl<'a> Nrt<'a> {
         }
         drop(self.tensor_pin(t)?);
         let pin = self.set_pin(h)?;
-        // SAFETY: pinned set slot; its body under its lock.
-        let _g = unsafe { (*pin.t).lock.lock() };
-        // SAFETY: as above.
-        let body = unsafe { &mut *(*pin.t).body.get() };
+        let mut body = pin.body();
         let (a, b, c) = t.to_parts();
         let i = match body.find(name) {
             Some(i) => i,
@@ -1187,20 +1186,16 @@ impl<'a> Nrt<'a> {
     pub fn set_get(&self, h: SetHandle, name: &str) -> Result<Option<TensorHandle>> {
         let _call = self.enter()?;
         let pin = self.set_pin(h)?;
-        // SAFETY: pinned set slot; its body under its lock.
-        let _g = unsafe { (*pin.t).lock.lock() };
-        // SAFETY: as above.
-        Ok(unsafe { &*(*pin.t).body.get() }.get(name))
+        let found = pin.body().get(name);
+        Ok(found)
     }
 
     /// Tensors in set `h`.
     pub fn set_len(&self, h: SetHandle) -> Result<usize> {
         let _call = self.enter()?;
         let pin = self.set_pin(h)?;
-        // SAFETY: pinned set slot; its body under its lock.
-        let _g = unsafe { (*pin.t).lock.lock() };
-        // SAFETY: as above.
-        Ok(unsafe { &*(*pin.t).body.get() }.len as usize)
+        let len = pin.body().len as usize;
+        Ok(len)
     }
 }
 
