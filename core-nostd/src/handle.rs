@@ -1,16 +1,21 @@
 //! Typed, generation-checked handles (issue 16 item 1; STYLE.md #16): how the safe API names
-//! the dmems and tensors it hands out, and the pin protocol that makes a handle used on one
+//! the dmems, tensors, tensor sets and models it hands out ([`DmemHandle`], [`TensorHandle`],
+//! [`SetHandle`], [`ModelHandle`]), and the pin protocol that makes a handle used on one
 //! thread while another frees it an error or a completed operation, never a use after free.
 //!
 //! # What a handle is
 //!
-//! A handle is `(index, generation, epoch)`: the object's arena slot, the slot's generation
-//! when the object was made (the ABI's `dmem_t.generation` @68 / `nrt_tensor_t.generation`
-//! @44), and the runtime's epoch, a process-wide counter bumped by every `init` (so a handle
+//! A dmem, tensor or set handle is `(index, generation, epoch)`: the object's arena slot, the
+//! slot's generation when the object was made (the ABI's `dmem_t.generation` @68 /
+//! `nrt_tensor_t.generation` @44; a set slot's own word), and the runtime's epoch, a process-wide counter bumped by every `init` (so a handle
 //! of another runtime, of a closed one, or of this one before it was initialised again never
 //! matches: state blocks can be freed and re-allocated at the same address, the epoch cannot
 //! repeat). Generations are odd while an object lives in the slot and even while it is free;
 //! every object's lifetime moves the slot's generation on by two.
+//!
+//! A model handle is `(logical core, H_MODEL id, epoch)` instead ([`ModelHandle`]): model ids
+//! are never reused (spec §4.2), so the id plays the generation's part, and the model's
+//! `ref_count` (libnrt's unload drain, spec §4.4–§4.5) is its pin.
 //!
 //! **Wrap bound.** A generation is 32 bits, so a handle kept while one slot is reused 2³¹
 //! times (every object in between allocated *and* freed in that same slot) names the

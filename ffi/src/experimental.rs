@@ -369,7 +369,7 @@ pub extern "C" fn nrt_async_drain_queued_execs(vnc: i32) -> NRT_STATUS {
 
 /// What `nrt_get_model_info` reports. Fields are only ever added at the end (size-in/size-out).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrt_model_info_t {
     /// The logical core the model is loaded on.
     pub vnc: u32,

@@ -617,7 +617,7 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Res {
 ///
 /// # Safety
 /// `dst` is NULL or valid for writes of `size_in` bytes; `size_out` is NULL or writable.
-pub(crate) unsafe fn put_sized<T: Copy>(
+pub(crate) unsafe fn put_sized<T: zerocopy::IntoBytes + zerocopy::Immutable>(
     v: &T,
     dst: *mut T,
     size_in: usize,
@@ -628,9 +628,12 @@ pub(crate) unsafe fn put_sized<T: Copy>(
     }
     let n = size_in.min(std::mem::size_of::<T>());
     if n > 0 {
-        // SAFETY: `v` is a plain-data `T` (no padding in our repr(C) structs of integers);
-        // `dst` holds at least `size_in >= n` bytes; they cannot overlap (ours is a local).
-        unsafe { std::ptr::copy_nonoverlapping(v as *const T as *const u8, dst as *mut u8, n) };
+        // `T: IntoBytes` proves every byte of `v` is initialised (no padding), checked at
+        // compile time by the derive.
+        let src = &v.as_bytes()[..n];
+        // SAFETY: `dst` holds at least `size_in >= n` bytes (caller contract); they cannot
+        // overlap `src`, which the caller owns as a value it just built.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, n) };
     }
     if !size_out.is_null() {
         // SAFETY: caller contract.
@@ -801,7 +804,7 @@ mod tests {
 
     #[test]
     fn sized_copies_follow_the_size_in_size_out_protocol() {
-        #[derive(Copy, Clone)]
+        #[derive(Copy, Clone, zerocopy::IntoBytes, zerocopy::Immutable)]
         #[repr(C)]
         struct S {
             a: u64,

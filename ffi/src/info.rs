@@ -117,7 +117,7 @@ pub const NRT_INSTANCE_SIZE_NUM: u32 = 9;
 
 /// The instance this process runs on (`nrt_get_instance_info`), 32 bytes.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrt_instance_info_t {
     /// An `NRT_INSTANCE_*` family.
     pub family: u32,

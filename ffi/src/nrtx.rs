@@ -108,7 +108,7 @@ const _: () = {
 /// Memory of one logical core with peaks (`nrtx_get_vnc_memory_stats`); starts with the same
 /// two fields as `nrt_vnc_memory_stats_t`.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrtx_vnc_memory_stats_t {
     /// Device bytes in use (as `nrt_vnc_memory_stats_t.bytes_used`).
     pub bytes_used: u64,
@@ -128,7 +128,7 @@ pub struct nrtx_vnc_memory_stats_t {
 /// (`NRT_DMEM_DEVICE=sim:trn2@name`) the figures cover every process using it; elsewhere
 /// only this process is known (`processes` = 1, `shared` = 0).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrtx_device_memory_stats_t {
     /// HBM bytes the device's pools hold, all processes.
     pub device_bytes_used: u64,
@@ -148,7 +148,7 @@ pub struct nrtx_device_memory_stats_t {
 /// `dma_mem_usage_type_t`, index `NRTX_USAGE_TOTAL` holding the total. Names of the indices:
 /// `nrtx_get_usage_type_name`.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrtx_vnc_usage_t {
     /// Device bytes per usage type.
     pub device: [u64; NRTX_USAGE_TYPE_COUNT],
@@ -167,7 +167,7 @@ pub struct nrtx_vnc_usage_t {
 /// bytes succeeds now iff `n <= largest_free_block`, or `n <= 512 KiB` and
 /// `n <= small_object_largest_free_block`.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrtx_hbm_stats_t {
     /// Device index.
     pub device: u32,
@@ -199,7 +199,7 @@ pub struct nrtx_hbm_stats_t {
 
 /// The device memory a loaded model holds (`nrtx_get_model_memory`).
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrtx_model_memory_t {
     /// Logical core it is loaded on.
     pub vnc: u32,
@@ -486,16 +486,11 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
 /// anything was rolled back); without an OOM since `nrt_init`, device 0's table now.
 pub(crate) fn oom_report_text(r: &global::Runtime, failed: Option<Error>) -> String {
     let n = r.rt.nrt();
-    let mut s = String::new();
-    match failed {
-        Some(Error::DeviceOom { .. }) => {
-            let _ = n.last_oom_dump(&mut s);
-        }
-        _ => {
-            s.push_str("no device out-of-memory error since nrt_init\n");
-            let _ = n.dump_ledger(&mut s, 0, None, 8);
-        }
+    if let Some((_, table)) = failed.and_then(|e| nrt_host::runtime::oom_table(&n, &e)) {
+        return table;
     }
+    let mut s = String::from("no device out-of-memory error since nrt_init\n");
+    let _ = n.dump_ledger(&mut s, 0, None, 8);
     s
 }
 

@@ -60,7 +60,7 @@ pub struct nrt_tensor_device_allocation_info_t {
 /// Memory of one logical core (`nrt_get_vnc_memory_stats`). Fields are only ever added at the
 /// end; the size-in/size-out pair of the call keeps old and new callers compatible.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrt_vnc_memory_stats_t {
     /// Device bytes in use on the logical core (tensors, models, shared resources).
     pub bytes_used: usize,

@@ -12,7 +12,7 @@ pub const GIT_HASH_LEN: usize = 64;
 
 /// The runtime's version (224 bytes).
 #[repr(C)]
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, zerocopy::IntoBytes, zerocopy::Immutable)]
 pub struct nrt_version_t {
     /// Major version of the libnrt release this library implements (2).
     pub rt_major: u64,
