@@ -9,6 +9,17 @@ fn run(args: &[&std::ffi::OsStr]) -> Output {
     common::bin().args(args).output().expect("run nrt-dmem")
 }
 
+/// `nrt-dmem neff inspect FILE --json`, parsed.
+fn inspect_json(f: &Path) -> serde_json::Value {
+    let out = stdout(&run(&[
+        "neff".as_ref(),
+        "inspect".as_ref(),
+        f.as_os_str(),
+        "--json".as_ref(),
+    ]));
+    serde_json::from_str(&out).unwrap()
+}
+
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("nrt-neff-cli-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -48,13 +59,7 @@ fn inspect_shows_the_libnrt_fixture_s_tensors_and_footprint() {
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
-    let j: serde_json::Value = serde_json::from_str(&stdout(&run(&[
-        "neff".as_ref(),
-        "inspect".as_ref(),
-        f.as_os_str(),
-        "--json".as_ref(),
-    ])))
-    .unwrap();
+    let j = inspect_json(&f);
     assert_eq!(
         j["tensors"][0],
         serde_json::json!({"name": "input", "usage": "input", "dtype": "float32", "nrt_dtype": 10, "shape": [32], "size": 128})
@@ -120,13 +125,7 @@ fn inspect_shows_every_packed_examples_tensors_and_footprint() {
         let man = Manifest::from_path(m).unwrap();
         let f = tmp(&format!("{}.neff", man.name));
         pack(m, &f);
-        let j: serde_json::Value = serde_json::from_str(&stdout(&run(&[
-            "neff".as_ref(),
-            "inspect".as_ref(),
-            f.as_os_str(),
-            "--json".as_ref(),
-        ])))
-        .unwrap();
+        let j = inspect_json(&f);
         let tensors: Vec<(String, String, Vec<u64>, u64)> = j["tensors"]
             .as_array()
             .unwrap()
