@@ -315,7 +315,7 @@ impl<T: Linked> Iterator for Iter<'_, T> {
 #[inline]
 pub unsafe fn allocator_list<'a>(al: *mut dmem_allocator_t) -> List<'a, dmem_t> {
     // SAFETY: `al` is live, so its embedded sentinels are two distinct live nodes; the held
-    // lock guards their links and those of every dmem linked between them (dmem.rs).
+    // lock guards their links and those of every dmem linked between them (`dmem/allocator.rs`).
     unsafe {
         List::from_sentinels(
             NonNull::new_unchecked(addr_of_mut!((*al).dummy_head)),

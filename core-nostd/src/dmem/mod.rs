@@ -1,0 +1,338 @@
+//! The host device-memory allocator (spec §3): allocator tiers, `dmem_alloc_internal` with the
+//! category tables, the aligned-alloc emulation, free / acquire, and the weak ref lists.
+//!
+//! Invariant (ARCHITECTURE.md principle 4): every live `dmem_t` came through the driver, is
+//! booked in its device's ledger under its usage type, and is on exactly one allocator's list
+//! (or, after its allocator was destroyed while others still reference it, on none). Every
+//! failure path restores the ledger, the arenas and the driver to their state before the call.
+//!
+//! This file holds the request and report types, the dmem pin and the public gated API;
+//! the other jobs have a file each: `allocator` (the allocator tier: create, destroy, the
+//! list and its books, the weak GC indexes), `alloc` (`dmem_alloc_internal`: the category
+//! tables, the ledger booking and the aligned-alloc emulation) and `free` (references,
+//! free and finalize).
+// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
+// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
+// stale or foreign pointer is an error, not undefined behaviour.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+mod alloc;
+mod allocator;
+mod free;
+
+pub use alloc::align_offset;
+
+use core::ptr::addr_of_mut;
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::abi::*;
+use crate::arena::GiveBack;
+use crate::cstr::c_name;
+use crate::ctx::Nrt;
+use crate::error::{Error, InvalidArg, Result};
+use crate::handle::{self, DmemHandle, Dropped, HandleKind};
+
+/// `DMEM_ACTION_*` of `dml_add_entry`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    Alloc,
+    Free,
+}
+
+/// Arguments of one allocation (`dmem_alloc_internal`'s parameter list, spec §3.2).
+#[derive(Copy, Clone, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AllocArgs<'h> {
+    /// Bytes.
+    pub size: u64,
+    /// Alignment (0 = none; else a power of two).
+    pub align: u64,
+    /// Raw `dma_mem_location_t` value (checked).
+    pub loc: u32,
+    /// HBM channel: where a device allocation goes; recorded (`tdram_channel`) for a host one.
+    pub hbm_idx: u32,
+    /// Raw `dma_mem_usage_type_t` value (checked).
+    pub usage: u32,
+    /// What it is for; kept (truncated to [`HINT_LEN`](crate::config::HINT_LEN)−1 bytes) for OOM reports.
+    pub hint: &'h str,
+}
+
+impl<'h> AllocArgs<'h> {
+    /// A device (TONGA_DRAM) allocation.
+    pub fn device(size: u64, hbm_idx: u32, usage: dma_mem_usage_type_t, hint: &'h str) -> Self {
+        AllocArgs {
+            size,
+            align: 0,
+            loc: dma_mem_location_t::TONGA_DRAM as u32,
+            hbm_idx,
+            usage: usage as u32,
+            hint,
+        }
+    }
+    /// A host DMA (HOST_DRAM) allocation.
+    pub fn host(size: u64, usage: dma_mem_usage_type_t, hint: &'h str) -> Self {
+        AllocArgs {
+            size,
+            align: 0,
+            loc: dma_mem_location_t::HOST_DRAM as u32,
+            hbm_idx: 0,
+            usage: usage as u32,
+            hint,
+        }
+    }
+    /// With an alignment.
+    pub fn aligned(mut self, align: u64) -> Self {
+        self.align = align;
+        self
+    }
+}
+
+/// A `dmem_t` pointer: the core's own name for a dmem, and the [`crate::raw`] API's. The
+/// safe API names dmems by [`DmemHandle`].
+pub type Dmem = *mut dmem_t;
+
+/// What [`Nrt::dmem_info`] reports of a live dmem: the fields fixed at allocation, copied
+/// out under a pin (so they are never read from a slot someone else reuses).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DmemInfo {
+    /// Bytes requested.
+    pub size: u64,
+    /// Alignment requested (0 = none).
+    pub align: u64,
+    /// Device physical address of the driver block (`_pa`).
+    pub pa: u64,
+    /// The aligned-alloc emulation's offset into the block (0 when the driver aligned).
+    pub align_offset: u64,
+    /// Bytes booked in the ledger (`size + align_offset`).
+    pub allocated_size: u64,
+    /// The driver's handle of the block.
+    pub mem_handle: u64,
+    /// Raw `dma_mem_location_t`.
+    pub mem_type: u32,
+    /// Raw `dma_mem_usage_type_t`.
+    pub mem_usage_type: u32,
+    /// HBM channel.
+    pub tdram_channel: u32,
+    /// Device.
+    pub device_id: u32,
+    /// Physical core on the device.
+    pub nc_id: u32,
+    /// Owners right now (libnrt's `ref_count`).
+    pub ref_count: u32,
+}
+
+/// A pinned dmem ([`Nrt::dmem_pin`]): the object stays whole until this drops.
+pub(crate) struct DmemPin<'a> {
+    pub(crate) m: Dmem,
+    refs: &'a core::sync::atomic::AtomicU64,
+}
+
+// A pin is one count in the reference word: a copy would unpin twice.
+static_assertions::assert_not_impl_any!(DmemPin<'static>: Clone, Copy);
+
+impl Drop for DmemPin<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        handle::unpin(self.refs);
+    }
+}
+
+impl<'a> Nrt<'a> {
+    // The public dmem API: each call passes the state gate ([`Nrt::enter`]), so it fails with
+    // `Closed` instead of racing `close`'s teardown of the allocators and arenas.
+
+    /// `dmem_allocator_create` (spec §3.1): a GLOBAL or MODEL allocator for `pcore`, with its
+    /// dummy head/tail wired and its lock initialised. `pcore` must be the `pcore` of an
+    /// attached core's `tpb_t`: any other pointer is refused without being dereferenced.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_allocator_create(
+        &self,
+        pcore: *mut physical_core_t,
+        ty: dmem_allocator_type_t,
+    ) -> Result<*mut dmem_allocator_t> {
+        let _call = self.enter()?;
+        let al = self.dmem_allocator_create_inner(pcore, ty)?;
+        self.set_caller_owned(al, true);
+        Ok(al)
+    }
+
+    /// `dmem_allocator_destroy` (spec §5.4): drops the allocator's reference on every dmem on
+    /// its list — one call reclaims a model's whole footprint — and releases the allocator.
+    /// A dmem still referenced elsewhere (a shared page) survives, detached, until its last
+    /// `dmem_free`.
+    ///
+    /// Only an allocator made with [`Self::dmem_allocator_create`] can be destroyed here. The
+    /// runtime's own (a core's GLOBAL allocator, which backs its tensors, scratchpad pages and
+    /// ext-isa copy; a loaded model's MODEL allocators) are refused with NRT_INVALID: the
+    /// runtime destroys them itself, at unload and close, and would otherwise destroy a slot
+    /// that someone else had been given meanwhile.
+    ///
+    /// The caller must not destroy an allocator while another of its threads allocates from
+    /// it or walks it (as with libnrt, whose allocator is freed under the caller's feet): the
+    /// allocator's slot is released and may be handed out again, and a call that resolved it
+    /// before the release would reach the new occupant. A call made after the destroy
+    /// returned is refused ("allocator is not live").
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
+        let _call = self.enter()?;
+        if self.st.allocators.is_live(al) && !self.is_caller_owned(al) {
+            return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
+        }
+        self.dmem_allocator_destroy_inner(al, GiveBack::Release)
+    }
+
+    /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
+    ///
+    /// Checks every argument, books the allocation in the ledger, links it before `al`'s dummy
+    /// tail and, with `ref_list`, records it in that weak index. On any error nothing changes.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_alloc(
+        &self,
+        al: *mut dmem_allocator_t,
+        a: &AllocArgs<'_>,
+        ref_list: Option<*mut dmem_list_t>,
+    ) -> Result<DmemHandle> {
+        let _call = self.enter()?;
+        let m = self.dmem_alloc_inner(al, a, ref_list)?;
+        Ok(self.dmem_handle_of_owned(m))
+    }
+
+    /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem (each owner
+    /// frees it once with [`Self::dmem_free`]).
+    ///
+    /// A stale, forged or foreign handle is [`Error::InvalidHandle`]. Fails with
+    /// [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_acquire_reference(&self, h: DmemHandle) -> Result<()> {
+        let _call = self.enter()?;
+        let p = self.dmem_pin(h)?;
+        // SAFETY: `p.m` is pinned: a slot of the dmem arena that stays whole.
+        let (_, refs) = unsafe { self.st.dmems.words(p.m) };
+        if handle::add_owner(refs) {
+            Ok(())
+        } else {
+            Err(Error::stale(HandleKind::Dmem))
+        }
+    }
+
+    /// `dmem_free` (spec §3.2): drops one owner; the last one unmaps and frees the driver
+    /// memory, books the free in the ledger, unlinks from the allocator and releases the node
+    /// (after any call using the dmem on another thread has finished with it). A dmem with no
+    /// owner left — a double free, at any age — is [`Error::InvalidHandle`], as is a forged or
+    /// foreign handle; nothing of anyone else's is freed.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_free(&self, h: DmemHandle) -> Result<()> {
+        let _call = self.enter()?;
+        let p = self.dmem_pin(h)?;
+        self.dmem_free_pinned(p)
+    }
+
+    /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, h: DmemHandle) -> Result<()> {
+        let _call = self.enter()?;
+        let p = self.dmem_pin(h)?;
+        // SAFETY: pinned slot; the field is accessed atomically (see dmem_release_ref).
+        if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*p.m).allocator)).load(Ordering::Acquire) }
+            != al
+        {
+            return Err(Error::ForeignDmem);
+        }
+        self.dmem_free_pinned(p)
+    }
+
+    /// The fields of a live dmem fixed at its allocation (see [`DmemInfo`]).
+    pub fn dmem_info(&self, h: DmemHandle) -> Result<DmemInfo> {
+        let _call = self.enter()?;
+        let p = self.dmem_pin(h)?;
+        let m = p.m;
+        // SAFETY: pinned: these fields were written before the dmem was published and are
+        // not written again until it is finalised, which waits for this pin.
+        unsafe {
+            Ok(DmemInfo {
+                size: (*m).size,
+                align: (*m).align,
+                pa: (*m)._pa,
+                align_offset: (*m).align_offset,
+                allocated_size: (*m).allocated_size,
+                mem_handle: (*m).mem_handle,
+                mem_type: (*m).mem_type,
+                mem_usage_type: (*m).mem_usage_type,
+                tdram_channel: (*m).tdram_channel,
+                device_id: (*m).device_id,
+                nc_id: (*m).nc_id,
+                ref_count: ((*m).ref_count.load(Ordering::Acquire) & handle::OWNERS) as u32,
+            })
+        }
+    }
+
+    /// The handle of a dmem met while walking an allocator ([`Self::allocator_for_each`]):
+    /// `None` for a `dmem_t` that is not a live slot of this runtime's arena.
+    pub fn dmem_handle_of(&self, d: &dmem_t) -> Option<DmemHandle> {
+        let m = d as *const dmem_t;
+        let index = self.st.dmems.index_of(m)? as u32;
+        // SAFETY: a slot of the dmem arena (index_of checked it); the words are atomics.
+        let (gen, refs) = unsafe { self.st.dmems.words(m) };
+        let generation = gen.load(Ordering::Acquire);
+        if generation & 1 == 0 || refs.load(Ordering::Acquire) & handle::OWNERS == 0 {
+            return None;
+        }
+        Some(DmemHandle(handle::Raw {
+            index,
+            generation,
+            epoch: self.epoch(),
+        }))
+    }
+
+    /// The handle of dmem `m`, which the caller owns (it was just allocated, or the caller
+    /// holds an owner reference), so its generation cannot move under this call.
+    pub(crate) fn dmem_handle_of_owned(&self, m: Dmem) -> DmemHandle {
+        DmemHandle(self.owned_handle(&self.st.dmems, m))
+    }
+
+    /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the dmem cannot be
+    /// finalised, nor its slot reused, until the pin drops.
+    pub(crate) fn dmem_pin(&self, h: DmemHandle) -> Result<DmemPin<'a>> {
+        self.check_epoch(h.0, HandleKind::Dmem)?;
+        let (m, refs) = self
+            .st
+            .dmems
+            .pin(h.0.index, h.0.generation, HandleKind::Dmem)?;
+        Ok(DmemPin { m, refs })
+    }
+
+    /// A free through a handle, once pinned: drops one owner; the last one waits for every
+    /// other pin to go, then unlinks and finalises.
+    fn dmem_free_pinned(&self, p: DmemPin<'_>) -> Result<()> {
+        match handle::drop_owner(p.refs) {
+            Dropped::NoOwner => Err(Error::stale(HandleKind::Dmem)),
+            Dropped::Shared => Ok(()),
+            Dropped::Last => {
+                let (m, refs) = (p.m, p.refs);
+                // The pin is handed over to the drain: it is the last one left.
+                core::mem::forget(p);
+                handle::wait_drained(refs, 1, crate::sync::relax);
+                self.dmem_unlink_and_finalize(m, GiveBack::Release);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether `h` names a live dmem of this runtime (it may be freed the moment after).
+    pub fn dmem_is_live(&self, h: DmemHandle) -> bool {
+        let Ok(_call) = self.enter() else {
+            return false;
+        };
+        self.dmem_pin(h).is_ok()
+    }
+}
+
+/// The hint of a dmem as text.
+pub fn dmem_hint(m: &dmem_t) -> &str {
+    c_name(&m.hint_buf)
+}

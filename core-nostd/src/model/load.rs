@@ -1,0 +1,576 @@
+//! Loading and unloading a model (spec §5, §4.5): the spec checks, the all-or-nothing
+//! build of its heaps, allocations, scratchpad and GPSIMD libraries, the rollback of a
+//! failed load, and `model_free`.
+
+use core::ptr::{addr_of_mut, null_mut};
+
+use super::{tdrv_get_unique_h_model, ModelSpec, IO_DIMS_MAX, IO_NAME_MAX, MODEL_IO_MAX};
+use crate::abi::tables::{category_for, CATEGORY_INVALID};
+use crate::abi::*;
+use crate::arena::GiveBack;
+use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
+use crate::cstr::copy_c_name;
+use crate::ctx::{MemRefSet, Nrt};
+use crate::dmem::AllocArgs;
+use crate::error::{Error, Result};
+use crate::handle::ModelHandle;
+use crate::ht;
+use crate::vcore::LogicalCore;
+
+/// A model under construction; `Drop`-free so rollback is explicit.
+struct Building {
+    model: *mut model_t,
+    tpbs: [*mut tpb_t; MAX_SUBGRAPHS],
+    sp_tpb: *mut tpb_t,
+    sp_pages: u32,
+    ulib: *mut ucode_lib_set_info_t,
+    ulib_shared: bool,
+    /// This load staged the core's shared ext-isa copy (rather than finding it cached).
+    ulib_staged_now: bool,
+    ulib_tpb: *mut tpb_t,
+}
+
+/// FNV-1a of a name: the mem_ref_set key.
+pub const fn name_key(s: &str) -> u64 {
+    let b = s.as_bytes();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < b.len() {
+        h ^= b[i] as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
+impl<'a> Nrt<'a> {
+    /// The scratchpad claim a cleanup record describes: `(its core, pages)`, or `None` for no
+    /// record or no pages. The record keeps libnrt's members (`pcores[0]`, `sizes[0]`) and
+    /// the page count follows from the core's page size.
+    pub(crate) fn cleanup_claim(
+        &self,
+        c: *const tdrv_scratchpad_cleanup_info_t,
+    ) -> Option<(*mut tpb_t, u32)> {
+        // SAFETY: a cleanup record lives as long as the model that points at it.
+        let c = unsafe { c.as_ref() }?;
+        let (d, t) = self.tree_pcore(c.pcores[0])?;
+        let tpb = self.tpb(d, t).ok()?;
+        // SAFETY: resolved tpb; page_size is fixed at bring-up.
+        let ps = unsafe { (*tpb).scratchpad.page_size }.max(1);
+        let pages = u32::try_from(c.sizes[0] / ps).ok()?;
+        (c.num_entries > 0 && pages > 0).then_some((tpb, pages))
+    }
+
+    /// Validates a spec before anything is allocated.
+    fn check_spec(&self, spec: &ModelSpec<'_>, arch: al_hal_tpb_arch_type_t) -> Result<()> {
+        if spec.name.is_empty() {
+            return Err(Error::InvalidModel("name is empty"));
+        }
+        if spec.subgraphs == 0 {
+            return Err(Error::InvalidModel("subgraphs must be at least 1"));
+        }
+        if spec.subgraphs as usize > MAX_SUBGRAPHS {
+            return Err(Error::InvalidModel("more than 8 subgraphs"));
+        }
+        if spec.inputs.len() + spec.outputs.len() > MODEL_IO_MAX {
+            return Err(Error::InvalidModel("more than 32 inputs + outputs"));
+        }
+        for t in spec.inputs.iter().chain(spec.outputs.iter()) {
+            if t.name.is_empty() || t.name.len() > IO_NAME_MAX {
+                return Err(Error::InvalidModel("tensor names must be 1..=95 bytes"));
+            }
+            if t.size == 0 {
+                return Err(Error::InvalidModel("tensor size must be > 0"));
+            }
+            if t.shape.len() > IO_DIMS_MAX {
+                return Err(Error::InvalidModel("a tensor has more than 32 dimensions"));
+            }
+        }
+        let ends = spec.subgraph_ends;
+        if !ends.is_empty()
+            && (ends.len() != spec.subgraphs as usize
+                || ends.windows(2).any(|w| w[0] > w[1])
+                || ends.last() != Some(&spec.allocations.len()))
+        {
+            return Err(Error::InvalidModel(
+                "subgraph_ends must give one non-decreasing end per subgraph, the last at the \
+                 end of allocations",
+            ));
+        }
+        for a in (0..spec.subgraphs as usize).flat_map(|s| spec.subgraph_allocations(s)) {
+            if a.hint.len() > MEM_REF_NAME_LEN_MAX {
+                return Err(Error::InvalidModel("allocation hint longer than 47 bytes"));
+            }
+            let loc = Some(a.location)
+                .filter(|l| *l != dma_mem_location_t::DMA_MEM_LOC_INVALID)
+                .ok_or(Error::InvalidLocation(a.location as u32))?;
+            let usage = Some(a.usage)
+                .filter(|u| *u != dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX)
+                .ok_or(Error::InvalidUsage(a.usage as u32))?;
+            if category_for(loc, usage) == CATEGORY_INVALID {
+                return Err(Error::UsageInvalidForLocation { usage, loc });
+            }
+            if a.size == 0 {
+                return Err(Error::ZeroSize);
+            }
+            if a.align != 0 && !a.align.is_power_of_two() {
+                return Err(Error::BadAlignment(a.align));
+            }
+        }
+        // The library cap belongs to ucode_stage_libs, which runs on SUNDA only (spec §6); it
+        // is checked up front there so a refused load allocates nothing. Elsewhere the
+        // libraries are ignored, whatever their number.
+        if let Some(l) = spec.gpsimd_libs {
+            if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
+                if l.count as usize > constants::ULIB_MAX_LIBS {
+                    return Err(Error::TooManyLibs(l.count));
+                }
+                if l.count > 0 {
+                    l.lib_bytes()?;
+                }
+            }
+        }
+        if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN {
+            if let Some(c) = spec.sbuf_carveout {
+                c.check()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Device bytes booked to a logical core (the "mem_usage before/after" of §5.3).
+    fn vnc_device_bytes(&self, vnc: LogicalCore) -> u64 {
+        // Ungated: this runs inside `load_model`'s own gated call, which a racing `close`
+        // waits for.
+        self.vnc_memory_stats(vnc)
+            .map(|s| s.bytes_used)
+            .unwrap_or(0)
+    }
+
+    /// Loads a model onto logical core `vnc` (spec §5): builds one MODEL heap per subgraph in
+    /// an mr_set slot and moves it into the `model_t` (zeroing the slot), validates the SBUF
+    /// carveout on CAYMAN, makes the allocations, claims scratchpad pages, stages GPSIMD
+    /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger's
+    /// bytes, every allocator and every arena's slots are as before. The model's own heaps go
+    /// straight back, not through the quarantines (nobody saw them); scratchpad pages and the
+    /// shared ext-isa copy, which others could see once claimed, go through them. High-water marks — the ledger's
+    /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
+    pub fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<ModelHandle> {
+        let _call = self.enter()?;
+        let v = *self.vtpb_get_virtual_core(vnc)?;
+        let g = self.dev_geom(v.tpbs[0].device_id);
+        let arch = g.arch();
+        self.check_spec(spec, arch)?;
+        let before = self.vnc_device_bytes(vnc);
+        let model = self.st.models.alloc("model_t")?.as_ptr();
+        let mut b = Building {
+            model,
+            tpbs: [null_mut(); MAX_SUBGRAPHS],
+            sp_tpb: null_mut(),
+            sp_pages: 0,
+            ulib: null_mut(),
+            ulib_shared: false,
+            ulib_staged_now: false,
+            ulib_tpb: null_mut(),
+        };
+        match self.load_into(&mut b, &v, spec, arch, vnc, before) {
+            Ok(h) => Ok(ModelHandle::from_parts(
+                vnc.index().unwrap_or(u32::MAX),
+                h.id,
+                self.epoch(),
+            )),
+            Err(e) => {
+                self.rollback(&b);
+                Err(e)
+            }
+        }
+    }
+
+    fn load_into(
+        &self,
+        b: &mut Building,
+        v: &virtual_core_t,
+        spec: &ModelSpec<'_>,
+        arch: al_hal_tpb_arch_type_t,
+        vnc: LogicalCore,
+        before: u64,
+    ) -> Result<H_MODEL> {
+        let m = b.model;
+        let lnc = v.num_tpbs.max(1);
+        // vtpb_info_shared_init_vtpb (§5.2) + the ownership move of kbl_model_add (§5.3): each
+        // subgraph's mr_set (MODEL allocator, 1024-bucket mem_ref_set, gc_tracker; the cleanup
+        // record once per model) is built straight into the model_t's per-subgraph slots.
+        // libnrt builds them in shared `vtpb_info_shared_mr_set_t` slots and then moves them
+        // out, zeroing the slot; a load here builds its own, so there is no shared slot to zero.
+        for s in 0..spec.subgraphs as usize {
+            let pc = &v.tpbs[s % lnc as usize];
+            let tpb = self.tpb(pc.device_id, pc.device_tpb_idx)?;
+            b.tpbs[s] = tpb;
+            // Each piece is stored in the model the moment it exists, so rollback finds it.
+            // SAFETY: tpb resolved (its `pcore` lives as long as the context); `m` is our fresh,
+            // unpublished model slot.
+            unsafe {
+                (*m).sg_allocators[s] = self.dmem_allocator_create_inner(
+                    self.pcore_ptr(pc.device_id, pc.device_tpb_idx),
+                    dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
+                )?;
+                let set = self.st.mem_ref_sets.alloc("mem_ref_set")?.as_ptr();
+                ht::ht_init(addr_of_mut!((*set).hdr), constants::MEM_REF_SET_BUCKETS);
+                (*m).sg_mem_ref_sets[s] = addr_of_mut!((*set).hdr);
+                (*m).sg_gc_trackers[s] = self.dmem_list_new()?;
+            }
+        }
+        // SAFETY: our model slot; subgraph 0's slots were filled above (subgraphs >= 1).
+        unsafe {
+            (*m).scratchpad_cleanup_info = self
+                .st
+                .sp_cleanup
+                .alloc("scratchpad_cleanup_info_t")?
+                .as_ptr();
+            (*m).dmem_allocator = (*m).sg_allocators[0];
+            (*m).mem_ref_set = (*m).sg_mem_ref_sets[0];
+            (*m).gc_tracker = (*m).sg_gc_trackers[0];
+        }
+        // SBUF EVTACCEL (§8): validated in check_spec; here the model flags.
+        if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN {
+            if spec.sbuf_carveout.is_some() {
+                // SAFETY: our model slot.
+                unsafe {
+                    (*m).reset_evt_accel = 1;
+                    (*m).program_fp8_cfg = 1;
+                }
+            } else {
+                info!("model {} has no evtaccel reservation on SBUF", spec.name);
+            }
+        }
+        // The NEFF's allocations, per subgraph, into that subgraph's MODEL heap.
+        for s in 0..spec.subgraphs as usize {
+            // SAFETY: our model slot; tpbs[s] resolved above.
+            let (al, list, set, hbm) = unsafe {
+                let hbm = self.tpb_default_hbm(b.tpbs[s]);
+                (
+                    (*m).sg_allocators[s],
+                    (*m).sg_gc_trackers[s],
+                    (*m).sg_mem_ref_sets[s],
+                    hbm,
+                )
+            };
+            for a in spec.subgraph_allocations(s) {
+                let args = AllocArgs {
+                    size: a.size,
+                    align: a.align,
+                    loc: a.location as u32,
+                    hbm_idx: hbm,
+                    usage: a.usage as u32,
+                    hint: a.hint,
+                };
+                let d = self.dmem_alloc_inner(al, &args, Some(list))?;
+                let node = match self.st.mem_ref_nodes.alloc("mem_ref_node") {
+                    Ok(n) => n.as_ptr(),
+                    Err(e) => {
+                        // Just allocated by this call: seen by nobody.
+                        self.dmem_release_ref(d, GiveBack::Cancel);
+                        return Err(e.into());
+                    }
+                };
+                // SAFETY: fresh node; the set is ours (not yet published).
+                unsafe {
+                    (*node).buf_size = a.size;
+                    (*node).key_type = 1; // string key (hashed)
+                    ht::ht_insert(set, name_key(a.hint), node, d as *mut core::ffi::c_void);
+                }
+            }
+        }
+        // Scratchpad pages (§8), shared on the first core.
+        if spec.scratchpad_bytes > 0 {
+            let tpb = b.tpbs[0];
+            // SAFETY: resolved tpb.
+            let ps = unsafe { (*tpb).scratchpad.page_size.max(1) };
+            let (dev, idx) = self.tpb_coords(tpb);
+            let pages = spec.scratchpad_bytes.div_ceil(ps);
+            if pages > constants::SCRATCHPAD_MAX_PAGES as u64 {
+                return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
+            }
+            self.scratchpad_claim(tpb, pages as u32, self.dev_geom(dev).default_hbm(idx))?;
+            b.sp_tpb = tpb;
+            b.sp_pages = pages as u32;
+            // SAFETY: our cleanup record.
+            unsafe {
+                let c = (*m).scratchpad_cleanup_info;
+                (*c).pcores[0] = self.pcore_ptr(dev, idx);
+                (*c).sizes[0] = pages * ps;
+                (*c).num_entries = 1;
+                (*c).first_page = 0;
+            }
+        }
+        // GPSIMD ext-isa staging only on SUNDA (kbl_model_add: cmp $0x2 → ucode_stage_libs).
+        if let Some(req) = spec.gpsimd_libs {
+            if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
+                let tpb = b.tpbs[0];
+                // SAFETY: resolved tpb; our model.
+                let (hbm, al) = (self.tpb_default_hbm(tpb), unsafe { (*m).dmem_allocator });
+                b.ulib_tpb = tpb;
+                let (set, shared, staged_now) = self.ucode_stage_libs(tpb, al, hbm, req)?;
+                b.ulib = set;
+                b.ulib_shared = shared;
+                b.ulib_staged_now = staged_now;
+                // SAFETY: our model.
+                unsafe {
+                    (*m).ulib_set_info = set;
+                    (*m).ulib_is_shared = shared as u8;
+                }
+            } else {
+                debug!(
+                    "gpsimd libraries are staged only on SUNDA; ignored for {}",
+                    spec.name
+                );
+            }
+        }
+        // Fill in the model and publish it.
+        let h = tdrv_get_unique_h_model();
+        // SAFETY: our model slot, not yet visible to anyone.
+        unsafe {
+            (*m).h_model = h;
+            (*m).vtpb_idx = v.vtpb_idx;
+            (*m).pcore = v.tpbs[0];
+            (*m).num_subgraphs = spec.subgraphs;
+            (*m).state = 1;
+            copy_c_name(&mut (*m).name, spec.name);
+            (*m).num_inputs = spec.inputs.len() as u32;
+            (*m).num_outputs = spec.outputs.len() as u32;
+            let io = self.model_io_table(m);
+            for (i, t) in spec.inputs.iter().chain(spec.outputs.iter()).enumerate() {
+                let e = &mut (*io)[i];
+                e.size = t.size;
+                e.dtype = t.dtype;
+                e.ndim = t.shape.len() as u32;
+                e.shape = [0; IO_DIMS_MAX];
+                e.shape[..t.shape.len()].copy_from_slice(t.shape);
+                e.name = [0; IO_NAME_MAX + 1];
+                copy_c_name(&mut e.name, t.name);
+            }
+            (*m).mem_usage_before = before;
+            (*m).mem_usage_after = self.vnc_device_bytes(vnc);
+        }
+        self.add_model(b.tpbs[0], m)?;
+        info!(
+            "Added model: {} on (nd{}:nc{}) mem_usage before {} after {}",
+            h.id,
+            v.tpbs[0].device_id,
+            v.tpbs[0].device_tpb_idx,
+            before,
+            // SAFETY: published, but we still hold no lock-free mutators of this field.
+            unsafe { (*m).mem_usage_after }
+        );
+        Ok(h)
+    }
+
+    /// Undoes a partial load.
+    fn rollback(&self, b: &Building) {
+        let m = b.model;
+        if !b.ulib.is_null() {
+            self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared, GiveBack::Cancel);
+        }
+        // Unstage the shared copy only if this load staged it: a copy that was cached before
+        // the call (kept after its last user unloaded) stays, so the rollback leaves the core
+        // as it found it. A failed first staging cached nothing (stage_once stores only on
+        // success), and a copy another load started using meanwhile is not unused.
+        if !b.ulib_tpb.is_null() && b.ulib_shared && b.ulib_staged_now {
+            // Release, not Cancel: once staged, the shared copy was in the core's cache (and
+            // on its GLOBAL allocator's list), where others could see it.
+            self.ulib_unstage_if_unused(b.ulib_tpb, GiveBack::Release);
+        }
+        if b.sp_pages > 0 {
+            // Release, not Cancel: claimed pages are in the core's shared page table (and on
+            // its GLOBAL allocator's list), where other loads and callers can see them.
+            self.scratchpad_release(b.sp_tpb, b.sp_pages, GiveBack::Release);
+        }
+        self.free_model_heaps(m, GiveBack::Cancel);
+        // The handle was never returned: the slot goes back as if the load never started.
+        let _ = self.st.models.cancel(m);
+    }
+
+    /// Frees a model's per-subgraph heaps, mem_ref sets, gc trackers and cleanup record.
+    /// `how`: [`GiveBack::Release`] at unload; [`GiveBack::Cancel`] when a failed load rolls
+    /// back (nobody saw its heaps, so their slots need not wait out the quarantines).
+    fn free_model_heaps(&self, m: *mut model_t, how: GiveBack) {
+        for s in 0..MAX_SUBGRAPHS {
+            // SAFETY: the model is unpublished or drained: we are its only user.
+            unsafe {
+                let set = (*m).sg_mem_ref_sets[s];
+                if !set.is_null() {
+                    ht::for_each(set, |n| {
+                        let _ = self.st.mem_ref_nodes.give_back(n, how);
+                    });
+                    let _ = self.st.mem_ref_sets.give_back(set as *const MemRefSet, how);
+                }
+                let al = (*m).sg_allocators[s];
+                if !al.is_null() {
+                    // One call reclaims the subgraph's whole footprint (§5.4).
+                    let _ = self.dmem_allocator_destroy_inner(al, how);
+                }
+                self.dmem_list_destroy((*m).sg_gc_trackers[s], how);
+            }
+        }
+        // SAFETY: as above.
+        unsafe {
+            let c = (*m).scratchpad_cleanup_info;
+            if !c.is_null() {
+                let _ = self.st.sp_cleanup.give_back(c, how);
+            }
+        }
+    }
+
+    /// `model_free` (spec §5.4): releases the ulib set (not the shared ext-isa copy), the
+    /// scratchpad claim, then destroys the MODEL heaps — one call per subgraph reclaims the
+    /// whole footprint — and frees the `model_t`.
+    fn model_free(&self, m: *mut model_t) {
+        // SAFETY: drained and unlinked: we are the only user.
+        unsafe {
+            let tpb = self
+                .tpb((*m).pcore.device_id, (*m).pcore.device_tpb_idx)
+                .unwrap_or(null_mut());
+            if !tpb.is_null() {
+                self.ucode_release(
+                    tpb,
+                    (*m).ulib_set_info,
+                    (*m).ulib_is_shared != 0,
+                    GiveBack::Release,
+                );
+                let c = (*m).scratchpad_cleanup_info;
+                if let Some((sp_tpb, pages)) = self.cleanup_claim(c) {
+                    self.scratchpad_release(sp_tpb, pages, GiveBack::Release);
+                }
+            }
+            (*m).ulib_set_info = null_mut();
+        }
+        self.free_model_heaps(m, GiveBack::Release);
+        let _ = self.st.models.release(m);
+    }
+
+    /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
+    /// `model_free` (spec §4.5, §5.4). No other model's memory changes. `Closed` /
+    /// `Uninitialized` outside an initialised runtime (spec §7.2 state gate). A handle
+    /// already unloaded (at any age), forged, or of another runtime is
+    /// [`Error::InvalidHandle`] and nothing changes; of two racing unloads of one model,
+    /// exactly one unloads it.
+    ///
+    /// As with `close`: a thread must not unload while it holds an
+    /// [`ExecGuard`](super::ExecGuard) of a model on the same core. The guard holds the core's exec lock; an execution of the model being
+    /// unloaded that waits for that lock already holds a model reference; and the unload
+    /// waits for the model's references to go. The three would wait for each other forever.
+    pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
+        let _call = self.enter()?;
+        let (tpb, _) = self.model_tpb(h)?;
+        let m = self.remove_model(tpb, h.h_model())?;
+        self.model_free(m);
+        Ok(())
+    }
+
+    /// Teardown: unloads every resident model.
+    pub(crate) fn unload_all_models(&self) {
+        for vnc in (0..self.owned_vnc_count()).map(LogicalCore::new) {
+            let Ok(v) = self.vtpb_get_virtual_core(vnc) else {
+                continue;
+            };
+            let Ok(tpb) = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx) else {
+                continue;
+            };
+            loop {
+                // SAFETY: resolved tpb; under model_db_lock.
+                let next = unsafe {
+                    let _g = (*tpb).model_db_lock.lock();
+                    let mut first = None;
+                    if !(*tpb).model_db.is_null() {
+                        ht::for_each((*tpb).model_db, |n| {
+                            if first.is_none() {
+                                first = Some((*n).key as u32);
+                            }
+                        });
+                    }
+                    first
+                };
+                match next {
+                    Some(id) => {
+                        if let Ok(m) = self.remove_model(tpb, H_MODEL { id }) {
+                            self.model_free(m);
+                        }
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::set_last_model_handle_for_test;
+    use crate::ulib::UlibRequest;
+
+    /// A failed load that found the shared ext-isa copy already cached must not unstage it
+    /// (spec §6): its rollback freed the copy although another load had staged it. Forcing
+    /// DuplicateModel after staging moves the process-global handle counter, so this test
+    /// lives here (the unit-test binary loads no other model) rather than in tests/model.rs,
+    /// whose parallel tests mint handles from the same counter.
+    #[test]
+    fn failed_load_keeps_an_ext_isa_copy_it_did_not_stage() {
+        use crate::ctx::{CoreState, InitOptions};
+        use crate::sim::{Preset, SimConfig, SimDevice};
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).unwrap();
+        let state = |n: &Nrt<'_>| {
+            (
+                n.ledger_snapshot(0),
+                n.driver_bytes_in_use(),
+                n.ulib_shared_stats(0, 0).unwrap(),
+                n.state().arena_stats().map(|(_, s)| s.live),
+            )
+        };
+        let mut g = ModelSpec {
+            name: "g",
+            subgraphs: 1,
+            ..Default::default()
+        };
+        g.gpsimd_libs = Some(UlibRequest {
+            count: 1,
+            bytes: 65536,
+        });
+        let hx = n.load_model(LogicalCore::new(0), &g).unwrap();
+        n.unload_model(hx).unwrap();
+        assert_eq!(
+            n.ulib_shared_stats(0, 0).unwrap(),
+            (1, 0),
+            "copy stays cached"
+        );
+        let plain = ModelSpec {
+            name: "a",
+            subgraphs: 1,
+            ..Default::default()
+        };
+        let ha = n.load_model(LogicalCore::new(0), &plain).unwrap();
+        let before = state(&n);
+        // The next handle minted is `ha` again: the load fails in add_model, after staging.
+        set_last_model_handle_for_test(ha.h_model().id - 1);
+        let e = n.load_model(LogicalCore::new(0), &g).unwrap_err();
+        assert_eq!(e, Error::DuplicateModel(ha.h_model().id));
+        assert_eq!(state(&n), before, "the rollback left everything as it was");
+        // A load that stages the copy itself and fails still unstages it.
+        n.unload_model(ha).unwrap();
+        n.ulib_unstage_for_test(0, 0);
+        let hb = n.load_model(LogicalCore::new(0), &plain).unwrap();
+        let before = state(&n);
+        assert_eq!(before.2, (0, 0), "nothing cached");
+        set_last_model_handle_for_test(hb.h_model().id - 1);
+        assert_eq!(
+            n.load_model(LogicalCore::new(0), &g).unwrap_err(),
+            Error::DuplicateModel(hb.h_model().id)
+        );
+        assert_eq!(state(&n), before, "its own staging is undone");
+        n.unload_model(hb).unwrap();
+        n.close().unwrap();
+    }
+}

@@ -1,0 +1,319 @@
+//! Tensor data access (spec §7.1): read, write, memset and copy of a tensor's bytes, its
+//! windows, VA and device placement, and its output-completion and pending-exec counters.
+
+use core::ptr::null_mut;
+use core::sync::atomic::Ordering;
+
+use super::{DeviceAllocationInfo, Tensor};
+use crate::abi::*;
+use crate::ctx::Nrt;
+use crate::dmem::Dmem;
+use crate::error::{Error, InvalidArg, Result};
+use crate::handle::TensorHandle;
+use crate::sync::relax;
+
+impl<'a> Nrt<'a> {
+    /// Storage of a live tensor, checked.
+    pub(super) fn storage_of(
+        &self,
+        t: *const nrt_tensor_t,
+    ) -> Result<(*mut nrt_tensor_storage_t, u64, u64)> {
+        self.tensor_check(t)?;
+        // SAFETY: live tensor.
+        let (s, off, len) = unsafe { ((*t).sto, (*t)._offset, (*t)._size) };
+        if s.is_null() {
+            return Err(Error::InvalidArgument(InvalidArg::TensorWithoutStorage));
+        }
+        Ok((s, off, len))
+    }
+
+    /// Moves bytes between a tensor window and host memory.
+    fn tensor_io(
+        &self,
+        t: *const nrt_tensor_t,
+        offset: u64,
+        write: Option<&[u8]>,
+        read: Option<&mut [u8]>,
+    ) -> Result<()> {
+        let (s, base, len) = self.storage_of(t)?;
+        let n = write
+            .map(|w| w.len())
+            .or(read.as_ref().map(|r| r.len()))
+            .unwrap_or(0) as u64;
+        check_window(offset, n, len)?;
+        // SAFETY: live storage of a live tensor.
+        unsafe {
+            match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
+                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
+                    let m = (*s).dmem as Dmem;
+                    let at = (*m).align_offset + base + offset;
+                    let r = match (write, read) {
+                        (Some(w), _) => self.drv.copy_in((*m).device_id, (*m).mem_handle, at, w),
+                        (_, Some(r)) => self.drv.copy_out((*m).device_id, (*m).mem_handle, at, r),
+                        _ => Ok(()),
+                    };
+                    r.map_err(Error::Driver)
+                }
+                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
+                    let p = ((*s).dmem as *mut u8).add((base + offset) as usize);
+                    match (write, read) {
+                        (Some(w), _) => core::ptr::copy(w.as_ptr(), p, w.len()),
+                        (_, Some(r)) => core::ptr::copy(p, r.as_mut_ptr(), r.len()),
+                        _ => {}
+                    }
+                    Ok(())
+                }
+                _ => Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory)),
+            }
+        }
+    }
+
+    /// `nrt_tensor_write`.
+    pub fn tensor_write(&self, h: TensorHandle, buf: &[u8], offset: u64) -> Result<()> {
+        let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        self.tensor_io(pin.t, offset, Some(buf), None)
+    }
+
+    /// `nrt_tensor_read`. Waits for an execution writing the tensor (`when_written`).
+    pub fn tensor_read(&self, h: TensorHandle, buf: &mut [u8], offset: u64) -> Result<()> {
+        let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
+        self.when_written(t, || self.tensor_io(t, offset, None, Some(buf)))
+    }
+
+    /// Runs `read` once no execution is writing `t`'s storage (spec §7.1: "a tensor cannot be
+    /// read until the DMA writing it has completed"). It runs under the storage's
+    /// `tensor_op_cv_lock`, which `execute` takes to mark its outputs, so a read ends before an
+    /// execution marks the tensor or starts after that execution has finished writing it: it
+    /// never sees half an output. Only for public calls: `execute`'s own copies read tensors
+    /// it is writing.
+    fn when_written<R>(
+        &self,
+        t: *const nrt_tensor_t,
+        read: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let (s, _, _) = self.storage_of(t)?;
+        let mut i = 0u32;
+        loop {
+            // SAFETY: `t` is live and holds a reference on its storage for the whole call.
+            let (lock, writers) =
+                unsafe { (&(*s).tensor_op_cv_lock, &(*s).pending_exec_count_write) };
+            let g = lock.lock();
+            if writers.load(Ordering::Acquire) == 0 {
+                let r = read();
+                drop(g);
+                return r;
+            }
+            drop(g);
+            relax(i);
+            i = i.saturating_add(1);
+        }
+    }
+
+    /// `nrt_tensor_memset`.
+    pub fn tensor_memset(&self, h: TensorHandle, offset: u64, value: u8, size: u64) -> Result<()> {
+        let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        self.tensor_memset_inner(pin.t, offset, value, size)
+    }
+
+    /// [`Self::tensor_memset`] without the gate, for callers already past it (`execute`: a
+    /// second `enter` there could see a `close` that is waiting for that very call, and fail
+    /// it half-way).
+    pub(super) fn tensor_memset_inner(
+        &self,
+        t: Tensor,
+        offset: u64,
+        value: u8,
+        size: u64,
+    ) -> Result<()> {
+        let (s, base, len) = self.storage_of(t)?;
+        check_window(offset, size, len)?;
+        // SAFETY: live storage; the window lies inside it (checked above), and a MALLOC storage
+        // owns (or was attached with) `allocated_size` writable bytes.
+        unsafe {
+            match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
+                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
+                    let m = (*s).dmem as Dmem;
+                    self.drv
+                        .fill(
+                            (*m).device_id,
+                            (*m).mem_handle,
+                            (*m).align_offset + base + offset,
+                            size,
+                            value,
+                        )
+                        .map_err(Error::Driver)
+                }
+                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
+                    // The window was checked against the storage above.
+                    let p = ((*s).dmem as *mut u8).add((base + offset) as usize);
+                    core::ptr::write_bytes(p, value, size as usize);
+                    Ok(())
+                }
+                _ => Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory)),
+            }
+        }
+    }
+
+    /// `nrt_tensor_copy` (spec §7.1): `size` bytes from `src[src_off..]` to `dst[dst_off..]`;
+    /// two device tensors must be on the same physical core (else NRT_INVALID, as the public
+    /// API says). Overlapping ranges of one storage (one tensor, or slices sharing it) copy
+    /// as `memmove` does: the destination ends up holding the source's original bytes. Waits
+    /// for an execution writing `src` (`when_written`).
+    pub fn tensor_copy(
+        &self,
+        src: TensorHandle,
+        src_off: u64,
+        dst: TensorHandle,
+        dst_off: u64,
+        size: u64,
+    ) -> Result<()> {
+        let _call = self.enter()?;
+        let (src_pin, dst_pin) = (self.tensor_pin(src)?, self.tensor_pin(dst)?);
+        let (src, dst) = (src_pin.t as *const nrt_tensor_t, dst_pin.t);
+        self.when_written(src, || {
+            self.tensor_copy_inner(src, src_off, dst, dst_off, size)
+        })
+    }
+
+    /// [`Self::tensor_copy`] without the gate, for callers already past it (see
+    /// [`Self::tensor_memset_inner`]).
+    pub(super) fn tensor_copy_inner(
+        &self,
+        src: *const nrt_tensor_t,
+        src_off: u64,
+        dst: Tensor,
+        dst_off: u64,
+        size: u64,
+    ) -> Result<()> {
+        let backwards = self.copy_check(src, src_off, dst, dst_off, size)?;
+        let mut buf = [0u8; 4096];
+        let mut done = 0;
+        while done < size {
+            let k = (size - done).min(buf.len() as u64);
+            let at = if backwards { size - done - k } else { done };
+            let chunk = &mut buf[..k as usize];
+            self.tensor_io(src, src_off + at, None, Some(&mut *chunk))?;
+            self.tensor_io(dst, dst_off + at, Some(&*chunk), None)?;
+            done += k;
+        }
+        Ok(())
+    }
+
+    /// Everything that can refuse a copy, checked before a byte moves (both windows, one
+    /// NeuronCore for device-to-device). Returns whether the copy must run from the end
+    /// backwards (memmove).
+    pub(super) fn copy_check(
+        &self,
+        src: *const nrt_tensor_t,
+        src_off: u64,
+        dst: Tensor,
+        dst_off: u64,
+        size: u64,
+    ) -> Result<bool> {
+        let (ss, sbase, slen) = self.storage_of(src)?;
+        let (ds, dbase, dlen) = self.storage_of(dst)?;
+        check_window(src_off, size, slen)?;
+        check_window(dst_off, size, dlen)?;
+        // SAFETY: live storages.
+        unsafe {
+            let dma = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32;
+            if (*ss).r#type == dma && (*ds).r#type == dma {
+                let (a, b) = ((*ss).dmem as Dmem, (*ds).dmem as Dmem);
+                if (*a).mem_type == (*b).mem_type
+                    && (*a).mem_type == dma_mem_location_t::TONGA_DRAM as u32
+                    && ((*a).device_id, (*a).nc_id) != ((*b).device_id, (*b).nc_id)
+                {
+                    return Err(Error::InvalidArgument(InvalidArg::CrossCoreCopy));
+                }
+            }
+        }
+        // The copy goes through a bounce buffer, one chunk at a time (each chunk is read whole
+        // before it is written). When the destination starts above the source in the same
+        // storage, a forward pass would re-read bytes it already overwrote, so the chunks go
+        // from the end backwards (memmove). The windows were checked inside their tensors,
+        // whose offsets lie inside the storage, so these sums do not overflow.
+        Ok(core::ptr::eq(ss, ds) && dbase + dst_off > sbase + src_off)
+    }
+
+    /// `nrt_tensor_get_va`: host address of a VIRTUAL tensor's first byte; null for memory
+    /// the host cannot address (device and host-DMA tensors here).
+    pub fn tensor_get_va(&self, h: TensorHandle) -> Result<*mut u8> {
+        let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let (s, base, _) = self.storage_of(pin.t)?;
+        // SAFETY: live storage.
+        unsafe {
+            if (*s).r#type == nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32 {
+                Ok(((*s).dmem as *mut u8).wrapping_add(base as usize))
+            } else {
+                Ok(null_mut())
+            }
+        }
+    }
+
+    /// `nrt_tensor_get_device_allocation_info`.
+    pub fn tensor_device_allocation_info(&self, h: TensorHandle) -> Result<DeviceAllocationInfo> {
+        let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let (s, base, len) = self.storage_of(pin.t)?;
+        // SAFETY: live storage.
+        unsafe {
+            if (*s).r#type != nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32 {
+                return Err(Error::InvalidArgument(InvalidArg::NotDeviceVisible));
+            }
+            let m = (*s).dmem as Dmem;
+            Ok(DeviceAllocationInfo {
+                physical_address: (*m)._pa + (*m).align_offset + base,
+                size: len,
+                hbm_index: (*s).hbm_idx as i32,
+            })
+        }
+    }
+
+    /// Output completions recorded on `t` (`output_completion_count`).
+    pub fn tensor_output_completion(&self, h: TensorHandle) -> Result<u64> {
+        let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
+        self.tensor_check(t)?;
+        // SAFETY: live tensor; atomic.
+        Ok(unsafe { (*t).output_completion_count.load(Ordering::Acquire) })
+    }
+
+    /// `nrt_tensor_reset_output_completion`.
+    pub fn tensor_reset_output_completion(&self, h: TensorHandle) -> Result<()> {
+        let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let t = pin.t;
+        self.tensor_check(t)?;
+        // SAFETY: live tensor; atomic.
+        unsafe { (*t).output_completion_count.store(0, Ordering::Release) };
+        Ok(())
+    }
+
+    /// `(pending_exec_count_read, pending_exec_count_write)` of a tensor's storage.
+    pub fn tensor_pending(&self, h: TensorHandle) -> Result<(u64, u64)> {
+        let _call = self.enter()?;
+        let pin = self.tensor_pin(h)?;
+        let (s, _, _) = self.storage_of(pin.t)?;
+        // SAFETY: live storage; atomics.
+        unsafe {
+            Ok((
+                (*s).pending_exec_count_read.load(Ordering::Acquire),
+                (*s).pending_exec_count_write.load(Ordering::Acquire),
+            ))
+        }
+    }
+}
+
+/// `[offset, offset+len)` inside `size`, overflow-checked.
+pub fn check_window(offset: u64, len: u64, size: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfBounds { offset, len, size }),
+    }
+}

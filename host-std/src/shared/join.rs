@@ -1,0 +1,570 @@
+//! Opening a shared device (docs/SHARED_DEVICE.md "Joining"): the header check, creating or
+//! re-creating the file, admitting this process to a slot and its cores, and the snapshot of
+//! the pools a plan reads without joining.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nrt_core::driver::{errno, DeviceInfo, Driver, Errno};
+use nrt_core::sim::{Preset, SimConfig, SimDevice};
+
+use super::file::{flock, last_errno, live_byte, ofd_lock, ofd_locked, open_file, Mapping};
+use super::layout::{self, MAX_PROCESSES, SLOT_FREE, SLOT_LIVE};
+use super::lock::{h_slot_live, pids};
+use super::{device_path, reader, Inner, JoinRequest, SharedDevice, SharedError, SharedName};
+use super::{HOLD_VAR, REAP_INTERVAL};
+use crate::backing::HostReservation;
+
+/// Checks a header against what this build expects; the message names the mismatch.
+pub(crate) fn check_header(h: &layout::Header, file_len: u64) -> Result<(), String> {
+    let magic = h.magic.load(Ordering::Acquire);
+    if magic != layout::MAGIC {
+        return Err(format!(
+            "not a shared device file (magic {magic:#018x}, expected {:#018x})",
+            layout::MAGIC
+        ));
+    }
+    let v = h.version.load(Ordering::Acquire);
+    if v != layout::LAYOUT_VERSION {
+        return Err(format!(
+            "the file has layout version {v}, this build uses version {} (made by another \
+             nrt-dmem version: stop its processes and remove the file)",
+            layout::LAYOUT_VERSION
+        ));
+    }
+    let want = layout::file_size() as u64;
+    if h.file_size.load(Ordering::Acquire) != want || file_len != want {
+        return Err(format!(
+            "the file is {file_len} bytes and its header says {}, expected {want} (corrupted \
+             or truncated)",
+            h.file_size.load(Ordering::Acquire)
+        ));
+    }
+    if h.readable_size.load(Ordering::Acquire) != layout::readable_size() as u64 {
+        return Err("the header's readable size is wrong (corrupted)".into());
+    }
+    let devices = h.devices.load(Ordering::Acquire);
+    if devices == 0 || devices as usize > layout::MAX_DEVICES {
+        return Err(format!("the header names {devices} devices (corrupted)"));
+    }
+    Ok(())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl SharedDevice {
+    /// Opens device `name` (creating it, or re-creating a stale one), takes a process slot
+    /// and claims `req.cores`. Refusals: `EBUSY` (16 processes, a core another process holds
+    /// — the message names its pid — or a live device of another geometry), `EACCES`
+    /// (permission), `EINVAL` (a file of another layout version or a corrupted one), `EIO`
+    /// (a poisoned device).
+    pub fn open(name: &SharedName, req: &JoinRequest) -> Result<Self, SharedError> {
+        let path = device_path(name);
+        let fail = |errno: Errno, message: String| SharedError {
+            name: name.to_string(),
+            message,
+            errno,
+        };
+        let fd = open_file(&path, libc::O_RDWR | libc::O_CREAT).map_err(|e| {
+            let what = if e.raw() == libc::EACCES || e.raw() == libc::EPERM {
+                "permission denied"
+            } else {
+                "cannot open"
+            };
+            fail(
+                e,
+                format!(
+                    "{what}: {} ({})",
+                    path.display(),
+                    std::io::Error::from_raw_os_error(e.raw())
+                ),
+            )
+        })?;
+        flock(fd.as_raw_fd(), libc::LOCK_EX)
+            .map_err(|e| fail(e, format!("cannot lock {}", path.display())))?;
+        // The flock is dropped with `fd` on every early return (and explicitly below).
+        let r = Self::join(name, &path, fd, req);
+        r.map_err(|(e, m)| fail(e, m))
+    }
+
+    fn join(
+        name: &SharedName,
+        path: &Path,
+        fd: OwnedFd,
+        req: &JoinRequest,
+    ) -> Result<Self, (Errno, String)> {
+        let raw = fd.as_raw_fd();
+        // SAFETY: `fstat` fills the zeroed struct for an fd we hold.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(raw, &mut st) } != 0 {
+            return Err((last_errno(), format!("cannot stat {}", path.display())));
+        }
+        let size = layout::file_size();
+        let fresh = st.st_size == 0;
+        if fresh {
+            // SAFETY: `ftruncate` on an fd we hold open for writing.
+            if unsafe { libc::ftruncate(raw, size as libc::off_t) } != 0 {
+                return Err((last_errno(), format!("cannot size {}", path.display())));
+            }
+        } else if st.st_size < layout::readable_size() as i64 {
+            return Err((
+                errno::EINVAL,
+                format!(
+                    "{} is {} bytes, too short for a shared device (corrupted)",
+                    path.display(),
+                    st.st_size
+                ),
+            ));
+        }
+        let map_len = if fresh {
+            size
+        } else {
+            size.min(st.st_size as usize)
+        };
+        let map = Mapping::map(raw, map_len, true)
+            .map_err(|e| (e, format!("cannot map {}", path.display())))?;
+        if !fresh {
+            check_header(&map.readable().header, st.st_size as u64)
+                .map_err(|m| (errno::EINVAL, format!("{}: {m}", path.display())))?;
+        }
+        let devices = req.config.devices;
+        let mut inner = Inner {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            fd,
+            map,
+            slot: usize::MAX, // not joined yet: no slot is "ours" while admitting
+            pid: std::process::id(),
+            devices,
+            info: Vec::new(),
+            channels: 0,
+            channel_size: 0,
+            backing: Vec::new(),
+            hold_ms: std::env::var(HOLD_VAR)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0),
+        };
+        let h = &inner.map.readable().header;
+        let live_others = !fresh && h.ready.load(Ordering::Acquire) == 1 && {
+            (0..MAX_PROCESSES).any(|s| {
+                h_slot_live(&inner, s) && ofd_locked(inner.fd.as_raw_fd(), live_byte(s)) == Ok(true)
+            })
+        };
+        if !live_others {
+            if !fresh {
+                log::info!(
+                    target: "nrt_host::shared",
+                    "{name}: every process of {} is gone (or it never finished initialising): \
+                     re-creating it rather than trusting it",
+                    path.display()
+                );
+            }
+            init_file(&inner, &req.config)?;
+        } else {
+            let same = h.preset.load(Ordering::Acquire) == req.config.preset as u32
+                && h.devices.load(Ordering::Acquire) == req.config.devices
+                && h.channel_size.load(Ordering::Acquire)
+                    == req
+                        .config
+                        .channel_size_override
+                        .unwrap_or(req.config.preset.device_info().hbm_channel_size)
+                && h.host_capacity.load(Ordering::Acquire) == req.config.host_dma_capacity;
+            if !same {
+                return Err((
+                    errno::EBUSY,
+                    format!(
+                        "in use as a {}x{} (channel {} B) by live processes; this process asks \
+                         for {}x{}",
+                        Preset::ALL
+                            .iter()
+                            .find(|p| **p as u32 == h.preset.load(Ordering::Relaxed))
+                            .map_or("?", |p| p.name()),
+                        h.devices.load(Ordering::Relaxed),
+                        h.channel_size.load(Ordering::Relaxed),
+                        req.config.preset.name(),
+                        req.config.devices
+                    ),
+                ));
+            }
+        }
+        // Join under the device lock.
+        let slot;
+        let info;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = Self::admit(&inner, path, raw, fresh, live_others, req);
+            match r {
+                Ok(s) => {
+                    slot = s.0;
+                    info = s.1;
+                    break;
+                }
+                // A process that is gone (no such pid) but whose liveness lock the kernel has
+                // not dropped yet (its file is released a moment after its death): wait for
+                // it rather than refuse for lack of what it held.
+                Err((e, _)) if e == errno::EBUSY && attempt < 100 && inner.any_dying() => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        inner.info = info;
+        Self::finish(name, inner, slot, raw)
+    }
+
+    /// Admits this process under the device lock: checks a file we did not create, reaps the
+    /// dead, takes a free slot and the requested cores. Returns the slot and the devices' info.
+    fn admit(
+        inner: &Inner,
+        path: &Path,
+        raw: RawFd,
+        fresh: bool,
+        live_others: bool,
+        req: &JoinRequest,
+    ) -> Result<(usize, Vec<DeviceInfo>), (Errno, String)> {
+        let devices = req.config.devices;
+        {
+            let g = inner
+                .lock()
+                .map_err(|e| (e, "cannot take the device lock".to_string()))?;
+            g.poisoned().map_err(|e| {
+                (
+                    e,
+                    format!(
+                        "inconsistent since process {} died mid-update; remove {} once no process \
+                         uses it",
+                        g.r().header.poisoned_by.load(Ordering::Relaxed),
+                        path.display()
+                    ),
+                )
+            })?;
+            if !fresh && live_others {
+                // A file we did not just create: check the pools before trusting them. Their
+                // own locks are only ever taken under the device lock, which we hold, so none
+                // is legitimately held now: force them open first, so a damaged lock word
+                // cannot make the check spin.
+                g.sim_mut().reset_locks();
+                let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    g.sim().check_pools()
+                }));
+                match checked {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        return Err((
+                            errno::EINVAL,
+                            format!("{}: corrupted pools ({e})", path.display()),
+                        ))
+                    }
+                    Err(_) => {
+                        return Err((
+                            errno::EINVAL,
+                            format!(
+                                "{}: corrupted pools (their check failed hard)",
+                                path.display()
+                            ),
+                        ))
+                    }
+                }
+            }
+            g.reap();
+            let free = (0..MAX_PROCESSES).find(|&s| {
+                g.r().procs[s].state.load(Ordering::Acquire) == SLOT_FREE
+                    && ofd_locked(raw, live_byte(s)) == Ok(false)
+            });
+            let Some(s) = free else {
+                return Err((
+                    errno::EBUSY,
+                    format!(
+                        "already has {MAX_PROCESSES} processes (the driver admits at most \
+                         {MAX_PROCESSES} per device): {}",
+                        pids(g.r())
+                    ),
+                ));
+            };
+            // Cores: exclusive to one process.
+            for (dev, &want) in req.cores.iter().enumerate().take(devices as usize) {
+                for (t, p) in g.r().procs.iter().enumerate() {
+                    if t == s || p.state.load(Ordering::Acquire) != SLOT_LIVE {
+                        continue;
+                    }
+                    let held = p.cores[dev].load(Ordering::Acquire) & want;
+                    if held != 0 {
+                        return Err((
+                            errno::EBUSY,
+                            format!(
+                                "NeuronCore {} of nd{dev} is held by process {} (cores are \
+                                 exclusive to one process)",
+                                held.trailing_zeros(),
+                                p.pid.load(Ordering::Relaxed)
+                            ),
+                        ));
+                    }
+                }
+            }
+            // Liveness first, then the slot becomes visible as live.
+            match ofd_lock(raw, live_byte(s), true) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err((
+                        errno::EBUSY,
+                        "a dead slot's liveness lock is still held (retry)".into(),
+                    ))
+                }
+                Err(e) => return Err((e, "cannot take the slot's liveness lock".into())),
+            }
+            let p = &g.r().procs[s];
+            p.pid.store(inner.pid, Ordering::Relaxed);
+            p.joined_at.store(unix_now(), Ordering::Relaxed);
+            p.allocations.store(0, Ordering::Relaxed);
+            for (dev, c) in p.cores.iter().enumerate() {
+                c.store(req.cores.get(dev).copied().unwrap_or(0), Ordering::Relaxed);
+            }
+            p.state.store(SLOT_LIVE, Ordering::Release);
+            let i: Result<Vec<_>, _> = (0..devices).map(|d| g.sim().device_info(d)).collect();
+            let info = i.map_err(|e| (e, "device info".to_string()))?;
+            Ok((s, info))
+        }
+    }
+
+    /// The rest of joining, outside the device lock: this process's backing, the reaper.
+    fn finish(
+        name: &SharedName,
+        mut inner: Inner,
+        slot: usize,
+        raw: RawFd,
+    ) -> Result<Self, (Errno, String)> {
+        let devices = inner.devices;
+        inner.slot = slot;
+        inner.channels = inner.info[0].hbm_channels;
+        inner.channel_size = inner.info[0].hbm_channel_size;
+        let backing_len =
+            inner.channels as u64 * inner.channel_size + inner.info[0].host_dma_capacity;
+        for _ in 0..devices {
+            match HostReservation::reserve(backing_len) {
+                Ok(r) => inner.backing.push(r),
+                Err(e) => {
+                    if let Ok(g) = inner.lock() {
+                        g.reclaim(slot);
+                    }
+                    return Err((errno::ENOMEM, e.to_string()));
+                }
+            }
+        }
+        let _ = flock(raw, libc::LOCK_UN);
+        log::debug!(target: "nrt_host::shared", "{name}: joined as slot {slot} (pid {})", inner.pid);
+        let inner = Arc::new(inner);
+        let (tx, rx) = mpsc::channel::<()>();
+        let weak = Arc::downgrade(&inner);
+        let reaper = std::thread::Builder::new()
+            .name("nrt-shared-reaper".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(REAP_INTERVAL) {
+                    let Some(inner) = weak.upgrade() else { return };
+                    if inner.any_dead() {
+                        if let Ok(g) = inner.lock() {
+                            g.reap();
+                        }
+                    }
+                }
+            })
+            .ok();
+        Ok(SharedDevice {
+            inner,
+            stop: Some(tx),
+            reaper,
+        })
+    }
+}
+
+/// A copy of device `name`'s pools as they are now, taken under its lock without joining it
+/// (no slot, no cores), with its counters: what `plan --device sim:…@name` plans on (issue 19
+/// item 2: a plan runs on a snapshot, never on the live pools, so processes that allocate
+/// meanwhile neither disturb it nor are disturbed).
+pub fn snapshot_pools(
+    name: &SharedName,
+) -> Result<(Box<SimDevice>, reader::Snapshot), SharedError> {
+    let path = device_path(name);
+    let fail = |errno: Errno, message: String| SharedError {
+        name: name.to_string(),
+        message,
+        errno,
+    };
+    let fd = open_file(&path, libc::O_RDWR).map_err(|e| {
+        let what = if e.raw() == libc::ENOENT {
+            "no such shared device (no process has opened it)"
+        } else if e.raw() == libc::EACCES || e.raw() == libc::EPERM {
+            "permission denied"
+        } else {
+            "cannot open"
+        };
+        fail(e, format!("{what}: {}", path.display()))
+    })?;
+    // SAFETY: `fstat` fills a zeroed struct for an fd we hold.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(fail(
+            last_errno(),
+            format!("cannot stat {}", path.display()),
+        ));
+    }
+    if (st.st_size as u64) != layout::file_size() as u64 {
+        return Err(fail(
+            errno::EINVAL,
+            format!(
+                "{}: {} bytes, not a shared device of this version",
+                path.display(),
+                st.st_size
+            ),
+        ));
+    }
+    let map = Mapping::map(fd.as_raw_fd(), layout::file_size(), true)
+        .map_err(|e| fail(e, format!("cannot map {}", path.display())))?;
+    check_header(&map.readable().header, st.st_size as u64)
+        .map_err(|m| fail(errno::EINVAL, format!("{}: {m}", path.display())))?;
+    if map.readable().header.ready.load(Ordering::Acquire) != 1 {
+        return Err(fail(errno::EBUSY, "still being created".into()));
+    }
+    let devices = map.readable().header.devices.load(Ordering::Acquire);
+    let inner = Inner {
+        name: name.to_string(),
+        path: path.clone(),
+        fd,
+        map,
+        slot: usize::MAX,
+        pid: std::process::id(),
+        devices,
+        info: Vec::new(),
+        channels: 0,
+        channel_size: 0,
+        backing: Vec::new(),
+        hold_ms: 0,
+    };
+    let g = inner
+        .lock()
+        .map_err(|e| fail(e, "cannot take the device lock".into()))?;
+    g.poisoned()
+        .map_err(|e| fail(e, "inconsistent since a process died mid-update".into()))?;
+    // As in `admit`: no pool lock is legitimately held while we hold the device lock.
+    g.sim_mut().reset_locks();
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.sim().check_pools()));
+    if !matches!(checked, Ok(Ok(()))) {
+        return Err(fail(
+            errno::EINVAL,
+            format!("{}: corrupted pools", path.display()),
+        ));
+    }
+    let b = Box::<SimDevice>::new_zeroed();
+    // SAFETY: a zeroed `SimDevice` is its valid uninitialised state (`ZeroValid`).
+    let mut copy = unsafe { b.assume_init() };
+    g.sim().copy_to(&mut copy);
+    let snap = reader::Snapshot::read(g.r(), inner.fd.as_raw_fd());
+    drop(g);
+    Ok((copy, snap))
+}
+
+/// Initialises (or re-initialises) the whole file for `cfg`. Runs under the file's `flock`
+/// with no live process: nothing else reads the private part.
+fn init_file(inner: &Inner, cfg: &SimConfig) -> Result<(), (Errno, String)> {
+    let h = &inner.map.readable().header;
+    h.ready.store(0, Ordering::Release);
+    // SAFETY: with no live process and the flock held, nothing else touches the file's bytes
+    // beyond readers of the (all-atomic) readable prefix; zeroing the private part (lock page,
+    // owner tables, pools) is writing plain memory we mapped read-write, and all-zero is the
+    // empty state of every structure in it.
+    unsafe {
+        let start = layout::lock_offset();
+        // Only pages that may have been touched need zeroing; on a fresh sparse file they are
+        // zero already, so this is cheap the first time.
+        libc::madvise(
+            inner.map.base().add(start).cast(),
+            layout::file_size() - start,
+            libc::MADV_REMOVE,
+        );
+        core::ptr::write_bytes(inner.map.base().add(start), 0, 4096);
+    }
+    let r = inner.map.readable();
+    for p in &r.procs {
+        p.state.store(SLOT_FREE, Ordering::Relaxed);
+        p.pid.store(0, Ordering::Relaxed);
+        p.allocations.store(0, Ordering::Relaxed);
+        for c in &p.cores {
+            c.store(0, Ordering::Relaxed);
+        }
+        for d in &p.usage {
+            for c in d {
+                for k in c {
+                    k.store(0, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    for d in &r.counters {
+        for c in d {
+            for k in c {
+                k.total.store(0, Ordering::Relaxed);
+                k.present.store(0, Ordering::Relaxed);
+                k.peak.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+    // The robust, process-shared mutex.
+    // SAFETY: attribute and mutex calls on memory we own exclusively right now (see above);
+    // the attribute object lives on the stack for the calls' duration.
+    unsafe {
+        let mut attr: libc::pthread_mutexattr_t = core::mem::zeroed();
+        libc::pthread_mutexattr_init(&mut attr);
+        libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+        libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+        let rc = libc::pthread_mutex_init(inner.mutex(), &attr);
+        libc::pthread_mutexattr_destroy(&mut attr);
+        if rc != 0 {
+            return Err((Errno::new(rc), "cannot initialise the device lock".into()));
+        }
+    }
+    // SAFETY: exclusive as above; `SimDevice` is zero-valid and the region was zeroed.
+    let sim = unsafe {
+        &mut *inner
+            .map
+            .base()
+            .add(layout::sim_offset())
+            .cast::<SimDevice>()
+    };
+    sim.init(cfg)
+        .map_err(|e| (e, "the device configuration was refused".to_string()))?;
+    let info = cfg.preset.device_info();
+    h.magic.store(layout::MAGIC, Ordering::Relaxed);
+    h.version.store(layout::LAYOUT_VERSION, Ordering::Relaxed);
+    h.file_size
+        .store(layout::file_size() as u64, Ordering::Relaxed);
+    h.readable_size
+        .store(layout::readable_size() as u64, Ordering::Relaxed);
+    h.preset.store(cfg.preset as u32, Ordering::Relaxed);
+    h.devices.store(cfg.devices, Ordering::Relaxed);
+    h.channel_size.store(
+        cfg.channel_size_override.unwrap_or(info.hbm_channel_size),
+        Ordering::Relaxed,
+    );
+    h.host_capacity
+        .store(cfg.host_dma_capacity, Ordering::Relaxed);
+    h.placement.store(cfg.placement as u32, Ordering::Relaxed);
+    h.aligned_alloc
+        .store(u32::from(cfg.aligned_alloc), Ordering::Relaxed);
+    h.seq.store(0, Ordering::Relaxed);
+    h.epoch.fetch_add(1, Ordering::Relaxed);
+    h.poisoned.store(0, Ordering::Relaxed);
+    h.poisoned_by.store(0, Ordering::Relaxed);
+    h.ready.store(1, Ordering::Release);
+    Ok(())
+}
