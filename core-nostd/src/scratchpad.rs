@@ -109,7 +109,11 @@ impl Nrt<'_> {
             }
             self.dmem_release_ref(m, how);
         }
-        while *num_pages > 0 && table[*num_pages as usize - 1].mem.is_null() {
+        while *num_pages > 0
+            && table
+                .get(*num_pages as usize - 1)
+                .is_none_or(|p| p.mem.is_null())
+        {
             *num_pages -= 1;
         }
     }
