@@ -318,9 +318,9 @@ impl Nrt<'_> {
     /// and frees racing on several cores, the peak can be off by the bytes of the updates in
     /// flight during that read.
     pub(crate) fn dml_add_entry(&self, mla: *mut mla_t, action: Action, m: *const dmem_t) {
-        // The device and the dmem are resolved, not trusted: a pointer outside the tree or a
-        // dmem that is not live books nothing.
-        let (Some(dev), Some(d)) = (self.mla_index(mla), self.dmem_fixed(m)) else {
+        // The device is resolved, not trusted: a pointer outside the tree books nothing, as
+        // does a dmem that is not live (the caller owns `m`: `owned_dmem_fixed`).
+        let (Some(dev), Some(d)) = (self.mla_index(mla), self.owned_dmem_fixed(m)) else {
             return;
         };
         let nc = (d.nc_id as usize).min(constants::TPBS_PER_MLA - 1);
