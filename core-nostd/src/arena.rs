@@ -604,6 +604,37 @@ impl<T: ZeroValid> Arena<T> {
         Ok(unsafe { NonNull::new_unchecked(p) })
     }
 
+    /// Takes a zeroed slot that is not yet handed out ([`Fresh`]): the caller writes it
+    /// through `&mut T`, then publishes it (it becomes live) or drops it (it goes back as
+    /// [`GiveBack::Cancel`] would send it, as if never taken).
+    pub fn alloc_fresh(&self, name: &'static str) -> Result<Fresh<'_, T>, ArenaFull> {
+        let (p, idx) = self.take_slot(name, false, 0)?;
+        // SAFETY: the slot is not live (it was free or fresh), so nobody else references it;
+        // zero bytes are a valid T (T: ZeroValid).
+        unsafe { core::ptr::write_bytes(p, 0, 1) };
+        Ok(Fresh {
+            arena: self,
+            // SAFETY: a slot pointer of bound storage is never null.
+            p: unsafe { NonNull::new_unchecked(p) },
+            idx,
+        })
+    }
+
+    /// Runs `f` on live slot `p` with its shard's lock held, so the slot can be neither
+    /// released nor handed out again while `f` runs (`None`: `p` is not a live slot of this
+    /// arena). `f` must not call back into this arena (the shard lock is not reentrant).
+    pub(crate) fn with_live<R>(&self, p: *const T, f: impl FnOnce(NonNull<T>) -> R) -> Option<R> {
+        let i = self.index_of(p)?;
+        let _b = self.shard_of(i).books.lock();
+        if self.live_flag(i).load(Ordering::Acquire) != 1 {
+            return None;
+        }
+        // SAFETY: `index_of` confirmed a slot of the bound storage; never null.
+        Some(f(unsafe {
+            NonNull::new_unchecked((*self.slots.add(i)).get())
+        }))
+    }
+
     /// Takes a free slot off the books (not yet zeroed, not yet marked live): the preferred
     /// shard first, then the others; quarantined slots only when no shard has another.
     #[inline]
@@ -734,6 +765,59 @@ impl<T: ZeroValid> Arena<T> {
     }
 }
 
+/// A zeroed slot taken by [`Arena::alloc_fresh`] and not yet handed out: its one reference.
+/// The slot is not live, so no liveness check passes for it and no other allocation can take
+/// it; [`Fresh::publish`] makes it live, dropping it puts it back untouched.
+#[must_use = "a fresh slot goes back to its arena unless published"]
+pub struct Fresh<'a, T: ZeroValid> {
+    arena: &'a Arena<T>,
+    p: NonNull<T>,
+    idx: usize,
+}
+
+impl<T: ZeroValid> Fresh<'_, T> {
+    /// The slot's address (no reference is made): for pointers the slot stores to itself.
+    pub fn as_ptr(&self) -> *mut T {
+        self.p.as_ptr()
+    }
+
+    /// Hands the slot out: it becomes live (Release: whoever sees it live sees what was
+    /// written through this `Fresh`), and the caller names it by the pointer returned.
+    pub fn publish(self) -> NonNull<T> {
+        self.arena.live_flag(self.idx).store(1, Ordering::Release);
+        let p = self.p;
+        core::mem::forget(self);
+        p
+    }
+}
+
+impl<T: ZeroValid> core::ops::Deref for Fresh<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the slot is zeroed (a valid T), in bound storage that outlives `'a`, and
+        // unreachable by anyone else until published (not live, not on any free stack).
+        unsafe { self.p.as_ref() }
+    }
+}
+
+impl<T: ZeroValid> core::ops::DerefMut for Fresh<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as `deref`; `&mut self` makes this the only reference.
+        unsafe { self.p.as_mut() }
+    }
+}
+
+impl<T: ZeroValid> Drop for Fresh<'_, T> {
+    fn drop(&mut self) {
+        // Never live: straight back to where it came from, books as before the take.
+        self.arena
+            .shard_of(self.idx)
+            .books
+            .lock()
+            .cancel(self.idx as u32);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -758,6 +842,36 @@ mod tests {
 
     fn arena<const N: usize>() -> Box<Arena<u64>> {
         sharded(N, 1)
+    }
+
+    #[test]
+    fn a_fresh_slot_is_hidden_until_published_and_a_dropped_one_leaves_no_trace() {
+        let a = arena::<2>();
+        let before = a.stats();
+        {
+            let mut f = a.alloc_fresh("t").unwrap();
+            assert_eq!(*f, 0, "a fresh slot starts zeroed");
+            *f = 7;
+            let p = f.as_ptr();
+            assert!(a.owns(p) && !a.is_live(p), "not live before publish");
+            assert_eq!(a.with_live(p, |_| ()), None, "no reader reaches it");
+            assert_eq!(a.release(p), Err(ReleaseError::NotLive));
+        }
+        // Dropped unpublished: books as before (live count and peak), the slot reusable.
+        assert_eq!(a.stats(), before);
+        let f = a.alloc_fresh("t").unwrap();
+        let g = a.alloc_fresh("t").unwrap();
+        assert!(a.alloc_fresh("t").is_err(), "two slots, both taken");
+        drop(g);
+        let mut f = f;
+        *f = 9;
+        let p = f.publish();
+        assert!(a.is_live(p.as_ptr()));
+        // SAFETY: a live slot of a test arena nobody else uses.
+        assert_eq!(a.with_live(p.as_ptr(), |q| unsafe { *q.as_ptr() }), Some(9));
+        assert_eq!(a.stats().live, 1);
+        a.release(p.as_ptr()).unwrap();
+        assert_eq!(a.with_live(p.as_ptr(), |_| ()), None, "released: refused");
     }
 
     #[test]

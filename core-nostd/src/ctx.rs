@@ -93,10 +93,31 @@ pub struct UlibSet {
 // SAFETY: both members are ZeroValid abi structs.
 unsafe impl ZeroValid for UlibSet {}
 
+impl UlibSet {
+    /// The address of the set's header (`info`, its first member: repr(C) puts it at offset
+    /// 0), what libnrt's callers hold. Address only.
+    pub(crate) fn info_ptr(set: *mut UlibSet) -> *mut ucode_lib_set_info_t {
+        set.cast()
+    }
+
+    /// The set whose header `info` is ([`Self::info_ptr`] undone). Address only.
+    pub(crate) fn from_info_ptr(info: *mut ucode_lib_set_info_t) -> *mut UlibSet {
+        info.cast()
+    }
+}
+const _: () = assert!(core::mem::offset_of!(UlibSet, info) == 0);
+
+// SAFETY: repr(C) of an array of `virtual_core_t` (a ZeroValid abi struct) and four u32s:
+// all-zero is the empty table (no core owned).
+unsafe impl ZeroValid for VcoreTable {}
+
 /// A model_db table (`ht_t` + buckets).
 pub type ModelDb = HtBuckets<MODEL_DB_BUCKETS>;
 /// A 1024-bucket mem_ref_set (spec §5.2 `ht_init(&mr_set->mem_ref_set, 0x400, …)`).
 pub type MemRefSet = HtBuckets<{ constants::MEM_REF_SET_BUCKETS }>;
+
+/// Offset of `tpb_t.scratchpad`.
+const TPB_SCRATCHPAD: usize = core::mem::offset_of!(tpb_t, scratchpad);
 
 /// Runtime lifecycle (`NRT_STATE_*`).
 pub const STATE_UNINIT: u32 = 0;
@@ -126,6 +147,204 @@ struct ReopenOnDrop<'a>(&'a ShardedGate);
 impl Drop for ReopenOnDrop<'_> {
     fn drop(&mut self) {
         self.0.open();
+    }
+}
+
+/// Proof that `init` or `close` has the runtime to itself (spec §12; issue 17 item 2's gate
+/// token for the tables only those two rewrite): `init_lock` is held (the borrow of its guard
+/// is the lifetime) and the in-flight gate is shut and drained, so no API call and no reader
+/// of a closed runtime is in flight. Made only by [`Exclusive::new`], inside `init` and
+/// `close`, once the gate is shut; there is one `init_lock`, so at most one token exists.
+/// Accessors that hand out `&mut` to those tables take `&mut Exclusive`, so two such borrows
+/// cannot overlap.
+pub(crate) struct Exclusive<'g> {
+    _init_lock: core::marker::PhantomData<&'g mut ()>,
+}
+
+impl<'g> Exclusive<'g> {
+    /// The token of the caller that holds `init_lock` (`lock`) and has shut and drained the
+    /// gate (`active_calls.close`). Private to this module: `init` and `close` are its only
+    /// callers, each right after it shut the gate.
+    fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
+        Exclusive {
+            _init_lock: core::marker::PhantomData,
+        }
+    }
+}
+
+/// A core's scratchpad (spec §8) with its lock held: the page table and page count, which
+/// only the holder of `scratchpad.lock` reads or writes, borrowed from the guard (so no
+/// borrow outlives the lock). The page size and mode are written by bring-up alone
+/// ([`Nrt::scratchpad_setup`], under the [`Exclusive`] token) and read as copies.
+pub(crate) struct ScratchpadGuard<'a> {
+    sp: *mut tdrv_scratchpad_t,
+    _lock: crate::sync::MutexGuard<'a>,
+}
+
+impl ScratchpadGuard<'_> {
+    /// Bytes per page.
+    pub(crate) fn page_size(&self) -> u64 {
+        // SAFETY: `sp` is a scratchpad of the tree (see `Nrt::scratchpad_lock`); `page_size`
+        // is written only under the `Exclusive` token, never while a guard exists.
+        unsafe { core::ptr::addr_of!((*self.sp).page_size).read() }
+    }
+
+    /// Whether the pages are contiguous (laid out in reverse, spec §8).
+    pub(crate) fn is_contiguous(&self) -> bool {
+        // SAFETY: as `page_size`.
+        unsafe { core::ptr::addr_of!((*self.sp).is_contiguous).read() != 0 }
+    }
+
+    /// `(num_pages, pages)`, for reading and writing.
+    pub(crate) fn table(&mut self) -> (&mut u32, &mut [tdrv_scratchpad_page_t]) {
+        // SAFETY: `sp` points into the context tree, which lives as long as the state block
+        // the guard borrows (`'a`), and is rewritten whole only by `zero_tree` under the
+        // `Exclusive` token, when no guard exists. These two fields are read and written only
+        // by the holder of `scratchpad.lock`, which this guard is, and the borrows are tied to
+        // `&mut self`, so they end before the guard releases the lock and never overlap each
+        // other or a `view`. Disjoint from the lock word and from `page_size` /
+        // `is_contiguous`, which other threads read unlocked.
+        unsafe {
+            (
+                &mut *core::ptr::addr_of_mut!((*self.sp).num_pages),
+                &mut *core::ptr::addr_of_mut!((*self.sp).pages),
+            )
+        }
+    }
+
+    /// `(num_pages, pages)`, for reading.
+    pub(crate) fn view(&self) -> (u32, &[tdrv_scratchpad_page_t]) {
+        // SAFETY: as `table`, shared: no `&mut` from `table` can be live while `&self` is.
+        unsafe {
+            (
+                core::ptr::addr_of!((*self.sp).num_pages).read(),
+                &*core::ptr::addr_of!((*self.sp).pages),
+            )
+        }
+    }
+}
+
+/// A core's cached ext-isa library set (`tpb_sunda_t.ulib_set_info_extisa_only`, spec §6) with
+/// `ulib_staging_lock` held: the pointer is read and written only by the lock's holder.
+pub(crate) struct UlibCacheGuard<'a> {
+    slot: *mut *mut ucode_lib_set_info_t,
+    _lock: crate::sync::MutexGuard<'a>,
+}
+
+impl UlibCacheGuard<'_> {
+    /// The cached set (null: none staged).
+    pub(crate) fn cached(&mut self) -> &mut *mut ucode_lib_set_info_t {
+        // SAFETY: `slot` is the field of a `tpb_sunda_t` of the tree (see
+        // `Nrt::ulib_cache_lock`), which lives as long as the state block the guard borrows
+        // and is zeroed only by `zero_tree` under the `Exclusive` token, when no guard exists;
+        // only the holder of `ulib_staging_lock` (this guard) touches the field, and the borrow
+        // is tied to `&mut self`, so it ends before the lock is released.
+        unsafe { &mut *self.slot }
+    }
+}
+
+/// The members of a `dmem_t` that are fixed from its publication to its release (spec §3.1,
+/// §3.2 step 5), copied out: what the ledger books and the OOM dump lists.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct DmemFixed {
+    pub(crate) pa: u64,
+    pub(crate) align_offset: u64,
+    pub(crate) allocated_size: u64,
+    pub(crate) mem_handle: u64,
+    pub(crate) device_id: u32,
+    pub(crate) nc_id: u32,
+    pub(crate) mem_type: u32,
+    pub(crate) mem_usage_type: u32,
+    pub(crate) tdram_channel: u32,
+    pub(crate) hint: [u8; 48],
+    /// The reference word as read with the rest (0: no owner left).
+    pub(crate) refs: u64,
+}
+
+impl DmemFixed {
+    /// Copies the fixed members of `m`, or `None` when `m` is not published (its generation
+    /// is even: not yet written, or being finalised).
+    ///
+    /// # Safety
+    /// `m` is a live slot of the dmem arena that is neither released nor handed out again
+    /// during the call: the lock of its shard is held (by [`Arena::with_live`] or
+    /// [`Arena::for_each_live`]), or the caller owns the dmem (see
+    /// [`Nrt::owned_dmem_fixed`]).
+    #[inline]
+    unsafe fn read(arena: &Arena<dmem_t>, m: *const dmem_t) -> Option<DmemFixed> {
+        // SAFETY: `m` is a slot of `arena` (contract).
+        let (gen, refs) = unsafe { arena.words(m) };
+        let refs = refs.load(Ordering::Acquire);
+        if gen.load(Ordering::Acquire) & 1 == 0 {
+            return None;
+        }
+        // SAFETY: `dmem_alloc` writes these members before `handle::publish` stores the odd
+        // generation (Release), which the load above read (Acquire), so the writes are
+        // visible; nobody writes them again until the slot is zeroed by a later allocation,
+        // which needs the slot released first, which the contract excludes. Plain field reads through a raw pointer: no reference to the whole `dmem_t`
+        // (whose list links other threads write) is made.
+        unsafe {
+            Some(DmemFixed {
+                pa: core::ptr::addr_of!((*m)._pa).read(),
+                align_offset: core::ptr::addr_of!((*m).align_offset).read(),
+                allocated_size: core::ptr::addr_of!((*m).allocated_size).read(),
+                mem_handle: core::ptr::addr_of!((*m).mem_handle).read(),
+                device_id: core::ptr::addr_of!((*m).device_id).read(),
+                nc_id: core::ptr::addr_of!((*m).nc_id).read(),
+                mem_type: core::ptr::addr_of!((*m).mem_type).read(),
+                mem_usage_type: core::ptr::addr_of!((*m).mem_usage_type).read(),
+                tdram_channel: core::ptr::addr_of!((*m).tdram_channel).read(),
+                hint: core::ptr::addr_of!((*m).hint_buf).read(),
+                refs,
+            })
+        }
+    }
+}
+
+/// The last device OOM of a runtime, as `CoreState::oom` guards it: all-zero is "none yet".
+pub(crate) struct LastOom {
+    /// True once `last` and `channel` hold values (MaybeUninit keeps all-zero valid).
+    pub(crate) set: bool,
+    /// The error.
+    pub(crate) last: core::mem::MaybeUninit<Error>,
+    /// The failing channel's figures at the moment of the OOM.
+    pub(crate) channel: core::mem::MaybeUninit<Option<crate::oom::FailingChannel>>,
+    /// The OOM table as it was then; `dump_len` bytes of it are written.
+    pub(crate) dump: [u8; OOM_DUMP_BYTES],
+    /// Bytes of `dump` in use.
+    pub(crate) dump_len: usize,
+}
+
+impl LastOom {
+    /// Records `e` and its failing channel (the table is written into `dump` by the caller).
+    pub(crate) fn record(&mut self, e: Error, channel: Option<crate::oom::FailingChannel>) {
+        self.last.write(e);
+        self.channel.write(channel);
+        self.set = true;
+    }
+
+    /// The last OOM, if one was recorded.
+    pub(crate) fn error(&self) -> Option<Error> {
+        // SAFETY: `set` becomes true only in `record`, after `last` was written.
+        self.set.then(|| unsafe { self.last.assume_init() })
+    }
+
+    /// The failing channel of the last OOM (`None` also when there was none).
+    pub(crate) fn channel(&self) -> Option<crate::oom::FailingChannel> {
+        // SAFETY: `set` becomes true only in `record`, after `channel` was written.
+        self.set
+            .then(|| unsafe { self.channel.assume_init() })
+            .flatten()
+    }
+
+    /// The OOM table text captured with the last OOM ("" when none).
+    pub(crate) fn dump_text(&self) -> &str {
+        let bytes = &self.dump[..self.dump_len.min(OOM_DUMP_BYTES)];
+        match core::str::from_utf8(bytes) {
+            Ok(t) => t,
+            // Truncated inside a character: keep the valid prefix.
+            Err(e) => core::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
+        }
     }
 }
 
@@ -210,17 +429,11 @@ pub struct CoreState {
     /// binds, so executions sharing a tensor serialise and independent ones (one per core)
     /// rarely meet (issue 16 item 7).
     pub(crate) exec_data_locks: [crate::ledger::CoreLock; crate::tensor::EXEC_DATA_STRIPES],
-    pub(crate) oom_lock: nrt_mutex_t,
-    /// 1 once `last_oom` holds a value (MaybeUninit keeps the all-zero state valid).
-    pub(crate) last_oom_set: AtomicU32,
-    pub(crate) last_oom: UnsafeCell<core::mem::MaybeUninit<Error>>,
-    /// The failing channel's figures at the moment of the last device OOM (guarded by
-    /// `oom_lock`, written with `last_oom`; read only once `last_oom_set` is 1).
-    pub(crate) last_oom_channel:
-        UnsafeCell<core::mem::MaybeUninit<Option<crate::oom::FailingChannel>>>,
-    /// The OOM table as it was when the last device OOM happened (guarded by `oom_lock`).
-    pub(crate) oom_dump: UnsafeCell<[u8; OOM_DUMP_BYTES]>,
-    pub(crate) oom_dump_len: UnsafeCell<usize>,
+    /// The last device OOM (spec §3.2 `dml_driver_dump`), in the lock that guards it (issue
+    /// 17: a lock that holds its data). The core's own `nrt_mutex_t` rather than a
+    /// [`crate::sync::DataLock`]: its holder writes the OOM table, which asks the driver for
+    /// pool figures, and this lock's waits relax instead of spinning.
+    pub(crate) oom: lock_api::Mutex<nrt_mutex_t, LastOom>,
     /// The capacities the arenas were bound with (all-zero until bound).
     pub(crate) caps: Capacity,
     /// The storage, when this block owns it (a heap allocation of `owned_bytes`, freed on
@@ -363,8 +576,10 @@ impl<const B: usize> Default for StaticState<B> {
 
 // SAFETY: every member is zero-valid: the abi structs, arenas and side tables by their own
 // ZeroValid impls (unbound: no slots), the plain-integer tables trivially, a zero lock is
-// unlocked, state 0 is UNINIT, a null `owned` owns nothing, and `last_oom` is a MaybeUninit
-// only read after `last_oom_set` became 1.
+// unlocked, state 0 is UNINIT, a null `owned` owns nothing, and `oom.last` is a MaybeUninit
+// only read after `set` became true (a zero `bool` is false; a zero `nrt_mutex_t` is unlocked,
+// so the `lock_api::Mutex` around it, a raw lock and an UnsafeCell of zero-valid data, is
+// zero-valid too).
 unsafe impl ZeroValid for CoreState {}
 // Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
 // the whole 47 MB block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
@@ -698,6 +913,225 @@ impl<'a> Nrt<'a> {
         unsafe { addr_of_mut!((*self.mla_ptr(dev))._tpbs[tpb as usize]) }
     }
 
+    /// The `tpb_t` of this runtime's tree that `tpb` points at, re-derived from the tree by
+    /// its coordinates ([`Self::tpb_coords`]: address arithmetic, no dereference), or `None`
+    /// for a pointer that is not exactly a core of the tree. What the accessors below take
+    /// instead of trusting a caller's pointer.
+    fn tree_tpb(&self, tpb: *const tpb_t) -> Option<*mut tpb_t> {
+        let (d, t) = self.tpb_coords(tpb);
+        (d < constants::MAX_MLA_PER_PROCESS as u32 && t < constants::TPBS_PER_MLA as u32)
+            .then(|| self.tpb_ptr(d, t))
+    }
+
+    /// The index of device `mla` in the tree (address arithmetic, no dereference), `None` for
+    /// a pointer that is not exactly an `mla_t` of the tree.
+    #[inline]
+    pub(crate) fn mla_index(&self, mla: *const mla_t) -> Option<u32> {
+        let off = (mla as usize).checked_sub(self.mla_ptr(0) as usize)?;
+        let sz = core::mem::size_of::<mla_t>();
+        (off % sz == 0 && off / sz < constants::MAX_MLA_PER_PROCESS).then_some((off / sz) as u32)
+    }
+
+    /// Device `dev`'s `dmem_logger.memory_usage_nc` (spec §3.4), the ledger's device rows
+    /// (`dev` clamped in range: callers check).
+    #[inline]
+    pub(crate) fn ledger_rows(&self, dev: u32) -> &'a [[AtomicU64; 23]; 8] {
+        let mla = self.mla_ptr((dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1) as u32);
+        // SAFETY: `mla` is a device of the tree (in bounds, aligned), which lives as long as
+        // the state block (`'a`). The rows are atomics, read and written only atomically, and
+        // rewritten wholesale only by `zero_tree`, whose contract (the `Exclusive` token's
+        // conditions) excludes every user of the runtime, so no reference handed out here is
+        // live then; the reference covers the rows alone, not the other `mla_t` members
+        // that bring-up writes.
+        unsafe { &*core::ptr::addr_of!((*mla).dmem_logger.memory_usage_nc) }
+    }
+
+    /// The fixed members of dmem `m` ([`DmemFixed`]), read under its arena shard's lock;
+    /// `None` when `m` is not a live, published dmem of this runtime. Safe for any pointer.
+    pub(crate) fn dmem_fixed(&self, m: *const dmem_t) -> Option<DmemFixed> {
+        let arena = &self.st.dmems;
+        // SAFETY: `with_live` holds `m`'s shard lock and confirmed a live slot of `arena`.
+        arena
+            .with_live(m, |p| unsafe { DmemFixed::read(arena, p.as_ptr()) })
+            .flatten()
+    }
+
+    /// [`Self::dmem_fixed`] without the shard lock, for the ledger's booking on the
+    /// allocation hot path (`dml_add_entry`; the lock cost the dmem path about 8 %). Its two
+    /// callers own `m`: `dmem_alloc` after publishing it (its one owner reference, not yet
+    /// returned), and `dmem_finalize` before retiring it (the last reference gone, the slot
+    /// given back only after this). A pointer that is not a live slot reads as `None`; the
+    /// ownership is the crate-internal contract of this function.
+    #[inline]
+    pub(crate) fn owned_dmem_fixed(&self, m: *const dmem_t) -> Option<DmemFixed> {
+        if !self.st.dmems.is_live(m) {
+            return None;
+        }
+        // SAFETY: `is_live` confirmed a live slot of the dmem arena; the caller owns it (the
+        // contract above), so it is neither released nor handed out again during the read.
+        unsafe { DmemFixed::read(&self.st.dmems, m) }
+    }
+
+    /// Calls `f` with the fixed members of every live, published dmem, with every shard
+    /// lock of the dmem arena held (`f` must not allocate or free dmems).
+    pub(crate) fn for_each_dmem_fixed(&self, mut f: impl FnMut(DmemFixed)) {
+        let arena = &self.st.dmems;
+        arena.for_each_live(|p| {
+            // SAFETY: a live slot of `arena`, whose shard lock `for_each_live` holds.
+            if let Some(d) = unsafe { DmemFixed::read(arena, p.as_ptr()) } {
+                f(d);
+            }
+        });
+    }
+
+    /// The four dmems of live GPSIMD library set `set` (scratch space, ucode table, extram,
+    /// libraries: spec §6), `None` for a pointer that is not a live set.
+    pub(crate) fn ulib_set_dmems(&self, set: *const UlibSet) -> Option<[*mut dmem_t; 4]> {
+        self.st.ulib_sets.with_live(set, |p| {
+            // SAFETY: a live slot, which its shard lock (held by `with_live`) keeps from being
+            // released or handed out again; a set's members are written only through its
+            // `Fresh` before it is published (`ulib_alloc_and_stage`) and never after, so this
+            // shared read races no write.
+            let info = unsafe { &p.as_ref().info };
+            [
+                info.scratch_space,
+                info.ucode_table,
+                info.extram,
+                info.lib_dmem,
+            ]
+        })
+    }
+
+    /// The scratchpad of core `tpb` with its lock held ([`ScratchpadGuard`]), `None` for a
+    /// pointer that is not a core of the tree.
+    pub(crate) fn scratchpad_lock(&self, tpb: *const tpb_t) -> Option<ScratchpadGuard<'a>> {
+        let sp = self
+            .tree_tpb(tpb)
+            .map(|t| t.wrapping_byte_add(TPB_SCRATCHPAD))?;
+        let sp = sp.cast::<tdrv_scratchpad_t>();
+        // SAFETY: `sp` is the scratchpad of a `tpb_t` inside the context tree (in bounds,
+        // aligned), which lives as long as the state block (`'a`); the lock word is an
+        // atomic, so a shared reference to it is sound whoever else spins on it.
+        let lock = unsafe { &*core::ptr::addr_of!((*sp).lock) }.lock();
+        Some(ScratchpadGuard { sp, _lock: lock })
+    }
+
+    /// Bring-up of core `tpb`'s scratchpad settings (`tdrv_scratchpad_init`'s stores, spec
+    /// §8): the page size and mode, and no page in use. Nothing for a pointer outside the tree.
+    pub(crate) fn scratchpad_setup(
+        &self,
+        _ex: &mut Exclusive<'_>,
+        tpb: *const tpb_t,
+        page_size: u64,
+        contiguous: bool,
+    ) {
+        let Some(t) = self.tree_tpb(tpb) else {
+            return;
+        };
+        let sp = t
+            .wrapping_byte_add(TPB_SCRATCHPAD)
+            .cast::<tdrv_scratchpad_t>();
+        // SAFETY: `sp` is a scratchpad of the tree (in bounds, aligned); the `Exclusive`
+        // token proves no API call is in flight, so nobody reads these fields (the unlocked
+        // readers of `page_size` run inside gated calls) or holds the scratchpad lock.
+        unsafe {
+            (*sp).page_size = page_size;
+            (*sp).is_contiguous = contiguous as u8;
+            (*sp).num_pages = 0;
+        }
+    }
+
+    /// The ext-isa cache of core `tpb` with `ulib_staging_lock` held ([`UlibCacheGuard`]),
+    /// `None` for a pointer that is not a core of the tree.
+    pub(crate) fn ulib_cache_lock(&self, tpb: *const tpb_t) -> Option<UlibCacheGuard<'a>> {
+        let sunda = self
+            .tree_tpb(tpb)?
+            .wrapping_byte_add(core::mem::offset_of!(tpb_t, sunda))
+            .cast::<tpb_sunda_t>();
+        // SAFETY: `sunda` is the `tpb_sunda_t` of a `tpb_t` of the tree (in bounds, aligned),
+        // which lives as long as the state block; the lock word is an atomic.
+        let lock = unsafe { &*core::ptr::addr_of!((*sunda).ulib_staging_lock) }.lock();
+        let slot = sunda
+            .wrapping_byte_add(core::mem::offset_of!(
+                tpb_sunda_t,
+                ulib_set_info_extisa_only
+            ))
+            .cast();
+        Some(UlibCacheGuard { slot, _lock: lock })
+    }
+
+    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of core `tpb`; null for a core
+    /// without one (not brought up, torn down) or a pointer outside the tree.
+    ///
+    /// For the runtime's own steps, which run inside a gated call or in `init` / `close`
+    /// (the same contract as [`Self::attached_devices`]).
+    pub(crate) fn tpb_allocator(&self, tpb: *const tpb_t) -> *mut dmem_allocator_t {
+        let Some(t) = self.tree_tpb(tpb) else {
+            return null_mut();
+        };
+        // SAFETY: `t` is a `tpb_t` of the tree (in bounds, aligned). The field is written
+        // only by `init_cores` and `teardown_cores`, inside `init` / `close` with the gate
+        // shut and drained; every caller of this function is a step of a gated call or of
+        // `init` / `close` itself, so no write overlaps this read.
+        unsafe { core::ptr::addr_of!((*t).tpb_allocator).read() }
+    }
+
+    /// The logical-core table (spec §9) for `init` to write, under its [`Exclusive`] token.
+    pub(crate) fn vcores_mut<'x>(&'x self, _ex: &'x mut Exclusive<'_>) -> &'x mut VcoreTable {
+        // SAFETY: the table lives in the state block (`'a`, which outlives `'x`). Every other
+        // reference to it comes from `vcores` (tied to an in-flight guard: none exists while
+        // the gate is shut and drained, which the token proves) or `vcores_in_call` (steps of
+        // a gated call, or of `init` / `close` outside this borrow); the token is borrowed
+        // mutably for `'x`, so this `&mut` is the only reference while it lives.
+        unsafe { &mut *self.st.vc.get() }
+    }
+
+    /// The logical-core table (spec §9), read inside the gated call `_g` proves is in flight:
+    /// `init` and `close` rewrite it only with the gate shut and drained, so not while `_g`
+    /// lives.
+    pub(crate) fn vcores<'g>(&'g self, _g: &'g InFlight<'_>) -> &'g VcoreTable {
+        self.vcores_in_call()
+    }
+
+    /// [`Self::vcores`] for the runtime's own steps that hold no guard of their own: every
+    /// caller is a step of a gated call (its caller holds the guard) or of `init` / `close`
+    /// outside [`Self::vcores_mut`]'s borrow. Until the steps take the gate token (issue 17
+    /// item 2), that contract is what makes this read sound.
+    pub(crate) fn vcores_in_call(&self) -> &VcoreTable {
+        // SAFETY: the table lives in the state block; it is written only through
+        // `vcores_mut`, whose borrow of the `Exclusive` token excludes every gated call and
+        // every step outside it (see the contract above), so no `&mut` is live while this
+        // shared reference is.
+        unsafe { &*self.st.vc.get() }
+    }
+
+    /// The address of entry `k` of the logical-core table (clamped in range; no dereference):
+    /// what `physical_core_t.vcore` stores (spec §9).
+    pub(crate) fn vcore_entry_ptrs(&self) -> impl Fn(usize) -> *mut virtual_core_t {
+        let base = self
+            .st
+            .vc
+            .get()
+            .wrapping_byte_add(core::mem::offset_of!(VcoreTable, owned))
+            .cast::<virtual_core_t>();
+        move |k| base.wrapping_add(k.min(MAX_VCORES - 1))
+    }
+
+    /// The `physical_core_t` of core `(dev, tpb)` for `init` to write, under its
+    /// [`Exclusive`] token (indices clamped: callers check).
+    pub(crate) fn pcore_mut<'x>(
+        &'x self,
+        _ex: &'x mut Exclusive<'_>,
+        dev: u32,
+        tpb: u32,
+    ) -> &'x mut physical_core_t {
+        // SAFETY: the cell lives in the state block; it is written only through this
+        // accessor (the token excludes every gated call, and with it every reader through
+        // a dmem's or allocator's `pcore` pointer), and the token's mutable borrow makes this
+        // the only reference while it lives.
+        unsafe { &mut *self.pcore_ptr(dev, tpb) }
+    }
+
     /// Geometry of device `dev` (zeroed when not attached, or while the runtime is not
     /// initialised: `init` and `close` rewrite it, so it is read inside the state gate).
     pub fn geom(&self, dev: u32) -> DevGeom {
@@ -893,7 +1327,7 @@ impl<'a> Nrt<'a> {
     /// exposes, builds each core's GLOBAL allocator, model_db and scratchpad, the routing map,
     /// and the logical-core table (spec §9). Fails cleanly (nothing left allocated).
     pub fn init(&self, opts: &InitOptions) -> Result<()> {
-        let _g = self.st.init_lock.lock();
+        let mut lock = self.st.init_lock.lock();
         if self.lifecycle() == STATE_INIT {
             self.check_bound()?;
             return Err(Error::AlreadyInitialized);
@@ -902,6 +1336,7 @@ impl<'a> Nrt<'a> {
         // the gate opens again however this returns.
         self.st.active_calls.close(crate::sync::relax);
         let _reopen = ReopenOnDrop(&self.st.active_calls);
+        let mut ex = Exclusive::new(&mut lock);
         if self.lifecycle() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
             // SAFETY: init_lock held, the runtime is closed and the gate shut and drained:
@@ -987,8 +1422,8 @@ impl<'a> Nrt<'a> {
             }
         }
         let r = self
-            .vcores_init(&opts.vcores)
-            .and_then(|_| self.init_cores(n));
+            .vcores_init(&opts.vcores, &mut ex)
+            .and_then(|_| self.init_cores(n, &mut ex));
         if let Err(e) = r {
             self.teardown_cores();
             // SAFETY: still under init_lock; reset to the all-zero UNINIT tree.
@@ -1025,7 +1460,7 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    fn init_cores(&self, n: u32) -> Result<()> {
+    fn init_cores(&self, n: u32, ex: &mut Exclusive<'_>) -> Result<()> {
         for d in 0..n {
             let g = self.dev_geom(d);
             for t in 0..g.cores {
@@ -1043,7 +1478,7 @@ impl<'a> Nrt<'a> {
                     let db = self.st.model_dbs.alloc("model_db")?.as_ptr();
                     ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
                     (*tpb).model_db = addr_of_mut!((*db).hdr);
-                    self.tdrv_scratchpad_init(tpb, &g);
+                    self.tdrv_scratchpad_init(ex, tpb, &g);
                     self.core_ext(d, t).is_init.store(1, Ordering::Release);
                 }
             }
@@ -1148,5 +1583,84 @@ impl<'a> Nrt<'a> {
             }
         }
         used
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{Preset, SimConfig, SimDevice};
+
+    /// The accessors that replaced the behaviour modules' raw dereferences (docs/UNSAFE.md)
+    /// take any pointer: one that is not a core, device or dmem of this tree is refused, and
+    /// booking it changes nothing.
+    #[test]
+    fn accessors_refuse_pointers_outside_the_tree() {
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).unwrap();
+        let tpb = n.tpb(0, 0).unwrap();
+        let inside = tpb.cast::<u8>().wrapping_add(8).cast::<tpb_t>();
+        let mut foreign = [0u64; 8];
+        let foreign_tpb = foreign.as_mut_ptr().cast::<tpb_t>();
+        assert!(n.scratchpad_lock(tpb).is_some());
+        assert!(n.scratchpad_lock(inside).is_none(), "not a tpb_t's start");
+        assert!(n.scratchpad_lock(foreign_tpb).is_none());
+        assert!(n.ulib_cache_lock(foreign_tpb).is_none());
+        assert!(n.tpb_allocator(foreign_tpb).is_null());
+        assert!(!n.tpb_allocator(tpb).is_null(), "core 0's GLOBAL allocator");
+        assert_eq!(n.mla_index(n.mla_ptr(0)), Some(0));
+        assert_eq!(n.mla_index(foreign.as_ptr().cast()), None);
+
+        let foreign_dmem = foreign.as_ptr().cast::<dmem_t>();
+        assert!(n.dmem_fixed(foreign_dmem).is_none());
+        let before = n.ledger_snapshot(0);
+        n.dml_add_entry(n.mla_ptr(0), crate::dmem::Action::Alloc, foreign_dmem);
+        assert_eq!(n.ledger_snapshot(0), before, "a foreign dmem books nothing");
+
+        // A live dmem reads back as allocated; once freed it is refused.
+        let args = crate::dmem::AllocArgs::device(
+            4096,
+            0,
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_GENERIC,
+            "probe",
+        );
+        let m = n
+            .dmem_alloc_inner(n.tpb_allocator(tpb), &args, None)
+            .unwrap();
+        let d = n.dmem_fixed(m).unwrap();
+        assert_eq!((d.device_id, d.allocated_size, d.refs), (0, 4096, 1));
+        assert_eq!(crate::cstr::c_name(&d.hint), "probe");
+        n.dmem_free_inner(m).unwrap();
+        assert!(n.dmem_fixed(m).is_none(), "freed: no longer live");
+        n.close().unwrap();
+    }
+
+    /// The logical-core table `init` writes under its token: each owned core's physical cores
+    /// point back at its entry (spec §9).
+    #[test]
+    fn physical_cores_point_at_their_logical_core() {
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).unwrap();
+        let g = n.enter().unwrap();
+        let vc = n.vcores(&g);
+        assert!(vc.num_owned > 0);
+        let entry = n.vcore_entry_ptrs();
+        for k in 0..vc.num_owned as usize {
+            let v = &vc.owned[k];
+            assert_eq!(v.vtpb_idx as usize, k);
+            for p in v.cores() {
+                assert_eq!(p.vcore, entry(k));
+                // SAFETY: a gated call is in flight (`g`), so `init` / `close`, the only
+                // writers of the cell, are not running.
+                let back = unsafe { (*n.pcore_ptr(p.device_id, p.device_tpb_idx)).vcore };
+                assert_eq!(back, entry(k));
+            }
+        }
+        drop(g);
+        n.close().unwrap();
     }
 }

@@ -8,10 +8,11 @@
 //! and while `init` or `close` is at work. The ones that return a `Result` are API calls and
 //! answer `Uninitialized` / `Closed` as every API call does (docs/STATES.md); [`Inspector`]
 //! reads them from a closed runtime.
-// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
-// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
-// stale or foreign pointer is an error, not undefined behaviour.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+// Pointer arguments (a core's `tpb_t`, dmems, sets) are never dereferenced here: they go to
+// the accessors of the modules that own the memory (`ctx`, `arena`), which re-derive or check
+// them (`Nrt::scratchpad_lock`, `Nrt::dmem_fixed`, `Arena::with_live`), so a stale or foreign
+// pointer is an error or a no-op, not undefined behaviour (docs/UNSAFE.md).
+#![deny(unsafe_code)]
 
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use crate::abi::tables::{aggr_index, category_for};
 use crate::abi::*;
 use crate::cstr::{c_name, mb, Printable};
-use crate::ctx::{DevExt, Nrt};
+use crate::ctx::{DevExt, DmemFixed, Nrt};
 use crate::dmem::Action;
 use crate::error::{Error, Result};
 use crate::oom::{write_free_histogram, write_hbm_line};
@@ -317,62 +318,62 @@ impl Nrt<'_> {
     /// and frees racing on several cores, the peak can be off by the bytes of the updates in
     /// flight during that read.
     pub(crate) fn dml_add_entry(&self, mla: *mut mla_t, action: Action, m: *const dmem_t) {
-        // SAFETY: `mla` is a resolved device; `m` is live; the counters are atomics, written only
-        // under their core's ledger lock.
-        unsafe {
-            let nc = ((*m).nc_id as usize).min(constants::TPBS_PER_MLA - 1);
-            let usage = ((*m).mem_usage_type as usize).min(TOTAL - 1);
-            let bytes = (*m).allocated_size;
-            let host = (*m).mem_type == dma_mem_location_t::HOST_DRAM as u32;
-            let log = &(*mla).dmem_logger;
-            let ext = self.dev_ext((*mla).mla_idx);
-            let (rows, peaks, total_peak) = if host {
-                (&ext.host_usage_nc, &ext.host_peak_nc, &ext.peak_host_bytes)
-            } else {
-                (
-                    &log.memory_usage_nc,
-                    &ext.dmem_peak_nc,
-                    &ext.peak_device_bytes,
-                )
-            };
-            // `memory_usage[4]`: device bytes per HBM channel (spec §3.4), kept per core.
-            let channel = (!host)
-                .then(|| ext.hbm_nc[nc].0.get((*m).tdram_channel as usize))
-                .flatten();
-            let g = ext.ledger_locks[nc].0.lock();
-            match action {
-                Action::Alloc => {
-                    add_locked(&rows[nc][usage], &peaks[nc][usage], bytes);
-                    add_locked(&rows[nc][TOTAL], &peaks[nc][TOTAL], bytes);
-                    if let Some(c) = channel {
-                        c.store(c.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
-                    }
-                }
-                Action::Free => {
-                    sub_locked(&rows[nc][usage], bytes);
-                    sub_locked(&rows[nc][TOTAL], bytes);
-                    if let Some(c) = channel {
-                        sub_locked(c, bytes);
-                    }
+        // The device is resolved, not trusted: a pointer outside the tree books nothing, as
+        // does a dmem that is not live (the caller owns `m`: `owned_dmem_fixed`).
+        let (Some(dev), Some(d)) = (self.mla_index(mla), self.owned_dmem_fixed(m)) else {
+            return;
+        };
+        let nc = (d.nc_id as usize).min(constants::TPBS_PER_MLA - 1);
+        let usage = (d.mem_usage_type as usize).min(TOTAL - 1);
+        let bytes = d.allocated_size;
+        let host = d.mem_type == dma_mem_location_t::HOST_DRAM as u32;
+        let ext = self.dev_ext(dev);
+        let (rows, peaks, total_peak) = if host {
+            (&ext.host_usage_nc, &ext.host_peak_nc, &ext.peak_host_bytes)
+        } else {
+            (
+                self.ledger_rows(dev),
+                &ext.dmem_peak_nc,
+                &ext.peak_device_bytes,
+            )
+        };
+        // `memory_usage[4]`: device bytes per HBM channel (spec §3.4), kept per core.
+        let channel = (!host)
+            .then(|| ext.hbm_nc[nc].0.get(d.tdram_channel as usize))
+            .flatten();
+        let g = ext.ledger_locks[nc].0.lock();
+        match action {
+            Action::Alloc => {
+                add_locked(&rows[nc][usage], &peaks[nc][usage], bytes);
+                add_locked(&rows[nc][TOTAL], &peaks[nc][TOTAL], bytes);
+                if let Some(c) = channel {
+                    c.store(c.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
                 }
             }
-            drop(g);
-            if action == Action::Alloc {
-                let sum = core_totals(rows);
-                if sum > total_peak.load(Ordering::Relaxed) {
-                    total_peak.fetch_max(sum, Ordering::Relaxed);
+            Action::Free => {
+                sub_locked(&rows[nc][usage], bytes);
+                sub_locked(&rows[nc][TOTAL], bytes);
+                if let Some(c) = channel {
+                    sub_locked(c, bytes);
                 }
             }
-            // The figures are computed only when trace logging is on (the macro's arguments
-            // are not evaluated otherwise): this is the allocation hot path.
-            trace!(
-                "MEM_USAGE: {} bytes, channel {}, total ({}/{})",
-                bytes,
-                (*m).tdram_channel,
-                rows[nc][TOTAL].load(Ordering::Relaxed),
-                self.dev_geom((*mla).mla_idx).channel_size
-            );
         }
+        drop(g);
+        if action == Action::Alloc {
+            let sum = core_totals(rows);
+            if sum > total_peak.load(Ordering::Relaxed) {
+                total_peak.fetch_max(sum, Ordering::Relaxed);
+            }
+        }
+        // The figures are computed only when trace logging is on (the macro's arguments
+        // are not evaluated otherwise): this is the allocation hot path.
+        trace!(
+            "MEM_USAGE: {} bytes, channel {}, total ({}/{})",
+            bytes,
+            d.tdram_channel,
+            rows[nc][TOTAL].load(Ordering::Relaxed),
+            self.dev_geom(dev).channel_size
+        );
     }
 
     /// Device-wide aggregates of `dev` (spec §3.4). `Uninitialized` / `Closed` outside an
@@ -384,10 +385,8 @@ impl Nrt<'_> {
         }
         let ext = self.dev_ext(dev);
         let l = |a: &AtomicU64| a.load(Ordering::Acquire);
-        // SAFETY: attached device; the cells are atomics.
-        let log = unsafe { &(*self.mla_ptr(dev)).dmem_logger };
         Ok(DeviceTotals {
-            device_bytes: core_totals(&log.memory_usage_nc),
+            device_bytes: core_totals(self.ledger_rows(dev)),
             host_bytes: core_totals(&ext.host_usage_nc),
             device_peak: l(&ext.peak_device_bytes),
             host_peak: l(&ext.peak_host_bytes),
@@ -438,13 +437,10 @@ impl Nrt<'_> {
         {
             return 0;
         }
-        let mla = self.mla_ptr(dev);
-        // SAFETY: attached device, in-bounds indices; the cells are atomics.
         let rows = if host {
             &self.dev_ext(dev).host_usage_nc
         } else {
-            // SAFETY: attached device; the cells are atomics.
-            unsafe { &(*mla).dmem_logger.memory_usage_nc }
+            self.ledger_rows(dev)
         };
         rows[tpb as usize][usage].load(Ordering::Acquire)
     }
@@ -467,27 +463,26 @@ impl Nrt<'_> {
         if dev >= self.attached_devices() {
             return (d, h);
         }
-        let mla = self.mla_ptr(dev);
         let ext = self.dev_ext(dev);
-        // SAFETY: attached device; the cells are atomics.
-        let log = unsafe { &(*mla).dmem_logger };
+        let rows = self.ledger_rows(dev);
         let host = &ext.host_usage_nc;
         for nc in 0..8 {
             let _g = ext.ledger_locks[nc].0.lock();
             for u in 0..23 {
-                d[nc][u] = log.memory_usage_nc[nc][u].load(Ordering::Relaxed);
+                d[nc][u] = rows[nc][u].load(Ordering::Relaxed);
                 h[nc][u] = host[nc][u].load(Ordering::Relaxed);
             }
         }
         (d, h)
     }
 
-    /// Calls `f(mla, ext, nc)` for each physical core of logical core `vnc`, with that
+    /// Calls `f(row, ext, nc)` (`row`: the core's `memory_usage_nc[nc]`) for each physical
+    /// core of logical core `vnc`, with that
     /// core's ledger lock held: one consistent reading (or peak reset) per core.
     fn for_each_vnc_core(
         &self,
         vnc: LogicalCore,
-        f: impl FnMut(&mla_t, &DevExt, usize),
+        f: impl FnMut(&[AtomicU64; 23], &DevExt, usize),
     ) -> Result<()> {
         self.for_each_core_locked(self.vcore_tpbs(vnc)?, f);
         Ok(())
@@ -497,16 +492,14 @@ impl Nrt<'_> {
     fn for_each_core_locked(
         &self,
         cores: &[physical_core_t],
-        mut f: impl FnMut(&mla_t, &DevExt, usize),
+        mut f: impl FnMut(&[AtomicU64; 23], &DevExt, usize),
     ) {
         for pc in cores {
-            // SAFETY: the core resolved to an attached device; the ledger cells are atomics
-            // and the core's lock serialises their writers.
-            let mla = unsafe { &*self.mla_ptr(pc.device_id) };
+            let rows = self.ledger_rows(pc.device_id);
             let ext = self.dev_ext(pc.device_id);
             let nc = (pc.device_tpb_idx as usize).min(constants::TPBS_PER_MLA - 1);
             let _g = ext.ledger_locks[nc].0.lock();
-            f(mla, ext, nc);
+            f(&rows[nc], ext, nc);
         }
     }
 
@@ -520,9 +513,9 @@ impl Nrt<'_> {
     /// [`Self::vnc_usage`] without the gate (inside a gated call).
     fn vnc_usage_inner(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
         let mut b = UsageBreakdown::default();
-        self.for_each_vnc_core(vnc, |mla, ext, nc| {
-            for u in 0..23 {
-                b.device[u] += mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
+        self.for_each_vnc_core(vnc, |row, ext, nc| {
+            for (u, cell) in row.iter().enumerate() {
+                b.device[u] += cell.load(Ordering::Acquire);
                 b.device_peak[u] += ext.dmem_peak_nc[nc][u].load(Ordering::Acquire);
                 b.host[u] += ext.host_usage_nc[nc][u].load(Ordering::Acquire);
                 b.host_peak[u] += ext.host_peak_nc[nc][u].load(Ordering::Acquire);
@@ -549,8 +542,8 @@ impl Nrt<'_> {
     pub(crate) fn vnc_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
         let cores = self.vcore_tpbs(vnc)?;
-        self.for_each_core_locked(cores, |mla, ext, nc| {
-            s.bytes_used += mla.dmem_logger.memory_usage_nc[nc][TOTAL].load(Ordering::Acquire);
+        self.for_each_core_locked(cores, |row, ext, nc| {
+            s.bytes_used += row[TOTAL].load(Ordering::Acquire);
             s.bytes_peak += ext.dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
         });
         let channel = |pc: &physical_core_t| {
@@ -570,9 +563,9 @@ impl Nrt<'_> {
     /// of a row and the store of its peak.
     pub fn reset_peak(&self, vnc: LogicalCore) -> Result<()> {
         let _g = self.enter()?;
-        self.for_each_vnc_core(vnc, |mla, ext, nc| {
-            for u in 0..23 {
-                let d = mla.dmem_logger.memory_usage_nc[nc][u].load(Ordering::Acquire);
+        self.for_each_vnc_core(vnc, |row, ext, nc| {
+            for (u, cell) in row.iter().enumerate() {
+                let d = cell.load(Ordering::Acquire);
                 ext.dmem_peak_nc[nc][u].store(d, Ordering::Release);
                 let h = ext.host_usage_nc[nc][u].load(Ordering::Acquire);
                 ext.host_peak_nc[nc][u].store(h, Ordering::Release);
@@ -589,36 +582,26 @@ impl Nrt<'_> {
             _ => 0,
         };
         let channel = self.failing_channel(dev, &e);
-        let _g = self.st.oom_lock.lock();
-        // SAFETY: guarded by oom_lock; dump_ledger does not take oom_lock.
-        unsafe {
-            (*self.st.last_oom.get()).write(e);
-            (*self.st.last_oom_channel.get()).write(channel);
-            let mut w = FixedWriter {
-                buf: &mut *self.st.oom_dump.get(),
-                len: 0,
-            };
-            let _ = self.dump_ledger_inner(&mut w, dev, Some(&e), 5);
-            *self.st.oom_dump_len.get() = w.len;
-        }
-        self.st.last_oom_set.store(1, Ordering::Release);
+        let mut rec = self.st.oom.lock();
+        rec.record(e, channel);
+        // The table is written with the lock held (dump_ledger does not take it), so a reader
+        // sees the error and its table together.
+        let mut w = FixedWriter {
+            buf: &mut rec.dump,
+            len: 0,
+        };
+        let _ = self.dump_ledger_inner(&mut w, dev, Some(&e), 5);
+        rec.dump_len = w.len;
     }
 
     /// Writes the OOM table captured when the last device OOM happened (what libnrt dumps and
     /// writes to a file on `ENOMEM`); nothing when there was none.
     pub fn last_oom_dump(&self, w: &mut dyn Write) -> fmt::Result {
-        let _g = self.st.oom_lock.lock();
-        if self.st.last_oom_set.load(Ordering::Acquire) == 0 {
+        let rec = self.st.oom.lock();
+        if !rec.set {
             return Ok(());
         }
-        // SAFETY: guarded by oom_lock; `oom_dump_len` bytes were written by record_oom.
-        let bytes = unsafe { &(&*self.st.oom_dump.get())[..*self.st.oom_dump_len.get()] };
-        let text = match core::str::from_utf8(bytes) {
-            Ok(t) => t,
-            // Truncated inside a character: keep the valid prefix.
-            Err(e) => core::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
-        };
-        w.write_str(text)
+        w.write_str(rec.dump_text())
     }
 
     /// The failing channel of the most recent device OOM, measured at the moment of the
@@ -626,22 +609,12 @@ impl Nrt<'_> {
     /// request's terms and the cause. `None` when there was no device OOM, or its channel
     /// could not be measured.
     pub fn last_oom_channel(&self) -> Option<crate::oom::FailingChannel> {
-        let _g = self.st.oom_lock.lock();
-        if self.st.last_oom_set.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        // SAFETY: guarded by oom_lock; written together with `last_oom` before the flag.
-        unsafe { (*self.st.last_oom_channel.get()).assume_init() }
+        self.st.oom.lock().channel()
     }
 
     /// The most recent device OOM of this runtime, if any.
     pub fn last_oom(&self) -> Option<Error> {
-        let _g = self.st.oom_lock.lock();
-        if self.st.last_oom_set.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        // SAFETY: guarded by oom_lock; initialised since last_oom_set is 1.
-        Some(unsafe { (*self.st.last_oom.get()).assume_init() })
+        self.st.oom.lock().error()
     }
 
     /// `dml_dump` / `dml_log_dev_mem` (spec §3.4): the utilisation table of device `dev` —
@@ -745,10 +718,8 @@ impl Nrt<'_> {
         // and only once the dmem is published (see `TopEntry::read`).
         let top = top.min(TOP_MAX);
         let mut best = [TopEntry::EMPTY; TOP_MAX];
-        self.st.dmems.for_each_live(|p| {
-            // SAFETY: a live slot, which cannot be released or reused while the arena lock
-            // (held by `for_each_live`) is held.
-            let Some(e) = (unsafe { TopEntry::read(p.as_ptr(), dev) }) else {
+        self.for_each_dmem_fixed(|d| {
+            let Some(e) = TopEntry::of(&d, dev) else {
                 return;
             };
             if let Some(min_i) = (0..top).min_by_key(|i| best[*i].size) {
@@ -809,28 +780,16 @@ impl TopEntry {
         hint: [0; 48],
     };
 
-    /// The dump's copy of `m` when it is a published dmem of device `dev`. `dmem_alloc` stores
-    /// `ref_count` (Release) after every other field; a non-zero count read with Acquire
-    /// therefore means those writes are visible, and none of these fields is written again
-    /// until the slot is released.
-    ///
-    /// # Safety
-    /// `m` is a live slot of the dmem arena and stays live for the call.
-    unsafe fn read(m: *const dmem_t, dev: u32) -> Option<TopEntry> {
-        // SAFETY: caller contract; the count is atomic, the other reads follow its Acquire.
-        unsafe {
-            if (*m).ref_count.load(Ordering::Acquire) == 0 || (*m).device_id != dev {
-                return None;
-            }
-            Some(TopEntry {
-                size: (*m).allocated_size,
-                nc_id: (*m).nc_id,
-                mem_type: (*m).mem_type,
-                channel: (*m).tdram_channel,
-                usage: (*m).mem_usage_type,
-                hint: (*m).hint_buf,
-            })
-        }
+    /// The dump's line for dmem `d` when it has an owner and belongs to device `dev`.
+    fn of(d: &DmemFixed, dev: u32) -> Option<TopEntry> {
+        (d.refs != 0 && d.device_id == dev).then_some(TopEntry {
+            size: d.allocated_size,
+            nc_id: d.nc_id,
+            mem_type: d.mem_type,
+            channel: d.tdram_channel,
+            usage: d.mem_usage_type,
+            hint: d.hint,
+        })
     }
 }
 

@@ -1,15 +1,14 @@
 //! The per-core DRAM scratchpad (spec §8): ref-counted pages from the GLOBAL allocator that
 //! several resident models share (they execute one at a time per core).
-// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
-// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
-// stale or foreign pointer is an error, not undefined behaviour.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
-use core::ptr::addr_of_mut;
+// Pointer arguments (a core's `tpb_t`, dmems, sets) are never dereferenced here: they go to
+// the accessors of the modules that own the memory (`ctx`, `arena`), which re-derive or check
+// them (`Nrt::scratchpad_lock`, `Nrt::dmem_fixed`, `Arena::with_live`), so a stale or foreign
+// pointer is an error or a no-op, not undefined behaviour (docs/UNSAFE.md).
+#![deny(unsafe_code)]
 
 use crate::abi::*;
 use crate::arena::GiveBack;
-use crate::ctx::{DevGeom, Nrt};
+use crate::ctx::{DevGeom, Exclusive, Nrt, ScratchpadGuard};
 use crate::dmem::AllocArgs;
 use crate::driver::feature;
 use crate::error::{Error, InvalidArg, Result};
@@ -18,24 +17,24 @@ use crate::handle::DmemHandle;
 impl Nrt<'_> {
     /// `tdrv_scratchpad_init` (spec §8): page size from the settings, or contiguous 64 MiB
     /// pages when `experimental_contiguous_scratchpad` && arch > SUNDA && LNC > 1 && the driver
-    /// has the contiguous-scratchpad feature (0x80).
-    pub(crate) fn tdrv_scratchpad_init(&self, tpb: *mut tpb_t, g: &DevGeom) {
+    /// has the contiguous-scratchpad feature (0x80). Bring-up, under init's token.
+    pub(crate) fn tdrv_scratchpad_init(
+        &self,
+        ex: &mut Exclusive<'_>,
+        tpb: *mut tpb_t,
+        g: &DevGeom,
+    ) {
         let s = self.settings();
         let contiguous = s.contiguous_scratchpad != 0
             && g.arch > al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA as u32
             && self.lnc() > 1
             && g.features & feature::CONTIGUOUS_SCRATCHPAD != 0;
-        // SAFETY: bring-up, exclusive.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            (*sp).page_size = if contiguous {
-                constants::SCRATCHPAD_CONTIGUOUS_PAGE_SIZE
-            } else {
-                s.scratchpad_page_size
-            };
-            (*sp).is_contiguous = contiguous as u8;
-            (*sp).num_pages = 0;
-        }
+        let page_size = if contiguous {
+            constants::SCRATCHPAD_CONTIGUOUS_PAGE_SIZE
+        } else {
+            s.scratchpad_page_size
+        };
+        self.scratchpad_setup(ex, tpb, page_size, contiguous);
     }
 
     /// Claims the first `pages` scratchpad pages of `tpb` for one model: allocates missing
@@ -48,38 +47,38 @@ impl Nrt<'_> {
         if pages as usize > constants::SCRATCHPAD_MAX_PAGES {
             return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
         }
-        // SAFETY: tpb resolved by the caller; the page table is guarded by the scratchpad lock.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            let _g = (*sp).lock.lock();
-            let page_size = (*sp).page_size;
-            for i in 0..pages as usize {
-                let page = addr_of_mut!((*sp).pages[i]);
-                let r = if (*page).mem.is_null() {
-                    let args = AllocArgs::device(
-                        page_size,
-                        hbm,
-                        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD,
-                        "scratchpad_page",
-                    );
-                    self.dmem_alloc_inner((*tpb).tpb_allocator, &args, None)
-                        .and_then(|m| {
-                            (*page).mem = m;
-                            (*sp).num_pages = (*sp).num_pages.max(i as u32 + 1);
-                            // The model's reference, beside the page's own.
-                            self.dmem_acquire_reference_inner(m)
-                        })
-                } else {
-                    self.dmem_acquire_reference_inner((*page).mem)
-                };
-                match r {
-                    Ok(()) => (*page).refs += 1,
-                    Err(e) => {
-                        // Through the quarantine: a page this call created was already on
-                        // the GLOBAL allocator's list, which callers can walk.
-                        Self::scratchpad_release_locked(self, sp, i as u32, GiveBack::Release);
-                        return Err(e);
-                    }
+        let al = self.tpb_allocator(tpb);
+        let mut sp = self.scratchpad_lock(tpb).ok_or(Error::CoreOutOfRange {
+            device: self.tpb_coords(tpb).0,
+            tpb: self.tpb_coords(tpb).1,
+        })?;
+        let page_size = sp.page_size();
+        for i in 0..pages as usize {
+            let (num_pages, table) = sp.table();
+            let page = &mut table[i];
+            let r = if page.mem.is_null() {
+                let args = AllocArgs::device(
+                    page_size,
+                    hbm,
+                    dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD,
+                    "scratchpad_page",
+                );
+                self.dmem_alloc_inner(al, &args, None).and_then(|m| {
+                    page.mem = m;
+                    *num_pages = (*num_pages).max(i as u32 + 1);
+                    // The model's reference, beside the page's own.
+                    self.dmem_acquire_reference_inner(m)
+                })
+            } else {
+                self.dmem_acquire_reference_inner(page.mem)
+            };
+            match r {
+                Ok(()) => page.refs += 1,
+                Err(e) => {
+                    // Through the quarantine: a page this call created was already on
+                    // the GLOBAL allocator's list, which callers can walk.
+                    self.scratchpad_release_locked(&mut sp, i as u32, GiveBack::Release);
+                    return Err(e);
                 }
             }
         }
@@ -89,64 +88,54 @@ impl Nrt<'_> {
     /// Drops one model's claim on the first `pages` pages (a page is freed with its last user,
     /// returned to its arena as `how` says: [`GiveBack::Cancel`] for a failed load's rollback).
     pub(crate) fn scratchpad_release(&self, tpb: *mut tpb_t, pages: u32, how: GiveBack) {
-        // SAFETY: tpb resolved; guarded by the scratchpad lock.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            let _g = (*sp).lock.lock();
-            Self::scratchpad_release_locked(self, sp, pages, how);
+        if let Some(mut sp) = self.scratchpad_lock(tpb) {
+            self.scratchpad_release_locked(&mut sp, pages, how);
         }
     }
 
-    /// # Safety
-    /// The scratchpad lock is held.
-    unsafe fn scratchpad_release_locked(
-        &self,
-        sp: *mut tdrv_scratchpad_t,
-        pages: u32,
-        how: GiveBack,
-    ) {
-        // SAFETY: caller holds the lock.
-        unsafe {
-            for i in 0..(pages as usize).min(constants::SCRATCHPAD_MAX_PAGES) {
-                let page = addr_of_mut!((*sp).pages[i]);
-                if (*page).refs == 0 || (*page).mem.is_null() {
-                    continue;
-                }
-                (*page).refs -= 1;
-                let m = (*page).mem;
-                if (*page).refs == 0 {
-                    // Last user: drop the model's ref and the page's own (GLOBAL) ref.
-                    self.dmem_release_ref(m, how);
-                    (*page).mem = core::ptr::null_mut();
-                }
+    /// [`Self::scratchpad_release`] with the scratchpad lock held (`sp`).
+    fn scratchpad_release_locked(&self, sp: &mut ScratchpadGuard<'_>, pages: u32, how: GiveBack) {
+        let (num_pages, table) = sp.table();
+        for page in table.iter_mut().take(pages as usize) {
+            if page.refs == 0 || page.mem.is_null() {
+                continue;
+            }
+            page.refs -= 1;
+            let m = page.mem;
+            if page.refs == 0 {
+                // Last user: drop the model's ref and the page's own (GLOBAL) ref.
                 self.dmem_release_ref(m, how);
+                page.mem = core::ptr::null_mut();
             }
-            while (*sp).num_pages > 0 && (*sp).pages[(*sp).num_pages as usize - 1].mem.is_null() {
-                (*sp).num_pages -= 1;
-            }
+            self.dmem_release_ref(m, how);
+        }
+        while *num_pages > 0
+            && table
+                .get(*num_pages as usize - 1)
+                .is_none_or(|p| p.mem.is_null())
+        {
+            *num_pages -= 1;
         }
     }
 
     /// Frees every page regardless of users (teardown).
     pub(crate) fn tdrv_scratchpad_free(&self, tpb: *mut tpb_t) {
-        // SAFETY: teardown; guarded by the scratchpad lock.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            let _g = (*sp).lock.lock();
-            for i in 0..constants::SCRATCHPAD_MAX_PAGES {
-                let page = addr_of_mut!((*sp).pages[i]);
-                let m = (*page).mem;
-                if m.is_null() {
-                    continue;
-                }
-                for _ in 0..=(*page).refs {
-                    let _ = self.dmem_free_inner(m);
-                }
-                (*page).mem = core::ptr::null_mut();
-                (*page).refs = 0;
+        let Some(mut sp) = self.scratchpad_lock(tpb) else {
+            return;
+        };
+        let (num_pages, table) = sp.table();
+        for page in table.iter_mut() {
+            let m = page.mem;
+            if m.is_null() {
+                continue;
             }
-            (*sp).num_pages = 0;
+            for _ in 0..=page.refs {
+                let _ = self.dmem_free_inner(m);
+            }
+            page.mem = core::ptr::null_mut();
+            page.refs = 0;
         }
+        *num_pages = 0;
     }
 
     /// Runs `f` on the scratchpad of physical core `(dev, core)` with its lock held.
@@ -154,18 +143,16 @@ impl Nrt<'_> {
         &self,
         dev: u32,
         core: u32,
-        f: impl FnOnce(&tdrv_scratchpad_t) -> R,
+        f: impl FnOnce(&ScratchpadGuard<'_>) -> R,
     ) -> Result<R> {
         // The scratchpad is torn down by `close`: an API call, gated (docs/STATES.md).
         let _call = self.enter()?;
         let tpb = self.tpb(dev, core)?;
-        // SAFETY: resolved tpb; the page table is only written under this lock, which we hold
-        // for as long as the shared reference lives.
-        unsafe {
-            let sp = addr_of_mut!((*tpb).scratchpad);
-            let _g = (*sp).lock.lock();
-            Ok(f(&*sp))
-        }
+        let sp = self.scratchpad_lock(tpb).ok_or(Error::CoreOutOfRange {
+            device: dev,
+            tpb: core,
+        })?;
+        Ok(f(&sp))
     }
 
     /// `tdrv_scratchpad_get_mem` (spec §8): maps a scratchpad window to `(page dmem, offset in
@@ -179,8 +166,9 @@ impl Nrt<'_> {
         size: u64,
     ) -> Result<(DmemHandle, u64)> {
         self.with_scratchpad(dev, core, |sp| {
-            let ps = sp.page_size.max(1);
-            let n = sp.num_pages as u64;
+            let ps = sp.page_size().max(1);
+            let (n, pages) = sp.view();
+            let n = n as u64;
             let outside = Error::OutOfBounds {
                 offset,
                 len: size,
@@ -190,12 +178,10 @@ impl Nrt<'_> {
             if idx >= n || in_page.checked_add(size).is_none_or(|e| e > ps) {
                 return Err(outside);
             }
-            let idx = if sp.is_contiguous != 0 {
-                n - 1 - idx
-            } else {
-                idx
-            };
-            let m = sp.pages[idx as usize].mem;
+            let idx = if sp.is_contiguous() { n - 1 - idx } else { idx };
+            let m = pages
+                .get(idx as usize)
+                .map_or(core::ptr::null_mut(), |p| p.mem);
             if m.is_null() {
                 return Err(outside);
             }
@@ -207,7 +193,7 @@ impl Nrt<'_> {
     /// `(page_size, pages in use, is_contiguous)` of a core's scratchpad.
     pub fn scratchpad_info(&self, dev: u32, core: u32) -> Result<(u64, u32, bool)> {
         self.with_scratchpad(dev, core, |sp| {
-            (sp.page_size, sp.num_pages, sp.is_contiguous != 0)
+            (sp.page_size(), sp.view().0, sp.is_contiguous())
         })
     }
 
@@ -219,7 +205,8 @@ impl Nrt<'_> {
         i: usize,
     ) -> Result<(Option<DmemHandle>, u32)> {
         self.with_scratchpad(dev, core, |sp| {
-            sp.pages
+            sp.view()
+                .1
                 .get(i)
                 // The page holds a reference on its dmem while the scratchpad lock is held.
                 .map(|p| {

@@ -1,12 +1,13 @@
 //! GPSIMD ucode libraries (spec §6): the single ext-isa library staged once per core under
 //! `ulib_staging_lock` from the GLOBAL allocator and shared by every model on the core;
 //! multi-library custom-op sets (2..=9) staged per model from the model's own allocator.
-// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
-// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
-// stale or foreign pointer is an error, not undefined behaviour.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+// Pointer arguments (a core's `tpb_t`, dmems, sets) are never dereferenced here: they go to
+// the accessors of the modules that own the memory (`ctx`, `arena`), which re-derive or check
+// them (`Nrt::scratchpad_lock`, `Nrt::dmem_fixed`, `Arena::with_live`), so a stale or foreign
+// pointer is an error or a no-op, not undefined behaviour (docs/UNSAFE.md).
+#![deny(unsafe_code)]
 
-use core::ptr::{addr_of_mut, null_mut};
+use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
 use crate::abi::*;
@@ -53,12 +54,24 @@ pub fn stage_once<G, T: Copy, E>(
     stage: impl FnOnce() -> Result<T, E>,
     store: impl FnOnce(T),
 ) -> Result<(T, bool), E> {
-    let _g = lock();
-    if let Some(v) = cached() {
+    stage_once_with(lock, |_| cached(), stage, |_, v| store(v))
+}
+
+/// [`stage_once`] for a lock that holds the cache: `cached` and `store` reach it through the
+/// guard `lock` returned (the runtime's `UlibCacheGuard`), so the cache is only touched with
+/// the lock held.
+pub fn stage_once_with<G, T: Copy, E>(
+    lock: impl FnOnce() -> G,
+    cached: impl FnOnce(&mut G) -> Option<T>,
+    stage: impl FnOnce() -> Result<T, E>,
+    store: impl FnOnce(&mut G, T),
+) -> Result<(T, bool), E> {
+    let mut g = lock();
+    if let Some(v) = cached(&mut g) {
         return Ok((v, false));
     }
     let v = stage()?;
-    store(v);
+    store(&mut g, v);
     Ok((v, true))
 }
 
@@ -78,7 +91,7 @@ impl Nrt<'_> {
         how: GiveBack,
     ) -> Result<*mut UlibSet> {
         let lib_bytes = req.lib_bytes()?;
-        let set = self.st.ulib_sets.alloc("ulib_set")?.as_ptr();
+        let mut set = self.st.ulib_sets.alloc_fresh("ulib_set")?;
         let parts: [(u64, dma_mem_usage_type_t, &str); 4] = [
             (
                 SCRATCH_SPACE_BYTES,
@@ -103,6 +116,13 @@ impl Nrt<'_> {
             ),
         ];
         let mut got = [null_mut::<dmem_t>(); 4];
+        // On failure: the dmems made so far go back as `how` says; the set's slot, never
+        // handed out, goes back when `set` is dropped.
+        let undo = |got: &[*mut dmem_t]| {
+            for m in got {
+                self.dmem_release_ref(*m, how);
+            }
+        };
         for (i, (size, usage, hint)) in parts.iter().enumerate() {
             let args = AllocArgs::device(*size, hbm, *usage, hint).aligned(if i == 3 {
                 LIB_ALIGN
@@ -112,63 +132,59 @@ impl Nrt<'_> {
             match self.dmem_alloc_inner(al, &args, None) {
                 Ok(m) => got[i] = m,
                 Err(e) => {
-                    for m in got.iter().take(i) {
-                        self.dmem_release_ref(*m, how);
-                    }
-                    let _ = self.st.ulib_sets.cancel(set);
+                    undo(&got[..i]);
                     return Err(e);
                 }
             }
         }
-        // SAFETY: `set` is a fresh slot; the dmems are live and ours.
-        unsafe {
-            let info = addr_of_mut!((*set).info);
-            (*info).scratch_space = got[0];
-            (*info).ucode_table = got[1];
-            (*info).extram = got[2];
-            (*info).lib_dmem = got[3];
-            (*info).num_libs = req.count as i32;
-            (*info).libs = addr_of_mut!((*set).libs) as *mut ucode_lib_info_t;
-            let lib = got[3];
-            let stride = lib_bytes / req.count as u64;
-            for i in 0..req.count as usize {
-                let off = i as u64 * stride;
-                let l = addr_of_mut!((*set).libs[i]);
-                (*l).address = (*lib)._pa + (*lib).align_offset + off;
-                (*l).cpu_id = i as u8;
-                (*l).total_cpus = req.count as u8;
-                // Stage the image (a recognisable pattern stands in for the ELF bytes). A
-                // device without host-visible memory (EOPNOTSUPP) keeps the allocation only.
-                let pattern = [0x5au8 ^ i as u8; 64];
-                let _ = self.drv.copy_in(
-                    (*lib).device_id,
-                    (*lib).mem_handle,
-                    (*lib).align_offset + off,
-                    &pattern,
-                );
-            }
+        // The library dmem is this call's (just made), so it is live and published.
+        let Some(lib) = self.dmem_fixed(got[3]) else {
+            undo(&got);
+            return Err(Error::ForeignDmem);
+        };
+        let libs = set
+            .as_ptr()
+            .wrapping_byte_add(core::mem::offset_of!(UlibSet, libs))
+            .cast::<ucode_lib_info_t>();
+        let info = &mut set.info;
+        info.scratch_space = got[0];
+        info.ucode_table = got[1];
+        info.extram = got[2];
+        info.lib_dmem = got[3];
+        info.num_libs = req.count as i32;
+        info.libs = libs;
+        let stride = lib_bytes / req.count as u64;
+        for i in 0..req.count as usize {
+            let off = i as u64 * stride;
+            let l = &mut set.libs[i];
+            l.address = lib.pa + lib.align_offset + off;
+            l.cpu_id = i as u8;
+            l.total_cpus = req.count as u8;
+            // Stage the image (a recognisable pattern stands in for the ELF bytes). A
+            // device without host-visible memory (EOPNOTSUPP) keeps the allocation only.
+            let pattern = [0x5au8 ^ i as u8; 64];
+            let _ = self.drv.copy_in(
+                lib.device_id,
+                lib.mem_handle,
+                lib.align_offset + off,
+                &pattern,
+            );
         }
-        Ok(set)
+        Ok(set.publish().as_ptr())
     }
 
     /// Frees a set's buffers and its slot.
     /// `how`: [`GiveBack::Cancel`] only for a failed load's rollback of a set it made.
     pub(crate) fn ulib_free_set(&self, set: *mut UlibSet, how: GiveBack) {
-        if set.is_null() || !self.st.ulib_sets.is_live(set) {
+        if set.is_null() {
             return;
         }
-        // SAFETY: live slot; its dmems are live until freed here.
-        unsafe {
-            let info = addr_of_mut!((*set).info);
-            for m in [
-                (*info).scratch_space,
-                (*info).ucode_table,
-                (*info).extram,
-                (*info).lib_dmem,
-            ] {
-                if !m.is_null() {
-                    self.dmem_release_ref(m, how);
-                }
+        let Some(dmems) = self.ulib_set_dmems(set) else {
+            return;
+        };
+        for m in dmems {
+            if !m.is_null() {
+                self.dmem_release_ref(m, how);
             }
         }
         let _ = self.st.ulib_sets.give_back(set, how);
@@ -194,35 +210,34 @@ impl Nrt<'_> {
         }
         if req.count == 1 {
             let ext = self.tpb_ext(tpb);
-            // SAFETY: resolved tpb; the cache is read and written only inside stage_once, under
-            // ulib_staging_lock; `ulib_users` is bumped inside the same critical section.
-            unsafe {
-                let sunda = addr_of_mut!((*tpb).sunda);
-                let (set, staged_now) = stage_once(
-                    || {
-                        let g = (*sunda).ulib_staging_lock.lock();
-                        ext.ulib_users.fetch_add(1, Ordering::AcqRel);
-                        g
-                    },
-                    || Some((*sunda).ulib_set_info_extisa_only).filter(|p| !p.is_null()),
-                    || {
-                        self.ulib_alloc_and_stage((*tpb).tpb_allocator, hbm, req, GiveBack::Release)
-                            .map(|set| addr_of_mut!((*set).info))
-                            .inspect_err(|_| {
-                                ext.ulib_users.fetch_sub(1, Ordering::AcqRel);
-                            })
-                    },
-                    |p| {
-                        (*sunda).ulib_set_info_extisa_only = p;
-                        ext.ulib_stage_count.fetch_add(1, Ordering::AcqRel);
-                    },
-                )?;
-                return Ok((set, true, staged_now));
-            }
+            let (device, core) = self.tpb_coords(tpb);
+            let cache = self
+                .ulib_cache_lock(tpb)
+                .ok_or(Error::CoreOutOfRange { device, tpb: core })?;
+            // The cache is read and written only through the staging lock's guard;
+            // `ulib_users` is bumped inside the same critical section.
+            let (set, staged_now) = stage_once_with(
+                || {
+                    ext.ulib_users.fetch_add(1, Ordering::AcqRel);
+                    cache
+                },
+                |g| Some(*g.cached()).filter(|p| !p.is_null()),
+                || {
+                    self.ulib_alloc_and_stage(self.tpb_allocator(tpb), hbm, req, GiveBack::Release)
+                        .map(UlibSet::info_ptr)
+                        .inspect_err(|_| {
+                            ext.ulib_users.fetch_sub(1, Ordering::AcqRel);
+                        })
+                },
+                |g, p| {
+                    *g.cached() = p;
+                    ext.ulib_stage_count.fetch_add(1, Ordering::AcqRel);
+                },
+            )?;
+            return Ok((set, true, staged_now));
         }
         let set = self.ulib_alloc_and_stage(model_al, hbm, req, GiveBack::Cancel)?;
-        // SAFETY: fresh live set.
-        Ok((unsafe { addr_of_mut!((*set).info) }, false, false))
+        Ok((UlibSet::info_ptr(set), false, false))
     }
 
     /// A model's release of its ulib set: drops its use of the shared copy (which stays cached
@@ -240,8 +255,7 @@ impl Nrt<'_> {
         if shared {
             self.tpb_ext(tpb).ulib_users.fetch_sub(1, Ordering::AcqRel);
         } else {
-            // `info` is the first member of UlibSet.
-            self.ulib_free_set(set as *mut UlibSet, how);
+            self.ulib_free_set(UlibSet::from_info_ptr(set), how);
         }
     }
 
@@ -249,34 +263,29 @@ impl Nrt<'_> {
     /// the copy itself (`staged_now`), never of one that found it cached (spec §6).
     pub(crate) fn ulib_unstage_if_unused(&self, tpb: *mut tpb_t, how: GiveBack) {
         let ext = self.tpb_ext(tpb);
-        // SAFETY: resolved tpb; under ulib_staging_lock.
-        unsafe {
-            let sunda = addr_of_mut!((*tpb).sunda);
-            let _g = (*sunda).ulib_staging_lock.lock();
-            if ext.ulib_users.load(Ordering::Acquire) == 0
-                && !(*sunda).ulib_set_info_extisa_only.is_null()
-            {
-                self.ulib_free_set((*sunda).ulib_set_info_extisa_only as *mut UlibSet, how);
-                (*sunda).ulib_set_info_extisa_only = null_mut();
-                ext.ulib_stage_count.fetch_sub(1, Ordering::AcqRel);
-            }
+        let Some(mut g) = self.ulib_cache_lock(tpb) else {
+            return;
+        };
+        let cached = g.cached();
+        if ext.ulib_users.load(Ordering::Acquire) == 0 && !cached.is_null() {
+            self.ulib_free_set(UlibSet::from_info_ptr(*cached), how);
+            *cached = null_mut();
+            ext.ulib_stage_count.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
     /// Teardown: frees the core's shared ext-isa copy.
     pub(crate) fn ulib_free_shared(&self, tpb: *mut tpb_t) {
         let ext = self.tpb_ext(tpb);
-        // SAFETY: teardown; under ulib_staging_lock.
-        unsafe {
-            let sunda = addr_of_mut!((*tpb).sunda);
-            let _g = (*sunda).ulib_staging_lock.lock();
-            let s = (*sunda).ulib_set_info_extisa_only;
-            if !s.is_null() {
-                self.ulib_free_set(s as *mut UlibSet, GiveBack::Release);
-                (*sunda).ulib_set_info_extisa_only = null_mut();
-            }
-            ext.ulib_users.store(0, Ordering::Release);
+        let Some(mut g) = self.ulib_cache_lock(tpb) else {
+            return;
+        };
+        let cached = g.cached();
+        if !cached.is_null() {
+            self.ulib_free_set(UlibSet::from_info_ptr(*cached), GiveBack::Release);
+            *cached = null_mut();
         }
+        ext.ulib_users.store(0, Ordering::Release);
     }
 
     /// Drops a core's cached ext-isa copy when no model uses it (tests; teardown does this).

@@ -1,11 +1,12 @@
 //! Logical NeuronCores (LNC / vtpb / vnc, spec §9): `parse_vnc_config`, the `virtual_core_t`
 //! table, the process's owned slice and the bounds-checked lookup.
 
-use core::ptr::addr_of_mut;
+#![deny(unsafe_code)]
 
+use crate::abi::meta::zero_in_place;
 use crate::abi::*;
 use crate::config::{MAX_LNC_SIZE, MAX_VCORES};
-use crate::ctx::{DevGeom, Nrt};
+use crate::ctx::{DevGeom, Exclusive, InFlight, Nrt};
 use crate::error::{Error, Result, VncRule};
 
 /// A logical NeuronCore of this process, by its application-visible index (`vtpb_idx`,
@@ -186,12 +187,8 @@ pub fn visible_slice(o: &VcoreOptions, total: u32) -> Result<(u32, u32)> {
 }
 
 impl Nrt<'_> {
-    fn vc(&self) -> *mut VcoreTable {
-        self.st.vc.get()
-    }
-
-    /// Builds the owned logical-core slice (bring-up, under init_lock).
-    pub(crate) fn vcores_init(&self, o: &VcoreOptions) -> Result<()> {
+    /// Builds the owned logical-core slice (bring-up, under init's [`Exclusive`] token).
+    pub(crate) fn vcores_init(&self, o: &VcoreOptions, ex: &mut Exclusive<'_>) -> Result<()> {
         let n = self.attached_devices();
         let g0: DevGeom = self.dev_geom(0);
         let lnc = parse_vnc_config(g0.arch(), g0.cores, o.lnc_size)?;
@@ -203,46 +200,53 @@ impl Nrt<'_> {
         if count as usize > MAX_VCORES {
             return Err(Error::TooManyVcores(count));
         }
-        let vc = self.vc();
-        // SAFETY: bring-up under init_lock: exclusive access to the table and the tree.
-        unsafe {
-            core::ptr::write_bytes(vc as *mut u8, 0, core::mem::size_of::<VcoreTable>());
-            (*vc).lnc_size = lnc;
-            (*vc).num_total = total;
-            (*vc).first_global = first;
-            let mut global = 0u32;
-            let mut k = 0usize;
-            for d in 0..n {
-                let g = self.dev_geom(d);
-                for l in 0..g.cores / lnc {
-                    if global >= first && global < first + count {
-                        let v = addr_of_mut!((*vc).owned[k]);
-                        (*v).vtpb_idx = k as u32;
-                        (*v).vtpb = global;
-                        (*v).nec_dev_id = d;
-                        (*v).num_tpbs = lnc;
-                        for j in 0..lnc {
-                            let t = l * lnc + j;
-                            (*v).tpbs[j as usize].device_id = d;
-                            (*v).tpbs[j as usize].device_tpb_idx = t;
-                            (*v).tpbs[j as usize].vcore = v;
-                            (*self.pcore_ptr(d, t)).vcore = v;
-                        }
-                        k += 1;
+        // Each core's `vcore` pointer names its table entry: addresses only, taken before the
+        // table is borrowed for writing (the pointers are stored, never read, here).
+        let entry = self.vcore_entry_ptrs();
+        let vc = self.vcores_mut(ex);
+        zero_in_place(vc);
+        vc.lnc_size = lnc;
+        vc.num_total = total;
+        vc.first_global = first;
+        let mut global = 0u32;
+        let mut k = 0usize;
+        for d in 0..n {
+            let g = self.dev_geom(d);
+            for l in 0..g.cores / lnc {
+                if global >= first && global < first + count {
+                    let v = &mut vc.owned[k];
+                    v.vtpb_idx = k as u32;
+                    v.vtpb = global;
+                    v.nec_dev_id = d;
+                    v.num_tpbs = lnc;
+                    for j in 0..lnc {
+                        let p = &mut v.tpbs[j as usize];
+                        p.device_id = d;
+                        p.device_tpb_idx = l * lnc + j;
+                        p.vcore = entry(k);
                     }
-                    global += 1;
+                    k += 1;
                 }
+                global += 1;
             }
-            (*vc).num_owned = k as u32;
+        }
+        vc.num_owned = k as u32;
+        // The physical cores point back at their logical core (a second pass: the table's
+        // borrow has ended, so the token can lend out each core's cell).
+        for k in 0..k {
+            let v = self.vcores_mut(ex).owned[k];
+            for p in v.cores() {
+                self.pcore_mut(ex, p.device_id, p.device_tpb_idx).vcore = entry(k);
+            }
         }
         Ok(())
     }
 
     /// Runs `f` inside the state gate, or answers `closed` (the logical-core table is
     /// rewritten by `init` and `close`, so it is only read between them).
-    fn gated<R>(&self, closed: R, f: impl FnOnce() -> R) -> R {
+    fn gated<R>(&self, closed: R, f: impl FnOnce(&InFlight<'_>) -> R) -> R {
         match self.inspect() {
-            Ok(_g) => f(),
+            Ok(g) => f(&g),
             Err(_) => closed,
         }
     }
@@ -250,32 +254,28 @@ impl Nrt<'_> {
     /// Logical cores this process owns (`nrt_get_visible_vnc_count`); 0 while the runtime is
     /// not initialised.
     pub fn visible_vnc_count(&self) -> u32 {
-        self.gated(0, || self.owned_vnc_count())
+        self.gated(0, |g| self.vcores(g).num_owned)
     }
 
     /// [`Self::visible_vnc_count`] without the gate (inside a gated call).
     pub(crate) fn owned_vnc_count(&self) -> u32 {
-        // SAFETY: written only by `init` and `close`, which callers do not overlap (inside a
-        // gated call, or in `init` / `close` themselves).
-        unsafe { (*self.vc()).num_owned }
+        self.vcores_in_call().num_owned
     }
 
     /// Logical cores present on all attached devices (`nrt_get_total_vnc_count`); 0 while the
     /// runtime is not initialised.
     pub fn total_vnc_count(&self) -> u32 {
-        // SAFETY: read inside the gate (see `owned_vnc_count`).
-        self.gated(0, || unsafe { (*self.vc()).num_total })
+        self.gated(0, |g| self.vcores(g).num_total)
     }
 
     /// The LNC size in force; 0 while the runtime is not initialised.
     pub fn lnc_size(&self) -> u32 {
-        self.gated(0, || self.lnc())
+        self.gated(0, |g| self.vcores(g).lnc_size)
     }
 
     /// [`Self::lnc_size`] without the gate (inside a gated call).
     pub(crate) fn lnc(&self) -> u32 {
-        // SAFETY: as `owned_vnc_count`.
-        unsafe { (*self.vc()).lnc_size }
+        self.vcores_in_call().lnc_size
     }
 
     /// Logical core `index` if this process owns it (spec §9): the checked constructor.
@@ -303,14 +303,14 @@ impl Nrt<'_> {
     /// `vtpb_get_virtual_core(idx)`: the owned logical core `idx`, bounds-checked (spec §9).
     /// The reference is only good inside the gated call that took it.
     pub(crate) fn vtpb_get_virtual_core(&self, idx: LogicalCore) -> Result<&virtual_core_t> {
-        let owned = self.owned_vnc_count();
+        let vc = self.vcores_in_call();
+        let owned = vc.num_owned;
         let vnc = idx.to_c();
-        if vnc < 0 || vnc >= owned as i64 {
-            return Err(Error::LogicalCoreOutOfRange { vnc, owned });
-        }
-        // SAFETY: 0 ≤ vnc < num_owned ≤ MAX_VCORES; entries are not rewritten while a gated
-        // call runs.
-        Ok(unsafe { &(*self.vc()).owned[vnc as usize] })
+        usize::try_from(vnc)
+            .ok()
+            .filter(|_| vnc < owned as i64)
+            .and_then(|i| vc.owned.get(i))
+            .ok_or(Error::LogicalCoreOutOfRange { vnc, owned })
     }
 
     /// `vtpb_get_default_hbm_idx`: the HBM channel a logical core's tensors go to.

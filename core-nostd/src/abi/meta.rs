@@ -125,6 +125,16 @@ pub trait CType {
 /// Implementors guarantee that `core::mem::zeroed::<Self>()` is a valid, initialised value.
 pub unsafe trait ZeroValid {}
 
+/// Resets `v` to all-zero bytes, its empty value ("zero is empty", ARCHITECTURE.md), without
+/// building a zero value on the stack (the logical-core table is 16 KiB). The old value is
+/// not dropped (zero-valid tables hold plain data).
+pub fn zero_in_place<T: ZeroValid>(v: &mut T) {
+    // SAFETY: `v` is a unique reference, so these bytes are ours to write, in bounds and
+    // aligned for one `T`; `T: ZeroValid` makes the all-zero pattern a valid `T`, so `v`
+    // is valid again when the reference is next used.
+    unsafe { core::ptr::write_bytes(v as *mut T, 0, 1) }
+}
+
 /// `r#type` → `type`: the C name of a member spelled as a Rust raw identifier.
 pub const fn strip_raw(name: &'static str) -> &'static str {
     let b = name.as_bytes();
