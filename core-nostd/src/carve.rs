@@ -436,7 +436,12 @@ impl From<CarveStats> for PoolStats {
 }
 
 /// One block descriptor (free, used, or an unused slot on the spare stack).
+///
+/// `repr(C)` with the fields both policies use in the first 40 bytes and the first-fit tree's
+/// last: the good-fit carve never reads the last 16 bytes, so the 8 bytes the child maxima
+/// added do not spread its hot fields over more cache lines (docs/PERFORMANCE.md).
 #[derive(Copy, Clone)]
+#[repr(C)]
 struct Node {
     addr: u64,
     size: u64,
@@ -446,6 +451,12 @@ struct Node {
     /// `next_free` also chains the spare stack while UNUSED.
     prev_free: u32,
     next_free: u32,
+    /// Bumped each time the node becomes USED; never reset (not even by `init`).
+    generation: u32,
+    /// `fl * SL + sl` of the free list the node is on (valid while FREE); under
+    /// [`Policy::FirstFit`] the bucket whose treap holds it.
+    class: u16,
+    state: u8,
     /// Tree parent while FREE under [`Policy::FirstFit`].
     parent: u32,
     /// Largest free block of this node's subtree, in granules ([`Policy::FirstFit`]).
@@ -454,13 +465,9 @@ struct Node {
     /// and the fix-ups decide from the node in hand instead of loading a child.
     lmax: u32,
     rmax: u32,
-    /// Bumped each time the node becomes USED; never reset (not even by `init`).
-    generation: u32,
-    /// `fl * SL + sl` of the free list the node is on (valid while FREE); under
-    /// [`Policy::FirstFit`] the bucket whose treap holds it.
-    class: u16,
-    state: u8,
 }
+
+const _: () = assert!(core::mem::size_of::<Node>() == 56);
 
 impl Node {
     const ZERO: Node = Node {
