@@ -43,16 +43,18 @@
 //! lowest run of free granules a bitmap first-fit search would find, so placement is the
 //! bitmap's without scanning bits. The index has two levels:
 //!
-//! * **Buckets.** The range is cut into [`FF_BUCKETS`] (4096) equal address buckets of a
+//! * **Buckets.** The range is cut into [`FF_BUCKETS`] (16 384) equal address buckets of a
 //!   power-of-two number of granules. A free block belongs to the bucket of its *last*
 //!   granule (allocation takes a block's front, so a shrinking block keeps its bucket). A
-//!   16-ary max summary over the buckets' largest blocks (4096 + 256 + 16 `u32`s, one 64-byte
-//!   line per level, scanned with SSE2 on x86-64) gives the lowest bucket whose largest block
-//!   fits in three line scans; updates stop at the first unchanged level.
+//!   16-ary max summary over the buckets' largest blocks (16 384 + 1 024 + 64 + 4 `u32`s, the
+//!   last level padded to one line; one 64-byte line per level, scanned with SSE2 on x86-64)
+//!   gives the lowest bucket whose largest block fits in four line scans; updates stop at the
+//!   first unchanged level.
 //! * **Per-bucket treaps.** Inside a bucket, the free blocks form a treap keyed by address
 //!   (the free-list links serve as child links, plus a parent link), each node augmented with
-//!   the largest free block of its subtree, in granules. Priorities are a hash of the node
-//!   index, so the shape does not depend on the trace.
+//!   the largest free block of its subtree and of each child's subtree, in granules (so the
+//!   walk and the fix-ups decide from the node in hand, never loading a sibling). Priorities
+//!   are a hash of the node index, so the shape does not depend on the trace.
 //!
 //! Then:
 //!
@@ -77,7 +79,7 @@
 //!
 //! The all-zero value is a valid, uninitialised carve ([`ZeroValid`]), so large instances live
 //! in `.bss` or a zeroed allocation; [`Carve::init`] touches only the header and one node, so the
-//! node array costs nothing until it is used (a first-fit carve's bucket index, 33 KiB, is
+//! node array costs nothing until it is used (a first-fit carve's bucket index, 132 KiB, is
 //! cleared only when a first-fit init has used it before).
 #![deny(unsafe_code)]
 
@@ -102,15 +104,48 @@ pub const MAX_NODES: usize = (u32::MAX - 1) as usize;
 /// many equal buckets (a power-of-two number of granules each), every free block is indexed in
 /// the treap of the bucket holding its start, and a max segment tree over the buckets' largest
 /// blocks finds the lowest bucket that can hold a request.
-pub const FF_BUCKETS: usize = 4096;
+pub const FF_BUCKETS: usize = 16384;
 /// Fan-out of the bucket summary: one 64-byte line of `u32` maxima decides a level.
 const FAN: usize = 16;
-/// Start of each summary level in `Carve::seg`: 4096 bucket maxima, 256, then 16
-/// (`FF_BUCKETS` = `FAN`³).
-const SUM_OFFSETS: [usize; 3] = [0, FF_BUCKETS, FF_BUCKETS + FF_BUCKETS / FAN];
+/// Entries that matter on summary level `l` (level 0: one per bucket; level `l + 1`: one per
+/// `FAN` entries of level `l`).
+const fn level_len(l: usize) -> usize {
+    FF_BUCKETS.div_ceil(FAN.pow(l as u32))
+}
+/// Levels of the summary: the top one fits one line.
+const SUM_LEVELS: usize = {
+    let mut l = 0;
+    while level_len(l) > FAN {
+        l += 1;
+    }
+    l + 1
+};
+/// Start of each summary level in `Carve::seg`; each level is padded to whole lines (the
+/// padding stays 0, below every request). 16384 buckets: 16384 maxima, 1024, 64, then 4 in a
+/// 16-entry line.
+const SUM_OFFSETS: [usize; SUM_LEVELS] = {
+    let mut o = [0; SUM_LEVELS];
+    let mut l = 1;
+    while l < SUM_LEVELS {
+        o[l] = o[l - 1] + level_len(l - 1).next_multiple_of(FAN);
+        l += 1;
+    }
+    o
+};
 /// Entries of the summary.
-const SUM_LEN: usize = FF_BUCKETS + FF_BUCKETS / FAN + FF_BUCKETS / (FAN * FAN);
-const _: () = assert!(FF_BUCKETS == FAN * FAN * FAN && FF_BUCKETS <= 1 << 16);
+const SUM_LEN: usize =
+    SUM_OFFSETS[SUM_LEVELS - 1] + level_len(SUM_LEVELS - 1).next_multiple_of(FAN);
+/// [`level_len`] of each level, as constants for the search.
+const LEVEL_LENS: [usize; SUM_LEVELS] = {
+    let mut n = [0; SUM_LEVELS];
+    let mut l = 0;
+    while l < SUM_LEVELS {
+        n[l] = level_len(l);
+        l += 1;
+    }
+    n
+};
+const _: () = assert!(FF_BUCKETS.is_power_of_two() && FF_BUCKETS <= 1 << 16);
 
 /// Bit `j` set when `line[j] >= need`.
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
@@ -401,7 +436,12 @@ impl From<CarveStats> for PoolStats {
 }
 
 /// One block descriptor (free, used, or an unused slot on the spare stack).
+///
+/// `repr(C)` with the fields both policies use in the first 40 bytes and the first-fit tree's
+/// last: the good-fit carve never reads the last 16 bytes, so the 8 bytes the child maxima
+/// added do not spread its hot fields over more cache lines (docs/PERFORMANCE.md).
 #[derive(Copy, Clone)]
+#[repr(C)]
 struct Node {
     addr: u64,
     size: u64,
@@ -411,17 +451,23 @@ struct Node {
     /// `next_free` also chains the spare stack while UNUSED.
     prev_free: u32,
     next_free: u32,
-    /// Tree parent while FREE under [`Policy::FirstFit`].
-    parent: u32,
-    /// Largest free block of this node's subtree, in granules ([`Policy::FirstFit`]).
-    max_units: u32,
     /// Bumped each time the node becomes USED; never reset (not even by `init`).
     generation: u32,
     /// `fl * SL + sl` of the free list the node is on (valid while FREE); under
     /// [`Policy::FirstFit`] the bucket whose treap holds it.
     class: u16,
     state: u8,
+    /// Tree parent while FREE under [`Policy::FirstFit`].
+    parent: u32,
+    /// Largest free block of this node's subtree, in granules ([`Policy::FirstFit`]).
+    max_units: u32,
+    /// `max_units` of the left / right child, 0 without one ([`Policy::FirstFit`]): the walk
+    /// and the fix-ups decide from the node in hand instead of loading a child.
+    lmax: u32,
+    rmax: u32,
 }
+
+const _: () = assert!(core::mem::size_of::<Node>() == 56);
 
 impl Node {
     const ZERO: Node = Node {
@@ -433,6 +479,8 @@ impl Node {
         next_free: NIL,
         parent: NIL,
         max_units: 0,
+        lmax: 0,
+        rmax: 0,
         generation: 0,
         class: 0,
         state: UNUSED,
@@ -541,7 +589,7 @@ impl<const N: usize> Carve<N> {
 
     /// An uninitialised carve (all zero). For large `N` prefer a `static`, a zeroed box
     /// (`Carve::new_boxed`, with the `alloc` feature) or a field of a zeroed struct: this value
-    /// is `N * 48` bytes plus the 33 KiB first-fit bucket index.
+    /// is `N * 56` bytes plus the 132 KiB first-fit bucket index.
     pub const fn new() -> Self {
         Carve {
             base: 0,
@@ -1353,12 +1401,13 @@ impl<const N: usize> Carve<N> {
 
     // ---- first-fit index (Policy::FirstFit) --------------------------------------------------
     // The range is cut into `FF_BUCKETS` address buckets. Each free block lives in the treap of
-    // the bucket holding its start: keyed by address, `prev_free` / `next_free` are the left /
-    // right children, `parent` the parent (NIL at a bucket's root), `max_units` the largest
-    // block of the subtree in granules; heap order on `priority(i)` (a parent's is ≥ its
-    // children's). `seg` is a max segment tree over the buckets' root maxima, so the lowest
-    // bucket holding a block of at least `need` granules is one branch-free walk down a
-    // 48 KiB array, and that bucket's (small) treap finishes the search.
+    // the bucket holding its last granule: keyed by address, `prev_free` / `next_free` are the
+    // left / right children, `parent` the parent (NIL at a bucket's root), `max_units` the
+    // largest block of the subtree in granules and `lmax` / `rmax` the children's
+    // `max_units` (0 without that child); heap order on `priority(i)` (a parent's is ≥ its
+    // children's). `seg` is a 16-ary max summary over the buckets' root maxima, so the lowest
+    // bucket holding a block of at least `need` granules is a few line scans of a 68 KiB
+    // array, and that bucket's (small) treap finishes the search.
 
     /// The bucket free block `i` belongs in: the one holding its last granule. Allocation
     /// takes the front of a block, so the shrunk block usually stays in its bucket.
@@ -1444,7 +1493,7 @@ impl<const N: usize> Carve<N> {
     fn next_bucket(&self, from: usize, need: u32) -> Option<usize> {
         let mut idx = from;
         for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
-            if idx >= FF_BUCKETS / FAN.pow(l as u32) {
+            if idx >= LEVEL_LENS[l] {
                 return None;
             }
             let start = idx & !(FAN - 1);
@@ -1506,11 +1555,11 @@ impl<const N: usize> Carve<N> {
     /// changed.
     #[inline(always)]
     fn recompute(&mut self, i: u32) -> bool {
-        let (l, r) = {
+        let m = {
             let n = self.node(i);
-            (n.prev_free, n.next_free)
+            n.lmax.max(n.rmax)
         };
-        let m = self.units(i).max(self.max_of(l)).max(self.max_of(r));
+        let m = self.units(i).max(m);
         let n = self.node_mut(i);
         let changed = n.max_units != m;
         n.max_units = m;
@@ -1533,15 +1582,14 @@ impl<const N: usize> Carve<N> {
                 self.seg_set(k, m);
                 return;
             }
-            // The parent's maximum from its block, the child just fixed (`m`, known) and the
-            // other child: one child read instead of two.
-            let (l, r) = {
-                let n = self.node(p);
-                (n.prev_free, n.next_free)
-            };
-            let other = core::hint::select_unpredictable(l == i, r, l);
-            let pm = self.units(p).max(m).max(self.max_of(other));
+            // The parent's maximum from its block and its two child maxima, one of them the
+            // child just fixed (`m`): no child is read. Which side is a coin flip: selects.
+            let u = self.units(p);
             let n = self.node_mut(p);
+            let left = n.prev_free == i;
+            n.lmax = core::hint::select_unpredictable(left, m, n.lmax);
+            n.rmax = core::hint::select_unpredictable(left, n.rmax, m);
+            let pm = u.max(n.lmax).max(n.rmax);
             if n.max_units == pm {
                 return;
             }
@@ -1554,17 +1602,29 @@ impl<const N: usize> Carve<N> {
     /// read, as a larger block can only raise a maximum.
     fn tree_grew(&mut self, mut i: u32) {
         let u = self.units(i);
-        while i != NIL {
-            let n = self.node_mut(i);
+        let n = self.node_mut(i);
+        if n.max_units >= u {
+            return;
+        }
+        n.max_units = u;
+        loop {
+            let (p, k) = {
+                let n = self.node(i);
+                (n.parent, usize::from(n.class))
+            };
+            if p == NIL {
+                self.seg_set(k, u);
+                return;
+            }
+            // `i`'s subtree maximum is now `u`: so is the parent's maximum on that side.
+            let n = self.node_mut(p);
+            let left = n.prev_free == i;
+            n.lmax = core::hint::select_unpredictable(left, u, n.lmax);
+            n.rmax = core::hint::select_unpredictable(left, n.rmax, u);
             if n.max_units >= u {
                 return;
             }
             n.max_units = u;
-            let p = n.parent;
-            if p == NIL {
-                let k = usize::from(n.class);
-                self.seg_set(k, u);
-            }
             i = p;
         }
     }
@@ -1601,16 +1661,27 @@ impl<const N: usize> Carve<N> {
             let n = self.node(p);
             (n.parent, n.max_units)
         };
-        if self.node(p).prev_free == x {
-            let b = self.node(x).next_free;
-            self.node_mut(p).prev_free = b;
+        let left = self.node(p).prev_free == x;
+        if left {
+            let (b, bm) = {
+                let n = self.node(x);
+                (n.next_free, n.rmax)
+            };
+            let n = self.node_mut(p);
+            n.prev_free = b;
+            n.lmax = bm;
             if b != NIL {
                 self.node_mut(b).parent = p;
             }
             self.node_mut(x).next_free = p;
         } else {
-            let b = self.node(x).prev_free;
-            self.node_mut(p).next_free = b;
+            let (b, bm) = {
+                let n = self.node(x);
+                (n.prev_free, n.lmax)
+            };
+            let n = self.node_mut(p);
+            n.next_free = b;
+            n.rmax = bm;
             if b != NIL {
                 self.node_mut(b).parent = p;
             }
@@ -1618,9 +1689,18 @@ impl<const N: usize> Carve<N> {
         }
         self.node_mut(p).parent = x;
         self.node_mut(x).parent = g;
+        // `g`'s link now names `x`, whose subtree holds the same blocks: `g`'s side maximum
+        // stays.
         self.relink_child(k, g, p, x);
         self.recompute(p);
-        self.node_mut(x).max_units = pm;
+        let p_max = self.node(p).max_units;
+        let n = self.node_mut(x);
+        if left {
+            n.rmax = p_max;
+        } else {
+            n.lmax = p_max;
+        }
+        n.max_units = pm;
     }
 
     fn tree_insert(&mut self, i: u32) {
@@ -1634,16 +1714,21 @@ impl<const N: usize> Carve<N> {
             n.prev_free = NIL;
             n.next_free = NIL;
             n.max_units = u;
+            n.lmax = 0;
+            n.rmax = 0;
         }
-        // Descend to the leaf position, raising the maxima on the way.
+        // Descend to the leaf position, raising the maxima (the node's and that side's) on
+        // the way.
         let (mut p, mut x) = (NIL, self.roots[k]);
         while x != NIL {
             p = x;
             let n = self.node_mut(x);
             n.max_units = n.max_units.max(u);
             x = if addr < n.addr {
+                n.lmax = n.lmax.max(u);
                 n.prev_free
             } else {
+                n.rmax = n.rmax.max(u);
                 n.next_free
             };
         }
@@ -1688,6 +1773,14 @@ impl<const N: usize> Carve<N> {
             self.rotate_up(k, c);
         }
         let p = self.node(i).parent;
+        if p != NIL {
+            let n = self.node_mut(p);
+            if n.prev_free == i {
+                n.lmax = 0;
+            } else {
+                n.rmax = 0;
+            }
+        }
         self.relink_child(k, p, i, NIL);
         self.tree_fix_up(p);
         self.seg_refresh(k);
@@ -1704,9 +1797,16 @@ impl<const N: usize> Carve<N> {
             return;
         }
         self.node_mut(new).class = k as u16;
-        let (l, r, p, m) = {
+        let (l, r, p, m, lm, rm) = {
             let n = self.node(old);
-            (n.prev_free, n.next_free, n.parent, n.max_units)
+            (
+                n.prev_free,
+                n.next_free,
+                n.parent,
+                n.max_units,
+                n.lmax,
+                n.rmax,
+            )
         };
         {
             let n = self.node_mut(new);
@@ -1714,6 +1814,8 @@ impl<const N: usize> Carve<N> {
             n.next_free = r;
             n.parent = p;
             n.max_units = m;
+            n.lmax = lm;
+            n.rmax = rm;
         }
         if l != NIL {
             self.node_mut(l).parent = new;
@@ -1770,8 +1872,9 @@ impl<const N: usize> Carve<N> {
         'subtree: loop {
             // `x`'s subtree passes `enter`: go to its leftmost such part.
             loop {
-                let l = self.node(x).prev_free;
-                if l != NIL && enter(self.node(l).max_units) {
+                let n = self.node(x);
+                let l = n.prev_free;
+                if l != NIL && enter(n.lmax) {
                     x = l;
                 } else {
                     break;
@@ -1781,8 +1884,9 @@ impl<const N: usize> Carve<N> {
                 if accept(self.node(x)) {
                     return Some(x);
                 }
-                let r = self.node(x).next_free;
-                if r != NIL && enter(self.node(r).max_units) {
+                let n = self.node(x);
+                let r = n.next_free;
+                if r != NIL && enter(n.rmax) {
                     x = r;
                     continue 'subtree;
                 }
@@ -1820,7 +1924,8 @@ impl<const N: usize> Carve<N> {
             let mut x = self.roots[k];
             while x != NIL {
                 let n = self.node(x);
-                if n.prev_free != NIL && self.node(n.prev_free).max_units >= need {
+                // `need` ≥ 1 and `lmax` is 0 without a left child.
+                if n.lmax >= need {
                     x = n.prev_free;
                 } else if self.units(x) >= need {
                     return Some((x, 0));
@@ -1880,7 +1985,7 @@ impl<const N: usize> Carve<N> {
     fn check_tree(&self) -> Result<u32, &'static str> {
         let mut above = 0;
         for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
-            let len = FF_BUCKETS / FAN.pow(l as u32);
+            let len = level_len(l).next_multiple_of(FAN);
             for j in (0..len).step_by(FAN) {
                 let m = line_max(self.line(off + j));
                 let up = match SUM_OFFSETS.get(l + 1) {
@@ -1934,6 +2039,9 @@ impl<const N: usize> Carve<N> {
                     .max(self.max_of(n.next_free));
                 if n.max_units != m {
                     return Err("tree subtree maximum is stale");
+                }
+                if n.lmax != self.max_of(n.prev_free) || n.rmax != self.max_of(n.next_free) {
+                    return Err("tree child maximum is stale");
                 }
                 count += 1;
                 if count > N as u32 {
