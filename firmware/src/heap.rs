@@ -17,11 +17,11 @@
 //! --heap` budgets the region's size on top of the default image's target.
 
 use core::fmt::Write;
-use core::mem::{size_of, MaybeUninit};
-use core::ptr::addr_of_mut;
+use core::mem::size_of;
 
 use linked_list_allocator::LockedHeap;
 use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as TENSOR;
+use nrt_core::cell::ZeroedCell;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::{CoreState, Error, InitOptions, LogicalCore, Nrt};
@@ -34,8 +34,9 @@ use crate::{Run, Sim, CAPS, MIB};
 const REGION_BYTES: usize =
     CoreState::BYTES + CoreState::storage_bytes(&CAPS) + size_of::<Sim>() + (64 << 10);
 
-/// The memory the heap manages (`.bss`: costs nothing until an allocation touches it).
-static mut REGION: [MaybeUninit<u8>; REGION_BYTES] = [MaybeUninit::uninit(); REGION_BYTES];
+/// The memory the heap manages (`.bss`: costs nothing until an allocation touches it), taken
+/// once (no `static mut`).
+static REGION: ZeroedCell<[u8; REGION_BYTES]> = ZeroedCell::new();
 
 /// The image's global allocator; empty until [`init`] hands it [`REGION`].
 #[global_allocator]
@@ -43,10 +44,15 @@ static HEAP: LockedHeap = LockedHeap::empty();
 
 /// Gives the heap its region. Called once, first thing in `run`, before anything allocates.
 pub fn init() {
-    // SAFETY: called once, by the only thread, before any allocation; this is the only
-    // reference ever made to REGION, and it is handed to the heap for the rest of the process.
-    let region: &'static mut [MaybeUninit<u8>] = unsafe { &mut *addr_of_mut!(REGION) };
-    HEAP.lock().init_from_slice(region);
+    // A second call finds the region taken and leaves the heap as the first one set it.
+    let Some(region) = REGION.take() else {
+        return;
+    };
+    // SAFETY: `region` is the only reference to REGION ever made (`ZeroedCell::take` hands it
+    // out once) and lives for the rest of the process, so the heap may own those bytes for
+    // good; they are valid for writes of `REGION_BYTES`, and the heap was empty (this is the
+    // first and only `init`: the cell was untaken).
+    unsafe { HEAP.lock().init(region.as_mut_ptr(), REGION_BYTES) };
 }
 
 impl Run {

@@ -38,10 +38,11 @@ mod out;
 mod rt;
 
 use core::fmt::{self, Write};
-use core::mem::{size_of, MaybeUninit};
-use core::ptr::{addr_of_mut, null_mut};
+use core::mem::size_of;
+use core::ptr::null_mut;
 
 use nrt_core::abi::*;
+use nrt_core::cell::ZeroedCell;
 use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
@@ -87,10 +88,10 @@ use profile::{Sim, CAPS};
 /// (ARCHITECTURE.md principle 2), sized for [`CAPS`] at compile time; bound once in `run`.
 static STATE: StaticState<{ CoreState::storage_bytes(&CAPS) }> = StaticState::new();
 
-/// The simulated device, zero-initialised in `.bss`; `static mut` because
-/// [`nrt_core::sim::SimDevice::init`]
-/// takes `&mut self` once before the device is shared.
-static mut SIM: MaybeUninit<Sim> = MaybeUninit::zeroed();
+/// The simulated device, zero-initialised in `.bss`, taken once as `&'static mut` (no
+/// `static mut`): [`nrt_core::sim::SimDevice::init`] takes `&mut self` once before the device
+/// is shared.
+static SIM: ZeroedCell<Sim> = ZeroedCell::new();
 
 /// Bytes of plain host memory for VIRTUAL tensors (`.bss`, placed by the carve allocator).
 const HOST_POOL_BYTES: usize = 256 << 10;
@@ -219,16 +220,18 @@ struct Run {
 
 /// Entry from `_start`; returns the exit code.
 fn run(args: &rt::Args) -> i32 {
-    // SAFETY: `run` is called once, by the single thread of this process, before anything
-    // else touches SIM; this is the only `&mut` to it ever made, and it ends (reborrowed as
-    // shared) before the device is used. All-zero bytes are a valid SimDevice (its ZeroValid
-    // contract), which is what `MaybeUninit::zeroed` put there.
-    let sim: &'static mut Sim = unsafe { &mut *addr_of_mut!(SIM).cast::<Sim>() };
     #[cfg(feature = "heap")]
     heap::init();
     #[cfg(feature = "log")]
     logger::init(args.value("--log-level"));
     let mut out = Out::<4096>::new(1);
+    let Some(sim) = SIM.take() else {
+        let _ = writeln!(
+            out,
+            "nrt-firmware: FAIL the simulated device was already taken"
+        );
+        return 1;
+    };
     let state = match STATE.bind(&CAPS) {
         Ok(s) => s,
         Err(e) => {
