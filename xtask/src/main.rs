@@ -85,7 +85,8 @@ fn ci() -> DynResult {
 }
 
 /// `cargo xtask loom`: the loom models of the core's concurrency protocols (handle counter,
-/// handle pin vs free, remove-then-drain, ext-isa stage-once), built with `--cfg loom` in their own target dir so
+/// handle pin vs frees, stale handle vs slot reuse, shared owners, remove-then-drain, ext-isa
+/// stage-once, the sharded gate's close and reopen on two shards), built with `--cfg loom` in their own target dir so
 /// the normal build is not invalidated.
 fn loom() -> DynResult {
     run("loom models (nrt-core --cfg loom)", {
@@ -190,7 +191,7 @@ fn usage() -> &'static str {
      bench [--json] [--quick] [--threads] [--dmem] [--capi]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
      dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc\n  \
-     loom     loom models of the handle counter, handle pin vs free, drain and ext-isa staging"
+     loom     loom models of the handle counter, handle pins, drain, ext-isa staging and the sharded gate"
 }
 
 fn main() -> ExitCode {
