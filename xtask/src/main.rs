@@ -86,8 +86,8 @@ fn ci() -> DynResult {
 
 /// `cargo xtask loom`: the loom models of the core's concurrency protocols (handle counter,
 /// handle pin vs frees, stale handle vs slot reuse, shared owners, remove-then-drain, ext-isa
-/// stage-once, the sharded gate's close and reopen on two shards), built with `--cfg loom` in their own target dir so
-/// the normal build is not invalidated.
+/// stage-once, the sharded gate's close and reopen on two shards), built with `--cfg loom` in
+/// their own target dir so the normal build is not invalidated.
 fn loom() -> DynResult {
     run("loom models (nrt-core --cfg loom)", {
         let mut c = cargo();
