@@ -1109,6 +1109,10 @@ mod tests {
             }
         });
         assert_eq!(a.stats().live, 0);
-        assert!(a.stats().peak <= 2);
+        // At most two slots are live at once, but a thread whose own shard holds only
+        // quarantined slots takes a free one from the other shard first, so both can be live
+        // in one shard: the peak is the sum of the shards' peaks (an upper bound, module
+        // docs), here at most 2 per shard.
+        assert!(a.stats().peak <= 4, "{}", a.stats().peak);
     }
 }
