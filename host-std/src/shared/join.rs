@@ -137,23 +137,19 @@ impl SharedDevice {
                 .map_err(|m| (errno::EINVAL, format!("{}: {m}", path.display())))?;
         }
         let devices = req.config.devices;
-        let mut inner = Inner {
-            name: name.to_string(),
-            path: path.to_path_buf(),
+        let hold_ms = std::env::var(HOLD_VAR)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        // Not joined yet: no slot is "ours" while admitting.
+        let mut inner = Inner::unjoined(
+            name.to_string(),
+            path.to_path_buf(),
             fd,
             map,
-            slot: usize::MAX, // not joined yet: no slot is "ours" while admitting
-            pid: std::process::id(),
             devices,
-            info: Vec::new(),
-            channels: 0,
-            channel_size: 0,
-            backing: Vec::new(),
-            hold_ms: std::env::var(HOLD_VAR)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0),
-        };
+            hold_ms,
+        );
         let h = &inner.map.readable().header;
         let live_others = !fresh && h.ready.load(Ordering::Acquire) == 1 && {
             (0..MAX_PROCESSES).any(|s| {
@@ -437,20 +433,7 @@ pub fn snapshot_pools(
         return Err(fail(errno::EBUSY, "still being created".into()));
     }
     let devices = map.readable().header.devices.load(Ordering::Acquire);
-    let inner = Inner {
-        name: name.to_string(),
-        path: path.clone(),
-        fd,
-        map,
-        slot: usize::MAX,
-        pid: std::process::id(),
-        devices,
-        info: Vec::new(),
-        channels: 0,
-        channel_size: 0,
-        backing: Vec::new(),
-        hold_ms: 0,
-    };
+    let inner = Inner::unjoined(name.to_string(), path.clone(), fd, map, devices, 0);
     let g = inner
         .lock()
         .map_err(|e| fail(e, "cannot take the device lock".into()))?;
@@ -498,17 +481,7 @@ fn init_file(inner: &Inner, cfg: &SimConfig) -> Result<(), (Errno, String)> {
     for p in &r.procs {
         p.state.store(SLOT_FREE, Ordering::Relaxed);
         p.pid.store(0, Ordering::Relaxed);
-        p.allocations.store(0, Ordering::Relaxed);
-        for c in &p.cores {
-            c.store(0, Ordering::Relaxed);
-        }
-        for d in &p.usage {
-            for c in d {
-                for k in c {
-                    k.store(0, Ordering::Relaxed);
-                }
-            }
-        }
+        p.clear_counters();
     }
     for d in &r.counters {
         for c in d {

@@ -7,7 +7,7 @@
 //! [`Header::seq`] tells it to read again). Everything is position-independent (indices and
 //! byte counts, never pointers), and all-zero is the empty state.
 
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use nrt_core::sim::{SimDevice, CARVES_PER_DEVICE, CATEGORY_MAX, MAX_CARVE_NODES, MAX_NC_ID};
 
@@ -97,6 +97,20 @@ pub struct ProcSlot {
     pub allocations: AtomicU64,
     /// Bytes the process holds, per device, core and category.
     pub usage: [[[AtomicU64; CATEGORIES]; CORES]; MAX_DEVICES],
+}
+
+impl ProcSlot {
+    /// Zeroes the slot's cores, per-category bytes and allocation count (its state and pid
+    /// are the caller's to set, in the order its protocol needs).
+    pub fn clear_counters(&self) {
+        for c in &self.cores {
+            c.store(0, Ordering::Relaxed);
+        }
+        for k in self.usage.iter().flatten().flatten() {
+            k.store(0, Ordering::Relaxed);
+        }
+        self.allocations.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The readable prefix.

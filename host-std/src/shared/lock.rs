@@ -134,17 +134,7 @@ impl Locked<'_> {
             }
         }
         let p = &self.r().procs[slot];
-        for c in &p.cores {
-            c.store(0, Ordering::Relaxed);
-        }
-        for d in &p.usage {
-            for c in d {
-                for k in c {
-                    k.store(0, Ordering::Relaxed);
-                }
-            }
-        }
-        p.allocations.store(0, Ordering::Relaxed);
+        p.clear_counters();
         p.pid.store(0, Ordering::Relaxed);
         p.state.store(SLOT_FREE, Ordering::Release);
         bytes

@@ -183,6 +183,34 @@ struct Inner {
     hold_ms: u64,
 }
 
+impl Inner {
+    /// A mapped device file this process has not joined yet (no slot is "ours", no device
+    /// geometry read yet, no backing): what `admit` and the read-only reader start from.
+    fn unjoined(
+        name: String,
+        path: PathBuf,
+        fd: OwnedFd,
+        map: Mapping,
+        devices: u32,
+        hold_ms: u64,
+    ) -> Inner {
+        Inner {
+            name,
+            path,
+            fd,
+            map,
+            slot: usize::MAX,
+            pid: std::process::id(),
+            devices,
+            info: Vec::new(),
+            channels: 0,
+            channel_size: 0,
+            backing: Vec::new(),
+            hold_ms,
+        }
+    }
+}
+
 /// A shared simulated device as this process sees it: a [`Driver`].
 pub struct SharedDevice {
     inner: Arc<Inner>,
