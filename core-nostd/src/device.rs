@@ -65,11 +65,6 @@ impl Geometry {
             _ => None,
         }
     }
-
-    /// The device's HBM bytes (every channel, carve-outs included).
-    pub const fn hbm_bytes(&self) -> u64 {
-        self.hbm_channels as u64 * self.hbm_channel_size
-    }
 }
 
 const _: () = {
@@ -89,7 +84,7 @@ mod tests {
     #[test]
     fn trn3_is_144_gib_and_v1_has_no_geometry() {
         let m = Geometry::for_arch(al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_MARIANA).unwrap();
-        assert_eq!(m.hbm_bytes(), 144 * GIB);
+        assert_eq!(m.hbm_channels as u64 * m.hbm_channel_size, 144 * GIB);
         assert_eq!(
             Geometry::for_arch(al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_INVALID_1),
             None
