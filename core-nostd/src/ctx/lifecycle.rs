@@ -1,0 +1,397 @@
+//! The runtime's lifecycle: the state gate (spec §7.2), bring-up (`db_tdrv_ctx_init`, spec §1)
+//! and teardown (`tdrv_destroy`, spec §12).
+
+use super::*;
+
+impl<'a> Nrt<'a> {
+    /// Lifecycle state (`STATE_*`).
+    pub fn lifecycle(&self) -> u32 {
+        self.st.state.load(Ordering::Acquire)
+    }
+
+    /// The state gate of the public API (spec §7.2): `Uninitialized` before init, `Closed` after.
+    pub fn check_state(&self) -> Result<()> {
+        match self.lifecycle() {
+            STATE_INIT => Ok(()),
+            STATE_CLOSED => Err(Error::Closed),
+            _ => Err(Error::Uninitialized),
+        }
+    }
+
+    /// The state gate plus the in-flight count (spec §7.2, §12; [`gate_enter`], which loom
+    /// checks): either this call finds the gate shut (and fails, touching nothing) or `close`
+    /// sees the call and waits for its guard to drop before tearing down. It never blocks, so
+    /// a gated call made from inside another cannot deadlock with `close`; but made after
+    /// `close` began it fails, so a call's own sub-steps use ungated inner functions
+    /// (`execute`'s copies).
+    pub(crate) fn enter(&self) -> Result<InFlight<'a>> {
+        self.pass_gate(false)
+    }
+
+    /// The gate for reading the runtime's state (the inspection calls): like [`Self::enter`],
+    /// but a closed runtime may be read too. `close` keeps the tree (zeroed ledger included)
+    /// until the next `init`, and reopens the gate once its teardown is done; `init` shuts it
+    /// and waits for readers before rewriting the tree. So a reader sees a whole runtime, live
+    /// or closed, or gets "not initialised" while `init` or `close` is at work.
+    pub(crate) fn inspect(&self) -> Result<InFlight<'a>> {
+        self.pass_gate(true)
+    }
+
+    /// [`Self::enter`] (`closed_readable` false) and [`Self::inspect`] (true).
+    #[inline(always)]
+    fn pass_gate(&self, closed_readable: bool) -> Result<InFlight<'a>> {
+        let Some(shard) = self.st.active_calls.enter() else {
+            return Err(Error::Closed);
+        };
+        let g = InFlight {
+            active: &self.st.active_calls,
+            shard,
+        };
+        self.check_bound()?;
+        match self.st.state.load(Ordering::Acquire) {
+            STATE_INIT => Ok(g),
+            STATE_CLOSED if closed_readable => Ok(g),
+            STATE_CLOSED => Err(Error::Closed),
+            _ => Err(Error::Uninitialized),
+        }
+    }
+
+    /// Devices attached (`tdrv_ctx.num_mla`); 0 while the runtime is not initialised.
+    pub fn num_devices(&self) -> u32 {
+        match self.inspect() {
+            Ok(_g) => self.attached_devices(),
+            Err(_) => 0,
+        }
+    }
+
+    /// [`Self::num_devices`] without the gate (see [`Self::dev_geom`]).
+    pub(crate) fn attached_devices(&self) -> u32 {
+        // SAFETY: written only by `init` and `close`, which no caller of this function
+        // overlaps: it runs inside a gated call or in `init` / `close` themselves.
+        unsafe { (*self.ctx()).num_mla }
+    }
+
+    /// `db_physical_core_get_mla_and_tpb` (spec §1.1): where libnrt asserts a live device and
+    /// a mapped core, this returns [`Error::CoreOutOfRange`].
+    pub(crate) fn db_physical_core_get_mla_and_tpb(
+        &self,
+        pc: &physical_core_t,
+    ) -> Result<(*mut mla_t, *mut tpb_t)> {
+        let (d, t) = (pc.device_id, pc.device_tpb_idx);
+        if d as usize >= constants::MAX_MLA_PER_PROCESS || t as usize >= constants::TPBS_PER_MLA {
+            return Err(Error::CoreOutOfRange { device: d, tpb: t });
+        }
+        let mla = self.mla_ptr(d);
+        // SAFETY: in-bounds; is_used/tpb_map are written at bring-up before use.
+        unsafe {
+            if (*mla).is_used == 0 || (*mla).tpb_map.map[t as usize] == 0 {
+                return Err(Error::CoreOutOfRange { device: d, tpb: t });
+            }
+        }
+        Ok((mla, self.tpb_ptr(d, t)))
+    }
+
+    /// `(device, core)` when `p` is the `pcore` of one of the runtime's cores (address
+    /// arithmetic only: a foreign pointer is never dereferenced).
+    pub(crate) fn tree_pcore(&self, p: *const physical_core_t) -> Option<(u32, u32)> {
+        let first = self.st.core_ext.get() as usize;
+        let addr = (p as usize).checked_sub(first)?;
+        let (i, rest) = (
+            addr / core::mem::size_of::<CoreExt>(),
+            addr % core::mem::size_of::<CoreExt>(),
+        );
+        if rest != core::mem::offset_of!(CoreExt, pcore)
+            || i >= constants::MAX_MLA_PER_PROCESS * constants::TPBS_PER_MLA
+        {
+            return None;
+        }
+        let (d, t) = (
+            (i / constants::TPBS_PER_MLA) as u32,
+            (i % constants::TPBS_PER_MLA) as u32,
+        );
+        core::ptr::eq(self.pcore_ptr(d, t).cast_const(), p).then_some((d, t))
+    }
+
+    /// Resolves `(device, core)` to its `tpb_t`, checked.
+    pub(crate) fn tpb(&self, dev: u32, tpb: u32) -> Result<*mut tpb_t> {
+        let pc = physical_core_t::new(dev, tpb);
+        self.db_physical_core_get_mla_and_tpb(&pc).map(|(_, t)| t)
+    }
+
+    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `(dev, core)`.
+    pub fn core_allocator(&self, dev: u32, core: u32) -> Result<*mut dmem_allocator_t> {
+        let _g = self.enter()?;
+        let tpb = self.tpb(dev, core)?;
+        // SAFETY: resolved tpb; set at bring-up.
+        let al = unsafe { (*tpb).tpb_allocator };
+        if al.is_null() {
+            return Err(Error::CoreOutOfRange {
+                device: dev,
+                tpb: core,
+            });
+        }
+        Ok(al)
+    }
+
+    /// `db_tdrv_ctx_init` + `tdrv_init` (spec §1, §5.1): attaches every device the driver
+    /// exposes, builds each core's GLOBAL allocator, model_db and scratchpad, the routing map,
+    /// and the logical-core table (spec §9). Fails cleanly (nothing left allocated).
+    pub fn init(&self, opts: &InitOptions) -> Result<()> {
+        let mut lock = self.st.init_lock.lock();
+        if self.lifecycle() == STATE_INIT {
+            self.check_bound()?;
+            return Err(Error::AlreadyInitialized);
+        }
+        // Readers of a closed runtime (`inspect`) are let out before the tree is rewritten;
+        // the gate opens again however this returns.
+        self.st.active_calls.close(crate::sync::relax);
+        let _reopen = ReopenOnDrop(&self.st.active_calls);
+        let mut ex = Exclusive::new(&mut lock);
+        if self.lifecycle() == STATE_CLOSED {
+            // Re-init after close: start again from the all-zero tree.
+            // SAFETY: init_lock held, the runtime is closed and the gate shut and drained:
+            // nobody reads or uses the tree.
+            unsafe {
+                self.zero_tree();
+                *self.st.geom.get() = [DevGeom::default(); constants::MAX_MLA_PER_PROCESS];
+            }
+        }
+        let n = self
+            .drv
+            .device_count()
+            .min(constants::MAX_MLA_PER_PROCESS as u32);
+        // The state block holds model_dbs for `caps.devices` devices: the rest are not
+        // attached (like devices past 32), and the log says which setting would attach them.
+        let cap = self.st.caps.devices;
+        if n > cap {
+            warn!(
+                "init: attaching {} of {} device(s): raise Capacity.devices",
+                cap, n
+            );
+        }
+        let n = n.min(cap);
+        if n == 0 {
+            return Err(Error::Driver(errno::ENODEV));
+        }
+        let mut infos = [None; constants::MAX_MLA_PER_PROCESS];
+        for (d, slot) in infos.iter_mut().enumerate().take(n as usize) {
+            let info = self.drv.device_info(d as u32).map_err(Error::Driver)?;
+            if info.cores_per_device == 0
+                || info.cores_per_device as usize > constants::TPBS_PER_MLA
+            {
+                return Err(Error::Driver(errno::EINVAL));
+            }
+            *slot = Some(info);
+        }
+        // SAFETY: state is UNINIT and init_lock is held: nothing else touches the tree.
+        unsafe {
+            *self.st.settings.get() = Settings {
+                scratchpad_page_size: opts
+                    .scratchpad_page_size
+                    .filter(|p| *p > 0)
+                    .unwrap_or(DEFAULT_SCRATCHPAD_PAGE_SIZE),
+                contiguous_scratchpad: opts.contiguous_scratchpad as u32,
+                _pad: 0,
+            };
+            let ctx = self.ctx();
+            (*ctx).num_mla = n;
+            for (d, info) in infos.iter().enumerate().take(n as usize) {
+                let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
+                (*self.st.geom.get())[d] = DevGeom::from_info(info);
+                self.st.align_unsupported[d].store(0, Ordering::Relaxed);
+                let mla = self.mla_ptr(d as u32);
+                (*mla).device = d as u64;
+                (*mla).mla_idx = d as u32;
+                (*mla).device_id = d as u32;
+                (*mla).host_device_id = d as u32;
+                (*mla).dmem_logger.mla_idx = d as u32;
+                (*mla).is_used = 1;
+                for t in 0..info.cores_per_device.min(constants::TPBS_PER_MLA as u32) {
+                    (*mla).tpb_map.map[t as usize] = 1;
+                    // The flat physical-core index libnrt keeps beside the tree (spec §1).
+                    let k = (*ctx).num_ptpb as usize;
+                    if k < (*ctx).ptpbs.len() {
+                        (*ctx).ptpbs[k].tpb_idx = t;
+                        (*ctx).ptpbs[k].mla = mla;
+                        (*ctx).num_ptpb += 1;
+                    }
+                }
+            }
+            (*ctx).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
+            let mut map = [0u32; 32];
+            if self.drv.host_device_id_rid_map(&mut map).is_err() {
+                // Identity fallback (spec §1: single-device routing is the identity).
+                for (i, m) in map.iter_mut().enumerate() {
+                    *m = i as u32;
+                }
+            }
+            (*ctx).host_did_to_rid_map = map;
+            (*ctx).host_did_to_rid_map_size = n;
+            for d in 0..n {
+                (*self.mla_ptr(d)).routing_id = map[d as usize];
+            }
+        }
+        let r = self
+            .vcores_init(&opts.vcores, &mut ex)
+            .and_then(|_| self.init_cores(n, &mut ex));
+        if let Err(e) = r {
+            self.teardown_cores();
+            // SAFETY: still under init_lock; reset to the all-zero UNINIT tree.
+            unsafe { self.zero_tree() };
+            return Err(e);
+        }
+        // Handles of any earlier runtime in this block (or anywhere) never match this one.
+        self.st
+            .epoch
+            .store(crate::handle::next_epoch(), Ordering::Release);
+        // Bound from here until the next init: views over other resources are refused.
+        self.st.bound_drv.store(addr(self.drv), Ordering::Relaxed);
+        self.st
+            .bound_host
+            .store(self.host.map_or(0, addr), Ordering::Relaxed);
+        // Calls are let in when `_reopen` opens the gate.
+        self.st.state.store(STATE_INIT, Ordering::Release);
+        info!("nrt-core initialised: {} device(s)", n);
+        Ok(())
+    }
+
+    /// Resets the context tree and its per-device and per-core side tables to all-zero
+    /// (UNINIT).
+    ///
+    /// # Safety
+    /// Nobody may use the tree: `init_lock` held and the gate shut and drained (or never open).
+    unsafe fn zero_tree(&self) {
+        // SAFETY: per the contract nobody reads or writes these blocks now, and all-zero is
+        // their valid unused state (ZeroValid members, atomics, unlocked locks).
+        unsafe {
+            core::ptr::write_bytes(self.ctx() as *mut u8, 0, core::mem::size_of::<tdrv_ctx_t>());
+            core::ptr::write_bytes(self.st.dev_ext.get(), 0, 1);
+            core::ptr::write_bytes(self.st.core_ext.get(), 0, 1);
+        }
+    }
+
+    fn init_cores(&self, n: u32, ex: &mut Exclusive<'_>) -> Result<()> {
+        for d in 0..n {
+            let g = self.dev_geom(d);
+            for t in 0..g.cores {
+                let tpb = self.tpb_ptr(d, t);
+                // SAFETY: bring-up under init_lock; tpb is in-bounds.
+                unsafe {
+                    (*tpb).idx = t as i32;
+                    let pcore = self.pcore_ptr(d, t);
+                    (*pcore).device_id = d;
+                    (*pcore).device_tpb_idx = t;
+                    (*tpb).tpb_allocator = self.dmem_allocator_create_inner(
+                        pcore,
+                        dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
+                    )?;
+                    let db = self.st.model_dbs.alloc("model_db")?.as_ptr();
+                    ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
+                    (*tpb).model_db = addr_of_mut!((*db).hdr);
+                    self.tdrv_scratchpad_init(ex, tpb, &g);
+                    self.core_ext(d, t).is_init.store(1, Ordering::Release);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees what `init_cores` built for every core (GLOBAL allocators, model_dbs).
+    fn teardown_cores(&self) {
+        for d in 0..self.attached_devices() {
+            for t in 0..constants::TPBS_PER_MLA as u32 {
+                let tpb = self.tpb_ptr(d, t);
+                // SAFETY: teardown is single-threaded by contract (close/init hold init_lock).
+                unsafe {
+                    if !(*tpb).tpb_allocator.is_null() {
+                        let _ = self
+                            .dmem_allocator_destroy_inner((*tpb).tpb_allocator, GiveBack::Release);
+                        (*tpb).tpb_allocator = null_mut();
+                    }
+                    // Cleared under model_db_lock: a lookup holding the lock sees either the
+                    // table or null, never a released slot.
+                    let db = {
+                        let _l = (*tpb).model_db_lock.lock();
+                        core::mem::replace(&mut (*tpb).model_db, null_mut())
+                    };
+                    if !db.is_null() {
+                        let _ = self.st.model_dbs.release(db as *const ModelDb);
+                    }
+                    self.core_ext(d, t).is_init.store(0, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// `tdrv_destroy` (spec §12): unloads every model (draining in-flight executions), frees
+    /// every tensor set and every tensor, the scratchpad pages, the shared ext-isa copies and the GLOBAL allocators,
+    /// and reclaims what the dmem API left behind. Afterwards the driver holds no memory of
+    /// this runtime.
+    ///
+    /// Deliberate difference: libnrt clears `tdrv_ctx_0` here; this keeps the tree's devices
+    /// and ledger (all zero by then) readable until the next [`Nrt::init`], which clears it,
+    /// so a closed runtime can still be inspected (`driver_bytes_in_use`, the ledger, the last
+    /// OOM). The per-core GLOBAL allocators and model databases are gone, and every gated call
+    /// fails with `Closed`.
+    ///
+    /// Calls racing `close` either complete before the teardown starts (close first waits for
+    /// every API call in flight, see `Nrt::enter`) or fail with `Closed`. Executions hold a
+    /// model reference, which the unload drains (spec §4.5): a thread must not call `close`
+    /// while it holds an [`crate::model::ExecGuard`] itself, or it waits for itself forever.
+    pub fn close(&self) -> Result<()> {
+        let _g = self.st.init_lock.lock();
+        self.check_bound()?;
+        if self.lifecycle() != STATE_INIT {
+            return Err(if self.lifecycle() == STATE_CLOSED {
+                Error::Closed
+            } else {
+                Error::Uninitialized
+            });
+        }
+        // New API calls fail from here on; wait for the ones already past the gate, then for
+        // in-flight executions (drained in remove_model).
+        self.st.state.store(STATE_CLOSED, Ordering::Release);
+        self.st.active_calls.close(crate::sync::relax);
+        // No call is in flight: from here no handle of this runtime resolves again.
+        self.st.epoch.store(0, Ordering::Release);
+        self.unload_all_models();
+        self.free_all_sets();
+        self.free_all_tensors();
+        for d in 0..self.attached_devices() {
+            for t in 0..self.dev_geom(d).cores {
+                let tpb = self.tpb_ptr(d, t);
+                self.tdrv_scratchpad_free(tpb);
+                self.ulib_free_shared(tpb);
+            }
+        }
+        self.teardown_cores();
+        let leftover = self.reclaim_leftover_dmems();
+        if leftover > 0 {
+            warn!(
+                "close: freed {} allocation(s) still held through the dmem API",
+                leftover
+            );
+        }
+        // Readers of the closed runtime are welcome again (API calls see CLOSED and fail).
+        self.st.active_calls.open();
+        info!("nrt-core closed");
+        Ok(())
+    }
+
+    /// Total bytes the driver still holds for this runtime, over every pool of every device.
+    pub fn driver_bytes_in_use(&self) -> u64 {
+        let mut used = 0;
+        for d in 0..self.attached_devices() {
+            let g = self.dev_geom(d);
+            for h in 0..g.channels {
+                if let Ok(s) = self.drv.pool_stats(d, false, h) {
+                    used += s.capacity - s.free;
+                }
+            }
+            if let Ok(s) = self.drv.pool_stats(d, true, 0) {
+                used += s.capacity - s.free;
+            }
+        }
+        used
+    }
+}
