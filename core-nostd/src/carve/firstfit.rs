@@ -1,0 +1,578 @@
+//! The address-ordered first-fit index of [`Policy::FirstFit`] carves, the driver's genalloc
+//! placement (module docs of `carve`, "Address-ordered first fit"): address buckets under a
+//! max summary, a treap per bucket augmented with subtree maxima.
+
+use super::*;
+
+impl<const N: usize> Carve<N> {
+    /// The bucket free block `i` belongs in: the one holding its last granule. Allocation
+    /// takes the front of a block, so the shrunk block usually stays in its bucket.
+    #[inline(always)]
+    pub(super) fn key_bucket(&self, i: u32) -> usize {
+        let n = self.node(i);
+        self.bucket_of(n.addr + n.size - self.granule)
+    }
+
+    /// The bucket of address `addr` (inside the carve).
+    #[inline(always)]
+    pub(super) fn bucket_of(&self, addr: u64) -> usize {
+        // `init_with` chose the shift so that every in-range address maps below FF_BUCKETS.
+        ((addr - self.base) >> self.bucket_shift) as usize & (FF_BUCKETS - 1)
+    }
+
+    /// Stores bucket `k`'s largest block and fixes the summary above it; stops at the first
+    /// level whose entry is unchanged (everything above it is then unchanged too).
+    #[inline(always)]
+    pub(super) fn seg_set(&mut self, k: usize, v: u32) {
+        let (mut idx, mut v) = (k, v);
+        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
+            let p = off + idx;
+            let old = self.seg[p];
+            if old == v {
+                return;
+            }
+            // The entry above: the maximum of this entry's line.
+            let up = match SUM_OFFSETS.get(l + 1) {
+                Some(o) => self.seg[o + idx / FAN],
+                None => self.seg_root,
+            };
+            let line_max = if v >= up {
+                v // a new maximum of the line
+            } else if old < up {
+                // Neither the old nor the new value is the line's maximum.
+                self.seg[p] = v;
+                return;
+            } else {
+                // The maximum went down: the others' maximum, or `v`. Read before the store
+                // below: a 16-byte load of the line right after a 4-byte store into it cannot
+                // be forwarded from the store and waits for it to retire (that wait was the
+                // hottest instruction of trace B, docs/PERFORMANCE.md).
+                line_max_except(self.line(off + (idx & !(FAN - 1))), idx & (FAN - 1)).max(v)
+            };
+            self.seg[p] = v;
+            v = line_max;
+            idx /= FAN;
+        }
+        self.seg_root = v;
+    }
+
+    /// Re-reads bucket `k`'s root maximum into the summary.
+    #[inline(always)]
+    pub(super) fn seg_refresh(&mut self, k: usize) {
+        let v = self.max_of(self.roots[k]);
+        self.seg_set(k, v);
+    }
+
+    /// The `FAN` summary entries starting at `at`.
+    #[inline(always)]
+    pub(super) fn line(&self, at: usize) -> &[u32; FAN] {
+        let s = &self.seg[at..at + FAN];
+        // A `FAN`-long slice always converts; the fallback is unreachable.
+        <&[u32; FAN]>::try_from(s).unwrap_or(&[0; FAN])
+    }
+
+    /// From entry `idx` of summary level `level` (≥ `need`), the lowest bucket below it
+    /// whose maximum is ≥ `need`.
+    #[inline(always)]
+    pub(super) fn seg_descend(&self, level: usize, mut idx: usize, need: u32) -> usize {
+        let mut l = level;
+        while l > 0 {
+            l -= 1;
+            let m = line_ge(self.line(SUM_OFFSETS[l] + idx * FAN), need);
+            idx = idx * FAN + m.trailing_zeros() as usize;
+        }
+        idx
+    }
+
+    /// The lowest bucket ≥ `from` whose largest block is ≥ `need` granules.
+    #[inline(always)]
+    pub(super) fn next_bucket(&self, from: usize, need: u32) -> Option<usize> {
+        let mut idx = from;
+        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
+            if idx >= LEVEL_LENS[l] {
+                return None;
+            }
+            let start = idx & !(FAN - 1);
+            let m = line_ge(self.line(off + start), need) & (u32::MAX << (idx & (FAN - 1)));
+            if m != 0 {
+                return Some(self.seg_descend(l, start + m.trailing_zeros() as usize, need));
+            }
+            idx = idx / FAN + 1;
+        }
+        None
+    }
+
+    /// The lowest block ending above `addr` in the treap under `x`, or NIL.
+    pub(super) fn tree_ceil_end(&self, mut x: u32, addr: u64) -> u32 {
+        let mut best = NIL;
+        while x != NIL {
+            let n = self.node(x);
+            if n.addr + n.size > addr {
+                best = x;
+                x = n.prev_free;
+            } else {
+                x = n.next_free;
+            }
+        }
+        best
+    }
+
+    /// A fixed pseudo-random priority per node index (a 32-bit integer hash), so the tree's
+    /// shape is independent of the order blocks come and go in.
+    #[inline(always)]
+    pub(super) fn priority(i: u32) -> u32 {
+        let mut x = i.wrapping_mul(0x9E37_79B9);
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x85EB_CA6B);
+        x ^= x >> 13;
+        x = x.wrapping_mul(0xC2B2_AE35);
+        x ^ (x >> 16)
+    }
+
+    #[inline(always)]
+    pub(super) fn units(&self, i: u32) -> u32 {
+        // `init_with` bounds the carve to u32::MAX granules.
+        // The granule is a power of two: a shift, not a division.
+        (self.node(i).size >> self.granule.trailing_zeros()) as u32
+    }
+
+    #[inline(always)]
+    pub(super) fn max_of(&self, i: u32) -> u32 {
+        // Branch-free: whether a child exists is a coin flip in the maxima fix-ups (this
+        // branch was 12 % of trace B's mispredicted branches, docs/PERFORMANCE.md), so NIL
+        // reads node 1 (always there, as `CAPACITY_OK` asserts N ≥ 2) and the result is
+        // masked instead.
+        let j = core::hint::select_unpredictable(i == NIL, 1, i);
+        let m = self.node(j).max_units;
+        core::hint::select_unpredictable(i == NIL, 0, m)
+    }
+
+    /// Recomputes `i`'s subtree maximum from its block and its children; returns whether it
+    /// changed.
+    #[inline(always)]
+    pub(super) fn recompute(&mut self, i: u32) -> bool {
+        let m = {
+            let n = self.node(i);
+            n.lmax.max(n.rmax)
+        };
+        let m = self.units(i).max(m);
+        let n = self.node_mut(i);
+        let changed = n.max_units != m;
+        n.max_units = m;
+        changed
+    }
+
+    /// Fixes the maxima from `i` up after `i`'s own block changed size; stops at the first
+    /// subtree whose maximum is unchanged (everything above it is then unchanged too), and
+    /// at a bucket root updates the segment tree.
+    pub(super) fn tree_fix_up(&mut self, mut i: u32) {
+        if i == NIL || !self.recompute(i) {
+            return;
+        }
+        loop {
+            let (p, m, k) = {
+                let n = self.node(i);
+                (n.parent, n.max_units, usize::from(n.class))
+            };
+            if p == NIL {
+                self.seg_set(k, m);
+                return;
+            }
+            // The parent's maximum from its block and its two child maxima, one of them the
+            // child just fixed (`m`): no child is read. Which side is a coin flip: selects.
+            let u = self.units(p);
+            let n = self.node_mut(p);
+            let left = n.prev_free == i;
+            n.lmax = core::hint::select_unpredictable(left, m, n.lmax);
+            n.rmax = core::hint::select_unpredictable(left, n.rmax, m);
+            let pm = u.max(n.lmax).max(n.rmax);
+            if n.max_units == pm {
+                return;
+            }
+            n.max_units = pm;
+            i = p;
+        }
+    }
+
+    /// Raises the maxima from `i` up after `i`'s own block grew (same bucket): no child is
+    /// read, as a larger block can only raise a maximum.
+    pub(super) fn tree_grew(&mut self, mut i: u32) {
+        let u = self.units(i);
+        let n = self.node_mut(i);
+        if n.max_units >= u {
+            return;
+        }
+        n.max_units = u;
+        loop {
+            let (p, k) = {
+                let n = self.node(i);
+                (n.parent, usize::from(n.class))
+            };
+            if p == NIL {
+                self.seg_set(k, u);
+                return;
+            }
+            // `i`'s subtree maximum is now `u`: so is the parent's maximum on that side.
+            let n = self.node_mut(p);
+            let left = n.prev_free == i;
+            n.lmax = core::hint::select_unpredictable(left, u, n.lmax);
+            n.rmax = core::hint::select_unpredictable(left, n.rmax, u);
+            if n.max_units >= u {
+                return;
+            }
+            n.max_units = u;
+            i = p;
+        }
+    }
+
+    /// Fixes the maxima after `i`'s own block shrank from `old_units` (same bucket). Nothing
+    /// changes when the subtree's maximum was larger than the old block (it comes from a
+    /// child); otherwise the path is recomputed.
+    #[inline(always)]
+    pub(super) fn tree_shrank(&mut self, i: u32, old_units: u32) {
+        if self.node(i).max_units > old_units {
+            return;
+        }
+        self.tree_fix_up(i);
+    }
+
+    /// Points `parent`'s link that named `old` (bucket `k`'s root if `parent` is NIL) at `new`.
+    #[inline(always)]
+    pub(super) fn relink_child(&mut self, k: usize, parent: u32, old: u32, new: u32) {
+        if parent == NIL {
+            self.roots[k] = new;
+        } else if self.node(parent).prev_free == old {
+            self.node_mut(parent).prev_free = new;
+        } else {
+            self.node_mut(parent).next_free = new;
+        }
+    }
+
+    /// Rotates `x` above its parent (both in bucket `k`), keeping address order and both maxima
+    /// (the parent's must be up to date: `x` inherits it, as its new subtree holds exactly the
+    /// blocks of the parent's old one; only the parent's is recomputed).
+    pub(super) fn rotate_up(&mut self, k: usize, x: u32) {
+        let p = self.node(x).parent;
+        let (g, pm) = {
+            let n = self.node(p);
+            (n.parent, n.max_units)
+        };
+        let left = self.node(p).prev_free == x;
+        if left {
+            let (b, bm) = {
+                let n = self.node(x);
+                (n.next_free, n.rmax)
+            };
+            let n = self.node_mut(p);
+            n.prev_free = b;
+            n.lmax = bm;
+            if b != NIL {
+                self.node_mut(b).parent = p;
+            }
+            self.node_mut(x).next_free = p;
+        } else {
+            let (b, bm) = {
+                let n = self.node(x);
+                (n.prev_free, n.lmax)
+            };
+            let n = self.node_mut(p);
+            n.next_free = b;
+            n.rmax = bm;
+            if b != NIL {
+                self.node_mut(b).parent = p;
+            }
+            self.node_mut(x).prev_free = p;
+        }
+        self.node_mut(p).parent = x;
+        self.node_mut(x).parent = g;
+        // `g`'s link now names `x`, whose subtree holds the same blocks: `g`'s side maximum
+        // stays.
+        self.relink_child(k, g, p, x);
+        self.recompute(p);
+        let p_max = self.node(p).max_units;
+        let n = self.node_mut(x);
+        if left {
+            n.rmax = p_max;
+        } else {
+            n.lmax = p_max;
+        }
+        n.max_units = pm;
+    }
+
+    pub(super) fn tree_insert(&mut self, i: u32) {
+        let addr = self.node(i).addr;
+        let k = self.key_bucket(i);
+        let u = self.units(i);
+        {
+            let n = self.node_mut(i);
+            // FF_BUCKETS ≤ 2^16: the bucket fits the (otherwise unused) class field.
+            n.class = k as u16;
+            n.prev_free = NIL;
+            n.next_free = NIL;
+            n.max_units = u;
+            n.lmax = 0;
+            n.rmax = 0;
+        }
+        // Descend to the leaf position, raising the maxima (the node's and that side's) on
+        // the way.
+        let (mut p, mut x) = (NIL, self.roots[k]);
+        while x != NIL {
+            p = x;
+            let n = self.node_mut(x);
+            n.max_units = n.max_units.max(u);
+            x = if addr < n.addr {
+                n.lmax = n.lmax.max(u);
+                n.prev_free
+            } else {
+                n.rmax = n.rmax.max(u);
+                n.next_free
+            };
+        }
+        self.node_mut(i).parent = p;
+        if p == NIL {
+            self.roots[k] = i;
+        } else if addr < self.node(p).addr {
+            self.node_mut(p).prev_free = i;
+        } else {
+            self.node_mut(p).next_free = i;
+        }
+        let pr = Self::priority(i);
+        loop {
+            let p = self.node(i).parent;
+            if p == NIL || Self::priority(p) >= pr {
+                break;
+            }
+            self.rotate_up(k, i);
+        }
+        self.seg_refresh(k);
+    }
+
+    pub(super) fn tree_remove(&mut self, i: u32) {
+        let k = usize::from(self.node(i).class);
+        // Rotate `i` down (its higher-priority child up) until it is a leaf, then cut it off.
+        loop {
+            let (l, r) = {
+                let n = self.node(i);
+                (n.prev_free, n.next_free)
+            };
+            let c = match (l, r) {
+                (NIL, NIL) => break,
+                (c, NIL) | (NIL, c) => c,
+                (l, r) => {
+                    if Self::priority(l) >= Self::priority(r) {
+                        l
+                    } else {
+                        r
+                    }
+                }
+            };
+            self.rotate_up(k, c);
+        }
+        let p = self.node(i).parent;
+        if p != NIL {
+            let n = self.node_mut(p);
+            if n.prev_free == i {
+                n.lmax = 0;
+            } else {
+                n.rmax = 0;
+            }
+        }
+        self.relink_child(k, p, i, NIL);
+        self.tree_fix_up(p);
+        self.seg_refresh(k);
+    }
+
+    /// `new` takes `old`'s place among the free blocks (no free block lies between them).
+    /// In one bucket it takes `old`'s tree links (so the same address order), then the maxima
+    /// are fixed for `new`'s size; across buckets it is a remove and an insert.
+    pub(super) fn tree_replace(&mut self, old: u32, new: u32) {
+        let k = usize::from(self.node(old).class);
+        if self.key_bucket(new) != k {
+            self.tree_remove(old);
+            self.tree_insert(new);
+            return;
+        }
+        self.node_mut(new).class = k as u16;
+        let (l, r, p, m, lm, rm) = {
+            let n = self.node(old);
+            (
+                n.prev_free,
+                n.next_free,
+                n.parent,
+                n.max_units,
+                n.lmax,
+                n.rmax,
+            )
+        };
+        {
+            let n = self.node_mut(new);
+            n.prev_free = l;
+            n.next_free = r;
+            n.parent = p;
+            n.max_units = m;
+            n.lmax = lm;
+            n.rmax = rm;
+        }
+        if l != NIL {
+            self.node_mut(l).parent = new;
+        }
+        if r != NIL {
+            self.node_mut(r).parent = new;
+        }
+        self.relink_child(k, p, old, new);
+        // Only `new`'s own block differs from a consistent tree: fix the maxima first, then
+        // rotations (which keep maxima) restore heap order, as priorities are per index.
+        self.tree_fix_up(new);
+        let pr = Self::priority(new);
+        while self.node(new).parent != NIL && Self::priority(self.node(new).parent) < pr {
+            self.rotate_up(k, new);
+        }
+        loop {
+            let (l, r) = {
+                let n = self.node(new);
+                (n.prev_free, n.next_free)
+            };
+            let c = match (l, r) {
+                (NIL, NIL) => break,
+                (c, NIL) | (NIL, c) => c,
+                (l, r) => {
+                    if Self::priority(l) >= Self::priority(r) {
+                        l
+                    } else {
+                        r
+                    }
+                }
+            };
+            if Self::priority(c) <= pr {
+                break;
+            }
+            self.rotate_up(k, c);
+        }
+        // Rotations keep the root's maximum, but the root itself may have changed.
+        self.seg_refresh(k);
+    }
+
+    /// The first free block in address order under the treap root `root` that `accept`s,
+    /// visiting only subtrees whose maximum (in granules) passes `enter`.
+    #[inline(always)]
+    pub(super) fn tree_first(
+        &self,
+        root: u32,
+        mut enter: impl FnMut(u32) -> bool,
+        mut accept: impl FnMut(&Node) -> bool,
+    ) -> Option<u32> {
+        let mut x = root;
+        if x == NIL || !enter(self.node(x).max_units) {
+            return None;
+        }
+        'subtree: loop {
+            // `x`'s subtree passes `enter`: go to its leftmost such part.
+            loop {
+                let n = self.node(x);
+                let l = n.prev_free;
+                if l != NIL && enter(n.lmax) {
+                    x = l;
+                } else {
+                    break;
+                }
+            }
+            loop {
+                if accept(self.node(x)) {
+                    return Some(x);
+                }
+                let n = self.node(x);
+                let r = n.next_free;
+                if r != NIL && enter(n.rmax) {
+                    x = r;
+                    continue 'subtree;
+                }
+                // Climb until we leave a left subtree: its parent is next in address order.
+                loop {
+                    let p = self.node(x).parent;
+                    if p == NIL {
+                        return None;
+                    }
+                    let from_left = self.node(p).prev_free == x;
+                    x = p;
+                    if from_left {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// First fit: the lowest free block holding `size` bytes at an `align`-aligned start (both
+    /// granule multiples), with the padding in front of that start.
+    pub(super) fn ff_find(&self, size: u64, align: u64) -> Option<(u32, u64)> {
+        let need = size >> self.granule.trailing_zeros();
+        if need > u64::from(u32::MAX) {
+            return None;
+        }
+        let need = need as u32;
+        if self.seg_root < need {
+            return None;
+        }
+        if align <= self.granule {
+            // Every block of `need` granules fits: the lowest bucket with one, then one walk
+            // down its treap (whose maximum is ≥ need, so the walk ends at a block).
+            let k = self.next_bucket(0, need)?;
+            let mut x = self.roots[k];
+            while x != NIL {
+                let n = self.node(x);
+                // `need` ≥ 1 and `lmax` is 0 without a left child.
+                if n.lmax >= need {
+                    x = n.prev_free;
+                } else if self.units(x) >= need {
+                    return Some((x, 0));
+                } else {
+                    x = n.next_free;
+                }
+            }
+            return None;
+        }
+        let mut k = self.next_bucket(0, need)?;
+        loop {
+            let hit = self.tree_first(
+                self.roots[k],
+                |m| m >= need,
+                |n| fit(n.addr, n.size, size, align).is_some(),
+            );
+            if let Some(i) = hit {
+                let n = self.node(i);
+                return fit(n.addr, n.size, size, align).map(|pad| (i, pad));
+            }
+            k = self.next_bucket(k + 1, need)?;
+        }
+    }
+
+    /// [`Carve::largest_aligned`] under [`Policy::FirstFit`] for `align` above the granule:
+    /// the best of every free block from its first aligned start to its end, skipping buckets
+    /// and subtrees that cannot beat the best found.
+    pub(super) fn ff_largest_aligned(&self, align: u64) -> u64 {
+        let g = self.granule;
+        let best = core::cell::Cell::new(0u64);
+        let mut k = 0;
+        // Only a block of more than `best` bytes can beat it (`best` is a granule multiple).
+        while let Ok(beat) = u32::try_from(best.get() / g + 1) {
+            let Some(b) = self.next_bucket(k, beat) else {
+                break;
+            };
+            self.tree_first(
+                self.roots[b],
+                |m| u64::from(m) * g > best.get(),
+                |n| {
+                    let end = n.addr + n.size;
+                    if let Some(start) = n.addr.checked_next_multiple_of(align) {
+                        if start < end {
+                            best.set(best.get().max(end - start));
+                        }
+                    }
+                    false
+                },
+            );
+            k = b + 1;
+        }
+        best.get()
+    }
+}
