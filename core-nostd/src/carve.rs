@@ -48,8 +48,11 @@
 //!   granule (allocation takes a block's front, so a shrinking block keeps its bucket). A
 //!   16-ary max summary over the buckets' largest blocks (16 384 + 1 024 + 64 + 4 `u32`s, the
 //!   last level padded to one line; one 64-byte line per level, scanned with SSE2 on x86-64)
-//!   gives the lowest bucket whose largest block fits in four line scans; updates stop at the
-//!   first unchanged level.
+//!   gives the lowest bucket whose largest block fits in four line scans. Level 0 is exact;
+//!   the levels above are *upper bounds*: a larger maximum is carried up at once (stopping at
+//!   the first entry already as large), a smaller one is not, and the search tightens an
+//!   entry it finds too high (to its line's maximum) and retries. Each tightening pays for one
+//!   earlier decrease, so a search stays four line scans amortised.
 //! * **Per-bucket treaps.** Inside a bucket, the free blocks form a treap keyed by address
 //!   (the free-list links serve as child links, plus a parent link), each node augmented with
 //!   the largest free block of its subtree and of each child's subtree, in granules (so the
@@ -68,8 +71,9 @@
 //!   update a block in place or move it between buckets.
 //!
 //! Everything is O(log blocks) expected plus a constant for the summary; nothing is
-//! proportional to the pool's size in pages. [`Carve::largest_free`] is the summary's top
-//! (O(1)). A first-fit carve never places elsewhere to save nodes: when the block first fit
+//! proportional to the pool's size in pages. [`Carve::largest_free`] and
+//! [`Carve::largest_aligned`] read level 0 (one line scan per 16 buckets, a diagnostics
+//! path). A first-fit carve never places elsewhere to save nodes: when the block first fit
 //! chose needs more nodes than are spare it refuses with [`CarveError::NodesExhausted`] (a
 //! simulation limit: the driver has none).
 //!
@@ -366,10 +370,10 @@ pub struct Carve<const N: usize> {
     /// Root of each bucket's free-block treap ([`Policy::FirstFit`]).
     roots: [u32; FF_BUCKETS],
     /// A 16-ary max summary over the buckets ([`Policy::FirstFit`]): `seg[k]` is the largest
-    /// free block (granules) starting in bucket `k`; each level above (at `SUM_OFFSETS`)
-    /// holds the maximum of each 16 entries of the level below.
+    /// free block (granules) in bucket `k`; each level above (at `SUM_OFFSETS`) holds an
+    /// upper bound of each 16 entries of the level below (module docs).
     seg: [u32; SUM_LEN],
-    /// The maximum of the summary's top level: the carve's largest free block.
+    /// An upper bound of the summary's top level (module docs).
     seg_root: u32,
     nodes: [Node; N],
 }
@@ -788,7 +792,7 @@ impl<const N: usize> Carve<N> {
     /// (a diagnostics path, not an allocation path).
     pub fn largest_free(&self) -> u64 {
         if self.first_fit() {
-            return u64::from(self.seg_root) * self.granule;
+            return u64::from(self.seg_exact_max()) * self.granule;
         }
         if self.fl_bitmap == 0 {
             return 0;
@@ -1056,7 +1060,7 @@ impl<const N: usize> Carve<N> {
     }
 
     /// The free block containing `addr`, if any.
-    fn free_block_at(&self, addr: u64) -> Option<u32> {
+    fn free_block_at(&mut self, addr: u64) -> Option<u32> {
         let hit = |n: &Node| n.addr <= addr && addr - n.addr < n.size;
         if self.first_fit() {
             if addr < self.base || addr - self.base >= self.size {

@@ -141,8 +141,9 @@ impl<const N: usize> Carve<N> {
                     Some(o) => self.seg[o + j / FAN],
                     None => self.seg_root,
                 };
-                if m != up {
-                    return Err("bucket summary is stale");
+                // Above level 0 an entry is an upper bound of its line (`seg_set`).
+                if m > up {
+                    return Err("bucket summary is below a bucket's largest block");
                 }
             }
             above += len;

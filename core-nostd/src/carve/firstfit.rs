@@ -20,40 +20,25 @@ impl<const N: usize> Carve<N> {
         ((addr - self.base) >> self.bucket_shift) as usize & (FF_BUCKETS - 1)
     }
 
-    /// Stores bucket `k`'s largest block and fixes the summary above it; stops at the first
-    /// level whose entry is unchanged (everything above it is then unchanged too).
+    /// Stores bucket `k`'s largest block (level 0 is exact) and raises the entries above it
+    /// that it now exceeds. A maximum that went *down* is not carried up: the levels above
+    /// bucket 0 hold upper bounds, tightened by the search that finds one too high
+    /// ([`Carve::next_bucket`]). Nearly every trace-B allocation lowers its bucket's maximum;
+    /// carrying that up cost a line reduction per level on every such allocation
+    /// (docs/PERFORMANCE.md, "Fourth pass").
     #[inline(always)]
     pub(super) fn seg_set(&mut self, k: usize, v: u32) {
-        let (mut idx, mut v) = (k, v);
-        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
-            let p = off + idx;
-            let old = self.seg[p];
-            if old == v {
-                return;
-            }
-            // The entry above: the maximum of this entry's line.
-            let up = match SUM_OFFSETS.get(l + 1) {
-                Some(o) => self.seg[o + idx / FAN],
-                None => self.seg_root,
-            };
-            let line_max = if v >= up {
-                v // a new maximum of the line
-            } else if old < up {
-                // Neither the old nor the new value is the line's maximum.
-                self.seg[p] = v;
-                return;
-            } else {
-                // The maximum went down: the others' maximum, or `v`. Read before the store
-                // below: a 16-byte load of the line right after a 4-byte store into it cannot
-                // be forwarded from the store and waits for it to retire (that wait was the
-                // hottest instruction of trace B, docs/PERFORMANCE.md).
-                line_max_except(self.line(off + (idx & !(FAN - 1))), idx & (FAN - 1)).max(v)
-            };
-            self.seg[p] = v;
-            v = line_max;
+        self.seg[k] = v;
+        // Every level, with no early exit: whether the entry above is already as large is a
+        // coin flip (stopping there was 13 % of trace B's mispredicted branches), and three
+        // loads, maxima and stores cost less than one mispredict.
+        let mut idx = k;
+        for off in SUM_OFFSETS.into_iter().skip(1) {
             idx /= FAN;
+            let e = &mut self.seg[off + idx];
+            *e = (*e).max(v);
         }
-        self.seg_root = v;
+        self.seg_root = self.seg_root.max(v);
     }
 
     /// Re-reads bucket `k`'s root maximum into the summary.
@@ -71,22 +56,75 @@ impl<const N: usize> Carve<N> {
         <&[u32; FAN]>::try_from(s).unwrap_or(&[0; FAN])
     }
 
-    /// From entry `idx` of summary level `level` (≥ `need`), the lowest bucket below it
-    /// whose maximum is ≥ `need`.
-    #[inline(always)]
-    pub(super) fn seg_descend(&self, level: usize, mut idx: usize, need: u32) -> usize {
-        let mut l = level;
-        while l > 0 {
-            l -= 1;
-            let m = line_ge(self.line(SUM_OFFSETS[l] + idx * FAN), need);
-            idx = idx * FAN + m.trailing_zeros() as usize;
-        }
-        idx
+    /// The exact largest block of every bucket: the maximum over level 0 (the levels above
+    /// are upper bounds). A diagnostics path: one line scan per 16 buckets.
+    pub(super) fn seg_exact_max(&self) -> u32 {
+        (0..FF_BUCKETS)
+            .step_by(FAN)
+            .map(|j| line_max(self.line(j)))
+            .max()
+            .unwrap_or(0)
     }
 
-    /// The lowest bucket ≥ `from` whose largest block is ≥ `need` granules.
+    /// Sets summary entry `idx` of level `l` (`l == SUM_LEVELS`: the root) to the maximum of
+    /// its line below: the tightest upper bound the levels below give.
     #[inline(always)]
-    pub(super) fn next_bucket(&self, from: usize, need: u32) -> Option<usize> {
+    fn seg_tighten(&mut self, l: usize, idx: usize) {
+        let tight = line_max(self.line(SUM_OFFSETS[l - 1] + idx * FAN));
+        match SUM_OFFSETS.get(l) {
+            Some(o) => self.seg[o + idx] = tight,
+            None => self.seg_root = tight,
+        }
+    }
+
+    /// From entry `idx` of summary level `level` (≥ `need`; `level == SUM_LEVELS` is the
+    /// root), the lowest bucket below it whose maximum is ≥ `need`. An entry on the way down
+    /// that was an upper bound too high (no entry of its line is ≥ `need`) is tightened to
+    /// its line's maximum, and the search goes on with the next entry of the line above,
+    /// backing up a level when that line is used up too; `None` when the start entry itself
+    /// turns out too high (it is tightened as well).
+    #[inline(always)]
+    fn seg_descend(&mut self, level: usize, mut idx: usize, need: u32) -> Option<usize> {
+        let mut l = level;
+        while l > 0 {
+            let m = line_ge(self.line(SUM_OFFSETS[l - 1] + idx * FAN), need);
+            if m != 0 {
+                l -= 1;
+                idx = idx * FAN + m.trailing_zeros() as usize;
+                continue;
+            }
+            self.seg_tighten(l, idx);
+            loop {
+                if l == level {
+                    return None;
+                }
+                // The next entry of the same line that is ≥ `need`, after `idx`.
+                let start = idx & !(FAN - 1);
+                let later = u32::MAX << (idx & (FAN - 1)) << 1;
+                let m = line_ge(self.line(SUM_OFFSETS[l] + start), need) & later;
+                if m != 0 {
+                    idx = start + m.trailing_zeros() as usize;
+                    break;
+                }
+                // The whole line is below `need`: so is the entry above it, once tightened.
+                idx /= FAN;
+                l += 1;
+                self.seg_tighten(l, idx);
+            }
+        }
+        Some(idx)
+    }
+
+    /// The lowest entry `(level, index)` at or after bucket `from` whose value is ≥ `need`,
+    /// climbing one line per level: the subtree that holds the answer, if the upper bounds
+    /// hold.
+    #[inline(always)]
+    fn seg_climb(&self, from: usize, need: u32) -> Option<(usize, usize)> {
+        if from == 0 {
+            // The lowest bucket of all: straight down from the root, one scan per level,
+            // instead of climbing from bucket 0's line and descending again.
+            return (self.seg_root >= need).then_some((SUM_LEVELS, 0));
+        }
         let mut idx = from;
         for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
             if idx >= LEVEL_LENS[l] {
@@ -95,11 +133,24 @@ impl<const N: usize> Carve<N> {
             let start = idx & !(FAN - 1);
             let m = line_ge(self.line(off + start), need) & (u32::MAX << (idx & (FAN - 1)));
             if m != 0 {
-                return Some(self.seg_descend(l, start + m.trailing_zeros() as usize, need));
+                return Some((l, start + m.trailing_zeros() as usize));
             }
             idx = idx / FAN + 1;
         }
         None
+    }
+
+    /// The lowest bucket ≥ `from` whose largest block is ≥ `need` granules. Each retry
+    /// follows the tightening of one upper bound that was ≥ `need` to below it, so the loop
+    /// ends, and a bound is tightened only once per decrease that left it high.
+    #[inline(always)]
+    pub(super) fn next_bucket(&mut self, from: usize, need: u32) -> Option<usize> {
+        loop {
+            let (l, idx) = self.seg_climb(from, need)?;
+            if let Some(k) = self.seg_descend(l, idx, need) {
+                return Some(k);
+            }
+        }
     }
 
     /// The lowest block ending above `addr` in the treap under `x`, or NIL.
@@ -504,7 +555,7 @@ impl<const N: usize> Carve<N> {
 
     /// First fit: the lowest free block holding `size` bytes at an `align`-aligned start (both
     /// granule multiples), with the padding in front of that start.
-    pub(super) fn ff_find(&self, size: u64, align: u64) -> Option<(u32, u64)> {
+    pub(super) fn ff_find(&mut self, size: u64, align: u64) -> Option<(u32, u64)> {
         let need = size >> self.granule.trailing_zeros();
         if need > u64::from(u32::MAX) {
             return None;
@@ -552,26 +603,31 @@ impl<const N: usize> Carve<N> {
     pub(super) fn ff_largest_aligned(&self, align: u64) -> u64 {
         let g = self.granule;
         let best = core::cell::Cell::new(0u64);
-        let mut k = 0;
-        // Only a block of more than `best` bytes can beat it (`best` is a granule multiple).
-        while let Ok(beat) = u32::try_from(best.get() / g + 1) {
-            let Some(b) = self.next_bucket(k, beat) else {
+        // Level 0 is exact (the levels above are upper bounds): one line per 16 buckets,
+        // then the treaps of the buckets whose largest block could beat the best found.
+        for j in (0..FF_BUCKETS).step_by(FAN) {
+            // Only a block of more than `best` bytes can beat it (`best` is a granule multiple).
+            let Ok(beat) = u32::try_from(best.get() / g + 1) else {
                 break;
             };
-            self.tree_first(
-                self.roots[b],
-                |m| u64::from(m) * g > best.get(),
-                |n| {
-                    let end = n.addr + n.size;
-                    if let Some(start) = n.addr.checked_next_multiple_of(align) {
-                        if start < end {
-                            best.set(best.get().max(end - start));
+            let mut m = line_ge(self.line(j), beat);
+            while m != 0 {
+                let b = j + m.trailing_zeros() as usize;
+                m &= m - 1;
+                self.tree_first(
+                    self.roots[b],
+                    |m| u64::from(m) * g > best.get(),
+                    |n| {
+                        let end = n.addr + n.size;
+                        if let Some(start) = n.addr.checked_next_multiple_of(align) {
+                            if start < end {
+                                best.set(best.get().max(end - start));
+                            }
                         }
-                    }
-                    false
-                },
-            );
-            k = b + 1;
+                        false
+                    },
+                );
+            }
         }
         best.get()
     }

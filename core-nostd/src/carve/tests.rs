@@ -578,3 +578,36 @@ proptest! {
         prop_assert_eq!(c.check(), Ok(()));
     }
 }
+
+/// The first-fit summary's upper bounds (module docs): an allocation that lowers a bucket's
+/// largest block leaves the levels above it high; the next search that trusts them must
+/// tighten them and still find the lowest fit elsewhere, and the figures stay exact.
+#[test]
+fn first_fit_search_tightens_a_bound_an_allocation_left_high() {
+    const P: u64 = 4096;
+    const CAP: u64 = 16 << 30; // 16 384 buckets of 1 MiB
+    let mut c = Carve::<64>::new_boxed();
+    c.init_with(0, CAP, P, Policy::FirstFit).unwrap();
+    let a = c.alloc(64 * P, 0).unwrap();
+    c.alloc(MIB - 64 * P, 0).unwrap();
+    c.free(a.id).unwrap();
+    // Bucket 0 holds one 64-page hole; everything above 1 MiB is one block.
+    assert_eq!(c.alloc(48 * P, 0).unwrap().addr, 0);
+    // The hole is 16 pages now, but the entries above bucket 0 still say 64.
+    assert_eq!(c.largest_aligned(0), CAP - MIB, "largest_free is exact");
+    assert_eq!(
+        c.alloc(32 * P, 0).unwrap().addr,
+        MIB,
+        "past the bound left high"
+    );
+    c.check().unwrap();
+    assert_eq!(
+        c.alloc(16 * P, 0).unwrap().addr,
+        48 * P,
+        "the hole itself still fits"
+    );
+    assert_eq!(c.alloc(P, 0).unwrap().addr, MIB + 32 * P);
+    c.check().unwrap();
+    assert_eq!(c.largest_free(), CAP - MIB - 33 * P);
+    assert_eq!(c.stats().largest_free, c.largest_free());
+}
