@@ -507,15 +507,13 @@ impl<'a> Nrt<'a> {
         let emptied = self.st.mem_ref_sets.with_live(set, |s| {
             let ht = s.as_ptr().cast::<ht_t>();
             // SAFETY: as in `mem_ref_set_add`: a live set under its shard lock, whose chains
-            // link only nodes `mem_ref_set_add` linked. `for_each` reads a node's `next`
-            // before `f` gives it back, and `clear` then empties the buckets without touching
-            // the nodes, so no node is read after its release and a later call finds an
-            // empty set rather than released nodes.
+            // link only nodes `mem_ref_set_add` linked. `drain` unlinks each node and reads
+            // its `next` before the closure gives it back, so no node is read after its
+            // release, and a later call finds an empty set rather than released nodes.
             unsafe {
-                ht::for_each(ht, |n| {
+                ht::drain(ht, |n| {
                     let _ = self.st.mem_ref_nodes.give_back(n, how);
                 });
-                ht::clear(ht);
             }
         });
         if emptied.is_some() {
@@ -609,5 +607,42 @@ mod tests {
 
         n.close().unwrap();
         assert!(n.model_db_lock(tpb).is_none(), "torn down by close");
+    }
+
+    /// An execution's hold: the core names the running model and the model counts one more
+    /// reference until the guard is dropped, then both go (spec §4.6).
+    #[test]
+    fn an_execution_marks_its_core_and_holds_a_reference_until_dropped() {
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).unwrap();
+        let spec = crate::model::ModelSpec {
+            name: "m",
+            subgraphs: 1,
+            ..Default::default()
+        };
+        let h = n.load_model(crate::LogicalCore::new(0), &spec).unwrap();
+        let tpb = n.tpb(0, 0).unwrap();
+        // SAFETY: one thread: no exec lock is held while the field is read.
+        let running = || unsafe { addr_of!((*tpb).h_running_model).read().id };
+        assert_eq!(running(), 0);
+        let g = n.exec_begin(h).unwrap();
+        assert_eq!(running(), h.h_model().id);
+        assert_eq!(g.model().h_model.id, h.h_model().id);
+        assert_eq!(
+            n.model_info(h).unwrap().ref_count,
+            1,
+            "the guard's reference"
+        );
+        drop(g);
+        assert_eq!(running(), 0, "cleared with the exec lock");
+        assert_eq!(n.model_info(h).unwrap().ref_count, 0);
+        let db = n.model_db_lock(tpb).unwrap();
+        assert!(db.contains(h.h_model().id));
+        drop(db);
+        n.unload_model(h).unwrap();
+        assert!(!n.model_db_lock(tpb).unwrap().contains(h.h_model().id));
+        n.close().unwrap();
     }
 }

@@ -161,7 +161,6 @@ impl<'a> Nrt<'a> {
         let g = self.dev_geom(v.tpbs[0].device_id);
         let arch = g.arch();
         self.check_spec(spec, arch)?;
-        let before = self.vnc_device_bytes(vnc);
         let mut model = self.st.models.alloc_fresh("model_t")?;
         let mut b = Building {
             cleanup: None,
@@ -173,15 +172,15 @@ impl<'a> Nrt<'a> {
             ulib_staged_now: false,
             ulib_tpb: null_mut(),
         };
-        let published = match self.load_into(&mut model, &mut b, &v, spec, arch, vnc, before) {
+        let published = match self.load_into(&mut model, &mut b, &v, spec, arch, vnc) {
             Ok(h) => {
-                let after = model.mem_usage_after;
-                self.add_model(b.tpbs[0], model).map(|()| (h, after))
+                let usage = (model.mem_usage_before, model.mem_usage_after);
+                self.add_model(b.tpbs[0], model).map(|()| (h, usage))
             }
             Err(e) => Err((e, model)),
         };
         match published {
-            Ok((h, after)) => {
+            Ok((h, (before, after))) => {
                 info!(
                     "Added model: {} on (nd{}:nc{}) mem_usage before {} after {}",
                     h.id, v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx, before, after
@@ -201,7 +200,6 @@ impl<'a> Nrt<'a> {
 
     /// Builds everything of the model in `m` (still unpublished) and returns its handle;
     /// `add_model` is the caller's.
-    #[allow(clippy::too_many_arguments)]
     fn load_into(
         &self,
         m: &mut Fresh<'a, model_t>,
@@ -210,8 +208,9 @@ impl<'a> Nrt<'a> {
         spec: &ModelSpec<'_>,
         arch: al_hal_tpb_arch_type_t,
         vnc: LogicalCore,
-        before: u64,
     ) -> Result<H_MODEL> {
+        // Nothing of this load is booked yet (the model slot is not ledger memory).
+        let before = self.vnc_device_bytes(vnc);
         let lnc = v.num_tpbs.max(1);
         // vtpb_info_shared_init_vtpb (§5.2) + the ownership move of kbl_model_add (§5.3): each
         // subgraph's mr_set (MODEL allocator, 1024-bucket mem_ref_set, gc_tracker; the cleanup
