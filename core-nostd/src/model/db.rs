@@ -1,53 +1,28 @@
 //! The per-core model database (spec §4.3, §4.4): `add_model`, the handle lookup with its
 //! reference, `remove_model`'s unlink-then-drain, and the queries over resident models.
 
-use core::ptr::addr_of_mut;
-use core::sync::atomic::Ordering;
-
-use super::{drain, ModelInfo, ModelIo, ModelIoTable, MODEL_IO_MAX};
+use super::{ModelInfo, ModelIo, MODEL_IO_MAX};
 use crate::abi::*;
-use crate::ctx::Nrt;
+use crate::arena::Fresh;
+use crate::ctx::{DrainedModel, ModelRef, Nrt};
 use crate::error::{Error, Result};
 use crate::handle::{HandleKind, ModelHandle};
-use crate::ht;
 use crate::vcore::LogicalCore;
 
 impl<'a> Nrt<'a> {
-    /// The IO table of model slot `m` (of this runtime's model arena; a pointer the arena does
-    /// not own yields the last slot's table, which no caller reaches: they pass live models).
-    pub(crate) fn model_io_table(&self, m: *mut model_t) -> *mut ModelIoTable {
-        self.st.models.side_entry(&self.st.model_io, m)
-    }
-
-    /// `add_model` (spec §4.3): links the model into the core's `model_db` through its embedded
-    /// node; a handle already present is `DuplicateModel` (NRT_INVALID_HANDLE); a core torn
-    /// down by `close` (null table) is `Closed`, and the caller rolls the load back.
-    pub(super) fn add_model(&self, tpb: *mut tpb_t, m: *mut model_t) -> Result<()> {
-        // SAFETY: resolved tpb; model_db guarded by model_db_lock, checked non-null under it.
-        unsafe {
-            let _g = (*tpb).model_db_lock.lock();
-            if (*tpb).model_db.is_null() {
-                return Err(Error::Closed);
-            }
-            let id = (*m).h_model.id as u64;
-            // ht_find != 0 means "absent, safe to insert" (spec §4.3 QUIRK).
-            if ht::ht_find((*tpb).model_db, id, None) != 0 {
-                ht::ht_insert(
-                    (*tpb).model_db,
-                    id,
-                    addr_of_mut!((*m).ht_node),
-                    m as *mut core::ffi::c_void,
-                );
-                Ok(())
-            } else {
-                Err(Error::DuplicateModel((*m).h_model.id))
-            }
+    /// `add_model` (spec §4.3): publishes the building model and links it into the core's
+    /// `model_db` through its embedded node; a handle already present is `DuplicateModel`
+    /// (NRT_INVALID_HANDLE); a core torn down by `close` (no table) is `Closed`. On error the
+    /// model comes back unpublished and the caller rolls the load back.
+    pub(super) fn add_model(
+        &self,
+        tpb: *mut tpb_t,
+        m: Fresh<'a, model_t>,
+    ) -> core::result::Result<(), (Error, Fresh<'a, model_t>)> {
+        match self.model_db_lock(tpb) {
+            Some(mut db) => db.insert(m),
+            None => Err((Error::Closed, m)),
         }
-    }
-
-    /// container_of(node) → model (ht_node at model_t+7496, spec §4.4).
-    fn model_of(node: *mut ht_node_t) -> *mut model_t {
-        (node as *mut u8).wrapping_sub(core::mem::offset_of!(model_t, ht_node)) as *mut model_t
     }
 
     /// Resolves the core part of a model handle: its epoch must be this runtime's, and its
@@ -69,42 +44,23 @@ impl<'a> Nrt<'a> {
 
     /// `get_model_ref_count` (spec §4.4): looks `h` up and takes a reference under the lock,
     /// so an in-flight unload cannot free it. A table torn down by `close` is `Closed`.
-    pub(super) fn get_model_ref_count(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<*mut model_t> {
-        // SAFETY: resolved tpb; under model_db_lock, the table checked non-null under it.
-        unsafe {
-            let _g = (*tpb).model_db_lock.lock();
-            if (*tpb).model_db.is_null() {
-                return Err(Error::Closed);
-            }
-            let node =
-                ht::find((*tpb).model_db, h.id as u64).ok_or(Error::stale(HandleKind::Model))?;
-            let m = Self::model_of(node);
-            (*m).ref_count.fetch_add(1, Ordering::AcqRel);
-            Ok(m)
-        }
+    pub(super) fn get_model_ref_count(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<ModelRef<'a>> {
+        self.model_db_lock(tpb)
+            .ok_or(Error::Closed)?
+            .lookup(h.id)
+            .ok_or(Error::stale(HandleKind::Model))
     }
 
     /// `remove_model` (spec §4.5): unlinks `h` from the lookup first (no new execution can
-    /// acquire it), then drains until every in-flight user has released it. A table torn
-    /// down by `close` is `Closed`.
-    pub(super) fn remove_model(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<*mut model_t> {
-        // SAFETY: resolved tpb; the table under model_db_lock (checked non-null under it), the
-        // drain on an atomic.
-        unsafe {
-            let node = {
-                let _g = (*tpb).model_db_lock.lock();
-                if (*tpb).model_db.is_null() {
-                    return Err(Error::Closed);
-                }
-                if ht::ht_find((*tpb).model_db, h.id as u64, None) != 0 {
-                    return Err(Error::stale(HandleKind::Model));
-                }
-                ht::ht_remove((*tpb).model_db, h.id as u64)
-            };
-            let m = Self::model_of(node);
-            drain(&(*m).ref_count);
-            Ok(m)
-        }
+    /// acquire it), then, with the lock released, drains until every in-flight user has
+    /// released it. A table torn down by `close` is `Closed`.
+    pub(super) fn remove_model(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<DrainedModel<'a>> {
+        let unlinked = self
+            .model_db_lock(tpb)
+            .ok_or(Error::Closed)?
+            .unlink(h.id)
+            .ok_or(Error::stale(HandleKind::Model))?;
+        Ok(unlinked.drain())
     }
 
     /// Footprint of a resident model (spec §4.4 lookup + reference, §5). `Closed` /
@@ -112,18 +68,18 @@ impl<'a> Nrt<'a> {
     pub fn model_info(&self, h: ModelHandle) -> Result<ModelInfo> {
         self.with_model(h, |m, vnc, refs| {
             let scratchpad_pages = self
-                .cleanup_claim(m.scratchpad_cleanup_info)
+                .cleanup_claim(m.scratchpad_cleanup_info())
                 .map_or(0, |(_, pages)| pages);
             let mut info = ModelInfo {
                 handle: h.h_model().id,
                 vnc,
                 scratchpad_pages,
-                shared_ulib: m.ulib_is_shared != 0,
-                subgraphs: m.num_subgraphs,
+                shared_ulib: m.ulib_is_shared() != 0,
+                subgraphs: m.num_subgraphs(),
                 ref_count: refs,
                 ..Default::default()
             };
-            for al in m.sg_allocators {
+            for al in m.sg_allocators() {
                 self.allocator_for_each_inner(al, |d| {
                     info.allocations += 1;
                     info.bytes += d.allocated_size;
@@ -145,8 +101,9 @@ impl<'a> Nrt<'a> {
         mut f: impl FnMut(u32, &dmem_t),
     ) -> Result<()> {
         self.with_model(h, |m, _, _| {
-            let n = (m.num_subgraphs as usize).min(m.sg_allocators.len());
-            for (sg, al) in m.sg_allocators[..n].iter().enumerate() {
+            let allocators = m.sg_allocators();
+            let n = (m.num_subgraphs() as usize).min(allocators.len());
+            for (sg, al) in allocators[..n].iter().enumerate() {
                 self.allocator_for_each_inner(*al, |d| f(sg as u32, d));
             }
         })
@@ -157,16 +114,12 @@ impl<'a> Nrt<'a> {
     fn with_model<R>(
         &self,
         h: ModelHandle,
-        f: impl FnOnce(&model_t, LogicalCore, u64) -> R,
+        f: impl FnOnce(&ModelRef<'a>, LogicalCore, u64) -> R,
     ) -> Result<R> {
         let _call = self.enter()?;
         let (tpb, vnc) = self.model_tpb(h)?;
         let m = self.get_model_ref_count(tpb, h.h_model())?;
-        // SAFETY: we hold a reference: the model is not freed until we drop it below.
-        let r = unsafe { f(&*m, vnc, (*m).ref_count.load(Ordering::Acquire) - 1) };
-        // SAFETY: the reference taken above.
-        unsafe { (*m).ref_count.fetch_sub(1, Ordering::AcqRel) };
-        Ok(r)
+        Ok(f(&m, vnc, m.other_refs()))
     }
 
     /// Handles of the models resident on logical core `vnc` (the core's `model_db`, spec
@@ -178,20 +131,15 @@ impl<'a> Nrt<'a> {
         let (index, epoch) = (vnc.index().unwrap_or(u32::MAX), self.epoch());
         let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
         let mut n = 0;
-        // SAFETY: resolved tpb; the table is read under model_db_lock, and only when teardown
-        // has not cleared it (a close racing this call leaves it null).
-        unsafe {
-            let _g = (*tpb).model_db_lock.lock();
-            if (*tpb).model_db.is_null() {
-                return Err(Error::Closed);
+        // Read under model_db_lock, and only while teardown has not cleared the table (a
+        // close racing this call leaves none).
+        let db = self.model_db_lock(tpb).ok_or(Error::Closed)?;
+        db.for_each_id(|id| {
+            if n < out.len() {
+                out[n] = ModelHandle::from_parts(index, id, epoch);
             }
-            ht::for_each((*tpb).model_db, |node| {
-                if n < out.len() {
-                    out[n] = ModelHandle::from_parts(index, (*node).key as u32, epoch);
-                }
-                n += 1;
-            });
-        }
+            n += 1;
+        });
         Ok(n)
     }
 
@@ -202,10 +150,9 @@ impl<'a> Nrt<'a> {
     /// outside an initialised runtime.
     pub fn for_each_model_io(&self, h: ModelHandle, mut f: impl FnMut(&ModelIo<'_>)) -> Result<()> {
         self.with_model(h, |m, _, _| {
-            let n = (m.num_inputs + m.num_outputs) as usize;
+            let n = (m.num_inputs() + m.num_outputs()) as usize;
             for k in 0..n.min(MODEL_IO_MAX) {
-                // SAFETY: `with_model` holds a reference on `m` for the whole closure.
-                if let Some(io) = unsafe { self.io_entry(m, k) } {
+                if let Some(io) = m.io(k) {
                     f(&io);
                 }
             }

@@ -2,24 +2,26 @@
 //! build of its heaps, allocations, scratchpad and GPSIMD libraries, the rollback of a
 //! failed load, and `model_free`.
 
-use core::ptr::{addr_of_mut, null_mut};
+use core::ptr::null_mut;
 
 use super::{tdrv_get_unique_h_model, ModelSpec, IO_DIMS_MAX, IO_NAME_MAX, MODEL_IO_MAX};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
-use crate::arena::GiveBack;
+use crate::arena::{Fresh, GiveBack};
 use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
 use crate::cstr::copy_c_name;
-use crate::ctx::{MemRefSet, Nrt};
+use crate::ctx::{DrainedModel, Nrt};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
 use crate::handle::ModelHandle;
-use crate::ht;
 use crate::vcore::LogicalCore;
 
-/// A model under construction; `Drop`-free so rollback is explicit.
-struct Building {
-    model: *mut model_t,
+/// What a load has built beside its model slot (the slot itself is a [`Fresh`] the load
+/// holds apart, so `add_model` can take it); rollback undoes it explicitly.
+struct Building<'a> {
+    /// The scratchpad cleanup record, unpublished until the model is complete (dropping it
+    /// gives the slot back as if never taken).
+    cleanup: Option<Fresh<'a, tdrv_scratchpad_cleanup_info_t>>,
     tpbs: [*mut tpb_t; MAX_SUBGRAPHS],
     sp_tpb: *mut tpb_t,
     sp_pages: u32,
@@ -51,14 +53,12 @@ impl<'a> Nrt<'a> {
         &self,
         c: *const tdrv_scratchpad_cleanup_info_t,
     ) -> Option<(*mut tpb_t, u32)> {
-        // SAFETY: a cleanup record lives as long as the model that points at it.
-        let c = unsafe { c.as_ref() }?;
-        let (d, t) = self.tree_pcore(c.pcores[0])?;
+        let c = self.cleanup_record(c)?;
+        let (d, t) = self.tree_pcore(c.pcore)?;
         let tpb = self.tpb(d, t).ok()?;
-        // SAFETY: resolved tpb; page_size is fixed at bring-up.
-        let ps = unsafe { (*tpb).scratchpad.page_size }.max(1);
-        let pages = u32::try_from(c.sizes[0] / ps).ok()?;
-        (c.num_entries > 0 && pages > 0).then_some((tpb, pages))
+        let ps = self.scratchpad_lock(tpb)?.page_size().max(1);
+        let pages = u32::try_from(c.bytes / ps).ok()?;
+        (c.entries > 0 && pages > 0).then_some((tpb, pages))
     }
 
     /// Validates a spec before anything is allocated.
@@ -161,10 +161,9 @@ impl<'a> Nrt<'a> {
         let g = self.dev_geom(v.tpbs[0].device_id);
         let arch = g.arch();
         self.check_spec(spec, arch)?;
-        let before = self.vnc_device_bytes(vnc);
-        let model = self.st.models.alloc("model_t")?.as_ptr();
+        let mut model = self.st.models.alloc_fresh("model_t")?;
         let mut b = Building {
-            model,
+            cleanup: None,
             tpbs: [null_mut(); MAX_SUBGRAPHS],
             sp_tpb: null_mut(),
             sp_pages: 0,
@@ -173,29 +172,45 @@ impl<'a> Nrt<'a> {
             ulib_staged_now: false,
             ulib_tpb: null_mut(),
         };
-        match self.load_into(&mut b, &v, spec, arch, vnc, before) {
-            Ok(h) => Ok(ModelHandle::from_parts(
-                vnc.index().unwrap_or(u32::MAX),
-                h.id,
-                self.epoch(),
-            )),
-            Err(e) => {
-                self.rollback(&b);
+        let published = match self.load_into(&mut model, &mut b, &v, spec, arch, vnc) {
+            Ok(h) => {
+                let usage = (model.mem_usage_before, model.mem_usage_after);
+                self.add_model(b.tpbs[0], model).map(|()| (h, usage))
+            }
+            Err(e) => Err((e, model)),
+        };
+        match published {
+            Ok((h, (before, after))) => {
+                info!(
+                    "Added model: {} on (nd{}:nc{}) mem_usage before {} after {}",
+                    h.id, v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx, before, after
+                );
+                Ok(ModelHandle::from_parts(
+                    vnc.index().unwrap_or(u32::MAX),
+                    h.id,
+                    self.epoch(),
+                ))
+            }
+            Err((e, model)) => {
+                self.rollback(model, b);
                 Err(e)
             }
         }
     }
 
+    /// Builds everything of the model in `m` (still unpublished) and returns its handle;
+    /// `add_model` is the caller's.
     fn load_into(
         &self,
-        b: &mut Building,
+        m: &mut Fresh<'a, model_t>,
+        b: &mut Building<'a>,
         v: &virtual_core_t,
         spec: &ModelSpec<'_>,
         arch: al_hal_tpb_arch_type_t,
         vnc: LogicalCore,
-        before: u64,
     ) -> Result<H_MODEL> {
-        let m = b.model;
+        // Nothing of this load is booked yet (the model slot is not ledger memory).
+        let before = self.vnc_device_bytes(vnc);
         let lnc = v.num_tpbs.max(1);
         // vtpb_info_shared_init_vtpb (§5.2) + the ownership move of kbl_model_add (§5.3): each
         // subgraph's mr_set (MODEL allocator, 1024-bucket mem_ref_set, gc_tracker; the cleanup
@@ -207,54 +222,40 @@ impl<'a> Nrt<'a> {
             let tpb = self.tpb(pc.device_id, pc.device_tpb_idx)?;
             b.tpbs[s] = tpb;
             // Each piece is stored in the model the moment it exists, so rollback finds it.
-            // SAFETY: tpb resolved (its `pcore` lives as long as the context); `m` is our fresh,
-            // unpublished model slot.
-            unsafe {
-                (*m).sg_allocators[s] = self.dmem_allocator_create_inner(
-                    self.pcore_ptr(pc.device_id, pc.device_tpb_idx),
-                    dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
-                )?;
-                let set = self.st.mem_ref_sets.alloc("mem_ref_set")?.as_ptr();
-                ht::ht_init(addr_of_mut!((*set).hdr), constants::MEM_REF_SET_BUCKETS);
-                (*m).sg_mem_ref_sets[s] = addr_of_mut!((*set).hdr);
-                (*m).sg_gc_trackers[s] = self.dmem_list_new()?;
-            }
+            m.sg_allocators[s] = self.dmem_allocator_create_inner(
+                self.pcore_ptr(pc.device_id, pc.device_tpb_idx),
+                dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
+            )?;
+            m.sg_mem_ref_sets[s] = self.mem_ref_set_new()?;
+            m.sg_gc_trackers[s] = self.dmem_list_new()?;
         }
-        // SAFETY: our model slot; subgraph 0's slots were filled above (subgraphs >= 1).
-        unsafe {
-            (*m).scratchpad_cleanup_info = self
-                .st
+        // The cleanup record, published with the model (rollback drops it unpublished).
+        b.cleanup = Some(
+            self.st
                 .sp_cleanup
-                .alloc("scratchpad_cleanup_info_t")?
-                .as_ptr();
-            (*m).dmem_allocator = (*m).sg_allocators[0];
-            (*m).mem_ref_set = (*m).sg_mem_ref_sets[0];
-            (*m).gc_tracker = (*m).sg_gc_trackers[0];
-        }
+                .alloc_fresh("scratchpad_cleanup_info_t")?,
+        );
+        // Subgraph 0's slots were filled above (subgraphs >= 1).
+        m.dmem_allocator = m.sg_allocators[0];
+        m.mem_ref_set = m.sg_mem_ref_sets[0];
+        m.gc_tracker = m.sg_gc_trackers[0];
         // SBUF EVTACCEL (§8): validated in check_spec; here the model flags.
         if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN {
             if spec.sbuf_carveout.is_some() {
-                // SAFETY: our model slot.
-                unsafe {
-                    (*m).reset_evt_accel = 1;
-                    (*m).program_fp8_cfg = 1;
-                }
+                m.reset_evt_accel = 1;
+                m.program_fp8_cfg = 1;
             } else {
                 info!("model {} has no evtaccel reservation on SBUF", spec.name);
             }
         }
         // The NEFF's allocations, per subgraph, into that subgraph's MODEL heap.
         for s in 0..spec.subgraphs as usize {
-            // SAFETY: our model slot; tpbs[s] resolved above.
-            let (al, list, set, hbm) = unsafe {
-                let hbm = self.tpb_default_hbm(b.tpbs[s]);
-                (
-                    (*m).sg_allocators[s],
-                    (*m).sg_gc_trackers[s],
-                    (*m).sg_mem_ref_sets[s],
-                    hbm,
-                )
-            };
+            let (al, list, set) = (
+                m.sg_allocators[s],
+                m.sg_gc_trackers[s],
+                m.sg_mem_ref_sets[s],
+            );
+            let hbm = self.tpb_default_hbm(b.tpbs[s]);
             for a in spec.subgraph_allocations(s) {
                 let args = AllocArgs {
                     size: a.size,
@@ -265,27 +266,20 @@ impl<'a> Nrt<'a> {
                     hint: a.hint,
                 };
                 let d = self.dmem_alloc_inner(al, &args, Some(list))?;
-                let node = match self.st.mem_ref_nodes.alloc("mem_ref_node") {
-                    Ok(n) => n.as_ptr(),
-                    Err(e) => {
-                        // Just allocated by this call: seen by nobody.
-                        self.dmem_release_ref(d, GiveBack::Cancel);
-                        return Err(e.into());
-                    }
-                };
-                // SAFETY: fresh node; the set is ours (not yet published).
-                unsafe {
-                    (*node).buf_size = a.size;
-                    (*node).key_type = 1; // string key (hashed)
-                    ht::ht_insert(set, name_key(a.hint), node, d as *mut core::ffi::c_void);
+                if let Err(e) = self.mem_ref_set_add(set, name_key(a.hint), a.size, d) {
+                    // Just allocated by this call: seen by nobody.
+                    self.dmem_release_ref(d, GiveBack::Cancel);
+                    return Err(e);
                 }
             }
         }
         // Scratchpad pages (§8), shared on the first core.
         if spec.scratchpad_bytes > 0 {
             let tpb = b.tpbs[0];
-            // SAFETY: resolved tpb.
-            let ps = unsafe { (*tpb).scratchpad.page_size.max(1) };
+            let ps = self
+                .scratchpad_lock(tpb)
+                .map_or(1, |sp| sp.page_size())
+                .max(1);
             let (dev, idx) = self.tpb_coords(tpb);
             let pages = spec.scratchpad_bytes.div_ceil(ps);
             if pages > constants::SCRATCHPAD_MAX_PAGES as u64 {
@@ -294,31 +288,25 @@ impl<'a> Nrt<'a> {
             self.scratchpad_claim(tpb, pages as u32, self.dev_geom(dev).default_hbm(idx))?;
             b.sp_tpb = tpb;
             b.sp_pages = pages as u32;
-            // SAFETY: our cleanup record.
-            unsafe {
-                let c = (*m).scratchpad_cleanup_info;
-                (*c).pcores[0] = self.pcore_ptr(dev, idx);
-                (*c).sizes[0] = pages * ps;
-                (*c).num_entries = 1;
-                (*c).first_page = 0;
+            if let Some(c) = b.cleanup.as_mut() {
+                c.pcores[0] = self.pcore_ptr(dev, idx);
+                c.sizes[0] = pages * ps;
+                c.num_entries = 1;
+                c.first_page = 0;
             }
         }
         // GPSIMD ext-isa staging only on SUNDA (kbl_model_add: cmp $0x2 → ucode_stage_libs).
         if let Some(req) = spec.gpsimd_libs {
             if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
                 let tpb = b.tpbs[0];
-                // SAFETY: resolved tpb; our model.
-                let (hbm, al) = (self.tpb_default_hbm(tpb), unsafe { (*m).dmem_allocator });
+                let (hbm, al) = (self.tpb_default_hbm(tpb), m.dmem_allocator);
                 b.ulib_tpb = tpb;
                 let (set, shared, staged_now) = self.ucode_stage_libs(tpb, al, hbm, req)?;
                 b.ulib = set;
                 b.ulib_shared = shared;
                 b.ulib_staged_now = staged_now;
-                // SAFETY: our model.
-                unsafe {
-                    (*m).ulib_set_info = set;
-                    (*m).ulib_is_shared = shared as u8;
-                }
+                m.ulib_set_info = set;
+                m.ulib_is_shared = shared as u8;
             } else {
                 debug!(
                     "gpsimd libraries are staged only on SUNDA; ignored for {}",
@@ -326,48 +314,44 @@ impl<'a> Nrt<'a> {
                 );
             }
         }
-        // Fill in the model and publish it.
+        // Fill in the model; the caller publishes it (`add_model`).
         let h = tdrv_get_unique_h_model();
-        // SAFETY: our model slot, not yet visible to anyone.
-        unsafe {
-            (*m).h_model = h;
-            (*m).vtpb_idx = v.vtpb_idx;
-            (*m).pcore = v.tpbs[0];
-            (*m).num_subgraphs = spec.subgraphs;
-            (*m).state = 1;
-            copy_c_name(&mut (*m).name, spec.name);
-            (*m).num_inputs = spec.inputs.len() as u32;
-            (*m).num_outputs = spec.outputs.len() as u32;
-            let io = self.model_io_table(m);
-            for (i, t) in spec.inputs.iter().chain(spec.outputs.iter()).enumerate() {
-                let e = &mut (*io)[i];
-                e.size = t.size;
-                e.dtype = t.dtype;
-                e.ndim = t.shape.len() as u32;
-                e.shape = [0; IO_DIMS_MAX];
-                e.shape[..t.shape.len()].copy_from_slice(t.shape);
-                e.name = [0; IO_NAME_MAX + 1];
-                copy_c_name(&mut e.name, t.name);
+        m.h_model = h;
+        m.vtpb_idx = v.vtpb_idx;
+        m.pcore = v.tpbs[0];
+        m.num_subgraphs = spec.subgraphs;
+        m.state = 1;
+        copy_c_name(&mut m.name, spec.name);
+        m.num_inputs = spec.inputs.len() as u32;
+        m.num_outputs = spec.outputs.len() as u32;
+        let io = self
+            .model_io_mut(m)
+            .ok_or(Error::InvalidModel("model slot of another runtime"))?;
+        // check_spec bounded the tensors (at most MODEL_IO_MAX, shapes at most IO_DIMS_MAX).
+        for (e, t) in io
+            .iter_mut()
+            .zip(spec.inputs.iter().chain(spec.outputs.iter()))
+        {
+            e.size = t.size;
+            e.dtype = t.dtype;
+            e.ndim = t.shape.len() as u32;
+            e.shape = [0; IO_DIMS_MAX];
+            for (d, s) in e.shape.iter_mut().zip(t.shape) {
+                *d = *s;
             }
-            (*m).mem_usage_before = before;
-            (*m).mem_usage_after = self.vnc_device_bytes(vnc);
+            e.name = [0; IO_NAME_MAX + 1];
+            copy_c_name(&mut e.name, t.name);
         }
-        self.add_model(b.tpbs[0], m)?;
-        info!(
-            "Added model: {} on (nd{}:nc{}) mem_usage before {} after {}",
-            h.id,
-            v.tpbs[0].device_id,
-            v.tpbs[0].device_tpb_idx,
-            before,
-            // SAFETY: published, but we still hold no lock-free mutators of this field.
-            unsafe { (*m).mem_usage_after }
-        );
+        m.mem_usage_before = before;
+        m.mem_usage_after = self.vnc_device_bytes(vnc);
+        if let Some(c) = b.cleanup.take() {
+            m.scratchpad_cleanup_info = c.publish().as_ptr();
+        }
         Ok(h)
     }
 
-    /// Undoes a partial load.
-    fn rollback(&self, b: &Building) {
-        let m = b.model;
+    /// Undoes a partial load: `m` is the unpublished model, `b` what was built beside it.
+    fn rollback(&self, m: Fresh<'a, model_t>, b: Building<'a>) {
         if !b.ulib.is_null() {
             self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared, GiveBack::Cancel);
         }
@@ -385,67 +369,54 @@ impl<'a> Nrt<'a> {
             // its GLOBAL allocator's list), where other loads and callers can see them.
             self.scratchpad_release(b.sp_tpb, b.sp_pages, GiveBack::Release);
         }
-        self.free_model_heaps(m, GiveBack::Cancel);
-        // The handle was never returned: the slot goes back as if the load never started.
-        let _ = self.st.models.cancel(m);
+        self.free_model_heaps(&m, GiveBack::Cancel);
+        // The handle was never returned: the slots go back as if the load never started
+        // (dropping a `Fresh` cancels its take: the model's, and the cleanup record's when it
+        // was not yet published).
+        drop(b);
+        drop(m);
     }
 
     /// Frees a model's per-subgraph heaps, mem_ref sets, gc trackers and cleanup record.
     /// `how`: [`GiveBack::Release`] at unload; [`GiveBack::Cancel`] when a failed load rolls
     /// back (nobody saw its heaps, so their slots need not wait out the quarantines).
-    fn free_model_heaps(&self, m: *mut model_t, how: GiveBack) {
+    fn free_model_heaps(&self, m: &model_t, how: GiveBack) {
         for s in 0..MAX_SUBGRAPHS {
-            // SAFETY: the model is unpublished or drained: we are its only user.
-            unsafe {
-                let set = (*m).sg_mem_ref_sets[s];
-                if !set.is_null() {
-                    ht::for_each(set, |n| {
-                        let _ = self.st.mem_ref_nodes.give_back(n, how);
-                    });
-                    let _ = self.st.mem_ref_sets.give_back(set as *const MemRefSet, how);
-                }
-                let al = (*m).sg_allocators[s];
-                if !al.is_null() {
-                    // One call reclaims the subgraph's whole footprint (§5.4).
-                    let _ = self.dmem_allocator_destroy_inner(al, how);
-                }
-                self.dmem_list_destroy((*m).sg_gc_trackers[s], how);
+            let set = m.sg_mem_ref_sets[s];
+            if !set.is_null() {
+                self.mem_ref_set_free(set, how);
             }
+            let al = m.sg_allocators[s];
+            if !al.is_null() {
+                // One call reclaims the subgraph's whole footprint (§5.4).
+                let _ = self.dmem_allocator_destroy_inner(al, how);
+            }
+            self.dmem_list_destroy(m.sg_gc_trackers[s], how);
         }
-        // SAFETY: as above.
-        unsafe {
-            let c = (*m).scratchpad_cleanup_info;
-            if !c.is_null() {
-                let _ = self.st.sp_cleanup.give_back(c, how);
-            }
+        let c = m.scratchpad_cleanup_info;
+        if !c.is_null() {
+            let _ = self.st.sp_cleanup.give_back(c, how);
         }
     }
 
     /// `model_free` (spec §5.4): releases the ulib set (not the shared ext-isa copy), the
     /// scratchpad claim, then destroys the MODEL heaps — one call per subgraph reclaims the
     /// whole footprint — and frees the `model_t`.
-    fn model_free(&self, m: *mut model_t) {
-        // SAFETY: drained and unlinked: we are the only user.
-        unsafe {
-            let tpb = self
-                .tpb((*m).pcore.device_id, (*m).pcore.device_tpb_idx)
-                .unwrap_or(null_mut());
-            if !tpb.is_null() {
-                self.ucode_release(
-                    tpb,
-                    (*m).ulib_set_info,
-                    (*m).ulib_is_shared != 0,
-                    GiveBack::Release,
-                );
-                let c = (*m).scratchpad_cleanup_info;
-                if let Some((sp_tpb, pages)) = self.cleanup_claim(c) {
-                    self.scratchpad_release(sp_tpb, pages, GiveBack::Release);
-                }
+    fn model_free(&self, mut m: DrainedModel<'a>) {
+        if let Ok(tpb) = self.tpb(m.pcore.device_id, m.pcore.device_tpb_idx) {
+            self.ucode_release(
+                tpb,
+                m.ulib_set_info,
+                m.ulib_is_shared != 0,
+                GiveBack::Release,
+            );
+            if let Some((sp_tpb, pages)) = self.cleanup_claim(m.scratchpad_cleanup_info) {
+                self.scratchpad_release(sp_tpb, pages, GiveBack::Release);
             }
-            (*m).ulib_set_info = null_mut();
         }
-        self.free_model_heaps(m, GiveBack::Release);
-        let _ = self.st.models.release(m);
+        m.ulib_set_info = null_mut();
+        self.free_model_heaps(&m, GiveBack::Release);
+        m.release();
     }
 
     /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
@@ -477,19 +448,13 @@ impl<'a> Nrt<'a> {
                 continue;
             };
             loop {
-                // SAFETY: resolved tpb; under model_db_lock.
-                let next = unsafe {
-                    let _g = (*tpb).model_db_lock.lock();
+                let next = self.model_db_lock(tpb).and_then(|db| {
                     let mut first = None;
-                    if !(*tpb).model_db.is_null() {
-                        ht::for_each((*tpb).model_db, |n| {
-                            if first.is_none() {
-                                first = Some((*n).key as u32);
-                            }
-                        });
-                    }
+                    db.for_each_id(|id| {
+                        first = first.or(Some(id));
+                    });
                     first
-                };
+                });
                 match next {
                     Some(id) => {
                         if let Ok(m) = self.remove_model(tpb, H_MODEL { id }) {

@@ -6,10 +6,12 @@
 //! the other jobs have a file each: `load` (load, rollback, unload and free), `db` (the
 //! per-core `model_db` and the lookups and queries over it), `exec` (the exec seam and the
 //! IO an execution binds) and `sbuf` (the SBUF carveout, spec §8).
-// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
-// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
-// stale or foreign pointer is an error, not undefined behaviour.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+//!
+//! No `unsafe` here or in the sub-modules (issue 17 item 1): the model's raw memory — the
+//! core's `model_db` behind `model_db_lock`, `model_t` slots, their IO tables, mem_ref sets
+//! and cleanup records, `h_running_model` — is reached through the accessors of
+//! `ctx/model_access.rs` (see docs/UNSAFE.md).
+#![deny(unsafe_code)]
 
 mod db;
 mod exec;

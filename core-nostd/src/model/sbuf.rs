@@ -1,5 +1,4 @@
 //! The SBUF carveout a NEFF reserves (spec §8) and `kbl_model_add`'s EVTACCEL checks of it.
-#![deny(unsafe_code)]
 
 use crate::abi::*;
 use crate::error::{Error, Result};
