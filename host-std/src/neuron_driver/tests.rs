@@ -485,7 +485,7 @@ impl Sys for Hostile {
                 NEURON_IOCTL_MEM_ALLOC_V2MT64 => {
                     let a: MemAllocV2Mt64 = std::ptr::read_unaligned(arg.cast());
                     let h = self.handles.fetch_add(0x40, Ordering::Relaxed);
-                    std::ptr::write_unaligned(a.mem_handle as *mut u64, h);
+                    std::ptr::write_unaligned(a.v2mt.mem_handle as *mut u64, h);
                     Ok(0)
                 }
                 _ => Err(Errno::ENOTTY),
