@@ -494,30 +494,63 @@ struct FormatTag;
 
 impl<'de> Deserialize<'de> for FormatTag {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = FormatTag;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "the string \"{FORMAT}\"")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<FormatTag, E> {
+        d.deserialize_str(Parse {
+            expecting: |f| write!(f, "the string \"{FORMAT}\""),
+            text: |s| {
                 if s == FORMAT {
                     Ok(FormatTag)
                 } else if s == FORMAT_V1 {
-                    Err(E::custom(format_args!(
+                    Err(format!(
                         "manifest format \"{FORMAT_V1}\" used this project's former usage \
                          names and numbers, which are now libnrt 2.31's (docs/CHANGELOG.md): \
                          rename the usages (CONSTANTS → WEIGHT, CODE → INSTR_*, …) and set \
                          \"format\": \"{FORMAT}\""
-                    )))
+                    ))
                 } else {
-                    Err(E::custom(format_args!(
+                    Err(format!(
                         "unsupported manifest format {s:?}: this runtime reads \"{FORMAT}\""
-                    )))
+                    ))
                 }
-            }
+            },
+            number: None,
+            negative: None,
+        })
+    }
+}
+
+/// serde's visitor for a manifest value written as a string or, where the field allows it, a
+/// number: each field states its forms and messages here, and the visitor does the rest.
+struct Parse<T> {
+    /// What the field takes (serde's "invalid type: …, expected …" message).
+    expecting: fn(&mut fmt::Formatter<'_>) -> fmt::Result,
+    /// The string form.
+    text: fn(&str) -> Result<T, String>,
+    /// The number form (`None`: a number is the wrong type).
+    number: Option<fn(u64) -> Result<T, String>>,
+    /// The message for a negative number (`None`: the wrong type).
+    negative: Option<fn(i64) -> String>,
+}
+
+impl<T> Visitor<'_> for Parse<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (self.expecting)(f)
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+        (self.text)(s).map_err(E::custom)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+        match self.number {
+            Some(number) => number(v).map_err(E::custom),
+            None => Err(E::invalid_type(de::Unexpected::Unsigned(v), &self)),
         }
-        d.deserialize_str(V)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+        match (u64::try_from(v), self.negative) {
+            (Ok(u), _) if self.number.is_some() => self.visit_u64(u),
+            (Err(_), Some(negative)) => Err(E::custom(negative(v))),
+            _ => Err(E::invalid_type(de::Unexpected::Signed(v), &self)),
+        }
     }
 }
 
@@ -556,39 +589,24 @@ pub fn parse_usage(s: &str) -> Result<dma_mem_usage_type_t, String> {
 
 impl<'de> Deserialize<'de> for Usage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Usage;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a dma_mem_usage_type_t name or number (0..=21)")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Usage, E> {
-                parse_usage(s).map(Usage).map_err(E::custom)
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Usage, E> {
+        d.deserialize_any(Parse {
+            expecting: |f| f.write_str("a dma_mem_usage_type_t name or number (0..=21)"),
+            text: |s| parse_usage(s).map(Usage),
+            number: Some(|v| {
                 u32::try_from(v)
                     .ok()
                     .and_then(dma_mem_usage_type_t::from_raw)
                     .filter(|u| *u != dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX)
                     .map(Usage)
                     .ok_or_else(|| {
-                        E::custom(format_args!(
+                        format!(
                             "usage {v} is not an allocatable dma_mem_usage_type_t: {}",
                             usage_names()
-                        ))
+                        )
                     })
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Usage, E> {
-                match u64::try_from(v) {
-                    Ok(u) => self.visit_u64(u),
-                    Err(_) => Err(E::custom(format_args!(
-                        "usage {v} is negative: {}",
-                        usage_names()
-                    ))),
-                }
-            }
-        }
-        d.deserialize_any(V)
+            }),
+            negative: Some(|v| format!("usage {v} is negative: {}", usage_names())),
+        })
     }
 }
 
@@ -597,37 +615,30 @@ struct RawLocation(Location);
 
 impl<'de> Deserialize<'de> for RawLocation {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = RawLocation;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("\"device\" or \"host\"")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<RawLocation, E> {
+        d.deserialize_str(Parse {
+            expecting: |f| f.write_str("\"device\" or \"host\""),
+            text: |s| {
                 if s.eq_ignore_ascii_case("device") {
                     Ok(RawLocation(Location::Device))
                 } else if s.eq_ignore_ascii_case("host") {
                     Ok(RawLocation(Location::Host))
                 } else {
-                    Err(E::custom(format_args!(
+                    Err(format!(
                         "unknown location {s:?}: expected \"device\" (HBM) or \"host\" (host DMA memory)"
-                    )))
+                    ))
                 }
-            }
-        }
-        d.deserialize_str(V)
+            },
+            number: None,
+            negative: None,
+        })
     }
 }
 
 /// `"type"` of the carveout: `evtaccel` (any case) or a `kbin_sb_carveout_type_t` number.
 fn de_carveout_type<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    struct V;
-    impl Visitor<'_> for V {
-        type Value = u32;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("\"evtaccel\" or a kbin_sb_carveout_type_t number")
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<u32, E> {
+    d.deserialize_any(Parse {
+        expecting: |f| f.write_str("\"evtaccel\" or a kbin_sb_carveout_type_t number"),
+        text: |s| {
             const PREFIX: &str = "KBIN_SB_CARVEOUT_TYPE_";
             let body = match s.get(..PREFIX.len()) {
                 Some(p) if p.eq_ignore_ascii_case(PREFIX) => &s[PREFIX.len()..],
@@ -636,17 +647,16 @@ fn de_carveout_type<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
             if body.eq_ignore_ascii_case("evtaccel") {
                 Ok(kbin_sb_carveout_type_t::KBIN_SB_CARVEOUT_TYPE_EVTACCEL as u32)
             } else {
-                Err(E::custom(format_args!(
+                Err(format!(
                     "unknown carveout type {s:?}: expected \"evtaccel\" (1)"
-                )))
+                ))
             }
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
-            u32::try_from(v)
-                .map_err(|_| E::custom(format_args!("carveout type {v} does not fit 32 bits")))
-        }
-    }
-    d.deserialize_any(V)
+        },
+        number: Some(|v| {
+            u32::try_from(v).map_err(|_| format!("carveout type {v} does not fit 32 bits"))
+        }),
+        negative: None,
+    })
 }
 
 #[cfg(test)]

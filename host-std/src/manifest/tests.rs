@@ -421,3 +421,51 @@ fn shipped_examples_load_together_on_one_core_of_trn2_and_trn1() {
         rt.close().unwrap();
     }
 }
+
+/// A value of the wrong JSON type is refused with what the field takes; a carveout type past
+/// 32 bits is refused as such.
+#[test]
+fn wrong_typed_values_name_what_the_field_takes() {
+    let alloc = |usage: &str, location: &str| {
+        format!(
+            r#"{{"format":"nrt-dmem-model/2","name":"m","allocations":[{{"usage":{usage},"location":{location},"size":1}}]}}"#
+        )
+    };
+    let carveout = |ty: &str| {
+        format!(
+            r#"{{"format":"nrt-dmem-model/2","name":"m","allocations":[],
+               "sbuf_carveout":{{"type":{ty},"partition_start":0,"partition_count":128,"offset":0,"size":8}}}}"#
+        )
+    };
+    for (json, want_path, want) in [
+        (
+            alloc("\"TENSOR\"", "3"),
+            "allocations[0].location",
+            "invalid type: integer `3`, expected \"device\" or \"host\"",
+        ),
+        (
+            alloc("true", "\"device\""),
+            "allocations[0].usage",
+            "invalid type: boolean `true`, expected a dma_mem_usage_type_t name or number (0..=21)",
+        ),
+        (
+            r#"{"format":2,"name":"m","allocations":[]}"#.to_string(),
+            "format",
+            "invalid type: integer `2`, expected the string \"nrt-dmem-model/2\"",
+        ),
+        (
+            carveout("-1"),
+            "sbuf_carveout.type",
+            "invalid type: integer `-1`, expected \"evtaccel\" or a kbin_sb_carveout_type_t number",
+        ),
+        (
+            carveout("4294967296"),
+            "sbuf_carveout.type",
+            "carveout type 4294967296 does not fit 32 bits",
+        ),
+    ] {
+        let (path, msg, ..) = invalid(&json);
+        assert_eq!(path, want_path, "{json}");
+        assert_eq!(msg, want, "{json}");
+    }
+}
