@@ -234,22 +234,32 @@ fn main() -> ExitCode {
                 m.failures
             );
         };
-        eprintln!(
-            "trace A: {} churn ops, {} reps, ~{:.0} live",
-            ops, reps, a.mean_live_in_churn
+        let trace = |name: &str, live: f64, rows: &[(&str, &Measurement)]| {
+            eprintln!("trace {name}: {ops} churn ops, {reps} reps, ~{live:.0} live");
+            for (label, m) in rows {
+                row(label, m);
+            }
+        };
+        trace(
+            "A",
+            a.mean_live_in_churn,
+            &[
+                ("carve (4 KiB granule)", &carve),
+                ("carve (64 B granule)", &carve_fine),
+                ("offset-allocator (4 KiB)", &offset),
+                ("range-alloc", &range),
+                ("genalloc (first fit)", &genalloc),
+            ],
         );
-        row("carve (4 KiB granule)", &carve);
-        row("carve (64 B granule)", &carve_fine);
-        row("offset-allocator (4 KiB)", &offset);
-        row("range-alloc", &range);
-        row("genalloc (first fit)", &genalloc);
-        eprintln!(
-            "trace B: {} churn ops, {} reps, ~{:.0} live",
-            ops, reps, b.mean_live_in_churn
+        trace(
+            "B",
+            b.mean_live_in_churn,
+            &[
+                ("carve (4 KiB granule)", &carve_b),
+                ("offset-allocator (4 KiB)", &offset_b),
+                ("genalloc (first fit)", &genalloc_b),
+            ],
         );
-        row("carve (4 KiB granule)", &carve_b);
-        row("offset-allocator (4 KiB)", &offset_b);
-        row("genalloc (first fit)", &genalloc_b);
         eprintln!(
             "genalloc / carve (TLSF) {:.3} on trace A, {:.3} on trace B (medians of per-rep ratios)",
             rep_times.paired_ratio(5, 0),

@@ -50,8 +50,7 @@ fn alloc_books_and_free_returns() {
     assert_eq!(n.ledger_host(0, 1, UsageSel::Total), 0);
     assert_eq!(n.allocator_usage(al), (0, 0));
     assert_list_valid(&n, al);
-    n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    close_and_check_drained(&n);
 }
 
 #[test]
@@ -800,17 +799,9 @@ fn the_runtime_works_again_after_close_and_init() {
     assert_eq!(n.allocator_usage(al), (1, 1 << 20));
     n.dmem_free(m).unwrap();
     assert!(n.dmem_free(old).is_err(), "a pointer from before close");
-    let t = n
-        .tensor_allocate(
-            nrt_core::tensor::Placement::Device,
-            LogicalCore::new(0).into(),
-            4096,
-            Some("t"),
-        )
-        .unwrap();
+    let t = device_tensor(&n, 0, 4096, "t");
     n.tensor_free(t).unwrap();
-    n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    close_and_check_drained(&n);
 }
 
 /// The runtime's own allocators are the runtime's to destroy: the public destroy refuses a
@@ -822,14 +813,7 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     let global = n.core_allocator(0, 0).unwrap();
-    let t = n
-        .tensor_allocate(
-            nrt_core::tensor::Placement::Device,
-            LogicalCore::new(0).into(),
-            4096,
-            Some("t"),
-        )
-        .unwrap();
+    let t = device_tensor(&n, 0, 4096, "t");
     let allocs = [nrt_core::model::ModelAlloc {
         usage: TENSOR,
         location: dma_mem_location_t::TONGA_DRAM,
@@ -868,8 +852,7 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     n.dmem_allocator_destroy(mine).unwrap();
     n.unload_model(h).unwrap();
     n.tensor_free(t).unwrap();
-    n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    close_and_check_drained(&n);
 }
 
 /// The inspection calls read what `init` and `close` rewrite (the device count, the geometry,

@@ -166,77 +166,58 @@ pub fn parse_probe_output(text: &str) -> Result<Measured, CcError> {
     Ok(m)
 }
 
+/// Adds a [`compare`] row (member `m`, `what`, expected vs found) when the measured value is
+/// not the expected one.
+fn differ<T: PartialEq + fmt::Debug + ?Sized>(
+    row: &mut impl FnMut(Option<&str>, &'static str, String, String),
+    m: Option<&str>,
+    what: &'static str,
+    expected: &T,
+    found: &T,
+) {
+    if expected != found {
+        row(m, what, format!("{expected:?}"), format!("{found:?}"));
+    }
+}
+
 /// Compares measurements with the spec's values where `pins` state them and the tables
 /// elsewhere; every disagreement, in table order.
 pub fn compare(measured: &Measured, structs: &[StructInfo], pins: &Pins) -> Vec<Mismatch> {
     let mut out = Vec::new();
-    let mk = |s: &str, m: Option<&str>, what, e: String, f: String| Mismatch {
-        strukt: s.to_string(),
-        member: m.map(str::to_string),
-        what,
-        expected: e,
-        found: f,
-    };
     for s in structs {
+        // One row: what differs in struct `s` (member `m`), as expected vs found.
+        let mut row = |m: Option<&str>, what, expected: String, found: String| {
+            out.push(Mismatch {
+                strukt: s.name.to_string(),
+                member: m.map(str::to_string),
+                what,
+                expected,
+                found,
+            })
+        };
         match measured.structs.get(s.name) {
-            None => out.push(mk(s.name, None, "missing", "struct".into(), "-".into())),
+            None => row(None, "missing", "struct".into(), "-".into()),
             Some(&(size, align)) => {
-                let want = pins.expected_size(s);
-                if size != want {
-                    out.push(mk(s.name, None, "size", want.to_string(), size.to_string()));
-                }
-                if align != s.align {
-                    out.push(mk(
-                        s.name,
-                        None,
-                        "align",
-                        s.align.to_string(),
-                        align.to_string(),
-                    ));
-                }
+                differ(&mut row, None, "size", &pins.expected_size(s), &size);
+                differ(&mut row, None, "align", &s.align, &align);
             }
         }
         for f in s.fields {
             let key = (s.name.to_string(), f.name.to_string());
+            let m = Some(f.name);
             let Some((off, size, dims)) = measured.fields.get(&key) else {
-                out.push(mk(
-                    s.name,
-                    Some(f.name),
-                    "missing",
-                    "member".into(),
-                    "-".into(),
-                ));
+                row(m, "missing", "member".into(), "-".into());
                 continue;
             };
-            let want_off = pins.expected_offset(s, f);
-            if *off != want_off {
-                out.push(mk(
-                    s.name,
-                    Some(f.name),
-                    "offset",
-                    want_off.to_string(),
-                    off.to_string(),
-                ));
-            }
-            let want_size = pins.expected_member_size(s, f);
-            if *size != want_size {
-                out.push(mk(
-                    s.name,
-                    Some(f.name),
-                    "member size",
-                    want_size.to_string(),
-                    size.to_string(),
-                ));
-            }
-            if dims.as_slice() != f.dims() {
-                out.push(mk(
-                    s.name,
-                    Some(f.name),
-                    "bounds",
-                    format!("{:?}", f.dims()),
-                    format!("{dims:?}"),
-                ));
-            }
+            differ(&mut row, m, "offset", &pins.expected_offset(s, f), off);
+            differ(
+                &mut row,
+                m,
+                "member size",
+                &pins.expected_member_size(s, f),
+                size,
+            );
+            differ(&mut row, m, "bounds", f.dims(), dims.as_slice());
         }
     }
     out

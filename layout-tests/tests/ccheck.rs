@@ -69,109 +69,121 @@ fn probe_measures_every_field_and_every_bound() {
     assert!(src.contains("F dma_mem_log_t memory_usage_nc %zu %zu 2 %zu %zu"));
 }
 
-#[test]
-fn moving_one_member_is_reported() {
-    if !common::have_cc() {
-        return;
-    }
-    // Swap two 8-byte members of ht_node_t: same size, both offsets move.
-    let h = common::header();
-    let h = common::mutate_member(&h, "ht_node_t", "uint64_t buf_size", "uint64_t bucket_tmp");
-    let h = common::mutate_member(&h, "ht_node_t", "uint64_t bucket", "uint64_t buf_size");
-    let h = common::mutate_member(&h, "ht_node_t", "uint64_t bucket_tmp", "uint64_t bucket");
-    let m = run("moved", &h);
-    assert!(
-        has(&m, "ht_node_t", Some("buf_size"), "offset", "16", "24"),
-        "{m:#?}"
-    );
-    assert!(
-        has(&m, "ht_node_t", Some("bucket"), "offset", "24", "16"),
-        "{m:#?}"
-    );
-    assert_eq!(m.len(), 2, "exactly the two moved members: {m:#?}");
+/// One mismatch row: (struct, member, what, expected, found).
+type Row = (
+    &'static str,
+    Option<&'static str>,
+    &'static str,
+    &'static str,
+    &'static str,
+);
+
+/// A mutation of the generated header: its member-line replacements (struct, declaration, new
+/// declaration), applied in order, the rows `cc` must report, and whether those are all of
+/// them (`false`: a change that moves every embedding struct too, so only some are listed).
+struct Mutation {
+    name: &'static str,
+    edits: &'static [(&'static str, &'static str, &'static str)],
+    rows: &'static [Row],
+    exact: bool,
 }
 
-#[test]
-fn swapping_an_array_bound_is_reported() {
-    if !common::have_cc() {
-        return;
-    }
+const MUTATIONS: &[Mutation] = &[
+    // Swap two 8-byte members of ht_node_t: same size, both offsets move.
+    Mutation {
+        name: "moved",
+        edits: &[
+            ("ht_node_t", "uint64_t buf_size", "uint64_t bucket_tmp"),
+            ("ht_node_t", "uint64_t bucket", "uint64_t buf_size"),
+            ("ht_node_t", "uint64_t bucket_tmp", "uint64_t bucket"),
+        ],
+        rows: &[
+            ("ht_node_t", Some("buf_size"), "offset", "16", "24"),
+            ("ht_node_t", Some("bucket"), "offset", "24", "16"),
+        ],
+        exact: true,
+    },
     // [8][23] -> [23][8]: same bytes, same offsets; only the bounds tell.
-    let h = common::mutate_member(
-        &common::header(),
-        "dma_mem_log_t",
-        "uint64_t memory_usage_nc[8][23]",
-        "uint64_t memory_usage_nc[23][8]",
-    );
-    let m = run("swapped-bound", &h);
-    assert!(
-        has(
-            &m,
+    Mutation {
+        name: "swapped-bound",
+        edits: &[(
+            "dma_mem_log_t",
+            "uint64_t memory_usage_nc[8][23]",
+            "uint64_t memory_usage_nc[23][8]",
+        )],
+        rows: &[(
             "dma_mem_log_t",
             Some("memory_usage_nc"),
             "bounds",
             "[8, 23]",
-            "[23, 8]"
-        ),
-        "{m:#?}"
-    );
-    assert_eq!(m.len(), 1, "{m:#?}");
-}
+            "[23, 8]",
+        )],
+        exact: true,
+    },
+    // A changed bound is reported with everything it moves.
+    Mutation {
+        name: "changed-bound",
+        edits: &[(
+            "tdrv_scratchpad_t",
+            "tdrv_scratchpad_page_t pages[1024]",
+            "tdrv_scratchpad_page_t pages[1000]",
+        )],
+        rows: &[
+            (
+                "tdrv_scratchpad_t",
+                Some("pages"),
+                "bounds",
+                "[1024]",
+                "[1000]",
+            ),
+            (
+                "tdrv_scratchpad_t",
+                Some("pages"),
+                "member size",
+                "16384",
+                "16000",
+            ),
+            ("tdrv_scratchpad_t", None, "size", "16440", "16056"),
+            ("tpb_t", None, "size", "39320", "38936"),
+            (
+                "tpb_t",
+                Some("pooling_q7_nrtucode_core"),
+                "offset",
+                "39232",
+                "38848",
+            ),
+            ("mla_t", Some("top_sps"), "offset", "314672", "311600"),
+        ],
+        exact: false,
+    },
+];
 
 #[test]
-fn changing_an_array_bound_is_reported_with_everything_it_moves() {
+fn each_header_mutation_is_reported_naming_struct_and_member() {
     if !common::have_cc() {
         return;
     }
-    let h = common::mutate_member(
-        &common::header(),
-        "tdrv_scratchpad_t",
-        "tdrv_scratchpad_page_t pages[1024]",
-        "tdrv_scratchpad_page_t pages[1000]",
-    );
-    let m = run("changed-bound", &h);
-    assert!(
-        has(
-            &m,
-            "tdrv_scratchpad_t",
-            Some("pages"),
-            "bounds",
-            "[1024]",
-            "[1000]"
-        ),
-        "{m:#?}"
-    );
-    assert!(
-        has(
-            &m,
-            "tdrv_scratchpad_t",
-            Some("pages"),
-            "member size",
-            "16384",
-            "16000"
-        ),
-        "{m:#?}"
-    );
-    assert!(
-        has(&m, "tdrv_scratchpad_t", None, "size", "16440", "16056"),
-        "{m:#?}"
-    );
-    assert!(has(&m, "tpb_t", None, "size", "39320", "38936"), "{m:#?}");
-    assert!(
-        has(
-            &m,
-            "tpb_t",
-            Some("pooling_q7_nrtucode_core"),
-            "offset",
-            "39232",
-            "38848"
-        ),
-        "{m:#?}"
-    );
-    assert!(
-        has(&m, "mla_t", Some("top_sps"), "offset", "314672", "311600"),
-        "{m:#?}"
-    );
+    for t in MUTATIONS {
+        let h = t.edits.iter().fold(common::header(), |h, (s, from, to)| {
+            common::mutate_member(&h, s, from, to)
+        });
+        let m = run(t.name, &h);
+        for &(strukt, member, what, expected, found) in t.rows {
+            assert!(
+                has(&m, strukt, member, what, expected, found),
+                "{}: no row {strukt}.{member:?} {what} {expected} vs {found}: {m:#?}",
+                t.name
+            );
+        }
+        if t.exact {
+            assert_eq!(
+                m.len(),
+                t.rows.len(),
+                "{}: exactly these rows: {m:#?}",
+                t.name
+            );
+        }
+    }
 }
 
 #[test]

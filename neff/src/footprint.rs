@@ -210,38 +210,36 @@ pub fn book_subgraph(sg: &SubgraphDef) -> Vec<Booked> {
             ));
         }
     }
+    // Per-var tables: `each` bytes for every var of the listed kinds, one row per table.
+    let mut per_var = |kinds: &[VarKind], usage, each: u64, table: &str, what: &str| {
+        let n = sg.vars.iter().filter(|v| kinds.contains(&v.kind)).count() as u64;
+        if n > 0 {
+            out.push(estimated(
+                usage,
+                n * each,
+                0,
+                &format!("{}_{table}", sg.name),
+                0,
+                format!("{n} {what} var(s)"),
+            ));
+        }
+    };
     // Pointer tables: one entry per pointer/list/remote var.
-    let ptrs = sg
-        .vars
-        .iter()
-        .filter(|v| matches!(v.kind, VarKind::Pointer | VarKind::List | VarKind::Remote))
-        .count() as u64;
-    if ptrs > 0 {
-        out.push(estimated(
-            U::DMA_MEM_USAGE_TYPE_GENERIC,
-            ptrs * conv::POINTER_ENTRY_BYTES,
-            0,
-            &format!("{}_mr_pointers", sg.name),
-            0,
-            format!("{ptrs} pointer/list/remote var(s)"),
-        ));
-    }
+    per_var(
+        &[VarKind::Pointer, VarKind::List, VarKind::Remote],
+        U::DMA_MEM_USAGE_TYPE_GENERIC,
+        conv::POINTER_ENTRY_BYTES,
+        "mr_pointers",
+        "pointer/list/remote",
+    );
     // IO queues: per input/output var.
-    let io = sg
-        .vars
-        .iter()
-        .filter(|v| matches!(v.kind, VarKind::Input | VarKind::Output))
-        .count() as u64;
-    if io > 0 {
-        out.push(estimated(
-            U::DMA_MEM_USAGE_TYPE_IO,
-            io * conv::IO_QUEUE_BYTES_PER_TENSOR,
-            0,
-            &format!("{}_io_queues", sg.name),
-            0,
-            format!("{io} input/output var(s)"),
-        ));
-    }
+    per_var(
+        &[VarKind::Input, VarKind::Output],
+        U::DMA_MEM_USAGE_TYPE_IO,
+        conv::IO_QUEUE_BYTES_PER_TENSOR,
+        "io_queues",
+        "input/output",
+    );
     out
 }
 

@@ -191,89 +191,101 @@ pub fn check_gates(bytes: &[u8], verify: bool) -> Result<(Header, Vec<Gate>, &[u
     let file_size = bytes.len() as u64;
     let mut gates = Vec::new();
     // Gate 2: size floor.
-    if file_size <= 0x3FF {
-        return Err(NeffError::invalid(format!(
-            "Invalid number of NEFF bytes received {file_size:x}"
-        )));
-    }
-    gates.push(Gate {
-        name: "size floor",
-        detail: format!("file size {file_size:#x} > 0x3ff"),
-    });
+    gate(
+        &mut gates,
+        "size floor",
+        file_size > 0x3FF,
+        || {
+            NeffError::invalid(format!(
+                "Invalid number of NEFF bytes received {file_size:x}"
+            ))
+        },
+        || format!("file size {file_size:#x} > 0x3ff"),
+    )?;
     let mut raw = [0u8; HEADER_LEN];
     raw.copy_from_slice(&bytes[..HEADER_LEN]);
     let h = Header::parse(&raw);
     // Gate 3: header size.
-    if h.header_size >= file_size {
-        return Err(NeffError::invalid(format!(
-            "Invalid NEFF file size hdr sz: {:x}, file sz: {file_size:x}",
-            h.header_size
-        )));
-    }
-    gates.push(Gate {
-        name: "header size",
-        detail: format!("header_size {:#x} < file size", h.header_size),
-    });
+    gate(
+        &mut gates,
+        "header size",
+        h.header_size < file_size,
+        || {
+            NeffError::invalid(format!(
+                "Invalid NEFF file size hdr sz: {:x}, file sz: {file_size:x}",
+                h.header_size
+            ))
+        },
+        || format!("header_size {:#x} < file size", h.header_size),
+    )?;
     // Gate 4: version ceiling.
-    if h.major > MAX_MAJOR {
-        return Err(NeffError::unsupported(format!(
-            "NEFF version: {}.{} is not supported, accepted version range: 0.x-2.x",
-            h.major, h.minor
-        )));
-    }
-    gates.push(Gate {
-        name: "version ceiling",
-        detail: format!("version {}.{} within 0.x-2.x", h.major, h.minor),
-    });
+    gate(
+        &mut gates,
+        "version ceiling",
+        h.major <= MAX_MAJOR,
+        || {
+            NeffError::unsupported(format!(
+                "NEFF version: {}.{} is not supported, accepted version range: 0.x-2.x",
+                h.major, h.minor
+            ))
+        },
+        || format!("version {}.{} within 0.x-2.x", h.major, h.minor),
+    )?;
     // Gate 5: feature trapdoor (major 2 only; majors 0 and 1 skip it; bit 63 never tested).
-    if h.major == 2 && h.feature_bits & FEATURE_TRAPDOOR != 0 {
-        return Err(NeffError::unsupported(format!(
-            "This NEFF (version: {}.{}, features: {:#x}) has been compiled by a newer version of \
-             Neuron compiler. Features supported by this Neuron Runtime: {SUPPORTED_FEATURES:#x}. \
-             Please update the Neuron Runtime.",
-            h.major,
-            h.minor,
-            h.feature_bits & FEATURE_TRAPDOOR
-        )));
-    }
-    gates.push(Gate {
-        name: "feature trapdoor",
-        detail: format!(
-            "feature_bits {:#x} & {FEATURE_TRAPDOOR:#x} == 0",
-            h.feature_bits
-        ),
-    });
+    gate(
+        &mut gates,
+        "feature trapdoor",
+        !(h.major == 2 && h.feature_bits & FEATURE_TRAPDOOR != 0),
+        || {
+            NeffError::unsupported(format!(
+                "This NEFF (version: {}.{}, features: {:#x}) has been compiled by a newer version \
+                 of Neuron compiler. Features supported by this Neuron Runtime: \
+                 {SUPPORTED_FEATURES:#x}. Please update the Neuron Runtime.",
+                h.major,
+                h.minor,
+                h.feature_bits & FEATURE_TRAPDOOR
+            ))
+        },
+        || {
+            format!(
+                "feature_bits {:#x} & {FEATURE_TRAPDOOR:#x} == 0",
+                h.feature_bits
+            )
+        },
+    )?;
     // Gate 6: data fit (the payload starts at 0x400 whatever header_size says).
     let room = file_size - HEADER_LEN as u64;
-    if room < h.data_size {
-        return Err(NeffError::invalid(format!(
-            "Invalid NEFF data size({:x} vs {room:x})",
-            h.data_size
-        )));
-    }
-    gates.push(Gate {
-        name: "data fit",
-        detail: format!("data_size {:#x} <= {room:#x}", h.data_size),
-    });
+    gate(
+        &mut gates,
+        "data fit",
+        room >= h.data_size,
+        || {
+            NeffError::invalid(format!(
+                "Invalid NEFF data size({:x} vs {room:x})",
+                h.data_size
+            ))
+        },
+        || format!("data_size {:#x} <= {room:#x}", h.data_size),
+    )?;
     // Gate 7: packager.
-    if h.pkg_version != 1 && h.pkg_version != 2 {
-        return Err(NeffError::unsupported(format!(
-            "Unsupported NEFF packager: {}",
-            h.pkg_version
-        )));
-    }
-    gates.push(Gate {
-        name: "packager",
-        detail: format!(
-            "pkg_version {} ({})",
-            h.pkg_version,
-            if h.pkg_version == 1 {
-                "tar + SHA-256"
-            } else {
-                "gzip(tar) + MD5"
-            }
-        ),
-    });
+    let sha = h.pkg_version == 1;
+    gate(
+        &mut gates,
+        "packager",
+        h.pkg_version == 1 || h.pkg_version == 2,
+        || NeffError::unsupported(format!("Unsupported NEFF packager: {}", h.pkg_version)),
+        || {
+            format!(
+                "pkg_version {} ({})",
+                h.pkg_version,
+                if sha {
+                    "tar + SHA-256"
+                } else {
+                    "gzip(tar) + MD5"
+                }
+            )
+        },
+    )?;
     // libnrt asserts len > 0 here (a crash); refused instead (§3 note, INF).
     if h.data_size == 0 {
         return Err(NeffError::invalid(
@@ -285,22 +297,44 @@ pub fn check_gates(bytes: &[u8], verify: bool) -> Result<(Header, Vec<Gate>, &[u
     // Gates 8/9: integrity, over the payload as stored.
     if verify {
         let d = payload_digest(h.pkg_version, payload);
-        let n = h.digest().len();
-        if d[..n] != *h.digest() {
-            return Err(NeffError::invalid(if h.pkg_version == 1 {
-                "SHA256 mismatch!"
-            } else {
-                "MD5 mismatch!"
-            }));
-        }
-        gates.push(Gate {
-            name: "integrity",
-            detail: format!(
-                "{} of the {}-byte payload matches",
-                if h.pkg_version == 1 { "SHA-256" } else { "MD5" },
-                h.data_size
-            ),
-        });
+        gate(
+            &mut gates,
+            "integrity",
+            d[..h.digest().len()] == *h.digest(),
+            || {
+                NeffError::invalid(if sha {
+                    "SHA256 mismatch!"
+                } else {
+                    "MD5 mismatch!"
+                })
+            },
+            || {
+                format!(
+                    "{} of the {}-byte payload matches",
+                    if sha { "SHA-256" } else { "MD5" },
+                    h.data_size
+                )
+            },
+        )?;
     }
     Ok((h, gates, payload))
+}
+
+/// One gate of [`check_gates`]: refused with `err()` unless `ok`, else recorded in `gates` as
+/// passed, with `detail()`.
+fn gate(
+    gates: &mut Vec<Gate>,
+    name: &'static str,
+    ok: bool,
+    err: impl FnOnce() -> NeffError,
+    detail: impl FnOnce() -> String,
+) -> Result<()> {
+    if !ok {
+        return Err(err());
+    }
+    gates.push(Gate {
+        name,
+        detail: detail(),
+    });
+    Ok(())
 }

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod unsafe_report;
+
 type DynResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 fn root() -> PathBuf {
@@ -35,6 +37,8 @@ fn ci() -> DynResult {
         c.args(["fmt", "--all", "--", "--check"]);
         c
     })?;
+    // A generated doc table; no build needed, so it fails before the long steps do.
+    unsafe_report::run(&root(), true)?;
     run("clippy", {
         let mut c = cargo();
         c.args([
@@ -184,12 +188,13 @@ fn headers() -> DynResult {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <ci|bench|layout|firmware|headers|dist|loom>\n  ci    fmt check, clippy -D warnings, tests, rustdoc -D warnings (what .ci/run runs)\n  \
+    "usage: cargo xtask <ci|bench|layout|firmware|headers|unsafe-report|dist|loom>\n  ci    fmt check, clippy -D warnings, tests, rustdoc -D warnings (what .ci/run runs)\n  \
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--heap|--full|--ci]  the no_std image: build, run, footprint targets\n  \
      bench [--json] [--quick] [--threads] [--dmem] [--capi]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
+     unsafe-report [--check]  rewrite (or check) the per-file unsafe count table in docs/UNSAFE.md\n  \
      dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc\n  \
      loom     loom models of the handle counter, handle pins, drain, ext-isa staging and the sharded gate"
 }
@@ -202,6 +207,13 @@ fn main() -> ExitCode {
         Some("layout") => layout(&args[1..]),
         Some("firmware") => firmware(&args[1..]),
         Some("headers") => headers(),
+        Some("unsafe-report") => match args.get(1).map(String::as_str) {
+            None => unsafe_report::run(&root(), false),
+            Some("--check") => unsafe_report::run(&root(), true),
+            Some(bad) => {
+                Err(format!("unsafe-report: unknown argument `{bad}` (expected --check)").into())
+            }
+        },
         Some("dist") => dist(&args[1..]),
         Some("loom") => loom(),
         _ => {

@@ -57,6 +57,23 @@ impl Fixture {
     }
 }
 
+/// A DEVICE tensor of `size` bytes named `name` on logical core `core` (the call must succeed).
+pub fn device_tensor(n: &Nrt<'_>, core: u32, size: u64, name: &str) -> nrt_core::TensorHandle {
+    n.tensor_allocate(
+        nrt_core::tensor::Placement::Device,
+        nrt_core::LogicalCore::new(core).into(),
+        size,
+        Some(name),
+    )
+    .unwrap()
+}
+
+/// Closes the runtime and checks that it gave every byte back to the driver.
+pub fn close_and_check_drained(n: &Nrt<'_>) {
+    n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
+}
+
 /// One device's ledger: `(device rows, host rows)`.
 pub type Ledger = ([[u64; 23]; 8], [[u64; 23]; 8]);
 

@@ -190,23 +190,8 @@ pub struct MemAllocV2Mt {
     Copy, Clone, Debug, Default, PartialEq, Eq, IntoBytes, FromBytes, KnownLayout, Immutable,
 )]
 pub struct MemAllocV2Mt64 {
-    /// Bytes requested.
-    pub size: u64,
-    /// Alignment in bytes (0 = natural).
-    pub align: u64,
-    /// Non-zero: host DMA memory; zero: device HBM.
-    pub host_memory: u32,
-    /// HBM channel (the pool).
-    pub dram_channel: u32,
-    /// DRAM region; 0 on current devices.
-    pub dram_region: u32,
-    /// Core the allocation is accounted to (range checked, < 8).
-    pub nc_id: u32,
-    /// Allocation category (`mem_alloc_category_t`, 0..20).
-    pub mem_type: u32,
-    _pad_36: u32,
-    /// User address of the `u64` the driver writes the new handle to.
-    pub mem_handle: u64,
+    /// The V2MT request, byte for byte (the first 48 bytes).
+    pub v2mt: MemAllocV2Mt,
     /// The version discriminator; never read by the driver.
     pub pad: u32,
     _pad_52: u32,
@@ -384,15 +369,7 @@ impl MemAllocV2Mt64 {
     /// A request with the padding zeroed.
     pub fn from_v2mt(a: &MemAllocV2Mt) -> Self {
         Self {
-            size: a.size,
-            align: a.align,
-            host_memory: a.host_memory,
-            dram_channel: a.dram_channel,
-            dram_region: a.dram_region,
-            nc_id: a.nc_id,
-            mem_type: a.mem_type,
-            _pad_36: 0,
-            mem_handle: a.mem_handle,
+            v2mt: MemAllocV2Mt { _pad_36: 0, ..*a },
             pad: 0,
             _pad_52: 0,
         }
@@ -411,6 +388,21 @@ impl MemAllocV2 {
             nc_id: a.nc_id,
             mem_handle: a.mem_handle,
         }
+    }
+
+    /// The V2MT form of this request with category `mem_type` (the inverse of
+    /// [`MemAllocV2::from_v2mt`]).
+    pub fn to_v2mt(&self, mem_type: u32) -> MemAllocV2Mt {
+        MemAllocV2Mt::new(
+            self.size,
+            self.align,
+            self.host_memory,
+            self.dram_channel,
+            self.dram_region,
+            self.nc_id,
+            mem_type,
+            self.mem_handle,
+        )
     }
 }
 
@@ -478,7 +470,7 @@ abi_layout! {
         mem_handle: 32,
     }
     MemAllocV2Mt = 48 { mem_type: 32, mem_handle: 40 }
-    MemAllocV2Mt64 = 56 { mem_type: 32, mem_handle: 40, pad: 48 }
+    MemAllocV2Mt64 = 56 { v2mt: 0, pad: 48 }
     MemFree = 8 {}
     MemBufCopy64 = 40 { buffer: 8, size: 16, offset: 24, copy_to_mem_handle: 32 }
     MemGetExtendedInfo = 48 {

@@ -371,17 +371,7 @@ impl FakeSys {
                     NEURON_IOCTL_MEM_ALLOC_V2MT64 => {
                         // SAFETY: this command takes a `MemAllocV2Mt64` (caller's contract).
                         let a: MemAllocV2Mt64 = unsafe { read_arg(arg) };
-                        let v = MemAllocV2Mt::new(
-                            a.size,
-                            a.align,
-                            a.host_memory,
-                            a.dram_channel,
-                            a.dram_region,
-                            a.nc_id,
-                            a.mem_type,
-                            a.mem_handle,
-                        );
-                        (v, FakeGeneration::V2Mt64)
+                        (a.v2mt, FakeGeneration::V2Mt64)
                     }
                     NEURON_IOCTL_MEM_ALLOC_V2MT => {
                         // SAFETY: this command takes a `MemAllocV2Mt` (caller's contract).
@@ -394,17 +384,7 @@ impl FakeSys {
                         // SAFETY: this command takes a `MemAllocV2` (caller's contract).
                         let a: MemAllocV2 = unsafe { read_arg(arg) };
                         let cat = if a.host_memory != 0 { 0 } else { 7 }; // UNKNOWN_HOST / _DEVICE
-                        let v = MemAllocV2Mt::new(
-                            a.size,
-                            a.align,
-                            a.host_memory,
-                            a.dram_channel,
-                            a.dram_region,
-                            a.nc_id,
-                            cat,
-                            a.mem_handle,
-                        );
-                        (v, FakeGeneration::V2)
+                        (a.to_v2mt(cat), FakeGeneration::V2)
                     }
                 };
                 if !d.knows(gen) {

@@ -1,0 +1,168 @@
+//! The simulated device's [`Driver`] face (public ABI §3): the calls the runtime makes, routed
+//! to the pools of `sim`.
+
+use super::*;
+
+impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NODES> {
+    fn device_count(&self) -> u32 {
+        self.device_count
+    }
+
+    fn device_info(&self, dev: u32) -> Result<DeviceInfo, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        let preset = self.preset().ok_or(errno::ENODEV)?;
+        let mut info = preset.device_info();
+        info.hbm_channel_size = self.channel_size;
+        info.host_dma_capacity = self.host_capacity;
+        info.feature_flags = self.feature_flags.load(Ordering::Acquire);
+        info.supports_aligned_alloc = self.aligned_alloc.load(Ordering::Acquire) != 0;
+        Ok(info)
+    }
+
+    fn memory_alloc(&self, dev: u32, req: &AllocRequest) -> Result<u64, Errno> {
+        self.alloc_block(dev, req).map(|(h, _)| h)
+    }
+
+    /// The carve already knows the address: one lock instead of alloc + get_pa's two.
+    fn memory_alloc_pa(&self, dev: u32, req: &AllocRequest) -> Result<(u64, u64), Errno> {
+        self.alloc_block(dev, req)
+    }
+
+    fn memory_get_pa(&self, dev: u32, handle: u64) -> Result<u64, Errno> {
+        self.memory_info(dev, handle).map(|i| i.pa)
+    }
+
+    fn memory_free(&self, dev: u32, handle: u64) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        if let Pool::Host = pool {
+            return self.slots[dev as usize]
+                .host
+                .with(|st| st.host.free(id).map(|_| ()).map_err(|_| errno::EINVAL));
+        }
+        let (Pool::Main(c) | Pool::Small(c) | Pool::Scratch(c)) = pool else {
+            return Err(errno::EINVAL);
+        };
+        self.with_channel(dev, c, |st| {
+            match pool {
+                Pool::Main(_) | Pool::Host => st.main.free(id),
+                Pool::Small(_) => st.small.free(id),
+                Pool::Scratch(_) => {
+                    let b = st.main.free(id).map_err(|_| errno::EINVAL)?;
+                    let sp = &mut st.scratchpad;
+                    let bottom = st.main.base() + st.main.capacity() - *sp;
+                    if b.addr != bottom {
+                        // The driver logs and carries on (`mc_free`): the scratchpad shrinks
+                        // by this block all the same.
+                        warn!(
+                            "nd{}: contiguous scratchpad: freeing page with pa {:#x}, expected \
+                             page with pa {:#x} to be freed first",
+                            dev, b.addr, bottom
+                        );
+                    }
+                    *sp = sp.saturating_sub(b.size);
+                    Ok(b)
+                }
+            }
+            .map(|_| ())
+            .map_err(|_| errno::EINVAL)
+        })
+    }
+
+    fn copy_in(&self, dev: u32, handle: u64, offset: u64, src: &[u8]) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        self.with_block(dev, pool, id, |st, b| {
+            let p = self.window(st, pool, b, offset, src.len() as u64)?;
+            // SAFETY: `window` checked `[p, p + len)` lies inside the block's backing, which
+            // nothing else accesses (set_backing's contract) while we hold the lock of the
+            // part that owns the block (so nobody frees or re-carves it meanwhile); `src` is a
+            // distinct Rust slice, so the ranges do not overlap.
+            unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+            Ok(())
+        })
+    }
+
+    fn copy_out(&self, dev: u32, handle: u64, offset: u64, dst: &mut [u8]) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        self.with_block(dev, pool, id, |st, b| {
+            let p = self.window(st, pool, b, offset, dst.len() as u64)?;
+            // SAFETY: as in `copy_in`; `dst` is an exclusive Rust slice outside the backing.
+            unsafe { core::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+            Ok(())
+        })
+    }
+
+    fn fill(&self, dev: u32, handle: u64, offset: u64, len: u64, value: u8) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        self.with_block(dev, pool, id, |st, b| {
+            let p = self.window(st, pool, b, offset, len)?;
+            let n = usize::try_from(len).map_err(|_| errno::EFAULT)?;
+            // SAFETY: `window` checked `[p, p + len)` lies inside the block's backing, which
+            // only we access while the lock of the part that owns the block is held.
+            unsafe { core::ptr::write_bytes(p, value, n) };
+            Ok(())
+        })
+    }
+
+    fn pool_stats(&self, dev: u32, host: bool, hbm_idx: u32) -> Result<PoolStats, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if !host && hbm_idx >= self.channels {
+            return Err(errno::EINVAL);
+        }
+        if host {
+            return Ok(self.slots[dev as usize]
+                .host
+                .with(|st| st.host.stats().into()));
+        }
+        self.with_channel(dev, hbm_idx, |st| {
+            Ok(hbm_stats(&st.main, &st.small, 0, self.genalloc()))
+        })
+    }
+
+    /// Exact: every free block of the channel's main pool and small-object region, under the
+    /// channel's lock (one moment), by size class.
+    fn free_histogram(
+        &self,
+        dev: u32,
+        hbm_idx: u32,
+    ) -> Result<(FreeHistogram, FreeHistogram), Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if hbm_idx >= self.channels {
+            return Err(errno::EINVAL);
+        }
+        self.with_channel(dev, hbm_idx, |st| {
+            let (mut main, mut small) = (FreeHistogram::default(), FreeHistogram::default());
+            st.main.for_each_block(|b| {
+                if !b.used {
+                    main.add(b.size);
+                }
+            });
+            st.small.for_each_block(|b| {
+                if !b.used {
+                    small.add(b.size);
+                }
+            });
+            Ok((main, small))
+        })
+    }
+
+    /// Exact: the largest request each region's carve would grant at `align`
+    /// ([`Carve::largest_aligned`]), under the channel's lock, so the figures are those of one
+    /// moment. `EINVAL` for an alignment that is not a power of two or a bad channel.
+    fn hbm_stats_aligned(&self, dev: u32, hbm_idx: u32, align: u64) -> Result<PoolStats, Errno> {
+        if dev >= self.device_count {
+            return Err(errno::ENODEV);
+        }
+        if hbm_idx >= self.channels || (align != 0 && !align.is_power_of_two()) {
+            return Err(errno::EINVAL);
+        }
+        self.with_channel(dev, hbm_idx, |st| {
+            Ok(hbm_stats(&st.main, &st.small, align, self.genalloc()))
+        })
+    }
+}

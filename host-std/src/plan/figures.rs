@@ -1,0 +1,192 @@
+//! The plan's figures: per logical core, per HBM (the blocks of each model) and the first
+//! device OOM's missing bytes.
+
+use super::*;
+
+pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64) -> CorePlan {
+    let st = nrt
+        .dmem_get_memory_stats(LogicalCore::from_c(v))
+        .unwrap_or_default();
+    let physical = nrt
+        .virtual_core(LogicalCore::from_c(v))
+        .map(|c| {
+            c.cores()
+                .iter()
+                .map(|p| format!("nd{}:nc{}", p.device_id, p.device_tpb_idx))
+                .collect()
+        })
+        .unwrap_or_default();
+    CorePlan {
+        index: v,
+        physical,
+        models: nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap_or(0),
+        used: st.bytes_used,
+        limit: st.bytes_limit,
+        headroom: st.bytes_limit.saturating_sub(st.bytes_used),
+        usage: usage_list(
+            &nrt.vnc_usage(LogicalCore::from_c(v))
+                .unwrap_or_default()
+                .device,
+        ),
+    }
+}
+
+/// Every HBM channel: pool figures from the driver, the ledger's bytes, and the live
+/// allocations (the GLOBAL heaps of every physical core, the models' MODEL heaps) placed by
+/// the simulated driver's own addresses.
+pub(super) fn hbm_plan(rt: &HostRuntime, handles: &[ModelHandle]) -> Vec<HbmPlan> {
+    let nrt = rt.nrt();
+    let mut seen = std::collections::HashSet::new();
+    let mut blocks: Vec<(u32, u32, Block)> = Vec::new();
+    let mut add = |d: &nrt_core::abi::dmem_t| {
+        if d.mem_type != dma_mem_location_t::TONGA_DRAM as u32
+            || !seen.insert((d.device_id, d.mem_handle))
+        {
+            return;
+        }
+        let Some(info) = rt
+            .sim()
+            .and_then(|s| s.memory_info(d.device_id, d.mem_handle).ok())
+        else {
+            return;
+        };
+        if info.host {
+            return;
+        }
+        let base = u64::from(info.hbm_idx) * nrt.geom(d.device_id).channel_size;
+        blocks.push((
+            d.device_id,
+            info.hbm_idx,
+            Block {
+                offset: info.pa.saturating_sub(base),
+                size: info.size,
+                usage: usage_name(d.mem_usage_type),
+                small_object: info.small_pool,
+            },
+        ));
+    };
+    for dev in 0..nrt.num_devices() {
+        for c in 0..nrt.geom(dev).cores {
+            if let Ok(al) = nrt.core_allocator(dev, c) {
+                let _ = nrt.allocator_for_each(al, &mut add);
+            }
+        }
+    }
+    for h in handles {
+        let _ = nrt.for_each_model_dmem(*h, |_, d| add(d));
+    }
+    blocks.sort_by_key(|(d, h, b)| (*d, *h, b.offset));
+    let drv = rt.driver();
+    let mut out = Vec::new();
+    for dev in 0..nrt.num_devices() {
+        let g = nrt.geom(dev);
+        let ledger = nrt.ledger_hbm(dev);
+        for h in 0..g.channels {
+            let p = drv
+                .pool_stats(dev, false, h)
+                .unwrap_or(PoolStats::one_region(0, 0, 0, 0));
+            let mine: Vec<Block> = blocks
+                .iter()
+                .filter(|(d, c, _)| *d == dev && *c == h)
+                .map(|(_, _, b)| b.clone())
+                .collect();
+            let mut by: Vec<(String, u64)> = Vec::new();
+            for b in &mine {
+                match by.iter_mut().find(|(n, _)| *n == b.usage) {
+                    Some((_, v)) => *v += b.size,
+                    None => by.push((b.usage.clone(), b.size)),
+                }
+            }
+            by.sort();
+            out.push(HbmPlan {
+                device: dev,
+                hbm: h,
+                channel_size: g.channel_size,
+                capacity: p.capacity,
+                used: ledger.get(h as usize).copied().unwrap_or(0),
+                free: p.free,
+                largest_free: p.largest_free,
+                small_object_free: p.small_object_free,
+                small_object_largest_free: p.small_object_largest_free,
+                usage: by,
+                blocks: mine,
+            });
+        }
+    }
+    out
+}
+
+pub(super) fn oom_figures(
+    e: &nrt_core::Error,
+    ch: Option<&FailingChannel>,
+    channel: u64,
+) -> Option<OomFigures> {
+    let nrt_core::Error::DeviceOom {
+        size,
+        device,
+        hbm,
+        usage,
+        ..
+    } = *e
+    else {
+        return None;
+    };
+    let (requested, largest, free, fragmented, why) = match ch {
+        Some(c) => {
+            let needed = match c.cause {
+                OomCause::ChannelFull { needed, .. }
+                | OomCause::NoBlock { needed, .. }
+                | OomCause::Alignment { needed, .. }
+                | OomCause::Refused { needed, .. } => needed,
+            };
+            (
+                needed,
+                c.shown.largest_request(),
+                c.shown.free,
+                matches!(
+                    c.cause,
+                    OomCause::NoBlock { .. } | OomCause::Alignment { .. }
+                ),
+                c.cause.to_string(),
+            )
+        }
+        None => (size, 0, 0, false, String::new()),
+    };
+    Some(OomFigures {
+        device,
+        hbm,
+        usage: usage.short_name().to_string(),
+        requested,
+        largest_block: largest,
+        missing: requested.saturating_sub(largest),
+        channel_free: free,
+        fragmented,
+        larger_than_channel: requested > channel,
+        why,
+    })
+}
+
+pub(super) fn fragmentation_note(label: &str, ch: &FailingChannel) -> Option<String> {
+    match ch.cause {
+        OomCause::NoBlock {
+            hbm,
+            needed,
+            largest,
+            ..
+        } => Some(format!(
+            "{label}: HBM {hbm} has {} free in total but its largest free block is {}, {} needed: \
+             the set fits in total bytes but not in any free block",
+            fmt(ch.shown.free),
+            fmt(largest),
+            fmt(needed)
+        )),
+        OomCause::Alignment {
+            hbm, needed, align, ..
+        } => Some(format!(
+            "{label}: HBM {hbm} has free blocks large enough for {} but none at a {align}-byte \
+             alignment",
+            fmt(needed)
+        )),
+        _ => None,
+    }
+}
