@@ -129,8 +129,10 @@ pub const STATE_CLOSED: u32 = 2;
 mod access;
 mod guards;
 mod lifecycle;
+mod tensor_access;
 
 pub(crate) use guards::*;
+pub(crate) use tensor_access::{Last, StorageMem, StorageOwner, StorageRef, TensorPin, TensorRef};
 
 /// Per-device state the project keeps beside `mla_t`: libnrt's 590 008 bytes leave 11 bytes
 /// of gaps, so the peaks and the host DMA ledger (like the driver's sysfs `total`/`peak`
