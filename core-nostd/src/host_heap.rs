@@ -114,13 +114,14 @@ impl<const N: usize> HostBytes<N> {
 /// live block (a double free, a foreign or stale pointer) changes nothing: the header's carve
 /// id is generation-checked.
 ///
-/// Kept as the default over [`HeapHostMem`] (issue 17 item 4, measured by
-/// `./target/release/nrt-bench --host-mem --json`, 5 alternating runs, medians, on a busy
-/// 2-core machine): the carve took HOST_MEM_CARVE_NS ns per alloc+free pair of the VIRTUAL
-/// tensor mix and `linked_list_allocator::Heap` HOST_MEM_HEAP_NS ns (heap / carve
-/// HOST_MEM_RATIO). A first-fit hole list walks every hole in front of the fit, which a mix
-/// of long-lived and short-lived tensors keeps long; the carve's TLSF index finds a fit in
-/// constant time.
+/// Kept as the default over [`HeapHostMem`] (issue 17 item 4), by measurement:
+/// `./target/release/nrt-bench --host-mem --json` (both pools through `HostMem`, repetitions
+/// alternating, medians of CPU time; 5 runs on a busy shared 2-core machine, load ≈ 9): on
+/// the VIRTUAL tensor mix the heap took 1.26–1.34× the carve's time per alloc or free
+/// (carve 213–301 ns, heap 278–384 ns, zeroing included), and on 64 B–4 KiB tensors 1.95–2.07×
+/// (carve 44–57 ns, heap 92–114 ns). A first-fit hole list walks every hole in front of the
+/// fit, which long-lived tensors among short-lived ones keep long; the carve's TLSF index
+/// finds a fit in constant time. See docs/PERFORMANCE.md.
 #[repr(C)]
 pub struct ArenaHostMem<const BYTES: usize, const NODES: usize> {
     carve: DataLock<Carve<NODES>>,
