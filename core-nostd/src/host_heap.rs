@@ -214,6 +214,12 @@ pub struct HeapHostMem<const BYTES: usize> {
     bytes: HostBytes<BYTES>,
 }
 
+/// [`HeapHostMem`]'s heap under its lock, with the live-block bitmap that lock guards.
+struct HeapLocked<'g> {
+    state: lock_api::MutexGuard<'g, crate::sync::RawSpin, HeapState>,
+    map: &'g mut [u8],
+}
+
 struct HeapState {
     heap: linked_list_allocator::Heap,
     /// Offset of the heap's first byte in the array (after the bitmap); 0 before `init`.
@@ -245,13 +251,17 @@ impl<const BYTES: usize> HeapHostMem<BYTES> {
         }
     }
 
-    /// The live bitmap, borrowed with the heap's lock (`_h`) held: the bitmap bytes are
-    /// reached only here, so under that lock alone.
-    fn map<'g>(&'g self, _h: &'g mut HeapState) -> &'g mut [u8] {
+    /// The heap with its lock held, and the live bitmap: the bitmap bytes are reached only
+    /// through a [`HeapLocked`], made only here with the lock taken, so only under that lock.
+    fn lock(&self) -> HeapLocked<'_> {
+        let state = self.heap.lock();
         // SAFETY: `[0, MAP)` of the array is never inside the heap (which starts at `MAP`,
-        // `init`) nor handed out, so only this function reaches it; its borrow is tied to the
-        // `&mut` of the locked state, so two borrows never overlap and none outlives the lock.
-        unsafe { core::slice::from_raw_parts_mut(self.bytes.base(), Self::MAP.min(BYTES)) }
+        // `init`) nor handed out, so nothing but a `HeapLocked` reaches it; one exists only
+        // while `self.heap`'s lock is held (it holds the guard beside the borrow, and this
+        // module never splits the two), so two of these borrows never overlap.
+        let map =
+            unsafe { core::slice::from_raw_parts_mut(self.bytes.base(), Self::MAP.min(BYTES)) };
+        HeapLocked { state, map }
     }
 
     fn init(&self, h: &mut HeapState) -> Option<()> {
@@ -280,9 +290,9 @@ impl<const BYTES: usize> Default for HeapHostMem<BYTES> {
 impl<const BYTES: usize> HostMem for HeapHostMem<BYTES> {
     fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
         let layout = Layout::from_size_align(size.checked_add(HDR)?, ALIGN).ok()?;
-        let mut h = self.heap.lock();
-        self.init(&mut h)?;
-        let b = h.heap.allocate_first_fit(layout).ok()?;
+        let mut h = self.lock();
+        self.init(&mut h.state)?;
+        let b = h.state.heap.allocate_first_fit(layout).ok()?;
         let at = (b.as_ptr() as usize).wrapping_sub(self.bytes.base() as usize);
         // SAFETY: the heap spans `[MAP, BYTES)` of the array and has just placed `layout`
         // bytes at `at` for this call alone (disjoint from every live block; its state is
@@ -291,12 +301,12 @@ impl<const BYTES: usize> HostMem for HeapHostMem<BYTES> {
         match p {
             Some(p) => {
                 let unit = at / ALIGN;
-                self.map(&mut h)[unit / 8] |= 1 << (unit % 8);
+                h.map[unit / 8] |= 1 << (unit % 8);
                 Some(p)
             }
             None => {
                 // SAFETY: `b` was placed by this heap with `layout` just now, and never used.
-                unsafe { h.heap.deallocate(b, layout) };
+                unsafe { h.state.heap.deallocate(b, layout) };
                 None
             }
         }
@@ -306,13 +316,12 @@ impl<const BYTES: usize> HostMem for HeapHostMem<BYTES> {
         let Some(at) = self.bytes.block_of(p) else {
             return; // not ours: ignore rather than corrupt
         };
-        let mut h = self.heap.lock();
+        let mut h = self.lock();
         let unit = at / ALIGN;
-        let map = self.map(&mut h);
-        if map[unit / 8] & (1 << (unit % 8)) == 0 {
+        if h.map[unit / 8] & (1 << (unit % 8)) == 0 {
             return; // not a live block: a double or foreign free, refused
         }
-        map[unit / 8] &= !(1 << (unit % 8));
+        h.map[unit / 8] &= !(1 << (unit % 8));
         // SAFETY: the `HostMem::free` contract: `p` came from `alloc`, so `at` is its block
         // (the bitmap confirms a live block starts there), which nobody uses any more.
         let len = unsafe { self.bytes.header(at) } as usize;
@@ -324,7 +333,7 @@ impl<const BYTES: usize> HostMem for HeapHostMem<BYTES> {
         // layout it was allocated with; `block_of` keeps `at` inside the array.
         unsafe {
             let b = NonNull::new_unchecked(self.bytes.base().add(at));
-            h.heap.deallocate(b, layout);
+            h.state.heap.deallocate(b, layout);
         }
     }
 }

@@ -732,3 +732,65 @@ impl SetPin<'_> {
         lock.lock()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cstr::c_name;
+    use crate::sim::{Preset, SimConfig, SimDevice};
+    use crate::tensor::{ArenaHostMem, Placement};
+    use crate::CoreSel;
+
+    /// The accessors that replaced `tensor`'s raw dereferences (docs/UNSAFE.md) refuse any
+    /// pointer that is not a live tensor without reading through it, and a storage's host
+    /// byte copies stay inside its `allocated_size` whatever window they are asked for.
+    #[test]
+    fn tensor_accessors_refuse_what_is_not_a_live_tensor_or_inside_its_bytes() {
+        static HOST: ArenaHostMem<{ 64 << 10 }, 16> = ArenaHostMem::new();
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+        let n = Nrt::with_host(&st, &*sim, &HOST);
+        n.init(&InitOptions::default()).unwrap();
+        let before = HOST.free_bytes();
+
+        let mut foreign = [0u64; 32];
+        let fp = foreign.as_mut_ptr().cast::<nrt_tensor_t>();
+        assert!(matches!(
+            n.held_tensor(core::ptr::null()),
+            Err(Error::InvalidArgument(InvalidArg::NullTensor))
+        ));
+        assert!(n.held_tensor(fp).is_err(), "not a slot of the arena");
+        assert!(matches!(n.tensor_last_owned(fp), Err(Dropped::NoOwner)));
+
+        let h = n
+            .tensor_allocate(Placement::Virtual, CoreSel::Any, 256, Some("probe"))
+            .unwrap();
+        let p = crate::raw::tensor_ptr(&n, h).unwrap();
+        let inside = p.cast::<u8>().wrapping_add(8).cast::<nrt_tensor_t>();
+        assert!(n.held_tensor(inside).is_err(), "not a slot's start");
+        let t = n.held_tensor(p).unwrap();
+        let (s, off, len) = t.window();
+        let s = s.unwrap();
+        assert_eq!((off, len, s.mem()), (0, 256, StorageMem::Host));
+        assert!(s.host_write(250, &[7; 6]).is_ok(), "the last six bytes");
+        assert!(matches!(
+            s.host_write(251, &[7; 6]),
+            Err(Error::OutOfBounds { size: 256, .. })
+        ));
+        assert!(s.host_fill(0, u64::MAX, 0).is_err());
+        assert!(
+            s.host_read(u64::MAX, &mut [0; 2]).is_err(),
+            "offset overflow"
+        );
+        let mut back = [0u8; 6];
+        s.host_read(250, &mut back).unwrap();
+        assert_eq!(back, [7; 6]);
+        assert_eq!(c_name(n.tensor_name_bytes(t)), "probe");
+
+        n.tensor_free(h).unwrap();
+        assert!(n.held_tensor(p).is_err(), "freed: no longer live");
+        assert!(matches!(n.tensor_last_owned(p), Err(Dropped::NoOwner)));
+        assert_eq!(HOST.free_bytes(), before, "the bytes went back to the pool");
+        n.close().unwrap();
+    }
+}
