@@ -8,7 +8,7 @@
 //!
 //! Both hold their allocator in the lock that guards it ([`crate::sync::DataLock`]) and put a
 //! 64-byte header in front of every block, in the bytes they hand out ranges of
-//! ([`HostBytes`], the one place that turns a placed range into a pointer). Both refuse a free
+//! (`HostBytes`, the one place that turns a placed range into a pointer). Both refuse a free
 //! of a pointer that is not a live block of theirs (a double free, a foreign pointer): the
 //! carve by its id's generation, the heap by its live-block bitmap.
 //!
