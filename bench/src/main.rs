@@ -2,27 +2,30 @@
 //! prints one JSON object on stdout (keys in `docs/PERFORMANCE.md`); without `--json` a human
 //! summary goes to stderr as well. `--dmem` runs only the dmem-path-vs-raw-carve comparison
 //! (small enough to run under `valgrind --tool=callgrind` for instruction counts); `--capi`
-//! only the C API thread benchmark (`nrt_bench::capi`).
+//! only the C API thread benchmark (`nrt_bench::capi`); `--host-mem` only the two VIRTUAL
+//! tensor pools (`nrt_bench::host_mem_pools`).
 
 use std::process::ExitCode;
 
 use nrt_bench::capi::{capi_threads, CapiThreads};
 use nrt_bench::{
-    dmem_path_vs_carve, exact_reuse, measure, measure_all, tensor_threads, utilisation_over_seeds,
-    CarveBench, FirstFitRef, GenallocBench, Measurement, OffsetBench, RangeBench, SeedSpread,
-    Trace, TraceSession, TraceSpec, CARVE_FINE_GRANULE, CARVE_GRANULE, CHANNEL, OFFSET_UNIT,
-    REUSE_BLOCK,
+    dmem_path_vs_carve, exact_reuse, host_mem_pools, measure, measure_all, tensor_threads,
+    utilisation_over_seeds, CarveBench, FirstFitRef, GenallocBench, Measurement, OffsetBench,
+    RangeBench, SeedSpread, Trace, TraceSession, TraceSpec, CARVE_FINE_GRANULE, CARVE_GRANULE,
+    CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
 };
 use serde_json::json;
 
-const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem] [--threads] [--capi]
+const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem] [--threads] [--capi] [--host-mem]
   --quick  small op counts (CI smoke): 10k churn ops, 3 repetitions
   --json   print only the JSON object (no human summary on stderr)
   --dmem   only the full dmem path vs the raw carve (keys dmem_path_ns_per_op,
            carve_raw_ns_per_op_same_trace, dmem_path_vs_carve_raw_ratio)
   --threads only tensor allocate/write/free with 1 vs 2 threads on different logical
            cores (keys tensor_threads_*)
-  --capi   only the C API thread benchmark (keys capi_*)";
+  --capi   only the C API thread benchmark (keys capi_*)
+  --host-mem only the VIRTUAL tensor pools, carve vs linked_list_allocator (keys
+           host_mem_*)";
 
 fn opt(x: Option<f64>) -> serde_json::Value {
     x.map_or(serde_json::Value::Null, |v| json!(v))
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
     let mut dmem_only = false;
     let mut threads_only = false;
     let mut capi_only = false;
+    let mut host_mem_only = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => quick = true,
@@ -45,6 +49,7 @@ fn main() -> ExitCode {
             "--dmem" => dmem_only = true,
             "--threads" => threads_only = true,
             "--capi" => capi_only = true,
+            "--host-mem" => host_mem_only = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -91,6 +96,38 @@ fn main() -> ExitCode {
         }
         serde_json::Value::Object(o)
     };
+    // The VIRTUAL tensor pools (issue 17 item 4): the mix, and its 64 B–4 KiB variant.
+    let host_mem_json = || {
+        let mut o = serde_json::Map::new();
+        for (name, small) in [("mix", false), ("small", true)] {
+            let c = host_mem_pools(quick, small);
+            o.insert(
+                format!("host_mem_{name}_carve_ns_per_op"),
+                json!(c.carve_ns_per_op),
+            );
+            o.insert(
+                format!("host_mem_{name}_heap_ns_per_op"),
+                json!(c.heap_ns_per_op),
+            );
+            o.insert(
+                format!("host_mem_{name}_heap_vs_carve_ratio"),
+                json!(c.heap_vs_carve_ratio),
+            );
+            o.insert(
+                format!("host_mem_{name}_carve_failures"),
+                json!(c.carve_failures),
+            );
+            o.insert(
+                format!("host_mem_{name}_heap_failures"),
+                json!(c.heap_failures),
+            );
+        }
+        serde_json::Value::Object(o)
+    };
+    if host_mem_only {
+        println!("{}", host_mem_json());
+        return ExitCode::SUCCESS;
+    }
     if capi_only {
         let c = capi_threads(quick);
         if !json_only {
@@ -214,6 +251,9 @@ fn main() -> ExitCode {
     }
     if let (Some(o), serde_json::Value::Object(t)) = (out.as_object_mut(), threads_json()) {
         o.extend(t);
+    }
+    if let (Some(o), serde_json::Value::Object(h)) = (out.as_object_mut(), host_mem_json()) {
+        o.extend(h);
     }
 
     // The C API under threads, last: it brings up the process-global `libnrt` runtime.

@@ -479,6 +479,17 @@ impl<T: Generational> Arena<T> {
         Ok((unsafe { NonNull::new_unchecked(p) }, idx as u32))
     }
 
+    /// [`Self::words`] for any pointer: the generation and reference words of the slot `p`
+    /// points at (live or not), `None` when `p` is not a slot of this arena. Safe: both words
+    /// are atomics that every access treats as such ([`Generational`]), in storage that lives
+    /// as long as the arena.
+    #[inline]
+    pub(crate) fn words_of(&self, p: *const T) -> Option<(&AtomicU32, &AtomicU64)> {
+        self.index_of(p)?;
+        // SAFETY: `index_of` confirmed `p` is a slot of this arena.
+        Some(unsafe { self.words(p) })
+    }
+
     /// The slot at `index` (live or not), or `None` past the arena.
     #[inline]
     pub(crate) fn slot(&self, index: u32) -> Option<*mut T> {
@@ -608,7 +619,18 @@ impl<T: ZeroValid> Arena<T> {
     /// through `&mut T`, then publishes it (it becomes live) or drops it (it goes back as
     /// [`GiveBack::Cancel`] would send it, as if never taken).
     pub fn alloc_fresh(&self, name: &'static str) -> Result<Fresh<'_, T>, ArenaFull> {
-        let (p, idx) = self.take_slot(name, false, 0)?;
+        self.alloc_fresh_in(0, false, name)
+    }
+
+    /// [`Self::alloc_fresh`], preferring shard `shard` (see [`Self::alloc_in`]) and, when
+    /// `fresh_first`, never-used slots (see [`Self::alloc_fresh_first`]).
+    pub fn alloc_fresh_in(
+        &self,
+        shard: usize,
+        fresh_first: bool,
+        name: &'static str,
+    ) -> Result<Fresh<'_, T>, ArenaFull> {
+        let (p, idx) = self.take_slot(name, fresh_first, shard)?;
         // SAFETY: the slot is not live (it was free or fresh), so nobody else references it;
         // zero bytes are a valid T (T: ZeroValid).
         unsafe { core::ptr::write_bytes(p, 0, 1) };

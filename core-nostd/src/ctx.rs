@@ -130,9 +130,11 @@ mod access;
 mod guards;
 mod lifecycle;
 mod model_access;
+mod tensor_access;
 
 pub(crate) use guards::*;
 pub(crate) use model_access::*;
+pub(crate) use tensor_access::{Last, StorageMem, StorageOwner, StorageRef, TensorPin, TensorRef};
 
 /// Per-device state the project keeps beside `mla_t`: libnrt's 590 008 bytes leave 11 bytes
 /// of gaps, so the peaks and the host DMA ledger (like the driver's sysfs `total`/`peak`

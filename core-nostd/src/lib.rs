@@ -25,6 +25,7 @@ pub mod dmem;
 pub mod driver;
 pub mod error;
 pub mod handle;
+pub mod host_heap;
 pub mod ht;
 pub mod ledger;
 pub mod list;

@@ -49,7 +49,7 @@ pub unsafe fn tensor_handle(n: &Nrt<'_>, t: *const nrt_tensor_t) -> Result<Tenso
 pub fn tensor_ptr(n: &Nrt<'_>, h: TensorHandle) -> Result<Tensor> {
     let _call = n.enter()?;
     let pin = n.tensor_pin(h)?;
-    Ok(pin.t)
+    Ok(pin.as_ptr())
 }
 
 /// Whether `t` is a live tensor of this runtime.

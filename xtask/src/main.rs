@@ -159,11 +159,11 @@ fn bench(args: &[String]) -> DynResult {
     if let Some(bad) = args.iter().find(|a| {
         !matches!(
             a.as_str(),
-            "--json" | "--quick" | "--threads" | "--dmem" | "--capi"
+            "--json" | "--quick" | "--threads" | "--dmem" | "--capi" | "--host-mem"
         )
     }) {
         return Err(format!(
-            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem, --capi)"
+            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem, --capi, --host-mem)"
         )
         .into());
     }
@@ -192,7 +192,7 @@ fn usage() -> &'static str {
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--heap|--full|--ci]  the no_std image: build, run, footprint targets\n  \
-     bench [--json] [--quick] [--threads] [--dmem] [--capi]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads (docs/PERFORMANCE.md)\n  \
+     bench [--json] [--quick] [--threads] [--dmem] [--capi] [--host-mem]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads, VIRTUAL tensor pools (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
      unsafe-report [--check]  rewrite (or check) the per-file unsafe count table in docs/UNSAFE.md\n  \
      dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc\n  \

@@ -6,7 +6,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
 use super::{Tensor, TensorPin};
-use crate::ctx::Nrt;
+use crate::ctx::{Nrt, StorageRef};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{ModelHandle, SetHandle};
 use crate::model::ExecGuard;
@@ -33,11 +33,14 @@ impl<'a> Nrt<'a> {
         // Every copy is checked before any output is written, so a refused execution leaves
         // its outputs as they were.
         for (k, o) in outs[..no.min(ni)].iter().enumerate() {
-            // SAFETY: bound, live.
-            let n = unsafe { (*ins[k])._size.min((**o)._size) };
+            // Bound: pinned by `pins` (`held_tensor`'s contract).
+            let n = self
+                .held_tensor(ins[k])?
+                .size()
+                .min(self.held_tensor(*o)?.size());
             self.copy_check(ins[k], 0, *o, 0, n)?;
         }
-        let marks = PendingMarks::new(&ins[..ni], &outs[..no]);
+        let marks = PendingMarks::new(self, &ins[..ni], &outs[..no])?;
         // Executions that share a storage move their data one at a time (spec §7.1: a tensor
         // is not read while the execution writing it runs; executions on different cores may
         // share tensors); executions with disjoint tensors run side by side.
@@ -48,11 +51,10 @@ impl<'a> Nrt<'a> {
         let data = ExecDataGuard::lock(self.st, stripes);
         let mut r = Ok(());
         for (k, o) in outs[..no].iter().enumerate() {
-            // SAFETY: bound, live.
-            let olen = unsafe { (**o)._size };
+            // Bound: pinned by `pins` (`held_tensor`'s contract).
+            let olen = self.held_tensor(*o)?.size();
             let copied = if k < ni {
-                // SAFETY: bound, live.
-                let n = unsafe { (*ins[k])._size }.min(olen);
+                let n = self.held_tensor(ins[k])?.size().min(olen);
                 self.tensor_copy_inner(ins[k], 0, *o, 0, n).map(|_| n)
             } else {
                 Ok(0)
@@ -72,8 +74,10 @@ impl<'a> Nrt<'a> {
         drop(marks);
         if r.is_ok() {
             for o in &outs[..no] {
-                // SAFETY: bound, live; atomic.
-                unsafe { (**o).output_completion_count.fetch_add(1, Ordering::AcqRel) };
+                // Bound: pinned by `pins` (`held_tensor`'s contract), checked live by `bind`.
+                if let Ok(t) = self.held_tensor(*o) {
+                    t.completions().fetch_add(1, Ordering::AcqRel);
+                }
             }
         }
         drop(g);
@@ -102,7 +106,8 @@ impl<'a> Nrt<'a> {
                 InvalidArg::InputMissing
             }))?;
             let t = pins.push(self.tensor_pin(h)?)?;
-            let (_, _, len) = self.storage_of(t)?;
+            // Pinned by `pins` (`held_tensor`'s contract).
+            let (_, _, len) = self.storage_of(self.held_tensor(t)?)?;
             if len != io.size {
                 return Err(Error::InvalidArgument(InvalidArg::TensorSizeMismatch));
             }
@@ -120,8 +125,9 @@ impl Nrt<'_> {
     /// The execute data lock stripe of bound tensor `t`: its storage's arena slot, modulo the
     /// stripes, so every tensor viewing one storage (slices included) has the same stripe.
     fn exec_stripe(&self, t: Tensor) -> Result<usize> {
-        let (s, _, _) = self.storage_of(t)?;
-        Ok(self.st.storages.index_of(s).unwrap_or(0) % EXEC_DATA_STRIPES)
+        // Bound: pinned by the execution (`held_tensor`'s contract).
+        let (s, _, _) = self.storage_of(self.held_tensor(t)?)?;
+        Ok(self.st.storages.index_of(s.as_ptr()).unwrap_or(0) % EXEC_DATA_STRIPES)
     }
 }
 
@@ -158,7 +164,7 @@ impl<'a> PinList<'a> {
     }
     /// Keeps `p` until the list drops; its tensor.
     fn push(&mut self, p: TensorPin<'a>) -> Result<Tensor> {
-        let t = p.t;
+        let t = p.as_ptr();
         self.pins
             .push(p)
             .map_err(|_| Error::InvalidArgument(InvalidArg::TooManyBound))?;
@@ -169,51 +175,44 @@ impl<'a> PinList<'a> {
 /// An execution's marks on its bound tensors' storages (spec §7.1 `pending_exec_count_read`
 /// and `_write`): counted up when made, down when dropped. Outputs are marked under the
 /// storage's `tensor_op_cv_lock`, which [`Nrt::when_written`]'s readers hold.
-struct PendingMarks<'a> {
-    ins: &'a [Tensor],
-    outs: &'a [Tensor],
+struct PendingMarks<'p> {
+    ins: heapless::Vec<StorageRef<'p>, 32>,
+    outs: heapless::Vec<StorageRef<'p>, 32>,
 }
 
-impl<'a> PendingMarks<'a> {
-    fn new(ins: &'a [Tensor], outs: &'a [Tensor]) -> Self {
-        for t in ins {
-            // SAFETY: bound tensors were checked live with storage, and stay bound (held by
-            // the caller's sets) for the whole execution.
-            unsafe {
-                (*(**t).sto)
-                    .pending_exec_count_read
-                    .fetch_add(1, Ordering::AcqRel)
-            };
-        }
-        for t in outs {
-            // SAFETY: as above.
-            unsafe {
-                let s = (**t).sto;
-                let _g = (*s).tensor_op_cv_lock.lock();
-                (*s).pending_exec_count_write.fetch_add(1, Ordering::AcqRel);
+impl<'p> PendingMarks<'p> {
+    /// Marks the storages of `ins` and `outs`, bound tensors the execution holds pinned
+    /// (`held_tensor`'s contract) for as long as the marks live.
+    fn new(n: &'p Nrt<'_>, ins: &[Tensor], outs: &[Tensor]) -> Result<Self> {
+        let mut m = PendingMarks {
+            ins: heapless::Vec::new(),
+            outs: heapless::Vec::new(),
+        };
+        for (list, ts) in [(&mut m.ins, ins), (&mut m.outs, outs)] {
+            for t in ts {
+                let (s, _, _) = n.storage_of(n.held_tensor(*t)?)?;
+                list.push(s)
+                    .map_err(|_| Error::InvalidArgument(InvalidArg::TooManyBound))?;
             }
         }
-        PendingMarks { ins, outs }
+        for s in &m.ins {
+            s.pending_reads().fetch_add(1, Ordering::AcqRel);
+        }
+        for s in &m.outs {
+            let _g = s.op_lock().lock();
+            s.pending_writes().fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(m)
     }
 }
 
 impl Drop for PendingMarks<'_> {
     fn drop(&mut self) {
-        for t in self.ins {
-            // SAFETY: as in `new`.
-            unsafe {
-                (*(**t).sto)
-                    .pending_exec_count_read
-                    .fetch_sub(1, Ordering::AcqRel)
-            };
+        for s in &self.ins {
+            s.pending_reads().fetch_sub(1, Ordering::AcqRel);
         }
-        for t in self.outs {
-            // SAFETY: as in `new`.
-            unsafe {
-                (*(**t).sto)
-                    .pending_exec_count_write
-                    .fetch_sub(1, Ordering::AcqRel)
-            };
+        for s in &self.outs {
+            s.pending_writes().fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

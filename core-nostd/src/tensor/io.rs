@@ -1,36 +1,28 @@
 //! Tensor data access (spec §7.1): read, write, memset and copy of a tensor's bytes, its
 //! windows, VA and device placement, and its output-completion and pending-exec counters.
 
-use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
 use super::{DeviceAllocationInfo, Tensor};
 use crate::abi::*;
-use crate::ctx::Nrt;
-use crate::dmem::Dmem;
+use crate::ctx::{Nrt, StorageMem, StorageRef, TensorRef};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::TensorHandle;
 use crate::sync::relax;
 
 impl<'a> Nrt<'a> {
-    /// Storage of a live tensor, checked.
-    pub(super) fn storage_of(
-        &self,
-        t: *const nrt_tensor_t,
-    ) -> Result<(*mut nrt_tensor_storage_t, u64, u64)> {
-        self.tensor_check(t)?;
-        // SAFETY: live tensor.
-        let (s, off, len) = unsafe { ((*t).sto, (*t)._offset, (*t)._size) };
-        if s.is_null() {
-            return Err(Error::InvalidArgument(InvalidArg::TensorWithoutStorage));
+    /// Storage of a held tensor and its window, checked (an empty tensor has none).
+    pub(super) fn storage_of<'p>(&self, t: TensorRef<'p>) -> Result<(StorageRef<'p>, u64, u64)> {
+        match t.window() {
+            (Some(s), off, len) => Ok((s, off, len)),
+            (None, _, _) => Err(Error::InvalidArgument(InvalidArg::TensorWithoutStorage)),
         }
-        Ok((s, off, len))
     }
 
     /// Moves bytes between a tensor window and host memory.
     fn tensor_io(
         &self,
-        t: *const nrt_tensor_t,
+        t: TensorRef<'_>,
         offset: u64,
         write: Option<&[u8]>,
         read: Option<&mut [u8]>,
@@ -41,30 +33,26 @@ impl<'a> Nrt<'a> {
             .or(read.as_ref().map(|r| r.len()))
             .unwrap_or(0) as u64;
         check_window(offset, n, len)?;
-        // SAFETY: live storage of a live tensor.
-        unsafe {
-            match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
-                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
-                    let m = (*s).dmem as Dmem;
-                    let at = (*m).align_offset + base + offset;
-                    let r = match (write, read) {
-                        (Some(w), _) => self.drv.copy_in((*m).device_id, (*m).mem_handle, at, w),
-                        (_, Some(r)) => self.drv.copy_out((*m).device_id, (*m).mem_handle, at, r),
-                        _ => Ok(()),
-                    };
-                    r.map_err(Error::Driver)
-                }
-                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
-                    let p = ((*s).dmem as *mut u8).add((base + offset) as usize);
-                    match (write, read) {
-                        (Some(w), _) => core::ptr::copy(w.as_ptr(), p, w.len()),
-                        (_, Some(r)) => core::ptr::copy(p, r.as_mut_ptr(), r.len()),
-                        _ => {}
-                    }
-                    Ok(())
-                }
-                _ => Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory)),
+        match s.mem() {
+            StorageMem::Dma(m) => {
+                // The storage owns the dmem (its one reference) while it lives.
+                let m = self
+                    .owned_dmem_fixed(m)
+                    .ok_or(Error::InvalidArgument(InvalidArg::StorageWithoutMemory))?;
+                let at = m.align_offset + base + offset;
+                let r = match (write, read) {
+                    (Some(w), _) => self.drv.copy_in(m.device_id, m.mem_handle, at, w),
+                    (_, Some(r)) => self.drv.copy_out(m.device_id, m.mem_handle, at, r),
+                    _ => Ok(()),
+                };
+                r.map_err(Error::Driver)
             }
+            StorageMem::Host => match (write, read) {
+                (Some(w), _) => s.host_write(base + offset, w),
+                (_, Some(r)) => s.host_read(base + offset, r),
+                _ => Ok(()),
+            },
+            StorageMem::Unbacked => Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory)),
         }
     }
 
@@ -72,14 +60,14 @@ impl<'a> Nrt<'a> {
     pub fn tensor_write(&self, h: TensorHandle, buf: &[u8], offset: u64) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        self.tensor_io(pin.t, offset, Some(buf), None)
+        self.tensor_io(self.tensor_ref(&pin)?, offset, Some(buf), None)
     }
 
     /// `nrt_tensor_read`. Waits for an execution writing the tensor (`when_written`).
     pub fn tensor_read(&self, h: TensorHandle, buf: &mut [u8], offset: u64) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let t = pin.t;
+        let t = self.tensor_ref(&pin)?;
         self.when_written(t, || self.tensor_io(t, offset, None, Some(buf)))
     }
 
@@ -89,17 +77,11 @@ impl<'a> Nrt<'a> {
     /// execution marks the tensor or starts after that execution has finished writing it: it
     /// never sees half an output. Only for public calls: `execute`'s own copies read tensors
     /// it is writing.
-    fn when_written<R>(
-        &self,
-        t: *const nrt_tensor_t,
-        read: impl FnOnce() -> Result<R>,
-    ) -> Result<R> {
+    fn when_written<R>(&self, t: TensorRef<'_>, read: impl FnOnce() -> Result<R>) -> Result<R> {
         let (s, _, _) = self.storage_of(t)?;
+        let (lock, writers) = (s.op_lock(), s.pending_writes());
         let mut i = 0u32;
         loop {
-            // SAFETY: `t` is live and holds a reference on its storage for the whole call.
-            let (lock, writers) =
-                unsafe { (&(*s).tensor_op_cv_lock, &(*s).pending_exec_count_write) };
             let g = lock.lock();
             if writers.load(Ordering::Acquire) == 0 {
                 let r = read();
@@ -116,7 +98,7 @@ impl<'a> Nrt<'a> {
     pub fn tensor_memset(&self, h: TensorHandle, offset: u64, value: u8, size: u64) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        self.tensor_memset_inner(pin.t, offset, value, size)
+        self.tensor_memset_inner(pin.as_ptr(), offset, value, size)
     }
 
     /// [`Self::tensor_memset`] without the gate, for callers already past it (`execute`: a
@@ -129,32 +111,26 @@ impl<'a> Nrt<'a> {
         value: u8,
         size: u64,
     ) -> Result<()> {
-        let (s, base, len) = self.storage_of(t)?;
+        // The caller holds `t` pinned (`held_tensor`'s contract).
+        let (s, base, len) = self.storage_of(self.held_tensor(t)?)?;
         check_window(offset, size, len)?;
-        // SAFETY: live storage; the window lies inside it (checked above), and a MALLOC storage
-        // owns (or was attached with) `allocated_size` writable bytes.
-        unsafe {
-            match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
-                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
-                    let m = (*s).dmem as Dmem;
-                    self.drv
-                        .fill(
-                            (*m).device_id,
-                            (*m).mem_handle,
-                            (*m).align_offset + base + offset,
-                            size,
-                            value,
-                        )
-                        .map_err(Error::Driver)
-                }
-                Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
-                    // The window was checked against the storage above.
-                    let p = ((*s).dmem as *mut u8).add((base + offset) as usize);
-                    core::ptr::write_bytes(p, value, size as usize);
-                    Ok(())
-                }
-                _ => Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory)),
+        match s.mem() {
+            StorageMem::Dma(m) => {
+                let m = self
+                    .owned_dmem_fixed(m)
+                    .ok_or(Error::InvalidArgument(InvalidArg::StorageWithoutMemory))?;
+                self.drv
+                    .fill(
+                        m.device_id,
+                        m.mem_handle,
+                        m.align_offset + base + offset,
+                        size,
+                        value,
+                    )
+                    .map_err(Error::Driver)
             }
+            StorageMem::Host => s.host_fill(base + offset, size, value),
+            StorageMem::Unbacked => Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory)),
         }
     }
 
@@ -173,8 +149,8 @@ impl<'a> Nrt<'a> {
     ) -> Result<()> {
         let _call = self.enter()?;
         let (src_pin, dst_pin) = (self.tensor_pin(src)?, self.tensor_pin(dst)?);
-        let (src, dst) = (src_pin.t as *const nrt_tensor_t, dst_pin.t);
-        self.when_written(src, || {
+        let (src, dst) = (src_pin.as_ptr() as *const nrt_tensor_t, dst_pin.as_ptr());
+        self.when_written(self.tensor_ref(&src_pin)?, || {
             self.tensor_copy_inner(src, src_off, dst, dst_off, size)
         })
     }
@@ -190,6 +166,8 @@ impl<'a> Nrt<'a> {
         size: u64,
     ) -> Result<()> {
         let backwards = self.copy_check(src, src_off, dst, dst_off, size)?;
+        // The caller holds both pinned (`held_tensor`'s contract).
+        let (src, dst) = (self.held_tensor(src)?, self.held_tensor(dst)?);
         let mut buf = [0u8; 4096];
         let mut done = 0;
         while done < size {
@@ -214,21 +192,21 @@ impl<'a> Nrt<'a> {
         dst_off: u64,
         size: u64,
     ) -> Result<bool> {
-        let (ss, sbase, slen) = self.storage_of(src)?;
-        let (ds, dbase, dlen) = self.storage_of(dst)?;
+        // The caller holds both pinned (`held_tensor`'s contract).
+        let (ss, sbase, slen) = self.storage_of(self.held_tensor(src)?)?;
+        let (ds, dbase, dlen) = self.storage_of(self.held_tensor(dst)?)?;
         check_window(src_off, size, slen)?;
         check_window(dst_off, size, dlen)?;
-        // SAFETY: live storages.
-        unsafe {
-            let dma = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32;
-            if (*ss).r#type == dma && (*ds).r#type == dma {
-                let (a, b) = ((*ss).dmem as Dmem, (*ds).dmem as Dmem);
-                if (*a).mem_type == (*b).mem_type
-                    && (*a).mem_type == dma_mem_location_t::TONGA_DRAM as u32
-                    && ((*a).device_id, (*a).nc_id) != ((*b).device_id, (*b).nc_id)
-                {
-                    return Err(Error::InvalidArgument(InvalidArg::CrossCoreCopy));
-                }
+        if let (StorageMem::Dma(a), StorageMem::Dma(b)) = (ss.mem(), ds.mem()) {
+            // Each storage owns its dmem while it lives.
+            let (Some(a), Some(b)) = (self.owned_dmem_fixed(a), self.owned_dmem_fixed(b)) else {
+                return Err(Error::InvalidArgument(InvalidArg::StorageWithoutMemory));
+            };
+            if a.mem_type == b.mem_type
+                && a.mem_type == dma_mem_location_t::TONGA_DRAM as u32
+                && (a.device_id, a.nc_id) != (b.device_id, b.nc_id)
+            {
+                return Err(Error::InvalidArgument(InvalidArg::CrossCoreCopy));
             }
         }
         // The copy goes through a bounce buffer, one chunk at a time (each chunk is read whole
@@ -236,7 +214,7 @@ impl<'a> Nrt<'a> {
         // storage, a forward pass would re-read bytes it already overwrote, so the chunks go
         // from the end backwards (memmove). The windows were checked inside their tensors,
         // whose offsets lie inside the storage, so these sums do not overflow.
-        Ok(core::ptr::eq(ss, ds) && dbase + dst_off > sbase + src_off)
+        Ok(core::ptr::eq(ss.as_ptr(), ds.as_ptr()) && dbase + dst_off > sbase + src_off)
     }
 
     /// `nrt_tensor_get_va`: host address of a VIRTUAL tensor's first byte; null for memory
@@ -244,54 +222,43 @@ impl<'a> Nrt<'a> {
     pub fn tensor_get_va(&self, h: TensorHandle) -> Result<*mut u8> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let (s, base, _) = self.storage_of(pin.t)?;
-        // SAFETY: live storage.
-        unsafe {
-            if (*s).r#type == nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32 {
-                Ok(((*s).dmem as *mut u8).wrapping_add(base as usize))
-            } else {
-                Ok(null_mut())
-            }
-        }
+        let (s, base, _) = self.storage_of(self.tensor_ref(&pin)?)?;
+        Ok(s.host_va(base))
     }
 
     /// `nrt_tensor_get_device_allocation_info`.
     pub fn tensor_device_allocation_info(&self, h: TensorHandle) -> Result<DeviceAllocationInfo> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let (s, base, len) = self.storage_of(pin.t)?;
-        // SAFETY: live storage.
-        unsafe {
-            if (*s).r#type != nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32 {
-                return Err(Error::InvalidArgument(InvalidArg::NotDeviceVisible));
-            }
-            let m = (*s).dmem as Dmem;
-            Ok(DeviceAllocationInfo {
-                physical_address: (*m)._pa + (*m).align_offset + base,
-                size: len,
-                hbm_index: (*s).hbm_idx as i32,
-            })
-        }
+        let (s, base, len) = self.storage_of(self.tensor_ref(&pin)?)?;
+        let StorageMem::Dma(m) = s.mem() else {
+            return Err(Error::InvalidArgument(InvalidArg::NotDeviceVisible));
+        };
+        // The storage owns its dmem while it lives.
+        let m = self
+            .owned_dmem_fixed(m)
+            .ok_or(Error::InvalidArgument(InvalidArg::NotDeviceVisible))?;
+        Ok(DeviceAllocationInfo {
+            physical_address: m.pa + m.align_offset + base,
+            size: len,
+            hbm_index: s.hbm_idx() as i32,
+        })
     }
 
     /// Output completions recorded on `t` (`output_completion_count`).
     pub fn tensor_output_completion(&self, h: TensorHandle) -> Result<u64> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let t = pin.t;
-        self.tensor_check(t)?;
-        // SAFETY: live tensor; atomic.
-        Ok(unsafe { (*t).output_completion_count.load(Ordering::Acquire) })
+        let t = self.tensor_ref(&pin)?;
+        Ok(t.completions().load(Ordering::Acquire))
     }
 
     /// `nrt_tensor_reset_output_completion`.
     pub fn tensor_reset_output_completion(&self, h: TensorHandle) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let t = pin.t;
-        self.tensor_check(t)?;
-        // SAFETY: live tensor; atomic.
-        unsafe { (*t).output_completion_count.store(0, Ordering::Release) };
+        let t = self.tensor_ref(&pin)?;
+        t.completions().store(0, Ordering::Release);
         Ok(())
     }
 
@@ -299,14 +266,11 @@ impl<'a> Nrt<'a> {
     pub fn tensor_pending(&self, h: TensorHandle) -> Result<(u64, u64)> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let (s, _, _) = self.storage_of(pin.t)?;
-        // SAFETY: live storage; atomics.
-        unsafe {
-            Ok((
-                (*s).pending_exec_count_read.load(Ordering::Acquire),
-                (*s).pending_exec_count_write.load(Ordering::Acquire),
-            ))
-        }
+        let (s, _, _) = self.storage_of(self.tensor_ref(&pin)?)?;
+        Ok((
+            s.pending_reads().load(Ordering::Acquire),
+            s.pending_writes().load(Ordering::Acquire),
+        ))
     }
 }
 

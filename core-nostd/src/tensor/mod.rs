@@ -11,36 +11,32 @@
 //!
 //! This file holds the tensor types and allocate/free; the other jobs have a file each:
 //! `io` (reads, writes, memset, copy, windows, counters), `exec` (the execute data path),
-//! `set` (tensor sets) and `host_heap` (the VIRTUAL tensors' [`HostMem`] providers).
-// The module's internal functions take the pointer of a pinned (or owned) tensor; the public
-// ones take handles.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+//! `set` (tensor sets). The VIRTUAL tensors' [`HostMem`] providers live in
+//! [`crate::host_heap`] (re-exported here), and every raw access to a tensor, a storage or a
+//! set slot goes through the accessors of `ctx/tensor_access.rs` (docs/UNSAFE.md), so this
+//! module is `deny(unsafe_code)` but for [`Nrt::tensor_attach_buffer`]'s declaration.
+#![deny(unsafe_code)]
 
 mod exec;
-mod host_heap;
 mod io;
 mod set;
 
+pub(crate) use crate::ctx::TensorPin;
+pub use crate::host_heap::{ArenaHostMem, HeapHostMem, HostMem};
 pub(crate) use exec::EXEC_DATA_STRIPES;
-pub use host_heap::{ArenaHostMem, HostMem};
 pub use io::check_window;
+pub(crate) use set::SetBody;
 pub use set::{SetSlot, SET_MAX};
 
-use core::ffi::c_void;
 use core::ptr::{null_mut, NonNull};
-use core::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::cstr::c_name;
-use crate::ctx::Nrt;
+use crate::ctx::{Last, Nrt, StorageMem, StorageOwner};
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, InvalidArg, Result};
-use crate::handle::{self, Dropped, HandleKind, TensorHandle};
-use crate::sync::relax;
+use crate::handle::{Dropped, HandleKind, TensorHandle};
 use crate::vcore::{CoreSel, LogicalCore};
-
-const TENSOR_MAGIC: u32 = 0x7e45_0a11;
-const STORAGE_MAGIC: u32 = 0x570a_6e01;
 
 /// Where a tensor lives (`nrt_tensor_placement_t`, public `nrt.h`).
 #[repr(u32)]
@@ -88,24 +84,6 @@ pub struct DeviceAllocationInfo {
 /// safe API names tensors by [`TensorHandle`].
 pub type Tensor = *mut nrt_tensor_t;
 
-/// A pinned arena object (a tensor, a set): it stays whole, and its slot is not reused,
-/// until this drops.
-pub(crate) struct SlotPin<'a, T> {
-    pub(crate) t: *mut T,
-    refs: &'a core::sync::atomic::AtomicU64,
-}
-
-/// A pinned tensor ([`Nrt::tensor_pin`]): the tensor (and so its storage) stays whole until
-/// this drops.
-pub(crate) type TensorPin<'a> = SlotPin<'a, nrt_tensor_t>;
-
-impl<T> Drop for SlotPin<'_, T> {
-    #[inline]
-    fn drop(&mut self) {
-        handle::unpin(self.refs);
-    }
-}
-
 /// Longest tensor name (bytes, excluding the NUL).
 pub const TENSOR_NAME_MAX: usize = 95;
 
@@ -114,17 +92,6 @@ pub const TENSOR_NAME_MAX: usize = 95;
 pub type TensorName = heapless::String<96>;
 
 impl<'a> Nrt<'a> {
-    /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the tensor cannot be
-    /// finalised, nor its slot reused, until the pin drops.
-    pub(crate) fn tensor_pin(&self, h: TensorHandle) -> Result<TensorPin<'a>> {
-        self.check_epoch(h.0, HandleKind::Tensor)?;
-        let (t, refs) = self
-            .st
-            .tensors
-            .pin(h.0.index, h.0.generation, HandleKind::Tensor)?;
-        Ok(TensorPin { t, refs })
-    }
-
     /// The handle of tensor `t`, which the caller owns (just made, or kept alive by the
     /// caller), so its generation cannot move under this call.
     pub(crate) fn tensor_handle_of_owned(&self, t: *const nrt_tensor_t) -> TensorHandle {
@@ -134,77 +101,6 @@ impl<'a> Nrt<'a> {
     /// The slot `h` names, if it is in bounds (no liveness check: for [`crate::raw`]).
     pub(crate) fn tensor_slot(&self, h: TensorHandle) -> Option<Tensor> {
         self.st.tensors.slot(h.0.index)
-    }
-
-    /// Publishes a fully built tensor: from here its handle resolves.
-    fn publish_tensor(&self, t: Tensor) -> TensorHandle {
-        // SAFETY: a slot of the tensor arena, ours alone until published.
-        let (gen, refs) = unsafe { self.st.tensors.words(t) };
-        handle::publish(gen, refs);
-        self.tensor_handle_of_owned(t)
-    }
-
-    /// Checks that `t` is a live tensor of this runtime (never dereferences garbage).
-    pub(crate) fn tensor_check(&self, t: *const nrt_tensor_t) -> Result<()> {
-        if t.is_null() {
-            return Err(Error::InvalidArgument(InvalidArg::NullTensor));
-        }
-        if !self.st.tensors.is_live(t) {
-            return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor));
-        }
-        // SAFETY: live slot of our arena.
-        if unsafe { (*t).magic } != TENSOR_MAGIC {
-            return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor));
-        }
-        Ok(())
-    }
-
-    /// The name text of tensor slot `t` (its side-table entry; `nrt_tensor_t.name` points
-    /// here). libnrt `strdup`s the name; `nrt_tensor_t` leaves no 96-byte gap, so the text
-    /// lives beside the tensor arena, one buffer per slot (`CoreState::tensor_names`). A
-    /// pointer the arena does not own yields the last slot's buffer; callers pass live tensors.
-    fn tensor_name_buf(&self, t: *const nrt_tensor_t) -> *mut [u8; TENSOR_NAME_MAX + 1] {
-        self.st.tensors.side_entry(&self.st.tensor_names, t)
-    }
-
-    /// A fresh tensor slot, from arena shard `shard` first (the caller's core, see
-    /// `ctx::core_shard`).
-    fn new_tensor(&self, name: Option<&str>, shard: usize) -> Result<Tensor> {
-        let name = name.unwrap_or("");
-        if name.len() > TENSOR_NAME_MAX {
-            return Err(Error::InvalidArgument(InvalidArg::TensorNameTooLong));
-        }
-        // Generation and reference words left alone: resolvers of old handles may read them.
-        let t = self
-            .st
-            .tensors
-            .alloc_handle("nrt_tensor_t", true, shard)?
-            .0
-            .as_ptr();
-        // SAFETY: fresh zeroed slot, not yet published (its handle resolves to nothing).
-        unsafe {
-            let buf = self.tensor_name_buf(t);
-            *buf = [0; TENSOR_NAME_MAX + 1];
-            (&mut *buf)[..name.len()].copy_from_slice(name.as_bytes());
-            (*t).name = buf as *mut core::ffi::c_char;
-            (*t).magic = TENSOR_MAGIC;
-        }
-        Ok(t)
-    }
-
-    /// A fresh storage slot, from arena shard `shard` first.
-    fn new_storage(&self, shard: usize) -> Result<*mut nrt_tensor_storage_t> {
-        let s = self
-            .st
-            .storages
-            .alloc_fresh_first_in(shard, "nrt_tensor_storage_t")?
-            .as_ptr();
-        // SAFETY: fresh zeroed slot.
-        unsafe {
-            (*s).ref_count.store(1, Ordering::Release);
-            (*s).magic = STORAGE_MAGIC;
-        }
-        Ok(s)
     }
 
     /// `nrt_tensor_allocate` → `tensor_allocate` (spec §7.2), gates in order: state, logical
@@ -222,8 +118,6 @@ impl<'a> Nrt<'a> {
         name: Option<&str>,
     ) -> Result<TensorHandle> {
         let _call = self.enter()?;
-        // VIRTUAL bytes come from the provider the runtime is bound to (`Nrt::with_host`).
-        let host = self.host;
         let vnc = match vnc {
             CoreSel::Core(c) => c,
             CoreSel::Any if placement != Placement::Device => LogicalCore::FIRST,
@@ -252,15 +146,11 @@ impl<'a> Nrt<'a> {
             return Err(Error::ZeroSize);
         }
         let shard = crate::ctx::core_shard(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx);
-        let t = self.new_tensor(name, shard)?;
-        let s = match self.new_storage(shard) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = self.st.tensors.cancel(t);
-                return Err(e);
-            }
-        };
-        let r = match placement {
+        // Both slots go back untouched if anything below fails (dropped unpublished).
+        let t = self.fresh_tensor(name.unwrap_or(""), shard)?;
+        let mut s = self.fresh_storage(shard)?;
+        s.vtpb_idx = v.vtpb_idx as i32;
+        let sto = match placement {
             Placement::Device | Placement::Host => {
                 let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
                 let usage = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
@@ -276,56 +166,30 @@ impl<'a> Nrt<'a> {
                         ..AllocArgs::host(size, usage, hint)
                     }
                 };
-                // SAFETY: resolved tpb; its GLOBAL allocator lives until teardown.
-                self.dmem_alloc_inner(unsafe { (*tpb).tpb_allocator }, &args, None)
-                    .map(|m| {
-                        // SAFETY: fresh storage.
-                        unsafe {
-                            (*s).r#type = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA as u32;
-                            (*s).dmem = m as *mut c_void;
-                            (*s).hbm_idx = hbm;
-                            (*s).device_id = v.tpbs[0].device_id;
-                            (*s).tpb_idx = v.tpbs[0].device_tpb_idx;
-                        }
-                    })
+                let m = self.dmem_alloc_inner(self.tpb_allocator(tpb), &args, None)?;
+                s.hbm_idx = hbm;
+                s.device_id = v.tpbs[0].device_id;
+                s.tpb_idx = v.tpbs[0].device_tpb_idx;
+                self.storage_dma(s, m, size)
             }
-            Placement::Virtual => {
-                match host.and_then(|h| usize::try_from(size).ok().and_then(|sz| h.alloc(sz))) {
-                    // SAFETY: fresh storage.
-                    Some(p) => unsafe {
-                        (*s).r#type = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32;
-                        (*s).dmem = p.as_ptr() as *mut c_void;
-                        Ok(())
-                    },
-                    None if host.is_none() => Err(Error::Unsupported(
+            // VIRTUAL bytes come from the provider the runtime is bound to (`Nrt::with_host`).
+            Placement::Virtual => match self.host_alloc(size) {
+                Some(b) => self.storage_host(s, b),
+                None if self.host.is_none() => {
+                    return Err(Error::Unsupported(
                         "no host memory provider for VIRTUAL tensors",
-                    )),
-                    None => Err(Error::HostOom { size, dma: false }),
+                    ))
                 }
-            }
+                None => return Err(Error::HostOom { size, dma: false }),
+            },
         };
-        if let Err(e) = r {
-            let _ = self.st.storages.cancel(s);
-            let _ = self.st.tensors.cancel(t);
-            return Err(e);
-        }
-        // SAFETY: fresh tensor and storage.
-        unsafe {
-            (*s).allocated_size = size;
-            (*s).mem_owned_by_tensor = 1;
-            (*s).vtpb_idx = v.vtpb_idx as i32;
-            (*t).sto = s;
-            (*t)._offset = 0;
-            (*t)._size = size;
-        }
-        Ok(self.publish_tensor(t))
+        Ok(t.publish(Some((sto, 0, size))))
     }
 
     /// `nrt_tensor_allocate_empty`: a tensor with no storage yet.
     pub fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<TensorHandle> {
         let _call = self.enter()?;
-        let t = self.new_tensor(name, 0)?;
-        Ok(self.publish_tensor(t))
+        Ok(self.fresh_tensor(name.unwrap_or(""), 0)?.publish(None))
     }
 
     /// `nrt_tensor_attach_buffer` (spec §7.1, MALLOC storage not owned by the tensor): makes
@@ -350,6 +214,9 @@ impl<'a> Nrt<'a> {
     ///
     /// The storage is swapped without a lock: the caller must not attach while another
     /// thread uses `t` (its old storage may be released under that call), as with libnrt.
+    // The one `unsafe` item of `tensor` (docs/UNSAFE.md): the declaration of the caller's
+    // promise about `buf`, and the call that hands that promise on to the accessor.
+    #[allow(unsafe_code)]
     pub unsafe fn tensor_attach_buffer(
         &self,
         h: TensorHandle,
@@ -358,25 +225,16 @@ impl<'a> Nrt<'a> {
     ) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let t = pin.t;
-        self.tensor_check(t)?;
-        if buf.is_null() || size == 0 {
+        self.tensor_ref(&pin)?;
+        let Some(buf) = NonNull::new(buf).filter(|_| size != 0) else {
             return Err(Error::InvalidArgument(InvalidArg::NullOrEmptyBuffer));
-        }
-        let s = self.new_storage(0)?;
-        // SAFETY: live tensor, fresh storage.
-        unsafe {
-            (*s).r#type = nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC as u32;
-            (*s).dmem = buf as *mut c_void;
-            (*s).allocated_size = size;
-            (*s).mem_owned_by_tensor = 0;
-            let old = (*t).sto;
-            (*t).sto = s;
-            (*t)._offset = 0;
-            (*t)._size = size;
-            if !old.is_null() {
-                self.storage_put(old);
-            }
+        };
+        let s = self.fresh_storage(0)?;
+        // SAFETY: this function's contract is `tensor_attach`'s: `buf` holds `size` bytes
+        // valid for reads and writes until no tensor views it, and no other thread uses the
+        // tensor while it is swapped.
+        if let Some(old) = unsafe { self.tensor_attach(&pin, s, buf, size) } {
+            self.storage_put(old);
         }
         Ok(())
     }
@@ -392,26 +250,17 @@ impl<'a> Nrt<'a> {
     ) -> Result<TensorHandle> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(src)?;
-        let src = pin.t;
-        self.tensor_check(src)?;
-        // SAFETY: live tensor.
-        let (sto, base, len) = unsafe { ((*src).sto, (*src)._offset, (*src)._size) };
-        if sto.is_null() {
+        let (sto, base, len) = self.tensor_ref(&pin)?.window();
+        let Some(sto) = sto else {
             return Err(Error::InvalidArgument(InvalidArg::SourceWithoutStorage));
-        }
+        };
         check_window(offset, size, len)?;
         if size == 0 {
             return Err(Error::ZeroSize);
         }
-        let t = self.new_tensor(name, 0)?;
-        // SAFETY: live storage shared by a live (pinned) tensor.
-        unsafe {
-            (*sto).ref_count.fetch_add(1, Ordering::AcqRel);
-            (*t).sto = sto;
-            (*t)._offset = base + offset;
-            (*t)._size = size;
-        }
-        Ok(self.publish_tensor(t))
+        let t = self.fresh_tensor(name.unwrap_or(""), 0)?;
+        // The storage is live: the pinned source holds a reference on it.
+        Ok(t.publish(Some((sto.share(), base + offset, size))))
     }
 
     /// `nrt_tensor_free`: releases the tensor and its reference on the storage, once any
@@ -421,19 +270,14 @@ impl<'a> Nrt<'a> {
     pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        match handle::drop_owner(pin.refs) {
-            Dropped::Last => {
-                let (t, refs) = (pin.t, pin.refs);
-                // The pin is handed over to the drain: it is the last one left.
-                core::mem::forget(pin);
-                handle::wait_drained(refs, 1, relax);
-                // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
-                unsafe { self.tensor_finalize(t) };
+        match pin.drop_owner() {
+            Ok(last) => {
+                self.tensor_finalize(last);
                 Ok(())
             }
             // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
-            Dropped::Shared => Ok(()),
-            Dropped::NoOwner => Err(Error::stale(HandleKind::Tensor)),
+            Err(Dropped::Shared) => Ok(()),
+            Err(_) => Err(Error::stale(HandleKind::Tensor)),
         }
     }
 
@@ -441,68 +285,36 @@ impl<'a> Nrt<'a> {
     /// (teardown runs after the gate closed; [`crate::raw`]).
     pub(crate) fn tensor_free_inner(&self, t: Tensor) -> Result<()> {
         self.tensor_check(t)?;
-        // SAFETY: live slot of the tensor arena.
-        let refs = unsafe { self.st.tensors.words(t).1 };
-        match handle::drop_owner(refs) {
-            Dropped::Last => handle::wait_drained(refs, 0, relax),
+        match self.tensor_last_owned(t) {
+            Ok(last) => {
+                self.tensor_finalize(last);
+                Ok(())
+            }
             // A tensor has one owner, so never Shared.
-            Dropped::Shared => return Ok(()),
+            Err(Dropped::Shared) => Ok(()),
             // A racing free took it.
-            Dropped::NoOwner => return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor)),
+            Err(_) => Err(Error::InvalidArgument(InvalidArg::NotLiveTensor)),
         }
-        // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
-        unsafe { self.tensor_finalize(t) };
-        Ok(())
     }
 
-    /// Tears a tensor down and gives its slot back.
-    ///
-    /// # Safety
-    /// `t` is a live tensor whose owner is gone and whose pins have drained (nobody else can
-    /// reach it).
-    unsafe fn tensor_finalize(&self, t: Tensor) {
-        // SAFETY: caller contract; after this the slot is dead.
-        unsafe {
-            let sto = (*t).sto;
-            (*t).magic = 0;
-            (*t).sto = null_mut();
-            if !sto.is_null() {
-                self.storage_put(sto);
-            }
-            // The slot reads as free before it can be handed out again.
-            handle::retire(self.st.tensors.words(t).0);
+    /// Tears a tensor down (its last owner gone, its pins drained) and gives its slot back.
+    fn tensor_finalize(&self, mut last: Last<'_, nrt_tensor_t>) {
+        if let Some(sto) = last.take_storage() {
+            self.storage_put(sto);
         }
-        let _ = self.st.tensors.release(t);
+        self.tensor_retire(last);
     }
 
     /// Drops one reference on a storage; the last one frees its memory if owned (VIRTUAL
     /// bytes to the bound host provider, the one that allocated them).
-    ///
-    /// # Safety
-    /// `s` is a live storage on which the caller holds a reference.
-    unsafe fn storage_put(&self, s: *mut nrt_tensor_storage_t) {
-        // SAFETY: caller contract.
-        unsafe {
-            if (*s).ref_count.fetch_sub(1, Ordering::AcqRel) != 1 {
-                return;
-            }
-            if (*s).mem_owned_by_tensor != 0 && !(*s).dmem.is_null() {
-                match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
-                    Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
-                        let _ = self.dmem_free_inner((*s).dmem as Dmem);
-                    }
-                    Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
-                        if let (Some(h), Some(p)) = (self.host, NonNull::new((*s).dmem as *mut u8))
-                        {
-                            h.free(p, (*s).allocated_size as usize);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            (*s).magic = 0;
-            let _ = self.st.storages.release(s);
+    fn storage_put(&self, s: StorageOwner) {
+        let Some(last) = self.storage_drop_ref(s) else {
+            return;
+        };
+        if let Some(StorageMem::Dma(m)) = last.owned_mem() {
+            let _ = self.dmem_free_inner(m as Dmem);
         }
+        self.storage_retire(last);
     }
 
     /// Teardown: frees every tensor still alive: device and host DMA memory returns to the
@@ -535,10 +347,7 @@ impl<'a> Nrt<'a> {
     pub fn tensor_get_size(&self, h: TensorHandle) -> Result<u64> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let t = pin.t;
-        self.tensor_check(t)?;
-        // SAFETY: live tensor.
-        Ok(unsafe { (*t)._size })
+        Ok(self.tensor_ref(&pin)?.size())
     }
 
     /// The tensor's name (`nrt_tensor_t.name`, spec §7.1), copied out: the slot's `name_buf`
@@ -546,10 +355,7 @@ impl<'a> Nrt<'a> {
     pub fn tensor_name(&self, h: TensorHandle) -> Result<TensorName> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        let t = pin.t;
-        self.tensor_check(t)?;
-        // SAFETY: live tensor; its name_buf is written only when the slot is handed out.
-        let text = c_name(unsafe { &*self.tensor_name_buf(t) });
+        let text = c_name(self.tensor_name_bytes(self.tensor_ref(&pin)?));
         let mut name = TensorName::new();
         // `name_buf` is 96 bytes, so its text always fits.
         name.push_str(text)

@@ -3,7 +3,7 @@
 
 use core::ptr::null_mut;
 
-use super::{SlotPin, TENSOR_NAME_MAX};
+use super::TENSOR_NAME_MAX;
 use crate::cstr::c_name;
 use crate::ctx::Nrt;
 use crate::error::{Error, InvalidArg, Result};
@@ -23,17 +23,17 @@ pub struct SetSlot {
     _pad: u32,
     /// Owners (1 while the set lives) and pins.
     pub(crate) refs: core::sync::atomic::AtomicU64,
-    /// The entries, behind the lock that guards them ([`SetPin::body`]): taken by `set_add`,
-    /// `set_get`, `set_len` and an execution's binding, only while the set is pinned.
-    body: crate::sync::DataLock<SetBody>,
+    /// The entries, behind the lock that guards them (`SetPin::body`, the one way to them):
+    /// taken by `set_add`, `set_get`, `set_len` and an execution's binding, only while the set
+    /// is pinned.
+    pub(crate) body: crate::sync::DataLock<SetBody>,
 }
 
 const _: () = assert!(core::mem::offset_of!(SetSlot, generation) == 0);
 const _: () = assert!(core::mem::offset_of!(SetSlot, refs) == 8);
 
-// SAFETY: every member is valid all-zero: integers, an atomic, and a `DataLock` that is
-// unlocked when zeroed (checked in `sync`) around an empty body (length 0).
-unsafe impl crate::abi::meta::ZeroValid for SetSlot {}
+// `SetSlot` is valid all-zero: its `ZeroValid` impl sits with the set slot's accessors
+// (`ctx/tensor_access.rs`).
 
 /// A set's entries: `len` (name, tensor handle words) pairs in insertion order.
 #[repr(C)]
@@ -57,33 +57,7 @@ impl SetBody {
     }
 }
 
-/// A pinned tensor set ([`Nrt::set_pin`]).
-pub(crate) type SetPin<'a> = SlotPin<'a, SetSlot>;
-
-impl SetPin<'_> {
-    /// The set's entries, locked. The one way to them: a set's body is only read or written
-    /// through a pin, under its lock.
-    pub(super) fn body(&self) -> lock_api::MutexGuard<'_, crate::sync::RawSpin, SetBody> {
-        // SAFETY: the pin keeps the slot's object alive and this set (the pin protocol of
-        // `crate::handle`: no finalise, no reuse until it drops), so the field outlives the
-        // returned guard, which borrows the pin. Only the `body` field is referenced: the
-        // generation and reference words other threads read atomically are not.
-        let lock = unsafe { &*core::ptr::addr_of!((*self.t).body) };
-        lock.lock()
-    }
-}
-
 impl<'a> Nrt<'a> {
-    /// Resolves and pins set `h` (the pin protocol of [`crate::handle`]).
-    pub(crate) fn set_pin(&self, h: SetHandle) -> Result<SetPin<'a>> {
-        self.check_epoch(h.0, HandleKind::Set)?;
-        let (t, refs) = self
-            .st
-            .sets
-            .pin(h.0.index, h.0.generation, HandleKind::Set)?;
-        Ok(SlotPin { t, refs })
-    }
-
     /// `nrt_allocate_tensor_set`: an empty tensor set of this runtime. A full set arena is
     /// [`Error::ArenaFull`] naming the setting that raises it (`Capacity.sets`,
     /// `NRT_DMEM_MAX_SETS`).
@@ -91,9 +65,13 @@ impl<'a> Nrt<'a> {
         let _call = self.enter()?;
         // Generation and reference words left alone: resolvers of old handles may read them.
         let (p, index) = self.st.sets.alloc_handle("tensor set", true, 0)?;
-        // SAFETY: a slot of the set arena, ours alone until published (zeroed but for the
-        // two words: an empty body).
-        let (gen, refs) = unsafe { self.st.sets.words(p.as_ptr()) };
+        // A slot of the set arena, ours alone until published (zeroed but for the two words:
+        // an empty body).
+        let Some((gen, refs)) = self.st.sets.words_of(p.as_ptr()) else {
+            // Cannot happen (`alloc_handle` hands out slots of the arena): give it back.
+            let _ = self.st.sets.cancel(p.as_ptr());
+            return Err(Error::forged(HandleKind::Set));
+        };
         let generation = handle::publish(gen, refs);
         Ok(SetHandle(handle::Raw {
             index,
@@ -110,25 +88,23 @@ impl<'a> Nrt<'a> {
     pub fn set_destroy(&self, h: SetHandle) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.set_pin(h)?;
-        match handle::drop_owner(pin.refs) {
-            Dropped::Last => {
-                let (p, refs) = (pin.t, pin.refs);
-                // The pin is handed over to the drain: it is the last one left.
-                core::mem::forget(pin);
-                handle::wait_drained(refs, 1, relax);
-                self.set_finalize(p);
+        match pin.drop_owner() {
+            Ok(last) => {
+                self.set_finalize(last.as_ptr());
                 Ok(())
             }
             // A set has one owner, so never Shared; NoOwner: a racing destroy took it.
-            Dropped::Shared => Ok(()),
-            Dropped::NoOwner => Err(Error::stale(HandleKind::Set)),
+            Err(Dropped::Shared) => Ok(()),
+            Err(_) => Err(Error::stale(HandleKind::Set)),
         }
     }
 
     /// Retires a set whose owner is gone and whose pins drained, and gives its slot back.
     fn set_finalize(&self, p: *mut SetSlot) {
-        // SAFETY: a slot of the set arena; nobody else can reach it (owner gone, drained).
-        handle::retire(unsafe { self.st.sets.words(p) }.0);
+        // Nobody else can reach it (owner gone, drained).
+        if let Some((gen, _)) = self.st.sets.words_of(p) {
+            handle::retire(gen);
+        }
         let _ = self.st.sets.release(p);
     }
 
@@ -147,10 +123,10 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for p in &live[..n] {
-                // SAFETY: a live slot of the set arena.
-                let refs = unsafe { self.st.sets.words(*p) }.1;
-                if handle::drop_owner(refs) == Dropped::Last {
-                    handle::wait_drained(refs, 0, relax);
+                if let Some((_, refs)) = self.st.sets.words_of(*p) {
+                    if handle::drop_owner(refs) == Dropped::Last {
+                        handle::wait_drained(refs, 0, relax);
+                    }
                 }
                 self.set_finalize(*p);
             }
