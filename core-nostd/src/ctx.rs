@@ -587,15 +587,24 @@ mod tests {
         assert!(n.scratchpad_lock(inside).is_none(), "not a tpb_t's start");
         assert!(n.scratchpad_lock(foreign_tpb).is_none());
         assert!(n.ulib_cache_lock(foreign_tpb).is_none());
-        assert!(n.tpb_allocator(foreign_tpb).is_null());
-        assert!(!n.tpb_allocator(tpb).is_null(), "core 0's GLOBAL allocator");
+        let call = n.enter().unwrap();
+        assert!(n.tpb_allocator(&call, foreign_tpb).is_null());
+        assert!(
+            !n.tpb_allocator(&call, tpb).is_null(),
+            "core 0's GLOBAL allocator"
+        );
         assert_eq!(n.mla_index(n.mla_ptr(0)), Some(0));
         assert_eq!(n.mla_index(foreign.as_ptr().cast()), None);
 
         let foreign_dmem = foreign.as_ptr().cast::<dmem_t>();
         assert!(n.dmem_fixed(foreign_dmem).is_none());
         let before = n.ledger_snapshot(0);
-        n.dml_add_entry(n.mla_ptr(0), crate::dmem::Action::Alloc, foreign_dmem);
+        n.dml_add_entry(
+            &call,
+            n.mla_ptr(0),
+            crate::dmem::Action::Alloc,
+            foreign_dmem,
+        );
         assert_eq!(n.ledger_snapshot(0), before, "a foreign dmem books nothing");
 
         // A live dmem reads back as allocated; once freed it is refused.
@@ -606,13 +615,14 @@ mod tests {
             "probe",
         );
         let m = n
-            .dmem_alloc_inner(n.tpb_allocator(tpb), &args, None)
+            .dmem_alloc_internal(&call, n.tpb_allocator(&call, tpb), &args, None)
             .unwrap();
         let d = n.dmem_fixed(m).unwrap();
         assert_eq!((d.device_id, d.allocated_size, d.refs), (0, 4096, 1));
         assert_eq!(crate::cstr::c_name(&d.hint), "probe");
-        n.dmem_free_inner(m).unwrap();
+        n.dmem_free_owned(&call, m).unwrap();
         assert!(n.dmem_fixed(m).is_none(), "freed: no longer live");
+        drop(call);
         n.close().unwrap();
     }
 

@@ -9,16 +9,18 @@ use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::cstr::copy_c_name;
-use crate::ctx::Nrt;
+use crate::ctx::{InCall, Nrt};
 use crate::driver::{errno, AllocRequest, Errno};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self};
 use crate::list::WeakIndex;
 
 impl<'a> Nrt<'a> {
-    /// [`Self::dmem_alloc`] without the gate (the runtime's own calls).
-    pub(crate) fn dmem_alloc_inner(
+    /// `dmem_alloc_internal` (spec §3.2): [`Self::dmem_alloc`] as a step of a gated call
+    /// (`call`), returning the dmem's pointer (the runtime's own calls).
+    pub(crate) fn dmem_alloc_internal(
         &self,
+        call: &impl InCall,
         al: *mut dmem_allocator_t,
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
@@ -65,7 +67,7 @@ impl<'a> Nrt<'a> {
         let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
         // SAFETY: resolved pointers are in-bounds and initialised.
         let (dev, nc_id) = unsafe { ((*mla).mla_idx, (*tpb).idx as u32) };
-        let g = self.dev_geom(dev);
+        let g = self.dev_geom(call, dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a
         // channel that does not exist would show in the trace line and the OOM table.
@@ -146,7 +148,7 @@ impl<'a> Nrt<'a> {
             Ok(r) => r,
             Err(e) => {
                 undo_meta();
-                return Err(self.alloc_failed(dev, nc_id, hbm, a, usage, host, emulate, e));
+                return Err(self.alloc_failed(call, dev, nc_id, hbm, a, usage, host, emulate, e));
             }
         };
         // 5. fields
@@ -179,7 +181,7 @@ impl<'a> Nrt<'a> {
         let (gen, refs) = unsafe { self.st.dmems.words(m) };
         handle::publish(gen, refs);
         // 6. ledger + trace
-        self.dml_add_entry(mla, Action::Alloc, m);
+        self.dml_add_entry(call, mla, Action::Alloc, m);
         // 7. link before dummy_tail
         // SAFETY: live allocator, its lock held for the call; `m` is a live dmem.
         let linked = unsafe {
@@ -198,7 +200,7 @@ impl<'a> Nrt<'a> {
             // it was handed out, so nothing else holds or pins it.
             unsafe {
                 self.st.dmems.words(m).1.store(0, Ordering::Release);
-                self.dmem_finalize(m, GiveBack::Cancel);
+                self.dmem_finalize(call, m, GiveBack::Cancel);
             }
             return Err(Error::ForeignDmem);
         }
@@ -254,6 +256,7 @@ impl<'a> Nrt<'a> {
     #[allow(clippy::too_many_arguments)]
     fn alloc_failed(
         &self,
+        call: &impl InCall,
         dev: u32,
         nc: u32,
         hbm: u32,
@@ -286,7 +289,7 @@ impl<'a> Nrt<'a> {
             emulated: emulated && a.align != 0,
         };
         error!("{}", err);
-        self.record_oom(err);
+        self.record_oom(call, err);
         err
     }
 }

@@ -7,7 +7,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use super::Dmem;
 use crate::abi::*;
 use crate::arena::GiveBack;
-use crate::ctx::Nrt;
+use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped};
 use crate::list::{allocator_list, ListError, WeakIndex};
@@ -34,9 +34,11 @@ impl<'a> Nrt<'a> {
             .is_some_and(|f| f.load(Ordering::Acquire) == 1)
     }
 
-    /// [`Self::dmem_allocator_create`] without the gate (the runtime's own calls).
-    pub(crate) fn dmem_allocator_create_inner(
+    /// [`Self::dmem_allocator_create`] as a step of a gated call or of `init` (`_call`),
+    /// without marking the allocator the caller's (the runtime's own allocators).
+    pub(crate) fn allocator_create(
         &self,
+        _call: &impl InCall,
         pcore: *mut physical_core_t,
         ty: dmem_allocator_type_t,
     ) -> Result<*mut dmem_allocator_t> {
@@ -55,11 +57,12 @@ impl<'a> Nrt<'a> {
         Ok(al)
     }
 
-    /// [`Self::dmem_allocator_destroy`] without the gate (the runtime's own calls).
-    /// `how` says how the slots go back: [`GiveBack::Cancel`] only for a rollback of
-    /// allocations nobody else saw.
-    pub(crate) fn dmem_allocator_destroy_inner(
+    /// [`Self::dmem_allocator_destroy`] as a step of a gated call or of `close` (`call`),
+    /// for any live allocator (the runtime's own too). `how` says how the slots go back:
+    /// [`GiveBack::Cancel`] only for a rollback of allocations nobody else saw.
+    pub(crate) fn allocator_destroy(
         &self,
+        call: &impl InCall,
         al: *mut dmem_allocator_t,
         how: GiveBack,
     ) -> Result<()> {
@@ -100,7 +103,7 @@ impl<'a> Nrt<'a> {
                 match handle::drop_owner(refs) {
                     Dropped::Last => {
                         handle::wait_drained(refs, 1, crate::sync::relax);
-                        self.dmem_unlink_and_finalize(first, how);
+                        self.dmem_unlink_and_finalize(call, first, how);
                     }
                     _ => handle::unpin(refs),
                 }
@@ -138,14 +141,15 @@ impl<'a> Nrt<'a> {
         al: *mut dmem_allocator_t,
         f: impl FnMut(&dmem_t),
     ) -> Result<()> {
-        let _call = self.enter()?;
-        self.allocator_for_each_inner(al, f);
+        let call = self.enter()?;
+        self.allocator_walk(&call, al, f);
         Ok(())
     }
 
-    /// [`Self::allocator_for_each`] without the gate (the runtime's own calls).
-    pub(crate) fn allocator_for_each_inner(
+    /// [`Self::allocator_for_each`] as a step of a gated call (`_call`).
+    pub(crate) fn allocator_walk(
         &self,
+        _call: &impl InCall,
         al: *mut dmem_allocator_t,
         mut f: impl FnMut(&dmem_t),
     ) {

@@ -10,7 +10,7 @@ use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
 use crate::cstr::copy_c_name;
-use crate::ctx::{MemRefSet, Nrt};
+use crate::ctx::{Exclusive, InCall, MemRefSet, Nrt};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
 use crate::handle::ModelHandle;
@@ -139,10 +139,9 @@ impl<'a> Nrt<'a> {
     }
 
     /// Device bytes booked to a logical core (the "mem_usage before/after" of §5.3).
-    fn vnc_device_bytes(&self, vnc: LogicalCore) -> u64 {
-        // Ungated: this runs inside `load_model`'s own gated call, which a racing `close`
-        // waits for.
-        self.vnc_memory_stats(vnc)
+    fn vnc_device_bytes(&self, call: &impl InCall, vnc: LogicalCore) -> u64 {
+        // A step of `load_model`'s own gated call (`call`), which a racing `close` waits for.
+        self.vnc_memory_stats(call, vnc)
             .map(|s| s.bytes_used)
             .unwrap_or(0)
     }
@@ -156,12 +155,12 @@ impl<'a> Nrt<'a> {
     /// shared ext-isa copy, which others could see once claimed, go through them. High-water marks — the ledger's
     /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
     pub fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<ModelHandle> {
-        let _call = self.enter()?;
-        let v = *self.vtpb_get_virtual_core(vnc)?;
-        let g = self.dev_geom(v.tpbs[0].device_id);
+        let call = self.enter()?;
+        let v = *self.vtpb_get_virtual_core(&call, vnc)?;
+        let g = self.dev_geom(&call, v.tpbs[0].device_id);
         let arch = g.arch();
         self.check_spec(spec, arch)?;
-        let before = self.vnc_device_bytes(vnc);
+        let before = self.vnc_device_bytes(&call, vnc);
         let model = self.st.models.alloc("model_t")?.as_ptr();
         let mut b = Building {
             model,
@@ -173,21 +172,23 @@ impl<'a> Nrt<'a> {
             ulib_staged_now: false,
             ulib_tpb: null_mut(),
         };
-        match self.load_into(&mut b, &v, spec, arch, vnc, before) {
+        match self.load_into(&call, &mut b, &v, spec, arch, vnc, before) {
             Ok(h) => Ok(ModelHandle::from_parts(
                 vnc.index().unwrap_or(u32::MAX),
                 h.id,
                 self.epoch(),
             )),
             Err(e) => {
-                self.rollback(&b);
+                self.rollback(&call, &b);
                 Err(e)
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn load_into(
         &self,
+        call: &impl InCall,
         b: &mut Building,
         v: &virtual_core_t,
         spec: &ModelSpec<'_>,
@@ -210,7 +211,8 @@ impl<'a> Nrt<'a> {
             // SAFETY: tpb resolved (its `pcore` lives as long as the context); `m` is our fresh,
             // unpublished model slot.
             unsafe {
-                (*m).sg_allocators[s] = self.dmem_allocator_create_inner(
+                (*m).sg_allocators[s] = self.allocator_create(
+                    call,
                     self.pcore_ptr(pc.device_id, pc.device_tpb_idx),
                     dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
                 )?;
@@ -247,7 +249,7 @@ impl<'a> Nrt<'a> {
         for s in 0..spec.subgraphs as usize {
             // SAFETY: our model slot; tpbs[s] resolved above.
             let (al, list, set, hbm) = unsafe {
-                let hbm = self.tpb_default_hbm(b.tpbs[s]);
+                let hbm = self.tpb_default_hbm(call, b.tpbs[s]);
                 (
                     (*m).sg_allocators[s],
                     (*m).sg_gc_trackers[s],
@@ -264,12 +266,12 @@ impl<'a> Nrt<'a> {
                     usage: a.usage as u32,
                     hint: a.hint,
                 };
-                let d = self.dmem_alloc_inner(al, &args, Some(list))?;
+                let d = self.dmem_alloc_internal(call, al, &args, Some(list))?;
                 let node = match self.st.mem_ref_nodes.alloc("mem_ref_node") {
                     Ok(n) => n.as_ptr(),
                     Err(e) => {
                         // Just allocated by this call: seen by nobody.
-                        self.dmem_release_ref(d, GiveBack::Cancel);
+                        self.dmem_release_ref(call, d, GiveBack::Cancel);
                         return Err(e.into());
                     }
                 };
@@ -291,7 +293,8 @@ impl<'a> Nrt<'a> {
             if pages > constants::SCRATCHPAD_MAX_PAGES as u64 {
                 return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
             }
-            self.scratchpad_claim(tpb, pages as u32, self.dev_geom(dev).default_hbm(idx))?;
+            let hbm = self.dev_geom(call, dev).default_hbm(idx);
+            self.scratchpad_claim(call, tpb, pages as u32, hbm)?;
             b.sp_tpb = tpb;
             b.sp_pages = pages as u32;
             // SAFETY: our cleanup record.
@@ -308,9 +311,11 @@ impl<'a> Nrt<'a> {
             if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
                 let tpb = b.tpbs[0];
                 // SAFETY: resolved tpb; our model.
-                let (hbm, al) = (self.tpb_default_hbm(tpb), unsafe { (*m).dmem_allocator });
+                let (hbm, al) = (self.tpb_default_hbm(call, tpb), unsafe {
+                    (*m).dmem_allocator
+                });
                 b.ulib_tpb = tpb;
-                let (set, shared, staged_now) = self.ucode_stage_libs(tpb, al, hbm, req)?;
+                let (set, shared, staged_now) = self.ucode_stage_libs(call, tpb, al, hbm, req)?;
                 b.ulib = set;
                 b.ulib_shared = shared;
                 b.ulib_staged_now = staged_now;
@@ -350,7 +355,7 @@ impl<'a> Nrt<'a> {
                 copy_c_name(&mut e.name, t.name);
             }
             (*m).mem_usage_before = before;
-            (*m).mem_usage_after = self.vnc_device_bytes(vnc);
+            (*m).mem_usage_after = self.vnc_device_bytes(call, vnc);
         }
         self.add_model(b.tpbs[0], m)?;
         info!(
@@ -366,10 +371,10 @@ impl<'a> Nrt<'a> {
     }
 
     /// Undoes a partial load.
-    fn rollback(&self, b: &Building) {
+    fn rollback(&self, call: &impl InCall, b: &Building) {
         let m = b.model;
         if !b.ulib.is_null() {
-            self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared, GiveBack::Cancel);
+            self.ucode_release(call, b.ulib_tpb, b.ulib, b.ulib_shared, GiveBack::Cancel);
         }
         // Unstage the shared copy only if this load staged it: a copy that was cached before
         // the call (kept after its last user unloaded) stays, so the rollback leaves the core
@@ -378,14 +383,14 @@ impl<'a> Nrt<'a> {
         if !b.ulib_tpb.is_null() && b.ulib_shared && b.ulib_staged_now {
             // Release, not Cancel: once staged, the shared copy was in the core's cache (and
             // on its GLOBAL allocator's list), where others could see it.
-            self.ulib_unstage_if_unused(b.ulib_tpb, GiveBack::Release);
+            self.ulib_unstage_if_unused(call, b.ulib_tpb, GiveBack::Release);
         }
         if b.sp_pages > 0 {
             // Release, not Cancel: claimed pages are in the core's shared page table (and on
             // its GLOBAL allocator's list), where other loads and callers can see them.
-            self.scratchpad_release(b.sp_tpb, b.sp_pages, GiveBack::Release);
+            self.scratchpad_release(call, b.sp_tpb, b.sp_pages, GiveBack::Release);
         }
-        self.free_model_heaps(m, GiveBack::Cancel);
+        self.free_model_heaps(call, m, GiveBack::Cancel);
         // The handle was never returned: the slot goes back as if the load never started.
         let _ = self.st.models.cancel(m);
     }
@@ -393,7 +398,7 @@ impl<'a> Nrt<'a> {
     /// Frees a model's per-subgraph heaps, mem_ref sets, gc trackers and cleanup record.
     /// `how`: [`GiveBack::Release`] at unload; [`GiveBack::Cancel`] when a failed load rolls
     /// back (nobody saw its heaps, so their slots need not wait out the quarantines).
-    fn free_model_heaps(&self, m: *mut model_t, how: GiveBack) {
+    fn free_model_heaps(&self, call: &impl InCall, m: *mut model_t, how: GiveBack) {
         for s in 0..MAX_SUBGRAPHS {
             // SAFETY: the model is unpublished or drained: we are its only user.
             unsafe {
@@ -407,7 +412,7 @@ impl<'a> Nrt<'a> {
                 let al = (*m).sg_allocators[s];
                 if !al.is_null() {
                     // One call reclaims the subgraph's whole footprint (§5.4).
-                    let _ = self.dmem_allocator_destroy_inner(al, how);
+                    let _ = self.allocator_destroy(call, al, how);
                 }
                 self.dmem_list_destroy((*m).sg_gc_trackers[s], how);
             }
@@ -424,7 +429,7 @@ impl<'a> Nrt<'a> {
     /// `model_free` (spec §5.4): releases the ulib set (not the shared ext-isa copy), the
     /// scratchpad claim, then destroys the MODEL heaps — one call per subgraph reclaims the
     /// whole footprint — and frees the `model_t`.
-    fn model_free(&self, m: *mut model_t) {
+    fn model_free(&self, call: &impl InCall, m: *mut model_t) {
         // SAFETY: drained and unlinked: we are the only user.
         unsafe {
             let tpb = self
@@ -432,6 +437,7 @@ impl<'a> Nrt<'a> {
                 .unwrap_or(null_mut());
             if !tpb.is_null() {
                 self.ucode_release(
+                    call,
                     tpb,
                     (*m).ulib_set_info,
                     (*m).ulib_is_shared != 0,
@@ -439,12 +445,12 @@ impl<'a> Nrt<'a> {
                 );
                 let c = (*m).scratchpad_cleanup_info;
                 if let Some((sp_tpb, pages)) = self.cleanup_claim(c) {
-                    self.scratchpad_release(sp_tpb, pages, GiveBack::Release);
+                    self.scratchpad_release(call, sp_tpb, pages, GiveBack::Release);
                 }
             }
             (*m).ulib_set_info = null_mut();
         }
-        self.free_model_heaps(m, GiveBack::Release);
+        self.free_model_heaps(call, m, GiveBack::Release);
         let _ = self.st.models.release(m);
     }
 
@@ -460,17 +466,17 @@ impl<'a> Nrt<'a> {
     /// unloaded that waits for that lock already holds a model reference; and the unload
     /// waits for the model's references to go. The three would wait for each other forever.
     pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
-        let _call = self.enter()?;
-        let (tpb, _) = self.model_tpb(h)?;
+        let call = self.enter()?;
+        let (tpb, _) = self.model_tpb(&call, h)?;
         let m = self.remove_model(tpb, h.h_model())?;
-        self.model_free(m);
+        self.model_free(&call, m);
         Ok(())
     }
 
-    /// Teardown: unloads every resident model.
-    pub(crate) fn unload_all_models(&self) {
-        for vnc in (0..self.owned_vnc_count()).map(LogicalCore::new) {
-            let Ok(v) = self.vtpb_get_virtual_core(vnc) else {
+    /// Teardown (under `close`'s token `ex`): unloads every resident model.
+    pub(crate) fn unload_all_models(&self, ex: &Exclusive<'_>) {
+        for vnc in (0..self.owned_vnc_count(ex)).map(LogicalCore::new) {
+            let Ok(v) = self.vtpb_get_virtual_core(ex, vnc) else {
                 continue;
             };
             let Ok(tpb) = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx) else {
@@ -493,7 +499,7 @@ impl<'a> Nrt<'a> {
                 match next {
                     Some(id) => {
                         if let Ok(m) = self.remove_model(tpb, H_MODEL { id }) {
-                            self.model_free(m);
+                            self.model_free(ex, m);
                         }
                     }
                     None => break,

@@ -20,7 +20,7 @@ impl<'a> Nrt<'a> {
     /// The sets are tensor sets of this runtime ([`Nrt::set_create`]); a stale, forged or
     /// foreign model or set handle is [`Error::InvalidHandle`], and nothing is written.
     pub fn execute(&self, h: ModelHandle, inputs: SetHandle, outputs: SetHandle) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let g = self.exec_begin(h)?;
         let mut ins: [Tensor; 32] = [null_mut(); 32];
         let mut outs: [Tensor; 32] = [null_mut(); 32];
@@ -53,13 +53,14 @@ impl<'a> Nrt<'a> {
             let copied = if k < ni {
                 // SAFETY: bound, live.
                 let n = unsafe { (*ins[k])._size }.min(olen);
-                self.tensor_copy_inner(ins[k], 0, *o, 0, n).map(|_| n)
+                self.tensor_copy_bytes(&call, ins[k], 0, *o, 0, n)
+                    .map(|_| n)
             } else {
                 Ok(0)
             };
             r = copied.and_then(|n| {
                 if n < olen {
-                    self.tensor_memset_inner(*o, n, 0, olen - n)
+                    self.tensor_fill(&call, *o, n, 0, olen - n)
                 } else {
                     Ok(())
                 }

@@ -32,7 +32,7 @@ use core::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::cstr::c_name;
-use crate::ctx::Nrt;
+use crate::ctx::{Exclusive, InCall, Nrt};
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped, HandleKind, TensorHandle};
@@ -221,7 +221,7 @@ impl<'a> Nrt<'a> {
         size: u64,
         name: Option<&str>,
     ) -> Result<TensorHandle> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         // VIRTUAL bytes come from the provider the runtime is bound to (`Nrt::with_host`).
         let host = self.host;
         let vnc = match vnc {
@@ -230,14 +230,14 @@ impl<'a> Nrt<'a> {
             // libnrt's −1 on DEVICE is an index like any other: the range gate refuses it.
             CoreSel::Any => LogicalCore::from_c(-1),
         };
-        let v = *self.vtpb_get_virtual_core(vnc).inspect_err(|e| {
+        let v = *self.vtpb_get_virtual_core(&call, vnc).inspect_err(|e| {
             // libnrt's range gate (spec §7.2), logged with its own words.
             error!(
                 "Cannot allocate a tensor on Logical NeuronCore {}: {}",
                 vnc, e
             );
         })?;
-        let arch = self.dev_geom(v.tpbs[0].device_id).arch();
+        let arch = self.dev_geom(&call, v.tpbs[0].device_id).arch();
         if placement == Placement::Host
             && arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN
         {
@@ -264,7 +264,7 @@ impl<'a> Nrt<'a> {
             Placement::Device | Placement::Host => {
                 let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
                 let usage = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
-                let hbm = self.vcore_default_hbm(&v);
+                let hbm = self.vcore_default_hbm(&call, &v);
                 let hint = name.unwrap_or("tensor");
                 // The logical core's default HBM for either location (spec §7.2: libnrt
                 // computes it before choosing the location, and records it in both).
@@ -277,7 +277,7 @@ impl<'a> Nrt<'a> {
                     }
                 };
                 // SAFETY: resolved tpb; its GLOBAL allocator lives until teardown.
-                self.dmem_alloc_inner(unsafe { (*tpb).tpb_allocator }, &args, None)
+                self.dmem_alloc_internal(&call, unsafe { (*tpb).tpb_allocator }, &args, None)
                     .map(|m| {
                         // SAFETY: fresh storage.
                         unsafe {
@@ -356,7 +356,7 @@ impl<'a> Nrt<'a> {
         buf: *mut u8,
         size: u64,
     ) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let t = pin.t;
         self.tensor_check(t)?;
@@ -375,7 +375,7 @@ impl<'a> Nrt<'a> {
             (*t)._offset = 0;
             (*t)._size = size;
             if !old.is_null() {
-                self.storage_put(old);
+                self.storage_put(&call, old);
             }
         }
         Ok(())
@@ -419,7 +419,7 @@ impl<'a> Nrt<'a> {
     /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
     pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         match handle::drop_owner(pin.refs) {
             Dropped::Last => {
@@ -428,7 +428,7 @@ impl<'a> Nrt<'a> {
                 core::mem::forget(pin);
                 handle::wait_drained(refs, 1, relax);
                 // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
-                unsafe { self.tensor_finalize(t) };
+                unsafe { self.tensor_finalize(&call, t) };
                 Ok(())
             }
             // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
@@ -437,9 +437,9 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// [`Self::tensor_free`] without the gate and through a pointer the caller owns
-    /// (teardown runs after the gate closed; [`crate::raw`]).
-    pub(crate) fn tensor_free_inner(&self, t: Tensor) -> Result<()> {
+    /// [`Self::tensor_free`] as a step of a gated call or of `close` (`call`: teardown runs
+    /// after the gate closed), through a pointer the caller owns.
+    pub(crate) fn tensor_free_owned(&self, call: &impl InCall, t: Tensor) -> Result<()> {
         self.tensor_check(t)?;
         // SAFETY: live slot of the tensor arena.
         let refs = unsafe { self.st.tensors.words(t).1 };
@@ -451,7 +451,7 @@ impl<'a> Nrt<'a> {
             Dropped::NoOwner => return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor)),
         }
         // SAFETY: last owner gone and every pin drained: the tensor is ours alone.
-        unsafe { self.tensor_finalize(t) };
+        unsafe { self.tensor_finalize(call, t) };
         Ok(())
     }
 
@@ -460,14 +460,14 @@ impl<'a> Nrt<'a> {
     /// # Safety
     /// `t` is a live tensor whose owner is gone and whose pins have drained (nobody else can
     /// reach it).
-    unsafe fn tensor_finalize(&self, t: Tensor) {
+    unsafe fn tensor_finalize(&self, call: &impl InCall, t: Tensor) {
         // SAFETY: caller contract; after this the slot is dead.
         unsafe {
             let sto = (*t).sto;
             (*t).magic = 0;
             (*t).sto = null_mut();
             if !sto.is_null() {
-                self.storage_put(sto);
+                self.storage_put(call, sto);
             }
             // The slot reads as free before it can be handed out again.
             handle::retire(self.st.tensors.words(t).0);
@@ -480,7 +480,7 @@ impl<'a> Nrt<'a> {
     ///
     /// # Safety
     /// `s` is a live storage on which the caller holds a reference.
-    unsafe fn storage_put(&self, s: *mut nrt_tensor_storage_t) {
+    unsafe fn storage_put(&self, call: &impl InCall, s: *mut nrt_tensor_storage_t) {
         // SAFETY: caller contract.
         unsafe {
             if (*s).ref_count.fetch_sub(1, Ordering::AcqRel) != 1 {
@@ -489,7 +489,7 @@ impl<'a> Nrt<'a> {
             if (*s).mem_owned_by_tensor != 0 && !(*s).dmem.is_null() {
                 match nrt_tensor_mem_type_t::from_raw((*s).r#type) {
                     Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_DMA) => {
-                        let _ = self.dmem_free_inner((*s).dmem as Dmem);
+                        let _ = self.dmem_free_owned(call, (*s).dmem as Dmem);
                     }
                     Some(nrt_tensor_mem_type_t::NRT_TENSOR_MEM_TYPE_MALLOC) => {
                         if let (Some(h), Some(p)) = (self.host, NonNull::new((*s).dmem as *mut u8))
@@ -507,8 +507,8 @@ impl<'a> Nrt<'a> {
 
     /// Teardown: frees every tensor still alive: device and host DMA memory returns to the
     /// driver, VIRTUAL bytes to the bound host provider (issue 16 item 2: close returns every
-    /// byte in every layer).
-    pub(crate) fn free_all_tensors(&self) {
+    /// byte in every layer). A step of `close`, under its token `ex`.
+    pub(crate) fn free_all_tensors(&self, ex: &Exclusive<'_>) {
         let mut live: [Tensor; 64] = [null_mut(); 64];
         loop {
             let mut n = 0;
@@ -522,7 +522,7 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                if self.tensor_free_inner(*t).is_err() {
+                if self.tensor_free_owned(ex, *t).is_err() {
                     // Not a whole tensor (cannot happen once the gate is drained): give the
                     // slot back rather than meet it again.
                     let _ = self.st.tensors.release(*t);
