@@ -254,9 +254,19 @@ impl Inspector<'_> {
     }
 }
 
+/// The ledger's state beside the tree's rows (issue 17 item 2: state split by domain), as a
+/// [`crate::ctx::CoreState`] holds it. Valid when all-zero.
+pub(crate) struct LedgerPool {
+    /// The last device OOM (spec §3.2 `dml_driver_dump`), in the lock that guards it (issue
+    /// 17: a lock that holds its data). The core's own `nrt_mutex_t` rather than a
+    /// [`crate::sync::DataLock`]: its holder writes the OOM table, which asks the driver for
+    /// pool figures, and this lock's waits relax instead of spinning.
+    pub(in crate::ledger) oom: lock_api::Mutex<nrt_mutex_t, crate::ctx::LastOom>,
+}
+
 /// A lock on its own cache line: one core's ledger lock
 /// ([`crate::ctx::DevExt::ledger_locks`]), one stripe of the execute data lock
-/// (`CoreState::exec_data_locks`). Valid when all-zero (an unlocked lock).
+/// (`TensorPool::exec_data_locks`). Valid when all-zero (an unlocked lock).
 ///
 /// Padded to [`crate::sync::LINE_STRIDE`] bytes rather than aligned: an over-aligned member
 /// would over-align `CoreState`, and `Box::new_zeroed` then memsets all of it instead of
@@ -593,7 +603,7 @@ impl Nrt<'_> {
             _ => 0,
         };
         let channel = self.failing_channel(call, dev, &e);
-        let mut rec = self.st.oom.lock();
+        let mut rec = self.st.ledger.oom.lock();
         rec.record(e, channel);
         // The table is written with the lock held (dump_ledger does not take it), so a reader
         // sees the error and its table together.
@@ -608,7 +618,7 @@ impl Nrt<'_> {
     /// Writes the OOM table captured when the last device OOM happened (what libnrt dumps and
     /// writes to a file on `ENOMEM`); nothing when there was none.
     pub fn last_oom_dump(&self, w: &mut dyn Write) -> fmt::Result {
-        let rec = self.st.oom.lock();
+        let rec = self.st.ledger.oom.lock();
         if !rec.set {
             return Ok(());
         }
@@ -620,12 +630,12 @@ impl Nrt<'_> {
     /// request's terms and the cause. `None` when there was no device OOM, or its channel
     /// could not be measured.
     pub fn last_oom_channel(&self) -> Option<crate::oom::FailingChannel> {
-        self.st.oom.lock().channel()
+        self.st.ledger.oom.lock().channel()
     }
 
     /// The most recent device OOM of this runtime, if any.
     pub fn last_oom(&self) -> Option<Error> {
-        self.st.oom.lock().error()
+        self.st.ledger.oom.lock().error()
     }
 
     /// `dml_dump` / `dml_log_dev_mem` (spec §3.4): the utilisation table of device `dev` —

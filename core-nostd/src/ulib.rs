@@ -92,7 +92,7 @@ impl Nrt<'_> {
         how: GiveBack,
     ) -> Result<*mut UlibSet> {
         let lib_bytes = req.lib_bytes()?;
-        let mut set = self.st.ulib_sets.alloc_fresh("ulib_set")?;
+        let mut set = self.st.model.ulib_sets().alloc_fresh("ulib_set")?;
         let parts: [(u64, dma_mem_usage_type_t, &str); 4] = [
             (
                 SCRATCH_SPACE_BYTES,
@@ -188,7 +188,7 @@ impl Nrt<'_> {
                 self.dmem_release_ref(call, m, how);
             }
         }
-        let _ = self.st.ulib_sets.give_back(set, how);
+        let _ = self.st.model.ulib_sets().give_back(set, how);
     }
 
     /// `ucode_stage_libs` (spec §6): > 9 libraries → `TooManyLibs` (NRT_FAILURE); exactly one

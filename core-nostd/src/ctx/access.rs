@@ -171,7 +171,7 @@ impl<'a> Nrt<'a> {
     /// The fixed members of dmem `m` ([`DmemFixed`]), read under its arena shard's lock;
     /// `None` when `m` is not a live, published dmem of this runtime. Safe for any pointer.
     pub(crate) fn dmem_fixed(&self, m: *const dmem_t) -> Option<DmemFixed> {
-        let arena = &self.st.dmems;
+        let arena = self.st.dmem.dmems();
         // SAFETY: `with_live` holds `m`'s shard lock and confirmed a live slot of `arena`.
         arena
             .with_live(m, |p| unsafe { DmemFixed::read(arena, p.as_ptr()) })
@@ -186,18 +186,18 @@ impl<'a> Nrt<'a> {
     /// ownership is the crate-internal contract of this function.
     #[inline]
     pub(crate) fn owned_dmem_fixed(&self, m: *const dmem_t) -> Option<DmemFixed> {
-        if !self.st.dmems.is_live(m) {
+        if !self.st.dmem.dmems().is_live(m) {
             return None;
         }
         // SAFETY: `is_live` confirmed a live slot of the dmem arena; the caller owns it (the
         // contract above), so it is neither released nor handed out again during the read.
-        unsafe { DmemFixed::read(&self.st.dmems, m) }
+        unsafe { DmemFixed::read(self.st.dmem.dmems(), m) }
     }
 
     /// Calls `f` with the fixed members of every live, published dmem, with every shard
     /// lock of the dmem arena held (`f` must not allocate or free dmems).
     pub(crate) fn for_each_dmem_fixed(&self, mut f: impl FnMut(DmemFixed)) {
-        let arena = &self.st.dmems;
+        let arena = self.st.dmem.dmems();
         arena.for_each_live(|p| {
             // SAFETY: a live slot of `arena`, whose shard lock `for_each_live` holds.
             if let Some(d) = unsafe { DmemFixed::read(arena, p.as_ptr()) } {
@@ -209,7 +209,7 @@ impl<'a> Nrt<'a> {
     /// The four dmems of live GPSIMD library set `set` (scratch space, ucode table, extram,
     /// libraries: spec §6), `None` for a pointer that is not a live set.
     pub(crate) fn ulib_set_dmems(&self, set: *const UlibSet) -> Option<[*mut dmem_t; 4]> {
-        self.st.ulib_sets.with_live(set, |p| {
+        self.st.model.ulib_sets().with_live(set, |p| {
             // SAFETY: a live slot, which its shard lock (held by `with_live`) keeps from being
             // released or handed out again; a set's members are written only through its
             // `Fresh` before it is published (`ulib_alloc_and_stage`) and never after, so this

@@ -203,7 +203,7 @@ impl DmemFixed {
     }
 }
 
-/// The last device OOM of a runtime, as `CoreState::oom` guards it: all-zero is "none yet".
+/// The last device OOM of a runtime, as `LedgerPool::oom` guards it: all-zero is "none yet".
 pub(crate) struct LastOom {
     /// True once `last` and `channel` hold values (MaybeUninit keeps all-zero valid).
     pub(crate) set: bool,

@@ -202,7 +202,7 @@ impl<'a> Nrt<'a> {
             for (d, info) in infos.iter().enumerate().take(n as usize) {
                 let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
                 (*self.st.geom.get())[d] = DevGeom::from_info(info);
-                self.st.align_unsupported[d].store(0, Ordering::Relaxed);
+                self.st.dmem.clear_align_latch(d as u32);
                 let mla = self.mla_ptr(d as u32);
                 (*mla).device = d as u64;
                 (*mla).mla_idx = d as u32;
@@ -290,7 +290,7 @@ impl<'a> Nrt<'a> {
                         pcore,
                         dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
                     )?;
-                    let db = self.st.model_dbs.alloc("model_db")?.as_ptr();
+                    let db = self.st.model.alloc_model_db()?;
                     ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
                     (*tpb).model_db = addr_of_mut!((*db).hdr);
                     self.tdrv_scratchpad_init(ex, tpb, &g);
@@ -319,7 +319,7 @@ impl<'a> Nrt<'a> {
                         core::mem::replace(&mut (*tpb).model_db, null_mut())
                     };
                     if !db.is_null() {
-                        let _ = self.st.model_dbs.release(db as *const ModelDb);
+                        self.st.model.release_model_db(db as *const ModelDb);
                     }
                     self.core_ext(d, t).is_init.store(0, Ordering::Release);
                 }

@@ -26,7 +26,7 @@ impl<'a> Nrt<'a> {
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<Dmem> {
         // 1. arguments (no side effects yet)
-        if ref_list.is_some_and(|l| !self.st.dmem_lists.is_live(l)) {
+        if ref_list.is_some_and(|l| !self.st.dmem.dmem_lists.is_live(l)) {
             return Err(Error::InvalidArgument(InvalidArg::RefListNotLive));
         }
         if a.size == 0 {
@@ -55,7 +55,7 @@ impl<'a> Nrt<'a> {
         if cat == CATEGORY_INVALID {
             return Err(Error::UsageInvalidForLocation { usage, loc });
         }
-        if !self.st.allocators.is_live(al) {
+        if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
         // SAFETY: live allocator; pcore was set at creation and points into the tree.
@@ -90,15 +90,16 @@ impl<'a> Nrt<'a> {
         let shard = crate::ctx::core_shard(dev, nc_id);
         let m = self
             .st
+            .dmem
             .dmems
             .alloc_handle("dmem_t", false, shard)?
             .0
             .as_ptr();
         let ref_node = match ref_list {
-            Some(_) => match self.st.ref_nodes.alloc_in(shard, "dmem_ref_node_t") {
+            Some(_) => match self.st.dmem.ref_nodes.alloc_in(shard, "dmem_ref_node_t") {
                 Ok(n) => n.as_ptr(),
                 Err(e) => {
-                    let _ = self.st.dmems.cancel(m);
+                    let _ = self.st.dmem.dmems.cancel(m);
                     return Err(e.into());
                 }
             },
@@ -108,9 +109,9 @@ impl<'a> Nrt<'a> {
         // bookkeeping, but a failed call must leave the arenas as it found them).
         let undo_meta = || {
             if !ref_node.is_null() {
-                let _ = self.st.ref_nodes.cancel(ref_node);
+                let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
-            let _ = self.st.dmems.cancel(m);
+            let _ = self.st.dmem.dmems.cancel(m);
         };
         // 4. carve: natively aligned, or the over-allocate-and-offset emulation
         let req = |emulate: bool| AllocRequest {
@@ -178,7 +179,7 @@ impl<'a> Nrt<'a> {
         // Last: publishes the fields above to readers of live slots (the OOM dump) and to
         // resolvers of the new handle (generation, then one owner).
         // SAFETY: `m` is a slot of the dmem arena.
-        let (gen, refs) = unsafe { self.st.dmems.words(m) };
+        let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
         handle::publish(gen, refs);
         // 6. ledger + trace
         self.dml_add_entry(call, mla, Action::Alloc, m);
@@ -194,12 +195,12 @@ impl<'a> Nrt<'a> {
             // on this list and its handle was never returned) and refuse the call.
             error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
             if !ref_node.is_null() {
-                let _ = self.st.ref_nodes.cancel(ref_node);
+                let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
             // SAFETY: `m` is not on `al`'s list, its one owner is this call and no handle of
             // it was handed out, so nothing else holds or pins it.
             unsafe {
-                self.st.dmems.words(m).1.store(0, Ordering::Release);
+                self.st.dmem.dmems.words(m).1.store(0, Ordering::Release);
                 self.dmem_finalize(call, m, GiveBack::Cancel);
             }
             return Err(Error::ForeignDmem);
@@ -217,7 +218,7 @@ impl<'a> Nrt<'a> {
                 // Only a fresh node can be pushed, and it is unlinked: record the refusal; the
                 // dmem stays allocated (on its allocator), only its weak entry is dropped.
                 error!("dmem_alloc: {}: the weak index entry is dropped", e);
-                let _ = self.st.ref_nodes.cancel(ref_node);
+                let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
         }
         Ok(m)
@@ -231,6 +232,7 @@ impl<'a> Nrt<'a> {
             return false;
         }
         self.st
+            .dmem
             .align_unsupported
             .get(dev as usize)
             .is_none_or(|l| l.load(Ordering::Relaxed) == 0)
@@ -238,7 +240,7 @@ impl<'a> Nrt<'a> {
 
     /// Latches "no aligned allocation" for `dev`, with the one-shot WARN.
     fn latch_aligned_alloc_unsupported(&self, dev: u32) {
-        let Some(latch) = self.st.align_unsupported.get(dev as usize) else {
+        let Some(latch) = self.st.dmem.align_unsupported.get(dev as usize) else {
             return;
         };
         if latch.load(Ordering::Relaxed) == 0 && latch.swap(1, Ordering::Relaxed) == 0 {

@@ -14,11 +14,11 @@ impl<'a> Nrt<'a> {
     /// [`Self::dmem_acquire_reference`] as a step of a gated call (`_call`), through a
     /// pointer whose owner reference the caller holds (the runtime's own calls).
     pub(crate) fn dmem_acquire_owned(&self, _call: &impl InCall, m: Dmem) -> Result<()> {
-        if !self.st.dmems.is_live(m) {
+        if !self.st.dmem.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
         // SAFETY: live slot of the dmem arena.
-        let (_, refs) = unsafe { self.st.dmems.words(m) };
+        let (_, refs) = unsafe { self.st.dmem.dmems.words(m) };
         if handle::add_owner(refs) {
             Ok(())
         } else {
@@ -29,7 +29,7 @@ impl<'a> Nrt<'a> {
     /// [`Self::dmem_free`] as a step of a gated call (`call`), through a pointer whose owner
     /// reference the caller holds (the runtime's own calls).
     pub(crate) fn dmem_free_owned(&self, call: &impl InCall, m: Dmem) -> Result<()> {
-        if !self.st.dmems.is_live(m) {
+        if !self.st.dmem.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
         if self.dmem_release_ref(call, m, GiveBack::Release) {
@@ -42,7 +42,7 @@ impl<'a> Nrt<'a> {
     /// Why `m` is not a live dmem: a slot of the dmem arena that is free (a double free, or a
     /// use after free), or no dmem of this runtime at all.
     pub(crate) fn not_live(&self, m: Dmem) -> Error {
-        if self.st.dmems.owns(m) {
+        if self.st.dmem.dmems.owns(m) {
             Error::DoubleFree
         } else {
             Error::InvalidArgument(InvalidArg::ForeignDmemPointer)
@@ -54,7 +54,7 @@ impl<'a> Nrt<'a> {
     /// there was no owner left to drop (nothing changed).
     pub(crate) fn dmem_release_ref(&self, call: &impl InCall, m: Dmem, how: GiveBack) -> bool {
         // SAFETY: caller checked that `m` is a slot of the dmem arena.
-        let (_, refs) = unsafe { self.st.dmems.words(m) };
+        let (_, refs) = unsafe { self.st.dmem.dmems.words(m) };
         match handle::drop_owner(refs) {
             Dropped::NoOwner => false,
             Dropped::Shared => true,
@@ -114,8 +114,8 @@ impl<'a> Nrt<'a> {
             self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m);
             (*m).hint = null_mut();
             // The slot reads as free before it can be handed out again.
-            handle::retire(self.st.dmems.words(m).0);
-            let _ = self.st.dmems.give_back(m, how);
+            handle::retire(self.st.dmem.dmems.words(m).0);
+            let _ = self.st.dmem.dmems.give_back(m, how);
         }
     }
 
@@ -126,17 +126,17 @@ impl<'a> Nrt<'a> {
     /// reclaimed. Only for `close` (its token `ex`), once the gate is shut: nothing else can
     /// reach them.
     pub(crate) fn reclaim_leftover_dmems(&self, ex: &Exclusive<'_>) -> usize {
-        let before = self.st.dmems.stats().live;
-        for al in self.st.allocators.live_slots() {
+        let before = self.st.dmem.dmems.stats().live;
+        for al in self.st.dmem.allocators.live_slots() {
             let _ = self.allocator_destroy(ex, al.as_ptr(), GiveBack::Release);
         }
-        for m in self.st.dmems.live_slots() {
+        for m in self.st.dmem.dmems.live_slots() {
             let m = m.as_ptr();
             // SAFETY: the gate is shut and every allocator is gone, so `m` is detached
             // (unlinked) and no other thread holds or pins it: dropping its last references is
             // ours.
             unsafe {
-                self.st.dmems.words(m).1.store(0, Ordering::Release);
+                self.st.dmem.dmems.words(m).1.store(0, Ordering::Release);
                 self.dmem_finalize(ex, m, GiveBack::Release);
             }
         }

@@ -19,8 +19,10 @@
 mod alloc;
 mod allocator;
 mod free;
+mod pool;
 
 pub use alloc::align_offset;
+pub(crate) use pool::DmemPool;
 
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -178,7 +180,7 @@ impl<'a> Nrt<'a> {
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
         let call = self.enter()?;
-        if self.st.allocators.is_live(al) && !self.is_caller_owned(al) {
+        if self.st.dmem.allocators.is_live(al) && !self.is_caller_owned(al) {
             return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
         }
         self.allocator_destroy(&call, al, GiveBack::Release)
@@ -210,7 +212,7 @@ impl<'a> Nrt<'a> {
         let _call = self.enter()?;
         let p = self.dmem_pin(h)?;
         // SAFETY: `p.m` is pinned: a slot of the dmem arena that stays whole.
-        let (_, refs) = unsafe { self.st.dmems.words(p.m) };
+        let (_, refs) = unsafe { self.st.dmem.dmems.words(p.m) };
         if handle::add_owner(refs) {
             Ok(())
         } else {
@@ -275,9 +277,9 @@ impl<'a> Nrt<'a> {
     /// `None` for a `dmem_t` that is not a live slot of this runtime's arena.
     pub fn dmem_handle_of(&self, d: &dmem_t) -> Option<DmemHandle> {
         let m = d as *const dmem_t;
-        let index = self.st.dmems.index_of(m)? as u32;
+        let index = self.st.dmem.dmems.index_of(m)? as u32;
         // SAFETY: a slot of the dmem arena (index_of checked it); the words are atomics.
-        let (gen, refs) = unsafe { self.st.dmems.words(m) };
+        let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
         let generation = gen.load(Ordering::Acquire);
         if generation & 1 == 0 || refs.load(Ordering::Acquire) & handle::OWNERS == 0 {
             return None;
@@ -292,7 +294,7 @@ impl<'a> Nrt<'a> {
     /// The handle of dmem `m`, which the caller owns (it was just allocated, or the caller
     /// holds an owner reference), so its generation cannot move under this call.
     pub(crate) fn dmem_handle_of_owned(&self, m: Dmem) -> DmemHandle {
-        DmemHandle(self.owned_handle(&self.st.dmems, m))
+        DmemHandle(self.owned_handle(&self.st.dmem.dmems, m))
     }
 
     /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the dmem cannot be
@@ -301,6 +303,7 @@ impl<'a> Nrt<'a> {
         self.check_epoch(h.0, HandleKind::Dmem)?;
         let (m, refs) = self
             .st
+            .dmem
             .dmems
             .pin(h.0.index, h.0.generation, HandleKind::Dmem)?;
         Ok(DmemPin { m, refs })

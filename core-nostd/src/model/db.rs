@@ -16,7 +16,7 @@ impl<'a> Nrt<'a> {
     /// The IO table of model slot `m` (of this runtime's model arena; a pointer the arena does
     /// not own yields the last slot's table, which no caller reaches: they pass live models).
     pub(crate) fn model_io_table(&self, m: *mut model_t) -> *mut ModelIoTable {
-        self.st.models.side_entry(&self.st.model_io, m)
+        self.st.model.models.side_entry(&self.st.model.model_io, m)
     }
 
     /// `add_model` (spec §4.3): links the model into the core's `model_db` through its embedded

@@ -161,7 +161,7 @@ impl<'a> Nrt<'a> {
         let arch = g.arch();
         self.check_spec(spec, arch)?;
         let before = self.vnc_device_bytes(&call, vnc);
-        let model = self.st.models.alloc("model_t")?.as_ptr();
+        let model = self.st.model.models.alloc("model_t")?.as_ptr();
         let mut b = Building {
             model,
             tpbs: [null_mut(); MAX_SUBGRAPHS],
@@ -216,7 +216,7 @@ impl<'a> Nrt<'a> {
                     self.pcore_ptr(pc.device_id, pc.device_tpb_idx),
                     dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
                 )?;
-                let set = self.st.mem_ref_sets.alloc("mem_ref_set")?.as_ptr();
+                let set = self.st.model.mem_ref_sets.alloc("mem_ref_set")?.as_ptr();
                 ht::ht_init(addr_of_mut!((*set).hdr), constants::MEM_REF_SET_BUCKETS);
                 (*m).sg_mem_ref_sets[s] = addr_of_mut!((*set).hdr);
                 (*m).sg_gc_trackers[s] = self.dmem_list_new()?;
@@ -226,6 +226,7 @@ impl<'a> Nrt<'a> {
         unsafe {
             (*m).scratchpad_cleanup_info = self
                 .st
+                .model
                 .sp_cleanup
                 .alloc("scratchpad_cleanup_info_t")?
                 .as_ptr();
@@ -267,7 +268,7 @@ impl<'a> Nrt<'a> {
                     hint: a.hint,
                 };
                 let d = self.dmem_alloc_internal(call, al, &args, Some(list))?;
-                let node = match self.st.mem_ref_nodes.alloc("mem_ref_node") {
+                let node = match self.st.model.mem_ref_nodes.alloc("mem_ref_node") {
                     Ok(n) => n.as_ptr(),
                     Err(e) => {
                         // Just allocated by this call: seen by nobody.
@@ -392,7 +393,7 @@ impl<'a> Nrt<'a> {
         }
         self.free_model_heaps(call, m, GiveBack::Cancel);
         // The handle was never returned: the slot goes back as if the load never started.
-        let _ = self.st.models.cancel(m);
+        let _ = self.st.model.models.cancel(m);
     }
 
     /// Frees a model's per-subgraph heaps, mem_ref sets, gc trackers and cleanup record.
@@ -405,9 +406,13 @@ impl<'a> Nrt<'a> {
                 let set = (*m).sg_mem_ref_sets[s];
                 if !set.is_null() {
                     ht::for_each(set, |n| {
-                        let _ = self.st.mem_ref_nodes.give_back(n, how);
+                        let _ = self.st.model.mem_ref_nodes.give_back(n, how);
                     });
-                    let _ = self.st.mem_ref_sets.give_back(set as *const MemRefSet, how);
+                    let _ = self
+                        .st
+                        .model
+                        .mem_ref_sets
+                        .give_back(set as *const MemRefSet, how);
                 }
                 let al = (*m).sg_allocators[s];
                 if !al.is_null() {
@@ -421,7 +426,7 @@ impl<'a> Nrt<'a> {
         unsafe {
             let c = (*m).scratchpad_cleanup_info;
             if !c.is_null() {
-                let _ = self.st.sp_cleanup.give_back(c, how);
+                let _ = self.st.model.sp_cleanup.give_back(c, how);
             }
         }
     }
@@ -451,7 +456,7 @@ impl<'a> Nrt<'a> {
             (*m).ulib_set_info = null_mut();
         }
         self.free_model_heaps(call, m, GiveBack::Release);
-        let _ = self.st.models.release(m);
+        let _ = self.st.model.models.release(m);
     }
 
     /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then

@@ -114,7 +114,7 @@ impl<'a> Nrt<'a> {
     }
 }
 
-/// Stripes of the execute data lock (`CoreState::exec_data_locks`): one bit each of a `u64`.
+/// Stripes of the execute data lock (`TensorPool::exec_data_locks`): one bit each of a `u64`.
 pub(crate) const EXEC_DATA_STRIPES: usize = 64;
 
 impl Nrt<'_> {
@@ -122,7 +122,7 @@ impl Nrt<'_> {
     /// stripes, so every tensor viewing one storage (slices included) has the same stripe.
     fn exec_stripe(&self, t: Tensor) -> Result<usize> {
         let (s, _, _) = self.storage_of(t)?;
-        Ok(self.st.storages.index_of(s).unwrap_or(0) % EXEC_DATA_STRIPES)
+        Ok(self.st.tensor.storages.index_of(s).unwrap_or(0) % EXEC_DATA_STRIPES)
     }
 }
 
@@ -140,7 +140,7 @@ impl<'a> ExecDataGuard<'a> {
             let i = stripes.trailing_zeros() as usize;
             stripes &= stripes - 1;
             // At most EXEC_DATA_STRIPES bits, so the push never finds the list full.
-            let _ = held.push(st.exec_data_locks[i].0.lock());
+            let _ = held.push(st.tensor.exec_data_locks[i].0.lock());
         }
         ExecDataGuard { _held: held }
     }

@@ -19,11 +19,13 @@
 mod exec;
 mod host_heap;
 mod io;
+mod pool;
 mod set;
 
 pub(crate) use exec::EXEC_DATA_STRIPES;
 pub use host_heap::{ArenaHostMem, HostMem};
 pub use io::check_window;
+pub(crate) use pool::TensorPool;
 pub use set::{SetSlot, SET_MAX};
 
 use core::ffi::c_void;
@@ -118,28 +120,29 @@ impl<'a> Nrt<'a> {
     /// finalised, nor its slot reused, until the pin drops.
     pub(crate) fn tensor_pin(&self, h: TensorHandle) -> Result<TensorPin<'a>> {
         self.check_epoch(h.0, HandleKind::Tensor)?;
-        let (t, refs) = self
-            .st
-            .tensors
-            .pin(h.0.index, h.0.generation, HandleKind::Tensor)?;
+        let (t, refs) =
+            self.st
+                .tensor
+                .tensors
+                .pin(h.0.index, h.0.generation, HandleKind::Tensor)?;
         Ok(TensorPin { t, refs })
     }
 
     /// The handle of tensor `t`, which the caller owns (just made, or kept alive by the
     /// caller), so its generation cannot move under this call.
     pub(crate) fn tensor_handle_of_owned(&self, t: *const nrt_tensor_t) -> TensorHandle {
-        TensorHandle(self.owned_handle(&self.st.tensors, t))
+        TensorHandle(self.owned_handle(&self.st.tensor.tensors, t))
     }
 
     /// The slot `h` names, if it is in bounds (no liveness check: for [`crate::raw`]).
     pub(crate) fn tensor_slot(&self, h: TensorHandle) -> Option<Tensor> {
-        self.st.tensors.slot(h.0.index)
+        self.st.tensor.tensors.slot(h.0.index)
     }
 
     /// Publishes a fully built tensor: from here its handle resolves.
     fn publish_tensor(&self, t: Tensor) -> TensorHandle {
         // SAFETY: a slot of the tensor arena, ours alone until published.
-        let (gen, refs) = unsafe { self.st.tensors.words(t) };
+        let (gen, refs) = unsafe { self.st.tensor.tensors.words(t) };
         handle::publish(gen, refs);
         self.tensor_handle_of_owned(t)
     }
@@ -149,7 +152,7 @@ impl<'a> Nrt<'a> {
         if t.is_null() {
             return Err(Error::InvalidArgument(InvalidArg::NullTensor));
         }
-        if !self.st.tensors.is_live(t) {
+        if !self.st.tensor.tensors.is_live(t) {
             return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor));
         }
         // SAFETY: live slot of our arena.
@@ -161,10 +164,13 @@ impl<'a> Nrt<'a> {
 
     /// The name text of tensor slot `t` (its side-table entry; `nrt_tensor_t.name` points
     /// here). libnrt `strdup`s the name; `nrt_tensor_t` leaves no 96-byte gap, so the text
-    /// lives beside the tensor arena, one buffer per slot (`CoreState::tensor_names`). A
+    /// lives beside the tensor arena, one buffer per slot (`TensorPool::tensor_names`). A
     /// pointer the arena does not own yields the last slot's buffer; callers pass live tensors.
     fn tensor_name_buf(&self, t: *const nrt_tensor_t) -> *mut [u8; TENSOR_NAME_MAX + 1] {
-        self.st.tensors.side_entry(&self.st.tensor_names, t)
+        self.st
+            .tensor
+            .tensors
+            .side_entry(&self.st.tensor.tensor_names, t)
     }
 
     /// A fresh tensor slot, from arena shard `shard` first (the caller's core, see
@@ -177,6 +183,7 @@ impl<'a> Nrt<'a> {
         // Generation and reference words left alone: resolvers of old handles may read them.
         let t = self
             .st
+            .tensor
             .tensors
             .alloc_handle("nrt_tensor_t", true, shard)?
             .0
@@ -196,6 +203,7 @@ impl<'a> Nrt<'a> {
     fn new_storage(&self, shard: usize) -> Result<*mut nrt_tensor_storage_t> {
         let s = self
             .st
+            .tensor
             .storages
             .alloc_fresh_first_in(shard, "nrt_tensor_storage_t")?
             .as_ptr();
@@ -256,7 +264,7 @@ impl<'a> Nrt<'a> {
         let s = match self.new_storage(shard) {
             Ok(s) => s,
             Err(e) => {
-                let _ = self.st.tensors.cancel(t);
+                let _ = self.st.tensor.tensors.cancel(t);
                 return Err(e);
             }
         };
@@ -305,8 +313,8 @@ impl<'a> Nrt<'a> {
             }
         };
         if let Err(e) = r {
-            let _ = self.st.storages.cancel(s);
-            let _ = self.st.tensors.cancel(t);
+            let _ = self.st.tensor.storages.cancel(s);
+            let _ = self.st.tensor.tensors.cancel(t);
             return Err(e);
         }
         // SAFETY: fresh tensor and storage.
@@ -442,7 +450,7 @@ impl<'a> Nrt<'a> {
     pub(crate) fn tensor_free_owned(&self, call: &impl InCall, t: Tensor) -> Result<()> {
         self.tensor_check(t)?;
         // SAFETY: live slot of the tensor arena.
-        let refs = unsafe { self.st.tensors.words(t).1 };
+        let refs = unsafe { self.st.tensor.tensors.words(t).1 };
         match handle::drop_owner(refs) {
             Dropped::Last => handle::wait_drained(refs, 0, relax),
             // A tensor has one owner, so never Shared.
@@ -470,9 +478,9 @@ impl<'a> Nrt<'a> {
                 self.storage_put(call, sto);
             }
             // The slot reads as free before it can be handed out again.
-            handle::retire(self.st.tensors.words(t).0);
+            handle::retire(self.st.tensor.tensors.words(t).0);
         }
-        let _ = self.st.tensors.release(t);
+        let _ = self.st.tensor.tensors.release(t);
     }
 
     /// Drops one reference on a storage; the last one frees its memory if owned (VIRTUAL
@@ -501,7 +509,7 @@ impl<'a> Nrt<'a> {
                 }
             }
             (*s).magic = 0;
-            let _ = self.st.storages.release(s);
+            let _ = self.st.tensor.storages.release(s);
         }
     }
 
@@ -512,7 +520,7 @@ impl<'a> Nrt<'a> {
         let mut live: [Tensor; 64] = [null_mut(); 64];
         loop {
             let mut n = 0;
-            self.st.tensors.for_each_live(|p| {
+            self.st.tensor.tensors.for_each_live(|p| {
                 if n < live.len() {
                     live[n] = p.as_ptr();
                     n += 1;
@@ -525,7 +533,7 @@ impl<'a> Nrt<'a> {
                 if self.tensor_free_owned(ex, *t).is_err() {
                     // Not a whole tensor (cannot happen once the gate is drained): give the
                     // slot back rather than meet it again.
-                    let _ = self.st.tensors.release(*t);
+                    let _ = self.st.tensor.tensors.release(*t);
                 }
             }
         }

@@ -14,7 +14,7 @@ use crate::sync::relax;
 pub const SET_MAX: usize = 64;
 
 /// One tensor set (`nrt_tensor_set_t`, spec §7.3; libnrt's `kbl_feature_map_set_t`): a slot
-/// of the core's set arena (`CoreState::sets`, sized by [`crate::Capacity::sets`]), named by
+/// of the core's set arena (`TensorPool::sets`, sized by [`crate::Capacity::sets`]), named by
 /// a [`SetHandle`] through the pin protocol of [`crate::handle`]. Valid when all-zero.
 #[repr(C)]
 pub struct SetSlot {
@@ -79,6 +79,7 @@ impl<'a> Nrt<'a> {
         self.check_epoch(h.0, HandleKind::Set)?;
         let (t, refs) = self
             .st
+            .tensor
             .sets
             .pin(h.0.index, h.0.generation, HandleKind::Set)?;
         Ok(SlotPin { t, refs })
@@ -90,10 +91,10 @@ impl<'a> Nrt<'a> {
     pub fn set_create(&self) -> Result<SetHandle> {
         let _call = self.enter()?;
         // Generation and reference words left alone: resolvers of old handles may read them.
-        let (p, index) = self.st.sets.alloc_handle("tensor set", true, 0)?;
+        let (p, index) = self.st.tensor.sets.alloc_handle("tensor set", true, 0)?;
         // SAFETY: a slot of the set arena, ours alone until published (zeroed but for the
         // two words: an empty body).
-        let (gen, refs) = unsafe { self.st.sets.words(p.as_ptr()) };
+        let (gen, refs) = unsafe { self.st.tensor.sets.words(p.as_ptr()) };
         let generation = handle::publish(gen, refs);
         Ok(SetHandle(handle::Raw {
             index,
@@ -128,8 +129,8 @@ impl<'a> Nrt<'a> {
     /// Retires a set whose owner is gone and whose pins drained, and gives its slot back.
     fn set_finalize(&self, p: *mut SetSlot) {
         // SAFETY: a slot of the set arena; nobody else can reach it (owner gone, drained).
-        handle::retire(unsafe { self.st.sets.words(p) }.0);
-        let _ = self.st.sets.release(p);
+        handle::retire(unsafe { self.st.tensor.sets.words(p) }.0);
+        let _ = self.st.tensor.sets.release(p);
     }
 
     /// Teardown: frees every set still alive (after the gate drained: nobody pins one).
@@ -137,7 +138,7 @@ impl<'a> Nrt<'a> {
         let mut live: [*mut SetSlot; 64] = [null_mut(); 64];
         loop {
             let mut n = 0;
-            self.st.sets.for_each_live(|p| {
+            self.st.tensor.sets.for_each_live(|p| {
                 if n < live.len() {
                     live[n] = p.as_ptr();
                     n += 1;
@@ -148,7 +149,7 @@ impl<'a> Nrt<'a> {
             }
             for p in &live[..n] {
                 // SAFETY: a live slot of the set arena.
-                let refs = unsafe { self.st.sets.words(*p) }.1;
+                let refs = unsafe { self.st.tensor.sets.words(*p) }.1;
                 if handle::drop_owner(refs) == Dropped::Last {
                     handle::wait_drained(refs, 0, relax);
                 }
