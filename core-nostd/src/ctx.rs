@@ -322,8 +322,6 @@ unsafe impl ZeroValid for crate::tensor::TensorPool {}
 // zero `bool` is false); a zero `nrt_mutex_t` is unlocked, so the `lock_api::Mutex` around it,
 // a raw lock and an UnsafeCell of zero-valid data, is zero-valid too.
 unsafe impl ZeroValid for crate::ledger::LedgerPool {}
-// SAFETY: an atomic byte; zero is a value like any other.
-unsafe impl ZeroValid for AtomicU8 {}
 // SAFETY: repr(C) of integers and integer arrays: all-zero is an empty entry.
 unsafe impl ZeroValid for crate::model::ModelIoEntry {}
 // Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
