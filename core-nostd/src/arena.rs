@@ -299,6 +299,11 @@ impl<U> SideTable<U> {
         self.ptr = base.cast();
         self.len = n;
     }
+
+    /// Entries the table was bound to (0: unbound).
+    pub(crate) fn entries(&self) -> usize {
+        self.len
+    }
 }
 
 impl SideTable<AtomicU8> {

@@ -127,11 +127,13 @@ pub const STATE_INIT: u32 = 1;
 pub const STATE_CLOSED: u32 = 2;
 
 mod access;
+mod bind;
 mod guards;
 mod lifecycle;
 mod model_access;
 mod tensor_access;
 
+pub(crate) use bind::{Binder, Part};
 pub(crate) use guards::*;
 pub(crate) use model_access::*;
 pub(crate) use tensor_access::{Last, StorageMem, StorageOwner, StorageRef, TensorPin, TensorRef};
@@ -210,101 +212,48 @@ pub struct CoreState {
     /// count to drain.
     pub(crate) active_calls: ShardedGate,
     pub(crate) init_lock: nrt_mutex_t,
-    /// Held by executions while they move their data (`execute`): the simulated stand-in for
-    /// spec §7.1's DMA ordering, so an execution's inputs are never read while another
-    /// execution, on any core, is writing them. Striped by tensor storage
-    /// ([`crate::tensor::ExecDataGuard`]): an execution takes the stripes of the storages it
-    /// binds, so executions sharing a tensor serialise and independent ones (one per core)
-    /// rarely meet (issue 16 item 7).
-    pub(crate) exec_data_locks: [crate::ledger::CoreLock; crate::tensor::EXEC_DATA_STRIPES],
-    /// The last device OOM (spec §3.2 `dml_driver_dump`), in the lock that guards it (issue
-    /// 17: a lock that holds its data). The core's own `nrt_mutex_t` rather than a
-    /// [`crate::sync::DataLock`]: its holder writes the OOM table, which asks the driver for
-    /// pool figures, and this lock's waits relax instead of spinning.
-    pub(crate) oom: lock_api::Mutex<nrt_mutex_t, LastOom>,
+    /// The ledger's own state beside the tree's rows: the last device OOM
+    /// ([`crate::ledger::LedgerPool`]).
+    pub(crate) ledger: crate::ledger::LedgerPool,
     /// The capacities the arenas were bound with (all-zero until bound).
     pub(crate) caps: Capacity,
     /// The storage, when this block owns it (a heap allocation of `owned_bytes`, freed on
     /// drop); null for storage the integrator owns (a `StaticState`).
     pub(crate) owned: *mut u8,
     pub(crate) owned_bytes: usize,
-    pub(crate) dmems: Arena<dmem_t>,
-    pub(crate) allocators: Arena<dmem_allocator_t>,
-    /// Per `allocators` slot: 1 when the allocator was made through the public
-    /// `dmem_allocator_create` (the caller's to destroy), 0 when the runtime owns it (a core's
-    /// GLOBAL allocator, a model's MODEL allocators).
-    pub(crate) caller_allocators: SideTable<AtomicU8>,
-    /// Per device: 1 once aligned allocation is known to be unsupported (the device said so
-    /// at bring-up, or the driver refused an aligned request) and the one-shot WARN is out:
-    /// the latch of spec §3.2's `ndl_supports_align`. Cleared by `init`.
-    pub(crate) align_unsupported: [AtomicU8; constants::MAX_MLA_PER_PROCESS],
-    pub(crate) ref_nodes: Arena<dmem_ref_node_t>,
-    pub(crate) dmem_lists: Arena<dmem_list_t>,
-    pub(crate) models: Arena<model_t>,
-    /// Per `models` slot: the model's IO table ([`crate::model::ModelIoEntry`]).
-    pub(crate) model_io: SideTable<crate::model::ModelIoTable>,
-    pub(crate) model_dbs: Arena<ModelDb>,
-    pub(crate) mem_ref_sets: Arena<MemRefSet>,
-    pub(crate) mem_ref_nodes: Arena<ht_node_t>,
-    pub(crate) sp_cleanup: Arena<tdrv_scratchpad_cleanup_info_t>,
-    pub(crate) ulib_sets: Arena<UlibSet>,
-    pub(crate) tensors: Arena<nrt_tensor_t>,
-    /// Per `tensors` slot: the tensor's name text (`nrt_tensor_t.name` points here).
-    pub(crate) tensor_names: SideTable<[u8; crate::tensor::TENSOR_NAME_MAX + 1]>,
-    pub(crate) storages: Arena<nrt_tensor_storage_t>,
-    /// Tensor sets ([`crate::tensor::SetSlot`]), named by `SetHandle`s.
-    pub(crate) sets: Arena<crate::tensor::SetSlot>,
+    /// The dmem domain's arenas (spec §3): dmems, allocators, weak GC indexes.
+    pub(crate) dmem: crate::dmem::DmemPool,
+    /// The model domain's arenas (spec §4, §5, §6): models, model_dbs, mem_ref sets, ulib sets.
+    pub(crate) model: crate::model::ModelPool,
+    /// The tensor domain's arenas (spec §7): tensors, storages, sets, the execute data locks.
+    pub(crate) tensor: crate::tensor::TensorPool,
 }
 
-/// Where each arena's storage starts in a state block's storage region, for a [`Capacity`]
-/// (one computation for both sizing and binding, so the two cannot disagree).
+/// Where each pool's region starts in a state block's storage, for a [`Capacity`]: the pools'
+/// own `parts` lists summed, the lists their `bind` methods then hand out (one computation for
+/// both sizing and binding, so the two cannot disagree).
 #[derive(Copy, Clone, Debug)]
 struct Plan {
-    at: [usize; 16],
+    /// Offsets of the dmem, model and tensor regions.
+    at: [usize; 3],
+    /// Their sizes.
+    bytes: [usize; 3],
     total: usize,
 }
 
 impl Plan {
     /// The layout for `c` (which [`Capacity::check`] accepted: no overflow at 2^24 slots).
     const fn of(c: &Capacity) -> Plan {
-        let (d, al, m, mr, u, t, s) = (
-            c.dmems as usize,
-            c.allocators as usize,
-            c.models as usize,
-            c.mr_sets as usize,
-            c.ulib_sets as usize,
-            c.tensors as usize,
-            c.storages as usize,
-        );
-        let sets = c.sets as usize;
-        let dbs = c.devices as usize * constants::TPBS_PER_MLA;
-        let sizes = [
-            Arena::<dmem_t>::storage_bytes(d),
-            Arena::<dmem_allocator_t>::storage_bytes(al),
-            SideTable::<AtomicU8>::bytes(al),
-            Arena::<dmem_ref_node_t>::storage_bytes(d),
-            Arena::<dmem_list_t>::storage_bytes(mr),
-            Arena::<model_t>::storage_bytes(m),
-            SideTable::<crate::model::ModelIoTable>::bytes(m),
-            Arena::<ModelDb>::storage_bytes(dbs),
-            Arena::<MemRefSet>::storage_bytes(mr),
-            Arena::<ht_node_t>::storage_bytes(d),
-            Arena::<tdrv_scratchpad_cleanup_info_t>::storage_bytes(m),
-            Arena::<UlibSet>::storage_bytes(u),
-            Arena::<nrt_tensor_t>::storage_bytes(t),
-            SideTable::<[u8; crate::tensor::TENSOR_NAME_MAX + 1]>::bytes(t),
-            Arena::<nrt_tensor_storage_t>::storage_bytes(s),
-            Arena::<crate::tensor::SetSlot>::storage_bytes(sets),
+        let bytes = [
+            Part::total(&crate::dmem::DmemPool::parts(c)),
+            Part::total(&crate::model::ModelPool::parts(c)),
+            Part::total(&crate::tensor::TensorPool::parts(c)),
         ];
-        let mut at = [0; 16];
-        let mut total = 0;
-        let mut i = 0;
-        while i < sizes.len() {
-            at[i] = total;
-            total += sizes[i];
-            i += 1;
+        Plan {
+            at: [0, bytes[0], bytes[0] + bytes[1]],
+            bytes,
+            total: bytes[0] + bytes[1] + bytes[2],
         }
-        Plan { at, total }
     }
 }
 
@@ -350,7 +299,7 @@ impl<const B: usize> StaticState<B> {
         // and static, so it outlives the state.
         unsafe {
             let st = &mut *self.state.get().cast::<CoreState>();
-            st.bind_storage(self.storage.get().cast(), caps);
+            let _ = st.bind_storage(self.storage.get().cast(), caps);
             Ok(&*st)
         }
     }
@@ -362,13 +311,23 @@ impl<const B: usize> Default for StaticState<B> {
     }
 }
 
-// SAFETY: every member is zero-valid: the abi structs, arenas and side tables by their own
-// ZeroValid impls (unbound: no slots), the plain-integer tables trivially, a zero lock is
-// unlocked, state 0 is UNINIT, a null `owned` owns nothing, and `oom.last` is a MaybeUninit
-// only read after `set` became true (a zero `bool` is false; a zero `nrt_mutex_t` is unlocked,
-// so the `lock_api::Mutex` around it, a raw lock and an UnsafeCell of zero-valid data, is
-// zero-valid too).
+// SAFETY: every member is zero-valid: the abi structs by their own ZeroValid impls, the pools
+// by theirs (below), the plain-integer tables trivially, a zero lock is unlocked, state 0 is
+// UNINIT and a null `owned` owns nothing.
 unsafe impl ZeroValid for CoreState {}
+// SAFETY: arenas and side tables are zero-valid (unbound: no slots) and so are atomics.
+unsafe impl ZeroValid for crate::dmem::DmemPool {}
+// SAFETY: arenas and side tables only (unbound when zero).
+unsafe impl ZeroValid for crate::model::ModelPool {}
+// SAFETY: arenas and side tables (unbound when zero) and an array of locks (a zero
+// `CoreLock` holds an unlocked `nrt_mutex_t`).
+unsafe impl ZeroValid for crate::tensor::TensorPool {}
+// SAFETY: `oom.last` and `oom.channel` are MaybeUninit, only read after `set` became true (a
+// zero `bool` is false); a zero `nrt_mutex_t` is unlocked, so the `lock_api::Mutex` around it,
+// a raw lock and an UnsafeCell of zero-valid data, is zero-valid too.
+unsafe impl ZeroValid for crate::ledger::LedgerPool {}
+// SAFETY: repr(C) of integers and integer arrays: all-zero is an empty entry.
+unsafe impl ZeroValid for crate::model::ModelIoEntry {}
 // Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
 // the whole 47 MB block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
 const _: () = assert!(core::mem::align_of::<CoreState>() <= 16);
@@ -393,62 +352,34 @@ impl CoreState {
         }
     }
 
-    /// Binds every arena to its part of `base`.
+    /// Binds every pool's arenas to its region of `base` (each pool's `bind` walks the same
+    /// `parts` list that sized its region). Returns whether every part was bound exactly (by
+    /// construction it is; a refused part leaves its arena unbound: full, not unsound).
     ///
     /// # Safety
     /// `base` is 64-aligned and points at `storage_bytes(caps)` zeroed bytes used by nobody
     /// else and valid as long as `self`; `caps` passed [`Capacity::check`]; the block was
     /// never bound or used (nobody else references it).
-    unsafe fn bind_storage(&mut self, base: *mut u8, caps: &Capacity) {
+    unsafe fn bind_storage(&mut self, base: *mut u8, caps: &Capacity) -> bool {
         let p = Plan::of(caps);
-        let (d, al, m, mr, u, t, s) = (
-            caps.dmems as usize,
-            caps.allocators as usize,
-            caps.models as usize,
-            caps.mr_sets as usize,
-            caps.ulib_sets as usize,
-            caps.tensors as usize,
-            caps.storages as usize,
-        );
-        let dbs = caps.devices as usize * constants::TPBS_PER_MLA;
-        let sh = caps.shards as usize;
-        // SAFETY: each part starts at its planned offset inside the storage (every offset is a
-        // multiple of 64, the plan's sizes are the parts' own `storage_bytes`), so the parts
-        // are aligned, in bounds and disjoint; zeroed and valid as long as `self` (contract).
-        unsafe {
-            let at = |i: usize| base.add(p.at[i]);
-            self.dmems
-                .bind(at(0), d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)");
-            self.allocators.bind(at(1), al, sh, "Capacity.allocators");
-            self.caller_allocators.bind(at(2), al);
-            self.ref_nodes
-                .bind(at(3), d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)");
-            self.dmem_lists
-                .bind(at(4), mr, 1, "Capacity.mr_sets (NRT_DMEM_MAX_MODELS)");
-            self.models
-                .bind(at(5), m, 1, "Capacity.models (NRT_DMEM_MAX_MODELS)");
-            self.model_io.bind(at(6), m);
-            self.model_dbs.bind(at(7), dbs, 1, "Capacity.devices");
-            self.mem_ref_sets
-                .bind(at(8), mr, 1, "Capacity.mr_sets (NRT_DMEM_MAX_MODELS)");
-            self.mem_ref_nodes
-                .bind(at(9), d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)");
-            self.sp_cleanup
-                .bind(at(10), m, 1, "Capacity.models (NRT_DMEM_MAX_MODELS)");
-            self.ulib_sets.bind(at(11), u, 1, "Capacity.ulib_sets");
-            self.tensors
-                .bind(at(12), t, sh, "Capacity.tensors (NRT_DMEM_MAX_TENSORS)");
-            self.tensor_names.bind(at(13), t);
-            self.storages
-                .bind(at(14), s, sh, "Capacity.storages (NRT_DMEM_MAX_TENSORS)");
-            self.sets.bind(
-                at(15),
-                caps.sets as usize,
-                1,
-                "Capacity.sets (NRT_DMEM_MAX_SETS)",
-            );
-        }
+        // SAFETY: the regions lie one after another inside the storage (`p.total` =
+        // `storage_bytes(caps)` bytes, contract), each a sum of multiples of 64, so each
+        // starts 64-aligned, in bounds and disjoint from the others; zeroed, unshared and
+        // valid as long as `self`, whose pools are the only ones given these binders.
+        let (mut d, mut m, mut t) = unsafe {
+            (
+                Binder::new(base.add(p.at[0]), p.bytes[0]),
+                Binder::new(base.add(p.at[1]), p.bytes[1]),
+                Binder::new(base.add(p.at[2]), p.bytes[2]),
+            )
+        };
+        self.dmem.bind(&mut d, caps);
+        self.model.bind(&mut m, caps);
+        self.tensor.bind(&mut t, caps);
         self.caps = *caps;
+        let bound = d.finish() & m.finish() & t.finish();
+        debug_assert!(bound, "a pool's bind does not follow its parts list");
+        bound
     }
 
     /// The capacities this block was bound with.
@@ -490,30 +421,23 @@ impl CoreState {
         st.owned_bytes = bytes;
         // SAFETY: a fresh zeroed 64-aligned allocation of the plan's size, owned by `st` (freed
         // in its Drop, after every use); `caps` passed check; `st` is fresh and unshared.
-        unsafe { st.bind_storage(base, caps) };
+        let _ = unsafe { st.bind_storage(base, caps) };
         Ok(st)
     }
 
     /// Number of static arenas in a `CoreState` (the length of [`Self::arena_stats`]).
-    pub const ARENA_COUNT: usize = 13;
+    pub const ARENA_COUNT: usize = crate::dmem::DmemPool::ARENAS
+        + crate::model::ModelPool::ARENAS
+        + crate::tensor::TensorPool::ARENAS;
 
     /// Per-arena occupancy, for footprint reports.
     pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); Self::ARENA_COUNT] {
-        [
-            ("dmem_t", self.dmems.stats()),
-            ("dmem_allocator_t", self.allocators.stats()),
-            ("dmem_ref_node_t", self.ref_nodes.stats()),
-            ("dmem_list_t", self.dmem_lists.stats()),
-            ("model_t", self.models.stats()),
-            ("model_db", self.model_dbs.stats()),
-            ("mem_ref_set", self.mem_ref_sets.stats()),
-            ("mem_ref_node", self.mem_ref_nodes.stats()),
-            ("tdrv_scratchpad_cleanup_info_t", self.sp_cleanup.stats()),
-            ("ulib_set", self.ulib_sets.stats()),
-            ("nrt_tensor_t", self.tensors.stats()),
-            ("nrt_tensor_storage_t", self.storages.stats()),
-            ("tensor_set", self.sets.stats()),
-        ]
+        let (d, m, t) = (self.dmem.stats(), self.model.stats(), self.tensor.stats());
+        let mut out = [("", crate::arena::ArenaStats::default()); Self::ARENA_COUNT];
+        for (o, s) in out.iter_mut().zip(d.into_iter().chain(m).chain(t)) {
+            *o = s;
+        }
+        out
     }
 }
 
@@ -591,15 +515,24 @@ mod tests {
         assert!(n.scratchpad_lock(inside).is_none(), "not a tpb_t's start");
         assert!(n.scratchpad_lock(foreign_tpb).is_none());
         assert!(n.ulib_cache_lock(foreign_tpb).is_none());
-        assert!(n.tpb_allocator(foreign_tpb).is_null());
-        assert!(!n.tpb_allocator(tpb).is_null(), "core 0's GLOBAL allocator");
+        let call = n.enter().unwrap();
+        assert!(n.tpb_allocator(&call, foreign_tpb).is_null());
+        assert!(
+            !n.tpb_allocator(&call, tpb).is_null(),
+            "core 0's GLOBAL allocator"
+        );
         assert_eq!(n.mla_index(n.mla_ptr(0)), Some(0));
         assert_eq!(n.mla_index(foreign.as_ptr().cast()), None);
 
         let foreign_dmem = foreign.as_ptr().cast::<dmem_t>();
         assert!(n.dmem_fixed(foreign_dmem).is_none());
         let before = n.ledger_snapshot(0);
-        n.dml_add_entry(n.mla_ptr(0), crate::dmem::Action::Alloc, foreign_dmem);
+        n.dml_add_entry(
+            &call,
+            n.mla_ptr(0),
+            crate::dmem::Action::Alloc,
+            foreign_dmem,
+        );
         assert_eq!(n.ledger_snapshot(0), before, "a foreign dmem books nothing");
 
         // A live dmem reads back as allocated; once freed it is refused.
@@ -610,14 +543,57 @@ mod tests {
             "probe",
         );
         let m = n
-            .dmem_alloc_inner(n.tpb_allocator(tpb), &args, None)
+            .dmem_alloc_internal(&call, n.tpb_allocator(&call, tpb), &args, None)
             .unwrap();
         let d = n.dmem_fixed(m).unwrap();
         assert_eq!((d.device_id, d.allocated_size, d.refs), (0, 4096, 1));
         assert_eq!(crate::cstr::c_name(&d.hint), "probe");
-        n.dmem_free_inner(m).unwrap();
+        n.dmem_free_owned(&call, m).unwrap();
         assert!(n.dmem_fixed(m).is_none(), "freed: no longer live");
+        drop(call);
         n.close().unwrap();
+    }
+
+    /// Each pool binds its arenas from the same `parts` list that sized its region: for the
+    /// default, the one-device and an odd little capacity, every arena holds exactly what its
+    /// `Capacity` field asks for (a part bound out of order, or refused, would leave an arena
+    /// at another size or unbound, and fail `bind_storage`'s debug assertion first).
+    #[test]
+    fn every_arena_holds_what_its_capacity_asks() {
+        let odd = Capacity {
+            devices: 2,
+            dmems: 7,
+            allocators: 17,
+            models: 3,
+            mr_sets: 5,
+            ulib_sets: 1,
+            tensors: 9,
+            storages: 11,
+            sets: 2,
+            shards: 3,
+        };
+        for caps in [Capacity::DEFAULT, Capacity::ONE_DEVICE, odd] {
+            let st = CoreState::with_capacity(&caps).unwrap();
+            let got = st.arena_stats().map(|(name, s)| (name, s.capacity));
+            let (d, m, mr) = (caps.dmems, caps.models, caps.mr_sets);
+            let want = [
+                ("dmem_t", d),
+                ("dmem_allocator_t", caps.allocators),
+                ("dmem_ref_node_t", d),
+                ("dmem_list_t", mr),
+                ("model_t", m),
+                ("model_db", caps.devices * constants::TPBS_PER_MLA as u32),
+                ("mem_ref_set", mr),
+                ("mem_ref_node", d),
+                ("tdrv_scratchpad_cleanup_info_t", m),
+                ("ulib_set", caps.ulib_sets),
+                ("nrt_tensor_t", caps.tensors),
+                ("nrt_tensor_storage_t", caps.storages),
+                ("tensor_set", caps.sets),
+            ]
+            .map(|(name, n)| (name, n as usize));
+            assert_eq!(got, want, "{caps:?}");
+        }
     }
 
     /// The logical-core table `init` writes under its token: each owned core's physical cores

@@ -20,7 +20,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use crate::abi::tables::{aggr_index, category_for};
 use crate::abi::*;
 use crate::cstr::{c_name, mb, Printable};
-use crate::ctx::{DevExt, DmemFixed, Nrt};
+use crate::ctx::{DevExt, DmemFixed, InCall, Nrt};
 use crate::dmem::Action;
 use crate::error::{Error, Result};
 use crate::oom::{write_free_histogram, write_hbm_line};
@@ -237,26 +237,36 @@ impl<'a> Nrt<'a> {
 impl Inspector<'_> {
     /// [`Nrt::dmem_get_memory_stats`], also after `close`.
     pub fn dmem_get_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
-        let _g = self.0.inspect()?;
-        self.0.vnc_memory_stats(vnc)
+        let call = self.0.inspect()?;
+        self.0.vnc_memory_stats(&call, vnc)
     }
 
     /// [`Nrt::vnc_usage`], also after `close`.
     pub fn vnc_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
-        let _g = self.0.inspect()?;
-        self.0.vnc_usage_inner(vnc)
+        let call = self.0.inspect()?;
+        self.0.vnc_breakdown(&call, vnc)
     }
 
     /// [`Nrt::virtual_core`], also after `close`.
     pub fn virtual_core(&self, vnc: LogicalCore) -> Result<virtual_core_t> {
-        let _g = self.0.inspect()?;
-        self.0.vtpb_get_virtual_core(vnc).copied()
+        let call = self.0.inspect()?;
+        self.0.vtpb_get_virtual_core(&call, vnc).copied()
     }
+}
+
+/// The ledger's state beside the tree's rows (issue 17 item 2: state split by domain), as a
+/// [`crate::ctx::CoreState`] holds it. Valid when all-zero.
+pub(crate) struct LedgerPool {
+    /// The last device OOM (spec §3.2 `dml_driver_dump`), in the lock that guards it (issue
+    /// 17: a lock that holds its data). The core's own `nrt_mutex_t` rather than a
+    /// [`crate::sync::DataLock`]: its holder writes the OOM table, which asks the driver for
+    /// pool figures, and this lock's waits relax instead of spinning.
+    pub(in crate::ledger) oom: lock_api::Mutex<nrt_mutex_t, crate::ctx::LastOom>,
 }
 
 /// A lock on its own cache line: one core's ledger lock
 /// ([`crate::ctx::DevExt::ledger_locks`]), one stripe of the execute data lock
-/// (`CoreState::exec_data_locks`). Valid when all-zero (an unlocked lock).
+/// (`TensorPool::exec_data_locks`). Valid when all-zero (an unlocked lock).
 ///
 /// Padded to [`crate::sync::LINE_STRIDE`] bytes rather than aligned: an over-aligned member
 /// would over-align `CoreState`, and `Box::new_zeroed` then memsets all of it instead of
@@ -317,7 +327,13 @@ impl Nrt<'_> {
     /// loaded): exact while one core of the device allocates at a time; with allocations
     /// and frees racing on several cores, the peak can be off by the bytes of the updates in
     /// flight during that read.
-    pub(crate) fn dml_add_entry(&self, mla: *mut mla_t, action: Action, m: *const dmem_t) {
+    pub(crate) fn dml_add_entry(
+        &self,
+        call: &impl InCall,
+        mla: *mut mla_t,
+        action: Action,
+        m: *const dmem_t,
+    ) {
         // The device is resolved, not trusted: a pointer outside the tree books nothing, as
         // does a dmem that is not live (the caller owns `m`: `owned_dmem_fixed`).
         let (Some(dev), Some(d)) = (self.mla_index(mla), self.owned_dmem_fixed(m)) else {
@@ -372,15 +388,15 @@ impl Nrt<'_> {
             bytes,
             d.tdram_channel,
             rows[nc][TOTAL].load(Ordering::Relaxed),
-            self.dev_geom(dev).channel_size
+            self.dev_geom(call, dev).channel_size
         );
     }
 
     /// Device-wide aggregates of `dev` (spec §3.4). `Uninitialized` / `Closed` outside an
     /// initialised runtime, `DeviceOutOfRange` for a device that is not attached.
     pub fn device_totals(&self, dev: u32) -> Result<DeviceTotals> {
-        let _g = self.inspect()?;
-        if dev >= self.attached_devices() {
+        let call = self.inspect()?;
+        if dev >= self.attached_devices(&call) {
             return Err(Error::DeviceOutOfRange(dev));
         }
         let ext = self.dev_ext(dev);
@@ -398,10 +414,10 @@ impl Nrt<'_> {
     /// all zero for a device that is not attached, or while the runtime is not initialised.
     pub fn ledger_hbm(&self, dev: u32) -> [u64; constants::MAX_HBM_CHANNELS] {
         let mut out = [0; constants::MAX_HBM_CHANNELS];
-        let Ok(_g) = self.inspect() else {
+        let Ok(call) = self.inspect() else {
             return out;
         };
-        if dev >= self.attached_devices() {
+        if dev >= self.attached_devices(&call) {
             return out;
         }
         // Summed over the cores' per-channel figures (each core's own, `dml_add_entry`).
@@ -428,10 +444,10 @@ impl Nrt<'_> {
     /// One ledger cell, bounds-checked (0 outside the ledger, or while the runtime is not
     /// initialised).
     fn ledger_cell(&self, dev: u32, tpb: u32, usage: usize, host: bool) -> u64 {
-        let Ok(_g) = self.inspect() else {
+        let Ok(call) = self.inspect() else {
             return 0;
         };
-        if dev >= self.attached_devices()
+        if dev >= self.attached_devices(&call)
             || tpb as usize >= constants::TPBS_PER_MLA
             || usage > TOTAL
         {
@@ -451,16 +467,16 @@ impl Nrt<'_> {
     /// device that is not attached, or while the runtime is not initialised.
     pub fn ledger_snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
         match self.inspect() {
-            Ok(_g) => self.ledger_snapshot_inner(dev),
+            Ok(call) => self.read_ledger(&call, dev),
             Err(_) => ([[0; 23]; 8], [[0; 23]; 8]),
         }
     }
 
-    /// [`Self::ledger_snapshot`] without the gate (inside a gated call).
-    fn ledger_snapshot_inner(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
+    /// [`Self::ledger_snapshot`] as a step of a gated call (`call`).
+    fn read_ledger(&self, call: &impl InCall, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
         let mut d = [[0u64; 23]; 8];
         let mut h = [[0u64; 23]; 8];
-        if dev >= self.attached_devices() {
+        if dev >= self.attached_devices(call) {
             return (d, h);
         }
         let ext = self.dev_ext(dev);
@@ -481,10 +497,11 @@ impl Nrt<'_> {
     /// core's ledger lock held: one consistent reading (or peak reset) per core.
     fn for_each_vnc_core(
         &self,
+        call: &impl InCall,
         vnc: LogicalCore,
         f: impl FnMut(&[AtomicU64; 23], &DevExt, usize),
     ) -> Result<()> {
-        self.for_each_core_locked(self.vcore_tpbs(vnc)?, f);
+        self.for_each_core_locked(self.vcore_tpbs(call, vnc)?, f);
         Ok(())
     }
 
@@ -506,14 +523,14 @@ impl Nrt<'_> {
     /// Per-usage breakdown of logical core `vnc` (sum over its physical cores). `Closed`
     /// after `close` (docs/STATES.md); [`Inspector::vnc_usage`] reads a closed runtime.
     pub fn vnc_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
-        let _g = self.enter()?;
-        self.vnc_usage_inner(vnc)
+        let call = self.enter()?;
+        self.vnc_breakdown(&call, vnc)
     }
 
-    /// [`Self::vnc_usage`] without the gate (inside a gated call).
-    fn vnc_usage_inner(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
+    /// [`Self::vnc_usage`] as a step of a gated call (`call`).
+    fn vnc_breakdown(&self, call: &impl InCall, vnc: LogicalCore) -> Result<UsageBreakdown> {
         let mut b = UsageBreakdown::default();
-        self.for_each_vnc_core(vnc, |row, ext, nc| {
+        self.for_each_vnc_core(call, vnc, |row, ext, nc| {
             for (u, cell) in row.iter().enumerate() {
                 b.device[u] += cell.load(Ordering::Acquire);
                 b.device_peak[u] += ext.dmem_peak_nc[nc][u].load(Ordering::Acquire);
@@ -534,25 +551,29 @@ impl Nrt<'_> {
     /// `Closed` after `close`, as `nrt_get_vnc_memory_stats` (docs/STATES.md);
     /// [`Inspector::dmem_get_memory_stats`] reads a closed runtime.
     pub fn dmem_get_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
-        let _g = self.enter()?;
-        self.vnc_memory_stats(vnc)
+        let call = self.enter()?;
+        self.vnc_memory_stats(&call, vnc)
     }
 
-    /// [`Self::dmem_get_memory_stats`] without the gate (inside a gated call).
-    pub(crate) fn vnc_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
+    /// [`Self::dmem_get_memory_stats`] as a step of a gated call (`call`).
+    pub(crate) fn vnc_memory_stats(
+        &self,
+        call: &impl InCall,
+        vnc: LogicalCore,
+    ) -> Result<VncMemoryStats> {
         let mut s = VncMemoryStats::default();
-        let cores = self.vcore_tpbs(vnc)?;
+        let cores = self.vcore_tpbs(call, vnc)?;
         self.for_each_core_locked(cores, |row, ext, nc| {
             s.bytes_used += row[TOTAL].load(Ordering::Acquire);
             s.bytes_peak += ext.dmem_peak_nc[nc][TOTAL].load(Ordering::Acquire);
         });
         let channel = |pc: &physical_core_t| {
-            let g = self.dev_geom(pc.device_id);
+            let g = self.dev_geom(call, pc.device_id);
             (pc.device_id, g.default_hbm(pc.device_tpb_idx))
         };
         for (i, pc) in cores.iter().enumerate() {
             if !cores[..i].iter().any(|q| channel(q) == channel(pc)) {
-                s.bytes_limit += self.dev_geom(pc.device_id).channel_size;
+                s.bytes_limit += self.dev_geom(call, pc.device_id).channel_size;
             }
         }
         Ok(s)
@@ -562,8 +583,8 @@ impl Nrt<'_> {
     /// `reset_peak_memory_stats`). Under the ledger lock no update can slip between the load
     /// of a row and the store of its peak.
     pub fn reset_peak(&self, vnc: LogicalCore) -> Result<()> {
-        let _g = self.enter()?;
-        self.for_each_vnc_core(vnc, |row, ext, nc| {
+        let call = self.enter()?;
+        self.for_each_vnc_core(&call, vnc, |row, ext, nc| {
             for (u, cell) in row.iter().enumerate() {
                 let d = cell.load(Ordering::Acquire);
                 ext.dmem_peak_nc[nc][u].store(d, Ordering::Release);
@@ -576,13 +597,13 @@ impl Nrt<'_> {
     /// Remembers the last device OOM for [`Self::last_oom`] and captures the OOM table of its
     /// device as it is at this moment (`dml_driver_dump`, spec §3.2), before any caller rolls
     /// back what it had allocated.
-    pub(crate) fn record_oom(&self, e: Error) {
+    pub(crate) fn record_oom(&self, call: &impl InCall, e: Error) {
         let dev = match e {
             Error::DeviceOom { device, .. } => device,
             _ => 0,
         };
-        let channel = self.failing_channel(dev, &e);
-        let mut rec = self.st.oom.lock();
+        let channel = self.failing_channel(call, dev, &e);
+        let mut rec = self.st.ledger.oom.lock();
         rec.record(e, channel);
         // The table is written with the lock held (dump_ledger does not take it), so a reader
         // sees the error and its table together.
@@ -590,14 +611,14 @@ impl Nrt<'_> {
             buf: &mut rec.dump,
             len: 0,
         };
-        let _ = self.dump_ledger_inner(&mut w, dev, Some(&e), 5);
+        let _ = self.write_ledger(call, &mut w, dev, Some(&e), 5);
         rec.dump_len = w.len;
     }
 
     /// Writes the OOM table captured when the last device OOM happened (what libnrt dumps and
     /// writes to a file on `ENOMEM`); nothing when there was none.
     pub fn last_oom_dump(&self, w: &mut dyn Write) -> fmt::Result {
-        let rec = self.st.oom.lock();
+        let rec = self.st.ledger.oom.lock();
         if !rec.set {
             return Ok(());
         }
@@ -609,12 +630,12 @@ impl Nrt<'_> {
     /// request's terms and the cause. `None` when there was no device OOM, or its channel
     /// could not be measured.
     pub fn last_oom_channel(&self) -> Option<crate::oom::FailingChannel> {
-        self.st.oom.lock().channel()
+        self.st.ledger.oom.lock().channel()
     }
 
     /// The most recent device OOM of this runtime, if any.
     pub fn last_oom(&self) -> Option<Error> {
-        self.st.oom.lock().error()
+        self.st.ledger.oom.lock().error()
     }
 
     /// `dml_dump` / `dml_log_dev_mem` (spec §3.4): the utilisation table of device `dev` —
@@ -628,30 +649,32 @@ impl Nrt<'_> {
         top: usize,
     ) -> fmt::Result {
         match self.inspect() {
-            Ok(_g) => self.dump_ledger_inner(w, dev, failed, top),
+            Ok(call) => self.write_ledger(&call, w, dev, failed, top),
             Err(e) => writeln!(w, "no OOM table: {e}"),
         }
     }
 
-    /// [`Self::dump_ledger`] without the gate (the OOM path, inside the failing call).
-    fn dump_ledger_inner(
+    /// [`Self::dump_ledger`] as a step of a gated call (`call`: the OOM path, inside the
+    /// failing call).
+    fn write_ledger(
         &self,
+        call: &impl InCall,
         w: &mut dyn Write,
         dev: u32,
         failed: Option<&Error>,
         top: usize,
     ) -> fmt::Result {
-        if dev >= self.attached_devices() {
+        if dev >= self.attached_devices(call) {
             return writeln!(w, "ND {dev}: not attached");
         }
-        let failing = failed.and_then(|e| self.failing_channel(dev, e));
+        let failing = failed.and_then(|e| self.failing_channel(call, dev, e));
         if let Some(e) = failed {
             writeln!(w, "{e}")?;
         }
         if let Some(c) = &failing {
             writeln!(w, "{}", c.cause)?;
         }
-        let g = self.dev_geom(dev);
+        let g = self.dev_geom(call, dev);
         writeln!(
             w,
             "ND {} memory usage ({} HBM x {:.3}MB, {} cores):",
@@ -673,7 +696,7 @@ impl Nrt<'_> {
             "collectives",
             "runtime"
         )?;
-        let (rows, _) = self.ledger_snapshot_inner(dev);
+        let (rows, _) = self.read_ledger(call, dev);
         use mem_alloc_category_t::*;
         for (nc, r) in rows.iter().enumerate().take(g.cores as usize) {
             // Columns by the driver category of each usage (dmem_usage_type_to_device_category).

@@ -370,7 +370,12 @@ pub struct FailingChannel {
 impl Nrt<'_> {
     /// The failing channel of `e` when it is a device OOM on `dev`, measured now (the OOM
     /// path calls this inside the failing allocation, before anything is rolled back).
-    pub(crate) fn failing_channel(&self, dev: u32, e: &Error) -> Option<FailingChannel> {
+    pub(crate) fn failing_channel(
+        &self,
+        call: &impl crate::ctx::InCall,
+        dev: u32,
+        e: &Error,
+    ) -> Option<FailingChannel> {
         let Error::DeviceOom {
             size,
             align,
@@ -385,7 +390,7 @@ impl Nrt<'_> {
         if device != dev {
             return None;
         }
-        let g = self.dev_geom(dev);
+        let g = self.dev_geom(call, dev);
         // How the failed request was actually issued (recorded at the failure): the latch
         // may have moved since, and reading it here could latch and warn.
         let native = !emulated;

@@ -204,7 +204,7 @@ pub unsafe fn tensor_copy(
 /// owner reference, not dropped while this runs.
 pub unsafe fn dmem_handle(n: &Nrt<'_>, m: *const dmem_t) -> Result<DmemHandle> {
     let m = m as Dmem;
-    if !n.st.dmems.is_live(m) {
+    if !n.st.dmem.dmems().is_live(m) {
         return Err(n.not_live(m));
     }
     Ok(n.dmem_handle_of_owned(m))
@@ -225,7 +225,8 @@ pub fn dmem_alloc(
     ref_list: Option<*mut dmem_list_t>,
 ) -> Result<Dmem> {
     let h = n.dmem_alloc(al, a, ref_list)?;
-    n.st.dmems
+    n.st.dmem
+        .dmems()
         .slot(h.0.index)
         .ok_or(Error::stale(HandleKind::Dmem))
 }

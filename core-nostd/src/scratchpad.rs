@@ -8,7 +8,7 @@
 
 use crate::abi::*;
 use crate::arena::GiveBack;
-use crate::ctx::{DevGeom, Exclusive, Nrt, ScratchpadGuard};
+use crate::ctx::{DevGeom, Exclusive, InCall, Nrt, ScratchpadGuard};
 use crate::dmem::AllocArgs;
 use crate::driver::feature;
 use crate::error::{Error, InvalidArg, Result};
@@ -27,7 +27,7 @@ impl Nrt<'_> {
         let s = self.settings();
         let contiguous = s.contiguous_scratchpad != 0
             && g.arch > al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA as u32
-            && self.lnc() > 1
+            && self.lnc(&*ex) > 1
             && g.features & feature::CONTIGUOUS_SCRATCHPAD != 0;
         let page_size = if contiguous {
             constants::SCRATCHPAD_CONTIGUOUS_PAGE_SIZE
@@ -43,11 +43,17 @@ impl Nrt<'_> {
     /// (`refs`), which is what [`Self::scratchpad_release_locked`] and
     /// [`Self::tdrv_scratchpad_free`] drop. All-or-nothing: on failure every page this call
     /// created or referenced is released.
-    pub(crate) fn scratchpad_claim(&self, tpb: *mut tpb_t, pages: u32, hbm: u32) -> Result<()> {
+    pub(crate) fn scratchpad_claim(
+        &self,
+        call: &impl InCall,
+        tpb: *mut tpb_t,
+        pages: u32,
+        hbm: u32,
+    ) -> Result<()> {
         if pages as usize > constants::SCRATCHPAD_MAX_PAGES {
             return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
         }
-        let al = self.tpb_allocator(tpb);
+        let al = self.tpb_allocator(call, tpb);
         let mut sp = self.scratchpad_lock(tpb).ok_or(Error::CoreOutOfRange {
             device: self.tpb_coords(tpb).0,
             tpb: self.tpb_coords(tpb).1,
@@ -63,21 +69,22 @@ impl Nrt<'_> {
                     dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD,
                     "scratchpad_page",
                 );
-                self.dmem_alloc_inner(al, &args, None).and_then(|m| {
-                    page.mem = m;
-                    *num_pages = (*num_pages).max(i as u32 + 1);
-                    // The model's reference, beside the page's own.
-                    self.dmem_acquire_reference_inner(m)
-                })
+                self.dmem_alloc_internal(call, al, &args, None)
+                    .and_then(|m| {
+                        page.mem = m;
+                        *num_pages = (*num_pages).max(i as u32 + 1);
+                        // The model's reference, beside the page's own.
+                        self.dmem_acquire_owned(call, m)
+                    })
             } else {
-                self.dmem_acquire_reference_inner(page.mem)
+                self.dmem_acquire_owned(call, page.mem)
             };
             match r {
                 Ok(()) => page.refs += 1,
                 Err(e) => {
                     // Through the quarantine: a page this call created was already on
                     // the GLOBAL allocator's list, which callers can walk.
-                    self.scratchpad_release_locked(&mut sp, i as u32, GiveBack::Release);
+                    self.scratchpad_release_locked(call, &mut sp, i as u32, GiveBack::Release);
                     return Err(e);
                 }
             }
@@ -87,14 +94,26 @@ impl Nrt<'_> {
 
     /// Drops one model's claim on the first `pages` pages (a page is freed with its last user,
     /// returned to its arena as `how` says: [`GiveBack::Cancel`] for a failed load's rollback).
-    pub(crate) fn scratchpad_release(&self, tpb: *mut tpb_t, pages: u32, how: GiveBack) {
+    pub(crate) fn scratchpad_release(
+        &self,
+        call: &impl InCall,
+        tpb: *mut tpb_t,
+        pages: u32,
+        how: GiveBack,
+    ) {
         if let Some(mut sp) = self.scratchpad_lock(tpb) {
-            self.scratchpad_release_locked(&mut sp, pages, how);
+            self.scratchpad_release_locked(call, &mut sp, pages, how);
         }
     }
 
     /// [`Self::scratchpad_release`] with the scratchpad lock held (`sp`).
-    fn scratchpad_release_locked(&self, sp: &mut ScratchpadGuard<'_>, pages: u32, how: GiveBack) {
+    fn scratchpad_release_locked(
+        &self,
+        call: &impl InCall,
+        sp: &mut ScratchpadGuard<'_>,
+        pages: u32,
+        how: GiveBack,
+    ) {
         let (num_pages, table) = sp.table();
         for page in table.iter_mut().take(pages as usize) {
             if page.refs == 0 || page.mem.is_null() {
@@ -104,10 +123,10 @@ impl Nrt<'_> {
             let m = page.mem;
             if page.refs == 0 {
                 // Last user: drop the model's ref and the page's own (GLOBAL) ref.
-                self.dmem_release_ref(m, how);
+                self.dmem_release_ref(call, m, how);
                 page.mem = core::ptr::null_mut();
             }
-            self.dmem_release_ref(m, how);
+            self.dmem_release_ref(call, m, how);
         }
         while *num_pages > 0
             && table
@@ -118,8 +137,8 @@ impl Nrt<'_> {
         }
     }
 
-    /// Frees every page regardless of users (teardown).
-    pub(crate) fn tdrv_scratchpad_free(&self, tpb: *mut tpb_t) {
+    /// Frees every page regardless of users (teardown, under `close`'s token `ex`).
+    pub(crate) fn tdrv_scratchpad_free(&self, ex: &Exclusive<'_>, tpb: *mut tpb_t) {
         let Some(mut sp) = self.scratchpad_lock(tpb) else {
             return;
         };
@@ -130,7 +149,7 @@ impl Nrt<'_> {
                 continue;
             }
             for _ in 0..=page.refs {
-                let _ = self.dmem_free_inner(m);
+                let _ = self.dmem_free_owned(ex, m);
             }
             page.mem = core::ptr::null_mut();
             page.refs = 0;

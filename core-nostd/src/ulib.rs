@@ -12,7 +12,7 @@ use core::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::arena::GiveBack;
-use crate::ctx::{Nrt, UlibSet};
+use crate::ctx::{Exclusive, InCall, Nrt, UlibSet};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
 
@@ -85,13 +85,14 @@ impl Nrt<'_> {
     /// one, whose list callers can walk (`allocator_for_each`).
     fn ulib_alloc_and_stage(
         &self,
+        call: &impl InCall,
         al: *mut dmem_allocator_t,
         hbm: u32,
         req: UlibRequest,
         how: GiveBack,
     ) -> Result<*mut UlibSet> {
         let lib_bytes = req.lib_bytes()?;
-        let mut set = self.st.ulib_sets.alloc_fresh("ulib_set")?;
+        let mut set = self.st.model.ulib_sets().alloc_fresh("ulib_set")?;
         let parts: [(u64, dma_mem_usage_type_t, &str); 4] = [
             (
                 SCRATCH_SPACE_BYTES,
@@ -120,7 +121,7 @@ impl Nrt<'_> {
         // handed out, goes back when `set` is dropped.
         let undo = |got: &[*mut dmem_t]| {
             for m in got {
-                self.dmem_release_ref(*m, how);
+                self.dmem_release_ref(call, *m, how);
             }
         };
         for (i, (size, usage, hint)) in parts.iter().enumerate() {
@@ -129,7 +130,7 @@ impl Nrt<'_> {
             } else {
                 0
             });
-            match self.dmem_alloc_inner(al, &args, None) {
+            match self.dmem_alloc_internal(call, al, &args, None) {
                 Ok(m) => got[i] = m,
                 Err(e) => {
                     undo(&got[..i]);
@@ -175,7 +176,7 @@ impl Nrt<'_> {
 
     /// Frees a set's buffers and its slot.
     /// `how`: [`GiveBack::Cancel`] only for a failed load's rollback of a set it made.
-    pub(crate) fn ulib_free_set(&self, set: *mut UlibSet, how: GiveBack) {
+    pub(crate) fn ulib_free_set(&self, call: &impl InCall, set: *mut UlibSet, how: GiveBack) {
         if set.is_null() {
             return;
         }
@@ -184,10 +185,10 @@ impl Nrt<'_> {
         };
         for m in dmems {
             if !m.is_null() {
-                self.dmem_release_ref(m, how);
+                self.dmem_release_ref(call, m, how);
             }
         }
-        let _ = self.st.ulib_sets.give_back(set, how);
+        let _ = self.st.model.ulib_sets().give_back(set, how);
     }
 
     /// `ucode_stage_libs` (spec §6): > 9 libraries → `TooManyLibs` (NRT_FAILURE); exactly one
@@ -197,6 +198,7 @@ impl Nrt<'_> {
     /// call's rollback may unstage it).
     pub(crate) fn ucode_stage_libs(
         &self,
+        call: &impl InCall,
         tpb: *mut tpb_t,
         model_al: *mut dmem_allocator_t,
         hbm: u32,
@@ -223,7 +225,8 @@ impl Nrt<'_> {
                 },
                 |g| Some(*g.cached()).filter(|p| !p.is_null()),
                 || {
-                    self.ulib_alloc_and_stage(self.tpb_allocator(tpb), hbm, req, GiveBack::Release)
+                    let al = self.tpb_allocator(call, tpb);
+                    self.ulib_alloc_and_stage(call, al, hbm, req, GiveBack::Release)
                         .map(UlibSet::info_ptr)
                         .inspect_err(|_| {
                             ext.ulib_users.fetch_sub(1, Ordering::AcqRel);
@@ -236,7 +239,7 @@ impl Nrt<'_> {
             )?;
             return Ok((set, true, staged_now));
         }
-        let set = self.ulib_alloc_and_stage(model_al, hbm, req, GiveBack::Cancel)?;
+        let set = self.ulib_alloc_and_stage(call, model_al, hbm, req, GiveBack::Cancel)?;
         Ok((UlibSet::info_ptr(set), false, false))
     }
 
@@ -244,6 +247,7 @@ impl Nrt<'_> {
     /// until teardown), or frees a per-model set.
     pub(crate) fn ucode_release(
         &self,
+        call: &impl InCall,
         tpb: *mut tpb_t,
         set: *mut ucode_lib_set_info_t,
         shared: bool,
@@ -255,34 +259,39 @@ impl Nrt<'_> {
         if shared {
             self.tpb_ext(tpb).ulib_users.fetch_sub(1, Ordering::AcqRel);
         } else {
-            self.ulib_free_set(UlibSet::from_info_ptr(set), how);
+            self.ulib_free_set(call, UlibSet::from_info_ptr(set), how);
         }
     }
 
     /// Undoes a shared staging that no model uses: the rollback of a failed load that staged
     /// the copy itself (`staged_now`), never of one that found it cached (spec §6).
-    pub(crate) fn ulib_unstage_if_unused(&self, tpb: *mut tpb_t, how: GiveBack) {
+    pub(crate) fn ulib_unstage_if_unused(
+        &self,
+        call: &impl InCall,
+        tpb: *mut tpb_t,
+        how: GiveBack,
+    ) {
         let ext = self.tpb_ext(tpb);
         let Some(mut g) = self.ulib_cache_lock(tpb) else {
             return;
         };
         let cached = g.cached();
         if ext.ulib_users.load(Ordering::Acquire) == 0 && !cached.is_null() {
-            self.ulib_free_set(UlibSet::from_info_ptr(*cached), how);
+            self.ulib_free_set(call, UlibSet::from_info_ptr(*cached), how);
             *cached = null_mut();
             ext.ulib_stage_count.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
-    /// Teardown: frees the core's shared ext-isa copy.
-    pub(crate) fn ulib_free_shared(&self, tpb: *mut tpb_t) {
+    /// Teardown (under `close`'s token `ex`): frees the core's shared ext-isa copy.
+    pub(crate) fn ulib_free_shared(&self, ex: &Exclusive<'_>, tpb: *mut tpb_t) {
         let ext = self.tpb_ext(tpb);
         let Some(mut g) = self.ulib_cache_lock(tpb) else {
             return;
         };
         let cached = g.cached();
         if !cached.is_null() {
-            self.ulib_free_set(UlibSet::from_info_ptr(*cached), GiveBack::Release);
+            self.ulib_free_set(ex, UlibSet::from_info_ptr(*cached), GiveBack::Release);
             *cached = null_mut();
         }
         ext.ulib_users.store(0, Ordering::Release);
@@ -291,8 +300,11 @@ impl Nrt<'_> {
     /// Drops a core's cached ext-isa copy when no model uses it (tests; teardown does this).
     #[doc(hidden)]
     pub fn ulib_unstage_for_test(&self, dev: u32, core: u32) {
+        let Ok(call) = self.enter() else {
+            return;
+        };
         if let Ok(tpb) = self.tpb(dev, core) {
-            self.ulib_unstage_if_unused(tpb, GiveBack::Release);
+            self.ulib_unstage_if_unused(&call, tpb, GiveBack::Release);
         }
     }
 

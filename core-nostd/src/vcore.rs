@@ -6,7 +6,7 @@
 use crate::abi::meta::zero_in_place;
 use crate::abi::*;
 use crate::config::{MAX_LNC_SIZE, MAX_VCORES};
-use crate::ctx::{DevGeom, Exclusive, InFlight, Nrt};
+use crate::ctx::{DevGeom, Exclusive, InCall, InFlight, Nrt};
 use crate::error::{Error, Result, VncRule};
 
 /// A logical NeuronCore of this process, by its application-visible index (`vtpb_idx`,
@@ -189,12 +189,16 @@ pub fn visible_slice(o: &VcoreOptions, total: u32) -> Result<(u32, u32)> {
 impl Nrt<'_> {
     /// Builds the owned logical-core slice (bring-up, under init's [`Exclusive`] token).
     pub(crate) fn vcores_init(&self, o: &VcoreOptions, ex: &mut Exclusive<'_>) -> Result<()> {
-        let n = self.attached_devices();
-        let g0: DevGeom = self.dev_geom(0);
+        let n = self.attached_devices(&*ex);
+        let g0: DevGeom = self.dev_geom(&*ex, 0);
         let lnc = parse_vnc_config(g0.arch(), g0.cores, o.lnc_size)?;
+        // Cores per device, read before the table is borrowed for writing (which borrows the
+        // token mutably).
+        let mut cores = [0u32; constants::MAX_MLA_PER_PROCESS];
         let mut total = 0u32;
-        for d in 0..n {
-            total += self.dev_geom(d).cores / lnc;
+        for (d, c) in cores.iter_mut().enumerate().take(n as usize) {
+            *c = self.dev_geom(&*ex, d as u32).cores;
+            total += *c / lnc;
         }
         let (first, count) = visible_slice(o, total)?;
         if count as usize > MAX_VCORES {
@@ -211,8 +215,7 @@ impl Nrt<'_> {
         let mut global = 0u32;
         let mut k = 0usize;
         for d in 0..n {
-            let g = self.dev_geom(d);
-            for l in 0..g.cores / lnc {
+            for l in 0..cores[d as usize] / lnc {
                 if global >= first && global < first + count {
                     let v = &mut vc.owned[k];
                     v.vtpb_idx = k as u32;
@@ -257,9 +260,9 @@ impl Nrt<'_> {
         self.gated(0, |g| self.vcores(g).num_owned)
     }
 
-    /// [`Self::visible_vnc_count`] without the gate (inside a gated call).
-    pub(crate) fn owned_vnc_count(&self) -> u32 {
-        self.vcores_in_call().num_owned
+    /// [`Self::visible_vnc_count`] as a step of a gated call (`call`).
+    pub(crate) fn owned_vnc_count(&self, call: &impl InCall) -> u32 {
+        self.vcores(call).num_owned
     }
 
     /// Logical cores present on all attached devices (`nrt_get_total_vnc_count`); 0 while the
@@ -273,18 +276,18 @@ impl Nrt<'_> {
         self.gated(0, |g| self.vcores(g).lnc_size)
     }
 
-    /// [`Self::lnc_size`] without the gate (inside a gated call).
-    pub(crate) fn lnc(&self) -> u32 {
-        self.vcores_in_call().lnc_size
+    /// [`Self::lnc_size`] as a step of a gated call or of `init` (`call`).
+    pub(crate) fn lnc(&self, call: &impl InCall) -> u32 {
+        self.vcores(call).lnc_size
     }
 
     /// Logical core `index` if this process owns it (spec §9): the checked constructor.
     /// [`Error::LogicalCoreOutOfRange`] names how many it owns; `Uninitialized` / `Closed`
     /// outside an initialised runtime.
     pub fn logical_core(&self, index: u32) -> Result<LogicalCore> {
-        let _g = self.enter()?;
+        let call = self.enter()?;
         let c = LogicalCore::new(index);
-        self.vtpb_get_virtual_core(c).map(|_| c)
+        self.vtpb_get_virtual_core(&call, c).map(|_| c)
     }
 
     /// The logical cores this process owns, in order (`0..visible_vnc_count()`, spec §9);
@@ -296,14 +299,18 @@ impl Nrt<'_> {
     /// The owned logical core `idx` (`vtpb_get_virtual_core`), as a copy read inside the gate.
     /// `Closed` after `close` ([`crate::ledger::Inspector::virtual_core`] reads a closed one).
     pub fn virtual_core(&self, idx: LogicalCore) -> Result<virtual_core_t> {
-        let _g = self.enter()?;
-        self.vtpb_get_virtual_core(idx).copied()
+        let call = self.enter()?;
+        self.vtpb_get_virtual_core(&call, idx).copied()
     }
 
     /// `vtpb_get_virtual_core(idx)`: the owned logical core `idx`, bounds-checked (spec §9).
-    /// The reference is only good inside the gated call that took it.
-    pub(crate) fn vtpb_get_virtual_core(&self, idx: LogicalCore) -> Result<&virtual_core_t> {
-        let vc = self.vcores_in_call();
+    /// The reference is only good while the gate token `call` is borrowed.
+    pub(crate) fn vtpb_get_virtual_core<'g>(
+        &'g self,
+        call: &'g impl InCall,
+        idx: LogicalCore,
+    ) -> Result<&'g virtual_core_t> {
+        let vc = self.vcores(call);
         let owned = vc.num_owned;
         let vnc = idx.to_c();
         usize::try_from(vnc)
@@ -315,20 +322,27 @@ impl Nrt<'_> {
 
     /// `vtpb_get_default_hbm_idx`: the HBM channel a logical core's tensors go to.
     pub fn vtpb_get_default_hbm_idx(&self, idx: LogicalCore) -> Result<u32> {
-        self.virtual_core(idx).map(|v| self.vcore_default_hbm(&v))
+        let call = self.enter()?;
+        let v = *self.vtpb_get_virtual_core(&call, idx)?;
+        Ok(self.vcore_default_hbm(&call, &v))
     }
 
     /// The HBM channel that serves logical core `v`: its owner core's (public ABI §3
     /// "HBM ↔ core").
-    pub(crate) fn vcore_default_hbm(&self, v: &virtual_core_t) -> u32 {
+    pub(crate) fn vcore_default_hbm(&self, call: &impl InCall, v: &virtual_core_t) -> u32 {
         let owner = v.tpbs[0];
-        self.dev_geom(owner.device_id)
+        self.dev_geom(call, owner.device_id)
             .default_hbm(owner.device_tpb_idx)
     }
 
-    /// The physical cores of logical core `idx` (inside a gated call).
-    pub(crate) fn vcore_tpbs(&self, idx: LogicalCore) -> Result<&[physical_core_t]> {
-        self.vtpb_get_virtual_core(idx).map(virtual_core_t::cores)
+    /// The physical cores of logical core `idx` (a step of the gated call `call`).
+    pub(crate) fn vcore_tpbs<'g>(
+        &'g self,
+        call: &'g impl InCall,
+        idx: LogicalCore,
+    ) -> Result<&'g [physical_core_t]> {
+        self.vtpb_get_virtual_core(call, idx)
+            .map(virtual_core_t::cores)
     }
 }
 

@@ -175,6 +175,7 @@ macro_rules! scalar_ctype {
 scalar_ctype! {
     u8 => "uint8_t", u16 => "uint16_t", u32 => "uint32_t", u64 => "uint64_t",
     i8 => "int8_t", i32 => "int32_t", i64 => "int64_t", usize => "size_t",
+    core::sync::atomic::AtomicU8 => "uint8_t",
     core::sync::atomic::AtomicU32 => "uint32_t",
     core::sync::atomic::AtomicU64 => "uint64_t",
     *mut core::ffi::c_void => "void *",

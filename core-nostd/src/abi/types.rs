@@ -367,7 +367,7 @@ abi_struct! {
     /// (opaque where the project does not model them: `qset`, `param`, `cc_ctx`, the fmap
     /// sets), and the project's own state in the gaps between them. `qset`'s size is not
     /// stated; the project reserves it everything up to `dbtc_storage`. The IO table does not
-    /// fit any gap and lives in the per-slot side table `CoreState::model_io`.
+    /// fit any gap and lives in the per-slot side table `ModelPool::model_io`.
     pub struct model_t [size = 7744, align = 8, section = "5.3"] {
         @0 pub name: [u8; 256] = Observed,
         @256 pub vtpb_idx: u32 = Chosen,
@@ -463,7 +463,7 @@ abi_struct! {
     /// A tensor (spec §7.1, 192 B): a window (`_offset`, `_size`) onto ref-counted storage,
     /// libnrt's members at its offsets (the two counters on their own cache lines). The
     /// project's magic and generation sit in the gap after `extra`; the name text lives in the
-    /// per-slot side table (`CoreState::tensor_names`), which `name` points into.
+    /// per-slot side table (`TensorPool::tensor_names`), which `name` points into.
     pub struct nrt_tensor_t [size = 192, align = 8, section = "7.1"] {
         @0 pub name: *mut c_char = Observed,
         @8 pub sto: *mut nrt_tensor_storage_t = Observed,

@@ -124,9 +124,9 @@ impl<'a> Nrt<'a> {
     }
 
     /// The HBM channel that serves a resolved `tpb_t` (public ABI §3 "HBM ↔ core").
-    pub(crate) fn tpb_default_hbm(&self, tpb: *const tpb_t) -> u32 {
+    pub(crate) fn tpb_default_hbm(&self, call: &impl InCall, tpb: *const tpb_t) -> u32 {
         let (d, t) = self.tpb_coords(tpb);
-        self.dev_geom(d).default_hbm(t)
+        self.dev_geom(call, d).default_hbm(t)
     }
 
     /// Raw pointer to `mla[dev]._tpbs[tpb]` (no check).
@@ -171,7 +171,7 @@ impl<'a> Nrt<'a> {
     /// The fixed members of dmem `m` ([`DmemFixed`]), read under its arena shard's lock;
     /// `None` when `m` is not a live, published dmem of this runtime. Safe for any pointer.
     pub(crate) fn dmem_fixed(&self, m: *const dmem_t) -> Option<DmemFixed> {
-        let arena = &self.st.dmems;
+        let arena = self.st.dmem.dmems();
         // SAFETY: `with_live` holds `m`'s shard lock and confirmed a live slot of `arena`.
         arena
             .with_live(m, |p| unsafe { DmemFixed::read(arena, p.as_ptr()) })
@@ -186,18 +186,18 @@ impl<'a> Nrt<'a> {
     /// ownership is the crate-internal contract of this function.
     #[inline]
     pub(crate) fn owned_dmem_fixed(&self, m: *const dmem_t) -> Option<DmemFixed> {
-        if !self.st.dmems.is_live(m) {
+        if !self.st.dmem.dmems().is_live(m) {
             return None;
         }
         // SAFETY: `is_live` confirmed a live slot of the dmem arena; the caller owns it (the
         // contract above), so it is neither released nor handed out again during the read.
-        unsafe { DmemFixed::read(&self.st.dmems, m) }
+        unsafe { DmemFixed::read(self.st.dmem.dmems(), m) }
     }
 
     /// Calls `f` with the fixed members of every live, published dmem, with every shard
     /// lock of the dmem arena held (`f` must not allocate or free dmems).
     pub(crate) fn for_each_dmem_fixed(&self, mut f: impl FnMut(DmemFixed)) {
-        let arena = &self.st.dmems;
+        let arena = self.st.dmem.dmems();
         arena.for_each_live(|p| {
             // SAFETY: a live slot of `arena`, whose shard lock `for_each_live` holds.
             if let Some(d) = unsafe { DmemFixed::read(arena, p.as_ptr()) } {
@@ -209,7 +209,7 @@ impl<'a> Nrt<'a> {
     /// The four dmems of live GPSIMD library set `set` (scratch space, ucode table, extram,
     /// libraries: spec §6), `None` for a pointer that is not a live set.
     pub(crate) fn ulib_set_dmems(&self, set: *const UlibSet) -> Option<[*mut dmem_t; 4]> {
-        self.st.ulib_sets.with_live(set, |p| {
+        self.st.model.ulib_sets().with_live(set, |p| {
             // SAFETY: a live slot, which its shard lock (held by `with_live`) keeps from being
             // released or handed out again; a set's members are written only through its
             // `Fresh` before it is published (`ulib_alloc_and_stage`) and never after, so this
@@ -283,47 +283,44 @@ impl<'a> Nrt<'a> {
     }
 
     /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of core `tpb`; null for a core
-    /// without one (not brought up, torn down) or a pointer outside the tree.
-    ///
-    /// For the runtime's own steps, which run inside a gated call or in `init` / `close`
-    /// (the same contract as [`Self::attached_devices`]).
-    pub(crate) fn tpb_allocator(&self, tpb: *const tpb_t) -> *mut dmem_allocator_t {
+    /// without one (not brought up, torn down) or a pointer outside the tree. Read under the
+    /// gate token `_call` ([`InCall`]).
+    pub(crate) fn tpb_allocator(
+        &self,
+        _call: &impl InCall,
+        tpb: *const tpb_t,
+    ) -> *mut dmem_allocator_t {
         let Some(t) = self.tree_tpb(tpb) else {
             return null_mut();
         };
         // SAFETY: `t` is a `tpb_t` of the tree (in bounds, aligned). The field is written
         // only by `init_cores` and `teardown_cores`, inside `init` / `close` with the gate
-        // shut and drained; every caller of this function is a step of a gated call or of
-        // `init` / `close` itself, so no write overlaps this read.
+        // shut and drained. The token `_call` is either an in-flight guard (so the gate is
+        // open and neither of them is writing) or `init` / `close`'s own `Exclusive`, whose
+        // steps run one after another on its thread, never during one of those writes. A
+        // plain copy: no reference outlives the read.
         unsafe { core::ptr::addr_of!((*t).tpb_allocator).read() }
     }
 
     /// The logical-core table (spec §9) for `init` to write, under its [`Exclusive`] token.
     pub(crate) fn vcores_mut<'x>(&'x self, _ex: &'x mut Exclusive<'_>) -> &'x mut VcoreTable {
         // SAFETY: the table lives in the state block (`'a`, which outlives `'x`). Every other
-        // reference to it comes from `vcores` (tied to an in-flight guard: none exists while
-        // the gate is shut and drained, which the token proves) or `vcores_in_call` (steps of
-        // a gated call, or of `init` / `close` outside this borrow); the token is borrowed
-        // mutably for `'x`, so this `&mut` is the only reference while it lives.
+        // reference to it comes from `vcores`, tied to the borrow of a gate token: an
+        // in-flight guard (none exists while the gate is shut and drained, which this token
+        // proves) or this very `Exclusive`, which is borrowed mutably for `'x`, so no shared
+        // borrow of it, and no reference from `vcores`, is live while this `&mut` is.
         unsafe { &mut *self.st.vc.get() }
     }
 
-    /// The logical-core table (spec §9), read inside the gated call `_g` proves is in flight:
-    /// `init` and `close` rewrite it only with the gate shut and drained, so not while `_g`
-    /// lives.
-    pub(crate) fn vcores<'g>(&'g self, _g: &'g InFlight<'_>) -> &'g VcoreTable {
-        self.vcores_in_call()
-    }
-
-    /// [`Self::vcores`] for the runtime's own steps that hold no guard of their own: every
-    /// caller is a step of a gated call (its caller holds the guard) or of `init` / `close`
-    /// outside [`Self::vcores_mut`]'s borrow. Until the steps take the gate token (issue 17
-    /// item 2), that contract is what makes this read sound.
-    pub(crate) fn vcores_in_call(&self) -> &VcoreTable {
-        // SAFETY: the table lives in the state block; it is written only through
-        // `vcores_mut`, whose borrow of the `Exclusive` token excludes every gated call and
-        // every step outside it (see the contract above), so no `&mut` is live while this
-        // shared reference is.
+    /// The logical-core table (spec §9), read under the gate token `_call` ([`InCall`]): an
+    /// in-flight call (`init` and `close` rewrite the table only with the gate shut and
+    /// drained, so not while the guard lives) or `init` / `close` between their writes.
+    pub(crate) fn vcores<'g>(&'g self, _call: &'g impl InCall) -> &'g VcoreTable {
+        // SAFETY: the table lives in the state block (`'a`, which outlives `'g`); it is
+        // written only through `vcores_mut`, which needs `&mut Exclusive`. While `_call` is
+        // borrowed for `'g` that cannot happen: an in-flight guard means the gate is open, so
+        // no `Exclusive` exists; an `Exclusive` token borrowed shared here cannot also be
+        // borrowed mutably. So no `&mut` is live while this shared reference is.
         unsafe { &*self.st.vc.get() }
     }
 
@@ -358,19 +355,22 @@ impl<'a> Nrt<'a> {
     /// initialised: `init` and `close` rewrite it, so it is read inside the state gate).
     pub fn geom(&self, dev: u32) -> DevGeom {
         match self.inspect() {
-            Ok(_g) => self.dev_geom(dev),
+            Ok(call) => self.dev_geom(&call, dev),
             Err(_) => DevGeom::default(),
         }
     }
 
-    /// [`Self::geom`] without the gate: for the runtime's own steps (which run inside a gated
-    /// call, or in `init` / `close` themselves).
-    pub(crate) fn dev_geom(&self, dev: u32) -> DevGeom {
+    /// [`Self::geom`] for the runtime's steps, read under their gate token `_call`
+    /// ([`InCall`]).
+    pub(crate) fn dev_geom(&self, _call: &impl InCall, dev: u32) -> DevGeom {
         if dev as usize >= constants::MAX_MLA_PER_PROCESS {
             return DevGeom::default();
         }
-        // SAFETY: written only by `init` (under init_lock, before state becomes INIT), which no
-        // caller of this function overlaps (see `attached_devices`).
+        // SAFETY: written only by `init` (and zeroed by it on re-init), with `init_lock` held
+        // and the gate shut and drained, through the raw cell between its steps. The token
+        // `_call` is an in-flight guard (the gate is open: `init` is not writing) or `init` /
+        // `close`'s own `Exclusive` (this read is one of its steps, not during a write). A
+        // copy: no reference outlives the read.
         unsafe { (*self.st.geom.get())[dev as usize] }
     }
 

@@ -18,6 +18,31 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// The gate token the runtime's internal steps take (issue 17 item 2): proof, for as long as
+/// it is borrowed, that the tables only `init` and `close` write (the device count and
+/// geometry, the logical-core table, each core's `physical_core_t` and GLOBAL allocator) are
+/// not being rewritten under the step. Two types carry that proof:
+/// - [`InFlight`], a public call past the state gate ([`Nrt::enter`] / [`Nrt::inspect`]):
+///   `init` and `close` shut the gate and wait for every such guard to drop before they
+///   write those tables;
+/// - [`Exclusive`], `init` or `close` itself, whose steps run between its own writes.
+///
+/// A step that reads those tables takes `call: &impl InCall`, so "called inside a gated call"
+/// is checked by the compiler rather than promised in a comment; a public method is
+/// `let call = self.enter()?; self.step(&call, …)`. Sealed: implemented by those two types
+/// only, which are themselves made only by the gate and by `init` / `close`.
+pub(crate) trait InCall: sealed::Sealed {}
+
+impl InCall for InFlight<'_> {}
+impl InCall for Exclusive<'_> {}
+
+mod sealed {
+    /// Keeps [`super::InCall`] to the two token types of this module.
+    pub trait Sealed {}
+    impl Sealed for super::InFlight<'_> {}
+    impl Sealed for super::Exclusive<'_> {}
+}
+
 /// Opens the gate `init` shut, on whichever path `init` returns.
 pub(super) struct ReopenOnDrop<'a>(pub(super) &'a ShardedGate);
 
@@ -178,7 +203,7 @@ impl DmemFixed {
     }
 }
 
-/// The last device OOM of a runtime, as `CoreState::oom` guards it: all-zero is "none yet".
+/// The last device OOM of a runtime, as `LedgerPool::oom` guards it: all-zero is "none yet".
 pub(crate) struct LastOom {
     /// True once `last` and `channel` hold values (MaybeUninit keeps all-zero valid).
     pub(crate) set: bool,

@@ -22,8 +22,8 @@ impl<'a> Nrt<'a> {
     /// checks): either this call finds the gate shut (and fails, touching nothing) or `close`
     /// sees the call and waits for its guard to drop before tearing down. It never blocks, so
     /// a gated call made from inside another cannot deadlock with `close`; but made after
-    /// `close` began it fails, so a call's own sub-steps use ungated inner functions
-    /// (`execute`'s copies).
+    /// `close` began it fails, so a call's own sub-steps take the guard this returns instead
+    /// of entering again ([`InCall`]; `execute`'s copies).
     pub(crate) fn enter(&self) -> Result<InFlight<'a>> {
         self.pass_gate(false)
     }
@@ -59,15 +59,19 @@ impl<'a> Nrt<'a> {
     /// Devices attached (`tdrv_ctx.num_mla`); 0 while the runtime is not initialised.
     pub fn num_devices(&self) -> u32 {
         match self.inspect() {
-            Ok(_g) => self.attached_devices(),
+            Ok(call) => self.attached_devices(&call),
             Err(_) => 0,
         }
     }
 
-    /// [`Self::num_devices`] without the gate (see [`Self::dev_geom`]).
-    pub(crate) fn attached_devices(&self) -> u32 {
-        // SAFETY: written only by `init` and `close`, which no caller of this function
-        // overlaps: it runs inside a gated call or in `init` / `close` themselves.
+    /// [`Self::num_devices`] for the runtime's steps, read under their gate token `_call`
+    /// ([`InCall`]).
+    pub(crate) fn attached_devices(&self, _call: &impl InCall) -> u32 {
+        // SAFETY: written only by `init` (and zeroed by `zero_tree` in `init`), with the gate
+        // shut and drained, between its steps. The token `_call` is an in-flight guard (the
+        // gate is open: no such write is under way) or `init` / `close`'s own `Exclusive`
+        // (this read is one of its steps). A copy of one field: no reference to the tree is
+        // made.
         unsafe { (*self.ctx()).num_mla }
     }
 
@@ -198,7 +202,7 @@ impl<'a> Nrt<'a> {
             for (d, info) in infos.iter().enumerate().take(n as usize) {
                 let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
                 (*self.st.geom.get())[d] = DevGeom::from_info(info);
-                self.st.align_unsupported[d].store(0, Ordering::Relaxed);
+                self.st.dmem.clear_align_latch(d as u32);
                 let mla = self.mla_ptr(d as u32);
                 (*mla).device = d as u64;
                 (*mla).mla_idx = d as u32;
@@ -235,7 +239,7 @@ impl<'a> Nrt<'a> {
             .vcores_init(&opts.vcores, &mut ex)
             .and_then(|_| self.init_cores(n, &mut ex));
         if let Err(e) = r {
-            self.teardown_cores();
+            self.teardown_cores(&ex);
             // SAFETY: still under init_lock; reset to the all-zero UNINIT tree.
             unsafe { self.zero_tree() };
             return Err(e);
@@ -272,7 +276,7 @@ impl<'a> Nrt<'a> {
 
     fn init_cores(&self, n: u32, ex: &mut Exclusive<'_>) -> Result<()> {
         for d in 0..n {
-            let g = self.dev_geom(d);
+            let g = self.dev_geom(&*ex, d);
             for t in 0..g.cores {
                 let tpb = self.tpb_ptr(d, t);
                 // SAFETY: bring-up under init_lock; tpb is in-bounds.
@@ -281,11 +285,12 @@ impl<'a> Nrt<'a> {
                     let pcore = self.pcore_ptr(d, t);
                     (*pcore).device_id = d;
                     (*pcore).device_tpb_idx = t;
-                    (*tpb).tpb_allocator = self.dmem_allocator_create_inner(
+                    (*tpb).tpb_allocator = self.allocator_create(
+                        &*ex,
                         pcore,
                         dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
                     )?;
-                    let db = self.st.model_dbs.alloc("model_db")?.as_ptr();
+                    let db = self.st.model.alloc_model_db()?;
                     ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
                     (*tpb).model_db = addr_of_mut!((*db).hdr);
                     self.tdrv_scratchpad_init(ex, tpb, &g);
@@ -297,15 +302,14 @@ impl<'a> Nrt<'a> {
     }
 
     /// Frees what `init_cores` built for every core (GLOBAL allocators, model_dbs).
-    fn teardown_cores(&self) {
-        for d in 0..self.attached_devices() {
+    fn teardown_cores(&self, ex: &Exclusive<'_>) {
+        for d in 0..self.attached_devices(ex) {
             for t in 0..constants::TPBS_PER_MLA as u32 {
                 let tpb = self.tpb_ptr(d, t);
                 // SAFETY: teardown is single-threaded by contract (close/init hold init_lock).
                 unsafe {
                     if !(*tpb).tpb_allocator.is_null() {
-                        let _ = self
-                            .dmem_allocator_destroy_inner((*tpb).tpb_allocator, GiveBack::Release);
+                        let _ = self.allocator_destroy(ex, (*tpb).tpb_allocator, GiveBack::Release);
                         (*tpb).tpb_allocator = null_mut();
                     }
                     // Cleared under model_db_lock: a lookup holding the lock sees either the
@@ -315,7 +319,7 @@ impl<'a> Nrt<'a> {
                         core::mem::replace(&mut (*tpb).model_db, null_mut())
                     };
                     if !db.is_null() {
-                        let _ = self.st.model_dbs.release(db as *const ModelDb);
+                        self.st.model.release_model_db(db as *const ModelDb);
                     }
                     self.core_ext(d, t).is_init.store(0, Ordering::Release);
                 }
@@ -339,7 +343,7 @@ impl<'a> Nrt<'a> {
     /// model reference, which the unload drains (spec §4.5): a thread must not call `close`
     /// while it holds an [`crate::model::ExecGuard`] itself, or it waits for itself forever.
     pub fn close(&self) -> Result<()> {
-        let _g = self.st.init_lock.lock();
+        let mut lock = self.st.init_lock.lock();
         self.check_bound()?;
         if self.lifecycle() != STATE_INIT {
             return Err(if self.lifecycle() == STATE_CLOSED {
@@ -352,20 +356,21 @@ impl<'a> Nrt<'a> {
         // in-flight executions (drained in remove_model).
         self.st.state.store(STATE_CLOSED, Ordering::Release);
         self.st.active_calls.close(crate::sync::relax);
+        let ex = Exclusive::new(&mut lock);
         // No call is in flight: from here no handle of this runtime resolves again.
         self.st.epoch.store(0, Ordering::Release);
-        self.unload_all_models();
+        self.unload_all_models(&ex);
         self.free_all_sets();
-        self.free_all_tensors();
-        for d in 0..self.attached_devices() {
-            for t in 0..self.dev_geom(d).cores {
+        self.free_all_tensors(&ex);
+        for d in 0..self.attached_devices(&ex) {
+            for t in 0..self.dev_geom(&ex, d).cores {
                 let tpb = self.tpb_ptr(d, t);
-                self.tdrv_scratchpad_free(tpb);
-                self.ulib_free_shared(tpb);
+                self.tdrv_scratchpad_free(&ex, tpb);
+                self.ulib_free_shared(&ex, tpb);
             }
         }
-        self.teardown_cores();
-        let leftover = self.reclaim_leftover_dmems();
+        self.teardown_cores(&ex);
+        let leftover = self.reclaim_leftover_dmems(&ex);
         if leftover > 0 {
             warn!(
                 "close: freed {} allocation(s) still held through the dmem API",
@@ -379,10 +384,14 @@ impl<'a> Nrt<'a> {
     }
 
     /// Total bytes the driver still holds for this runtime, over every pool of every device.
+    /// 0 while `init` or `close` is at work, and before the first `init`.
     pub fn driver_bytes_in_use(&self) -> u64 {
+        let Ok(call) = self.inspect() else {
+            return 0;
+        };
         let mut used = 0;
-        for d in 0..self.attached_devices() {
-            let g = self.dev_geom(d);
+        for d in 0..self.attached_devices(&call) {
+            let g = self.dev_geom(&call, d);
             for h in 0..g.channels {
                 if let Ok(s) = self.drv.pool_stats(d, false, h) {
                     used += s.capacity - s.free;

@@ -73,7 +73,7 @@ impl<'a> Nrt<'a> {
         let db = unsafe { addr_of!((*t).model_db).read() };
         // The table must be a live slot of this runtime's `model_dbs` (its header is the slot's
         // first member): anything else is refused, not walked.
-        if !self.st.model_dbs.is_live(db.cast::<ModelDb>()) {
+        if !self.st.model.model_dbs.is_live(db.cast::<ModelDb>()) {
             return None;
         }
         Some(ModelDbGuard {
@@ -105,7 +105,7 @@ impl<'a> ModelDbGuard<'a> {
         // Every linked node is the `ht_node` of a live model slot (only `insert` links, and
         // only slots of this arena; `unlink` removes a model before its slot goes back): a
         // pointer that is not one would be a broken table, refused rather than followed.
-        if !self.st.models.is_live(m) {
+        if !self.st.model.models.is_live(m) {
             return None;
         }
         let m = NonNull::new(m)?;
@@ -128,7 +128,7 @@ impl<'a> ModelDbGuard<'a> {
         &mut self,
         m: Fresh<'a, model_t>,
     ) -> core::result::Result<(), (Error, Fresh<'a, model_t>)> {
-        if !self.st.models.owns(m.as_ptr()) {
+        if !self.st.model.models.owns(m.as_ptr()) {
             return Err((Error::InvalidModel("not a model slot of this runtime"), m));
         }
         let id = m.h_model.id;
@@ -163,7 +163,7 @@ impl<'a> ModelDbGuard<'a> {
         // SAFETY: as `contains`; `&mut self` makes this the only use of the guard.
         let node = unsafe { ht::ht_remove(self.db, id as u64) };
         let m = model_of(node);
-        if !self.st.models.is_live(m) {
+        if !self.st.model.models.is_live(m) {
             // Not reachable with a table only `insert` filled; a broken node is dropped from
             // the table (done above) but not treated as a model.
             return None;
@@ -264,8 +264,9 @@ impl<'a> ModelRef<'a> {
     pub(crate) fn io(&self, k: usize) -> Option<ModelIo<'_>> {
         let table = self
             .st
+            .model
             .models
-            .side_entry(&self.st.model_io, self.m.as_ptr());
+            .side_entry(&self.st.model.model_io, self.m.as_ptr());
         // SAFETY: `m` is a live slot of `models` (see `fixed_members`), so `side_entry`
         // resolved its own entry of `model_io` (bound with the arena's capacity), which is
         // null only for an unbound table. The entry is written only through
@@ -338,7 +339,7 @@ impl DrainedModel<'_> {
     /// Gives the slot back to the model arena (through its quarantine: handles of the model
     /// were out).
     pub(crate) fn release(self) {
-        let _ = self.st.models.release(self.m.as_ptr());
+        let _ = self.st.model.models.release(self.m.as_ptr());
     }
 }
 
@@ -443,10 +444,14 @@ impl<'a> Nrt<'a> {
         &self,
         m: &'f mut Fresh<'a, model_t>,
     ) -> Option<&'f mut ModelIoTable> {
-        if !self.st.models.owns(m.as_ptr()) {
+        if !self.st.model.models.owns(m.as_ptr()) {
             return None;
         }
-        let table = self.st.models.side_entry(&self.st.model_io, m.as_ptr());
+        let table = self
+            .st
+            .model
+            .models
+            .side_entry(&self.st.model.model_io, m.as_ptr());
         // SAFETY: `m` is a slot of `models` (checked above), so `side_entry` resolved its own
         // entry of `model_io` (bound with the arena's capacity; null only when unbound). The
         // entry is read only through a `ModelRef` of the live slot and written only here; the
@@ -459,7 +464,7 @@ impl<'a> Nrt<'a> {
     /// A new, empty mem_ref set (spec §5.2 `ht_init(&mr_set->mem_ref_set, 0x400, …)`): its
     /// header's address, as `model_t.sg_mem_ref_sets` stores it.
     pub(crate) fn mem_ref_set_new(&self) -> Result<*mut ht_t> {
-        let mut set = self.st.mem_ref_sets.alloc_fresh("mem_ref_set")?;
+        let mut set = self.st.model.mem_ref_sets.alloc_fresh("mem_ref_set")?;
         set.init();
         // The header is the set's first member (`ht.rs` asserts it).
         Ok(set.publish().cast::<ht_t>().as_ptr())
@@ -475,12 +480,13 @@ impl<'a> Nrt<'a> {
         buf_size: u64,
         dmem: *mut dmem_t,
     ) -> Result<()> {
-        let mut node = self.st.mem_ref_nodes.alloc_fresh("mem_ref_node")?;
+        let mut node = self.st.model.mem_ref_nodes.alloc_fresh("mem_ref_node")?;
         node.buf_size = buf_size;
         node.key_type = 1; // string key (hashed)
         let node = node.publish();
         let linked = self
             .st
+            .model
             .mem_ref_sets
             .with_live(set.cast::<MemRefSet>(), |s| {
                 // SAFETY: `s` is a live set of this runtime whose shard lock `with_live` holds.
@@ -493,7 +499,7 @@ impl<'a> Nrt<'a> {
             });
         if linked.is_none() {
             // Seen by nobody: back as if never taken.
-            let _ = self.st.mem_ref_nodes.cancel(node.as_ptr());
+            let _ = self.st.model.mem_ref_nodes.cancel(node.as_ptr());
             return Err(Error::InvalidModel("mem_ref set is not live"));
         }
         Ok(())
@@ -504,7 +510,7 @@ impl<'a> Nrt<'a> {
     /// Nothing for a pointer that is not a live set.
     pub(crate) fn mem_ref_set_free(&self, set: *mut ht_t, how: GiveBack) {
         let set = set.cast::<MemRefSet>();
-        let emptied = self.st.mem_ref_sets.with_live(set, |s| {
+        let emptied = self.st.model.mem_ref_sets.with_live(set, |s| {
             let ht = s.as_ptr().cast::<ht_t>();
             // SAFETY: as in `mem_ref_set_add`: a live set under its shard lock, whose chains
             // link only nodes `mem_ref_set_add` linked. `drain` unlinks each node and reads
@@ -512,12 +518,12 @@ impl<'a> Nrt<'a> {
             // release, and a later call finds an empty set rather than released nodes.
             unsafe {
                 ht::drain(ht, |n| {
-                    let _ = self.st.mem_ref_nodes.give_back(n, how);
+                    let _ = self.st.model.mem_ref_nodes.give_back(n, how);
                 });
             }
         });
         if emptied.is_some() {
-            let _ = self.st.mem_ref_sets.give_back(set, how);
+            let _ = self.st.model.mem_ref_sets.give_back(set, how);
         }
     }
 
@@ -527,7 +533,7 @@ impl<'a> Nrt<'a> {
         &self,
         c: *const tdrv_scratchpad_cleanup_info_t,
     ) -> Option<CleanupRecord> {
-        self.st.sp_cleanup.with_live(c, |p| {
+        self.st.model.sp_cleanup.with_live(c, |p| {
             // SAFETY: a live slot, which its shard lock (held by `with_live`) keeps from being
             // released or handed out again. A record's members are written only through its
             // `Fresh` by the loader, before it is published, and never after, so this shared
@@ -578,19 +584,23 @@ mod tests {
 
         // A model slot of another runtime is refused, handed back unpublished.
         let other = CoreState::new_boxed();
-        let stranger = other.models.alloc_fresh("model_t").unwrap();
+        let stranger = other.model.models.alloc_fresh("model_t").unwrap();
         let (e, stranger) = n.model_db_lock(tpb).unwrap().insert(stranger).unwrap_err();
         assert_eq!(e, Error::InvalidModel("not a model slot of this runtime"));
         drop(stranger);
-        assert_eq!(other.models.stats().live, 0, "went back unpublished");
+        assert_eq!(other.model.models.stats().live, 0, "went back unpublished");
 
         // A set or record pointer that is not live: refused, no node taken.
-        let nodes = st.mem_ref_nodes.stats().live;
+        let nodes = st.model.mem_ref_nodes.stats().live;
         let foreign_set = foreign.as_mut_ptr().cast::<ht_t>();
         assert!(n
             .mem_ref_set_add(foreign_set, 1, 8, core::ptr::null_mut())
             .is_err());
-        assert_eq!(st.mem_ref_nodes.stats().live, nodes, "the node went back");
+        assert_eq!(
+            st.model.mem_ref_nodes.stats().live,
+            nodes,
+            "the node went back"
+        );
         n.mem_ref_set_free(foreign_set, GiveBack::Cancel);
         assert!(n.cleanup_record(foreign.as_ptr().cast()).is_none());
 
@@ -600,9 +610,13 @@ mod tests {
             .unwrap();
         n.mem_ref_set_add(set, 9, 64, core::ptr::null_mut())
             .unwrap();
-        assert_eq!(st.mem_ref_nodes.stats().live, nodes + 2);
+        assert_eq!(st.model.mem_ref_nodes.stats().live, nodes + 2);
         n.mem_ref_set_free(set, GiveBack::Release);
-        assert_eq!(st.mem_ref_nodes.stats().live, nodes, "its nodes went back");
+        assert_eq!(
+            st.model.mem_ref_nodes.stats().live,
+            nodes,
+            "its nodes went back"
+        );
         assert!(n.mem_ref_set_add(set, 1, 8, core::ptr::null_mut()).is_err());
 
         n.close().unwrap();

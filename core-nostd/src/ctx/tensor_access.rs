@@ -396,7 +396,7 @@ pub(crate) struct FreshTensor<'a> {
 
 impl Drop for FreshTensor<'_> {
     fn drop(&mut self) {
-        let _ = self.nrt.st.tensors.cancel(self.t.as_ptr());
+        let _ = self.nrt.st.tensor.tensors.cancel(self.t.as_ptr());
     }
 }
 
@@ -419,7 +419,7 @@ impl FreshTensor<'_> {
         }
         let nrt = self.nrt;
         core::mem::forget(self);
-        if let Some((gen, refs)) = nrt.st.tensors.words_of(t) {
+        if let Some((gen, refs)) = nrt.st.tensor.tensors.words_of(t) {
             handle::publish(gen, refs);
         }
         nrt.tensor_handle_of_owned(t)
@@ -431,10 +431,11 @@ impl<'a> Nrt<'a> {
     /// finalised, nor its slot reused, until the pin drops.
     pub(crate) fn tensor_pin(&self, h: TensorHandle) -> Result<TensorPin<'a>> {
         self.check_epoch(h.0, HandleKind::Tensor)?;
-        let (t, refs) = self
-            .st
-            .tensors
-            .pin(h.0.index, h.0.generation, HandleKind::Tensor)?;
+        let (t, refs) =
+            self.st
+                .tensor
+                .tensors
+                .pin(h.0.index, h.0.generation, HandleKind::Tensor)?;
         // A slot pointer of bound storage is never null.
         let t = NonNull::new(t).ok_or(Error::forged(HandleKind::Tensor))?;
         Ok(SlotPin { t, refs })
@@ -445,6 +446,7 @@ impl<'a> Nrt<'a> {
         self.check_epoch(h.0, HandleKind::Set)?;
         let (t, refs) = self
             .st
+            .tensor
             .sets
             .pin(h.0.index, h.0.generation, HandleKind::Set)?;
         let t = NonNull::new(t).ok_or(Error::forged(HandleKind::Set))?;
@@ -461,7 +463,7 @@ impl<'a> Nrt<'a> {
 
     /// [`Self::tensor_ref`] for a tensor pointer the caller holds without the pin at hand:
     /// `t` must be pinned by the calling call (it resolved the pointer from a pin it still
-    /// holds: `execute`'s bound tensors, the `_inner` steps' arguments) or owned by it
+    /// holds: `execute`'s bound tensors, the token-taking steps' arguments (`tensor_fill`, `tensor_copy_bytes`)) or owned by it
     /// (teardown after the gate drained, the raw API's caller). That is this function's
     /// crate-internal contract, as for `Nrt::owned_dmem_fixed`; it becomes a pin-taking one
     /// once the internal steps take the gate token (issue 17 item 2). A null pointer or one
@@ -481,7 +483,7 @@ impl<'a> Nrt<'a> {
         let Some(nn) = NonNull::new(t) else {
             return Err(Error::InvalidArgument(InvalidArg::NullTensor));
         };
-        if !self.st.tensors.is_live(t) {
+        if !self.st.tensor.tensors.is_live(t) {
             return Err(Error::InvalidArgument(InvalidArg::NotLiveTensor));
         }
         // SAFETY: a live slot of the tensor arena (checked above) that the caller holds (a
@@ -498,14 +500,14 @@ impl<'a> Nrt<'a> {
     }
 
     /// Drops the owner of tensor `t`, which the caller owns but has not pinned (teardown's
-    /// sweep and `tensor_free_inner`): the tensor to finalise when that was its last owner,
+    /// sweep and `tensor_free_owned`): the tensor to finalise when that was its last owner,
     /// once every pin has drained. Sound for any pointer: a slot with no owner is
     /// `NoOwner`, and a drop that takes the last owner leaves nobody able to pin it.
     pub(crate) fn tensor_last_owned(
         &self,
         t: *const nrt_tensor_t,
     ) -> core::result::Result<Last<'a, nrt_tensor_t>, Dropped> {
-        let Some((_, refs)) = self.st.tensors.words_of(t) else {
+        let Some((_, refs)) = self.st.tensor.tensors.words_of(t) else {
             return Err(Dropped::NoOwner);
         };
         match handle::drop_owner(refs) {
@@ -529,10 +531,10 @@ impl<'a> Nrt<'a> {
         // SAFETY: `Last` proves the tensor is ours alone; a field projection, no reference.
         unsafe { addr_of_mut!((*t).magic).write(0) };
         // The slot reads as free before it can be handed out again.
-        if let Some((gen, _)) = self.st.tensors.words_of(t) {
+        if let Some((gen, _)) = self.st.tensor.tensors.words_of(t) {
             handle::retire(gen);
         }
-        let _ = self.st.tensors.release(t);
+        let _ = self.st.tensor.tensors.release(t);
     }
 
     /// A fresh tensor slot named `name` (at most [`TENSOR_NAME_MAX`] bytes, else
@@ -542,12 +544,17 @@ impl<'a> Nrt<'a> {
             return Err(Error::InvalidArgument(InvalidArg::TensorNameTooLong));
         }
         // Generation and reference words left alone: resolvers of old handles may read them.
-        let (t, _) = self.st.tensors.alloc_handle("nrt_tensor_t", true, shard)?;
+        let (t, _) = self
+            .st
+            .tensor
+            .tensors
+            .alloc_handle("nrt_tensor_t", true, shard)?;
         let fresh = FreshTensor { nrt: *self, t };
         let buf = self
             .st
+            .tensor
             .tensors
-            .side_entry(&self.st.tensor_names, t.as_ptr());
+            .side_entry(&self.st.tensor.tensor_names, t.as_ptr());
         let t = t.as_ptr();
         // SAFETY: the slot is zeroed and not published (its owner count is 0, so no handle
         // pins it) and its pointer is ours alone, so nothing else reads or writes it or its
@@ -571,8 +578,9 @@ impl<'a> Nrt<'a> {
     pub(crate) fn tensor_name_bytes<'p>(&self, t: TensorRef<'p>) -> &'p [u8; TENSOR_NAME_MAX + 1] {
         let buf = self
             .st
+            .tensor
             .tensors
-            .side_entry(&self.st.tensor_names, t.as_ptr());
+            .side_entry(&self.st.tensor.tensor_names, t.as_ptr());
         const EMPTY: &[u8; TENSOR_NAME_MAX + 1] = &[0; TENSOR_NAME_MAX + 1];
         if buf.is_null() {
             return EMPTY;
@@ -588,6 +596,7 @@ impl<'a> Nrt<'a> {
     pub(crate) fn fresh_storage(&self, shard: usize) -> Result<Fresh<'a, nrt_tensor_storage_t>> {
         Ok(self
             .st
+            .tensor
             .storages
             .alloc_fresh_in(shard, true, "nrt_tensor_storage_t")?)
     }
@@ -679,7 +688,7 @@ impl<'a> Nrt<'a> {
         }
         // SAFETY: the storage is ours alone (last reference gone); a field projection.
         unsafe { addr_of_mut!((*s).magic).write(0) };
-        let _ = self.st.storages.release(s);
+        let _ = self.st.tensor.storages.release(s);
     }
 
     /// Makes `s` a MALLOC view of the caller's `buf` (`size` bytes, not owned) and swaps it

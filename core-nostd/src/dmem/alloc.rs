@@ -9,22 +9,24 @@ use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::cstr::copy_c_name;
-use crate::ctx::Nrt;
+use crate::ctx::{InCall, Nrt};
 use crate::driver::{errno, AllocRequest, Errno};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self};
 use crate::list::WeakIndex;
 
 impl<'a> Nrt<'a> {
-    /// [`Self::dmem_alloc`] without the gate (the runtime's own calls).
-    pub(crate) fn dmem_alloc_inner(
+    /// `dmem_alloc_internal` (spec §3.2): [`Self::dmem_alloc`] as a step of a gated call
+    /// (`call`), returning the dmem's pointer (the runtime's own calls).
+    pub(crate) fn dmem_alloc_internal(
         &self,
+        call: &impl InCall,
         al: *mut dmem_allocator_t,
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<Dmem> {
         // 1. arguments (no side effects yet)
-        if ref_list.is_some_and(|l| !self.st.dmem_lists.is_live(l)) {
+        if ref_list.is_some_and(|l| !self.st.dmem.dmem_lists.is_live(l)) {
             return Err(Error::InvalidArgument(InvalidArg::RefListNotLive));
         }
         if a.size == 0 {
@@ -53,7 +55,7 @@ impl<'a> Nrt<'a> {
         if cat == CATEGORY_INVALID {
             return Err(Error::UsageInvalidForLocation { usage, loc });
         }
-        if !self.st.allocators.is_live(al) {
+        if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
         // SAFETY: live allocator; pcore was set at creation and points into the tree.
@@ -65,7 +67,7 @@ impl<'a> Nrt<'a> {
         let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
         // SAFETY: resolved pointers are in-bounds and initialised.
         let (dev, nc_id) = unsafe { ((*mla).mla_idx, (*tpb).idx as u32) };
-        let g = self.dev_geom(dev);
+        let g = self.dev_geom(call, dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a
         // channel that does not exist would show in the trace line and the OOM table.
@@ -88,15 +90,16 @@ impl<'a> Nrt<'a> {
         let shard = crate::ctx::core_shard(dev, nc_id);
         let m = self
             .st
+            .dmem
             .dmems
             .alloc_handle("dmem_t", false, shard)?
             .0
             .as_ptr();
         let ref_node = match ref_list {
-            Some(_) => match self.st.ref_nodes.alloc_in(shard, "dmem_ref_node_t") {
+            Some(_) => match self.st.dmem.ref_nodes.alloc_in(shard, "dmem_ref_node_t") {
                 Ok(n) => n.as_ptr(),
                 Err(e) => {
-                    let _ = self.st.dmems.cancel(m);
+                    let _ = self.st.dmem.dmems.cancel(m);
                     return Err(e.into());
                 }
             },
@@ -106,9 +109,9 @@ impl<'a> Nrt<'a> {
         // bookkeeping, but a failed call must leave the arenas as it found them).
         let undo_meta = || {
             if !ref_node.is_null() {
-                let _ = self.st.ref_nodes.cancel(ref_node);
+                let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
-            let _ = self.st.dmems.cancel(m);
+            let _ = self.st.dmem.dmems.cancel(m);
         };
         // 4. carve: natively aligned, or the over-allocate-and-offset emulation
         let req = |emulate: bool| AllocRequest {
@@ -146,7 +149,7 @@ impl<'a> Nrt<'a> {
             Ok(r) => r,
             Err(e) => {
                 undo_meta();
-                return Err(self.alloc_failed(dev, nc_id, hbm, a, usage, host, emulate, e));
+                return Err(self.alloc_failed(call, dev, nc_id, hbm, a, usage, host, emulate, e));
             }
         };
         // 5. fields
@@ -176,10 +179,10 @@ impl<'a> Nrt<'a> {
         // Last: publishes the fields above to readers of live slots (the OOM dump) and to
         // resolvers of the new handle (generation, then one owner).
         // SAFETY: `m` is a slot of the dmem arena.
-        let (gen, refs) = unsafe { self.st.dmems.words(m) };
+        let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
         handle::publish(gen, refs);
         // 6. ledger + trace
-        self.dml_add_entry(mla, Action::Alloc, m);
+        self.dml_add_entry(call, mla, Action::Alloc, m);
         // 7. link before dummy_tail
         // SAFETY: live allocator, its lock held for the call; `m` is a live dmem.
         let linked = unsafe {
@@ -192,13 +195,13 @@ impl<'a> Nrt<'a> {
             // on this list and its handle was never returned) and refuse the call.
             error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
             if !ref_node.is_null() {
-                let _ = self.st.ref_nodes.cancel(ref_node);
+                let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
             // SAFETY: `m` is not on `al`'s list, its one owner is this call and no handle of
             // it was handed out, so nothing else holds or pins it.
             unsafe {
-                self.st.dmems.words(m).1.store(0, Ordering::Release);
-                self.dmem_finalize(m, GiveBack::Cancel);
+                self.st.dmem.dmems.words(m).1.store(0, Ordering::Release);
+                self.dmem_finalize(call, m, GiveBack::Cancel);
             }
             return Err(Error::ForeignDmem);
         }
@@ -215,7 +218,7 @@ impl<'a> Nrt<'a> {
                 // Only a fresh node can be pushed, and it is unlinked: record the refusal; the
                 // dmem stays allocated (on its allocator), only its weak entry is dropped.
                 error!("dmem_alloc: {}: the weak index entry is dropped", e);
-                let _ = self.st.ref_nodes.cancel(ref_node);
+                let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
         }
         Ok(m)
@@ -229,6 +232,7 @@ impl<'a> Nrt<'a> {
             return false;
         }
         self.st
+            .dmem
             .align_unsupported
             .get(dev as usize)
             .is_none_or(|l| l.load(Ordering::Relaxed) == 0)
@@ -236,7 +240,7 @@ impl<'a> Nrt<'a> {
 
     /// Latches "no aligned allocation" for `dev`, with the one-shot WARN.
     fn latch_aligned_alloc_unsupported(&self, dev: u32) {
-        let Some(latch) = self.st.align_unsupported.get(dev as usize) else {
+        let Some(latch) = self.st.dmem.align_unsupported.get(dev as usize) else {
             return;
         };
         if latch.load(Ordering::Relaxed) == 0 && latch.swap(1, Ordering::Relaxed) == 0 {
@@ -254,6 +258,7 @@ impl<'a> Nrt<'a> {
     #[allow(clippy::too_many_arguments)]
     fn alloc_failed(
         &self,
+        call: &impl InCall,
         dev: u32,
         nc: u32,
         hbm: u32,
@@ -286,7 +291,7 @@ impl<'a> Nrt<'a> {
             emulated: emulated && a.align != 0,
         };
         error!("{}", err);
-        self.record_oom(err);
+        self.record_oom(call, err);
         err
     }
 }

@@ -7,7 +7,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use super::Dmem;
 use crate::abi::*;
 use crate::arena::GiveBack;
-use crate::ctx::Nrt;
+use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped};
 use crate::list::{allocator_list, ListError, WeakIndex};
@@ -17,9 +17,10 @@ impl<'a> Nrt<'a> {
     pub(super) fn set_caller_owned(&self, al: *mut dmem_allocator_t, caller: bool) {
         if let Some(f) = self
             .st
+            .dmem
             .allocators
             .index_of(al)
-            .and_then(|i| self.st.caller_allocators.flag(i))
+            .and_then(|i| self.st.dmem.caller_allocators.flag(i))
         {
             f.store(caller as u8, Ordering::Release);
         }
@@ -28,15 +29,18 @@ impl<'a> Nrt<'a> {
     /// Whether `al` was made through the public API (see [`Self::set_caller_owned`]).
     pub(super) fn is_caller_owned(&self, al: *mut dmem_allocator_t) -> bool {
         self.st
+            .dmem
             .allocators
             .index_of(al)
-            .and_then(|i| self.st.caller_allocators.flag(i))
+            .and_then(|i| self.st.dmem.caller_allocators.flag(i))
             .is_some_and(|f| f.load(Ordering::Acquire) == 1)
     }
 
-    /// [`Self::dmem_allocator_create`] without the gate (the runtime's own calls).
-    pub(crate) fn dmem_allocator_create_inner(
+    /// [`Self::dmem_allocator_create`] as a step of a gated call or of `init` (`_call`),
+    /// without marking the allocator the caller's (the runtime's own allocators).
+    pub(crate) fn allocator_create(
         &self,
+        _call: &impl InCall,
         pcore: *mut physical_core_t,
         ty: dmem_allocator_type_t,
     ) -> Result<*mut dmem_allocator_t> {
@@ -44,7 +48,7 @@ impl<'a> Nrt<'a> {
             .tree_pcore(pcore)
             .ok_or(Error::InvalidArgument(InvalidArg::PcoreNotInTree))?;
         self.tpb(dev, core)?; // attached
-        let al = self.st.allocators.alloc("dmem_allocator_t")?.as_ptr();
+        let al = self.st.dmem.allocators.alloc("dmem_allocator_t")?.as_ptr();
         // SAFETY: fresh zeroed slot owned by us (no other thread can reach it yet, so its
         // list is ours without the lock).
         unsafe {
@@ -55,15 +59,16 @@ impl<'a> Nrt<'a> {
         Ok(al)
     }
 
-    /// [`Self::dmem_allocator_destroy`] without the gate (the runtime's own calls).
-    /// `how` says how the slots go back: [`GiveBack::Cancel`] only for a rollback of
-    /// allocations nobody else saw.
-    pub(crate) fn dmem_allocator_destroy_inner(
+    /// [`Self::dmem_allocator_destroy`] as a step of a gated call or of `close` (`call`),
+    /// for any live allocator (the runtime's own too). `how` says how the slots go back:
+    /// [`GiveBack::Cancel`] only for a rollback of allocations nobody else saw.
+    pub(crate) fn allocator_destroy(
         &self,
+        call: &impl InCall,
         al: *mut dmem_allocator_t,
         how: GiveBack,
     ) -> Result<()> {
-        if !self.st.allocators.is_live(al) {
+        if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
         loop {
@@ -78,7 +83,7 @@ impl<'a> Nrt<'a> {
                 // Pinned before it is detached, so it stays whole however a racing free goes.
                 // No pin when its last owner is already gone: that free finalises it, and
                 // finds it detached.
-                let pinned = handle::add_pin_if_owned(self.st.dmems.words(n).1);
+                let pinned = handle::add_pin_if_owned(self.st.dmem.dmems.words(n).1);
                 // Detach: the allocator no longer owns it. The first node of the list is
                 // linked, so this cannot be refused; if it were (a corrupt list), stop here
                 // rather than loop on it: the allocator is still released below.
@@ -88,7 +93,7 @@ impl<'a> Nrt<'a> {
                         e
                     );
                     if pinned {
-                        handle::unpin(self.st.dmems.words(n).1);
+                        handle::unpin(self.st.dmem.dmems.words(n).1);
                     }
                     break;
                 }
@@ -96,11 +101,11 @@ impl<'a> Nrt<'a> {
             };
             if pinned {
                 // SAFETY: a slot of the dmem arena, pinned above.
-                let refs = unsafe { self.st.dmems.words(first).1 };
+                let refs = unsafe { self.st.dmem.dmems.words(first).1 };
                 match handle::drop_owner(refs) {
                     Dropped::Last => {
                         handle::wait_drained(refs, 1, crate::sync::relax);
-                        self.dmem_unlink_and_finalize(first, how);
+                        self.dmem_unlink_and_finalize(call, first, how);
                     }
                     _ => handle::unpin(refs),
                 }
@@ -108,6 +113,7 @@ impl<'a> Nrt<'a> {
         }
         self.set_caller_owned(al, false);
         self.st
+            .dmem
             .allocators
             .give_back(al, how)
             .map_err(|_| Error::InvalidArgument(InvalidArg::AllocatorNotLive))
@@ -119,7 +125,7 @@ impl<'a> Nrt<'a> {
         let Ok(_call) = self.enter() else {
             return (0, 0);
         };
-        if !self.st.allocators.is_live(al) {
+        if !self.st.dmem.allocators.is_live(al) {
             return (0, 0);
         }
         // SAFETY: live allocator; counters are maintained under its lock.
@@ -138,18 +144,19 @@ impl<'a> Nrt<'a> {
         al: *mut dmem_allocator_t,
         f: impl FnMut(&dmem_t),
     ) -> Result<()> {
-        let _call = self.enter()?;
-        self.allocator_for_each_inner(al, f);
+        let call = self.enter()?;
+        self.allocator_walk(&call, al, f);
         Ok(())
     }
 
-    /// [`Self::allocator_for_each`] without the gate (the runtime's own calls).
-    pub(crate) fn allocator_for_each_inner(
+    /// [`Self::allocator_for_each`] as a step of a gated call (`_call`).
+    pub(crate) fn allocator_walk(
         &self,
+        _call: &impl InCall,
         al: *mut dmem_allocator_t,
         mut f: impl FnMut(&dmem_t),
     ) {
-        if !self.st.allocators.is_live(al) {
+        if !self.st.dmem.allocators.is_live(al) {
             return;
         }
         // SAFETY: live allocator, walked under its lock; its linked dmems are live (a dmem is
@@ -171,7 +178,7 @@ impl<'a> Nrt<'a> {
         al: *mut dmem_allocator_t,
     ) -> Result<core::result::Result<(), ListError>> {
         let _call = self.enter()?;
-        if !self.st.allocators.is_live(al) {
+        if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
         // SAFETY: live allocator, checked under its lock.
@@ -180,7 +187,7 @@ impl<'a> Nrt<'a> {
             // More than the arena's slots cannot be linked: refused without a walk, so a
             // corrupt count does not make a cycle a long walk.
             let len = match usize::try_from((*al).count) {
-                Ok(n) if n <= self.st.dmems.capacity() => n,
+                Ok(n) if n <= self.st.dmem.dmems.capacity() => n,
                 _ => return Ok(Err(ListError::Broken)),
             };
             Ok(allocator_list(al).check(len))
@@ -229,7 +236,7 @@ impl<'a> Nrt<'a> {
 
     /// A weak GC index (`dmem_list_t`) from the arena.
     pub(crate) fn dmem_list_new(&self) -> Result<*mut dmem_list_t> {
-        Ok(self.st.dmem_lists.alloc("dmem_list_t")?.as_ptr())
+        Ok(self.st.dmem.dmem_lists.alloc("dmem_list_t")?.as_ptr())
     }
 
     /// Releases a weak index and its nodes (not the dmems: the list does not own them).
@@ -241,8 +248,8 @@ impl<'a> Nrt<'a> {
         // it; the caller (model free) is its only user now.
         let mut index = unsafe { WeakIndex::new(NonNull::new_unchecked(list)) };
         index.drain(|n| {
-            let _ = self.st.ref_nodes.give_back(n.as_ptr(), how);
+            let _ = self.st.dmem.ref_nodes.give_back(n.as_ptr(), how);
         });
-        let _ = self.st.dmem_lists.give_back(list, how);
+        let _ = self.st.dmem.dmem_lists.give_back(list, how);
     }
 }

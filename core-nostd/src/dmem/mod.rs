@@ -19,8 +19,10 @@
 mod alloc;
 mod allocator;
 mod free;
+mod pool;
 
 pub use alloc::align_offset;
+pub(crate) use pool::DmemPool;
 
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -28,7 +30,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::cstr::c_name;
-use crate::ctx::Nrt;
+use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, DmemHandle, Dropped, HandleKind};
 
@@ -152,8 +154,8 @@ impl<'a> Nrt<'a> {
         pcore: *mut physical_core_t,
         ty: dmem_allocator_type_t,
     ) -> Result<*mut dmem_allocator_t> {
-        let _call = self.enter()?;
-        let al = self.dmem_allocator_create_inner(pcore, ty)?;
+        let call = self.enter()?;
+        let al = self.allocator_create(&call, pcore, ty)?;
         self.set_caller_owned(al, true);
         Ok(al)
     }
@@ -177,11 +179,11 @@ impl<'a> Nrt<'a> {
     ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
-        let _call = self.enter()?;
-        if self.st.allocators.is_live(al) && !self.is_caller_owned(al) {
+        let call = self.enter()?;
+        if self.st.dmem.allocators.is_live(al) && !self.is_caller_owned(al) {
             return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
         }
-        self.dmem_allocator_destroy_inner(al, GiveBack::Release)
+        self.allocator_destroy(&call, al, GiveBack::Release)
     }
 
     /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
@@ -196,8 +198,8 @@ impl<'a> Nrt<'a> {
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<DmemHandle> {
-        let _call = self.enter()?;
-        let m = self.dmem_alloc_inner(al, a, ref_list)?;
+        let call = self.enter()?;
+        let m = self.dmem_alloc_internal(&call, al, a, ref_list)?;
         Ok(self.dmem_handle_of_owned(m))
     }
 
@@ -210,7 +212,7 @@ impl<'a> Nrt<'a> {
         let _call = self.enter()?;
         let p = self.dmem_pin(h)?;
         // SAFETY: `p.m` is pinned: a slot of the dmem arena that stays whole.
-        let (_, refs) = unsafe { self.st.dmems.words(p.m) };
+        let (_, refs) = unsafe { self.st.dmem.dmems.words(p.m) };
         if handle::add_owner(refs) {
             Ok(())
         } else {
@@ -226,16 +228,16 @@ impl<'a> Nrt<'a> {
     ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_free(&self, h: DmemHandle) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        self.dmem_free_pinned(p)
+        self.dmem_free_pinned(&call, p)
     }
 
     /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
     ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, h: DmemHandle) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let p = self.dmem_pin(h)?;
         // SAFETY: pinned slot; the field is accessed atomically (see dmem_release_ref).
         if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*p.m).allocator)).load(Ordering::Acquire) }
@@ -243,7 +245,7 @@ impl<'a> Nrt<'a> {
         {
             return Err(Error::ForeignDmem);
         }
-        self.dmem_free_pinned(p)
+        self.dmem_free_pinned(&call, p)
     }
 
     /// The fields of a live dmem fixed at its allocation (see [`DmemInfo`]).
@@ -275,9 +277,9 @@ impl<'a> Nrt<'a> {
     /// `None` for a `dmem_t` that is not a live slot of this runtime's arena.
     pub fn dmem_handle_of(&self, d: &dmem_t) -> Option<DmemHandle> {
         let m = d as *const dmem_t;
-        let index = self.st.dmems.index_of(m)? as u32;
+        let index = self.st.dmem.dmems.index_of(m)? as u32;
         // SAFETY: a slot of the dmem arena (index_of checked it); the words are atomics.
-        let (gen, refs) = unsafe { self.st.dmems.words(m) };
+        let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
         let generation = gen.load(Ordering::Acquire);
         if generation & 1 == 0 || refs.load(Ordering::Acquire) & handle::OWNERS == 0 {
             return None;
@@ -292,7 +294,7 @@ impl<'a> Nrt<'a> {
     /// The handle of dmem `m`, which the caller owns (it was just allocated, or the caller
     /// holds an owner reference), so its generation cannot move under this call.
     pub(crate) fn dmem_handle_of_owned(&self, m: Dmem) -> DmemHandle {
-        DmemHandle(self.owned_handle(&self.st.dmems, m))
+        DmemHandle(self.owned_handle(&self.st.dmem.dmems, m))
     }
 
     /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the dmem cannot be
@@ -301,6 +303,7 @@ impl<'a> Nrt<'a> {
         self.check_epoch(h.0, HandleKind::Dmem)?;
         let (m, refs) = self
             .st
+            .dmem
             .dmems
             .pin(h.0.index, h.0.generation, HandleKind::Dmem)?;
         Ok(DmemPin { m, refs })
@@ -308,7 +311,7 @@ impl<'a> Nrt<'a> {
 
     /// A free through a handle, once pinned: drops one owner; the last one waits for every
     /// other pin to go, then unlinks and finalises.
-    fn dmem_free_pinned(&self, p: DmemPin<'_>) -> Result<()> {
+    fn dmem_free_pinned(&self, call: &impl InCall, p: DmemPin<'_>) -> Result<()> {
         match handle::drop_owner(p.refs) {
             Dropped::NoOwner => Err(Error::stale(HandleKind::Dmem)),
             Dropped::Shared => Ok(()),
@@ -317,7 +320,7 @@ impl<'a> Nrt<'a> {
                 // The pin is handed over to the drain: it is the last one left.
                 core::mem::forget(p);
                 handle::wait_drained(refs, 1, crate::sync::relax);
-                self.dmem_unlink_and_finalize(m, GiveBack::Release);
+                self.dmem_unlink_and_finalize(call, m, GiveBack::Release);
                 Ok(())
             }
         }

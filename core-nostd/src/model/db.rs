@@ -4,7 +4,7 @@
 use super::{ModelInfo, ModelIo, MODEL_IO_MAX};
 use crate::abi::*;
 use crate::arena::Fresh;
-use crate::ctx::{DrainedModel, ModelRef, Nrt};
+use crate::ctx::{DrainedModel, InCall, InFlight, ModelRef, Nrt};
 use crate::error::{Error, Result};
 use crate::handle::{HandleKind, ModelHandle};
 use crate::vcore::LogicalCore;
@@ -29,14 +29,18 @@ impl<'a> Nrt<'a> {
     /// logical core one this runtime owns (whose first physical core's `model_db` holds the
     /// model: no scan over the cores). Whether the model is still there is for the lookup
     /// under the `model_db` lock ([`Self::get_model_ref_count`], [`Self::remove_model`]).
-    pub(super) fn model_tpb(&self, h: ModelHandle) -> Result<(*mut tpb_t, LogicalCore)> {
+    pub(super) fn model_tpb(
+        &self,
+        call: &impl InCall,
+        h: ModelHandle,
+    ) -> Result<(*mut tpb_t, LogicalCore)> {
         self.check_epoch(h.0, HandleKind::Model)?;
         if h.0.generation == constants::MODEL_HANDLE_RESERVED {
             return Err(Error::forged(HandleKind::Model));
         }
         let vnc = h.core();
         let v = self
-            .vtpb_get_virtual_core(vnc)
+            .vtpb_get_virtual_core(call, vnc)
             .map_err(|_| Error::forged(HandleKind::Model))?;
         let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
         Ok((tpb, vnc))
@@ -66,7 +70,7 @@ impl<'a> Nrt<'a> {
     /// Footprint of a resident model (spec §4.4 lookup + reference, §5). `Closed` /
     /// `Uninitialized` outside an initialised runtime.
     pub fn model_info(&self, h: ModelHandle) -> Result<ModelInfo> {
-        self.with_model(h, |m, vnc, refs| {
+        self.with_model(h, |call, m, vnc, refs| {
             let scratchpad_pages = self
                 .cleanup_claim(m.scratchpad_cleanup_info())
                 .map_or(0, |(_, pages)| pages);
@@ -80,7 +84,7 @@ impl<'a> Nrt<'a> {
                 ..Default::default()
             };
             for al in m.sg_allocators() {
-                self.allocator_for_each_inner(al, |d| {
+                self.allocator_walk(call, al, |d| {
                     info.allocations += 1;
                     info.bytes += d.allocated_size;
                     if d.mem_type == dma_mem_location_t::TONGA_DRAM as u32 {
@@ -100,34 +104,35 @@ impl<'a> Nrt<'a> {
         h: ModelHandle,
         mut f: impl FnMut(u32, &dmem_t),
     ) -> Result<()> {
-        self.with_model(h, |m, _, _| {
+        self.with_model(h, |call, m, _, _| {
             let allocators = m.sg_allocators();
             let n = (m.num_subgraphs() as usize).min(allocators.len());
             for (sg, al) in allocators[..n].iter().enumerate() {
-                self.allocator_for_each_inner(*al, |d| f(sg as u32, d));
+                self.allocator_walk(call, *al, |d| f(sg as u32, d));
             }
         })
     }
 
-    /// Runs `f` on a resident model while holding a reference on it (so an unload waits):
-    /// `f(model, logical core, references held by others)`.
+    /// Runs `f` inside the state gate on a resident model while holding a reference on it (so
+    /// an unload waits): `f(the call's gate token, model, logical core, references held by
+    /// others)`.
     fn with_model<R>(
         &self,
         h: ModelHandle,
-        f: impl FnOnce(&ModelRef<'a>, LogicalCore, u64) -> R,
+        f: impl FnOnce(&InFlight<'_>, &ModelRef<'a>, LogicalCore, u64) -> R,
     ) -> Result<R> {
-        let _call = self.enter()?;
-        let (tpb, vnc) = self.model_tpb(h)?;
+        let call = self.enter()?;
+        let (tpb, vnc) = self.model_tpb(&call, h)?;
         let m = self.get_model_ref_count(tpb, h.h_model())?;
-        Ok(f(&m, vnc, m.other_refs()))
+        Ok(f(&call, &m, vnc, m.other_refs()))
     }
 
     /// Handles of the models resident on logical core `vnc` (the core's `model_db`, spec
     /// §4.3): writes up to `out.len()` of them and returns how many there are. `Closed` /
     /// `Uninitialized` outside an initialised runtime (the table only exists while it is).
     pub fn models_on(&self, vnc: LogicalCore, out: &mut [ModelHandle]) -> Result<usize> {
-        let _call = self.enter()?;
-        let v = self.vtpb_get_virtual_core(vnc)?;
+        let call = self.enter()?;
+        let v = self.vtpb_get_virtual_core(&call, vnc)?;
         let (index, epoch) = (vnc.index().unwrap_or(u32::MAX), self.epoch());
         let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
         let mut n = 0;
@@ -149,7 +154,7 @@ impl<'a> Nrt<'a> {
     /// forged or foreign handle is [`Error::InvalidHandle`]; `Closed` / `Uninitialized`
     /// outside an initialised runtime.
     pub fn for_each_model_io(&self, h: ModelHandle, mut f: impl FnMut(&ModelIo<'_>)) -> Result<()> {
-        self.with_model(h, |m, _, _| {
+        self.with_model(h, |_, m, _, _| {
             let n = (m.num_inputs() + m.num_outputs()) as usize;
             for k in 0..n.min(MODEL_IO_MAX) {
                 if let Some(io) = m.io(k) {
@@ -163,6 +168,6 @@ impl<'a> Nrt<'a> {
     /// the model is still loaded: a stale, forged or foreign handle is
     /// [`Error::InvalidHandle`].
     pub fn model_core(&self, h: ModelHandle) -> Result<LogicalCore> {
-        self.with_model(h, |_, vnc, _| vnc)
+        self.with_model(h, |_, _, vnc, _| vnc)
     }
 }

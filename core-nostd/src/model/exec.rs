@@ -27,10 +27,10 @@ impl<'a> Nrt<'a> {
     /// its physical cores' exec locks in order (one model executes at a time per core), and
     /// marks it `h_running_model`. Dropping the guard undoes all three.
     pub fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
-        let _call = self.enter()?;
-        let (tpb0, vnc) = self.model_tpb(h)?;
+        let call = self.enter()?;
+        let (tpb0, vnc) = self.model_tpb(&call, h)?;
         let m = self.get_model_ref_count(tpb0, h.h_model())?;
-        let v = *self.vtpb_get_virtual_core(vnc)?;
+        let v = *self.vtpb_get_virtual_core(&call, vnc)?;
         let mut g = ExecGuard {
             hold: ExecHold::new(m),
         };

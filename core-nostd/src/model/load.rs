@@ -10,7 +10,7 @@ use crate::abi::*;
 use crate::arena::{Fresh, GiveBack};
 use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
 use crate::cstr::copy_c_name;
-use crate::ctx::{DrainedModel, Nrt};
+use crate::ctx::{DrainedModel, Exclusive, InCall, Nrt};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
 use crate::handle::ModelHandle;
@@ -139,10 +139,10 @@ impl<'a> Nrt<'a> {
     }
 
     /// Device bytes booked to a logical core (the "mem_usage before/after" of §5.3).
-    fn vnc_device_bytes(&self, vnc: LogicalCore) -> u64 {
+    fn vnc_device_bytes(&self, call: &impl InCall, vnc: LogicalCore) -> u64 {
         // Ungated: this runs inside `load_model`'s own gated call, which a racing `close`
         // waits for.
-        self.vnc_memory_stats(vnc)
+        self.vnc_memory_stats(call, vnc)
             .map(|s| s.bytes_used)
             .unwrap_or(0)
     }
@@ -156,12 +156,12 @@ impl<'a> Nrt<'a> {
     /// shared ext-isa copy, which others could see once claimed, go through them. High-water marks — the ledger's
     /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
     pub fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<ModelHandle> {
-        let _call = self.enter()?;
-        let v = *self.vtpb_get_virtual_core(vnc)?;
-        let g = self.dev_geom(v.tpbs[0].device_id);
+        let call = self.enter()?;
+        let v = *self.vtpb_get_virtual_core(&call, vnc)?;
+        let g = self.dev_geom(&call, v.tpbs[0].device_id);
         let arch = g.arch();
         self.check_spec(spec, arch)?;
-        let mut model = self.st.models.alloc_fresh("model_t")?;
+        let mut model = self.st.model.models.alloc_fresh("model_t")?;
         let mut b = Building {
             cleanup: None,
             tpbs: [null_mut(); MAX_SUBGRAPHS],
@@ -172,7 +172,7 @@ impl<'a> Nrt<'a> {
             ulib_staged_now: false,
             ulib_tpb: null_mut(),
         };
-        let published = match self.load_into(&mut model, &mut b, &v, spec, arch, vnc) {
+        let published = match self.load_into(&call, &mut model, &mut b, &v, spec, arch, vnc) {
             Ok(h) => {
                 let usage = (model.mem_usage_before, model.mem_usage_after);
                 self.add_model(b.tpbs[0], model).map(|()| (h, usage))
@@ -192,7 +192,7 @@ impl<'a> Nrt<'a> {
                 ))
             }
             Err((e, model)) => {
-                self.rollback(model, b);
+                self.rollback(&call, model, b);
                 Err(e)
             }
         }
@@ -202,6 +202,7 @@ impl<'a> Nrt<'a> {
     /// `add_model` is the caller's.
     fn load_into(
         &self,
+        call: &impl InCall,
         m: &mut Fresh<'a, model_t>,
         b: &mut Building<'a>,
         v: &virtual_core_t,
@@ -210,7 +211,7 @@ impl<'a> Nrt<'a> {
         vnc: LogicalCore,
     ) -> Result<H_MODEL> {
         // Nothing of this load is booked yet (the model slot is not ledger memory).
-        let before = self.vnc_device_bytes(vnc);
+        let before = self.vnc_device_bytes(call, vnc);
         let lnc = v.num_tpbs.max(1);
         // vtpb_info_shared_init_vtpb (§5.2) + the ownership move of kbl_model_add (§5.3): each
         // subgraph's mr_set (MODEL allocator, 1024-bucket mem_ref_set, gc_tracker; the cleanup
@@ -222,7 +223,8 @@ impl<'a> Nrt<'a> {
             let tpb = self.tpb(pc.device_id, pc.device_tpb_idx)?;
             b.tpbs[s] = tpb;
             // Each piece is stored in the model the moment it exists, so rollback finds it.
-            m.sg_allocators[s] = self.dmem_allocator_create_inner(
+            m.sg_allocators[s] = self.allocator_create(
+                call,
                 self.pcore_ptr(pc.device_id, pc.device_tpb_idx),
                 dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
             )?;
@@ -232,6 +234,7 @@ impl<'a> Nrt<'a> {
         // The cleanup record, published with the model (rollback drops it unpublished).
         b.cleanup = Some(
             self.st
+                .model
                 .sp_cleanup
                 .alloc_fresh("scratchpad_cleanup_info_t")?,
         );
@@ -255,7 +258,7 @@ impl<'a> Nrt<'a> {
                 m.sg_gc_trackers[s],
                 m.sg_mem_ref_sets[s],
             );
-            let hbm = self.tpb_default_hbm(b.tpbs[s]);
+            let hbm = self.tpb_default_hbm(call, b.tpbs[s]);
             for a in spec.subgraph_allocations(s) {
                 let args = AllocArgs {
                     size: a.size,
@@ -265,10 +268,10 @@ impl<'a> Nrt<'a> {
                     usage: a.usage as u32,
                     hint: a.hint,
                 };
-                let d = self.dmem_alloc_inner(al, &args, Some(list))?;
+                let d = self.dmem_alloc_internal(call, al, &args, Some(list))?;
                 if let Err(e) = self.mem_ref_set_add(set, name_key(a.hint), a.size, d) {
                     // Just allocated by this call: seen by nobody.
-                    self.dmem_release_ref(d, GiveBack::Cancel);
+                    self.dmem_release_ref(call, d, GiveBack::Cancel);
                     return Err(e);
                 }
             }
@@ -285,7 +288,12 @@ impl<'a> Nrt<'a> {
             if pages > constants::SCRATCHPAD_MAX_PAGES as u64 {
                 return Err(Error::InvalidModel("scratchpad needs more than 1024 pages"));
             }
-            self.scratchpad_claim(tpb, pages as u32, self.dev_geom(dev).default_hbm(idx))?;
+            self.scratchpad_claim(
+                call,
+                tpb,
+                pages as u32,
+                self.dev_geom(call, dev).default_hbm(idx),
+            )?;
             b.sp_tpb = tpb;
             b.sp_pages = pages as u32;
             if let Some(c) = b.cleanup.as_mut() {
@@ -299,9 +307,9 @@ impl<'a> Nrt<'a> {
         if let Some(req) = spec.gpsimd_libs {
             if arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA {
                 let tpb = b.tpbs[0];
-                let (hbm, al) = (self.tpb_default_hbm(tpb), m.dmem_allocator);
+                let (hbm, al) = (self.tpb_default_hbm(call, tpb), m.dmem_allocator);
                 b.ulib_tpb = tpb;
-                let (set, shared, staged_now) = self.ucode_stage_libs(tpb, al, hbm, req)?;
+                let (set, shared, staged_now) = self.ucode_stage_libs(call, tpb, al, hbm, req)?;
                 b.ulib = set;
                 b.ulib_shared = shared;
                 b.ulib_staged_now = staged_now;
@@ -343,7 +351,7 @@ impl<'a> Nrt<'a> {
             copy_c_name(&mut e.name, t.name);
         }
         m.mem_usage_before = before;
-        m.mem_usage_after = self.vnc_device_bytes(vnc);
+        m.mem_usage_after = self.vnc_device_bytes(call, vnc);
         if let Some(c) = b.cleanup.take() {
             m.scratchpad_cleanup_info = c.publish().as_ptr();
         }
@@ -351,9 +359,9 @@ impl<'a> Nrt<'a> {
     }
 
     /// Undoes a partial load: `m` is the unpublished model, `b` what was built beside it.
-    fn rollback(&self, m: Fresh<'a, model_t>, b: Building<'a>) {
+    fn rollback(&self, call: &impl InCall, m: Fresh<'a, model_t>, b: Building<'a>) {
         if !b.ulib.is_null() {
-            self.ucode_release(b.ulib_tpb, b.ulib, b.ulib_shared, GiveBack::Cancel);
+            self.ucode_release(call, b.ulib_tpb, b.ulib, b.ulib_shared, GiveBack::Cancel);
         }
         // Unstage the shared copy only if this load staged it: a copy that was cached before
         // the call (kept after its last user unloaded) stays, so the rollback leaves the core
@@ -362,14 +370,14 @@ impl<'a> Nrt<'a> {
         if !b.ulib_tpb.is_null() && b.ulib_shared && b.ulib_staged_now {
             // Release, not Cancel: once staged, the shared copy was in the core's cache (and
             // on its GLOBAL allocator's list), where others could see it.
-            self.ulib_unstage_if_unused(b.ulib_tpb, GiveBack::Release);
+            self.ulib_unstage_if_unused(call, b.ulib_tpb, GiveBack::Release);
         }
         if b.sp_pages > 0 {
             // Release, not Cancel: claimed pages are in the core's shared page table (and on
             // its GLOBAL allocator's list), where other loads and callers can see them.
-            self.scratchpad_release(b.sp_tpb, b.sp_pages, GiveBack::Release);
+            self.scratchpad_release(call, b.sp_tpb, b.sp_pages, GiveBack::Release);
         }
-        self.free_model_heaps(&m, GiveBack::Cancel);
+        self.free_model_heaps(call, &m, GiveBack::Cancel);
         // The handle was never returned: the slots go back as if the load never started
         // (dropping a `Fresh` cancels its take: the model's, and the cleanup record's when it
         // was not yet published).
@@ -380,7 +388,7 @@ impl<'a> Nrt<'a> {
     /// Frees a model's per-subgraph heaps, mem_ref sets, gc trackers and cleanup record.
     /// `how`: [`GiveBack::Release`] at unload; [`GiveBack::Cancel`] when a failed load rolls
     /// back (nobody saw its heaps, so their slots need not wait out the quarantines).
-    fn free_model_heaps(&self, m: &model_t, how: GiveBack) {
+    fn free_model_heaps(&self, call: &impl InCall, m: &model_t, how: GiveBack) {
         for s in 0..MAX_SUBGRAPHS {
             let set = m.sg_mem_ref_sets[s];
             if !set.is_null() {
@@ -389,33 +397,34 @@ impl<'a> Nrt<'a> {
             let al = m.sg_allocators[s];
             if !al.is_null() {
                 // One call reclaims the subgraph's whole footprint (§5.4).
-                let _ = self.dmem_allocator_destroy_inner(al, how);
+                let _ = self.allocator_destroy(call, al, how);
             }
             self.dmem_list_destroy(m.sg_gc_trackers[s], how);
         }
         let c = m.scratchpad_cleanup_info;
         if !c.is_null() {
-            let _ = self.st.sp_cleanup.give_back(c, how);
+            let _ = self.st.model.sp_cleanup.give_back(c, how);
         }
     }
 
     /// `model_free` (spec §5.4): releases the ulib set (not the shared ext-isa copy), the
     /// scratchpad claim, then destroys the MODEL heaps — one call per subgraph reclaims the
     /// whole footprint — and frees the `model_t`.
-    fn model_free(&self, mut m: DrainedModel<'a>) {
+    fn model_free(&self, call: &impl InCall, mut m: DrainedModel<'a>) {
         if let Ok(tpb) = self.tpb(m.pcore.device_id, m.pcore.device_tpb_idx) {
             self.ucode_release(
+                call,
                 tpb,
                 m.ulib_set_info,
                 m.ulib_is_shared != 0,
                 GiveBack::Release,
             );
             if let Some((sp_tpb, pages)) = self.cleanup_claim(m.scratchpad_cleanup_info) {
-                self.scratchpad_release(sp_tpb, pages, GiveBack::Release);
+                self.scratchpad_release(call, sp_tpb, pages, GiveBack::Release);
             }
         }
         m.ulib_set_info = null_mut();
-        self.free_model_heaps(&m, GiveBack::Release);
+        self.free_model_heaps(call, &m, GiveBack::Release);
         m.release();
     }
 
@@ -431,17 +440,17 @@ impl<'a> Nrt<'a> {
     /// unloaded that waits for that lock already holds a model reference; and the unload
     /// waits for the model's references to go. The three would wait for each other forever.
     pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
-        let _call = self.enter()?;
-        let (tpb, _) = self.model_tpb(h)?;
+        let call = self.enter()?;
+        let (tpb, _) = self.model_tpb(&call, h)?;
         let m = self.remove_model(tpb, h.h_model())?;
-        self.model_free(m);
+        self.model_free(&call, m);
         Ok(())
     }
 
     /// Teardown: unloads every resident model.
-    pub(crate) fn unload_all_models(&self) {
-        for vnc in (0..self.owned_vnc_count()).map(LogicalCore::new) {
-            let Ok(v) = self.vtpb_get_virtual_core(vnc) else {
+    pub(crate) fn unload_all_models(&self, ex: &Exclusive<'_>) {
+        for vnc in (0..self.owned_vnc_count(ex)).map(LogicalCore::new) {
+            let Ok(v) = self.vtpb_get_virtual_core(ex, vnc) else {
                 continue;
             };
             let Ok(tpb) = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx) else {
@@ -458,7 +467,7 @@ impl<'a> Nrt<'a> {
                 match next {
                     Some(id) => {
                         if let Ok(m) = self.remove_model(tpb, H_MODEL { id }) {
-                            self.model_free(m);
+                            self.model_free(ex, m);
                         }
                     }
                     None => break,

@@ -16,10 +16,12 @@
 mod db;
 mod exec;
 mod load;
+mod pool;
 mod sbuf;
 
 pub use exec::ExecGuard;
 pub use load::name_key;
+pub(crate) use pool::ModelPool;
 pub use sbuf::SbufCarveout;
 
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -229,7 +231,7 @@ pub struct ModelInfo {
 /// One declared input or output of a resident model: what `nrt_get_model_tensor_info`
 /// returns for it (a NEFF's `neff.json` row, a manifest's tensor). `model_t` has no gap large
 /// enough for the table, so it lives beside the model arena, one table per slot
-/// (`CoreState::model_io`). Valid when all-zero.
+/// (`ModelPool::model_io`). Valid when all-zero.
 #[repr(C)]
 pub(crate) struct ModelIoEntry {
     pub(crate) size: u64,

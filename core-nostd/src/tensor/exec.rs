@@ -20,7 +20,7 @@ impl<'a> Nrt<'a> {
     /// The sets are tensor sets of this runtime ([`Nrt::set_create`]); a stale, forged or
     /// foreign model or set handle is [`Error::InvalidHandle`], and nothing is written.
     pub fn execute(&self, h: ModelHandle, inputs: SetHandle, outputs: SetHandle) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let g = self.exec_begin(h)?;
         let mut ins: [Tensor; 32] = [null_mut(); 32];
         let mut outs: [Tensor; 32] = [null_mut(); 32];
@@ -55,13 +55,14 @@ impl<'a> Nrt<'a> {
             let olen = self.held_tensor(*o)?.size();
             let copied = if k < ni {
                 let n = self.held_tensor(ins[k])?.size().min(olen);
-                self.tensor_copy_inner(ins[k], 0, *o, 0, n).map(|_| n)
+                self.tensor_copy_bytes(&call, ins[k], 0, *o, 0, n)
+                    .map(|_| n)
             } else {
                 Ok(0)
             };
             r = copied.and_then(|n| {
                 if n < olen {
-                    self.tensor_memset_inner(*o, n, 0, olen - n)
+                    self.tensor_fill(&call, *o, n, 0, olen - n)
                 } else {
                     Ok(())
                 }
@@ -127,7 +128,7 @@ impl Nrt<'_> {
     fn exec_stripe(&self, t: Tensor) -> Result<usize> {
         // Bound: pinned by the execution (`held_tensor`'s contract).
         let (s, _, _) = self.storage_of(self.held_tensor(t)?)?;
-        Ok(self.st.storages.index_of(s.as_ptr()).unwrap_or(0) % EXEC_DATA_STRIPES)
+        Ok(self.st.tensor.storages.index_of(s.as_ptr()).unwrap_or(0) % EXEC_DATA_STRIPES)
     }
 }
 
@@ -145,7 +146,7 @@ impl<'a> ExecDataGuard<'a> {
             let i = stripes.trailing_zeros() as usize;
             stripes &= stripes - 1;
             // At most EXEC_DATA_STRIPES bits, so the push never finds the list full.
-            let _ = held.push(st.exec_data_locks[i].0.lock());
+            let _ = held.push(st.tensor.exec_data_locks[i].0.lock());
         }
         ExecDataGuard { _held: held }
     }

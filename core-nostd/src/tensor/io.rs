@@ -5,7 +5,7 @@ use core::sync::atomic::Ordering;
 
 use super::{DeviceAllocationInfo, Tensor};
 use crate::abi::*;
-use crate::ctx::{Nrt, StorageMem, StorageRef, TensorRef};
+use crate::ctx::{InCall, Nrt, StorageMem, StorageRef, TensorRef};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::TensorHandle;
 use crate::sync::relax;
@@ -96,16 +96,17 @@ impl<'a> Nrt<'a> {
 
     /// `nrt_tensor_memset`.
     pub fn tensor_memset(&self, h: TensorHandle, offset: u64, value: u8, size: u64) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
-        self.tensor_memset_inner(pin.as_ptr(), offset, value, size)
+        self.tensor_fill(&call, pin.as_ptr(), offset, value, size)
     }
 
-    /// [`Self::tensor_memset`] without the gate, for callers already past it (`execute`: a
-    /// second `enter` there could see a `close` that is waiting for that very call, and fail
-    /// it half-way).
-    pub(super) fn tensor_memset_inner(
+    /// [`Self::tensor_memset`] as a step of the gated call `_call`, for callers already past
+    /// the gate (`execute`: a second `enter` there could see a `close` that is waiting for
+    /// that very call, and fail it half-way).
+    pub(super) fn tensor_fill(
         &self,
+        _call: &impl InCall,
         t: Tensor,
         offset: u64,
         value: u8,
@@ -147,18 +148,19 @@ impl<'a> Nrt<'a> {
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let (src_pin, dst_pin) = (self.tensor_pin(src)?, self.tensor_pin(dst)?);
         let (src, dst) = (src_pin.as_ptr() as *const nrt_tensor_t, dst_pin.as_ptr());
         self.when_written(self.tensor_ref(&src_pin)?, || {
-            self.tensor_copy_inner(src, src_off, dst, dst_off, size)
+            self.tensor_copy_bytes(&call, src, src_off, dst, dst_off, size)
         })
     }
 
-    /// [`Self::tensor_copy`] without the gate, for callers already past it (see
-    /// [`Self::tensor_memset_inner`]).
-    pub(super) fn tensor_copy_inner(
+    /// [`Self::tensor_copy`] as a step of the gated call `_call`, for callers already past
+    /// the gate (see [`Self::tensor_fill`]).
+    pub(super) fn tensor_copy_bytes(
         &self,
+        _call: &impl InCall,
         src: *const nrt_tensor_t,
         src_off: u64,
         dst: Tensor,

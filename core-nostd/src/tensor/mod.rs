@@ -19,12 +19,14 @@
 
 mod exec;
 mod io;
+mod pool;
 mod set;
 
 pub(crate) use crate::ctx::TensorPin;
 pub use crate::host_heap::{ArenaHostMem, HeapHostMem, HostMem};
 pub(crate) use exec::EXEC_DATA_STRIPES;
 pub use io::check_window;
+pub(crate) use pool::TensorPool;
 pub(crate) use set::SetBody;
 pub use set::{SetSlot, SET_MAX};
 
@@ -32,7 +34,7 @@ use core::ptr::{null_mut, NonNull};
 
 use crate::abi::*;
 use crate::cstr::c_name;
-use crate::ctx::{Last, Nrt, StorageMem, StorageOwner};
+use crate::ctx::{Exclusive, InCall, Last, Nrt, StorageMem, StorageOwner};
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{Dropped, HandleKind, TensorHandle};
@@ -95,12 +97,12 @@ impl<'a> Nrt<'a> {
     /// The handle of tensor `t`, which the caller owns (just made, or kept alive by the
     /// caller), so its generation cannot move under this call.
     pub(crate) fn tensor_handle_of_owned(&self, t: *const nrt_tensor_t) -> TensorHandle {
-        TensorHandle(self.owned_handle(&self.st.tensors, t))
+        TensorHandle(self.owned_handle(&self.st.tensor.tensors, t))
     }
 
     /// The slot `h` names, if it is in bounds (no liveness check: for [`crate::raw`]).
     pub(crate) fn tensor_slot(&self, h: TensorHandle) -> Option<Tensor> {
-        self.st.tensors.slot(h.0.index)
+        self.st.tensor.tensors.slot(h.0.index)
     }
 
     /// `nrt_tensor_allocate` → `tensor_allocate` (spec §7.2), gates in order: state, logical
@@ -117,21 +119,21 @@ impl<'a> Nrt<'a> {
         size: u64,
         name: Option<&str>,
     ) -> Result<TensorHandle> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let vnc = match vnc {
             CoreSel::Core(c) => c,
             CoreSel::Any if placement != Placement::Device => LogicalCore::FIRST,
             // libnrt's −1 on DEVICE is an index like any other: the range gate refuses it.
             CoreSel::Any => LogicalCore::from_c(-1),
         };
-        let v = *self.vtpb_get_virtual_core(vnc).inspect_err(|e| {
+        let v = *self.vtpb_get_virtual_core(&call, vnc).inspect_err(|e| {
             // libnrt's range gate (spec §7.2), logged with its own words.
             error!(
                 "Cannot allocate a tensor on Logical NeuronCore {}: {}",
                 vnc, e
             );
         })?;
-        let arch = self.dev_geom(v.tpbs[0].device_id).arch();
+        let arch = self.dev_geom(&call, v.tpbs[0].device_id).arch();
         if placement == Placement::Host
             && arch == al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_CAYMAN
         {
@@ -154,7 +156,7 @@ impl<'a> Nrt<'a> {
             Placement::Device | Placement::Host => {
                 let tpb = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx)?;
                 let usage = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR;
-                let hbm = self.vcore_default_hbm(&v);
+                let hbm = self.vcore_default_hbm(&call, &v);
                 let hint = name.unwrap_or("tensor");
                 // The logical core's default HBM for either location (spec §7.2: libnrt
                 // computes it before choosing the location, and records it in both).
@@ -166,7 +168,8 @@ impl<'a> Nrt<'a> {
                         ..AllocArgs::host(size, usage, hint)
                     }
                 };
-                let m = self.dmem_alloc_inner(self.tpb_allocator(tpb), &args, None)?;
+                let m =
+                    self.dmem_alloc_internal(&call, self.tpb_allocator(&call, tpb), &args, None)?;
                 s.hbm_idx = hbm;
                 s.device_id = v.tpbs[0].device_id;
                 s.tpb_idx = v.tpbs[0].device_tpb_idx;
@@ -223,7 +226,7 @@ impl<'a> Nrt<'a> {
         buf: *mut u8,
         size: u64,
     ) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         self.tensor_ref(&pin)?;
         let Some(buf) = NonNull::new(buf).filter(|_| size != 0) else {
@@ -234,7 +237,7 @@ impl<'a> Nrt<'a> {
         // valid for reads and writes until no tensor views it, and no other thread uses the
         // tensor while it is swapped.
         if let Some(old) = unsafe { self.tensor_attach(&pin, s, buf, size) } {
-            self.storage_put(old);
+            self.storage_put(&call, old);
         }
         Ok(())
     }
@@ -268,11 +271,11 @@ impl<'a> Nrt<'a> {
     /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
     pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
-        let _call = self.enter()?;
+        let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         match pin.drop_owner() {
             Ok(last) => {
-                self.tensor_finalize(last);
+                self.tensor_finalize(&call, last);
                 Ok(())
             }
             // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
@@ -281,13 +284,13 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// [`Self::tensor_free`] without the gate and through a pointer the caller owns
-    /// (teardown runs after the gate closed; [`crate::raw`]).
-    pub(crate) fn tensor_free_inner(&self, t: Tensor) -> Result<()> {
+    /// [`Self::tensor_free`] as a step of a gated call or of `close` (`call`: teardown runs
+    /// after the gate closed), through a pointer the caller owns ([`crate::raw`]).
+    pub(crate) fn tensor_free_owned(&self, call: &impl InCall, t: Tensor) -> Result<()> {
         self.tensor_check(t)?;
         match self.tensor_last_owned(t) {
             Ok(last) => {
-                self.tensor_finalize(last);
+                self.tensor_finalize(call, last);
                 Ok(())
             }
             // A tensor has one owner, so never Shared.
@@ -298,21 +301,21 @@ impl<'a> Nrt<'a> {
     }
 
     /// Tears a tensor down (its last owner gone, its pins drained) and gives its slot back.
-    fn tensor_finalize(&self, mut last: Last<'_, nrt_tensor_t>) {
+    fn tensor_finalize(&self, call: &impl InCall, mut last: Last<'_, nrt_tensor_t>) {
         if let Some(sto) = last.take_storage() {
-            self.storage_put(sto);
+            self.storage_put(call, sto);
         }
         self.tensor_retire(last);
     }
 
     /// Drops one reference on a storage; the last one frees its memory if owned (VIRTUAL
     /// bytes to the bound host provider, the one that allocated them).
-    fn storage_put(&self, s: StorageOwner) {
+    fn storage_put(&self, call: &impl InCall, s: StorageOwner) {
         let Some(last) = self.storage_drop_ref(s) else {
             return;
         };
         if let Some(StorageMem::Dma(m)) = last.owned_mem() {
-            let _ = self.dmem_free_inner(m as Dmem);
+            let _ = self.dmem_free_owned(call, m as Dmem);
         }
         self.storage_retire(last);
     }
@@ -320,11 +323,11 @@ impl<'a> Nrt<'a> {
     /// Teardown: frees every tensor still alive: device and host DMA memory returns to the
     /// driver, VIRTUAL bytes to the bound host provider (issue 16 item 2: close returns every
     /// byte in every layer).
-    pub(crate) fn free_all_tensors(&self) {
+    pub(crate) fn free_all_tensors(&self, ex: &Exclusive<'_>) {
         let mut live: [Tensor; 64] = [null_mut(); 64];
         loop {
             let mut n = 0;
-            self.st.tensors.for_each_live(|p| {
+            self.st.tensor.tensors.for_each_live(|p| {
                 if n < live.len() {
                     live[n] = p.as_ptr();
                     n += 1;
@@ -334,10 +337,10 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for t in &live[..n] {
-                if self.tensor_free_inner(*t).is_err() {
+                if self.tensor_free_owned(ex, *t).is_err() {
                     // Not a whole tensor (cannot happen once the gate is drained): give the
                     // slot back rather than meet it again.
-                    let _ = self.st.tensors.release(*t);
+                    let _ = self.st.tensor.tensors.release(*t);
                 }
             }
         }

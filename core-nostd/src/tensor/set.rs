@@ -64,12 +64,12 @@ impl<'a> Nrt<'a> {
     pub fn set_create(&self) -> Result<SetHandle> {
         let _call = self.enter()?;
         // Generation and reference words left alone: resolvers of old handles may read them.
-        let (p, index) = self.st.sets.alloc_handle("tensor set", true, 0)?;
+        let (p, index) = self.st.tensor.sets.alloc_handle("tensor set", true, 0)?;
         // A slot of the set arena, ours alone until published (zeroed but for the two words:
         // an empty body).
-        let Some((gen, refs)) = self.st.sets.words_of(p.as_ptr()) else {
+        let Some((gen, refs)) = self.st.tensor.sets.words_of(p.as_ptr()) else {
             // Cannot happen (`alloc_handle` hands out slots of the arena): give it back.
-            let _ = self.st.sets.cancel(p.as_ptr());
+            let _ = self.st.tensor.sets.cancel(p.as_ptr());
             return Err(Error::forged(HandleKind::Set));
         };
         let generation = handle::publish(gen, refs);
@@ -102,10 +102,10 @@ impl<'a> Nrt<'a> {
     /// Retires a set whose owner is gone and whose pins drained, and gives its slot back.
     fn set_finalize(&self, p: *mut SetSlot) {
         // Nobody else can reach it (owner gone, drained).
-        if let Some((gen, _)) = self.st.sets.words_of(p) {
+        if let Some((gen, _)) = self.st.tensor.sets.words_of(p) {
             handle::retire(gen);
         }
-        let _ = self.st.sets.release(p);
+        let _ = self.st.tensor.sets.release(p);
     }
 
     /// Teardown: frees every set still alive (after the gate drained: nobody pins one).
@@ -113,7 +113,7 @@ impl<'a> Nrt<'a> {
         let mut live: [*mut SetSlot; 64] = [null_mut(); 64];
         loop {
             let mut n = 0;
-            self.st.sets.for_each_live(|p| {
+            self.st.tensor.sets.for_each_live(|p| {
                 if n < live.len() {
                     live[n] = p.as_ptr();
                     n += 1;
@@ -123,7 +123,7 @@ impl<'a> Nrt<'a> {
                 break;
             }
             for p in &live[..n] {
-                if let Some((_, refs)) = self.st.sets.words_of(*p) {
+                if let Some((_, refs)) = self.st.tensor.sets.words_of(*p) {
                     if handle::drop_owner(refs) == Dropped::Last {
                         handle::wait_drained(refs, 0, relax);
                     }
