@@ -28,17 +28,27 @@ impl<const N: usize> Carve<N> {
     /// (docs/PERFORMANCE.md, "Fourth pass").
     #[inline(always)]
     pub(super) fn seg_set(&mut self, k: usize, v: u32) {
+        // Stores only where a value changes, and stops at the first entry already as large:
+        // the next search loads these lines 16 bytes at a time, and a load that overlaps a
+        // 4-byte store still waiting to commit cannot be forwarded from it and stalls until
+        // the store is in the cache (storing every level unconditionally, branch-free, cut
+        // the mispredicts but made trace A 10 % slower in time, docs/PERFORMANCE.md).
+        if self.seg[k] == v {
+            return;
+        }
         self.seg[k] = v;
-        // Every level, with no early exit: whether the entry above is already as large is a
-        // coin flip (stopping there was 13 % of trace B's mispredicted branches), and three
-        // loads, maxima and stores cost less than one mispredict.
         let mut idx = k;
         for off in SUM_OFFSETS.into_iter().skip(1) {
             idx /= FAN;
             let e = &mut self.seg[off + idx];
-            *e = (*e).max(v);
+            if *e >= v {
+                return;
+            }
+            *e = v;
         }
-        self.seg_root = self.seg_root.max(v);
+        if self.seg_root < v {
+            self.seg_root = v;
+        }
     }
 
     /// Re-reads bucket `k`'s root maximum into the summary.
@@ -82,28 +92,37 @@ impl<const N: usize> Carve<N> {
     /// that was an upper bound too high (no entry of its line is ≥ `need`) is tightened to
     /// its line's maximum, and the search goes on with the next entry of the line above,
     /// backing up a level when that line is used up too; `None` when the start entry itself
-    /// turns out too high (it is tightened as well).
+    /// turns out too high (it is tightened as well). The candidates left in each line are
+    /// kept as masks, so backing up reloads no line (one it has just stored into would stall
+    /// the load, see [`Carve::seg_set`]).
     #[inline(always)]
     fn seg_descend(&mut self, level: usize, mut idx: usize, need: u32) -> Option<usize> {
+        // `left[l]`: the entries ≥ `need` not tried yet in the level-`l` line holding `idx`'s
+        // ancestor at that level.
+        let mut left = [0u32; SUM_LEVELS];
         let mut l = level;
-        while l > 0 {
-            let m = line_ge(self.line(SUM_OFFSETS[l - 1] + idx * FAN), need);
-            if m != 0 {
+        loop {
+            while l > 0 {
+                let m = line_ge(self.line(SUM_OFFSETS[l - 1] + idx * FAN), need);
+                if m == 0 {
+                    break;
+                }
                 l -= 1;
+                left[l] = m & (m - 1);
                 idx = idx * FAN + m.trailing_zeros() as usize;
-                continue;
+            }
+            if l == 0 {
+                return Some(idx);
             }
             self.seg_tighten(l, idx);
             loop {
                 if l == level {
                     return None;
                 }
-                // The next entry of the same line that is ≥ `need`, after `idx`.
-                let start = idx & !(FAN - 1);
-                let later = u32::MAX << (idx & (FAN - 1)) << 1;
-                let m = line_ge(self.line(SUM_OFFSETS[l] + start), need) & later;
+                let m = left[l];
                 if m != 0 {
-                    idx = start + m.trailing_zeros() as usize;
+                    left[l] = m & (m - 1);
+                    idx = (idx & !(FAN - 1)) + m.trailing_zeros() as usize;
                     break;
                 }
                 // The whole line is below `need`: so is the entry above it, once tightened.
@@ -112,7 +131,6 @@ impl<const N: usize> Carve<N> {
                 self.seg_tighten(l, idx);
             }
         }
-        Some(idx)
     }
 
     /// The lowest entry `(level, index)` at or after bucket `from` whose value is ≥ `need`,
@@ -120,11 +138,6 @@ impl<const N: usize> Carve<N> {
     /// hold.
     #[inline(always)]
     fn seg_climb(&self, from: usize, need: u32) -> Option<(usize, usize)> {
-        if from == 0 {
-            // The lowest bucket of all: straight down from the root, one scan per level,
-            // instead of climbing from bucket 0's line and descending again.
-            return (self.seg_root >= need).then_some((SUM_LEVELS, 0));
-        }
         let mut idx = from;
         for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
             if idx >= LEVEL_LENS[l] {
