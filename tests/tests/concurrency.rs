@@ -87,7 +87,7 @@ fn threads_load_execute_unload_on_one_core() {
             // At least one execution each, however the scheduler treats this thread.
             loop {
                 let g = rt.nrt().exec_begin(shared).expect("exec");
-                assert_eq!(g.model().h_model, shared.h_model());
+                assert_eq!(g.h_model(), shared.h_model());
                 if t == 0 {
                     std::thread::yield_now();
                 }

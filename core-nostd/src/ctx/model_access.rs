@@ -287,20 +287,6 @@ impl<'a> ModelRef<'a> {
             shape: &io.shape[..(io.ndim as usize).min(IO_DIMS_MAX)],
         })
     }
-
-    /// The whole `model_t`, for the public [`crate::model::ExecGuard::model`].
-    ///
-    /// Weak spot, kept for the public API (docs/UNSAFE.md): the shared reference covers the
-    /// embedded `ht_node`, whose `next` the unlink of another model of the same bucket
-    /// rewrites under `model_db_lock` while this reference may be live. Every other member
-    /// is fixed while the model is resident or an atomic. The core itself reads members
-    /// through the getters above, never through this.
-    pub(crate) fn as_model_t(&self) -> &model_t {
-        // SAFETY: `m` is a live, initialised model slot for as long as the borrow of this
-        // counted reference (see `fixed_members`); its members other than `ht_node` are
-        // fixed or atomic (see the weak spot above for `ht_node.next`).
-        unsafe { self.m.as_ref() }
-    }
 }
 
 /// A model unlinked from its `model_db` (no new lookup can reference it) whose in-flight
@@ -643,7 +629,7 @@ mod tests {
         assert_eq!(running(), 0);
         let g = n.exec_begin(h).unwrap();
         assert_eq!(running(), h.h_model().id);
-        assert_eq!(g.model().h_model.id, h.h_model().id);
+        assert_eq!(g.h_model().id, h.h_model().id);
         assert_eq!(
             n.model_info(h).unwrap().ref_count,
             1,

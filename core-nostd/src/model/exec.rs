@@ -16,9 +16,11 @@ pub struct ExecGuard<'a> {
 }
 
 impl ExecGuard<'_> {
-    /// The model being executed.
-    pub fn model(&self) -> &model_t {
-        self.hold.model().as_model_t()
+    /// The `h_model` of the model being executed (spec §4.6), read by value: a `&model_t`
+    /// would cover its embedded `ht_node`, which the unload of another model in the same
+    /// `model_db` bucket rewrites while this execution runs.
+    pub fn h_model(&self) -> H_MODEL {
+        self.hold.model().h_model()
     }
 }
 

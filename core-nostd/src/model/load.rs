@@ -200,6 +200,9 @@ impl<'a> Nrt<'a> {
 
     /// Builds everything of the model in `m` (still unpublished) and returns its handle;
     /// `add_model` is the caller's.
+    // The gate token, the two pieces of the load's own state and the request as `load_model`
+    // resolved it: bundling them into a struct would only rename the arguments.
+    #[allow(clippy::too_many_arguments)]
     fn load_into(
         &self,
         call: &impl InCall,
