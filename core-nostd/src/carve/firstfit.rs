@@ -411,25 +411,31 @@ impl<const N: usize> Carve<N> {
         self.seg_refresh(k);
     }
 
+    /// The child of `i` with the higher priority (the one a rotation down brings up), or NIL
+    /// for a leaf.
+    #[inline(always)]
+    fn higher_priority_child(&self, i: u32) -> u32 {
+        let n = self.node(i);
+        match (n.prev_free, n.next_free) {
+            (NIL, c) | (c, NIL) => c,
+            (l, r) => {
+                if Self::priority(l) >= Self::priority(r) {
+                    l
+                } else {
+                    r
+                }
+            }
+        }
+    }
+
     pub(super) fn tree_remove(&mut self, i: u32) {
         let k = usize::from(self.node(i).class);
         // Rotate `i` down (its higher-priority child up) until it is a leaf, then cut it off.
         loop {
-            let (l, r) = {
-                let n = self.node(i);
-                (n.prev_free, n.next_free)
-            };
-            let c = match (l, r) {
-                (NIL, NIL) => break,
-                (c, NIL) | (NIL, c) => c,
-                (l, r) => {
-                    if Self::priority(l) >= Self::priority(r) {
-                        l
-                    } else {
-                        r
-                    }
-                }
-            };
+            let c = self.higher_priority_child(i);
+            if c == NIL {
+                break;
+            }
             self.rotate_up(k, c);
         }
         let p = self.node(i).parent;
@@ -492,22 +498,8 @@ impl<const N: usize> Carve<N> {
             self.rotate_up(k, new);
         }
         loop {
-            let (l, r) = {
-                let n = self.node(new);
-                (n.prev_free, n.next_free)
-            };
-            let c = match (l, r) {
-                (NIL, NIL) => break,
-                (c, NIL) | (NIL, c) => c,
-                (l, r) => {
-                    if Self::priority(l) >= Self::priority(r) {
-                        l
-                    } else {
-                        r
-                    }
-                }
-            };
-            if Self::priority(c) <= pr {
+            let c = self.higher_priority_child(new);
+            if c == NIL || Self::priority(c) <= pr {
                 break;
             }
             self.rotate_up(k, c);
