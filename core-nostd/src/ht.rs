@@ -103,7 +103,8 @@ pub unsafe fn ht_find(ht: *mut ht_t, key: u64, out: Option<&mut *mut ht_node_t>)
 /// As [`ht_find`].
 pub unsafe fn find(ht: *mut ht_t, key: u64) -> Option<*mut ht_node_t> {
     let mut node = null_mut();
-    // SAFETY: forwarded contract.
+    // SAFETY: this function's contract is `ht_find`'s (`ht` a live, initialised table under
+    // its lock), and `node` is a local the call writes.
     (unsafe { ht_find(ht, key, Some(&mut node)) } == 0).then_some(node)
 }
 
@@ -117,7 +118,9 @@ pub unsafe fn ht_insert(
     node: *mut ht_node_t,
     val: *mut core::ffi::c_void,
 ) {
-    // SAFETY: caller contract.
+    // SAFETY: the caller holds the table's lock and passes a live table (this function's
+    // contract), so no other thread reads or links the bucket meanwhile; `node` is valid and
+    // unlinked, so writing its members and making it the bucket's head aliases nothing.
     unsafe {
         let b = bucket(ht, key);
         (*node).key = key;

@@ -24,7 +24,7 @@ impl Nrt<'_> {
         tpb: *mut tpb_t,
         g: &DevGeom,
     ) {
-        let s = self.settings();
+        let s = self.settings(&*ex);
         let contiguous = s.contiguous_scratchpad != 0
             && g.arch > al_hal_tpb_arch_type_t::AL_HAL_TPB_ARCH_TYPE_SUNDA as u32
             && self.lnc(&*ex) > 1

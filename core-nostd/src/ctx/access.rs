@@ -374,8 +374,13 @@ impl<'a> Nrt<'a> {
         unsafe { (*self.st.geom.get())[dev as usize] }
     }
 
-    pub(crate) fn settings(&self) -> Settings {
-        // SAFETY: written only during bring-up.
+    /// The runtime-wide settings (spec §8, §9) for the runtime's steps, read under their gate
+    /// token `_call` ([`InCall`]), as [`Self::dev_geom`].
+    pub(crate) fn settings(&self, _call: &impl InCall) -> Settings {
+        // SAFETY: written only by `init`, with `init_lock` held and the gate shut and drained,
+        // before any step that reads it. The token `_call` is an in-flight guard (the gate is
+        // open, so `init` is not writing) or `init` / `close`'s own `Exclusive` (this read is
+        // one of its steps, after the write). A copy: no reference outlives the read.
         unsafe { *self.st.settings.get() }
     }
 
