@@ -127,6 +127,18 @@ pub struct Tensor {
     pub shape: Vec<u32>,
 }
 
+impl Tensor {
+    /// The declaration the core's load takes (spec §4.2's IO table entry), borrowing this.
+    fn decl(&self) -> TensorDecl<'_> {
+        TensorDecl {
+            name: &self.name,
+            size: self.size,
+            dtype: self.dtype.raw(),
+            shape: &self.shape,
+        }
+    }
+}
+
 /// A tensor as written: `size`, `dtype` and `shape` are each optional, but `size` or `shape`
 /// must be there and, when both are, agree.
 #[derive(Deserialize)]
@@ -343,26 +355,8 @@ impl Manifest {
                     hint: &a.hint,
                 })
                 .collect(),
-            inputs: self
-                .inputs
-                .iter()
-                .map(|t| TensorDecl {
-                    name: &t.name,
-                    size: t.size,
-                    dtype: t.dtype.raw(),
-                    shape: &t.shape,
-                })
-                .collect(),
-            outputs: self
-                .outputs
-                .iter()
-                .map(|t| TensorDecl {
-                    name: &t.name,
-                    size: t.size,
-                    dtype: t.dtype.raw(),
-                    shape: &t.shape,
-                })
-                .collect(),
+            inputs: self.inputs.iter().map(Tensor::decl).collect(),
+            outputs: self.outputs.iter().map(Tensor::decl).collect(),
         }
     }
 

@@ -298,19 +298,24 @@ fn reference_largest(
     spare_node: bool,
 ) -> u64 {
     let mut best = 0;
-    let mut lo = base;
-    let bounds = live
-        .iter()
-        .map(|(&a, &(s, _))| (a, a + s))
-        .chain(core::iter::once((base + cap, base + cap)));
-    for (hi, next) in bounds {
+    for (lo, hi) in reference_gaps(live, base, cap) {
         let start = lo.next_multiple_of(align);
         if start < hi && (start == lo || spare_node) {
             best = best.max(hi - start);
         }
-        lo = next;
     }
     best
+}
+
+/// The reference model's free gaps `[lo, hi)` in address order (empty ones included).
+fn reference_gaps(
+    live: &BTreeMap<u64, (u64, CarveId)>,
+    base: u64,
+    cap: u64,
+) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let ends = core::iter::once(base).chain(live.iter().map(|(&a, &(s, _))| a + s));
+    let starts = live.keys().copied().chain(core::iter::once(base + cap));
+    ends.zip(starts)
 }
 
 /// The reference model's first fit: the lowest `align`-aligned start of a gap that holds
@@ -322,19 +327,10 @@ fn reference_first_fit(
     need: u64,
     align: u64,
 ) -> Option<u64> {
-    let mut lo = base;
-    let bounds = live
-        .iter()
-        .map(|(&a, &(s, _))| (a, a + s))
-        .chain(core::iter::once((base + cap, base + cap)));
-    for (hi, next) in bounds {
-        let at = lo.next_multiple_of(align);
-        if at.checked_add(need).is_some_and(|end| end <= hi) {
-            return Some(at);
-        }
-        lo = next;
-    }
-    None
+    reference_gaps(live, base, cap)
+        .map(|(lo, hi)| (lo.next_multiple_of(align), hi))
+        .find(|&(at, hi)| at.checked_add(need).is_some_and(|end| end <= hi))
+        .map(|(at, _)| at)
 }
 
 #[test]
