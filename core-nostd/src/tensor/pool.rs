@@ -1,5 +1,7 @@
 //! The tensor domain's arenas (issue 17 item 2: state split by domain): the one place they
-//! are declared, sized and bound. Their members are the tensor module's own.
+//! are declared, sized and bound. Their members are `pub(crate)` for two users only: the
+//! tensor module and its raw-memory accessors in `ctx/tensor_access.rs` (which must live
+//! outside the `deny(unsafe_code)` module).
 
 use crate::abi::*;
 use crate::arena::{Arena, ArenaStats, SideTable};
