@@ -93,39 +93,25 @@ pub(super) fn line_ge(line: &[u32; FAN], need: u32) -> u32 {
     }
 }
 
-/// The largest of `FAN` entries other than entry `skip` (every entry when `skip >= FAN`); 0
-/// when there is none. SSE2 has no unsigned 32-bit maximum (`pmaxud` is SSE4.1) and the
-/// compiler turns the portable reduction below into 15 scalar compares and moves, so this is
-/// a biased signed compare-and-select: three steps on four vectors and two across the lanes.
+/// The largest of `FAN` entries (0 for none above 0). SSE2 has no unsigned 32-bit maximum
+/// (`pmaxud` is SSE4.1) and the compiler turns the portable reduction below into 15 scalar
+/// compares and moves, so this is a biased signed compare-and-select: three steps on four
+/// vectors and two across the lanes.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline(always)]
-pub(super) fn line_max_except(line: &[u32; FAN], skip: usize) -> u32 {
+pub(super) fn line_max(line: &[u32; FAN]) -> u32 {
     use core::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_andnot_si128, _mm_cmpeq_epi32, _mm_cmpgt_epi32,
-        _mm_cvtsi128_si32, _mm_loadu_si128, _mm_or_si128, _mm_set1_epi32, _mm_setr_epi32,
-        _mm_shuffle_epi32, _mm_xor_si128,
+        __m128i, _mm_and_si128, _mm_andnot_si128, _mm_cmpgt_epi32, _mm_cvtsi128_si32,
+        _mm_loadu_si128, _mm_or_si128, _mm_set1_epi32, _mm_shuffle_epi32, _mm_xor_si128,
     };
     let p = line.as_ptr().cast::<__m128i>();
-    // `skip` is compared with lane numbers only; anything ≥ FAN matches none.
-    let skip = skip.min(FAN) as i32;
     // SAFETY: as in `line_ge`: SSE2 is enabled for this function by the cfg above, and the
     // four unaligned loads read bytes 0..16, 16..32, 32..48 and 48..64 of the 64-byte `line`.
     #[allow(unsafe_code)]
     unsafe {
+        // Unsigned order becomes signed order by flipping the top bit.
         let bias = _mm_set1_epi32(i32::MIN);
-        let skip = _mm_set1_epi32(skip);
-        // Entry `skip` becomes 0 (the unsigned minimum), then unsigned order becomes signed
-        // order by flipping the top bit.
-        let ld = |k: usize| {
-            let lanes = _mm_setr_epi32(
-                4 * k as i32,
-                4 * k as i32 + 1,
-                4 * k as i32 + 2,
-                4 * k as i32 + 3,
-            );
-            let v = _mm_andnot_si128(_mm_cmpeq_epi32(lanes, skip), _mm_loadu_si128(p.add(k)));
-            _mm_xor_si128(v, bias)
-        };
+        let ld = |k: usize| _mm_xor_si128(_mm_loadu_si128(p.add(k)), bias);
         let max = |a: __m128i, b: __m128i| {
             let gt = _mm_cmpgt_epi32(a, b);
             _mm_or_si128(_mm_and_si128(gt, a), _mm_andnot_si128(gt, b))
@@ -137,16 +123,12 @@ pub(super) fn line_max_except(line: &[u32; FAN], skip: usize) -> u32 {
     }
 }
 
-/// The largest of `FAN` entries other than entry `skip` (every entry when `skip >= FAN`); 0
-/// when there is none.
+/// The largest of `FAN` entries (0 for none above 0).
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
-pub(super) fn line_max_except(line: &[u32; FAN], skip: usize) -> u32 {
+pub(super) fn line_max(line: &[u32; FAN]) -> u32 {
     // Pairwise, so the reduction is 4 steps deep rather than a chain of 16.
     let mut a = *line;
-    if let Some(x) = a.get_mut(skip) {
-        *x = 0;
-    }
     let mut w = FAN / 2;
     while w > 0 {
         for j in 0..w {
@@ -155,10 +137,4 @@ pub(super) fn line_max_except(line: &[u32; FAN], skip: usize) -> u32 {
         w /= 2;
     }
     a[0]
-}
-
-/// The largest of `FAN` entries.
-#[inline(always)]
-pub(super) fn line_max(line: &[u32; FAN]) -> u32 {
-    line_max_except(line, FAN)
 }
