@@ -1,5 +1,5 @@
-//! The guards and tokens of the context tree's locks and gates (spec §7.2, §8, §6, §12): what an
-//! accessor hands out so that no borrow outlives its lock or its call.
+//! The guards and tokens of the context tree's locks and gates (spec §7.2, §8, §6, §12): what
+//! an accessor hands out so that no borrow outlives its lock or its call.
 
 use super::*;
 
@@ -183,8 +183,9 @@ impl DmemFixed {
         // SAFETY: `dmem_alloc` writes these members before `handle::publish` stores the odd
         // generation (Release), which the load above read (Acquire), so the writes are
         // visible; nobody writes them again until the slot is zeroed by a later allocation,
-        // which needs the slot released first, which the contract excludes. Plain field reads through a raw pointer: no reference to the whole `dmem_t`
-        // (whose list links other threads write) is made.
+        // which needs the slot released first, which the contract excludes. Plain field reads
+        // through a raw pointer: no reference to the whole `dmem_t` (whose list links other
+        // threads write) is made.
         unsafe {
             Some(DmemFixed {
                 pa: core::ptr::addr_of!((*m)._pa).read(),

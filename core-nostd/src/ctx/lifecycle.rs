@@ -328,9 +328,9 @@ impl<'a> Nrt<'a> {
     }
 
     /// `tdrv_destroy` (spec §12): unloads every model (draining in-flight executions), frees
-    /// every tensor set and every tensor, the scratchpad pages, the shared ext-isa copies and the GLOBAL allocators,
-    /// and reclaims what the dmem API left behind. Afterwards the driver holds no memory of
-    /// this runtime.
+    /// every tensor set and every tensor, the scratchpad pages, the shared ext-isa copies and
+    /// the GLOBAL allocators, and reclaims what the dmem API left behind. Afterwards the driver
+    /// holds no memory of this runtime.
     ///
     /// Deliberate difference: libnrt clears `tdrv_ctx_0` here; this keeps the tree's devices
     /// and ledger (all zero by then) readable until the next [`Nrt::init`], which clears it,

@@ -463,11 +463,12 @@ impl<'a> Nrt<'a> {
 
     /// [`Self::tensor_ref`] for a tensor pointer the caller holds without the pin at hand:
     /// `t` must be pinned by the calling call (it resolved the pointer from a pin it still
-    /// holds: `execute`'s bound tensors, the token-taking steps' arguments (`tensor_fill`, `tensor_copy_bytes`)) or owned by it
-    /// (teardown after the gate drained, the raw API's caller). That is this function's
-    /// crate-internal contract, as for `Nrt::owned_dmem_fixed`; it becomes a pin-taking one
-    /// once the internal steps take the gate token (issue 17 item 2). A null pointer or one
-    /// that is not a live tensor slot is refused without a dereference.
+    /// holds: `execute`'s bound tensors, the arguments of the token-taking steps
+    /// `tensor_fill` and `tensor_copy_bytes`) or owned by it (teardown after the gate
+    /// drained, the raw API's caller). That is this function's crate-internal contract, as
+    /// for `Nrt::owned_dmem_fixed`: the gate token the steps take proves the call, not the
+    /// pin, which `execute` keeps in a list. A null pointer or one that is not a live tensor
+    /// slot is refused without a dereference.
     #[inline]
     pub(crate) fn held_tensor(&self, t: *const nrt_tensor_t) -> Result<TensorRef<'_>> {
         self.checked_tensor(t.cast_mut())
