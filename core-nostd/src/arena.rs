@@ -790,6 +790,28 @@ impl<T: ZeroValid> Arena<T> {
             f(p);
         }
     }
+
+    /// Teardown's sweep: until no slot is live, takes up to 64 live slots under the shard
+    /// locks and calls `f` on each with the locks released (so `f` may free it through the
+    /// arena). `f` must leave its slot not live, or the sweep meets it again.
+    pub fn drain_live(&self, mut f: impl FnMut(NonNull<T>)) {
+        let mut live = [NonNull::<T>::dangling(); 64];
+        loop {
+            let mut n = 0;
+            self.for_each_live(|p| {
+                if n < live.len() {
+                    live[n] = p;
+                    n += 1;
+                }
+            });
+            if n == 0 {
+                return;
+            }
+            for &p in &live[..n] {
+                f(p);
+            }
+        }
+    }
 }
 
 /// A zeroed slot taken by [`Arena::alloc_fresh`] and not yet handed out: its one reference.

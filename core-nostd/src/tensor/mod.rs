@@ -30,7 +30,7 @@ pub(crate) use pool::TensorPool;
 pub(crate) use set::SetBody;
 pub use set::{SetSlot, SET_MAX};
 
-use core::ptr::{null_mut, NonNull};
+use core::ptr::NonNull;
 
 use crate::abi::*;
 use crate::cstr::c_name;
@@ -324,26 +324,13 @@ impl<'a> Nrt<'a> {
     /// driver, VIRTUAL bytes to the bound host provider (issue 16 item 2: close returns every
     /// byte in every layer).
     pub(crate) fn free_all_tensors(&self, ex: &Exclusive<'_>) {
-        let mut live: [Tensor; 64] = [null_mut(); 64];
-        loop {
-            let mut n = 0;
-            self.st.tensor.tensors.for_each_live(|p| {
-                if n < live.len() {
-                    live[n] = p.as_ptr();
-                    n += 1;
-                }
-            });
-            if n == 0 {
-                break;
+        self.st.tensor.tensors.drain_live(|t| {
+            if self.tensor_free_owned(ex, t.as_ptr()).is_err() {
+                // Not a whole tensor (cannot happen once the gate is drained): give the slot
+                // back rather than meet it again.
+                let _ = self.st.tensor.tensors.release(t.as_ptr());
             }
-            for t in &live[..n] {
-                if self.tensor_free_owned(ex, *t).is_err() {
-                    // Not a whole tensor (cannot happen once the gate is drained): give the
-                    // slot back rather than meet it again.
-                    let _ = self.st.tensor.tensors.release(*t);
-                }
-            }
-        }
+        });
     }
 
     /// Bytes of a tensor.

@@ -1,8 +1,6 @@
 //! Tensor sets (spec §7.3, `nrt_tensor_set_t`): the set arena's slots, their entries and
 //! the `set_*` API.
 
-use core::ptr::null_mut;
-
 use super::TENSOR_NAME_MAX;
 use crate::cstr::c_name;
 use crate::ctx::Nrt;
@@ -110,27 +108,15 @@ impl<'a> Nrt<'a> {
 
     /// Teardown: frees every set still alive (after the gate drained: nobody pins one).
     pub(crate) fn free_all_sets(&self) {
-        let mut live: [*mut SetSlot; 64] = [null_mut(); 64];
-        loop {
-            let mut n = 0;
-            self.st.tensor.sets.for_each_live(|p| {
-                if n < live.len() {
-                    live[n] = p.as_ptr();
-                    n += 1;
+        self.st.tensor.sets.drain_live(|p| {
+            let p = p.as_ptr();
+            if let Some((_, refs)) = self.st.tensor.sets.words_of(p) {
+                if handle::drop_owner(refs) == Dropped::Last {
+                    handle::wait_drained(refs, 0, relax);
                 }
-            });
-            if n == 0 {
-                break;
             }
-            for p in &live[..n] {
-                if let Some((_, refs)) = self.st.tensor.sets.words_of(*p) {
-                    if handle::drop_owner(refs) == Dropped::Last {
-                        handle::wait_drained(refs, 0, relax);
-                    }
-                }
-                self.set_finalize(*p);
-            }
-        }
+            self.set_finalize(p);
+        });
     }
 
     /// `nrt_add_tensor_to_tensor_set`: adds tensor `t` under `name` (at most 95 bytes), replacing
