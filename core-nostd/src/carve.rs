@@ -46,13 +46,14 @@
 //! * **Buckets.** The range is cut into [`FF_BUCKETS`] (16 384) equal address buckets of a
 //!   power-of-two number of granules. A free block belongs to the bucket of its *last*
 //!   granule (allocation takes a block's front, so a shrinking block keeps its bucket). A
-//!   16-ary max summary over the buckets' largest blocks (16 384 + 1 024 + 64 + 4 `u32`s, the
-//!   last level padded to one line; one 64-byte line per level, scanned with SSE2 on x86-64)
-//!   gives the lowest bucket whose largest block fits in four line scans. Level 0 is exact;
-//!   the levels above are *upper bounds*: a larger maximum is carried up at once (stopping at
-//!   the first entry already as large), a smaller one is not, and the search tightens an
-//!   entry it finds too high (to its line's maximum) and retries. Each tightening pays for one
-//!   earlier decrease, so a search stays four line scans amortised.
+//!   max summary over the buckets' largest blocks (`carve/summary.rs`: 16 384 exact `u32`s,
+//!   then 1 024 and 32 saturating `u16` bounds; one 64-byte line per level, scanned with SSE2
+//!   on x86-64) gives the lowest bucket whose largest block fits in three line scans from
+//!   the top. Level 0 is exact; the levels above are *upper bounds*: a larger maximum is
+//!   carried up at once (stopping at the first entry already as large), a smaller one is not,
+//!   and the search tightens an entry it finds too high (to its line's maximum) and goes on
+//!   with the next candidate. Each tightening pays for one earlier decrease, so a search
+//!   stays three line scans amortised.
 //! * **Per-bucket treaps.** Inside a bucket, the free blocks form a treap keyed by address
 //!   (the free-list links serve as child links, plus a parent link), each node augmented with
 //!   the largest free block of its subtree and of each child's subtree, in granules (so the
@@ -83,7 +84,7 @@
 //!
 //! The all-zero value is a valid, uninitialised carve ([`ZeroValid`]), so large instances live
 //! in `.bss` or a zeroed allocation; [`Carve::init`] touches only the header and one node, so the
-//! node array costs nothing until it is used (a first-fit carve's bucket index, 132 KiB, is
+//! node array costs nothing until it is used (a first-fit carve's bucket index, 130 KiB, is
 //! cleared only when a first-fit init has used it before).
 #![deny(unsafe_code)]
 
@@ -206,12 +207,13 @@ pub struct Carve<const N: usize> {
     heads: [[u32; SL]; FL],
     /// Root of each bucket's free-block treap ([`Policy::FirstFit`]).
     roots: [u32; FF_BUCKETS],
-    /// A 16-ary max summary over the buckets ([`Policy::FirstFit`]): `seg[k]` is the largest
-    /// free block (granules) in bucket `k`; each level above (at `SUM_OFFSETS`) holds an
-    /// upper bound of each 16 entries of the level below (module docs).
-    seg: [u32; SUM_LEN],
-    /// An upper bound of the summary's top level (module docs).
-    seg_root: u32,
+    /// The bucket summary ([`Policy::FirstFit`], `carve/summary.rs`), level 0: the largest
+    /// free block (granules) of each bucket, 16 buckets per line.
+    seg: [Line0; L1_LEN],
+    /// Level 1: an upper bound of each level-0 line's maximum, saturated at `u16::MAX`.
+    seg1: [Line1; L2_LEN],
+    /// Level 2: an upper bound of each level-1 line's maximum.
+    seg2: Line1,
     nodes: [Node; N],
 }
 
@@ -245,7 +247,7 @@ impl<const N: usize> Carve<N> {
 
     /// An uninitialised carve (all zero). For large `N` prefer a `static`, a zeroed box
     /// (`Carve::new_boxed`, with the `alloc` feature) or a field of a zeroed struct: this value
-    /// is `N * 56` bytes plus the 132 KiB first-fit bucket index.
+    /// is `N * 56` bytes plus the 130 KiB first-fit bucket index.
     pub const fn new() -> Self {
         Carve {
             base: 0,
@@ -265,8 +267,9 @@ impl<const N: usize> Carve<N> {
             sl_bitmap: [0; FL],
             heads: [[NIL; SL]; FL],
             roots: [NIL; FF_BUCKETS],
-            seg: [0; SUM_LEN],
-            seg_root: 0,
+            seg: [[0; FAN0]; L1_LEN],
+            seg1: [[0; FAN1]; L2_LEN],
+            seg2: [0; FAN1],
             nodes: [Node::ZERO; N],
         }
     }
@@ -318,8 +321,9 @@ impl<const N: usize> Carve<N> {
             // Zero state: nothing to clear (a fresh carve touches no bucket page here).
             if self.ff_dirty != 0 {
                 self.roots = [NIL; FF_BUCKETS];
-                self.seg = [0; SUM_LEN];
-                self.seg_root = 0;
+                self.seg = [[0; FAN0]; L1_LEN];
+                self.seg1 = [[0; FAN1]; L2_LEN];
+                self.seg2 = [0; FAN1];
             }
             self.ff_dirty = 1;
             let units = (size >> granule.trailing_zeros()) - 1;
@@ -936,9 +940,9 @@ impl<const N: usize> Carve<N> {
     // left / right children, `parent` the parent (NIL at a bucket's root), `max_units` the
     // largest block of the subtree in granules and `lmax` / `rmax` the children's
     // `max_units` (0 without that child); heap order on `priority(i)` (a parent's is ≥ its
-    // children's). `seg` is a 16-ary max summary over the buckets' root maxima, so the lowest
-    // bucket holding a block of at least `need` granules is a few line scans of a 68 KiB
-    // array, and that bucket's (small) treap finishes the search.
+    // children's). `seg` / `seg1` / `seg2` summarise the buckets' root maxima (summary.rs), so
+    // the lowest bucket holding a block of at least `need` granules is three line scans of a
+    // 66 KiB index, and that bucket's (small) treap finishes the search.
 }
 
 impl<const N: usize> Default for Carve<N> {

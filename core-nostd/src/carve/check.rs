@@ -132,30 +132,22 @@ impl<const N: usize> Carve<N> {
     /// Checks the index: per bucket, address order, parent links, maxima, heap order and that
     /// every block starts in its bucket; the segment tree; returns the number of blocks.
     pub(super) fn check_tree(&self) -> Result<u32, &'static str> {
-        let mut above = 0;
-        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
-            let len = level_len(l).next_multiple_of(FAN);
-            for j in (0..len).step_by(FAN) {
-                let m = line_max(self.line(off + j));
-                let up = match SUM_OFFSETS.get(l + 1) {
-                    Some(o) => self.seg[o + j / FAN],
-                    None => self.seg_root,
-                };
-                // Above level 0 an entry is an upper bound of its line (`seg_set`).
-                if m > up {
-                    return Err("bucket summary is below a bucket's largest block");
-                }
+        // Above level 0 an entry is an upper bound of its line (`seg_set`).
+        for (j, line) in self.seg.iter().enumerate() {
+            if sat16(line_max(line)) > self.seg1[j / FAN1][j % FAN1] {
+                return Err("bucket summary level 1 is below a bucket's largest block");
             }
-            above += len;
         }
-        if above != SUM_LEN {
-            return Err("bucket summary levels do not cover it");
+        for (i, line) in self.seg1.iter().enumerate() {
+            if line1_max(line) > self.seg2[i] {
+                return Err("bucket summary level 2 is below a level-1 bound");
+            }
         }
         let mut count = 0u32;
         let mut last_end = 0u64;
         for k in 0..FF_BUCKETS {
             let root = self.roots[k];
-            if self.seg[k] != self.max_of(root) {
+            if self.bucket_max(k) != self.max_of(root) {
                 return Err("bucket maximum disagrees with its treap");
             }
             if root != NIL && self.node(root).parent != NIL {

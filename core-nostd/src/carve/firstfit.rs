@@ -1,6 +1,6 @@
 //! The address-ordered first-fit index of [`Policy::FirstFit`] carves, the driver's genalloc
 //! placement (module docs of `carve`, "Address-ordered first fit"): address buckets under a
-//! max summary, a treap per bucket augmented with subtree maxima.
+//! max summary (`summary.rs`), a treap per bucket augmented with subtree maxima.
 
 use super::*;
 
@@ -18,152 +18,6 @@ impl<const N: usize> Carve<N> {
     pub(super) fn bucket_of(&self, addr: u64) -> usize {
         // `init_with` chose the shift so that every in-range address maps below FF_BUCKETS.
         ((addr - self.base) >> self.bucket_shift) as usize & (FF_BUCKETS - 1)
-    }
-
-    /// Stores bucket `k`'s largest block (level 0 is exact) and raises the entries above it
-    /// that it now exceeds. A maximum that went *down* is not carried up: the levels above
-    /// bucket 0 hold upper bounds, tightened by the search that finds one too high
-    /// ([`Carve::next_bucket`]). Nearly every trace-B allocation lowers its bucket's maximum;
-    /// carrying that up cost a line reduction per level on every such allocation
-    /// (docs/PERFORMANCE.md, "Fourth pass").
-    #[inline(always)]
-    pub(super) fn seg_set(&mut self, k: usize, v: u32) {
-        // Stores only where a value changes, and stops at the first entry already as large:
-        // the next search loads these lines 16 bytes at a time, and a load that overlaps a
-        // 4-byte store still waiting to commit cannot be forwarded from it and stalls until
-        // the store is in the cache (storing every level unconditionally, branch-free, cut
-        // the mispredicts but made trace A 10 % slower in time, docs/PERFORMANCE.md).
-        if self.seg[k] == v {
-            return;
-        }
-        self.seg[k] = v;
-        let mut idx = k;
-        for off in SUM_OFFSETS.into_iter().skip(1) {
-            idx /= FAN;
-            let e = &mut self.seg[off + idx];
-            if *e >= v {
-                return;
-            }
-            *e = v;
-        }
-        if self.seg_root < v {
-            self.seg_root = v;
-        }
-    }
-
-    /// Re-reads bucket `k`'s root maximum into the summary.
-    #[inline(always)]
-    pub(super) fn seg_refresh(&mut self, k: usize) {
-        let v = self.max_of(self.roots[k]);
-        self.seg_set(k, v);
-    }
-
-    /// The `FAN` summary entries starting at `at`.
-    #[inline(always)]
-    pub(super) fn line(&self, at: usize) -> &[u32; FAN] {
-        let s = &self.seg[at..at + FAN];
-        // A `FAN`-long slice always converts; the fallback is unreachable.
-        <&[u32; FAN]>::try_from(s).unwrap_or(&[0; FAN])
-    }
-
-    /// The exact largest block of every bucket: the maximum over level 0 (the levels above
-    /// are upper bounds). A diagnostics path: one line scan per 16 buckets.
-    pub(super) fn seg_exact_max(&self) -> u32 {
-        (0..FF_BUCKETS)
-            .step_by(FAN)
-            .map(|j| line_max(self.line(j)))
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Sets summary entry `idx` of level `l` (`l == SUM_LEVELS`: the root) to the maximum of
-    /// its line below: the tightest upper bound the levels below give.
-    #[inline(always)]
-    fn seg_tighten(&mut self, l: usize, idx: usize) {
-        let tight = line_max(self.line(SUM_OFFSETS[l - 1] + idx * FAN));
-        match SUM_OFFSETS.get(l) {
-            Some(o) => self.seg[o + idx] = tight,
-            None => self.seg_root = tight,
-        }
-    }
-
-    /// From entry `idx` of summary level `level` (≥ `need`; `level == SUM_LEVELS` is the
-    /// root), the lowest bucket below it whose maximum is ≥ `need`. An entry on the way down
-    /// that was an upper bound too high (no entry of its line is ≥ `need`) is tightened to
-    /// its line's maximum, and the search goes on with the next entry of the line above,
-    /// backing up a level when that line is used up too; `None` when the start entry itself
-    /// turns out too high (it is tightened as well). The candidates left in each line are
-    /// kept as masks, so backing up reloads no line (one it has just stored into would stall
-    /// the load, see [`Carve::seg_set`]).
-    #[inline(always)]
-    fn seg_descend(&mut self, level: usize, mut idx: usize, need: u32) -> Option<usize> {
-        // `left[l]`: the entries ≥ `need` not tried yet in the level-`l` line holding `idx`'s
-        // ancestor at that level.
-        let mut left = [0u32; SUM_LEVELS];
-        let mut l = level;
-        loop {
-            while l > 0 {
-                let m = line_ge(self.line(SUM_OFFSETS[l - 1] + idx * FAN), need);
-                if m == 0 {
-                    break;
-                }
-                l -= 1;
-                left[l] = m & (m - 1);
-                idx = idx * FAN + m.trailing_zeros() as usize;
-            }
-            if l == 0 {
-                return Some(idx);
-            }
-            self.seg_tighten(l, idx);
-            loop {
-                if l == level {
-                    return None;
-                }
-                let m = left[l];
-                if m != 0 {
-                    left[l] = m & (m - 1);
-                    idx = (idx & !(FAN - 1)) + m.trailing_zeros() as usize;
-                    break;
-                }
-                // The whole line is below `need`: so is the entry above it, once tightened.
-                idx /= FAN;
-                l += 1;
-                self.seg_tighten(l, idx);
-            }
-        }
-    }
-
-    /// The lowest entry `(level, index)` at or after bucket `from` whose value is ≥ `need`,
-    /// climbing one line per level: the subtree that holds the answer, if the upper bounds
-    /// hold.
-    #[inline(always)]
-    fn seg_climb(&self, from: usize, need: u32) -> Option<(usize, usize)> {
-        let mut idx = from;
-        for (l, off) in SUM_OFFSETS.into_iter().enumerate() {
-            if idx >= LEVEL_LENS[l] {
-                return None;
-            }
-            let start = idx & !(FAN - 1);
-            let m = line_ge(self.line(off + start), need) & (u32::MAX << (idx & (FAN - 1)));
-            if m != 0 {
-                return Some((l, start + m.trailing_zeros() as usize));
-            }
-            idx = idx / FAN + 1;
-        }
-        None
-    }
-
-    /// The lowest bucket ≥ `from` whose largest block is ≥ `need` granules. Each retry
-    /// follows the tightening of one upper bound that was ≥ `need` to below it, so the loop
-    /// ends, and a bound is tightened only once per decrease that left it high.
-    #[inline(always)]
-    pub(super) fn next_bucket(&mut self, from: usize, need: u32) -> Option<usize> {
-        loop {
-            let (l, idx) = self.seg_climb(from, need)?;
-            if let Some(k) = self.seg_descend(l, idx, need) {
-                return Some(k);
-            }
-        }
     }
 
     /// The lowest block ending above `addr` in the treap under `x`, or NIL.
@@ -566,9 +420,6 @@ impl<const N: usize> Carve<N> {
             return None;
         }
         let need = need as u32;
-        if self.seg_root < need {
-            return None;
-        }
         if align <= self.granule {
             // Every block of `need` granules fits: the lowest bucket with one, then one walk
             // down its treap (whose maximum is ≥ need, so the walk ends at a block).
@@ -610,14 +461,14 @@ impl<const N: usize> Carve<N> {
         let best = core::cell::Cell::new(0u64);
         // Level 0 is exact (the levels above are upper bounds): one line per 16 buckets,
         // then the treaps of the buckets whose largest block could beat the best found.
-        for j in (0..FF_BUCKETS).step_by(FAN) {
+        for (j, line) in self.seg.iter().enumerate() {
             // Only a block of more than `best` bytes can beat it (`best` is a granule multiple).
             let Ok(beat) = u32::try_from(best.get() / g + 1) else {
                 break;
             };
-            let mut m = line_ge(self.line(j), beat);
+            let mut m = line_ge(line, beat);
             while m != 0 {
-                let b = j + m.trailing_zeros() as usize;
+                let b = j * FAN0 + m.trailing_zeros() as usize;
                 m &= m - 1;
                 self.tree_first(
                     self.roots[b],

@@ -372,6 +372,11 @@ fn summary_line_scans_match_their_definitions() {
         1,
         2,
         7,
+        0x7FFF,
+        0x8000,
+        0xFFFE,
+        0xFFFF,
+        0x1_0000,
         (1 << 31) - 1,
         1 << 31,
         (1 << 31) + 1,
@@ -379,38 +384,31 @@ fn summary_line_scans_match_their_definitions() {
         u32::MAX,
     ];
     let mut x = 0x9E37_79B9u32;
+    let mut pick = || {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        vals[x as usize % vals.len()]
+    };
+    let mask = |ge: &mut dyn Iterator<Item = bool>| {
+        ge.enumerate()
+            .fold(0u32, |m, (j, b)| m | (u32::from(b) << j))
+    };
     for _ in 0..300 {
-        let mut line = [0u32; FAN];
-        for v in line.iter_mut() {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            *v = vals[x as usize % vals.len()];
-        }
-        for skip in 0..=FAN + 1 {
-            let want = line
-                .iter()
-                .enumerate()
-                .filter(|&(j, _)| j != skip)
-                .map(|(_, &v)| v)
-                .max()
-                .unwrap_or(0);
-            // Entry `skip` zeroed (none when `skip >= FAN`): 0 is below every maximum.
-            let mut without = line;
-            if let Some(x) = without.get_mut(skip) {
-                *x = 0;
-            }
-            assert_eq!(line_max(&without), want, "{line:?} skip {skip}");
-        }
+        let line: Line0 = core::array::from_fn(|_| pick());
         assert_eq!(line_max(&line), line.iter().copied().max().unwrap_or(0));
+        let line1: Line1 = core::array::from_fn(|_| sat16(pick()));
+        assert_eq!(line1_max(&line1), line1.iter().copied().max().unwrap_or(0));
         for need in vals {
-            let want = line
-                .iter()
-                .enumerate()
-                .fold(0u32, |m, (j, &v)| m | (u32::from(v >= need) << j));
+            let want = mask(&mut line.iter().map(|&v| v >= need));
             assert_eq!(line_ge(&line, need), want, "{line:?} need {need}");
+            let c = sat16(need);
+            let want = mask(&mut line1.iter().map(|&v| v >= c));
+            assert_eq!(line1_ge(&line1, c), want, "{line1:?} need {c}");
         }
     }
+    assert_eq!(sat16(0xFFFF), 0xFFFF);
+    assert_eq!(sat16(0x1_0000), 0xFFFF);
 }
 
 #[test]
@@ -611,4 +609,38 @@ fn first_fit_search_tightens_a_bound_an_allocation_left_high() {
     c.check().unwrap();
     assert_eq!(c.largest_free(), CAP - MIB - 33 * P);
     assert_eq!(c.stats().largest_free, c.largest_free());
+}
+
+/// Requests of at least `u16::MAX` granules compare with saturated level-1 bounds: every
+/// line holding a hole of that size is a candidate, and its level-0 line decides exactly.
+#[test]
+fn first_fit_search_past_saturated_bounds() {
+    const P: u64 = 64;
+    const CAP: u64 = 1 << 30; // 2^24 granules: 1 024 per bucket, 16 384 per level-0 line
+    const BIG: u64 = 70_000 * P; // above u16::MAX granules
+    let mut c = Carve::<256>::new_boxed();
+    c.init_with(0, CAP, P, Policy::FirstFit).unwrap();
+    // Ten holes of 70 000 granules, each in its own level-0 line, separated by allocations.
+    let mut holes = Vec::new();
+    for _ in 0..10 {
+        holes.push(c.alloc(BIG, 0).unwrap());
+        c.alloc(P, 0).unwrap();
+    }
+    let wide = c.alloc(100_000 * P, 0).unwrap();
+    c.alloc(P, 0).unwrap();
+    for h in &holes {
+        c.free(h.id).unwrap();
+    }
+    c.free(wide.id).unwrap();
+    c.check().unwrap();
+    // 80 000 granules skips the ten saturated-but-small holes, and lands in the wide one.
+    assert_eq!(c.alloc(80_000 * P, 0).unwrap().addr, wide.addr);
+    // 70 000 takes the first hole; 65 535 (exactly saturated) the second.
+    assert_eq!(c.alloc(BIG, 0).unwrap().addr, holes[0].addr);
+    assert_eq!(c.alloc(65_535 * P, 0).unwrap().addr, holes[1].addr);
+    c.check().unwrap();
+    // Nothing left holds 70 001 granules below the tail block.
+    let tail = c.alloc(70_001 * P, 0).unwrap();
+    assert!(tail.addr > wide.addr, "{tail:?}");
+    c.check().unwrap();
 }
