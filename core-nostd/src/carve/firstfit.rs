@@ -232,27 +232,24 @@ impl<const N: usize> Carve<N> {
             n.rmax = 0;
         }
         // Descend to the leaf position, raising the maxima (the node's and that side's) on
-        // the way.
-        let (mut p, mut x) = (NIL, self.roots[k]);
+        // the way. Which side is a coin flip: selects, not branches.
+        let (mut p, mut x, mut left) = (NIL, self.roots[k], false);
         while x != NIL {
             p = x;
             let n = self.node_mut(x);
             n.max_units = n.max_units.max(u);
-            x = if addr < n.addr {
-                n.lmax = n.lmax.max(u);
-                n.prev_free
-            } else {
-                n.rmax = n.rmax.max(u);
-                n.next_free
-            };
+            left = addr < n.addr;
+            n.lmax = core::hint::select_unpredictable(left, n.lmax.max(u), n.lmax);
+            n.rmax = core::hint::select_unpredictable(left, n.rmax, n.rmax.max(u));
+            x = core::hint::select_unpredictable(left, n.prev_free, n.next_free);
         }
         self.node_mut(i).parent = p;
         if p == NIL {
             self.roots[k] = i;
-        } else if addr < self.node(p).addr {
-            self.node_mut(p).prev_free = i;
         } else {
-            self.node_mut(p).next_free = i;
+            let n = self.node_mut(p);
+            n.prev_free = core::hint::select_unpredictable(left, i, n.prev_free);
+            n.next_free = core::hint::select_unpredictable(left, n.next_free, i);
         }
         let pr = Self::priority(i);
         loop {
