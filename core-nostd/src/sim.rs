@@ -41,8 +41,8 @@
 //! Each pool's metadata is a fixed node array ([`MAIN_NODES`], [`SMALL_NODES`], [`HOST_NODES`]
 //! = 16 384 nodes of 56 B each, so at least 8 191 live allocations per pool whatever the
 //! pattern; the genalloc placement's address treaps live in the same nodes, plus a fixed
-//! 132 KiB bucket index per pool, so nothing grows with the channel size). A [`SimDevice`] for
-//! 32 devices × 4 channels is ~306 MB of
+//! 130 KiB bucket index per pool, so nothing grows with the channel size). A [`SimDevice`] for
+//! 32 devices × 4 channels is ~305 MB of
 //! *zero-valid* memory:
 //! `Box::new_zeroed` or a `.bss` static costs nothing until a pool is used, and
 //! [`SimDevice::init`] touches a few hundred bytes per pool.

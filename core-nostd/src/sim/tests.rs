@@ -81,8 +81,8 @@ fn an_empty_hbm_is_not_fragmented_and_a_holed_one_is() {
 }
 
 /// The footprint the module docs and docs/PLACEMENT.md state: no page-sized state, 56 B
-/// per node, and per pool a fixed 132 KiB first-fit bucket index (16 384 roots and the
-/// 16-ary summary): about 305.6 MB.
+/// per node, and per pool a fixed 130 KiB first-fit bucket index (16 384 roots and the
+/// three-level summary): about 304.9 MB.
 #[test]
 fn the_simulator_footprint_is_as_documented() {
     let n = core::mem::size_of::<SimDevice>();

@@ -15,7 +15,7 @@ use nrt_core::sim::{SimDevice, CARVES_PER_DEVICE, CATEGORY_MAX, MAX_CARVE_NODES,
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NRTDMSHM");
 /// The layout version: bumped whenever anything in this file changes shape. A file with
 /// another version is refused, never reinterpreted.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Processes per device (public ABI §3 "A device admits at most 16 processes").
 pub const MAX_PROCESSES: usize = 16;
 /// Devices per shared file (the context tree's `mla[32]`).
