@@ -49,15 +49,22 @@ pub(super) fn sat16(v: u32) -> u16 {
     v.min(u32::from(u16::MAX)) as u16
 }
 
-/// Bit `j` set when `line[j] >= need`.
+/// Bit `j` set when `line[j] >= need`: the portable scan of both line widths.
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
-pub(super) fn line_ge(line: &Line0, need: u32) -> u32 {
+fn ge_mask<T: Copy + Ord>(line: &[T], need: T) -> u32 {
     let mut m = 0;
     for (j, &v) in line.iter().enumerate() {
         m |= u32::from(v >= need) << j;
     }
     m
+}
+
+/// Bit `j` set when `line[j] >= need`.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+pub(super) fn line_ge(line: &Line0, need: u32) -> u32 {
+    ge_mask(line, need)
 }
 
 /// Bit `j` set when `line[j] >= need`: four SSE2 compares and one movemask (SSE2 is part of
@@ -146,11 +153,7 @@ pub(super) fn line_max(line: &Line0) -> u32 {
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
 pub(super) fn line1_ge(line: &Line1, need: u16) -> u32 {
-    let mut m = 0;
-    for (j, &v) in line.iter().enumerate() {
-        m |= u32::from(v >= need) << j;
-    }
-    m
+    ge_mask(line, need)
 }
 
 /// Bit `j` set when `line[j] >= need`: `v >= need` is "`need - v` saturates to 0"
