@@ -132,7 +132,7 @@ impl<const N: usize> Carve<N> {
     /// Checks the index: per bucket, address order, parent links, maxima, heap order and that
     /// every block starts in its bucket; the bucket summary; returns the number of blocks.
     pub(super) fn check_tree(&self) -> Result<u32, &'static str> {
-        // Above level 0 an entry is an upper bound of its line (`seg_set`).
+        // Above level 0 an entry is an upper bound of its line (`seg_raise`).
         for (j, line) in self.seg.iter().enumerate() {
             if sat16(line_max(line)) > self.seg1[j / FAN1][j % FAN1] {
                 return Err("bucket summary level 1 is below a bucket's largest block");

@@ -82,9 +82,15 @@ impl<const N: usize> Carve<N> {
 
     /// Fixes the maxima from `i` up after `i`'s own block changed size; stops at the first
     /// subtree whose maximum is unchanged (everything above it is then unchanged too), and
-    /// at a bucket root updates the segment tree.
+    /// at a bucket root updates the summary.
     pub(super) fn tree_fix_up(&mut self, mut i: u32) {
-        if i == NIL || !self.recompute(i) {
+        if i == NIL {
+            return;
+        }
+        // `old` follows the maximum `i`'s subtree had before: at the root it is the bucket's
+        // level-0 entry, so the summary learns the direction without reading it.
+        let mut old = self.node(i).max_units;
+        if !self.recompute(i) {
             return;
         }
         loop {
@@ -93,7 +99,7 @@ impl<const N: usize> Carve<N> {
                 (n.parent, n.max_units, usize::from(n.class))
             };
             if p == NIL {
-                self.seg_set(k, m);
+                self.seg_update(k, old, m);
                 return;
             }
             // The parent's maximum from its block and its two child maxima, one of them the
@@ -107,6 +113,7 @@ impl<const N: usize> Carve<N> {
             if n.max_units == pm {
                 return;
             }
+            old = n.max_units;
             n.max_units = pm;
             i = p;
         }
@@ -127,7 +134,8 @@ impl<const N: usize> Carve<N> {
                 (n.parent, usize::from(n.class))
             };
             if p == NIL {
-                self.seg_set(k, u);
+                // The root's maximum was below `u` (or the walk would have stopped).
+                self.seg_raise(k, u);
                 return;
             }
             // `i`'s subtree maximum is now `u`: so is the parent's maximum on that side.
@@ -233,7 +241,11 @@ impl<const N: usize> Carve<N> {
         }
         // Descend to the leaf position, raising the maxima (the node's and that side's) on
         // the way. Which side is a coin flip: selects, not branches.
-        let (mut p, mut x, mut left) = (NIL, self.roots[k], false);
+        let root = self.roots[k];
+        // The bucket's largest block before: after the insert it is `max(old, u)`, as the
+        // rotations below keep the root's maximum.
+        let old = self.max_of(root);
+        let (mut p, mut x, mut left) = (NIL, root, false);
         while x != NIL {
             p = x;
             let n = self.node_mut(x);
@@ -259,7 +271,9 @@ impl<const N: usize> Carve<N> {
             }
             self.rotate_up(k, i);
         }
-        self.seg_refresh(k);
+        if u > old {
+            self.seg_raise(k, u);
+        }
     }
 
     /// The child of `i` with the higher priority (the one a rotation down brings up), or NIL
@@ -299,8 +313,13 @@ impl<const N: usize> Carve<N> {
             }
         }
         self.relink_child(k, p, i, NIL);
-        self.tree_fix_up(p);
-        self.seg_refresh(k);
+        // The fix-up carries a changed maximum to the summary; without a parent, `i` was the
+        // bucket's only block.
+        if p == NIL {
+            self.seg_lower(k, 0);
+        } else {
+            self.tree_fix_up(p);
+        }
     }
 
     /// `new` takes `old`'s place among the free blocks (no free block lies between them).
@@ -355,8 +374,8 @@ impl<const N: usize> Carve<N> {
             }
             self.rotate_up(k, c);
         }
-        // Rotations keep the root's maximum, but the root itself may have changed.
-        self.seg_refresh(k);
+        // The fix-up above carried `new`'s size to the summary; rotations keep the root's
+        // maximum.
     }
 
     /// The first free block in address order under the treap root `root` that `accept`s,

@@ -226,25 +226,38 @@ impl<const N: usize> Carve<N> {
         &self.seg[j % L1_LEN]
     }
 
-    /// Stores bucket `k`'s largest block and raises the bounds above it that it now exceeds.
-    /// A maximum that went *down* is not carried up (module docs).
+    /// Bucket `k`'s largest block went from `old` (its level-0 entry) to `new`: a raise is
+    /// carried up, a decrease is not (module docs). The callers know both values from the
+    /// bucket root in hand, so the level-0 entry is stored without being read first.
     #[inline(always)]
-    pub(super) fn seg_set(&mut self, k: usize, v: u32) {
-        // Stores only where a value changes, and stops at the first entry already as large:
-        // the next search loads these lines 16 bytes at a time, and a load that overlaps a
-        // store still waiting to commit cannot be forwarded from it and stalls until the
-        // store is in the cache (storing every level unconditionally, branch-free, cut the
-        // mispredicts but made trace A 10 % slower in time, docs/PERFORMANCE.md).
+    pub(super) fn seg_update(&mut self, k: usize, old: u32, new: u32) {
+        if new > old {
+            self.seg_raise(k, new);
+        } else {
+            self.seg_lower(k, new);
+        }
+    }
+
+    /// Bucket `k`'s largest block went down to `v`: level 0 only; the bounds above stay (a
+    /// search tightens them when it finds them too high).
+    #[inline(always)]
+    pub(super) fn seg_lower(&mut self, k: usize, v: u32) {
+        debug_assert!(v <= self.bucket_max(k));
+        self.seg[(k / FAN0) % L1_LEN][k % FAN0] = v;
+    }
+
+    /// Bucket `k`'s largest block went up to `v`: stores it and raises the bounds above that
+    /// it now exceeds, stopping at the first entry already as large.
+    #[inline(always)]
+    pub(super) fn seg_raise(&mut self, k: usize, v: u32) {
+        debug_assert!(v >= self.bucket_max(k));
+        // Stores only where a value changes: the next search loads these lines 16 bytes at a
+        // time, and a load that overlaps a store still waiting to commit cannot be forwarded
+        // from it and stalls until the store is in the cache (storing every level
+        // unconditionally, branch-free, cut the mispredicts but made trace A 10 % slower in
+        // time, docs/PERFORMANCE.md).
         let j = (k / FAN0) % L1_LEN;
-        let e = &mut self.seg[j][k % FAN0];
-        let old = *e;
-        if v == old {
-            return;
-        }
-        *e = v;
-        if v < old {
-            return;
-        }
+        self.seg[j][k % FAN0] = v;
         let c = sat16(v);
         let e = &mut self.seg1[j / FAN1][j % FAN1];
         if *e >= c {
@@ -255,13 +268,6 @@ impl<const N: usize> Carve<N> {
         if *e < c {
             *e = c;
         }
-    }
-
-    /// Re-reads bucket `k`'s root maximum into the summary.
-    #[inline(always)]
-    pub(super) fn seg_refresh(&mut self, k: usize) {
-        let v = self.max_of(self.roots[k]);
-        self.seg_set(k, v);
     }
 
     /// The exact largest block of every bucket: the maximum over level 0 (the levels above
