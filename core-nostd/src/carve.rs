@@ -117,8 +117,8 @@ pub const OWN_CLASS_SCAN: u32 = 32;
 pub const MAX_NODES: usize = (u32::MAX - 1) as usize;
 /// Address buckets of a [`Policy::FirstFit`] carve (a power of two): the range is cut into this
 /// many equal buckets (a power-of-two number of granules each), every free block is indexed in
-/// the treap of the bucket holding its start, and a max segment tree over the buckets' largest
-/// blocks finds the lowest bucket that can hold a request.
+/// the treap of the bucket holding its last granule, and a max summary over the buckets'
+/// largest blocks (`carve/summary.rs`) finds the lowest bucket that can hold a request.
 pub const FF_BUCKETS: usize = 16384;
 /// Node index 0 is "none"; node `i` lives at `nodes[i - 1]`.
 const NIL: u32 = 0;
@@ -942,7 +942,7 @@ impl<const N: usize> Carve<N> {
     // `max_units` (0 without that child); heap order on `priority(i)` (a parent's is ≥ its
     // children's). `seg` / `seg1` / `seg2` summarise the buckets' root maxima (summary.rs), so
     // the lowest bucket holding a block of at least `need` granules is three line scans of a
-    // 66 KiB index, and that bucket's (small) treap finishes the search.
+    // 66 KiB summary, and that bucket's (small) treap finishes the search.
 }
 
 impl<const N: usize> Default for Carve<N> {
