@@ -218,7 +218,7 @@ impl fmt::Display for OomCause {
                 f,
                 "why: HBM {hbm} has no free block of {:.3}MB: largest free block {:.3}MB; the \
                  rest of its free bytes are fragments, {:.3}MB of them in the small-object \
-                 region (requests <= 512KB only)",
+                 region (the first choice of requests <= 512KB)",
                 mb(needed),
                 mb(largest),
                 mb(small_object_free)

@@ -153,9 +153,11 @@ typedef struct nrtx_hbm_stats {
     /** Bytes free. */
     uint64_t free;
     /**
-     * The largest free block of the main pool: the largest request of more than 512 KiB
-     * that would succeed now (page-rounded; the small-object region never serves one).
-     * Exact on the simulated device. On `/dev/neuron` it is an upper bound: the driver's
+     * The largest request of more than 512 KiB that would succeed now (page-rounded). Under
+     * the driver's placement (genalloc, the simulated device's default) the driver falls
+     * back to the small-object region when the main pool cannot hold such a request, so it
+     * is the larger of the two regions' largest free blocks; in the simulator's TLSF mode it
+     * is the main pool's alone (docs/PLACEMENT.md, rule 4). Exact on the simulated device. On `/dev/neuron` it is an upper bound: the driver's
      * chunk dump gives no channel base and does not tell the small-object region apart, so
      * the free space past the last chunk, region included, counts as one block.
      */
@@ -168,8 +170,8 @@ typedef struct nrtx_hbm_stats {
      */
     uint64_t small_object_free;
     /**
-     * The largest free block of the small-object region, which serves only requests of at
-     * most 512 KiB.
+     * The largest free block of the small-object region, the first choice of requests of at
+     * most 512 KiB (and, under genalloc, the fallback of larger ones).
      */
     uint64_t small_object_largest_free_block;
 } nrtx_hbm_stats_t;
