@@ -11,7 +11,8 @@ use super::CliError;
 use crate::scenario::fmt_bytes;
 use nrt_host::plan::{HbmPlan, ModelSource, Plan, PlanModel, PlanRequest};
 
-/// `plan`'s arguments (the global `--device`, `--lnc-size` and `--visible-cores` apply).
+/// `plan`'s arguments (the global `--device`, `--lnc-size`, `--visible-cores` and `--num-cores`
+/// apply, over the environment).
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// Model files (NEFFs or manifests), loaded in this order.
@@ -50,32 +51,11 @@ fn parse_place(s: &str) -> Result<(String, i64), String> {
     Ok((m.to_string(), core))
 }
 
-/// Runs `plan` with the device settings `g` gives (flags, else the environment, else sim:trn2).
+/// Runs `plan` under the runtime configuration `g` and the environment give, exactly as the
+/// other commands and `nrt_init` take it (flags over the environment over sim:trn2; arena
+/// capacities, channel size and scratchpad settings from the environment).
 pub fn run(g: &super::GlobalArgs, a: &PlanArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-    let device = match g.device {
-        Some(d) => d.to_string(),
-        None => env("NRT_DMEM_DEVICE").unwrap_or_else(|| "sim:trn2".into()),
-    };
-    let lnc_size = match g.lnc_size {
-        Some(n) => Some(n),
-        None => env("NEURON_RT_VIRTUAL_CORE_SIZE")
-            .map(|v| {
-                v.trim().parse().map_err(|_| {
-                    CliError::input(format!(
-                        "NEURON_RT_VIRTUAL_CORE_SIZE={v:?}: expected a non-negative integer"
-                    ))
-                })
-            })
-            .transpose()?,
-    };
-    let visible_cores = match g.visible_cores {
-        Some(v) => Some(v),
-        None => env("NEURON_RT_VISIBLE_CORES")
-            .map(|v| nrt_host::config::parse_visible_cores(&v))
-            .transpose()
-            .map_err(|e| CliError::input(e.to_string()))?,
-    };
+    let runtime = super::runtime_config(g, None, false)?;
     let req = PlanRequest {
         models: a
             .files
@@ -85,12 +65,11 @@ pub fn run(g: &super::GlobalArgs, a: &PlanArgs, out: &mut dyn Write) -> Result<i
                 tensors: a.tensors,
             })
             .collect(),
-        device,
-        lnc_size,
-        visible_cores,
+        device: runtime.device.to_string(),
+        runtime,
         placements: a.place.clone(),
         read_options: nrt_host::model_file::read_options_from_env(),
-        what_ifs: true,
+        ..PlanRequest::default()
     };
     // The dry run's own OOMs are expected: they are the plan's subject, not warnings.
     if g.verbose == 0 {

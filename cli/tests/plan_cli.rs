@@ -53,6 +53,66 @@ fn plan_check_exits_0_when_all_fit_and_1_when_not() {
         let o = bin().args(&bad).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {o:?}");
     }
+    // A core the runtime refuses is bad input too (exit 2, the runtime's message), not a
+    // model that does not fit: sim:trn2 at LNC 2 has logical cores 0-3.
+    let resnet = models_dir().join("resnet50.json");
+    let o = bin()
+        .args(["plan", "--check", "--place", "resnet50@7"])
+        .arg(&resnet)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refused on logical core 7"), "{err}");
+    assert!(err.contains("out of range"), "{err}");
+}
+
+/// The JSON plan of `args` under the environment `env` (on top of the clean one).
+fn plan_json(env: &[(&str, &str)], args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let o = bin()
+        .envs(env.iter().copied())
+        .args(["plan", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{env:?} {args:?}: {o:?}");
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The plan runs under the configuration `nrt_init` would take from the same environment and
+/// flags: arena capacities, the simulated channel size, the core count — not the defaults.
+#[test]
+fn plan_runs_under_the_runtime_configuration_of_the_environment() {
+    let topk = models_dir().join("gpsimd-topk.json");
+    let many: Vec<&std::ffi::OsStr> = std::iter::repeat_n(topk.as_os_str(), 200).collect();
+    let fits = |v: &serde_json::Value| {
+        v["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["fits"] == true)
+            .count()
+    };
+    // The default model arena holds 128 models; NRT_DMEM_MAX_MODELS raises it for the plan
+    // exactly as for the runtime.
+    assert_eq!(fits(&plan_json(&[], &many)), 128);
+    assert_eq!(
+        fits(&plan_json(&[("NRT_DMEM_MAX_MODELS", "200")], &many)),
+        200
+    );
+    let resnet = models_dir().join("resnet50.json");
+    let one = [resnet.as_os_str()];
+    let v = plan_json(&[("NRT_DMEM_SIM_CHANNEL_SIZE", "4294967296")], &one);
+    assert_eq!(v["hbm"][0]["channel_size"], 4294967296u64);
+    assert_eq!(plan_json(&[], &one)["cores"].as_array().unwrap().len(), 4);
+    let v = plan_json(&[("NEURON_RT_NUM_CORES", "1")], &one);
+    assert_eq!(v["cores"].as_array().unwrap().len(), 1);
+    let flag = [
+        std::ffi::OsStr::new("--num-cores"),
+        std::ffi::OsStr::new("2"),
+        resnet.as_os_str(),
+    ];
+    assert_eq!(plan_json(&[], &flag)["cores"].as_array().unwrap().len(), 2);
 }
 
 #[test]

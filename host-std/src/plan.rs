@@ -6,9 +6,13 @@
 //! visible logical core with no model, else the one with the fewest, lowest index on a tie).
 //! With IO tensors asked for, each model's inputs and outputs are then allocated as DEVICE
 //! tensors on its core, as the documented application flow does (`ffi/examples/doc_flow.c`).
-//! A step is all-or-nothing: a model whose load or tensors fail leaves the device as it was
-//! (the core rolls the load back; the plan frees the tensors it made and unloads the model),
-//! and the plan goes on with the next model, as an application that skips a model would.
+//! The scratch runtime takes [`PlanRequest::runtime`] (what `nrt_init` would read from the
+//! environment) with the request's device and logical-core settings on top.
+//!
+//! A step is all-or-nothing: a model whose load or tensors fail for want of room leaves the
+//! device as it was (the core rolls the load back; the plan frees the tensors it made and
+//! unloads the model), and the plan goes on with the next model, as an application that skips
+//! a model would. A model the runtime refuses for another reason is [`PlanError::Refused`].
 //!
 //! The plan is exact for everything the simulated device models (placement: docs/PLACEMENT.md)
 //! because it *is* that device's run. For the first device OOM it says how many bytes were
@@ -78,13 +82,22 @@ pub struct PlanModel {
 pub struct PlanRequest {
     /// The models, in load order.
     pub models: Vec<PlanModel>,
-    /// The device: `sim:trn2`, `sim:trn1x2`, … (`NRT_DMEM_DEVICE`'s syntax; `neuron` and
-    /// shared devices are refused).
+    /// The device: `sim:trn2`, `sim:trn1x2`, … or a shared device by name, `sim:trn2@prod`
+    /// (`NRT_DMEM_DEVICE`'s syntax; `neuron` is refused: a plan never allocates on a real
+    /// device).
     pub device: String,
-    /// LNC size (`NEURON_RT_VIRTUAL_CORE_SIZE`); `None` = the device's default.
+    /// LNC size (`NEURON_RT_VIRTUAL_CORE_SIZE`); `None` = `runtime`'s.
     pub lnc_size: Option<u32>,
-    /// Visible logical cores `(first, count)` (`NEURON_RT_VISIBLE_CORES`); `None` = all.
+    /// Visible logical cores `(first, count)` (`NEURON_RT_VISIBLE_CORES`); `None` = `runtime`'s.
     pub visible_cores: Option<(u32, u32)>,
+    /// The first N logical cores, 0 = all (`NEURON_RT_NUM_CORES`); `None` = `runtime`'s.
+    pub num_cores: Option<u32>,
+    /// Every other setting the runtime takes — arena capacities (`NRT_DMEM_MAX_MODELS`, …),
+    /// the simulated channel size, the scratchpad page size, the contiguous scratchpad — so
+    /// that the plan runs under the configuration the real load would:
+    /// [`RuntimeConfig::from_env`] is what `nrt_init` uses. Its device is replaced by
+    /// `device`, and its logical-core settings by the three fields above where they are set.
+    pub runtime: RuntimeConfig,
     /// `MODEL@CORE` placements: MODEL is a model's label (its path as given), file name or
     /// model name; every model it names goes to logical core CORE (an index into the visible
     /// cores, as `nrt_load`'s `vnc`).
@@ -102,6 +115,8 @@ impl Default for PlanRequest {
             device: "sim:trn2".into(),
             lnc_size: None,
             visible_cores: None,
+            num_cores: None,
+            runtime: RuntimeConfig::default(),
             placements: Vec::new(),
             read_options: ReadOptions::default(),
             what_ifs: true,
@@ -133,6 +148,18 @@ pub enum PlanError {
         file: String,
         /// Why.
         error: LoadError,
+    },
+    /// The runtime refused a model for a reason other than space — a logical core it may not
+    /// use, a NEFF its load-time gates refuse — with the runtime's message. A plan answers
+    /// whether models fit; a model the runtime would never load is bad input, not a fit.
+    #[error("{file}: refused on logical core {core}: {error}")]
+    Refused {
+        /// The model's label.
+        file: String,
+        /// The logical core it was loaded on.
+        core: i64,
+        /// The runtime's message.
+        error: String,
     },
     /// A `MODEL@CORE` placement names no model of the plan.
     #[error(
@@ -329,7 +356,20 @@ enum Step {
     Failed {
         error: String,
         oom: Option<OomAt>,
+        /// Refused for a reason other than space ([`out_of_space`] says no).
+        refused: bool,
     },
+}
+
+/// Whether the runtime's error `e` means "no room" (`NRT_RESOURCE`: device memory, an arena,
+/// the driver's ENOMEM; `NRT_FAIL_HOST_MEM_ALLOC`): the failures a plan reports as "does not
+/// fit". Every other error is a refusal.
+fn out_of_space(e: &nrt_core::Error) -> bool {
+    use nrt_core::abi::NRT_STATUS;
+    matches!(
+        e.status(),
+        NRT_STATUS::NRT_RESOURCE | NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC
+    )
 }
 
 /// A scratch device with the steps run on it.
@@ -384,6 +424,7 @@ impl Scratch {
             error,
             oom: matches!(e, nrt_core::Error::DeviceOom { .. })
                 .then(|| (*e, nrt.last_oom_channel())),
+            refused: !out_of_space(e),
         };
         let handle = match p.file.load(&nrt, LogicalCore::from_c(core), allow_legacy) {
             Ok(h) => h,
@@ -392,6 +433,7 @@ impl Scratch {
                 return Step::Failed {
                     error: e.to_string(),
                     oom: None,
+                    refused: true,
                 }
             }
         };
@@ -485,15 +527,12 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
             return Err(PlanError::UnknownPlacement(key.clone()));
         }
     }
-    let mut cfg = RuntimeConfig {
-        device,
-        ..RuntimeConfig::default()
-    };
+    let mut cfg = req.runtime;
     cfg.apply(&Overrides {
         device: Some(device),
         lnc_size: req.lnc_size,
         visible_cores: req.visible_cores,
-        num_cores: None,
+        num_cores: req.num_cores,
     });
     let allow_legacy = req.read_options.allow_legacy_neff;
     // A shared device: plan on a copy of its pools taken now, under its lock.
@@ -547,7 +586,14 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
                     error: None,
                 });
             }
-            Step::Failed { error, oom } => {
+            Step::Failed { error, refused, .. } if refused => {
+                return Err(PlanError::Refused {
+                    file: p.label.clone(),
+                    core,
+                    error,
+                });
+            }
+            Step::Failed { error, oom, .. } => {
                 landed.push(None);
                 if let Some((_, Some(ch))) = &oom {
                     if let Some(f) = fragmentation_note(&p.label, ch) {

@@ -202,9 +202,15 @@ fn placements_are_honoured_and_checked() {
     }
     r.placements = vec![("nope".into(), 0)];
     assert!(matches!(plan(&r), Err(PlanError::UnknownPlacement(_))));
+    // A core the runtime refuses is bad input with the runtime's message, not a model that
+    // does not fit.
     r.placements = vec![("bert-base".into(), 9)];
-    let p = plan(&r).unwrap();
-    assert!(!p.all_fit(), "a core that does not exist is a failed load");
+    match plan(&r) {
+        Err(PlanError::Refused { core: 9, error, .. }) => {
+            assert!(error.contains("out of range"), "{error}")
+        }
+        other => panic!("expected a refusal: {other:?}"),
+    }
 }
 
 #[test]
