@@ -120,11 +120,45 @@ impl ModelFile {
         vnc: LogicalCore,
         allow_legacy: bool,
     ) -> Result<ModelHandle, LoadError> {
+        self.load_with(nrt, vnc, allow_legacy, Weights::Copy)
+    }
+
+    /// [`ModelFile::load`], with the weights copied in or only checked against their
+    /// allocations (`weights`).
+    pub fn load_with(
+        &self,
+        nrt: &Nrt<'_>,
+        vnc: LogicalCore,
+        allow_legacy: bool,
+        weights: Weights,
+    ) -> Result<ModelHandle, LoadError> {
         match self {
             ModelFile::Manifest(m) => Ok(nrt.load_model(vnc, &m.spec().as_spec())?),
-            ModelFile::Neff(n) => load_neff(nrt, vnc, n, allow_legacy),
+            ModelFile::Neff(n) => load_neff(nrt, vnc, n, allow_legacy, weights),
         }
     }
+}
+
+impl ModelFile {
+    /// Frees a NEFF's weight bytes ([`NeffModel::drop_weight_bytes`]): the file can then only
+    /// be loaded with [`Weights::Check`].
+    pub fn drop_weight_bytes(&mut self) {
+        if let ModelFile::Neff(n) = self {
+            n.drop_weight_bytes();
+        }
+    }
+}
+
+/// What a NEFF load does with the weights (neff-format §8.2: HBM alloc + copy).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Weights {
+    /// Copy each into its WEIGHT allocation, as `nrt_load` does.
+    Copy,
+    /// Check that each has its allocation, as a copy would, and copy nothing: for a device
+    /// whose contents nobody reads. A plan's scratch device is one: what fits does not depend
+    /// on the bytes, and a simulated device commits host memory for every byte written, so a
+    /// plan that fills a trn2 would otherwise hold up to its 96 GiB of HBM in host memory.
+    Check,
 }
 
 /// Reads and loads `nrt_load`'s bytes in one call: [`ModelFile::parse`] with the environment's
@@ -145,13 +179,14 @@ fn load_neff(
     vnc: LogicalCore,
     n: &NeffModel,
     allow_legacy: bool,
+    weights: Weights,
 ) -> Result<ModelHandle, LoadError> {
     let v = nrt.virtual_core(vnc)?;
     let arch = nrt.geom(v.tpbs[0].device_id).arch;
     n.check_arch(arch, allow_legacy)?;
     let storage = n.spec()?;
     let h = nrt.load_model(vnc, &storage.as_spec())?;
-    if let Err(e) = copy_weights(nrt, h, n) {
+    if let Err(e) = copy_weights(nrt, h, n, weights) {
         // The model was never handed out: unloading it is the rollback.
         if let Err(u) = nrt.unload_model(h) {
             log::error!(
@@ -167,7 +202,12 @@ fn load_neff(
 /// Copies each weight into its WEIGHT allocation (neff-format §8.2: HBM alloc + copy). The
 /// k-th dmem of a subgraph's MODEL heap is its k-th spec allocation (the heap keeps them in
 /// allocation order; the model's own GPSIMD libraries come after them).
-fn copy_weights(nrt: &Nrt<'_>, h: ModelHandle, n: &NeffModel) -> Result<(), LoadError> {
+fn copy_weights(
+    nrt: &Nrt<'_>,
+    h: ModelHandle,
+    n: &NeffModel,
+    weights: Weights,
+) -> Result<(), LoadError> {
     struct Slot {
         dev: u32,
         handle: u64,
@@ -188,17 +228,24 @@ fn copy_weights(nrt: &Nrt<'_>, h: ModelHandle, n: &NeffModel) -> Result<(), Load
         }
     })?;
     for (sg, slots) in slots.iter().enumerate() {
-        for (k, bytes) in n.copy_ins(sg) {
+        for (k, len) in n.copy_in_lens(sg) {
             let want = &n.bookings[sg][k];
             let d = slots
                 .get(k)
-                .filter(|d| d.hint == want.hint && d.size >= bytes.len() as u64)
+                .filter(|d| d.hint == want.hint && d.size >= len as u64)
                 .ok_or(nrt_core::Error::InvalidModel(
                     "a weight's allocation is not where the load made it",
                 ))?;
-            nrt.driver()
-                .copy_in(d.dev, d.handle, d.at, bytes)
-                .map_err(nrt_core::Error::Driver)?;
+            if weights == Weights::Copy {
+                let bytes = want.weight.and_then(|w| n.weight_bytes(sg, w)).ok_or(
+                    nrt_core::Error::InvalidModel(
+                        "a weight's bytes were dropped (NeffModel::drop_weight_bytes)",
+                    ),
+                )?;
+                nrt.driver()
+                    .copy_in(d.dev, d.handle, d.at, bytes)
+                    .map_err(nrt_core::Error::Driver)?;
+            }
         }
     }
     Ok(())

@@ -22,7 +22,11 @@
 //! out models resident on its core.
 #![deny(unsafe_code)]
 
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t};
 use nrt_core::driver::PoolStats;
@@ -35,7 +39,7 @@ use nrt_neff::ReadOptions;
 use serde::Serialize;
 
 use crate::config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};
-use crate::model_file::{LoadError, ModelFile};
+use crate::model_file::{LoadError, ModelFile, Weights};
 use crate::runtime::{HostRuntime, StartError};
 use crate::HostSim;
 
@@ -336,11 +340,60 @@ impl Plan {
     }
 }
 
-/// A parsed model of the request.
+/// A parsed model of the request. Models given by the same source share one parse.
 struct Parsed {
     label: String,
-    file: ModelFile,
+    file: Rc<ModelFile>,
     tensors: bool,
+}
+
+/// The request's model files, each distinct source read and parsed once (the what-if replays
+/// load the models again) and kept without its weights' bytes, which the plan's loads check
+/// but do not copy ([`Weights::Check`]): a parsed NEFF holds its weights inflated, so a plan
+/// of many NEFFs would otherwise hold all of them.
+#[derive(Default)]
+struct Parses<'r> {
+    by_path: HashMap<PathBuf, Rc<ModelFile>>,
+    /// Byte sources by length and hash; a hit is confirmed byte for byte.
+    by_bytes: HashMap<(usize, u64), Vec<ParsedBytes<'r>>>,
+}
+
+/// A byte source and its parse.
+type ParsedBytes<'r> = (&'r [u8], Rc<ModelFile>);
+
+impl<'r> Parses<'r> {
+    fn get(
+        &mut self,
+        source: &'r ModelSource,
+        opts: &ReadOptions,
+    ) -> Result<Rc<ModelFile>, LoadError> {
+        match source {
+            ModelSource::Path(p) => {
+                let key = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+                if let Some(f) = self.by_path.get(&key) {
+                    return Ok(Rc::clone(f));
+                }
+                let mut f = ModelFile::from_path(p, opts)?;
+                f.drop_weight_bytes();
+                let f = Rc::new(f);
+                self.by_path.insert(key, Rc::clone(&f));
+                Ok(f)
+            }
+            ModelSource::Bytes { bytes, .. } => {
+                let mut h = DefaultHasher::new();
+                bytes.hash(&mut h);
+                let seen = self.by_bytes.entry((bytes.len(), h.finish())).or_default();
+                if let Some((_, f)) = seen.iter().find(|(b, _)| *b == bytes.as_slice()) {
+                    return Ok(Rc::clone(f));
+                }
+                let mut f = ModelFile::parse(bytes, opts)?;
+                f.drop_weight_bytes();
+                let f = Rc::new(f);
+                seen.push((bytes.as_slice(), Rc::clone(&f)));
+                Ok(f)
+            }
+        }
+    }
 }
 
 /// A device OOM and its failing channel's figures at the moment of the failure.
@@ -426,7 +479,9 @@ impl Scratch {
                 .then(|| (*e, nrt.last_oom_channel())),
             refused: !out_of_space(e),
         };
-        let handle = match p.file.load(&nrt, LogicalCore::from_c(core), allow_legacy) {
+        // The scratch device's contents are never read: the weights are checked, not copied.
+        let at = LogicalCore::from_c(core);
+        let handle = match p.file.load_with(&nrt, at, allow_legacy, Weights::Check) {
             Ok(h) => h,
             Err(LoadError::Core(e)) => return failed(&e, LoadError::Core(e).to_string()),
             Err(e) => {
@@ -498,16 +553,15 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         return Err(PlanError::NoModels);
     }
     let mut parsed = Vec::with_capacity(req.models.len());
+    let mut parses = Parses::default();
     for m in &req.models {
         let label = m.source.label();
-        let file = match &m.source {
-            ModelSource::Path(p) => ModelFile::from_path(p, &req.read_options),
-            ModelSource::Bytes { bytes, .. } => ModelFile::parse(bytes, &req.read_options),
-        }
-        .map_err(|error| PlanError::Model {
-            file: label.clone(),
-            error,
-        })?;
+        let file = parses
+            .get(&m.source, &req.read_options)
+            .map_err(|error| PlanError::Model {
+                file: label.clone(),
+                error,
+            })?;
         parsed.push(Parsed {
             label,
             file,

@@ -237,6 +237,28 @@ impl NeffModel {
             .get(w.offset..w.offset.checked_add(w.len)?)
     }
 
+    /// Frees the archive members' bytes (the weights' payloads; everything else was read at
+    /// parse time), keeping what describes them. Afterwards [`NeffModel::weight_bytes`] and
+    /// [`NeffModel::copy_ins`] find nothing, and [`NeffModel::copy_in_lens`] still gives every
+    /// copy's length: what a load onto a device whose contents nobody reads (a plan's scratch
+    /// device) checks. A parsed model holds its weights inflated, so this is most of its size.
+    pub fn drop_weight_bytes(&mut self) {
+        self.members.members.clear();
+    }
+
+    /// [`NeffModel::copy_ins`]'s copies as `(allocation index, byte length)`: from the weights'
+    /// descriptions (the payload ranges were cut from their members at parse time), so also
+    /// after [`NeffModel::drop_weight_bytes`].
+    pub fn copy_in_lens(&self, sg: usize) -> Vec<(usize, usize)> {
+        let (Some(b), Some(s)) = (self.bookings.get(sg), self.subgraphs.get(sg)) else {
+            return Vec::new();
+        };
+        b.iter()
+            .enumerate()
+            .filter_map(|(k, a)| Some((k, s.weights.get(a.weight?)?.len)))
+            .collect()
+    }
+
     /// What each subgraph copies in after its allocations: `(allocation index, bytes)`,
     /// indexes into [`NeffModel::bookings`]`[sg]` (= the spec's allocation list).
     pub fn copy_ins(&self, sg: usize) -> Vec<(usize, &[u8])> {

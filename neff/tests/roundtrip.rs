@@ -130,7 +130,7 @@ fn weights_are_read_back_byte_for_byte() {
             *b = Some(serde_json::to_vec(&v).unwrap());
         }
     }
-    let n = read(&write(ms), &ReadOptions::default()).unwrap();
+    let mut n = read(&write(ms), &ReadOptions::default()).unwrap();
     let c = n.copy_ins(0);
     assert_eq!(c.len(), 1);
     assert_eq!(
@@ -142,6 +142,13 @@ fn weights_are_read_back_byte_for_byte() {
         (w.usage, w.size, w.align, w.basis),
         (U::DMA_MEM_USAGE_TYPE_WEIGHT, 16, 4096, Basis::Exact)
     );
+    // Without the bytes (a plan's copy), the copies' lengths remain and the bytes are gone.
+    let lens = vec![(c[0].0, 16)];
+    assert_eq!(n.copy_in_lens(0), lens);
+    n.drop_weight_bytes();
+    assert!(n.copy_ins(0).is_empty());
+    assert_eq!(n.copy_in_lens(0), lens);
+    assert_eq!(n.copy_in_lens(7), vec![]);
 }
 
 /// Random byte flips anywhere in a packed NEFF, and in its inflated tar (re-wrapped so that the
