@@ -90,6 +90,17 @@ pub fn run(g: &super::GlobalArgs, a: &PlanArgs, out: &mut dyn Write) -> Result<i
     Ok(if a.check && !plan.all_fit() { 1 } else { 0 })
 }
 
+/// `s` cut to `width` characters for a table column: a longer one keeps its end (a path's file
+/// name), after an ellipsis. The JSON has the whole of it.
+fn column(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n <= width {
+        return s.to_string();
+    }
+    let tail: String = s.chars().skip(n + 1 - width).collect();
+    format!("…{tail}")
+}
+
 /// The plan as a table.
 pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     let fit = p.models.iter().filter(|m| m.fits).count();
@@ -115,8 +126,8 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12}  {}",
             i,
-            Printable(&m.file),
-            Printable(&m.name),
+            Printable(&column(&m.file, 36)),
+            Printable(&column(&m.name, 22)),
             m.core,
             fmt_bytes(m.device_bytes),
             fmt_bytes(m.tensor_bytes),
@@ -336,4 +347,19 @@ fn channel_bar(
     }
     s.push_str("</g>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::column;
+
+    #[test]
+    fn long_labels_keep_their_end_within_the_column() {
+        assert_eq!(column("a.json", 8), "a.json");
+        assert_eq!(column("12345678", 8), "12345678");
+        let c = column("/very/long/path/to/resnet50.json", 16);
+        assert_eq!(c.chars().count(), 16);
+        assert_eq!(c, "…o/resnet50.json");
+        assert_eq!(column("ééééé", 3), "…éé");
+    }
 }

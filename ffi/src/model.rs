@@ -14,7 +14,7 @@ use std::ffi::c_void;
 use nrt_core::LogicalCore;
 use nrt_host::model_file::{self, LoadError, ModelFile};
 
-use crate::global::{self, entry, in_bytes, lock, put, Fail, Res, Runtime};
+use crate::global::{self, entry, in_bytes, lock, put, Fail, Res};
 use crate::status::NRT_STATUS;
 use crate::types::{nrt_model_t, nrt_tensor_set_t};
 
@@ -70,7 +70,7 @@ pub(crate) unsafe fn load(
         // free core.
         let _picking = (vnc == -1).then(|| lock(&r.free_core_pick));
         let vnc = if vnc == -1 {
-            first_free_core(r)
+            model_file::first_free_core(&r.rt.nrt())
         } else {
             vnc as i64
         };
@@ -88,18 +88,6 @@ pub(crate) unsafe fn load(
         // SAFETY: checked non-null; caller contract.
         unsafe { put(model, p, "model") }
     })
-}
-
-/// `vnc = -1` (public API §2: "first free"): the first owned logical core with no model on
-/// it; when every core has one, the core with the fewest (the lowest index on a tie).
-fn first_free_core(r: &Runtime) -> i64 {
-    let nrt = r.rt.nrt();
-    (0..i64::from(nrt.visible_vnc_count()))
-        .min_by_key(|&v| {
-            nrt.models_on(LogicalCore::from_c(v), &mut [])
-                .unwrap_or(usize::MAX)
-        })
-        .unwrap_or(0)
 }
 
 /// What the model asked for, for the OOM report (users budget with it, public API §6).

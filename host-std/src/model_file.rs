@@ -149,6 +149,18 @@ impl ModelFile {
     }
 }
 
+/// `nrt_load`'s `vnc = -1` (public API §2: "first free"): the first visible logical core with
+/// no model on it; when every core has one, the core with the fewest (the lowest index on a
+/// tie). The one statement of the rule: libnrt.so's `nrt_load` and the planner use it.
+pub fn first_free_core(nrt: &Nrt<'_>) -> i64 {
+    (0..i64::from(nrt.visible_vnc_count()))
+        .min_by_key(|&v| {
+            nrt.models_on(LogicalCore::from_c(v), &mut [])
+                .unwrap_or(usize::MAX)
+        })
+        .unwrap_or(0)
+}
+
 /// What a NEFF load does with the weights (neff-format §8.2: HBM alloc + copy).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Weights {

@@ -39,7 +39,7 @@ use nrt_neff::ReadOptions;
 use serde::Serialize;
 
 use crate::config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};
-use crate::model_file::{LoadError, ModelFile, Weights};
+use crate::model_file::{first_free_core, LoadError, ModelFile, Weights};
 use crate::runtime::{HostRuntime, StartError};
 use crate::HostSim;
 
@@ -189,9 +189,11 @@ pub struct ModelPlan {
     pub core: i64,
     /// Whether it fits (loaded, and its tensors allocated when asked for).
     pub fits: bool,
-    /// Device bytes it holds (model heaps; plus its tensors), 0 when it does not fit.
+    /// Device bytes it holds: its MODEL heaps' dmems plus `tensor_bytes`; 0 when it does not
+    /// fit.
     pub device_bytes: u64,
-    /// Device bytes its IO tensors hold.
+    /// Bytes its IO tensors asked for (`tensor_allocate`'s sizes; the driver rounds each up to
+    /// its page, which the HBM figures show).
     pub tensor_bytes: u64,
     /// Why it does not fit.
     pub error: Option<String>,
@@ -457,16 +459,6 @@ fn start(cfg: RuntimeConfig, base: Option<&SimDevice>) -> Result<Scratch, PlanEr
         StartError::Init(e) => PlanError::Config(e.to_string()),
         e => PlanError::Config(e.to_string()),
     })
-}
-
-/// `vnc = -1`: the first visible logical core with no model, else the fewest (lowest index).
-pub fn first_free_core(nrt: &Nrt<'_>) -> i64 {
-    (0..i64::from(nrt.visible_vnc_count()))
-        .min_by_key(|&v| {
-            nrt.models_on(LogicalCore::from_c(v), &mut [])
-                .unwrap_or(usize::MAX)
-        })
-        .unwrap_or(0)
 }
 
 impl Scratch {
