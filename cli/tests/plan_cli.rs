@@ -53,6 +53,21 @@ fn plan_check_exits_0_when_all_fit_and_1_when_not() {
         let o = bin().args(&bad).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {o:?}");
     }
+    // A refused NEFF is named with the gate that refused it and the runtime's status.
+    let short = std::env::temp_dir().join(format!("plan-cli-short-{}.neff", std::process::id()));
+    std::fs::write(&short, [0u8; 500]).unwrap();
+    let o = bin()
+        .args(["plan", "--check"])
+        .arg(&short)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&short).unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("NEFF refused by the size floor gate (NRT_INVALID, 2)"),
+        "{err}"
+    );
     // A core the runtime refuses is bad input too (exit 2, the runtime's message), not a
     // model that does not fit: sim:trn2 at LNC 2 has logical cores 0-3.
     let resnet = models_dir().join("resnet50.json");

@@ -145,8 +145,9 @@ pub enum PlanError {
     /// The runtime refused the configuration (LNC size, visible cores: the runtime's message).
     #[error("{0}")]
     Config(String),
-    /// A model file could not be read or was refused.
-    #[error("{file}: {error}")]
+    /// A model file could not be read or was refused: the file, the header gate that refused
+    /// it (neff-format §3) when one did, and the public status.
+    #[error("{file}: {}", refusal(.error))]
     Model {
         /// The file's label.
         file: String,
@@ -173,6 +174,27 @@ pub enum PlanError {
     /// No models.
     #[error("nothing to plan: give at least one model file")]
     NoModels,
+}
+
+/// A model file's refusal as the plan names it: the reader's message with the gate that
+/// refused it and the status the runtime's `nrt_load` would return (as `neff inspect` shows).
+fn refusal(e: &LoadError) -> String {
+    let status = e.status();
+    match e {
+        LoadError::Neff(n) => match n.gate() {
+            Some(g) => format!(
+                "NEFF refused by the {g} gate ({status:?}, {}): {}",
+                status as u32,
+                n.message()
+            ),
+            None => format!(
+                "NEFF refused ({status:?}, {}): {}",
+                status as u32,
+                n.message()
+            ),
+        },
+        e => format!("{e} ({status:?}, {})", status as u32),
+    }
 }
 
 /// Device bytes per usage type (libnrt's names, `DMA_MEM_USAGE_TYPE_` dropped), non-zero only.

@@ -13,6 +13,7 @@ pub type Result<T, E = NeffError> = core::result::Result<T, E>;
 pub struct NeffError {
     status: NRT_STATUS,
     msg: String,
+    gate: Option<&'static str>,
 }
 
 impl NeffError {
@@ -21,6 +22,7 @@ impl NeffError {
         NeffError {
             status: NRT_STATUS::NRT_INVALID,
             msg: msg.into(),
+            gate: None,
         }
     }
 
@@ -30,6 +32,7 @@ impl NeffError {
         NeffError {
             status: NRT_STATUS::NRT_UNSUPPORTED_NEFF_VERSION,
             msg: msg.into(),
+            gate: None,
         }
     }
 
@@ -41,6 +44,19 @@ impl NeffError {
     /// The reason.
     pub fn message(&self) -> &str {
         &self.msg
+    }
+
+    /// The header gate that refused the file (`"size floor"`, `"integrity"`, … neff-format §3),
+    /// or `None` when the header passed and the archive or the metadata refused it (the
+    /// message then names the member).
+    pub fn gate(&self) -> Option<&'static str> {
+        self.gate
+    }
+
+    /// The same refusal, made by header gate `name`.
+    pub(crate) fn at_gate(mut self, name: &'static str) -> Self {
+        self.gate = Some(name);
+        self
     }
 
     /// The same refusal with `ctx` in front of the reason (`"sg00/def.json: "`).

@@ -330,7 +330,7 @@ fn gate(
     detail: impl FnOnce() -> String,
 ) -> Result<()> {
     if !ok {
-        return Err(err());
+        return Err(err().at_gate(name));
     }
     gates.push(Gate {
         name,
