@@ -21,6 +21,10 @@ pub struct PlanArgs {
     /// Also allocate each model's input and output tensors as DEVICE tensors on its core.
     #[arg(long)]
     pub tensors: bool,
+    /// Also allocate this model's (its path, file name or model name) input and output
+    /// tensors; repeatable.
+    #[arg(long = "tensors-for", value_name = "MODEL")]
+    pub tensors_for: Vec<String>,
     /// Place a model (its path, file name or model name) on a logical core: MODEL@CORE.
     #[arg(long = "place", value_name = "MODEL@CORE", value_parser = parse_place)]
     pub place: Vec<(String, i64)>,
@@ -68,6 +72,7 @@ pub fn run(g: &super::GlobalArgs, a: &PlanArgs, out: &mut dyn Write) -> Result<i
         device: runtime.device.to_string(),
         runtime,
         placements: a.place.clone(),
+        tensors_for: a.tensors_for.clone(),
         read_options: nrt_host::model_file::read_options_from_env(),
         ..PlanRequest::default()
     };
@@ -169,6 +174,9 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             fmt_bytes(h.small_object_free),
             fmt_bytes(h.small_object_largest_free)
         )?;
+        for (u, b) in &h.usage {
+            writeln!(out, "    {u:<28} {:>12}", fmt_bytes(*b))?;
+        }
     }
     if let Some(f) = &p.first_failure {
         writeln!(out)?;

@@ -122,6 +122,23 @@ fn plan_runs_under_the_runtime_configuration_of_the_environment() {
     assert_eq!(plan_json(&[], &one)["cores"].as_array().unwrap().len(), 4);
     let v = plan_json(&[("NEURON_RT_NUM_CORES", "1")], &one);
     assert_eq!(v["cores"].as_array().unwrap().len(), 1);
+    // IO tensors for one model only.
+    let two = [
+        std::ffi::OsStr::new("--tensors-for"),
+        std::ffi::OsStr::new("bert-base"),
+        resnet.as_os_str(),
+    ];
+    let bert = models_dir().join("bert-base.json");
+    let mut two = two.to_vec();
+    two.push(bert.as_os_str());
+    let v = plan_json(&[], &two);
+    let tensors: Vec<u64> = v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["tensor_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(tensors[0] == 0 && tensors[1] > 0, "{tensors:?}");
     let flag = [
         std::ffi::OsStr::new("--num-cores"),
         std::ffi::OsStr::new("2"),

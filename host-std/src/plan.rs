@@ -106,6 +106,9 @@ pub struct PlanRequest {
     /// model name; every model it names goes to logical core CORE (an index into the visible
     /// cores, as `nrt_load`'s `vnc`).
     pub placements: Vec<(String, i64)>,
+    /// Models whose IO tensors are also allocated (as with [`PlanModel::tensors`]), named as
+    /// in `placements`: label, file name or model name.
+    pub tensors_for: Vec<String>,
     /// How NEFFs are read (`allow_legacy_neff`).
     pub read_options: ReadOptions,
     /// Look for what would make the first failing model fit (extra scratch runs).
@@ -122,6 +125,7 @@ impl Default for PlanRequest {
             num_cores: None,
             runtime: RuntimeConfig::default(),
             placements: Vec::new(),
+            tensors_for: Vec::new(),
             read_options: ReadOptions::default(),
             what_ifs: true,
         }
@@ -171,6 +175,9 @@ pub enum PlanError {
         "placement `{0}@…` names no model of the plan (give its path, file name or model name)"
     )]
     UnknownPlacement(String),
+    /// A `tensors_for` key names no model of the plan.
+    #[error("`{0}` names no model of the plan (give its path, file name or model name)")]
+    UnknownModel(String),
     /// No models.
     #[error("nothing to plan: give at least one model file")]
     NoModels,
@@ -454,6 +461,16 @@ struct Scratch {
     rt: HostRuntime,
 }
 
+/// The models `key` names: by label (path as given), file name or stem, or model name.
+fn named(parsed: &[Parsed], key: &str) -> Vec<usize> {
+    (0..parsed.len())
+        .filter(|&i| {
+            let p = &parsed[i];
+            p.label == key || p.file.name() == key || is_file_name(&p.label, key)
+        })
+        .collect()
+}
+
 fn is_file_name(label: &str, key: &str) -> bool {
     Path::new(label).file_name().is_some_and(|f| f == key)
         || Path::new(label).file_stem().is_some_and(|f| f == key)
@@ -584,15 +601,21 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     }
     let mut placed: Vec<Option<i64>> = vec![None; parsed.len()];
     for (key, core) in &req.placements {
-        let mut hit = false;
-        for (p, slot) in parsed.iter().zip(placed.iter_mut()) {
-            if p.label == *key || p.file.name() == key || is_file_name(&p.label, key) {
-                *slot = Some(*core);
-                hit = true;
-            }
-        }
-        if !hit {
+        let hits = named(&parsed, key);
+        if hits.is_empty() {
             return Err(PlanError::UnknownPlacement(key.clone()));
+        }
+        for i in hits {
+            placed[i] = Some(*core);
+        }
+    }
+    for key in &req.tensors_for {
+        let hits = named(&parsed, key);
+        if hits.is_empty() {
+            return Err(PlanError::UnknownModel(key.clone()));
+        }
+        for i in hits {
+            parsed[i].tensors = true;
         }
     }
     let mut cfg = req.runtime;
