@@ -18,7 +18,7 @@ use nrt_core::tensor::HostMem;
 use nrt_core::{CoreState, Nrt};
 
 use crate::config::{DeviceChoice, RuntimeConfig};
-use crate::shared::{claimed_cores, JoinRequest, SharedDevice};
+use crate::shared::{JoinRequest, SharedDevice};
 use crate::{HostSim, NeuronDriver};
 
 /// `malloc`-backed host memory for VIRTUAL tensors.
@@ -87,15 +87,7 @@ impl HostRuntime {
                 devices,
                 name,
             } => {
-                let mut c = SimConfig::new(preset, devices);
-                c.aligned_alloc = config.aligned_alloc;
-                c.channel_size_override = config.sim_channel_size;
-                // The cores this process's slice will own (an invalid slice claims none:
-                // bring-up then refuses it with the runtime's own message).
-                let mut info = preset.device_info();
-                info.hbm_channel_size = c.channel_size_override.unwrap_or(info.hbm_channel_size);
-                let cores = claimed_cores(&info, devices, &config.vcores).unwrap_or([0; 32]);
-                let req = JoinRequest { config: c, cores };
+                let req = JoinRequest::for_runtime(preset, devices, &config);
                 Backend::Shared(SharedDevice::open(&name, &req).map_err(crate::Error::from)?)
             }
         };

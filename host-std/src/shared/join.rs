@@ -14,7 +14,7 @@ use nrt_core::sim::{Preset, SimConfig, SimDevice};
 
 use super::file::{flock, last_errno, live_byte, ofd_lock, ofd_locked, open_file, Mapping};
 use super::layout::{self, MAX_PROCESSES, SLOT_FREE, SLOT_LIVE};
-use super::lock::{h_slot_live, pids};
+use super::lock::{pids, Locked};
 use super::{device_path, reader, Inner, JoinRequest, SharedDevice, SharedError, SharedName};
 use super::{HOLD_VAR, REAP_INTERVAL};
 use crate::backing::HostReservation;
@@ -50,6 +50,145 @@ pub(crate) fn check_header(h: &layout::Header, file_len: u64) -> Result<(), Stri
     let devices = h.devices.load(Ordering::Acquire);
     if devices == 0 || devices as usize > layout::MAX_DEVICES {
         return Err(format!("the header names {devices} devices (corrupted)"));
+    }
+    Ok(())
+}
+
+/// The join's geometry rule (docs/SHARED_DEVICE.md "Lock and recovery protocol"): a file
+/// with live processes is joined only as the device it was made as (preset, devices, channel
+/// and host pool sizes); `EBUSY` naming both otherwise. A join and a plan's snapshot both
+/// apply it.
+fn check_geometry(h: &layout::Header, cfg: &SimConfig) -> Result<(), (Errno, String)> {
+    let same = h.preset.load(Ordering::Acquire) == cfg.preset as u32
+        && h.devices.load(Ordering::Acquire) == cfg.devices
+        && h.channel_size.load(Ordering::Acquire)
+            == cfg
+                .channel_size_override
+                .unwrap_or(cfg.preset.device_info().hbm_channel_size)
+        && h.host_capacity.load(Ordering::Acquire) == cfg.host_dma_capacity;
+    if same {
+        return Ok(());
+    }
+    Err((
+        errno::EBUSY,
+        format!(
+            "in use as a {}x{} (channel {} B) by live processes; this process asks for {}x{}",
+            Preset::ALL
+                .iter()
+                .find(|p| **p as u32 == h.preset.load(Ordering::Relaxed))
+                .map_or("?", |p| p.name()),
+            h.devices.load(Ordering::Relaxed),
+            h.channel_size.load(Ordering::Relaxed),
+            cfg.preset.name(),
+            cfg.devices
+        ),
+    ))
+}
+
+/// Under the device lock: a poisoned device ([`layout::POISONED`]) is refused, naming the
+/// pid whose death poisoned it and the file to remove.
+fn refuse_poisoned(g: &Locked<'_>, path: &Path) -> Result<(), (Errno, String)> {
+    g.poisoned().map_err(|e| {
+        (
+            e,
+            format!(
+                "inconsistent since process {} died mid-update; remove {} once no process uses \
+                 it",
+                g.r().header.poisoned_by.load(Ordering::Relaxed),
+                path.display()
+            ),
+        )
+    })
+}
+
+/// Under the device lock, for a file another process made: its pools pass their check before
+/// they are trusted (`EINVAL` otherwise). Their own locks are only ever taken under the device
+/// lock, which we hold, so none is legitimately held now: they are forced open first, so a
+/// damaged lock word cannot make the check spin.
+fn check_pools(g: &Locked<'_>, path: &Path) -> Result<(), (Errno, String)> {
+    g.sim_mut().reset_locks();
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.sim().check_pools()));
+    match checked {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err((
+            errno::EINVAL,
+            format!("{}: corrupted pools ({e})", path.display()),
+        )),
+        Err(_) => Err((
+            errno::EINVAL,
+            format!(
+                "{}: corrupted pools (their check failed hard)",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// The join's admission rules (public ABI §3; docs/SHARED_DEVICE.md "What each process
+/// gets"), judged under the device lock on `r`, the file of `inner`: a slot free for a
+/// newcomer (at most [`MAX_PROCESSES`]) and none of `req.cores` held by a live process
+/// (cores are exclusive). A dead process ([`Inner::slot_dead`]) holds neither, as after the
+/// reap a joiner runs first: so a join (which has reaped) and a plan's snapshot (which leaves
+/// the file as it is) judge alike.
+///
+/// Returns the free slot a joiner takes, or `None` when the only slots to be had are dead
+/// processes' (a joiner must reap them before taking one: their records are still theirs).
+fn admission(
+    inner: &Inner,
+    r: &layout::Readable,
+    req: &JoinRequest,
+) -> Result<Option<usize>, (Errno, String)> {
+    let free = (0..MAX_PROCESSES).find(|&s| {
+        r.procs[s].state.load(Ordering::Acquire) == SLOT_FREE
+            && ofd_locked(inner.fd.as_raw_fd(), live_byte(s)) == Ok(false)
+    });
+    if free.is_none() && !(0..MAX_PROCESSES).any(|s| inner.slot_dead(s)) {
+        return Err((
+            errno::EBUSY,
+            format!(
+                "already has {MAX_PROCESSES} processes (the driver admits at most \
+                 {MAX_PROCESSES} per device): {}",
+                pids(r)
+            ),
+        ));
+    }
+    let holders: Vec<(u32, Vec<u32>)> = r
+        .procs
+        .iter()
+        .enumerate()
+        .filter(|&(t, p)| p.state.load(Ordering::Acquire) == SLOT_LIVE && !inner.slot_dead(t))
+        .map(|(_, p)| {
+            let cores = p.cores.iter().map(|c| c.load(Ordering::Acquire)).collect();
+            (p.pid.load(Ordering::Relaxed), cores)
+        })
+        .collect();
+    check_cores(&holders, req)?;
+    Ok(free)
+}
+
+/// The cores rule (public ABI §3: NeuronCores are exclusive to one process): none of
+/// `req.cores` may be held by a live process of `holders` (pid, cores per device); `EBUSY`
+/// naming the first core held and its holder otherwise.
+fn check_cores(holders: &[(u32, Vec<u32>)], req: &JoinRequest) -> Result<(), (Errno, String)> {
+    for (dev, &want) in req
+        .cores
+        .iter()
+        .enumerate()
+        .take(req.config.devices as usize)
+    {
+        for (pid, cores) in holders {
+            let held = cores.get(dev).copied().unwrap_or(0) & want;
+            if held != 0 {
+                return Err((
+                    errno::EBUSY,
+                    format!(
+                        "NeuronCore {} of nd{dev} is held by process {pid} (cores are exclusive \
+                         to one process)",
+                        held.trailing_zeros(),
+                    ),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -151,11 +290,7 @@ impl SharedDevice {
             hold_ms,
         );
         let h = &inner.map.readable().header;
-        let live_others = !fresh && h.ready.load(Ordering::Acquire) == 1 && {
-            (0..MAX_PROCESSES).any(|s| {
-                h_slot_live(&inner, s) && ofd_locked(inner.fd.as_raw_fd(), live_byte(s)) == Ok(true)
-            })
-        };
+        let live_others = !fresh && h.ready.load(Ordering::Acquire) == 1 && inner.any_live();
         if !live_others {
             if !fresh {
                 log::info!(
@@ -167,31 +302,7 @@ impl SharedDevice {
             }
             init_file(&inner, &req.config)?;
         } else {
-            let same = h.preset.load(Ordering::Acquire) == req.config.preset as u32
-                && h.devices.load(Ordering::Acquire) == req.config.devices
-                && h.channel_size.load(Ordering::Acquire)
-                    == req
-                        .config
-                        .channel_size_override
-                        .unwrap_or(req.config.preset.device_info().hbm_channel_size)
-                && h.host_capacity.load(Ordering::Acquire) == req.config.host_dma_capacity;
-            if !same {
-                return Err((
-                    errno::EBUSY,
-                    format!(
-                        "in use as a {}x{} (channel {} B) by live processes; this process asks \
-                         for {}x{}",
-                        Preset::ALL
-                            .iter()
-                            .find(|p| **p as u32 == h.preset.load(Ordering::Relaxed))
-                            .map_or("?", |p| p.name()),
-                        h.devices.load(Ordering::Relaxed),
-                        h.channel_size.load(Ordering::Relaxed),
-                        req.config.preset.name(),
-                        req.config.devices
-                    ),
-                ));
-            }
+            check_geometry(h, &req.config)?;
         }
         // Join under the device lock.
         let slot;
@@ -234,80 +345,27 @@ impl SharedDevice {
             let g = inner
                 .lock()
                 .map_err(|e| (e, "cannot take the device lock".to_string()))?;
-            g.poisoned().map_err(|e| {
-                (
-                    e,
-                    format!(
-                        "inconsistent since process {} died mid-update; remove {} once no process \
-                         uses it",
-                        g.r().header.poisoned_by.load(Ordering::Relaxed),
-                        path.display()
-                    ),
-                )
-            })?;
+            refuse_poisoned(&g, path)?;
             if !fresh && live_others {
-                // A file we did not just create: check the pools before trusting them. Their
-                // own locks are only ever taken under the device lock, which we hold, so none
-                // is legitimately held now: force them open first, so a damaged lock word
-                // cannot make the check spin.
-                g.sim_mut().reset_locks();
-                let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    g.sim().check_pools()
-                }));
-                match checked {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        return Err((
-                            errno::EINVAL,
-                            format!("{}: corrupted pools ({e})", path.display()),
-                        ))
-                    }
-                    Err(_) => {
-                        return Err((
-                            errno::EINVAL,
-                            format!(
-                                "{}: corrupted pools (their check failed hard)",
-                                path.display()
-                            ),
-                        ))
-                    }
-                }
+                check_pools(&g, path)?;
             }
             g.reap();
-            let free = (0..MAX_PROCESSES).find(|&s| {
-                g.r().procs[s].state.load(Ordering::Acquire) == SLOT_FREE
-                    && ofd_locked(raw, live_byte(s)) == Ok(false)
-            });
-            let Some(s) = free else {
+            // `None`: a process died since the reap; reap it too (each round frees a slot, and
+            // none becomes live meanwhile: joins run under the flock we hold).
+            let mut slot = None;
+            for _ in 0..=MAX_PROCESSES {
+                slot = admission(inner, g.r(), req)?;
+                if slot.is_some() {
+                    break;
+                }
+                g.reap();
+            }
+            let Some(s) = slot else {
                 return Err((
                     errno::EBUSY,
-                    format!(
-                        "already has {MAX_PROCESSES} processes (the driver admits at most \
-                         {MAX_PROCESSES} per device): {}",
-                        pids(g.r())
-                    ),
+                    "every slot is a dead process's (retry)".into(),
                 ));
             };
-            // Cores: exclusive to one process.
-            for (dev, &want) in req.cores.iter().enumerate().take(devices as usize) {
-                for (t, p) in g.r().procs.iter().enumerate() {
-                    if t == s || p.state.load(Ordering::Acquire) != SLOT_LIVE {
-                        continue;
-                    }
-                    let held = p.cores[dev].load(Ordering::Acquire) & want;
-                    if held != 0 {
-                        return Err((
-                            errno::EBUSY,
-                            format!(
-                                "NeuronCore {} of nd{dev} is held by process {} (cores are \
-                                 exclusive to one process)",
-                                held.trailing_zeros(),
-                                p.pid.load(Ordering::Relaxed)
-                            ),
-                        ));
-                    }
-                }
-            }
             // Liveness first, then the slot becomes visible as live.
             match ofd_lock(raw, live_byte(s), true) {
                 Ok(true) => {}

@@ -106,33 +106,40 @@ impl Locked<'_> {
         r.header.seq.fetch_add(1, Ordering::Release);
     }
 
-    /// Frees every allocation of `slot` and empties the slot (its process closed or died).
-    /// Touches only records whose owner is `slot`. Returns the bytes returned.
-    pub(super) fn reclaim(&self, slot: usize) -> u64 {
-        let mut bytes = 0;
+    /// Calls `f` with every ownership record of `slot` (device, record): the allocations
+    /// [`Self::reclaim`] frees.
+    pub(super) fn for_each_owned(&self, slot: usize, mut f: impl FnMut(u32, &mut Owner)) {
         for dev in 0..self.inner.devices {
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
                 for index in 1..MAX_CARVE_NODES {
                     let Some(o) = self.owner(dev, carve, index) else {
                         continue;
                     };
-                    if o.slot as usize != slot + 1 {
-                        continue;
+                    if o.slot as usize == slot + 1 {
+                        f(dev, o);
                     }
-                    let rec = *o;
-                    *o = Owner::default();
-                    if self.sim().memory_free(dev, rec.handle).is_err() {
-                        log::warn!(
-                            target: "nrt_host::shared",
-                            "{}: reclaim: the pools did not know handle {:#x}",
-                            self.inner.name, rec.handle
-                        );
-                    }
-                    self.book(slot, dev, rec.nc, rec.category, rec.size, false);
-                    bytes += rec.size;
                 }
             }
         }
+    }
+
+    /// Frees every allocation of `slot` and empties the slot (its process closed or died).
+    /// Touches only records whose owner is `slot`. Returns the bytes returned.
+    pub(super) fn reclaim(&self, slot: usize) -> u64 {
+        let mut bytes = 0;
+        self.for_each_owned(slot, |dev, o| {
+            let rec = *o;
+            *o = Owner::default();
+            if self.sim().memory_free(dev, rec.handle).is_err() {
+                log::warn!(
+                    target: "nrt_host::shared",
+                    "{}: reclaim: the pools did not know handle {:#x}",
+                    self.inner.name, rec.handle
+                );
+            }
+            self.book(slot, dev, rec.nc, rec.category, rec.size, false);
+            bytes += rec.size;
+        });
         let p = &self.r().procs[slot];
         p.clear_counters();
         p.pid.store(0, Ordering::Relaxed);
@@ -140,21 +147,15 @@ impl Locked<'_> {
         bytes
     }
 
-    /// Reclaims every slot whose process is dead (its liveness lock is free). Returns how
-    /// many were reclaimed.
+    /// Reclaims every slot whose process is dead ([`Inner::slot_dead`]). Returns how many
+    /// were reclaimed.
     pub(super) fn reap(&self) -> usize {
         let mut n = 0;
         for s in 0..MAX_PROCESSES {
-            if s == self.inner.slot {
+            if !self.inner.slot_dead(s) {
                 continue;
             }
             let p = &self.r().procs[s];
-            if p.state.load(Ordering::Acquire) != SLOT_LIVE {
-                continue;
-            }
-            if ofd_locked(self.inner.fd.as_raw_fd(), live_byte(s)) != Ok(false) {
-                continue;
-            }
             let pid = p.pid.load(Ordering::Relaxed);
             let bytes = self.reclaim(s);
             self.r().header.reclaimed.fetch_add(1, Ordering::Relaxed);
@@ -182,11 +183,7 @@ impl Locked<'_> {
             .procs
             .iter()
             .enumerate()
-            .find(|(s, p)| {
-                p.state.load(Ordering::Relaxed) == SLOT_LIVE
-                    && *s != self.inner.slot
-                    && ofd_locked(self.inner.fd.as_raw_fd(), live_byte(*s)) == Ok(false)
-            })
+            .find(|(s, _)| self.inner.slot_dead(*s))
             .map_or(0, |(_, p)| p.pid.load(Ordering::Relaxed));
         self.sim_mut().reset_locks();
         let checked =
@@ -509,12 +506,28 @@ impl Inner {
         })
     }
 
-    /// Whether some other slot looks live but its process is gone (no lock needed).
-    pub(super) fn any_dead(&self) -> bool {
+    /// Whether slot `s` is another process's that is dead: marked live, but its liveness
+    /// lock is free (the kernel dropped it when the process died). The one test of death:
+    /// what [`Locked::reap`] reclaims, and what a join and a plan's snapshot leave out.
+    pub(super) fn slot_dead(&self, s: usize) -> bool {
+        s != self.slot
+            && h_slot_live(self, s)
+            && ofd_locked(self.fd.as_raw_fd(), live_byte(s)) == Ok(false)
+    }
+
+    /// Whether some other slot is marked live and its process still lives (its liveness lock
+    /// is held): a file in use, whose geometry a joiner must match, rather than a stale one
+    /// it re-creates.
+    pub(super) fn any_live(&self) -> bool {
         (0..MAX_PROCESSES).any(|s| {
             s != self.slot
                 && h_slot_live(self, s)
-                && ofd_locked(self.fd.as_raw_fd(), live_byte(s)) == Ok(false)
+                && ofd_locked(self.fd.as_raw_fd(), live_byte(s)) == Ok(true)
         })
+    }
+
+    /// Whether some other slot looks live but its process is gone (no lock needed).
+    pub(super) fn any_dead(&self) -> bool {
+        (0..MAX_PROCESSES).any(|s| self.slot_dead(s))
     }
 }

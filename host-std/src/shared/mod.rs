@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nrt_core::driver::{errno, DeviceInfo, Driver, Errno};
-use nrt_core::sim::{SimConfig, MAX_CARVE_NODES};
+use nrt_core::sim::{Preset, SimConfig, MAX_CARVE_NODES};
 
 use crate::backing::HostReservation;
 
@@ -164,6 +164,28 @@ pub struct JoinRequest {
     pub config: SimConfig,
     /// Physical cores to claim, one bit per core, per device.
     pub cores: [u32; layout::MAX_DEVICES],
+}
+
+impl JoinRequest {
+    /// What a runtime of `config` asks when it joins a shared `preset` × `devices` device
+    /// (`HostRuntime::new`; a plan's snapshot asks the same, docs/PLAN.md): the simulated
+    /// device's configuration and the physical cores its visible slice owns
+    /// ([`claimed_cores`]). An invalid slice claims none: bring-up then refuses it with the
+    /// runtime's own message.
+    pub fn for_runtime(
+        preset: Preset,
+        devices: u32,
+        config: &crate::config::RuntimeConfig,
+    ) -> JoinRequest {
+        let mut c = SimConfig::new(preset, devices);
+        c.aligned_alloc = config.aligned_alloc;
+        c.channel_size_override = config.sim_channel_size;
+        let mut info = preset.device_info();
+        info.hbm_channel_size = c.channel_size_override.unwrap_or(info.hbm_channel_size);
+        let cores =
+            claimed_cores(&info, devices, &config.vcores).unwrap_or([0; layout::MAX_DEVICES]);
+        JoinRequest { config: c, cores }
+    }
 }
 
 /// The per-process state of a joined shared device.
