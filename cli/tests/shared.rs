@@ -265,6 +265,11 @@ fn the_17th_process_is_refused() {
     // Any core: the slot count refuses first.
     let e = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
     assert!(e.contains("already has 16 processes"), "{e}");
+    // A plan is refused as the 17th process is.
+    let o = plan_on(&dir, dev, "0", &[MODEL]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("already has 16 processes"), "{err}");
     // One leaves: a newcomer fits.
     let mut ws = ws;
     ws.pop().unwrap().exit();
@@ -668,6 +673,189 @@ fn plan_runs_on_a_snapshot_of_what_is_resident_and_changes_nothing() {
         String::from_utf8_lossy(&o.stderr)
     );
     a.exit();
+}
+
+/// `nrt-dmem plan --device DEVICE --lnc-size 1 --visible-cores CORES ARGS… --check` in `dir`.
+fn plan_on(dir: &Path, device: &str, cores: &str, args: &[&str]) -> std::process::Output {
+    Command::new(CLI)
+        .args([
+            "plan",
+            "--device",
+            device,
+            "--lnc-size",
+            "1",
+            "--visible-cores",
+            cores,
+            "--check",
+        ])
+        .args(args)
+        .env("NRT_DMEM_SHM_DIR", dir)
+        .env_remove("NRT_DMEM_SIM_CHANNEL_SIZE")
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap()
+}
+
+/// Fills HBM 0 (physical cores 0 and 1 at LNC 1) from logical core 0 of `w`, main pool and
+/// small-object region both, so that not even resnet50 fits beside it.
+fn fill_hbm0(w: &mut Worker) {
+    w.ok(&format!("alloc a {} 0", 22 * GIB + 900 * (1 << 20)));
+    w.ok(&format!("alloc b {} 0", 1000 * (1 << 20)));
+    w.ok(&format!("alloc c {} 0", 100 * (1 << 20)));
+}
+
+/// The file's figures, read without joining.
+fn figures(dir: &Path, name: &str) -> nrt_host::shared::reader::Snapshot {
+    nrt_host::shared::reader::SharedReader::open(&dir.join(format!("nrt-dmem-{name}.shm")))
+        .unwrap()
+        .snapshot()
+}
+
+/// Bytes as the plan's snapshot note writes them.
+fn mib(b: u64) -> String {
+    format!("{:.3} MiB", b as f64 / (1u64 << 20) as f64)
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: `kill` has no memory preconditions; the pid is a child this test started.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
+}
+
+#[test]
+fn plan_leaves_out_what_a_dead_process_held_as_a_joining_process_would() {
+    let dir = shm_dir("plan-dead");
+    let dev = "sim:trn2@plandead";
+    // B stays alive, but is stopped while A dies: no reaper reclaims A meanwhile, so the
+    // file still books A's bytes when the plan reads it.
+    let mut b = Worker::start(spawn(&dir, dev, "4", &[]));
+    b.ok(&format!("alloc mine {} 0", GIB));
+    let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
+    fill_hbm0(&mut a);
+    let o = plan_on(&dir, dev, "1", &[MODEL]);
+    assert_eq!(o.status.code(), Some(1), "beside a live A: {o:?}");
+    let (a_bytes, b_bytes) = (a.stats().0, b.stats().0);
+    signal(b.pid, libc::SIGSTOP);
+    let a_pid = a.pid;
+    a.kill9();
+    let before = figures(&dir, "plandead");
+    assert!(
+        before.procs.iter().any(|p| p.pid == a_pid && !p.alive),
+        "{before:?}"
+    );
+    let o = plan_on(&dir, dev, "1", &[MODEL]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "A's bytes are reclaimed first: {text}"
+    );
+    let live = format!("1 process(es) holding {} resident", mib(b_bytes));
+    let dead = format!("left out the {} of 1 dead process(es)", mib(a_bytes));
+    assert!(text.contains(&live) && text.contains(&dead), "{text}");
+    // The plan reclaimed on its copy only: the file still books the dead A.
+    assert_eq!(figures(&dir, "plandead"), before);
+    signal(b.pid, libc::SIGCONT);
+    // What the plan said is what a process joining now gets.
+    let mut c = Worker::start(spawn(&dir, dev, "1", &[]));
+    c.ok(&format!("load {MODEL} 0 m"));
+    c.exit();
+    b.exit();
+}
+
+#[test]
+fn plan_on_a_device_whose_every_process_died_is_what_a_join_re_creates() {
+    let dir = shm_dir("plan-stale");
+    let dev = "sim:trn2@planstale";
+    let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
+    fill_hbm0(&mut a);
+    assert_eq!(plan_on(&dir, dev, "1", &[MODEL]).status.code(), Some(1));
+    let a_bytes = a.stats().0;
+    a.kill9();
+    let before = figures(&dir, "planstale");
+    let o = plan_on(&dir, dev, "1", &[MODEL]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let dead = format!("left out the {} of 1 dead process(es)", mib(a_bytes));
+    assert!(
+        text.contains("no live process") && text.contains(&dead),
+        "{text}"
+    );
+    assert_eq!(figures(&dir, "planstale"), before, "the file is untouched");
+    // A joining process re-creates it, of any geometry: so does the plan.
+    let o = plan_on(&dir, "sim:trn1@planstale", "1", &[MODEL]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("sim:trn1@planstale"));
+    let mut c = Worker::start(spawn(&dir, dev, "1", &[]));
+    c.ok(&format!("load {MODEL} 0 m"));
+    c.exit();
+}
+
+#[test]
+fn plan_refuses_what_the_join_refuses_with_its_message() {
+    let dir = shm_dir("plan-join");
+    let dev = "sim:trn2@planjoin";
+    let a = Worker::start(spawn(&dir, dev, "0-1", &[]));
+    // Cores another live process holds.
+    let held = format!(
+        "shared device planjoin: NeuronCore 1 of nd0 is held by process {} (cores are \
+         exclusive to one process)",
+        a.pid
+    );
+    let o = plan_on(&dir, dev, "1-2", &[MODEL]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(err.contains(&held), "{err}");
+    let e = Worker::try_start(spawn(&dir, dev, "1-2", &[]))
+        .err()
+        .unwrap();
+    assert!(e.contains(&held), "the runtime's refusal: {e}");
+    // Another geometry than the live processes'.
+    for (other, asks) in [
+        ("sim:trn1@planjoin", "trn1x1"),
+        ("sim:trn2x2@planjoin", "trn2x2"),
+    ] {
+        let o = plan_on(&dir, other, "4", &[MODEL]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{other}: {o:?}");
+        let why = format!(
+            "in use as a trn2x1 (channel {} B) by live processes; this process asks for {asks}",
+            24 * GIB
+        );
+        assert!(err.contains(&why), "{other}: {err}");
+        let e = Worker::try_start(spawn(&dir, other, "4", &[]))
+            .err()
+            .unwrap();
+        assert!(e.contains(&why), "the runtime's refusal: {e}");
+    }
+    // Disjoint cores of the same geometry plan.
+    assert_eq!(plan_on(&dir, dev, "2", &[MODEL]).status.code(), Some(0));
+    a.exit();
+}
+
+#[test]
+fn a_what_if_on_cores_another_process_holds_says_the_join_refuses_it() {
+    let dir = shm_dir("plan-whatif");
+    let dev = "sim:trn2@planwhatif";
+    let mut b = Worker::start(spawn(&dir, dev, "0", &[]));
+    fill_hbm0(&mut b);
+    let a = Worker::start(spawn(&dir, dev, "2-3", &[]));
+    // Logical core 1 at LNC 1 is physical core 1 (HBM 0, full); at LNC 2 it would be
+    // physical cores 2 and 3 (HBM 1, empty), which A holds.
+    let o = plan_on(&dir, dev, "1", &[MODEL, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let w = p["first_failure"]["what_ifs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["change"].as_str().unwrap().starts_with("LNC size 2"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{p}"));
+    assert_eq!(w["fits"], false, "{w}");
+    let held = format!("NeuronCore 2 of nd0 is held by process {}", a.pid);
+    assert!(w["detail"].as_str().unwrap().contains(&held), "{w}");
+    a.exit();
+    b.exit();
 }
 
 #[test]

@@ -86,9 +86,9 @@ pub struct PlanModel {
 pub struct PlanRequest {
     /// The models, in load order.
     pub models: Vec<PlanModel>,
-    /// The device: `sim:trn2`, `sim:trn1x2`, … or a shared device by name, `sim:trn2@prod`
-    /// (`NRT_DMEM_DEVICE`'s syntax; `neuron` is refused: a plan never allocates on a real
-    /// device).
+    /// The device: `sim:trn2`, `sim:trn1x2`, … (`NRT_DMEM_DEVICE`'s syntax; `neuron` is
+    /// refused: a plan never allocates on a real device; a shared device, `sim:trn2@NAME`, is
+    /// planned on a snapshot of it, `shared::snapshot_pools`).
     pub device: String,
     /// LNC size (`NEURON_RT_VIRTUAL_CORE_SIZE`); `None` = `runtime`'s.
     pub lnc_size: Option<u32>,
@@ -142,8 +142,10 @@ pub enum PlanError {
     /// `neuron`: a plan never allocates on a real device.
     #[error("plans run on a simulated device only (sim:inf2|trn1|trn2|trn3[xN]), not on `neuron`")]
     RealDevice,
-    /// A shared device by name (`sim:trn2@prod`) that could not be read (the shared device's
-    /// message).
+    /// A shared device by name (`sim:trn2@prod`) that could not be read, or that a process
+    /// of the plan's configuration would not be admitted to: a core another live process
+    /// holds, another geometry than its live processes', 16 processes (the join's own
+    /// message, docs/SHARED_DEVICE.md).
     #[error("{0}")]
     SharedDevice(String),
     /// The runtime refused the configuration (LNC size, visible cores: the runtime's message).
@@ -626,23 +628,23 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         num_cores: req.num_cores,
     });
     let allow_legacy = req.read_options.allow_legacy_neff;
-    // A shared device: plan on a copy of its pools taken now, under its lock.
-    let (base, snapshot) = match device {
-        DeviceChoice::Shared { name, .. } => {
-            let (b, snap) = crate::shared::snapshot_pools(&name)
+    // A shared device: plan on the device a process of `cfg` joining it now would find, a
+    // copy of its pools taken under its lock with the join's own checks (docs/PLAN.md).
+    let shared = match device {
+        DeviceChoice::Shared {
+            preset,
+            devices,
+            name,
+        } => {
+            let join = crate::shared::JoinRequest::for_runtime(preset, devices, &cfg);
+            let snap = crate::shared::snapshot_pools(&name, &join)
                 .map_err(|e| PlanError::SharedDevice(e.to_string()))?;
-            let note = format!(
-                "planned on a snapshot of shared device `{name}` taken under its lock: {} \
-                 process(es) holding {} resident; what they allocate or free after it is not \
-                 in this plan",
-                snap.procs.len(),
-                fmt(snap.total_bytes())
-            );
-            (Some(b), Some(note))
+            Some(snap)
         }
-        _ => (None, None),
+        _ => None,
     };
-    let base = base.as_deref();
+    let snapshot = shared.as_ref().map(snapshot_note);
+    let base = shared.as_ref().map(|s| &*s.pools);
     let s = start(cfg, base)?;
     let nrt = s.rt.nrt();
 
@@ -725,6 +727,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
             let ctx = Replay {
                 cfg: &cfg,
                 base,
+                shared: shared.as_ref(),
                 parsed: &parsed,
                 landed: &landed,
                 allow_legacy,
@@ -754,6 +757,45 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     })
 }
 
+/// The plan's note on the shared device snapshot it ran on: the live processes and their
+/// bytes, or that a joiner re-creates the file; the dead processes left out.
+fn snapshot_note(snap: &crate::shared::PoolSnapshot) -> String {
+    let mut note = format!(
+        "planned on a snapshot of shared device `{}` taken under its lock: ",
+        snap.name
+    );
+    if snap.recreated {
+        note.push_str(
+            "no live process, so a process joining now re-creates it and this plan starts from \
+             an empty device",
+        );
+    } else {
+        note.push_str(&format!(
+            "{} process(es) holding {} resident",
+            snap.live.len(),
+            fmt(snap.live.iter().map(|p| p.total_bytes()).sum())
+        ));
+    }
+    if !snap.dead.is_empty() {
+        note.push_str(&format!(
+            "; left out the {} of {} dead process(es){} (the file is unchanged)",
+            fmt(snap.dead.iter().map(|p| p.total_bytes()).sum()),
+            snap.dead.len(),
+            if snap.recreated {
+                ""
+            } else {
+                ", as a process joining now reclaims them first"
+            }
+        ));
+    }
+    note.push_str(if snap.recreated {
+        "; what processes joining after it allocate is not in this plan"
+    } else {
+        "; what they allocate or free after it is not in this plan"
+    });
+    note
+}
+
 fn fmt(b: u64) -> String {
     let mib = b as f64 / (1u64 << 20) as f64;
     format!("{mib:.3} MiB")
@@ -764,6 +806,8 @@ fn fmt(b: u64) -> String {
 struct Replay<'a> {
     cfg: &'a RuntimeConfig,
     base: Option<&'a SimDevice>,
+    /// The shared device's snapshot `base` is the pools of, when planning on one.
+    shared: Option<&'a crate::shared::PoolSnapshot>,
     parsed: &'a [Parsed],
     landed: &'a [Option<i64>],
     allow_legacy: bool,

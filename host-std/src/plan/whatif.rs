@@ -5,6 +5,25 @@
 use super::*;
 
 impl Replay<'_> {
+    /// On a shared device: whether a process of `cfg` (another LNC size: other physical
+    /// cores) would be admitted to its cores, as the join judges it on the snapshot
+    /// (`PoolSnapshot::check_cores`); the join's message when not.
+    fn cores_admitted(&self, cfg: &RuntimeConfig) -> Result<(), String> {
+        match (self.shared, cfg.device) {
+            (
+                Some(snap),
+                DeviceChoice::Shared {
+                    preset, devices, ..
+                },
+            ) => snap
+                .check_cores(&crate::shared::JoinRequest::for_runtime(
+                    preset, devices, cfg,
+                ))
+                .map_err(|e| e.to_string()),
+            _ => Ok(()),
+        }
+    }
+
     /// Model `j` as the what-ifs name it: its index and file.
     fn name(&self, j: usize) -> String {
         format!("model #{j} ({})", self.parsed[j].label)
@@ -115,7 +134,8 @@ pub(super) fn what_ifs(
         }
         out.push(verdict(
             format!("LNC size {size} (default placement for every model)"),
-            r.default_placement(&c, failed),
+            r.cores_admitted(&c)
+                .and_then(|()| r.default_placement(&c, failed)),
         ));
     }
     // Fewer resident models: those on its core, largest first.

@@ -441,13 +441,66 @@ impl SharedDevice {
     }
 }
 
-/// A copy of device `name`'s pools as they are now, taken under its lock without joining it
-/// (no slot, no cores), with its counters: what `plan --device sim:…@name` plans on (issue 19
-/// item 2: a plan runs on a snapshot, never on the live pools, so processes that allocate
-/// meanwhile neither disturb it nor are disturbed).
-pub fn snapshot_pools(
-    name: &SharedName,
-) -> Result<(Box<SimDevice>, reader::Snapshot), SharedError> {
+/// A shared device as a process joining it now would find it ([`snapshot_pools`]): what
+/// `plan --device sim:…@name` plans on (docs/PLAN.md "Limits").
+pub struct PoolSnapshot {
+    /// The device's name.
+    pub name: String,
+    /// A private copy of the pools with what dead processes held freed in it, as the
+    /// joiner's reap frees it in the file; when no process of the file lives, an empty device
+    /// of the request's configuration (a joiner re-creates such a file).
+    pub pools: Box<SimDevice>,
+    /// The live processes.
+    pub live: Vec<reader::ProcSnap>,
+    /// The dead processes whose allocations were left out (reclaimed in [`Self::pools`]
+    /// only: the file still holds them until a participant reaps).
+    pub dead: Vec<reader::ProcSnap>,
+    /// No process of the file lives (or it never finished initialising): a joiner
+    /// re-creates it, so [`Self::pools`] is an empty device of the request's configuration.
+    pub recreated: bool,
+}
+
+impl PoolSnapshot {
+    /// Whether a process asking for `req` (another LNC size or visible slice than the
+    /// snapshot was taken for: a plan's what-if) would be admitted to the cores the live
+    /// processes of the snapshot hold: the join's cores rule and message, on the snapshot's
+    /// figures.
+    pub fn check_cores(&self, req: &JoinRequest) -> Result<(), SharedError> {
+        let holders: Vec<(u32, Vec<u32>)> =
+            self.live.iter().map(|p| (p.pid, p.cores.clone())).collect();
+        check_cores(&holders, req).map_err(|(errno, message)| SharedError {
+            name: self.name.clone(),
+            message,
+            errno,
+        })
+    }
+}
+
+impl std::fmt::Debug for PoolSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolSnapshot")
+            .field("name", &self.name)
+            .field("live", &self.live)
+            .field("dead", &self.dead)
+            .field("recreated", &self.recreated)
+            .finish()
+    }
+}
+
+/// Device `name` as a process joining it now with `req` would find it, read without joining
+/// (no slot, no core, no byte taken; the file is not modified): what `plan --device
+/// sim:…@name` plans on (issue 19 item 2: a plan runs on a snapshot, never on the live pools,
+/// so processes that allocate meanwhile neither disturb it nor are disturbed).
+///
+/// Taken under the file's `flock` (shared: joins wait for it, as it waits for a join in
+/// progress) and the device lock, with the join's own checks and messages
+/// (docs/SHARED_DEVICE.md): a poisoned device, corrupted pools, a live device of another
+/// geometry (`check_geometry`), no free slot or a requested core held by a live process
+/// (`admission`) are refused as the join refuses them. Dead processes' allocations are freed
+/// in the copy, as the joiner's reap frees them in the file (`Locked::reclaim_in`); a file
+/// whose every process is gone is re-created by a joiner, so the copy is then an empty device
+/// of `req.config`.
+pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapshot, SharedError> {
     let path = device_path(name);
     let fail = |errno: Errno, message: String| SharedError {
         name: name.to_string(),
@@ -464,6 +517,10 @@ pub fn snapshot_pools(
         };
         fail(e, format!("{what}: {}", path.display()))
     })?;
+    // Shared: no join runs meanwhile (a joiner holds it exclusively from opening to admitted),
+    // so whether the file is live or stale is what a joiner would find. Dropped with `fd`.
+    flock(fd.as_raw_fd(), libc::LOCK_SH)
+        .map_err(|e| fail(e, format!("cannot lock {}", path.display())))?;
     // SAFETY: `fstat` fills a zeroed struct for an fd we hold.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: as above.
@@ -487,32 +544,65 @@ pub fn snapshot_pools(
         .map_err(|e| fail(e, format!("cannot map {}", path.display())))?;
     check_header(&map.readable().header, st.st_size as u64)
         .map_err(|m| fail(errno::EINVAL, format!("{}: {m}", path.display())))?;
-    if map.readable().header.ready.load(Ordering::Acquire) != 1 {
-        return Err(fail(errno::EBUSY, "still being created".into()));
-    }
     let devices = map.readable().header.devices.load(Ordering::Acquire);
     let inner = Inner::unjoined(name.to_string(), path.clone(), fd, map, devices, 0);
-    let g = inner
-        .lock()
-        .map_err(|e| fail(e, "cannot take the device lock".into()))?;
-    g.poisoned()
-        .map_err(|e| fail(e, "inconsistent since a process died mid-update".into()))?;
-    // As in `admit`: no pool lock is legitimately held while we hold the device lock.
-    g.sim_mut().reset_locks();
-    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.sim().check_pools()));
-    if !matches!(checked, Ok(Ok(()))) {
-        return Err(fail(
-            errno::EINVAL,
-            format!("{}: corrupted pools", path.display()),
-        ));
+    let h = &inner.map.readable().header;
+    // As `join` decides: a file that is not ready (its creator died: creation runs under the
+    // flock) or whose every process is gone is stale, and a joiner re-creates it for itself.
+    if h.ready.load(Ordering::Acquire) != 1 || !inner.any_live() {
+        let dead = reader::Snapshot::read(inner.map.readable(), inner.fd.as_raw_fd()).procs;
+        let pools = SimDevice::new_boxed(&req.config)
+            .map_err(|e| fail(e, "the device configuration was refused".into()))?;
+        return Ok(PoolSnapshot {
+            name: name.to_string(),
+            pools,
+            live: Vec::new(),
+            dead,
+            recreated: true,
+        });
     }
-    let b = Box::<SimDevice>::new_zeroed();
-    // SAFETY: a zeroed `SimDevice` is its valid uninitialised state (`ZeroValid`).
-    let mut copy = unsafe { b.assume_init() };
-    g.sim().copy_to(&mut copy);
-    let snap = reader::Snapshot::read(g.r(), inner.fd.as_raw_fd());
-    drop(g);
-    Ok((copy, snap))
+    check_geometry(h, &req.config).map_err(|(e, m)| fail(e, m))?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let g = inner
+            .lock()
+            .map_err(|e| fail(e, "cannot take the device lock".into()))?;
+        refuse_poisoned(&g, &path).map_err(|(e, m)| fail(e, m))?;
+        check_pools(&g, &path).map_err(|(e, m)| fail(e, m))?;
+        match admission(&inner, g.r(), req) {
+            Ok(_) => {}
+            // As `join`: a process that is gone but whose liveness lock the kernel has not
+            // dropped yet is waited for rather than counted.
+            Err((e, _)) if e == errno::EBUSY && attempt < 100 && inner.any_dying() => {
+                drop(g);
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            Err((e, m)) => return Err(fail(e, m)),
+        }
+        let b = Box::<SimDevice>::new_zeroed();
+        // SAFETY: a zeroed `SimDevice` is its valid uninitialised state (`ZeroValid`).
+        let mut copy = unsafe { b.assume_init() };
+        g.sim().copy_to(&mut copy);
+        // One verdict per slot, used for the copy and the figures alike.
+        let dead_slots: Vec<usize> = (0..MAX_PROCESSES).filter(|&s| inner.slot_dead(s)).collect();
+        for &s in &dead_slots {
+            g.reclaim_in(s, &copy);
+        }
+        let procs = reader::Snapshot::read(g.r(), inner.fd.as_raw_fd()).procs;
+        drop(g);
+        let (dead, live) = procs
+            .into_iter()
+            .partition(|p| dead_slots.contains(&p.slot));
+        return Ok(PoolSnapshot {
+            name: name.to_string(),
+            pools: copy,
+            live,
+            dead,
+            recreated: false,
+        });
+    }
 }
 
 /// Initialises (or re-initialises) the whole file for `cfg`. Runs under the file's `flock`

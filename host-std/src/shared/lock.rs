@@ -147,6 +147,24 @@ impl Locked<'_> {
         bytes
     }
 
+    /// What [`Self::reclaim`] does to the pools, done to `copy`, a private copy of them
+    /// ([`SimDevice::copy_to`]), instead: every allocation of `slot` freed there, the file
+    /// untouched (a plan's snapshot, docs/PLAN.md). Returns the bytes freed.
+    pub(super) fn reclaim_in(&self, slot: usize, copy: &SimDevice) -> u64 {
+        let mut bytes = 0;
+        self.for_each_owned(slot, |dev, o| {
+            if copy.memory_free(dev, o.handle).is_err() {
+                log::warn!(
+                    target: "nrt_host::shared",
+                    "{}: snapshot: the pools did not know handle {:#x}",
+                    self.inner.name, o.handle
+                );
+            }
+            bytes += o.size;
+        });
+        bytes
+    }
+
     /// Reclaims every slot whose process is dead ([`Inner::slot_dead`]). Returns how many
     /// were reclaimed.
     pub(super) fn reap(&self) -> usize {
