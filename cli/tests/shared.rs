@@ -859,6 +859,53 @@ fn a_what_if_on_cores_another_process_holds_says_the_join_refuses_it() {
 }
 
 #[test]
+fn plan_shows_what_other_processes_hold_on_each_channel() {
+    let dir = shm_dir("plan-hbm");
+    let dev = "sim:trn2@planhbm";
+    let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
+    a.ok(&format!("alloc big {} 0", 16 * GIB));
+    let svg = dir.join("plan.svg");
+    let o = plan_on(
+        &dir,
+        dev,
+        "1",
+        &[MODEL, "--json", "--svg", svg.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let h0 = &p["hbm"][0];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    let blocks = h0["blocks"].as_array().unwrap();
+    let theirs: Vec<&serde_json::Value> =
+        blocks.iter().filter(|b| b["owner_pid"] == a.pid).collect();
+    assert_eq!(theirs.len(), 1, "{h0}");
+    assert_eq!(n(&theirs[0]["size"]), 16 * GIB);
+    assert_eq!(theirs[0]["usage"], "other processes: tensors");
+    let usage = h0["usage"].as_array().unwrap();
+    assert!(
+        usage
+            .iter()
+            .any(|u| u[0] == "other processes: tensors" && n(&u[1]) == 16 * GIB),
+        "{h0}"
+    );
+    // used + free is the capacity, but for the page rounding of this plan's own bytes.
+    let (used, free, cap) = (n(&h0["used"]), n(&h0["free"]), n(&h0["capacity"]));
+    assert!(used >= 16 * GIB, "{h0}");
+    let blocks_sum: u64 = blocks.iter().map(|b| n(&b["size"])).sum();
+    assert_eq!(blocks_sum + free, cap, "{h0}");
+    assert!(used + free <= cap && cap - (used + free) < 1 << 20, "{h0}");
+    // Logical core 1 (physical 1) draws from HBM 0: its headroom is what HBM 0 has free.
+    let c1 = &p["cores"][0];
+    assert_eq!(c1["index"], 0);
+    assert_eq!(n(&c1["headroom"]), free, "{c1}");
+    assert!(n(&c1["limit"]) - n(&c1["used"]) > free, "{c1}");
+    // The SVG draws A's block.
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.contains("<title>other processes: tensors 16"), "{s}");
+    a.exit();
+}
+
+#[test]
 fn stats_reports_device_wide_figures_beside_its_own() {
     let dir = shm_dir("stats");
     let dev = "sim:trn2@stats";

@@ -241,9 +241,14 @@ pub struct CorePlan {
     pub models: usize,
     /// Device bytes used (`dmem_get_memory_stats`).
     pub used: u64,
-    /// HBM attributed to it.
+    /// HBM attributed to it: the size of each HBM channel its physical cores draw from
+    /// (`dmem_get_memory_stats`' `bytes_limit`).
     pub limit: u64,
-    /// `limit - used` (0 when over).
+    /// What it can still allocate: `limit - used` (0 when over), capped by the free bytes of
+    /// the HBM channels it draws from (each physical core's channel,
+    /// `DevGeom::default_hbm`, public ABI §3 "HBM ↔ core"; [`HbmPlan::free`]). A channel's
+    /// free bytes are shared by every logical core (and, on a shared device, every process)
+    /// drawing from it, so the headrooms of cores on one channel do not add up.
     pub headroom: u64,
     /// Device bytes by usage.
     pub usage: UsageBytes,
@@ -256,10 +261,16 @@ pub struct Block {
     pub offset: u64,
     /// Bytes (page-rounded, as the driver holds them).
     pub size: u64,
-    /// Usage type.
+    /// Usage type; on a shared device, another process's block is `other processes: ` and
+    /// its driver category as the shared file records it (`tensors`, `model_code`, …,
+    /// `shared::layout::category_name`).
     pub usage: String,
     /// In the small-object region.
     pub small_object: bool,
+    /// On a shared device: the pid of the other process holding the block (none for the
+    /// plan's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner_pid: Option<u32>,
 }
 
 /// One HBM channel after placement.
@@ -273,9 +284,11 @@ pub struct HbmPlan {
     pub channel_size: u64,
     /// Bytes the pool manages (small-object region included).
     pub capacity: u64,
-    /// Bytes booked to it in the ledger (`memory_usage[hbm]`).
+    /// Bytes in use: those booked to it in the plan's ledger (`memory_usage[hbm]`), plus, on
+    /// a shared device, the page-rounded blocks other processes hold on it. `used + free` is
+    /// `capacity` but for the page rounding of the plan's own requests.
     pub used: u64,
-    /// Bytes free: the headroom.
+    /// Bytes free: the headroom (every process's allocations taken).
     pub free: u64,
     /// The largest free block (the largest request above 512 KiB that would succeed).
     pub largest_free: u64,
@@ -283,9 +296,9 @@ pub struct HbmPlan {
     pub small_object_free: u64,
     /// The small-object region's largest free block.
     pub small_object_largest_free: u64,
-    /// Device bytes by usage (from the live allocations).
+    /// Device bytes by usage (from the live allocations, other processes' included).
     pub usage: UsageBytes,
-    /// The live allocations, address-ordered.
+    /// The live allocations, address-ordered (other processes' included).
     pub blocks: Vec<Block>,
 }
 
@@ -645,6 +658,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     };
     let snapshot = shared.as_ref().map(snapshot_note);
     let base = shared.as_ref().map(|s| &*s.pools);
+    let resident = shared.as_ref().map_or(&[][..], |s| &s.resident[..]);
     let s = start(cfg, base)?;
     let nrt = s.rt.nrt();
 
@@ -709,10 +723,10 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         }
     }
 
+    let hbm = hbm_plan(&s.rt, &handles, resident);
     let cores = (0..i64::from(nrt.visible_vnc_count()))
-        .map(|v| core_plan(&nrt, v))
+        .map(|v| core_plan(&nrt, v, &hbm))
         .collect();
-    let hbm = hbm_plan(&s.rt, &handles);
     let visible = i64::from(nrt.visible_vnc_count());
     let lnc = nrt.lnc_size();
     let first_failure = first.map(|(i, core, error, oom)| {

@@ -3,26 +3,47 @@
 
 use super::*;
 
-pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64) -> CorePlan {
+/// Logical core `v` after placement; its headroom capped by the free bytes of the channels
+/// in `hbm` it draws from ([`CorePlan::headroom`]).
+pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64, hbm: &[HbmPlan]) -> CorePlan {
     let st = nrt
         .dmem_get_memory_stats(LogicalCore::from_c(v))
         .unwrap_or_default();
-    let physical = nrt
+    let pcores = nrt
         .virtual_core(LogicalCore::from_c(v))
-        .map(|c| {
-            c.cores()
-                .iter()
-                .map(|p| format!("nd{}:nc{}", p.device_id, p.device_tpb_idx))
-                .collect()
-        })
+        .map(|c| c.cores().to_vec())
         .unwrap_or_default();
+    let physical = pcores
+        .iter()
+        .map(|p| format!("nd{}:nc{}", p.device_id, p.device_tpb_idx))
+        .collect();
+    // The channels it draws from, each once, as `bytes_limit` counts them.
+    let mut channels: Vec<(u32, u32)> = pcores
+        .iter()
+        .map(|p| {
+            (
+                p.device_id,
+                nrt.geom(p.device_id).default_hbm(p.device_tpb_idx),
+            )
+        })
+        .collect();
+    channels.sort_unstable();
+    channels.dedup();
+    let channel_free: u64 = hbm
+        .iter()
+        .filter(|h| channels.contains(&(h.device, h.hbm)))
+        .map(|h| h.free)
+        .sum();
     CorePlan {
         index: v,
         physical,
         models: nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap_or(0),
         used: st.bytes_used,
         limit: st.bytes_limit,
-        headroom: st.bytes_limit.saturating_sub(st.bytes_used),
+        headroom: st
+            .bytes_limit
+            .saturating_sub(st.bytes_used)
+            .min(channel_free),
         usage: usage_list(
             &nrt.vnc_usage(LogicalCore::from_c(v))
                 .unwrap_or_default()
@@ -33,8 +54,13 @@ pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64) -> CorePlan {
 
 /// Every HBM channel: pool figures from the driver, the ledger's bytes, and the live
 /// allocations (the GLOBAL heaps of every physical core, the models' MODEL heaps) placed by
-/// the simulated driver's own addresses.
-pub(super) fn hbm_plan(rt: &HostRuntime, handles: &[ModelHandle]) -> Vec<HbmPlan> {
+/// the simulated driver's own addresses; on a shared device also what other processes hold
+/// (`resident`, live in the scratch device's pools), in `used`, `usage` and `blocks`.
+pub(super) fn hbm_plan(
+    rt: &HostRuntime,
+    handles: &[ModelHandle],
+    resident: &[crate::shared::Resident],
+) -> Vec<HbmPlan> {
     let nrt = rt.nrt();
     let mut seen = std::collections::HashSet::new();
     let mut blocks: Vec<(u32, u32, Block)> = Vec::new();
@@ -62,6 +88,7 @@ pub(super) fn hbm_plan(rt: &HostRuntime, handles: &[ModelHandle]) -> Vec<HbmPlan
                 size: info.size,
                 usage: usage_name(d.mem_usage_type),
                 small_object: info.small_pool,
+                owner_pid: None,
             },
         ));
     };
@@ -74,6 +101,35 @@ pub(super) fn hbm_plan(rt: &HostRuntime, handles: &[ModelHandle]) -> Vec<HbmPlan
     }
     for h in handles {
         let _ = nrt.for_each_model_dmem(*h, |_, d| add(d));
+    }
+    // Other processes' allocations: in the pools the plan ran on, not in its ledger.
+    let mut others = std::collections::HashMap::<(u32, u32), u64>::new();
+    for r in resident {
+        let Some(info) = rt
+            .sim()
+            .and_then(|s| s.memory_info(r.device, r.handle).ok())
+        else {
+            continue;
+        };
+        if info.host {
+            continue;
+        }
+        let base = u64::from(info.hbm_idx) * nrt.geom(r.device).channel_size;
+        *others.entry((r.device, info.hbm_idx)).or_default() += info.size;
+        blocks.push((
+            r.device,
+            info.hbm_idx,
+            Block {
+                offset: info.pa.saturating_sub(base),
+                size: info.size,
+                usage: format!(
+                    "other processes: {}",
+                    crate::shared::layout::category_name(usize::from(r.category))
+                ),
+                small_object: info.small_pool,
+                owner_pid: Some(r.pid),
+            },
+        ));
     }
     blocks.sort_by_key(|(d, h, b)| (*d, *h, b.offset));
     let drv = rt.driver();
@@ -103,7 +159,8 @@ pub(super) fn hbm_plan(rt: &HostRuntime, handles: &[ModelHandle]) -> Vec<HbmPlan
                 hbm: h,
                 channel_size: g.channel_size,
                 capacity: p.capacity,
-                used: ledger.get(h as usize).copied().unwrap_or(0),
+                used: ledger.get(h as usize).copied().unwrap_or(0)
+                    + others.get(&(dev, h)).copied().unwrap_or(0),
                 free: p.free,
                 largest_free: p.largest_free,
                 small_object_free: p.small_object_free,

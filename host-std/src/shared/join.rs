@@ -14,7 +14,7 @@ use nrt_core::sim::{Preset, SimConfig, SimDevice};
 
 use super::file::{flock, last_errno, live_byte, ofd_lock, ofd_locked, open_file, Mapping};
 use super::layout::{self, MAX_PROCESSES, SLOT_FREE, SLOT_LIVE};
-use super::lock::{pids, Locked};
+use super::lock::{h_slot_live, pids, Locked};
 use super::{device_path, reader, Inner, JoinRequest, SharedDevice, SharedError, SharedName};
 use super::{HOLD_VAR, REAP_INTERVAL};
 use crate::backing::HostReservation;
@@ -441,6 +441,24 @@ impl SharedDevice {
     }
 }
 
+/// One allocation a live process holds on a shared device (its ownership record), as a
+/// plan's snapshot reports it ([`PoolSnapshot::resident`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Resident {
+    /// Device.
+    pub device: u32,
+    /// The pools' handle of it (live in [`PoolSnapshot::pools`]: `SimDevice::memory_info`
+    /// places it).
+    pub handle: u64,
+    /// Page-rounded bytes.
+    pub size: u64,
+    /// Its driver category (`mem_alloc_category_t`, public ABI §3; named by
+    /// [`layout::category_name`]).
+    pub category: u8,
+    /// The process holding it.
+    pub pid: u32,
+}
+
 /// A shared device as a process joining it now would find it ([`snapshot_pools`]): what
 /// `plan --device sim:…@name` plans on (docs/PLAN.md "Limits").
 pub struct PoolSnapshot {
@@ -455,6 +473,8 @@ pub struct PoolSnapshot {
     /// The dead processes whose allocations were left out (reclaimed in [`Self::pools`]
     /// only: the file still holds them until a participant reaps).
     pub dead: Vec<reader::ProcSnap>,
+    /// Every allocation the live processes hold.
+    pub resident: Vec<Resident>,
     /// No process of the file lives (or it never finished initialising): a joiner
     /// re-creates it, so [`Self::pools`] is an empty device of the request's configuration.
     pub recreated: bool,
@@ -482,6 +502,7 @@ impl std::fmt::Debug for PoolSnapshot {
             .field("name", &self.name)
             .field("live", &self.live)
             .field("dead", &self.dead)
+            .field("resident", &self.resident.len())
             .field("recreated", &self.recreated)
             .finish()
     }
@@ -558,6 +579,7 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
             pools,
             live: Vec::new(),
             dead,
+            resident: Vec::new(),
             recreated: true,
         });
     }
@@ -590,6 +612,20 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
         for &s in &dead_slots {
             g.reclaim_in(s, &copy);
         }
+        let mut resident = Vec::new();
+        for s in (0..MAX_PROCESSES).filter(|&s| h_slot_live(&inner, s) && !dead_slots.contains(&s))
+        {
+            let pid = g.r().procs[s].pid.load(Ordering::Relaxed);
+            g.for_each_owned(s, |device, o| {
+                resident.push(Resident {
+                    device,
+                    handle: o.handle,
+                    size: o.size,
+                    category: o.category,
+                    pid,
+                })
+            });
+        }
         let procs = reader::Snapshot::read(g.r(), inner.fd.as_raw_fd()).procs;
         drop(g);
         let (dead, live) = procs
@@ -600,6 +636,7 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
             pools: copy,
             live,
             dead,
+            resident,
             recreated: false,
         });
     }

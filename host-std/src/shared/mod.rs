@@ -39,7 +39,7 @@ pub mod layout;
 mod lock;
 pub mod reader;
 
-pub use join::{snapshot_pools, PoolSnapshot};
+pub use join::{snapshot_pools, PoolSnapshot, Resident};
 
 use file::{live_byte, ofd_lock, ofd_locked, open_file, Mapping};
 use join::check_header;
