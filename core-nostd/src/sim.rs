@@ -214,7 +214,8 @@ impl<const NODES: usize> ChannelState<NODES> {
     ///    `gen_pool_fixed_alloc`), no fallback; success grows the scratchpad by `size`.
     /// 2. Otherwise the pool is the small-object region for `size <= SMALL_OBJECT_MAX`, else
     ///    the main pool, and the other one is the fallback (`alt_pool`), tried when the first
-    ///    has no room.
+    ///    has no room. A pool out of nodes refuses instead ([`CarveError::NodesExhausted`]:
+    ///    the driver has no such limit and would have placed the request there).
     /// 3. `align > PAGE_SIZE`: aligned first fit (`gen_pool_first_fit_align`, aligned on the
     ///    absolute address), `EINVAL` above `INT_MAX`; else first fit (`gen_pool_first_fit`).
     fn genalloc_place(
@@ -253,8 +254,11 @@ impl<const NODES: usize> ChannelState<NODES> {
             } else {
                 Pool::Main(c as u32)
             };
+            // Only a pool with no room sends the request on (`alt_pool`). One whose node
+            // array is full refuses it: the driver has no such limit and would have placed
+            // it here, so the other pool would be a placement the driver never makes.
             match r {
-                Err(CarveError::OutOfSpace | CarveError::NodesExhausted) => continue,
+                Err(CarveError::OutOfSpace) => continue,
                 _ => return Ok((pool, r)),
             }
         }
@@ -523,17 +527,18 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
                 st.genalloc_place(req, size)?
             } else {
                 let c = req.hbm_idx;
+                // As under genalloc: only a full small-object pool falls back to the main
+                // pool; one out of nodes refuses (`placed` logs it).
                 let small = if size <= SMALL_OBJECT_MAX {
                     match st.small.alloc(size, req.align) {
-                        Ok(b) => Some(b),
-                        Err(CarveError::OutOfSpace | CarveError::NodesExhausted) => None,
-                        Err(e) => return Err(e.errno()),
+                        Err(CarveError::OutOfSpace) => None,
+                        r => Some(r),
                     }
                 } else {
                     None
                 };
                 match small {
-                    Some(b) => (Pool::Small(c), Ok(b)),
+                    Some(r) => (Pool::Small(c), r),
                     None => (Pool::Main(c), st.main.alloc(size, req.align)),
                 }
             };
@@ -558,14 +563,31 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
             match r {
                 Ok(b) => Ok((Self::encode(dev, pool, b.id), b.addr)),
                 Err(CarveError::NodesExhausted) => {
-                    // Space may be left, but the pool cannot track another allocation: the
-                    // driver answers ENOMEM all the same.
-                    warn!(
-                        "nd{}: {} pool {:?} tracks no more allocations (its node array is full)",
-                        dev,
-                        if req.host { "host DMA" } else { "HBM" },
-                        pool
-                    );
+                    // Space may be left, but the pool cannot track another allocation. The
+                    // driver has no such limit; refusing (with its out-of-memory errno) and
+                    // saying so keeps the limit from ever changing a placement silently
+                    // (docs/PLACEMENT.md "Limits").
+                    let (kind, c) = match pool {
+                        Pool::Main(c) => ("main", c),
+                        Pool::Small(c) => ("small-object", c),
+                        Pool::Scratch(c) => ("main (contiguous scratchpad)", c),
+                        Pool::Host => ("host DMA", 0),
+                    };
+                    if req.host {
+                        warn!(
+                            "nd{}: the {} pool tracks no more allocations (its node array of {} \
+                             is full, a limit of the simulator the driver does not have): {} \
+                             bytes refused with ENOMEM, not placed in another pool",
+                            dev, kind, NODES, size
+                        );
+                    } else {
+                        warn!(
+                            "nd{}: HBM {} {} pool tracks no more allocations (its node array of \
+                             {} is full, a limit of the simulator the driver does not have): {} \
+                             bytes refused with ENOMEM, not placed in another pool",
+                            dev, c, kind, NODES, size
+                        );
+                    }
                     Err(errno::ENOMEM)
                 }
                 Err(e) => {

@@ -1,10 +1,11 @@
 //! What the core logs where libnrt logs. A binary of its own: the logger is process-global.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, Once};
 
 use nrt_core::abi::dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as TENSOR;
 use nrt_core::dmem::AllocArgs;
-use nrt_core::sim::{Preset, SimConfig, SimDevice};
+use nrt_core::driver::{errno, AllocRequest, Driver};
+use nrt_core::sim::{Placement, Preset, SimConfig, SimDevice};
 use nrt_core::{CoreState, InitOptions, Nrt};
 
 /// Every record at WARN or above.
@@ -25,6 +26,15 @@ impl log::Log for Capture {
 
 static CAPTURE: Capture = Capture(Mutex::new(Vec::new()));
 
+/// Installs the capture (once per binary: the logger is process-global).
+fn capture() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        log::set_logger(&CAPTURE).expect("the only logger of this binary");
+        log::set_max_level(log::LevelFilter::Warn);
+    });
+}
+
 fn warnings_containing(text: &str) -> usize {
     let v = CAPTURE.0.lock().unwrap_or_else(|p| p.into_inner());
     v.iter().filter(|l| l.contains(text)).count()
@@ -32,8 +42,7 @@ fn warnings_containing(text: &str) -> usize {
 
 #[test]
 fn unsupported_aligned_allocation_is_warned_about_once_per_device() {
-    log::set_logger(&CAPTURE).expect("the only logger of this binary");
-    log::set_max_level(log::LevelFilter::Warn);
+    capture();
     const WARNING: &str = "does not support aligned allocations";
     let st = CoreState::new_boxed();
     let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 2)).expect("sim");
@@ -65,4 +74,52 @@ fn unsupported_aligned_allocation_is_warned_about_once_per_device() {
     round_trip(0);
     assert_eq!(warned(0), 2);
     n.close().expect("close");
+}
+
+/// A pool whose node array is full refuses with ENOMEM and says why, in both placements
+/// (docs/PLACEMENT.md "Limits"): the simulation limit never silently moves a request to the
+/// other pool.
+#[test]
+fn a_pool_out_of_nodes_is_refused_with_a_warning() {
+    capture();
+    const WARNING: &str = "HBM 0 small-object pool tracks no more allocations (its node array \
+                           of 16 is full, a limit of the simulator the driver does not have): \
+                           4096 bytes refused with ENOMEM, not placed in another pool";
+    let before = warnings_containing(WARNING);
+    for (k, placement) in [Placement::Genalloc, Placement::Tlsf]
+        .into_iter()
+        .enumerate()
+    {
+        let cfg = SimConfig {
+            placement,
+            ..SimConfig::scaled_down(Preset::Trn1, 1)
+        };
+        let sim = SimDevice::<1, 16>::new_boxed_sized(&cfg).expect("sim");
+        let page = AllocRequest {
+            size: 4096,
+            align: 0,
+            host: false,
+            hbm_idx: 0,
+            region: 0,
+            nc_id: 0,
+            category: 9, // TENSORS_DEVICE
+        };
+        let mut placed = 0;
+        let e = loop {
+            match sim.memory_alloc(0, &page) {
+                Ok(h) => {
+                    assert!(sim.memory_info(0, h).unwrap().small_pool, "{placement:?}");
+                    placed += 1;
+                    assert!(placed < 16, "{placement:?}");
+                }
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e, errno::ENOMEM, "{placement:?}");
+        assert_eq!(
+            warnings_containing(WARNING),
+            before + k + 1,
+            "{placement:?}"
+        );
+    }
 }

@@ -795,3 +795,78 @@ fn concurrent_allocations_from_two_threads() {
     assert_eq!(s.alloc_calls(), 400);
     assert_eq!(s.pool_stats(0, false, 0).unwrap().allocations, 0);
 }
+
+/// The node arena is a simulation limit (docs/PLACEMENT.md "Limits"): a pool whose nodes run
+/// out refuses with `ENOMEM`; it never sends the request to the other pool, where the driver
+/// (genalloc has no descriptor limit) would not have put it.
+#[test]
+fn a_pool_out_of_nodes_refuses_instead_of_falling_back() {
+    const N: usize = 16;
+    for placement in [Placement::Genalloc, Placement::Tlsf] {
+        let cfg = SimConfig {
+            placement,
+            ..SimConfig::scaled_down(Preset::Trn1, 1)
+        };
+        let s = SimDevice::<1, N>::new_boxed_sized(&cfg).unwrap();
+        let main_capacity = {
+            let st = s.pool_stats(0, false, 0).unwrap();
+            st.capacity - st.small_object_free
+        };
+        // Small requests: the small-object pool (16 MiB, 4 096 pages) has room for all of
+        // them, its N nodes do not.
+        let mut placed = 0;
+        let e = loop {
+            match s.memory_alloc(0, &req(PAGE_SIZE)) {
+                Ok(h) => {
+                    let i = s.memory_info(0, h).unwrap();
+                    assert!(
+                        i.small_pool,
+                        "{placement:?}: #{placed} left the pool: {i:?}"
+                    );
+                    placed += 1;
+                }
+                Err(e) => break e,
+            }
+            assert!(placed < N, "{placement:?}: more allocations than nodes");
+        };
+        assert_eq!(e, errno::ENOMEM, "{placement:?}");
+        assert!(placed >= (N - 1) / 2, "{placement:?}: {placed}");
+        let st = s.pool_stats(0, false, 0).unwrap();
+        assert_eq!(
+            st.free - st.small_object_free,
+            main_capacity,
+            "{placement:?}: main used"
+        );
+        assert!(
+            st.small_object_free > 1000 * PAGE_SIZE,
+            "{placement:?}: {st:?}"
+        );
+        // Refused again, and the main pool still serves what it serves first.
+        assert_eq!(s.memory_alloc(0, &req(PAGE_SIZE)), Err(errno::ENOMEM));
+        let big = s
+            .memory_alloc(0, &req(SMALL_OBJECT_MAX + PAGE_SIZE))
+            .unwrap();
+        assert!(!s.memory_info(0, big).unwrap().small_pool);
+        // Large requests on a fresh channel: its main pool (32 MiB) runs out of nodes
+        // first; genalloc would fall back to the small-object pool when the main pool is
+        // *full*, never when it only cannot track another block.
+        let mut placed = 0;
+        let e = loop {
+            match s.memory_alloc(0, &req(SMALL_OBJECT_MAX + PAGE_SIZE).hbm(1)) {
+                Ok(h) => {
+                    assert!(!s.memory_info(0, h).unwrap().small_pool, "{placement:?}");
+                    placed += 1;
+                }
+                Err(e) => break e,
+            }
+            assert!(placed < N, "{placement:?}: more allocations than nodes");
+        };
+        assert_eq!(e, errno::ENOMEM, "{placement:?}");
+        let st = s.pool_stats(0, false, 1).unwrap();
+        assert_eq!(
+            st.small_object_free,
+            small_region(64 * MIB),
+            "{placement:?}"
+        );
+    }
+}
