@@ -61,8 +61,9 @@ pub struct Cli {
 /// Flags accepted before or after the subcommand.
 #[derive(Debug, Args, Default)]
 pub struct GlobalArgs {
-    /// Device: sim:trn2, sim:inf2x2, … (inf2, trn1, trn2 or trn3, times 1-32 devices) or neuron
-    /// (overrides NRT_DMEM_DEVICE).
+    /// Device: sim:trn2, sim:inf2x2, … (inf2, trn1, trn2 or trn3, times 1-32 devices; +tlsf for
+    /// the fast TLSF placement instead of the driver's genalloc; @NAME for a device shared by
+    /// processes) or neuron (overrides NRT_DMEM_DEVICE).
     #[arg(long, global = true, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<DeviceChoice>,
     /// Physical cores per logical core (overrides NEURON_RT_VIRTUAL_CORE_SIZE).
@@ -535,14 +536,22 @@ mod tests {
         .unwrap();
         assert_eq!(
             cli.global.device,
-            Some(DeviceChoice::Sim {
-                preset: nrt_core::sim::Preset::Inf2,
-                devices: 2
-            })
+            Some(DeviceChoice::sim(nrt_core::sim::Preset::Inf2, 2))
         );
         assert_eq!(cli.global.visible_cores, Some((1, 2)));
         assert_eq!(cli.global.verbose, 2);
         assert!(Cli::try_parse_from(["nrt-dmem", "--device", "gpu", "demo"]).is_err());
+        let tlsf =
+            Cli::try_parse_from(["nrt-dmem", "demo", "--device", "sim:trn2x2+tlsf"]).unwrap();
+        assert_eq!(
+            tlsf.global.device,
+            Some(DeviceChoice::Sim {
+                preset: nrt_core::sim::Preset::Trn2,
+                devices: 2,
+                placement: nrt_core::sim::Placement::Tlsf,
+            })
+        );
+        assert!(Cli::try_parse_from(["nrt-dmem", "--device", "sim:trn2+fast", "demo"]).is_err());
         assert!(Cli::try_parse_from(["nrt-dmem", "demo", "--bogus"]).is_err());
         let cfg = runtime_config(&cli.global, None, true).unwrap();
         assert_eq!(cfg.vcores.visible, Some((1, 2)));

@@ -403,6 +403,28 @@ fn unknown_flag_gets_clap_help() {
     );
     let err = input_error(&mut cmd_with(&[], &["--device", "gpu", "demo"]));
     assert!(err.contains("sim:<inf2|trn1|trn2|trn3>"), "{err}");
+    let err = input_error(&mut cmd_with(&[], &["--device", "sim:trn2+fast", "demo"]));
+    assert!(err.contains("unknown placement after `+`"), "{err}");
+}
+
+#[test]
+fn the_tlsf_placement_is_a_device_option() {
+    // The flag and the variable both take it, and the report names the device as given.
+    for (env, args) in [
+        (
+            vec![],
+            vec!["stats", "--json", "--device", "sim:trn2x2+tlsf"],
+        ),
+        (
+            vec![("NRT_DMEM_DEVICE", "sim:trn2x2+tlsf")],
+            vec!["stats", "--json"],
+        ),
+    ] {
+        let o = run_with(&env, &args);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(out.contains("sim:trn2x2+tlsf"), "{out}");
+    }
 }
 
 #[test]

@@ -256,6 +256,26 @@ fn a_core_is_exclusive_and_the_refusal_names_the_holder() {
 }
 
 #[test]
+fn every_process_of_a_device_has_its_placement() {
+    // The file records the placement its creator named (docs/SHARED_DEVICE.md); a process
+    // naming another one is refused while the device is in use.
+    let dir = shm_dir("placement");
+    let a = Worker::start(spawn(&dir, "sim:trn2+tlsf@placement", "0", &[]));
+    let e = Worker::try_start(spawn(&dir, "sim:trn2@placement", "1", &[]))
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("tlsf placement) by live processes")
+            && e.contains("asks for trn2x1 (channel 25769803776 B, genalloc placement)"),
+        "{e}"
+    );
+    Worker::start(spawn(&dir, "sim:trn2+tlsf@placement", "1", &[])).exit();
+    a.exit();
+    // Once every process is gone, the next one re-creates the device with its own.
+    Worker::start(spawn(&dir, "sim:trn2@placement", "1", &[])).exit();
+}
+
+#[test]
 fn the_17th_process_is_refused() {
     let dir = shm_dir("seventeen");
     let dev = "sim:trn2x2@seventeen";

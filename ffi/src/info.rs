@@ -150,7 +150,9 @@ pub(crate) fn c_text<const N: usize>(s: &str) -> [c_char; N] {
 /// `NRT_INSTANCE_UNKNOWN` on the real driver, whose instance type this library does not read).
 fn instance(cfg: &RuntimeConfig) -> nrt_instance_info_t {
     let (family, size, arch, rev) = match cfg.device {
-        DeviceChoice::Sim { preset, devices }
+        DeviceChoice::Sim {
+            preset, devices, ..
+        }
         | DeviceChoice::Shared {
             preset, devices, ..
         } => {

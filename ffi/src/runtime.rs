@@ -17,8 +17,9 @@ fn config() -> Res<RuntimeConfig> {
 }
 
 /// Initializes the runtime. The device comes from the environment, read now:
-/// `NRT_DMEM_DEVICE` (`sim:trn2` by default, `sim:trn1`, `sim:inf2x2`, … or `neuron` for
-/// `/dev/neuron*`), `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_NUM_CORES` and
+/// `NRT_DMEM_DEVICE` (`sim:trn2` by default, `sim:trn1`, `sim:inf2x2`, `sim:trn2+tlsf` for the
+/// fast TLSF placement, … or `neuron` for `/dev/neuron*`), `NEURON_RT_VISIBLE_CORES`,
+/// `NEURON_RT_NUM_CORES` and
 /// `NEURON_RT_VIRTUAL_CORE_SIZE`. The runtime can be initialized again after `nrt_close`.
 ///
 /// `framework` is a `nrt_framework_type_t` (NRT_INVALID for other values); `fw_version` and
@@ -64,7 +65,9 @@ pub extern "C" fn nrt_close() {
 fn total_from_config() -> Res<(u32, RuntimeConfig)> {
     let cfg = config()?;
     let (arch, cores, devices) = match cfg.device {
-        DeviceChoice::Sim { preset, devices }
+        DeviceChoice::Sim {
+            preset, devices, ..
+        }
         | DeviceChoice::Shared {
             preset, devices, ..
         } => {

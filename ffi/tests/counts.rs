@@ -25,4 +25,22 @@ fn total_does_not_depend_on_the_visible_slice() {
         assert_eq!(nrt_get_visible_vnc_count(&mut visible), 0);
     }
     assert_eq!((total, visible), (4, 2));
+    // The device string's placement option (`+tlsf`, docs/PLACEMENT.md) is read here too;
+    // an unknown one is refused with the reason.
+    std::env::set_var("NRT_DMEM_DEVICE", "sim:trn2x2+tlsf");
+    // SAFETY: a valid out-pointer.
+    unsafe {
+        assert_eq!(nrt_get_total_vnc_count(&mut total), 0);
+    }
+    assert_eq!(total, 8, "two trn2 at LNC 2");
+    std::env::set_var("NRT_DMEM_DEVICE", "sim:trn2+fast");
+    // SAFETY: a valid out-pointer.
+    unsafe {
+        assert_eq!(nrt_get_total_vnc_count(&mut total), 2, "NRT_INVALID");
+        let msg = std::ffi::CStr::from_ptr(nrtx_get_last_error_message());
+        assert!(
+            msg.to_string_lossy().contains("unknown placement"),
+            "{msg:?}"
+        );
+    }
 }

@@ -4,18 +4,21 @@
 //! environment: build a [`RuntimeConfig`] from the environment, then set fields.
 #![deny(unsafe_code)]
 
-use nrt_core::sim::{self, parse_device_spec, Preset};
+use nrt_core::sim::{self, parse_device_spec, Placement, Preset};
 use nrt_core::vcore::VcoreOptions;
 
 /// Which driver backs the runtime.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum DeviceChoice {
-    /// The simulated device (`sim:trn2`, `sim:inf2x2`, …), host-backed memory.
+    /// The simulated device (`sim:trn2`, `sim:inf2x2`, `sim:trn2+tlsf`, …), host-backed
+    /// memory.
     Sim {
         /// Instance preset.
         preset: Preset,
         /// Devices.
         devices: u32,
+        /// HBM placement (`+tlsf`; docs/PLACEMENT.md): the driver's genalloc by default.
+        placement: Placement,
     },
     /// The real driver over `/dev/neuron*`.
     Neuron,
@@ -26,63 +29,115 @@ pub enum DeviceChoice {
         preset: Preset,
         /// Devices.
         devices: u32,
+        /// HBM placement, recorded in the file: every process of the device must name the
+        /// same one.
+        placement: Placement,
         /// The device's name.
         name: crate::shared::SharedName,
     },
 }
 
+/// What `NRT_DMEM_DEVICE` accepts, for messages.
+const DEVICE_SYNTAX: &str =
+    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>][+tlsf][@<shared name>] or neuron";
+
 impl DeviceChoice {
-    /// Parses `NRT_DMEM_DEVICE`: `sim:<preset>[x<devices>]` or `neuron`.
+    /// A private simulated device of `devices` × `preset` with the driver's placement.
+    pub const fn sim(preset: Preset, devices: u32) -> Self {
+        DeviceChoice::Sim {
+            preset,
+            devices,
+            placement: Placement::Genalloc,
+        }
+    }
+
+    /// Parses `NRT_DMEM_DEVICE` (public ABI §4 "Environment"):
+    /// `sim:<preset>[x<devices>][+<placement>][@<shared name>]` or `neuron`. The placement is
+    /// `tlsf` (the fast good-fit carve) or `genalloc` (the driver's, the default;
+    /// docs/PLACEMENT.md).
     pub fn parse(s: &str) -> Result<Self, ConfigError> {
         let t = s.trim();
         if t.eq_ignore_ascii_case("neuron") {
             return Ok(DeviceChoice::Neuron);
         }
         let spec = t.strip_prefix("sim:").unwrap_or(t);
-        if let Some((spec, name)) = spec.split_once('@') {
-            let name = crate::shared::SharedName::parse(name)
-                .map_err(|reason| ConfigError::new("NRT_DMEM_DEVICE", s, reason))?;
-            let (preset, devices) = parse_device_spec(spec).ok_or_else(|| {
-                ConfigError::new(
+        let (spec, name) = match spec.split_once('@') {
+            Some((_, name)) if name.contains('+') => {
+                return Err(ConfigError::new(
                     "NRT_DMEM_DEVICE",
                     s,
-                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>]@<name>",
-                )
-            })?;
-            return Ok(DeviceChoice::Shared {
+                    "the placement goes before the shared name: sim:<preset>[x<n>]+tlsf@<name>",
+                ))
+            }
+            Some((spec, name)) => (
+                spec,
+                Some(
+                    crate::shared::SharedName::parse(name)
+                        .map_err(|reason| ConfigError::new("NRT_DMEM_DEVICE", s, reason))?,
+                ),
+            ),
+            None => (spec, None),
+        };
+        let (spec, placement) = match spec.split_once('+') {
+            Some((spec, p)) => (
+                spec,
+                Placement::parse(p).ok_or_else(|| {
+                    ConfigError::new(
+                        "NRT_DMEM_DEVICE",
+                        s,
+                        "unknown placement after `+`: expected +tlsf (the fast good-fit carve) \
+                         or +genalloc (the driver's, the default)",
+                    )
+                })?,
+            ),
+            None => (spec, Placement::Genalloc),
+        };
+        let (preset, devices) = parse_device_spec(spec)
+            .ok_or_else(|| ConfigError::new("NRT_DMEM_DEVICE", s, DEVICE_SYNTAX))?;
+        Ok(match name {
+            Some(name) => DeviceChoice::Shared {
                 preset,
                 devices,
+                placement,
                 name,
-            });
-        }
-        parse_device_spec(spec)
-            .map(|(preset, devices)| DeviceChoice::Sim { preset, devices })
-            .ok_or_else(|| {
-                ConfigError::new(
-                    "NRT_DMEM_DEVICE",
-                    s,
-                    "expected sim:<inf2|trn1|trn2|trn3>[x<1..32>][@<shared name>] or neuron",
-                )
-            })
+            },
+            None => DeviceChoice::Sim {
+                preset,
+                devices,
+                placement,
+            },
+        })
     }
 }
 
 impl std::fmt::Display for DeviceChoice {
+    /// The string [`DeviceChoice::parse`] reads back: `sim:trn2x2+tlsf@prod`, the count left
+    /// out for one device and the placement for genalloc.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeviceChoice::Sim { preset, devices: 1 } => write!(f, "sim:{}", preset.name()),
-            DeviceChoice::Sim { preset, devices } => write!(f, "sim:{}x{}", preset.name(), devices),
-            DeviceChoice::Neuron => f.write_str("neuron"),
-            DeviceChoice::Shared {
+        let (preset, devices, placement, name) = match self {
+            DeviceChoice::Neuron => return f.write_str("neuron"),
+            DeviceChoice::Sim {
                 preset,
-                devices: 1,
-                name,
-            } => write!(f, "sim:{}@{name}", preset.name()),
+                devices,
+                placement,
+            } => (preset, *devices, *placement, None),
             DeviceChoice::Shared {
                 preset,
                 devices,
+                placement,
                 name,
-            } => write!(f, "sim:{}x{}@{name}", preset.name(), devices),
+            } => (preset, *devices, *placement, Some(name)),
+        };
+        write!(f, "sim:{}", preset.name())?;
+        if devices != 1 {
+            write!(f, "x{devices}")?;
+        }
+        if placement != Placement::Genalloc {
+            write!(f, "+{}", placement.name())?;
+        }
+        match name {
+            Some(name) => write!(f, "@{name}"),
+            None => Ok(()),
         }
     }
 }
@@ -160,10 +215,7 @@ pub const HOST_CAPACITY: nrt_core::Capacity = nrt_core::Capacity {
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
-            device: DeviceChoice::Sim {
-                preset: Preset::Trn2,
-                devices: 1,
-            },
+            device: DeviceChoice::sim(Preset::Trn2, 1),
             vcores: VcoreOptions::default(),
             scratchpad_page_size: None,
             contiguous_scratchpad: false,
@@ -455,13 +507,7 @@ mod tests {
             ("NEURON_RT_NUM_CORES", "2"),
         ])
         .unwrap();
-        assert_eq!(
-            c.device,
-            DeviceChoice::Sim {
-                preset: Preset::Inf2,
-                devices: 2
-            }
-        );
+        assert_eq!(c.device, DeviceChoice::sim(Preset::Inf2, 2));
         assert_eq!(c.vcores.visible, Some((1, 3)));
         assert_eq!(c.vcores.num_cores, Some(2));
         assert_eq!(
@@ -516,6 +562,7 @@ mod tests {
             preset,
             devices,
             name,
+            ..
         } = d
         else {
             panic!("{d:?}")
@@ -547,5 +594,61 @@ mod tests {
             .reason
             .contains("longer than 32"));
         assert!(DeviceChoice::parse(&format!("sim:trn2@{}", "n".repeat(32))).is_ok());
+    }
+
+    #[test]
+    fn a_placement_option_selects_the_tlsf_carve_and_round_trips() {
+        let tlsf = |preset, devices| DeviceChoice::Sim {
+            preset,
+            devices,
+            placement: Placement::Tlsf,
+        };
+        for (s, want, shown) in [
+            ("sim:trn2+tlsf", tlsf(Preset::Trn2, 1), "sim:trn2+tlsf"),
+            ("sim:trn2x2+tlsf", tlsf(Preset::Trn2, 2), "sim:trn2x2+tlsf"),
+            (" INF2X4+TLSF ", tlsf(Preset::Inf2, 4), "sim:inf2x4+tlsf"),
+            (
+                "sim:trn1+genalloc",
+                DeviceChoice::sim(Preset::Trn1, 1),
+                "sim:trn1",
+            ),
+            ("sim:trn3", DeviceChoice::sim(Preset::Trn3, 1), "sim:trn3"),
+        ] {
+            let d = DeviceChoice::parse(s).unwrap();
+            assert_eq!(d, want, "{s}");
+            assert_eq!(d.to_string(), shown, "{s}");
+            assert_eq!(DeviceChoice::parse(&d.to_string()).unwrap(), d, "{s}");
+        }
+        // A shared device records its placement (every process must name the same one).
+        let d = DeviceChoice::parse("sim:trn2x2+tlsf@prod").unwrap();
+        let DeviceChoice::Shared {
+            placement, name, ..
+        } = d
+        else {
+            panic!("{d:?}")
+        };
+        assert_eq!((placement, name.as_str()), (Placement::Tlsf, "prod"));
+        assert_eq!(d.to_string(), "sim:trn2x2+tlsf@prod");
+        assert_eq!(DeviceChoice::parse(&d.to_string()).unwrap(), d);
+        // The environment reads it like --device.
+        let c = cfg(&[("NRT_DMEM_DEVICE", "sim:trn2+tlsf")]).unwrap();
+        assert_eq!(c.device, tlsf(Preset::Trn2, 1));
+        for (s, why) in [
+            (
+                "sim:trn2+fast",
+                "unknown placement after `+`: expected +tlsf",
+            ),
+            ("sim:trn2+", "unknown placement"),
+            ("sim:trn2+tlsf+tlsf", "unknown placement"),
+            ("sim:trn2,tlsf", "[+tlsf]"),
+            ("sim:+tlsf", "expected sim:"),
+            ("neuron+tlsf", "expected sim:"),
+            ("sim:trn2@prod+tlsf", "goes before the shared name"),
+        ] {
+            let e = DeviceChoice::parse(s).unwrap_err();
+            assert_eq!(e.var, "NRT_DMEM_DEVICE");
+            assert!(e.reason.contains(why), "{s}: {}", e.reason);
+            assert!(e.to_string().contains(s), "{s}: {e}");
+        }
     }
 }

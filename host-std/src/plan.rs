@@ -647,9 +647,10 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
         DeviceChoice::Shared {
             preset,
             devices,
+            placement,
             name,
         } => {
-            let join = crate::shared::JoinRequest::for_runtime(preset, devices, &cfg);
+            let join = crate::shared::JoinRequest::for_runtime(preset, devices, placement, &cfg);
             let snap = crate::shared::snapshot_pools(&name, &join)
                 .map_err(|e| PlanError::SharedDevice(e.to_string()))?;
             Some(snap)

@@ -75,19 +75,27 @@ impl HostRuntime {
     pub fn new(config: RuntimeConfig) -> Result<Self, BuildError> {
         nrt_core::sync::set_relax_hook(std::thread::yield_now);
         let backend = match config.device {
-            DeviceChoice::Sim { preset, devices } => {
+            DeviceChoice::Sim {
+                preset,
+                devices,
+                placement,
+            } => {
                 let mut c = SimConfig::new(preset, devices);
                 c.aligned_alloc = config.aligned_alloc;
                 c.channel_size_override = config.sim_channel_size;
+                c.placement = placement;
                 Backend::Sim(HostSim::new(&c)?)
             }
             DeviceChoice::Neuron => Backend::Neuron(NeuronDriver::open()?),
             DeviceChoice::Shared {
                 preset,
                 devices,
+                placement,
                 name,
             } => {
-                let req = JoinRequest::for_runtime(preset, devices, &config);
+                // The placement is recorded in the file by its creator; a process naming
+                // another one is refused while others use it (`SharedDevice::open`).
+                let req = JoinRequest::for_runtime(preset, devices, placement, &config);
                 Backend::Shared(SharedDevice::open(&name, &req).map_err(crate::Error::from)?)
             }
         };

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 fn runtime(preset: Preset) -> HostRuntime {
     HostRuntime::start(RuntimeConfig {
-        device: DeviceChoice::Sim { preset, devices: 1 },
+        device: DeviceChoice::sim(preset, 1),
         ..RuntimeConfig::default()
     })
     .unwrap()

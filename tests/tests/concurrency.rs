@@ -62,10 +62,7 @@ fn resident_bytes(rt: &HostRuntime) -> u64 {
 
 #[test]
 fn threads_load_execute_unload_on_one_core() {
-    let rt = Arc::new(runtime(DeviceChoice::Sim {
-        preset: nrt_core::sim::Preset::Trn2,
-        devices: 1,
-    }));
+    let rt = Arc::new(runtime(DeviceChoice::sim(nrt_core::sim::Preset::Trn2, 1)));
     let a = allocs();
     let spec = ModelSpec {
         name: "shared",
@@ -182,10 +179,7 @@ fn threads_load_execute_unload_on_one_core() {
 
 #[test]
 fn concurrent_first_loads_stage_the_ext_isa_once() {
-    let rt = Arc::new(runtime(DeviceChoice::Sim {
-        preset: nrt_core::sim::Preset::Trn1,
-        devices: 1,
-    }));
+    let rt = Arc::new(runtime(DeviceChoice::sim(nrt_core::sim::Preset::Trn1, 1)));
     let start = Arc::new(Barrier::new(8));
     let hs: Vec<_> = (0..8)
         .map(|_| {
@@ -214,10 +208,7 @@ fn concurrent_first_loads_stage_the_ext_isa_once() {
 
 #[test]
 fn executions_are_serialised_per_core() {
-    let rt = Arc::new(runtime(DeviceChoice::Sim {
-        preset: nrt_core::sim::Preset::Trn2,
-        devices: 1,
-    }));
+    let rt = Arc::new(runtime(DeviceChoice::sim(nrt_core::sim::Preset::Trn2, 1)));
     let spec = ModelSpec {
         name: "s",
         subgraphs: 1,

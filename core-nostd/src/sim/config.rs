@@ -129,6 +129,14 @@ impl Placement {
         }
     }
 
+    /// The lower-case name [`Placement::parse`] reads (`genalloc`, `tlsf`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Placement::Genalloc => "genalloc",
+            Placement::Tlsf => "tlsf",
+        }
+    }
+
     /// The carve policy of the HBM pools.
     pub(super) const fn policy(self) -> Policy {
         match self {

@@ -267,8 +267,9 @@ NRT_STATUS nrt_get_model_nc_count(const nrt_model_t *model, uint32_t *vnc_count)
 
 /**
  * Initializes the runtime. The device comes from the environment, read now:
- * `NRT_DMEM_DEVICE` (`sim:trn2` by default, `sim:trn1`, `sim:inf2x2`, ... or `neuron` for
- * `/dev/neuron*`), `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_NUM_CORES` and
+ * `NRT_DMEM_DEVICE` (`sim:trn2` by default, `sim:trn1`, `sim:inf2x2`, `sim:trn2+tlsf` for the
+ * fast TLSF placement, ... or `neuron` for `/dev/neuron*`), `NEURON_RT_VISIBLE_CORES`,
+ * `NEURON_RT_NUM_CORES` and
  * `NEURON_RT_VIRTUAL_CORE_SIZE`. The runtime can be initialized again after `nrt_close`.
  *
  * `framework` is a `nrt_framework_type_t` (NRT_INVALID for other values); `fw_version` and

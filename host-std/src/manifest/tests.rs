@@ -383,7 +383,7 @@ fn shipped_examples_load_together_on_one_core_of_trn2_and_trn1() {
     paths.sort();
     for preset in [Preset::Trn2, Preset::Trn1] {
         let cfg = RuntimeConfig {
-            device: DeviceChoice::Sim { preset, devices: 1 },
+            device: DeviceChoice::sim(preset, 1),
             ..RuntimeConfig::default()
         };
         let rt = crate::HostRuntime::start(cfg).unwrap();

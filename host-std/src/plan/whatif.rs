@@ -13,11 +13,14 @@ impl Replay<'_> {
             (
                 Some(snap),
                 DeviceChoice::Shared {
-                    preset, devices, ..
+                    preset,
+                    devices,
+                    placement,
+                    ..
                 },
             ) => snap
                 .check_cores(&crate::shared::JoinRequest::for_runtime(
-                    preset, devices, cfg,
+                    preset, devices, placement, cfg,
                 ))
                 .map_err(|e| e.to_string()),
             _ => Ok(()),

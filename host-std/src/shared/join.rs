@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nrt_core::driver::{errno, DeviceInfo, Driver, Errno};
-use nrt_core::sim::{Preset, SimConfig, SimDevice};
+use nrt_core::sim::{Placement, Preset, SimConfig, SimDevice};
 
 use super::file::{flock, last_errno, live_byte, ofd_lock, ofd_locked, open_file, Mapping};
 use super::layout::{self, MAX_PROCESSES, SLOT_FREE, SLOT_LIVE};
@@ -59,28 +59,40 @@ pub(crate) fn check_header(h: &layout::Header, file_len: u64) -> Result<(), Stri
 /// and host pool sizes); `EBUSY` naming both otherwise. A join and a plan's snapshot both
 /// apply it.
 fn check_geometry(h: &layout::Header, cfg: &SimConfig) -> Result<(), (Errno, String)> {
+    let channel = cfg
+        .channel_size_override
+        .unwrap_or(cfg.preset.device_info().hbm_channel_size);
     let same = h.preset.load(Ordering::Acquire) == cfg.preset as u32
         && h.devices.load(Ordering::Acquire) == cfg.devices
-        && h.channel_size.load(Ordering::Acquire)
-            == cfg
-                .channel_size_override
-                .unwrap_or(cfg.preset.device_info().hbm_channel_size)
-        && h.host_capacity.load(Ordering::Acquire) == cfg.host_dma_capacity;
+        && h.channel_size.load(Ordering::Acquire) == channel
+        && h.host_capacity.load(Ordering::Acquire) == cfg.host_dma_capacity
+        // The placement policy is the pools': one for every process of the device.
+        && h.placement.load(Ordering::Acquire) == cfg.placement as u32;
     if same {
         return Ok(());
     }
+    let placement = |v: u32| {
+        [Placement::Genalloc, Placement::Tlsf]
+            .into_iter()
+            .find(|p| *p as u32 == v)
+            .map_or("?", |p| p.name())
+    };
     Err((
         errno::EBUSY,
         format!(
-            "in use as a {}x{} (channel {} B) by live processes; this process asks for {}x{}",
+            "in use as a {}x{} (channel {} B, {} placement) by live processes; this process \
+             asks for {}x{} (channel {} B, {} placement)",
             Preset::ALL
                 .iter()
                 .find(|p| **p as u32 == h.preset.load(Ordering::Relaxed))
                 .map_or("?", |p| p.name()),
             h.devices.load(Ordering::Relaxed),
             h.channel_size.load(Ordering::Relaxed),
+            placement(h.placement.load(Ordering::Relaxed)),
             cfg.preset.name(),
-            cfg.devices
+            cfg.devices,
+            channel,
+            cfg.placement.name(),
         ),
     ))
 }

@@ -175,11 +175,13 @@ impl JoinRequest {
     pub fn for_runtime(
         preset: Preset,
         devices: u32,
+        placement: nrt_core::sim::Placement,
         config: &crate::config::RuntimeConfig,
     ) -> JoinRequest {
         let mut c = SimConfig::new(preset, devices);
         c.aligned_alloc = config.aligned_alloc;
         c.channel_size_override = config.sim_channel_size;
+        c.placement = placement;
         let mut info = preset.device_info();
         info.hbm_channel_size = c.channel_size_override.unwrap_or(info.hbm_channel_size);
         let cores =
