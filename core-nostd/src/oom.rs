@@ -100,14 +100,18 @@ fn round_up(v: u64, page: u64) -> Option<u64> {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum OomCause {
-    /// Fewer bytes free on the channel than the request needs.
+    /// Fewer bytes free on the channel than the driver was asked for (`needed + emulation`).
     ChannelFull {
         /// HBM channel.
         hbm: u32,
         /// Bytes free there.
         free: u64,
-        /// Bytes the driver was asked for.
+        /// Bytes the request needs (page-rounded), in its own terms like every cause's.
         needed: u64,
+        /// Bytes the runtime added in front to emulate the request's alignment (the
+        /// alignment itself; 0 when the driver aligned natively): the driver was asked for
+        /// `needed + emulation`.
+        emulation: u64,
     },
     /// Enough bytes free, but no free block holds the request.
     NoBlock {
@@ -160,7 +164,8 @@ impl OomCause {
             return OomCause::ChannelFull {
                 hbm,
                 free: plain.free,
-                needed: req.driver_size(),
+                needed,
+                emulation: req.emulation_extra(),
             };
         }
         let unaligned = FailedRequest {
@@ -203,11 +208,33 @@ impl OomCause {
 impl fmt::Display for OomCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            OomCause::ChannelFull { hbm, free, needed } => write!(
+            OomCause::ChannelFull {
+                hbm,
+                free,
+                needed,
+                emulation: 0,
+            } => write!(
                 f,
                 "why: HBM {hbm} is full: {:.3}MB free, {:.3}MB needed",
                 mb(free),
                 mb(needed)
+            ),
+            // The driver's figure, and where it comes from: the request's own size is what
+            // the error line and the plan show.
+            OomCause::ChannelFull {
+                hbm,
+                free,
+                needed,
+                emulation,
+            } => write!(
+                f,
+                "why: HBM {hbm} is full: {:.3}MB free, {:.3}MB needed ({:.3}MB at a \
+                 {emulation}-byte alignment, plus the {:.3}MB the runtime over-allocates to \
+                 emulate it)",
+                mb(free),
+                mb(needed.saturating_add(emulation)),
+                mb(needed),
+                mb(emulation)
             ),
             OomCause::NoBlock {
                 hbm,
@@ -453,9 +480,37 @@ mod tests {
             OomCause::ChannelFull {
                 hbm: 2,
                 free: 50 * MIB,
-                needed: 100 * MIB
+                needed: 100 * MIB,
+                emulation: 0
             }
         );
+        // Emulated: the channel is measured against `size + align`, the request stays its
+        // own size (the mix-up of a 1 GiB request reported as 17 GiB needed, 17 GiB missing).
+        let gib = 1024 * MIB;
+        let one_at_16 = req(gib, 16 * gib, false);
+        let full = c(&one_at_16, &stats(13 * gib, 13 * gib, 0, 0), None);
+        assert_eq!(
+            full,
+            OomCause::ChannelFull {
+                hbm: 2,
+                free: 13 * gib,
+                needed: gib,
+                emulation: 16 * gib
+            }
+        );
+        let why = std::format!("{full}");
+        assert!(
+            why.contains(
+                "13312.000MB free, 17408.000MB needed (1024.000MB at a 17179869184-byte \
+                 alignment, plus the 16384.000MB the runtime over-allocates to emulate it)"
+            ),
+            "{why}"
+        );
+        // Natively aligned, the driver is asked for the request's own size.
+        assert!(matches!(
+            c(&req(gib, 16 * gib, true), &stats(MIB, MIB, 0, 0), None),
+            OomCause::ChannelFull { needed, emulation: 0, .. } if needed == gib
+        ));
         // 300 MiB free, but the small-object region's 200 MiB block does not serve 100 MiB
         assert_eq!(
             c(

@@ -328,7 +328,8 @@ pub struct OomFigures {
     pub hbm: u32,
     /// Usage type of the failing request.
     pub usage: String,
-    /// Bytes the request needed (page-rounded).
+    /// Bytes the request needed (page-rounded), in its own terms: without the alignment an
+    /// emulated alignment adds (the "why" line gives the driver's figure).
     pub requested: u64,
     /// The largest request like it that would have succeeded.
     pub largest_block: u64,
@@ -339,7 +340,8 @@ pub struct OomFigures {
     /// Enough bytes free on the channel, but no free block holds the request
     /// (fragmentation, or alignment).
     pub fragmented: bool,
-    /// The request is larger than the whole channel: nothing makes it fit.
+    /// The request (with the bytes an emulated alignment adds) is larger than the whole
+    /// channel: nothing makes it fit.
     pub larger_than_channel: bool,
     /// The OOM report's "why" line.
     pub why: String,

@@ -173,6 +173,13 @@ pub(super) fn hbm_plan(
     out
 }
 
+/// The first device OOM's figures, all in the failing request's own terms (what the user
+/// asked for, as [`OomCause`] states it): `requested` its page-rounded size, `largest_block`
+/// the largest request of the same alignment that would have succeeded (with emulated
+/// alignment, the driver's block less the alignment the emulation adds, as
+/// `FailedRequest::in_request_terms` measures it), `missing` the difference. Only
+/// `larger_than_channel` is the driver's view: whether what the driver must be asked for
+/// (`size + align` when emulated) exceeds a whole channel.
 pub(super) fn oom_figures(
     e: &nrt_core::Error,
     ch: Option<&FailingChannel>,
@@ -188,16 +195,19 @@ pub(super) fn oom_figures(
     else {
         return None;
     };
-    let (requested, largest, free, fragmented, why) = match ch {
+    let (requested, emulation, largest, free, fragmented, why) = match ch {
         Some(c) => {
-            let needed = match c.cause {
-                OomCause::ChannelFull { needed, .. }
-                | OomCause::NoBlock { needed, .. }
+            let (needed, emulation) = match c.cause {
+                OomCause::ChannelFull {
+                    needed, emulation, ..
+                } => (needed, emulation),
+                OomCause::NoBlock { needed, .. }
                 | OomCause::Alignment { needed, .. }
-                | OomCause::Refused { needed, .. } => needed,
+                | OomCause::Refused { needed, .. } => (needed, 0),
             };
             (
                 needed,
+                emulation,
                 c.shown.largest_request(),
                 c.shown.free,
                 matches!(
@@ -207,7 +217,7 @@ pub(super) fn oom_figures(
                 c.cause.to_string(),
             )
         }
-        None => (size, 0, 0, false, String::new()),
+        None => (size, 0, 0, 0, false, String::new()),
     };
     Some(OomFigures {
         device,
@@ -218,7 +228,7 @@ pub(super) fn oom_figures(
         missing: requested.saturating_sub(largest),
         channel_free: free,
         fragmented,
-        larger_than_channel: requested > channel,
+        larger_than_channel: requested.saturating_add(emulation) > channel,
         why,
     })
 }

@@ -1,0 +1,86 @@
+//! The plan's OOM figures for a request whose alignment the runtime emulates (spec §3.2: the
+//! driver refuses alignments above `INT_MAX`, so the runtime latches and over-allocates
+//! `size + align`): requested, largest block and missing are all in the request's own terms,
+//! and the "why" line says what the driver was asked for.
+
+use nrt_host::plan::{plan, ModelSource, PlanModel, PlanRequest};
+
+const GIB: u64 = 1 << 30;
+
+/// A model of one device allocation of `bytes` at `align`.
+fn manifest(name: &str, bytes: u64, align: u64) -> Vec<u8> {
+    format!(
+        r#"{{"format":"nrt-dmem-model/2","name":"{name}","allocations":[
+        {{"usage":"WEIGHT","location":"device","size":{bytes},"align":{align},"hint":"w"}}]}}"#
+    )
+    .into_bytes()
+}
+
+#[test]
+fn an_emulated_alignment_is_reported_in_the_requests_terms() {
+    // trn2: 24 GiB channels, a 22.98 GiB main pool. After 10 GiB, its free block is 12.98 GiB;
+    // 1 GiB at a 16 GiB alignment reaches the driver as 17 GiB.
+    let r = PlanRequest {
+        models: [("a", 10 * GIB, 0), ("b", GIB, 16 * GIB)]
+            .into_iter()
+            .map(|(name, bytes, align)| PlanModel {
+                source: ModelSource::Bytes {
+                    label: name.into(),
+                    bytes: manifest(name, bytes, align),
+                },
+                tensors: false,
+            })
+            .collect(),
+        placements: vec![("a".into(), 0), ("b".into(), 0)],
+        what_ifs: false,
+        ..PlanRequest::default()
+    };
+    let p = plan(&r).unwrap();
+    assert!(p.models[0].fits && !p.models[1].fits, "{:?}", p.models);
+    let o = p.first_failure.as_ref().unwrap().oom.clone().unwrap();
+    // You asked for 1 GiB at 16 GiB alignment; no request at that alignment fits.
+    assert_eq!(o.requested, GIB, "{o:?}");
+    assert_eq!(o.largest_block, 0, "{o:?}");
+    assert_eq!(o.missing, o.requested - o.largest_block, "{o:?}");
+    assert!(!o.larger_than_channel, "{o:?}");
+    assert!(
+        o.channel_free > 12 * GIB && o.channel_free < 14 * GIB,
+        "{o:?}"
+    );
+    // The why line gives the driver's side: 17 GiB needed, and why.
+    assert!(o.why.contains("17408.000MB needed"), "{}", o.why);
+    assert!(
+        o.why.contains("1024.000MB at a 17179869184-byte alignment")
+            && o.why
+                .contains("16384.000MB the runtime over-allocates to emulate it"),
+        "{}",
+        o.why
+    );
+}
+
+#[test]
+fn an_emulated_alignment_that_no_channel_can_hold_says_so() {
+    // 9 GiB at a 16 GiB alignment: the driver would need 25 GiB of a 24 GiB channel, although
+    // 9 GiB alone would fit.
+    let r = PlanRequest {
+        models: vec![PlanModel {
+            source: ModelSource::Bytes {
+                label: "c".into(),
+                bytes: manifest("c", 9 * GIB, 16 * GIB),
+            },
+            tensors: false,
+        }],
+        what_ifs: false,
+        ..PlanRequest::default()
+    };
+    let p = plan(&r).unwrap();
+    let o = p.first_failure.as_ref().unwrap().oom.clone().unwrap();
+    // The largest 16 GiB-aligned request that fits is the 22.98 GiB block less the 16 GiB.
+    let main = 24 * GIB - (16 << 20) - GIB;
+    assert_eq!(
+        (o.requested, o.largest_block, o.missing),
+        (9 * GIB, main - 16 * GIB, 25 * GIB - main),
+        "{o:?}"
+    );
+    assert!(o.larger_than_channel, "{o:?}");
+}
