@@ -829,16 +829,28 @@ fn plan_refuses_what_the_join_refuses_with_its_message() {
         .err()
         .unwrap();
     assert!(e.contains(&held), "the runtime's refusal: {e}");
-    // Another geometry than the live processes'.
+    // Another geometry or placement than the live processes'.
+    let trn1 = nrt_core::sim::Preset::Trn1.device_info().hbm_channel_size;
     for (other, asks) in [
-        ("sim:trn1@planjoin", "trn1x1"),
-        ("sim:trn2x2@planjoin", "trn2x2"),
+        (
+            "sim:trn1@planjoin",
+            format!("trn1x1 (channel {trn1} B, genalloc placement)"),
+        ),
+        (
+            "sim:trn2x2@planjoin",
+            format!("trn2x2 (channel {} B, genalloc placement)", 24 * GIB),
+        ),
+        (
+            "sim:trn2+tlsf@planjoin",
+            format!("trn2x1 (channel {} B, tlsf placement)", 24 * GIB),
+        ),
     ] {
         let o = plan_on(&dir, other, "4", &[MODEL]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{other}: {o:?}");
         let why = format!(
-            "in use as a trn2x1 (channel {} B) by live processes; this process asks for {asks}",
+            "in use as a trn2x1 (channel {} B, genalloc placement) by live processes; this \
+             process asks for {asks}",
             24 * GIB
         );
         assert!(err.contains(&why), "{other}: {err}");
