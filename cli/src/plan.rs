@@ -203,7 +203,8 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             if o.larger_than_channel {
                 writeln!(
                     out,
-                    "  the request is larger than a whole HBM channel: nothing makes it fit"
+                    "  the request is larger than anything an empty HBM channel holds: nothing \
+                     makes it fit"
                 )?;
             }
             if !o.why.is_empty() {

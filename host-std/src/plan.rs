@@ -340,8 +340,9 @@ pub struct OomFigures {
     /// Enough bytes free on the channel, but no free block holds the request
     /// (fragmentation, or alignment).
     pub fragmented: bool,
-    /// The request (with the bytes an emulated alignment adds) is larger than the whole
-    /// channel: nothing makes it fit.
+    /// The request (with the bytes an emulated alignment adds) is larger than anything the
+    /// channel holds even when empty (its main pool, after the firmware carve-out; the
+    /// small-object region is smaller): nothing makes it fit.
     pub larger_than_channel: bool,
     /// The OOM report's "why" line.
     pub why: String,
@@ -734,11 +735,14 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     let lnc = nrt.lnc_size();
     let first_failure = first.map(|(i, core, error, oom)| {
         let oom = oom.and_then(|(e, ch)| {
-            let channel = match e {
-                nrt_core::Error::DeviceOom { device, .. } => nrt.geom(device).channel_size,
+            let most = match e {
+                nrt_core::Error::DeviceOom { device, hbm, .. } => {
+                    empty_channel_most(&cfg, device, hbm)
+                        .unwrap_or_else(|| nrt.geom(device).channel_size)
+                }
                 _ => 0,
             };
-            oom_figures(&e, ch.as_ref(), channel)
+            oom_figures(&e, ch.as_ref(), most)
         });
         let what_ifs = if req.what_ifs && oom.as_ref().is_some_and(|o| !o.larger_than_channel) {
             let ctx = Replay {
@@ -811,6 +815,28 @@ fn snapshot_note(snap: &crate::shared::PoolSnapshot) -> String {
         "; what they allocate or free after it is not in this plan"
     });
     note
+}
+
+/// The largest request HBM `hbm` of device `device` takes when nothing is allocated on it: on
+/// a fresh private device of `cfg`'s kind (a shared device's geometry, not its contents).
+fn empty_channel_most(cfg: &RuntimeConfig, device: u32, hbm: u32) -> Option<u64> {
+    let mut cfg = *cfg;
+    if let DeviceChoice::Shared {
+        preset,
+        devices,
+        placement,
+        ..
+    } = cfg.device
+    {
+        cfg.device = DeviceChoice::Sim {
+            preset,
+            devices,
+            placement,
+        };
+    }
+    let s = start(cfg, None).ok()?;
+    let stats = s.rt.nrt().driver().pool_stats(device, false, hbm).ok()?;
+    Some(stats.largest_request())
 }
 
 fn fmt(b: u64) -> String {

@@ -84,3 +84,28 @@ fn an_emulated_alignment_that_no_channel_can_hold_says_so() {
     );
     assert!(o.larger_than_channel, "{o:?}");
 }
+
+/// A request larger than an empty channel's main pool (trn2: 24 GiB less the 16 MiB firmware
+/// carve-out and the 1 GiB small-object region, 22.98 GiB) can never fit, although it is
+/// smaller than the channel: the plan says nothing makes it fit and tries no what-ifs. One
+/// just under that extent is a fit question (it fits on an empty channel).
+#[test]
+fn a_request_above_an_empty_channels_largest_block_is_hopeless() {
+    let one = |bytes: u64| PlanRequest {
+        models: vec![PlanModel {
+            source: ModelSource::Bytes {
+                label: "big".into(),
+                bytes: manifest("big", bytes, 0),
+            },
+            tensors: false,
+        }],
+        ..PlanRequest::default()
+    };
+    let main = 24 * GIB - 16 * (1 << 20) - GIB;
+    let p = plan(&one(main + GIB / 2)).unwrap();
+    let f = p.first_failure.as_ref().unwrap();
+    let o = f.oom.as_ref().unwrap();
+    assert!(o.larger_than_channel, "{o:?}");
+    assert!(f.what_ifs.is_empty(), "{f:?}");
+    assert!(plan(&one(main)).unwrap().all_fit());
+}

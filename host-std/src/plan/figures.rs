@@ -179,11 +179,13 @@ pub(super) fn hbm_plan(
 /// alignment, the driver's block less the alignment the emulation adds, as
 /// `FailedRequest::in_request_terms` measures it), `missing` the difference. Only
 /// `larger_than_channel` is the driver's view: whether what the driver must be asked for
-/// (`size + align` when emulated) exceeds a whole channel.
+/// (`size + align` when emulated) exceeds `most`, the largest request the channel takes when
+/// empty (its main pool's extent after the firmware carve-out; the small-object region is
+/// smaller).
 pub(super) fn oom_figures(
     e: &nrt_core::Error,
     ch: Option<&FailingChannel>,
-    channel: u64,
+    most: u64,
 ) -> Option<OomFigures> {
     let nrt_core::Error::DeviceOom {
         size,
@@ -228,7 +230,7 @@ pub(super) fn oom_figures(
         missing: requested.saturating_sub(largest),
         channel_free: free,
         fragmented,
-        larger_than_channel: requested.saturating_add(emulation) > channel,
+        larger_than_channel: requested.saturating_add(emulation) > most,
         why,
     })
 }
