@@ -671,6 +671,17 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     let mut handles = Vec::new();
     let mut first: Option<(usize, i64, String, Option<OomAt>)> = None;
     let mut frag: Vec<String> = Vec::new();
+    // The largest request each failing channel takes when empty, measured once per channel.
+    let mut most_cache: HashMap<(u32, u32), u64> = HashMap::new();
+    let mut most = |e: &nrt_core::Error| match *e {
+        nrt_core::Error::DeviceOom { device, hbm, .. } => {
+            *most_cache.entry((device, hbm)).or_insert_with(|| {
+                empty_channel_most(&cfg, device, hbm)
+                    .unwrap_or_else(|| nrt.geom(device).channel_size)
+            })
+        }
+        _ => 0,
+    };
     for (i, p) in parsed.iter().enumerate() {
         let core = placed[i].unwrap_or_else(|| first_free_core(&nrt));
         match s.step(p, core, allow_legacy) {
@@ -706,8 +717,8 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
             }
             Step::Failed { error, oom, .. } => {
                 landed.push(None);
-                if let Some((_, Some(ch))) = &oom {
-                    if let Some(f) = fragmentation_note(&p.label, ch) {
+                if let Some((e, Some(ch))) = &oom {
+                    if let Some(f) = fragmentation_note(&p.label, ch, most(e)) {
                         frag.push(f);
                     }
                 }
@@ -734,16 +745,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     let visible = i64::from(nrt.visible_vnc_count());
     let lnc = nrt.lnc_size();
     let first_failure = first.map(|(i, core, error, oom)| {
-        let oom = oom.and_then(|(e, ch)| {
-            let most = match e {
-                nrt_core::Error::DeviceOom { device, hbm, .. } => {
-                    empty_channel_most(&cfg, device, hbm)
-                        .unwrap_or_else(|| nrt.geom(device).channel_size)
-                }
-                _ => 0,
-            };
-            oom_figures(&e, ch.as_ref(), most)
-        });
+        let oom = oom.and_then(|(e, ch)| oom_figures(&e, ch.as_ref(), most(&e)));
         let what_ifs = if req.what_ifs && oom.as_ref().is_some_and(|o| !o.larger_than_channel) {
             let ctx = Replay {
                 cfg: &cfg,

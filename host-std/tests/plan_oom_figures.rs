@@ -107,5 +107,8 @@ fn a_request_above_an_empty_channels_largest_block_is_hopeless() {
     let o = f.oom.as_ref().unwrap();
     assert!(o.larger_than_channel, "{o:?}");
     assert!(f.what_ifs.is_empty(), "{f:?}");
+    // Nor is it fragmentation: only the small-object region is free beside the main pool.
+    assert!(!o.fragmented, "{o:?}");
+    assert!(p.fragmentation.is_empty(), "{:?}", p.fragmentation);
     assert!(plan(&one(main)).unwrap().all_fit());
 }

@@ -212,10 +212,11 @@ pub(super) fn oom_figures(
                 emulation,
                 c.shown.largest_request(),
                 c.shown.free,
+                // A request no empty channel holds is not fragmentation, whatever is free.
                 matches!(
                     c.cause,
                     OomCause::NoBlock { .. } | OomCause::Alignment { .. }
-                ),
+                ) && needed.saturating_add(emulation) <= most,
                 c.cause.to_string(),
             )
         }
@@ -235,7 +236,20 @@ pub(super) fn oom_figures(
     })
 }
 
-pub(super) fn fragmentation_note(label: &str, ch: &FailingChannel) -> Option<String> {
+/// The fragmentation line of a model that failed on `ch`; none for a request larger than
+/// `most`, the largest an empty channel takes (no freeing makes that one fit).
+pub(super) fn fragmentation_note(label: &str, ch: &FailingChannel, most: u64) -> Option<String> {
+    let needed = match ch.cause {
+        OomCause::ChannelFull {
+            needed, emulation, ..
+        } => needed.saturating_add(emulation),
+        OomCause::NoBlock { needed, .. }
+        | OomCause::Alignment { needed, .. }
+        | OomCause::Refused { needed, .. } => needed,
+    };
+    if needed > most {
+        return None;
+    }
     match ch.cause {
         OomCause::NoBlock {
             hbm,
