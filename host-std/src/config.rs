@@ -438,6 +438,18 @@ impl RuntimeConfig {
         }
     }
 
+    /// The simulated device a runtime of this configuration builds for `preset` × `devices`
+    /// with `placement`: its alignment mode and channel size come from here. The one recipe
+    /// for a private device (`HostRuntime::new`) and a shared device's join
+    /// (`JoinRequest::for_runtime`), so both build the same device.
+    pub fn sim_config(&self, preset: Preset, devices: u32, placement: Placement) -> sim::SimConfig {
+        let mut c = sim::SimConfig::new(preset, devices);
+        c.aligned_alloc = self.aligned_alloc;
+        c.channel_size_override = self.sim_channel_size;
+        c.placement = placement;
+        c
+    }
+
     /// The core's bring-up options.
     pub fn init_options(&self) -> nrt_core::InitOptions {
         nrt_core::InitOptions {

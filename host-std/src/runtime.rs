@@ -13,7 +13,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use nrt_core::driver::Driver;
-use nrt_core::sim::{SimConfig, SimDevice};
+use nrt_core::sim::SimDevice;
 use nrt_core::tensor::HostMem;
 use nrt_core::{CoreState, Nrt};
 
@@ -79,13 +79,9 @@ impl HostRuntime {
                 preset,
                 devices,
                 placement,
-            } => {
-                let mut c = SimConfig::new(preset, devices);
-                c.aligned_alloc = config.aligned_alloc;
-                c.channel_size_override = config.sim_channel_size;
-                c.placement = placement;
-                Backend::Sim(HostSim::new(&c)?)
-            }
+            } => Backend::Sim(HostSim::new(
+                &config.sim_config(preset, devices, placement),
+            )?),
             DeviceChoice::Neuron => Backend::Neuron(NeuronDriver::open()?),
             DeviceChoice::Shared {
                 preset,

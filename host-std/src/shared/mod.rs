@@ -178,10 +178,7 @@ impl JoinRequest {
         placement: nrt_core::sim::Placement,
         config: &crate::config::RuntimeConfig,
     ) -> JoinRequest {
-        let mut c = SimConfig::new(preset, devices);
-        c.aligned_alloc = config.aligned_alloc;
-        c.channel_size_override = config.sim_channel_size;
-        c.placement = placement;
+        let c = config.sim_config(preset, devices, placement);
         let mut info = preset.device_info();
         info.hbm_channel_size = c.channel_size_override.unwrap_or(info.hbm_channel_size);
         let cores =
