@@ -62,6 +62,27 @@ pub(super) fn hbm_plan(
     resident: &[crate::shared::Resident],
 ) -> Vec<HbmPlan> {
     let nrt = rt.nrt();
+    // The HBM block of driver handle `handle` on `device`, with its usage and owner: its
+    // channel and offset in it from the simulated driver's own addresses (none for host
+    // memory or a handle the driver does not know).
+    let block = |device: u32, handle: u64, usage: String, owner_pid: Option<u32>| {
+        let info = rt.sim()?.memory_info(device, handle).ok()?;
+        if info.host {
+            return None;
+        }
+        let base = u64::from(info.hbm_idx) * nrt.geom(device).channel_size;
+        Some((
+            device,
+            info.hbm_idx,
+            Block {
+                offset: info.pa.saturating_sub(base),
+                size: info.size,
+                usage,
+                small_object: info.small_pool,
+                owner_pid,
+            },
+        ))
+    };
     let mut seen = std::collections::HashSet::new();
     let mut blocks: Vec<(u32, u32, Block)> = Vec::new();
     let mut add = |d: &nrt_core::abi::dmem_t| {
@@ -70,27 +91,8 @@ pub(super) fn hbm_plan(
         {
             return;
         }
-        let Some(info) = rt
-            .sim()
-            .and_then(|s| s.memory_info(d.device_id, d.mem_handle).ok())
-        else {
-            return;
-        };
-        if info.host {
-            return;
-        }
-        let base = u64::from(info.hbm_idx) * nrt.geom(d.device_id).channel_size;
-        blocks.push((
-            d.device_id,
-            info.hbm_idx,
-            Block {
-                offset: info.pa.saturating_sub(base),
-                size: info.size,
-                usage: usage_name(d.mem_usage_type),
-                small_object: info.small_pool,
-                owner_pid: None,
-            },
-        ));
+        let usage = usage_name(d.mem_usage_type);
+        blocks.extend(block(d.device_id, d.mem_handle, usage, None));
     };
     for dev in 0..nrt.num_devices() {
         for c in 0..nrt.geom(dev).cores {
@@ -105,31 +107,14 @@ pub(super) fn hbm_plan(
     // Other processes' allocations: in the pools the plan ran on, not in its ledger.
     let mut others = std::collections::HashMap::<(u32, u32), u64>::new();
     for r in resident {
-        let Some(info) = rt
-            .sim()
-            .and_then(|s| s.memory_info(r.device, r.handle).ok())
-        else {
-            continue;
-        };
-        if info.host {
-            continue;
+        let usage = format!(
+            "other processes: {}",
+            crate::shared::layout::category_name(usize::from(r.category))
+        );
+        if let Some(b) = block(r.device, r.handle, usage, Some(r.pid)) {
+            *others.entry((b.0, b.1)).or_default() += b.2.size;
+            blocks.push(b);
         }
-        let base = u64::from(info.hbm_idx) * nrt.geom(r.device).channel_size;
-        *others.entry((r.device, info.hbm_idx)).or_default() += info.size;
-        blocks.push((
-            r.device,
-            info.hbm_idx,
-            Block {
-                offset: info.pa.saturating_sub(base),
-                size: info.size,
-                usage: format!(
-                    "other processes: {}",
-                    crate::shared::layout::category_name(usize::from(r.category))
-                ),
-                small_object: info.small_pool,
-                owner_pid: Some(r.pid),
-            },
-        ));
     }
     blocks.sort_by_key(|(d, h, b)| (*d, *h, b.offset));
     let drv = rt.driver();
