@@ -45,6 +45,16 @@ enum Backend {
     Shared(SharedDevice),
 }
 
+impl Backend {
+    fn driver(&self) -> &dyn Driver {
+        match self {
+            Backend::Sim(s) => s,
+            Backend::Neuron(n) => n,
+            Backend::Shared(s) => s,
+        }
+    }
+}
+
 /// A runtime: state block + driver + host memory. Not yet initialised when built.
 pub struct HostRuntime {
     // Field order: the state (which refers to driver memory by handle only) can drop in any
@@ -68,6 +78,51 @@ pub enum BuildError {
     /// The arena capacities (`RuntimeConfig::capacity`, `NRT_DMEM_MAX_*`) were refused.
     #[error("arena capacities refused: {0}")]
     Capacity(nrt_core::Error),
+}
+
+/// A state block whose arenas hold `caps`, in one anonymous `MAP_NORESERVE` mapping: pages are
+/// committed only as slots are used, so capacity that is never used costs address space, not
+/// memory (also under valgrind, whose `calloc` writes every byte). The mapping stays in core
+/// dumps: it holds the runtime's `dmem_t`s and `model_t`s, which `nrt-dmem inspect --core`
+/// reads.
+pub fn state_block(caps: &nrt_core::Capacity) -> Result<Box<CoreState>, BuildError> {
+    let bytes = CoreState::storage_bytes(caps);
+    if bytes == 0 {
+        return Err(BuildError::Capacity(
+            caps.check()
+                .map_err(nrt_core::Error::InvalidCapacity)
+                .err()
+                .unwrap_or(nrt_core::Error::InvalidCapacity("Capacity")),
+        ));
+    }
+    // 64 bytes of slack: the arenas start at the mapping's first 64-aligned byte (the first).
+    let len = bytes + 64;
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing: it aliases no
+    // Rust object and involves no fd.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(BuildError::Host(crate::Error::Reserve {
+            len: len as u64,
+            source: nix::errno::Errno::last(),
+        }));
+    }
+    /// Unmaps what `state_block` mapped.
+    unsafe fn unmap(p: *mut u8, len: usize) {
+        // SAFETY: exactly the mapping `state_block` made (the state block's contract).
+        unsafe { libc::munmap(p.cast(), len) };
+    }
+    // SAFETY: `len` zero-filled (anonymous) writable bytes, ours alone, released only by
+    // `unmap` with the same length when the state block drops.
+    unsafe { CoreState::with_storage(caps, p.cast(), len, unmap) }.map_err(BuildError::Capacity)
 }
 
 impl HostRuntime {
@@ -95,7 +150,7 @@ impl HostRuntime {
                 Backend::Shared(SharedDevice::open(&name, &req).map_err(crate::Error::from)?)
             }
         };
-        let st = CoreState::with_capacity(&config.capacity).map_err(BuildError::Capacity)?;
+        let st = state_block(&config.capacity_for(backend.driver()))?;
         Ok(HostRuntime {
             st,
             backend: Box::new(backend),
@@ -109,8 +164,7 @@ impl HostRuntime {
     /// `HostSim::from_snapshot`) and initialises it; `config.device` only names it.
     pub fn start_on(config: RuntimeConfig, sim: HostSim) -> Result<Self, StartError> {
         nrt_core::sync::set_relax_hook(std::thread::yield_now);
-        let st = CoreState::with_capacity(&config.capacity)
-            .map_err(|e| StartError::Build(BuildError::Capacity(e)))?;
+        let st = state_block(&config.capacity_for(&sim)).map_err(StartError::Build)?;
         let rt = HostRuntime {
             st,
             backend: Box::new(Backend::Sim(sim)),
@@ -135,11 +189,7 @@ impl HostRuntime {
 
     /// The driver.
     pub fn driver(&self) -> &dyn Driver {
-        match &*self.backend {
-            Backend::Sim(s) => s,
-            Backend::Neuron(n) => n,
-            Backend::Shared(s) => s,
-        }
+        self.backend.driver()
     }
 
     /// The core runtime view, bound to this runtime's driver and host memory (so `close`
