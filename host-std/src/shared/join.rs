@@ -479,7 +479,7 @@ pub struct PoolSnapshot {
     /// A private copy of the pools with what dead processes held freed in it, as the
     /// joiner's reap frees it in the file; when no process of the file lives, an empty device
     /// of the request's configuration (a joiner re-creates such a file).
-    pub pools: Box<SimDevice>,
+    pub pools: crate::simdev::SimBox,
     /// The live processes.
     pub live: Vec<reader::ProcSnap>,
     /// The dead processes whose allocations were left out (reclaimed in [`Self::pools`]
@@ -584,8 +584,13 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
     // flock) or whose every process is gone is stale, and a joiner re-creates it for itself.
     if h.ready.load(Ordering::Acquire) != 1 || !inner.any_live() {
         let dead = reader::Snapshot::read(inner.map.readable(), inner.fd.as_raw_fd()).procs;
-        let pools = SimDevice::new_boxed(&req.config)
-            .map_err(|e| fail(e, "the device configuration was refused".into()))?;
+        let pools = crate::simdev::sim_box()
+            .map_err(|e| fail(errno::ENOMEM, e.to_string()))
+            .and_then(|mut b| {
+                b.init(&req.config)
+                    .map_err(|e| fail(e, "the device configuration was refused".into()))?;
+                Ok(b)
+            })?;
         return Ok(PoolSnapshot {
             name: name.to_string(),
             pools,
@@ -615,9 +620,7 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
             }
             Err((e, m)) => return Err(fail(e, m)),
         }
-        let b = Box::<SimDevice>::new_zeroed();
-        // SAFETY: a zeroed `SimDevice` is its valid uninitialised state (`ZeroValid`).
-        let mut copy = unsafe { b.assume_init() };
+        let mut copy = crate::simdev::sim_box().map_err(|e| fail(errno::ENOMEM, e.to_string()))?;
         g.sim().copy_to(&mut copy);
         // One verdict per slot, used for the copy and the figures alike.
         let dead_slots: Vec<usize> = (0..MAX_PROCESSES).filter(|&s| inner.slot_dead(s)).collect();
@@ -688,6 +691,9 @@ fn init_file(inner: &Inner, cfg: &SimConfig) -> Result<(), (Errno, String)> {
                 k.peak.store(0, Ordering::Relaxed);
             }
         }
+    }
+    for b in r.owner_bound.iter().flatten() {
+        b.store(0, Ordering::Relaxed);
     }
     // The robust, process-shared mutex.
     // SAFETY: attribute and mutex calls on memory we own exclusively right now (see above);

@@ -15,7 +15,7 @@ use nrt_core::sim::{SimDevice, CARVES_PER_DEVICE, CATEGORY_MAX, MAX_CARVE_NODES,
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NRTDMSHM");
 /// The layout version: bumped whenever anything in this file changes shape. A file with
 /// another version is refused, never reinterpreted.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Processes per device (public ABI §3 "A device admits at most 16 processes").
 pub const MAX_PROCESSES: usize = 16;
 /// Devices per shared file (the context tree's `mla[32]`).
@@ -122,6 +122,11 @@ pub struct Readable {
     pub procs: [ProcSlot; MAX_PROCESSES],
     /// Per device, core and category.
     pub counters: [[[Counter; CATEGORIES]; CORES]; MAX_DEVICES],
+    /// Per device and carve: one past the highest ownership-record index ever written since
+    /// the pools were (re)built, so walks of the ownership table stop where records stop
+    /// (each carve's table has an entry per node, hundreds of thousands, of which a process
+    /// uses what it allocated; a walk past that would read, and commit, untouched pages).
+    pub owner_bound: [[AtomicU32; CARVES_PER_DEVICE as usize]; MAX_DEVICES],
 }
 
 /// Who owns one allocation (indexed by [`SimDevice::handle_key`] of `handle`); all zero = no

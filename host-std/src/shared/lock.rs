@@ -55,6 +55,40 @@ impl Locked<'_> {
         unsafe { &mut *self.sim_ptr() }
     }
 
+    /// The record indices of `(dev, carve)` that may hold a record: `1..` one past the
+    /// highest index written since the pools were built ([`Readable::owner_bound`]).
+    pub(super) fn owner_indices(&self, dev: u32, carve: u32) -> std::ops::Range<u32> {
+        let bound = self
+            .r()
+            .owner_bound
+            .get(dev as usize)
+            .and_then(|d| d.get(carve as usize))
+            .map_or(0, |b| b.load(Ordering::Relaxed));
+        1..bound.min(MAX_CARVE_NODES)
+    }
+
+    /// [`Self::owner`], for writing a record: raises the carve's bound to cover it.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) fn owner_to_write(&self, dev: u32, carve: u32, index: u32) -> Option<&mut Owner> {
+        let o = self.owner(dev, carve, index)?;
+        if let Some(b) = self
+            .r()
+            .owner_bound
+            .get(dev as usize)
+            .and_then(|d| d.get(carve as usize))
+        {
+            b.fetch_max(index + 1, Ordering::Relaxed);
+        }
+        Some(o)
+    }
+
+    /// Forgets every record bound (the pools were rebuilt and the table cleared).
+    fn reset_owner_bounds(&self) {
+        for b in self.r().owner_bound.iter().flatten() {
+            b.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// The owner record of key `(carve, index)` on device `dev`.
     #[allow(clippy::mut_from_ref)]
     pub(super) fn owner(&self, dev: u32, carve: u32, index: u32) -> Option<&mut Owner> {
@@ -111,7 +145,7 @@ impl Locked<'_> {
     pub(super) fn for_each_owned(&self, slot: usize, mut f: impl FnMut(u32, &mut Owner)) {
         for dev in 0..self.inner.devices {
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-                for index in 1..MAX_CARVE_NODES {
+                for index in self.owner_indices(dev, carve) {
                     let Some(o) = self.owner(dev, carve, index) else {
                         continue;
                     };
@@ -257,7 +291,7 @@ impl Locked<'_> {
         let (mut freed, mut cleared) = (0, 0);
         for dev in 0..self.inner.devices {
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-                for index in 1..MAX_CARVE_NODES {
+                for index in self.owner_indices(dev, carve) {
                     let Some(o) = self.owner(dev, carve, index) else {
                         continue;
                     };
@@ -328,7 +362,7 @@ impl Locked<'_> {
         let mut live = Vec::new();
         for dev in 0..self.inner.devices {
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-                for index in 1..MAX_CARVE_NODES {
+                for index in self.owner_indices(dev, carve) {
                     let Some(o) = self.owner(dev, carve, index) else {
                         continue;
                     };
@@ -339,6 +373,7 @@ impl Locked<'_> {
                 }
             }
         }
+        self.reset_owner_bounds();
         self.sim_mut()
             .init(&cfg)
             .map_err(|e| format!("the header's configuration was refused (errno {e})"))?;
@@ -353,7 +388,7 @@ impl Locked<'_> {
                 .handle_key(*dev, new)
                 .map_err(|e| e.to_string())?;
             let o = self
-                .owner(*dev, k, i)
+                .owner_to_write(*dev, k, i)
                 .ok_or("a new handle outside the table")?;
             *o = Owner {
                 handle: new,
@@ -397,7 +432,7 @@ impl Locked<'_> {
         }
         // A handle from before a rebuild: its record moved to the new handle's key.
         for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-            for index in 1..MAX_CARVE_NODES {
+            for index in self.owner_indices(dev, carve) {
                 if let Some(o) = self.owner(dev, carve, index) {
                     if o.slot == me && o.alias == handle {
                         return Ok(o);

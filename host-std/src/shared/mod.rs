@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nrt_core::driver::{errno, DeviceInfo, Driver, Errno};
-use nrt_core::sim::{Preset, SimConfig, MAX_CARVE_NODES};
+use nrt_core::sim::{Preset, SimConfig};
 
 use crate::backing::HostReservation;
 
@@ -298,7 +298,7 @@ impl SharedDevice {
                 .pool_stats(dev, true, 0)
                 .map_or(0, |s| s.allocations);
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-                for index in 1..MAX_CARVE_NODES {
+                for index in g.owner_indices(dev, carve) {
                     let Some(o) = g.owner(dev, carve, index) else {
                         continue;
                     };
