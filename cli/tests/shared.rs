@@ -352,44 +352,48 @@ fn poke(file: &Path, offset: u64, bytes: &[u8]) {
 }
 
 #[test]
-fn a_file_of_another_layout_version_is_refused() {
+fn a_file_of_another_layout_version_is_refused_while_used_and_re_created_when_not() {
     let dir = shm_dir("version");
     let dev = "sim:trn2@version";
-    Worker::start(spawn(&dir, dev, "0", &[])).exit();
     let file = dir.join("nrt-dmem-version.shm");
+    let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
     // `Header::version` follows the 8-byte magic.
     poke(&file, 8, &(layout::LAYOUT_VERSION + 1).to_le_bytes());
-    let e = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
+    let e = Worker::try_start(spawn(&dir, dev, "1", &[])).err().unwrap();
     let theirs = format!("layout version {}", layout::LAYOUT_VERSION + 1);
     let ours = format!("uses version {}", layout::LAYOUT_VERSION);
     assert!(e.contains(&theirs) && e.contains(&ours), "{e}");
-    // Not touched: still refused the second time.
-    let e2 = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
+    assert!(e.contains("live processes still use it"), "{e}");
+    // Not touched: still refused the second time, and A still works.
+    let e2 = Worker::try_start(spawn(&dir, dev, "1", &[])).err().unwrap();
     assert_eq!(e, e2);
+    a.ok("alloc t 4096 0");
+    a.exit();
+    // Nobody uses it now: the next process re-creates it (with a warning).
+    let (w, warning) = start_logged(spawn(&dir, dev, "0", &[]));
+    assert!(
+        warning.contains(&theirs) && warning.contains("re-creating it"),
+        "{warning}"
+    );
+    w.exit();
 }
 
-#[test]
-fn a_corrupted_file_is_refused_never_trusted() {
-    let dir = shm_dir("corrupt");
-    let dev = "sim:trn2@corrupt";
-    let file = dir.join("nrt-dmem-corrupt.shm");
-    // A bad magic.
-    Worker::start(spawn(&dir, dev, "0", &[])).exit();
-    poke(&file, 0, b"garbage!");
-    let e = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
-    assert!(e.contains("not a shared device file"), "{e}");
-    std::fs::remove_file(&file).unwrap();
-    // Damaged pools while a process is live: a newcomer checks them and refuses.
-    let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
-    a.ok(&format!("alloc t {} 0", GIB));
-    poke(&file, layout::sim_offset() as u64, &[0xa5; 8192]);
-    let e = Worker::try_start(spawn(&dir, dev, "1", &[])).err().unwrap();
-    assert!(e.contains("corrupted pools"), "{e}");
-    drop(a);
-    // A truncated file.
-    std::fs::write(&file, b"short").unwrap();
-    let e = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
-    assert!(e.contains("too short"), "{e}");
+/// Starts a worker whose warnings are captured; returns it and its stderr up to `ready`.
+fn start_logged(mut cmd: Command) -> (Worker, String) {
+    let log = std::env::temp_dir().join(format!(
+        "nrt-worker-log-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    cmd.env("RUST_LOG", "warn")
+        .stderr(std::fs::File::create(&log).unwrap());
+    let w = Worker::start(cmd);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    (w, text)
 }
 
 /// A worker on core 0 of `dev` that is inside an allocation with the device lock held (its
@@ -630,7 +634,7 @@ fn the_monitor_reports_processes_in_json_and_as_a_table() {
         cores["0"]["tensors"].as_u64().unwrap() >= 3 * GIB,
         "{cores}"
     );
-    let dev0 = &r["neuron_hardware_info"]["devices"][0];
+    let dev0 = &r["nrt_dmem"]["devices"][0];
     assert_eq!(dev0["memory_used_bytes"], a.stats().1);
     assert_eq!(dev0["memory_total_bytes"], 96 * GIB);
     let table = run(&["monitor", "--count", "1"]);
