@@ -111,8 +111,12 @@ pub fn shared_read_only(name: &str, json: bool, out: &mut dyn Write) -> Result<(
                 "device_wide": super::monitor::device_wide_json(&path, name, None, &snap),
             }
         });
-        writeln!(out, "{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?)
-            .map_err(io)?;
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        )
+        .map_err(io)?;
         return Ok(());
     }
     writeln!(
@@ -122,7 +126,12 @@ pub fn shared_read_only(name: &str, json: bool, out: &mut dyn Write) -> Result<(
     )
     .map_err(io)?;
     for d in 0..snap.devices as usize {
-        writeln!(out, "  nd{d}: {} on the device", fmt_bytes(snap.device_bytes(d))).map_err(io)?;
+        writeln!(
+            out,
+            "  nd{d}: {} on the device",
+            fmt_bytes(snap.device_bytes(d))
+        )
+        .map_err(io)?;
     }
     for p in &snap.procs {
         writeln!(
@@ -130,7 +139,11 @@ pub fn shared_read_only(name: &str, json: bool, out: &mut dyn Write) -> Result<(
             "  pid {:>8}: {:>12}{}",
             p.pid,
             fmt_bytes(p.total_bytes()),
-            if p.alive { "" } else { "  (gone, being reclaimed)" }
+            if p.alive {
+                ""
+            } else {
+                "  (gone, being reclaimed)"
+            }
         )
         .map_err(io)?;
     }

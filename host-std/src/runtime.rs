@@ -249,9 +249,12 @@ impl HostRuntime {
             .ok()
             .and_then(|v| v.cores().first().map(|p| p.device_id))
             .unwrap_or(0);
-        let mut sgs = vec![[0u64; crate::shared::layout::MODEL_CLASSES]; info.subgraphs.max(1) as usize];
+        let mut sgs =
+            vec![[0u64; crate::shared::layout::MODEL_CLASSES]; info.subgraphs.max(1) as usize];
         let _ = nrt.for_each_model_dmem(h, |sg, dm| {
-            let Some(row) = sgs.get_mut(sg as usize) else { return };
+            let Some(row) = sgs.get_mut(sg as usize) else {
+                return;
+            };
             row[model_class(dm)] += dm.allocated_size;
         });
         d.publish_model(
@@ -287,8 +290,8 @@ pub const PROCESS_TAG_VAR: &str = "NEURON_PROCESS_TAG";
 /// `model_code`, `runtime_memory` (scratchpad and rings included), `tensors`; host
 /// `application_memory`, `constants`, `dma_buffers`, `tensors`.
 fn model_class(d: &nrt_core::abi::dmem_t) -> usize {
-    use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t as C};
     use nrt_core::abi::tables::category_for;
+    use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t as C};
     let host = d.mem_type == dma_mem_location_t::HOST_DRAM as u32;
     let loc = if host {
         dma_mem_location_t::HOST_DRAM

@@ -87,12 +87,7 @@ impl Answer {
 
 /// Parses a complete request head: `Ok(route)` or the refusal to send.
 fn route(head: &[u8]) -> Result<Route, (Answer, &'static str)> {
-    let bad = || {
-        (
-            Answer::error("400 Bad Request", "malformed request"),
-            "",
-        )
-    };
+    let bad = || (Answer::error("400 Bad Request", "malformed request"), "");
     let text = std::str::from_utf8(head).map_err(|_| bad())?;
     let line = text.split("\r\n").next().ok_or_else(bad)?;
     let mut parts = line.split(' ');
@@ -351,8 +346,14 @@ mod tests {
         );
         assert_eq!(route(b"GET /healthz HTTP/1.1").ok(), Some(Route::Health));
         let status = |h: &[u8]| route(h).err().map(|(a, _)| a.status);
-        assert_eq!(status(b"POST /metrics HTTP/1.1"), Some("405 Method Not Allowed"));
-        assert_eq!(status(b"HEAD /metrics HTTP/1.1"), Some("405 Method Not Allowed"));
+        assert_eq!(
+            status(b"POST /metrics HTTP/1.1"),
+            Some("405 Method Not Allowed")
+        );
+        assert_eq!(
+            status(b"HEAD /metrics HTTP/1.1"),
+            Some("405 Method Not Allowed")
+        );
         assert_eq!(status(b"GET /other HTTP/1.1"), Some("404 Not Found"));
         assert_eq!(status(b"GET /metrics"), Some("400 Bad Request"));
         assert_eq!(status(b"GET  /metrics HTTP/1.1"), Some("400 Bad Request"));

@@ -39,7 +39,8 @@ fn with(base: &Labels, more: &[(&str, String)]) -> Labels {
 }
 
 fn u(v: &Value) -> i64 {
-    v.as_u64().map_or(0, |x| i64::try_from(x).unwrap_or(i64::MAX))
+    v.as_u64()
+        .map_or(0, |x| i64::try_from(x).unwrap_or(i64::MAX))
 }
 
 struct Families {
@@ -75,10 +76,7 @@ pub fn encode_report(r: &Value) -> Result<String, std::fmt::Error> {
         .get_or_create(&with(
             &inst,
             &[
-                (
-                    "neuron_device_count",
-                    hw["neuron_device_count"].to_string(),
-                ),
+                ("neuron_device_count", hw["neuron_device_count"].to_string()),
                 (
                     "neuroncore_per_device_count",
                     hw["neuroncore_per_device_count"].to_string(),
@@ -221,7 +219,10 @@ pub fn encode_report(r: &Value) -> Result<String, std::fmt::Error> {
         "Dead processes whose memory was reclaimed since the device's file was (re)created",
     );
     for d in x["devices"].as_array().into_iter().flatten() {
-        let dev = vec![("device".to_string(), d["name"].as_str().unwrap_or("").into())];
+        let dev = vec![(
+            "device".to_string(),
+            d["name"].as_str().unwrap_or("").into(),
+        )];
         total.get_or_create(&dev).set(u(&d["memory_total_bytes"]));
         dev_used.get_or_create(&dev).set(u(&d["memory_used_bytes"]));
         if let Some(n) = d["reclaimed_processes"].as_u64() {

@@ -93,7 +93,10 @@ pub fn run(
     // Without a server, nothing to watch is bad input (a typo'd directory, no process yet).
     if a.listen.is_none() {
         let none = match &src {
-            Source::Dir(d) => col.files().map_or(true, |f| f.is_empty()).then(|| d.clone()),
+            Source::Dir(d) => col
+                .files()
+                .map_or(true, |f| f.is_empty())
+                .then(|| d.clone()),
             Source::File(f) => (!f.exists()).then(|| f.clone()),
             Source::Sysfs(_) => None,
         };
@@ -110,9 +113,8 @@ pub fn run(
     }
     let mut server = match a.listen {
         Some(addr) => {
-            let s = http::Server::bind(addr).map_err(|e| {
-                CliError::input(format!("--listen {addr}: cannot listen ({e})"))
-            })?;
+            let s = http::Server::bind(addr)
+                .map_err(|e| CliError::input(format!("--listen {addr}: cannot listen ({e})")))?;
             // On stderr whatever the verbosity: with port 0 this is where the port is told.
             eprintln!(
                 "nrt-dmem monitor: serving http://{}/metrics",
@@ -182,11 +184,7 @@ fn write_table(out: &mut dyn Write, r: &Value) -> std::io::Result<()> {
         "nrt-dmem monitor — {}",
         r["nrt_dmem"]["source"].as_str().unwrap_or("")
     )?;
-    for d in r["nrt_dmem"]["devices"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    for d in r["nrt_dmem"]["devices"].as_array().into_iter().flatten() {
         writeln!(
             out,
             "\n{:<24} used {:>12} of {:>12}{}",

@@ -118,11 +118,7 @@ impl Collector {
         };
         let cpu_now = system::cpu_sample(&self.proc_root);
         let vcpu = match &cpu_now {
-            Ok(c) => system::vcpu_usage(
-                c,
-                self.cpu.as_ref(),
-                system::uptime(&self.proc_root),
-            ),
+            Ok(c) => system::vcpu_usage(c, self.cpu.as_ref(), system::uptime(&self.proc_root)),
             Err(e) => json!({"period": period, "error": e}),
         };
         if let Ok(c) = cpu_now {
@@ -257,7 +253,9 @@ pub(crate) fn runtime_entry(
                 physical.push(d * cpd + c);
             }
             if held || cats.iter().any(|b| *b > 0) {
-                let row = logical.entry((d * cpd + c) / lnc).or_insert([0; CATEGORIES]);
+                let row = logical
+                    .entry((d * cpd + c) / lnc)
+                    .or_insert([0; CATEGORIES]);
                 for (k, b) in cats.iter().enumerate() {
                     if !category_is_host(k) {
                         row[k] = row[k].saturating_add(*b);
@@ -446,7 +444,12 @@ fn shared_report(files: &[PathBuf], period: f64) -> Report {
 
 /// A shared device's figures for `stats --json` (`nrt_dmem.device_wide`): the same entries
 /// the monitor reports (one place for their shape), `this_process` naming the caller's pid.
-pub(crate) fn device_wide_json(file: &Path, name: &str, slot: Option<usize>, s: &Snapshot) -> Value {
+pub(crate) fn device_wide_json(
+    file: &Path,
+    name: &str,
+    slot: Option<usize>,
+    s: &Snapshot,
+) -> Value {
     let (cpd, channels, lnc) = preset_of(s).map_or((layout::CORES, 1, 1), |p| {
         let i = p.device_info();
         (

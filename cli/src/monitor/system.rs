@@ -167,7 +167,11 @@ pub fn instance_info(dmi: &Path) -> Value {
             String::new(),
             format!(
                 "not an EC2 instance (DMI vendor {:?}): no instance information",
-                if vendor.is_empty() { "unknown" } else { &vendor }
+                if vendor.is_empty() {
+                    "unknown"
+                } else {
+                    &vendor
+                }
             ),
         )
     };

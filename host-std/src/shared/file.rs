@@ -52,7 +52,10 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
     // SAFETY: the kernel passes a valid `siginfo_t` to an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
     for r in &REGIONS {
-        let (start, len) = (r.start.load(Ordering::Acquire), r.len.load(Ordering::Acquire));
+        let (start, len) = (
+            r.start.load(Ordering::Acquire),
+            r.len.load(Ordering::Acquire),
+        );
         if start != 0 && start != usize::MAX && addr.wrapping_sub(start) < len {
             let page = addr & !(PAGE - 1);
             // SAFETY: replaces pages of our own mapping `[page, start + len)` with private

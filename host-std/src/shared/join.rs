@@ -60,7 +60,10 @@ fn apply_mode(fd: RawFd, st: &libc::stat, path: &Path) -> Result<(), (Errno, Str
     }
     // SAFETY: `fchmod` on an fd we hold.
     if unsafe { libc::fchmod(fd, mode as libc::mode_t) } != 0 {
-        return Err((last_errno(), format!("cannot set the mode of {}", path.display())));
+        return Err((
+            last_errno(),
+            format!("cannot set the mode of {}", path.display()),
+        ));
     }
     Ok(())
 }
@@ -114,7 +117,9 @@ pub(crate) fn any_slot_locked(fd: RawFd) -> bool {
 /// not this build's (magic, version, sizes, devices). `None`: sound.
 fn damage(fd: RawFd, len: u64) -> Option<String> {
     if len < layout::readable_size() as u64 {
-        return Some(format!("{len} bytes, too short for a shared device (corrupted)"));
+        return Some(format!(
+            "{len} bytes, too short for a shared device (corrupted)"
+        ));
     }
     let Ok(map) = Mapping::map(fd, layout::readable_size(), false) else {
         return Some("cannot map its header".into());
@@ -362,6 +367,16 @@ impl SharedDevice {
         check_owner(&st, path)?;
         let size = layout::file_size();
         let mut fresh = st.st_size == 0;
+        if fresh && any_slot_locked(raw) {
+            return Err((
+                errno::EINVAL,
+                format!(
+                    "{} was truncated to 0 bytes while live processes still use it; it is left \
+                     as it is (stop them, then the next process re-creates it)",
+                    path.display()
+                ),
+            ));
+        }
         if !fresh {
             if let Some(damage) = damage(raw, st.st_size as u64) {
                 // Liveness locks are bytes past the end of the file: they are read without
@@ -781,8 +796,12 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
 /// joiner checks them, then the reaper's own reap under the device lock.
 pub(crate) fn reap_file(path: &Path, reader_fd: RawFd, reap: bool) -> Result<usize, String> {
     let here = |m: String| format!("{}: {m}", path.display());
-    let fd = open_file(path, libc::O_RDWR)
-        .map_err(|e| here(format!("cannot reclaim ({})", std::io::Error::from_raw_os_error(e.raw()))))?;
+    let fd = open_file(path, libc::O_RDWR).map_err(|e| {
+        here(format!(
+            "cannot reclaim ({})",
+            std::io::Error::from_raw_os_error(e.raw())
+        ))
+    })?;
     let st = fstat(fd.as_raw_fd()).map_err(|e| here(format!("cannot stat (errno {e})")))?;
     let theirs = fstat(reader_fd).map_err(|e| here(format!("cannot stat (errno {e})")))?;
     if (st.st_dev, st.st_ino) != (theirs.st_dev, theirs.st_ino) {

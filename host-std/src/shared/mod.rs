@@ -304,19 +304,14 @@ impl SharedDevice {
         }
         let Ok(g) = self.inner.lock() else { return };
         let p = &g.r().procs[self.inner.slot];
-        let Some(m) = p
-            .models
-            .iter()
-            .find(|m| m.id.load(Ordering::Relaxed) == 0)
-        else {
+        let Some(m) = p.models.iter().find(|m| m.id.load(Ordering::Relaxed) == 0) else {
             return;
         };
         let seq = &g.r().header.seq;
         seq.fetch_add(1, Ordering::AcqRel);
         m.vnc.store(vnc, Ordering::Relaxed);
         m.device.store(device, Ordering::Relaxed);
-        m.subgraphs
-            .store(subgraphs.len() as u32, Ordering::Relaxed);
+        m.subgraphs.store(subgraphs.len() as u32, Ordering::Relaxed);
         let n = layout::store_str(&m.name, name);
         m.name_len.store(n, Ordering::Relaxed);
         for (i, row) in m.bytes.iter().enumerate() {

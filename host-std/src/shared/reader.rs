@@ -170,7 +170,9 @@ impl Snapshot {
                                         ),
                                         subgraphs: m.bytes[..n]
                                             .iter()
-                                            .map(|r| r.each_ref().map(|b| b.load(Ordering::Relaxed)))
+                                            .map(|r| {
+                                                r.each_ref().map(|b| b.load(Ordering::Relaxed))
+                                            })
                                             .collect(),
                                     }
                                 })
@@ -226,7 +228,10 @@ impl Snapshot {
         let info = preset.device_info();
         let hbm = self.channel_size.saturating_mul(info.hbm_channels as u64);
         if self.channel_size == 0 || self.channel_size > 1 << 40 {
-            return Err(format!("HBM channel size {} B (damaged)", self.channel_size));
+            return Err(format!(
+                "HBM channel size {} B (damaged)",
+                self.channel_size
+            ));
         }
         for d in 0..self.devices as usize {
             let dev = self.device_bytes(d);
@@ -248,15 +253,17 @@ impl Snapshot {
                     self.host_capacity
                 ));
             }
-            if let Some(c) = self.counters[d]
-                .iter()
-                .flatten()
-                .find(|v| v.peak > hbm.max(self.host_capacity) || v.present > hbm.max(self.host_capacity))
-            {
-                return Err(format!("nd{d}: a counter's peak {} B is beyond the device (damaged)", c.peak));
+            if let Some(c) = self.counters[d].iter().flatten().find(|v| {
+                v.peak > hbm.max(self.host_capacity) || v.present > hbm.max(self.host_capacity)
+            }) {
+                return Err(format!(
+                    "nd{d}: a counter's peak {} B is beyond the device (damaged)",
+                    c.peak
+                ));
             }
             for (ch, f) in self.pools[d].iter().enumerate() {
-                if f.capacity > self.channel_size || f.free > f.capacity || f.largest_free > f.free {
+                if f.capacity > self.channel_size || f.free > f.capacity || f.largest_free > f.free
+                {
                     return Err(format!(
                         "nd{d} HBM {ch}: free-space figures (capacity {}, free {}, largest {}) \
                          are inconsistent (damaged)",
@@ -393,7 +400,8 @@ impl SharedReader {
     /// [`Snapshot::check`]. The message says what is wrong.
     pub fn read(&self) -> Result<Snapshot, String> {
         let here = |m: String| format!("{}: {m}", self.path.display());
-        let st = fstat(self.fd.as_raw_fd()).map_err(|e| here(format!("cannot stat (errno {e})")))?;
+        let st =
+            fstat(self.fd.as_raw_fd()).map_err(|e| here(format!("cannot stat (errno {e})")))?;
         if st.st_nlink == 0 {
             return Err(here(
                 "removed while processes still use it (they keep running on the removed file; \
