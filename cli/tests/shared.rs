@@ -1480,8 +1480,11 @@ fn noise(n: usize, mut x: u64) -> Vec<u8> {
         .collect()
 }
 
+/// A way to damage a file: its name and what it does to the file.
+type Damage = (&'static str, Box<dyn Fn(&Path)>);
+
 /// The ways a file is damaged, each applied to `file`.
-fn damages() -> Vec<(&'static str, Box<dyn Fn(&Path)>)> {
+fn damages() -> Vec<Damage> {
     vec![
         ("truncated to 0 B", Box::new(|f: &Path| truncate(f, 0))),
         ("truncated to 100 B", Box::new(|f: &Path| truncate(f, 100))),
@@ -1713,6 +1716,65 @@ fn stats_of_a_shared_device_is_read_only_and_monitor_device_picks_one() {
         &[],
     );
     assert_eq!(o.status.code(), Some(2));
+    a.exit();
+    b.exit();
+}
+
+/// A worker in a "pod" of its own: private `/dev/shm` (a fresh tmpfs) and pid namespace
+/// (`unshare`), sharing only `dir` with the others.
+fn in_pod(dir: &Path, device: &str, cores: &str, tag: &str) -> Command {
+    let inner = spawn(dir, device, cores, &[("NEURON_PROCESS_TAG", tag)]);
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--pid", "--fork", "--kill-child", "sh", "-c"])
+        .arg("mount -t tmpfs none /dev/shm && exec \"$0\"")
+        .arg(WORKER);
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    c
+}
+
+#[test]
+fn pods_sharing_only_a_host_directory_co_locate_and_see_each_other() {
+    // SAFETY: `geteuid` has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !have("unshare", &["--mount", "--pid", "--fork", "true"]) {
+        eprintln!("skipped: needs root and unshare (mount and pid namespaces)");
+        return;
+    }
+    let dir = shm_dir("pods");
+    let dev = "sim:trn2@pods";
+    let mut a = Worker::start(in_pod(&dir, dev, "0", "pod-a"));
+    a.ok(&format!("alloc t {GIB} 0"));
+    // Each pod's process is pid 1 of its namespace: liveness is the lock, not the pid.
+    assert_eq!(a.pid, 1);
+    let e = Worker::try_start(in_pod(&dir, dev, "0", "pod-b")).err().unwrap();
+    assert!(e.contains("NeuronCore 0 of nd0 is held"), "exclusive across pods: {e}");
+    let mut b = Worker::start(in_pod(&dir, dev, "1", "pod-b"));
+    b.ok(&format!("alloc t {GIB} 0"));
+    assert_eq!(b.stats().1, 2 * GIB, "B sees A's bytes on the device");
+    let (r, code) = report(&dir);
+    assert_eq!(code, Some(0), "{r}");
+    let tags: Vec<_> = r["neuron_runtime_data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["neuron_runtime_tag"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(tags, ["pod-a", "pod-b"]);
+    // Without the shared directory each pod has a device of its own in its private
+    // /dev/shm: no exclusivity, no visibility.
+    let mut c = in_pod(&dir, dev, "0", "pod-c");
+    c.env_remove("NRT_DMEM_SHM_DIR");
+    let mut alone = Worker::start(c);
+    assert_eq!(alone.stats().1, 0);
+    alone.exit();
     a.exit();
     b.exit();
 }
