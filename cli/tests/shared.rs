@@ -1754,8 +1754,13 @@ fn pods_sharing_only_a_host_directory_co_locate_and_see_each_other() {
     a.ok(&format!("alloc t {GIB} 0"));
     // Each pod's process is pid 1 of its namespace: liveness is the lock, not the pid.
     assert_eq!(a.pid, 1);
-    let e = Worker::try_start(in_pod(&dir, dev, "0", "pod-b")).err().unwrap();
-    assert!(e.contains("NeuronCore 0 of nd0 is held"), "exclusive across pods: {e}");
+    let e = Worker::try_start(in_pod(&dir, dev, "0", "pod-b"))
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("NeuronCore 0 of nd0 is held"),
+        "exclusive across pods: {e}"
+    );
     let mut b = Worker::start(in_pod(&dir, dev, "1", "pod-b"));
     b.ok(&format!("alloc t {GIB} 0"));
     assert_eq!(b.stats().1, 2 * GIB, "B sees A's bytes on the device");
