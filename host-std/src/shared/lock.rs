@@ -137,7 +137,25 @@ impl Locked<'_> {
                 .store(a.saturating_sub(1), Ordering::Relaxed);
         }
         ctr.present.store(size, Ordering::Relaxed);
+        self.publish_pools(dev);
         r.header.seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// Copies device `dev`'s HBM pools' free space into the readable prefix (under the
+    /// sequence counter, which the caller holds odd). Pools that fail their figures (damage)
+    /// publish nothing new.
+    pub(super) fn publish_pools(&self, dev: u32) {
+        let Some(figs) = self.r().pools.get(dev as usize) else {
+            return;
+        };
+        for (c, f) in figs.iter().enumerate() {
+            let Ok(p) = guarded(|| self.sim().pool_stats(dev, false, c as u32)) else {
+                continue;
+            };
+            f.capacity.store(p.capacity, Ordering::Relaxed);
+            f.free.store(p.free, Ordering::Relaxed);
+            f.largest_free.store(p.largest_free, Ordering::Relaxed);
+        }
     }
 
     /// Calls `f` with every ownership record of `slot` (device, record): the allocations
@@ -456,7 +474,52 @@ impl Inner {
         unsafe { self.map.base().add(layout::lock_offset()).cast() }
     }
 
+    /// What is wrong with the file under this process, if anything: it shrank (an access
+    /// past its new end faulted, or its size changed) — then nothing in it can be used — or it
+    /// was removed from its directory — then this process keeps working on it, but a process
+    /// started now creates a new device and is not kept off this one's cores. Each is logged
+    /// once, as an error.
+    pub(super) fn file_damage(&self) -> Option<(bool, String)> {
+        // SAFETY: `fstat` fills a zeroed struct for an fd we hold.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        let ok = unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) } == 0;
+        let d = if self.map.faulted() || (ok && st.st_size as u64 != layout::file_size() as u64) {
+            Some((
+                true,
+                format!(
+                    "{} was truncated under this process (now {} bytes): its allocator state is \
+                     gone; every further call fails (stop the device's processes, the next one \
+                     re-creates it)",
+                    self.path.display(),
+                    st.st_size
+                ),
+            ))
+        } else if ok && st.st_nlink == 0 {
+            Some((
+                false,
+                format!(
+                    "{} was removed while this process uses it: this process keeps its memory and \
+                     cores, but a process started now creates a new device and is not kept off \
+                     them",
+                    self.path.display()
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some((_, m)) = &d {
+            if !self.damage_told.swap(true, Ordering::Relaxed) {
+                log::error!(target: "nrt_host::shared", "{}: {m}", self.name);
+            }
+        }
+        d
+    }
+
     pub(super) fn lock(&self) -> Result<Locked<'_>, Errno> {
+        if let Some((true, _)) = self.file_damage() {
+            return Err(errno::EIO);
+        }
         // SAFETY: the mutex was initialised process-shared and robust by the file's creator
         // (`init_file`) and lives for as long as the mapping.
         let r = unsafe { libc::pthread_mutex_lock(self.mutex()) };
