@@ -135,9 +135,12 @@ fn main() -> ExitCode {
         json!({
             "tensor_scale_few_live": opt(t.map(|t| t.few as f64)),
             "tensor_scale_many_live": opt(t.map(|t| t.many as f64)),
-            "tensor_scale_few_ns_per_op": opt(t.map(|t| t.few_ns_per_op)),
-            "tensor_scale_many_ns_per_op": opt(t.map(|t| t.many_ns_per_op)),
-            "tensor_scale_many_vs_few_ratio": opt(t.map(|t| t.ratio)),
+            "tensor_scale_window_few_ns_per_op": opt(t.map(|t| t.window_few_ns_per_op)),
+            "tensor_scale_window_many_ns_per_op": opt(t.map(|t| t.window_many_ns_per_op)),
+            "tensor_scale_window_many_vs_few_ratio": opt(t.map(|t| t.window_ratio)),
+            "tensor_scale_random_few_ns_per_op": opt(t.map(|t| t.random_few_ns_per_op)),
+            "tensor_scale_random_many_ns_per_op": opt(t.map(|t| t.random_many_ns_per_op)),
+            "tensor_scale_random_many_vs_few_ratio": opt(t.map(|t| t.random_ratio)),
         })
     };
     if host_mem_only {
