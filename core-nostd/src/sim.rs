@@ -85,7 +85,7 @@ pub const MIN_CHANNEL_SIZE: u64 = 32 * MIB;
 /// Largest channel or host-pool size accepted (keeps HBM addresses below [`HOST_PA_BASE`]).
 pub const MAX_POOL_SIZE: u64 = 1 << 44;
 /// Default node capacity of each pool (main HBM, small-object, host DMA): the `NODES`
-/// parameter of [`SimDevice`] (issue 16 item 4: the integrator sizes it).
+/// parameter of [`SimDevice`] (the integrator sizes it).
 pub const DEFAULT_NODES: usize = 16384;
 /// Node capacity of each main HBM pool of the default [`SimDevice`].
 pub const MAIN_NODES: usize = DEFAULT_NODES;
@@ -180,7 +180,7 @@ struct HostState<const NODES: usize> {
 
 /// A piece of a device with its own lock, on its own cache lines: each HBM channel and the
 /// host pool, so calls for different channels (logical cores on different HBMs) never meet
-/// on a lock or a hot cache line (issue 16 item 7). No call takes two parts' locks. The lock
+/// on a lock or a hot cache line. No call takes two parts' locks. The lock
 /// comes after a cache line of padding, so it never shares a line with the previous part's
 /// state (padding, not alignment: see `sync::LINE_STRIDE`).
 #[repr(C)]
@@ -278,7 +278,7 @@ struct DeviceSlot<const NODES: usize> {
 /// The simulated device set (public ABI §3–§4; see the module docs). Valid when all-zero
 /// (an uninitialised simulator exposes no device); set up with [`SimDevice::init`].
 ///
-/// Sized by the integrator (issue 16 item 4): `DEVICES` device slots (1..=32) and `NODES`
+/// Sized by the integrator: `DEVICES` device slots (1..=32) and `NODES`
 /// nodes per pool (each device has 4 main + 4 small-object + 1 host pool; at least
 /// `NODES / 2 - 1` live allocations per pool whatever the pattern). The defaults are the
 /// 32-device, 16 384-node simulator; `SimDevice<1, 1024>` is a one-device profile of about
