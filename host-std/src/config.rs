@@ -22,7 +22,7 @@ pub enum DeviceChoice {
     },
     /// The real driver over `/dev/neuron*`.
     Neuron,
-    /// A simulated device shared by processes (`sim:trn2@prod`, issue 20,
+    /// A simulated device shared by processes (`sim:trn2@prod`,
     /// docs/SHARED_DEVICE.md): the pools live in a file every process naming it maps.
     Shared {
         /// Instance preset.
@@ -195,7 +195,7 @@ pub struct RuntimeConfig {
     /// (`NRT_DMEM_SIM_CHANNEL_SIZE`). A smaller device reserves less address space, which is
     /// what lets a trn2 (4 × 24 GiB) run under valgrind, whose address space stops at 64 GiB.
     pub sim_channel_size: Option<u64>,
-    /// The core's arena capacities (issue 16 item 4): [`HOST_CAPACITY`], with
+    /// The core's arena capacities: [`HOST_CAPACITY`], with
     /// `NRT_DMEM_MAX_TENSORS`, `NRT_DMEM_MAX_DMEMS`, `NRT_DMEM_MAX_MODELS` and
     /// `NRT_DMEM_MAX_SETS` on top.
     pub capacity: nrt_core::Capacity,
