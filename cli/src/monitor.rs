@@ -1,4 +1,4 @@
-//! `nrt-dmem monitor`: the host agent (issue 20 item 4). Every `--interval` (default 1 s) a
+//! `nrt-dmem monitor`: the host agent. Every `--interval` (default 1 s) a
 //! report in neuron-monitor's JSON shape (public ABI §5 field names: per process
 //! `neuron_runtime_used_bytes` with `usage_breakdown.neuroncore_memory_usage` per core and the
 //! host breakdown; per device and core the sysfs-like total/present/peak by category), or a
