@@ -7,8 +7,9 @@
 //! environment variable) that raises it.
 
 /// How many slots each arena of a [`crate::CoreState`] has, and into how many shards the
-/// arenas are cut. [`Capacity::DEFAULT`] is the sizing for 32 devices; [`Capacity::ONE_DEVICE`] is a small profile for one-device firmware. The
-/// 18.9 MB ABI context `tdrv_ctx_t` is fixed whatever the capacity (spec §1, facts v2).
+/// arenas are cut. [`Capacity::DEFAULT`] is the sizing for 32 devices;
+/// [`Capacity::ONE_DEVICE`] is a small profile for one-device firmware. The 18.9 MB ABI
+/// context `tdrv_ctx_t` is fixed whatever the capacity (spec §1, facts v2).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Capacity {

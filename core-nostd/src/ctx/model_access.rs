@@ -67,8 +67,8 @@ impl<'a> Nrt<'a> {
         // caller of this accessor is a step of a gated call or of `close` after its own
         // `init_cores` finished (`unload_all_models`), so that store does not overlap either.
         // That second half is the crate-internal contract `tpb_allocator` also rests on; storing
-        // the table under the lock in `init_cores` would remove it. A plain read of a pointer-sized field: no
-        // reference to the `tpb_t` is made.
+        // the table under the lock in `init_cores` would remove it. A plain read of a
+        // pointer-sized field: no reference to the `tpb_t` is made.
         let db = unsafe { addr_of!((*t).model_db).read() };
         // The table must be a live slot of this runtime's `model_dbs` (its header is the slot's
         // first member): anything else is refused, not walked.
