@@ -44,6 +44,9 @@ const CITATIONS: &[(&str, &str)] = &[
     ("neff-format §", "docs/NEFF-FORMAT.md"),
 ];
 
+/// Files that cite docs/NEFF-FORMAT.md by a bare `§N` (as `nrt-neff` does throughout).
+const BARE_NEFF_FORMAT: &[&str] = &["neff/", "docs/NEFF.md"];
+
 /// Extensions whose text is checked for history and citations.
 const TEXT_EXTS: &[&str] = &["rs", "h", "c", "md", "toml"];
 
@@ -199,13 +202,29 @@ pub fn check_file(rel: &str, text: &str, headings: &[(&str, BTreeSet<String>)]) 
                 push("\"done means\": say what the code does and why".into());
             }
         }
+        let mut prefixed = BTreeSet::new();
         for (prefix, page) in CITATIONS {
             let Some((_, known)) = headings.iter().find(|(p, _)| p == page) else {
                 continue;
             };
-            for sec in cited_sections(line, prefix) {
+            for (at, sec) in cited_at(line, prefix) {
+                prefixed.insert(at);
                 if !known.contains(&sec) {
                     push(format!("`{prefix}{sec}`: {page} has no `§{sec}` heading"));
+                }
+            }
+        }
+        let bare_neff = BARE_NEFF_FORMAT
+            .iter()
+            .any(|p| rel.starts_with(p) || rel == *p);
+        let neff_headings = headings.iter().find(|(p, _)| *p == "docs/NEFF-FORMAT.md");
+        if let (true, Some((page, known))) = (bare_neff, neff_headings) {
+            for (at, _) in line.match_indices('§') {
+                let sec = number_at(&line[at + '§'.len_utf8()..]);
+                if !prefixed.contains(&at) && !sec.is_empty() && !known.contains(&sec) {
+                    push(format!(
+                        "`§{sec}` (this file's citations of the NEFF format): {page} has no `§{sec}` heading"
+                    ));
                 }
             }
         }
@@ -244,9 +263,18 @@ pub fn issue_number(line: &str) -> Option<&str> {
 
 /// The sections a line cites after `prefix` (which ends in `§`), following ranges and lists:
 /// `spec §4.4–§4.5, §5 and §7.2` → `4.4`, `4.5`, `5`, `7.2`.
-pub fn cited_sections(line: &str, prefix: &str) -> Vec<String> {
+#[cfg(test)]
+fn cited_sections(line: &str, prefix: &str) -> Vec<String> {
+    cited_at(line, prefix).into_iter().map(|(_, s)| s).collect()
+}
+
+/// The sections a line cites after `prefix` (which ends in `§`), following ranges and lists
+/// (`spec §4.4–§4.5, §5 and §7.2`), each with the byte offset of its `§` in `line`.
+fn cited_at(line: &str, prefix: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     for (at, _) in line.match_indices(prefix) {
+        // The `§` is the prefix's last character.
+        let mut mark = at + prefix.len() - '§'.len_utf8();
         let mut rest = &line[at + prefix.len()..];
         loop {
             let num = number_at(rest);
@@ -254,7 +282,7 @@ pub fn cited_sections(line: &str, prefix: &str) -> Vec<String> {
                 break;
             }
             rest = &rest[num.len()..];
-            out.push(num);
+            out.push((mark, num));
             // A continuation: a separator, then another `§N`.
             let t = rest.trim_start_matches(['.']);
             let t = t.trim_start();
@@ -263,7 +291,10 @@ pub fn cited_sections(line: &str, prefix: &str) -> Vec<String> {
                 .find_map(|s| t.strip_prefix(s))
                 .map(str::trim_start);
             match t.and_then(|t| t.strip_prefix('§')) {
-                Some(next) => rest = next,
+                Some(next) => {
+                    mark = line.len() - next.len() - '§'.len_utf8();
+                    rest = next;
+                }
                 None => break,
             }
         }
@@ -328,6 +359,17 @@ mod tests {
         assert!(whats[2].contains("done means"));
         assert!(whats[3].contains("`public API §5`"));
         assert!(whats[4].contains("`../shared`"));
+    }
+
+    #[test]
+    fn the_neff_crate_cites_the_format_by_bare_section() {
+        let h = headings();
+        let line = "// the header (§2), spec §3.2; §9\n";
+        let f = check_file("neff/src/x.rs", line, &h);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(f[0].what.starts_with("`§9`"), "{f:#?}");
+        // Elsewhere a bare `§N` is not a citation of the NEFF format.
+        assert!(check_file("core-nostd/src/x.rs", "// §9\n", &h).is_empty());
     }
 
     #[test]
