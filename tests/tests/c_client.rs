@@ -192,7 +192,7 @@ fn dropin_program_builds_with_only_nrt_h_and_lnrt() {
 
 /// Calls from an `atexit` handler, where the main thread's thread-local storage has already
 /// been destroyed: each failing call returns its status and the last-error getter a valid
-/// (static) string; no panic crosses the C ABI (it used to abort the process with SIGABRT).
+/// (static) string; no panic crosses the C ABI (a panic there would abort the process).
 /// Also under memcheck when valgrind is installed: nothing reads freed thread-local memory.
 #[test]
 fn calls_from_an_atexit_handler_return_statuses() {
