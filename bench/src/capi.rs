@@ -1,4 +1,4 @@
-//! The C API under threads (issue 16 item 7; docs/PERFORMANCE.md "The C API under threads"):
+//! The C API under threads (docs/PERFORMANCE.md "The C API under threads"):
 //! `nrt_tensor_allocate` (DEVICE placement) / `nrt_tensor_write` / `nrt_tensor_free` of 4 KiB
 //! tensors through `libnrt`'s entry points (the `nrt` rlib, the same code as `libnrt.so`), with
 //! 1, 2 and 4 threads, each on its own logical core of a simulated trn2, the cores chosen on

@@ -1,9 +1,9 @@
-//! The two VIRTUAL-tensor host pools compared (issue 17 item 4).
+//! The two VIRTUAL-tensor host pools compared.
 
 use super::*;
 
-/// The two VIRTUAL-tensor pools of [`nrt_core::host_heap`] on one alloc/free mix (issue 17
-/// item 4): the carve-backed [`nrt_core::tensor::ArenaHostMem`] against the
+/// The two VIRTUAL-tensor pools of [`nrt_core::host_heap`] on one alloc/free mix: the
+/// carve-backed [`nrt_core::tensor::ArenaHostMem`] against the
 /// `linked_list_allocator::Heap`-backed [`nrt_core::tensor::HeapHostMem`], each call through
 /// the `HostMem` trait as the runtime makes it (zeroed 64-aligned blocks).
 #[derive(Copy, Clone, Debug)]

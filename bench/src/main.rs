@@ -75,7 +75,7 @@ fn main() -> ExitCode {
             "dmem_path_vs_carve_raw_ratio": opt(p.map(|p| p.ratio)),
         })
     };
-    // 1 vs 2 threads on different logical cores, device and VIRTUAL tensors (issue 16 item 7).
+    // 1 vs 2 threads on different logical cores, device and VIRTUAL tensors.
     let threads_json = || {
         use nrt_core::tensor::Placement;
         let mut o = serde_json::Map::new();
@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         }
         serde_json::Value::Object(o)
     };
-    // The VIRTUAL tensor pools (issue 17 item 4): the mix, and its 64 B–4 KiB variant.
+    // The VIRTUAL tensor pools: the mix, and its 64 B–4 KiB variant.
     let host_mem_json = || {
         let mut o = serde_json::Map::new();
         for (name, small) in [("mix", false), ("small", true)] {

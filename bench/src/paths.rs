@@ -132,7 +132,7 @@ pub fn dmem_path_vs_carve(quick: bool) -> Option<PathComparison> {
 }
 
 /// Tensor allocate / write / free throughput with 1 thread against 2 threads on different
-/// logical cores (issue 16 item 7), ratio taken in one run: `ratio` is (2 threads' total
+/// logical cores, ratio taken in one run: `ratio` is (2 threads' total
 /// ops/s) / (1 thread's ops/s), the median of the per-repetition ratios (each repetition times
 /// one thread, then two, back to back). Wall-clock, so on a busy machine both sides move.
 #[derive(Copy, Clone, Debug)]

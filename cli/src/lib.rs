@@ -1,10 +1,10 @@
 //! # nrt-dmem-cli
 //!
-//! The `nrt-dmem` command line (issue 6 item 5): the demo, the scenario runner, the memory
-//! report and the layout report. It was split out of `nrt-host` (issue 17 item 3): a file
-//! lives here when its job is talking to a person — parsing arguments, drawing reports and
-//! tables, reading scenario files and running them, watching shared devices (`monitor`), the
-//! layout/DWARF commands. What an application or `libnrt.so` needs to run models (driver,
+//! The `nrt-dmem` command line: the demo, the scenario runner, the memory report and the
+//! layout report. It is a crate of its own, apart from `nrt-host`: a file lives here when its
+//! job is talking to a person — parsing arguments, drawing reports and tables, reading
+//! scenario files and running them, watching shared devices (`monitor`), the layout/DWARF
+//! commands. What an application or `libnrt.so` needs to run models (driver,
 //! device, config, NEFF/manifest loading, the planner's and the shared device's Rust APIs)
 //! stays in `nrt-host`, which this crate calls and which does not depend on it.
 //!

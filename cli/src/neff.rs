@@ -1,5 +1,5 @@
-//! `nrt-dmem neff inspect FILE [--json]` and `nrt-dmem neff pack MANIFEST -o FILE` (issue 18
-//! item 1): what a NEFF holds and what loading it would book, before anything is loaded; and a
+//! `nrt-dmem neff inspect FILE [--json]` and `nrt-dmem neff pack MANIFEST -o FILE`:
+//! what a NEFF holds and what loading it would book, before anything is loaded; and a
 //! NEFF written from a manifest.
 
 use std::collections::BTreeMap;

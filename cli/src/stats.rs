@@ -70,13 +70,13 @@ pub struct Report {
     /// `(device, hbm, pool)` per HBM channel.
     pub hbm: Vec<(u32, u32, PoolStats)>,
     /// `(device, hbm, main pool, small-object region)` free blocks by size class, for the
-    /// channels whose driver lists them (issue 19 item 3).
+    /// channels whose driver lists them.
     pub hbm_free_blocks: Vec<(u32, u32, FreeHistogram, FreeHistogram)>,
     /// `(device, pool)` host DMA pools.
     pub host_pools: Vec<(u32, PoolStats)>,
     /// Bytes the driver holds.
     pub driver_bytes: u64,
-    /// On a shared simulated device (issue 20 item 5): its name, this process's slot and the
+    /// On a shared simulated device: its name, this process's slot and the
     /// device-wide figures of every process.
     pub device_wide: Option<(String, usize, nrt_host::shared::reader::Snapshot)>,
 }

@@ -76,8 +76,8 @@ fn demo_shows_every_section_and_ends_with_zero_bytes() {
     let table = std::fs::read_to_string(path).expect("the OOM file exists");
     assert!(table.contains("Failed to allocate"), "{table}");
     let _ = std::fs::remove_file(path);
-    // One screen: 60 lines, plus the OOM table's one "why:" line (issue 21) and its free-block
-    // line per HBM channel (issue 19 item 3; four on trn2).
+    // One screen: 60 lines, plus the OOM table's one "why:" line and its free-block line per
+    // HBM channel (four on trn2).
     assert!(
         out.lines().count() <= 65,
         "one screen: {} lines",
@@ -209,7 +209,7 @@ fn stats_json_has_neuron_monitor_keys() {
     assert!(hbm
         .iter()
         .all(|h| h["largest_free_block_bytes"].as_u64() > Some(0)));
-    // Issue 21: the small-object region is reported apart, and the largest free block is the
+    // The small-object region is reported apart, and the largest free block is the
     // main pool's: with it, the region's free bytes fit in the free total.
     for h in hbm {
         let field = |k: &str| h[k].as_u64().unwrap_or_else(|| panic!("{k}: {h}"));
@@ -224,7 +224,7 @@ fn stats_json_has_neuron_monitor_keys() {
                 <= field("free_bytes"),
             "{h}"
         );
-        // Issue 19 item 3: the free blocks by size class add up to the free bytes.
+        // The free blocks by size class add up to the free bytes.
         let classes = |k: &str| -> u64 {
             h["free_blocks"][k]
                 .as_array()

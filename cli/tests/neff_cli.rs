@@ -109,7 +109,7 @@ fn pack_then_inspect_an_example_and_a_refusal() {
 
 /// `neff inspect --json` on every example packed with `neff pack`: the tensor table is the
 /// manifest's (name, dtype, shape, bytes) and the MODEL tier's device bytes per usage are what
-/// the manifest's allocations ask for over its subgraphs (issue 18: inspect shows both).
+/// the manifest's allocations ask for over its subgraphs (inspect shows both).
 #[test]
 fn inspect_shows_every_packed_examples_tensors_and_footprint() {
     use nrt_host::manifest::{Location, Manifest};

@@ -1,6 +1,6 @@
-//! The shared simulated device across real processes (issue 20 "Done means";
-//! docs/SHARED_DEVICE.md). Every test starts `nrt-dmem-worker` processes on a device in a
-//! private `NRT_DMEM_SHM_DIR`, drives them over stdin and reads their one-line answers.
+//! The shared simulated device across real processes (docs/SHARED_DEVICE.md). Every test
+//! starts `nrt-dmem-worker` processes on a device in a private `NRT_DMEM_SHM_DIR`, drives
+//! them over stdin and reads their one-line answers.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

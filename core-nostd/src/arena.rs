@@ -1,14 +1,14 @@
 //! Slab pools: where every `dmem_t`, `model_t`, tensor, ref node and hint string of the core
-//! comes from (no heap; ARCHITECTURE.md "arena").
+//! comes from (no heap; docs/ARCHITECTURE.md, "Inside the core").
 //!
 //! An [`Arena`] is a header (valid when all-zero: no slots) bound once to zeroed storage the
-//! integrator sized ([`crate::config::Capacity`], issue 16 item 4), so the storage lives in
+//! integrator sized ([`crate::config::Capacity`]), so the storage lives in
 //! `.bss` or a zeroed allocation and costs nothing until a slot is touched. A full arena is its
 //! own error ([`ArenaFull`]), distinct from device out-of-memory, and names the setting that
 //! raises it. Freeing checks ownership and liveness, so a double free or a foreign pointer is
 //! reported instead of corrupting the pool.
 //!
-//! # Shards (issue 16 item 7)
+//! # Shards
 //!
 //! The slots are cut into up to [`MAX_SHARDS`] contiguous shards, each with its own lock and
 //! books ([`ShardBooks`]: fresh cursor, free stack, quarantine, live count, peak) on its own
@@ -82,7 +82,7 @@ static FRESH_START: AtomicU32 = AtomicU32::new(0);
 /// The step between consecutive shards' fresh starts (2^32 / φ, odd).
 const FRESH_STEP: u32 = 0x9E37_79B9;
 
-/// The books of one shard, guarded by the shard's lock (the lock holds them: issue 17). Public
+/// The books of one shard, guarded by the shard's lock (the lock holds them). Public
 /// so the loom model (`core-nostd/tests/loom.rs`) drives the very code the arena runs.
 #[derive(Debug)]
 pub struct ShardBooks {

@@ -1,7 +1,7 @@
 //! [`ZeroedCell`]: a `static` holding a zero-valid block (the [`crate::CoreState`], a
 //! [`crate::sim::SimDevice`]) that hands out its one `&'static mut` safely, once — static-cell's
-//! `StaticCell` (STYLE.md #18) for the core's all-zero blocks, so an integrator without a heap
-//! writes no `static mut` and no `unsafe` (issue 16 "done means": the firmware trial).
+//! `StaticCell` (docs/STYLE.md #18) for the core's all-zero blocks, so an integrator without a heap
+//! writes no `static mut` and no `unsafe` (as `tests/trials/firmware` shows).
 //!
 //! The value starts as all-zero bytes (in `.bss`: nothing is built at compile time or on the
 //! stack), which [`ZeroValid`] promises is a valid value; [`ZeroedCell::take`] marks the cell

@@ -1,5 +1,5 @@
-//! Capacities of the core's arenas, chosen by the integrator ([`Capacity`], issue 16 item 4),
-//! and the fixed sizes of the ABI (no heap; issue "No heap in the core").
+//! Capacities of the core's arenas, chosen by the integrator ([`Capacity`]),
+//! and the fixed sizes of the ABI (the core has no heap).
 //!
 //! Every arena's storage is zero-initialised, so in `.bss` or a zeroed allocation it costs
 //! address space only until a slot is touched. When one is full, the caller gets
@@ -7,9 +7,9 @@
 //! environment variable) that raises it.
 
 /// How many slots each arena of a [`crate::CoreState`] has, and into how many shards the
-/// arenas are cut (issue 16 items 4 and 7). [`Capacity::DEFAULT`] is the historical sizing
-/// for 32 devices; [`Capacity::ONE_DEVICE`] is a small profile for one-device firmware. The
-/// 18.9 MB ABI context `tdrv_ctx_t` is fixed whatever the capacity (spec §1, facts v2).
+/// arenas are cut. [`Capacity::DEFAULT`] is the sizing for 32 devices;
+/// [`Capacity::ONE_DEVICE`] is a small profile for one-device firmware. The 18.9 MB ABI
+/// context `tdrv_ctx_t` is fixed whatever the capacity (spec §1, facts v2).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Capacity {

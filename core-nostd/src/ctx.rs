@@ -157,7 +157,7 @@ pub(crate) struct DevExt {
     pub(crate) hbm_nc: [crate::ledger::CoreChannels; 8],
     /// The ledger lock of each core: held by every update of that core's rows and by readers
     /// that want one core's rows consistent (each row sums to its `[nc][22]`). Per core, on
-    /// its own cache line: allocations on different cores never meet here (issue 16 item 7).
+    /// its own cache line: allocations on different cores never meet here.
     pub(crate) ledger_locks: [crate::ledger::CoreLock; 8],
     /// High-water mark of the device's HBM bytes (the sum of its cores' `[nc][22]`; see
     /// `dml_add_entry` for how exact it is under concurrent allocation).
@@ -201,7 +201,7 @@ pub struct CoreState {
     pub(crate) settings: UnsafeCell<Settings>,
     pub(crate) state: AtomicU32,
     /// The driver this block was initialised with (its address; 0 while not initialised):
-    /// every call through an [`Nrt`] over another driver is refused (issue 16 item 2). Written
+    /// every call through an [`Nrt`] over another driver is refused. Written
     /// by `init` only, beside `state`, so the gate reads it from the line it reads anyway.
     pub(crate) bound_drv: AtomicUsize,
     /// The host-memory provider it was initialised with (address; 0 for none).
@@ -519,7 +519,7 @@ pub type StorageFree = unsafe fn(*mut u8, usize);
 /// an allocation of the allocator's natural alignment.
 const STORAGE_SLACK: usize = 64;
 
-/// The arena shard calls on physical core `(dev, tpb)` prefer (issue 16 item 7): one per
+/// The arena shard calls on physical core `(dev, tpb)` prefer: one per
 /// core, so calls on different cores of a device take different shard locks.
 #[inline]
 pub(crate) fn core_shard(dev: u32, tpb: u32) -> usize {
@@ -541,7 +541,7 @@ pub struct InitOptions {
 /// The runtime: a view binding the state block to its driver and, optionally, the host-memory
 /// provider of VIRTUAL tensors. Cheap to copy; every operation of the core is a method on it.
 ///
-/// Resources are bound once (issue 16 item 2): [`Nrt::init`] records the driver and the host
+/// Resources are bound once: [`Nrt::init`] records the driver and the host
 /// provider of the view it runs on, and until the next `init` every call through a view over
 /// another driver or provider is refused ([`Error::ForeignResources`]), so frees can never
 /// go to a driver or heap that did not hand the memory out. The lifetime `'a` ties the

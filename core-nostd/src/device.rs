@@ -1,6 +1,6 @@
 //! Device facts (public ABI §3 "per channel sizes", §4 "Devices"): the one source for the
 //! geometry and constants that the simulated device ([`crate::sim`]) and the real driver
-//! (`nrt_host::neuron_driver`) both describe. Issue 17 item 3: they were written twice.
+//! (`nrt_host::neuron_driver`) both describe, written once.
 #![deny(unsafe_code)]
 
 use crate::abi::al_hal_tpb_arch_type_t;

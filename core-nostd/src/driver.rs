@@ -54,7 +54,7 @@ pub mod errno {
 }
 
 /// An errno value returned by the driver (Linux numbering, positive), as a type rather than a
-/// bare `i32` (STYLE.md #21, vmm-sys-util's `errno::Error`): a driver failure cannot be
+/// bare `i32` (docs/STYLE.md #21, vmm-sys-util's `errno::Error`): a driver failure cannot be
 /// confused with a count or an index. The named values are in [`errno`].
 #[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -179,8 +179,8 @@ pub const SMALL_OBJECT_MAX: u64 = 512 * 1024;
 
 /// Free blocks of one region by size class: class `i` counts the free blocks of
 /// `[2^(12+i), 2^(13+i))` bytes (4 KiB and up; the last class is open-ended), so a reader sees
-/// at a glance whether the free bytes are one block or a thousand slivers (issue 19 item 3;
-/// public ABI §6 "users cannot see the largest free block").
+/// at a glance whether the free bytes are one block or a thousand slivers (public
+/// ABI §6 "users cannot see the largest free block").
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct FreeHistogram {
@@ -427,7 +427,7 @@ pub trait Driver: Sync {
         }
     }
     /// The free blocks of HBM channel `hbm_idx` by size class: `(main pool, small-object
-    /// region)` (issue 19 item 3). A diagnostics call for `stats` and the OOM report; the
+    /// region)`. A diagnostics call for `stats` and the OOM report; the
     /// default answers `EOPNOTSUPP` (a driver that cannot list its free blocks).
     fn free_histogram(
         &self,
@@ -446,7 +446,7 @@ pub trait Driver: Sync {
 
 /// Forwards [`Driver`] methods to a field that is a driver, inside an `impl Driver for …`
 /// block: `forward_driver!(field => method, method, …)`, or `forward_driver!(field => all)`
-/// for every method (issue 17 item 3: one place instead of hand-forwarded impls). A wrapper
+/// for every method (one place instead of hand-forwarded impls). A wrapper
 /// that changes some calls writes those itself and forwards the rest.
 ///
 /// ```

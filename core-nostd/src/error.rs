@@ -1,4 +1,4 @@
-//! The core's error type: small, `Copy`, heap-free, convertible to `NRT_STATUS` (STYLE.md #8).
+//! The core's error type: small, `Copy`, heap-free, convertible to `NRT_STATUS` (docs/STYLE.md #8).
 //!
 //! Every variant carries what a person needs to act on it; `Display` renders the message.
 #![deny(unsafe_code)]
@@ -75,7 +75,7 @@ pub enum Error {
     /// A dmem that does not belong to the allocator it was given to.
     ForeignDmem,
     /// The call came through a view ([`crate::Nrt`]) over another driver or host-memory
-    /// provider than the state block was initialised with (issue 16 item 2). Nothing was
+    /// provider than the state block was initialised with. Nothing was
     /// done.
     ForeignResources,
     /// A [`crate::Capacity`] field out of range (`Capacity::check`; the message names the
@@ -173,7 +173,7 @@ pub enum Error {
 macro_rules! invalid_args {
     ($($(#[$m:meta])* $v:ident => $msg:expr,)*) => {
         /// Which argument an [`Error::InvalidArgument`] refuses, one variant per condition, so
-        /// callers can match on it (issue 16 item 3). [`InvalidArg::message`] is the text the
+        /// callers can match on it. [`InvalidArg::message`] is the text the
         /// error shows.
         #[derive(Copy, Clone, Debug, PartialEq, Eq)]
         #[cfg_attr(feature = "defmt", derive(defmt::Format))]

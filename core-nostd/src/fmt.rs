@@ -1,4 +1,4 @@
-//! Logging that compiles away (STYLE.md #9, after embassy's `fmt.rs`): the core's log macros
+//! Logging that compiles away (docs/STYLE.md #9, after embassy's `fmt.rs`): the core's log macros
 //! route to `defmt`, to `log`, or to nothing, by feature. Declared first in `lib.rs` so every
 //! module sees the macros.
 #![allow(unused_macros)]

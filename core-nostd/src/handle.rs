@@ -1,4 +1,4 @@
-//! Typed, generation-checked handles (issue 16 item 1; STYLE.md #16): how the safe API names
+//! Typed, generation-checked handles (docs/STYLE.md #16): how the safe API names
 //! the dmems, tensors, tensor sets and models it hands out ([`DmemHandle`], [`TensorHandle`],
 //! [`SetHandle`], [`ModelHandle`]), and the pin protocol that makes a handle used on one
 //! thread while another frees it an error or a completed operation, never a use after free.

@@ -3,7 +3,7 @@
 //!
 //! * [`ArenaHostMem`] places blocks with the core's own [`crate::carve::Carve`] (TLSF, node
 //!   table outside the bytes, generation-checked ids): the default.
-//! * [`HeapHostMem`] places them with `linked_list_allocator::Heap` (issue 17 item 4), kept
+//! * [`HeapHostMem`] places them with `linked_list_allocator::Heap`, kept
 //!   as the measured peer: see the figures beside [`ArenaHostMem`] and `docs/PERFORMANCE.md`.
 //!
 //! Both hold their allocator in the lock that guards it ([`crate::sync::DataLock`]) and put a
@@ -114,7 +114,7 @@ impl<const N: usize> HostBytes<N> {
 /// live block (a double free, a foreign or stale pointer) changes nothing: the header's carve
 /// id is generation-checked.
 ///
-/// Kept as the default over [`HeapHostMem`] (issue 17 item 4), by measurement:
+/// The default over [`HeapHostMem`], by measurement:
 /// `./target/release/nrt-bench --host-mem --json` (both pools through `HostMem`, repetitions
 /// alternating, medians of CPU time; 5 runs on a busy shared 2-core machine, load ≈ 9): on
 /// the VIRTUAL tensor mix the heap took 1.26–1.34× the carve's time per alloc or free
@@ -203,7 +203,7 @@ impl<const BYTES: usize, const NODES: usize> HostMem for ArenaHostMem<BYTES, NOD
     }
 }
 
-/// [`HostMem`] over `linked_list_allocator::Heap` (issue 17 item 4's candidate): the same
+/// [`HostMem`] over `linked_list_allocator::Heap`, the measured peer: the same
 /// fixed byte array and 64-byte header as [`ArenaHostMem`], placed first-fit by the crate's
 /// hole list. The first `BYTES / 512` bytes (rounded up to 64) hold a bitmap of live block
 /// starts (one bit per 64-byte unit), which is what refuses a double or foreign free: the
@@ -343,7 +343,7 @@ mod tests {
     use super::*;
 
     /// Both pools: 64-aligned zeroed blocks, all bytes back after frees, and a double or
-    /// foreign free changes nothing (spec §7.1 VIRTUAL tensors; issue 17 item 4).
+    /// foreign free changes nothing (spec §7.1 VIRTUAL tensors).
     fn pool_contract(m: &dyn HostMem, free_bytes: &dyn Fn() -> u64) {
         let before = free_bytes();
         let a = m.alloc(100).unwrap();

@@ -254,7 +254,7 @@ impl Inspector<'_> {
     }
 }
 
-/// The ledger's state beside the tree's rows (issue 17 item 2: state split by domain), as a
+/// The ledger's state beside the tree's rows (state split by domain), as a
 /// [`crate::ctx::CoreState`] holds it. Valid when all-zero.
 pub(crate) struct LedgerPool {
     /// The last device OOM (spec §3.2 `dml_driver_dump`), in the lock that guards it (issue
@@ -319,7 +319,7 @@ impl Nrt<'_> {
     /// `nrt_get_vnc_memory_stats` are HBM bytes, the figure users compare with an HBM limit.
     /// The host figures are reported next to them (`ledger_host`, `vnc_usage`, the OOM table).
     ///
-    /// No device-wide counter is written (issue 16 item 7): the update takes only its core's
+    /// No device-wide counter is written: the update takes only its core's
     /// lock and touches only its core's rows and per-channel figures, so allocations on
     /// different cores share no lock and no hot cache line. The device totals are sums of the
     /// cores' `[nc][22]` taken on read. The device peaks are raised after an allocation to the

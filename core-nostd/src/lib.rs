@@ -62,7 +62,7 @@ static_assertions::assert_obj_safe!(driver::Driver, tensor::HostMem);
 static_assertions::assert_impl_all!(CoreState: Send, Sync, abi::meta::ZeroValid);
 // A runtime view is shared by threads (the C ABI's global, the std shim's runtime).
 static_assertions::assert_impl_all!(Nrt<'static>: Send, Sync);
-// Errors are plain values (`Error` stays `Copy`: issue 16 item 3).
+// Errors are plain values (`Error` stays `Copy`).
 static_assertions::assert_impl_all!(Error: Copy, Send, Sync, core::fmt::Debug, core::fmt::Display);
 // An execution's guard may finish on another thread (an async completion), but it holds the
 // model reference and the exec locks: a copy would release them twice.

@@ -1,5 +1,5 @@
 //! Intrusive lists whose links live inside their nodes (spec §3.1), after cordyceps's
-//! `list.rs` and the kernel's `rust/kernel/list.rs` (STYLE.md #11, #19).
+//! `list.rs` and the kernel's `rust/kernel/list.rs` (docs/STYLE.md #11, #19).
 //!
 //! * [`List`]: the doubly linked list of a `dmem_allocator_t` — its dmems between the embedded
 //!   `dummy_head` and `dummy_tail` sentinels (`dmem_t.next` @152, `dmem_t.prev` @160, the bytes

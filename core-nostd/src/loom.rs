@@ -1,4 +1,4 @@
-//! The one loom facade (cordyceps's `src/loom.rs`, STYLE.md #15): how the core's concurrency
+//! The one loom facade (cordyceps's `src/loom.rs`, docs/STYLE.md #15): how the core's concurrency
 //! protocols are written once and model-checked as written.
 //!
 //! The protocols — the handle pin protocol ([`crate::handle`]), the in-flight call gate

@@ -321,7 +321,7 @@ pub fn write_hbm_line(w: &mut dyn fmt::Write, hbm: u32, s: &PoolStats, align: u6
 
 /// The free blocks of one HBM by size class, as the OOM report and `stats` print them:
 /// `    free blocks: main 4KB-8KB x3 (12KB), 16MB-32MB x1 (20MB); small-object none`,
-/// classes with no block left out (issue 19 item 3: fragmentation made visible).
+/// classes with no block left out (fragmentation made visible).
 pub fn write_free_histogram(
     w: &mut dyn fmt::Write,
     main: &FreeHistogram,

@@ -184,7 +184,7 @@ struct HostState<const NODES: usize> {
 
 /// A piece of a device with its own lock, on its own cache lines: each HBM channel and the
 /// host pool, so calls for different channels (logical cores on different HBMs) never meet
-/// on a lock or a hot cache line (issue 16 item 7). No call takes two parts' locks. The lock
+/// on a lock or a hot cache line. No call takes two parts' locks. The lock
 /// comes after a cache line of padding, so it never shares a line with the previous part's
 /// state (padding, not alignment: see `sync::LINE_STRIDE`).
 #[repr(C)]
@@ -282,7 +282,7 @@ struct DeviceSlot<const NODES: usize> {
 /// The simulated device set (public ABI §3–§4; see the module docs). Valid when all-zero
 /// (an uninitialised simulator exposes no device); set up with [`SimDevice::init`].
 ///
-/// Sized by the integrator (issue 16 item 4): `DEVICES` device slots (1..=32) and `NODES`
+/// Sized by the integrator: `DEVICES` device slots (1..=32) and `NODES`
 /// nodes per pool (each device has 4 main + 4 small-object + 1 host pool; at least
 /// `NODES / 2 - 1` live allocations per pool whatever the pattern, and one per node when the
 /// pool has no more pages than nodes). The defaults are the 32-device simulator with

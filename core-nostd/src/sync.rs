@@ -158,7 +158,7 @@ unsafe impl lock_api::RawMutex for nrt_mutex_t {
 /// and a yield would cost more than it saves.
 pub type RawSpin = spin::mutex::SpinMutex<(), spin::relax::Spin>;
 
-/// A lock that holds the data it guards (issue 17): `lock_api::Mutex` over [`RawSpin`]. All-zero
+/// A lock that holds the data it guards: `lock_api::Mutex` over [`RawSpin`]. All-zero
 /// is unlocked (checked below); with zero-valid data the whole mutex is zero-valid, so it can
 /// sit in the zeroed state blocks.
 pub type DataLock<T> = lock_api::Mutex<RawSpin, T>;
@@ -272,7 +272,7 @@ pub struct GateShard<W = AtomicU32>(W, [u8; LINE_STRIDE - 4]);
 const _: () = assert!(core::mem::size_of::<GateShard>() == LINE_STRIDE);
 
 /// The in-flight gate split into `N` ([`GATE_SHARDS`] in the runtime) words on their own cache
-/// lines (issue 16 item 7: a call on one core does not bounce a line every call on every other
+/// lines (a call on one core does not bounce a line every call on every other
 /// core touches). Each word runs the one-word protocol above ([`gate_enter`] / [`gate_exit`]);
 /// a call counts itself in on one shard and out on the same one, and [`ShardedGate::close`]
 /// shuts every shard before it waits for each to drain, so a call is either seen and waited

@@ -985,7 +985,7 @@ fn oom_op() -> impl Strategy<Value = OomOp> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
-    /// Issue 21: the OOM report never contradicts itself. On every device OOM (random
+    /// The OOM report never contradicts itself. On every device OOM (random
     /// sizes, alignments, frees; driver alignment native or emulated), the report has one
     /// "why:" line that is not "the driver refused" (no fault was injected, the pools have
     /// nodes to spare), and the failing channel's line shows a largest free block below the
@@ -1132,7 +1132,7 @@ fn the_oom_report_says_why_in_one_line() {
     n.close().unwrap();
 }
 
-/// The per-core ledger (issue 16 item 7): allocations racing on two cores of one device on
+/// The per-core ledger: allocations racing on two cores of one device on
 /// different HBM channels leave every device figure the sum of the cores' — the device total,
 /// the per-channel bytes, each row its `[nc][22]` — and the device peak at least the final
 /// total and at most the sum of the cores' peaks.

@@ -1,4 +1,4 @@
-//! Generation-checked handles (issue 16 item 1, "Bad input"): a stale, forged or foreign handle
+//! Generation-checked handles (bad input): a stale, forged or foreign handle
 //! is an error at any age, frees nothing of anyone else's, and a handle used on one thread
 //! while another frees it gets a completed operation or the stale error, never another
 //! object's bytes.

@@ -1,4 +1,4 @@
-//! The logical-core index type (spec §9, issue 16 item 3): the runtime's checked constructor,
+//! The logical-core index type (spec §9): the runtime's checked constructor,
 //! an index kept across `close` and a smaller re-initialisation, and the one conversion from
 //! the C ABI's value.
 

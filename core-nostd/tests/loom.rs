@@ -183,7 +183,7 @@ impl Slot {
     }
 }
 
-/// A handle used on one thread while two others free it (spec §3.2, issue 16's "bad input"):
+/// A handle used on one thread while two others free it (spec §3.2; bad input):
 /// the use is refused or sees the whole object, never a finalised one; exactly one free wins
 /// and finalises exactly once; the other is refused (a double free). Three threads: bounded
 /// at 4 preemptions (3.5 s; 5 takes 16 s, unbounded runs for many minutes).
@@ -316,7 +316,7 @@ fn assert_shut_and_empty(gate: &Gate2) {
     }
 }
 
-/// The in-flight call gate (spec §7.2, §12), sharded (issue 16 item 7): `close` shuts every
+/// The in-flight call gate (spec §7.2, §12), sharded: `close` shuts every
 /// shard and waits for the calls counted in on each; a call counts itself in on its shard
 /// unless that shard is shut. Under every interleaving of two calls on different shards with
 /// `close`, a call that got in ends before the teardown that follows the close, and a call
@@ -359,7 +359,7 @@ fn a_reopened_gate_closes_again() {
     });
 }
 
-/// The sharded arena's slot protocol (issue 16 item 7, `arena.rs`): each shard's books
+/// The sharded arena's slot protocol (`arena.rs`): each shard's books
 /// ([`ShardBooks`], the very code the arena runs) behind that shard's own lock, a live flag
 /// per slot, and the arena's composition (`take_slot`: the preferred shard, then the others,
 /// quarantine last; `give_back`: the owning shard's lock, the flag checked and cleared under

@@ -477,7 +477,7 @@ fn bad_model_inputs() {
         n.load_model(LogicalCore::from_c(-1), &s),
         Err(Error::LogicalCoreOutOfRange { .. })
     ));
-    // A value outside 0..=22 no longer compiles (typed usage); the ledger's total column is
+    // A value outside 0..=22 does not compile (typed usage); the ledger's total column is
     // not an allocation type.
     let wrong = [ModelAlloc {
         usage: dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_MAX,

@@ -1,4 +1,4 @@
-//! Model and tensor-set handles (issue 16 item 1, "Bad input"): a model handle unloaded (at any
+//! Model and tensor-set handles (bad input): a model handle unloaded (at any
 //! age), forged, of another runtime, of a closed or re-initialised one is an error and never
 //! another model; the same for tensor-set handles. Each refused call changes nothing: the
 //! ledger, the driver's bytes and every arena are as before.

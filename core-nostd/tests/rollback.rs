@@ -113,7 +113,7 @@ impl DriverHooks for RefusesAligned {
     }
 }
 
-/// Issue 21 (review): an aligned request the driver refuses (EINVAL) is retried through the
+/// An aligned request the driver refuses (EINVAL) is retried through the
 /// over-allocate emulation; when that runs out of memory, the OOM report measures the channel
 /// as the emulated request saw it, not natively aligned, so it never shows a block the request
 /// would have fitted in.

@@ -763,7 +763,7 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
     n.close().unwrap();
 }
 
-/// A host provider that counts the bytes it has out (issue 16 item 2).
+/// A host provider that counts the bytes it has out.
 struct Counting(std::sync::atomic::AtomicU64);
 impl HostMem for Counting {
     fn alloc(&self, size: usize) -> Option<NonNull<u8>> {

@@ -617,7 +617,7 @@ static void extensions(void) {
             EXPECT(nrtx_get_hbm_stats(d, i, &e, sizeof e, &out), NRT_SUCCESS);
             CHECK(e.hbm_index == i && e.largest_free_block > 0, "hbm %u", i);
         }
-    /* Issue 21: largest_free_block is what a DEVICE tensor can get right now; one page more
+    /* largest_free_block is what a DEVICE tensor can get right now; one page more
        is not. The small-object region is reported apart and never counts for it. */
     EXPECT(nrtx_get_vnc_hbm_stats(0, &h, sizeof h, &out), NRT_SUCCESS);
     CHECK(out == sizeof h && h.small_object_free > 0 &&

@@ -4,11 +4,11 @@
 //! pointer value and checked by the core at every call; no registry), the error type with its
 //! `NRT_STATUS`, the thread-local last error, and the panic fence.
 //!
-//! libnrt has one runtime per process (ARCHITECTURE.md principle 3: the C ABI uses one global
+//! libnrt has one runtime per process (docs/ARCHITECTURE.md principle 3: the C ABI uses one global
 //! context). Every call takes the lifecycle lock shared; `nrt_init`/`nrt_close` take it
 //! exclusively, so close waits for calls in flight and no call sees a half-closed runtime.
 //! The lock is a sharded reader-writer lock ([`Lifecycle`]): a call touches only its thread's
-//! shard, so calls on different threads share no cache line here (issue 16 item 7: no
+//! shard, so calls on different threads share no cache line here (no
 //! process-wide lock on the per-call path).
 
 use std::cell::{Cell, RefCell, UnsafeCell};
@@ -249,7 +249,7 @@ impl Runtime {
     }
 
     /// Closes the core (spec §12): it frees what the application left, VIRTUAL tensors'
-    /// bytes included (to the host provider the runtime is bound to, issue 16 item 2).
+    /// bytes included (to the host provider the runtime is bound to).
     fn shutdown(self) {
         if let Err(e) = self.rt.close() {
             log::warn!(target: "nrt_close", "{e}");
@@ -500,7 +500,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// The body of every status-returning entry point: runs `f` behind the panic fence
-/// (ARCHITECTURE.md principle 5: nothing unwinds across the C boundary), logs a failure with
+/// (docs/ARCHITECTURE.md principle 5: nothing unwinds across the C boundary), logs a failure with
 /// the core's message and records it as the thread's last error.
 pub(crate) fn entry(func: &'static str, f: impl FnOnce() -> Res) -> NRT_STATUS {
     crate::logger::install();

@@ -6,7 +6,7 @@
 //! Trainium hardware (`NRT_DMEM_DEVICE`). A C program written for AWS's `<nrt/nrt.h>` compiles
 //! unchanged against `ffi/include/nrt/nrt.h` for this subset and links with `-lnrt`.
 //!
-//! No logic lives here (ARCHITECTURE.md "ffi"): each entry point checks its arguments, looks
+//! No logic lives here (docs/ARCHITECTURE.md, "Crates"): each entry point checks its arguments, looks
 //! opaque pointers up, calls [`nrt_core`] / [`nrt_host`] and maps the error to `NRT_STATUS`.
 //!
 //! - [`status`] → `nrt/nrt_status.h`; [`types`], [`runtime`], [`model`], [`set`], [`tensor`],
@@ -14,7 +14,7 @@
 //!   blocks, OOM report, last error). The headers are generated from this source by
 //!   `tests/headers.rs` (`cargo xtask headers`; `cargo test` fails when they drift).
 //!
-//! Robustness (issue 5): every entry point runs behind `catch_unwind` (a panic is
+//! Robustness: every entry point runs behind `catch_unwind` (a panic is
 //! `NRT_FAILURE`, never an unwind into C); NULL pointers, freed or foreign tensors, models and
 //! sets, windows past the end, names NULL or longer than 255 bytes, calls before `nrt_init`
 //! (`NRT_UNINITIALIZED`) or after `nrt_close` (`NRT_CLOSED`) are errors, logged to stderr

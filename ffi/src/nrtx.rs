@@ -123,7 +123,7 @@ pub struct nrtx_vnc_memory_stats_t {
     pub host_bytes_peak: u64,
 }
 
-/// Device-wide memory of one device (`nrtx_get_device_memory_stats`, issue 20 item 5): what
+/// Device-wide memory of one device (`nrtx_get_device_memory_stats`): what
 /// every process holds and what this one holds. On a shared simulated device
 /// (`NRT_DMEM_DEVICE=sim:trn2@name`) the figures cover every process using it; elsewhere
 /// only this process is known (`processes` = 1, `shared` = 0).

@@ -1,4 +1,4 @@
-//! `nrtx_get_device_memory_stats` on a shared simulated device (issue 20 item 5): the figures
+//! `nrtx_get_device_memory_stats` on a shared simulated device: the figures
 //! cover every process using it. One test: it sets the process environment. The "other
 //! process" is a second slot opened in this test process (each open is its own open file
 //! description, so the device treats it as another process).

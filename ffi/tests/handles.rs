@@ -95,7 +95,7 @@ fn a_stale_tensor_pointer_is_refused_however_many_tensors_came_since() {
     nrt_close();
 }
 
-/// The done-means of issue 16: a freed tensor's pointer stays refused after 10⁵ other frees
+/// A freed tensor's pointer stays refused after 10⁵ other frees
 /// (on a core whose tensors reuse the same few slots), and freeing it again frees nobody's.
 #[test]
 fn a_stale_tensor_pointer_is_refused_after_a_hundred_thousand_frees() {

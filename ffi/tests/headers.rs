@@ -1,5 +1,5 @@
 //! The C headers of `libnrt.so` (`ffi/include/nrt/{nrt_status,nrt,nrtx}.h`), generated from
-//! this crate's Rust source and kept in git (STYLE.md #12, rust-analyzer's "sourcegen" tests).
+//! this crate's Rust source and kept in git (docs/STYLE.md #12, rust-analyzer's "sourcegen" tests).
 //!
 //! `cargo test` fails when a committed header differs from what the source generates;
 //! `cargo xtask headers` (this test with `NRT_UPDATE_HEADERS=1`) rewrites them.

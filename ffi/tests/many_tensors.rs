@@ -1,4 +1,4 @@
-//! libnrt.so holds as many live tensors as it is configured to (issue 16 item 4): with
+//! libnrt.so holds as many live tensors as it is configured to: with
 //! `NRT_DMEM_MAX_TENSORS=100000`, 100 000 small tensors are live at once through the C API,
 //! the next one is NRT_RESOURCE with a message naming the setting, and every one frees (one
 //! test: the runtime is process-global and the setting is read at `nrt_init`).

@@ -1,5 +1,5 @@
 //! Model and tensor-set pointers a C application keeps too long or shares between threads
-//! (issue 16, "Bad input", C layer): they are the core's `ModelHandle` / `SetHandle` encoded in
+//! (bad input at the C layer): they are the core's `ModelHandle` / `SetHandle` encoded in
 //! the pointer value, so an unloaded model, a destroyed set, one of a closed or re-initialised
 //! runtime, or a forged value is refused at any age, and nothing else changes. The runtime is
 //! process-global, so the tests take turns.

@@ -1,4 +1,4 @@
-//! The `heap` variant (issue 16 item 5): a `#[global_allocator]` and a second, independent
+//! The `heap` variant: a `#[global_allocator]` and a second, independent
 //! runtime made with nrt-core's `alloc` constructors.
 //!
 //! `linked_list_allocator`'s [`LockedHeap`] (a spin lock; no OS, no std) manages [`REGION`], a

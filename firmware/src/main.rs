@@ -56,8 +56,9 @@ const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-/// The image's capacity profile (issue 16 item 4): one device by default (`.bss` within the
-/// 24 MiB `cargo xtask firmware` enforces), the 32-device sizing with the `full` feature.
+/// The image's capacity profile (the integrator sizes the storage): one device by default
+/// (`.bss` within the 24 MiB `cargo xtask firmware` enforces), the 32-device sizing with the
+/// `full` feature.
 mod profile {
     use nrt_core::sim::SimDevice;
     use nrt_core::Capacity;
@@ -85,7 +86,7 @@ mod profile {
 use profile::{Sim, CAPS};
 
 /// The core's whole state and its arenas' storage, zero-initialised, so it lands in `.bss`
-/// (ARCHITECTURE.md principle 2), sized for [`CAPS`] at compile time; bound once in `run`.
+/// (docs/ARCHITECTURE.md principle 2), sized for [`CAPS`] at compile time; bound once in `run`.
 static STATE: StaticState<{ CoreState::storage_bytes(&CAPS) }> = StaticState::new();
 
 /// The simulated device, zero-initialised in `.bss`, taken once as `&'static mut` (no

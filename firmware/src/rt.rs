@@ -2,7 +2,7 @@
 //! (`write`, `getrusage`, `exit_group`), and the panic handler. No libc, no crt, no std.
 //!
 //! On real firmware these would be the reset vector, a UART or mailbox writer and a reset; the
-//! host stands in for the bare-metal target this toolchain does not have (STYLE.md, last
+//! host stands in for the bare-metal target this toolchain does not have (docs/STYLE.md, last
 //! paragraph).
 
 use core::arch::{asm, global_asm};

@@ -1,4 +1,4 @@
-//! Host memory behind the simulated device (ARCHITECTURE.md principle 7): a reservation of
+//! Host memory behind the simulated device (docs/ARCHITECTURE.md principle 7): a reservation of
 //! address space whose pages are committed only when first touched, so a trn2's 96 GiB of HBM
 //! plus its host pool fits a machine with a fraction of that in RAM.
 //!

@@ -22,7 +22,7 @@ pub enum DeviceChoice {
     },
     /// The real driver over `/dev/neuron*`.
     Neuron,
-    /// A simulated device shared by processes (`sim:trn2@prod`, issue 20,
+    /// A simulated device shared by processes (`sim:trn2@prod`,
     /// docs/SHARED_DEVICE.md): the pools live in a file every process naming it maps.
     Shared {
         /// Instance preset.

@@ -1,4 +1,4 @@
-//! The host crate's error type (STYLE.md #8): `thiserror`, with the errno that caused a failure
+//! The host crate's error type (docs/STYLE.md #8): `thiserror`, with the errno that caused a failure
 //! kept as its `#[source]`.
 //!
 //! The [`nrt_core::driver::Driver`] trait itself returns raw errno values, as the kernel does;

@@ -1,6 +1,6 @@
 //! # nrt-host
 //!
-//! The std shim of nrt-dmem (ARCHITECTURE.md "host-std"): what the `no_std` core cannot do
+//! The std shim of nrt-dmem (docs/ARCHITECTURE.md, "Crates"): what the `no_std` core cannot do
 //! by itself.
 //!
 //! - [`ioctl`]: the kernel driver's ioctl ABI (public ABI §3) — argument structs, command
@@ -18,7 +18,7 @@
 //! - [`plan`]: will these models fit? A dry run of the load path on a scratch simulated device.
 //! - [`error`]: the host error type ([`Error`], `thiserror`, errno as `#[source]`).
 //!
-//! ## What lives here and what does not (issue 17 item 3)
+//! ## What lives here and what does not
 //!
 //! A file belongs in this crate when an application, `libnrt.so` (`nrt-ffi`) or another
 //! runtime process needs it to run models: the driver and device below the core, the

@@ -562,7 +562,7 @@ fn usage_names() -> String {
 
 /// Parses a usage type (`TENSOR`, `DMA_MEM_USAGE_TYPE_WEIGHT`, `12`), libnrt's names and values
 /// (spec §3.3). A name this project used before (`CONSTANTS`, `SHARED_SCRATCHPAD`, …) is
-/// refused with the name that replaced it: no silent alias (issue 15).
+/// refused with the name that replaced it: no silent alias.
 pub fn parse_usage(s: &str) -> Result<dma_mem_usage_type_t, String> {
     if let Some(u) = dma_mem_usage_type_t::parse(s) {
         return Ok(u);

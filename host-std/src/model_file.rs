@@ -1,4 +1,4 @@
-//! What `nrt_load` takes (public API §2): a compiled NEFF (read by `nrt-neff`, neff-format.md)
+//! What `nrt_load` takes (public API §2): a compiled NEFF (read by `nrt-neff`, docs/NEFF-FORMAT.md)
 //! or a model manifest (docs/MANIFEST.md), and the one load path both take.
 //!
 //! [`ModelFile::parse`] tells them apart (a NEFF's header is binary, a manifest is JSON text),

@@ -1,4 +1,4 @@
-//! Will it fit? [`plan`]: a dry run of the real load path (issue 19 item 2) on a scratch
+//! Will it fit? [`plan`]: a dry run of the real load path on a scratch
 //! simulated device of the requested kind — never a real device.
 //!
 //! The models load in order through [`ModelFile::load`] (the one load path of `nrt_load`),

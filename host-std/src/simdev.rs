@@ -1,5 +1,5 @@
 //! [`HostSim`]: the simulated device ([`nrt_core::sim::SimDevice`]) with host memory behind
-//! every device (ARCHITECTURE.md principle 7), so `copy_in`/`copy_out` move real bytes.
+//! every device (docs/ARCHITECTURE.md principle 7), so `copy_in`/`copy_out` move real bytes.
 //!
 //! Each device gets one [`HostReservation`] of [`SimDevice::backing_len`] bytes — all HBM
 //! channels back to back, then the host pool: ≈ 104 GiB for a trn2 (4 × 24 GiB + 8 GiB), of

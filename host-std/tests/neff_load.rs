@@ -1,4 +1,4 @@
-//! NEFF containers load through the same path as manifests (issue 18 item 1): packed examples
+//! NEFF containers load through the same path as manifests: packed examples
 //! book what their manifests book, weights are copied in, and every refusal that needs a live
 //! device leaves the ledger and the driver as they were.
 

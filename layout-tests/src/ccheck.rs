@@ -1,9 +1,9 @@
 //! The C compiler's word: compile a probe against a header with the system `cc`, run it, and
 //! compare every `sizeof`/`_Alignof`/`offsetof`/member size/array bound with what the spec
 //! states where it states it ([`Pins`]'s `expected_*`), and with the Rust tables elsewhere
-//! (ARCHITECTURE.md: "every size/offset pinned and proven three ways").
+//! (docs/ARCHITECTURE.md: "every size and offset pinned and proven three ways").
 //!
-//! Also builds the DWARF fixture source ([`fixture_source`]) that the issue-8 tests compile with
+//! Also builds the DWARF fixture source ([`fixture_source`]) that the DWARF tests compile with
 //! `cc -g -c`.
 
 use std::collections::BTreeMap;
@@ -275,7 +275,7 @@ pub fn cross_check(header_text: &str, dir: &Path) -> Result<Vec<Mismatch>, CcErr
 /// every struct and enum type and points at the category tables, so `cc -g -c` emits them all.
 pub fn fixture_source() -> String {
     let mut o = String::from(
-        "/* nrt-layout DWARF fixture: one object of every ABI type (issue 8). */\n\
+        "/* nrt-layout DWARF fixture: one object of every ABI type. */\n\
          #include \"nrt_layout.h\"\n\n",
     );
     for s in abi::STRUCTS {

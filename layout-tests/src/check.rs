@@ -1,4 +1,4 @@
-//! The ABI conformance checker (issue 8): hold an ELF's DWARF against the project's layouts,
+//! The ABI conformance checker: hold an ELF's DWARF against the project's layouts,
 //! fact by fact.
 //!
 //! For every struct and enum in `nrt_core::abi` the DWARF type of the same name is compared —
@@ -336,8 +336,8 @@ fn table_results(ex: &Extract, pins: &Pins, opts: &CheckOptions) -> Vec<TableRes
     out
 }
 
-/// The first failing member of each struct, by offset (issue 15: "name the first differing
-/// member").
+/// The first failing member of each struct, by offset (the checker names the first
+/// differing member).
 fn first_differences(facts: &[(Fact, u64)]) -> Vec<FirstDifference> {
     let mut out: Vec<FirstDifference> = Vec::new();
     let mut best: BTreeMap<String, (u64, usize)> = BTreeMap::new();

@@ -1,4 +1,4 @@
-//! A small DWARF type reader over `gimli` + `object` (issue 8): find struct/union/enum types by
+//! A small DWARF type reader over `gimli` + `object`: find struct/union/enum types by
 //! name in an ELF's debug info and extract byte sizes, member offsets/sizes/array bounds and
 //! enumerator values; read the 23-byte category tables from their `.rodata` symbols (spec §3.3).
 //!

@@ -1,7 +1,7 @@
-//! The spec's layout facts (`shared/spec/layout-facts.toml`) and what they pin.
+//! The spec's layout facts (`layout-tests/facts/layout-facts.toml`, docs/SPEC.md) and what
+//! they pin.
 //!
-//! A copy is vendored at `layout-tests/facts/layout-facts.toml` (a test keeps it equal to the
-//! shared one) and compiled in, so the DWARF checker knows, fact by fact, which sizes, offsets,
+//! The file is vendored byte for byte (a test pins its SHA-256) and compiled in, so the DWARF checker knows, fact by fact, which sizes, offsets,
 //! array bounds and enum values the spec states (`observed`/`inferred`: must match) and which are
 //! the project's own choice (`chosen`: a mismatch is a finding).
 
@@ -527,7 +527,7 @@ fn value_u64(v: &toml::Value) -> Option<u64> {
 
 /// Every disagreement between `facts` and the project's tables (empty = all facts hold): struct
 /// sizes, each listed member's offset/size/count and provenance, enum sizes/counts/values, and
-/// every constant (both ways). Spec: all sections; this is issue 2 item 4's "Rust" proof.
+/// every constant (both ways). Spec: all sections; this is the "Rust" one of the three proofs.
 pub fn verify_tables(facts: &Facts) -> Vec<String> {
     let mut errs = Vec::new();
     for sf in &facts.structs {

@@ -1,4 +1,4 @@
-//! A C/C++ translation unit generated from the layout **facts** alone (issue 15 item 5): every
+//! A C/C++ translation unit generated from the layout **facts** alone: every
 //! struct of `layout-facts.toml` with each stated member at its stated offset and size, every
 //! enum with its stated values, and the three `.rodata` category tables with their stated bytes.
 //!
@@ -40,7 +40,7 @@ const ANONYMOUS_UNIONS: [(&str, &str, &str); 1] =
 pub fn facts_fixture(facts: &Facts, lang: Lang, tables: bool) -> Result<String, String> {
     let cxx = lang == Lang::Cxx;
     let mut o = String::from(
-        "/* nrt-layout: DWARF fixture generated from layout-facts.toml alone (issue 15). */\n\
+        "/* nrt-layout: DWARF fixture generated from layout-facts.toml alone. */\n\
          #include <stddef.h>\n#include <stdint.h>\n#include <pthread.h>\n\n",
     );
     o.push_str(if cxx {

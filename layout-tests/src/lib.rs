@@ -1,6 +1,6 @@
 //! # nrt-layout — layout conformance for nrt-dmem
 //!
-//! nrt-dmem's structs must sit at libnrt 2.31's offsets (ARCHITECTURE.md, principle 1: "the bytes
+//! nrt-dmem's structs must sit at libnrt 2.31's offsets (docs/ARCHITECTURE.md principle 1: "the bytes
 //! are the spec"). This crate proves it three ways. Each compares what was built with the spec's
 //! facts (`layout-facts.toml`, [`facts::Pins`]'s `expected_*`) wherever the spec states a value,
 //! and with the tables `abi_struct!` produces (`nrt_core::abi::{STRUCTS, ENUMS}`) elsewhere; so a
@@ -12,9 +12,9 @@
 //!    `_Static_assert`s state the spec's values; [`ccheck`] compiles a probe against it with the
 //!    system `cc` and compares every `offsetof`/`sizeof`/array bound.
 //! 3. **DWARF** — [`dwarf`] reads struct/enum types from an ELF's debug info (gimli + object);
-//!    [`check`](mod@check) compares them fact by fact (issue 8): `cargo xtask ci` runs it on the
+//!    [`check`](mod@check) compares them fact by fact: `cargo xtask ci` runs it on the
 //!    `libnrt.so` this workspace builds, and it runs as well on a real `libnrt.so.2.31.24.0`,
-//!    which ships with DWARF (spec, "artifact & tooling" note).
+//!    which ships with DWARF (docs/SPEC.md, the introduction).
 //!
 //!    [`fixture`] generates a C/C++ fixture from the facts alone, so the checker's `--pinned`
 //!    mode is tested in every DWARF flavour whatever state the Rust layouts are in.
@@ -37,6 +37,15 @@ pub use cli::run_cli;
 pub use dwarf::{dump, DwarfError};
 
 use nrt_core::abi::meta::{FieldInfo, StructInfo};
+
+/// How a generated file cites the section of a struct or enum: `spec §N` (docs/SPEC.md), or
+/// `public API §1` (docs/INTERFACES.md) for the public status codes.
+pub fn citation(section: &str) -> String {
+    match section {
+        "public" => "public API §1".to_owned(),
+        s => format!("spec §{s}"),
+    }
+}
 
 /// Path of the generated C header, relative to the workspace root.
 pub const HEADER_PATH: &str = "ffi/include/nrt_layout.h";

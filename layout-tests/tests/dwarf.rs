@@ -1,4 +1,4 @@
-//! Issues 8 and 15: the DWARF checker.
+//! The DWARF checker.
 //!
 //! Two fixtures, so that every test here holds whatever state `nrt_core`'s layouts are in:
 //!

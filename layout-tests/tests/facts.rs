@@ -1,45 +1,21 @@
-//! (a) Every fact of `shared/spec/layout-facts.toml` holds in the Rust tables, exactly.
-
-use std::path::PathBuf;
+//! (a) Every fact of `layout-tests/facts/layout-facts.toml` holds in the Rust tables, exactly.
 
 use nrt_layout::facts::{self, Facts};
 
-fn shared_facts() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/spec/layout-facts.toml")
-}
-
-/// The shared spec copy when this checkout has one beside it, else the vendored copy.
+/// The facts file the tests hold the tables to: the vendored copy, compiled in.
 fn facts_text() -> (String, &'static str) {
-    match std::fs::read_to_string(shared_facts()) {
-        Ok(t) => (t, "shared/spec/layout-facts.toml"),
-        Err(_) => (
-            facts::VENDORED.to_string(),
-            "layout-tests/facts/layout-facts.toml",
-        ),
-    }
+    (
+        facts::VENDORED.to_string(),
+        "layout-tests/facts/layout-facts.toml",
+    )
 }
 
-#[test]
-fn vendored_copy_equals_shared() {
-    match std::fs::read_to_string(shared_facts()) {
-        Ok(shared) => assert_eq!(
-            shared,
-            facts::VENDORED,
-            "layout-tests/facts/layout-facts.toml differs from shared/spec/layout-facts.toml: \
-             copy the shared file over the vendored one"
-        ),
-        Err(_) => eprintln!("skipping: no shared/spec/layout-facts.toml beside this checkout"),
-    }
-}
-
-/// SHA-256 of the spec's `layout-facts.toml` this project was built against (`sha256sum
-/// shared/spec/layout-facts.toml`).
+/// SHA-256 of the spec's layout facts file this project was built against.
 const FACTS_SHA256: &str = "bcddc98155a633f4e0379d2172112cc43b39768efddc317bd2e66e705b48a43d";
 
-/// The vendored copy is the spec's file, byte for byte, even in a checkout without
-/// `shared/` beside it (where `vendored_copy_equals_shared` cannot look): every layout check
-/// reads this copy, so a table and a fact changed together to agree would otherwise pass them
-/// all. A new spec version changes the pin, on purpose.
+/// The vendored copy is the spec's file, byte for byte: every layout check reads this copy, so
+/// a table and a fact changed together to agree would otherwise pass them all. A new spec
+/// version changes the pin, on purpose.
 #[test]
 fn vendored_copy_is_the_pinned_spec_version() {
     use sha2::{Digest, Sha256};
@@ -50,7 +26,7 @@ fn vendored_copy_is_the_pinned_spec_version() {
     assert_eq!(
         hex, FACTS_SHA256,
         "layout-tests/facts/layout-facts.toml is not the pinned spec version: it must be a byte \
-         copy of shared/spec/layout-facts.toml (and FACTS_SHA256 that file's sha256sum)"
+         copy of the spec's facts file (and FACTS_SHA256 that file's sha256sum)"
     );
 }
 

@@ -1,4 +1,4 @@
-//! Issue 15, "Bad input": a facts file that contradicts itself is refused, naming the struct (or
+//! Bad input: a facts file that contradicts itself is refused, naming the struct (or
 //! enum, or table) and the members involved; the vendored v2 file is consistent.
 
 use nrt_layout::facts::{self, Facts};

@@ -1,7 +1,7 @@
 //! # nrt-neff
 //!
-//! The NEFF container reader and writer of nrt-dmem (ARCHITECTURE.md "a NEFF crate"), after
-//! `../shared/reference/neff-format.md` (cited as §N):
+//! The NEFF container reader and writer of nrt-dmem (docs/ARCHITECTURE.md, "Crates"), after
+//! docs/NEFF-FORMAT.md (cited as §N):
 //!
 //! - [`header`]: the 1024-byte header and libnrt's load gates in libnrt's order (§2, §3);
 //! - [`archive`]: the gzip/tar walk (§4), with path-traversal, duplicate and

@@ -1,5 +1,5 @@
 //! The §12 fixture (the NEFF embedded in libnrt): its header, archive, tensor table and
-//! footprint as neff-format.md states them.
+//! footprint as docs/NEFF-FORMAT.md states them.
 
 use nrt_core::abi::dma_mem_usage_type_t as U;
 use nrt_neff::{pack, read, Basis, Dtype, ReadOptions, TensorUsage};

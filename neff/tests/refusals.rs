@@ -1,4 +1,4 @@
-//! Every refusal of issue 18's bad-input list that the reader makes by itself (the two that
+//! Every refusal of a bad NEFF that the reader makes by itself (the two that
 //! need a live device are in nrt-host's tests): status, message, and — since the reader never
 //! allocates — nothing else to check here.
 

@@ -1,4 +1,4 @@
-//! The C door end to end (issue 5 item 3): `libnrt.so` built by cargo, C programs compiled
+//! The C door end to end: `libnrt.so` built by cargo, C programs compiled
 //! with the system `cc` against the generated headers and linked with `-lnrt`, run on the
 //! simulated device — natively on trn2 and trn1, and under
 //! `valgrind --error-exitcode=1 --leak-check=full`.
@@ -127,23 +127,9 @@ fn c_client_passes_on_trn1_where_host_tensors_work() {
     run_client("sim:trn1", &[], &[]);
 }
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// Runs the client under memcheck (`None`, with a note, when valgrind is not installed).
 fn run_client_under_memcheck(device: &str, env: &[(&str, &str)]) -> Option<String> {
-    if !have("valgrind") {
-        // `.ci/run` installs valgrind and sets NRT_REQUIRE_TOOLS: there, a missing valgrind
-        // fails the run instead of skipping the memcheck.
-        assert!(
-            std::env::var_os("NRT_REQUIRE_TOOLS").is_none(),
-            "valgrind is not installed, and NRT_REQUIRE_TOOLS is set"
-        );
-        eprintln!("SKIPPED: valgrind is not installed (.ci/run installs it)");
+    if !nrt_tests::tool("valgrind") {
         return None;
     }
     let memcheck = [
@@ -190,8 +176,15 @@ fn dropin_program_builds_with_only_nrt_h_and_lnrt() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("round trip ok"));
     // SONAME: the program depends on libnrt.so.1, as against AWS's library.
-    let d = Command::new("readelf").arg("-d").arg(&exe).output();
-    if let Ok(d) = d {
+    if nrt_tests::tool("readelf") {
+        let d = check(
+            "readelf -d",
+            Command::new("readelf")
+                .arg("-d")
+                .arg(&exe)
+                .output()
+                .unwrap(),
+        );
         let text = String::from_utf8_lossy(&d.stdout);
         assert!(text.contains("[libnrt.so.1]"), "{text}");
     }
@@ -199,17 +192,15 @@ fn dropin_program_builds_with_only_nrt_h_and_lnrt() {
 
 /// Calls from an `atexit` handler, where the main thread's thread-local storage has already
 /// been destroyed: each failing call returns its status and the last-error getter a valid
-/// (static) string; no panic crosses the C ABI (it used to abort the process with SIGABRT).
+/// (static) string; no panic crosses the C ABI (a panic there would abort the process).
 /// Also under memcheck when valgrind is installed: nothing reads freed thread-local memory.
 #[test]
 fn calls_from_an_atexit_handler_return_statuses() {
     let exe = compile("atexit.c", "atexit");
     let memcheck: &[&str] = &["valgrind", "--quiet", "--error-exitcode=1"];
     let mut wrappers = vec![&[][..]];
-    if have("valgrind") {
+    if nrt_tests::tool("valgrind") {
         wrappers.push(memcheck);
-    } else {
-        eprintln!("SKIPPED (memcheck part): valgrind is not installed");
     }
     for wrapper in wrappers {
         for args in [&[][..], &["init"][..]] {
@@ -244,8 +235,7 @@ fn calls_from_an_atexit_handler_return_statuses() {
 #[test]
 fn headers_compile_as_cpp() {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    if !have(&cxx) {
-        eprintln!("SKIPPED: no C++ compiler");
+    if !nrt_tests::tool(&cxx) {
         return;
     }
     let out = out_dir().join("dropin_cpp.o");

@@ -1,4 +1,4 @@
-//! The installed library (issue 18 items 2-3): `cargo xtask dist --prefix DIR` lays out
+//! The installed library: `cargo xtask dist --prefix DIR` lays out
 //! libnrt like AWS's package, a C program written only against the public SDK headers'
 //! documented flow (`ffi/examples/doc_flow.c`) builds with `pkg-config` against that prefix
 //! and runs on sim:trn2 with every example manifest, natively and under valgrind; the library
@@ -28,24 +28,10 @@ fn out_dir() -> PathBuf {
     d
 }
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// `None` (with a note) when `tool` is missing and `.ci/run` did not promise it.
+/// `None` (with a note) when `tool` is missing and `NRT_REQUIRE_TOOLS` is not set
+/// ([`nrt_tests::tool`]).
 fn require(tool: &str) -> Option<()> {
-    if have(tool) {
-        return Some(());
-    }
-    assert!(
-        std::env::var_os("NRT_REQUIRE_TOOLS").is_none(),
-        "{tool} is not installed, and NRT_REQUIRE_TOOLS is set"
-    );
-    eprintln!("SKIPPED: {tool} is not installed (.ci/run installs it)");
-    None
+    nrt_tests::tool(tool).then_some(())
 }
 
 /// `cargo xtask dist --prefix <out>/prefix --debug`, once.

@@ -1,10 +1,12 @@
-//! `cargo xtask <task>`: the single automation entry point (STYLE.md #13).
+//! `cargo xtask <task>`: the single automation entry point (docs/STYLE.md #13).
 //!
 //! `ci` runs exactly what CI runs; the other tasks are the pieces it is made of.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod doc_check;
+mod tools;
 mod unsafe_report;
 
 type DynResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -37,8 +39,12 @@ fn ci() -> DynResult {
         c.args(["fmt", "--all", "--", "--check"]);
         c
     })?;
-    // A generated doc table; no build needed, so it fails before the long steps do.
+    // Checks of the text and a generated doc table; no build needed, so they fail before the
+    // long steps do.
+    doc_check::run(&root())?;
     unsafe_report::run(&root(), true)?;
+    // Every program a test runs is here (or installed now), so no test passes by skipping.
+    tools::ensure()?;
     run("clippy", {
         let mut c = cargo();
         c.args([
@@ -53,10 +59,10 @@ fn ci() -> DynResult {
     })?;
     run("tests", {
         let mut c = cargo();
-        c.args(["test", "--workspace"]);
+        c.args(["test", "--workspace"]).env(tools::REQUIRE_VAR, "1");
         c
     })?;
-    // The bring-up an integrator copies (issue 16 item 6): `cargo test` builds it, this runs it.
+    // The bring-up an integrator copies: `cargo test` builds it, this runs it.
     run("example: nrt-core bring_up", {
         let mut c = cargo();
         c.args(["run", "--quiet", "-p", "nrt-core", "--example", "bring_up"]);
@@ -188,13 +194,15 @@ fn headers() -> DynResult {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <ci|bench|layout|firmware|headers|unsafe-report|dist|loom>\n  ci    fmt check, clippy -D warnings, tests, rustdoc -D warnings (what .ci/run runs)\n  \
+    "usage: cargo xtask <ci|bench|layout|firmware|headers|unsafe-report|doc-check|tools|dist|loom>\n  ci    fmt check, doc-check, the tools the tests need (installed or a failure), clippy -D warnings, tests, rustdoc -D warnings, bench smoke, layout drift, firmware, loom (what .ci/run runs)\n  \
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--heap|--full|--ci]  the no_std image: build, run, footprint targets\n  \
      bench [--json] [--quick] [--threads] [--dmem] [--capi] [--host-mem]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads, VIRTUAL tensor pools (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
      unsafe-report [--check]  rewrite (or check) the per-file unsafe count table in docs/UNSAFE.md\n  \
+     doc-check  no issue numbers or process chatter outside docs/CHANGELOG.md, no ../shared outside .ci/ and xtask/, every spec/public API/ABI/neff-format citation has its heading, docs/PERFORMANCE.md <= 400 lines\n  \
+     tools    check (as root on Debian/Ubuntu: install) the programs the tests run: cc, c++, pkg-config, pahole, valgrind, binutils, GNU time\n  \
      dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc\n  \
      loom     loom models of the handle counter, handle pins, drain, ext-isa staging and the sharded gate"
 }
@@ -214,6 +222,8 @@ fn main() -> ExitCode {
                 Err(format!("unsafe-report: unknown argument `{bad}` (expected --check)").into())
             }
         },
+        Some("doc-check") => doc_check::run(&root()),
+        Some("tools") => tools::ensure(),
         Some("dist") => dist(&args[1..]),
         Some("loom") => loom(),
         _ => {
@@ -231,7 +241,7 @@ fn main() -> ExitCode {
 }
 
 // ---------------------------------------------------------------------------------------------
-// `cargo xtask dist` (issue 18 item 3): libnrt.so installed like AWS's.
+// `cargo xtask dist`: libnrt.so installed like AWS's.
 // ---------------------------------------------------------------------------------------------
 
 /// Libraries a program linked against `libnrt.a` (or the relinked `libnrt.so`) needs: what
@@ -348,15 +358,16 @@ fn dist(args: &[String]) -> DynResult {
 }
 
 // ---------------------------------------------------------------------------------------------
-// `cargo xtask firmware` (issue 7): the no_std firmware-style image, its footprint and targets.
+// `cargo xtask firmware`: the no_std firmware-style image, its footprint and targets.
 // ---------------------------------------------------------------------------------------------
 
 /// Footprint targets of the image: text + data, and the peak RSS of a run (the 48.8 MB of
 /// `.bss` statics count only where touched).
 const FIRMWARE_TEXT_DATA_MAX: u64 = 256 * 1024;
 const FIRMWARE_PEAK_RSS_MAX_KIB: u64 = 8 * 1024;
-/// `.bss` target of the one-device profile (issue 16 item 4): bare-metal startup zeroes `.bss`
-/// in real RAM, so it must fit a small part. The 32-device profile (`--full`) has no target.
+/// `.bss` target of the one-device profile (the integrator sizes the storage): bare-metal
+/// startup zeroes `.bss` in real RAM, so it must fit a small part. The 32-device profile
+/// (`--full`) has no target.
 const FIRMWARE_BSS_MAX: u64 = 24 << 20;
 
 /// Allocated-section sizes of an ELF, as Berkeley `size` counts them.
@@ -585,7 +596,7 @@ fn json_str(s: &str) -> String {
 /// stderr). `--heap` builds the `heap` variant instead (a `LockedHeap` global allocator and a
 /// second runtime from nrt-core's `alloc` constructors); its heap region is written by
 /// `Box::new_zeroed`, so its RSS target is the region's size on top of the 8 MiB.
-/// `--ci` runs the whole issue-7 part of `ci` ([`firmware_ci`]).
+/// `--ci` runs the whole firmware part of `ci` ([`firmware_ci`]).
 fn firmware(args: &[String]) -> DynResult {
     let mut report = false;
     let mut json = false;
@@ -711,7 +722,7 @@ fn firmware(args: &[String]) -> DynResult {
     Ok(())
 }
 
-/// The issue-7 part of `ci`: the core builds with each logging backend (and none), the
+/// The firmware part of `ci`: the core builds with each logging backend (and none), the
 /// firmware crate passes clippy with its own profile (the workspace clippy run skips its
 /// binary: it needs `--features image`), and the image runs within its footprint targets.
 fn firmware_ci() -> DynResult {

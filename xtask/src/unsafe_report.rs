@@ -1,8 +1,8 @@
 //! `cargo xtask unsafe-report [--check]`: the per-file `unsafe` count table of
-//! `docs/UNSAFE.md` (issue 17, "Done means": `grep -c unsafe` per module is in `docs/`).
+//! `docs/UNSAFE.md`: `grep -c unsafe` and the code sites per module of the core.
 //!
 //! The table sits between [`BEGIN`] and [`END`] and is produced here from `core-nostd/src`, so
-//! it cannot drift from the code the way a hand-pasted one did: `ci` runs the `--check` mode,
+//! it cannot drift from the code: `ci` runs the `--check` mode,
 //! which fails when the file differs from what this would write (the same scheme as the layout
 //! reports' `drift`).
 

@@ -1,4 +1,4 @@
-//! The footprint of `nrt-dmem monitor` (issue 20 item 4: peak RSS ≤ 8 MiB and under 1 % of
+//! The footprint of `nrt-dmem monitor` (its budget: peak RSS ≤ 8 MiB and under 1 % of
 //! one core at `--interval 1`), measured on the real binary, not in a timed test.
 //!
 //! Sets up a shared simulated trn2 with two participants holding allocations, runs

@@ -1,5 +1,5 @@
 //! `nrt-dmem-worker`: one runtime driven line by line from stdin, for the multi-process tests
-//! of the shared device (issue 20; cli/tests/shared.rs). Configured by the environment
+//! of the shared device (cli/tests/shared.rs). Configured by the environment
 //! the runtime reads (`NRT_DMEM_DEVICE=sim:trn2@name`, `NEURON_RT_VISIBLE_CORES`, …).
 //!
 //! Commands, one per line; each answers one line, `ok …` or `err <NRT_STATUS> <message>`:

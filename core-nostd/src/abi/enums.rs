@@ -268,7 +268,7 @@ impl dma_mem_usage_type_t {
     }
     /// For a name this project used before it took libnrt's enum (facts v2), the name(s) to
     /// use now; `None` for any other text. Nothing parses an old name: callers refuse it
-    /// with this hint, so no manifest silently changes meaning (issue 15, item 4).
+    /// with this hint, so no manifest silently changes meaning.
     pub fn former_name(s: &str) -> Option<&'static str> {
         const RENAMED: [(&str, &str); 14] = [
             ("UNKNOWN", "GENERIC"),

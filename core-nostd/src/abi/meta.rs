@@ -119,15 +119,16 @@ pub trait CType {
     const NDIMS: usize = 0;
 }
 
-/// Types whose all-zero bit pattern is a valid value ("zero is empty", ARCHITECTURE.md).
+/// Types whose all-zero bit pattern is a valid value ("zero is empty", docs/ARCHITECTURE.md
+/// principle 2).
 ///
 /// # Safety
 /// Implementors guarantee that `core::mem::zeroed::<Self>()` is a valid, initialised value.
 pub unsafe trait ZeroValid {}
 
-/// Resets `v` to all-zero bytes, its empty value ("zero is empty", ARCHITECTURE.md), without
-/// building a zero value on the stack (the logical-core table is 16 KiB). The old value is
-/// not dropped (zero-valid tables hold plain data).
+/// Resets `v` to all-zero bytes, its empty value ("zero is empty", docs/ARCHITECTURE.md
+/// principle 2), without building a zero value on the stack (the logical-core table is 16
+/// KiB). The old value is not dropped (zero-valid tables hold plain data).
 pub fn zero_in_place<T: ZeroValid>(v: &mut T) {
     // SAFETY: `v` is a unique reference, so these bytes are ours to write, in bounds and
     // aligned for one `T`; `T: ZeroValid` makes the all-zero pattern a valid `T`, so `v`
@@ -228,7 +229,7 @@ macro_rules! abi_struct {
             };
         }
 
-        // Layout checks beside the struct (STYLE.md #5): a moved member fails the build.
+        // Layout checks beside the struct (docs/STYLE.md #5): a moved member fails the build.
         const _: () = {
             assert!(core::mem::size_of::<$name>() == $size, concat!(stringify!($name), ": size"));
             assert!(core::mem::align_of::<$name>() == $align, concat!(stringify!($name), ": align"));

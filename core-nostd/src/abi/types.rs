@@ -1,4 +1,4 @@
-//! libnrt's structs, byte for byte (spec §1–§10; facts in `shared/spec/layout-facts.toml`).
+//! libnrt's structs, byte for byte (spec §1–§10; facts in `layout-tests/facts/layout-facts.toml`).
 //!
 //! Offsets tagged `Observed`/`Inferred` are the spec's; `Chosen` ones are this project's
 //! placement of a member the spec names but does not place; `Reserved` spans keep libnrt's size.

@@ -1,4 +1,4 @@
-//! How a state block's storage is cut between the domain pools' arenas (issue 17 item 2): each
+//! How a state block's storage is cut between the domain pools' arenas: each
 //! pool lists its storage [`Part`]s once, in a `const fn parts(&Capacity)`, and that one list
 //! both sizes the block ([`CoreState::storage_bytes`], a `StaticState`'s const size) and binds
 //! it (the pool's `bind`, which hands each part to its arena through a [`Binder`]). The

@@ -18,7 +18,7 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The gate token the runtime's internal steps take (issue 17 item 2): proof, for as long as
+/// The gate token the runtime's internal steps take: proof, for as long as
 /// it is borrowed, that the tables only `init` and `close` write (the device count and
 /// geometry, the logical-core table, each core's `physical_core_t` and GLOBAL allocator) are
 /// not being rewritten under the step. Two types carry that proof:
@@ -52,7 +52,7 @@ impl Drop for ReopenOnDrop<'_> {
     }
 }
 
-/// Proof that `init` or `close` has the runtime to itself (spec §12; issue 17 item 2's gate
+/// Proof that `init` or `close` has the runtime to itself (spec §12; the gate
 /// token for the tables only those two rewrite): `init_lock` is held (the borrow of its guard
 /// is the lifetime) and the in-flight gate is shut and drained, so no API call and no reader
 /// of a closed runtime is in flight. Made only by [`Exclusive::new`], inside `init` and

@@ -1,4 +1,4 @@
-//! The context tree's accessors for the model module (spec §4.3–§4.6, §5; issue 17 item 1):
+//! The context tree's accessors for the model module (spec §4.3–§4.6, §5):
 //! `model/` is `#![deny(unsafe_code)]`, so every raw access a model needs is made and argued
 //! here, where the owner of the memory can see every other access to it.
 //!
@@ -67,10 +67,9 @@ impl<'a> Nrt<'a> {
         // without the lock, under the `Exclusive` token (the gate shut and drained), and every
         // caller of this accessor is a step of a gated call or of `close` after its own
         // `init_cores` finished (`unload_all_models`), so that store does not overlap either.
-        // That second half is the crate-internal contract `tpb_allocator` also rests on; it
-        // goes away once the steps take the gate token (issue 17 item 2), or if `init_cores`
-        // stored the table under the lock. A plain read of a pointer-sized field: no
-        // reference to the `tpb_t` is made.
+        // That second half is the crate-internal contract `tpb_allocator` also rests on; storing
+        // the table under the lock in `init_cores` would remove it. A plain read of a
+        // pointer-sized field: no reference to the `tpb_t` is made.
         let db = unsafe { addr_of!((*t).model_db).read() };
         // The table must be a live slot of this runtime's `model_dbs` (its header is the slot's
         // first member): anything else is refused, not walked.

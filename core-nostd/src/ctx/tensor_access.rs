@@ -1,6 +1,6 @@
 //! The tensor, storage and tensor-set arenas' accessors (spec §7.1, §7.3): every raw pointer
 //! `tensor` needs is reached here, through a type that proves the access sound, so `tensor`
-//! itself is `deny(unsafe_code)` (issue 17 item 1; docs/UNSAFE.md).
+//! itself is `deny(unsafe_code)` (docs/UNSAFE.md).
 //!
 //! What proves what:
 //! * [`SlotPin`] (a tensor's or a set's pin, the protocol of [`crate::handle`]): the object

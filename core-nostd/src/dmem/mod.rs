@@ -1,7 +1,7 @@
 //! The host device-memory allocator (spec §3): allocator tiers, `dmem_alloc_internal` with the
 //! category tables, the aligned-alloc emulation, free / acquire, and the weak ref lists.
 //!
-//! Invariant (ARCHITECTURE.md principle 4): every live `dmem_t` came through the driver, is
+//! Invariant (docs/ARCHITECTURE.md principle 4): every live `dmem_t` came through the driver, is
 //! booked in its device's ledger under its usage type, and is on exactly one allocator's list
 //! (or, after its allocator was destroyed while others still reference it, on none). Every
 //! failure path restores the ledger, the arenas and the driver to their state before the call.

@@ -1,4 +1,4 @@
-//! The dmem domain's arenas (issue 17 item 2: state split by domain): the one place they are
+//! The dmem domain's arenas (state split by domain): the one place they are
 //! declared, sized and bound. Their members are the dmem module's own; the rest of the core
 //! reaches them through the methods here.
 

@@ -7,7 +7,7 @@
 //! per-core `model_db` and the lookups and queries over it), `exec` (the exec seam and the
 //! IO an execution binds) and `sbuf` (the SBUF carveout, spec §8).
 //!
-//! No `unsafe` here or in the sub-modules (issue 17 item 1): the model's raw memory — the
+//! No `unsafe` here or in the sub-modules: the model's raw memory — the
 //! core's `model_db` behind `model_db_lock`, `model_t` slots, their IO tables, mem_ref sets
 //! and cleanup records, `h_running_model` — is reached through the accessors of
 //! `ctx/model_access.rs` (see docs/UNSAFE.md).

@@ -1,4 +1,4 @@
-//! The model domain's arenas (issue 17 item 2: state split by domain): the one place they are
+//! The model domain's arenas (state split by domain): the one place they are
 //! declared, sized and bound. Their members are `pub(crate)` for two users only: the model
 //! module and its raw-memory accessors in `ctx/model_access.rs` (which must live outside the
 //! `deny(unsafe_code)` module); the rest of the core reaches them through the methods here.

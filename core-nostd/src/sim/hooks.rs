@@ -190,8 +190,8 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
 
     /// Makes `dst` a copy of this simulator: settings, faults cleared, every device's pools
     /// (each part copied under its lock), no backing (set one with
-    /// [`SimDevice::set_backing`]). A plan runs on such a copy of a shared device (issue 19
-    /// item 2: a snapshot, never the live pools). Only the attached devices' pools are copied
+    /// [`SimDevice::set_backing`]). A plan runs on such a copy of a shared device (a
+    /// snapshot, never the live pools). Only the attached devices' pools are copied
     /// (~7.4 MB each). Each channel's figures are those of one moment; a device's channels
     /// may be of moments apart (the shared device holds its process-shared lock around the
     /// whole copy, so nothing changes there meanwhile).

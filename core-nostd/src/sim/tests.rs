@@ -326,7 +326,7 @@ fn the_largest_free_block_is_allocatable_on_every_preset_and_one_page_more_is_no
     }
 }
 
-/// The free-block histogram (issue 19 item 3) is every free block of the channel, by size
+/// The free-block histogram is every free block of the channel, by size
 /// class, in both placements: its bytes are the pool's free bytes, and the main pool's
 /// largest block sits in its top non-empty class.
 #[test]
@@ -381,7 +381,7 @@ fn the_free_block_histogram_is_every_free_block_by_size_class() {
     }
 }
 
-/// Issue 21's trn2 report, under the TLSF placement (whose routing never sends a request
+/// The trn2 report, under the TLSF placement (whose routing never sends a request
 /// above 512 KiB to the small-object region): after a big tensor the main pool keeps
 /// 512 MiB and the 1 GiB small-object region is untouched; the largest free block is
 /// 512 MiB (not 1 GiB), and a 768 MiB request fails as that says.
@@ -542,7 +542,7 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
         cases: 64, ..proptest::prelude::ProptestConfig::default()
     })]
-    /// Issue 21's property, over random alloc/free sequences on a scaled-down channel
+    /// The OOM report's property, over random alloc/free sequences on a scaled-down channel
     /// (32 MiB main pool, 16 MiB small-object region): `largest_free` is always
     /// allocatable and one page more never is, for sizes above the small-object threshold;
     /// the same at the alignments the sequence uses; and small requests get exactly what

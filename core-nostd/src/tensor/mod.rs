@@ -322,7 +322,7 @@ impl<'a> Nrt<'a> {
     }
 
     /// Teardown: frees every tensor still alive: device and host DMA memory returns to the
-    /// driver, VIRTUAL bytes to the bound host provider (issue 16 item 2: close returns every
+    /// driver, VIRTUAL bytes to the bound host provider (close returns every
     /// byte in every layer).
     pub(crate) fn free_all_tensors(&self, ex: &Exclusive<'_>) {
         self.st.tensor.tensors.drain_live(|t| {

@@ -1,4 +1,4 @@
-//! The tensor domain's arenas (issue 17 item 2: state split by domain): the one place they
+//! The tensor domain's arenas (state split by domain): the one place they
 //! are declared, sized and bound. Their members are `pub(crate)` for two users only: the
 //! tensor module and its raw-memory accessors in `ctx/tensor_access.rs` (which must live
 //! outside the `deny(unsafe_code)` module).
@@ -27,7 +27,7 @@ pub(crate) struct TensorPool {
     /// execution, on any core, is writing them. Striped by tensor storage
     /// ([`super::exec::ExecDataGuard`]): an execution takes the stripes of the storages it binds,
     /// so executions sharing a tensor serialise and independent ones (one per core) rarely
-    /// meet (issue 16 item 7).
+    /// meet.
     pub(crate) exec_data_locks: [crate::ledger::CoreLock; super::EXEC_DATA_STRIPES],
 }
 

@@ -1,4 +1,4 @@
-//! A fake kernel driver behind the [`Sys`] signatures (STYLE.md #14, after vfio-ioctls'
+//! A fake kernel driver behind the [`Sys`] signatures (docs/STYLE.md #14, after vfio-ioctls'
 //! `vfio_syscall`): it decodes the public ABI §3 commands, keeps allocations (sparse bytes, a
 //! first-fit pool per HBM channel with the 16 MiB firmware carve-out), returns `ENOMEM` when a
 //! pool is full, and can pretend to be an older driver that does not know MEM_ALLOC_V2MT64 (or

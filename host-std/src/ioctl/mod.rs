@@ -1,6 +1,6 @@
 //! The kernel driver boundary (public ABI §3): argument structs and command numbers ([`abi`]),
 //! the syscall layer ([`Sys`], real [`RealSys`]) and a fake driver ([`fake::FakeSys`]) with the
-//! same signatures, so everything above is testable without hardware (STYLE.md #14).
+//! same signatures, so everything above is testable without hardware (docs/STYLE.md #14).
 
 pub mod abi;
 pub mod fake;

@@ -658,7 +658,7 @@ impl std::fmt::Debug for PoolSnapshot {
 
 /// Device `name` as a process joining it now with `req` would find it, read without joining
 /// (no slot, no core, no byte taken; the file is not modified): what `plan --device
-/// sim:…@name` plans on (issue 19 item 2: a plan runs on a snapshot, never on the live pools,
+/// sim:…@name` plans on (a plan runs on a snapshot, never on the live pools,
 /// so processes that allocate meanwhile neither disturb it nor are disturbed).
 ///
 /// Taken under the file's `flock` (shared: joins wait for it, as it waits for a join in

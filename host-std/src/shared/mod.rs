@@ -1,4 +1,4 @@
-//! A simulated device shared by processes (issue 20; spec §9 co-location; public ABI §3
+//! A simulated device shared by processes (spec §9 co-location; public ABI §3
 //! "Process lifetime"): `NRT_DMEM_DEVICE=sim:trn2@prod` opens (or creates) the device named
 //! `prod`, a file `nrt-dmem-prod.shm` under `$NRT_DMEM_SHM_DIR` (default `/dev/shm`) that
 //! every process using the name maps.

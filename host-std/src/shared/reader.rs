@@ -1,4 +1,4 @@
-//! Reading a shared device's counters without joining its allocator (issue 20 item 3): a
+//! Reading a shared device's counters without joining its allocator: a
 //! read-only mapping of the file's readable prefix, read consistently with the sequence
 //! counter (a seqlock: copy, and copy again if a writer was busy meanwhile).
 

@@ -14,7 +14,7 @@ pub fn workdir(name: &str) -> PathBuf {
 }
 
 /// A check that needs a tool this machine lacks: skipped with a note, or — when
-/// `NRT_REQUIRE_TOOLS` is set, as `.ci/run` sets it after installing them — a failure, so CI
+/// `NRT_REQUIRE_TOOLS` is set, as `cargo xtask ci` sets it after installing them — a failure, so CI
 /// cannot pass without running it.
 pub fn skip(why: &str) {
     if std::env::var_os("NRT_REQUIRE_TOOLS").is_some() {

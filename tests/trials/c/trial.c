@@ -1,5 +1,5 @@
 /*
- * Trial (c): a C integrator of libnrt.so, only <nrt/nrt.h>. Init, load a model, a DEVICE
+ * An outside C integrator of libnrt.so, only <nrt/nrt.h>. Init, load a model, a DEVICE
  * tensor written and read back, the logical core's memory statistics, free, unload, close;
  * then the state table's answers after close (docs/STATES.md). Usage: trial MODEL_FILE.
  * Prints "trial ok" and exits 0 when every step gave what it should.

@@ -1,4 +1,4 @@
-//! Trial (b) of issue 16's "done means": a std host agent, written as an outside user of
+//! An outside integrator, std: a host agent written as an outside user of
 //! `nrt-host` would, with no `unsafe` (`#![forbid(unsafe_code)]`). It starts a
 //! [`HostRuntime`] on the simulated trn2, loads a model from a manifest, runs one worker thread
 //! per logical core (tensors allocated, written, read back and freed through the core's

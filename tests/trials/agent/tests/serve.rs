@@ -1,4 +1,4 @@
-//! Runs trial (b): the std host agent, and what it must see.
+//! Runs the std host agent, and what it must see.
 
 use nrt_core::Error;
 use nrt_trial_agent::serve;

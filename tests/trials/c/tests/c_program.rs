@@ -1,4 +1,4 @@
-//! Runs trial (c): `trial.c` compiled against `ffi/include` and linked with the `libnrt.so`
+//! Runs `trial.c`: compiled against `ffi/include` and linked with the `libnrt.so`
 //! cargo builds, on the simulated trn2 with an example model.
 
 use std::path::Path;

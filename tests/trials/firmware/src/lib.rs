@@ -1,4 +1,4 @@
-//! Trial (a) of issue 16's "done means": a `no_std` firmware-style integrator of `nrt-core`,
+//! An outside integrator, `no_std`: a firmware-style integrator of `nrt-core`,
 //! written as an outside user would, with no `unsafe` (`#![forbid(unsafe_code)]`): the state
 //! block is a `.bss` [`StaticState`] sized for the one-device [`Capacity::ONE_DEVICE`] and bound
 //! once, the simulated device a `.bss` static taken once through

@@ -1,4 +1,4 @@
-//! Runs trial (a): what an integrator's firmware does, and what it must see.
+//! Runs what an integrator's firmware does, and what it must see.
 
 use nrt_trial_firmware::{run, Report, TrialError, WEIGHT_BYTES};
 
