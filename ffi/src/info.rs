@@ -205,7 +205,15 @@ pub unsafe extern "C" fn nrt_get_instance_info(
         let cfg = RuntimeConfig::from_env().map_err(Fail::invalid)?;
         let v = instance(&cfg);
         // SAFETY: caller contract; `info` is non-null.
-        unsafe { put_sized(&v, info, instance_info_len, std::ptr::null_mut()) }
+        unsafe {
+            put_sized(
+                &v,
+                info,
+                instance_info_len,
+                std::ptr::null_mut(),
+                ["info", "instance_info_len"],
+            )
+        }
     })
 }
 
@@ -216,7 +224,7 @@ pub unsafe extern "C" fn nrt_get_instance_info(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_total_nc_count(vnc_count: *mut u32) -> NRT_STATUS {
     // SAFETY: forwarded caller contract.
-    unsafe { crate::runtime::nrt_get_total_vnc_count(vnc_count) }
+    unsafe { crate::runtime::total_vnc_count("nrt_get_total_nc_count", vnc_count) }
 }
 
 /// Deprecated spelling of `nrt_get_visible_vnc_count` (the same count).
@@ -226,7 +234,7 @@ pub unsafe extern "C" fn nrt_get_total_nc_count(vnc_count: *mut u32) -> NRT_STAT
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_visible_nc_count(vnc_count: *mut u32) -> NRT_STATUS {
     // SAFETY: forwarded caller contract.
-    unsafe { crate::runtime::nrt_get_visible_vnc_count(vnc_count) }
+    unsafe { crate::runtime::visible_vnc_count("nrt_get_visible_nc_count", vnc_count) }
 }
 
 /// Writes `v` (named `what`) for a loaded model: `NRT_INVALID_HANDLE` for a model that is not

@@ -127,18 +127,42 @@ fn docs(attrs: &[Attribute]) -> Vec<String> {
         .collect()
 }
 
-/// Headers stay ASCII whatever the Rust docs use.
+/// Headers stay ASCII whatever the Rust docs use: typographic characters get their ASCII
+/// spelling, a run of superscript digits becomes a power (`2³²` -> `2^32`), and any other
+/// non-ASCII character stops the generator (add its spelling here).
 fn ascii(s: &str) -> String {
-    s.replace('…', "...")
-        .replace('→', "->")
-        .replace('—', "--")
-        .replace('≤', "<=")
-        .replace('≥', ">=")
-        .replace('×', "x")
-        .replace('§', "section ")
-        .chars()
-        .map(|c| if c.is_ascii() { c } else { '?' })
-        .collect()
+    let mut out = String::with_capacity(s.len());
+    let mut in_power = false;
+    for c in s.chars() {
+        // Superscript digits and minus, in the order of their ASCII spellings.
+        let sup = "⁰¹²³⁴⁵⁶⁷⁸⁹⁻".chars().position(|d| d == c);
+        if let Some(i) = sup {
+            if !in_power {
+                out.push('^');
+            }
+            out.push(if i == 10 {
+                '-'
+            } else {
+                char::from(b'0' + i as u8)
+            });
+            in_power = true;
+            continue;
+        }
+        in_power = false;
+        match c {
+            '…' => out.push_str("..."),
+            '→' => out.push_str("->"),
+            '—' | '–' => out.push_str("--"),
+            '≤' => out.push_str("<="),
+            '≥' => out.push_str(">="),
+            '×' => out.push('x'),
+            '§' => out.push_str("section "),
+            'µ' => out.push('u'),
+            c if c.is_ascii() => out.push(c),
+            c => panic!("no ASCII spelling for `{c}` in a header comment: {s}"),
+        }
+    }
+    out
 }
 
 fn comment(out: &mut String, indent: &str, lines: &[String]) {

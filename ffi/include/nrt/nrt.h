@@ -329,7 +329,7 @@ NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t vnc, int32_t vn
  * Unloads a model: waits for its executions in flight, then frees all of its device memory
  * (no other model's memory changes). The pointer is invalid afterwards; passing it (or a copy)
  * again is NRT_INVALID_HANDLE, also after later loads: model ids are never reused (below
- * 2?? loads). Of two threads unloading the same model, one unloads it and the other gets
+ * 2^32 loads). Of two threads unloading the same model, one unloads it and the other gets
  * NRT_INVALID_HANDLE.
  *
  * Safety:

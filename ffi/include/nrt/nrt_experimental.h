@@ -134,7 +134,13 @@ NRT_STATUS nrt_memcpy_to_device(void *dest, const void *src, size_t size);
  */
 NRT_STATUS nrt_register_async_exec_callback(NRT_ASYNC_EXEC_STATUS_CALLBACK callback, void *params);
 
-/** A barrier over all workers (not supported: NRT_FAILURE). */
+/**
+ * A barrier over all workers. Only a single worker is supported, as for
+ * `nrt_load_collectives`: with `g_device_id` 0 of `g_device_count` 1 there is no one to wait
+ * for, so it succeeds once `vnc` is a logical core this process owns;
+ * `g_device_id >= g_device_count` is NRT_INVALID; more workers are NRT_FAILURE (this runtime
+ * has no collectives transport).
+ */
 NRT_STATUS nrt_barrier(int32_t vnc, uint32_t g_device_id, uint32_t g_device_count);
 
 /** All-rank AllGather (not supported: NRT_FAILURE). */
