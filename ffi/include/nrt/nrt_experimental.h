@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /** Whether a tensor is read or written by the model. Values are fixed by the public API. */
-typedef enum {
+typedef enum nrt_tensor_usage {
     /** The tensor is an input (ifmap). */
     NRT_TENSOR_USAGE_INPUT = 0,
     /** The tensor is an output (ofmap). */
