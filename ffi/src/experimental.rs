@@ -351,13 +351,16 @@ pub extern "C" fn nrt_barrier(vnc: i32, g_device_id: u32, g_device_count: u32) -
                 ),
             ));
         }
-        global::with_rt(|r| {
-            let vnc = u32::try_from(vnc)
-                .map_err(|_| Fail::invalid(format_args!("vnc {vnc} is negative")))?;
-            r.rt.nrt().logical_core(vnc)?;
-            Ok(())
-        })
+        global::with_rt(|r| owned_core(r, vnc))
     })
+}
+
+/// `vnc` is a logical core this process owns (NRT_INVALID otherwise).
+fn owned_core(r: &global::Runtime, vnc: i32) -> Res {
+    let vnc =
+        u32::try_from(vnc).map_err(|_| Fail::invalid(format_args!("vnc {vnc} is negative")))?;
+    r.rt.nrt().logical_core(vnc)?;
+    Ok(())
 }
 
 /// All-rank AllGather (not supported: NRT_FAILURE).
@@ -381,13 +384,13 @@ pub extern "C" fn nrt_all_gather(
     unsupported("nrt_all_gather", "collectives")
 }
 
-/// Waits for the queued asynchronous executions of a core: a no-op success, since executions
-/// here are synchronous (nothing is ever queued).
+/// Waits for the queued asynchronous executions of logical core `vnc`: a success once `vnc`
+/// is a core this process owns, since executions here are synchronous (nothing is ever
+/// queued); another `vnc` is NRT_INVALID.
 #[no_mangle]
 pub extern "C" fn nrt_async_drain_queued_execs(vnc: i32) -> NRT_STATUS {
-    let _ = vnc;
     entry("nrt_async_drain_queued_execs", || {
-        global::with_rt(|_| Ok(()))
+        global::with_rt(|r| owned_core(r, vnc))
     })
 }
 

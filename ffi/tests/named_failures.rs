@@ -1,7 +1,8 @@
 //! Calls whose answer depends on which function was called and which argument was wrong: the
 //! deprecated `nc` spellings of the core counts report themselves, `nrt_get_model_info` names
-//! the argument that is NULL, and `nrt_barrier` of a single worker succeeds. The runtime is
-//! process-global, so this binary is one test.
+//! the argument that is NULL, `nrt_barrier` of a single worker succeeds, and
+//! `nrt_async_drain_queued_execs` checks its core. The runtime is process-global, so this
+//! binary is one test.
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
@@ -95,6 +96,14 @@ fn failures_name_the_called_function_and_the_bad_argument() {
         FAILURE,
         "nrt_barrier",
         "single worker",
+    );
+    // Nothing is ever queued, but the core is still checked.
+    assert_eq!(nrt_async_drain_queued_execs(last), OK);
+    failed(
+        nrt_async_drain_queued_execs(-1),
+        INVALID,
+        "nrt_async_drain_queued_execs",
+        "vnc -1",
     );
 
     let mut m = null_mut();

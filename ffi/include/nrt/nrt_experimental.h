@@ -147,8 +147,9 @@ NRT_STATUS nrt_barrier(int32_t vnc, uint32_t g_device_id, uint32_t g_device_coun
 NRT_STATUS nrt_all_gather(int32_t vnc, uint32_t g_device_id, uint32_t g_device_count, uint32_t rank_input_size, void *input, void *output);
 
 /**
- * Waits for the queued asynchronous executions of a core: a no-op success, since executions
- * here are synchronous (nothing is ever queued).
+ * Waits for the queued asynchronous executions of logical core `vnc`: a success once `vnc`
+ * is a core this process owns, since executions here are synchronous (nothing is ever
+ * queued); another `vnc` is NRT_INVALID.
  */
 NRT_STATUS nrt_async_drain_queued_execs(int32_t vnc);
 
