@@ -29,15 +29,15 @@ pub struct ndebug_stream_event_header_t {
 /// its bytes.
 #[repr(C)]
 pub struct ndebug_stream_payload_debug_tensor_read_t {
-    /// NUL-terminated text the program attached to the read.
+    /// Text that heads the event.
     pub prefix: [c_char; 512],
     /// The logical core that read it.
     pub logical_nc_id: u32,
-    /// The engine pipe that read it.
+    /// The pipe it was read on.
     pub pipe: u32,
-    /// NUL-terminated element type name.
+    /// Element type, as text.
     pub tensor_dtype: [c_char; 16],
-    /// Dimensions (unused ones 0).
+    /// Shape, up to 8 dimensions.
     pub tensor_shape: [u64; 8],
     /// Bytes in `tensor_data`.
     pub tensor_data_size: u64,

@@ -193,7 +193,7 @@ fn usage() -> &'static str {
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--heap|--full|--ci]  the no_std image: build, run, footprint targets\n  \
      bench [--json] [--quick] [--threads] [--dmem] [--capi] [--host-mem]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads, VIRTUAL tensor pools (docs/PERFORMANCE.md)\n  \
-     headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
+     headers  regenerate libnrt.so's generated C headers (ffi/include) from ffi/src\n  \
      unsafe-report [--check]  rewrite (or check) the per-file unsafe count table in docs/UNSAFE.md\n  \
      dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc, bin/nrt-dmem, examples\n  \
      loom     loom models of the handle counter, handle pins, drain, ext-isa staging and the sharded gate"

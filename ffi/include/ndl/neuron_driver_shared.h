@@ -117,9 +117,9 @@ struct neuron_dma_queue_state {
     __u64 base_addr;
     /** Ring length. */
     __u32 length;
-    /** Hardware (consumer) index. */
+    /** Index the hardware advances. */
     __u32 head_pointer;
-    /** Software (producer) index. */
+    /** Index software advances. */
     __u32 tail_pointer;
     __u64 completion_base_addr;
     __u32 completion_head;

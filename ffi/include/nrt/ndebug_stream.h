@@ -41,15 +41,15 @@ typedef struct ndebug_stream_event_header {
  * its bytes.
  */
 typedef struct ndebug_stream_payload_debug_tensor_read {
-    /** NUL-terminated text the program attached to the read. */
+    /** Text that heads the event. */
     char prefix[512];
     /** The logical core that read it. */
     uint32_t logical_nc_id;
-    /** The engine pipe that read it. */
+    /** The pipe it was read on. */
     uint32_t pipe;
-    /** NUL-terminated element type name. */
+    /** Element type, as text. */
     char tensor_dtype[16];
-    /** Dimensions (unused ones 0). */
+    /** Shape, up to 8 dimensions. */
     uint64_t tensor_shape[8];
     /** Bytes in `tensor_data`. */
     uint64_t tensor_data_size;
