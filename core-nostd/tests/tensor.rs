@@ -324,6 +324,35 @@ fn independent_instances_do_not_share_state() {
     );
 }
 
+/// A request no pool can hold is the out-of-memory of its location whatever its size: the
+/// driver's EINVAL for sizes above `INT64_MAX` does not make `u64::MAX` a different mistake
+/// from `u64::MAX / 2` (device: NRT_RESOURCE; host DMA: NRT_FAIL_HOST_MEM_ALLOC), and the
+/// failed calls leave nothing allocated.
+#[test]
+fn too_large_requests_fail_as_out_of_memory_whatever_the_size() {
+    let f = Fixture::up_with_host(
+        SimConfig::scaled_down(Preset::Trn1, 1),
+        InitOptions::default(),
+        &HEAP,
+    );
+    let n = f.nrt();
+    let core = || CoreSel::from(LogicalCore::new(0));
+    let before = n.driver_bytes_in_use();
+    for (placement, status) in [
+        (Placement::Device, NRT_STATUS::NRT_RESOURCE),
+        (Placement::Host, NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC),
+    ] {
+        for size in [u64::MAX, u64::MAX / 2 + 1, u64::MAX / 2, 1 << 40] {
+            let e = n
+                .tensor_allocate(placement, core(), size, Some("huge"))
+                .unwrap_err();
+            assert_eq!(e.status(), status, "{placement:?} of {size} bytes: {e}");
+        }
+    }
+    assert_eq!(n.driver_bytes_in_use(), before);
+    n.close().unwrap();
+}
+
 #[test]
 fn virtual_tensors_from_a_static_arena() {
     static POOL: nrt_core::tensor::ArenaHostMem<{ 1 << 20 }, 256> =

@@ -329,11 +329,38 @@ pub extern "C" fn nrt_register_async_exec_callback(
     unsupported("nrt_register_async_exec_callback", "asynchronous execution")
 }
 
-/// A barrier over all workers (not supported: NRT_FAILURE).
+/// A barrier over all workers. Only a single worker is supported, as for
+/// `nrt_load_collectives`: with `g_device_id` 0 of `g_device_count` 1 there is no one to wait
+/// for, so it succeeds once `vnc` is a logical core this process owns;
+/// `g_device_id >= g_device_count` is NRT_INVALID; more workers are NRT_FAILURE (this runtime
+/// has no collectives transport).
 #[no_mangle]
 pub extern "C" fn nrt_barrier(vnc: i32, g_device_id: u32, g_device_count: u32) -> NRT_STATUS {
-    let _ = (vnc, g_device_id, g_device_count);
-    unsupported("nrt_barrier", "collectives")
+    entry("nrt_barrier", || {
+        if g_device_id >= g_device_count {
+            return Err(Fail::invalid(format_args!(
+                "g_device_id {g_device_id} is not below g_device_count {g_device_count}"
+            )));
+        }
+        if g_device_count > 1 {
+            return Err(Fail::new(
+                CoreStatus::NRT_FAILURE,
+                format_args!(
+                    "{g_device_count} workers: nrt-dmem runs collectives for a single worker \
+                     only (g_device_count 1)"
+                ),
+            ));
+        }
+        global::with_rt(|r| owned_core(r, vnc))
+    })
+}
+
+/// `vnc` is a logical core this process owns (NRT_INVALID otherwise).
+fn owned_core(r: &global::Runtime, vnc: i32) -> Res {
+    let vnc =
+        u32::try_from(vnc).map_err(|_| Fail::invalid(format_args!("vnc {vnc} is negative")))?;
+    r.rt.nrt().logical_core(vnc)?;
+    Ok(())
 }
 
 /// All-rank AllGather (not supported: NRT_FAILURE).
@@ -357,13 +384,13 @@ pub extern "C" fn nrt_all_gather(
     unsupported("nrt_all_gather", "collectives")
 }
 
-/// Waits for the queued asynchronous executions of a core: a no-op success, since executions
-/// here are synchronous (nothing is ever queued).
+/// Waits for the queued asynchronous executions of logical core `vnc`: a success once `vnc`
+/// is a core this process owns, since executions here are synchronous (nothing is ever
+/// queued); another `vnc` is NRT_INVALID.
 #[no_mangle]
 pub extern "C" fn nrt_async_drain_queued_execs(vnc: i32) -> NRT_STATUS {
-    let _ = vnc;
     entry("nrt_async_drain_queued_execs", || {
-        global::with_rt(|_| Ok(()))
+        global::with_rt(|r| owned_core(r, vnc))
     })
 }
 
@@ -395,7 +422,15 @@ pub unsafe extern "C" fn nrt_get_model_info(
             // A model's core is one the runtime loaded it on: always an index.
             let vnc = r.rt.nrt().model_core(h)?.index().unwrap_or(u32::MAX);
             // SAFETY: caller contract.
-            unsafe { put_sized(&nrt_model_info_t { vnc }, info, info_size_in, info_size_out) }
+            unsafe {
+                put_sized(
+                    &nrt_model_info_t { vnc },
+                    info,
+                    info_size_in,
+                    info_size_out,
+                    ["info", "info_size_in"],
+                )
+            }
         })
     })
 }

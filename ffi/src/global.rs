@@ -92,7 +92,7 @@ impl Runtime {
     /// Passes a core result through. A device out-of-memory (`NRT_RESOURCE`, spec §3.2
     /// GOTCHA) is reported as libnrt reports it (public API §5): the table the core captured
     /// at the failure, followed by `context()` (what the call asked for), is logged at ERROR
-    /// and written to its file (`nrt_host::runtime::oom_report_path`), and kept for
+    /// and written to its file (`nrt_host::runtime::write_oom_report`), and kept for
     /// `nrtx_get_oom_report`.
     pub fn core<T>(&self, r: nrt_core::Result<T>, context: impl FnOnce() -> String) -> Res<T> {
         if let Err(e @ nrt_core::Error::DeviceOom { device, .. }) = &r {
@@ -102,7 +102,8 @@ impl Runtime {
                 log::error!(target: "nrt", "{line}");
             }
             match nrt_host::runtime::write_oom_report(*device, &text) {
-                Ok(path) => {
+                Ok(None) => {}
+                Ok(Some(path)) => {
                     log::error!(target: "nrt", "memory utilisation table written to {}", path.display())
                 }
                 Err(err) => log::warn!(target: "nrt", "could not write the OOM table: {err}"),
@@ -615,6 +616,7 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Res {
 /// The size-in/size-out protocol of `nrt_get_vnc_memory_stats` (public API §2): copies
 /// `min(size_in, sizeof(T))` bytes of `v` to `dst` and reports `sizeof(T)` through `size_out`
 /// (when not NULL). A struct that only grows at its end stays compatible both ways.
+/// `names` are the C parameter names of `dst` and `size_in`, for the message.
 ///
 /// # Safety
 /// `dst` is NULL or valid for writes of `size_in` bytes; `size_out` is NULL or writable.
@@ -623,9 +625,13 @@ pub(crate) unsafe fn put_sized<T: zerocopy::IntoBytes + zerocopy::Immutable>(
     dst: *mut T,
     size_in: usize,
     size_out: *mut usize,
+    names: [&str; 2],
 ) -> Res {
     if dst.is_null() && size_in > 0 {
-        return Err(Fail::invalid("stats is NULL but stats_size_in is not 0"));
+        let [dst, size_in] = names;
+        return Err(Fail::invalid(format_args!(
+            "{dst} is NULL but {size_in} is not 0"
+        )));
     }
     let n = size_in.min(std::mem::size_of::<T>());
     if n > 0 {
@@ -816,12 +822,44 @@ mod tests {
         let mut out = 0usize;
         // SAFETY: `dst` holds 32 bytes; `out` is writable.
         unsafe {
-            put_sized(&v, dst.as_mut_ptr() as *mut S, 8, &mut out).unwrap();
+            put_sized(
+                &v,
+                dst.as_mut_ptr() as *mut S,
+                8,
+                &mut out,
+                ["dst", "size_in"],
+            )
+            .unwrap();
             assert_eq!((out, dst[0], dst[8]), (16, 1, 0xEE));
-            put_sized(&v, dst.as_mut_ptr() as *mut S, 32, &mut out).unwrap();
+            put_sized(
+                &v,
+                dst.as_mut_ptr() as *mut S,
+                32,
+                &mut out,
+                ["dst", "size_in"],
+            )
+            .unwrap();
             assert_eq!((dst[8], dst[16]), (2, 0xEE));
-            assert!(put_sized(&v, std::ptr::null_mut(), 16, &mut out).is_err());
-            put_sized(&v, std::ptr::null_mut(), 0, std::ptr::null_mut()).unwrap();
+            let e = put_sized(
+                &v,
+                std::ptr::null_mut(),
+                16,
+                &mut out,
+                ["info", "info_size_in"],
+            );
+            assert_eq!(
+                e.unwrap_err().msg,
+                "info is NULL but info_size_in is not 0",
+                "the message names the caller's parameters"
+            );
+            put_sized(
+                &v,
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+                ["dst", "size_in"],
+            )
+            .unwrap();
         }
     }
 }

@@ -59,61 +59,65 @@ const _: () = {
     assert!(Dtype::Int64 as u32 == NRT_DTYPE_INT64 && Dtype::Fp32r as u32 == NRT_DTYPE_FP32R);
 };
 
-/// Instance family (`nrt_instance_info_t.family`): unknown.
-pub const NRT_INSTANCE_UNKNOWN: u32 = 0;
+/// Instance families (`nrt_instance_info_t.family`).
+type instance_family = u32;
+/// Unknown.
+pub const NRT_INSTANCE_UNKNOWN: instance_family = 0;
 /// inf1.
-pub const NRT_INSTANCE_INF1: u32 = 1;
+pub const NRT_INSTANCE_INF1: instance_family = 1;
 /// trn1.
-pub const NRT_INSTANCE_TRN1: u32 = 2;
+pub const NRT_INSTANCE_TRN1: instance_family = 2;
 /// trn1n.
-pub const NRT_INSTANCE_TRN1N: u32 = 3;
+pub const NRT_INSTANCE_TRN1N: instance_family = 3;
 /// inf2.
-pub const NRT_INSTANCE_INF2: u32 = 4;
+pub const NRT_INSTANCE_INF2: instance_family = 4;
 /// trn2.
-pub const NRT_INSTANCE_TRN2: u32 = 5;
+pub const NRT_INSTANCE_TRN2: instance_family = 5;
 /// trn2n.
-pub const NRT_INSTANCE_TRN2N: u32 = 6;
+pub const NRT_INSTANCE_TRN2N: instance_family = 6;
 /// inf2e.
-pub const NRT_INSTANCE_INF2E: u32 = 7;
+pub const NRT_INSTANCE_INF2E: instance_family = 7;
 /// trn2p.
-pub const NRT_INSTANCE_TRN2P: u32 = 8;
+pub const NRT_INSTANCE_TRN2P: instance_family = 8;
 /// trn2u.
-pub const NRT_INSTANCE_TRN2U: u32 = 9;
+pub const NRT_INSTANCE_TRN2U: instance_family = 9;
 /// trn2e.
-pub const NRT_INSTANCE_TRN2E: u32 = 10;
+pub const NRT_INSTANCE_TRN2E: instance_family = 10;
 /// trn2eu.
-pub const NRT_INSTANCE_TRN2EU: u32 = 11;
+pub const NRT_INSTANCE_TRN2EU: instance_family = 11;
 /// trn2ac.
-pub const NRT_INSTANCE_TRN2AC: u32 = 12;
+pub const NRT_INSTANCE_TRN2AC: instance_family = 12;
 /// trn2uac.
-pub const NRT_INSTANCE_TRN2UAC: u32 = 13;
+pub const NRT_INSTANCE_TRN2UAC: instance_family = 13;
 /// trn3.
-pub const NRT_INSTANCE_TRN3: u32 = 14;
+pub const NRT_INSTANCE_TRN3: instance_family = 14;
 /// trn3pds98.
-pub const NRT_INSTANCE_TRN3PDS98: u32 = 15;
+pub const NRT_INSTANCE_TRN3PDS98: instance_family = 15;
 
-/// Instance size (`nrt_instance_info_t.size`): xlarge.
-pub const NRT_INSTANCE_SIZE_1XL: u32 = 0;
+/// Instance sizes (`nrt_instance_info_t.size`).
+type instance_size = u32;
+/// xlarge.
+pub const NRT_INSTANCE_SIZE_1XL: instance_size = 0;
 /// 2xlarge.
-pub const NRT_INSTANCE_SIZE_2XL: u32 = 1;
+pub const NRT_INSTANCE_SIZE_2XL: instance_size = 1;
 /// 4xlarge.
-pub const NRT_INSTANCE_SIZE_4XL: u32 = 2;
+pub const NRT_INSTANCE_SIZE_4XL: instance_size = 2;
 /// 6xlarge.
-pub const NRT_INSTANCE_SIZE_6XL: u32 = 3;
+pub const NRT_INSTANCE_SIZE_6XL: instance_size = 3;
 /// 8xlarge.
-pub const NRT_INSTANCE_SIZE_8XL: u32 = 4;
+pub const NRT_INSTANCE_SIZE_8XL: instance_size = 4;
 /// 24xlarge.
-pub const NRT_INSTANCE_SIZE_24XL: u32 = 5;
+pub const NRT_INSTANCE_SIZE_24XL: instance_size = 5;
 /// 32xlarge.
-pub const NRT_INSTANCE_SIZE_32XL: u32 = 6;
+pub const NRT_INSTANCE_SIZE_32XL: instance_size = 6;
 /// 48xlarge.
-pub const NRT_INSTANCE_SIZE_48XL: u32 = 7;
+pub const NRT_INSTANCE_SIZE_48XL: instance_size = 7;
 /// 3xlarge.
-pub const NRT_INSTANCE_SIZE_3XL: u32 = 8;
+pub const NRT_INSTANCE_SIZE_3XL: instance_size = 8;
 /// Unknown size.
-pub const NRT_INSTANCE_SIZE_UNKNOWN: u32 = 9;
+pub const NRT_INSTANCE_SIZE_UNKNOWN: instance_size = 9;
 /// Number of known sizes (= unknown).
-pub const NRT_INSTANCE_SIZE_NUM: u32 = 9;
+pub const NRT_INSTANCE_SIZE_NUM: instance_size = 9;
 
 /// The instance this process runs on (`nrt_get_instance_info`), 32 bytes.
 #[repr(C)]
@@ -205,7 +209,15 @@ pub unsafe extern "C" fn nrt_get_instance_info(
         let cfg = RuntimeConfig::from_env().map_err(Fail::invalid)?;
         let v = instance(&cfg);
         // SAFETY: caller contract; `info` is non-null.
-        unsafe { put_sized(&v, info, instance_info_len, std::ptr::null_mut()) }
+        unsafe {
+            put_sized(
+                &v,
+                info,
+                instance_info_len,
+                std::ptr::null_mut(),
+                ["info", "instance_info_len"],
+            )
+        }
     })
 }
 
@@ -216,7 +228,7 @@ pub unsafe extern "C" fn nrt_get_instance_info(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_total_nc_count(vnc_count: *mut u32) -> NRT_STATUS {
     // SAFETY: forwarded caller contract.
-    unsafe { crate::runtime::nrt_get_total_vnc_count(vnc_count) }
+    unsafe { crate::runtime::total_vnc_count("nrt_get_total_nc_count", vnc_count) }
 }
 
 /// Deprecated spelling of `nrt_get_visible_vnc_count` (the same count).
@@ -226,7 +238,7 @@ pub unsafe extern "C" fn nrt_get_total_nc_count(vnc_count: *mut u32) -> NRT_STAT
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_visible_nc_count(vnc_count: *mut u32) -> NRT_STATUS {
     // SAFETY: forwarded caller contract.
-    unsafe { crate::runtime::nrt_get_visible_vnc_count(vnc_count) }
+    unsafe { crate::runtime::visible_vnc_count("nrt_get_visible_nc_count", vnc_count) }
 }
 
 /// Writes `v` (named `what`) for a loaded model: `NRT_INVALID_HANDLE` for a model that is not

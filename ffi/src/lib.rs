@@ -9,10 +9,14 @@
 //! No logic lives here (docs/ARCHITECTURE.md, "Crates"): each entry point checks its arguments, looks
 //! opaque pointers up, calls [`nrt_core`] / [`nrt_host`] and maps the error to `NRT_STATUS`.
 //!
-//! - [`status`] → `nrt/nrt_status.h`; [`types`], [`runtime`], [`model`], [`set`], [`tensor`],
-//!   [`stats`] → `nrt/nrt.h`; [`nrtx`] → `nrt/nrtx.h` (extensions: ledger, peaks, free
-//!   blocks, OOM report, last error). The headers are generated from this source by
-//!   `tests/headers.rs` (`cargo xtask headers`; `cargo test` fails when they drift).
+//! - [`status`] → `nrt/nrt_status.h`; [`types`], [`cc`], [`info`], [`runtime`], [`model`],
+//!   [`set`], [`tensor`], [`batch`], [`stats`], [`unsupported`] → `nrt/nrt.h`;
+//!   [`experimental`] → `nrt/nrt_experimental.h`; [`version`] → `nrt/nrt_version.h`;
+//!   [`nrtx`] → `nrt/nrtx.h` (extensions: ledger, peaks, free blocks, OOM report, last error);
+//!   [`async_schedule`], [`async_sendrecv`], [`profile`], [`sys_trace`], [`debug_stream`] →
+//!   the SDK headers of the same subsystems, whose calls refuse. The headers are generated
+//!   from this source by `tests/headers.rs` (`cargo xtask headers`; `cargo test` fails when
+//!   they drift); [`nec`]'s `nrt/nec.h` and the driver-library headers are written by hand.
 //!
 //! Robustness: every entry point runs behind `catch_unwind` (a panic is
 //! `NRT_FAILURE`, never an unwind into C); NULL pointers, freed or foreign tensors, models and
@@ -40,34 +44,52 @@ unsafe impl Sync for LayoutAnchor {}
 #[used]
 static LAYOUT_ANCHOR: LayoutAnchor = LayoutAnchor(None, None, None);
 
+// First: the `stubs!` macro it defines is used by the modules below.
+#[macro_use]
+pub mod unsupported;
+
+pub mod async_schedule;
+pub mod async_sendrecv;
 pub mod batch;
 pub mod batch_op;
+pub mod cc;
+pub mod debug_stream;
 pub mod experimental;
 pub mod info;
 pub mod model;
 pub mod model_ext;
+pub mod nec;
 pub mod nrtx;
+pub mod profile;
 pub mod runtime;
 pub mod set;
 pub mod stats;
 pub mod status;
 pub mod stubs;
+pub mod sys_trace;
 pub mod tensor;
 pub mod types;
-pub mod unsupported;
 pub mod version;
 
+pub use async_schedule::*;
+pub use async_sendrecv::*;
 pub use batch::*;
 pub use batch_op::*;
+pub use cc::*;
+pub use debug_stream::*;
 pub use experimental::*;
 pub use info::*;
 pub use model::*;
 pub use model_ext::*;
+pub use nec::*;
 pub use nrtx::*;
+pub use profile::*;
 pub use runtime::*;
 pub use set::*;
 pub use stats::*;
 pub use status::*;
+pub use stubs::*;
+pub use sys_trace::*;
 pub use tensor::*;
 pub use types::*;
 pub use unsupported::*;

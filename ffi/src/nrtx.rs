@@ -244,7 +244,15 @@ pub unsafe extern "C" fn nrtx_get_vnc_memory_stats(
                 host_bytes_peak: u.host_peak[NRTX_USAGE_TOTAL],
             };
             // SAFETY: caller contract.
-            unsafe { put_sized(&v, stats, stats_size_in, stats_size_out) }
+            unsafe {
+                put_sized(
+                    &v,
+                    stats,
+                    stats_size_in,
+                    stats_size_out,
+                    ["stats", "stats_size_in"],
+                )
+            }
         })
     })
 }
@@ -281,7 +289,15 @@ pub unsafe extern "C" fn nrtx_get_vnc_usage(
                 host_peak: u.host_peak,
             };
             // SAFETY: caller contract.
-            unsafe { put_sized(&v, usage, usage_size_in, usage_size_out) }
+            unsafe {
+                put_sized(
+                    &v,
+                    usage,
+                    usage_size_in,
+                    usage_size_out,
+                    ["usage", "usage_size_in"],
+                )
+            }
         })
     })
 }
@@ -366,7 +382,15 @@ pub unsafe extern "C" fn nrtx_get_device_memory_stats(
                 },
             };
             // SAFETY: caller contract.
-            unsafe { put_sized(&v, stats, stats_size_in, stats_size_out) }
+            unsafe {
+                put_sized(
+                    &v,
+                    stats,
+                    stats_size_in,
+                    stats_size_out,
+                    ["stats", "stats_size_in"],
+                )
+            }
         })
     })
 }
@@ -421,7 +445,15 @@ pub unsafe extern "C" fn nrtx_get_hbm_stats(
         global::with_rt(|r| {
             let v = hbm_stats(r, device, hbm_index)?;
             // SAFETY: caller contract.
-            unsafe { put_sized(&v, stats, stats_size_in, stats_size_out) }
+            unsafe {
+                put_sized(
+                    &v,
+                    stats,
+                    stats_size_in,
+                    stats_size_out,
+                    ["stats", "stats_size_in"],
+                )
+            }
         })
     })
 }
@@ -448,7 +480,15 @@ pub unsafe extern "C" fn nrtx_get_vnc_hbm_stats(
                 nrt.vtpb_get_default_hbm_idx(LogicalCore::from_c(vnc))?,
             )?;
             // SAFETY: caller contract.
-            unsafe { put_sized(&s, stats, stats_size_in, stats_size_out) }
+            unsafe {
+                put_sized(
+                    &s,
+                    stats,
+                    stats_size_in,
+                    stats_size_out,
+                    ["stats", "stats_size_in"],
+                )
+            }
         })
     })
 }
@@ -479,7 +519,7 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
                 shared_ext_isa: i.shared_ulib as u32,
             };
             // SAFETY: caller contract.
-            unsafe { put_sized(&v, mem, mem_size_in, mem_size_out) }
+            unsafe { put_sized(&v, mem, mem_size_in, mem_size_out, ["mem", "mem_size_in"]) }
         })
     })
 }

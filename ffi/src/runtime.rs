@@ -97,6 +97,32 @@ fn count(running: fn(&nrt_core::Nrt<'_>) -> u32, from_config: fn() -> Res<u32>) 
     global::with_rt(|r| Ok(running(&r.rt.nrt()))).or_else(|_| from_config())
 }
 
+/// The body of `nrt_get_total_vnc_count` and of its deprecated spelling `func`: the total
+/// does not depend on which cores are visible, so an out-of-range `NEURON_RT_VISIBLE_CORES`
+/// does not fail it (it is how a user finds the valid range).
+///
+/// # Safety
+/// `vnc_count` is NULL or valid for a write.
+pub(crate) unsafe fn total_vnc_count(func: &'static str, vnc_count: *mut u32) -> NRT_STATUS {
+    entry(func, || {
+        let total = count(|n| n.total_vnc_count(), || Ok(total_from_config()?.0))?;
+        // SAFETY: caller contract.
+        unsafe { put(vnc_count, total, "vnc_count") }
+    })
+}
+
+/// The body of `nrt_get_visible_vnc_count` and of its deprecated spelling `func`.
+///
+/// # Safety
+/// `vnc_count` is NULL or valid for a write.
+pub(crate) unsafe fn visible_vnc_count(func: &'static str, vnc_count: *mut u32) -> NRT_STATUS {
+    entry(func, || {
+        let visible = count(|n| n.visible_vnc_count(), visible_from_config)?;
+        // SAFETY: caller contract.
+        unsafe { put(vnc_count, visible, "vnc_count") }
+    })
+}
+
 /// Logical NeuronCores on the instance (all attached devices, at the configured logical core
 /// size). Can be called before `nrt_init`.
 ///
@@ -104,13 +130,8 @@ fn count(running: fn(&nrt_core::Nrt<'_>) -> u32, from_config: fn() -> Res<u32>) 
 /// `vnc_count` is NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_total_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
-    entry("nrt_get_total_vnc_count", || {
-        // The total does not depend on which cores are visible: an out-of-range
-        // NEURON_RT_VISIBLE_CORES does not fail it (it is how a user finds the valid range).
-        let total = count(|n| n.total_vnc_count(), || Ok(total_from_config()?.0))?;
-        // SAFETY: caller contract.
-        unsafe { put(vnc_count, total, "vnc_count") }
-    })
+    // SAFETY: forwarded caller contract.
+    unsafe { total_vnc_count("nrt_get_total_vnc_count", vnc_count) }
 }
 
 /// Logical NeuronCores this process owns (`NEURON_RT_VISIBLE_CORES` /
@@ -121,9 +142,6 @@ pub unsafe extern "C" fn nrt_get_total_vnc_count(vnc_count: *mut u32) -> NRT_STA
 /// `vnc_count` is NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_get_visible_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
-    entry("nrt_get_visible_vnc_count", || {
-        let visible = count(|n| n.visible_vnc_count(), visible_from_config)?;
-        // SAFETY: caller contract.
-        unsafe { put(vnc_count, visible, "vnc_count") }
-    })
+    // SAFETY: forwarded caller contract.
+    unsafe { visible_vnc_count("nrt_get_visible_vnc_count", vnc_count) }
 }

@@ -31,7 +31,15 @@ pub unsafe extern "C" fn nrt_get_vnc_memory_stats(
                 bytes_limit: s.bytes_limit as usize,
             };
             // SAFETY: caller contract.
-            unsafe { put_sized(&v, stats, stats_size_in, stats_size_out) }
+            unsafe {
+                put_sized(
+                    &v,
+                    stats,
+                    stats_size_in,
+                    stats_size_out,
+                    ["stats", "stats_size_in"],
+                )
+            }
         })
     })
 }

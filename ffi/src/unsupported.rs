@@ -1,8 +1,10 @@
-//! The public `nrt.h` entry points outside this runtime's memory path (collectives
-//! communicators, EFA and dma-buf sharing, HBM mappings, host device ids). They exist so that a
-//! program built against AWS's library loads and links against this one (also with
-//! `LD_BIND_NOW`), and each call fails with `NRT_FAILURE` — or the status libnrt documents for
-//! "not supported" — and one log line naming what is missing.
+//! Refusing entry points: the body they share (`unsupported`), the `stubs!` macro that
+//! defines them one line each (used by the modules of the SDK headers whose calls this library
+//! refuses), and the public `nrt.h` entry points outside this runtime's memory path
+//! (collectives communicators, EFA and dma-buf sharing, HBM mappings, host device ids). They
+//! exist so that a program built against AWS's library loads and links against this one (also
+//! with `LD_BIND_NOW`), and each call fails with `NRT_FAILURE` — or the status libnrt documents
+//! for "not supported" — and one log line naming what is missing.
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -28,6 +30,43 @@ pub(crate) fn unsupported_with(func: &'static str, what: &str, status: CoreStatu
             ),
         ))
     })
+}
+
+/// Defines entry points that exist and refuse, one line each: `fn name(args);` returns the
+/// status of [`unsupported`], `fn name(args) -> void;` returns nothing, `fn name(args) -> T =
+/// v;` returns `v`; every call logs one line naming what is missing. `what` names the
+/// subsystem. The header generator (`tests/headers.rs`) reads these invocations like the
+/// functions they expand to.
+macro_rules! stubs {
+    ($what:literal {}) => {};
+    ($what:literal { fn $name:ident($($a:ident: $t:ty),* $(,)?); $($rest:tt)* }) => {
+        #[doc = concat!("Not supported by nrt-dmem (", $what, "): NRT_FAILURE.")]
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> $crate::status::NRT_STATUS {
+            let _ = ($($a,)*);
+            $crate::unsupported::unsupported(stringify!($name), $what)
+        }
+        stubs!($what { $($rest)* });
+    };
+    ($what:literal { fn $name:ident($($a:ident: $t:ty),* $(,)?) -> void; $($rest:tt)* }) => {
+        #[doc = concat!("Not supported by nrt-dmem (", $what, "): does nothing.")]
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) {
+            let _ = ($($a,)*);
+            $crate::unsupported::unsupported(stringify!($name), $what);
+        }
+        stubs!($what { $($rest)* });
+    };
+    ($what:literal { fn $name:ident($($a:ident: $t:ty),* $(,)?) -> $r:ty = $v:expr; $($rest:tt)* }) => {
+        #[doc = concat!("Not supported by nrt-dmem (", $what, "): returns `", stringify!($v), "`.")]
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> $r {
+            let _ = ($($a,)*);
+            $crate::unsupported::unsupported(stringify!($name), $what);
+            $v
+        }
+        stubs!($what { $($rest)* });
+    };
 }
 
 /// Builds the global collectives communicator (not supported: NRT_FAILURE).

@@ -67,6 +67,6 @@ pub unsafe extern "C" fn nrt_get_version(ver: *mut nrt_version_t, size: usize) -
             git_hash: crate::info::c_text(option_env!("NRT_DMEM_GIT_HASH").unwrap_or("")),
         };
         // SAFETY: caller contract; non-null.
-        unsafe { put_sized(&v, ver, size, std::ptr::null_mut()) }
+        unsafe { put_sized(&v, ver, size, std::ptr::null_mut(), ["ver", "size"]) }
     })
 }

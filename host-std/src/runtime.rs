@@ -396,12 +396,12 @@ pub fn oom_table(nrt: &nrt_core::Nrt<'_>, err: &nrt_core::Error) -> Option<(u32,
     Some((device, s))
 }
 
-/// [`oom_table`] written to its file ([`oom_report_path`]): the path, or why it could not be
-/// written; `None` when `err` is not a device OOM.
+/// [`oom_table`] written to its file ([`write_oom_report`]): the path (`None` when report files
+/// are turned off), or why it could not be written; `None` when `err` is not a device OOM.
 pub fn write_oom_table(
     nrt: &nrt_core::Nrt<'_>,
     err: &nrt_core::Error,
-) -> Option<std::io::Result<PathBuf>> {
+) -> Option<std::io::Result<Option<PathBuf>>> {
     let (device, text) = oom_table(nrt, err)?;
     Some(write_oom_report(device, &text))
 }
@@ -414,16 +414,88 @@ pub fn oom_report_path(device: u32) -> PathBuf {
         .filter(|d| !d.is_empty())
         .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
     dir.join(format!(
-        "nrt-dmem-oom-nd{device}-{}.txt",
+        "{OOM_REPORT_PREFIX}{device}-{}.txt",
         std::process::id()
     ))
 }
 
-/// Writes an OOM table to [`oom_report_path`] and returns that path.
-pub fn write_oom_report(device: u32, text: &str) -> std::io::Result<PathBuf> {
+/// How an OOM report file's name starts (`nrt-dmem-oom-nd<D>-<pid>.txt`).
+const OOM_REPORT_PREFIX: &str = "nrt-dmem-oom-nd";
+
+/// How many OOM report files the report directory keeps by default
+/// ([`oom_report_files_kept`]).
+pub const OOM_REPORT_FILES_DEFAULT: usize = 16;
+
+/// How many OOM report files the report directory keeps: `NRT_DMEM_OOM_REPORT_FILES` (0 turns
+/// the files off; the table is still logged), [`OOM_REPORT_FILES_DEFAULT`] when unset. A value
+/// that is not a number is the default.
+pub fn oom_report_files_kept() -> usize {
+    std::env::var("NRT_DMEM_OOM_REPORT_FILES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(OOM_REPORT_FILES_DEFAULT)
+}
+
+/// Writes an OOM table to [`oom_report_path`] and returns that path, then keeps the directory
+/// to [`oom_report_files_kept`] report files: the oldest files of processes that have exited
+/// go first, so a test suite or a restart loop does not leave one file per process behind,
+/// and a running process's report is never removed. `None` when the files are turned off.
+pub fn write_oom_report(device: u32, text: &str) -> std::io::Result<Option<PathBuf>> {
+    let keep = oom_report_files_kept();
+    if keep == 0 {
+        return Ok(None);
+    }
     let path = oom_report_path(device);
     write_private(&path, text)?;
-    Ok(path)
+    if let Some(dir) = path.parent() {
+        prune_oom_reports(dir, keep);
+    }
+    Ok(Some(path))
+}
+
+/// Removes the oldest OOM report files of exited processes from `dir` until at most `keep`
+/// remain (or only running processes' files are left). Best effort: a file that cannot be
+/// read or removed (another user's, in a shared `/tmp`) stays.
+fn prune_oom_reports(dir: &std::path::Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut reports: Vec<(std::time::SystemTime, PathBuf, Option<u32>)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let pid = name
+                .strip_prefix(OOM_REPORT_PREFIX)?
+                .strip_suffix(".txt")?
+                .split_once('-')?
+                .1
+                .parse()
+                .ok();
+            let meta = e.metadata().ok().filter(|m| m.is_file())?;
+            Some((meta.modified().ok()?, e.path(), pid))
+        })
+        .collect();
+    if reports.len() <= keep {
+        return;
+    }
+    reports.sort();
+    let mut excess = reports.len() - keep;
+    for (_, path, pid) in reports {
+        if excess == 0 {
+            break;
+        }
+        if pid.is_some_and(process_is_running) {
+            continue;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            excess -= 1;
+        }
+    }
+}
+
+/// Whether process `pid` exists (it may belong to another user).
+fn process_is_running(pid: u32) -> bool {
+    std::path::Path::new("/proc").join(pid.to_string()).exists()
 }
 
 /// Writes `text` to `path`, which has a predictable name in a directory that may be shared:
@@ -446,6 +518,42 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The report directory keeps the newest files of exited processes up to the bound, never
+    /// a running process's file, and leaves other files alone.
+    #[test]
+    fn old_reports_of_exited_processes_are_pruned_to_the_bound() {
+        let dir = std::env::temp_dir().join(format!("nrt-oom-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(1000);
+        // Exited processes: pids above the kernel's maximum (4194304) never run.
+        let dead: Vec<PathBuf> = (0..6)
+            .map(|i| dir.join(format!("{OOM_REPORT_PREFIX}0-{}.txt", 5_000_000 + i)))
+            .collect();
+        for (i, p) in dead.iter().enumerate() {
+            write_private(p, "table").unwrap();
+            let f = std::fs::File::options().write(true).open(p).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(i as u64))
+                .unwrap();
+        }
+        // This process's report, the oldest of all, and a file that is no report.
+        let live = dir.join(format!("{OOM_REPORT_PREFIX}1-{}.txt", std::process::id()));
+        write_private(&live, "mine").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&live)
+            .unwrap()
+            .set_modified(t0 - std::time::Duration::from_secs(10))
+            .unwrap();
+        let other = dir.join("unrelated.txt");
+        std::fs::write(&other, "x").unwrap();
+        prune_oom_reports(&dir, 3);
+        let left: Vec<bool> = dead.iter().map(|p| p.exists()).collect();
+        assert_eq!(left, [false, false, false, false, true, true]);
+        assert!(live.exists() && other.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn the_oom_file_does_not_follow_a_planted_symlink() {

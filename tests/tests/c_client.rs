@@ -10,6 +10,8 @@
 //! - `ffi/examples/atexit.c`: failing calls from an `atexit` handler, after the thread's
 //!   thread-local storage is gone: statuses come back, nothing aborts the process.
 //! - The C compiler's `sizeof`/`offsetof` of every struct in the headers equal Rust's.
+//! - Every exported function, called with bad arguments before and after `nrt_init`, logs its
+//!   failure under its own name.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -390,4 +392,172 @@ fn header_structs_have_rust_sizes_and_offsets() {
         .output()
         .unwrap();
     check("layout_check.c", o);
+}
+
+/// The functions the installed headers declare and the library exports (all but the driver
+/// library's `ndl_*`, the datastore's `nds_*` and the inline `nbitmap_*`): name and parameter
+/// declarations, read from the one-line prototypes of `ffi/include/{nrt,ndl}/**.h`.
+fn exported_prototypes() -> Vec<(String, Vec<String>)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "h") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for sub in ["nrt", "ndl"] {
+        walk(&include_dir().join(sub), &mut files);
+    }
+    let mut v = Vec::new();
+    for f in files {
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let line = line.trim();
+            let skip = ["#", "*", "/", "typedef", "static", "return"];
+            if !line.ends_with(");") || skip.iter().any(|s| line.starts_with(s)) {
+                continue;
+            }
+            let Some((head, rest)) = line.split_once('(') else {
+                continue;
+            };
+            // `RET NAME`: identifiers, spaces and stars only (not a statement of an inline body).
+            let declaration = head.contains(' ')
+                && head
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == ' ' || c == '*');
+            if !declaration {
+                continue;
+            }
+            let Some(name) = head
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .next_back()
+            else {
+                continue;
+            };
+            if ["ndl_", "nds_", "nbitmap_"]
+                .iter()
+                .any(|p| name.starts_with(p))
+            {
+                continue;
+            }
+            let params = rest.trim_end_matches(");").trim();
+            let params: Vec<String> = if params == "void" || params.is_empty() {
+                Vec::new()
+            } else {
+                params.split(',').map(|p| p.trim().to_string()).collect()
+            };
+            v.push((name.to_string(), params));
+        }
+    }
+    v.sort();
+    v
+}
+
+/// Functions that succeed whatever their arguments (no failure, so nothing to name):
+/// documented no-ops on NULL, lookups that answer every value.
+const NEVER_FAIL: &[&str] = &[
+    "nrt_get_status_as_str",
+    "nrtx_get_usage_type_name",
+    "nrtx_get_last_error_message",
+    "nrt_tensor_free",
+    "nrt_destroy_tensor_set",
+    "nrt_free_model_tensor_info",
+];
+
+/// Every exported function, called with bad arguments (NULL pointers, all-ones integers)
+/// before `nrt_init` and after it, logs its failure under its own name: each call's ERROR lines
+/// are the function's own (`NRT:<function>`) or the core's (`NRT:nrt`), and there is one of
+/// the function's own. `nrt_init` and `nrt_close` are called for real in between.
+#[test]
+fn every_export_names_itself_when_it_fails() {
+    let fns = exported_prototypes();
+    assert!(fns.len() > 150, "{} functions", fns.len());
+    let mut c = String::from("#include <stdio.h>\n#include <string.h>\n");
+    for sub in ["nrt", "ndl"] {
+        let mut hs: Vec<String> = Vec::new();
+        for e in std::fs::read_dir(include_dir().join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "h") {
+                hs.push(p.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+        hs.sort();
+        for h in hs {
+            c += &format!("#include <{sub}/{h}>\n");
+        }
+    }
+    c += "static void all(void) {\n";
+    let mut called = Vec::new();
+    for (name, params) in &fns {
+        if name == "nrt_init" || name == "nrt_close" {
+            continue;
+        }
+        let args: Vec<&str> = params
+            .iter()
+            .map(|p| {
+                if p.contains('*') || p.starts_with("NRT_ASYNC_EXEC_STATUS_CALLBACK") {
+                    "NULL"
+                } else {
+                    "-1"
+                }
+            })
+            .collect();
+        c += &format!(
+            "    fprintf(stderr, \"@@ {name}\\n\");\n    (void){name}({});\n",
+            args.join(", ")
+        );
+        called.push(name.clone());
+    }
+    c += "}\nint main(int argc, char **argv) {\n\
+          \x20   if (argc > 1 && strcmp(argv[1], \"init\") == 0) {\n\
+          \x20       if (nrt_init(NRT_FRAMEWORK_TYPE_NO_FW, \"\", \"\") != NRT_SUCCESS) return 2;\n\
+          \x20   }\n\
+          \x20   all();\n\
+          \x20   fprintf(stderr, \"@@ end\\n\");\n\
+          \x20   nrt_close();\n\
+          \x20   return 0;\n}\n";
+    let src = out_dir().join("names_itself.c");
+    std::fs::write(&src, c).unwrap();
+    let exe = out_dir().join("names_itself");
+    nrt_tests::c::compile(&src, &exe, libdir());
+    for phase in ["uninit", "init"] {
+        let o = check(
+            &format!("names_itself {phase}"),
+            Command::new(&exe)
+                .arg(phase)
+                .env("NRT_DMEM_DEVICE", "sim:trn2")
+                .env("NEURON_RT_LOG_LEVEL", "ERROR")
+                .output()
+                .unwrap(),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        let mut sections: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        let mut current = "";
+        for line in err.lines() {
+            if let Some(f) = line.strip_prefix("@@ ") {
+                current = f;
+                sections.entry(f).or_default();
+            } else if !current.is_empty() {
+                sections.get_mut(current).unwrap().push(line);
+            }
+        }
+        let mut bad = Vec::new();
+        for f in &called {
+            let lines = &sections[f.as_str()];
+            let own = format!(" NRT:{f} ");
+            let foreign: Vec<&&str> = lines
+                .iter()
+                .filter(|l| !l.contains(&own) && !l.contains(" NRT:nrt "))
+                .collect();
+            let named = lines.iter().any(|l| l.contains(&own));
+            if !foreign.is_empty() || (!named && !NEVER_FAIL.contains(&f.as_str())) {
+                bad.push(format!("{f} ({phase}): {lines:?}"));
+            }
+        }
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+        eprintln!("{phase}: {} functions named themselves", called.len());
+    }
 }

@@ -1,9 +1,14 @@
 //! The installed library: `cargo xtask dist --prefix DIR` lays out
-//! libnrt like AWS's package, a C program written only against the public SDK headers'
-//! documented flow (`ffi/examples/doc_flow.c`) builds with `pkg-config` against that prefix
-//! and runs on sim:trn2 with every example manifest, natively and under valgrind; the library
-//! carries libnrt 2.31's version nodes and its 145 exports; a client linked against a stub
-//! with those nodes runs against it without a loader warning, also with `LD_BIND_NOW=1`.
+//! libnrt like AWS's package, with the CLI (`bin/nrt-dmem`) and the examples
+//! (`share/nrt-dmem/examples`) beside it. From the prefix alone, as a C developer would: the
+//! installed `nrt-dmem neff pack` makes a NEFF of each installed example manifest, and the
+//! documented flow (`doc_flow.c`, written only against the public SDK headers) builds with
+//! `pkg-config` against the prefix and runs on sim:trn2 with each manifest and NEFF, natively
+//! and under valgrind. A program taking the address of every function the SDK headers declare
+//! (`ffi/tests/sdk-facts.toml`; but the driver library's and the datastore's, which libnrt does
+//! not export) links against it. The library carries libnrt 2.31's version nodes and its 145
+//! exports; a client linked against a stub with those nodes runs against it without a loader
+//! warning, also with `LD_BIND_NOW=1`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -58,6 +63,47 @@ fn cc() -> String {
     std::env::var("CC").unwrap_or_else(|_| "cc".into())
 }
 
+/// The headers under `ffi/include/{nrt,ndl}` (what dist installs), as relative paths.
+fn repo_headers() -> Vec<PathBuf> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else if p.extension().is_some_and(|x| x == "h") {
+                out.push(p.strip_prefix(base).unwrap().to_path_buf());
+            }
+        }
+    }
+    let base = root().join("ffi/include");
+    let mut v = Vec::new();
+    for sub in ["nrt", "ndl"] {
+        walk(&base, &base.join(sub), &mut v);
+    }
+    v.sort();
+    v
+}
+
+/// `pkg-config --cflags --libs nrt` of the installed prefix (`None` without pkg-config).
+fn pkg_config_flags() -> Option<Vec<String>> {
+    require("pkg-config")?;
+    let pcd = prefix().join("lib/pkgconfig");
+    let flags = check(
+        "pkg-config",
+        Command::new("pkg-config")
+            .args(["--cflags", "--libs", "nrt"])
+            .env("PKG_CONFIG_PATH", &pcd)
+            .output()
+            .unwrap(),
+    );
+    Some(
+        String::from_utf8_lossy(&flags.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
 #[test]
 fn dist_lays_out_the_library_like_libnrt() {
     let p = prefix();
@@ -73,16 +119,27 @@ fn dist_lays_out_the_library_like_libnrt() {
         Path::new("libnrt.so.1")
     );
     assert!(lib.join("libnrt.a").is_file());
-    for h in [
-        "nrt/nrt.h",
-        "nrt/nrt_status.h",
-        "nrt/nrt_experimental.h",
-        "nrt/nrt_version.h",
-        "nrt/nrtx.h",
-        "ndl/neuron_driver_shared_tensor_batch_op.h",
-    ] {
-        assert!(p.join("include").join(h).is_file(), "{h}");
+    let headers = repo_headers();
+    assert!(headers.len() >= 15, "{headers:?}");
+    for h in &headers {
+        let installed = std::fs::read(p.join("include").join(h));
+        let repo = std::fs::read(root().join("ffi/include").join(h)).unwrap();
+        assert_eq!(
+            installed.ok(),
+            Some(repo),
+            "include/{} is not the repository's",
+            h.display()
+        );
     }
+    // The CLI and the examples a C developer starts from.
+    let cli = p.join("bin/nrt-dmem");
+    let o = check(
+        "bin/nrt-dmem --version",
+        Command::new(&cli).arg("--version").output().unwrap(),
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("nrt-dmem "));
+    assert_eq!(installed_manifests().len(), manifests().len());
+    assert!(p.join("share/nrt-dmem/examples/doc_flow.c").is_file());
     let pc = std::fs::read_to_string(lib.join("pkgconfig/nrt.pc")).unwrap();
     assert!(
         pc.contains(&format!("prefix={}", p.display())) && pc.contains("Libs: -L${libdir} -lnrt"),
@@ -97,6 +154,96 @@ fn dist_lays_out_the_library_like_libnrt() {
             .unwrap(),
     );
     assert!(String::from_utf8_lossy(&d.stdout).contains("[libnrt.so.1]"));
+}
+
+/// Code written against the SDK headers links against the prefix: one program includes the
+/// SDK's 14 header files and takes the address of every function they declare (but the driver
+/// library's `ndl_*` and the datastore's `nds_*`, which libnrt does not export either, and the
+/// header-only bitmap helpers), built with `pkg-config`'s flags against `libnrt.so` and
+/// against `libnrt.a`; it runs, and refusing calls answer as documented.
+#[test]
+fn every_function_the_sdk_headers_declare_links_against_the_prefix() {
+    let Some(flags) = pkg_config_flags() else {
+        return;
+    };
+    let text = std::fs::read_to_string(root().join("ffi/tests/sdk-facts.toml")).unwrap();
+    let facts: toml::Table = text.parse().unwrap();
+    let mut c = String::from("#include <stdio.h>\n");
+    let mut names = Vec::new();
+    for (h, t) in &facts {
+        c += &format!("#include <{h}>\n");
+        let fns = t.get("functions").and_then(|f| f.as_table());
+        for name in fns.into_iter().flat_map(|f| f.keys()) {
+            let driver_side = ["ndl_", "nds_", "nbitmap_"];
+            if !driver_side.iter().any(|p| name.starts_with(p)) {
+                names.push(name.clone());
+            }
+        }
+    }
+    assert!(names.len() > 140, "{}", names.len());
+    c += "static void (*const fns[])(void) = {\n";
+    for n in &names {
+        c += &format!("    (void (*)(void))&{n},\n");
+    }
+    c += "};\n\
+          int main(void) {\n\
+          \x20   bool done = true;\n\
+          \x20   NRT_STATUS st = nrta_is_completed(0, &done);\n\
+          \x20   printf(\"%zu functions, %s, nrta_is_completed %d, nec_mla_idx_to_rid %d\\n\",\n\
+          \x20          sizeof fns / sizeof fns[0], nrt_get_status_as_str(NRT_RESOURCE), (int)st,\n\
+          \x20          nec_mla_idx_to_rid(0, 0));\n\
+          \x20   return st == NRT_FAILURE ? 0 : 1;\n\
+          }\n";
+    let d = out_dir().join("sdk_link");
+    std::fs::create_dir_all(&d).unwrap();
+    let src = d.join("sdk_link.c");
+    std::fs::write(&src, c).unwrap();
+    let p = prefix();
+    let libs_static: Vec<String> = flags
+        .iter()
+        .filter(|f| !f.starts_with("-L") && *f != "-lnrt")
+        .cloned()
+        .collect();
+    for (name, link) in [
+        ("shared", flags.clone()),
+        (
+            "static",
+            std::iter::once(p.join("lib/libnrt.a").display().to_string())
+                .chain(libs_static)
+                .chain(
+                    ["-lpthread", "-ldl", "-lm", "-lgcc_s"]
+                        .iter()
+                        .map(|s| s.to_string()),
+                )
+                .collect(),
+        ),
+    ] {
+        let exe = d.join(format!("sdk_link_{name}"));
+        let o = Command::new(cc())
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .args(&link)
+            .arg(format!("-Wl,-rpath,{}", p.join("lib").display()))
+            .output()
+            .unwrap();
+        check(&format!("linking every SDK function ({name})"), o);
+        let o = check(
+            &format!("sdk_link_{name}"),
+            Command::new(&exe)
+                .env("NRT_DMEM_DEVICE", "sim:trn2")
+                .env("NEURON_RT_LOG_LEVEL", "OFF")
+                .output()
+                .unwrap(),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.starts_with(&format!("{} functions, ", names.len()))
+                && out.contains("nrta_is_completed 1, nec_mla_idx_to_rid -1"),
+            "{out}"
+        );
+    }
 }
 
 /// Every export of libnrt 2.31 is there under its node, nrtx_ under NRTX_1.0, and nothing else
@@ -143,29 +290,20 @@ fn the_library_exports_libnrt_2_31s_table_with_its_version_nodes() {
     }
 }
 
-/// Compiles `ffi/examples/doc_flow.c` with `cc app.c $(pkg-config --cflags --libs nrt)`.
+/// Compiles the installed `share/nrt-dmem/examples/doc_flow.c` with
+/// `cc app.c $(pkg-config --cflags --libs nrt)`.
 fn doc_flow() -> Option<&'static Path> {
-    require("pkg-config")?;
+    let flags = pkg_config_flags()?;
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     Some(EXE.get_or_init(|| {
         let p = prefix();
-        let pcd = p.join("lib/pkgconfig");
-        let flags = check(
-            "pkg-config",
-            Command::new("pkg-config")
-                .args(["--cflags", "--libs", "nrt"])
-                .env("PKG_CONFIG_PATH", &pcd)
-                .output()
-                .unwrap(),
-        );
-        let flags = String::from_utf8_lossy(&flags.stdout).to_string();
         let exe = out_dir().join("doc_flow");
         let o = Command::new(cc())
             .args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror", "-pedantic"])
-            .arg(root().join("ffi/examples/doc_flow.c"))
+            .arg(p.join("share/nrt-dmem/examples/doc_flow.c"))
             .arg("-o")
             .arg(&exe)
-            .args(flags.split_whitespace())
+            .args(&flags)
             .arg(format!("-Wl,-rpath,{}", p.join("lib").display()))
             .output()
             .unwrap();
@@ -174,31 +312,51 @@ fn doc_flow() -> Option<&'static Path> {
     }))
 }
 
+/// The repository's example manifests.
 fn manifests() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("examples/models"))
+    json_files(&root().join("examples/models"))
+}
+
+/// The example manifests as installed (`share/nrt-dmem/examples/models`).
+fn installed_manifests() -> Vec<PathBuf> {
+    json_files(&prefix().join("share/nrt-dmem/examples/models"))
+}
+
+fn json_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     v.sort();
-    assert!(v.len() >= 6);
+    assert!(v.len() >= 6, "{}: {v:?}", dir.display());
     v
 }
 
-/// Every example manifest packed into a NEFF (`neff pack`'s writer), once per test run.
+/// Every installed example manifest packed into a NEFF by the installed CLI
+/// (`bin/nrt-dmem neff pack MANIFEST -o FILE`), once per test run.
 fn neffs() -> &'static [PathBuf] {
     static NEFFS: OnceLock<Vec<PathBuf>> = OnceLock::new();
     NEFFS.get_or_init(|| {
         let dir = out_dir().join("neffs");
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        manifests()
+        let cli = prefix().join("bin/nrt-dmem");
+        installed_manifests()
             .iter()
             .map(|m| {
-                let man = nrt_host::Manifest::parse(&std::fs::read(m).unwrap()).unwrap();
-                let bytes = nrt_host::model_file::pack(&man)
-                    .unwrap_or_else(|e| panic!("packing {}: {e}", m.display()));
                 let out = dir.join(m.file_stem().unwrap()).with_extension("neff");
-                std::fs::write(&out, bytes).unwrap();
+                check(
+                    &format!("bin/nrt-dmem neff pack {}", m.display()),
+                    Command::new(&cli)
+                        .args(["neff", "pack"])
+                        .arg(m)
+                        .arg("-o")
+                        .arg(&out)
+                        .output()
+                        .unwrap(),
+                );
+                assert!(out.is_file(), "{} written", out.display());
                 out
             })
             .collect()
@@ -241,11 +399,12 @@ const VALGRIND: [&str; 5] = [
 
 #[test]
 fn the_documented_flow_runs_with_every_example_manifest() {
-    run_flow(&manifests(), &[], &[]);
+    run_flow(&installed_manifests(), &[], &[]);
 }
 
-/// The same flow on each example packed as a NEFF: the NEFF reader, its footprint and its
-/// `neff.json` tensor table behind `nrt_get_model_tensor_info`, through the installed library.
+/// The same flow on each example packed as a NEFF by the installed CLI: the NEFF reader, its
+/// footprint and its `neff.json` tensor table behind `nrt_get_model_tensor_info`, through the
+/// installed library.
 #[test]
 fn the_documented_flow_runs_with_every_example_packed_as_a_neff() {
     run_flow(neffs(), &[], &[]);
@@ -265,7 +424,10 @@ fn the_documented_flow_is_clean_under_valgrind() {
         .cloned()
         .collect();
     assert!(small_neffs.len() >= 3, "{small_neffs:?}");
-    let all: Vec<PathBuf> = manifests().into_iter().chain(small_neffs).collect();
+    let all: Vec<PathBuf> = installed_manifests()
+        .into_iter()
+        .chain(small_neffs)
+        .collect();
     run_flow(&all, &VALGRIND, &[("NRT_DMEM_SIM_CHANNEL_SIZE", &channel)]);
 }
 

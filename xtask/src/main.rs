@@ -181,7 +181,7 @@ fn bench(args: &[String]) -> DynResult {
     })
 }
 
-/// `cargo xtask headers`: rewrites `ffi/include/nrt/{nrt_status,nrt,nrtx}.h` from the
+/// `cargo xtask headers`: rewrites the generated headers under `ffi/include` from the
 /// `nrt-ffi` source. The generator is the test `ffi/tests/headers.rs`, which `ci`'s test step
 /// runs without the variable: there, a header that differs from the source fails the build.
 fn headers() -> DynResult {
@@ -199,11 +199,11 @@ fn usage() -> &'static str {
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--heap|--full|--ci]  the no_std image: build, run, footprint targets\n  \
      bench [--json] [--quick] [--threads] [--dmem] [--capi] [--host-mem]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads, VIRTUAL tensor pools (docs/PERFORMANCE.md)\n  \
-     headers  regenerate libnrt.so's C headers (ffi/include/nrt/*.h) from ffi/src\n  \
+     headers  regenerate libnrt.so's generated C headers (ffi/include) from ffi/src\n  \
      unsafe-report [--check]  rewrite (or check) the per-file unsafe count table in docs/UNSAFE.md\n  \
      doc-check  no issue numbers or process chatter outside docs/CHANGELOG.md, no ../shared outside .ci/ and xtask/, every spec/public API/ABI/neff-format citation has its heading, docs/PERFORMANCE.md <= 400 lines\n  \
      tools    check (as root on Debian/Ubuntu: install) the programs the tests run: cc, c++, pkg-config, pahole, valgrind, binutils, GNU time\n  \
-     dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc\n  \
+     dist --prefix DIR [--debug]  install libnrt.so.<v> (+ .so.1, .so), libnrt.a, headers, nrt.pc, bin/nrt-dmem, examples\n  \
      loom     loom models of the handle counter, handle pins, drain, ext-isa staging and the sharded gate"
 }
 
@@ -264,7 +264,11 @@ const NRT_NATIVE_LIBS: &[&str] = &[
 ///   a second one (measured with rust-lld and GNU ld), so cargo's `libnrt.so` cannot carry
 ///   libnrt's version nodes; the relinked one does;
 /// - `lib/libnrt.so.1` -> `libnrt.so.<version>`, `lib/libnrt.so` -> `libnrt.so.1`;
-/// - `lib/libnrt.a`, `include/nrt/*.h`, `include/ndl/*.h`, `lib/pkgconfig/nrt.pc`.
+/// - `lib/libnrt.a`, `include/nrt/**/*.h`, `include/ndl/*.h`, `lib/pkgconfig/nrt.pc`;
+/// - `bin/nrt-dmem` (the CLI of the same profile: `neff pack` makes a NEFF from a manifest,
+///   `plan` tells whether models fit);
+/// - `share/nrt-dmem/examples/`: the example model manifests (`models/*.json`) and the
+///   documented C flow (`doc_flow.c`), so a C developer needs nothing but the prefix.
 fn dist(args: &[String]) -> DynResult {
     let mut prefix = None;
     let mut debug = false;
@@ -332,15 +336,46 @@ fn dist(args: &[String]) -> DynResult {
     }
     std::fs::copy(&staticlib, lib.join("libnrt.a"))?;
     for sub in ["nrt", "ndl"] {
-        let dst = prefix.join("include").join(sub);
-        std::fs::create_dir_all(&dst)?;
-        for e in std::fs::read_dir(root().join("ffi/include").join(sub))? {
-            let p = e?.path();
-            if p.extension().is_some_and(|x| x == "h") {
-                std::fs::copy(&p, dst.join(p.file_name().unwrap_or_default()))?;
-            }
-        }
+        copy_tree(
+            &root().join("ffi/include").join(sub),
+            &prefix.join("include").join(sub),
+            "h",
+        )?;
     }
+    eprintln!(
+        "==> build nrt-dmem-cli ({})",
+        if debug { "dev" } else { "release" }
+    );
+    let mut c = cargo();
+    c.args(["build", "-p", "nrt-dmem-cli", "--bin", "nrt-dmem"]);
+    if !debug {
+        c.arg("--release");
+    }
+    const KEY: &str = "\"executable\":\"";
+    let cli = artifact_lines(c, "nrt-dmem")?
+        .iter()
+        .find_map(|l| {
+            let at = l.find(KEY)? + KEY.len();
+            let end = l[at..].find('"')?;
+            Some(PathBuf::from(&l[at..at + end]))
+        })
+        .filter(|p| p.file_name().is_some_and(|n| n == "nrt-dmem"))
+        .ok_or("cargo reported no nrt-dmem executable")?;
+    let bin = prefix.join("bin");
+    std::fs::create_dir_all(&bin)?;
+    // Replaced, not overwritten in place: a running copy keeps its inode.
+    let _ = std::fs::remove_file(bin.join("nrt-dmem"));
+    std::fs::copy(&cli, bin.join("nrt-dmem"))?;
+    let examples = prefix.join("share/nrt-dmem/examples");
+    copy_tree(
+        &root().join("examples/models"),
+        &examples.join("models"),
+        "json",
+    )?;
+    std::fs::copy(
+        root().join("ffi/examples/doc_flow.c"),
+        examples.join("doc_flow.c"),
+    )?;
     let pc = format!(
         "prefix={}\nexec_prefix=${{prefix}}\nlibdir=${{prefix}}/lib\nincludedir=${{prefix}}/include\n\n\
          Name: nrt\nDescription: nrt-dmem, a libnrt.so-compatible Neuron runtime (memory path, simulated or /dev/neuron device)\n\
@@ -354,6 +389,22 @@ fn dist(args: &[String]) -> DynResult {
         prefix.display(),
         pc_dir.display()
     );
+    Ok(())
+}
+
+/// Copies the files with extension `ext` under `src` to the same paths under `dst`
+/// (directories created as needed).
+fn copy_tree(src: &Path, dst: &Path, ext: &str) -> DynResult {
+    std::fs::create_dir_all(dst)?;
+    for e in std::fs::read_dir(src)? {
+        let p = e?.path();
+        let to = dst.join(p.file_name().unwrap_or_default());
+        if p.is_dir() {
+            copy_tree(&p, &to, ext)?;
+        } else if p.extension().is_some_and(|x| x == ext) {
+            std::fs::copy(&p, to)?;
+        }
+    }
     Ok(())
 }
 

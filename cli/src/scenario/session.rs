@@ -172,8 +172,9 @@ impl Session {
 
     fn note_error(&mut self, e: StepError) -> StepError {
         if let StepError::Nrt(err) = &e {
-            if let Some(r) = nrt_host::runtime::write_oom_table(&self.rt.nrt(), err) {
-                let r = r.map_err(|io| io.to_string());
+            let written = nrt_host::runtime::write_oom_table(&self.rt.nrt(), err)
+                .and_then(|r| r.map_err(|io| io.to_string()).transpose());
+            if let Some(r) = written {
                 match &r {
                     Ok(p) => {
                         log::info!(target: "nrt_dmem::oom", "OOM table written to {}", p.display())

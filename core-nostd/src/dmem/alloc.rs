@@ -254,7 +254,10 @@ impl<'a> Nrt<'a> {
 
     /// Classifies a driver failure (spec §3.2 GOTCHA): device ENOMEM → `DeviceOom`
     /// (NRT_RESOURCE, with the ledger dump recorded), host ENOMEM → `HostOom`
-    /// (NRT_FAIL_HOST_MEM_ALLOC), anything else → `Driver(errno)`.
+    /// (NRT_FAIL_HOST_MEM_ALLOC), anything else → `Driver(errno)`. The driver refuses a size
+    /// above `INT64_MAX` with EINVAL (it keeps sizes signed); no pool holds that many bytes, so
+    /// such a request is the out-of-memory of its location like any other request larger
+    /// than the pool: one status for "too large", whatever the size.
     #[allow(clippy::too_many_arguments)]
     fn alloc_failed(
         &self,
@@ -268,7 +271,13 @@ impl<'a> Nrt<'a> {
         emulated: bool,
         e: Errno,
     ) -> Error {
-        if e != errno::ENOMEM {
+        let requested = if emulated {
+            a.size.saturating_add(a.align)
+        } else {
+            a.size
+        };
+        let too_large = e == errno::EINVAL && requested > i64::MAX as u64;
+        if e != errno::ENOMEM && !too_large {
             return Error::Driver(e);
         }
         if host {

@@ -4,10 +4,10 @@
  * nrt-dmem's libnrt.so-compatible subset of the Neuron runtime API (nrt.h, API 2.0, public API
  * section 2): init/close, load/unload/execute, tensors, tensor sets, memory stats. A program
  * written for AWS's <nrt/nrt.h> compiles unchanged against this header for these functions and
- * links with -lnrt. Generated from ffi/src/types.rs, ffi/src/info.rs, ffi/src/runtime.rs,
- * ffi/src/model.rs, ffi/src/model_ext.rs, ffi/src/set.rs, ffi/src/tensor.rs, ffi/src/batch.rs,
- * ffi/src/stats.rs, ffi/src/unsupported.rs by ffi/tests/headers.rs; regenerate with `cargo
- * xtask headers`.
+ * links with -lnrt. Generated from ffi/src/types.rs, ffi/src/cc.rs, ffi/src/info.rs,
+ * ffi/src/runtime.rs, ffi/src/model.rs, ffi/src/model_ext.rs, ffi/src/set.rs,
+ * ffi/src/tensor.rs, ffi/src/batch.rs, ffi/src/stats.rs, ffi/src/unsupported.rs by
+ * ffi/tests/headers.rs; regenerate with `cargo xtask headers`.
  */
 #ifndef NRT_DMEM_NRT_NRT_H
 #define NRT_DMEM_NRT_NRT_H
@@ -38,7 +38,7 @@ typedef struct nrt_tensor nrt_tensor_t;
 typedef void nrt_tensor_set_t;
 
 /** Where a tensor lives. Values are fixed by the public API. */
-typedef enum {
+typedef enum nrt_tensor_placement {
     /** Device HBM of the logical core. */
     NRT_TENSOR_PLACEMENT_DEVICE = 0,
     /** DMA-able host memory (deprecated; refused on trn2 with NRT_RESOURCE). */
@@ -48,7 +48,7 @@ typedef enum {
 } nrt_tensor_placement_t;
 
 /** The framework calling `nrt_init`. Values are fixed by the public API. */
-typedef enum {
+typedef enum nrt_framework_type {
     /** Invalid. */
     NRT_FRAMEWORK_TYPE_INVALID = 0,
     /** Framework-less execution. */
@@ -88,11 +88,62 @@ typedef struct nrt_vnc_memory_stats {
     size_t bytes_limit;
 } nrt_vnc_memory_stats_t;
 
+/** A prepared collective operation (opaque; from `nrta_cc_prepare`). */
+typedef struct nrt_cc_context nrt_cc_context_t;
+
+/** The reduction a collective applies. Values are fixed by the public API. */
+typedef enum nrt_op_type {
+    /** Sum. */
+    NRT_OP_ADD = 0,
+    /** Fused multiply-add. */
+    NRT_OP_FMA = 1,
+    /** Maximum. */
+    NRT_OP_MAX = 2,
+    /** Minimum. */
+    NRT_OP_MIN = 3,
+    /** No valid reduction. */
+    NRT_OP_INVALID = 15,
+} nrt_op_type_t;
+
+/** The collective. Values are fixed by the public API. */
+typedef enum nrt_cc_op_type {
+    /** All-gather. */
+    NRT_CC_ALLGATHER = 0,
+    /** All-reduce. */
+    NRT_CC_ALLREDUCE = 1,
+    /** Reduce-scatter. */
+    NRT_CC_REDUCESCATTER = 2,
+} nrt_cc_op_type_t;
+
+/** The workers of a host-driven collective and this worker's place among them. */
+typedef struct nrt_cc_comm {
+    /** The participants' ranks (`rank_n` of them). */
+    uint32_t *replica_group;
+    /** This worker's rank in `replica_group`. */
+    uint32_t rank;
+    /** Number of participants. */
+    uint32_t rank_n;
+    /** This worker's device id among the devices of the operation. */
+    uint32_t ctx_device_id;
+    /** Number of devices taking part. */
+    uint32_t ctx_device_count;
+    /** The local logical core. */
+    uint32_t vnc;
+} nrt_cc_comm_t;
+
+/** The tensors a collective reads or writes. */
+typedef struct nrt_tensor_list {
+    /** `num_tensors` tensors. */
+    nrt_tensor_t **tensors;
+    /** Number of tensors. */
+    size_t num_tensors;
+} nrt_tensor_list_t;
+
 /**
  * Element type of a tensor (`nrt_get_model_tensor_info`). Values are fixed by the public API;
  * `NRT_DTYPE_UNKNOWN` and `NRT_DTYPE_INVALID` are both 0.
  */
-typedef enum {
+typedef enum nrt_dtype {
     /** Unknown type. */
     NRT_DTYPE_UNKNOWN = 0,
     /** Invalid type (= unknown). */
@@ -129,86 +180,67 @@ typedef enum {
     NRT_DTYPE_INT64 = 12,
 } nrt_dtype_t;
 
-/** Instance family (`nrt_instance_info_t.family`): unknown. */
-#define NRT_INSTANCE_UNKNOWN 0
+/** Instance families (`nrt_instance_info_t.family`). */
+enum {
+    /** Unknown. */
+    NRT_INSTANCE_UNKNOWN = 0,
+    /** inf1. */
+    NRT_INSTANCE_INF1 = 1,
+    /** trn1. */
+    NRT_INSTANCE_TRN1 = 2,
+    /** trn1n. */
+    NRT_INSTANCE_TRN1N = 3,
+    /** inf2. */
+    NRT_INSTANCE_INF2 = 4,
+    /** trn2. */
+    NRT_INSTANCE_TRN2 = 5,
+    /** trn2n. */
+    NRT_INSTANCE_TRN2N = 6,
+    /** inf2e. */
+    NRT_INSTANCE_INF2E = 7,
+    /** trn2p. */
+    NRT_INSTANCE_TRN2P = 8,
+    /** trn2u. */
+    NRT_INSTANCE_TRN2U = 9,
+    /** trn2e. */
+    NRT_INSTANCE_TRN2E = 10,
+    /** trn2eu. */
+    NRT_INSTANCE_TRN2EU = 11,
+    /** trn2ac. */
+    NRT_INSTANCE_TRN2AC = 12,
+    /** trn2uac. */
+    NRT_INSTANCE_TRN2UAC = 13,
+    /** trn3. */
+    NRT_INSTANCE_TRN3 = 14,
+    /** trn3pds98. */
+    NRT_INSTANCE_TRN3PDS98 = 15,
+};
 
-/** inf1. */
-#define NRT_INSTANCE_INF1 1
-
-/** trn1. */
-#define NRT_INSTANCE_TRN1 2
-
-/** trn1n. */
-#define NRT_INSTANCE_TRN1N 3
-
-/** inf2. */
-#define NRT_INSTANCE_INF2 4
-
-/** trn2. */
-#define NRT_INSTANCE_TRN2 5
-
-/** trn2n. */
-#define NRT_INSTANCE_TRN2N 6
-
-/** inf2e. */
-#define NRT_INSTANCE_INF2E 7
-
-/** trn2p. */
-#define NRT_INSTANCE_TRN2P 8
-
-/** trn2u. */
-#define NRT_INSTANCE_TRN2U 9
-
-/** trn2e. */
-#define NRT_INSTANCE_TRN2E 10
-
-/** trn2eu. */
-#define NRT_INSTANCE_TRN2EU 11
-
-/** trn2ac. */
-#define NRT_INSTANCE_TRN2AC 12
-
-/** trn2uac. */
-#define NRT_INSTANCE_TRN2UAC 13
-
-/** trn3. */
-#define NRT_INSTANCE_TRN3 14
-
-/** trn3pds98. */
-#define NRT_INSTANCE_TRN3PDS98 15
-
-/** Instance size (`nrt_instance_info_t.size`): xlarge. */
-#define NRT_INSTANCE_SIZE_1XL 0
-
-/** 2xlarge. */
-#define NRT_INSTANCE_SIZE_2XL 1
-
-/** 4xlarge. */
-#define NRT_INSTANCE_SIZE_4XL 2
-
-/** 6xlarge. */
-#define NRT_INSTANCE_SIZE_6XL 3
-
-/** 8xlarge. */
-#define NRT_INSTANCE_SIZE_8XL 4
-
-/** 24xlarge. */
-#define NRT_INSTANCE_SIZE_24XL 5
-
-/** 32xlarge. */
-#define NRT_INSTANCE_SIZE_32XL 6
-
-/** 48xlarge. */
-#define NRT_INSTANCE_SIZE_48XL 7
-
-/** 3xlarge. */
-#define NRT_INSTANCE_SIZE_3XL 8
-
-/** Unknown size. */
-#define NRT_INSTANCE_SIZE_UNKNOWN 9
-
-/** Number of known sizes (= unknown). */
-#define NRT_INSTANCE_SIZE_NUM 9
+/** Instance sizes (`nrt_instance_info_t.size`). */
+enum {
+    /** xlarge. */
+    NRT_INSTANCE_SIZE_1XL = 0,
+    /** 2xlarge. */
+    NRT_INSTANCE_SIZE_2XL = 1,
+    /** 4xlarge. */
+    NRT_INSTANCE_SIZE_4XL = 2,
+    /** 6xlarge. */
+    NRT_INSTANCE_SIZE_6XL = 3,
+    /** 8xlarge. */
+    NRT_INSTANCE_SIZE_8XL = 4,
+    /** 24xlarge. */
+    NRT_INSTANCE_SIZE_24XL = 5,
+    /** 32xlarge. */
+    NRT_INSTANCE_SIZE_32XL = 6,
+    /** 48xlarge. */
+    NRT_INSTANCE_SIZE_48XL = 7,
+    /** 3xlarge. */
+    NRT_INSTANCE_SIZE_3XL = 8,
+    /** Unknown size. */
+    NRT_INSTANCE_SIZE_UNKNOWN = 9,
+    /** Number of known sizes (= unknown). */
+    NRT_INSTANCE_SIZE_NUM = 9,
+};
 
 /** The instance this process runs on (`nrt_get_instance_info`), 32 bytes. */
 typedef struct nrt_instance_info {
@@ -329,7 +361,7 @@ NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t vnc, int32_t vn
  * Unloads a model: waits for its executions in flight, then frees all of its device memory
  * (no other model's memory changes). The pointer is invalid afterwards; passing it (or a copy)
  * again is NRT_INVALID_HANDLE, also after later loads: model ids are never reused (below
- * 2?? loads). Of two threads unloading the same model, one unloads it and the other gets
+ * 2^32 loads). Of two threads unloading the same model, one unloads it and the other gets
  * NRT_INVALID_HANDLE.
  *
  * Safety:

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /** Whether a tensor is read or written by the model. Values are fixed by the public API. */
-typedef enum {
+typedef enum nrt_tensor_usage {
     /** The tensor is an input (ifmap). */
     NRT_TENSOR_USAGE_INPUT = 0,
     /** The tensor is an output (ofmap). */
@@ -134,15 +134,22 @@ NRT_STATUS nrt_memcpy_to_device(void *dest, const void *src, size_t size);
  */
 NRT_STATUS nrt_register_async_exec_callback(NRT_ASYNC_EXEC_STATUS_CALLBACK callback, void *params);
 
-/** A barrier over all workers (not supported: NRT_FAILURE). */
+/**
+ * A barrier over all workers. Only a single worker is supported, as for
+ * `nrt_load_collectives`: with `g_device_id` 0 of `g_device_count` 1 there is no one to wait
+ * for, so it succeeds once `vnc` is a logical core this process owns;
+ * `g_device_id >= g_device_count` is NRT_INVALID; more workers are NRT_FAILURE (this runtime
+ * has no collectives transport).
+ */
 NRT_STATUS nrt_barrier(int32_t vnc, uint32_t g_device_id, uint32_t g_device_count);
 
 /** All-rank AllGather (not supported: NRT_FAILURE). */
 NRT_STATUS nrt_all_gather(int32_t vnc, uint32_t g_device_id, uint32_t g_device_count, uint32_t rank_input_size, void *input, void *output);
 
 /**
- * Waits for the queued asynchronous executions of a core: a no-op success, since executions
- * here are synchronous (nothing is ever queued).
+ * Waits for the queued asynchronous executions of logical core `vnc`: a success once `vnc`
+ * is a core this process owns, since executions here are synchronous (nothing is ever
+ * queued); another `vnc` is NRT_INVALID.
  */
 NRT_STATUS nrt_async_drain_queued_execs(int32_t vnc);
 

@@ -16,7 +16,7 @@ extern "C" {
  * (`NRT_RESOURCE`) is how device out-of-memory surfaces, 13/14 mean "called before
  * `nrt_init`" / "after `nrt_close`".
  */
-typedef enum {
+typedef enum NRT_STATUS {
     NRT_SUCCESS = 0,
     NRT_FAILURE = 1,
     NRT_INVALID = 2,

@@ -27,7 +27,7 @@ extern "C" {
  * An index of a per-usage array: libnrt 2.31's `dma_mem_usage_type_t` value (spec section 3.3,
  * facts v2), so C callers need not include the layout header.
  */
-typedef enum {
+typedef enum nrtx_usage_type {
     /** `DMA_MEM_USAGE_TYPE_GENERIC`. */
     NRTX_USAGE_GENERIC = 0,
     /** `DMA_MEM_USAGE_TYPE_INSTR_PE`. */
