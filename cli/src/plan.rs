@@ -9,7 +9,7 @@ use nrt_core::cstr::Printable;
 
 use super::CliError;
 use crate::scenario::fmt_bytes;
-use nrt_host::plan::{HbmPlan, ModelSource, Plan, PlanModel, PlanRequest};
+use nrt_host::plan::{HbmPlan, ModelPlan, ModelSource, Plan, PlanModel, PlanRequest, Verdict};
 
 /// `plan`'s arguments (the global `--device`, `--lnc-size`, `--visible-cores` and `--num-cores`
 /// apply, over the environment).
@@ -106,6 +106,32 @@ fn column(s: &str, width: usize) -> String {
     format!("…{tail}")
 }
 
+/// Models that do not fit listed one by one in the text (the JSON has all of them).
+const MAX_FAILED_LISTED: usize = 20;
+
+/// A verdict in the table's words.
+fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Full => "full",
+        Verdict::Fragmented => "fragmented",
+        Verdict::Hopeless => "too small even when empty",
+        Verdict::DriverRefused => "refused by the driver",
+    }
+}
+
+/// Bytes by usage on one line, largest first: `WEIGHT 1.87 GiB, SCRATCHPAD 512 MiB`.
+fn usage_line(u: &[(String, u64)]) -> String {
+    let mut v: Vec<&(String, u64)> = u.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    if v.is_empty() {
+        return "no device bytes".into();
+    }
+    v.iter()
+        .map(|(n, b)| format!("{n} {}", fmt_bytes(*b)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The plan as a table.
 pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     let fit = p.models.iter().filter(|m| m.fits).count();
@@ -123,21 +149,77 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12}  result",
-        "#", "file", "model", "core", "device", "tensors"
+        "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12} {:>12}  result",
+        "#", "file", "model", "core", "needs", "holds", "tensors"
     )?;
     for (i, m) in p.models.iter().enumerate() {
         writeln!(
             out,
-            "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12}  {}",
+            "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12} {:>12}  {}",
             i,
             Printable(&column(&m.file, 36)),
             Printable(&column(&m.name, 22)),
             m.core,
+            fmt_bytes(m.needed_bytes),
             fmt_bytes(m.device_bytes),
             fmt_bytes(m.tensor_bytes),
-            if m.fits { "fits" } else { "DOES NOT FIT" }
+            match (&m.refusal, m.fits) {
+                (_, true) => "fits".to_string(),
+                (Some(r), false) => format!(
+                    "DOES NOT FIT: nd{} HBM {} {}",
+                    r.device,
+                    r.hbm,
+                    verdict_word(r.verdict)
+                ),
+                (None, false) => "DOES NOT FIT".to_string(),
+            }
         )?;
+    }
+    let failed: Vec<(usize, &ModelPlan)> = p
+        .models
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| !m.fits)
+        .collect();
+    if !failed.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "models that do not fit")?;
+        for (i, m) in failed.iter().take(MAX_FAILED_LISTED) {
+            match &m.refusal {
+                Some(r) => {
+                    writeln!(out, "  #{i} {}", Printable(&r.summary))?;
+                    writeln!(
+                        out,
+                        "      refused request: {} {}{} on nd{} HBM {}",
+                        fmt_bytes(r.request.size),
+                        r.request.usage,
+                        match (r.request.align, r.request.emulated) {
+                            (0, _) => String::new(),
+                            (a, false) => format!(" at a {a}-byte alignment"),
+                            (a, true) => {
+                                format!(" at a {a}-byte alignment (emulated: {a} bytes more)")
+                            }
+                        },
+                        r.device,
+                        r.hbm
+                    )?;
+                }
+                None => writeln!(
+                    out,
+                    "  #{i} {}: {}",
+                    Printable(&m.file),
+                    Printable(m.error.as_deref().unwrap_or(""))
+                )?,
+            }
+            writeln!(out, "      needs {}", usage_line(&m.needed))?;
+        }
+        if failed.len() > MAX_FAILED_LISTED {
+            writeln!(
+                out,
+                "  … and {} more (--json lists every one)",
+                failed.len() - MAX_FAILED_LISTED
+            )?;
+        }
     }
     writeln!(out)?;
     writeln!(out, "logical cores")?;
@@ -191,7 +273,8 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         if let Some(o) = &f.oom {
             writeln!(
                 out,
-                "  needed {} ({}) on nd{} HBM {}, largest block {}: {} missing; {} free on the channel",
+                "  when it failed: its {} {} request on nd{} HBM {} found a largest block of {} \
+                 ({} missing), {} free on the channel",
                 fmt_bytes(o.requested),
                 o.usage,
                 o.device,
@@ -200,15 +283,17 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
                 fmt_bytes(o.missing),
                 fmt_bytes(o.channel_free)
             )?;
-            if o.larger_than_channel {
-                writeln!(
-                    out,
-                    "  the request is larger than anything an empty HBM channel holds: nothing \
-                     makes it fit"
-                )?;
-            }
             if !o.why.is_empty() {
                 writeln!(out, "  {}", o.why)?;
+            }
+        }
+        if let Some(r) = p.models.get(f.model).and_then(|m| m.refusal.as_ref()) {
+            writeln!(out, "  verdict: {}", verdict_word(r.verdict))?;
+            if r.verdict == Verdict::Hopeless {
+                writeln!(
+                    out,
+                    "  it does not fit on an empty HBM channel: nothing makes it fit"
+                )?;
             }
         }
         for w in &f.what_ifs {
@@ -228,7 +313,7 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out)?;
         writeln!(out, "fragmentation")?;
         for f in &p.fragmentation {
-            writeln!(out, "  {}", Printable(f))?;
+            writeln!(out, "  #{} {}", f.model, Printable(&f.refusal.summary))?;
         }
     }
     Ok(())

@@ -42,6 +42,7 @@ pub mod runtime;
 pub mod shared;
 pub mod simdev;
 pub mod tensor_info;
+pub mod units;
 
 pub use backing::HostReservation;
 pub use config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};

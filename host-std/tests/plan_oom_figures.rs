@@ -3,7 +3,7 @@
 //! `size + align`): requested, largest block and missing are all in the request's own terms,
 //! and the "why" line says what the driver was asked for.
 
-use nrt_host::plan::{plan, ModelSource, PlanModel, PlanRequest};
+use nrt_host::plan::{plan, ModelSource, PlanModel, PlanRequest, Verdict};
 
 const GIB: u64 = 1 << 30;
 
@@ -107,8 +107,11 @@ fn a_request_above_an_empty_channels_largest_block_is_hopeless() {
     let o = f.oom.as_ref().unwrap();
     assert!(o.larger_than_channel, "{o:?}");
     assert!(f.what_ifs.is_empty(), "{f:?}");
-    // Nor is it fragmentation: only the small-object region is free beside the main pool.
-    assert!(!o.fragmented, "{o:?}");
+    // Nor is it fragmentation: only the small-object region is free beside the main pool,
+    // and it does not fit on an empty channel.
+    let r = p.models[0].refusal.as_ref().unwrap();
+    assert_eq!(r.verdict, Verdict::Hopeless, "{r:?}");
+    assert_eq!(r.needed, Some(main + GIB / 2), "{r:?}");
     assert!(p.fragmentation.is_empty(), "{:?}", p.fragmentation);
     assert!(plan(&one(main)).unwrap().all_fit());
 }
