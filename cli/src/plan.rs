@@ -8,8 +8,11 @@ use clap::Args;
 use nrt_core::cstr::Printable;
 
 use super::CliError;
+
+mod svg;
 use crate::scenario::fmt_bytes;
-use nrt_host::plan::{HbmPlan, ModelPlan, ModelSource, Plan, PlanModel, PlanRequest, Verdict};
+use nrt_host::plan::{ModelPlan, ModelSource, Plan, PlanModel, PlanRequest, Verdict};
+pub use svg::svg;
 
 /// `plan`'s arguments (the global `--device`, `--lnc-size`, `--visible-cores` and `--num-cores`
 /// apply, over the environment).
@@ -187,7 +190,12 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         for (i, m) in failed.iter().take(MAX_FAILED_LISTED) {
             match &m.refusal {
                 Some(r) => {
-                    writeln!(out, "  #{i} {}", Printable(&r.summary))?;
+                    writeln!(
+                        out,
+                        "  #{i} {}: {}",
+                        Printable(&m.file),
+                        Printable(&r.summary)
+                    )?;
                     writeln!(
                         out,
                         "      refused request: {} {}{} on nd{} HBM {}",
@@ -270,11 +278,17 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             f.core,
             Printable(&f.error)
         )?;
+        if let Some(r) = p.models.get(f.model).and_then(|m| m.refusal.as_ref()) {
+            writeln!(out, "  verdict: {}", Printable(&r.summary))?;
+            if r.verdict == Verdict::Hopeless {
+                writeln!(out, "  nothing makes it fit")?;
+            }
+        }
         if let Some(o) = &f.oom {
             writeln!(
                 out,
-                "  when it failed: its {} {} request on nd{} HBM {} found a largest block of {} \
-                 ({} missing), {} free on the channel",
+                "  the request that failed: {} ({}) on nd{} HBM {}, largest block then {}: {} \
+                 missing; {} free on the channel then (its earlier allocations held)",
                 fmt_bytes(o.requested),
                 o.usage,
                 o.device,
@@ -283,17 +297,14 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
                 fmt_bytes(o.missing),
                 fmt_bytes(o.channel_free)
             )?;
-            if !o.why.is_empty() {
-                writeln!(out, "  {}", o.why)?;
-            }
-        }
-        if let Some(r) = p.models.get(f.model).and_then(|m| m.refusal.as_ref()) {
-            writeln!(out, "  verdict: {}", verdict_word(r.verdict))?;
-            if r.verdict == Verdict::Hopeless {
+            if o.larger_than_channel {
                 writeln!(
                     out,
-                    "  it does not fit on an empty HBM channel: nothing makes it fit"
+                    "  the request is larger than anything an empty HBM channel holds"
                 )?;
+            }
+            if !o.why.is_empty() {
+                writeln!(out, "  the OOM report then: {}", o.why)?;
             }
         }
         for w in &f.what_ifs {
@@ -313,134 +324,16 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out)?;
         writeln!(out, "fragmentation")?;
         for f in &p.fragmentation {
-            writeln!(out, "  #{} {}", f.model, Printable(&f.refusal.summary))?;
+            writeln!(
+                out,
+                "  #{} {}: {}",
+                f.model,
+                Printable(&f.file),
+                Printable(&f.refusal.summary)
+            )?;
         }
     }
     Ok(())
-}
-
-/// Colours per usage type, in the order the legend lists them (any other usage is grey).
-const PALETTE: [&str; 12] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac", "#86bcb6", "#d37295",
-];
-
-fn xml_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            '&' => "&amp;".to_string(),
-            '<' => "&lt;".to_string(),
-            '>' => "&gt;".to_string(),
-            '"' => "&quot;".to_string(),
-            '\'' => "&apos;".to_string(),
-            c if c.is_control() => " ".to_string(),
-            c => c.to_string(),
-        })
-        .collect()
-}
-
-/// The SVG chart: one horizontal bar per HBM channel (`class="channel"`), its live
-/// allocations drawn at their addresses, coloured by usage type, with a legend.
-pub fn svg(p: &Plan) -> String {
-    const W: f64 = 800.0;
-    const X0: f64 = 140.0;
-    const BAR: f64 = 22.0;
-    const GAP: f64 = 12.0;
-    let mut usages: Vec<&str> = Vec::new();
-    for h in &p.hbm {
-        for (u, _) in &h.usage {
-            if !usages.contains(&u.as_str()) {
-                usages.push(u);
-            }
-        }
-    }
-    usages.sort_unstable();
-    let colour = |u: &str| {
-        usages
-            .iter()
-            .position(|x| *x == u)
-            .and_then(|i| PALETTE.get(i))
-            .copied()
-            .unwrap_or("#777777")
-    };
-    let top = 40.0;
-    let bars_h = p.hbm.len() as f64 * (BAR + GAP);
-    let legend_h = (usages.len() as f64 / 4.0).ceil() * 18.0 + 10.0;
-    let height = top + bars_h + legend_h + 20.0;
-    let mut s = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
-         width=\"{}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n",
-        X0 + W + 20.0
-    );
-    s.push_str(&format!(
-        "<text x=\"10\" y=\"20\" font-size=\"14\">{} · LNC {} · HBM occupancy after placement \
-         ({} of {} models fit)</text>\n",
-        xml_escape(&p.device),
-        p.lnc_size,
-        p.models.iter().filter(|m| m.fits).count(),
-        p.models.len()
-    ));
-    for (i, h) in p.hbm.iter().enumerate() {
-        let y = top + i as f64 * (BAR + GAP);
-        s.push_str(&channel_bar(h, y, X0, W, BAR, &colour));
-    }
-    let ly = top + bars_h + 10.0;
-    for (i, u) in usages.iter().enumerate() {
-        let x = 10.0 + (i % 4) as f64 * 230.0;
-        let y = ly + (i / 4) as f64 * 18.0;
-        s.push_str(&format!(
-            "<rect class=\"legend\" x=\"{x}\" y=\"{y}\" width=\"12\" height=\"12\" fill=\"{}\"/>\
-             <text x=\"{}\" y=\"{}\">{}</text>\n",
-            colour(u),
-            x + 16.0,
-            y + 10.0,
-            xml_escape(u)
-        ));
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn channel_bar(
-    h: &HbmPlan,
-    y: f64,
-    x0: f64,
-    w: f64,
-    bar: f64,
-    colour: &dyn Fn(&str) -> &'static str,
-) -> String {
-    let scale = if h.channel_size == 0 {
-        0.0
-    } else {
-        w / h.channel_size as f64
-    };
-    let mut s = format!(
-        "<g class=\"channel\" data-device=\"{}\" data-hbm=\"{}\">\
-         <text x=\"10\" y=\"{}\">nd{} hbm{}</text>\
-         <rect x=\"{x0}\" y=\"{y}\" width=\"{w}\" height=\"{bar}\" fill=\"#eeeeee\" stroke=\"#999999\">\
-         <title>{} free, largest free block {}</title></rect>\n",
-        h.device,
-        h.hbm,
-        y + bar * 0.7,
-        h.device,
-        h.hbm,
-        fmt_bytes(h.free),
-        fmt_bytes(h.largest_free)
-    );
-    for b in &h.blocks {
-        let bw = (b.size as f64 * scale).max(0.5);
-        s.push_str(&format!(
-            "<rect x=\"{:.2}\" y=\"{y}\" width=\"{bw:.2}\" height=\"{bar}\" fill=\"{}\">\
-             <title>{} {} at 0x{:x}</title></rect>\n",
-            x0 + b.offset as f64 * scale,
-            colour(&b.usage),
-            xml_escape(&b.usage),
-            fmt_bytes(b.size),
-            b.offset
-        ));
-    }
-    s.push_str("</g>\n");
-    s
 }
 
 #[cfg(test)]

@@ -305,7 +305,8 @@ pub struct Refusal {
     pub empty_free: u64,
     /// Full, fragmented, hopeless or refused by the driver.
     pub verdict: Verdict,
-    /// The verdict as one English line.
+    /// The verdict as one English line (`nd0 HBM 0 is full: 1.07 GiB free, 2.40 GiB needed
+    /// there`).
     pub summary: String,
 }
 
@@ -826,10 +827,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
                     Some((e @ nrt_core::Error::DeviceOom { device, hbm, .. }, ch)) => {
                         let shared = shared_pieces(&nrt, p, core);
                         let m = measurer.measure(p, core, *device, *hbm, shared);
-                        (
-                            m,
-                            channel_refusal(&nrt, &p.label, e, ch.as_ref(), m.as_ref()),
-                        )
+                        (m, channel_refusal(&nrt, e, ch.as_ref(), m.as_ref()))
                     }
                     _ => (None, None),
                 };

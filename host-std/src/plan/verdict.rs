@@ -290,12 +290,11 @@ fn demand_bound(p: &Parsed) -> Option<u64> {
     (b < u64::MAX / 4).then_some(b)
 }
 
-/// The refusal of model `label` by the channel of its device OOM `e` ([`Refusal`]): `nrt` is
+/// The refusal of a model by the channel of its device OOM `e` ([`Refusal`]): `nrt` is
 /// the plan's device after the load rolled back (the channel as it was before the load),
 /// `ch` the failing channel as the OOM measured it, `m` the model's measure.
 pub(super) fn channel_refusal(
     nrt: &Nrt<'_>,
-    label: &str,
     e: &nrt_core::Error,
     ch: Option<&FailingChannel>,
     m: Option<&Measure>,
@@ -368,12 +367,12 @@ pub(super) fn channel_refusal(
         verdict,
         summary: String::new(),
     };
-    r.summary = summary(label, &r, m.map(|m| m.most));
+    r.summary = summary(&r, m.map(|m| m.most));
     Some(r)
 }
 
 /// The verdict as one line.
-fn summary(label: &str, r: &Refusal, most: Option<u64>) -> String {
+fn summary(r: &Refusal, most: Option<u64>) -> String {
     let b = crate::units::fmt_bytes;
     let at = format!("nd{} HBM {}", r.device, r.hbm);
     let need = r.needed.map_or_else(
@@ -381,7 +380,7 @@ fn summary(label: &str, r: &Refusal, most: Option<u64>) -> String {
         |n| format!("the {} it needs there", b(n)),
     );
     let request = format!(
-        "its {} {} request{}",
+        "{} {}{}",
         b(r.request.size),
         r.request.usage,
         if r.request.align > 0 {
@@ -392,7 +391,7 @@ fn summary(label: &str, r: &Refusal, most: Option<u64>) -> String {
     );
     match r.verdict {
         Verdict::Full => format!(
-            "{label}: {at} is full: {} free, {}",
+            "{at} is full: {} free, {}",
             b(r.free),
             r.needed.map_or_else(
                 || "too few for its allocations".into(),
@@ -402,20 +401,20 @@ fn summary(label: &str, r: &Refusal, most: Option<u64>) -> String {
         Verdict::Fragmented => {
             let largest = match r.largest_free_at_align {
                 Some(l) => format!(
-                    "{} at that alignment (largest free block {})",
-                    b(l),
-                    b(r.largest_free)
+                    "largest free block {}, {} at the request's alignment",
+                    b(r.largest_free),
+                    b(l)
                 ),
-                None => b(r.largest_free),
+                None => format!("largest free block {}", b(r.largest_free)),
             };
             format!(
-                "{label}: {at} is fragmented: {} free, enough for {need}, but not in blocks that \
-                 hold its allocations: {request} failed, the largest it could take is {largest}",
+                "{at} is fragmented: {} free, enough for {need}, but not in blocks that hold its \
+                 allocations ({largest}); the request that failed: {request}",
                 b(r.free)
             )
         }
         Verdict::Hopeless => format!(
-            "{label}: does not fit on {at} even when empty: {} there, an empty channel has {} \
+            "does not fit on {at} even when empty: {} there, an empty channel has {} \
              free{}",
             r.needed
                 .map_or_else(|| "it needs more".into(), |n| format!("it needs {}", b(n))),
@@ -423,7 +422,7 @@ fn summary(label: &str, r: &Refusal, most: Option<u64>) -> String {
             most.map_or_else(String::new, |m| format!(" (largest block {})", b(m)))
         ),
         Verdict::DriverRefused => format!(
-            "{label}: the driver refused {request} on {at} although the channel has {} free and \
+            "the driver refused a {request} request on {at} although the channel has {} free and \
              a block that holds it",
             b(r.free)
         ),
