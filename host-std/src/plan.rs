@@ -15,11 +15,15 @@
 //! a model would. A model the runtime refuses for another reason is [`PlanError::Refused`].
 //!
 //! The plan is exact for everything the simulated device models (placement: docs/PLACEMENT.md)
-//! because it *is* that device's run. For the first device OOM it says how many bytes were
-//! missing (the failing request against the largest block that would have held a request like
-//! it at the moment of the failure, [`Nrt::last_oom_channel`]) and which changes make the model
-//! fit, each tried on a fresh scratch device: another logical core, another LNC size, leaving
-//! out models resident on its core.
+//! because it *is* that device's run. Every model says what it needs by usage type. A model
+//! refused for want of device memory names the channel and gets a [`Verdict`] — full,
+//! fragmented, hopeless — from what it needs on the channel against the channel's free bytes
+//! and blocks, never from which of its allocations happened to fail. For the first device OOM
+//! the plan also says how many bytes were missing (the failing request against the largest
+//! block that would have held a request like it at the moment of the failure,
+//! [`Nrt::last_oom_channel`]) and which changes make the model fit, each tried on a fresh
+//! scratch device: another logical core, another LNC size, leaving out models resident on its
+//! core.
 #![deny(unsafe_code)]
 
 use std::collections::hash_map::DefaultHasher;
@@ -552,6 +556,10 @@ struct Owned {
 /// A device OOM and its failing channel's figures at the moment of the failure.
 type OomAt = (nrt_core::Error, Option<FailingChannel>);
 
+/// The plan's first failure as the loop records it: the model's index, its core, the error,
+/// the OOM and the model's measure.
+type FirstFailure = (usize, i64, String, Option<OomAt>, Option<Measure>);
+
 /// What one step did on a scratch device.
 enum Step {
     Fit {
@@ -773,7 +781,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     let mut models = Vec::with_capacity(parsed.len());
     let mut landed: Vec<Option<i64>> = Vec::with_capacity(parsed.len());
     let mut owned = Vec::new();
-    let mut first: Option<(usize, i64, String, Option<OomAt>, Option<Measure>)> = None;
+    let mut first: Option<FirstFailure> = None;
     let mut frag = Vec::new();
     let mut measurer = Measurer::new(&cfg, allow_legacy);
     let sunda = stages_gpsimd(&nrt, 0);

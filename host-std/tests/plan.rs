@@ -379,6 +379,70 @@ fn fragmentation_is_found_whatever_the_allocation_order() {
 }
 
 #[test]
+fn a_cores_headroom_is_capped_by_its_channels_free_bytes() {
+    // trn2 at LNC 1: logical cores 0 and 1 (physical 0 and 1) both draw from HBM 0. 20 GiB on
+    // core 0 leaves core 1 its whole 24 GiB limit unused, but only HBM 0's ~4 GiB free.
+    let mut r = request("sim:trn2", &[("a".into(), huge_manifest(20 << 30))], false);
+    r.lnc_size = Some(1);
+    r.placements = vec![("a".into(), 0)];
+    let p = plan(&r).unwrap();
+    assert!(p.all_fit());
+    let h0 = &p.hbm[0];
+    assert!(h0.free < 4 << 30, "{h0:?}");
+    for c in &p.cores[..2] {
+        assert_eq!(c.headroom, h0.free, "core {}: {c:?}", c.index);
+    }
+    assert!(p.cores[1].limit - p.cores[1].used > h0.free);
+    // Every core, at either LNC size: never more than its channels have free.
+    for lnc in [1, 2] {
+        let mut r = request("sim:trn2", &[("a".into(), huge_manifest(20 << 30))], false);
+        r.lnc_size = Some(lnc);
+        let p = plan(&r).unwrap();
+        let per_core = 8 / p.cores.len() as u32;
+        for c in &p.cores {
+            let hbm = c.index as u32 * per_core / 2;
+            assert!(c.headroom <= p.hbm[hbm as usize].free, "LNC {lnc}: {c:?}");
+            assert!(c.headroom <= c.limit - c.used);
+        }
+    }
+}
+
+#[test]
+fn a_set_that_fits_in_total_bytes_but_not_in_any_block_is_reported() {
+    // trn1: 16 GiB channels, the last 1 GiB the small-object region. 13.5 GiB leaves about
+    // 1.5 GiB of the main pool plus the 1 GiB region: 2 GiB fits in total, in no block.
+    let mut r = request(
+        "sim:trn1",
+        &[
+            ("a".into(), huge_manifest(27 << 29)),
+            ("b".into(), huge_manifest(2 << 30)),
+        ],
+        false,
+    );
+    r.placements = vec![("a".into(), 0), ("b".into(), 0)];
+    let p = plan(&r).unwrap();
+    assert!(p.models[0].fits && !p.models[1].fits);
+    let o = p.first_failure.as_ref().unwrap().oom.as_ref().unwrap();
+    assert!(o.channel_free >= o.requested, "{o:?}");
+    assert_eq!(p.fragmentation.len(), 1);
+    let f = &p.fragmentation[0];
+    assert_eq!((f.model, f.file.as_str()), (1, "b"));
+    let r = &f.refusal;
+    assert_eq!(r.verdict, Verdict::Fragmented);
+    assert_eq!((r.device, r.hbm), (0, 0));
+    // Enough bytes free for the 2 GiB it needs, no block that holds it.
+    assert_eq!(r.needed, Some(2 << 30), "{r:?}");
+    assert!(r.free >= 2 << 30 && r.largest_free < 2 << 30, "{r:?}");
+    assert_eq!((r.request.size, r.request.align), (2 << 30, 0));
+    assert!(r.summary.contains("fragmented"), "{}", r.summary);
+    assert_eq!(p.models[1].refusal.as_ref(), Some(r));
+    let w = &p.first_failure.as_ref().unwrap().what_ifs;
+    assert!(w
+        .iter()
+        .any(|w| w.fits && w.change == "load it on logical core 1"));
+}
+
+#[test]
 fn a_thousand_tiny_models_plan_quickly() {
     let tiny = br#"{"format":"nrt-dmem-model/2","name":"tiny","allocations":[
         {"usage":"WEIGHT","location":"device","size":4096,"hint":"w"}]}"#

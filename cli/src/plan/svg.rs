@@ -700,7 +700,7 @@ mod tests {
             }
         }
         assert!(min_all >= 22.0);
-        // The palette this replaces had two teals 4 apart: the test would have caught them.
+        // The check has teeth: two teals ΔE 4 apart fail it.
         assert!(delta_e("#76b7b2", "#86bcb6") < 22.0);
     }
 

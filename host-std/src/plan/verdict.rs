@@ -130,8 +130,12 @@ enum Took {
 pub(super) struct Measurer {
     cfg: RuntimeConfig,
     allow_legacy: bool,
-    cache: HashMap<(usize, bool, i64, u32, u32, SharedPieces), Option<Measure>>,
+    cache: HashMap<MeasureKey, Option<Measure>>,
 }
+
+/// What a measure depends on: the model's parse (its `Rc`'s address) and whether its tensors
+/// are allocated, its logical core, the channel (device, HBM) and its core's shared pieces.
+type MeasureKey = (usize, bool, i64, u32, u32, SharedPieces);
 
 impl Measurer {
     /// A measurer for plans under `cfg` (a shared device is measured on a private device of
