@@ -9,14 +9,15 @@ use std::process::ExitCode;
 
 use nrt_bench::capi::{capi_threads, CapiThreads};
 use nrt_bench::{
-    dmem_path_vs_carve, exact_reuse, host_mem_pools, measure, measure_all, tensor_threads,
-    utilisation_over_seeds, CarveBench, FirstFitRef, GenallocBench, Measurement, OffsetBench,
-    RangeBench, SeedSpread, Trace, TraceSession, TraceSpec, CARVE_FINE_GRANULE, CARVE_GRANULE,
-    CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
+    dmem_path_vs_carve, exact_reuse, host_mem_pools, measure, measure_all, tensor_scale,
+    tensor_threads, utilisation_over_seeds, CarveBench, FirstFitRef, GenallocBench, Measurement,
+    OffsetBench, RangeBench, SeedSpread, Trace, TraceSession, TraceSpec, CARVE_FINE_GRANULE,
+    CARVE_GRANULE, CHANNEL, OFFSET_UNIT, REUSE_BLOCK,
 };
 use serde_json::json;
 
-const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem] [--threads] [--capi] [--host-mem]
+const USAGE: &str =
+    "usage: nrt-bench [--quick] [--json] [--dmem] [--threads] [--capi] [--host-mem] [--scale]
   --quick  small op counts (CI smoke): 10k churn ops, 3 repetitions
   --json   print only the JSON object (no human summary on stderr)
   --dmem   only the full dmem path vs the raw carve (keys dmem_path_ns_per_op,
@@ -25,7 +26,9 @@ const USAGE: &str = "usage: nrt-bench [--quick] [--json] [--dmem] [--threads] [-
            cores (keys tensor_threads_*)
   --capi   only the C API thread benchmark (keys capi_*)
   --host-mem only the VIRTUAL tensor pools, carve vs linked_list_allocator (keys
-           host_mem_*)";
+           host_mem_*)
+  --scale  only tensor allocate + free with 1 000 vs 200 000 live device tensors (keys
+           tensor_scale_*)";
 
 fn opt(x: Option<f64>) -> serde_json::Value {
     x.map_or(serde_json::Value::Null, |v| json!(v))
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
     let mut threads_only = false;
     let mut capi_only = false;
     let mut host_mem_only = false;
+    let mut scale_only = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => quick = true,
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
             "--threads" => threads_only = true,
             "--capi" => capi_only = true,
             "--host-mem" => host_mem_only = true,
+            "--scale" => scale_only = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -124,8 +129,23 @@ fn main() -> ExitCode {
         }
         serde_json::Value::Object(o)
     };
+    // Allocate + free at few and at many live tensors, each runtime as `nrt_init` builds it.
+    let scale_json = || {
+        let t = tensor_scale(quick);
+        json!({
+            "tensor_scale_few_live": opt(t.map(|t| t.few as f64)),
+            "tensor_scale_many_live": opt(t.map(|t| t.many as f64)),
+            "tensor_scale_few_ns_per_op": opt(t.map(|t| t.few_ns_per_op)),
+            "tensor_scale_many_ns_per_op": opt(t.map(|t| t.many_ns_per_op)),
+            "tensor_scale_many_vs_few_ratio": opt(t.map(|t| t.ratio)),
+        })
+    };
     if host_mem_only {
         println!("{}", host_mem_json());
+        return ExitCode::SUCCESS;
+    }
+    if scale_only {
+        println!("{}", scale_json());
         return ExitCode::SUCCESS;
     }
     if capi_only {
@@ -254,6 +274,9 @@ fn main() -> ExitCode {
     }
     if let (Some(o), serde_json::Value::Object(h)) = (out.as_object_mut(), host_mem_json()) {
         o.extend(h);
+    }
+    if let (Some(o), serde_json::Value::Object(t)) = (out.as_object_mut(), scale_json()) {
+        o.extend(t);
     }
 
     // The C API under threads, last: it brings up the process-global `libnrt` runtime.

@@ -230,3 +230,85 @@ pub fn tensor_threads(
         ratio,
     })
 }
+
+/// Tensor allocate + free throughput with few and with many tensors live (no runtime limit
+/// should make the many-tensor case slower than device memory does): `ratio` is ns/op at
+/// [`TensorScale::many`] live over ns/op at [`TensorScale::few`], the median of the
+/// per-repetition ratios (the two runtimes take turns within each repetition).
+#[derive(Copy, Clone, Debug)]
+pub struct TensorScale {
+    /// Live tensors of the few-tensor runtime.
+    pub few: usize,
+    /// Live tensors of the many-tensor runtime.
+    pub many: usize,
+    /// ns per (free a random live tensor + allocate one) at `few` live (median).
+    pub few_ns_per_op: f64,
+    /// The same at `many` live (median).
+    pub many_ns_per_op: f64,
+    /// Paired median of many / few.
+    pub ratio: f64,
+}
+
+/// [`TensorScale`] of 4 KiB DEVICE tensors on logical core 0 of a full-size simulated trn2,
+/// each runtime as `nrt_init` builds it (the std shim's default configuration: its arenas and
+/// the simulated driver's pools at their default sizes): 1 000 against 200 000 live (quick:
+/// 20 000). Each op frees a random live tensor and allocates its replacement, so the pools
+/// and arenas churn at that occupancy.
+pub fn tensor_scale(quick: bool) -> Option<TensorScale> {
+    use nrt_core::tensor::Placement;
+    use nrt_core::TensorHandle;
+    use nrt_host::config::RuntimeConfig;
+    use nrt_host::runtime::HostRuntime;
+
+    let (few, many, ops, reps) = if quick {
+        (1_000usize, 20_000usize, 5_000usize, 3)
+    } else {
+        (1_000, 200_000, 50_000, 7)
+    };
+    let start = || HostRuntime::start(RuntimeConfig::default()).ok();
+    let fill = |rt: &HostRuntime, n: usize| -> Option<Vec<TensorHandle>> {
+        let nrt = rt.nrt();
+        (0..n)
+            .map(|_| {
+                nrt.tensor_allocate(Placement::Device, LogicalCore::FIRST.into(), 4096, None)
+                    .ok()
+            })
+            .collect()
+    };
+    let churn = |rt: &HostRuntime, live: &mut [TensorHandle], rng: &mut StdRng| -> Option<f64> {
+        let nrt = rt.nrt();
+        let t0 = Instant::now();
+        for _ in 0..ops {
+            let i = rng.gen_range(0..live.len());
+            nrt.tensor_free(live[i]).ok()?;
+            live[i] = nrt
+                .tensor_allocate(Placement::Device, LogicalCore::FIRST.into(), 4096, None)
+                .ok()?;
+        }
+        Some(t0.elapsed().as_nanos() as f64 / ops as f64)
+    };
+    let (a, b) = (start()?, start()?);
+    let (mut la, mut lb) = (fill(&a, few)?, fill(&b, many)?);
+    let mut rng = StdRng::seed_from_u64(0x7363_616c);
+    // One warm-up pass each (page faults of fresh slots and nodes), then the measured reps.
+    churn(&a, &mut la, &mut rng)?;
+    churn(&b, &mut lb, &mut rng)?;
+    let (mut tf, mut tm) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        tf.push(churn(&a, &mut la, &mut rng)?);
+        tm.push(churn(&b, &mut lb, &mut rng)?);
+    }
+    for (rt, live) in [(&a, la), (&b, lb)] {
+        for t in live {
+            rt.nrt().tensor_free(t).ok()?;
+        }
+    }
+    let ratio = paired_median_ratio(&tm, &tf);
+    Some(TensorScale {
+        few,
+        many,
+        few_ns_per_op: median(&mut tf),
+        many_ns_per_op: median(&mut tm),
+        ratio,
+    })
+}

@@ -264,7 +264,7 @@ where
         Command::Layout(a) => Ok(layout::run(a)),
         Command::Neff(a) => neff::run(a, &mut out),
         Command::Plan(a) => plan::run(&cli.global, a, &mut out),
-        Command::Monitor(a) => monitor::run(a, &mut out).map(|()| 0),
+        Command::Monitor(a) => monitor::run(a, cli.global.device.as_ref(), &mut out),
     };
     let _ = out.flush();
     match r {
@@ -460,6 +460,15 @@ fn cmd_stats(
     scenario: Option<&std::path::Path>,
     out: &mut dyn Write,
 ) -> Result<i32, CliError> {
+    // A shared device's figures are read, not made: the demo workload is never loaded onto
+    // it (a scenario, asked for by name, still runs).
+    if scenario.is_none() {
+        let cfg = runtime_config(g, None, false)?;
+        if let nrt_host::config::DeviceChoice::Shared { name, .. } = cfg.device {
+            stats::shared_read_only(name.as_str(), json, out).map_err(CliError::input)?;
+            return Ok(0);
+        }
+    }
     let (mut s, source, code) = match scenario {
         Some(p) => {
             let sc = load_scenario(p)?;

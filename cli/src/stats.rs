@@ -81,6 +81,78 @@ pub struct Report {
     pub device_wide: Option<(String, usize, nrt_host::shared::reader::Snapshot)>,
 }
 
+/// The file of shared device `name` (in the shared device directory).
+fn shared_file(name: &str) -> std::path::PathBuf {
+    use nrt_host::shared::{shm_dir, FILE_PREFIX, FILE_SUFFIX};
+    shm_dir().join(format!("{FILE_PREFIX}{name}{FILE_SUFFIX}"))
+}
+
+/// `stats` of a shared device without a scenario: its device-wide figures, read-only (no
+/// join, no slot, no core, no model loaded; the file is unchanged). `Err` names what could
+/// not be read (no such device, a damaged file).
+pub fn shared_read_only(name: &str, json: bool, out: &mut dyn Write) -> Result<(), String> {
+    use nrt_host::shared::reader::SharedReader;
+    let path = shared_file(name);
+    if !path.exists() {
+        return Err(format!(
+            "shared device {name}: no such shared device (no process has opened it): {}",
+            path.display()
+        ));
+    }
+    let snap = SharedReader::open(&path)
+        .and_then(|r| r.read())
+        .map_err(|e| format!("shared device {name}: {e}"))?;
+    let io = |e: std::io::Error| e.to_string();
+    if json {
+        let v = json!({
+            "nrt_dmem": {
+                "device": format!("shared device {name}"),
+                "read_only": true,
+                "device_wide": super::monitor::device_wide_json(&path, name, None, &snap),
+            }
+        });
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        )
+        .map_err(io)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "shared device {name} ({}), read without joining it",
+        path.display()
+    )
+    .map_err(io)?;
+    for d in 0..snap.devices as usize {
+        writeln!(
+            out,
+            "  nd{d}: {} on the device",
+            fmt_bytes(snap.device_bytes(d))
+        )
+        .map_err(io)?;
+    }
+    for p in &snap.procs {
+        writeln!(
+            out,
+            "  pid {:>8}: {:>12}{}",
+            p.pid,
+            fmt_bytes(p.total_bytes()),
+            if p.alive {
+                ""
+            } else {
+                "  (gone, being reclaimed)"
+            }
+        )
+        .map_err(io)?;
+    }
+    if snap.procs.is_empty() {
+        writeln!(out, "  (no process)").map_err(io)?;
+    }
+    Ok(())
+}
+
 /// Gathers the report from a live session.
 pub fn collect(s: &Session, source: &str) -> Report {
     let nrt = s.nrt();
@@ -342,7 +414,7 @@ pub fn to_json(r: &Report) -> Value {
             }).collect::<Vec<_>>(),
             "driver_bytes_in_use": r.driver_bytes,
             "device_wide": r.device_wide.as_ref().map(|(name, slot, snap)| {
-                super::monitor::device_wide_json(name, *slot, snap)
+                super::monitor::device_wide_json(&shared_file(name), name, Some(*slot), snap)
             }),
         }
     })

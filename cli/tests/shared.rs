@@ -352,44 +352,48 @@ fn poke(file: &Path, offset: u64, bytes: &[u8]) {
 }
 
 #[test]
-fn a_file_of_another_layout_version_is_refused() {
+fn a_file_of_another_layout_version_is_refused_while_used_and_re_created_when_not() {
     let dir = shm_dir("version");
     let dev = "sim:trn2@version";
-    Worker::start(spawn(&dir, dev, "0", &[])).exit();
     let file = dir.join("nrt-dmem-version.shm");
+    let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
     // `Header::version` follows the 8-byte magic.
     poke(&file, 8, &(layout::LAYOUT_VERSION + 1).to_le_bytes());
-    let e = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
+    let e = Worker::try_start(spawn(&dir, dev, "1", &[])).err().unwrap();
     let theirs = format!("layout version {}", layout::LAYOUT_VERSION + 1);
     let ours = format!("uses version {}", layout::LAYOUT_VERSION);
     assert!(e.contains(&theirs) && e.contains(&ours), "{e}");
-    // Not touched: still refused the second time.
-    let e2 = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
+    assert!(e.contains("live processes still use it"), "{e}");
+    // Not touched: still refused the second time, and A still works.
+    let e2 = Worker::try_start(spawn(&dir, dev, "1", &[])).err().unwrap();
     assert_eq!(e, e2);
+    a.ok("alloc t 4096 0");
+    a.exit();
+    // Nobody uses it now: the next process re-creates it (with a warning).
+    let (w, warning) = start_logged(spawn(&dir, dev, "0", &[]));
+    assert!(
+        warning.contains(&theirs) && warning.contains("re-creating it"),
+        "{warning}"
+    );
+    w.exit();
 }
 
-#[test]
-fn a_corrupted_file_is_refused_never_trusted() {
-    let dir = shm_dir("corrupt");
-    let dev = "sim:trn2@corrupt";
-    let file = dir.join("nrt-dmem-corrupt.shm");
-    // A bad magic.
-    Worker::start(spawn(&dir, dev, "0", &[])).exit();
-    poke(&file, 0, b"garbage!");
-    let e = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
-    assert!(e.contains("not a shared device file"), "{e}");
-    std::fs::remove_file(&file).unwrap();
-    // Damaged pools while a process is live: a newcomer checks them and refuses.
-    let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
-    a.ok(&format!("alloc t {} 0", GIB));
-    poke(&file, layout::sim_offset() as u64, &[0xa5; 8192]);
-    let e = Worker::try_start(spawn(&dir, dev, "1", &[])).err().unwrap();
-    assert!(e.contains("corrupted pools"), "{e}");
-    drop(a);
-    // A truncated file.
-    std::fs::write(&file, b"short").unwrap();
-    let e = Worker::try_start(spawn(&dir, dev, "0", &[])).err().unwrap();
-    assert!(e.contains("too short"), "{e}");
+/// Starts a worker whose warnings are captured; returns it and its stderr up to `ready`.
+fn start_logged(mut cmd: Command) -> (Worker, String) {
+    let log = std::env::temp_dir().join(format!(
+        "nrt-worker-log-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    cmd.env("RUST_LOG", "warn")
+        .stderr(std::fs::File::create(&log).unwrap());
+    let w = Worker::start(cmd);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    (w, text)
 }
 
 /// A worker on core 0 of `dev` that is inside an allocation with the device lock held (its
@@ -630,7 +634,7 @@ fn the_monitor_reports_processes_in_json_and_as_a_table() {
         cores["0"]["tensors"].as_u64().unwrap() >= 3 * GIB,
         "{cores}"
     );
-    let dev0 = &r["neuron_hardware_info"]["devices"][0];
+    let dev0 = &r["nrt_dmem"]["devices"][0];
     assert_eq!(dev0["memory_used_bytes"], a.stats().1);
     assert_eq!(dev0["memory_total_bytes"], 96 * GIB);
     let table = run(&["monitor", "--count", "1"]);
@@ -945,7 +949,7 @@ fn plan_shows_what_other_processes_hold_on_each_channel() {
 }
 
 #[test]
-fn stats_reports_device_wide_figures_beside_its_own() {
+fn stats_reports_device_wide_figures_without_joining() {
     let dir = shm_dir("stats");
     let dev = "sim:trn2@stats";
     let mut a = Worker::start(spawn(&dir, dev, "4-5", &[]));
@@ -970,12 +974,819 @@ fn stats_reports_device_wide_figures_beside_its_own() {
     let dw = &v["nrt_dmem"]["device_wide"];
     assert_eq!(dw["name"], "stats");
     let procs = dw["neuron_runtime_data"].as_array().unwrap();
-    assert_eq!(procs.len(), 2, "{dw}");
+    assert_eq!(procs.len(), 1, "stats did not join: {dw}");
     let pa = procs.iter().find(|p| p["pid"] == a.pid).unwrap();
     assert_eq!(
         pa["report"]["memory_used"]["neuron_runtime_used_bytes"]["neuron_device"],
         a.stats().0
     );
-    assert_ne!(dw["this_process"], a.pid);
+    assert_eq!(dw["this_process"], serde_json::Value::Null);
     a.exit();
+}
+
+// ---- The monitor: neuron-monitor's report, /metrics, damaged files ----
+
+/// `nrt-dmem ARGS` in `dir` (the shared directory), no sysfs; its output.
+fn cli_in(dir: &Path, args: &[&str], extra: &[(&str, &str)]) -> std::process::Output {
+    let mut c = Command::new(CLI);
+    c.args(args)
+        .env("NRT_DMEM_SHM_DIR", dir)
+        .env("NRT_DMEM_SYSFS_ROOT", dir.join("no-sysfs"))
+        .env("RUST_LOG", "off");
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// One `monitor --json --count 1` report of `dir` and the exit code.
+fn report(dir: &Path) -> (serde_json::Value, Option<i32>) {
+    let o = cli_in(dir, &["monitor", "--json", "--count", "1"], &[]);
+    let line = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()
+        .map(str::to_string);
+    let v = line.map_or(serde_json::Value::Null, |l| {
+        serde_json::from_str(&l).unwrap()
+    });
+    (v, o.status.code())
+}
+
+/// A monitor serving `/metrics` on a port of the kernel's choosing.
+struct Served {
+    child: Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path, interval: &str) -> Served {
+    let mut child = Command::new(CLI)
+        .args(["monitor", "--listen", "127.0.0.1:0", "--interval", interval])
+        .env("NRT_DMEM_SHM_DIR", dir)
+        .env("NRT_DMEM_SYSFS_ROOT", dir.join("no-sysfs"))
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    Served { child, addr }
+}
+
+/// Sends `raw` to `addr` and reads the answer until the server closes (10 s at most).
+fn http(addr: std::net::SocketAddr, raw: &[u8]) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(raw);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn get(addr: std::net::SocketAddr, path: &str) -> String {
+    http(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+}
+
+/// Whether `tool` runs here; without it a test that needs it skips, unless CI installed it
+/// (`NRT_REQUIRE_TOOLS`), where it fails.
+fn have(tool: &str, args: &[&str]) -> bool {
+    let ok = Command::new(tool)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("NRT_REQUIRE_TOOLS").is_none(),
+            "{tool} is required (NRT_REQUIRE_TOOLS) but does not run"
+        );
+        eprintln!("skipped: {tool} is not installed");
+    }
+    ok
+}
+
+#[test]
+fn the_json_report_is_neuron_monitors_and_its_consumers_parse_it() {
+    let dir = shm_dir("consumers");
+    let dev = "sim:trn2@cons";
+    let mut a = Worker::start(spawn(&dir, dev, "0", &[("NEURON_PROCESS_TAG", "app-a")]));
+    a.ok(&format!("load {MODEL} 0 r"));
+    let mut b = Worker::start(spawn(
+        &dir,
+        dev,
+        "3",
+        &[("NEURON_RT_VIRTUAL_CORE_SIZE", "2")],
+    ));
+    b.ok(&format!("alloc t {GIB} 0"));
+    let dmi = dir.join("dmi");
+    std::fs::create_dir_all(&dmi).unwrap();
+    let o = cli_in(
+        &dir,
+        &["monitor", "--json", "--count", "2", "--interval", "0.1"],
+        &[("NRT_DMEM_DMI_ROOT", dmi.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json = String::from_utf8(o.stdout).unwrap();
+    let r: serde_json::Value = serde_json::from_str(json.lines().nth(1).unwrap()).unwrap();
+    // Off EC2: every instance field empty, and the error says why.
+    assert_eq!(r["instance_info"]["instance_id"], "");
+    assert!(r["instance_info"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("not an EC2"));
+    let hw = &r["neuron_hardware_info"];
+    assert_eq!(hw["neuron_device_type"], "trainium2");
+    assert_eq!(hw["neuron_device_memory_size"], 96 * GIB);
+    // A (the first live process) runs at LNC 1: 8 logical cores per device.
+    assert_eq!(hw["logical_neuroncore_config"], 1);
+    assert_eq!(hw["neuroncore_per_device_count"], 8);
+    let rts = r["neuron_runtime_data"].as_array().unwrap();
+    let pa = rts.iter().find(|p| p["pid"] == a.pid).unwrap();
+    let pb = rts.iter().find(|p| p["pid"] == b.pid).unwrap();
+    assert_eq!(pa["neuron_runtime_tag"], "app-a");
+    assert_eq!(
+        pb["neuron_runtime_tag"],
+        b.pid.to_string(),
+        "no tag: the pid"
+    );
+    assert!(pa["address"]
+        .as_str()
+        .unwrap()
+        .contains("nrt-dmem-cons.shm"));
+    let mu = &pa["report"]["memory_used"];
+    assert_eq!(mu["error"], "");
+    assert!(mu["period"].as_f64().unwrap() > 0.05, "measured: {mu}");
+    let model = &mu["loaded_models"][0];
+    assert_eq!(model["name"], "r");
+    let sg = &model["subgraphs"]["sg_00"];
+    assert_eq!(sg["neuroncore_index"], 0);
+    assert!(sg["memory_used_bytes"]["neuron_device"].as_u64().unwrap() > 0);
+    // B runs at LNC 2 on logical core 3 (physical 6 and 7): keyed by its logical core.
+    let cores = &pb["report"]["memory_used"]["neuron_runtime_used_bytes"]["usage_breakdown"]
+        ["neuroncore_memory_usage"];
+    assert_eq!(
+        cores.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["3"],
+        "{cores}"
+    );
+    assert_eq!(cores["3"]["tensors"], GIB);
+    let sys = &r["system_data"];
+    assert!(sys["memory_info"]["memory_total_bytes"].as_u64().unwrap() > 0);
+    assert!(!sys["vcpu_usage"]["usage_data"]
+        .as_object()
+        .unwrap()
+        .is_empty());
+    // On EC2 the DMI table names the instance.
+    std::fs::write(dmi.join("sys_vendor"), "Amazon EC2\n").unwrap();
+    std::fs::write(dmi.join("product_name"), "trn2.48xlarge\n").unwrap();
+    std::fs::write(dmi.join("board_asset_tag"), "i-0123456789abcdef0\n").unwrap();
+    let o = cli_in(
+        &dir,
+        &["monitor", "--json", "--count", "1"],
+        &[("NRT_DMEM_DMI_ROOT", dmi.to_str().unwrap())],
+    );
+    let ec2: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(ec2["instance_info"]["instance_type"], "trn2.48xlarge");
+    assert_eq!(ec2["instance_info"]["instance_id"], "i-0123456789abcdef0");
+
+    // A consumer of the documented input (what neuron-monitor-prometheus.py reads).
+    if have("python3", &["-c", "import prometheus_client"]) {
+        let consumer = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/consumers/neuron_monitor_json.py"
+        );
+        let mut p = Command::new("python3")
+            .arg(consumer)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        p.stdin.take().unwrap().write_all(json.as_bytes()).unwrap();
+        let out = p.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("neuron_runtime_memory_used_bytes{")
+                    && l.contains("runtime_tag=\"app-a\"")
+                    && l.contains("memory_location=\"neuron_device\"")),
+            "{text}"
+        );
+        assert!(text.contains("neuroncore_memory_usage_tensors{"), "{text}");
+        assert!(text.contains("system_vcpu_count{"), "{text}");
+    }
+    // AWS's own script, where the environment provides it (it is not shipped here).
+    if let Some(script) = std::env::var_os("NEURON_MONITOR_PROMETHEUS_PY") {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut p = Command::new("python3")
+            .arg(script)
+            .args(["--port", &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = p.stdin.take().unwrap();
+        stdin.write_all(json.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let t0 = Instant::now();
+        let mut text = String::new();
+        while t0.elapsed() < Duration::from_secs(10) && !text.contains("runtime_tag=\"app-a\"") {
+            std::thread::sleep(Duration::from_millis(200));
+            if std::net::TcpStream::connect(addr).is_ok() {
+                text = get(addr, "/metrics");
+            }
+        }
+        let _ = p.kill();
+        let out = p.wait_with_output().unwrap();
+        assert!(text.contains("runtime_tag=\"app-a\""), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("Traceback"), "{err}");
+    }
+    a.exit();
+    b.exit();
+}
+
+#[test]
+fn a_real_prometheus_scrapes_metrics_and_the_dashboards_queries_answer() {
+    let dir = shm_dir("prom");
+    let mut a = Worker::start(spawn(
+        &dir,
+        "sim:trn2@prom",
+        "0",
+        &[("NEURON_PROCESS_TAG", "scraped")],
+    ));
+    a.ok(&format!("alloc t {GIB} 0"));
+    let own = a.stats().0;
+    let m = serve(&dir, "0.2");
+    std::thread::sleep(Duration::from_millis(300));
+    let page = get(m.addr, "/metrics");
+    let (head, body) = page.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    // The names and labels AWS's script makes, which the CloudWatch agent's Neuron scrape
+    // keeps (`neuron.*|system_.*|execution_.*`) and decorates (`neuroncore`, the hardware
+    // info's device and core counts, `runtime_tag`, `memory_location`).
+    for want in [
+        "neuron_runtime_memory_used_bytes{",
+        "runtime_tag=\"scraped\"",
+        "neuroncore_memory_usage_tensors{",
+        "neuroncore=\"0\"",
+        "memory_location=\"None\"",
+        "neuron_hardware_info{",
+        "neuron_device_count=\"1\"",
+        "neuroncore_per_device_count=\"8\"",
+        "instance_info{",
+        "system_memory_total_bytes{",
+        "system_vcpu_usage_ratio{",
+        "nrt_dmem_hbm_largest_free_block_bytes{",
+    ] {
+        assert!(body.contains(want), "{want} missing:\n{body}");
+    }
+    // The serving monitor's own memory (anonymous RSS; the binary's pages and the device
+    // files it maps are shared) stays within the 8 MiB budget.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", m.child.id())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(rss_kib <= 8 * 1024, "anonymous RSS {rss_kib} KiB");
+
+    if have("promtool", &["--version"]) {
+        let mut p = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        let out = p.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Exit 3 is lint only; the one lint allowed is AWS's own name `system_vcpu_count`.
+        assert!(matches!(out.status.code(), Some(0 | 3)), "{said}");
+        for l in said.lines().filter(|l| !l.trim().is_empty()) {
+            assert!(l.starts_with("system_vcpu_count "), "promtool: {said}");
+        }
+    }
+    if !have("prometheus", &["--version"]) {
+        a.exit();
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: \
+             nrt-dmem\n    static_configs:\n      - targets: ['{}']\n",
+            m.addr
+        ),
+    )
+    .unwrap();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let api: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let query = |q: &str| -> serde_json::Value {
+        let enc: String = q
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"_.-".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let page = get(api, &format!("/api/v1/query?query={enc}"));
+        let body = page.split_once("\r\n\r\n").map_or("", |x| x.1);
+        // Prometheus answers chunked or not; the JSON object is what lies between the braces.
+        let (s, e) = (body.find('{'), body.rfind('}'));
+        match (s, e) {
+            (Some(s), Some(e)) => serde_json::from_str(&body[s..=e]).unwrap_or_default(),
+            _ => serde_json::Value::Null,
+        }
+    };
+    let per_process = "neuron_runtime_memory_used_bytes{runtime_tag=\"scraped\",memory_location=\"neuron_device\"}";
+    let t0 = Instant::now();
+    let mut got = serde_json::Value::Null;
+    while t0.elapsed() < Duration::from_secs(40) {
+        std::thread::sleep(Duration::from_millis(500));
+        if std::net::TcpStream::connect(api).is_err() {
+            continue;
+        }
+        got = query(per_process);
+        if got["data"]["result"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+        {
+            break;
+        }
+    }
+    let value = got["data"]["result"][0]["value"][1].as_str().unwrap_or("");
+    assert_eq!(value, own.to_string(), "{got}");
+    // The memory, instance and system panels of AWS's dashboard (neuron-monitor-grafana.json).
+    for q in [
+        "instance_info",
+        "count(instance_info)",
+        "sum (system_vcpu_count)",
+        "avg(sum by (instance_id) (system_vcpu_usage_ratio))",
+        "avg(system_memory_used_bytes / system_memory_total_bytes)",
+        "avg by (memory_location) (sum by (instance_id, memory_location) (neuron_runtime_memory_used_bytes))",
+        "avg by (usage_type) (system_vcpu_usage_ratio)",
+        "avg(system_memory_used_bytes)",
+    ] {
+        let r = query(q);
+        assert_eq!(r["status"], "success", "{q}: {r}");
+        assert!(
+            r["data"]["result"].as_array().is_some_and(|v| !v.is_empty()),
+            "{q}: no data: {r}"
+        );
+    }
+    let _ = prom.kill();
+    let _ = prom.wait();
+    a.exit();
+}
+
+#[test]
+fn the_last_process_killed_is_reclaimed_within_a_second_by_the_monitor() {
+    let dir = shm_dir("lastkill");
+    let mut a = Worker::start(spawn(&dir, "sim:trn2@last", "0", &[]));
+    a.ok(&format!("alloc t {GIB} 0"));
+    // A long report interval: reclaiming is the monitor's 100 ms look, not its reports.
+    let _m = serve(&dir, "30");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(figures(&dir, "last").device_bytes(0), GIB);
+    a.kill9();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(1) && !figures(&dir, "last").procs.is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let f = figures(&dir, "last");
+    assert!(
+        f.procs.is_empty(),
+        "not reclaimed within 1 s: {:?}",
+        f.procs
+    );
+    assert_eq!(f.device_bytes(0), 0);
+    assert_eq!(f.reclaimed, 1);
+}
+
+#[test]
+fn metrics_requests_that_are_huge_slow_malformed_or_not_get_are_refused() {
+    let dir = shm_dir("http");
+    let a = Worker::start(spawn(&dir, "sim:trn2@http", "0", &[]));
+    let m = serve(&dir, "0.2");
+    let status = |r: &str| r.lines().next().unwrap_or("").to_string();
+    assert!(status(&get(m.addr, "/healthz")).contains("200"));
+    assert!(status(&http(m.addr, b"POST /metrics HTTP/1.1\r\n\r\n")).contains("405"));
+    assert!(status(&http(m.addr, b"DELETE / HTTP/1.1\r\n\r\n")).contains("405"));
+    assert!(status(&get(m.addr, "/../etc/passwd")).contains("404"));
+    assert!(status(&http(m.addr, b"GARBAGE\r\n\r\n")).contains("400"));
+    assert!(status(&http(m.addr, b"\x00\x01\x02\xff\r\n\r\n")).contains("400"));
+    let huge = format!(
+        "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    assert!(status(&http(m.addr, huge.as_bytes())).contains("431"));
+    // A slow client holds nothing up: others are served meanwhile, and it is cut off.
+    let mut slow = std::net::TcpStream::connect(m.addr).unwrap();
+    slow.write_all(b"GET /met").unwrap();
+    let t0 = Instant::now();
+    assert!(status(&get(m.addr, "/metrics")).contains("200"));
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = String::new();
+    use std::io::Read;
+    let _ = slow.read_to_string(&mut rest);
+    assert!(rest.contains("408"), "{rest}");
+    // More connections than it keeps: the extra ones are closed, the server goes on.
+    let held: Vec<_> = (0..80)
+        .map(|_| std::net::TcpStream::connect(m.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(held);
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    let mut ok = false;
+    while !ok && t0.elapsed() < Duration::from_secs(8) {
+        ok = status(&get(m.addr, "/metrics")).contains("200");
+    }
+    assert!(ok);
+    a.exit();
+}
+
+/// Truncates (or extends) `file` to `len` bytes.
+fn truncate(file: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+/// Pseudo-random bytes (xorshift), so the test needs no crate.
+fn noise(n: usize, mut x: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A way to damage a file: its name and what it does to the file.
+type Damage = (&'static str, Box<dyn Fn(&Path)>);
+
+/// The ways a file is damaged, each applied to `file`.
+fn damages() -> Vec<Damage> {
+    vec![
+        ("truncated to 0 B", Box::new(|f: &Path| truncate(f, 0))),
+        ("truncated to 100 B", Box::new(|f: &Path| truncate(f, 100))),
+        ("truncated to 4 KiB", Box::new(|f: &Path| truncate(f, 4096))),
+        (
+            "truncated to 1 MiB",
+            Box::new(|f: &Path| truncate(f, 1 << 20)),
+        ),
+        ("bad magic", Box::new(|f: &Path| poke(f, 0, b"garbage!"))),
+        (
+            "random bytes in the pools",
+            Box::new(|f: &Path| poke(f, layout::sim_offset() as u64, &noise(64 * 1024, 7))),
+        ),
+    ]
+}
+
+#[test]
+fn a_damaged_file_without_live_processes_is_re_created_with_a_warning() {
+    let dir = shm_dir("damaged-idle");
+    let dev = "sim:trn2@dmg";
+    let file = dir.join("nrt-dmem-dmg.shm");
+    for (what, damage) in damages() {
+        let mut w = Worker::start(spawn(&dir, dev, "0", &[]));
+        w.ok(&format!("alloc t {GIB} 0"));
+        w.exit();
+        damage(&file);
+        let (mut w, log) = start_logged(spawn(&dir, dev, "0", &[]));
+        w.ok(&format!("alloc t {GIB} 0"));
+        assert_eq!(w.audit(), (1, GIB), "{what}");
+        if what.contains("100 B")
+            || what.contains("4 KiB")
+            || what.contains("1 MiB")
+            || what.contains("magic")
+        {
+            assert!(log.contains("re-creating it"), "{what}: {log}");
+        }
+        let (r, code) = report(&dir);
+        assert_eq!(code, Some(0), "{what}: {r}");
+        assert_eq!(
+            r["nrt_dmem"]["devices"][0]["memory_used_bytes"], GIB,
+            "{what}"
+        );
+        w.exit();
+    }
+}
+
+#[test]
+fn a_damaged_file_under_live_processes_is_reported_never_read() {
+    let dir = shm_dir("damaged-live");
+    let dev = "sim:trn2@live";
+    let file = dir.join("nrt-dmem-live.shm");
+    let mut cases = damages();
+    cases.push((
+        "counters beyond the device",
+        Box::new(|f: &Path| {
+            // The first counter of nd0 core 0 (the header and slots precede the counters).
+            let off = (size_of::<layout::Header>()
+                + layout::MAX_PROCESSES * size_of::<layout::ProcSlot>())
+                as u64;
+            poke(f, off, &(3u64 << 60).to_le_bytes());
+        }),
+    ));
+    for (what, damage) in cases {
+        let _ = std::fs::remove_file(&file);
+        let mut a = Worker::start(spawn(&dir, dev, "0", &[]));
+        a.ok(&format!("alloc t {GIB} 0"));
+        damage(&file);
+        let (r, code) = report(&dir);
+        assert_eq!(code, Some(1), "{what}: {r}");
+        let errors = r["nrt_dmem"]["errors"].to_string();
+        assert!(errors.contains("nrt-dmem-live.shm"), "{what}: {errors}");
+        assert_eq!(
+            r["neuron_runtime_data"],
+            serde_json::json!([]),
+            "{what}: no numbers"
+        );
+        assert_eq!(r["nrt_dmem"]["devices"], serde_json::json!([]), "{what}");
+        if !what.contains("counters") {
+            let e = Worker::try_start(spawn(&dir, dev, "1", &[])).err().unwrap();
+            assert!(!e.is_empty(), "{what}: a newcomer is refused");
+        }
+        if what.contains("truncated") {
+            // No SIGBUS: the process is told on its next call and lives on.
+            let r = a.cmd("alloc u 4096 0");
+            assert!(r.starts_with("err"), "{what}: {r}");
+        }
+        a.exit();
+    }
+}
+
+#[test]
+fn symlinks_and_files_not_shared_with_this_user_are_refused() {
+    let dir = shm_dir("owner");
+    let target = dir.join("target");
+    std::fs::write(&target, b"not a device").unwrap();
+    std::os::unix::fs::symlink(&target, dir.join("nrt-dmem-link.shm")).unwrap();
+    let e = Worker::try_start(spawn(&dir, "sim:trn2@link", "0", &[]))
+        .err()
+        .unwrap();
+    assert!(e.contains("symbolic link"), "{e}");
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"not a device",
+        "never followed"
+    );
+    let (r, code) = report(&dir);
+    assert_eq!(code, Some(1));
+    assert!(
+        r["nrt_dmem"]["errors"]
+            .to_string()
+            .contains("symbolic link"),
+        "{r}"
+    );
+    std::fs::remove_file(dir.join("nrt-dmem-link.shm")).unwrap();
+
+    // The creation mode (a monitor of the group may read).
+    let w = Worker::start(spawn(
+        &dir,
+        "sim:trn2@mode",
+        "0",
+        &[("NRT_DMEM_SHM_MODE", "0640")],
+    ));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.join("nrt-dmem-mode.shm"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o640);
+    w.exit();
+    let e = Worker::try_start(spawn(
+        &dir,
+        "sim:trn2@bad",
+        "0",
+        &[("NRT_DMEM_SHM_MODE", "0777")],
+    ))
+    .err()
+    .unwrap();
+    assert!(e.contains("NRT_DMEM_SHM_MODE"), "{e}");
+
+    // Another user's private file: refused even to root, with or without its processes.
+    // SAFETY: `geteuid` has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: changing a file's owner needs root");
+        return;
+    }
+    let file = dir.join("nrt-dmem-theirs.shm");
+    let a = Worker::start(spawn(&dir, "sim:trn2@theirs", "0", &[]));
+    std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
+    let e = Worker::try_start(spawn(&dir, "sim:trn2@theirs", "1", &[]))
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("owned by uid 65534") && e.contains("0600"),
+        "{e}"
+    );
+    a.exit();
+    let e = Worker::try_start(spawn(&dir, "sim:trn2@theirs", "1", &[]))
+        .err()
+        .unwrap();
+    assert!(e.contains("owned by uid 65534"), "{e}");
+    // Shared by its mode: admitted.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    Worker::start(spawn(&dir, "sim:trn2@theirs", "1", &[])).exit();
+}
+
+#[test]
+fn a_monitor_that_loses_its_directory_says_so_and_keeps_serving() {
+    let dir = shm_dir("lostdir");
+    let a = Worker::start(spawn(&dir, "sim:trn2@lost", "0", &[]));
+    let m = serve(&dir, "0.1");
+    assert!(get(m.addr, "/metrics").contains("nrt_dmem_monitor_errors{} 0"));
+    a.exit();
+    std::fs::remove_dir_all(&*dir).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let page = get(m.addr, "/metrics");
+    assert!(page.contains("nrt_dmem_monitor_errors{} 1"), "{page}");
+    let o = cli_in(&dir, &["monitor", "--json", "--count", "1"], &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "nothing to watch at start is bad input"
+    );
+    std::fs::create_dir_all(&*dir).unwrap();
+}
+
+#[test]
+fn stats_of_a_shared_device_is_read_only_and_monitor_device_picks_one() {
+    let dir = shm_dir("readonly");
+    let mut a = Worker::start(spawn(&dir, "sim:trn2@one", "0", &[]));
+    a.ok(&format!("alloc t {GIB} 0"));
+    let b = Worker::start(spawn(&dir, "sim:trn2@two", "0", &[]));
+    let before = figures(&dir, "one");
+    let o = cli_in(&dir, &["stats", "--device", "sim:trn2@one", "--json"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["nrt_dmem"]["read_only"], true);
+    assert_eq!(
+        v["nrt_dmem"]["device_wide"]["neuron_runtime_data"][0]["pid"],
+        a.pid
+    );
+    let after = figures(&dir, "one");
+    assert_eq!(after.procs.len(), 1, "stats joined nothing");
+    assert_eq!(after.counters, before.counters, "and loaded nothing");
+    let o = cli_in(&dir, &["stats", "--device", "sim:trn2@none"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = cli_in(
+        &dir,
+        &[
+            "monitor",
+            "--json",
+            "--count",
+            "1",
+            "--device",
+            "sim:trn2@two",
+        ],
+        &[],
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pids: Vec<_> = r["neuron_runtime_data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].clone())
+        .collect();
+    assert_eq!(pids, [serde_json::json!(b.pid)]);
+    let o = cli_in(
+        &dir,
+        &["monitor", "--count", "1", "--device", "sim:trn2"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    a.exit();
+    b.exit();
+}
+
+/// A worker in a "pod" of its own: private `/dev/shm` (a fresh tmpfs) and pid namespace
+/// (`unshare`), sharing only `dir` with the others.
+fn in_pod(dir: &Path, device: &str, cores: &str, tag: &str) -> Command {
+    let inner = spawn(dir, device, cores, &[("NEURON_PROCESS_TAG", tag)]);
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--pid", "--fork", "--kill-child", "sh", "-c"])
+        .arg("mount -t tmpfs none /dev/shm && exec \"$0\"")
+        .arg(WORKER);
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    c
+}
+
+#[test]
+fn pods_sharing_only_a_host_directory_co_locate_and_see_each_other() {
+    // SAFETY: `geteuid` has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !have("unshare", &["--mount", "--pid", "--fork", "true"]) {
+        eprintln!("skipped: needs root and unshare (mount and pid namespaces)");
+        return;
+    }
+    let dir = shm_dir("pods");
+    let dev = "sim:trn2@pods";
+    let mut a = Worker::start(in_pod(&dir, dev, "0", "pod-a"));
+    a.ok(&format!("alloc t {GIB} 0"));
+    // Each pod's process is pid 1 of its namespace: liveness is the lock, not the pid.
+    assert_eq!(a.pid, 1);
+    let e = Worker::try_start(in_pod(&dir, dev, "0", "pod-b"))
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("NeuronCore 0 of nd0 is held"),
+        "exclusive across pods: {e}"
+    );
+    let mut b = Worker::start(in_pod(&dir, dev, "1", "pod-b"));
+    b.ok(&format!("alloc t {GIB} 0"));
+    assert_eq!(b.stats().1, 2 * GIB, "B sees A's bytes on the device");
+    let (r, code) = report(&dir);
+    assert_eq!(code, Some(0), "{r}");
+    let tags: Vec<_> = r["neuron_runtime_data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["neuron_runtime_tag"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(tags, ["pod-a", "pod-b"]);
+    // Without the shared directory each pod has a device of its own in its private
+    // /dev/shm: no exclusivity, no visibility.
+    let mut c = in_pod(&dir, dev, "0", "pod-c");
+    c.env_remove("NRT_DMEM_SHM_DIR");
+    let mut alone = Worker::start(c);
+    assert_eq!(alone.stats().1, 0);
+    alone.exit();
+    a.exit();
+    b.exit();
 }

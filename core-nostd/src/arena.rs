@@ -771,23 +771,55 @@ impl<T: ZeroValid> Arena<T> {
         }
     }
 
-    /// The slots live at the moment each is looked at (lock-free; for sweeps when no other
-    /// thread allocates or frees, so the answer cannot go stale under the caller).
+    /// The slots live at the moment each is looked at (for sweeps when no other thread
+    /// allocates or frees, so the answer cannot go stale under the caller). Only the slots a
+    /// shard ever handed out are looked at, so a sweep costs what was used, not the capacity.
     pub fn live_slots(&self) -> impl Iterator<Item = NonNull<T>> + '_ {
-        (0..self.cap as usize)
-            .filter(|&i| self.live_flag(i).load(Ordering::Acquire) == 1)
-            // SAFETY: in bounds of the bound storage; a slot pointer is never null.
+        let ranges: [UsedRange; MAX_SHARDS] = core::array::from_fn(|s| {
+            if s < self.nshards as usize {
+                UsedRange::of(&self.shards[s].books.lock())
+            } else {
+                UsedRange::EMPTY
+            }
+        });
+        self.live_in(ranges)
+    }
+
+    /// The live slots among `ranges` (each shard's used range), in shard order.
+    fn live_in(&self, ranges: [UsedRange; MAX_SHARDS]) -> impl Iterator<Item = NonNull<T>> + '_ {
+        ranges
+            .into_iter()
+            .flat_map(UsedRange::indices)
+            .filter(|&i| i < self.cap as usize && self.live_flag(i).load(Ordering::Acquire) == 1)
+            // SAFETY: in bounds of the bound storage (checked above); a slot pointer is
+            // never null.
             .map(|i| unsafe { NonNull::new_unchecked((*self.slots.add(i)).get()) })
     }
 
     /// Calls `f` on every live slot, with every shard's lock held (`f` must not call back
     /// into the arena).
     pub fn for_each_live(&self, mut f: impl FnMut(NonNull<T>)) {
-        let _guards: [_; MAX_SHARDS] = core::array::from_fn(|s| {
+        self.for_each_live_while(|p| {
+            f(p);
+            true
+        });
+    }
+
+    /// Calls `f` on live slots, with every shard's lock held, until it returns `false` (`f`
+    /// must not call back into the arena).
+    fn for_each_live_while(&self, mut f: impl FnMut(NonNull<T>) -> bool) {
+        let guards: [_; MAX_SHARDS] = core::array::from_fn(|s| {
             (s < self.nshards as usize).then(|| self.shards[s].books.lock())
         });
-        for p in self.live_slots() {
-            f(p);
+        let ranges = core::array::from_fn(|s| {
+            guards[s]
+                .as_ref()
+                .map_or(UsedRange::EMPTY, |b| UsedRange::of(b))
+        });
+        for p in self.live_in(ranges) {
+            if !f(p) {
+                break;
+            }
         }
     }
 
@@ -798,11 +830,10 @@ impl<T: ZeroValid> Arena<T> {
         let mut live = [NonNull::<T>::dangling(); 64];
         loop {
             let mut n = 0;
-            self.for_each_live(|p| {
-                if n < live.len() {
-                    live[n] = p;
-                    n += 1;
-                }
+            self.for_each_live_while(|p| {
+                live[n] = p;
+                n += 1;
+                n < live.len()
             });
             if n == 0 {
                 return;
@@ -811,6 +842,39 @@ impl<T: ZeroValid> Arena<T> {
                 f(p);
             }
         }
+    }
+}
+
+/// The slots one shard has handed out at least once: `start + (first + j) % len` for
+/// `j < count` (its fresh cursor's range; freed slots come back from inside it).
+#[derive(Copy, Clone)]
+struct UsedRange {
+    start: u32,
+    len: u32,
+    first: u32,
+    count: u32,
+}
+
+impl UsedRange {
+    const EMPTY: UsedRange = UsedRange {
+        start: 0,
+        len: 0,
+        first: 0,
+        count: 0,
+    };
+
+    fn of(b: &ShardBooks) -> Self {
+        UsedRange {
+            start: b.start,
+            len: b.len,
+            first: b.fresh_start,
+            count: b.bump.min(b.len),
+        }
+    }
+
+    fn indices(self) -> impl Iterator<Item = usize> {
+        (0..self.count)
+            .map(move |j| (self.start + (self.first.wrapping_add(j)) % self.len.max(1)) as usize)
     }
 }
 
@@ -864,6 +928,170 @@ impl<T: ZeroValid> Drop for Fresh<'_, T> {
             .books
             .lock()
             .cancel(self.idx as u32);
+    }
+}
+
+/// `K` entries of a [`Chain`]: the slot type of the arena a chain draws from. Valid when
+/// all-zero (no next chunk, zeroed entries).
+#[repr(C)]
+pub struct Chunk<E, const K: usize> {
+    /// Slot index + 1 of the next chunk of the chain (0: the last).
+    next: u32,
+    _pad: u32,
+    entries: [E; K],
+}
+
+// SAFETY: integers and an array of `E`, each valid all-zero.
+unsafe impl<E: ZeroValid, const K: usize> ZeroValid for Chunk<E, K> {}
+
+/// A growable list of entries in chunks of a chunk arena (`Arena<Chunk<E, K>>`): what a model's
+/// IO table, a tensor set's entries and an execution's bound tensors are, so none of them has a
+/// fixed length and memory grows with what is stored. All-zero is the empty chain.
+///
+/// A chain owns its chunks the way a `Box` owns its value: it is not `Copy` or `Clone`, its
+/// chunks are on no other chain, and they are reached only through it (shared access through
+/// `&Chain`, exclusive through `&mut Chain`). It is always used with the one arena its chunks
+/// came from (a crate-internal contract: each chain lives in one place that names one arena),
+/// and given back with [`Arena::chain_clear`]; dropping a non-empty chain leaks its chunks
+/// (they stay allocated), nothing worse.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Chain {
+    /// Slot index + 1 of the first chunk (0: empty).
+    first: u32,
+    /// Slot index + 1 of the last chunk.
+    last: u32,
+    /// Entries in the chain.
+    len: u32,
+}
+
+// SAFETY: three integers; zero is the empty chain.
+unsafe impl ZeroValid for Chain {}
+
+impl Chain {
+    /// An empty chain.
+    pub const EMPTY: Chain = Chain {
+        first: 0,
+        last: 0,
+        len: 0,
+    };
+
+    /// Entries in the chain.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the chain holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<E: ZeroValid, const K: usize> Arena<Chunk<E, K>> {
+    /// The chunk at slot `idx1 - 1` (`idx1` as a chain stores it), if that is a slot.
+    fn chunk(&self, idx1: u32) -> Option<*mut Chunk<E, K>> {
+        let i = idx1.checked_sub(1)?;
+        // SAFETY: in bounds of the bound storage (`i < cap`); no reference is created.
+        (i < self.cap).then(|| unsafe { (*self.slots.add(i as usize)).get() })
+    }
+
+    /// Appends a zeroed entry to `c` and returns it, taking a new chunk (from shard `shard`)
+    /// when the last one is full. [`ArenaFull`] (naming `name`) leaves `c` as it was.
+    pub fn chain_push<'c>(
+        &self,
+        c: &'c mut Chain,
+        shard: usize,
+        name: &'static str,
+    ) -> Result<&'c mut E, ArenaFull> {
+        let at = c.len as usize % K;
+        if at == 0 || c.last == 0 {
+            let (p, idx) = self.take_slot(name, false, shard)?;
+            // SAFETY: the slot is not live (it was free or fresh), so nobody references it;
+            // zero bytes are a valid chunk (ZeroValid).
+            unsafe { core::ptr::write_bytes(p, 0, 1) };
+            self.live_flag(idx).store(1, Ordering::Release);
+            let idx1 = idx as u32 + 1;
+            match self.chunk(c.last) {
+                // SAFETY: `c.last` is a chunk of this chain, which `&mut c` owns exclusively.
+                Some(last) => unsafe { (*last).next = idx1 },
+                None => c.first = idx1,
+            }
+            c.last = idx1;
+        }
+        let last = self.chunk(c.last).ok_or_else(|| self.full(name))?;
+        c.len += 1;
+        // SAFETY: the chain's last chunk, owned by the chain and so reached only through
+        // `&mut c` for `'c`; `at < K`. The entry is zero (a new chunk, or past the old length:
+        // `chain_clear` hands chunks back and new ones are zeroed).
+        Ok(unsafe { &mut *core::ptr::addr_of_mut!((*last).entries[at]) })
+    }
+
+    /// Where entry `i` of `c` is (no reference is made), if `c` has it.
+    fn chain_entry(&self, c: &Chain, i: usize) -> Option<*mut E> {
+        if i >= c.len as usize {
+            return None;
+        }
+        let mut idx1 = c.first;
+        for _ in 0..i / K {
+            let p = self.chunk(idx1)?;
+            // SAFETY: a chunk of this chain, which `c` owns; `next` is written only through
+            // `&mut Chain`, which no one holds while `c` is borrowed.
+            idx1 = unsafe { (*p).next };
+        }
+        let p = self.chunk(idx1)?;
+        // SAFETY: an in-bounds projection (`i % K < K`) of a chunk slot; no reference is made.
+        Some(unsafe { core::ptr::addr_of_mut!((*p).entries[i % K]) })
+    }
+
+    /// Entry `i` of `c`.
+    pub fn chain_get<'c>(&self, c: &'c Chain, i: usize) -> Option<&'c E> {
+        let e = self.chain_entry(c, i)?;
+        // SAFETY: an entry of the chain `c`, shared for `'c` (written only through `&mut Chain`).
+        Some(unsafe { &*e })
+    }
+
+    /// Entry `i` of `c`, to write.
+    pub fn chain_get_mut<'c>(&self, c: &'c mut Chain, i: usize) -> Option<&'c mut E> {
+        let e = self.chain_entry(c, i)?;
+        // SAFETY: an entry of the chain `&mut c` owns exclusively for `'c`.
+        Some(unsafe { &mut *e })
+    }
+
+    /// The entries of `c`, in order.
+    pub fn chain_iter<'c>(&'c self, c: &'c Chain) -> impl Iterator<Item = &'c E> + 'c {
+        let mut idx1 = c.first;
+        let mut left = c.len as usize;
+        core::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            let p = self.chunk(idx1)?;
+            let n = left.min(K);
+            left -= n;
+            // SAFETY: a chunk of this chain (shared through `&c`); the first `n <= K` entries
+            // are the chain's.
+            let chunk = unsafe { &*p };
+            idx1 = chunk.next;
+            Some(chunk.entries[..n].iter())
+        })
+        .flatten()
+    }
+
+    /// Gives every chunk of `c` back (straight to the free stacks: their addresses never
+    /// leave the chain) and leaves `c` empty.
+    pub fn chain_clear(&self, c: &mut Chain) {
+        let mut idx1 = c.first;
+        let mut chunks = (c.len as usize).div_ceil(K);
+        while chunks > 0 {
+            let Some(p) = self.chunk(idx1) else {
+                break;
+            };
+            // SAFETY: a chunk of this chain, which `&mut c` owns.
+            idx1 = unsafe { (*p).next };
+            let _ = self.give_back(p, GiveBack::Cancel);
+            chunks -= 1;
+        }
+        *c = Chain::EMPTY;
     }
 }
 

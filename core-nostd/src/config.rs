@@ -20,8 +20,11 @@ pub struct Capacity {
     pub dmems: u32,
     /// Live dmem allocators: one GLOBAL per core plus one MODEL per loaded subgraph.
     pub allocators: u32,
-    /// Resident models across all cores (each `model_t` is 7744 B plus its IO table).
+    /// Resident models across all cores (each `model_t` is 7744 B).
     pub models: u32,
+    /// Chunks of the resident models' IO tables, [`crate::model::IO_CHUNK`] declared inputs
+    /// and outputs each (3.2 KiB): a model with `n` IO tensors holds `n / 8` rounded up.
+    pub io_chunks: u32,
     /// Subgraph slots (mr_sets): each owns a 1024-bucket mem_ref_set and a dmem list
     /// (spec §5.2).
     pub mr_sets: u32,
@@ -31,28 +34,40 @@ pub struct Capacity {
     pub tensors: u32,
     /// Live tensor storages (`nrt_tensor_storage_t`, 320 B each).
     pub storages: u32,
-    /// Live tensor sets (`nrt_tensor_set_t`, spec §7.3: 64 named tensors, 6.9 KiB each).
+    /// Live tensor sets (`nrt_tensor_set_t`, spec §7.3).
     pub sets: u32,
+    /// Chunks of the tensor sets' entries, [`crate::tensor::SET_CHUNK`] named tensors each
+    /// (4.3 KiB): a set of `n` tensors holds `n / 16` rounded up.
+    pub set_chunks: u32,
+    /// Chunks of the tensors executions in flight have bound, [`crate::tensor::BIND_CHUNK`]
+    /// each (1 KiB): an execution of `n` inputs and outputs holds `n / 64` rounded up while it
+    /// runs.
+    pub bind_chunks: u32,
     /// Shards per arena (1..=[`crate::arena::MAX_SHARDS`]): calls preferring different
     /// shards (different cores) take different locks.
     pub shards: u32,
 }
 
-/// The largest capacity of one arena (slot indices stay far from `u32` wrap).
-pub const MAX_ARENA_SLOTS: u32 = 1 << 24;
+/// The largest capacity of one arena (slot indices stay far from `u32` wrap): room for one
+/// dmem per 4 KiB page of 512 GiB of device memory.
+pub const MAX_ARENA_SLOTS: u32 = 1 << 27;
 
 impl Capacity {
-    /// Today's sizing: 32 devices, 32 768 dmems, 8 192 tensors (the former `MAX_*` constants).
+    /// A general sizing for 32 devices: 32 768 dmems, 8 192 tensors, 128 models with 32 IO
+    /// tensors each on average, 1 024 sets of 16 tensors each on average.
     pub const DEFAULT: Capacity = Capacity {
         devices: constants::MAX_MLA_PER_PROCESS as u32,
         dmems: 32768,
         allocators: 1024,
         models: 128,
+        io_chunks: 512,
         mr_sets: 256,
         ulib_sets: 256,
         tensors: 8192,
         storages: 8192,
         sets: 1024,
+        set_chunks: 1024,
+        bind_chunks: 512,
         shards: crate::arena::MAX_SHARDS as u32,
     };
 
@@ -64,11 +79,14 @@ impl Capacity {
         dmems: 2048,
         allocators: 64,
         models: 16,
+        io_chunks: 64,
         mr_sets: 32,
         ulib_sets: 32,
         tensors: 1024,
         storages: 1024,
         sets: 32,
+        set_chunks: 64,
+        bind_chunks: 16,
         shards: 2,
     };
 
@@ -83,14 +101,20 @@ impl Capacity {
             return Err("Capacity.shards must be 1..=8");
         }
         let arenas = [
-            (self.dmems, "Capacity.dmems must be 1..=16777216"),
-            (self.allocators, "Capacity.allocators must be 1..=16777216"),
-            (self.models, "Capacity.models must be 1..=16777216"),
-            (self.mr_sets, "Capacity.mr_sets must be 1..=16777216"),
-            (self.ulib_sets, "Capacity.ulib_sets must be 1..=16777216"),
-            (self.tensors, "Capacity.tensors must be 1..=16777216"),
-            (self.storages, "Capacity.storages must be 1..=16777216"),
-            (self.sets, "Capacity.sets must be 1..=16777216"),
+            (self.dmems, "Capacity.dmems must be 1..=134217728"),
+            (self.allocators, "Capacity.allocators must be 1..=134217728"),
+            (self.models, "Capacity.models must be 1..=134217728"),
+            (self.io_chunks, "Capacity.io_chunks must be 1..=134217728"),
+            (self.mr_sets, "Capacity.mr_sets must be 1..=134217728"),
+            (self.ulib_sets, "Capacity.ulib_sets must be 1..=134217728"),
+            (self.tensors, "Capacity.tensors must be 1..=134217728"),
+            (self.storages, "Capacity.storages must be 1..=134217728"),
+            (self.sets, "Capacity.sets must be 1..=134217728"),
+            (self.set_chunks, "Capacity.set_chunks must be 1..=134217728"),
+            (
+                self.bind_chunks,
+                "Capacity.bind_chunks must be 1..=134217728",
+            ),
         ];
         let mut i = 0;
         while i < arenas.len() {

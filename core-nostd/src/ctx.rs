@@ -136,7 +136,9 @@ mod tensor_access;
 pub(crate) use bind::{Binder, Part};
 pub(crate) use guards::*;
 pub(crate) use model_access::*;
-pub(crate) use tensor_access::{Last, StorageMem, StorageOwner, StorageRef, TensorPin, TensorRef};
+pub(crate) use tensor_access::{
+    BindChunk, BoundTensors, Last, StorageMem, StorageOwner, StorageRef, TensorRef,
+};
 
 /// Per-device state the project keeps beside `mla_t`: libnrt's 590 008 bytes leave 11 bytes
 /// of gaps, so the peaks and the host DMA ledger (like the driver's sysfs `total`/`peak`
@@ -217,10 +219,11 @@ pub struct CoreState {
     pub(crate) ledger: crate::ledger::LedgerPool,
     /// The capacities the arenas were bound with (all-zero until bound).
     pub(crate) caps: Capacity,
-    /// The storage, when this block owns it (a heap allocation of `owned_bytes`, freed on
-    /// drop); null for storage the integrator owns (a `StaticState`).
+    /// The storage, when this block owns it (`owned_bytes` bytes, given back on drop by
+    /// `owned_free`); null for storage the integrator owns (a `StaticState`).
     pub(crate) owned: *mut u8,
     pub(crate) owned_bytes: usize,
+    pub(crate) owned_free: Option<StorageFree>,
     /// The dmem domain's arenas (spec §3): dmems, allocators, weak GC indexes.
     pub(crate) dmem: crate::dmem::DmemPool,
     /// The model domain's arenas (spec §4, §5, §6): models, model_dbs, mem_ref sets, ulib sets.
@@ -313,7 +316,7 @@ impl<const B: usize> Default for StaticState<B> {
 
 // SAFETY: every member is zero-valid: the abi structs by their own ZeroValid impls, the pools
 // by theirs (below), the plain-integer tables trivially, a zero lock is unlocked, state 0 is
-// UNINIT and a null `owned` owns nothing.
+// UNINIT and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
 unsafe impl ZeroValid for CoreState {}
 // SAFETY: arenas and side tables are zero-valid (unbound: no slots) and so are atomics.
 unsafe impl ZeroValid for crate::dmem::DmemPool {}
@@ -402,26 +405,82 @@ impl CoreState {
     }
 
     /// A zeroed state on the heap whose arenas hold `caps` (feature `alloc`); the arena
-    /// storage is one zeroed allocation, freed with the state. `InvalidArgument` naming the
-    /// field for a capacity [`Capacity::check`] refuses.
+    /// storage is one zeroed allocation, freed with the state. It is taken from the global
+    /// allocator's `alloc_zeroed` at the allocator's natural alignment and aligned inside, so a
+    /// large one comes as lazily zeroed pages (calloc's fresh mapping) and costs memory only
+    /// as slots are used. `InvalidArgument` naming the field for a capacity
+    /// [`Capacity::check`] refuses.
     #[cfg(any(test, feature = "alloc"))]
     pub fn with_capacity(caps: &Capacity) -> Result<alloc::boxed::Box<Self>> {
         caps.check().map_err(Error::InvalidCapacity)?;
-        let bytes = Plan::of(caps).total.max(1);
-        let layout = core::alloc::Layout::from_size_align(bytes, 64)
+        let bytes = Plan::of(caps)
+            .total
+            .max(1)
+            .checked_add(STORAGE_SLACK)
+            .ok_or(Error::InvalidArgument(InvalidArg::CapacityTooLarge))?;
+        let layout = core::alloc::Layout::from_size_align(bytes, 16)
             .map_err(|_| Error::InvalidArgument(InvalidArg::CapacityTooLarge))?;
-        // SAFETY: CoreState is ZeroValid.
-        let mut st = unsafe { alloc::boxed::Box::<Self>::new_zeroed().assume_init() };
         // SAFETY: non-zero size.
-        let base = unsafe { alloc::alloc::alloc_zeroed(layout) };
-        if base.is_null() {
+        let raw = unsafe { alloc::alloc::alloc_zeroed(layout) };
+        if raw.is_null() {
             alloc::alloc::handle_alloc_error(layout);
         }
+        /// Frees what `with_capacity` allocated.
+        unsafe fn free_heap(p: *mut u8, bytes: usize) {
+            if let Ok(layout) = core::alloc::Layout::from_size_align(bytes, 16) {
+                // SAFETY: `p` and `bytes` are what `with_capacity` got from `alloc_zeroed` with
+                // this layout (the contract of `owned_free`).
+                unsafe { alloc::alloc::dealloc(p, layout) };
+            }
+        }
+        // SAFETY: `raw` is `bytes` zeroed bytes of ours, freed by `free_heap` with the same
+        // size.
+        unsafe { Self::with_storage(caps, raw, bytes, free_heap) }
+    }
+
+    /// A zeroed state on the heap (feature `alloc`) whose arenas live in storage the caller
+    /// provides and the state owns: `bytes` zeroed bytes at `base` (at least
+    /// [`Self::storage_bytes`]`(caps) + 63`, any alignment: the arenas start at the first
+    /// 64-aligned byte), given back with `free(base, bytes)` when the state drops. The std
+    /// shim maps it with `MAP_NORESERVE`, so capacity that is never used costs address space
+    /// only. `InvalidArgument` for a capacity [`Capacity::check`] refuses or storage that is
+    /// too small; the storage is freed on error too.
+    ///
+    /// # Safety
+    /// `base` points at `bytes` zeroed bytes, writable, used by nobody else and valid until
+    /// `free(base, bytes)`, which must release exactly them.
+    #[cfg(any(test, feature = "alloc"))]
+    pub unsafe fn with_storage(
+        caps: &Capacity,
+        base: *mut u8,
+        bytes: usize,
+        free: StorageFree,
+    ) -> Result<alloc::boxed::Box<Self>> {
+        let fits = caps.check().map_err(Error::InvalidCapacity).and_then(|()| {
+            let need = Plan::of(caps).total.max(1);
+            let pad = base.align_offset(64);
+            match need.checked_add(pad) {
+                Some(n) if n <= bytes => Ok(pad),
+                _ => Err(Error::InvalidArgument(InvalidArg::StaticStorageTooSmall)),
+            }
+        });
+        let pad = match fits {
+            Ok(pad) => pad,
+            Err(e) => {
+                // SAFETY: the caller's storage, released as its contract says.
+                unsafe { free(base, bytes) };
+                return Err(e);
+            }
+        };
+        // SAFETY: CoreState is ZeroValid.
+        let mut st = unsafe { alloc::boxed::Box::<Self>::new_zeroed().assume_init() };
         st.owned = base;
         st.owned_bytes = bytes;
-        // SAFETY: a fresh zeroed 64-aligned allocation of the plan's size, owned by `st` (freed
-        // in its Drop, after every use); `caps` passed check; `st` is fresh and unshared.
-        let _ = unsafe { st.bind_storage(base, caps) };
+        st.owned_free = Some(free);
+        // SAFETY: `base + pad` is 64-aligned with at least the plan's size of zeroed bytes
+        // behind it (checked above), owned by `st` (released in its Drop, after every use);
+        // `caps` passed check; `st` is fresh and unshared.
+        let _ = unsafe { st.bind_storage(base.add(pad), caps) };
         Ok(st)
     }
 
@@ -444,15 +503,21 @@ impl CoreState {
 #[cfg(any(test, feature = "alloc"))]
 impl Drop for CoreState {
     fn drop(&mut self) {
-        if !self.owned.is_null() {
-            if let Ok(layout) = core::alloc::Layout::from_size_align(self.owned_bytes, 64) {
-                // SAFETY: `owned` came from `alloc_zeroed(layout)` in `with_capacity` (same
-                // size and alignment); `&mut self` proves nobody uses the arenas any more.
-                unsafe { alloc::alloc::dealloc(self.owned, layout) };
-            }
+        if let (false, Some(free)) = (self.owned.is_null(), self.owned_free) {
+            // SAFETY: `owned` and `owned_bytes` are the storage `with_storage` was given with
+            // `free` (its contract); `&mut self` proves nobody uses the arenas any more.
+            unsafe { free(self.owned, self.owned_bytes) };
         }
     }
 }
+
+/// How a state block gives back storage it owns ([`CoreState::with_storage`]): called once
+/// with the base and length it was given.
+pub type StorageFree = unsafe fn(*mut u8, usize);
+
+/// Bytes [`CoreState::with_capacity`] adds to a plan so that it can align the arenas inside
+/// an allocation of the allocator's natural alignment.
+const STORAGE_SLACK: usize = 64;
 
 /// The arena shard calls on physical core `(dev, tpb)` prefer (issue 16 item 7): one per
 /// core, so calls on different cores of a device take different shard locks.
@@ -565,11 +630,14 @@ mod tests {
             dmems: 7,
             allocators: 17,
             models: 3,
+            io_chunks: 4,
             mr_sets: 5,
             ulib_sets: 1,
             tensors: 9,
             storages: 11,
             sets: 2,
+            set_chunks: 6,
+            bind_chunks: 7,
             shards: 3,
         };
         for caps in [Capacity::DEFAULT, Capacity::ONE_DEVICE, odd] {
@@ -582,6 +650,7 @@ mod tests {
                 ("dmem_ref_node_t", d),
                 ("dmem_list_t", mr),
                 ("model_t", m),
+                ("model io chunk", caps.io_chunks),
                 ("model_db", caps.devices * constants::TPBS_PER_MLA as u32),
                 ("mem_ref_set", mr),
                 ("mem_ref_node", d),
@@ -590,6 +659,8 @@ mod tests {
                 ("nrt_tensor_t", caps.tensors),
                 ("nrt_tensor_storage_t", caps.storages),
                 ("tensor_set", caps.sets),
+                ("tensor set chunk", caps.set_chunks),
+                ("bound tensor chunk", caps.bind_chunks),
             ]
             .map(|(name, n)| (name, n as usize));
             assert_eq!(got, want, "{caps:?}");

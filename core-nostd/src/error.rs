@@ -218,8 +218,8 @@ invalid_args! {
     NullTensor => "tensor is NULL",
     /// A tensor pointer that is not a live tensor of this runtime.
     NotLiveTensor => "not a live tensor (freed, foreign or corrupt pointer)",
-    /// A tensor name over `TENSOR_NAME_MAX` (95) bytes.
-    TensorNameTooLong => "tensor name longer than 95 bytes",
+    /// A tensor name over `TENSOR_NAME_MAX` (255) bytes.
+    TensorNameTooLong => "tensor name longer than NRT_TENSOR_NAME_MAX - 1 (255) bytes",
     /// A tensor's `name_buf` text that does not fit the 96-byte [`crate::tensor::TensorName`].
     TensorNameBuffer => "tensor name longer than 96 bytes",
     /// A C placement value other than DEVICE (0), HOST (1) or VIRTUAL (2).

@@ -39,13 +39,13 @@
 //! # Footprint
 //!
 //! Each pool's metadata is a fixed node array ([`MAIN_NODES`], [`SMALL_NODES`], [`HOST_NODES`]
-//! = 16 384 nodes of 56 B each, so at least 8 191 live allocations per pool whatever the
-//! pattern; the genalloc placement's address treaps live in the same nodes, plus a fixed
-//! 130 KiB bucket index per pool, so nothing grows with the channel size). A [`SimDevice`] for
-//! 32 devices × 4 channels is ~305 MB of
-//! *zero-valid* memory:
-//! `Box::new_zeroed` or a `.bss` static costs nothing until a pool is used, and
-//! [`SimDevice::init`] touches a few hundred bytes per pool.
+//! = 262 146 nodes of 56 B each: one per page of the 1 GiB small-object pool, so that pool
+//! holds every pattern the driver's does and every pool at least 131 072 live allocations; the
+//! genalloc placement's address treaps live in the same nodes, plus a fixed 130 KiB bucket
+//! index per pool, so nothing grows with the channel size). A [`SimDevice`] for 32 devices × 4
+//! channels is ~4.2 GB of *zero-valid* memory: a zeroed mapping or a `.bss` static costs
+//! nothing until a pool is used, [`SimDevice::init`] touches a few hundred bytes per pool, and
+//! nodes are taken in order, so the memory in use follows the allocations live at the peak.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -85,8 +85,12 @@ pub const MIN_CHANNEL_SIZE: u64 = 32 * MIB;
 /// Largest channel or host-pool size accepted (keeps HBM addresses below [`HOST_PA_BASE`]).
 pub const MAX_POOL_SIZE: u64 = 1 << 44;
 /// Default node capacity of each pool (main HBM, small-object, host DMA): the `NODES`
-/// parameter of [`SimDevice`] (issue 16 item 4: the integrator sizes it).
-pub const DEFAULT_NODES: usize = 16384;
+/// parameter of [`SimDevice`] (the integrator sizes it). One node per page of the 1 GiB
+/// small-object pool, plus two: every block, free or used, covers at least a page, so that
+/// pool holds any allocation pattern the driver's holds (262 144 live 4 KiB allocations), and
+/// every other pool at least 131 072 live allocations whatever the pattern. Nodes cost memory
+/// only once used.
+pub const DEFAULT_NODES: usize = (1 << 18) + 2;
 /// Node capacity of each main HBM pool of the default [`SimDevice`].
 pub const MAIN_NODES: usize = DEFAULT_NODES;
 /// Node capacity of each small-object pool of the default [`SimDevice`].
@@ -97,19 +101,19 @@ pub const HOST_NODES: usize = DEFAULT_NODES;
 /// channel, then the host pool.
 pub const CARVES_PER_DEVICE: u32 = 2 * MAX_HBM_CHANNELS + 1;
 /// Node indices of any carve are below this ([`SimDevice::handle_key`]).
-pub const MAX_CARVE_NODES: u32 = 16384 + 1;
+pub const MAX_CARVE_NODES: u32 = DEFAULT_NODES as u32 + 1;
 /// The first allocation category byte that is not a category (`mem_alloc_category_t` MAX,
 /// public ABI §3): refused with `EINVAL`.
 pub const CATEGORY_MAX: u8 = 20;
 
 // Handle layout (public ABI §3: opaque non-zero u64):
-// bits 0..18 node index, 18..23 device, 23..27 pool, 27..59 generation, 59..64 tag.
-const H_INDEX_BITS: u32 = 18;
-const H_DEV_SHIFT: u32 = 18;
-const H_POOL_SHIFT: u32 = 23;
-const H_GEN_SHIFT: u32 = 27;
-const H_TAG_SHIFT: u32 = 59;
-const H_TAG: u64 = 0b10110;
+// bits 0..19 node index, 19..24 device, 24..28 pool, 28..60 generation, 60..64 tag.
+const H_INDEX_BITS: u32 = 19;
+const H_DEV_SHIFT: u32 = 19;
+const H_POOL_SHIFT: u32 = 24;
+const H_GEN_SHIFT: u32 = 28;
+const H_TAG_SHIFT: u32 = 60;
+const H_TAG: u64 = 0b1011;
 const POOL_HOST: u32 = 2 * MAX_HBM_CHANNELS;
 
 const _: () = {
@@ -280,9 +284,9 @@ struct DeviceSlot<const NODES: usize> {
 ///
 /// Sized by the integrator (issue 16 item 4): `DEVICES` device slots (1..=32) and `NODES`
 /// nodes per pool (each device has 4 main + 4 small-object + 1 host pool; at least
-/// `NODES / 2 - 1` live allocations per pool whatever the pattern). The defaults are the
-/// 32-device, 16 384-node simulator; `SimDevice<1, 1024>` is a one-device profile of about
-/// 0.8 MB.
+/// `NODES / 2 - 1` live allocations per pool whatever the pattern, and one per node when the
+/// pool has no more pages than nodes). The defaults are the 32-device simulator with
+/// [`DEFAULT_NODES`] per pool; `SimDevice<1, 1024>` is a one-device profile of about 0.8 MB.
 pub struct SimDevice<const DEVICES: usize = 32, const NODES: usize = DEFAULT_NODES> {
     slots: [DeviceSlot<NODES>; DEVICES],
     device_count: u32,
@@ -323,7 +327,7 @@ fn carve_errno(e: CarveError) -> Errno {
 
 impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
     /// The parameters are in range: 1..=32 devices (the handle encoding's 5 device bits),
-    /// 2..2^18 nodes per pool (its 18 index bits).
+    /// 2..2^19 nodes per pool (its 19 index bits).
     const PARAMS_OK: () = {
         assert!(DEVICES >= 1 && DEVICES <= MAX_DEVICES as usize);
         assert!(NODES >= 2 && NODES < 1 << H_INDEX_BITS);

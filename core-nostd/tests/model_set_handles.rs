@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use common::*;
 use nrt_core::model::{ModelAlloc, ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
-use nrt_core::tensor::{Placement, SET_MAX};
+use nrt_core::tensor::{Placement, SET_CHUNK};
 use nrt_core::LogicalCore;
 use nrt_core::{
     CoreState, Error, HandleError, HandleFault, HandleKind, InitOptions, ModelHandle, Nrt,
@@ -142,8 +142,8 @@ fn the_model_io_table_is_what_the_model_declared() {
             ("out".to_string(), Output, 16, 0, vec![]),
         ]
     );
-    // Names up to 95 bytes (the longest a tensor set binds) load; longer ones are refused.
-    let long = "n".repeat(95);
+    // Names up to 255 bytes (NRT_TENSOR_NAME_MAX - 1) load; longer ones are refused.
+    let long = "n".repeat(255);
     let ok = [TensorDecl::new(&long, 8)];
     let spec = |io| ModelSpec {
         name: "long",
@@ -154,7 +154,7 @@ fn the_model_io_table_is_what_the_model_declared() {
     let hl = n.load_model(LogicalCore::FIRST, &spec(&ok)).unwrap();
     n.for_each_model_io(hl, |io| assert_eq!(io.name, long))
         .unwrap();
-    let longer = "n".repeat(96);
+    let longer = "n".repeat(256);
     let bad = [TensorDecl::new(&longer, 8)];
     let before = state(&n);
     assert!(matches!(
@@ -171,6 +171,78 @@ fn the_model_io_table_is_what_the_model_declared() {
         Err(Error::InvalidModel(_))
     ));
     assert_eq!(state(&n), before);
+}
+
+/// A model declares as many inputs and outputs as it has (1 000 pairs here, 200-byte names):
+/// the table reads back in order, an execution binds every one by name and moves each input
+/// to its output, and unloading gives the table's chunks back. A table the chunk arena cannot
+/// hold is refused and rolled back.
+#[test]
+fn a_model_declares_a_thousand_io_pairs() {
+    let f = up();
+    let n = f.nrt();
+    let pairs = 1000;
+    let names: Vec<String> = (0..2 * pairs)
+        .map(|i| format!("{:0>200}", format!("model.layers.{i}.kv")))
+        .collect();
+    let decl = |r: std::ops::Range<usize>| -> Vec<TensorDecl<'_>> {
+        r.map(|i| TensorDecl::new(&names[i], 8)).collect()
+    };
+    let (ins, outs) = (decl(0..pairs), decl(pairs..2 * pairs));
+    let spec = ModelSpec {
+        name: "llm-shard",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let h = n.load_model(LogicalCore::FIRST, &spec).unwrap();
+    let mut got = Vec::new();
+    n.for_each_model_io(h, |io| got.push(io.name.to_string()))
+        .unwrap();
+    assert_eq!(got, names);
+    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    let mut tensors = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let t = n
+            .tensor_allocate(Placement::Device, LogicalCore::FIRST.into(), 8, Some(name))
+            .unwrap();
+        if i < pairs {
+            n.tensor_write(t, &(i as u64).to_le_bytes(), 0).unwrap();
+        }
+        n.set_add(if i < pairs { si } else { so }, name, t).unwrap();
+        tensors.push(t);
+    }
+    n.execute(h, si, so).unwrap();
+    for i in 0..pairs {
+        let mut b = [0u8; 8];
+        n.tensor_read(tensors[pairs + i], &mut b, 0).unwrap();
+        assert_eq!(u64::from_le_bytes(b), i as u64, "output {i}");
+    }
+    assert_eq!(arena_live(&n, "bound tensor chunk"), 0, "pins ended");
+    n.unload_model(h).unwrap();
+    assert_eq!(arena_live(&n, "model io chunk"), 0);
+    // More IO than the chunk arena holds (DEFAULT: 512 chunks of 8): refused, nothing kept.
+    let many = decl(0..2 * pairs);
+    let too_big: Vec<_> = many.iter().chain(&many).chain(&many).copied().collect();
+    let before = state(&n);
+    let e = n
+        .load_model(
+            LogicalCore::FIRST,
+            &ModelSpec {
+                inputs: &too_big,
+                ..spec
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::ArenaFull(a) if a.setting.contains("io_chunks")),
+        "{e}"
+    );
+    assert_eq!(state(&n), before);
+    for t in tensors {
+        n.tensor_free(t).unwrap();
+    }
 }
 
 /// A model handle unloaded 10⁵ loads and unloads ago is refused, and the model loaded now
@@ -400,8 +472,7 @@ fn a_set_destroyed_while_other_threads_use_it() {
         n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
             .unwrap(),
     );
-    let sets_live = || n.state().arena_stats()[12].1.live;
-    assert_eq!(n.state().arena_stats()[12].0, "tensor_set");
+    let sets_live = || arena_live(&n, "tensor_set");
     for round in 0..200 {
         let s = n.set_create().unwrap();
         n.set_add(s, "in", ti).unwrap();
@@ -439,8 +510,9 @@ fn a_set_destroyed_while_other_threads_use_it() {
     }
 }
 
-/// A full set arena is its own error naming the setting that raises it; a full set (64
-/// tensors) is NRT_RESOURCE; neither changes anything, and a replaced name does not count.
+/// A full set arena, and a full arena of set entries, are their own errors naming the setting
+/// that raises them; neither changes anything, and a replaced name takes no room. A set grows
+/// past any fixed size: it holds as many tensors as the entry arena has room for.
 #[test]
 fn full_set_arena_and_full_sets_are_errors() {
     let f = up();
@@ -461,34 +533,60 @@ fn full_set_arena_and_full_sets_are_errors() {
     n.set_destroy(all[7]).unwrap();
     all[7] = n.set_create().unwrap();
     let s = all[0];
-    let ts: Vec<_> = (0..=SET_MAX)
+    let ts: Vec<_> = (0..3)
         .map(|_| n.tensor_allocate_empty(None).unwrap())
         .collect();
-    for (i, t) in ts[..SET_MAX].iter().enumerate() {
-        n.set_add(s, &format!("t{i}"), *t).unwrap();
+    let room = nrt_core::Capacity::DEFAULT.set_chunks as usize * SET_CHUNK;
+    for i in 0..room {
+        n.set_add(s, &format!("t{i}"), ts[i % 2]).unwrap();
     }
-    n.set_add(s, "t3", ts[SET_MAX]).unwrap();
-    assert_eq!(n.set_get(s, "t3"), Ok(Some(ts[SET_MAX])));
-    let e = n.set_add(s, "one too many", ts[0]).unwrap_err();
-    assert_eq!(e, Error::SetFull);
+    assert_eq!(n.set_len(s), Ok(room));
+    n.set_add(s, "t3", ts[2]).unwrap();
+    assert_eq!(n.set_get(s, "t3"), Ok(Some(ts[2])));
+    assert_eq!(
+        n.set_get(s, &format!("t{}", room - 1)),
+        Ok(Some(ts[(room - 1) % 2]))
+    );
+    let before_full = state(&n);
+    let e = n.set_add(all[1], "one too many", ts[0]).unwrap_err();
+    assert!(
+        matches!(e, Error::ArenaFull(a) if a.setting.contains("set_chunks")),
+        "{e}"
+    );
     assert_eq!(e.status(), nrt_core::abi::NRT_STATUS::NRT_RESOURCE);
+    assert_eq!(state(&n), before_full);
+    assert_eq!(n.set_len(all[1]), Ok(0));
     assert!(matches!(
-        n.set_add(s, &"n".repeat(96), ts[0]),
+        n.set_add(s, &"n".repeat(256), ts[0]),
         Err(Error::InvalidArgument(_))
     ));
     n.tensor_free(ts[1]).unwrap();
     let freed = ts[1];
     let before_freed = state(&n);
     assert_eq!(
-        fault(n.set_add(all[1], "x", freed).unwrap_err()),
+        fault(n.set_add(all[2], "x", freed).unwrap_err()),
         Some((HandleKind::Tensor, HandleFault::Stale)),
         "a freed tensor is refused when added"
     );
     assert_eq!(state(&n), before_freed);
-    assert_eq!(n.set_len(s), Ok(SET_MAX));
-    for s in all {
-        n.set_destroy(s).unwrap();
+    assert_eq!(n.set_len(s), Ok(room));
+    // Destroying the set gives its entries back: another set can take them.
+    n.set_destroy(s).unwrap();
+    assert_eq!(arena_live(&n, "tensor set chunk"), 0);
+    n.set_add(all[1], &"n".repeat(255), ts[0]).unwrap();
+    assert_eq!(n.set_get(all[1], &"n".repeat(255)), Ok(Some(ts[0])));
+    for s in &all[1..] {
+        n.set_destroy(*s).unwrap();
     }
+}
+
+fn arena_live(n: &Nrt<'_>, name: &str) -> usize {
+    n.state()
+        .arena_stats()
+        .iter()
+        .find(|(a, _)| *a == name)
+        .map(|(_, s)| s.live)
+        .unwrap_or_else(|| panic!("no arena {name}"))
 }
 
 /// `close` frees every set (nothing leaks); the set arena is empty after it.
@@ -499,7 +597,8 @@ fn close_frees_every_set() {
     for _ in 0..10 {
         n.set_create().unwrap();
     }
-    assert_eq!(n.state().arena_stats()[12].1.live, 10);
+    assert_eq!(arena_live(&n, "tensor_set"), 10);
     n.close().unwrap();
-    assert_eq!(n.state().arena_stats()[12].1.live, 0);
+    assert_eq!(arena_live(&n, "tensor_set"), 0);
+    assert_eq!(arena_live(&n, "tensor set chunk"), 0);
 }

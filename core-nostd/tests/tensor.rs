@@ -77,7 +77,7 @@ fn gates_in_order() {
             .status(),
         NRT_STATUS::NRT_INVALID
     );
-    let long = "x".repeat(96);
+    let long = "x".repeat(256);
     assert_eq!(
         n.tensor_allocate(
             Placement::Device,
@@ -388,9 +388,9 @@ fn tensor_name_outlives_the_tensor() {
     for u in others {
         n.tensor_free(u).unwrap();
     }
-    let long = "n".repeat(95);
+    let long = "n".repeat(255);
     let t = n.tensor_allocate_empty(Some(&long)).unwrap();
-    assert_eq!(&*n.tensor_name(t).unwrap(), long.as_str(), "95 bytes fit");
+    assert_eq!(&*n.tensor_name(t).unwrap(), long.as_str(), "255 bytes fit");
     n.tensor_free(t).unwrap();
 }
 

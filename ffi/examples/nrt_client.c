@@ -300,12 +300,17 @@ static void sets(void) {
     EXPECT(nrt_add_tensor_to_tensor_set(set, "c", NULL), NRT_INVALID);
     EXPECT(nrt_add_tensor_to_tensor_set(NULL, "c", t1), NRT_INVALID);
     EXPECT(nrt_allocate_tensor_set(NULL), NRT_INVALID);
+    /* A set holds as many tensors as it is given: 1 000 names, each found again. */
     char many[16];
-    for (int i = 0; i < 62; i++) {
+    for (int i = 0; i < 1000; i++) {
         snprintf(many, sizeof many, "x%d", i);
-        EXPECT(nrt_add_tensor_to_tensor_set(set, many, t1), NRT_SUCCESS);
+        EXPECT(nrt_add_tensor_to_tensor_set(set, many, i % 2 ? t1 : t2), NRT_SUCCESS);
     }
-    EXPECT(nrt_add_tensor_to_tensor_set(set, "one_too_many", t1), NRT_RESOURCE);
+    for (int i = 0; i < 1000; i += 111) {
+        snprintf(many, sizeof many, "x%d", i);
+        EXPECT(nrt_get_tensor_from_tensor_set(set, many, &got), NRT_SUCCESS);
+        CHECK(got == (i % 2 ? t1 : t2), "entry %d of a 1000-tensor set", i);
+    }
     nrt_tensor_set_t *copy = set;
     nrt_destroy_tensor_set(&set);
     CHECK(set == NULL, "destroy NULLs the pointer");
@@ -680,21 +685,21 @@ static void bad_input(void) {
     EXPECT(nrt_tensor_allocate_slice(t, 0, 0, "x", &s), NRT_INVALID);
     EXPECT(nrt_tensor_read(t, b, 4096, 0), NRT_SUCCESS);
 
-    /* Names: 95 bytes is the limit */
-    char name[128];
+    /* Names: 255 bytes (NRT_TENSOR_NAME_MAX - 1) is the limit */
+    char name[300];
     memset(name, 'n', sizeof name);
-    name[95] = 0;
+    name[255] = 0;
     nrt_tensor_t *named = NULL;
     EXPECT(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_VIRTUAL, -1, 16, name, &named), NRT_SUCCESS);
     nrt_tensor_free(&named);
-    name[95] = 'n';
-    name[96] = 0;
+    name[255] = 'n';
+    name[256] = 0;
     EXPECT(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_VIRTUAL, -1, 16, name, &named), NRT_INVALID);
     EXPECT(nrt_tensor_allocate_empty(name, &named), NRT_INVALID);
     EXPECT(nrt_tensor_allocate_slice(t, 0, 16, name, &named), NRT_INVALID);
     nrt_tensor_set_t *set = new_set();
     EXPECT(nrt_add_tensor_to_tensor_set(set, name, t), NRT_INVALID);
-    name[127] = 0; /* still bounded: only 96 bytes are ever read */
+    name[299] = 0; /* still bounded: only 256 bytes are ever read */
     EXPECT(nrt_get_tensor_from_tensor_set(set, name, &named), NRT_INVALID);
     EXPECT(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_VIRTUAL, -1, 16, "\xff\xfe", &named),
            NRT_INVALID);

@@ -544,7 +544,8 @@ pub(crate) fn entry_value<T>(func: &'static str, fallback: T, f: impl FnOnce() -
     }
 }
 
-/// Longest tensor / tensor-set name (bytes, excluding the NUL; public API: > 95 → NRT_INVALID).
+/// Longest tensor / tensor-set name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`; a
+/// longer one is NRT_INVALID.
 pub(crate) const NAME_MAX: usize = nrt_core::tensor::TENSOR_NAME_MAX;
 
 /// Reads an optional C name, never more than `NAME_MAX + 1` bytes: `None` for NULL, an error
@@ -787,16 +788,16 @@ mod tests {
         let ok = CString::new("n".repeat(NAME_MAX)).unwrap();
         // SAFETY: NUL-terminated strings (and NULL).
         unsafe {
-            assert_eq!(read_name(ok.as_ptr(), "name").unwrap().unwrap().len(), 95);
+            assert_eq!(read_name(ok.as_ptr(), "name").unwrap().unwrap().len(), 255);
             let long = CString::new("n".repeat(NAME_MAX + 1)).unwrap();
             let e = read_name(long.as_ptr(), "name").unwrap_err();
             assert_eq!(e.status, CoreStatus::NRT_INVALID);
-            assert!(e.msg.contains("longer than 95"));
+            assert!(e.msg.contains("longer than 255"), "{}", e.msg);
             assert_eq!(read_name(std::ptr::null(), "name").unwrap(), None);
             assert!(required_name(std::ptr::null(), "name").is_err());
             let bad = [0xffu8 as c_char, 0xfeu8 as c_char, 0];
             assert!(read_name(bad.as_ptr(), "name").is_err());
-            // 96 bytes without a NUL: refused after reading exactly NAME_MAX + 1 of them.
+            // 256 bytes without a NUL: refused after reading exactly NAME_MAX + 1 of them.
             let unterminated = [b'x' as c_char; NAME_MAX + 1];
             assert!(read_name(unterminated.as_ptr(), "name").is_err());
         }

@@ -16,7 +16,7 @@
 //!
 //! Robustness (issue 5): every entry point runs behind `catch_unwind` (a panic is
 //! `NRT_FAILURE`, never an unwind into C); NULL pointers, freed or foreign tensors, models and
-//! sets, windows past the end, names NULL or longer than 95 bytes, calls before `nrt_init`
+//! sets, windows past the end, names NULL or longer than 255 bytes, calls before `nrt_init`
 //! (`NRT_UNINITIALIZED`) or after `nrt_close` (`NRT_CLOSED`) are errors, logged to stderr
 //! (`NEURON_RT_LOG_LEVEL`) and kept as the thread's last error
 //! ([`nrtx::nrtx_get_last_error_message`]).

@@ -84,6 +84,7 @@ pub(crate) unsafe fn load(
             Err(e) => return Err(Fail::new(e.status(), e)),
         };
         log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.h_model().id, m.name());
+        r.rt.note_loaded(h, m.name());
         let p = r.model_ptr(h)?;
         // SAFETY: checked non-null; caller contract.
         unsafe { put(model, p, "model") }
@@ -112,7 +113,12 @@ fn model_oom_note(m: &ModelFile, vnc: i64) -> String {
 #[no_mangle]
 pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
     entry("nrt_unload", || {
-        global::with_rt(|r| Ok(r.rt.nrt().unload_model(r.model(model)?)?))
+        global::with_rt(|r| {
+            let h = r.model(model)?;
+            r.rt.nrt().unload_model(h)?;
+            r.rt.note_unloaded(h);
+            Ok(())
+        })
     })
 }
 

@@ -49,7 +49,8 @@ pub unsafe extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut nrt_tensor
 
 /// Adds `tensor` to the set under `tensor_name`, replacing a tensor of the same name. The
 /// tensor must be live now; one freed later makes an execution that binds it NRT_INVALID.
-/// Names are at most 95 bytes; a set holds at most 64 tensors (NRT_RESOURCE beyond).
+/// Names are at most 255 bytes (`NRT_TENSOR_NAME_MAX - 1`); a set holds as many tensors as it
+/// is given (NRT_RESOURCE when the runtime's set-entry storage is full, `NRT_DMEM_MAX_SETS`).
 ///
 /// # Safety
 /// `tensor_name` is NULL or a NUL-terminated string; `tensor_set` and `tensor` are any pointer

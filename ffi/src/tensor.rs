@@ -16,7 +16,7 @@ use crate::types::{nrt_tensor_device_allocation_info_t, nrt_tensor_placement_t, 
 /// Allocates a tensor of `size` bytes. DEVICE tensors take HBM of logical core `vnc` and
 /// outlive any model; HOST tensors take DMA-able host memory (refused with NRT_RESOURCE on
 /// trn2); VIRTUAL tensors take ordinary host memory. `vnc` may be -1 for the host placements.
-/// `name` is optional (NULL) and at most 95 bytes. Out-of-memory on the device is
+/// `name` is optional (NULL) and at most 255 bytes (`NRT_TENSOR_NAME_MAX - 1`). Out-of-memory on the device is
 /// NRT_RESOURCE.
 ///
 /// # Safety

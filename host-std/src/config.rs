@@ -195,21 +195,33 @@ pub struct RuntimeConfig {
     /// (`NRT_DMEM_SIM_CHANNEL_SIZE`). A smaller device reserves less address space, which is
     /// what lets a trn2 (4 × 24 GiB) run under valgrind, whose address space stops at 64 GiB.
     pub sim_channel_size: Option<u64>,
-    /// The core's arena capacities (issue 16 item 4): [`HOST_CAPACITY`], with
-    /// `NRT_DMEM_MAX_TENSORS`, `NRT_DMEM_MAX_DMEMS`, `NRT_DMEM_MAX_MODELS` and
-    /// `NRT_DMEM_MAX_SETS` on top.
+    /// The core's arena capacities: [`HOST_CAPACITY`], with `NRT_DMEM_MAX_TENSORS`,
+    /// `NRT_DMEM_MAX_DMEMS`, `NRT_DMEM_MAX_MODELS` and `NRT_DMEM_MAX_SETS` on top. `dmems` 0
+    /// means one per page of the devices' memory ([`RuntimeConfig::capacity_for`]).
     pub capacity: nrt_core::Capacity,
 }
 
-/// The std shim's and libnrt.so's default arena capacities: the core's
-/// [`nrt_core::Capacity::DEFAULT`] with room for what serving applications hold (65 536 live
-/// tensors and storages, 65 536 dmems). Storage is a zeroed allocation: untouched slots cost
-/// address space only.
+/// The std shim's and libnrt.so's default arena capacities: large enough that device memory,
+/// not the runtime, is what runs out first for what applications hold — a million live
+/// tensors (what a C handle can name), 65 536 resident models, 262 144 tensor sets — and
+/// `dmems` 0, which [`RuntimeConfig::capacity_for`] turns into one dmem per page of the
+/// devices' memory. The storage is one `MAP_NORESERVE` mapping
+/// ([`crate::runtime::state_block`]): capacity that is never used costs address space, not
+/// memory. The `NRT_DMEM_MAX_*` variables set explicit ceilings instead.
 pub const HOST_CAPACITY: nrt_core::Capacity = nrt_core::Capacity {
-    tensors: 65536,
-    storages: 65536,
-    dmems: 65536,
-    ..nrt_core::Capacity::DEFAULT
+    devices: nrt_core::abi::constants::MAX_MLA_PER_PROCESS as u32,
+    dmems: 0,
+    allocators: 65536 + 256,
+    models: 65536,
+    io_chunks: 131072,
+    mr_sets: 65536,
+    ulib_sets: 65536,
+    tensors: 1 << 20,
+    storages: 1 << 20,
+    sets: 262144,
+    set_chunks: 262144,
+    bind_chunks: 32768,
+    shards: nrt_core::arena::MAX_SHARDS as u32,
 };
 
 impl Default for RuntimeConfig {
@@ -306,7 +318,7 @@ fn parse_slots(var: &'static str, v: &str) -> Result<u32, ConfigError> {
         _ => Err(ConfigError::new(
             var,
             v,
-            "expected a slot count from 1 to 16777216",
+            "expected a slot count from 1 to 134217728",
         )),
     }
 }
@@ -350,6 +362,28 @@ impl Overrides {
 }
 
 impl RuntimeConfig {
+    /// The arena capacities for a runtime over `drv`: [`RuntimeConfig::capacity`], with
+    /// `dmems` 0 turned into one dmem per page of every device's HBM and host DMA memory (at
+    /// least 65 536, at most [`nrt_core::config::MAX_ARENA_SLOTS`]), so the devices run out of
+    /// memory before the runtime runs out of dmems.
+    pub fn capacity_for(&self, drv: &dyn nrt_core::driver::Driver) -> nrt_core::Capacity {
+        let mut c = self.capacity;
+        if c.dmems == 0 {
+            let pages: u64 = (0..drv.device_count().min(c.devices))
+                .filter_map(|d| drv.device_info(d).ok())
+                .map(|i| {
+                    let bytes = u64::from(i.hbm_channels)
+                        .saturating_mul(i.hbm_channel_size)
+                        .saturating_add(i.host_dma_capacity);
+                    bytes / i.page_size.max(4096)
+                })
+                .fold(0, u64::saturating_add);
+            let max = nrt_core::config::MAX_ARENA_SLOTS;
+            c.dmems = u32::try_from(pages).unwrap_or(max).clamp(65536, max);
+        }
+        c
+    }
+
     /// From the process environment. A variable that is set but not UTF-8 is an error, not
     /// "unset".
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -402,9 +436,15 @@ impl RuntimeConfig {
         }
         // Arena capacities: a tensor needs a storage, so one setting sizes both; a model's
         // subgraphs need mr_sets (two per model by default, as Capacity::DEFAULT has).
+        // Arena capacities: a tensor needs a storage, so one setting sizes both (and the chunks
+        // executions bind them with, 64 a chunk); a model's subgraphs need mr_sets and MODEL
+        // allocators (two per model) and its IO table chunks (32 tensors per model on
+        // average); a set's entries take chunks (16 per set on average).
+        let max = nrt_core::config::MAX_ARENA_SLOTS;
         if let Some(v) = var("NRT_DMEM_MAX_TENSORS") {
             let n = parse_slots("NRT_DMEM_MAX_TENSORS", &v)?;
             (c.capacity.tensors, c.capacity.storages) = (n, n);
+            c.capacity.bind_chunks = n.div_ceil(64).max(64);
         }
         if let Some(v) = var("NRT_DMEM_MAX_DMEMS") {
             c.capacity.dmems = parse_slots("NRT_DMEM_MAX_DMEMS", &v)?;
@@ -412,10 +452,13 @@ impl RuntimeConfig {
         if let Some(v) = var("NRT_DMEM_MAX_MODELS") {
             let n = parse_slots("NRT_DMEM_MAX_MODELS", &v)?;
             c.capacity.models = n;
-            c.capacity.mr_sets = n.saturating_mul(2).min(nrt_core::config::MAX_ARENA_SLOTS);
+            c.capacity.mr_sets = n.saturating_mul(2).min(max);
+            c.capacity.io_chunks = n.saturating_mul(4).min(max);
+            c.capacity.allocators = n.saturating_mul(2).saturating_add(256).min(max);
         }
         if let Some(v) = var("NRT_DMEM_MAX_SETS") {
-            c.capacity.sets = parse_slots("NRT_DMEM_MAX_SETS", &v)?;
+            let n = parse_slots("NRT_DMEM_MAX_SETS", &v)?;
+            (c.capacity.sets, c.capacity.set_chunks) = (n, n);
         }
         Ok(c)
     }
@@ -477,7 +520,12 @@ mod tests {
     fn arena_capacities_come_from_the_environment() {
         let d = cfg(&[]).unwrap().capacity;
         assert_eq!(d, HOST_CAPACITY);
-        assert!(d.tensors >= 65536, "serving applications hold 64 k tensors");
+        assert!(
+            d.tensors >= 1 << 20,
+            "a million tensors, what a C handle names"
+        );
+        assert!(d.models >= 65536 && d.sets >= 262144);
+        assert_eq!(d.dmems, 0, "sized from the device");
         let c = cfg(&[
             ("NRT_DMEM_MAX_TENSORS", "100000"),
             ("NRT_DMEM_MAX_DMEMS", " 4096 "),
@@ -488,7 +536,9 @@ mod tests {
         .capacity;
         assert_eq!((c.tensors, c.storages, c.dmems), (100_000, 100_000, 4096));
         assert_eq!((c.models, c.mr_sets, c.sets), (16, 32, 3));
-        for bad in ["0", "-1", "16777217", "lots"] {
+        assert_eq!((c.io_chunks, c.allocators, c.set_chunks), (64, 288, 3));
+        assert_eq!(c.bind_chunks, 100_000usize.div_ceil(64) as u32);
+        for bad in ["0", "-1", "134217729", "lots"] {
             let e = cfg(&[("NRT_DMEM_MAX_TENSORS", bad)]).unwrap_err();
             assert!(e.to_string().contains("NRT_DMEM_MAX_TENSORS"), "{e}");
         }

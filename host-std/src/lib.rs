@@ -43,6 +43,7 @@ pub mod shared;
 pub mod simdev;
 pub mod tensor_info;
 pub mod units;
+pub mod zeroed;
 
 pub use backing::HostReservation;
 pub use config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};

@@ -117,7 +117,7 @@ pub struct Allocation {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "RawTensor")]
 pub struct Tensor {
-    /// Name the caller's tensor set must use (1..=47 bytes).
+    /// Name the caller's tensor set must use (1..=255 bytes).
     pub name: String,
     /// Bytes the caller's tensor must have: `product(shape) x dtype size`.
     pub size: u64,

@@ -45,6 +45,16 @@ enum Backend {
     Shared(SharedDevice),
 }
 
+impl Backend {
+    fn driver(&self) -> &dyn Driver {
+        match self {
+            Backend::Sim(s) => s,
+            Backend::Neuron(n) => n,
+            Backend::Shared(s) => s,
+        }
+    }
+}
+
 /// A runtime: state block + driver + host memory. Not yet initialised when built.
 pub struct HostRuntime {
     // Field order: the state (which refers to driver memory by handle only) can drop in any
@@ -70,6 +80,51 @@ pub enum BuildError {
     Capacity(nrt_core::Error),
 }
 
+/// A state block whose arenas hold `caps`, in one anonymous `MAP_NORESERVE` mapping: pages are
+/// committed only as slots are used, so capacity that is never used costs address space, not
+/// memory (also under valgrind, whose `calloc` writes every byte). The mapping stays in core
+/// dumps: it holds the runtime's `dmem_t`s and `model_t`s, which `nrt-dmem inspect --core`
+/// reads.
+pub fn state_block(caps: &nrt_core::Capacity) -> Result<Box<CoreState>, BuildError> {
+    let bytes = CoreState::storage_bytes(caps);
+    if bytes == 0 {
+        return Err(BuildError::Capacity(
+            caps.check()
+                .map_err(nrt_core::Error::InvalidCapacity)
+                .err()
+                .unwrap_or(nrt_core::Error::InvalidCapacity("Capacity")),
+        ));
+    }
+    // 64 bytes of slack: the arenas start at the mapping's first 64-aligned byte (the first).
+    let len = bytes + 64;
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing: it aliases no
+    // Rust object and involves no fd.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(BuildError::Host(crate::Error::Reserve {
+            len: len as u64,
+            source: nix::errno::Errno::last(),
+        }));
+    }
+    /// Unmaps what `state_block` mapped.
+    unsafe fn unmap(p: *mut u8, len: usize) {
+        // SAFETY: exactly the mapping `state_block` made (the state block's contract).
+        unsafe { libc::munmap(p.cast(), len) };
+    }
+    // SAFETY: `len` zero-filled (anonymous) writable bytes, ours alone, released only by
+    // `unmap` with the same length when the state block drops.
+    unsafe { CoreState::with_storage(caps, p.cast(), len, unmap) }.map_err(BuildError::Capacity)
+}
+
 impl HostRuntime {
     /// Builds the driver the configuration names (does not initialise the runtime).
     pub fn new(config: RuntimeConfig) -> Result<Self, BuildError> {
@@ -92,10 +147,20 @@ impl HostRuntime {
                 // The placement is recorded in the file by its creator; a process naming
                 // another one is refused while others use it (`SharedDevice::open`).
                 let req = JoinRequest::for_runtime(preset, devices, placement, &config);
-                Backend::Shared(SharedDevice::open(&name, &req).map_err(crate::Error::from)?)
+                let dev = SharedDevice::open(&name, &req).map_err(crate::Error::from)?;
+                let info = preset.device_info();
+                let lnc = nrt_core::vcore::parse_vnc_config(
+                    info.arch,
+                    info.cores_per_device,
+                    config.vcores.lnc_size,
+                )
+                .unwrap_or(1);
+                let tag = std::env::var(PROCESS_TAG_VAR).unwrap_or_default();
+                dev.publish_identity(lnc, &tag);
+                Backend::Shared(dev)
             }
         };
-        let st = CoreState::with_capacity(&config.capacity).map_err(BuildError::Capacity)?;
+        let st = state_block(&config.capacity_for(backend.driver()))?;
         Ok(HostRuntime {
             st,
             backend: Box::new(backend),
@@ -109,8 +174,7 @@ impl HostRuntime {
     /// `HostSim::from_snapshot`) and initialises it; `config.device` only names it.
     pub fn start_on(config: RuntimeConfig, sim: HostSim) -> Result<Self, StartError> {
         nrt_core::sync::set_relax_hook(std::thread::yield_now);
-        let st = CoreState::with_capacity(&config.capacity)
-            .map_err(|e| StartError::Build(BuildError::Capacity(e)))?;
+        let st = state_block(&config.capacity_for(&sim)).map_err(StartError::Build)?;
         let rt = HostRuntime {
             st,
             backend: Box::new(Backend::Sim(sim)),
@@ -135,11 +199,7 @@ impl HostRuntime {
 
     /// The driver.
     pub fn driver(&self) -> &dyn Driver {
-        match &*self.backend {
-            Backend::Sim(s) => s,
-            Backend::Neuron(n) => n,
-            Backend::Shared(s) => s,
-        }
+        self.backend.driver()
     }
 
     /// The core runtime view, bound to this runtime's driver and host memory (so `close`
@@ -220,7 +280,47 @@ impl HostRuntime {
 
     /// Closes the runtime if it is initialised (frees everything on the device).
     pub fn close(&self) -> nrt_core::Result<()> {
+        if let Some(d) = self.shared() {
+            d.unpublish_models();
+        }
         self.nrt().close()
+    }
+
+    /// Tells the monitor of a shared device that model `h` was loaded as `name`
+    /// (`loaded_models[]`: its logical core, device and per subgraph the bytes allocated at
+    /// load time). A no-op on other devices.
+    pub fn note_loaded(&self, h: nrt_core::ModelHandle, name: &str) {
+        let Some(d) = self.shared() else { return };
+        let nrt = self.nrt();
+        let Ok(info) = nrt.model_info(h) else { return };
+        let device = nrt
+            .inspector()
+            .virtual_core(info.vnc)
+            .ok()
+            .and_then(|v| v.cores().first().map(|p| p.device_id))
+            .unwrap_or(0);
+        let mut sgs =
+            vec![[0u64; crate::shared::layout::MODEL_CLASSES]; info.subgraphs.max(1) as usize];
+        let _ = nrt.for_each_model_dmem(h, |sg, dm| {
+            let Some(row) = sgs.get_mut(sg as usize) else {
+                return;
+            };
+            row[model_class(dm)] += dm.allocated_size;
+        });
+        d.publish_model(
+            h.h_model().id,
+            info.vnc.index().unwrap_or(0),
+            device,
+            name,
+            &sgs,
+        );
+    }
+
+    /// Tells the monitor of a shared device that model `h` was unloaded.
+    pub fn note_unloaded(&self, h: nrt_core::ModelHandle) {
+        if let Some(d) = self.shared() {
+            d.unpublish_model(h.h_model().id);
+        }
     }
 }
 
@@ -229,6 +329,36 @@ impl Drop for HostRuntime {
         if self.nrt().lifecycle() == nrt_core::ctx::STATE_INIT {
             let _ = self.nrt().close();
         }
+    }
+}
+
+/// The variable naming a process for the monitor (neuron-monitor's `neuron_runtime_tag`;
+/// without it the pid is the tag).
+pub const PROCESS_TAG_VAR: &str = "NEURON_PROCESS_TAG";
+
+/// The [`crate::shared::layout::MODEL_CLASSES`] index of a model's dmem: device `constants`,
+/// `model_code`, `runtime_memory` (scratchpad and rings included), `tensors`; host
+/// `application_memory`, `constants`, `dma_buffers`, `tensors`.
+fn model_class(d: &nrt_core::abi::dmem_t) -> usize {
+    use nrt_core::abi::tables::category_for;
+    use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t as C};
+    let host = d.mem_type == dma_mem_location_t::HOST_DRAM as u32;
+    let loc = if host {
+        dma_mem_location_t::HOST_DRAM
+    } else {
+        dma_mem_location_t::TONGA_DRAM
+    };
+    let cat = dma_mem_usage_type_t::from_raw(d.mem_usage_type)
+        .and_then(|u| C::from_raw(category_for(loc, u) as u32));
+    match (host, cat) {
+        (false, Some(C::CONSTANTS_DEVICE)) => 0,
+        (false, Some(C::CODE_DEVICE)) => 1,
+        (false, Some(C::TENSORS_DEVICE)) => 3,
+        (false, _) => 2,
+        (true, Some(C::CONSTANTS_HOST)) => 5,
+        (true, Some(C::DMA_RINGS_HOST)) => 6,
+        (true, Some(C::TENSORS_HOST)) => 7,
+        (true, _) => 4,
     }
 }
 

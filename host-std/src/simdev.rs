@@ -11,11 +11,29 @@ use nrt_core::sim::{SimConfig, SimDevice};
 
 use crate::backing::HostReservation;
 use crate::error::{nix_errno, Error, Result};
+use crate::zeroed::ZeroedBox;
+
+/// A simulated device's pools (its node arrays: gigabytes of zero-valid address space of which
+/// the nodes in use are touched), in a mapping of their own, outside core dumps (the driver's
+/// state is kernel memory on real hardware).
+pub type SimBox = ZeroedBox<SimDevice>;
+
+/// An uninitialised [`SimBox`].
+pub fn sim_box() -> Result<SimBox> {
+    SimBox::new_undumped()
+}
+
+/// A [`SimBox`] initialised for `cfg`.
+pub fn sim_box_for(cfg: &SimConfig) -> Result<SimBox> {
+    let mut b = sim_box()?;
+    b.init(cfg).map_err(sim_err("invalid configuration"))?;
+    Ok(b)
+}
 
 /// A simulated device set with host-backed memory; a [`Driver`] by delegation.
 pub struct HostSim {
     // Declared before `mem`, so the device (which holds pointers into `mem`) drops first.
-    dev: Box<SimDevice>,
+    dev: SimBox,
     mem: Vec<HostReservation>,
 }
 
@@ -30,8 +48,7 @@ impl HostSim {
     /// Builds the simulator for `cfg` and backs each of its devices with a lazily committed
     /// host reservation.
     pub fn new(cfg: &SimConfig) -> Result<Self> {
-        let dev = SimDevice::new_boxed(cfg).map_err(sim_err("invalid configuration"))?;
-        let sim = Self::with_backings(dev)?;
+        let sim = Self::with_backings(sim_box_for(cfg)?)?;
         log::debug!(
             "simulated {} × {:?}: {} B of host memory reserved per device",
             sim.dev.device_count(),
@@ -44,14 +61,12 @@ impl HostSim {
     /// A private copy of `src` (its pools as they are now, [`SimDevice::copy_to`]) with host
     /// memory behind each device: what a plan against a shared device runs on.
     pub fn from_snapshot(src: &SimDevice) -> Result<Self> {
-        let b = Box::<SimDevice>::new_zeroed();
-        // SAFETY: `SimDevice` is `ZeroValid`: all-zero bytes are its uninitialised state.
-        let mut dev = unsafe { b.assume_init() };
+        let mut dev = sim_box()?;
         src.copy_to(&mut dev);
         Self::with_backings(dev)
     }
 
-    fn with_backings(mut dev: Box<SimDevice>) -> Result<Self> {
+    fn with_backings(mut dev: SimBox) -> Result<Self> {
         let mut mem = Vec::with_capacity(dev.device_count() as usize);
         for d in 0..dev.device_count() {
             let r = HostReservation::reserve(dev.backing_len(d))?;

@@ -159,5 +159,5 @@ libnrt's bytes:\n\n\
 | a core's `physical_core_t`, execution lock and count, ext-isa stage/use counts, init flag | `tpb_t` head, `tpb_sunda_t` | `CoreState::core_ext[dev][core]` (`CoreExt`) |\n\
 | device geometry (cores, HBM channels, sizes, arch) | `mla_t` head | `CoreState::geom[dev]` (`DevGeom`) |\n\
 | a logical core's default HBM | `virtual_core_t` tail | computed from its owner core |\n\
-| a tensor's name text (96 bytes) | `nrt_tensor_t` | one buffer per tensor slot, `TensorPool::tensor_names` |\n\
-| a model's IO table (32 × name + size) | `model_t` | one table per model slot, `ModelPool::model_io` |\n\n";
+| a tensor's name text (256 bytes) | `nrt_tensor_t` | one buffer per tensor slot, `TensorPool::tensor_names` |\n\
+| a model's IO table (name, size, dtype, shape per tensor) | `model_t` | a chain of 8-entry chunks per model slot, `ModelPool::model_io` and `io_chunks` |\n\n";

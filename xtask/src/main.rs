@@ -159,11 +159,11 @@ fn bench(args: &[String]) -> DynResult {
     if let Some(bad) = args.iter().find(|a| {
         !matches!(
             a.as_str(),
-            "--json" | "--quick" | "--threads" | "--dmem" | "--capi" | "--host-mem"
+            "--json" | "--quick" | "--threads" | "--dmem" | "--capi" | "--host-mem" | "--scale"
         )
     }) {
         return Err(format!(
-            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem, --capi, --host-mem)"
+            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem, --capi, --host-mem, --scale)"
         )
         .into());
     }

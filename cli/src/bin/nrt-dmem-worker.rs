@@ -27,6 +27,8 @@ use nrt_dmem_cli::scenario::{Session, StepError};
 use nrt_host::{Manifest, RuntimeConfig};
 
 fn main() {
+    // Warnings (a damaged file re-created) go to stderr as RUST_LOG asks.
+    let _ = env_logger::try_init();
     let cfg = match RuntimeConfig::from_env() {
         Ok(c) => c,
         Err(e) => {

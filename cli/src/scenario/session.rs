@@ -206,6 +206,7 @@ impl Session {
         match r {
             Ok(h) => {
                 log::info!(target: "nrt_dmem::session", "loaded {name} on core {core} (handle {})", h.h_model().id);
+                self.rt.note_loaded(h, name);
                 self.models.push(LoadedModel {
                     name: name.to_string(),
                     handle: h,
@@ -227,6 +228,7 @@ impl Session {
             .ok_or_else(|| StepError::Usage(format!("no model named `{name}` is loaded")))?;
         let h = self.models[i].handle;
         self.rt.nrt().unload_model(h)?;
+        self.rt.note_unloaded(h);
         self.models.remove(i);
         Ok(())
     }

@@ -26,9 +26,10 @@
 use core::ptr::{addr_of, addr_of_mut, NonNull};
 
 use super::*;
+use crate::arena::Chain;
 use crate::arena::Fresh;
 use crate::cstr::c_name;
-use crate::model::{IoUsage, ModelIo, ModelIoTable, IO_DIMS_MAX};
+use crate::model::{IoUsage, ModelIo, ModelIoEntry, IO_DIMS_MAX};
 use crate::sync::MutexGuard;
 
 /// container_of(node) → model: the `ht_node_t` sits at `model_t+7496` (spec §4.4). Address
@@ -249,19 +250,19 @@ impl<'a> ModelRef<'a> {
         num_subgraphs: u32;
         /// Declared inputs.
         num_inputs: u32;
-        /// Declared outputs.
-        num_outputs: u32;
         /// 1 when the model uses its core's shared ext-isa copy.
         ulib_is_shared: u8;
         /// The MODEL allocator of each subgraph (null past `num_subgraphs`).
         sg_allocators: [*mut dmem_allocator_t; 8];
         /// The model's scratchpad cleanup record.
         scratchpad_cleanup_info: *mut tdrv_scratchpad_cleanup_info_t;
+        /// The model's first physical core.
+        pcore: physical_core_t;
     }
 
-    /// Entry `k` of the model's IO table (inputs first, then outputs), borrowed from this
-    /// reference. `None` past the table.
-    pub(crate) fn io(&self, k: usize) -> Option<ModelIo<'_>> {
+    /// The model's IO table (its side-table chain, `CoreState::model_io`), borrowed from this
+    /// reference.
+    fn io_chain(&self) -> Option<&Chain> {
         let table = self
             .st
             .model
@@ -270,12 +271,16 @@ impl<'a> ModelRef<'a> {
         // SAFETY: `m` is a live slot of `models` (see `fixed_members`), so `side_entry`
         // resolved its own entry of `model_io` (bound with the arena's capacity), which is
         // null only for an unbound table. The entry is written only through
-        // `Nrt::model_io_mut`, which takes the slot's `Fresh` by `&mut`, so it is never
-        // written while the slot is live; this counted reference keeps the slot live (and
-        // so the entry unwritten) for as long as the borrow.
-        let table = unsafe { table.as_ref() }?;
-        let io = table.get(k)?;
-        Some(ModelIo {
+        // `Nrt::model_io_mut` (which takes the slot's `Fresh` by `&mut`, so never while the
+        // slot is live) and by `DrainedModel::release` (once no reference is left); this
+        // counted reference keeps the slot live (and so the entry unwritten) for as long as
+        // the borrow.
+        unsafe { table.as_ref() }
+    }
+
+    /// One IO entry as the public view lends it (`k`: its index in the table).
+    fn io_view<'s>(&self, k: usize, io: &'s ModelIoEntry) -> ModelIo<'s> {
+        ModelIo {
             name: c_name(&io.name),
             usage: if k < self.num_inputs() as usize {
                 IoUsage::Input
@@ -285,7 +290,16 @@ impl<'a> ModelRef<'a> {
             size: io.size,
             dtype: io.dtype,
             shape: &io.shape[..(io.ndim as usize).min(IO_DIMS_MAX)],
-        })
+        }
+    }
+
+    /// Calls `f` on each entry of the model's IO table, in order (one walk of the chain).
+    pub(crate) fn for_each_io(&self, mut f: impl FnMut(&ModelIo<'_>)) {
+        if let Some(c) = self.io_chain() {
+            for (k, io) in self.st.model.io_chunks.chain_iter(c).enumerate() {
+                f(&self.io_view(k, io));
+            }
+        }
     }
 }
 
@@ -324,7 +338,20 @@ pub(crate) struct DrainedModel<'a> {
 impl DrainedModel<'_> {
     /// Gives the slot back to the model arena (through its quarantine: handles of the model
     /// were out).
+    /// Its IO table's chunks go back first.
     pub(crate) fn release(self) {
+        let table = self
+            .st
+            .model
+            .models
+            .side_entry(&self.st.model.model_io, self.m.as_ptr());
+        // SAFETY: `m` is a live slot of `models` (the unlink checked it), so this is its own
+        // entry of `model_io` (null only when unbound); no reference of the model is left
+        // (the drain), so no `ModelRef` reads the entry, and this token, made once per unlink
+        // and consumed here, is the only writer.
+        if let Some(c) = unsafe { table.as_mut() } {
+            self.st.model.io_chunks.chain_clear(c);
+        }
         let _ = self.st.model.models.release(self.m.as_ptr());
     }
 }
@@ -424,12 +451,10 @@ const _: () =
     assert!(core::mem::size_of::<H_MODEL>() == 4 && core::mem::align_of::<H_MODEL>() == 4);
 
 impl<'a> Nrt<'a> {
-    /// The IO table of building model `m` (its side-table entry, `CoreState::model_io`), for
-    /// the loader to fill before publishing. `None` for a slot of another runtime's arena.
-    pub(crate) fn model_io_mut<'f>(
-        &self,
-        m: &'f mut Fresh<'a, model_t>,
-    ) -> Option<&'f mut ModelIoTable> {
+    /// The IO table of building model `m` (its side-table chain, `CoreState::model_io`), for
+    /// the loader to fill before publishing, or a failed load to clear. `None` for a slot of
+    /// another runtime's arena.
+    pub(crate) fn model_io_mut<'f>(&self, m: &'f mut Fresh<'a, model_t>) -> Option<&'f mut Chain> {
         if !self.st.model.models.owns(m.as_ptr()) {
             return None;
         }
@@ -440,10 +465,11 @@ impl<'a> Nrt<'a> {
             .side_entry(&self.st.model.model_io, m.as_ptr());
         // SAFETY: `m` is a slot of `models` (checked above), so `side_entry` resolved its own
         // entry of `model_io` (bound with the arena's capacity; null only when unbound). The
-        // entry is read only through a `ModelRef` of the live slot and written only here; the
-        // slot is not live while its `Fresh` exists (so no `ModelRef` of it exists: the
-        // previous occupant's were drained before its release), and the `Fresh` is borrowed
-        // mutably for `'f`, so this is the only reference to the entry while it lives.
+        // entry is read only through a `ModelRef` of the live slot and written only here and
+        // by `DrainedModel::release`; the slot is not live while its `Fresh` exists (so no
+        // `ModelRef` or `DrainedModel` of it exists: the previous occupant's were gone before
+        // its release), and the `Fresh` is borrowed mutably for `'f`, so this is the only
+        // reference to the entry while it lives.
         unsafe { table.as_mut() }
     }
 

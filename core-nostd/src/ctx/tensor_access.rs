@@ -26,7 +26,7 @@ use crate::arena::Fresh;
 use crate::handle::{self, Dropped, HandleKind, SetHandle, TensorHandle};
 use crate::host_heap::HostMem;
 use crate::sync::relax;
-use crate::tensor::{SetBody, SetSlot, TENSOR_NAME_MAX};
+use crate::tensor::{SetBody, SetSlot, Tensor, TENSOR_NAME_MAX};
 
 /// `nrt_tensor_t.magic` of a live tensor (0 once retired).
 const TENSOR_MAGIC: u32 = 0x7e45_0a11;
@@ -729,6 +729,150 @@ impl<'a> Nrt<'a> {
 // `DataLock` that is unlocked when zeroed (checked in `sync`) around an empty body (a zero
 // length, zeroed handle words and names).
 unsafe impl ZeroValid for SetSlot {}
+// SAFETY: integers and bytes; zero is an unused entry.
+unsafe impl ZeroValid for crate::tensor::SetEntry {}
+
+/// One tensor an execution binds: pinned (its reference word), with the storage it viewed
+/// when the execution marked it (null until then).
+#[repr(C)]
+pub(crate) struct Bound {
+    t: *mut nrt_tensor_t,
+    refs: *const AtomicU64,
+    sto: *mut nrt_tensor_storage_t,
+}
+
+// SAFETY: null pointers: an unused entry.
+unsafe impl ZeroValid for Bound {}
+// SAFETY: the pointers name arena slots of a state block that every thread may reach; an
+// entry is only used by the execution whose list holds it.
+unsafe impl Send for Bound {}
+
+/// A chunk of the tensors executions bind.
+pub(crate) type BindChunk = crate::arena::Chunk<Bound, { crate::tensor::BIND_CHUNK }>;
+
+/// The tensors an execution binds, inputs first, each pinned until the list drops (so a racing
+/// free waits for the execution, spec §7.1), with the pending-exec marks on their storages
+/// while [`BoundTensors::mark`] holds them. A chain of the `bind_chunks` arena: an execution
+/// binds as many tensors as its model declares.
+pub(crate) struct BoundTensors<'a> {
+    chunks: &'a crate::arena::Arena<BindChunk>,
+    list: crate::arena::Chain,
+    /// Inputs among the entries, once marked.
+    marked: Option<usize>,
+}
+
+impl<'a> BoundTensors<'a> {
+    /// An empty list of `nrt`'s runtime.
+    pub(crate) fn new(nrt: &Nrt<'a>) -> Self {
+        BoundTensors {
+            chunks: &nrt.st.tensor.bind_chunks,
+            list: crate::arena::Chain::EMPTY,
+            marked: None,
+        }
+    }
+
+    /// Keeps `pin` until the list drops; its tensor. A full `bind_chunks` arena is
+    /// [`Error::ArenaFull`] (and the pin ends).
+    pub(crate) fn push(&mut self, pin: TensorPin<'a>, shard: usize) -> Result<Tensor> {
+        if self.marked.is_some() {
+            return Err(Error::InvalidArgument(InvalidArg::TooManyBound));
+        }
+        let e = self
+            .chunks
+            .chain_push(&mut self.list, shard, "bound tensor chunk")?;
+        let t = pin.as_ptr();
+        e.t = t;
+        e.refs = pin.refs;
+        // The pin is now the entry's: `Drop` ends it.
+        core::mem::forget(pin);
+        Ok(t)
+    }
+
+    /// Bound tensor `i` (inputs first), pinned by this list.
+    pub(crate) fn get(&self, i: usize) -> Option<Tensor> {
+        self.chunks.chain_get(&self.list, i).map(|e| e.t)
+    }
+
+    /// Marks the storages of the first `inputs` tensors as read and the rest as written by
+    /// this execution (spec §7.1 `pending_exec_count_read` / `_write`) until the list drops.
+    /// Outputs are marked under the storage's `tensor_op_cv_lock`, which readers of an
+    /// output hold. Every storage is looked up before any is marked: a refusal marks nothing.
+    pub(crate) fn mark(&mut self, nrt: &Nrt<'_>, inputs: usize) -> Result<()> {
+        if self.marked.is_some() {
+            return Ok(());
+        }
+        for i in 0..self.list.len() {
+            let Some(e) = self.chunks.chain_get_mut(&mut self.list, i) else {
+                break;
+            };
+            // Pinned by this list (`held_tensor`'s contract).
+            let (s, _, _) = nrt.storage_of(nrt.held_tensor(e.t)?)?;
+            e.sto = s.as_ptr().cast_mut();
+        }
+        for (i, e) in self.chunks.chain_iter(&self.list).enumerate() {
+            let s = Self::storage(e);
+            if i < inputs {
+                s.pending_reads().fetch_add(1, Ordering::AcqRel);
+            } else {
+                let _g = s.op_lock().lock();
+                s.pending_writes().fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        self.marked = Some(inputs);
+        Ok(())
+    }
+
+    /// The storage entry `e` recorded at `mark`.
+    fn storage(e: &Bound) -> StorageRef<'_> {
+        StorageRef {
+            // `mark` wrote every entry's storage before any entry is read through here.
+            s: NonNull::new(e.sto).unwrap_or(NonNull::dangling()),
+            _held: PhantomData,
+        }
+    }
+}
+
+impl Drop for BoundTensors<'_> {
+    fn drop(&mut self) {
+        if let Some(inputs) = self.marked {
+            for (i, e) in self.chunks.chain_iter(&self.list).enumerate() {
+                let s = Self::storage(e);
+                if i < inputs {
+                    s.pending_reads().fetch_sub(1, Ordering::AcqRel);
+                } else {
+                    s.pending_writes().fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+        for e in self.chunks.chain_iter(&self.list) {
+            // SAFETY: `refs` is the reference word of a tensor slot this entry pinned (`push`
+            // took it from a live pin), in storage that outlives the list (`'a`); the pin it
+            // ends is this entry's own, ended once.
+            handle::unpin(unsafe { &*e.refs });
+        }
+        self.chunks.chain_clear(&mut self.list);
+    }
+}
+
+impl Nrt<'_> {
+    /// The body of set slot `p`, locked, for its finalisation: `p`'s last owner is gone and
+    /// every pin drained, so nobody else reaches the body (the lock is taken anyway, and
+    /// costs nothing uncontended). `None` for a pointer that is not a slot of the set arena.
+    pub(crate) fn set_body_finalizing(
+        &self,
+        p: *mut SetSlot,
+    ) -> Option<lock_api::MutexGuard<'_, crate::sync::RawSpin, SetBody>> {
+        if !self.st.tensor.sets.owns(p) {
+            return None;
+        }
+        // SAFETY: `p` is a slot of the set arena (checked), whose storage lives as long as the
+        // state block this view borrows; only the `body` field is referenced (the generation
+        // and reference words other threads read atomically are not), and the body is only
+        // ever reached under its lock.
+        let lock = unsafe { &*addr_of!((*p).body) };
+        Some(lock.lock())
+    }
+}
 
 impl SetPin<'_> {
     /// The set's entries, locked. The one way to them: a set's body is only read or written

@@ -1,7 +1,7 @@
 //! The per-core model database (spec §4.3, §4.4): `add_model`, the handle lookup with its
 //! reference, `remove_model`'s unlink-then-drain, and the queries over resident models.
 
-use super::{ModelInfo, ModelIo, MODEL_IO_MAX};
+use super::{ModelInfo, ModelIo};
 use crate::abi::*;
 use crate::arena::Fresh;
 use crate::ctx::{DrainedModel, InCall, InFlight, ModelRef, Nrt};
@@ -154,14 +154,7 @@ impl<'a> Nrt<'a> {
     /// forged or foreign handle is [`Error::InvalidHandle`]; `Closed` / `Uninitialized`
     /// outside an initialised runtime.
     pub fn for_each_model_io(&self, h: ModelHandle, mut f: impl FnMut(&ModelIo<'_>)) -> Result<()> {
-        self.with_model(h, |_, m, _, _| {
-            let n = (m.num_inputs() + m.num_outputs()) as usize;
-            for k in 0..n.min(MODEL_IO_MAX) {
-                if let Some(io) = m.io(k) {
-                    f(&io);
-                }
-            }
-        })
+        self.with_model(h, |_, m, _, _| m.for_each_io(&mut f))
     }
 
     /// The logical core of a resident model (`nrt_get_model_info`'s `vnc`), checking that

@@ -1,7 +1,7 @@
 //! The exec seam (spec §4.6): one model executes at a time per physical core, holding a
 //! model reference, and the declared IO an execution binds.
 
-use super::ModelIo;
+use super::{IoUsage, ModelIo};
 use crate::abi::*;
 use crate::ctx::{ExecHold, Nrt};
 use crate::error::{Error, Result};
@@ -21,6 +21,27 @@ impl ExecGuard<'_> {
     /// `model_db` bucket rewrites while this execution runs.
     pub fn h_model(&self) -> H_MODEL {
         self.hold.model().h_model()
+    }
+
+    /// Calls `f` on each declared input (`output == false`) or output of the model being
+    /// executed, in declaration order.
+    pub(crate) fn for_each_io(&self, output: bool, mut f: impl FnMut(&ModelIo<'_>)) {
+        let want = if output {
+            IoUsage::Output
+        } else {
+            IoUsage::Input
+        };
+        self.hold.model().for_each_io(|io| {
+            if io.usage == want {
+                f(io)
+            }
+        });
+    }
+
+    /// The arena shard of the model's first physical core.
+    pub(crate) fn shard(&self) -> usize {
+        let p = self.hold.model().pcore();
+        crate::ctx::core_shard(p.device_id, p.device_tpb_idx)
     }
 }
 
@@ -52,24 +73,5 @@ impl<'a> Nrt<'a> {
             .exec_count()
             .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         Ok(g)
-    }
-
-    /// Declared input (`output == false`) or output `i` of the model an execution holds.
-    pub(crate) fn model_io<'s>(
-        &self,
-        g: &'s ExecGuard<'_>,
-        output: bool,
-        i: usize,
-    ) -> Option<ModelIo<'s>> {
-        let m = g.hold.model();
-        let (start, n) = if output {
-            (m.num_inputs() as usize, m.num_outputs() as usize)
-        } else {
-            (0, m.num_inputs() as usize)
-        };
-        if i >= n {
-            return None;
-        }
-        m.io(start + i)
     }
 }

@@ -4,7 +4,7 @@
 
 use core::ptr::null_mut;
 
-use super::{tdrv_get_unique_h_model, ModelSpec, IO_DIMS_MAX, IO_NAME_MAX, MODEL_IO_MAX};
+use super::{tdrv_get_unique_h_model, ModelSpec, IO_DIMS_MAX, IO_NAME_MAX};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::arena::{Fresh, GiveBack};
@@ -72,12 +72,14 @@ impl<'a> Nrt<'a> {
         if spec.subgraphs as usize > MAX_SUBGRAPHS {
             return Err(Error::InvalidModel("more than 8 subgraphs"));
         }
-        if spec.inputs.len() + spec.outputs.len() > MODEL_IO_MAX {
-            return Err(Error::InvalidModel("more than 32 inputs + outputs"));
+        if spec.inputs.len() + spec.outputs.len() > u32::MAX as usize {
+            return Err(Error::InvalidModel("more than 2^32 - 1 inputs + outputs"));
         }
         for t in spec.inputs.iter().chain(spec.outputs.iter()) {
             if t.name.is_empty() || t.name.len() > IO_NAME_MAX {
-                return Err(Error::InvalidModel("tensor names must be 1..=95 bytes"));
+                return Err(Error::InvalidModel(
+                    "tensor names must be 1..=255 bytes (NRT_TENSOR_NAME_MAX - 1)",
+                ));
             }
             if t.size == 0 {
                 return Err(Error::InvalidModel("tensor size must be > 0"));
@@ -335,22 +337,20 @@ impl<'a> Nrt<'a> {
         copy_c_name(&mut m.name, spec.name);
         m.num_inputs = spec.inputs.len() as u32;
         m.num_outputs = spec.outputs.len() as u32;
+        let shard = crate::ctx::core_shard(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx);
+        let chunks = &self.st.model.io_chunks;
         let io = self
             .model_io_mut(m)
             .ok_or(Error::InvalidModel("model slot of another runtime"))?;
-        // check_spec bounded the tensors (at most MODEL_IO_MAX, shapes at most IO_DIMS_MAX).
-        for (e, t) in io
-            .iter_mut()
-            .zip(spec.inputs.iter().chain(spec.outputs.iter()))
-        {
+        // check_spec bounded the shapes (at most IO_DIMS_MAX) and names (IO_NAME_MAX).
+        for t in spec.inputs.iter().chain(spec.outputs.iter()) {
+            let e = chunks.chain_push(io, shard, "model io chunk")?;
             e.size = t.size;
             e.dtype = t.dtype;
             e.ndim = t.shape.len() as u32;
-            e.shape = [0; IO_DIMS_MAX];
             for (d, s) in e.shape.iter_mut().zip(t.shape) {
                 *d = *s;
             }
-            e.name = [0; IO_NAME_MAX + 1];
             copy_c_name(&mut e.name, t.name);
         }
         m.mem_usage_before = before;
@@ -381,6 +381,10 @@ impl<'a> Nrt<'a> {
             self.scratchpad_release(call, b.sp_tpb, b.sp_pages, GiveBack::Release);
         }
         self.free_model_heaps(call, &m, GiveBack::Cancel);
+        let mut m = m;
+        if let Some(io) = self.model_io_mut(&mut m) {
+            self.st.model.io_chunks.chain_clear(io);
+        }
         // The handle was never returned: the slots go back as if the load never started
         // (dropping a `Fresh` cancels its take: the model's, and the cleanup record's when it
         // was not yet published).

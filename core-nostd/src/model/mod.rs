@@ -125,9 +125,9 @@ impl<'a> TensorDecl<'a> {
     }
 }
 
-/// Longest declared input / output name (bytes, excluding the NUL): the longest name a
-/// tensor set can bind ([`crate::tensor::TENSOR_NAME_MAX`]). `nrt_tensor_info_t.name` holds
-/// 255, but a model with a longer name could never be executed, so it is refused at load.
+/// Longest declared input / output name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`,
+/// what `nrt_tensor_info_t.name` holds with its NUL and the longest name a tensor set binds
+/// ([`crate::tensor::TENSOR_NAME_MAX`]).
 pub const IO_NAME_MAX: usize = crate::tensor::TENSOR_NAME_MAX;
 
 /// Most dimensions of a declared tensor (the NEFF reader's `MAX_DIMS`, neff-format §6).
@@ -229,9 +229,10 @@ pub struct ModelInfo {
 }
 
 /// One declared input or output of a resident model: what `nrt_get_model_tensor_info`
-/// returns for it (a NEFF's `neff.json` row, a manifest's tensor). `model_t` has no gap large
-/// enough for the table, so it lives beside the model arena, one table per slot
-/// (`ModelPool::model_io`). Valid when all-zero.
+/// returns for it (a NEFF's `neff.json` row, a manifest's tensor). `model_t` has no gap for a
+/// table, so each model slot has a [`crate::arena::Chain`] of these beside the model arena
+/// (`ModelPool::model_io`), in chunks of [`IO_CHUNK`] from the `io_chunks` arena: a model
+/// declares as many as it has. Valid when all-zero.
 #[repr(C)]
 pub(crate) struct ModelIoEntry {
     pub(crate) size: u64,
@@ -241,11 +242,11 @@ pub(crate) struct ModelIoEntry {
     pub(crate) name: [u8; IO_NAME_MAX + 1],
 }
 
-/// IO entries per model (inputs then outputs).
-pub(crate) const MODEL_IO_MAX: usize = 32;
+/// IO entries per chunk of a model's IO table (`Capacity::io_chunks` counts chunks).
+pub const IO_CHUNK: usize = 8;
 
-/// A model slot's IO table.
-pub(crate) type ModelIoTable = [ModelIoEntry; MODEL_IO_MAX];
+/// A chunk of model IO tables.
+pub(crate) type IoChunk = crate::arena::Chunk<ModelIoEntry, IO_CHUNK>;
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 //! `deny(unsafe_code)` module); the rest of the core reaches them through the methods here.
 
 use crate::abi::*;
-use crate::arena::{Arena, ArenaStats, GiveBack, SideTable};
+use crate::arena::{Arena, ArenaStats, Chain, GiveBack, SideTable};
 use crate::config::Capacity;
 use crate::ctx::{Binder, MemRefSet, ModelDb, Part, UlibSet};
 use crate::error::Result;
@@ -14,8 +14,10 @@ use crate::error::Result;
 /// [`crate::ctx::CoreState`] holds them. Valid when all-zero (every arena unbound).
 pub(crate) struct ModelPool {
     pub(crate) models: Arena<model_t>,
-    /// Per `models` slot: the model's IO table ([`super::ModelIoEntry`]).
-    pub(crate) model_io: SideTable<super::ModelIoTable>,
+    /// Per `models` slot: the model's IO table, a chain of [`super::ModelIoEntry`] chunks.
+    pub(crate) model_io: SideTable<Chain>,
+    /// The chunks of the models' IO tables.
+    pub(crate) io_chunks: Arena<super::IoChunk>,
     pub(crate) model_dbs: Arena<ModelDb>,
     pub(crate) mem_ref_sets: Arena<MemRefSet>,
     pub(crate) mem_ref_nodes: Arena<ht_node_t>,
@@ -25,11 +27,11 @@ pub(crate) struct ModelPool {
 
 impl ModelPool {
     /// Arenas in the pool (its share of [`crate::ctx::CoreState::arena_stats`]).
-    pub(crate) const ARENAS: usize = 6;
+    pub(crate) const ARENAS: usize = 7;
 
     /// The pool's storage parts for `c`, in the order [`Self::bind`] hands them out: the one
     /// list that sizes the pool's region and binds it.
-    pub(crate) const fn parts(c: &Capacity) -> [Part; 7] {
+    pub(crate) const fn parts(c: &Capacity) -> [Part; 8] {
         let (d, m, mr, u, sh) = (
             c.dmems as usize,
             c.models as usize,
@@ -40,7 +42,12 @@ impl ModelPool {
         let dbs = c.devices as usize * constants::TPBS_PER_MLA;
         [
             Part::arena::<model_t>(m, 1, "Capacity.models (NRT_DMEM_MAX_MODELS)"),
-            Part::side_table::<super::ModelIoTable>(m),
+            Part::side_table::<Chain>(m),
+            Part::arena::<super::IoChunk>(
+                c.io_chunks as usize,
+                sh,
+                "Capacity.io_chunks (NRT_DMEM_MAX_MODELS)",
+            ),
             Part::arena::<ModelDb>(dbs, 1, "Capacity.devices"),
             Part::arena::<MemRefSet>(mr, 1, "Capacity.mr_sets (NRT_DMEM_MAX_MODELS)"),
             Part::arena::<ht_node_t>(d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)"),
@@ -55,9 +62,10 @@ impl ModelPool {
 
     /// Binds the arenas to the pool's region (`b`), as [`Self::parts`] lays it out.
     pub(crate) fn bind(&mut self, b: &mut Binder, c: &Capacity) {
-        let [models, io, dbs, sets, nodes, cleanup, ulib] = Self::parts(c);
+        let [models, io, io_chunks, dbs, sets, nodes, cleanup, ulib] = Self::parts(c);
         b.arena(&mut self.models, models);
         b.side_table(&mut self.model_io, io);
+        b.arena(&mut self.io_chunks, io_chunks);
         b.arena(&mut self.model_dbs, dbs);
         b.arena(&mut self.mem_ref_sets, sets);
         b.arena(&mut self.mem_ref_nodes, nodes);
@@ -69,6 +77,7 @@ impl ModelPool {
     pub(crate) fn stats(&self) -> [(&'static str, ArenaStats); Self::ARENAS] {
         [
             ("model_t", self.models.stats()),
+            ("model io chunk", self.io_chunks.stats()),
             ("model_db", self.model_dbs.stats()),
             ("mem_ref_set", self.mem_ref_sets.stats()),
             ("mem_ref_node", self.mem_ref_nodes.stats()),

@@ -12,7 +12,7 @@ use crate::sync::relax;
 
 impl<'a> Nrt<'a> {
     /// Storage of a held tensor and its window, checked (an empty tensor has none).
-    pub(super) fn storage_of<'p>(&self, t: TensorRef<'p>) -> Result<(StorageRef<'p>, u64, u64)> {
+    pub(crate) fn storage_of<'p>(&self, t: TensorRef<'p>) -> Result<(StorageRef<'p>, u64, u64)> {
         match t.window() {
             (Some(s), off, len) => Ok((s, off, len)),
             (None, _, _) => Err(Error::InvalidArgument(InvalidArg::TensorWithoutStorage)),

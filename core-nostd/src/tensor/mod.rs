@@ -22,13 +22,13 @@ mod io;
 mod pool;
 mod set;
 
-pub(crate) use crate::ctx::TensorPin;
 pub use crate::host_heap::{ArenaHostMem, HeapHostMem, HostMem};
+pub use exec::BIND_CHUNK;
 pub(crate) use exec::EXEC_DATA_STRIPES;
 pub use io::check_window;
 pub(crate) use pool::TensorPool;
-pub(crate) use set::SetBody;
-pub use set::{SetSlot, SET_MAX};
+pub(crate) use set::{SetBody, SetEntry};
+pub use set::{SetSlot, SET_CHUNK};
 
 use core::ptr::NonNull;
 
@@ -86,12 +86,13 @@ pub struct DeviceAllocationInfo {
 /// safe API names tensors by [`TensorHandle`].
 pub type Tensor = *mut nrt_tensor_t;
 
-/// Longest tensor name (bytes, excluding the NUL).
-pub const TENSOR_NAME_MAX: usize = 95;
+/// Longest tensor name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`, what the public
+/// `nrt_tensor_info_t.name[NRT_TENSOR_NAME_MAX]` holds with its NUL (public API §2).
+pub const TENSOR_NAME_MAX: usize = 255;
 
-/// A tensor's name as [`Nrt::tensor_name`] returns it: an owned copy of `nrt_tensor_t`'s
-/// 96-byte `name_buf` (spec §7.1), so it stays valid after the tensor is freed.
-pub type TensorName = heapless::String<96>;
+/// A tensor's name as [`Nrt::tensor_name`] returns it: an owned copy of the tensor's name text
+/// (spec §7.1), so it stays valid after the tensor is freed.
+pub type TensorName = heapless::String<{ TENSOR_NAME_MAX + 1 }>;
 
 impl<'a> Nrt<'a> {
     /// The handle of tensor `t`, which the caller owns (just made, or kept alive by the

@@ -18,6 +18,10 @@ pub(crate) struct TensorPool {
     pub(crate) storages: Arena<nrt_tensor_storage_t>,
     /// Tensor sets ([`super::SetSlot`]), named by `SetHandle`s.
     pub(crate) sets: Arena<super::SetSlot>,
+    /// The chunks of the sets' entries.
+    pub(crate) set_chunks: Arena<super::set::SetChunk>,
+    /// The chunks of the tensors executions in flight have bound ([`super::exec`]).
+    pub(crate) bind_chunks: Arena<super::exec::BindChunk>,
     /// Held by executions while they move their data (`execute`): the simulated stand-in for
     /// spec §7.1's DMA ordering, so an execution's inputs are never read while another
     /// execution, on any core, is writing them. Striped by tensor storage
@@ -29,11 +33,11 @@ pub(crate) struct TensorPool {
 
 impl TensorPool {
     /// Arenas in the pool (its share of [`crate::ctx::CoreState::arena_stats`]).
-    pub(crate) const ARENAS: usize = 3;
+    pub(crate) const ARENAS: usize = 5;
 
     /// The pool's storage parts for `c`, in the order [`Self::bind`] hands them out: the one
     /// list that sizes the pool's region and binds it.
-    pub(crate) const fn parts(c: &Capacity) -> [Part; 4] {
+    pub(crate) const fn parts(c: &Capacity) -> [Part; 6] {
         let (t, s, sets, sh) = (
             c.tensors as usize,
             c.storages as usize,
@@ -45,16 +49,28 @@ impl TensorPool {
             Part::side_table::<[u8; super::TENSOR_NAME_MAX + 1]>(t),
             Part::arena::<nrt_tensor_storage_t>(s, sh, "Capacity.storages (NRT_DMEM_MAX_TENSORS)"),
             Part::arena::<super::SetSlot>(sets, 1, "Capacity.sets (NRT_DMEM_MAX_SETS)"),
+            Part::arena::<super::set::SetChunk>(
+                c.set_chunks as usize,
+                1,
+                "Capacity.set_chunks (NRT_DMEM_MAX_SETS)",
+            ),
+            Part::arena::<super::exec::BindChunk>(
+                c.bind_chunks as usize,
+                sh,
+                "Capacity.bind_chunks (NRT_DMEM_MAX_TENSORS)",
+            ),
         ]
     }
 
     /// Binds the arenas to the pool's region (`b`), as [`Self::parts`] lays it out.
     pub(crate) fn bind(&mut self, b: &mut Binder, c: &Capacity) {
-        let [tensors, names, storages, sets] = Self::parts(c);
+        let [tensors, names, storages, sets, set_chunks, bind_chunks] = Self::parts(c);
         b.arena(&mut self.tensors, tensors);
         b.side_table(&mut self.tensor_names, names);
         b.arena(&mut self.storages, storages);
         b.arena(&mut self.sets, sets);
+        b.arena(&mut self.set_chunks, set_chunks);
+        b.arena(&mut self.bind_chunks, bind_chunks);
     }
 
     /// Occupancy of each arena, for footprint reports.
@@ -63,6 +79,8 @@ impl TensorPool {
             ("nrt_tensor_t", self.tensors.stats()),
             ("nrt_tensor_storage_t", self.storages.stats()),
             ("tensor_set", self.sets.stats()),
+            ("tensor set chunk", self.set_chunks.stats()),
+            ("bound tensor chunk", self.bind_chunks.stats()),
         ]
     }
 }

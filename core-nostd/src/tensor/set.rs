@@ -2,14 +2,15 @@
 //! the `set_*` API.
 
 use super::TENSOR_NAME_MAX;
+use crate::arena::{Arena, Chain, Chunk};
 use crate::cstr::c_name;
 use crate::ctx::Nrt;
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped, HandleKind, SetHandle, TensorHandle};
 use crate::sync::relax;
 
-/// Tensors one tensor set holds (spec §7.3: what one execution binds).
-pub const SET_MAX: usize = 64;
+/// Named tensors per chunk of a tensor set (`Capacity::set_chunks` counts chunks).
+pub const SET_CHUNK: usize = 16;
 
 /// One tensor set (`nrt_tensor_set_t`, spec §7.3; libnrt's `kbl_feature_map_set_t`): a slot
 /// of the core's set arena (`CoreState::sets`, sized by [`crate::Capacity::sets`]), named by
@@ -33,25 +34,55 @@ const _: () = assert!(core::mem::offset_of!(SetSlot, refs) == 8);
 // `SetSlot` is valid all-zero: its `ZeroValid` impl sits with the set slot's accessors
 // (`ctx/tensor_access.rs`).
 
-/// A set's entries: `len` (name, tensor handle words) pairs in insertion order.
+/// One named tensor of a set.
+#[repr(C)]
+pub(crate) struct SetEntry {
+    /// [`name_hash`] of the name: compared before the name itself.
+    pub(crate) hash: u32,
+    /// The tensor's handle words.
+    pub(crate) tensor: [u32; 3],
+    pub(crate) name: [u8; TENSOR_NAME_MAX + 1],
+}
+
+// `SetEntry` is valid all-zero: its `ZeroValid` impl sits with the set slot's accessors.
+
+/// A chunk of tensor-set entries.
+pub(crate) type SetChunk = Chunk<SetEntry, SET_CHUNK>;
+
+/// A set's entries: (name, tensor handle words) pairs in insertion order, in chunks of the
+/// `set_chunks` arena, as many as the set is given.
 #[repr(C)]
 pub(crate) struct SetBody {
-    len: u32,
-    _pad: u32,
-    tensors: [[u32; 3]; SET_MAX],
-    names: [[u8; TENSOR_NAME_MAX + 1]; SET_MAX],
+    entries: Chain,
+}
+
+/// FNV-1a of a name: lookups compare it first, so binding a model's hundreds of tensors by
+/// name compares few names byte by byte.
+fn name_hash(name: &[u8]) -> u32 {
+    name.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 impl SetBody {
-    fn find(&self, name: &str) -> Option<usize> {
-        (0..(self.len as usize).min(SET_MAX)).find(|&i| c_name(&self.names[i]) == name)
+    fn find(&self, chunks: &Arena<SetChunk>, name: &str) -> Option<usize> {
+        let hash = name_hash(name.as_bytes());
+        chunks
+            .chain_iter(&self.entries)
+            .position(|e| e.hash == hash && c_name(&e.name) == name)
     }
 
-    pub(super) fn get(&self, name: &str) -> Option<TensorHandle> {
-        self.find(name).map(|i| {
-            let [a, b, c] = self.tensors[i];
+    pub(super) fn get(&self, chunks: &Arena<SetChunk>, name: &str) -> Option<TensorHandle> {
+        let i = self.find(chunks, name)?;
+        chunks.chain_get(&self.entries, i).map(|e| {
+            let [a, b, c] = e.tensor;
             TensorHandle::from_parts(a, b, c)
         })
+    }
+
+    /// Gives the entries' chunks back (the set is being destroyed).
+    pub(super) fn clear(&mut self, chunks: &Arena<SetChunk>) {
+        chunks.chain_clear(&mut self.entries);
     }
 }
 
@@ -100,6 +131,9 @@ impl<'a> Nrt<'a> {
     /// Retires a set whose owner is gone and whose pins drained, and gives its slot back.
     fn set_finalize(&self, p: *mut SetSlot) {
         // Nobody else can reach it (owner gone, drained).
+        if let Some(mut body) = self.set_body_finalizing(p) {
+            body.clear(&self.st.tensor.set_chunks);
+        }
         if let Some((gen, _)) = self.st.tensor.sets.words_of(p) {
             handle::retire(gen);
         }
@@ -119,11 +153,12 @@ impl<'a> Nrt<'a> {
         });
     }
 
-    /// `nrt_add_tensor_to_tensor_set`: adds tensor `t` under `name` (at most 95 bytes), replacing
-    /// a tensor of the same name. `t` must be a live tensor of this runtime now
-    /// ([`Error::InvalidHandle`] otherwise); one freed later makes an execution that binds it
-    /// fail with [`Error::InvalidHandle`]. A set holds [`SET_MAX`] tensors
-    /// ([`Error::SetFull`], NRT_RESOURCE, beyond). A failed add changes nothing.
+    /// `nrt_add_tensor_to_tensor_set`: adds tensor `t` under `name` (at most
+    /// [`TENSOR_NAME_MAX`] bytes), replacing a tensor of the same name. `t` must be a live
+    /// tensor of this runtime now ([`Error::InvalidHandle`] otherwise); one freed later makes
+    /// an execution that binds it fail with [`Error::InvalidHandle`]. A set holds as many
+    /// tensors as the `set_chunks` arena has room for ([`Error::ArenaFull`], NRT_RESOURCE,
+    /// beyond). A failed add changes nothing.
     pub fn set_add(&self, h: SetHandle, name: &str, t: TensorHandle) -> Result<()> {
         let _call = self.enter()?;
         if name.len() > TENSOR_NAME_MAX {
@@ -132,19 +167,20 @@ impl<'a> Nrt<'a> {
         drop(self.tensor_pin(t)?);
         let pin = self.set_pin(h)?;
         let mut body = pin.body();
+        let chunks = &self.st.tensor.set_chunks;
         let (a, b, c) = t.to_parts();
-        let i = match body.find(name) {
-            Some(i) => i,
-            None if body.len as usize >= SET_MAX => return Err(Error::SetFull),
+        let e = match body.find(chunks, name) {
+            Some(i) => chunks.chain_get_mut(&mut body.entries, i),
             None => {
-                let i = body.len as usize;
-                body.names[i] = [0; TENSOR_NAME_MAX + 1];
-                body.names[i][..name.len()].copy_from_slice(name.as_bytes());
-                body.len += 1;
-                i
+                let e = chunks.chain_push(&mut body.entries, 0, "tensor set chunk")?;
+                e.hash = name_hash(name.as_bytes());
+                e.name[..name.len()].copy_from_slice(name.as_bytes());
+                Some(e)
             }
         };
-        body.tensors[i] = [a, b, c];
+        if let Some(e) = e {
+            e.tensor = [a, b, c];
+        }
         Ok(())
     }
 
@@ -154,7 +190,7 @@ impl<'a> Nrt<'a> {
     pub fn set_get(&self, h: SetHandle, name: &str) -> Result<Option<TensorHandle>> {
         let _call = self.enter()?;
         let pin = self.set_pin(h)?;
-        let found = pin.body().get(name);
+        let found = pin.body().get(&self.st.tensor.set_chunks, name);
         Ok(found)
     }
 
@@ -162,7 +198,19 @@ impl<'a> Nrt<'a> {
     pub fn set_len(&self, h: SetHandle) -> Result<usize> {
         let _call = self.enter()?;
         let pin = self.set_pin(h)?;
-        let len = pin.body().len as usize;
+        let len = pin.body().entries.len();
         Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_hash;
+
+    #[test]
+    fn name_hash_is_fnv1a() {
+        assert_eq!(name_hash(b""), 0x811c_9dc5);
+        assert_eq!(name_hash(b"a"), 0xe40c_292c);
+        assert_ne!(name_hash(b"input0"), name_hash(b"input1"));
     }
 }

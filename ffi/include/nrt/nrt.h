@@ -394,7 +394,8 @@ void nrt_destroy_tensor_set(nrt_tensor_set_t **tensor_set);
 /**
  * Adds `tensor` to the set under `tensor_name`, replacing a tensor of the same name. The
  * tensor must be live now; one freed later makes an execution that binds it NRT_INVALID.
- * Names are at most 95 bytes; a set holds at most 64 tensors (NRT_RESOURCE beyond).
+ * Names are at most 255 bytes (`NRT_TENSOR_NAME_MAX - 1`); a set holds as many tensors as it
+ * is given (NRT_RESOURCE when the runtime's set-entry storage is full, `NRT_DMEM_MAX_SETS`).
  *
  * Safety:
  * `tensor_name` is NULL or a NUL-terminated string; `tensor_set` and `tensor` are any pointer
@@ -415,7 +416,7 @@ NRT_STATUS nrt_get_tensor_from_tensor_set(nrt_tensor_set_t *tensor_set, const ch
  * Allocates a tensor of `size` bytes. DEVICE tensors take HBM of logical core `vnc` and
  * outlive any model; HOST tensors take DMA-able host memory (refused with NRT_RESOURCE on
  * trn2); VIRTUAL tensors take ordinary host memory. `vnc` may be -1 for the host placements.
- * `name` is optional (NULL) and at most 95 bytes. Out-of-memory on the device is
+ * `name` is optional (NULL) and at most 255 bytes (`NRT_TENSOR_NAME_MAX - 1`). Out-of-memory on the device is
  * NRT_RESOURCE.
  *
  * Safety:

@@ -38,7 +38,7 @@ impl Driver for SharedDevice {
                 let (h, pa) = g.sim().memory_alloc_pa(dev, req)?;
                 let info = g.sim().memory_info(dev, h)?;
                 let (carve, index) = g.sim().handle_key(dev, h)?;
-                let Some(o) = g.owner(dev, carve, index) else {
+                let Some(o) = g.owner_to_write(dev, carve, index) else {
                     let _ = g.sim().memory_free(dev, h);
                     return Err(errno::EINVAL);
                 };

@@ -1,9 +1,12 @@
 //! The shared device file's mapping and its locks: `open(2)`, `mmap(2)`, the whole-file
 //! `flock` and the per-slot open-file-description liveness locks.
 
+use std::cell::UnsafeCell;
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Once;
 
 use nrt_core::driver::{errno, Errno};
 
@@ -13,6 +16,84 @@ use super::layout::{self, Readable};
 pub(super) struct Mapping {
     base: *mut u8,
     len: usize,
+    /// Its entry in [`REGIONS`] (`None`: the table was full; the mapping is then unguarded).
+    region: Option<usize>,
+}
+
+/// A mapping the `SIGBUS` handler knows: a file truncated under a process that maps it makes
+/// any access past the new end fault; the handler puts zero-filled private pages there
+/// instead (so the access completes and the process lives) and marks the mapping, which
+/// every later use checks.
+struct Region {
+    start: AtomicUsize,
+    len: AtomicUsize,
+    faulted: AtomicBool,
+}
+
+const REGION_SLOTS: usize = 64;
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_REGION: Region = Region {
+    start: AtomicUsize::new(0),
+    len: AtomicUsize::new(0),
+    faulted: AtomicBool::new(false),
+};
+static REGIONS: [Region; REGION_SLOTS] = [NO_REGION; REGION_SLOTS];
+
+/// The `SIGBUS` action before ours, restored for a fault outside every region.
+struct OldAction(UnsafeCell<libc::sigaction>);
+// SAFETY: written once inside `INSTALL` before the handler that reads it is installed, read
+// only afterwards.
+unsafe impl Sync for OldAction {}
+// SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
+static OLD_ACTION: OldAction = OldAction(UnsafeCell::new(unsafe { core::mem::zeroed() }));
+static INSTALL: Once = Once::new();
+
+extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid `siginfo_t` to an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for r in &REGIONS {
+        let (start, len) = (
+            r.start.load(Ordering::Acquire),
+            r.len.load(Ordering::Acquire),
+        );
+        if start != 0 && start != usize::MAX && addr.wrapping_sub(start) < len {
+            let page = addr & !(PAGE - 1);
+            // SAFETY: replaces pages of our own mapping `[page, start + len)` with private
+            // zero pages (async-signal-safe: one system call); nothing else is touched.
+            unsafe {
+                libc::mmap(
+                    page as *mut libc::c_void,
+                    start + len - page,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            r.faulted.store(true, Ordering::Release);
+            return;
+        }
+    }
+    // Not a shared device's fault: the previous action takes it when the access repeats.
+    // SAFETY: `OLD_ACTION` was filled before this handler was installed.
+    unsafe { libc::sigaction(libc::SIGBUS, OLD_ACTION.0.get(), core::ptr::null_mut()) };
+}
+
+const PAGE: usize = 4096;
+
+fn install_handler() {
+    INSTALL.call_once(|| {
+        // SAFETY: an all-zero `sigaction` is valid; the fields that matter are set below.
+        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+        sa.sa_sigaction = on_sigbus as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+        // SAFETY: installs a handler that only reads atomics and calls mmap/sigaction; the old
+        // action is stored where the handler reads it, before the handler can run.
+        unsafe {
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGBUS, &sa, OLD_ACTION.0.get());
+        }
+    });
 }
 
 // SAFETY: the mapping is plain shared memory valid until `Drop`; what is inside is reached
@@ -35,10 +116,29 @@ impl Mapping {
         if p == libc::MAP_FAILED {
             return Err(last_errno());
         }
+        install_handler();
+        let region = REGIONS.iter().position(|r| {
+            r.start
+                .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        });
+        if let Some(i) = region {
+            REGIONS[i].faulted.store(false, Ordering::Relaxed);
+            REGIONS[i].len.store(len, Ordering::Release);
+            REGIONS[i].start.store(p as usize, Ordering::Release);
+        }
         Ok(Mapping {
             base: p.cast(),
             len,
+            region,
         })
+    }
+
+    /// Whether an access faulted because the file shrank under the mapping (the pages past
+    /// its end now read as zeros: nothing read from it since can be trusted).
+    pub(super) fn faulted(&self) -> bool {
+        self.region
+            .is_some_and(|i| REGIONS[i].faulted.load(Ordering::Acquire))
     }
 
     /// The mapping's first byte (page-aligned; `len` bytes follow while `self` lives).
@@ -56,6 +156,10 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(i) = self.region {
+            REGIONS[i].len.store(0, Ordering::Release);
+            REGIONS[i].start.store(0, Ordering::Release);
+        }
         // SAFETY: exactly the mapping made in `map`, unmapped only here.
         unsafe { libc::munmap(self.base.cast(), self.len) };
     }

@@ -14,10 +14,118 @@ use nrt_core::sim::{Placement, Preset, SimConfig, SimDevice};
 
 use super::file::{flock, last_errno, live_byte, ofd_lock, ofd_locked, open_file, Mapping};
 use super::layout::{self, MAX_PROCESSES, SLOT_FREE, SLOT_LIVE};
-use super::lock::{h_slot_live, pids, Locked};
+use super::lock::{guarded, h_slot_live, pids, Locked};
 use super::{device_path, reader, Inner, JoinRequest, SharedDevice, SharedError, SharedName};
 use super::{HOLD_VAR, REAP_INTERVAL};
 use crate::backing::HostReservation;
+
+fn fstat(fd: RawFd) -> Result<libc::stat, Errno> {
+    // SAFETY: `fstat` fills a zeroed struct for an fd the caller holds.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(last_errno());
+    }
+    Ok(st)
+}
+
+/// The variable setting the mode a shared device file is created with (octal, default
+/// `0600`): `0640` lets a monitor of the file's group read it, `0660` lets processes of the
+/// group join it (docs/SHARED_DEVICE.md "Permissions").
+pub const MODE_VAR: &str = "NRT_DMEM_SHM_MODE";
+
+/// The mode [`MODE_VAR`] asks for (the owner keeps read and write), or `Err` naming the bad
+/// value.
+pub fn create_mode() -> Result<u32, String> {
+    let Some(v) = std::env::var_os(MODE_VAR).filter(|v| !v.is_empty()) else {
+        return Ok(0o600);
+    };
+    let t = v.to_string_lossy();
+    match u32::from_str_radix(t.trim().trim_start_matches("0o"), 8) {
+        Ok(m) if m <= 0o666 && m & 0o600 == 0o600 => Ok(m),
+        _ => Err(format!(
+            "{MODE_VAR}={t}: expected an octal file mode from 0600 to 0666 that keeps the \
+             owner's read and write (e.g. 0640, 0660)"
+        )),
+    }
+}
+
+/// Gives a file this process just created the mode [`MODE_VAR`] asks for (whatever the
+/// umask).
+fn apply_mode(fd: RawFd, st: &libc::stat, path: &Path) -> Result<(), (Errno, String)> {
+    let mode = create_mode().map_err(|m| (errno::EINVAL, m))?;
+    // SAFETY: `geteuid` has no preconditions.
+    if st.st_uid != unsafe { libc::geteuid() } {
+        return Ok(());
+    }
+    // SAFETY: `fchmod` on an fd we hold.
+    if unsafe { libc::fchmod(fd, mode as libc::mode_t) } != 0 {
+        return Err((
+            last_errno(),
+            format!("cannot set the mode of {}", path.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// A file this process may join: a regular file, owned by this user or shared with it by its
+/// mode (read and write for its group, when this process is in that group, or for others).
+/// The kernel lets root open anything; this keeps root off another user's private device
+/// too. `EACCES` naming owner and mode otherwise.
+pub(crate) fn check_owner(st: &libc::stat, path: &Path) -> Result<(), (Errno, String)> {
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err((
+            errno::EINVAL,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    // SAFETY: `geteuid`/`getegid` have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if st.st_uid == uid {
+        return Ok(());
+    }
+    let mode = st.st_mode & 0o777;
+    let in_group = st.st_gid == gid || {
+        let mut groups = [0 as libc::gid_t; 256];
+        // SAFETY: `getgroups` writes at most `groups.len()` ids into the array.
+        let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
+        n > 0 && groups[..n as usize].contains(&st.st_gid)
+    };
+    if mode & 0o006 == 0o006 || (in_group && mode & 0o060 == 0o060) {
+        return Ok(());
+    }
+    Err((
+        Errno::new(libc::EACCES),
+        format!(
+            "permission denied: {} is owned by uid {} (group {}) with mode {mode:04o}, which does \
+             not share it with this user (uid {uid}); its owner shares it by creating it with \
+             {MODE_VAR}=0660 for a common group",
+            path.display(),
+            st.st_uid,
+            st.st_gid
+        ),
+    ))
+}
+
+/// Whether any slot's liveness lock is held (by a live process), read from the locks alone.
+pub(crate) fn any_slot_locked(fd: RawFd) -> bool {
+    (0..MAX_PROCESSES).any(|s| ofd_locked(fd, live_byte(s)) == Ok(true))
+}
+
+/// What is wrong with a non-empty file of `len` bytes, read through a private read-only
+/// mapping of its header page only when it has one: too short, too long, or a header that is
+/// not this build's (magic, version, sizes, devices). `None`: sound.
+fn damage(fd: RawFd, len: u64) -> Option<String> {
+    if len < layout::readable_size() as u64 {
+        return Some(format!(
+            "{len} bytes, too short for a shared device (corrupted)"
+        ));
+    }
+    let Ok(map) = Mapping::map(fd, layout::readable_size(), false) else {
+        return Some("cannot map its header".into());
+    };
+    check_header(&map.readable().header, len).err()
+}
 
 /// Checks a header against what this build expects; the message names the mismatch.
 pub(crate) fn check_header(h: &layout::Header, file_len: u64) -> Result<(), String> {
@@ -227,6 +335,8 @@ impl SharedDevice {
         let fd = open_file(&path, libc::O_RDWR | libc::O_CREAT).map_err(|e| {
             let what = if e.raw() == libc::EACCES || e.raw() == libc::EPERM {
                 "permission denied"
+            } else if e.raw() == libc::ELOOP {
+                "a symbolic link, never followed (remove it)"
             } else {
                 "cannot open"
             };
@@ -253,40 +363,56 @@ impl SharedDevice {
         req: &JoinRequest,
     ) -> Result<Self, (Errno, String)> {
         let raw = fd.as_raw_fd();
-        // SAFETY: `fstat` fills the zeroed struct for an fd we hold.
-        let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::fstat(raw, &mut st) } != 0 {
-            return Err((last_errno(), format!("cannot stat {}", path.display())));
-        }
+        let st = fstat(raw).map_err(|e| (e, format!("cannot stat {}", path.display())))?;
+        check_owner(&st, path)?;
         let size = layout::file_size();
-        let fresh = st.st_size == 0;
+        let mut fresh = st.st_size == 0;
+        if fresh && any_slot_locked(raw) {
+            return Err((
+                errno::EINVAL,
+                format!(
+                    "{} was truncated to 0 bytes while live processes still use it; it is left \
+                     as it is (stop them, then the next process re-creates it)",
+                    path.display()
+                ),
+            ));
+        }
+        if !fresh {
+            if let Some(damage) = damage(raw, st.st_size as u64) {
+                // Liveness locks are bytes past the end of the file: they are read without
+                // trusting (or even mapping) the damaged contents.
+                if any_slot_locked(raw) {
+                    return Err((
+                        errno::EINVAL,
+                        format!(
+                            "{}: {damage}; live processes still use it, so it is left as it is \
+                             (stop them, then the next process re-creates it)",
+                            path.display()
+                        ),
+                    ));
+                }
+                log::warn!(
+                    target: "nrt_host::shared",
+                    "{name}: {}: {damage}; no process uses it: re-creating it",
+                    path.display()
+                );
+                // SAFETY: `ftruncate` on an fd we hold open for writing (under the flock).
+                if unsafe { libc::ftruncate(raw, 0) } != 0 {
+                    return Err((last_errno(), format!("cannot empty {}", path.display())));
+                }
+                fresh = true;
+            }
+        }
         if fresh {
             // SAFETY: `ftruncate` on an fd we hold open for writing.
             if unsafe { libc::ftruncate(raw, size as libc::off_t) } != 0 {
                 return Err((last_errno(), format!("cannot size {}", path.display())));
             }
-        } else if st.st_size < layout::readable_size() as i64 {
-            return Err((
-                errno::EINVAL,
-                format!(
-                    "{} is {} bytes, too short for a shared device (corrupted)",
-                    path.display(),
-                    st.st_size
-                ),
-            ));
+            apply_mode(raw, &st, path)?;
         }
-        let map_len = if fresh {
-            size
-        } else {
-            size.min(st.st_size as usize)
-        };
-        let map = Mapping::map(raw, map_len, true)
+        // Not fresh: `damage` found the file exactly `size` bytes with a sound header.
+        let map = Mapping::map(raw, size, true)
             .map_err(|e| (e, format!("cannot map {}", path.display())))?;
-        if !fresh {
-            check_header(&map.readable().header, st.st_size as u64)
-                .map_err(|m| (errno::EINVAL, format!("{}: {m}", path.display())))?;
-        }
         let devices = req.config.devices;
         let hold_ms = std::env::var(HOLD_VAR)
             .ok()
@@ -397,6 +523,12 @@ impl SharedDevice {
                 c.store(req.cores.get(dev).copied().unwrap_or(0), Ordering::Relaxed);
             }
             p.state.store(SLOT_LIVE, Ordering::Release);
+            // The free-space figures a reader shows, from the first join on.
+            g.r().header.seq.fetch_add(1, Ordering::AcqRel);
+            for d in 0..devices {
+                g.publish_pools(d);
+            }
+            g.r().header.seq.fetch_add(1, Ordering::Release);
             let i: Result<Vec<_>, _> = (0..devices).map(|d| g.sim().device_info(d)).collect();
             let info = i.map_err(|e| (e, "device info".to_string()))?;
             Ok((s, info))
@@ -437,6 +569,10 @@ impl SharedDevice {
             .spawn(move || {
                 while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(REAP_INTERVAL) {
                     let Some(inner) = weak.upgrade() else { return };
+                    // Checked before the slots are read: a truncated file is told, not read.
+                    if inner.file_damage().is_some_and(|(gone, _)| gone) {
+                        continue;
+                    }
                     if inner.any_dead() {
                         if let Ok(g) = inner.lock() {
                             g.reap();
@@ -479,7 +615,7 @@ pub struct PoolSnapshot {
     /// A private copy of the pools with what dead processes held freed in it, as the
     /// joiner's reap frees it in the file; when no process of the file lives, an empty device
     /// of the request's configuration (a joiner re-creates such a file).
-    pub pools: Box<SimDevice>,
+    pub pools: crate::simdev::SimBox,
     /// The live processes.
     pub live: Vec<reader::ProcSnap>,
     /// The dead processes whose allocations were left out (reclaimed in [`Self::pools`]
@@ -584,8 +720,13 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
     // flock) or whose every process is gone is stale, and a joiner re-creates it for itself.
     if h.ready.load(Ordering::Acquire) != 1 || !inner.any_live() {
         let dead = reader::Snapshot::read(inner.map.readable(), inner.fd.as_raw_fd()).procs;
-        let pools = SimDevice::new_boxed(&req.config)
-            .map_err(|e| fail(e, "the device configuration was refused".into()))?;
+        let pools = crate::simdev::sim_box()
+            .map_err(|e| fail(errno::ENOMEM, e.to_string()))
+            .and_then(|mut b| {
+                b.init(&req.config)
+                    .map_err(|e| fail(e, "the device configuration was refused".into()))?;
+                Ok(b)
+            })?;
         return Ok(PoolSnapshot {
             name: name.to_string(),
             pools,
@@ -615,9 +756,7 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
             }
             Err((e, m)) => return Err(fail(e, m)),
         }
-        let b = Box::<SimDevice>::new_zeroed();
-        // SAFETY: a zeroed `SimDevice` is its valid uninitialised state (`ZeroValid`).
-        let mut copy = unsafe { b.assume_init() };
+        let mut copy = crate::simdev::sim_box().map_err(|e| fail(errno::ENOMEM, e.to_string()))?;
         g.sim().copy_to(&mut copy);
         // One verdict per slot, used for the copy and the figures alike.
         let dead_slots: Vec<usize> = (0..MAX_PROCESSES).filter(|&s| inner.slot_dead(s)).collect();
@@ -654,6 +793,41 @@ pub fn snapshot_pools(name: &SharedName, req: &JoinRequest) -> Result<PoolSnapsh
     }
 }
 
+/// Checks the pools of the file at `path` and, if `reap`, reclaims its dead processes,
+/// without joining it (the monitor's check and reap, `SharedReader::{check_pools, reap}`): opened read-write (`EACCES` for a reader without write
+/// permission), checked to be the file `reader_fd` reads, its header and pools checked as a
+/// joiner checks them, then the reaper's own reap under the device lock.
+pub(crate) fn reap_file(path: &Path, reader_fd: RawFd, reap: bool) -> Result<usize, String> {
+    let here = |m: String| format!("{}: {m}", path.display());
+    let fd = open_file(path, libc::O_RDWR).map_err(|e| {
+        here(format!(
+            "cannot reclaim ({})",
+            std::io::Error::from_raw_os_error(e.raw())
+        ))
+    })?;
+    let st = fstat(fd.as_raw_fd()).map_err(|e| here(format!("cannot stat (errno {e})")))?;
+    let theirs = fstat(reader_fd).map_err(|e| here(format!("cannot stat (errno {e})")))?;
+    if (st.st_dev, st.st_ino) != (theirs.st_dev, theirs.st_ino) {
+        return Err(here("replaced since it was opened".into()));
+    }
+    if let Some(d) = damage(fd.as_raw_fd(), st.st_size as u64) {
+        return Err(here(d));
+    }
+    let map = Mapping::map(fd.as_raw_fd(), layout::file_size(), true)
+        .map_err(|e| here(format!("cannot map (errno {e})")))?;
+    let devices = map.readable().header.devices.load(Ordering::Acquire);
+    let inner = Inner::unjoined(String::new(), path.to_path_buf(), fd, map, devices, 0);
+    let g = inner
+        .lock()
+        .map_err(|e| here(format!("cannot take the device lock (errno {e})")))?;
+    refuse_poisoned(&g, path).map_err(|(_, m)| here(m))?;
+    check_pools(&g, path).map_err(|(_, m)| m)?;
+    if !reap {
+        return Ok(0);
+    }
+    guarded(|| Ok(g.reap())).map_err(|_| here("reclaiming failed (damaged pools)".into()))
+}
+
 /// Initialises (or re-initialises) the whole file for `cfg`. Runs under the file's `flock`
 /// with no live process: nothing else reads the private part.
 fn init_file(inner: &Inner, cfg: &SimConfig) -> Result<(), (Errno, String)> {
@@ -688,6 +862,9 @@ fn init_file(inner: &Inner, cfg: &SimConfig) -> Result<(), (Errno, String)> {
                 k.peak.store(0, Ordering::Relaxed);
             }
         }
+    }
+    for b in r.owner_bound.iter().flatten() {
+        b.store(0, Ordering::Relaxed);
     }
     // The robust, process-shared mutex.
     // SAFETY: attribute and mutex calls on memory we own exclusively right now (see above);

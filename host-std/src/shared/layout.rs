@@ -15,7 +15,7 @@ use nrt_core::sim::{SimDevice, CARVES_PER_DEVICE, CATEGORY_MAX, MAX_CARVE_NODES,
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NRTDMSHM");
 /// The layout version: bumped whenever anything in this file changes shape. A file with
 /// another version is refused, never reinterpreted.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Processes per device (public ABI §3 "A device admits at most 16 processes").
 pub const MAX_PROCESSES: usize = 16;
 /// Devices per shared file (the context tree's `mla[32]`).
@@ -24,6 +24,18 @@ pub const MAX_DEVICES: usize = nrt_core::sim::MAX_DEVICES as usize;
 pub const CORES: usize = MAX_NC_ID as usize;
 /// Driver categories (`mem_alloc_category_t` 0..MAX, public ABI §3).
 pub const CATEGORIES: usize = CATEGORY_MAX as usize;
+/// Bytes of a process tag (`NEURON_PROCESS_TAG`, neuron-monitor's 255 characters).
+pub const TAG_BYTES: usize = 256;
+/// Models a process publishes for the monitor (`loaded_models`); more load, unlisted.
+pub const MAX_MODELS: usize = 32;
+/// Bytes of a published model name (longer names keep their end).
+pub const MODEL_NAME_BYTES: usize = 64;
+/// Subgraphs published per model (more are folded into the last).
+pub const MODEL_SUBGRAPHS: usize = 4;
+/// A published subgraph's figures: device `constants`, `model_code`, `runtime_memory`,
+/// `tensors`, then host `application_memory`, `constants`, `dma_buffers`, `tensors`
+/// (neuron-monitor's `loaded_models[].subgraphs[].memory_used_bytes.usage_breakdown`).
+pub const MODEL_CLASSES: usize = 8;
 /// Slot states.
 pub const SLOT_FREE: u32 = 0;
 /// A process holds the slot (its liveness lock says whether it still lives).
@@ -82,6 +94,21 @@ pub struct Counter {
     pub peak: AtomicU64,
 }
 
+/// One HBM channel's free space as the last allocator call left it (a reader cannot walk the
+/// pools: they are the allocator's private part).
+#[repr(C)]
+pub struct PoolFigures {
+    /// Bytes of the channel's pool.
+    pub capacity: AtomicU64,
+    /// Free bytes.
+    pub free: AtomicU64,
+    /// The largest free block (the largest request that fits now).
+    pub largest_free: AtomicU64,
+}
+
+/// HBM channels per device whose figures the file publishes.
+pub const MAX_HBM: usize = 8;
+
 /// One process slot.
 #[repr(C)]
 pub struct ProcSlot {
@@ -97,6 +124,67 @@ pub struct ProcSlot {
     pub allocations: AtomicU64,
     /// Bytes the process holds, per device, core and category.
     pub usage: [[[AtomicU64; CATEGORIES]; CORES]; MAX_DEVICES],
+    /// Physical cores per logical core of the process (`NEURON_RT_VIRTUAL_CORE_SIZE`).
+    pub lnc: AtomicU32,
+    /// Bytes of [`Self::tag`] in use.
+    pub tag_len: AtomicU32,
+    /// `NEURON_PROCESS_TAG` (bytes, little-endian words); empty = none (the pid is the tag).
+    pub tag: [AtomicU64; TAG_BYTES / 8],
+    /// The models the process has loaded (written by the process under the device lock and
+    /// the sequence counter).
+    pub models: [ModelSlot; MAX_MODELS],
+}
+
+/// One loaded model a process publishes (neuron-monitor's `loaded_models[]`); all zero = none.
+#[repr(C)]
+pub struct ModelSlot {
+    /// The model's id in its process (`nrt_model_t`'s handle id); 0 = free entry.
+    pub id: AtomicU32,
+    /// Its logical core.
+    pub vnc: AtomicU32,
+    /// The device of its logical core's first physical core.
+    pub device: AtomicU32,
+    /// Subgraphs (the figures of those past [`MODEL_SUBGRAPHS`] are in the last entry).
+    pub subgraphs: AtomicU32,
+    /// Bytes of [`Self::name`] in use.
+    pub name_len: AtomicU32,
+    /// Reserved.
+    pub _pad: AtomicU32,
+    /// The name (a NEFF's or manifest's file name), little-endian words.
+    pub name: [AtomicU64; MODEL_NAME_BYTES / 8],
+    /// Per subgraph, bytes by [`MODEL_CLASSES`] class, as allocated at load time.
+    pub bytes: [[AtomicU64; MODEL_CLASSES]; MODEL_SUBGRAPHS],
+}
+
+/// Stores `s` (cut to `words.len() * 8` bytes, keeping its end) into atomic words; returns
+/// the bytes stored.
+pub fn store_str(words: &[AtomicU64], s: &str) -> u32 {
+    let cap = words.len() * 8;
+    let b = s.as_bytes();
+    let mut start = b.len().saturating_sub(cap);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    let b = &b[start..];
+    for (i, w) in words.iter().enumerate() {
+        let mut v = [0u8; 8];
+        for (j, x) in v.iter_mut().enumerate() {
+            *x = b.get(i * 8 + j).copied().unwrap_or(0);
+        }
+        w.store(u64::from_le_bytes(v), Ordering::Relaxed);
+    }
+    b.len() as u32
+}
+
+/// Reads `len` bytes stored by [`store_str`] (invalid UTF-8, from a damaged file, is
+/// replaced, never trusted).
+pub fn load_str(words: &[AtomicU64], len: u32) -> String {
+    let mut v: Vec<u8> = words
+        .iter()
+        .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
+        .collect();
+    v.truncate((len as usize).min(words.len() * 8));
+    String::from_utf8_lossy(&v).into_owned()
 }
 
 impl ProcSlot {
@@ -110,6 +198,11 @@ impl ProcSlot {
             k.store(0, Ordering::Relaxed);
         }
         self.allocations.store(0, Ordering::Relaxed);
+        self.lnc.store(0, Ordering::Relaxed);
+        self.tag_len.store(0, Ordering::Relaxed);
+        for m in &self.models {
+            m.id.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -122,6 +215,13 @@ pub struct Readable {
     pub procs: [ProcSlot; MAX_PROCESSES],
     /// Per device, core and category.
     pub counters: [[[Counter; CATEGORIES]; CORES]; MAX_DEVICES],
+    /// Per device and HBM channel, its pool's free space.
+    pub pools: [[PoolFigures; MAX_HBM]; MAX_DEVICES],
+    /// Per device and carve: one past the highest ownership-record index ever written since
+    /// the pools were (re)built, so walks of the ownership table stop where records stop
+    /// (each carve's table has an entry per node, hundreds of thousands, of which a process
+    /// uses what it allocated; a walk past that would read, and commit, untouched pages).
+    pub owner_bound: [[AtomicU32; CARVES_PER_DEVICE as usize]; MAX_DEVICES],
 }
 
 /// Who owns one allocation (indexed by [`SimDevice::handle_key`] of `handle`); all zero = no

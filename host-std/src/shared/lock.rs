@@ -55,6 +55,40 @@ impl Locked<'_> {
         unsafe { &mut *self.sim_ptr() }
     }
 
+    /// The record indices of `(dev, carve)` that may hold a record: `1..` one past the
+    /// highest index written since the pools were built ([`Readable::owner_bound`]).
+    pub(super) fn owner_indices(&self, dev: u32, carve: u32) -> std::ops::Range<u32> {
+        let bound = self
+            .r()
+            .owner_bound
+            .get(dev as usize)
+            .and_then(|d| d.get(carve as usize))
+            .map_or(0, |b| b.load(Ordering::Relaxed));
+        1..bound.min(MAX_CARVE_NODES)
+    }
+
+    /// [`Self::owner`], for writing a record: raises the carve's bound to cover it.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) fn owner_to_write(&self, dev: u32, carve: u32, index: u32) -> Option<&mut Owner> {
+        let o = self.owner(dev, carve, index)?;
+        if let Some(b) = self
+            .r()
+            .owner_bound
+            .get(dev as usize)
+            .and_then(|d| d.get(carve as usize))
+        {
+            b.fetch_max(index + 1, Ordering::Relaxed);
+        }
+        Some(o)
+    }
+
+    /// Forgets every record bound (the pools were rebuilt and the table cleared).
+    fn reset_owner_bounds(&self) {
+        for b in self.r().owner_bound.iter().flatten() {
+            b.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// The owner record of key `(carve, index)` on device `dev`.
     #[allow(clippy::mut_from_ref)]
     pub(super) fn owner(&self, dev: u32, carve: u32, index: u32) -> Option<&mut Owner> {
@@ -103,7 +137,25 @@ impl Locked<'_> {
                 .store(a.saturating_sub(1), Ordering::Relaxed);
         }
         ctr.present.store(size, Ordering::Relaxed);
+        self.publish_pools(dev);
         r.header.seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// Copies device `dev`'s HBM pools' free space into the readable prefix (under the
+    /// sequence counter, which the caller holds odd). Pools that fail their figures (damage)
+    /// publish nothing new.
+    pub(super) fn publish_pools(&self, dev: u32) {
+        let Some(figs) = self.r().pools.get(dev as usize) else {
+            return;
+        };
+        for (c, f) in figs.iter().enumerate() {
+            let Ok(p) = guarded(|| self.sim().pool_stats(dev, false, c as u32)) else {
+                continue;
+            };
+            f.capacity.store(p.capacity, Ordering::Relaxed);
+            f.free.store(p.free, Ordering::Relaxed);
+            f.largest_free.store(p.largest_free, Ordering::Relaxed);
+        }
     }
 
     /// Calls `f` with every ownership record of `slot` (device, record): the allocations
@@ -111,7 +163,7 @@ impl Locked<'_> {
     pub(super) fn for_each_owned(&self, slot: usize, mut f: impl FnMut(u32, &mut Owner)) {
         for dev in 0..self.inner.devices {
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-                for index in 1..MAX_CARVE_NODES {
+                for index in self.owner_indices(dev, carve) {
                     let Some(o) = self.owner(dev, carve, index) else {
                         continue;
                     };
@@ -257,7 +309,7 @@ impl Locked<'_> {
         let (mut freed, mut cleared) = (0, 0);
         for dev in 0..self.inner.devices {
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-                for index in 1..MAX_CARVE_NODES {
+                for index in self.owner_indices(dev, carve) {
                     let Some(o) = self.owner(dev, carve, index) else {
                         continue;
                     };
@@ -328,7 +380,7 @@ impl Locked<'_> {
         let mut live = Vec::new();
         for dev in 0..self.inner.devices {
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-                for index in 1..MAX_CARVE_NODES {
+                for index in self.owner_indices(dev, carve) {
                     let Some(o) = self.owner(dev, carve, index) else {
                         continue;
                     };
@@ -339,6 +391,7 @@ impl Locked<'_> {
                 }
             }
         }
+        self.reset_owner_bounds();
         self.sim_mut()
             .init(&cfg)
             .map_err(|e| format!("the header's configuration was refused (errno {e})"))?;
@@ -353,7 +406,7 @@ impl Locked<'_> {
                 .handle_key(*dev, new)
                 .map_err(|e| e.to_string())?;
             let o = self
-                .owner(*dev, k, i)
+                .owner_to_write(*dev, k, i)
                 .ok_or("a new handle outside the table")?;
             *o = Owner {
                 handle: new,
@@ -397,7 +450,7 @@ impl Locked<'_> {
         }
         // A handle from before a rebuild: its record moved to the new handle's key.
         for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-            for index in 1..MAX_CARVE_NODES {
+            for index in self.owner_indices(dev, carve) {
                 if let Some(o) = self.owner(dev, carve, index) {
                     if o.slot == me && o.alias == handle {
                         return Ok(o);
@@ -421,7 +474,52 @@ impl Inner {
         unsafe { self.map.base().add(layout::lock_offset()).cast() }
     }
 
+    /// What is wrong with the file under this process, if anything: it shrank (an access
+    /// past its new end faulted, or its size changed) — then nothing in it can be used — or it
+    /// was removed from its directory — then this process keeps working on it, but a process
+    /// started now creates a new device and is not kept off this one's cores. Each is logged
+    /// once, as an error.
+    pub(super) fn file_damage(&self) -> Option<(bool, String)> {
+        // SAFETY: `fstat` fills a zeroed struct for an fd we hold.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        let ok = unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) } == 0;
+        let d = if self.map.faulted() || (ok && st.st_size as u64 != layout::file_size() as u64) {
+            Some((
+                true,
+                format!(
+                    "{} was truncated under this process (now {} bytes): its allocator state is \
+                     gone; every further call fails (stop the device's processes, the next one \
+                     re-creates it)",
+                    self.path.display(),
+                    st.st_size
+                ),
+            ))
+        } else if ok && st.st_nlink == 0 {
+            Some((
+                false,
+                format!(
+                    "{} was removed while this process uses it: this process keeps its memory and \
+                     cores, but a process started now creates a new device and is not kept off \
+                     them",
+                    self.path.display()
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some((_, m)) = &d {
+            if !self.damage_told.swap(true, Ordering::Relaxed) {
+                log::error!(target: "nrt_host::shared", "{}: {m}", self.name);
+            }
+        }
+        d
+    }
+
     pub(super) fn lock(&self) -> Result<Locked<'_>, Errno> {
+        if let Some((true, _)) = self.file_damage() {
+            return Err(errno::EIO);
+        }
         // SAFETY: the mutex was initialised process-shared and robust by the file's creator
         // (`init_file`) and lives for as long as the mapping.
         let r = unsafe { libc::pthread_mutex_lock(self.mutex()) };

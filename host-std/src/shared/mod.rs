@@ -47,12 +47,13 @@ use lock::guarded;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nrt_core::driver::{errno, DeviceInfo, Driver, Errno};
-use nrt_core::sim::{Preset, SimConfig, MAX_CARVE_NODES};
+use nrt_core::sim::{Preset, SimConfig};
 
 use crate::backing::HostReservation;
 
@@ -202,6 +203,8 @@ struct Inner {
     /// This process's bytes behind the addresses it owns (one reservation per device).
     backing: Vec<HostReservation>,
     hold_ms: u64,
+    /// The file's damage ([`Inner::file_damage`]) was logged.
+    damage_told: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -228,6 +231,7 @@ impl Inner {
             channel_size: 0,
             backing: Vec::new(),
             hold_ms,
+            damage_told: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -269,6 +273,92 @@ impl SharedDevice {
         reader::Snapshot::read(self.inner.map.readable(), self.inner.fd.as_raw_fd())
     }
 
+    /// Publishes what the monitor reports of this process beside its bytes: its LNC size
+    /// (the monitor keys its cores by logical core) and its `NEURON_PROCESS_TAG` (empty: the
+    /// pid is its tag).
+    pub fn publish_identity(&self, lnc: u32, tag: &str) {
+        let Ok(g) = self.inner.lock() else { return };
+        let p = &g.r().procs[self.inner.slot];
+        let seq = &g.r().header.seq;
+        seq.fetch_add(1, Ordering::AcqRel);
+        p.lnc.store(lnc, Ordering::Relaxed);
+        let n = layout::store_str(&p.tag, tag);
+        p.tag_len.store(n, Ordering::Relaxed);
+        seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// Publishes a model this process loaded (the monitor's `loaded_models[]`): its id, logical
+    /// core and the device of that core, its name and per subgraph its bytes by
+    /// [`layout::MODEL_CLASSES`] class as allocated at load time. A process with
+    /// [`layout::MAX_MODELS`] published models lists no more (they still count in its bytes).
+    pub fn publish_model(
+        &self,
+        id: u32,
+        vnc: u32,
+        device: u32,
+        name: &str,
+        subgraphs: &[[u64; layout::MODEL_CLASSES]],
+    ) {
+        if id == 0 {
+            return;
+        }
+        let Ok(g) = self.inner.lock() else { return };
+        let p = &g.r().procs[self.inner.slot];
+        let Some(m) = p.models.iter().find(|m| m.id.load(Ordering::Relaxed) == 0) else {
+            return;
+        };
+        let seq = &g.r().header.seq;
+        seq.fetch_add(1, Ordering::AcqRel);
+        m.vnc.store(vnc, Ordering::Relaxed);
+        m.device.store(device, Ordering::Relaxed);
+        m.subgraphs.store(subgraphs.len() as u32, Ordering::Relaxed);
+        let n = layout::store_str(&m.name, name);
+        m.name_len.store(n, Ordering::Relaxed);
+        for (i, row) in m.bytes.iter().enumerate() {
+            for (k, b) in row.iter().enumerate() {
+                let v: u64 = if i + 1 == layout::MODEL_SUBGRAPHS {
+                    subgraphs.iter().skip(i).map(|sg| sg[k]).sum()
+                } else {
+                    subgraphs.get(i).map_or(0, |sg| sg[k])
+                };
+                b.store(v, Ordering::Relaxed);
+            }
+        }
+        m.id.store(id, Ordering::Relaxed);
+        seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// Withdraws model `id` from this process's published list (it was unloaded).
+    pub fn unpublish_model(&self, id: u32) {
+        let Ok(g) = self.inner.lock() else { return };
+        let p = &g.r().procs[self.inner.slot];
+        let seq = &g.r().header.seq;
+        seq.fetch_add(1, Ordering::AcqRel);
+        for m in &p.models {
+            if m.id.load(Ordering::Relaxed) == id {
+                m.id.store(0, Ordering::Relaxed);
+            }
+        }
+        seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// Withdraws every model of this process from its published list (the runtime closed).
+    pub fn unpublish_models(&self) {
+        let Ok(g) = self.inner.lock() else { return };
+        let seq = &g.r().header.seq;
+        seq.fetch_add(1, Ordering::AcqRel);
+        for m in &g.r().procs[self.inner.slot].models {
+            m.id.store(0, Ordering::Relaxed);
+        }
+        seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// What is wrong with the device's file under this process (truncated, or removed from
+    /// its directory), if anything: the message the process also logged.
+    pub fn file_damage(&self) -> Option<String> {
+        self.inner.file_damage().map(|(_, m)| m)
+    }
+
     /// Reclaims dead processes now (what the reaper thread does every [`REAP_INTERVAL`]).
     pub fn reap_now(&self) -> usize {
         self.inner.lock().map_or(0, |g| g.reap())
@@ -298,7 +388,7 @@ impl SharedDevice {
                 .pool_stats(dev, true, 0)
                 .map_or(0, |s| s.allocations);
             for carve in 0..nrt_core::sim::CARVES_PER_DEVICE {
-                for index in 1..MAX_CARVE_NODES {
+                for index in g.owner_indices(dev, carve) {
                     let Some(o) = g.owner(dev, carve, index) else {
                         continue;
                     };
