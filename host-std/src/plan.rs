@@ -545,7 +545,7 @@ impl<'r> Parses<'r> {
     }
 }
 
-/// A model of the plan that fits: its index, handle and IO tensors.
+/// A model of the plan that fits: its index, logical core, handle and IO tensors.
 struct Owned {
     model: usize,
     core: i64,
