@@ -8,8 +8,11 @@ use clap::Args;
 use nrt_core::cstr::Printable;
 
 use super::CliError;
+
+mod svg;
 use crate::scenario::fmt_bytes;
-use nrt_host::plan::{HbmPlan, ModelSource, Plan, PlanModel, PlanRequest};
+use nrt_host::plan::{ModelPlan, ModelSource, Plan, PlanModel, PlanRequest, Verdict};
+pub use svg::svg;
 
 /// `plan`'s arguments (the global `--device`, `--lnc-size`, `--visible-cores` and `--num-cores`
 /// apply, over the environment).
@@ -106,6 +109,32 @@ fn column(s: &str, width: usize) -> String {
     format!("…{tail}")
 }
 
+/// Models that do not fit listed one by one in the text (the JSON has all of them).
+const MAX_FAILED_LISTED: usize = 20;
+
+/// A verdict in the table's words.
+fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Full => "full",
+        Verdict::Fragmented => "fragmented",
+        Verdict::Hopeless => "too small even when empty",
+        Verdict::DriverRefused => "refused by the driver",
+    }
+}
+
+/// Bytes by usage on one line, largest first: `WEIGHT 1.87 GiB, SCRATCHPAD 512 MiB`.
+fn usage_line(u: &[(String, u64)]) -> String {
+    let mut v: Vec<&(String, u64)> = u.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    if v.is_empty() {
+        return "no device bytes".into();
+    }
+    v.iter()
+        .map(|(n, b)| format!("{n} {}", fmt_bytes(*b)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The plan as a table.
 pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     let fit = p.models.iter().filter(|m| m.fits).count();
@@ -123,21 +152,82 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12}  result",
-        "#", "file", "model", "core", "device", "tensors"
+        "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12} {:>12}  result",
+        "#", "file", "model", "core", "needs", "holds", "tensors"
     )?;
     for (i, m) in p.models.iter().enumerate() {
         writeln!(
             out,
-            "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12}  {}",
+            "  {:<4} {:<36} {:<22} {:>4} {:>12} {:>12} {:>12}  {}",
             i,
             Printable(&column(&m.file, 36)),
             Printable(&column(&m.name, 22)),
             m.core,
+            fmt_bytes(m.needed_bytes),
             fmt_bytes(m.device_bytes),
             fmt_bytes(m.tensor_bytes),
-            if m.fits { "fits" } else { "DOES NOT FIT" }
+            match (&m.refusal, m.fits) {
+                (_, true) => "fits".to_string(),
+                (Some(r), false) => format!(
+                    "DOES NOT FIT: nd{} HBM {} {}",
+                    r.device,
+                    r.hbm,
+                    verdict_word(r.verdict)
+                ),
+                (None, false) => "DOES NOT FIT".to_string(),
+            }
         )?;
+    }
+    let failed: Vec<(usize, &ModelPlan)> = p
+        .models
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| !m.fits)
+        .collect();
+    if !failed.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "models that do not fit")?;
+        for (i, m) in failed.iter().take(MAX_FAILED_LISTED) {
+            match &m.refusal {
+                Some(r) => {
+                    writeln!(
+                        out,
+                        "  #{i} {}: {}",
+                        Printable(&m.file),
+                        Printable(&r.summary)
+                    )?;
+                    writeln!(
+                        out,
+                        "      refused request: {} {}{} on nd{} HBM {}",
+                        fmt_bytes(r.request.size),
+                        r.request.usage,
+                        match (r.request.align, r.request.emulated) {
+                            (0, _) => String::new(),
+                            (a, false) => format!(" at a {a}-byte alignment"),
+                            (a, true) => {
+                                format!(" at a {a}-byte alignment (emulated: {a} bytes more)")
+                            }
+                        },
+                        r.device,
+                        r.hbm
+                    )?;
+                }
+                None => writeln!(
+                    out,
+                    "  #{i} {}: {}",
+                    Printable(&m.file),
+                    Printable(m.error.as_deref().unwrap_or(""))
+                )?,
+            }
+            writeln!(out, "      needs {}", usage_line(&m.needed))?;
+        }
+        if failed.len() > MAX_FAILED_LISTED {
+            writeln!(
+                out,
+                "  … and {} more (--json lists every one)",
+                failed.len() - MAX_FAILED_LISTED
+            )?;
+        }
     }
     writeln!(out)?;
     writeln!(out, "logical cores")?;
@@ -188,10 +278,17 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             f.core,
             Printable(&f.error)
         )?;
+        if let Some(r) = p.models.get(f.model).and_then(|m| m.refusal.as_ref()) {
+            writeln!(out, "  verdict: {}", Printable(&r.summary))?;
+            if r.verdict == Verdict::Hopeless {
+                writeln!(out, "  nothing makes it fit")?;
+            }
+        }
         if let Some(o) = &f.oom {
             writeln!(
                 out,
-                "  needed {} ({}) on nd{} HBM {}, largest block {}: {} missing; {} free on the channel",
+                "  the request that failed: {} ({}) on nd{} HBM {}, largest block then {}: {} \
+                 missing; {} free on the channel then (its earlier allocations held)",
                 fmt_bytes(o.requested),
                 o.usage,
                 o.device,
@@ -203,12 +300,11 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
             if o.larger_than_channel {
                 writeln!(
                     out,
-                    "  the request is larger than anything an empty HBM channel holds: nothing \
-                     makes it fit"
+                    "  the request is larger than anything an empty HBM channel holds"
                 )?;
             }
             if !o.why.is_empty() {
-                writeln!(out, "  {}", o.why)?;
+                writeln!(out, "  the OOM report then: {}", o.why)?;
             }
         }
         for w in &f.what_ifs {
@@ -228,134 +324,16 @@ pub fn write_text(p: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out)?;
         writeln!(out, "fragmentation")?;
         for f in &p.fragmentation {
-            writeln!(out, "  {}", Printable(f))?;
+            writeln!(
+                out,
+                "  #{} {}: {}",
+                f.model,
+                Printable(&f.file),
+                Printable(&f.refusal.summary)
+            )?;
         }
     }
     Ok(())
-}
-
-/// Colours per usage type, in the order the legend lists them (any other usage is grey).
-const PALETTE: [&str; 12] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac", "#86bcb6", "#d37295",
-];
-
-fn xml_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            '&' => "&amp;".to_string(),
-            '<' => "&lt;".to_string(),
-            '>' => "&gt;".to_string(),
-            '"' => "&quot;".to_string(),
-            '\'' => "&apos;".to_string(),
-            c if c.is_control() => " ".to_string(),
-            c => c.to_string(),
-        })
-        .collect()
-}
-
-/// The SVG chart: one horizontal bar per HBM channel (`class="channel"`), its live
-/// allocations drawn at their addresses, coloured by usage type, with a legend.
-pub fn svg(p: &Plan) -> String {
-    const W: f64 = 800.0;
-    const X0: f64 = 140.0;
-    const BAR: f64 = 22.0;
-    const GAP: f64 = 12.0;
-    let mut usages: Vec<&str> = Vec::new();
-    for h in &p.hbm {
-        for (u, _) in &h.usage {
-            if !usages.contains(&u.as_str()) {
-                usages.push(u);
-            }
-        }
-    }
-    usages.sort_unstable();
-    let colour = |u: &str| {
-        usages
-            .iter()
-            .position(|x| *x == u)
-            .and_then(|i| PALETTE.get(i))
-            .copied()
-            .unwrap_or("#777777")
-    };
-    let top = 40.0;
-    let bars_h = p.hbm.len() as f64 * (BAR + GAP);
-    let legend_h = (usages.len() as f64 / 4.0).ceil() * 18.0 + 10.0;
-    let height = top + bars_h + legend_h + 20.0;
-    let mut s = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
-         width=\"{}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n",
-        X0 + W + 20.0
-    );
-    s.push_str(&format!(
-        "<text x=\"10\" y=\"20\" font-size=\"14\">{} · LNC {} · HBM occupancy after placement \
-         ({} of {} models fit)</text>\n",
-        xml_escape(&p.device),
-        p.lnc_size,
-        p.models.iter().filter(|m| m.fits).count(),
-        p.models.len()
-    ));
-    for (i, h) in p.hbm.iter().enumerate() {
-        let y = top + i as f64 * (BAR + GAP);
-        s.push_str(&channel_bar(h, y, X0, W, BAR, &colour));
-    }
-    let ly = top + bars_h + 10.0;
-    for (i, u) in usages.iter().enumerate() {
-        let x = 10.0 + (i % 4) as f64 * 230.0;
-        let y = ly + (i / 4) as f64 * 18.0;
-        s.push_str(&format!(
-            "<rect class=\"legend\" x=\"{x}\" y=\"{y}\" width=\"12\" height=\"12\" fill=\"{}\"/>\
-             <text x=\"{}\" y=\"{}\">{}</text>\n",
-            colour(u),
-            x + 16.0,
-            y + 10.0,
-            xml_escape(u)
-        ));
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn channel_bar(
-    h: &HbmPlan,
-    y: f64,
-    x0: f64,
-    w: f64,
-    bar: f64,
-    colour: &dyn Fn(&str) -> &'static str,
-) -> String {
-    let scale = if h.channel_size == 0 {
-        0.0
-    } else {
-        w / h.channel_size as f64
-    };
-    let mut s = format!(
-        "<g class=\"channel\" data-device=\"{}\" data-hbm=\"{}\">\
-         <text x=\"10\" y=\"{}\">nd{} hbm{}</text>\
-         <rect x=\"{x0}\" y=\"{y}\" width=\"{w}\" height=\"{bar}\" fill=\"#eeeeee\" stroke=\"#999999\">\
-         <title>{} free, largest free block {}</title></rect>\n",
-        h.device,
-        h.hbm,
-        y + bar * 0.7,
-        h.device,
-        h.hbm,
-        fmt_bytes(h.free),
-        fmt_bytes(h.largest_free)
-    );
-    for b in &h.blocks {
-        let bw = (b.size as f64 * scale).max(0.5);
-        s.push_str(&format!(
-            "<rect x=\"{:.2}\" y=\"{y}\" width=\"{bw:.2}\" height=\"{bar}\" fill=\"{}\">\
-             <title>{} {} at 0x{:x}</title></rect>\n",
-            x0 + b.offset as f64 * scale,
-            colour(&b.usage),
-            xml_escape(&b.usage),
-            fmt_bytes(b.size),
-            b.offset
-        ));
-    }
-    s.push_str("</g>\n");
-    s
 }
 
 #[cfg(test)]

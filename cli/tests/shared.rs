@@ -935,9 +935,16 @@ fn plan_shows_what_other_processes_hold_on_each_channel() {
     assert_eq!(c1["index"], 0);
     assert_eq!(n(&c1["headroom"]), free, "{c1}");
     assert!(n(&c1["limit"]) - n(&c1["used"]) > free, "{c1}");
-    // The SVG draws A's block.
+    // The SVG draws A's block, hatched grey, and names it.
     let s = std::fs::read_to_string(&svg).unwrap();
-    assert!(s.contains("<title>other processes: tensors 16"), "{s}");
+    assert!(
+        s.contains(&format!(
+            "fill=\"url(#other)\"><title>other processes: tensors, process {}: 16 GiB",
+            a.pid
+        )),
+        "{s}"
+    );
+    assert!(s.contains(">other processes</text>"), "{s}");
     a.exit();
 }
 

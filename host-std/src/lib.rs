@@ -42,6 +42,7 @@ pub mod runtime;
 pub mod shared;
 pub mod simdev;
 pub mod tensor_info;
+pub mod units;
 pub mod zeroed;
 
 pub use backing::HostReservation;

@@ -15,11 +15,15 @@
 //! a model would. A model the runtime refuses for another reason is [`PlanError::Refused`].
 //!
 //! The plan is exact for everything the simulated device models (placement: docs/PLACEMENT.md)
-//! because it *is* that device's run. For the first device OOM it says how many bytes were
-//! missing (the failing request against the largest block that would have held a request like
-//! it at the moment of the failure, [`Nrt::last_oom_channel`]) and which changes make the model
-//! fit, each tried on a fresh scratch device: another logical core, another LNC size, leaving
-//! out models resident on its core.
+//! because it *is* that device's run. Every model says what it needs by usage type. A model
+//! refused for want of device memory names the channel and gets a [`Verdict`] — full,
+//! fragmented, hopeless — from what it needs on the channel against the channel's free bytes
+//! and blocks, never from which of its allocations happened to fail. For the first device OOM
+//! the plan also says how many bytes were missing (the failing request against the largest
+//! block that would have held a request like it at the moment of the failure,
+//! [`Nrt::last_oom_channel`]) and which changes make the model fit, each tried on a fresh
+//! scratch device: another logical core, another LNC size, leaving out models resident on its
+//! core.
 #![deny(unsafe_code)]
 
 use std::collections::hash_map::DefaultHasher;
@@ -44,9 +48,11 @@ use crate::runtime::{HostRuntime, StartError};
 use crate::HostSim;
 
 mod figures;
+mod verdict;
 mod whatif;
 
-use figures::{core_plan, fragmentation_note, hbm_plan, oom_figures};
+use figures::{core_plan, hbm_plan, oom_figures};
+use verdict::{channel_refusal, needs, shared_pieces, stages_gpsimd, Measure, Measurer};
 use whatif::what_ifs;
 
 /// Where a model comes from.
@@ -221,13 +227,103 @@ pub struct ModelPlan {
     /// Whether it fits (loaded, and its tensors allocated when asked for).
     pub fits: bool,
     /// Device bytes it holds: its MODEL heaps' dmems plus `tensor_bytes`; 0 when it does not
-    /// fit.
+    /// fit (what it asks for is `needed`).
     pub device_bytes: u64,
     /// Bytes its IO tensors asked for (`tensor_allocate`'s sizes; the driver rounds each up to
     /// its page, which the HBM figures show).
     pub tensor_bytes: u64,
+    /// Device bytes it asks for by usage type, from its spec whether or not it fits (before
+    /// page rounding): its allocations over all subgraphs, its scratchpad (`SCRATCHPAD`: pages
+    /// its core's models share), its GPSIMD libraries where the device stages them
+    /// (`UCODE_LIB`) and, when asked for, its IO tensors (`TENSOR`).
+    pub needed: UsageBytes,
+    /// The sum of `needed`.
+    pub needed_bytes: u64,
     /// Why it does not fit.
     pub error: Option<String>,
+    /// For a device OOM: the channel that refused it and the verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<Refusal>,
+}
+
+/// Why an HBM channel refused a model, decided from what the model needs on the channel and
+/// the channel's free bytes and blocks, both as they were before its load (the load rolls
+/// back, so they are the channel's figures after it): not from the order in which the file
+/// lists its allocations, so a NEFF and the manifest it was packed from get one verdict.
+#[derive(Copy, Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Fewer bytes free on the channel than the model needs there: something must leave it.
+    Full,
+    /// Enough bytes free on the channel in total, but not in blocks that hold the model's
+    /// allocations (or none at an allocation's alignment): a load order or placement that
+    /// leaves larger blocks, or fewer models, would let it fit.
+    Fragmented,
+    /// The model does not fit on its core of an empty device: nothing on this channel makes
+    /// it fit.
+    Hopeless,
+    /// The channel has the bytes and a free block holding the refused request: the driver
+    /// refused for another reason (its allocation metadata, an injected fault).
+    DriverRefused,
+}
+
+/// The allocation an HBM channel refused.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RefusedRequest {
+    /// Its usage type.
+    pub usage: String,
+    /// Bytes (page-rounded), in the request's own terms.
+    pub size: u64,
+    /// Alignment asked for (0 = the page).
+    pub align: u64,
+    /// The runtime emulated the alignment (spec §3.2): the driver was asked for
+    /// `size + align` bytes.
+    pub emulated: bool,
+}
+
+/// The channel that refused a model and the verdict ([`Verdict`]).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Refusal {
+    /// Device.
+    pub device: u32,
+    /// HBM channel: the channel of the allocation that failed.
+    pub hbm: u32,
+    /// The allocation that failed (which one depends on the file's order; the verdict does
+    /// not).
+    pub request: RefusedRequest,
+    /// Bytes the model takes on this channel as the driver holds them (page-rounded, with the
+    /// bytes an emulated alignment adds), the scratchpad pages and shared GPSIMD library its
+    /// core already had not counted: measured by loading it alone on its core of a fresh
+    /// private device of the plan's geometry. `None` when that could not be measured.
+    pub needed: Option<u64>,
+    /// Bytes free on the channel before the load (every process's allocations taken).
+    pub free: u64,
+    /// The channel's largest free block before the load (the largest request above 512 KiB
+    /// that would succeed).
+    pub largest_free: u64,
+    /// For a request aligned above the page: the largest request at its alignment the channel
+    /// would have granted before the load, in the request's terms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_free_at_align: Option<u64>,
+    /// Bytes free on this channel of an empty device.
+    pub empty_free: u64,
+    /// Full, fragmented, hopeless or refused by the driver.
+    pub verdict: Verdict,
+    /// The verdict as one English line (`nd0 HBM 0 is full: 1.07 GiB free, 2.40 GiB needed
+    /// there`).
+    pub summary: String,
+}
+
+/// A model that did not fit although its channel had the bytes ([`Verdict::Fragmented`]).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Fragmentation {
+    /// Index of the model in the request.
+    pub model: usize,
+    /// Its label.
+    pub file: String,
+    /// The channel's figures and the verdict.
+    #[serde(flatten)]
+    pub refusal: Refusal,
 }
 
 /// One logical core after placement.
@@ -259,6 +355,11 @@ pub struct CorePlan {
 pub struct Block {
     /// Offset in the channel.
     pub offset: u64,
+    /// The model of the plan it belongs to (its index in [`Plan::models`]: its MODEL heaps,
+    /// its IO tensors); none for what the runtime holds per core (scratchpad pages, the shared
+    /// GPSIMD library, …) and for other processes' blocks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<usize>,
     /// Bytes (page-rounded, as the driver holds them).
     pub size: u64,
     /// Usage type; on a shared device, another process's block is `other processes: ` and
@@ -319,7 +420,9 @@ pub struct Failure {
     pub what_ifs: Vec<WhatIf>,
 }
 
-/// A device OOM's figures, in the failing request's terms.
+/// A device OOM's figures at the moment of the failure, in the failing request's terms (the
+/// model's earlier allocations still held: they depend on the order of its allocations; the
+/// verdict does not, [`ModelPlan::refusal`]).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct OomFigures {
     /// Device.
@@ -337,9 +440,6 @@ pub struct OomFigures {
     pub missing: u64,
     /// Bytes free on the channel then.
     pub channel_free: u64,
-    /// Enough bytes free on the channel, but no free block holds the request
-    /// (fragmentation, or alignment).
-    pub fragmented: bool,
     /// The request (with the bytes an emulated alignment adds) is larger than anything the
     /// channel holds even when empty (its main pool, after the firmware carve-out; the
     /// small-object region is smaller): nothing makes it fit.
@@ -374,9 +474,9 @@ pub struct Plan {
     pub hbm: Vec<HbmPlan>,
     /// The first model that does not fit.
     pub first_failure: Option<Failure>,
-    /// Fragmentation: one line per model that did not fit although its channel had enough
-    /// free bytes in total, but no free block (or none at its alignment) holding the request.
-    pub fragmentation: Vec<String>,
+    /// Every model that did not fit although its channel had enough free bytes in total, but
+    /// not in blocks (or at alignments) that hold its allocations.
+    pub fragmentation: Vec<Fragmentation>,
     /// Planned against a shared device: the note saying it was a snapshot, and of what.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
@@ -445,8 +545,20 @@ impl<'r> Parses<'r> {
     }
 }
 
+/// A model of the plan that fits: its index, logical core, handle and IO tensors.
+struct Owned {
+    model: usize,
+    core: i64,
+    handle: ModelHandle,
+    tensors: Vec<TensorHandle>,
+}
+
 /// A device OOM and its failing channel's figures at the moment of the failure.
 type OomAt = (nrt_core::Error, Option<FailingChannel>);
+
+/// The plan's first failure as the loop records it: the model's index, its core, the error,
+/// the OOM and the model's measure.
+type FirstFailure = (usize, i64, String, Option<OomAt>, Option<Measure>);
 
 /// What one step did on a scratch device.
 enum Step {
@@ -668,27 +780,20 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
 
     let mut models = Vec::with_capacity(parsed.len());
     let mut landed: Vec<Option<i64>> = Vec::with_capacity(parsed.len());
-    let mut handles = Vec::new();
-    let mut first: Option<(usize, i64, String, Option<OomAt>)> = None;
-    let mut frag: Vec<String> = Vec::new();
-    // The largest request each failing channel takes when empty, measured once per channel.
-    let mut most_cache: HashMap<(u32, u32), u64> = HashMap::new();
-    let mut most = |e: &nrt_core::Error| match *e {
-        nrt_core::Error::DeviceOom { device, hbm, .. } => {
-            *most_cache.entry((device, hbm)).or_insert_with(|| {
-                empty_channel_most(&cfg, device, hbm)
-                    .unwrap_or_else(|| nrt.geom(device).channel_size)
-            })
-        }
-        _ => 0,
-    };
+    let mut owned = Vec::new();
+    let mut first: Option<FirstFailure> = None;
+    let mut frag = Vec::new();
+    let mut measurer = Measurer::new(&cfg, allow_legacy);
+    let sunda = stages_gpsimd(&nrt, 0);
     for (i, p) in parsed.iter().enumerate() {
         let core = placed[i].unwrap_or_else(|| first_free_core(&nrt));
+        let needed = needs(p, sunda);
+        let needed_bytes = needed.iter().fold(0u64, |a, (_, b)| a.saturating_add(*b));
         match s.step(p, core, allow_legacy) {
             Step::Fit {
                 handle,
+                tensors,
                 tensor_bytes,
-                ..
             } => {
                 let mut b = 0;
                 let _ = nrt.for_each_model_dmem(handle, |_, d| {
@@ -696,7 +801,12 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
                         b += d.size;
                     }
                 });
-                handles.push(handle);
+                owned.push(Owned {
+                    model: i,
+                    core,
+                    handle,
+                    tensors,
+                });
                 landed.push(Some(core));
                 models.push(ModelPlan {
                     file: p.label.clone(),
@@ -705,7 +815,10 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
                     fits: true,
                     device_bytes: b + tensor_bytes,
                     tensor_bytes,
+                    needed,
+                    needed_bytes,
                     error: None,
+                    refusal: None,
                 });
             }
             Step::Failed { error, refused, .. } if refused => {
@@ -717,10 +830,24 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
             }
             Step::Failed { error, oom, .. } => {
                 landed.push(None);
-                if let Some((e, Some(ch))) = &oom {
-                    if let Some(f) = fragmentation_note(&p.label, ch, most(e)) {
-                        frag.push(f);
+                // The load rolled back: the device is as it was before it.
+                let (measure, refusal) = match &oom {
+                    Some((e @ nrt_core::Error::DeviceOom { device, hbm, .. }, ch)) => {
+                        let shared = shared_pieces(&nrt, p, core);
+                        let m = measurer.measure(p, core, *device, *hbm, shared);
+                        (m, channel_refusal(&nrt, e, ch.as_ref(), m.as_ref()))
                     }
+                    _ => (None, None),
+                };
+                if let Some(r) = refusal
+                    .as_ref()
+                    .filter(|r| r.verdict == Verdict::Fragmented)
+                {
+                    frag.push(Fragmentation {
+                        model: i,
+                        file: p.label.clone(),
+                        refusal: r.clone(),
+                    });
                 }
                 models.push(ModelPlan {
                     file: p.label.clone(),
@@ -729,24 +856,40 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
                     fits: false,
                     device_bytes: 0,
                     tensor_bytes: 0,
+                    needed,
+                    needed_bytes,
                     error: Some(error.clone()),
+                    refusal,
                 });
                 if first.is_none() {
-                    first = Some((i, core, error, oom));
+                    first = Some((i, core, error, oom, measure));
                 }
             }
         }
     }
 
-    let hbm = hbm_plan(&s.rt, &handles, resident);
+    let hbm = hbm_plan(&s.rt, &owned, resident);
     let cores = (0..i64::from(nrt.visible_vnc_count()))
         .map(|v| core_plan(&nrt, v, &hbm))
         .collect();
     let visible = i64::from(nrt.visible_vnc_count());
     let lnc = nrt.lnc_size();
-    let first_failure = first.map(|(i, core, error, oom)| {
-        let oom = oom.and_then(|(e, ch)| oom_figures(&e, ch.as_ref(), most(&e)));
-        let what_ifs = if req.what_ifs && oom.as_ref().is_some_and(|o| !o.larger_than_channel) {
+    let first_failure = first.map(|(i, core, error, oom, measure)| {
+        let oom = oom.and_then(|(e, ch)| {
+            let most = match (measure, e) {
+                (Some(m), _) => m.most,
+                (None, nrt_core::Error::DeviceOom { device, .. }) => nrt.geom(device).channel_size,
+                (None, _) => 0,
+            };
+            oom_figures(&e, ch.as_ref(), most)
+        });
+        // Nothing makes a hopeless model fit: no what-ifs for it.
+        let hopeless = oom.as_ref().is_some_and(|o| o.larger_than_channel)
+            || models[i]
+                .refusal
+                .as_ref()
+                .is_some_and(|r| r.verdict == Verdict::Hopeless);
+        let what_ifs = if req.what_ifs && oom.is_some() && !hopeless {
             let ctx = Replay {
                 cfg: &cfg,
                 base,
@@ -817,28 +960,6 @@ fn snapshot_note(snap: &crate::shared::PoolSnapshot) -> String {
         "; what they allocate or free after it is not in this plan"
     });
     note
-}
-
-/// The largest request HBM `hbm` of device `device` takes when nothing is allocated on it: on
-/// a fresh private device of `cfg`'s kind (a shared device's geometry, not its contents).
-fn empty_channel_most(cfg: &RuntimeConfig, device: u32, hbm: u32) -> Option<u64> {
-    let mut cfg = *cfg;
-    if let DeviceChoice::Shared {
-        preset,
-        devices,
-        placement,
-        ..
-    } = cfg.device
-    {
-        cfg.device = DeviceChoice::Sim {
-            preset,
-            devices,
-            placement,
-        };
-    }
-    let s = start(cfg, None).ok()?;
-    let stats = s.rt.nrt().driver().pool_stats(device, false, hbm).ok()?;
-    Some(stats.largest_request())
 }
 
 fn fmt(b: u64) -> String {

@@ -10,7 +10,7 @@ use nrt_core::tensor::Placement;
 use nrt_core::CoreSel;
 use nrt_core::LogicalCore;
 use nrt_host::model_file::{pack, ModelFile};
-use nrt_host::plan::{plan, ModelSource, Plan, PlanError, PlanModel, PlanRequest};
+use nrt_host::plan::{plan, ModelSource, Plan, PlanError, PlanModel, PlanRequest, Verdict};
 use nrt_host::{DeviceChoice, HostRuntime, Manifest, Overrides, RuntimeConfig};
 use nrt_neff::ReadOptions;
 
@@ -267,6 +267,115 @@ fn a_model_larger_than_any_channel_says_nothing_makes_it_fit() {
     let o = f.oom.unwrap();
     assert!(o.larger_than_channel, "{o:?}");
     assert!(f.what_ifs.is_empty());
+    // What it needs is measured all the same, against what an empty channel has.
+    let m = &p.models[0];
+    assert_eq!(m.needed, vec![("WEIGHT".to_string(), 20 << 30)]);
+    let r = m.refusal.as_ref().unwrap();
+    assert_eq!(r.verdict, Verdict::Hopeless);
+    assert_eq!(r.needed, Some(20 << 30));
+    assert!(r.empty_free < 20 << 30 && r.empty_free > 14 << 30, "{r:?}");
+    assert!(p.fragmentation.is_empty());
+}
+
+/// The verdict on a model that does not fit comes from what it needs on the channel and the
+/// channel's free bytes, not from the order in which its file lists its allocations: a NEFF
+/// and the manifest it was packed from (whose allocations the NEFF lists in another order)
+/// get the same verdict, the same needs and the same channel figures.
+#[test]
+fn a_neff_and_its_manifest_get_the_same_verdict() {
+    let json = std::fs::read(models_dir().join("llama3-8b-tp8-shard.json")).unwrap();
+    let neff = pack(&Manifest::parse(&json).unwrap()).unwrap();
+    let plans: Vec<Plan> = [json, neff]
+        .into_iter()
+        .map(|bytes| {
+            let set: Vec<(String, Vec<u8>)> = (0..14)
+                .map(|i| (format!("llama-{i}"), bytes.clone()))
+                .collect();
+            let mut r = request("sim:trn1", &set, false);
+            r.what_ifs = false;
+            plan(&r).unwrap()
+        })
+        .collect();
+    let (a, b) = (&plans[0], &plans[1]);
+    let failed: Vec<usize> = (0..14).filter(|&i| !a.models[i].fits).collect();
+    assert_eq!(failed, [12, 13], "{:?}", a.models);
+    for &i in &failed {
+        let (ma, mb) = (&a.models[i], &b.models[i]);
+        assert!(!mb.fits);
+        assert_eq!(ma.needed, mb.needed);
+        assert!(ma.needed_bytes > 2 << 30, "{ma:?}");
+        let (ra, rb) = (ma.refusal.as_ref().unwrap(), mb.refusal.as_ref().unwrap());
+        assert_eq!(ra.verdict, Verdict::Full, "{ra:?}");
+        assert_eq!(
+            (ra.verdict, ra.device, ra.hbm, ra.needed, ra.free),
+            (rb.verdict, rb.device, rb.hbm, rb.needed, rb.free)
+        );
+        // Twice its 1.2 GiB of allocations (two subgraphs) on HBM 0, the scratchpad pages
+        // its core already has not counted, against about 1 GiB free.
+        let needed = ra.needed.unwrap();
+        assert!(needed > ra.free && needed < ma.needed_bytes, "{ra:?}");
+    }
+    assert!(a.fragmentation.is_empty() && b.fragmentation.is_empty());
+}
+
+/// A model whose allocations fit in the channel's free bytes but not in its blocks is
+/// fragmentation whichever of its allocations the order makes fail: after 13.5 GiB on a trn1
+/// channel, about 1.48 GiB of the main pool and the 1 GiB small-object region are free (2.48
+/// GiB); 1.2 GiB then 1.1 GiB fails on the 1.1 GiB, 1.1 GiB then 1.2 GiB on the 1.2 GiB.
+/// Both orders, each as a manifest and as the NEFF packed from it, get the one verdict and
+/// figures.
+#[test]
+fn fragmentation_is_found_whatever_the_allocation_order() {
+    const MIB: u64 = 1 << 20;
+    let model = |big_first: bool| {
+        let alloc = |size: u64, hint: &str| {
+            format!(r#"{{"usage":"CC","location":"device","size":{size},"hint":"{hint}"}}"#)
+        };
+        let (big, small) = (alloc(1229 * MIB, "big"), alloc(1126 * MIB, "small"));
+        let list = if big_first {
+            format!("{big},{small}")
+        } else {
+            format!("{small},{big}")
+        };
+        format!(
+            r#"{{"format":"nrt-dmem-model/2","name":"b","allocations":[{list}],
+                "outputs":[{{"name":"y","size":4}}]}}"#
+        )
+        .into_bytes()
+    };
+    let mut seen = Vec::new();
+    for big_first in [true, false] {
+        let b = model(big_first);
+        let neff = pack(&Manifest::parse(&b).unwrap()).unwrap();
+        for bytes in [b, neff] {
+            let mut r = request(
+                "sim:trn1",
+                &[("a".into(), huge_manifest(27 << 29)), ("b".into(), bytes)],
+                false,
+            );
+            r.placements = vec![("a".into(), 0), ("b".into(), 0)];
+            r.what_ifs = false;
+            let p = plan(&r).unwrap();
+            assert!(!p.models[1].fits);
+            let v = p.models[1].refusal.clone().unwrap();
+            assert_eq!(v.verdict, Verdict::Fragmented, "{v:?}");
+            assert_eq!(v.needed, Some(2355 * MIB), "{v:?}");
+            assert!(v.free > 2355 * MIB && v.largest_free < 2355 * MIB, "{v:?}");
+            assert_eq!(p.fragmentation.len(), 1);
+            assert_eq!(p.fragmentation[0].refusal, v);
+            seen.push(v);
+        }
+    }
+    // The refused request is the order's; the verdict and the channel's figures are not.
+    let requests: Vec<u64> = seen.iter().map(|v| v.request.size).collect();
+    assert_eq!(requests[0], 1126 * MIB, "{seen:?}");
+    assert_eq!(requests[2], 1229 * MIB, "{seen:?}");
+    for v in &seen {
+        assert_eq!(
+            (v.needed, v.free, v.largest_free),
+            (seen[0].needed, seen[0].free, seen[0].largest_free)
+        );
+    }
 }
 
 #[test]
@@ -314,9 +423,19 @@ fn a_set_that_fits_in_total_bytes_but_not_in_any_block_is_reported() {
     let p = plan(&r).unwrap();
     assert!(p.models[0].fits && !p.models[1].fits);
     let o = p.first_failure.as_ref().unwrap().oom.as_ref().unwrap();
-    assert!(o.fragmented && o.channel_free >= o.requested, "{o:?}");
+    assert!(o.channel_free >= o.requested, "{o:?}");
     assert_eq!(p.fragmentation.len(), 1);
-    assert!(p.fragmentation[0].contains("not in any free block"));
+    let f = &p.fragmentation[0];
+    assert_eq!((f.model, f.file.as_str()), (1, "b"));
+    let r = &f.refusal;
+    assert_eq!(r.verdict, Verdict::Fragmented);
+    assert_eq!((r.device, r.hbm), (0, 0));
+    // Enough bytes free for the 2 GiB it needs, no block that holds it.
+    assert_eq!(r.needed, Some(2 << 30), "{r:?}");
+    assert!(r.free >= 2 << 30 && r.largest_free < 2 << 30, "{r:?}");
+    assert_eq!((r.request.size, r.request.align), (2 << 30, 0));
+    assert!(r.summary.contains("fragmented"), "{}", r.summary);
+    assert_eq!(p.models[1].refusal.as_ref(), Some(r));
     let w = &p.first_failure.as_ref().unwrap().what_ifs;
     assert!(w
         .iter()

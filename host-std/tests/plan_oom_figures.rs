@@ -3,7 +3,7 @@
 //! `size + align`): requested, largest block and missing are all in the request's own terms,
 //! and the "why" line says what the driver was asked for.
 
-use nrt_host::plan::{plan, ModelSource, PlanModel, PlanRequest};
+use nrt_host::plan::{plan, ModelSource, PlanModel, PlanRequest, Verdict};
 
 const GIB: u64 = 1 << 30;
 
@@ -56,6 +56,15 @@ fn an_emulated_alignment_is_reported_in_the_requests_terms() {
         "{}",
         o.why
     );
+    // The verdict counts what the driver holds for it: 17 GiB against 12.98 GiB free. The
+    // request's own terms for the largest block: no 16 GiB-aligned 1 GiB fits.
+    let v = p.models[1].refusal.clone().unwrap();
+    assert_eq!(v.verdict, Verdict::Full, "{v:?}");
+    assert_eq!(v.needed, Some(17 * GIB), "{v:?}");
+    assert_eq!((v.request.size, v.request.align), (GIB, 16 * GIB));
+    assert!(v.request.emulated, "{v:?}");
+    assert_eq!(v.largest_free_at_align, Some(0), "{v:?}");
+    assert_eq!(v.free, o.channel_free, "{v:?}");
 }
 
 #[test]
@@ -83,6 +92,12 @@ fn an_emulated_alignment_that_no_channel_can_hold_says_so() {
         "{o:?}"
     );
     assert!(o.larger_than_channel, "{o:?}");
+    // Hopeless, and what it needs is measured all the same (on channels large enough): the
+    // 25 GiB the driver would hold.
+    let v = p.models[0].refusal.clone().unwrap();
+    assert_eq!(v.verdict, Verdict::Hopeless, "{v:?}");
+    assert_eq!(v.needed, Some(25 * GIB), "{v:?}");
+    assert!(v.empty_free < 24 * GIB, "{v:?}");
 }
 
 /// A request larger than an empty channel's main pool (trn2: 24 GiB less the 16 MiB firmware
@@ -107,8 +122,11 @@ fn a_request_above_an_empty_channels_largest_block_is_hopeless() {
     let o = f.oom.as_ref().unwrap();
     assert!(o.larger_than_channel, "{o:?}");
     assert!(f.what_ifs.is_empty(), "{f:?}");
-    // Nor is it fragmentation: only the small-object region is free beside the main pool.
-    assert!(!o.fragmented, "{o:?}");
+    // Nor is it fragmentation: only the small-object region is free beside the main pool,
+    // and it does not fit on an empty channel.
+    let r = p.models[0].refusal.as_ref().unwrap();
+    assert_eq!(r.verdict, Verdict::Hopeless, "{r:?}");
+    assert_eq!(r.needed, Some(main + GIB / 2), "{r:?}");
     assert!(p.fragmentation.is_empty(), "{:?}", p.fragmentation);
     assert!(plan(&one(main)).unwrap().all_fit());
 }

@@ -43,28 +43,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
     (f.is_finite() && v >= 0.0 && v < u64::MAX as f64).then_some(v.round() as u64)
 }
 
-/// A byte count for people: `0 B`, `512 KiB`, `312.5 MiB`, `1.50 GiB` (binary units).
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (name, unit) in UNITS {
-        if b >= unit {
-            let v = b as f64 / unit as f64;
-            return if b.is_multiple_of(unit) {
-                format!("{} {name}", b / unit)
-            } else if v >= 100.0 {
-                format!("{v:.1} {name}")
-            } else {
-                format!("{v:.2} {name}")
-            };
-        }
-    }
-    format!("{b} B")
-}
+pub use nrt_host::units::fmt_bytes;
 
 /// A size in a scenario file: an integer or a string with a unit (see [`parse_size`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

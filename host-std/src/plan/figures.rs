@@ -54,55 +54,86 @@ pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64, hbm: &[HbmPlan]) -> CorePlan {
 
 /// Every HBM channel: pool figures from the driver, the ledger's bytes, and the live
 /// allocations (the GLOBAL heaps of every physical core, the models' MODEL heaps) placed by
-/// the simulated driver's own addresses; on a shared device also what other processes hold
-/// (`resident`, live in the scratch device's pools), in `used`, `usage` and `blocks`.
+/// the simulated driver's own addresses, each with the model of `owned` it belongs to; on a
+/// shared device also what other processes hold (`resident`, live in the scratch device's
+/// pools), in `used`, `usage` and `blocks`.
 pub(super) fn hbm_plan(
     rt: &HostRuntime,
-    handles: &[ModelHandle],
+    owned: &[Owned],
     resident: &[crate::shared::Resident],
 ) -> Vec<HbmPlan> {
     let nrt = rt.nrt();
     // The HBM block of driver handle `handle` on `device`, with its usage and owner: its
     // channel and offset in it from the simulated driver's own addresses (none for host
     // memory or a handle the driver does not know).
-    let block = |device: u32, handle: u64, usage: String, owner_pid: Option<u32>| {
-        let info = rt.sim()?.memory_info(device, handle).ok()?;
-        if info.host {
-            return None;
-        }
-        let base = u64::from(info.hbm_idx) * nrt.geom(device).channel_size;
-        Some((
-            device,
-            info.hbm_idx,
-            Block {
-                offset: info.pa.saturating_sub(base),
-                size: info.size,
-                usage,
-                small_object: info.small_pool,
-                owner_pid,
-            },
-        ))
-    };
+    let block =
+        |device: u32, handle: u64, usage: String, model: Option<usize>, owner_pid: Option<u32>| {
+            let info = rt.sim()?.memory_info(device, handle).ok()?;
+            if info.host {
+                return None;
+            }
+            let base = u64::from(info.hbm_idx) * nrt.geom(device).channel_size;
+            Some((
+                device,
+                info.hbm_idx,
+                Block {
+                    offset: info.pa.saturating_sub(base),
+                    model,
+                    size: info.size,
+                    usage,
+                    small_object: info.small_pool,
+                    owner_pid,
+                },
+            ))
+        };
     let mut seen = std::collections::HashSet::new();
     let mut blocks: Vec<(u32, u32, Block)> = Vec::new();
-    let mut add = |d: &nrt_core::abi::dmem_t| {
+    let mut add = |d: &nrt_core::abi::dmem_t, model: Option<usize>| {
         if d.mem_type != dma_mem_location_t::TONGA_DRAM as u32
             || !seen.insert((d.device_id, d.mem_handle))
         {
             return;
         }
         let usage = usage_name(d.mem_usage_type);
-        blocks.extend(block(d.device_id, d.mem_handle, usage, None));
+        blocks.extend(block(d.device_id, d.mem_handle, usage, model, None));
     };
+    // The models' own heaps first: a block is listed once, with its model.
+    for o in owned {
+        let _ = nrt.for_each_model_dmem(o.handle, |_, d| add(d, Some(o.model)));
+    }
     for dev in 0..nrt.num_devices() {
         for c in 0..nrt.geom(dev).cores {
             if let Ok(al) = nrt.core_allocator(dev, c) {
-                let _ = nrt.allocator_for_each(al, &mut add);
+                let _ = nrt.allocator_for_each(al, &mut |d: &nrt_core::abi::dmem_t| add(d, None));
             }
         }
     }
-    for h in handles {
-        let _ = nrt.for_each_model_dmem(*h, |_, d| add(d));
+    // The IO tensors the plan allocated live in the GLOBAL heaps: each block holding one of
+    // a model's tensors is that model's.
+    for o in owned {
+        let Some(dev) = nrt
+            .virtual_core(LogicalCore::from_c(o.core))
+            .ok()
+            .and_then(|v| v.cores().first().map(|p| p.device_id))
+        else {
+            continue;
+        };
+        for t in &o.tensors {
+            let Ok(i) = nrt.tensor_device_allocation_info(*t) else {
+                continue;
+            };
+            let Ok(hbm) = u32::try_from(i.hbm_index) else {
+                continue;
+            };
+            let at = i
+                .physical_address
+                .saturating_sub(u64::from(hbm) * nrt.geom(dev).channel_size);
+            if let Some((_, _, b)) = blocks.iter_mut().find(|(d, h, b)| {
+                *d == dev && *h == hbm && b.offset <= at && at < b.offset.saturating_add(b.size)
+            }) {
+                b.model = Some(o.model);
+            }
+        }
     }
     // Other processes' allocations: in the pools the plan ran on, not in its ledger.
     let mut others = std::collections::HashMap::<(u32, u32), u64>::new();
@@ -111,7 +142,7 @@ pub(super) fn hbm_plan(
             "other processes: {}",
             crate::shared::layout::category_name(usize::from(r.category))
         );
-        if let Some(b) = block(r.device, r.handle, usage, Some(r.pid)) {
+        if let Some(b) = block(r.device, r.handle, usage, None, Some(r.pid)) {
             *others.entry((b.0, b.1)).or_default() += b.2.size;
             blocks.push(b);
         }
@@ -182,7 +213,7 @@ pub(super) fn oom_figures(
     else {
         return None;
     };
-    let (requested, emulation, largest, free, fragmented, why) = match ch {
+    let (requested, emulation, largest, free, why) = match ch {
         Some(c) => {
             let (needed, emulation) = match c.cause {
                 OomCause::ChannelFull {
@@ -197,15 +228,10 @@ pub(super) fn oom_figures(
                 emulation,
                 c.shown.largest_request(),
                 c.shown.free,
-                // A request no empty channel holds is not fragmentation, whatever is free.
-                matches!(
-                    c.cause,
-                    OomCause::NoBlock { .. } | OomCause::Alignment { .. }
-                ) && needed.saturating_add(emulation) <= most,
                 c.cause.to_string(),
             )
         }
-        None => (size, 0, 0, 0, false, String::new()),
+        None => (size, 0, 0, 0, String::new()),
     };
     Some(OomFigures {
         device,
@@ -215,46 +241,7 @@ pub(super) fn oom_figures(
         largest_block: largest,
         missing: requested.saturating_sub(largest),
         channel_free: free,
-        fragmented,
         larger_than_channel: requested.saturating_add(emulation) > most,
         why,
     })
-}
-
-/// The fragmentation line of a model that failed on `ch`; none for a request larger than
-/// `most`, the largest an empty channel takes (no freeing makes that one fit).
-pub(super) fn fragmentation_note(label: &str, ch: &FailingChannel, most: u64) -> Option<String> {
-    let needed = match ch.cause {
-        OomCause::ChannelFull {
-            needed, emulation, ..
-        } => needed.saturating_add(emulation),
-        OomCause::NoBlock { needed, .. }
-        | OomCause::Alignment { needed, .. }
-        | OomCause::Refused { needed, .. } => needed,
-    };
-    if needed > most {
-        return None;
-    }
-    match ch.cause {
-        OomCause::NoBlock {
-            hbm,
-            needed,
-            largest,
-            ..
-        } => Some(format!(
-            "{label}: HBM {hbm} has {} free in total but its largest free block is {}, {} needed: \
-             the set fits in total bytes but not in any free block",
-            fmt(ch.shown.free),
-            fmt(largest),
-            fmt(needed)
-        )),
-        OomCause::Alignment {
-            hbm, needed, align, ..
-        } => Some(format!(
-            "{label}: HBM {hbm} has free blocks large enough for {} but none at a {align}-byte \
-             alignment",
-            fmt(needed)
-        )),
-        _ => None,
-    }
 }
