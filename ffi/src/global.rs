@@ -16,7 +16,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crossbeam_utils::CachePadded;
@@ -359,6 +359,15 @@ static RT: Lifecycle = Lifecycle::new();
 /// `nrt_init`s so far in this process (the next runtime's [`Runtime::serial`]).
 static INIT_SERIAL: AtomicU32 = AtomicU32::new(0);
 
+/// libnrt's file-scope `tdrv_ctx_0` (spec §1): the live runtime's `tdrv_ctx_t`, NULL before
+/// `nrt_init` and after `nrt_close`. Nothing in the library reads it; it is there, under that
+/// name in the symbol table, for debuggers and crash-dump readers (`nrt-dmem inspect`,
+/// docs/INSPECT.md) to find the context tree in a live process or a core file as they find
+/// AWS's. The version script keeps it out of the dynamic symbol table of the installed
+/// library (a local symbol of `.symtab`, like libnrt's own).
+#[export_name = "tdrv_ctx_0"]
+static TDRV_CTX_0: AtomicPtr<nrt_core::abi::tdrv_ctx_t> = AtomicPtr::new(std::ptr::null_mut());
+
 /// Locks a mutex, ignoring poisoning (a panic is fenced at the boundary; the data stays
 /// consistent because every critical section here is a single map operation).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -391,6 +400,8 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
     }
     let rt = build()?;
     let epoch = nrt_core::raw::epoch(&rt.nrt());
+    // The tree lives in the runtime's boxed state block: its address does not move with it.
+    let tree = rt.nrt().state().context_addr().cast_mut();
     *g.life = Life::Init(Box::new(Runtime {
         rt,
         serial: INIT_SERIAL.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
@@ -399,6 +410,7 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
         oom_report: Mutex::new(None),
         free_core_pick: Mutex::new(()),
     }));
+    TDRV_CTX_0.store(tree, Ordering::Release);
     Ok(())
 }
 
@@ -408,6 +420,9 @@ pub(crate) fn close() -> Res {
     let g = RT.write();
     match std::mem::replace(g.life, Life::Closed) {
         Life::Init(r) => {
+            // Cleared before the tree is torn down and freed, as libnrt's `tdrv_destroy`
+            // clears its pointer.
+            TDRV_CTX_0.store(std::ptr::null_mut(), Ordering::Release);
             r.shutdown();
             Ok(())
         }

@@ -5,6 +5,10 @@
 //! `mmap(PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`: anonymous pages
 //! read as zero (the simulator's "zero is empty"), `MAP_NORESERVE` keeps the mapping out of the
 //! kernel's commit accounting, and nothing is resident until written.
+//!
+//! The mapping is `MADV_DONTDUMP`: simulated device memory stays out of core dumps (the
+//! kernel's and `gcore`'s), as a real device's HBM does, so a dump of a process on a simulated
+//! trn2 holds the runtime's host state, not up to 104 GiB of simulated HBM.
 
 use core::ptr::NonNull;
 
@@ -53,6 +57,16 @@ impl HostReservation {
             return Err(err(Errno::last()));
         }
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| err(Errno::ENOMEM))?;
+        // SAFETY: advice on exactly the mapping just made; it changes what a core dump
+        // includes, not the memory's contents or validity.
+        if unsafe { libc::madvise(p, n, libc::MADV_DONTDUMP) } != 0 {
+            // Only the dump's size depends on it: a kernel that refuses it still runs the
+            // simulator.
+            log::warn!(
+                "MADV_DONTDUMP on the {len} B simulated device memory failed ({}): core dumps will include it",
+                Errno::last()
+            );
+        }
         log::debug!("reserved {len} B of lazily committed host memory at {ptr:p}");
         Ok(HostReservation { ptr, len: n })
     }
@@ -161,6 +175,23 @@ mod tests {
         // this process cannot disturb the figure: exactly the three touched pages are resident.
         assert_eq!(resident_pages_of(&r).expect("mincore"), 3);
         drop(r);
+    }
+
+    /// The kernel marks the mapping "dd" (do not dump): core dumps and `gcore` skip it.
+    #[test]
+    fn the_reservation_is_left_out_of_core_dumps() {
+        let r = HostReservation::reserve(1 << 30).expect("1 GiB of address space");
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+        let start = format!("{:x}-", r.as_ptr() as usize);
+        let flags = smaps
+            .lines()
+            .skip_while(|l| !l.starts_with(&start))
+            .find(|l| l.starts_with("VmFlags:"))
+            .expect("the reservation's VmFlags line");
+        assert!(
+            flags.split_whitespace().any(|f| f == "dd"),
+            "not marked do-not-dump: {flags}"
+        );
     }
 
     #[test]
