@@ -359,14 +359,39 @@ static RT: Lifecycle = Lifecycle::new();
 /// `nrt_init`s so far in this process (the next runtime's [`Runtime::serial`]).
 static INIT_SERIAL: AtomicU32 = AtomicU32::new(0);
 
-/// libnrt's file-scope `tdrv_ctx_0` (spec §1): the live runtime's `tdrv_ctx_t`, NULL before
-/// `nrt_init` and after `nrt_close`. Nothing in the library reads it; it is there, under that
-/// name in the symbol table, for debuggers and crash-dump readers (`nrt-dmem inspect`,
-/// docs/INSPECT.md) to find the context tree in a live process or a core file as they find
-/// AWS's. The version script keeps it out of the dynamic symbol table of the installed
-/// library (a local symbol of `.symtab`, like libnrt's own).
-#[export_name = "tdrv_ctx_0"]
-static TDRV_CTX_0: AtomicPtr<nrt_core::abi::tdrv_ctx_t> = AtomicPtr::new(std::ptr::null_mut());
+// libnrt's file-scope `tdrv_ctx_0` (spec §1): the live runtime's `tdrv_ctx_t`, NULL before
+// `nrt_init` and after `nrt_close`. Nothing in the library reads it; it is there, under that
+// name, for debuggers and crash-dump readers (`nrt-dmem inspect`, docs/INSPECT.md) to find the
+// context tree in a live process or a core file as they find AWS's. It is defined here in
+// assembly because Rust has no hidden-visibility static: a `#[no_mangle]` static would be
+// exported from the cdylib. Hidden, it is a symbol of `.symtab` (local once linked) in the
+// cargo-built library, in `libnrt.a` and in the installed library, never in `.dynsym`, like
+// libnrt's own: a stripped copy does not have it.
+std::arch::global_asm!(
+    ".pushsection .bss.tdrv_ctx_0,\"aw\",%nobits",
+    ".globl tdrv_ctx_0",
+    ".hidden tdrv_ctx_0",
+    ".type tdrv_ctx_0,%object",
+    ".size tdrv_ctx_0,8",
+    ".balign 8",
+    "tdrv_ctx_0:",
+    ".zero 8",
+    ".popsection",
+);
+
+extern "C" {
+    /// The 8 zeroed bytes the assembly above defines.
+    #[allow(non_upper_case_globals)]
+    static tdrv_ctx_0: AtomicPtr<nrt_core::abi::tdrv_ctx_t>;
+}
+
+/// [`tdrv_ctx_0`] as the atomic it is.
+fn tdrv_ctx_slot() -> &'static AtomicPtr<nrt_core::abi::tdrv_ctx_t> {
+    // SAFETY: the symbol is 8 bytes of `.bss`, 8-byte aligned, zero (a null pointer) until
+    // stored to, and written only through this reference: a valid `AtomicPtr` for the life of
+    // the library.
+    unsafe { &tdrv_ctx_0 }
+}
 
 /// Locks a mutex, ignoring poisoning (a panic is fenced at the boundary; the data stays
 /// consistent because every critical section here is a single map operation).
@@ -410,7 +435,7 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
         oom_report: Mutex::new(None),
         free_core_pick: Mutex::new(()),
     }));
-    TDRV_CTX_0.store(tree, Ordering::Release);
+    tdrv_ctx_slot().store(tree, Ordering::Release);
     Ok(())
 }
 
@@ -422,7 +447,7 @@ pub(crate) fn close() -> Res {
         Life::Init(r) => {
             // Cleared before the tree is torn down and freed, as libnrt's `tdrv_destroy`
             // clears its pointer.
-            TDRV_CTX_0.store(std::ptr::null_mut(), Ordering::Release);
+            tdrv_ctx_slot().store(std::ptr::null_mut(), Ordering::Release);
             r.shutdown();
             Ok(())
         }
