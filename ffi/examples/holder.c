@@ -3,7 +3,8 @@
  * (docs/INSPECT.md). Usage: holder VNC:MODEL_FILE...
  *
  * Loads each model on its logical core, allocates two device tensors on every visible logical
- * core, then prints what it holds as the C API reports it:
+ * core (the first holds a 32-byte marker, 512 KiB in, that is nowhere in host memory), then
+ * prints what it holds as the C API reports it:
  *
  *   model <vnc> <allocations> <bytes> <device bytes>     one line per model, in load order
  *   vnc <vnc> <bytes_used>                               nrt_get_vnc_memory_stats per core
@@ -80,6 +81,20 @@ int main(int argc, char **argv) {
                                  &tensors[2 * v + 1]);
         if (st != NRT_SUCCESS) die("nrt_tensor_allocate", st);
     }
+
+    /* A marker in device memory, 512 KiB into the first tensor: made at run time and wiped
+     * from host memory after the write, so a core dump holds it only if it holds the
+     * simulated device memory. */
+    unsigned char marker[32], back[32];
+    for (int i = 0; i < 32; i++) marker[i] = (unsigned char)(0xA5 ^ (i * 29 + 7));
+    st = nrt_tensor_write(tensors[0], marker, 512u << 10, sizeof marker);
+    if (st != NRT_SUCCESS) die("nrt_tensor_write", st);
+    st = nrt_tensor_read(tensors[0], back, 512u << 10, sizeof back);
+    if (st != NRT_SUCCESS) die("nrt_tensor_read", st);
+    int same = 1;
+    for (int i = 0; i < 32; i++) same &= back[i] == marker[i];
+    if (!same) { fprintf(stderr, "holder: the marker did not read back\n"); return 1; }
+    for (int i = 0; i < 32; i++) ((volatile unsigned char *)marker)[i] = ((volatile unsigned char *)back)[i] = 0;
 
     for (int i = 0; i < nmodels; i++) {
         nrtx_model_memory_t mm;

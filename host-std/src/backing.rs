@@ -106,7 +106,7 @@ impl Drop for HostReservation {
 /// it lives, and gives them back to dumps (`MADV_DODUMP`) when dropped, so memory the
 /// allocator hands out again afterwards is dumped as usual. For the simulated driver's own
 /// bookkeeping: on real hardware that state lives in the kernel, not in the process, and here
-/// it is 190+ MB of mostly untouched zero pages that a `gcore` would otherwise write out.
+/// it is hundreds of MB of mostly untouched zero pages that a `gcore` would otherwise write out.
 #[derive(Debug)]
 pub struct DumpExclusion {
     start: usize,

@@ -76,7 +76,7 @@ pub trait Memory {
 }
 
 /// One readable range of the inspected memory.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Region {
     start: u64,
     end: u64,
@@ -520,14 +520,16 @@ fn parse_nt_file(d: &[u8]) -> Result<Vec<FileMap>, String> {
         return Err(format!("{count} entries do not fit {} bytes", d.len()));
     }
     let count = count as usize;
-    let mut names = d
-        .get(16 + count * 24..)
-        .ok_or("cut short")?
-        .split(|b| *b == 0);
+    let mut names = d.get(16 + count * 24..).ok_or("cut short")?;
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
         let (start, end, pgoff) = (word(2 + i * 3)?, word(3 + i * 3)?, word(4 + i * 3)?);
-        let name = names.next().ok_or("fewer paths than entries")?;
+        let n = names
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or("fewer NUL-terminated paths than entries")?;
+        let name = &names[..n];
+        names = &names[n + 1..];
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(name));
         out.push(FileMap {
             start,
@@ -587,7 +589,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]
         assert!(m.find(0x55d0c0000fff).is_some());
         assert!(m.find(0x7f0000000000).is_none());
         // Two adjacent regions read as one run; a gap stops it.
-        assert_eq!(m.readable_from(0x55d0c0000800), 0x1800);
+        assert_eq!(m.readable_from(0x55d0c0000800, |_| true), 0x1800);
         assert!(m.cover(0x55d0c0000800, 0x1000).is_ok());
         assert_eq!(m.cover(0x55d0c1020000, 0x2000), Err(ReadFail::Unmapped));
         assert_eq!(m.cover(u64::MAX - 1, 8), Err(ReadFail::Unmapped));

@@ -28,6 +28,9 @@ const MAX_CHAIN: u64 = 1 << 12;
 const MAX_BUCKETS: u64 = 1 << 16;
 /// Nodes (dmems, models) read in one walk, all lists together.
 const NODE_BUDGET: u64 = 1 << 22;
+/// Models read in one walk, all cores together (each is a 7744-byte read and a walk of its
+/// allocators).
+const MAX_MODELS: usize = 1 << 14;
 /// Bytes of a hint string.
 const MAX_HINT: u64 = 256;
 
@@ -236,7 +239,7 @@ impl<'a> Walker<'a> {
 
     /// A pointer that is about to be followed: non-NULL and 8-byte aligned, or a finding.
     fn pointer_ok(&mut self, p: u64, at: &str, what: &str) -> bool {
-        if p % 8 != 0 {
+        if !p.is_multiple_of(8) {
             self.find(
                 "bad-value",
                 at,
@@ -409,7 +412,7 @@ impl<'a> Walker<'a> {
                 cur,
                 DMEM_SIZE,
                 &at,
-                &format!("node {} (next of {})", sum.dmems, hex(prev)),
+                &format!("node #{} (the next of {})", sum.dmems + 1, hex(prev)),
             ) else {
                 break;
             };
@@ -638,7 +641,7 @@ impl<'a> Walker<'a> {
                 if let Some(other) = self.ht_nodes.get(&node) {
                     let other = other.clone();
                     self.find(
-                        if other.starts_with(&bucket_at) {
+                        if other == bucket_at {
                             "cycle"
                         } else {
                             "model-in-two-buckets"
@@ -647,6 +650,14 @@ impl<'a> Walker<'a> {
                         format!("model node {} is also in {other}", hex(node)),
                     );
                     break;
+                }
+                if self.models.len() >= MAX_MODELS {
+                    self.find(
+                        "too-long",
+                        &bucket_at,
+                        format!("more than {MAX_MODELS} models: the walk stops here"),
+                    );
+                    return found;
                 }
                 if !self.pointer_ok(node, &bucket_at, "model node") || !self.spend(&bucket_at) {
                     break;
@@ -938,4 +949,153 @@ pub fn walk(mem: &dyn Memory, ctx: u64, flavor: Flavor) -> Report {
     r.allocations = w.allocations;
     r.findings = w.findings;
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::source::ReadFail;
+
+    /// Memory made of byte blocks at addresses; anything else is unmapped.
+    struct Fake(Vec<(u64, Vec<u8>)>);
+
+    impl Fake {
+        fn block(&mut self, at: u64, len: usize) {
+            self.0.push((at, vec![0; len]));
+        }
+        fn put(&mut self, at: u64, bytes: &[u8]) {
+            let (base, b) = self
+                .0
+                .iter_mut()
+                .find(|(a, b)| (*a..*a + b.len() as u64).contains(&at))
+                .expect("a block");
+            let o = (at - *base) as usize;
+            b[o..o + bytes.len()].copy_from_slice(bytes);
+        }
+        fn u64(&mut self, at: u64, v: u64) {
+            self.put(at, &v.to_le_bytes());
+        }
+    }
+
+    impl Memory for Fake {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFail> {
+            let (base, b) = self
+                .0
+                .iter()
+                .find(|(a, b)| (*a..*a + b.len() as u64).contains(&addr))
+                .ok_or(ReadFail::Unmapped)?;
+            let o = (addr - base) as usize;
+            let src = b.get(o..o + buf.len()).ok_or(ReadFail::Unmapped)?;
+            buf.copy_from_slice(src);
+            Ok(())
+        }
+        fn readable_from(&self, addr: u64) -> u64 {
+            self.0
+                .iter()
+                .find(|(a, b)| (*a..*a + b.len() as u64).contains(&addr))
+                .map_or(0, |(a, b)| a + b.len() as u64 - addr)
+        }
+    }
+
+    const CTX: u64 = 0x1000_0000;
+    const AL: u64 = 0x4000_0000;
+    const DB: u64 = 0x5000_0000;
+    const PCORE: u64 = 0x6000_0000;
+
+    /// A context with device 0 attached, core 0 present, its GLOBAL allocator empty and its
+    /// model_db empty (`buckets` buckets).
+    fn one_core(buckets: u64) -> Fake {
+        let mut m = Fake(Vec::new());
+        m.block(CTX, core::mem::size_of::<nrt_core::abi::tdrv_ctx_t>());
+        m.block(AL, ALLOCATOR_SIZE);
+        m.block(DB, HT_SIZEOF + 64 * NODE_SIZE);
+        m.block(PCORE, PCORE_SIZE);
+        m.put(CTX + CTX_NUM_MLA.off, &1u32.to_le_bytes());
+        let mla = CTX + CTX_MLA.off;
+        m.put(mla + MLA_IS_USED.off, &[1]);
+        m.put(mla + MLA_TPB_MAP.off + TPB_MAP_MAP.off, &[1]);
+        m.u64(mla + MLA_TPBS.off + TPB_ALLOCATOR.off, AL);
+        m.u64(mla + MLA_TPBS.off + TPB_MODEL_DB.off, DB);
+        m.u64(AL + AL_PCORE.off, PCORE);
+        m.u64(AL + AL_HEAD.off + D_NEXT.off, AL + AL_TAIL.off);
+        m.u64(AL + AL_TAIL.off + D_PREV.off, AL + AL_HEAD.off);
+        m.u64(DB + HT_SIZE.off, buckets);
+        m.u64(DB + HT_MASK.off, buckets.wrapping_sub(1));
+        m
+    }
+
+    fn kinds(r: &Report) -> Vec<&'static str> {
+        r.findings.iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn an_empty_core_is_consistent() {
+        let m = one_core(64);
+        let r = walk(&m, CTX, Flavor::Libnrt);
+        assert!(r.findings.is_empty(), "{:?}", r.findings);
+        assert_eq!(r.ledger.cores.len(), 1);
+        assert_eq!(r.dmems, 0);
+        assert!(!walk(&m, 0, Flavor::Libnrt).initialized);
+    }
+
+    #[test]
+    fn garbage_headers_are_findings() {
+        // A ledger that books bytes no list holds.
+        let mut m = one_core(64);
+        let cell = CTX + CTX_MLA.off + MLA_LOGGER.off + LOG_USAGE_NC.off + 22 * 8;
+        m.u64(cell, 4096);
+        assert_eq!(kinds(&walk(&m, CTX, Flavor::Libnrt)), ["ledger-mismatch"]);
+        // A bucket count that is no power of two, or absurd.
+        for n in [3, 1 << 40] {
+            let m = one_core(n);
+            assert_eq!(kinds(&walk(&m, CTX, Flavor::Libnrt)), ["bad-value"], "{n}");
+        }
+        // num_mla past 32: reported, and the walk stays inside mla[32].
+        let mut m = one_core(64);
+        m.put(CTX + CTX_NUM_MLA.off, &1000u32.to_le_bytes());
+        assert!(kinds(&walk(&m, CTX, Flavor::Libnrt)).contains(&"bad-value"));
+        // The list's head points at itself: a cycle, found at once.
+        let mut m = one_core(64);
+        m.u64(AL + AL_HEAD.off + D_NEXT.off, AL + AL_HEAD.off);
+        assert_eq!(kinds(&walk(&m, CTX, Flavor::Libnrt)), ["cycle"]);
+        // A context pointer into nowhere, or misaligned.
+        let m = one_core(64);
+        assert_eq!(kinds(&walk(&m, 0x10, Flavor::Libnrt)), ["unreadable"]);
+        assert_eq!(kinds(&walk(&m, CTX + 1, Flavor::Libnrt)), ["bad-value"]);
+    }
+
+    #[test]
+    fn a_dmem_is_booked_to_its_core_and_checked_against_its_list() {
+        let mut m = one_core(64);
+        let d = 0x7000_0000u64;
+        m.block(d, DMEM_SIZE);
+        m.u64(AL + AL_HEAD.off + D_NEXT.off, d);
+        m.u64(AL + AL_TAIL.off + D_PREV.off, d);
+        m.u64(d + D_PREV.off, AL + AL_HEAD.off);
+        m.u64(d + D_NEXT.off, AL + AL_TAIL.off);
+        m.u64(d + D_ALLOCATOR.off, AL);
+        m.u64(d + D_PCORE.off, PCORE);
+        m.u64(d + D_SIZE.off, 1 << 20);
+        m.u64(d + D_ALLOCATED.off, 1 << 20);
+        m.put(d + D_MEM_TYPE.off, &2u32.to_le_bytes());
+        let tensor = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR as u64;
+        m.put(d + D_USAGE.off, &(tensor as u32).to_le_bytes());
+        let row = CTX + CTX_MLA.off + MLA_LOGGER.off + LOG_USAGE_NC.off;
+        m.u64(row + tensor * 8, 1 << 20);
+        m.u64(row + 22 * 8, 1 << 20);
+        let r = walk(&m, CTX, Flavor::Libnrt);
+        assert!(r.findings.is_empty(), "{:?}", r.findings);
+        assert_eq!(r.dmems, 1);
+        assert_eq!(r.allocations[0].usage, "TENSOR");
+        assert_eq!(r.allocations[0].owner, "GLOBAL nd0:nc0");
+        assert_eq!(r.ledger.total_bytes, 1 << 20);
+        // On another allocator's say-so, and with a broken back link.
+        m.u64(d + D_ALLOCATOR.off, 0x1234_5678);
+        m.u64(d + D_PREV.off, 0);
+        let k = kinds(&walk(&m, CTX, Flavor::Libnrt));
+        assert!(
+            k.contains(&"wrong-allocator") && k.contains(&"back-link"),
+            "{k:?}"
+        );
+    }
 }
