@@ -11,9 +11,12 @@
  *   total <sum of bytes_used>
  *   ready <pid>
  *
- * and waits for a line on stdin. Then it frees everything, closes the runtime (tdrv_ctx_0
+ * and waits for a line on stdin (with HOLDER_CHURN set, allocating and freeing a tensor on
+ * logical core 0 all the while). Then it frees everything, closes the runtime (tdrv_ctx_0
  * goes NULL), prints "closed" and waits for a second line (or end of input) before it exits.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -114,6 +117,17 @@ int main(int argc, char **argv) {
     }
     printf("total %llu\nready %ld\n", total, (long)getpid());
     fflush(stdout);
+    if (getenv("HOLDER_CHURN")) {
+        /* Allocate and free a tensor on logical core 0 over and over until stdin has a line:
+         * a process whose lists and ledger change while it is read. */
+        struct pollfd in = {0, POLLIN, 0};
+        while (poll(&in, 1, 0) == 0) {
+            nrt_tensor_t *t = NULL;
+            if (nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, 0, 4096, "churn", &t) ==
+                NRT_SUCCESS)
+                nrt_tensor_free(&t);
+        }
+    }
     wait_line();
 
     for (uint32_t v = 0; v < 2u * vncs; v++) nrt_tensor_free(&tensors[v]);

@@ -3,8 +3,9 @@
 //! from the process (docs/INSPECT.md).
 //!
 //! [`source`] reads the memory, [`symbol`] finds `tdrv_ctx_0`, [`walk`] follows the context
-//! tree using the members in [`fields`]. A live process is walked until two walks in a row
-//! agree, so a structure caught mid-update is read again rather than reported.
+//! tree using the members in [`fields`]. A live process is not stopped: a walk with findings
+//! is repeated, and the findings stand only when every walk agrees while nothing it read
+//! changes, so a structure caught mid-update is read again rather than reported.
 
 mod fields;
 mod source;
@@ -46,9 +47,10 @@ pub struct InspectArgs {
     /// JSON: `models`, `ledger`, `dmems`, `allocations`, `findings` and the `source`.
     #[arg(long)]
     pub json: bool,
-    /// A live process is walked until two walks in a row agree, at most N times.
+    /// Walks of a live process: one that finds something wrong is repeated, and its
+    /// findings stand only when all N walks agree while nothing they read changes.
     #[arg(long, value_name = "N", default_value_t = 5,
-          value_parser = clap::value_parser!(u32).range(2..=100))]
+          value_parser = clap::value_parser!(u32).range(1..=100))]
     pub attempts: u32,
 }
 
@@ -78,7 +80,7 @@ struct SourceInfo {
     machine: Option<&'static str>,
     /// The members this project placed itself that were read (its own library only).
     chosen_members_read: Vec<String>,
-    /// Walks made (a live process is walked until two agree).
+    /// Walks made (a live process is walked again while a walk has findings).
     walks: u32,
 }
 
@@ -127,28 +129,43 @@ pub fn run(a: &InspectArgs, ui: &Ui, out: &mut dyn Write) -> Result<i32, CliErro
     let live = a.pid.is_some();
     let mut info = info;
     let flavor = info.flavor;
+    // A live process is not stopped, so a walk may catch a structure halfway through an
+    // update (a ledger booked before its node is linked). A walk that finds nothing wrong is
+    // taken as it is. Findings are the process's only when every walk finds the same, and
+    // nothing any of them read changed while it walked; a later walk that finds nothing wrong
+    // is taken instead.
     let mut last: Option<Report> = None;
+    let mut steady = true;
     let mut settled = !live;
     for attempt in 1..=(if live { a.attempts } else { 1 }) {
+        let rec = source::Recorder::new(mem.as_ref());
         let ctx = match a.ctx_addr {
             Some(c) => c,
-            None => read_ctx_pointer(
-                mem.as_ref(),
-                located.as_ref().map_or(0, |l| l.symbol_addr),
-                live,
-            )?,
+            None => read_ctx_pointer(&rec, located.as_ref().map_or(0, |l| l.symbol_addr), live)?,
         };
-        let r = walk::walk(mem.as_ref(), ctx, flavor);
+        let r = walk::walk(&rec, ctx, flavor);
+        if let Some(pid) = a
+            .pid
+            .filter(|p| !PathBuf::from(format!("/proc/{p}")).exists())
+        {
+            return Err(CliError::input(format!(
+                "process {pid} exited while it was read"
+            )));
+        }
         info.walks = attempt;
-        if last.as_ref() == Some(&r) {
+        if !live || r.findings.is_empty() {
+            last = Some(r);
             settled = true;
             break;
         }
+        steady &= rec.unchanged() && last.as_ref().is_none_or(|l| *l == r);
         last = Some(r);
-        if live {
-            // Give an operation caught halfway time to finish.
-            std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
+        if attempt == a.attempts {
+            settled = steady;
+            break;
         }
+        // Give an operation caught halfway time to finish.
+        std::thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
     }
     let mut report = last.unwrap_or_default();
     if !settled {
@@ -156,8 +173,10 @@ pub fn run(a: &InspectArgs, ui: &Ui, out: &mut dyn Write) -> Result<i32, CliErro
             kind: "changing",
             at: "process".into(),
             message: format!(
-                "the process changed while it was read: {} walks in a row differed; this is \
-                 the last, and what it shows may mix moments",
+                "the process changed while it was read: each of {} walks found something \
+                 wrong, but not the same or not while it held still; this is the last, and \
+                 its findings may be the reader's (a structure caught halfway through an \
+                 update) as well as the process's",
                 info.walks
             ),
         });

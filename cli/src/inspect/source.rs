@@ -75,6 +75,53 @@ pub trait Memory {
     fn readable_from(&self, addr: u64) -> u64;
 }
 
+/// A [`Memory`] that remembers what it read (address, length, a hash of the bytes), so a
+/// walk of a live process can tell afterwards whether anything it read changed meanwhile.
+pub struct Recorder<'a> {
+    mem: &'a dyn Memory,
+    reads: std::cell::RefCell<Vec<(u64, usize, u64)>>,
+}
+
+fn digest(b: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
+impl<'a> Recorder<'a> {
+    /// Records the reads made through it from `mem`.
+    pub fn new(mem: &'a dyn Memory) -> Self {
+        Recorder {
+            mem,
+            reads: Default::default(),
+        }
+    }
+
+    /// True when every read made so far gives the same bytes again: nothing the walk read
+    /// changed while it walked (short of a change and its exact undoing in between).
+    pub fn unchanged(&self) -> bool {
+        let reads = self.reads.borrow();
+        let mut buf = Vec::new();
+        reads.iter().all(|&(addr, len, h)| {
+            buf.resize(len, 0);
+            self.mem.read(addr, &mut buf).is_ok() && digest(&buf) == h
+        })
+    }
+}
+
+impl Memory for Recorder<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadFail> {
+        self.mem.read(addr, buf)?;
+        self.reads.borrow_mut().push((addr, buf.len(), digest(buf)));
+        Ok(())
+    }
+
+    fn readable_from(&self, addr: u64) -> u64 {
+        self.mem.readable_from(addr)
+    }
+}
+
 /// One readable range of the inspected memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Region {
