@@ -101,6 +101,12 @@ struct Holder {
 impl Holder {
     /// Starts the holder on sim:trn2 with [`MODELS`] and waits for its report.
     fn start(env: &[(&str, &str)]) -> Holder {
+        Holder::start_in(env, None)
+    }
+
+    /// [`Holder::start`], in directory `crash_dir` with no limit on the size of a core dump
+    /// when it is given (a crash leaves the kernel's core file there).
+    fn start_in(env: &[(&str, &str)], crash_dir: Option<&Path>) -> Holder {
         let (_, _, exe) = build();
         let args: Vec<String> = MODELS
             .iter()
@@ -114,7 +120,18 @@ impl Holder {
                 )
             })
             .collect();
-        let mut child = Command::new(exe)
+        let mut cmd = match crash_dir {
+            Some(d) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg("ulimit -c unlimited && exec \"$0\" \"$@\"")
+                    .arg(exe)
+                    .current_dir(d);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
             .args(&args)
             .env("NRT_DMEM_DEVICE", "sim:trn2")
             .env("NEURON_RT_LOG_LEVEL", "ERROR")
@@ -776,6 +793,43 @@ fn damage_in_a_live_process_is_reported_once_every_walk_agrees() {
     assert_eq!(code, 1, "{doc:#}");
     assert_eq!(kinds(&doc), ["ledger-mismatch"]);
     assert_eq!(doc["source"]["walks"], 5);
+}
+
+/// After a crash: the kernel's core file reads as gcore's does (where the kernel writes core
+/// files to the working directory).
+#[test]
+fn a_kernel_core_dump_after_a_crash_is_read() {
+    let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+    let pattern = pattern.trim();
+    if pattern.starts_with('|') || pattern.contains('/') || pattern.contains("%e") {
+        eprintln!(
+            "SKIPPED: core_pattern {pattern:?} does not write core files to the working directory"
+        );
+        return;
+    }
+    let dir = out_dir().join("crash");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut h = Holder::start_in(&[], Some(&dir));
+    // SAFETY: `kill` has no memory effects; the holder is this test's child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(h.pid, libc::SIGABRT) }, 0);
+    let status = h.child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    if status.core_dumped() {
+        let core = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("core"))
+            .expect("the kernel's core file");
+        let (code, doc) = inspect_json(&["--core", core.to_str().unwrap()]);
+        assert_eq!(code, 0, "{doc:#}");
+        agrees_with_the_c_api(&doc, &h.api);
+        assert!(std::fs::metadata(&core).unwrap().len() < 256 << 20);
+    } else {
+        eprintln!("SKIPPED: the kernel wrote no core file ({status})");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
