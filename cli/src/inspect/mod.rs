@@ -296,7 +296,7 @@ fn write_text(s: &SourceInfo, r: &Report, color: bool, out: &mut dyn Write) -> s
             out,
             "  library {lib} ({}){}",
             match s.flavor {
-                Flavor::NrtDmem => "nrt-dmem's libnrt.so: its chosen members are read too",
+                Flavor::NrtDmem => "nrt-dmem's libnrt: its chosen members are read too",
                 Flavor::Libnrt => "libnrt: only the members its public record pins are read",
             },
             s.symbols_from
