@@ -21,6 +21,9 @@ pub struct Field {
     /// Why the reader needs it, for a member this project placed (None: pinned by libnrt's
     /// record).
     pub chosen: Option<&'static str>,
+    /// Read from any libnrt (pinned members, and the one chosen convention without which no
+    /// model is found); false: from this project's library only.
+    pub any_library: bool,
 }
 
 macro_rules! pinned {
@@ -30,17 +33,22 @@ macro_rules! pinned {
             name: strip_raw(stringify!($f)),
             off: offset_of!($t, $f) as u64,
             chosen: None,
+            any_library: true,
         }
     };
 }
 
 macro_rules! chosen {
     ($t:ident . $f:ident, $why:expr) => {
+        chosen!($t.$f, $why, false)
+    };
+    ($t:ident . $f:ident, $why:expr, $any:expr) => {
         Field {
             ty: stringify!($t),
             name: strip_raw(stringify!($f)),
             off: offset_of!($t, $f) as u64,
             chosen: Some($why),
+            any_library: $any,
         }
     };
 }
@@ -87,7 +95,8 @@ pub const HT_COUNT: Field = pinned!(ht_t.count);
 pub const HT_BUCKETS: Field = chosen!(
     ht_t.buckets,
     "the bucket array: libnrt's record says ht_node_t[] follows the 32-byte header but not how \
-     a chain hangs off it; here each bucket is a head node whose `next` starts the chain"
+     a chain hangs off it; here each bucket is a head node whose `next` starts the chain",
+    true
 );
 pub const NODE_KEY: Field = pinned!(ht_node_t.key);
 pub const NODE_NEXT: Field = pinned!(ht_node_t.next);

@@ -233,15 +233,11 @@ fn source_info(
             .filter(|_| a.ctx_addr.is_none())
             .map(|l| hex(l.symbol_addr)),
         machine: None,
-        chosen_members_read: if flavor == Flavor::NrtDmem {
-            fields::ALL
-                .iter()
-                .filter(|f| f.chosen.is_some())
-                .map(|f| format!("{}.{}", f.ty, f.name))
-                .collect()
-        } else {
-            Vec::new()
-        },
+        chosen_members_read: fields::ALL
+            .iter()
+            .filter(|f| f.chosen.is_some() && (f.any_library || flavor == Flavor::NrtDmem))
+            .map(|f| format!("{}.{}", f.ty, f.name))
+            .collect(),
         walks: 0,
     }
 }
