@@ -364,8 +364,8 @@ static INIT_SERIAL: AtomicU32 = AtomicU32::new(0);
 // name, for debuggers and crash-dump readers (`nrt-dmem inspect`, docs/INSPECT.md) to find the
 // context tree in a live process or a core file as they find AWS's. It is defined here in
 // assembly because Rust has no hidden-visibility static: a `#[no_mangle]` static would be
-// exported from the cdylib. Hidden, it is a symbol of `.symtab` (local once linked) in the
-// cargo-built library, in `libnrt.a` and in the installed library, never in `.dynsym`, like
+// exported from the cdylib. Hidden, it is a symbol of `.symtab` in the cargo-built library
+// (local), in `libnrt.a` and in the installed library (local), never in `.dynsym`, like
 // libnrt's own: a stripped copy does not have it.
 std::arch::global_asm!(
     ".pushsection .bss.tdrv_ctx_0,\"aw\",%nobits",
