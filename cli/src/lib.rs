@@ -13,7 +13,8 @@
 //!
 //! ```text
 //! nrt-dmem [--device sim:trn2|sim:inf2x2|neuron] [--lnc-size N] [--visible-cores 1-3]
-//!          [--num-cores N] [-v|-q] <demo | run FILE | stats [--json] [--scenario FILE] | layout … | plan FILES…>
+//!          [--num-cores N] [-v|-q] <demo | run FILE | stats [--json] [--scenario FILE] | layout … | plan FILES…
+//!          | inspect --pid PID|--core FILE [--json]>
 //! ```
 //!
 //! Flags override the environment the real runtime reads (`NRT_DMEM_DEVICE`,
@@ -29,6 +30,7 @@
 pub mod scenario;
 
 mod demo;
+mod inspect;
 mod layout;
 mod monitor;
 mod neff;
@@ -127,6 +129,11 @@ pub enum Command {
     /// (or the real driver's sysfs counters), every --interval, as neuron-monitor JSON or a
     /// live table (docs/SHARED_DEVICE.md).
     Monitor(monitor::MonitorArgs),
+    /// What a libnrt process holds, read from its bytes: a running process (--pid, not
+    /// stopped) or a core file (--core). Its models, the ledger per core, every live dmem_t
+    /// and whatever does not hold together (docs/INSPECT.md). Exit 0 consistent, 1 findings,
+    /// 2 input unreadable.
+    Inspect(inspect::InspectArgs),
 }
 
 /// A failure the command line reports: exit code and message.
@@ -265,6 +272,7 @@ where
         Command::Neff(a) => neff::run(a, &mut out),
         Command::Plan(a) => plan::run(&cli.global, a, &mut out),
         Command::Monitor(a) => monitor::run(a, cli.global.device.as_ref(), &mut out),
+        Command::Inspect(a) => inspect::run(a, &ui, &mut out),
     };
     let _ = out.flush();
     match r {

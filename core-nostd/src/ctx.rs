@@ -390,6 +390,13 @@ impl CoreState {
         self.caps
     }
 
+    /// The address of this block's context tree (the `tdrv_ctx_t` libnrt's `tdrv_ctx_0`
+    /// points at, spec §1), for a C library to publish where debuggers and `nrt-dmem inspect`
+    /// look for it. Only an address: nothing may read or write the tree through it.
+    pub fn context_addr(&self) -> *const tdrv_ctx_t {
+        self.ctx.get()
+    }
+
     /// A zeroed state on the heap with [`Capacity::DEFAULT`] (feature `alloc`): an
     /// independent instance for each call, for tests, the std shim or a hypervisor with a
     /// global allocator (firmware without a heap uses a [`StaticState`]). Never built on the

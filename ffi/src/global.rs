@@ -16,7 +16,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::fmt::Display;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crossbeam_utils::CachePadded;
@@ -360,6 +360,40 @@ static RT: Lifecycle = Lifecycle::new();
 /// `nrt_init`s so far in this process (the next runtime's [`Runtime::serial`]).
 static INIT_SERIAL: AtomicU32 = AtomicU32::new(0);
 
+// libnrt's file-scope `tdrv_ctx_0` (spec §1): the live runtime's `tdrv_ctx_t`, NULL before
+// `nrt_init` and after `nrt_close`. Nothing in the library reads it; it is there, under that
+// name, for debuggers and crash-dump readers (`nrt-dmem inspect`, docs/INSPECT.md) to find the
+// context tree in a live process or a core file as they find AWS's. It is defined here in
+// assembly because Rust has no hidden-visibility static: a `#[no_mangle]` static would be
+// exported from the cdylib. Hidden, it is a symbol of `.symtab` in the cargo-built library
+// (local), in `libnrt.a` and in the installed library (local), never in `.dynsym`, like
+// libnrt's own: a stripped copy does not have it.
+std::arch::global_asm!(
+    ".pushsection .bss.tdrv_ctx_0,\"aw\",%nobits",
+    ".globl tdrv_ctx_0",
+    ".hidden tdrv_ctx_0",
+    ".type tdrv_ctx_0,%object",
+    ".size tdrv_ctx_0,8",
+    ".balign 8",
+    "tdrv_ctx_0:",
+    ".zero 8",
+    ".popsection",
+);
+
+extern "C" {
+    /// The 8 zeroed bytes the assembly above defines.
+    #[allow(non_upper_case_globals)]
+    static tdrv_ctx_0: AtomicPtr<nrt_core::abi::tdrv_ctx_t>;
+}
+
+/// [`tdrv_ctx_0`] as the atomic it is.
+fn tdrv_ctx_slot() -> &'static AtomicPtr<nrt_core::abi::tdrv_ctx_t> {
+    // SAFETY: the symbol is 8 bytes of `.bss`, 8-byte aligned, zero (a null pointer) until
+    // stored to, and written only through this reference: a valid `AtomicPtr` for the life of
+    // the library.
+    unsafe { &tdrv_ctx_0 }
+}
+
 /// Locks a mutex, ignoring poisoning (a panic is fenced at the boundary; the data stays
 /// consistent because every critical section here is a single map operation).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -392,6 +426,8 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
     }
     let rt = build()?;
     let epoch = nrt_core::raw::epoch(&rt.nrt());
+    // The tree lives in the runtime's boxed state block: its address does not move with it.
+    let tree = rt.nrt().state().context_addr().cast_mut();
     *g.life = Life::Init(Box::new(Runtime {
         rt,
         serial: INIT_SERIAL.fetch_add(1, Ordering::Relaxed).wrapping_add(1),
@@ -400,6 +436,7 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
         oom_report: Mutex::new(None),
         free_core_pick: Mutex::new(()),
     }));
+    tdrv_ctx_slot().store(tree, Ordering::Release);
     Ok(())
 }
 
@@ -409,6 +446,9 @@ pub(crate) fn close() -> Res {
     let g = RT.write();
     match std::mem::replace(g.life, Life::Closed) {
         Life::Init(r) => {
+            // Cleared before the tree is torn down and freed, as libnrt's `tdrv_destroy`
+            // clears its pointer.
+            tdrv_ctx_slot().store(std::ptr::null_mut(), Ordering::Release);
             r.shutdown();
             Ok(())
         }

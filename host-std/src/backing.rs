@@ -5,6 +5,10 @@
 //! `mmap(PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`: anonymous pages
 //! read as zero (the simulator's "zero is empty"), `MAP_NORESERVE` keeps the mapping out of the
 //! kernel's commit accounting, and nothing is resident until written.
+//!
+//! The mapping is `MADV_DONTDUMP`: simulated device memory stays out of core dumps (the
+//! kernel's and `gcore`'s), as a real device's HBM does, so a dump of a process on a simulated
+//! trn2 holds the runtime's host state, not up to 104 GiB of simulated HBM.
 
 use core::ptr::NonNull;
 
@@ -53,6 +57,16 @@ impl HostReservation {
             return Err(err(Errno::last()));
         }
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| err(Errno::ENOMEM))?;
+        // SAFETY: advice on exactly the mapping just made; it changes what a core dump
+        // includes, not the memory's contents or validity.
+        if unsafe { libc::madvise(p, n, libc::MADV_DONTDUMP) } != 0 {
+            // Only the dump's size depends on it: a kernel that refuses it still runs the
+            // simulator.
+            log::warn!(
+                "MADV_DONTDUMP on the {len} B simulated device memory failed ({}): core dumps will include it",
+                Errno::last()
+            );
+        }
         log::debug!("reserved {len} B of lazily committed host memory at {ptr:p}");
         Ok(HostReservation { ptr, len: n })
     }
@@ -84,6 +98,72 @@ impl Drop for HostReservation {
                 self.len,
                 Errno::last()
             );
+        }
+    }
+}
+
+/// Keeps the whole pages inside `[ptr, ptr + len)` out of core dumps (`MADV_DONTDUMP`) while
+/// it lives, and gives them back to dumps (`MADV_DODUMP`) when dropped, so memory the
+/// allocator hands out again afterwards is dumped as usual. For the simulated driver's own
+/// bookkeeping: on real hardware that state lives in the kernel, not in the process, and here
+/// it is hundreds of MB of mostly untouched zero pages that a `gcore` would otherwise write out.
+#[derive(Debug)]
+pub struct DumpExclusion {
+    start: usize,
+    len: usize,
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory effects.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+fn advise(start: usize, len: usize, advice: libc::c_int) -> bool {
+    // SAFETY: MADV_DONTDUMP / MADV_DODUMP change only whether the pages are written to a
+    // core dump, never their contents or validity; a range that is not mapped is refused
+    // (ENOMEM), not touched.
+    len == 0 || unsafe { libc::madvise(start as *mut libc::c_void, len, advice) } == 0
+}
+
+impl DumpExclusion {
+    /// Excludes the pages `[ptr, ptr + len)` covers entirely (none when it spans no whole
+    /// page). `ptr..ptr + len` should be one live object of the caller's that outlives the
+    /// guard: its partial first and last pages, shared with neighbours, stay in dumps.
+    pub fn new(ptr: *const u8, len: usize) -> Self {
+        let page = page_size();
+        let a = ptr as usize;
+        let start = a.next_multiple_of(page);
+        let end = a.saturating_add(len) & !(page - 1);
+        let len = end.saturating_sub(start);
+        if !advise(start, len, libc::MADV_DONTDUMP) {
+            log::warn!(
+                "MADV_DONTDUMP on {len} B of simulator state failed ({}): core dumps will include it",
+                Errno::last()
+            );
+            return DumpExclusion { start, len: 0 };
+        }
+        DumpExclusion { start, len }
+    }
+
+    /// Bytes kept out of dumps.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing is (the object spans no whole page, or the kernel refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for DumpExclusion {
+    fn drop(&mut self) {
+        if !advise(self.start, self.len, libc::MADV_DODUMP) {
+            log::warn!("MADV_DODUMP on {} B failed: {}", self.len, Errno::last());
         }
     }
 }
@@ -161,6 +241,53 @@ mod tests {
         // this process cannot disturb the figure: exactly the three touched pages are resident.
         assert_eq!(resident_pages_of(&r).expect("mincore"), 3);
         drop(r);
+    }
+
+    /// Whether the mapping holding `addr` is marked "dd" (do not dump) in /proc/self/smaps.
+    fn dont_dump(addr: usize) -> bool {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+        let mut inside = false;
+        for l in smaps.lines() {
+            if let Some((a, rest)) = l.split_once('-') {
+                let b = rest.split(' ').next().unwrap_or("");
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = (a..b).contains(&addr);
+                    continue;
+                }
+            }
+            if inside && l.starts_with("VmFlags:") {
+                return l.split_whitespace().any(|f| f == "dd");
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    /// The kernel marks the mapping "dd" (do not dump): core dumps and `gcore` skip it.
+    #[test]
+    fn the_reservation_is_left_out_of_core_dumps() {
+        let r = HostReservation::reserve(1 << 30).expect("1 GiB of address space");
+        assert!(dont_dump(r.as_ptr() as usize));
+        assert!(dont_dump(r.as_ptr() as usize + (1 << 30) - 1));
+    }
+
+    /// An object's whole pages leave the dumps while the guard lives, and come back after.
+    #[test]
+    fn a_dump_exclusion_covers_whole_pages_while_it_lives() {
+        let v = vec![7u8; 8 << 20];
+        let page = page_size();
+        let inner = (v.as_ptr() as usize).next_multiple_of(page) + page;
+        assert!(!dont_dump(inner));
+        let g = DumpExclusion::new(v.as_ptr(), v.len());
+        assert!(g.len() >= v.len() - 2 * page && !g.is_empty());
+        assert!(dont_dump(inner));
+        drop(g);
+        assert!(!dont_dump(inner));
+        assert!(
+            DumpExclusion::new(v.as_ptr(), 10).is_empty(),
+            "no whole page"
+        );
+        assert_eq!(v[inner - v.as_ptr() as usize], 7, "contents untouched");
     }
 
     #[test]

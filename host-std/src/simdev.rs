@@ -4,12 +4,14 @@
 //! Each device gets one [`HostReservation`] of [`SimDevice::backing_len`] bytes — all HBM
 //! channels back to back, then the host pool: ≈ 104 GiB for a trn2 (4 × 24 GiB + 8 GiB), of
 //! which only the pages written cost memory (`MAP_NORESERVE`). `HostSim` owns the device and its
-//! reservations together, so the memory outlives every use the device makes of it.
+//! reservations together, so the memory outlives every use the device makes of it. Neither the
+//! device memory nor the simulator's own state is written to core dumps (`MADV_DONTDUMP`), as
+//! neither is on real hardware.
 
 use nrt_core::driver::{Driver, Errno as DrvErrno};
 use nrt_core::sim::{SimConfig, SimDevice};
 
-use crate::backing::HostReservation;
+use crate::backing::{DumpExclusion, HostReservation};
 use crate::error::{nix_errno, Error, Result};
 use crate::zeroed::ZeroedBox;
 
@@ -32,6 +34,8 @@ pub fn sim_box_for(cfg: &SimConfig) -> Result<SimBox> {
 
 /// A simulated device set with host-backed memory; a [`Driver`] by delegation.
 pub struct HostSim {
+    // Declared first: the device's pages go back to core dumps before it is freed.
+    _dump: DumpExclusion,
     // Declared before `mem`, so the device (which holds pointers into `mem`) drops first.
     dev: SimBox,
     mem: Vec<HostReservation>,
@@ -77,7 +81,17 @@ impl HostSim {
             unsafe { dev.set_backing(d, r.as_ptr(), r.len()) }.map_err(sim_err("set_backing"))?;
             mem.push(r);
         }
-        Ok(HostSim { dev, mem })
+        // The simulated driver's bookkeeping stays out of core dumps, like a real driver's
+        // (kernel) state and like the device memory itself (`HostReservation`).
+        let dump = DumpExclusion::new(
+            (&*dev as *const SimDevice).cast(),
+            core::mem::size_of::<SimDevice>(),
+        );
+        Ok(HostSim {
+            _dump: dump,
+            dev,
+            mem,
+        })
     }
 
     /// The simulator (fault injection, `memory_info`, counters).

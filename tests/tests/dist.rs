@@ -290,6 +290,32 @@ fn the_library_exports_libnrt_2_31s_table_with_its_version_nodes() {
     }
 }
 
+/// libnrt's context pointer `tdrv_ctx_0` (spec §1) survives the relink with the version
+/// script as a local object of `.symtab`, where `nrt-dmem inspect` and debuggers look for it,
+/// and stays out of the dynamic symbol table.
+#[test]
+fn the_context_pointer_is_a_local_symbol_of_the_installed_library() {
+    let so = prefix().join("lib/libnrt.so.1");
+    let t = check(
+        "objdump -t",
+        Command::new("objdump").arg("-t").arg(&so).output().unwrap(),
+    );
+    let t = String::from_utf8_lossy(&t.stdout);
+    let line = t
+        .lines()
+        .find(|l| l.split_whitespace().last() == Some("tdrv_ctx_0"))
+        .unwrap_or_else(|| panic!("no tdrv_ctx_0 in .symtab of {}", so.display()));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    // `ADDRESS l O .bss 0000000000000008 tdrv_ctx_0`
+    assert_eq!(&f[1..4], ["l", "O", ".bss"], "{line}");
+    assert_eq!(u64::from_str_radix(f[4], 16).unwrap(), 8, "{line}");
+    let d = check(
+        "objdump -T",
+        Command::new("objdump").arg("-T").arg(&so).output().unwrap(),
+    );
+    assert!(!String::from_utf8_lossy(&d.stdout).contains("tdrv_ctx_0"));
+}
+
 /// Compiles the installed `share/nrt-dmem/examples/doc_flow.c` with
 /// `cc app.c $(pkg-config --cflags --libs nrt)`.
 fn doc_flow() -> Option<&'static Path> {

@@ -332,10 +332,11 @@ impl<'a> Nrt<'a> {
     /// the GLOBAL allocators, and reclaims what the dmem API left behind. Afterwards the driver
     /// holds no memory of this runtime.
     ///
-    /// Deliberate difference: libnrt clears `tdrv_ctx_0` here; this keeps the tree's devices
-    /// and ledger (all zero by then) readable until the next [`Nrt::init`], which clears it,
-    /// so a closed runtime can still be inspected (`driver_bytes_in_use`, the ledger, the last
-    /// OOM). The per-core GLOBAL allocators and model databases are gone, and every gated call
+    /// Deliberate difference: libnrt's teardown leaves no tree behind; this keeps the tree's
+    /// devices and ledger (all zero by then) readable until the next [`Nrt::init`], which
+    /// clears it, so a closed runtime can still be inspected (`driver_bytes_in_use`, the
+    /// ledger, the last OOM). The C library clears its `tdrv_ctx_0` pointer at `nrt_close`,
+    /// as libnrt does. The per-core GLOBAL allocators and model databases are gone, and every gated call
     /// fails with `Closed`.
     ///
     /// Calls racing `close` either complete before the teardown starts (close first waits for
