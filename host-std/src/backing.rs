@@ -102,72 +102,6 @@ impl Drop for HostReservation {
     }
 }
 
-/// Keeps the whole pages inside `[ptr, ptr + len)` out of core dumps (`MADV_DONTDUMP`) while
-/// it lives, and gives them back to dumps (`MADV_DODUMP`) when dropped, so memory the
-/// allocator hands out again afterwards is dumped as usual. For the simulated driver's own
-/// bookkeeping: on real hardware that state lives in the kernel, not in the process, and here
-/// it is hundreds of MB of mostly untouched zero pages that a `gcore` would otherwise write out.
-#[derive(Debug)]
-pub struct DumpExclusion {
-    start: usize,
-    len: usize,
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory effects.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(p)
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(4096)
-}
-
-fn advise(start: usize, len: usize, advice: libc::c_int) -> bool {
-    // SAFETY: MADV_DONTDUMP / MADV_DODUMP change only whether the pages are written to a
-    // core dump, never their contents or validity; a range that is not mapped is refused
-    // (ENOMEM), not touched.
-    len == 0 || unsafe { libc::madvise(start as *mut libc::c_void, len, advice) } == 0
-}
-
-impl DumpExclusion {
-    /// Excludes the pages `[ptr, ptr + len)` covers entirely (none when it spans no whole
-    /// page). `ptr..ptr + len` should be one live object of the caller's that outlives the
-    /// guard: its partial first and last pages, shared with neighbours, stay in dumps.
-    pub fn new(ptr: *const u8, len: usize) -> Self {
-        let page = page_size();
-        let a = ptr as usize;
-        let start = a.next_multiple_of(page);
-        let end = a.saturating_add(len) & !(page - 1);
-        let len = end.saturating_sub(start);
-        if !advise(start, len, libc::MADV_DONTDUMP) {
-            log::warn!(
-                "MADV_DONTDUMP on {len} B of simulator state failed ({}): core dumps will include it",
-                Errno::last()
-            );
-            return DumpExclusion { start, len: 0 };
-        }
-        DumpExclusion { start, len }
-    }
-
-    /// Bytes kept out of dumps.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when nothing is (the object spans no whole page, or the kernel refused).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl Drop for DumpExclusion {
-    fn drop(&mut self) {
-        if !advise(self.start, self.len, libc::MADV_DODUMP) {
-            log::warn!("MADV_DODUMP on {} B failed: {}", self.len, Errno::last());
-        }
-    }
-}
-
 /// Pages of `r` that are resident in RAM (`mincore(2)`), for tests and diagnostics.
 pub fn resident_pages_of(r: &HostReservation) -> Result<u64> {
     const WINDOW: usize = 1 << 30; // scan 1 GiB at a time: 256 Ki status bytes
@@ -271,23 +205,18 @@ mod tests {
         assert!(dont_dump(r.as_ptr() as usize + (1 << 30) - 1));
     }
 
-    /// An object's whole pages leave the dumps while the guard lives, and come back after.
+    /// The simulated driver's state (a `ZeroedBox` made undumped) is out of core dumps; an
+    /// ordinary one stays in.
     #[test]
-    fn a_dump_exclusion_covers_whole_pages_while_it_lives() {
-        let v = vec![7u8; 8 << 20];
-        let page = page_size();
-        let inner = (v.as_ptr() as usize).next_multiple_of(page) + page;
-        assert!(!dont_dump(inner));
-        let g = DumpExclusion::new(v.as_ptr(), v.len());
-        assert!(g.len() >= v.len() - 2 * page && !g.is_empty());
-        assert!(dont_dump(inner));
-        drop(g);
-        assert!(!dont_dump(inner));
-        assert!(
-            DumpExclusion::new(v.as_ptr(), 10).is_empty(),
-            "no whole page"
-        );
-        assert_eq!(v[inner - v.as_ptr() as usize], 7, "contents untouched");
+    fn undumped_boxes_leave_the_dumps() {
+        #[repr(C)]
+        struct Big([u8; 1 << 20]);
+        // SAFETY: bytes only.
+        unsafe impl nrt_core::abi::meta::ZeroValid for Big {}
+        let out = crate::zeroed::ZeroedBox::<Big>::new_undumped().unwrap();
+        let kept = crate::zeroed::ZeroedBox::<Big>::new().unwrap();
+        assert!(dont_dump(&*out as *const Big as usize));
+        assert!(!dont_dump(&*kept as *const Big as usize));
     }
 
     #[test]

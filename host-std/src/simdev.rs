@@ -11,7 +11,7 @@
 use nrt_core::driver::{Driver, Errno as DrvErrno};
 use nrt_core::sim::{SimConfig, SimDevice};
 
-use crate::backing::{DumpExclusion, HostReservation};
+use crate::backing::HostReservation;
 use crate::error::{nix_errno, Error, Result};
 use crate::zeroed::ZeroedBox;
 
@@ -34,8 +34,6 @@ pub fn sim_box_for(cfg: &SimConfig) -> Result<SimBox> {
 
 /// A simulated device set with host-backed memory; a [`Driver`] by delegation.
 pub struct HostSim {
-    // Declared first: the device's pages go back to core dumps before it is freed.
-    _dump: DumpExclusion,
     // Declared before `mem`, so the device (which holds pointers into `mem`) drops first.
     dev: SimBox,
     mem: Vec<HostReservation>,
@@ -81,17 +79,7 @@ impl HostSim {
             unsafe { dev.set_backing(d, r.as_ptr(), r.len()) }.map_err(sim_err("set_backing"))?;
             mem.push(r);
         }
-        // The simulated driver's bookkeeping stays out of core dumps, like a real driver's
-        // (kernel) state and like the device memory itself (`HostReservation`).
-        let dump = DumpExclusion::new(
-            (&*dev as *const SimDevice).cast(),
-            core::mem::size_of::<SimDevice>(),
-        );
-        Ok(HostSim {
-            _dump: dump,
-            dev,
-            mem,
-        })
+        Ok(HostSim { dev, mem })
     }
 
     /// The simulator (fault injection, `memory_info`, counters).
