@@ -113,6 +113,8 @@ pub struct ShardBooks {
     q_len: u32,
     /// Slots freed by the last [`QUARANTINE`] releases, oldest first from `q_head`.
     quarantine: [u32; QUARANTINE],
+    /// Fresh slots (counted like `bump`) already announced to the arena's [`InUse`] hook.
+    shown: u32,
 }
 
 // SAFETY: the only non-Send member is `free`, a pointer into storage that lives as long as
@@ -142,6 +144,7 @@ impl ShardBooks {
             q_head: 0,
             q_len: 0,
             quarantine: [0; QUARANTINE],
+            shown: 0,
         }
     }
 
@@ -333,7 +336,17 @@ pub struct Arena<T> {
     nshards: u32,
     /// The setting that raises the capacity (for [`ArenaFull`]).
     setting: Option<&'static str>,
+    /// Told about never-used slots as they come into use ([`InUse`]).
+    in_use: Option<InUse>,
 }
+
+/// Told `(address, bytes)` of a run of an arena's never-used slots as they come into use, in
+/// runs of about [`IN_USE_RUN`] bytes, once each: how a state block whose storage is a large
+/// reservation (the std shim's) puts the slots in use, and only those, into core dumps.
+pub type InUse = fn(*const u8, usize);
+
+/// Bytes of slots an [`InUse`] hook is told about at a time (at least one slot).
+pub const IN_USE_RUN: usize = 64 << 10;
 
 // SAFETY: slot hand-out is serialised by the shard locks; a slot's contents are only reached
 // through the pointer returned by `alloc`, whose users synchronise among themselves; the
@@ -526,6 +539,7 @@ impl<T: ZeroValid> Arena<T> {
         cap: usize,
         shards: usize,
         setting: &'static str,
+        in_use: Option<InUse>,
     ) {
         const { assert!(core::mem::align_of::<T>() <= STORAGE_ALIGN) };
         let n = shards.clamp(1, MAX_SHARDS).min(cap.max(1));
@@ -547,6 +561,7 @@ impl<T: ZeroValid> Arena<T> {
         self.shard_len = per as u32;
         self.nshards = n as u32;
         self.setting = Some(setting);
+        self.in_use = in_use;
     }
 
     /// Capacity in slots.
@@ -679,13 +694,44 @@ impl<T: ZeroValid> Arena<T> {
         for quarantined in [false, true] {
             for k in 0..n {
                 let s = &self.shards[(first + k) % n];
-                if let Some(i) = s.books.lock().take(fresh_first, quarantined) {
+                let mut b = s.books.lock();
+                if let Some(i) = b.take(fresh_first, quarantined) {
+                    if b.bump > b.shown {
+                        self.announce(&mut b);
+                    }
                     // SAFETY: a shard's books only hold indices of its range, below cap.
                     return Ok((unsafe { (*self.slots.add(i as usize)).get() }, i as usize));
                 }
             }
         }
         Err(self.full(name))
+    }
+
+    /// Tells the [`InUse`] hook about the shard's fresh slots from `shown` on, in whole runs
+    /// of [`IN_USE_RUN`] bytes past `bump` (each run once: `shown` advances past it).
+    fn announce(&self, b: &mut ShardBooks) {
+        let Some(hook) = self.in_use else {
+            b.shown = b.bump;
+            return;
+        };
+        let size = core::mem::size_of::<UnsafeCell<T>>().max(1);
+        let run = (IN_USE_RUN / size).max(1) as u32;
+        let upto = b.bump.div_ceil(run).saturating_mul(run).min(b.len);
+        // The fresh cursor walks `start + (fresh_start + j) % len`: at most two spans.
+        let mut j = b.shown;
+        while j < upto {
+            let off = (b.fresh_start + j) % b.len.max(1);
+            let n = (upto - j).min(b.len - off);
+            let first = (b.start + off) as usize;
+            // In bounds of the bound storage: `first + n <= start + len <= cap`; no
+            // reference is made.
+            hook(
+                self.slots.wrapping_add(first).cast::<u8>(),
+                n as usize * size,
+            );
+            j += n;
+        }
+        b.shown = upto;
     }
 
     /// The slot index of `p`, when it points at a slot of this arena (live or not).

@@ -302,7 +302,7 @@ impl<const B: usize> StaticState<B> {
         // and static, so it outlives the state.
         unsafe {
             let st = &mut *self.state.get().cast::<CoreState>();
-            let _ = st.bind_storage(self.storage.get().cast(), caps);
+            let _ = st.bind_storage(self.storage.get().cast(), caps, None);
             Ok(&*st)
         }
     }
@@ -363,7 +363,12 @@ impl CoreState {
     /// `base` is 64-aligned and points at `storage_bytes(caps)` zeroed bytes used by nobody
     /// else and valid as long as `self`; `caps` passed [`Capacity::check`]; the block was
     /// never bound or used (nobody else references it).
-    unsafe fn bind_storage(&mut self, base: *mut u8, caps: &Capacity) -> bool {
+    unsafe fn bind_storage(
+        &mut self,
+        base: *mut u8,
+        caps: &Capacity,
+        in_use: Option<crate::arena::InUse>,
+    ) -> bool {
         let p = Plan::of(caps);
         // SAFETY: the regions lie one after another inside the storage (`p.total` =
         // `storage_bytes(caps)` bytes, contract), each a sum of multiples of 64, so each
@@ -371,9 +376,9 @@ impl CoreState {
         // valid as long as `self`, whose pools are the only ones given these binders.
         let (mut d, mut m, mut t) = unsafe {
             (
-                Binder::new(base.add(p.at[0]), p.bytes[0]),
-                Binder::new(base.add(p.at[1]), p.bytes[1]),
-                Binder::new(base.add(p.at[2]), p.bytes[2]),
+                Binder::new(base.add(p.at[0]), p.bytes[0], in_use),
+                Binder::new(base.add(p.at[1]), p.bytes[1], in_use),
+                Binder::new(base.add(p.at[2]), p.bytes[2], in_use),
             )
         };
         self.dmem.bind(&mut d, caps);
@@ -442,7 +447,7 @@ impl CoreState {
         }
         // SAFETY: `raw` is `bytes` zeroed bytes of ours, freed by `free_heap` with the same
         // size.
-        unsafe { Self::with_storage(caps, raw, bytes, free_heap) }
+        unsafe { Self::with_storage(caps, raw, bytes, free_heap, None) }
     }
 
     /// A zeroed state on the heap (feature `alloc`) whose arenas live in storage the caller
@@ -450,8 +455,10 @@ impl CoreState {
     /// [`Self::storage_bytes`]`(caps) + 63`, any alignment: the arenas start at the first
     /// 64-aligned byte), given back with `free(base, bytes)` when the state drops. The std
     /// shim maps it with `MAP_NORESERVE`, so capacity that is never used costs address space
-    /// only. `InvalidArgument` for a capacity [`Capacity::check`] refuses or storage that is
-    /// too small; the storage is freed on error too.
+    /// only; `in_use`, when given, is told about each arena's slots as they come into use
+    /// ([`crate::arena::InUse`]: the shim puts them, and only them, into core dumps).
+    /// `InvalidArgument` for a capacity [`Capacity::check`] refuses or storage that is too
+    /// small; the storage is freed on error too.
     ///
     /// # Safety
     /// `base` points at `bytes` zeroed bytes, writable, used by nobody else and valid until
@@ -462,6 +469,7 @@ impl CoreState {
         base: *mut u8,
         bytes: usize,
         free: StorageFree,
+        in_use: Option<crate::arena::InUse>,
     ) -> Result<alloc::boxed::Box<Self>> {
         let fits = caps.check().map_err(Error::InvalidCapacity).and_then(|()| {
             let need = Plan::of(caps).total.max(1);
@@ -487,7 +495,7 @@ impl CoreState {
         // SAFETY: `base + pad` is 64-aligned with at least the plan's size of zeroed bytes
         // behind it (checked above), owned by `st` (released in its Drop, after every use);
         // `caps` passed check; `st` is fresh and unshared.
-        let _ = unsafe { st.bind_storage(base.add(pad), caps) };
+        let _ = unsafe { st.bind_storage(base.add(pad), caps, in_use) };
         Ok(st)
     }
 

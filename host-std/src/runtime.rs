@@ -82,9 +82,12 @@ pub enum BuildError {
 
 /// A state block whose arenas hold `caps`, in one anonymous `MAP_NORESERVE` mapping: pages are
 /// committed only as slots are used, so capacity that is never used costs address space, not
-/// memory (also under valgrind, whose `calloc` writes every byte). The mapping stays in core
-/// dumps: it holds the runtime's `dmem_t`s and `model_t`s, which `nrt-dmem inspect --core`
-/// reads.
+/// memory (also under valgrind, whose `calloc` writes every byte). The mapping starts out of
+/// core dumps (`MADV_DONTDUMP`: `gcore` writes every page of a readable mapping, touched or
+/// not), and each arena's slots are put back as they come into use ([`dump_in_use`]), so a
+/// core holds the runtime's `dmem_t`s and `model_t`s, which `nrt-dmem inspect --core` reads,
+/// and not gigabytes of zeros. The side tables beside the arenas (tensor names, model IO
+/// tables, free stacks) stay out of core dumps.
 pub fn state_block(caps: &nrt_core::Capacity) -> Result<Box<CoreState>, BuildError> {
     let bytes = CoreState::storage_bytes(caps);
     if bytes == 0 {
@@ -115,6 +118,13 @@ pub fn state_block(caps: &nrt_core::Capacity) -> Result<Box<CoreState>, BuildErr
             source: nix::errno::Errno::last(),
         }));
     }
+    // SAFETY: advice on exactly our own mapping; it changes no byte of it.
+    if unsafe { libc::madvise(p, len, libc::MADV_DONTDUMP) } != 0 {
+        log::debug!(
+            "MADV_DONTDUMP on the arena storage refused: {}",
+            nix::errno::Errno::last()
+        );
+    }
     /// Unmaps what `state_block` mapped.
     unsafe fn unmap(p: *mut u8, len: usize) {
         // SAFETY: exactly the mapping `state_block` made (the state block's contract).
@@ -122,7 +132,24 @@ pub fn state_block(caps: &nrt_core::Capacity) -> Result<Box<CoreState>, BuildErr
     }
     // SAFETY: `len` zero-filled (anonymous) writable bytes, ours alone, released only by
     // `unmap` with the same length when the state block drops.
-    unsafe { CoreState::with_storage(caps, p.cast(), len, unmap) }.map_err(BuildError::Capacity)
+    unsafe { CoreState::with_storage(caps, p.cast(), len, unmap, Some(dump_in_use)) }
+        .map_err(BuildError::Capacity)
+}
+
+/// Puts the pages under arena slots that came into use back into core dumps
+/// ([`nrt_core::arena::InUse`], for [`state_block`]'s mapping).
+fn dump_in_use(at: *const u8, len: usize) {
+    // SAFETY: sysconf has no memory effects.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096);
+    let start = at as usize & !(page - 1);
+    let end = (at as usize).saturating_add(len).next_multiple_of(page);
+    // SAFETY: MADV_DODUMP changes only whether pages are written to a core dump, never their
+    // contents; the range lies inside the arena storage mapping (whole pages around slots of
+    // it), and a range that is not mapped is refused, not touched.
+    unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DODUMP) };
 }
 
 impl HostRuntime {

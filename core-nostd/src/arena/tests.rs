@@ -9,6 +9,11 @@ struct Line([u8; 64]);
 
 /// A boxed arena of `n` slots in `shards` shards, bound to leaked zeroed storage.
 pub(crate) fn sharded<T: ZeroValid>(n: usize, shards: usize) -> Box<Arena<T>> {
+    sharded_told(n, shards, None)
+}
+
+/// [`sharded`] with an [`InUse`] hook.
+fn sharded_told<T: ZeroValid>(n: usize, shards: usize, in_use: Option<InUse>) -> Box<Arena<T>> {
     // SAFETY: Arena<T> is ZeroValid.
     let mut a = unsafe { Box::<Arena<T>>::new_zeroed().assume_init() };
     let lines = Arena::<T>::storage_bytes(n).div_ceil(64);
@@ -16,8 +21,61 @@ pub(crate) fn sharded<T: ZeroValid>(n: usize, shards: usize) -> Box<Arena<T>> {
         std::vec::Vec::leak((0..lines).map(|_| Line([0; 64])).collect());
     // SAFETY: 64-aligned zeroed storage of the right size, leaked (lives forever), used
     // by nobody else; the arena is fresh.
-    unsafe { a.bind(storage.as_mut_ptr().cast(), n, shards, "test setting") };
+    unsafe {
+        a.bind(
+            storage.as_mut_ptr().cast(),
+            n,
+            shards,
+            "test setting",
+            in_use,
+        )
+    };
     a
+}
+
+std::thread_local! {
+    static TOLD: core::cell::RefCell<std::vec::Vec<(usize, usize)>> =
+        const { core::cell::RefCell::new(std::vec::Vec::new()) };
+}
+
+fn tell(at: *const u8, len: usize) {
+    TOLD.with(|t| t.borrow_mut().push((at as usize, len)));
+}
+
+/// The hook hears of every slot before it is handed out, in whole runs, each slot once, also
+/// where a shard's fresh cursor wraps; freed and reused slots are not told again.
+#[test]
+fn slots_coming_into_use_are_told_once_in_runs() {
+    const N: usize = 5000;
+    let a = sharded_told::<[u8; 64]>(N, 2, Some(tell));
+    let run = IN_USE_RUN / 64;
+    let mut held = std::vec::Vec::new();
+    for _ in 0..N {
+        let p = a.alloc("t").unwrap();
+        let told = TOLD.with(|t| {
+            t.borrow()
+                .iter()
+                .any(|&(at, len)| (at..at + len).contains(&(p.as_ptr() as usize)))
+        });
+        assert!(told, "slot {:p} handed out untold", p);
+        held.push(p);
+    }
+    let spans = TOLD.with(|t| t.borrow().clone());
+    let total: usize = spans.iter().map(|s| s.1).sum();
+    assert_eq!(total, N * 64, "every slot once: {spans:?}");
+    assert!(spans.iter().all(|s| s.1 <= run * 64), "{spans:?}");
+    for p in held {
+        a.release(p.as_ptr()).unwrap();
+    }
+    for _ in 0..100 {
+        let p = a.alloc("t").unwrap();
+        a.release(p.as_ptr()).unwrap();
+    }
+    assert_eq!(
+        TOLD.with(|t| t.borrow().len()),
+        spans.len(),
+        "reuse tells nothing"
+    );
 }
 
 fn arena<const N: usize>() -> Box<Arena<u64>> {

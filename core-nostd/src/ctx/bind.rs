@@ -6,7 +6,7 @@
 //! in safe code and cannot reach past their region.
 
 use super::*;
-use crate::arena::STORAGE_ALIGN;
+use crate::arena::{InUse, STORAGE_ALIGN};
 
 /// One part of a pool's storage: an arena of `len` slots in `shards` shards, or a side table
 /// of `len` entries, with its size in bytes (what the type itself says it needs).
@@ -68,20 +68,24 @@ pub(crate) struct Binder {
     len: usize,
     at: usize,
     refused: bool,
+    /// Given to every arena bound ([`InUse`]).
+    in_use: Option<InUse>,
 }
 
 impl Binder {
-    /// The region of `len` bytes at `base`.
+    /// The region of `len` bytes at `base`; `in_use` is told about each arena's slots as
+    /// they come into use.
     ///
     /// # Safety
     /// `base` is [`STORAGE_ALIGN`]-aligned and points at `len` zeroed bytes that nobody else
     /// uses, valid as long as the state block whose pools this binder is given to.
-    pub(super) unsafe fn new(base: *mut u8, len: usize) -> Self {
+    pub(super) unsafe fn new(base: *mut u8, len: usize, in_use: Option<InUse>) -> Self {
         Binder {
             base,
             len,
             at: 0,
             refused: false,
+            in_use,
         }
     }
 
@@ -118,7 +122,7 @@ impl Binder {
         // whose member `a` is (`new`'s contract: a binder only reaches its own block's pools);
         // `p.len < 2^31` (checked); the arena asserts its slot alignment at compile time; and
         // `a` was never bound (capacity 0) so never used (an unbound arena hands out nothing).
-        unsafe { a.bind(at, p.len, p.shards, p.setting) };
+        unsafe { a.bind(at, p.len, p.shards, p.setting, self.in_use) };
     }
 
     /// Binds side table `t` to part `p` (the next part of the region).
