@@ -72,8 +72,9 @@ impl Capacity {
     };
 
     /// A one-device firmware profile (8 cores): 2 048 dmems, 1 024 tensors, 16 models with
-    /// 32 subgraphs between them (a mem_ref_set is 49 KiB, the largest slot): 2.99 MB of
-    /// arena storage beside the fixed 19.1 MB `CoreState`.
+    /// 32 subgraphs between them (a mem_ref_set is 49 KiB, the largest slot), 512 IO tensors,
+    /// 1 024 set entries and 1 024 bound tensors: 3.63 MB of arena storage beside the fixed
+    /// 19.2 MB `CoreState`.
     pub const ONE_DEVICE: Capacity = Capacity {
         devices: 1,
         dmems: 2048,
