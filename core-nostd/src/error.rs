@@ -83,9 +83,6 @@ pub enum Error {
     InvalidCapacity(&'static str),
     /// A static arena is full (distinct from device OOM).
     ArenaFull(ArenaFull),
-    /// A tensor set that already holds [`crate::tensor::SET_MAX`] (64) tensors
-    /// ([`crate::Nrt::set_add`]; NRT_RESOURCE, as the C API answers).
-    SetFull,
     /// Device HBM exhausted (`ENOMEM` on TONGA_DRAM → NRT_RESOURCE, spec §3.2 GOTCHA).
     DeviceOom {
         /// Bytes requested.
@@ -242,8 +239,8 @@ invalid_args! {
     InputMissing => "input tensor set lacks a tensor the model declares",
     /// `execute` with a bound tensor whose size is not the model's declaration.
     TensorSizeMismatch => "tensor size differs from the model's declaration",
-    /// `execute` binding more than 64 tensors.
-    TooManyBound => "more than 64 tensors bound",
+    /// `execute` reading its bound tensors past what it bound (a runtime bug, never a caller's).
+    TooManyBound => "an execution's bound tensors were used out of order",
     /// A `StaticState` whose storage is smaller than its capacity needs.
     StaticStorageTooSmall => "the static storage is smaller than the capacity needs (size it with CoreState::storage_bytes)",
     /// A `StaticState` bound a second time.
@@ -285,7 +282,7 @@ impl Error {
         match self {
             Error::DeviceOom { .. } => NRT_RESOURCE,
             Error::HostOom { .. } => NRT_FAIL_HOST_MEM_ALLOC,
-            Error::ArenaFull(_) | Error::SetFull => NRT_RESOURCE,
+            Error::ArenaFull(_) => NRT_RESOURCE,
             Error::ForeignResources | Error::InvalidCapacity(_) => NRT_INVALID,
             // libnrt's status for a model that is not loaded (public API §2, `nrt_unload`).
             Error::InvalidHandle(crate::handle::HandleError {
@@ -375,7 +372,6 @@ impl fmt::Display for Error {
             ),
             Error::DoubleFree => f.write_str("dmem already freed (double free)"),
             Error::InvalidHandle(h) => write!(f, "{h}"),
-            Error::SetFull => f.write_str("tensor set is full (64 tensors)"),
             Error::ForeignDmem => f.write_str("dmem does not belong to this allocator"),
             Error::ForeignResources => f.write_str(
                 "this runtime is bound to another driver or host-memory provider (the ones it \

@@ -84,7 +84,7 @@ pub enum BuildError {
 /// committed only as slots are used, so capacity that is never used costs address space, not
 /// memory (also under valgrind, whose `calloc` writes every byte). The mapping starts out of
 /// core dumps (`MADV_DONTDUMP`: `gcore` writes every page of a readable mapping, touched or
-/// not), and each arena's slots are put back as they come into use ([`dump_in_use`]), so a
+/// not), and each arena's slots are put back as they come into use (`dump_in_use`), so a
 /// core holds the runtime's `dmem_t`s and `model_t`s, which `nrt-dmem inspect --core` reads,
 /// and not gigabytes of zeros. The side tables beside the arenas (tensor names, model IO
 /// tables, free stacks) stay out of core dumps.

@@ -198,7 +198,7 @@ fn usage() -> &'static str {
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--heap|--full|--ci]  the no_std image: build, run, footprint targets\n  \
-     bench [--json] [--quick] [--threads] [--dmem] [--capi] [--host-mem]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads, VIRTUAL tensor pools (docs/PERFORMANCE.md)\n  \
+     bench [--json] [--quick] [--threads] [--dmem] [--capi] [--host-mem] [--scale]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads, VIRTUAL tensor pools, tensors at scale (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's generated C headers (ffi/include) from ffi/src\n  \
      unsafe-report [--check]  rewrite (or check) the per-file unsafe count table in docs/UNSAFE.md\n  \
      doc-check  no issue numbers or process chatter outside docs/CHANGELOG.md, no ../shared outside .ci/ and xtask/, every spec/public API/ABI/neff-format citation has its heading, docs/PERFORMANCE.md <= 400 lines\n  \
