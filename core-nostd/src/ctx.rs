@@ -532,6 +532,7 @@ pub type StorageFree = unsafe fn(*mut u8, usize);
 
 /// Bytes [`CoreState::with_capacity`] adds to a plan so that it can align the arenas inside
 /// an allocation of the allocator's natural alignment.
+#[cfg(any(test, feature = "alloc"))]
 const STORAGE_SLACK: usize = 64;
 
 /// The arena shard calls on physical core `(dev, tpb)` prefer: one per

@@ -76,9 +76,11 @@ mod profile {
     /// The arenas' capacities.
     #[cfg(feature = "full")]
     pub const CAPS: Capacity = Capacity::DEFAULT;
-    /// The simulated device: the default 32 devices, 16 384 nodes per pool.
+    /// The simulated device: 32 devices, 16 384 nodes per pool (the std shim's default of
+    /// one node per small-object page is 4.3 GB: address space for a mapping, not a `.bss`
+    /// within the small code model's 2 GiB reach).
     #[cfg(feature = "full")]
-    pub type Sim = SimDevice;
+    pub type Sim = SimDevice<32, 16384>;
     /// The profile's name in the report.
     #[cfg(feature = "full")]
     pub const NAME: &str = "32-device";
