@@ -8,7 +8,7 @@ use nrt_core::abi::{dma_mem_usage_type_t as U, NRT_STATUS};
 use nrt_core::sim::Preset;
 use nrt_core::LogicalCore;
 use nrt_host::config::{DeviceChoice, RuntimeConfig};
-use nrt_host::model_file::{self, ModelFile};
+use nrt_host::model_file::{self, ModelFile, Place};
 use nrt_host::{HostRuntime, Manifest};
 use nrt_neff::pack::{self, PackAlloc, PackModel, PackTensor};
 use nrt_neff::{Dtype, ReadOptions, Reservation};
@@ -67,12 +67,14 @@ fn packed_examples_book_what_their_manifests_book() {
                 m.requested_bytes(nrt_host::manifest::Location::Device)
             );
             let hm = ModelFile::Manifest(m.clone())
-                .load(&nrt, LogicalCore::new(0), false)
+                .load_without_weights(&nrt, LogicalCore::new(0), false)
                 .unwrap();
             let want = nrt.model_info(hm).unwrap();
             nrt.unload_model(hm).unwrap();
             let before = state(&rt);
-            let hn = f.load(&nrt, LogicalCore::new(0), false).unwrap();
+            let hn = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes)
+                .unwrap()
+                .0;
             let got = nrt.model_info(hn).unwrap();
             assert_eq!(
                 (got.bytes, got.by_usage, got.allocations),
@@ -356,8 +358,14 @@ fn what_other_devices_accept() {
             allow_legacy_neff: legacy,
             ..ReadOptions::default()
         };
-        let f = ModelFile::parse(&bytes, &opts).unwrap();
-        let h = f.load(&nrt, LogicalCore::new(0), legacy).unwrap();
+        let l = model_file::load_source(
+            &nrt,
+            Place::Core(LogicalCore::new(0)),
+            &bytes.as_slice(),
+            &opts,
+        )
+        .unwrap();
+        let h = l.handle;
         nrt.unload_model(h).unwrap();
     }
 }
