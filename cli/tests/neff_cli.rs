@@ -195,6 +195,8 @@ fn inspect_shows_every_packed_examples_tensors_and_footprint() {
 
 /// Runs nrt-dmem with `args`; its output and its peak RSS in KiB (`wait4`'s rusage of the
 /// child, which std spawns without copying this process's memory).
+// Reaped with `wait4` (for its rusage), not `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn run_rss(args: &[&std::ffi::OsStr]) -> (Output, u64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
