@@ -99,8 +99,9 @@ pub fn read_options_from_env() -> ReadOptions {
     }
 }
 
-/// Bytes looked at to tell a NEFF from a manifest.
-const SNIFF_BYTES: u64 = 4096;
+/// Bytes looked at to tell a NEFF from a manifest: the NEFF header, whose integer fields always
+/// hold NUL bytes (a manifest never does); nothing past it is read before its gates pass.
+const SNIFF_BYTES: u64 = nrt_neff::header::HEADER_LEN as u64;
 
 /// Whether `src` holds a NEFF (else a manifest): a path that is not a regular file counts as
 /// one, so that its first gate refuses it.

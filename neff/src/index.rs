@@ -27,8 +27,8 @@ pub struct Rec {
     pub head: Vec<u8>,
     /// Its body has gone by in the current pass (a member still being read has not).
     pub passed: bool,
-    /// Larger than the metadata cap: never buffered.
-    pub over_cap: bool,
+    /// The cap it is larger than (never buffered).
+    pub over_cap: Option<u64>,
 }
 
 /// The members seen, by name.
@@ -62,7 +62,6 @@ impl Misses {
 pub struct View<'a> {
     idx: &'a Index,
     early: bool,
-    cap: u64,
     misses: RefCell<Misses>,
     used: RefCell<BTreeSet<String>>,
 }
@@ -73,13 +72,11 @@ fn pending(name: &str) -> NeffError {
 }
 
 impl<'a> View<'a> {
-    /// A view of `idx`: `early` while the walk is under way; `cap` is the metadata cap (for the
-    /// refusal of a member larger than it).
-    pub fn new(idx: &'a Index, early: bool, cap: u64) -> Self {
+    /// A view of `idx`: `early` while the walk is under way.
+    pub fn new(idx: &'a Index, early: bool) -> Self {
         View {
             idx,
             early,
-            cap,
             misses: RefCell::default(),
             used: RefCell::default(),
         }
@@ -151,11 +148,11 @@ impl<'a> View<'a> {
             self.used.borrow_mut().insert(name.to_string());
             return Ok(b);
         }
-        if r.over_cap {
+        if let Some(cap) = r.over_cap {
             return Err(NeffError::invalid(format!(
-                "NEFF metadata member {name} is {} bytes, more than the {}-byte metadata cap \
-                 (ReadOptions::max_metadata_bytes); refused",
-                r.size, self.cap
+                "NEFF metadata member {name} is {} bytes, more than the {cap}-byte cap for it \
+                 (ReadOptions::max_metadata_bytes; the IO tensor table's: 8 MiB); refused",
+                r.size
             )));
         }
         self.misses.borrow_mut().want.insert(name.to_string());

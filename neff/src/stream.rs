@@ -364,7 +364,7 @@ impl<'s> Reader<'s> {
     }
 
     fn parse(&self, early: bool) -> (Result<NeffModel>, crate::index::Misses, BTreeSet<String>) {
-        let view = View::new(&self.index, early, self.opts.max_metadata_bytes);
+        let view = View::new(&self.index, early);
         let r = crate::parse_model(&view, &self.header, &self.opts);
         let (misses, used) = view.into_parts();
         (r, misses, used)
@@ -383,7 +383,7 @@ impl<'s> Reader<'s> {
             self.opts.max_metadata_bytes
         };
         if size > cap {
-            self.rec(name).over_cap = true;
+            self.rec(name).over_cap = Some(cap);
             return Ok(());
         }
         if self.index.buffered + size > self.opts.max_metadata_bytes {

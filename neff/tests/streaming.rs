@@ -549,8 +549,7 @@ fn metadata_past_the_cap_is_refused_when_needed_and_ignored_when_not() {
     assert!(
         e.message()
             .contains("NEFF metadata member sg00/def.json is")
-            && e.message()
-                .contains("more than the 16384-byte metadata cap"),
+            && e.message().contains("more than the 16384-byte cap for it"),
         "{e}"
     );
 }
