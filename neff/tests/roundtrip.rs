@@ -202,6 +202,12 @@ fn random_flips_never_panic() {
                 assert!(!e.message().is_empty());
             }
         }
+        // The same bytes with the weights streamed into a sink, and verified.
+        let verify = ReadOptions {
+            verify: true,
+            ..lax
+        };
+        let _ = nrt_neff::read_with(&bytes.as_slice(), &verify, &mut Collect::default());
     }
     assert!(refused > 0 && ok + refused == 600);
 }
