@@ -3,7 +3,7 @@
 //!
 //! Pass 1 buffers the metadata members (`*.json`, under the metadata cap), records every other
 //! member's size (and a `.npy` member's first bytes), and at each non-JSON member tries the
-//! metadata seen so far ([`crate::index`]'s early view). Once that parse misses nothing, the
+//! metadata seen so far (the early view of `index.rs`). Once that parse misses nothing, the
 //! model is handed to the [`WeightSink`] (`nrt_load` loads it there) and every weight that
 //! follows streams from the inflater into the sink in chunks — one inflate pass. When a weight
 //! went by before the metadata naming it, or a weight's size is only known from its own
