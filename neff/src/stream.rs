@@ -441,6 +441,9 @@ impl<'s> Reader<'s> {
                     ..Rec::default()
                 },
             );
+            if early.awaited.remove(&name) && early.awaited.is_empty() {
+                early.dirty = true;
+            }
             if let Some((_, targets)) = committed.as_mut() {
                 targets.arrive(&name, size, &[], &mut walk, sink, &mut buf)?;
             } else if name.ends_with(".json") {
@@ -452,9 +455,6 @@ impl<'s> Reader<'s> {
                     head = vec![0u8; NPY_HEAD.min(usize::try_from(size).unwrap_or(NPY_HEAD))];
                     walk.read_exact(&mut head)?;
                     self.rec(&name).head = head.clone();
-                }
-                if early.awaited.remove(&name) && early.awaited.is_empty() {
-                    early.dirty = true;
                 }
                 if let Some(model) = self.try_commit(&name, &mut early)? {
                     sink.begin(&model).map_err(ReadError::Sink)?;

@@ -86,6 +86,20 @@ fn what_pack_writes_streams_in_one_pass() {
 }
 
 #[test]
+fn programs_before_the_metadata_naming_them_still_stream_the_weights_in_one_pass() {
+    let (m, content) = weighted();
+    let mut ms = members_with(&m, &content);
+    for program in ["sg00/pe.bin", "sg00/ulib0.so"] {
+        let i = ms.iter().position(|(n, _)| n == program).unwrap();
+        let p = ms.remove(i);
+        ms.insert(2, p);
+    }
+    let (n, sink) = load(&write(ms));
+    assert_eq!(n.archive.passes, 1);
+    assert_eq!(big(&n, &sink), content);
+}
+
+#[test]
 fn a_weight_before_its_metadata_takes_a_second_pass_and_gives_the_same_model() {
     let (m, content) = weighted();
     let ms = members_with(&m, &content);
