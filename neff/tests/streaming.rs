@@ -567,3 +567,22 @@ fn metadata_past_the_cap_is_refused_when_needed_and_ignored_when_not() {
         "{e}"
     );
 }
+
+#[test]
+fn a_table_of_640_tensors_with_200_byte_names_reads_back_whole() {
+    let mut m = small();
+    let name = |io: &str, i: usize| format!("{io}.{i:03}.{}", "k".repeat(193));
+    m.inputs = (0..320)
+        .map(|i| tensor(&name("in", i), nrt_neff::Dtype::Bfloat16, &[2, 64]))
+        .collect();
+    m.outputs = (0..320)
+        .map(|i| tensor(&name("ou", i), nrt_neff::Dtype::Bfloat16, &[2, 64]))
+        .collect();
+    let n = read(&pack::pack(&m).unwrap(), &ReadOptions::default()).unwrap();
+    assert_eq!(n.tensors.len(), 640);
+    assert!(n
+        .tensors
+        .iter()
+        .all(|t| t.name.len() == 200 && t.size == 256));
+    assert_eq!(n.tensors[639].name, name("ou", 319));
+}
