@@ -24,6 +24,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 pub mod capi;
+pub mod neff;
 pub mod placement;
 
 mod allocators;

@@ -3,7 +3,7 @@
 //! summary goes to stderr as well. `--dmem` runs only the dmem-path-vs-raw-carve comparison
 //! (small enough to run under `valgrind --tool=callgrind` for instruction counts); `--capi`
 //! only the C API thread benchmark (`nrt_bench::capi`); `--host-mem` only the two VIRTUAL
-//! tensor pools (`nrt_bench::host_mem_pools`).
+//! tensor pools (`nrt_bench::host_mem_pools`); `--neff` only NEFF loading (`nrt_bench::neff`).
 
 use std::process::ExitCode;
 
@@ -17,7 +17,7 @@ use nrt_bench::{
 use serde_json::json;
 
 const USAGE: &str =
-    "usage: nrt-bench [--quick] [--json] [--dmem] [--threads] [--capi] [--host-mem] [--scale]
+    "usage: nrt-bench [--quick] [--json] [--dmem] [--threads] [--capi] [--host-mem] [--scale] [--neff]
   --quick  small op counts (CI smoke): 10k churn ops, 3 repetitions
   --json   print only the JSON object (no human summary on stderr)
   --dmem   only the full dmem path vs the raw carve (keys dmem_path_ns_per_op,
@@ -28,7 +28,10 @@ const USAGE: &str =
   --host-mem only the VIRTUAL tensor pools, carve vs linked_list_allocator (keys
            host_mem_*)
   --scale  only tensor allocate + free with 1 000 vs 200 000 live device tensors (keys
-           tensor_scale_*)";
+           tensor_scale_*)
+  --neff   only NEFF loading: nrt_load's path vs its floor, and the peak RSS of nrt_load,
+           neff inspect and plan of big NEFFs (keys neff_*; needs the release nrt-dmem and
+           neff_load binaries next to this one, which cargo xtask bench builds)";
 
 fn opt(x: Option<f64>) -> serde_json::Value {
     x.map_or(serde_json::Value::Null, |v| json!(v))
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
     let mut capi_only = false;
     let mut host_mem_only = false;
     let mut scale_only = false;
+    let mut neff_only = false;
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--quick" => quick = true,
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
             "--capi" => capi_only = true,
             "--host-mem" => host_mem_only = true,
             "--scale" => scale_only = true,
+            "--neff" => neff_only = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -150,6 +155,15 @@ fn main() -> ExitCode {
     if scale_only {
         println!("{}", scale_json());
         return ExitCode::SUCCESS;
+    }
+    if neff_only {
+        let (j, ok) = neff_json(quick, json_only);
+        println!("{j}");
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
     }
     if capi_only {
         let c = capi_threads(quick);
@@ -282,6 +296,11 @@ fn main() -> ExitCode {
         o.extend(t);
     }
 
+    let (neff, neff_ok) = neff_json(quick, json_only);
+    if let (Some(o), serde_json::Value::Object(n)) = (out.as_object_mut(), neff) {
+        o.extend(n);
+    }
+
     // The C API under threads, last: it brings up the process-global `libnrt` runtime.
     let capi = capi_threads(quick);
     if let (Some(o), serde_json::Value::Object(c)) = (out.as_object_mut(), capi_json(&capi)) {
@@ -359,11 +378,86 @@ fn main() -> ExitCode {
         capi_summary(&capi);
     }
     println!("{out}");
-    if capi.is_ok() {
+    if capi.is_ok() && neff_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The `neff_*` keys: `nrt_load`'s path against its floor, and (not with `quick`) the peak RSS
+/// of loading, inspecting and planning big NEFFs. `false` when a measurement failed.
+fn neff_json(quick: bool, json_only: bool) -> (serde_json::Value, bool) {
+    use nrt_bench::neff::{neff_load_vs_floor, neff_rss};
+    let mut o = serde_json::Map::new();
+    let mut ok = true;
+    match neff_load_vs_floor(quick) {
+        Ok(l) => {
+            if !json_only {
+                eprintln!(
+                    "NEFF load of {} MiB incompressible weights: {:.1} ms vs floor (inflate + one \
+                     copy) {:.1} ms: {:.3}x (median of {} paired reps), {} pass(es)",
+                    l.weight_bytes >> 20,
+                    l.load_ms,
+                    l.floor_ms,
+                    l.ratio,
+                    l.reps,
+                    l.passes
+                );
+            }
+            o.insert("neff_load_weight_bytes".into(), json!(l.weight_bytes));
+            o.insert("neff_load_file_bytes".into(), json!(l.neff_bytes));
+            o.insert("neff_load_ms".into(), json!(l.load_ms));
+            o.insert("neff_load_floor_ms".into(), json!(l.floor_ms));
+            o.insert("neff_load_vs_floor_ratio".into(), json!(l.ratio));
+            o.insert("neff_load_passes".into(), json!(l.passes));
+            o.insert("neff_load_repetitions".into(), json!(l.reps));
+        }
+        Err(e) => {
+            ok = false;
+            o.insert("neff_load_error".into(), json!(e));
+        }
+    }
+    if quick {
+        return (serde_json::Value::Object(o), ok);
+    }
+    match neff_rss() {
+        Ok(r) => {
+            if !json_only {
+                eprintln!(
+                    "peak RSS: nrt_load of {} GiB of weights {} MiB ({:.1} s); neff inspect of {} \
+                     GiB {} MiB ({:.1} s); plan {} MiB ({:.1} s)",
+                    r.load_weight_bytes >> 30,
+                    r.nrt_load.peak_kib >> 10,
+                    r.nrt_load.seconds,
+                    r.read_weight_bytes >> 30,
+                    r.inspect.peak_kib >> 10,
+                    r.inspect.seconds,
+                    r.plan.peak_kib >> 10,
+                    r.plan.seconds
+                );
+            }
+            o.insert(
+                "neff_rss_nrt_load_weight_bytes".into(),
+                json!(r.load_weight_bytes),
+            );
+            o.insert("neff_rss_nrt_load_kib".into(), json!(r.nrt_load.peak_kib));
+            o.insert("neff_nrt_load_seconds".into(), json!(r.nrt_load.seconds));
+            o.insert(
+                "neff_rss_read_weight_bytes".into(),
+                json!(r.read_weight_bytes),
+            );
+            o.insert("neff_rss_inspect_kib".into(), json!(r.inspect.peak_kib));
+            o.insert("neff_inspect_seconds".into(), json!(r.inspect.seconds));
+            o.insert("neff_rss_plan_kib".into(), json!(r.plan.peak_kib));
+            o.insert("neff_plan_seconds".into(), json!(r.plan.seconds));
+        }
+        Err(e) => {
+            ok = false;
+            o.insert("neff_rss_error".into(), json!(e));
+        }
+    }
+    (serde_json::Value::Object(o), ok)
 }
 
 /// The `capi_*` keys of the JSON object (`capi_error` when the benchmark could not run).

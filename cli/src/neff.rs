@@ -1,6 +1,6 @@
-//! `nrt-dmem neff inspect FILE [--json]` and `nrt-dmem neff pack MANIFEST -o FILE`:
-//! what a NEFF holds and what loading it would book, before anything is loaded; and a
-//! NEFF written from a manifest.
+//! `nrt-dmem neff inspect FILE [--json] [--verify]` and `nrt-dmem neff pack MANIFEST -o FILE`:
+//! what a NEFF holds and what loading it would book, before anything is loaded (the file read
+//! as a stream, its weights never held); and a NEFF written from a manifest and read back.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use nrt_core::abi::dma_mem_usage_type_t as U;
-use nrt_neff::{Basis, NeffModel};
+use nrt_neff::{Basis, NeffModel, Source};
 use serde_json::{json, Value};
 
 use super::CliError;
@@ -35,8 +35,13 @@ pub enum NeffCommand {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// Check the payload's digest (MD5 / SHA-256) as it streams, as libnrt's verify flag
+        /// does; also on with NRT_DMEM_VERIFY_NEFF=1.
+        #[arg(long)]
+        verify: bool,
     },
-    /// Write a NEFF (pkg 2, MD5) from a model manifest (docs/MANIFEST.md, docs/NEFF.md).
+    /// Write a NEFF (pkg 2, MD5) from a model manifest (docs/MANIFEST.md, docs/NEFF.md), then
+    /// read it back (digest verified) through the reader `nrt_load` uses.
     Pack {
         /// The manifest.
         manifest: PathBuf,
@@ -49,23 +54,35 @@ pub enum NeffCommand {
 /// Runs `neff …`.
 pub fn run(a: &NeffArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     match &a.command {
-        NeffCommand::Inspect { file, json } => inspect(file, *json, out),
+        NeffCommand::Inspect { file, json, verify } => inspect(file, *json, *verify, out),
         NeffCommand::Pack { manifest, output } => pack(manifest, output, out),
     }
 }
 
 fn pack(manifest: &PathBuf, output: &PathBuf, out: &mut dyn Write) -> Result<i32, CliError> {
     let m = Manifest::from_path(manifest).map_err(|e| CliError::input(e.to_string()))?;
-    let bytes = model_file::pack(&m)
+    let bytes = model_file::pack_to_file(&m, output)
         .map_err(|e| CliError::input(format!("{}: cannot pack: {e}", manifest.display())))?;
-    std::fs::write(output, &bytes)
-        .map_err(|e| CliError::input(format!("writing {}: {e}", output.display())))?;
+    // Read back as `nrt_load` reads it, the digest checked: what was written loads.
+    let opts = nrt_neff::ReadOptions {
+        verify: true,
+        ..model_file::read_options_from_env()
+    };
+    let n = nrt_neff::read_file(output, &opts).map_err(|e| {
+        CliError::input(format!(
+            "{}: the NEFF written does not read back: {e}",
+            output.display()
+        ))
+    })?;
     writeln!(
         out,
-        "wrote {} ({} bytes, NEFF pkg 2, model \"{}\")",
+        "wrote {} ({bytes} bytes, NEFF pkg 2, model \"{}\"; read back: {} tensors, {} \
+         subgraphs, {} device bytes)",
         output.display(),
-        bytes.len(),
-        m.name
+        m.name,
+        n.tensors.len(),
+        n.subgraphs.len(),
+        n.requested_device_bytes()
     )
     .map_err(CliError::output)?;
     Ok(0)
@@ -147,11 +164,17 @@ fn shape(s: &[u32]) -> String {
     )
 }
 
-fn inspect(file: &PathBuf, as_json: bool, out: &mut dyn Write) -> Result<i32, CliError> {
-    let bytes = std::fs::read(file)
+fn inspect(
+    file: &PathBuf,
+    as_json: bool,
+    verify: bool,
+    out: &mut dyn Write,
+) -> Result<i32, CliError> {
+    let src = nrt_neff::NeffFile::open(file)
         .map_err(|e| CliError::input(format!("reading {}: {e}", file.display())))?;
-    let opts = model_file::read_options_from_env();
-    let n = nrt_neff::read(&bytes, &opts).map_err(|e| {
+    let mut opts = model_file::read_options_from_env();
+    opts.verify |= verify;
+    let n = nrt_neff::read_source(&src, &opts).map_err(|e| {
         CliError::input(format!(
             "{}: NEFF refused ({:?}, {}): {e}",
             file.display(),
@@ -162,11 +185,11 @@ fn inspect(file: &PathBuf, as_json: bool, out: &mut dyn Write) -> Result<i32, Cl
     let rows = footprint(&n);
     let text = if as_json {
         let mut s =
-            serde_json::to_string_pretty(&inspect_json(&n, &rows, bytes.len())).unwrap_or_default();
+            serde_json::to_string_pretty(&inspect_json(&n, &rows, src.len())).unwrap_or_default();
         s.push('\n');
         s
     } else {
-        inspect_text(&n, &rows, file, bytes.len())
+        inspect_text(&n, &rows, file, src.len())
     };
     out.write_all(text.as_bytes()).map_err(CliError::output)?;
     Ok(0)
@@ -176,7 +199,7 @@ fn inspect_text(
     n: &NeffModel,
     rows: &BTreeMap<(&'static str, u32, &'static str), Row>,
     file: &std::path::Path,
-    len: usize,
+    len: u64,
 ) -> String {
     use std::fmt::Write as _;
     let h = &n.header;
@@ -213,11 +236,13 @@ fn inspect_text(
     let a = &n.archive;
     let _ = writeln!(
         s,
-        "archive: {}, {} bytes inflated, {} members, {} directories skipped{}",
+        "archive: {}, {} bytes inflated, {} members, {} directories skipped, {} pass{}{}",
         if a.gzip { "gzip(tar)" } else { "tar" },
         a.inflated_bytes,
         a.members,
         a.directories,
+        a.passes,
+        if a.passes == 1 { "" } else { "es" },
         if a.skipped.is_empty() {
             String::new()
         } else {
@@ -348,7 +373,7 @@ fn inspect_text(
 fn inspect_json(
     n: &NeffModel,
     rows: &BTreeMap<(&'static str, u32, &'static str), Row>,
-    len: usize,
+    len: u64,
 ) -> Value {
     let h = &n.header;
     json!({
@@ -363,7 +388,7 @@ fn inspect_json(
         "archive": {
             "gzip": n.archive.gzip, "inflated_bytes": n.archive.inflated_bytes,
             "members": n.archive.members, "directories": n.archive.directories,
-            "skipped": n.archive.skipped,
+            "skipped": n.archive.skipped, "passes": n.archive.passes,
         },
         "kelf": { "member": n.kelf.member, "version": n.kelf.version, "target": n.kelf.target, "arch": n.kelf.arch },
         "tensors": n.tensors.iter().map(|t| json!({

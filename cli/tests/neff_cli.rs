@@ -46,7 +46,12 @@ fn stdout(o: &Output) -> String {
 fn inspect_shows_the_libnrt_fixture_s_tensors_and_footprint() {
     let f = tmp("fixture.neff");
     std::fs::write(&f, nrt_neff::pack::fixture().unwrap()).unwrap();
-    let text = stdout(&run(&["neff".as_ref(), "inspect".as_ref(), f.as_os_str()]));
+    let text = stdout(&run(&[
+        "neff".as_ref(),
+        "inspect".as_ref(),
+        f.as_os_str(),
+        "--verify".as_ref(),
+    ]));
     for want in [
         "  input   input                    float32   [32]                      128",
         "  output  output                   float32   [32]                      128",
@@ -79,7 +84,9 @@ fn inspect_shows_the_libnrt_fixture_s_tensors_and_footprint() {
         (Some(256), Some(256))
     );
     assert_eq!(row("INSTR_POOL")["exact"], 192);
-    assert_eq!(j["gates"].as_array().unwrap().len(), 7);
+    // The digest is checked only when asked (--verify, NRT_DMEM_VERIFY_NEFF=1).
+    assert_eq!(j["gates"].as_array().unwrap().len(), 6);
+    assert_eq!(j["archive"]["passes"], 1);
 }
 
 #[test]
@@ -184,4 +191,118 @@ fn inspect_shows_every_packed_examples_tensors_and_footprint() {
         }
         std::fs::remove_file(&f).unwrap();
     }
+}
+
+/// Runs nrt-dmem with `args`; its output and its peak RSS in KiB (`wait4`'s rusage of the
+/// child, which std spawns without copying this process's memory).
+// Reaped with `wait4` (for its rusage), not `Child::wait`.
+#[allow(clippy::zombie_processes)]
+fn run_rss(args: &[&std::ffi::OsStr]) -> (Output, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = common::bin()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nrt-dmem");
+    let mut err = child.stderr.take().unwrap();
+    let errs = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        err.read_to_end(&mut v).map(|_| v)
+    });
+    let mut stdout = Vec::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    let stderr = errs.join().unwrap().unwrap();
+    let mut status = 0;
+    // SAFETY: all-zero is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: `pid` is this test's own child, not yet reaped (std has not waited for it);
+    // `status` and `ru` are valid for writes during the call.
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut ru) }, pid);
+    let out = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr,
+    };
+    (out, u64::try_from(ru.ru_maxrss).unwrap())
+}
+
+/// What is not a NEFF file — a device, a directory, a FIFO, a 3 GiB file of zeros — is refused
+/// by `neff inspect` and `plan` with the first gate's message, in at most 64 MiB: nothing past
+/// the header is read (a FIFO is not even waited on).
+#[test]
+fn special_files_are_refused_by_the_first_gate_in_bounded_memory() {
+    let dir = tmp("special");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let zeros = dir.join("zeros-3g.neff");
+    // Sparse: 3 GiB of zeros that take no disk.
+    std::fs::File::create(&zeros)
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    let size0 = "NEFF refused by the size floor gate (NRT_INVALID, 2): Invalid number of NEFF \
+                 bytes received 0";
+    let cases: Vec<(PathBuf, String)> = vec![
+        (
+            "/dev/zero".into(),
+            format!("{size0} (/dev/zero is a character device, not a regular file)"),
+        ),
+        (
+            "/dev/urandom".into(),
+            format!("{size0} (/dev/urandom is a character device"),
+        ),
+        (
+            dir.clone(),
+            format!("{size0} ({} is a directory", dir.display()),
+        ),
+        (
+            fifo.clone(),
+            format!("{size0} ({} is a FIFO", fifo.display()),
+        ),
+        (
+            zeros.clone(),
+            "NEFF refused by the packager gate (NRT_UNSUPPORTED_NEFF_VERSION, 10): Unsupported \
+             NEFF packager: 0"
+                .into(),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (path, want) in &cases {
+        for cmd in ["inspect", "plan"] {
+            let args: Vec<&std::ffi::OsStr> = if cmd == "inspect" {
+                vec!["neff".as_ref(), "inspect".as_ref(), path.as_os_str()]
+            } else {
+                vec!["plan".as_ref(), path.as_os_str()]
+            };
+            let (o, kib) = run_rss(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            // `neff inspect` prints the reason without the gate's name.
+            let want = if cmd == "inspect" {
+                want.replace(" by the size floor gate", "")
+                    .replace(" by the packager gate", "")
+            } else {
+                want.clone()
+            };
+            if o.status.code() != Some(2) || !err.contains(&want) {
+                wrong.push(format!("{cmd} {}: {:?} {err}", path.display(), o.status));
+            }
+            if kib > 64 << 10 {
+                wrong.push(format!("{cmd} {}: peak RSS {kib} KiB", path.display()));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -12,9 +12,9 @@
 use std::ffi::c_void;
 
 use nrt_core::LogicalCore;
-use nrt_host::model_file::{self, LoadError, ModelFile};
+use nrt_host::model_file::{self, LoadError, Place};
 
-use crate::global::{self, entry, in_bytes, lock, put, Fail, Res};
+use crate::global::{self, entry, in_bytes, put, Fail, Res};
 use crate::status::NRT_STATUS;
 use crate::types::{nrt_model_t, nrt_tensor_set_t};
 
@@ -65,26 +65,31 @@ pub(crate) unsafe fn load(
         // SAFETY: caller contract.
         let bytes = unsafe { in_bytes(neff_bytes as *const u8, size, "neff_bytes") }?;
         let opts = model_file::read_options_from_env();
-        let m = ModelFile::parse(bytes, &opts).map_err(|e| Fail::new(e.status(), e))?;
-        // `-1` loads pick and load under one lock, so two of them never pick the same
-        // free core.
-        let _picking = (vnc == -1).then(|| lock(&r.free_core_pick));
-        let vnc = if vnc == -1 {
-            model_file::first_free_core(&r.rt.nrt())
+        // `-1` loads pick and load under one lock (taken once the model is validated), so two
+        // of them never pick the same free core.
+        let place = if vnc == -1 {
+            Place::FirstFree(&r.free_core_pick)
         } else {
-            vnc as i64
+            Place::Core(LogicalCore::from_c(vnc))
         };
-        let h = match m.load(
-            &r.rt.nrt(),
-            LogicalCore::from_c(vnc),
-            opts.allow_legacy_neff,
-        ) {
-            Ok(h) => h,
-            Err(LoadError::Core(e)) => r.core(Err(e), || model_oom_note(&m, vnc))?,
+        let loaded = match model_file::load_source(&r.rt.nrt(), place, &bytes, &opts) {
+            Ok(l) => l,
+            Err(LoadError::Load {
+                error,
+                model,
+                requested_device_bytes,
+                vnc,
+            }) => {
+                return r.core(Err(error), || {
+                    model_oom_note(&model, requested_device_bytes, vnc)
+                })
+            }
+            Err(LoadError::Core(e)) => return r.core(Err(e), String::new),
             Err(e) => return Err(Fail::new(e.status(), e)),
         };
-        log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {vnc}", h.h_model().id, m.name());
-        r.rt.note_loaded(h, m.name());
+        let h = loaded.handle;
+        log::info!(target: "nrt_load", "loaded model {} ({}) on logical core {}", h.h_model().id, loaded.file.name(), loaded.vnc);
+        r.rt.note_loaded(h, loaded.file.name());
         let p = r.model_ptr(h)?;
         // SAFETY: checked non-null; caller contract.
         unsafe { put(model, p, "model") }
@@ -92,13 +97,13 @@ pub(crate) unsafe fn load(
 }
 
 /// What the model asked for, for the OOM report (users budget with it, public API §6).
-fn model_oom_note(m: &ModelFile, vnc: i64) -> String {
+fn model_oom_note(name: &str, requested: u64, vnc: i64) -> String {
     format!(
         "while loading model \"{}\" onto logical core {vnc}: it asks for {:.3}MB of device \
          memory (before page rounding, libraries and shared scratchpad on top); the load was \
          rolled back\n",
-        m.name().escape_debug(),
-        m.requested_device_bytes() as f64 / (1024.0 * 1024.0),
+        name.escape_debug(),
+        requested as f64 / (1024.0 * 1024.0),
     )
 }
 

@@ -330,13 +330,15 @@ impl Manifest {
     }
 
     /// Parses a manifest file.
+    /// A file larger than [`MAX_MANIFEST_BYTES`] is refused before it is read.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self, ManifestError> {
         let p = path.as_ref();
-        let bytes = std::fs::read(p).map_err(|e| ManifestError::Io {
+        let io = |msg: String| ManifestError::Io {
             path: p.display().to_string(),
-            msg: e.to_string(),
-        })?;
-        Self::parse(&bytes)
+            msg,
+        };
+        let f = nrt_neff::NeffFile::open(p).map_err(|e| io(e.to_string()))?;
+        Self::parse(&read_capped(&f).map_err(io)?)
     }
 
     /// Lends the manifest to the core: the returned storage yields a [`ModelSpec`] through
@@ -386,6 +388,23 @@ impl Manifest {
     }
 }
 
+/// Largest model manifest read (64 MiB): a manifest lists allocations and tensors, never their
+/// bytes; a larger text is refused before it is read.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
+/// A manifest's bytes from `f`, refused when larger than [`MAX_MANIFEST_BYTES`].
+pub(crate) fn read_capped(f: &nrt_neff::NeffFile) -> Result<Vec<u8>, String> {
+    use nrt_neff::Source;
+    match f.read_all_capped(MAX_MANIFEST_BYTES) {
+        Ok(Some(b)) => Ok(b),
+        Ok(None) => Err(format!(
+            "{} bytes: a model manifest takes at most {MAX_MANIFEST_BYTES}",
+            f.len()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Recognises a compiled NEFF or another binary blob: a gzip stream (NEFFs are
 /// gzip-compressed tar archives), a tar header, a `NEFF` magic, NUL bytes or invalid UTF-8
 /// where a JSON document is expected. `None` means "try it as JSON".
@@ -403,7 +422,8 @@ pub fn sniff_neff(bytes: &[u8]) -> Option<&'static str> {
     if head.contains(&0) {
         return Some("binary data with NUL bytes, not JSON text");
     }
-    if std::str::from_utf8(bytes).is_err() {
+    // A sequence cut off at the end is the edge of a head read, not a binary file.
+    if matches!(std::str::from_utf8(bytes), Err(e) if e.error_len().is_some()) {
         return Some("binary data that is not UTF-8 text");
     }
     None

@@ -1,7 +1,8 @@
 //! Will it fit? [`plan`]: a dry run of the real load path on a scratch
 //! simulated device of the requested kind — never a real device.
 //!
-//! The models load in order through [`ModelFile::load`] (the one load path of `nrt_load`),
+//! The models load in order through [`ModelFile::load_without_weights`] (`nrt_load`'s load of
+//! the footprint, the weights not written: a scratch device's contents are never read),
 //! each onto its `model@core` placement or, by default, libnrt's `vnc = -1` rule (the first
 //! visible logical core with no model, else the one with the fewest, lowest index on a tie).
 //! With IO tensors asked for, each model's inputs and outputs are then allocated as DEVICE
@@ -43,7 +44,7 @@ use nrt_neff::ReadOptions;
 use serde::Serialize;
 
 use crate::config::{ConfigError, DeviceChoice, Overrides, RuntimeConfig};
-use crate::model_file::{first_free_core, LoadError, ModelFile, Weights};
+use crate::model_file::{first_free_core, LoadError, ModelFile};
 use crate::runtime::{HostRuntime, StartError};
 use crate::HostSim;
 
@@ -497,9 +498,8 @@ struct Parsed {
 }
 
 /// The request's model files, each distinct source read and parsed once (the what-if replays
-/// load the models again) and kept without its weights' bytes, which the plan's loads check
-/// but do not copy ([`Weights::Check`]): a parsed NEFF holds its weights inflated, so a plan
-/// of many NEFFs would otherwise hold all of them.
+/// load the models again). A NEFF is read as a stream and holds no weight bytes: the plan's
+/// loads check where each weight would go but copy nothing.
 #[derive(Default)]
 struct Parses<'r> {
     by_path: HashMap<PathBuf, Rc<ModelFile>>,
@@ -522,9 +522,7 @@ impl<'r> Parses<'r> {
                 if let Some(f) = self.by_path.get(&key) {
                     return Ok(Rc::clone(f));
                 }
-                let mut f = ModelFile::from_path(p, opts)?;
-                f.drop_weight_bytes();
-                let f = Rc::new(f);
+                let f = Rc::new(ModelFile::from_path(p, opts)?);
                 self.by_path.insert(key, Rc::clone(&f));
                 Ok(f)
             }
@@ -535,9 +533,7 @@ impl<'r> Parses<'r> {
                 if let Some((_, f)) = seen.iter().find(|(b, _)| *b == bytes.as_slice()) {
                     return Ok(Rc::clone(f));
                 }
-                let mut f = ModelFile::parse(bytes, opts)?;
-                f.drop_weight_bytes();
-                let f = Rc::new(f);
+                let f = Rc::new(ModelFile::parse(bytes, opts)?);
                 seen.push((bytes.as_slice(), Rc::clone(&f)));
                 Ok(f)
             }
@@ -642,7 +638,7 @@ impl Scratch {
         };
         // The scratch device's contents are never read: the weights are checked, not copied.
         let at = LogicalCore::from_c(core);
-        let handle = match p.file.load_with(&nrt, at, allow_legacy, Weights::Check) {
+        let handle = match p.file.load_without_weights(&nrt, at, allow_legacy) {
             Ok(h) => h,
             Err(LoadError::Core(e)) => return failed(&e, LoadError::Core(e).to_string()),
             Err(e) => {

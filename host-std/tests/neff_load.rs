@@ -8,7 +8,7 @@ use nrt_core::abi::{dma_mem_usage_type_t as U, NRT_STATUS};
 use nrt_core::sim::Preset;
 use nrt_core::LogicalCore;
 use nrt_host::config::{DeviceChoice, RuntimeConfig};
-use nrt_host::model_file::{self, ModelFile};
+use nrt_host::model_file::{self, ModelFile, Place};
 use nrt_host::{HostRuntime, Manifest};
 use nrt_neff::pack::{self, PackAlloc, PackModel, PackTensor};
 use nrt_neff::{Dtype, ReadOptions, Reservation};
@@ -67,12 +67,14 @@ fn packed_examples_book_what_their_manifests_book() {
                 m.requested_bytes(nrt_host::manifest::Location::Device)
             );
             let hm = ModelFile::Manifest(m.clone())
-                .load(&nrt, LogicalCore::new(0), false)
+                .load_without_weights(&nrt, LogicalCore::new(0), false)
                 .unwrap();
             let want = nrt.model_info(hm).unwrap();
             nrt.unload_model(hm).unwrap();
             let before = state(&rt);
-            let hn = f.load(&nrt, LogicalCore::new(0), false).unwrap();
+            let hn = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes)
+                .unwrap()
+                .0;
             let got = nrt.model_info(hn).unwrap();
             assert_eq!(
                 (got.bytes, got.by_usage, got.allocations),
@@ -123,7 +125,8 @@ fn the_libnrt_fixture_loads_on_every_preset() {
     }
 }
 
-fn weighted(content: &[u8]) -> Vec<u8> {
+/// The members of a NEFF with one weight `w` holding `content`, in `neff pack`'s order.
+fn weighted_members(content: &[u8]) -> Vec<pack::Member> {
     let m = PackModel {
         name: "weighted".into(),
         subgraphs: 1,
@@ -141,14 +144,23 @@ fn weighted(content: &[u8]) -> Vec<u8> {
         }],
         ..PackModel::default()
     };
-    let mut w = pack::NeffWriter::new(pack::header_for("weighted"));
-    w.members = pack::pack_members(&m).unwrap();
-    for (n, b) in w.members.iter_mut() {
+    let mut ms = pack::pack_members(&m).unwrap();
+    for (n, b) in ms.iter_mut() {
         if n == "sg00/w.bin" {
             *b = Some(content.to_vec());
         }
     }
+    ms
+}
+
+fn write_members(members: Vec<pack::Member>) -> Vec<u8> {
+    let mut w = pack::NeffWriter::new(pack::header_for("weighted"));
+    w.members = members;
     w.finish().unwrap()
+}
+
+fn weighted(content: &[u8]) -> Vec<u8> {
+    write_members(weighted_members(content))
 }
 
 #[test]
@@ -356,8 +368,14 @@ fn what_other_devices_accept() {
             allow_legacy_neff: legacy,
             ..ReadOptions::default()
         };
-        let f = ModelFile::parse(&bytes, &opts).unwrap();
-        let h = f.load(&nrt, LogicalCore::new(0), legacy).unwrap();
+        let l = model_file::load_source(
+            &nrt,
+            Place::Core(LogicalCore::new(0)),
+            &bytes.as_slice(),
+            &opts,
+        )
+        .unwrap();
+        let h = l.handle;
         nrt.unload_model(h).unwrap();
     }
 }
@@ -400,4 +418,146 @@ fn subgraphs_with_different_footprints_each_book_their_own() {
     nrt.unload_model(h).unwrap();
     assert_eq!(state(&rt), before);
     rt.close().unwrap();
+}
+
+/// Content that does not compress: the weight's bytes are most of the payload.
+fn noise(n: usize) -> Vec<u8> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The WEIGHT allocation's bytes of model `h`.
+fn weight_bytes(rt: &HostRuntime, h: nrt_core::ModelHandle) -> Vec<u8> {
+    let mut found = Vec::new();
+    rt.nrt()
+        .for_each_model_dmem(h, |_, d| {
+            if d.mem_usage_type == U::DMA_MEM_USAGE_TYPE_WEIGHT as u32 {
+                found.push((d.device_id, d.mem_handle, d.align_offset, d.size));
+            }
+        })
+        .unwrap();
+    let (dev, handle, at, size) = found[0];
+    let mut back = vec![0u8; size as usize];
+    rt.driver().copy_out(dev, handle, at, &mut back).unwrap();
+    back
+}
+
+/// A weight listed before the metadata naming it streams in a second pass; a file loads as its
+/// bytes do.
+#[test]
+fn a_weight_before_its_def_json_and_a_file_load_the_same_bytes() {
+    let content = noise(3 << 20);
+    let mut ms = weighted_members(&content);
+    let i = ms.iter().position(|(n, _)| n == "sg00/w.bin").unwrap();
+    let w = ms.remove(i);
+    ms.insert(0, w);
+    let rt = runtime(Preset::Trn2);
+    let (h, f) =
+        model_file::load_bytes(&rt.nrt(), LogicalCore::new(0), &write_members(ms)).unwrap();
+    let ModelFile::Neff(n) = &f else {
+        panic!("a NEFF")
+    };
+    assert_eq!(n.archive.passes, 2);
+    assert_eq!(weight_bytes(&rt, h), content);
+    rt.nrt().unload_model(h).unwrap();
+    // What `neff pack` writes: one pass, from a file.
+    let path = std::env::temp_dir().join(format!("neff-load-{}.neff", std::process::id()));
+    std::fs::write(&path, weighted(&content)).unwrap();
+    let (h, f) = model_file::load_path(
+        &rt.nrt(),
+        LogicalCore::new(0),
+        &path,
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    let ModelFile::Neff(n) = &f else {
+        panic!("a NEFF")
+    };
+    assert_eq!(n.archive.passes, 1);
+    assert_eq!(weight_bytes(&rt, h), content);
+    rt.nrt().unload_model(h).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    rt.close().unwrap();
+}
+
+/// Refusals that come after the model was loaded — the archive ends inside the weight, the
+/// weight's member is larger than its var declares, the digest is wrong — unload it again:
+/// the ledger and the driver end as they began.
+#[test]
+fn refusals_after_the_load_began_roll_it_back() {
+    let content = noise(2 << 20);
+    let good = weighted(&content);
+    let payload = &good[1024..];
+    // The gzip stream cut in the middle of the weight, the header saying so (gates pass).
+    let cut = {
+        let half = payload.len() / 2;
+        let mut h = nrt_neff::Header::parse(good[..1024].try_into().unwrap());
+        h.data_size = half as u64;
+        let mut b = h.to_bytes().to_vec();
+        b.extend_from_slice(&payload[..half]);
+        b
+    };
+    // The var declares 1 MiB, the member holds 2 MiB.
+    let oversize = edited_weighted(&content, |v| v["var"]["w"]["size"] = json!(1 << 20));
+    let mut bad_digest = good.clone();
+    bad_digest[0xAC] ^= 1;
+    let verify = ReadOptions {
+        verify: true,
+        ..ReadOptions::default()
+    };
+    let cases: [(&str, &[u8], ReadOptions, &str); 3] = [
+        (
+            "cut inside the weight",
+            &cut,
+            ReadOptions::default(),
+            "corrupt or truncated gzip stream or tar archive",
+        ),
+        (
+            "member larger than its var",
+            &oversize,
+            ReadOptions::default(),
+            "member sg00/w.bin holds 2097152 payload bytes but the var declares size 1048576",
+        ),
+        (
+            "wrong digest, verifying",
+            &bad_digest,
+            verify,
+            "MD5 mismatch!",
+        ),
+    ];
+    let rt = runtime(Preset::Trn2);
+    let nrt = rt.nrt();
+    let (keep, _) =
+        model_file::load_bytes(&nrt, LogicalCore::new(0), &weighted(&[1; 4096])).unwrap();
+    let before = state(&rt);
+    for (what, bytes, opts, msg) in cases {
+        let e = model_file::load_source(&nrt, Place::Core(LogicalCore::new(0)), &bytes, &opts)
+            .map(|l| l.handle)
+            .unwrap_err();
+        assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{what}: {e}");
+        assert!(e.to_string().contains(msg), "{what}: {e}");
+        assert_eq!(state(&rt), before, "{what}: ledger or driver changed");
+    }
+    nrt.unload_model(keep).unwrap();
+    rt.close().unwrap();
+}
+
+/// [`weighted`] with its def.json edited.
+fn edited_weighted(content: &[u8], f: impl Fn(&mut Value)) -> Vec<u8> {
+    let mut ms = weighted_members(content);
+    for (name, body) in ms.iter_mut() {
+        if name == "sg00/def.json" {
+            let mut v: Value = serde_json::from_slice(body.as_ref().unwrap()).unwrap();
+            f(&mut v);
+            *body = Some(serde_json::to_vec(&v).unwrap());
+        }
+    }
+    write_members(ms)
 }

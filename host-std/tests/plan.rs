@@ -9,7 +9,7 @@ use example_models::{example_paths, models_dir};
 use nrt_core::tensor::Placement;
 use nrt_core::CoreSel;
 use nrt_core::LogicalCore;
-use nrt_host::model_file::{pack, ModelFile};
+use nrt_host::model_file::{load_source, pack, Place};
 use nrt_host::plan::{plan, ModelSource, Plan, PlanError, PlanModel, PlanRequest, Verdict};
 use nrt_host::{DeviceChoice, HostRuntime, Manifest, Overrides, RuntimeConfig};
 use nrt_neff::ReadOptions;
@@ -65,12 +65,13 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
     let nrt = rt.nrt();
     assert_eq!(p.models.len(), set.len());
     for (i, (label, bytes)) in set.iter().enumerate() {
-        let f = ModelFile::parse(bytes, &ReadOptions::default()).unwrap();
         let core = (0..i64::from(nrt.visible_vnc_count()))
             .min_by_key(|&v| nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap())
             .unwrap();
         let mut fits = false;
-        if let Ok(h) = f.load(&nrt, LogicalCore::from_c(core), false) {
+        let place = Place::Core(LogicalCore::from_c(core));
+        if let Ok(l) = load_source(&nrt, place, &bytes.as_slice(), &ReadOptions::default()) {
+            let (h, f) = (l.handle, l.file);
             fits = true;
             if tensors {
                 let mut made = Vec::new();

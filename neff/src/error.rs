@@ -64,4 +64,10 @@ impl NeffError {
         self.msg = format!("{ctx}: {}", self.msg);
         self
     }
+
+    /// The same refusal with `note` after the reason, in parentheses.
+    pub(crate) fn note(mut self, note: &str) -> Self {
+        self.msg = format!("{} ({note})", self.msg);
+        self
+    }
 }

@@ -138,11 +138,11 @@ pub fn book_subgraph(sg: &SubgraphDef) -> Vec<Booked> {
         out.push(Booked {
             usage,
             host: false,
-            size: w.len as u64,
+            size: w.len,
             align: w.alignment,
             hint: hint(&w.var, usage),
             basis: Basis::Exact,
-            known_bytes: w.len as u64,
+            known_bytes: w.len,
             source: format!("file var {} ({})", w.var, w.member),
             weight: Some(i),
         });

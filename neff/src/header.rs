@@ -163,16 +163,51 @@ impl Header {
     }
 }
 
+/// The streaming digest of a payload as stored (§3 gates 8/9): SHA-256 for pkg 1, MD5 for
+/// pkg 2, fed the compressed bytes as the inflater takes them.
+#[derive(Clone)]
+pub enum PayloadDigest {
+    /// pkg 1.
+    Sha256(Sha256),
+    /// pkg 2.
+    Md5(Md5),
+}
+
+impl PayloadDigest {
+    /// The digest `pkg_version` calls for.
+    pub fn new(pkg_version: u64) -> Self {
+        if pkg_version == 1 {
+            PayloadDigest::Sha256(Sha256::default())
+        } else {
+            PayloadDigest::Md5(Md5::default())
+        }
+    }
+
+    /// Feeds `bytes`.
+    pub fn update(&mut self, bytes: &[u8]) {
+        match self {
+            PayloadDigest::Sha256(d) => d.update(bytes),
+            PayloadDigest::Md5(d) => d.update(bytes),
+        }
+    }
+
+    /// The digest in the header's 32-byte layout (MD5 in the first 16 bytes).
+    pub fn finish(self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        match self {
+            PayloadDigest::Sha256(d) => out.copy_from_slice(&d.finalize()),
+            PayloadDigest::Md5(d) => out[..16].copy_from_slice(&d.finalize()),
+        }
+        out
+    }
+}
+
 /// The digest of `payload` that `pkg_version` calls for (§3 gates 8/9): SHA-256 for pkg 1,
 /// MD5 (in the first 16 of 32 bytes) for pkg 2.
 pub fn payload_digest(pkg_version: u64, payload: &[u8]) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    if pkg_version == 1 {
-        out.copy_from_slice(&Sha256::digest(payload));
-    } else {
-        out[..16].copy_from_slice(&Md5::digest(payload));
-    }
-    out
+    let mut d = PayloadDigest::new(pkg_version);
+    d.update(payload);
+    d.finish()
 }
 
 /// One gate of §3 that a NEFF passed, for `neff inspect`.
@@ -184,11 +219,11 @@ pub struct Gate {
     pub detail: String,
 }
 
-/// Applies libnrt's header gates (§3 gates 2–9) in libnrt's order and returns the header, the
-/// gates passed and the payload (`bytes[0x400 .. 0x400 + data_size]`). `verify` turns on the
-/// integrity gates 8/9 (libnrt's internal verify flag).
-pub fn check_gates(bytes: &[u8], verify: bool) -> Result<(Header, Vec<Gate>, &[u8])> {
-    let file_size = bytes.len() as u64;
+/// Applies libnrt's header gates 2–7 (§3) in libnrt's order to a file of `file_size` bytes
+/// whose first bytes are `head` (at least [`HEADER_LEN`] of them once the size floor passed),
+/// and returns the header and the gates passed. Nothing past the header is needed: the
+/// integrity gates 8/9 run over the payload as it streams ([`integrity_gate`]).
+pub fn check_gates(head: &[u8], file_size: u64) -> Result<(Header, Vec<Gate>)> {
     let mut gates = Vec::new();
     // Gate 2: size floor.
     gate(
@@ -202,9 +237,17 @@ pub fn check_gates(bytes: &[u8], verify: bool) -> Result<(Header, Vec<Gate>, &[u
         },
         || format!("file size {file_size:#x} > 0x3ff"),
     )?;
-    let mut raw = [0u8; HEADER_LEN];
-    raw.copy_from_slice(&bytes[..HEADER_LEN]);
-    let h = Header::parse(&raw);
+    // A source that held fewer bytes than it said (a file truncated while opened).
+    let Some(raw) = head.get(..HEADER_LEN) else {
+        return Err(NeffError::invalid(format!(
+            "Invalid number of NEFF bytes received {:x}",
+            head.len()
+        ))
+        .at_gate("size floor"));
+    };
+    let mut b = [0u8; HEADER_LEN];
+    b.copy_from_slice(raw);
+    let h = Header::parse(&b);
     // Gate 3: header size.
     gate(
         &mut gates,
@@ -292,32 +335,32 @@ pub fn check_gates(bytes: &[u8], verify: bool) -> Result<(Header, Vec<Gate>, &[u
             "Invalid NEFF data size(0): the NEFF has no payload",
         ));
     }
-    // `data_size <= room < usize::MAX` here, so the cast and the range are in bounds.
-    let payload = &bytes[HEADER_LEN..HEADER_LEN + h.data_size as usize];
-    // Gates 8/9: integrity, over the payload as stored.
-    if verify {
-        let d = payload_digest(h.pkg_version, payload);
-        gate(
-            &mut gates,
-            "integrity",
-            d[..h.digest().len()] == *h.digest(),
-            || {
-                NeffError::invalid(if sha {
-                    "SHA256 mismatch!"
-                } else {
-                    "MD5 mismatch!"
-                })
-            },
-            || {
-                format!(
-                    "{} of the {}-byte payload matches",
-                    if sha { "SHA-256" } else { "MD5" },
-                    h.data_size
-                )
-            },
-        )?;
-    }
-    Ok((h, gates, payload))
+    Ok((h, gates))
+}
+
+/// Gates 8/9 (§3): the payload's `digest` against the header's, recorded in `gates` when it
+/// matches. Runs only when the caller asked to verify (libnrt's verify flag).
+pub fn integrity_gate(gates: &mut Vec<Gate>, h: &Header, digest: &[u8; 32]) -> Result<()> {
+    let sha = h.pkg_version == 1;
+    gate(
+        gates,
+        "integrity",
+        digest[..h.digest().len()] == *h.digest(),
+        || {
+            NeffError::invalid(if sha {
+                "SHA256 mismatch!"
+            } else {
+                "MD5 mismatch!"
+            })
+        },
+        || {
+            format!(
+                "{} of the {}-byte payload matches",
+                if sha { "SHA-256" } else { "MD5" },
+                h.data_size
+            )
+        },
+    )
 }
 
 /// One gate of [`check_gates`]: refused with `err()` unless `ok`, else recorded in `gates` as

@@ -4,8 +4,11 @@
 //! docs/NEFF-FORMAT.md (cited as §N):
 //!
 //! - [`header`]: the 1024-byte header and libnrt's load gates in libnrt's order (§2, §3);
-//! - [`archive`]: the gzip/tar walk (§4), with path-traversal, duplicate and
-//!   decompression-bomb refusals;
+//! - [`source`]: where the bytes come from (`nrt_load`'s buffer, a file), re-readable;
+//! - [`archive`]: the streaming gzip/tar walk (§4), with path-traversal, special-file and
+//!   archive-bomb refusals;
+//! - [`stream`]: the read itself — header gates on the first 1 KiB, the archive walked member by
+//!   member, metadata buffered under a cap, weights streamed into a [`WeightSink`];
 //! - [`meta`]: the metadata tiers — `neff.json` (IO tensors, §6), the KELF descriptor (§7),
 //!   each `def.json` (§8) and their payloads (§9);
 //! - [`footprint`]: the §10.2 mapping to libnrt's usage types, per subgraph (MODEL) and per
@@ -13,9 +16,10 @@
 //! - [`pack`]: a writer (pkg 2, MD5), used by `nrt-dmem neff pack` and the tests, and the §12
 //!   fixture generator.
 //!
-//! [`read`] turns a NEFF's bytes into a [`NeffModel`] — owned, fully validated before anything
-//! is allocated — whose [`NeffModel::spec`] lends the core a [`ModelSpec`], as
-//! `nrt_host::Manifest::spec` does for a manifest.
+//! [`read`] (a buffer), [`read_file`] and [`read_source`] turn a NEFF into a [`NeffModel`] —
+//! owned, fully validated, holding no weight bytes — whose [`NeffModel::spec`] lends the core a
+//! [`ModelSpec`], as `nrt_host::Manifest::spec` does for a manifest; [`read_with`] also streams
+//! the weights into a sink (`nrt_load` copies them into their device allocations there).
 #![deny(unsafe_code)]
 
 pub mod archive;
@@ -23,8 +27,11 @@ pub mod convention;
 mod error;
 pub mod footprint;
 pub mod header;
+mod index;
 pub mod meta;
 pub mod pack;
+pub mod source;
+pub mod stream;
 
 use nrt_core::abi::{constants, dma_mem_location_t};
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
@@ -34,49 +41,65 @@ pub use error::{NeffError, Result};
 pub use footprint::{Basis, Booked, GpsimdBooking};
 pub use header::{Gate, Header};
 pub use meta::{Dtype, Kelf, Reservation, SubgraphDef, TensorInfo, TensorUsage};
+pub use source::{NeffFile, Source};
+pub use stream::{read_with, NoWeights, ReadError, WeightSink};
+
+use index::{collect_all, View};
 
 /// Most subgraphs of a model (the core's `MAX_SUBGRAPHS`, spec §5.2).
 pub const MAX_SUBGRAPHS: usize = 8;
 
+/// Default [`ReadOptions::max_metadata_bytes`]: 256 MiB.
+pub const DEFAULT_MAX_METADATA: u64 = 256 << 20;
+
 /// How to read a NEFF.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ReadOptions {
-    /// Check the payload digest (§3 gates 8/9; libnrt's internal verify flag). Default on.
+    /// Check the payload digest (§3 gates 8/9; libnrt's internal verify flag): MD5 (pkg 2) or
+    /// SHA-256 (pkg 1) of the payload as stored, computed as it streams. Default off, as
+    /// libnrt's plain `nrt_load`; `NRT_DMEM_VERIFY_NEFF=1` or `neff inspect --verify` turn it
+    /// on (docs/NEFF.md).
     pub verify: bool,
-    /// Cap on the inflated archive; past it the NEFF is a decompression bomb (§4).
-    pub max_inflated_bytes: u64,
     /// `NEURON_RT_ALLOW_LEGACY_NEFF=1`: an arch mismatch and a missing CAYMAN
     /// `runtime_statebuffer_reservation` are warnings, not refusals (§7, §8.6).
     pub allow_legacy_neff: bool,
+    /// Most bytes of metadata members (`*.json`: `def.json`, KELF, engine JSONs, ucode
+    /// manifests) held at once; a member the parse needs that is larger is refused. The IO
+    /// tensor table has its own, smaller cap ([`meta::MAX_IO_TABLE_BYTES`]).
+    pub max_metadata_bytes: u64,
 }
 
 impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
-            verify: true,
-            max_inflated_bytes: archive::DEFAULT_MAX_INFLATED,
+            verify: false,
             allow_legacy_neff: false,
+            max_metadata_bytes: DEFAULT_MAX_METADATA,
         }
     }
 }
 
 /// What the archive walk found (for `neff inspect`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ArchiveSummary {
     /// gzip-compressed payload.
     pub gzip: bool,
-    /// Tar bytes inflated.
+    /// Tar bytes in the archive (inflated size).
     pub inflated_bytes: u64,
-    /// Members kept.
+    /// Members (regular files, the dropped ones not included).
     pub members: usize,
     /// Directory entries skipped.
     pub directories: usize,
     /// Members dropped (the wavegraph debug member).
     pub skipped: Vec<String>,
+    /// Passes over the payload: 1 when the weights streamed in the first (or nobody took
+    /// them), 2 when a weight came before the metadata naming it; one more per tier of metadata
+    /// members whose names do not end in `.json`.
+    pub passes: u32,
 }
 
-/// A validated NEFF: its header, tensor table, subgraphs and footprint, and the archive's
-/// members (which hold the weights copied in at load).
+/// A validated NEFF: its header, tensor table, subgraphs and footprint. It holds no weight
+/// bytes: they stream from the archive into their allocations ([`read_with`]).
 #[derive(Clone, Debug)]
 pub struct NeffModel {
     /// The header.
@@ -101,7 +124,6 @@ pub struct NeffModel {
     pub gpsimd: Option<GpsimdBooking>,
     /// The EVTACCEL carveout (§8.6), the first subgraph's.
     pub carveout: Option<Reservation>,
-    members: archive::Archive,
 }
 
 /// The EVTACCEL geometry check of model-add on CAYMAN (§8.6).
@@ -126,13 +148,36 @@ pub fn check_evtaccel(r: &Reservation) -> Result<()> {
     Ok(())
 }
 
-/// Reads and validates a NEFF (§3 → §10): header gates, archive, every metadata tier and the
-/// footprint. Nothing is allocated on any device; an error names the first refusal.
+/// Reads and validates a NEFF held in memory (§3 → §10): header gates, archive, every metadata
+/// tier and the footprint; the weights are checked against their declarations as they stream
+/// past, not kept. Nothing is allocated on any device; an error names the first refusal.
 pub fn read(bytes: &[u8], opts: &ReadOptions) -> Result<NeffModel> {
-    let (header, gates, payload) = header::check_gates(bytes, opts.verify)?;
-    let members = archive::read_archive(payload, opts.max_inflated_bytes)?;
-    let (tensors, kelf_member) = meta::parse_neff_json(&members)?;
-    let kelf = meta::parse_kelf(&members, &kelf_member)?;
+    read_source(&bytes, opts)
+}
+
+/// [`read`] from any [`Source`].
+pub fn read_source(src: &dyn Source, opts: &ReadOptions) -> Result<NeffModel> {
+    match read_with(src, opts, &mut NoWeights) {
+        Ok(m) => Ok(m),
+        Err(ReadError::Neff(e)) => Err(e),
+        Err(ReadError::Sink(never)) => match never {},
+    }
+}
+
+/// [`read`] from a file ([`NeffFile::open`]: a directory, a device or a FIFO holds no bytes and
+/// is refused by the size-floor gate). An error opening it is `NRT_INVALID`.
+pub fn read_file(path: impl AsRef<std::path::Path>, opts: &ReadOptions) -> Result<NeffModel> {
+    let p = path.as_ref();
+    let f = NeffFile::open(p)
+        .map_err(|e| NeffError::invalid(format!("cannot open {}: {e}", p.display())))?;
+    read_source(&f, opts)
+}
+
+/// The metadata tiers through `ar` (§5–§10): the model, or the first refusal (or, through the
+/// view's misses, what the archive seen so far lacks).
+pub(crate) fn parse_model(ar: &View<'_>, header: &Header, opts: &ReadOptions) -> Result<NeffModel> {
+    let (tensors, kelf_member) = meta::parse_neff_json(ar)?;
+    let kelf = meta::parse_kelf(ar, &kelf_member)?;
     if kelf.graphs.len() > MAX_SUBGRAPHS {
         return Err(NeffError::invalid(format!(
             "{}: {} subgraphs, at most {MAX_SUBGRAPHS}",
@@ -140,36 +185,29 @@ pub fn read(bytes: &[u8], opts: &ReadOptions) -> Result<NeffModel> {
             kelf.graphs.len()
         )));
     }
-    let subgraphs = kelf
-        .graphs
-        .iter()
-        .map(|(name, def)| meta::parse_def(&members, name, def))
-        .collect::<Result<Vec<_>>>()?;
+    let subgraphs = collect_all(
+        kelf.graphs
+            .iter()
+            .map(|(name, def)| meta::parse_def(ar, name, def)),
+    )?;
     let model = NeffModel {
         name: if header.name.is_empty() {
             format!("neff-{}", header.uuid_string())
         } else {
             header.name.clone()
         },
-        archive: ArchiveSummary {
-            gzip: members.gzip,
-            inflated_bytes: members.inflated_bytes,
-            members: members.members.len(),
-            directories: members.directories,
-            skipped: members.skipped.clone(),
-        },
+        archive: ArchiveSummary::default(),
         bookings: subgraphs.iter().map(footprint::book_subgraph).collect(),
         scratchpad_bytes: footprint::scratchpad_bytes(&subgraphs),
         gpsimd: footprint::gpsimd(&subgraphs),
         carveout: subgraphs
             .iter()
             .find_map(|s| s.reservations.first().copied()),
-        header,
-        gates,
+        header: header.clone(),
+        gates: Vec::new(),
         tensors,
         kelf,
         subgraphs,
-        members,
     };
     // An explicit CAYMAN target is checked now; "*" waits for the live device (check_arch).
     if let Some(arch) = model.kelf.arch {
@@ -229,27 +267,9 @@ impl NeffModel {
         Ok(())
     }
 
-    /// The bytes of weight `i` of subgraph `sg` (a slice of its archive member).
-    pub fn weight_bytes(&self, sg: usize, i: usize) -> Option<&[u8]> {
-        let w = self.subgraphs.get(sg)?.weights.get(i)?;
-        self.members
-            .get(&w.member)?
-            .get(w.offset..w.offset.checked_add(w.len)?)
-    }
-
-    /// Frees the archive members' bytes (the weights' payloads; everything else was read at
-    /// parse time), keeping what describes them. Afterwards [`NeffModel::weight_bytes`] and
-    /// [`NeffModel::copy_ins`] find nothing, and [`NeffModel::copy_in_lens`] still gives every
-    /// copy's length: what a load onto a device whose contents nobody reads (a plan's scratch
-    /// device) checks. A parsed model holds its weights inflated, so this is most of its size.
-    pub fn drop_weight_bytes(&mut self) {
-        self.members.members.clear();
-    }
-
-    /// [`NeffModel::copy_ins`]'s copies as `(allocation index, byte length)`: from the weights'
-    /// descriptions (the payload ranges were cut from their members at parse time), so also
-    /// after [`NeffModel::drop_weight_bytes`].
-    pub fn copy_in_lens(&self, sg: usize) -> Vec<(usize, usize)> {
+    /// Each weight's copy as `(allocation index, byte length)`: indexes into
+    /// [`NeffModel::bookings`]`[sg]` (= the spec's allocation list), the weights with a payload.
+    pub fn copy_in_lens(&self, sg: usize) -> Vec<(usize, u64)> {
         let (Some(b), Some(s)) = (self.bookings.get(sg), self.subgraphs.get(sg)) else {
             return Vec::new();
         };
@@ -257,20 +277,6 @@ impl NeffModel {
             .enumerate()
             .filter_map(|(k, a)| Some((k, s.weights.get(a.weight?)?.len)))
             .collect()
-    }
-
-    /// What each subgraph copies in after its allocations: `(allocation index, bytes)`,
-    /// indexes into [`NeffModel::bookings`]`[sg]` (= the spec's allocation list).
-    pub fn copy_ins(&self, sg: usize) -> Vec<(usize, &[u8])> {
-        self.bookings
-            .get(sg)
-            .map(|b| {
-                b.iter()
-                    .enumerate()
-                    .filter_map(|(k, a)| Some((k, self.weight_bytes(sg, a.weight?)?)))
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 
     /// Lends the model to the core as a [`ModelSpec`] (through [`NeffSpec::as_spec`]): one

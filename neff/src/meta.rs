@@ -7,17 +7,19 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::archive::Archive;
 use crate::error::{NeffError, Result};
+use crate::index::View;
 
 mod def;
 mod kelf;
 
+pub(crate) use def::{parse_def, payload_in};
 pub use def::{
-    parse_def, Declared, DmaQueue, EngineProg, Extension, Reservation, SubgraphDef, UcodeLib, Var,
-    VarKind, Weight, ENGINES,
+    Declared, DmaQueue, EngineProg, Extension, Reservation, SubgraphDef, UcodeLib, Var, VarKind,
+    Weight, ENGINES,
 };
-pub use kelf::{parse_kelf, Kelf, ARCH_CAYMAN, ARCH_MARIANA, ARCH_SUNDA};
+pub(crate) use kelf::parse_kelf;
+pub use kelf::{Kelf, ARCH_CAYMAN, ARCH_MARIANA, ARCH_SUNDA};
 
 /// Most dimensions of an IO tensor (`io_node_info_t.shape[32]`, §6).
 pub const MAX_DIMS: usize = 32;
@@ -27,6 +29,32 @@ pub const MAX_UCODE_FUNCTIONS: usize = 97;
 pub const NRT_UCODE_VERSION: &str = "1.21.1.0";
 /// Largest engine program libnrt takes (`size < 2^32`, §9).
 pub const MAX_INSTR_BYTES: u64 = u32::MAX as u64;
+/// `NRT_TENSOR_NAME_MAX` (`nrt_experimental.h`): a tensor name's buffer in
+/// `nrt_tensor_info_t`, its NUL included.
+pub const NRT_TENSOR_NAME_MAX: usize = 256;
+/// Longest IO tensor name: `NRT_TENSOR_NAME_MAX - 1` bytes.
+pub const MAX_TENSOR_NAME: usize = NRT_TENSOR_NAME_MAX - 1;
+/// Largest `neff.json` (or `kelp.json`), the IO tensor table: a member declaring more is
+/// refused from its tar header, before a byte of it is inflated. A table of 10 000 tensors with
+/// 255-byte names takes about 6 MiB.
+pub const MAX_IO_TABLE_BYTES: u64 = 8 << 20;
+
+/// Refuses an IO tensor name longer than [`MAX_TENSOR_NAME`] bytes (its first 64 bytes shown).
+pub fn check_tensor_name(name: &str) -> Result<()> {
+    if name.len() <= MAX_TENSOR_NAME {
+        return Ok(());
+    }
+    let mut cut = 64;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Err(NeffError::invalid(format!(
+        "tensor name \"{}…\" is {} bytes, longer than {MAX_TENSOR_NAME} \
+         (NRT_TENSOR_NAME_MAX {NRT_TENSOR_NAME_MAX} with its NUL)",
+        name[..cut].escape_debug(),
+        name.len()
+    )))
+}
 
 /// Element types of `nrt_dtype_t` (public `nrt.h`), with libnrt's values. `NRT_DTYPE_UNKNOWN`
 /// (= `NRT_DTYPE_INVALID`, 0) is not a member: a tensor always has a known type here.
@@ -210,10 +238,8 @@ pub fn tensor_size(name: &str, dtype: Dtype, shape: &[u32]) -> Result<u64> {
     })
 }
 
-fn parse_json(ar: &Archive, member: &str) -> Result<Value> {
-    let body = ar
-        .get(member)
-        .ok_or_else(|| NeffError::invalid(format!("Failed to get NEFF member {member}")))?;
+fn parse_json(ar: &View<'_>, member: &str) -> Result<Value> {
+    let body = ar.body(member)?;
     serde_json::from_slice(body)
         .map_err(|e| NeffError::invalid(format!("{member}: invalid JSON: {e}")))
 }
@@ -238,10 +264,10 @@ fn index(a: &[Value], i: u64) -> Option<&Value> {
 }
 
 /// Tier 1: `neff.json` (or legacy `kelp.json`) → (inputs, outputs, KELF member name) (§6).
-pub fn parse_neff_json(ar: &Archive) -> Result<(Vec<TensorInfo>, String)> {
-    let member = if ar.get("neff.json").is_some() {
+pub(crate) fn parse_neff_json(ar: &View<'_>) -> Result<(Vec<TensorInfo>, String)> {
+    let member = if ar.has("neff.json")? {
         "neff.json"
-    } else if ar.get("kelp.json").is_some() {
+    } else if ar.has("kelp.json")? {
         "kelp.json"
     } else {
         return Err(NeffError::invalid(
@@ -293,6 +319,7 @@ pub fn parse_neff_json(ar: &Archive) -> Result<(Vec<TensorInfo>, String)> {
         None => return Err(ctx(NeffError::invalid("KELF node has no attrs.kelf"))),
     };
     let tensor = |name: String, usage, eid: u64| -> Result<TensorInfo> {
+        check_tensor_name(&name)?;
         let (Some(dt), Some(sh)) = (index(&dltypes, eid), index(&shapes, eid)) else {
             return Err(NeffError::invalid(format!(
                 "EID {eid} out of bounds for dtypes/shapes"
@@ -341,9 +368,24 @@ pub fn parse_neff_json(ar: &Archive) -> Result<(Vec<TensorInfo>, String)> {
             .and_then(|e| as_u64(e, "node_row_ptr entry"))?;
         Ok((node, eid))
     };
+    // An input node or a head listed twice is one tensor declared twice: refused, so that a
+    // table repeating one entry cannot grow past what its distinct entries take.
+    let mut listed = std::collections::HashSet::new();
+    let mut once = |what: &str, key: (u64, Option<u64>)| -> Result<()> {
+        if listed.insert(key) {
+            Ok(())
+        } else {
+            Err(ctx(NeffError::invalid(format!(
+                "{what} lists node {}{} twice",
+                key.0,
+                key.1.map_or(String::new(), |j| format!(" output {j}"))
+            ))))
+        }
+    };
     let mut tensors = Vec::new();
     for a in arg_nodes {
         let nid = as_u64(a, "arg_nodes entry").map_err(ctx)?;
+        once("arg_nodes", (nid, None))?;
         let (node, eid) = node_name(nid).map_err(ctx)?;
         let name = node
             .get("name")
@@ -362,6 +404,7 @@ pub fn parse_neff_json(ar: &Archive) -> Result<(Vec<TensorInfo>, String)> {
             Some(j) => as_u64(j, "heads output index").map_err(ctx)?,
             None => 0,
         };
+        once("heads", (nid, Some(j)))?;
         let (node, eid) = node_name(nid).map_err(ctx)?;
         let eid = eid
             .checked_add(j)

@@ -9,29 +9,166 @@
 //! (docs/NEFF.md), which libnrt ignores and this reader books as *declared*.
 
 use std::collections::BTreeSet;
+use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
 
 use md5::{Digest as _, Md5};
 use nrt_core::abi::dma_mem_usage_type_t as U;
 use serde_json::{json, Map, Value};
 
+use crate::archive::TAR_RECORD;
 use crate::error::{NeffError, Result};
-use crate::header::{payload_digest, Header, HEADER_LEN};
-use crate::meta::{tensor_size, Dtype, Reservation, ENGINES, NRT_UCODE_VERSION};
+use crate::header::{Header, PayloadDigest, HEADER_LEN};
+use crate::meta::{check_tensor_name, tensor_size, Dtype, Reservation, ENGINES, NRT_UCODE_VERSION};
 
-/// Tar records are padded to 10 240 bytes, as the fixture's tar is (§4).
-pub const TAR_RECORD: usize = 10240;
 /// Member mtime of written archives (the fixture's, §12).
 pub const MTIME: u64 = 1_731_285_376;
 /// Longest member name a plain GNU tar header holds (no long-name records are written, §4).
-pub const MAX_MEMBER_NAME: usize = 100;
+pub const MAX_HEADER_NAME: usize = 100;
 
 /// An archive member to write: `None` body = a directory entry.
 pub type Member = (String, Option<Vec<u8>>);
 
-/// Writes a NEFF from a header and members, in order: tar (GNU headers, mode 0644, numeric
-/// owner 0, records padded to 10 240 B), then for pkg 2 one gzip member over it (zlib's own
-/// header: no name, mtime 0, OS Unix), then the header with `data_size` and the digest filled.
-/// Names are written as given — also ones the reader refuses, which the tests need.
+/// The body of a member [`write_neff`] writes.
+pub enum Body<'a> {
+    /// A directory entry.
+    Dir,
+    /// These bytes.
+    Bytes(&'a [u8]),
+    /// This many zero bytes (a weight of `neff pack`), never held in memory.
+    Zeros(u64),
+    /// This many bytes read from the reader.
+    Reader(u64, Box<dyn Read + 'a>),
+}
+
+/// A writer that counts and (for the payload) hashes what passes through.
+struct Tally<W> {
+    inner: W,
+    n: u64,
+    digest: Option<PayloadDigest>,
+}
+
+impl<W: Write> Write for Tally<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.n += n as u64;
+        if let Some(d) = &mut self.digest {
+            d.update(&buf[..n]);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn write_error(e: io::Error) -> NeffError {
+    NeffError::invalid(format!("writing the NEFF: {e}"))
+}
+
+/// Writes the members as a tar into `out` (GNU headers, mode 0644, numeric owner 0, records
+/// padded to 10 240 B) and returns `out`.
+fn write_tar<'a, T: Write>(
+    out: T,
+    members: impl IntoIterator<Item = (String, Body<'a>)>,
+) -> Result<T> {
+    let mut b = tar::Builder::new(Tally {
+        inner: out,
+        n: 0,
+        digest: None,
+    });
+    for (name, body) in members {
+        let raw = name.as_bytes();
+        if raw.len() > MAX_HEADER_NAME {
+            return Err(NeffError::invalid(format!(
+                "member name {name} longer than {MAX_HEADER_NAME} bytes"
+            )));
+        }
+        let mut h = tar::Header::new_gnu();
+        h.as_old_mut().name[..raw.len()].copy_from_slice(raw);
+        h.set_mtime(MTIME);
+        h.set_uid(0);
+        h.set_gid(0);
+        let (size, data): (u64, Box<dyn Read + 'a>) = match body {
+            Body::Dir => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(0o755);
+                (0, Box::new(io::empty()))
+            }
+            Body::Bytes(b) => (b.len() as u64, Box::new(b)),
+            Body::Zeros(n) => (n, Box::new(io::repeat(0).take(n))),
+            Body::Reader(n, r) => (n, Box::new(r.take(n))),
+        };
+        if h.entry_type() != tar::EntryType::Directory {
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_mode(0o644);
+        }
+        h.set_size(size);
+        h.set_cksum();
+        b.append(&h, data).map_err(write_error)?;
+    }
+    let mut t = b.into_inner().map_err(write_error)?;
+    let pad = t.n.div_ceil(TAR_RECORD) * TAR_RECORD - t.n;
+    io::copy(&mut io::repeat(0).take(pad), &mut t).map_err(write_error)?;
+    Ok(t.inner)
+}
+
+/// Writes a NEFF to `out`: a placeholder header, the tar of `members` (for pkg 2 through one
+/// gzip member: zlib's own header, no name, mtime 0, OS Unix) hashed as it is written, then the
+/// header with `data_size` and the digest (pkg 2: `hash_tail` in bytes 16..31). Nothing is held
+/// but what the members lend; returns the bytes written. Names are written as given — also ones
+/// the reader refuses, which the tests need.
+pub fn write_neff<'a, W: Write + Seek>(
+    header: &Header,
+    hash_tail: [u8; 16],
+    members: impl IntoIterator<Item = (String, Body<'a>)>,
+    mut out: W,
+) -> Result<u64> {
+    let start = out.stream_position().map_err(write_error)?;
+    out.write_all(&[0u8; HEADER_LEN]).map_err(write_error)?;
+    let payload = Tally {
+        inner: &mut out,
+        n: 0,
+        digest: Some(PayloadDigest::new(header.pkg_version)),
+    };
+    let payload = if header.pkg_version == 1 {
+        write_tar(payload, members)?
+    } else {
+        let gz = flate2::GzBuilder::new()
+            .operating_system(3)
+            .write(payload, flate2::Compression::default());
+        write_tar(gz, members)?.finish().map_err(write_error)?
+    };
+    let mut h = header.clone();
+    h.data_size = payload.n;
+    h.hash = payload
+        .digest
+        .map(PayloadDigest::finish)
+        .unwrap_or_default();
+    if h.pkg_version != 1 {
+        h.hash[16..].copy_from_slice(&hash_tail);
+    }
+    out.seek(SeekFrom::Start(start)).map_err(write_error)?;
+    out.write_all(&h.to_bytes()).map_err(write_error)?;
+    out.seek(SeekFrom::Start(start + HEADER_LEN as u64 + h.data_size))
+        .map_err(write_error)?;
+    out.flush().map_err(write_error)?;
+    Ok(HEADER_LEN as u64 + h.data_size)
+}
+
+fn bodies(members: &[Member]) -> impl Iterator<Item = (String, Body<'_>)> {
+    members.iter().map(|(n, b)| {
+        (
+            n.clone(),
+            match b {
+                Some(b) => Body::Bytes(b),
+                None => Body::Dir,
+            },
+        )
+    })
+}
+
+/// A NEFF of members held in memory (tests, the §12 fixture); [`write_neff`] is the writer.
 #[derive(Clone, Debug)]
 pub struct NeffWriter {
     /// The header (`data_size` and `hash` are computed).
@@ -54,66 +191,19 @@ impl NeffWriter {
 
     /// The tar bytes of the members.
     pub fn tar(&self) -> Result<Vec<u8>> {
-        let io = |e: std::io::Error| NeffError::invalid(format!("writing the NEFF tar: {e}"));
-        let mut b = tar::Builder::new(Vec::new());
-        for (name, body) in &self.members {
-            let raw = name.as_bytes();
-            if raw.len() > MAX_MEMBER_NAME {
-                return Err(NeffError::invalid(format!(
-                    "member name {name} longer than {MAX_MEMBER_NAME} bytes"
-                )));
-            }
-            let mut h = tar::Header::new_gnu();
-            h.as_old_mut().name[..raw.len()].copy_from_slice(raw);
-            h.set_mtime(MTIME);
-            h.set_uid(0);
-            h.set_gid(0);
-            match body {
-                Some(body) => {
-                    h.set_entry_type(tar::EntryType::Regular);
-                    h.set_mode(0o644);
-                    h.set_size(body.len() as u64);
-                    h.set_cksum();
-                    b.append(&h, body.as_slice()).map_err(io)?;
-                }
-                None => {
-                    h.set_entry_type(tar::EntryType::Directory);
-                    h.set_mode(0o755);
-                    h.set_size(0);
-                    h.set_cksum();
-                    b.append(&h, std::io::empty()).map_err(io)?;
-                }
-            }
-        }
-        let mut tar = b.into_inner().map_err(io)?;
-        tar.resize(tar.len().div_ceil(TAR_RECORD) * TAR_RECORD, 0);
-        Ok(tar)
+        write_tar(Vec::new(), bodies(&self.members))
     }
 
     /// The NEFF file's bytes.
     pub fn finish(&self) -> Result<Vec<u8>> {
-        let tar = self.tar()?;
-        let payload = if self.header.pkg_version == 1 {
-            tar
-        } else {
-            use std::io::Write;
-            let mut gz = flate2::GzBuilder::new()
-                .operating_system(3)
-                .write(Vec::new(), flate2::Compression::default());
-            gz.write_all(&tar)
-                .and_then(|_| gz.finish())
-                .map_err(|e| NeffError::invalid(format!("writing the NEFF gzip: {e}")))?
-        };
-        let mut h = self.header.clone();
-        h.data_size = payload.len() as u64;
-        h.hash = payload_digest(h.pkg_version, &payload);
-        if h.pkg_version != 1 {
-            h.hash[16..].copy_from_slice(&self.hash_tail);
-        }
-        let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-        out.extend_from_slice(&h.to_bytes());
-        out.extend_from_slice(&payload);
-        Ok(out)
+        let mut out = Cursor::new(Vec::new());
+        write_neff(
+            &self.header,
+            self.hash_tail,
+            bodies(&self.members),
+            &mut out,
+        )?;
+        Ok(out.into_inner())
     }
 }
 
@@ -184,8 +274,45 @@ fn file_stem(s: &str) -> String {
         .collect()
 }
 
-/// The members of a NEFF describing `m` (what [`pack`] writes), for tests that alter some.
+/// A member of [`pack_plan`]: its body, weights as runs of zeros.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PackBody {
+    /// A directory entry.
+    Dir,
+    /// These bytes.
+    Bytes(Vec<u8>),
+    /// This many zero bytes.
+    Zeros(u64),
+}
+
+/// The members of a NEFF describing `m` (what [`pack`] writes), for tests that alter some;
+/// weights are written out as zeros.
 pub fn pack_members(m: &PackModel) -> Result<Vec<Member>> {
+    pack_plan(m)?
+        .into_iter()
+        .map(|(n, b)| {
+            Ok((
+                n,
+                match b {
+                    PackBody::Dir => None,
+                    PackBody::Bytes(b) => Some(b),
+                    PackBody::Zeros(z) => Some(vec![
+                        0u8;
+                        usize::try_from(z).map_err(|_| {
+                            NeffError::invalid(format!("weight of {z} bytes too large"))
+                        })?
+                    ]),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The members [`pack`] writes for `m`, in order: `kelf-a.json`, `neff.json`, each subgraph's
+/// directory, `def.json`, engine JSONs and ucode manifest; then the engine programs and GPSIMD
+/// libraries; then the weights, whose file vars declare their sizes — so a reader has the whole
+/// footprint before the first weight arrives and streams them in one pass (docs/NEFF.md).
+pub fn pack_plan(m: &PackModel) -> Result<Vec<(String, PackBody)>> {
     if m.subgraphs == 0 || m.subgraphs as usize > crate::MAX_SUBGRAPHS {
         return Err(NeffError::invalid(format!(
             "subgraphs must be 1..={}, is {}",
@@ -198,7 +325,7 @@ pub fn pack_members(m: &PackModel) -> Result<Vec<Member>> {
             "a NEFF needs at least one output (libnrt refuses a subgraph with no Outputs)",
         ));
     }
-    let mut members: Vec<Member> = Vec::new();
+    let mut members: Vec<(String, PackBody)> = Vec::new();
     let tensors: Vec<&PackTensor> = m.inputs.iter().chain(&m.outputs).collect();
     let mut names = BTreeSet::new();
     let mut taken = |n: &str| -> Result<()> {
@@ -219,6 +346,7 @@ pub fn pack_members(m: &PackModel) -> Result<Vec<Member>> {
         var_id - 1
     };
     for (i, t) in tensors.iter().enumerate() {
+        check_tensor_name(&t.name)?;
         taken(&t.name)?;
         let ty = if i < m.inputs.len() {
             "input"
@@ -245,7 +373,7 @@ pub fn pack_members(m: &PackModel) -> Result<Vec<Member>> {
             (false, U::DMA_MEM_USAGE_TYPE_WEIGHT) => {
                 let file = format!("{}.bin", file_stem(&a.hint));
                 weights.push((file.clone(), a.size));
-                json!({ "type": "file", "var_id": 0, "file_name": file })
+                json!({ "type": "file", "var_id": 0, "file_name": file, "size": a.size })
             }
             (false, U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED) => {
                 json!({ "type": "tmp-buf", "var_id": 0, "size": a.size })
@@ -289,16 +417,20 @@ pub fn pack_members(m: &PackModel) -> Result<Vec<Member>> {
     let graphs: Vec<Value> = (0..m.subgraphs)
         .map(|s| json!({ "name": format!("sg{s:02}"), "definition": format!("sg{s:02}/def.json") }))
         .collect();
+    let json = |v: &Value| PackBody::Bytes(json_bytes(v));
     members.push((
         "kelf-a.json".into(),
-        Some(json_bytes(
-            &json!({ "version": "1.0", "target": "*", "graphs": graphs }),
-        )),
+        json(&json!({ "version": "1.0", "target": "*", "graphs": graphs })),
     ));
-    members.push(("neff.json".into(), Some(neff_json(&m.inputs, &m.outputs))));
+    members.push((
+        "neff.json".into(),
+        PackBody::Bytes(neff_json(&m.inputs, &m.outputs)),
+    ));
+    let mut programs = Vec::new();
+    let mut payloads = Vec::new();
     for s in 0..m.subgraphs {
         let dir = format!("sg{s:02}");
-        members.push((format!("{dir}/"), None));
+        members.push((format!("{dir}/"), PackBody::Dir));
         let mut def = Map::new();
         def.insert("name".into(), json!(dir));
         def.insert("version".into(), json!("0.6-"));
@@ -312,8 +444,19 @@ pub fn pack_members(m: &PackModel) -> Result<Vec<Member>> {
             "nrt_dmem".into(),
             json!({ "allocations": declared, "default_ulib_bytes": default_ulib }),
         );
-        if s == 0 && libs > 0 {
+        let ucode = s == 0 && libs > 0;
+        if ucode {
             def.insert("ucode_lib".into(), json!("ucode_lib.json"));
+        }
+        members.push((format!("{dir}/def.json"), json(&Value::Object(def))));
+        for e in ENGINES {
+            members.push((
+                format!("{dir}/{e}.json"),
+                json(&json!({ "name": e, "instr": format!("{e}.bin") })),
+            ));
+            programs.push((format!("{dir}/{e}.bin"), PackBody::Bytes(Vec::new())));
+        }
+        if ucode {
             let list: Vec<Value> = (0..libs)
                 .map(|i| {
                     json!({ "library": format!("ulib{i}.so"),
@@ -323,10 +466,7 @@ pub fn pack_members(m: &PackModel) -> Result<Vec<Member>> {
                                              "sub_opcode": 0 } ] })
                 })
                 .collect();
-            members.push((
-                format!("{dir}/ucode_lib.json"),
-                Some(json_bytes(&json!(list))),
-            ));
+            members.push((format!("{dir}/ucode_lib.json"), json(&json!(list))));
             for i in 0..libs {
                 let bytes = default_ulib.unwrap_or(0);
                 let mut lib = vec![0u8; usize::try_from(bytes).unwrap_or(0)];
@@ -334,28 +474,15 @@ pub fn pack_members(m: &PackModel) -> Result<Vec<Member>> {
                 let magic = [0x7f, b'E', b'L', b'F', 1, 1, 1];
                 let n = magic.len().min(lib.len());
                 lib[..n].copy_from_slice(&magic[..n]);
-                members.push((format!("{dir}/ulib{i}.so"), Some(lib)));
+                programs.push((format!("{dir}/ulib{i}.so"), PackBody::Bytes(lib)));
             }
         }
-        members.push((
-            format!("{dir}/def.json"),
-            Some(json_bytes(&Value::Object(def))),
-        ));
-        for e in ENGINES {
-            members.push((
-                format!("{dir}/{e}.json"),
-                Some(json_bytes(
-                    &json!({ "name": e, "instr": format!("{e}.bin") }),
-                )),
-            ));
-            members.push((format!("{dir}/{e}.bin"), Some(Vec::new())));
-        }
         for (file, size) in &weights {
-            let len = usize::try_from(*size)
-                .map_err(|_| NeffError::invalid(format!("weight {file} too large")))?;
-            members.push((format!("{dir}/{file}"), Some(vec![0u8; len])));
+            payloads.push((format!("{dir}/{file}"), PackBody::Zeros(*size)));
         }
     }
+    members.extend(programs);
+    members.extend(payloads);
     Ok(members)
 }
 
@@ -402,9 +529,26 @@ pub fn header_for(name: &str) -> Header {
 
 /// Writes a NEFF (pkg 2, MD5) describing `m`; [`crate::read`] reads back the same spec.
 pub fn pack(m: &PackModel) -> Result<Vec<u8>> {
-    let mut w = NeffWriter::new(header_for(&m.name));
-    w.members = pack_members(m)?;
-    w.finish()
+    let mut out = Cursor::new(Vec::new());
+    pack_to(m, &mut out)?;
+    Ok(out.into_inner())
+}
+
+/// [`pack`] into `out` (a file): the weights' zeros are generated as they are written, never
+/// held. Returns the bytes written.
+pub fn pack_to<W: Write + Seek>(m: &PackModel, out: W) -> Result<u64> {
+    let plan = pack_plan(m)?;
+    let members = plan.iter().map(|(n, b)| {
+        (
+            n.clone(),
+            match b {
+                PackBody::Dir => Body::Dir,
+                PackBody::Bytes(b) => Body::Bytes(b),
+                PackBody::Zeros(z) => Body::Zeros(*z),
+            },
+        )
+    });
+    write_neff(&header_for(&m.name), [0; 16], members, out)
 }
 
 /// `s` padded with spaces to exactly `size` bytes (the fixture's published member sizes, §12).

@@ -15,7 +15,11 @@ fn usage_bytes(m: &nrt_neff::NeffModel, u: U) -> (u64, Vec<Basis>) {
 #[test]
 fn the_fixture_reads_as_the_reference_describes_it() {
     let bytes = pack::fixture().unwrap();
-    let m = read(&bytes, &ReadOptions::default()).unwrap();
+    let verify = ReadOptions {
+        verify: true,
+        ..ReadOptions::default()
+    };
+    let m = read(&bytes, &verify).unwrap();
     let h = &m.header;
     assert_eq!(
         (h.pkg_version, h.header_size, h.major, h.minor),
@@ -36,6 +40,7 @@ fn the_fixture_reads_as_the_reference_describes_it() {
         m.archive.inflated_bytes, 20480,
         "tar padded to two 10 KiB records"
     );
+    assert_eq!(m.archive.passes, 1, "no weights: one pass");
     let gates: Vec<_> = m.gates.iter().map(|g| g.name).collect();
     assert_eq!(
         gates,

@@ -88,9 +88,13 @@ fn check_round_trip(m: &PackModel) {
         .iter()
         .flatten()
         .all(|b| b.basis != Basis::Estimated));
-    // The weights' payloads are there to be copied in, at their booked sizes.
-    for (k, bytes) in n.copy_ins(0) {
-        assert_eq!(bytes.len() as u64, n.bookings[0][k].size);
+    // The weights stream out at their booked sizes.
+    let mut sink = Collect::default();
+    let n = nrt_neff::read_with(&bytes.as_slice(), &ReadOptions::default(), &mut sink).unwrap();
+    for (k, len) in n.copy_in_lens(0) {
+        assert_eq!(len, n.bookings[0][k].size);
+        let w = n.bookings[0][k].weight.unwrap();
+        assert_eq!(sink.bytes[&(0, w)].len() as u64, len);
     }
 }
 
@@ -127,28 +131,31 @@ fn weights_are_read_back_byte_for_byte() {
         if n == "sg00/def.json" {
             let mut v: serde_json::Value = serde_json::from_slice(b.as_ref().unwrap()).unwrap();
             v["var"]["weights"]["file_name"] = serde_json::json!("w.npy");
+            v["var"]["weights"]["size"] = serde_json::json!(16);
             *b = Some(serde_json::to_vec(&v).unwrap());
         }
     }
-    let mut n = read(&write(ms), &ReadOptions::default()).unwrap();
-    let c = n.copy_ins(0);
+    let mut sink = Collect::default();
+    let bytes = write(ms);
+    let n = nrt_neff::read_with(&bytes.as_slice(), &ReadOptions::default(), &mut sink).unwrap();
+    let c = n.copy_in_lens(0);
     assert_eq!(c.len(), 1);
-    assert_eq!(
-        c[0].1,
-        &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
-    );
     let w = &n.bookings[0][c[0].0];
+    assert_eq!(
+        sink.bytes[&(0, w.weight.unwrap())],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    );
     assert_eq!(
         (w.usage, w.size, w.align, w.basis),
         (U::DMA_MEM_USAGE_TYPE_WEIGHT, 16, 4096, Basis::Exact)
     );
-    // Without the bytes (a plan's copy), the copies' lengths remain and the bytes are gone.
-    let lens = vec![(c[0].0, 16)];
-    assert_eq!(n.copy_in_lens(0), lens);
-    n.drop_weight_bytes();
-    assert!(n.copy_ins(0).is_empty());
-    assert_eq!(n.copy_in_lens(0), lens);
+    assert_eq!(c, vec![(c[0].0, 16)]);
     assert_eq!(n.copy_in_lens(7), vec![]);
+    // The reader without a sink holds no bytes and finds the same footprint.
+    assert_eq!(
+        read(&bytes, &ReadOptions::default()).unwrap().bookings,
+        n.bookings
+    );
 }
 
 /// Random byte flips anywhere in a packed NEFF, and in its inflated tar (re-wrapped so that the
@@ -195,6 +202,12 @@ fn random_flips_never_panic() {
                 assert!(!e.message().is_empty());
             }
         }
+        // The same bytes with the weights streamed into a sink, and verified.
+        let verify = ReadOptions {
+            verify: true,
+            ..lax
+        };
+        let _ = nrt_neff::read_with(&bytes.as_slice(), &verify, &mut Collect::default());
     }
     assert!(refused > 0 && ok + refused == 600);
 }

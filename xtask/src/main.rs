@@ -165,13 +165,51 @@ fn bench(args: &[String]) -> DynResult {
     if let Some(bad) = args.iter().find(|a| {
         !matches!(
             a.as_str(),
-            "--json" | "--quick" | "--threads" | "--dmem" | "--capi" | "--host-mem" | "--scale"
+            "--json"
+                | "--quick"
+                | "--threads"
+                | "--dmem"
+                | "--capi"
+                | "--host-mem"
+                | "--scale"
+                | "--neff"
         )
     }) {
         return Err(format!(
-            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem, --capi, --host-mem, --scale)"
+            "bench: unknown argument `{bad}` (expected --json, --quick, --threads, --dmem, --capi, --host-mem, --scale, --neff)"
         )
         .into());
+    }
+    // The NEFF memory figures run the release CLI and a C-API client as their own processes.
+    let neff_rss = !args.iter().any(|a| a == "--quick")
+        && (args.iter().any(|a| a == "--neff")
+            || !args.iter().any(|a| {
+                matches!(
+                    a.as_str(),
+                    "--threads" | "--dmem" | "--capi" | "--host-mem" | "--scale"
+                )
+            }));
+    if neff_rss {
+        run(
+            "bench (release nrt-dmem and neff_load for the NEFF figures)",
+            {
+                let mut c = cargo();
+                c.args([
+                    "build",
+                    "--release",
+                    "--quiet",
+                    "-p",
+                    "nrt-dmem-cli",
+                    "--bin",
+                    "nrt-dmem",
+                    "-p",
+                    "nrt-bench",
+                    "--bin",
+                    "neff_load",
+                ]);
+                c
+            },
+        )?;
     }
     run("bench (nrt-bench, release)", {
         let mut c = cargo();
@@ -198,7 +236,7 @@ fn usage() -> &'static str {
      layout [--json|--markdown|--header|--write|--check]  libnrt's layouts as reproduced here\n  \
      layout check <ELF> [--json] [--pinned|--all] | layout dump <ELF> --struct NAME\n  \
      firmware [--report|--json|--heap|--full|--ci]  the no_std image: build, run, footprint targets\n  \
-     bench [--json] [--quick] [--threads] [--dmem] [--capi] [--host-mem] [--scale]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads, VIRTUAL tensor pools, tensors at scale (docs/PERFORMANCE.md)\n  \
+     bench [--json] [--quick] [--threads] [--dmem] [--capi] [--host-mem] [--scale] [--neff]  carve vs offset-allocator / range-alloc, dmem path, threads, C API threads, VIRTUAL tensor pools, tensors at scale, NEFF load and memory (docs/PERFORMANCE.md)\n  \
      headers  regenerate libnrt.so's generated C headers (ffi/include) from ffi/src\n  \
      unsafe-report [--check]  rewrite (or check) the per-file unsafe count table in docs/UNSAFE.md\n  \
      doc-check  no issue numbers or process chatter outside docs/CHANGELOG.md, no ../shared outside .ci/ and xtask/, every spec/public API/ABI/neff-format citation has its heading, docs/PERFORMANCE.md <= 400 lines\n  \

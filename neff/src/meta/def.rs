@@ -2,6 +2,7 @@
 //! engine programs, GPSIMD libraries, the SBUF reservation and extensions.
 
 use super::*;
+use crate::index::{collect_all, NPY_HEAD};
 
 /// A `var` entry's `type` (§8.2, `kbin_mr_type_t`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,14 +83,19 @@ pub struct Var {
 pub struct Weight {
     /// The var.
     pub var: String,
+    /// Its `file_name`.
+    pub file: String,
     /// The member holding it.
     pub member: String,
     /// Payload start within the member.
-    pub offset: usize,
+    pub offset: u64,
     /// Payload bytes.
-    pub len: usize,
+    pub len: u64,
     /// `alignment` of the var.
     pub alignment: u64,
+    /// Before the member arrived (an early parse): the root-level name that holds the payload
+    /// when `member` (`<dir>/<file_name>`) turns out absent.
+    pub(crate) fallback: Option<String>,
 }
 
 /// The five engines, in the order libnrt fills their slots (§8.4; SP last).
@@ -234,17 +240,25 @@ fn opt_u64(e: &Value, key: &str, owner: &str) -> Result<Option<u64>> {
         .transpose()
 }
 
-/// `<dir>/<name>` (`load_bin_file`, §5), falling back to `name` from the archive root.
-fn resolve<'a>(ar: &'a Archive, dir: &str, name: &str) -> Option<(String, &'a [u8])> {
-    let rel = if dir.is_empty() {
+/// `<dir>/<name>` (`load_bin_file`, §5).
+fn in_dir(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
         name.to_string()
     } else {
         format!("{dir}/{name}")
-    };
-    if let Some(b) = ar.get(&rel) {
-        return Some((rel, b));
     }
-    ar.get(name).map(|b| (name.to_string(), b))
+}
+
+/// `<dir>/<name>` (`load_bin_file`, §5), falling back to `name` from the archive root.
+fn resolve(ar: &View<'_>, dir: &str, name: &str) -> Result<Option<String>> {
+    let rel = in_dir(dir, name);
+    if ar.has(&rel)? {
+        return Ok(Some(rel));
+    }
+    if rel != name && ar.has(name)? {
+        return Ok(Some(name.to_string()));
+    }
+    Ok(None)
 }
 
 fn parse_var(name: String, e: &Value) -> Result<Var> {
@@ -295,49 +309,111 @@ fn parse_var(name: String, e: &Value) -> Result<Var> {
     })
 }
 
-/// The weight payload of a file var (§8.2): `.npy` v1 data after its header, else the member.
-fn weight_of(ar: &Archive, dir: &str, v: &Var) -> Result<Weight> {
-    let file = v.file_name.as_deref().unwrap_or_default();
-    let (member, body) = resolve(ar, dir, file).ok_or_else(|| {
-        NeffError::invalid(format!("Failed to get neff weight content for {file}"))
-    })?;
-    let (offset, len) = if file.ends_with(".npy") {
-        let magic = body
-            .get(..2)
-            .map_or(0, |m| u16::from_le_bytes([m[0], m[1]]));
-        if magic != 0x4E93 {
-            return Err(NeffError::invalid(format!(
-                "NUMPY {file} bad header {magic:x} != 0x4e93"
-            )));
-        }
-        let major = body.get(6).copied().unwrap_or(0);
-        if major != 1 {
-            return Err(NeffError::invalid(format!(
-                "NUMPY {file}: format version {major} unsupported (only v1 headers)"
-            )));
-        }
-        let hlen = body
-            .get(8..10)
-            .map(|h| u16::from_le_bytes([h[0], h[1]]) as usize)
-            .ok_or_else(|| NeffError::invalid(format!("NUMPY {file}: truncated header")))?;
-        let start = 10 + hlen;
-        if start > body.len() {
-            return Err(NeffError::invalid(format!(
-                "NUMPY {file}: header length {hlen} past the file ({} bytes)",
-                body.len()
-            )));
-        }
-        (start, body.len() - start)
+/// Where a `.npy` member's payload lies (§8.2: NumPy v1, data after its header), from its first
+/// [`NPY_HEAD`] bytes and its size: `(offset, len)`.
+pub(crate) fn npy_payload(file: &str, head: &[u8], size: u64) -> Result<(u64, u64)> {
+    let magic = head
+        .get(..2)
+        .map_or(0, |m| u16::from_le_bytes([m[0], m[1]]));
+    if magic != 0x4E93 {
+        return Err(NeffError::invalid(format!(
+            "NUMPY {file} bad header {magic:x} != 0x4e93"
+        )));
+    }
+    let major = head.get(6).copied().unwrap_or(0);
+    if major != 1 {
+        return Err(NeffError::invalid(format!(
+            "NUMPY {file}: format version {major} unsupported (only v1 headers)"
+        )));
+    }
+    let hlen = head
+        .get(8..10)
+        .map(|h| u64::from(u16::from_le_bytes([h[0], h[1]])))
+        .ok_or_else(|| NeffError::invalid(format!("NUMPY {file}: truncated header")))?;
+    let start = NPY_HEAD as u64 + hlen;
+    if start > size {
+        return Err(NeffError::invalid(format!(
+            "NUMPY {file}: header length {hlen} past the file ({size} bytes)"
+        )));
+    }
+    Ok((start, size - start))
+}
+
+/// Where member `member` (of `size` bytes, `head` its first bytes) holds file var `var`'s
+/// payload, checked against the var's declared `size` when it has one (§8.2: the allocation is
+/// the payload's size, so the two must agree).
+pub(crate) fn payload_in(
+    var: &str,
+    file: &str,
+    declared: Option<u64>,
+    member: &str,
+    head: &[u8],
+    size: u64,
+) -> Result<(u64, u64)> {
+    let (offset, len) = if member.ends_with(".npy") {
+        npy_payload(file, head, size)?
     } else {
-        (0, body.len())
+        (0, size)
     };
-    Ok(Weight {
+    match declared {
+        Some(d) if d != len => Err(NeffError::invalid(format!(
+            "weight {var}: member {member} holds {len} payload bytes but the var declares \
+             size {d}"
+        ))),
+        _ => Ok((offset, len)),
+    }
+}
+
+/// The weight payload of a file var (§8.2): `.npy` v1 data after its header, else the member.
+/// Early, a weight whose member has not arrived stands for its declared size (the var's
+/// `size`); one whose member has gone by cannot be copied in this pass.
+fn weight_of(ar: &View<'_>, dir: &str, v: &Var) -> Result<Weight> {
+    let file = v.file_name.as_deref().unwrap_or_default();
+    let primary = in_dir(dir, file);
+    let weight = |member: String, offset, len, fallback| Weight {
         var: v.name.clone(),
+        file: file.to_string(),
         member,
         offset,
         len,
         alignment: v.alignment,
-    })
+        fallback,
+    };
+    let member = if ar.seen(&primary) {
+        primary
+    } else if ar.early() {
+        // The primary may still come and would win over a root-level copy (§5).
+        if primary != file && ar.passed(file) {
+            return Err(ar.block());
+        }
+        return match v.size {
+            Some(len) => Ok(weight(
+                primary.clone(),
+                0,
+                len,
+                (primary != file).then(|| file.to_string()),
+            )),
+            None => Err(ar.unseen(&primary)),
+        };
+    } else if ar.seen(file) {
+        file.to_string()
+    } else {
+        return Err(NeffError::invalid(format!(
+            "Failed to get neff weight content for {file}"
+        )));
+    };
+    if ar.early() && ar.passed(&member) {
+        return Err(ar.block());
+    }
+    let (offset, len) = payload_in(
+        &v.name,
+        file,
+        v.size,
+        &member,
+        ar.npy_head(&member),
+        ar.size(&member),
+    )?;
+    Ok(weight(member, offset, len, None))
 }
 
 fn parse_queue(name: String, e: &Value) -> Result<DmaQueue> {
@@ -398,7 +474,7 @@ fn strings_in<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
 }
 
 fn parse_engine(
-    ar: &Archive,
+    ar: &View<'_>,
     dir: &str,
     def: &Map<String, Value>,
     eng: &'static str,
@@ -412,16 +488,16 @@ fn parse_engine(
         return Ok(p);
     };
     let jname = as_str(j, eng)?;
-    let (jmember, body) = resolve(ar, dir, jname)
+    let jmember = resolve(ar, dir, jname)?
         .ok_or_else(|| NeffError::invalid(format!("Failed to get NEFF member {jname} ({eng})")))?;
-    let v: Value = serde_json::from_slice(body)
+    let v: Value = serde_json::from_slice(ar.body(&jmember)?)
         .map_err(|e| NeffError::invalid(format!("{jmember}: invalid JSON: {e}")))?;
     if let Some(instr) = v.get("instr") {
         let bname = as_str(instr, &format!("{jmember} instr"))?;
-        let (bmember, bin) = resolve(ar, dir, bname).ok_or_else(|| {
+        let bmember = resolve(ar, dir, bname)?.ok_or_else(|| {
             NeffError::invalid(format!("Failed to get NEFF member {bname} ({eng})"))
         })?;
-        let n = bin.len() as u64;
+        let n = ar.size(&bmember);
         if n > MAX_INSTR_BYTES {
             return Err(NeffError::invalid(format!(
                 "Instruction size {n} for {eng} exceeds maximum supported size {MAX_INSTR_BYTES}"
@@ -435,9 +511,10 @@ fn parse_engine(
             let mut names = Vec::new();
             strings_in(t, &mut names);
             for n in names {
-                if let Some((m, b)) = resolve(ar, dir, n) {
+                if let Some(m) = resolve(ar, dir, n)? {
                     if !p.tables.iter().any(|(x, _)| *x == m) {
-                        p.tables.push((m, b.len() as u64));
+                        let size = ar.size(&m);
+                        p.tables.push((m, size));
                     }
                 }
             }
@@ -447,15 +524,15 @@ fn parse_engine(
     Ok(p)
 }
 
-fn parse_ucode(ar: &Archive, dir: &str, v: &Value) -> Result<Vec<UcodeLib>> {
+fn parse_ucode(ar: &View<'_>, dir: &str, v: &Value) -> Result<Vec<UcodeLib>> {
     // CB: a string naming a JSON array member; MS/CAP: the array itself (§8.1 (c)).
     let owned;
     let list = match v {
         Value::String(name) => {
-            let (m, body) = resolve(ar, dir, name).ok_or_else(|| {
+            let m = resolve(ar, dir, name)?.ok_or_else(|| {
                 NeffError::invalid(format!("Failed to get ucode_lib manifest {name}"))
             })?;
-            owned = serde_json::from_slice::<Value>(body)
+            owned = serde_json::from_slice::<Value>(ar.body(&m)?)
                 .map_err(|e| NeffError::invalid(format!("{m}: invalid JSON: {e}")))?;
             as_array(&owned, &m)?
         }
@@ -518,7 +595,7 @@ fn parse_ucode(ar: &Archive, dir: &str, v: &Value) -> Result<Vec<UcodeLib>> {
                 "UCode Library {lib}: {functions} functions, at most {MAX_UCODE_FUNCTIONS}"
             )));
         }
-        let (member, body) = resolve(ar, dir, lib)
+        let member = resolve(ar, dir, lib)?
             .ok_or_else(|| NeffError::invalid(format!("Failed to get GPSIMD library {lib}")))?;
         if libs.iter().any(|l| l.member == member) {
             return Err(NeffError::invalid(format!(
@@ -526,8 +603,8 @@ fn parse_ucode(ar: &Archive, dir: &str, v: &Value) -> Result<Vec<UcodeLib>> {
             )));
         }
         libs.push(UcodeLib {
+            bytes: ar.size(&member),
             member,
-            bytes: body.len() as u64,
             version: version.to_string(),
             opcode,
             functions,
@@ -615,8 +692,8 @@ fn parse_extension(v: &Value) -> Result<Extension> {
 }
 
 /// Tier 3 (§8): one subgraph's `def.json`, with every check the sources pin.
-pub fn parse_def(ar: &Archive, name: &str, def_member: &str) -> Result<SubgraphDef> {
-    if ar.get(def_member).is_none() {
+pub(crate) fn parse_def(ar: &View<'_>, name: &str, def_member: &str) -> Result<SubgraphDef> {
+    if !ar.has(def_member)? {
         return Err(NeffError::invalid(format!(
             "Failed to get NEFF member {def_member}: subgraph {name} has no def.json"
         )));
@@ -659,34 +736,34 @@ pub fn parse_def(ar: &Archive, name: &str, def_member: &str) -> Result<SubgraphD
             "Subgraph {name} has no Outputs"
         ))));
     }
-    let weights = vars
-        .iter()
-        .filter(|v| v.kind == VarKind::File)
-        .map(|v| weight_of(ar, dir, v))
-        .collect::<Result<Vec<_>>>()
-        .map_err(ctx)?;
-    let queues = match def.get("dma_queue") {
+    // Every part is parsed before the first error is returned, so that an early parse records
+    // all that it misses at once.
+    let weights = collect_all(
+        vars.iter()
+            .filter(|v| v.kind == VarKind::File)
+            .map(|v| weight_of(ar, dir, v)),
+    );
+    let queues: Result<Vec<DmaQueue>> = match def.get("dma_queue") {
         Some(q) => named_entries(q, "dma_queue")
-            .and_then(|es| es.into_iter().map(|(n, e)| parse_queue(n, e)).collect())
-            .map_err(ctx)?,
-        None => Vec::new(),
+            .and_then(|es| es.into_iter().map(|(n, e)| parse_queue(n, e)).collect()),
+        None => Ok(Vec::new()),
     };
+    let ucode_libs = match def.get("ucode_lib") {
+        Some(u) => parse_ucode(ar, dir, u),
+        None => Ok(Vec::new()),
+    };
+    let engines = collect_all(ENGINES.iter().map(|e| parse_engine(ar, dir, def, e)));
+    let weights = weights.map_err(ctx)?;
+    let queues = queues.map_err(ctx)?;
     if queues.iter().filter(|q| q.ty == "act_load").count() > 1 {
         return Err(ctx(NeffError::invalid("more than one act_load DMA queue")));
     }
-    let ucode_libs = match def.get("ucode_lib") {
-        Some(u) => parse_ucode(ar, dir, u).map_err(ctx)?,
-        None => Vec::new(),
-    };
+    let ucode_libs = ucode_libs.map_err(ctx)?;
     let (has_reservation_key, reservations) = match def.get("runtime_statebuffer_reservation") {
         Some(r) => (true, parse_reservations(r).map_err(ctx)?),
         None => (false, Vec::new()),
     };
-    let engines = ENGINES
-        .iter()
-        .map(|e| parse_engine(ar, dir, def, e))
-        .collect::<Result<Vec<_>>>()
-        .map_err(ctx)?;
+    let engines = engines.map_err(ctx)?;
     let extension = def
         .get("nrt_dmem")
         .map(parse_extension)

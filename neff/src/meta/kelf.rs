@@ -25,8 +25,8 @@ pub struct Kelf {
 }
 
 /// Tier 2 (§7).
-pub fn parse_kelf(ar: &Archive, member: &str) -> Result<Kelf> {
-    if ar.get(member).is_none() {
+pub(crate) fn parse_kelf(ar: &View<'_>, member: &str) -> Result<Kelf> {
+    if !ar.has(member)? {
         return Err(NeffError::invalid(format!(
             "Failed to get KELF member {member} named by neff.json"
         )));

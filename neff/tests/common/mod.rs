@@ -113,3 +113,33 @@ pub fn header_of(b: &[u8]) -> Header {
     raw.copy_from_slice(&b[..HEADER_LEN]);
     Header::parse(&raw)
 }
+
+/// A sink that keeps every weight's bytes, checking that each arrives at increasing offsets
+/// (starting again at 0 only when a weight's member is replaced).
+#[derive(Default)]
+pub struct Collect {
+    pub began: usize,
+    pub bytes: std::collections::BTreeMap<(usize, usize), Vec<u8>>,
+    pub writes: usize,
+}
+
+impl nrt_neff::WeightSink for Collect {
+    type Error = String;
+
+    fn begin(&mut self, _: &nrt_neff::NeffModel) -> Result<(), String> {
+        self.began += 1;
+        Ok(())
+    }
+
+    fn write(&mut self, sg: usize, w: usize, offset: u64, bytes: &[u8]) -> Result<(), String> {
+        assert_eq!(self.began, 1, "bytes before begin");
+        let v = self.bytes.entry((sg, w)).or_default();
+        if offset == 0 {
+            v.clear();
+        }
+        assert_eq!(v.len() as u64, offset, "weight ({sg}, {w}) out of order");
+        v.extend_from_slice(bytes);
+        self.writes += 1;
+        Ok(())
+    }
+}
