@@ -402,14 +402,6 @@ unsafe impl Generational for crate::abi::nrt_tensor_t {
     const REFS: usize = core::mem::offset_of!(crate::abi::nrt_tensor_t, ref_count);
 }
 
-// SAFETY: `generation` is a u32 at offset 0 and `refs` an AtomicU64 at 8 (repr(C), pinned
-// by the const asserts beside the type); the core reaches `generation` only through
-// `Arena::words` (atomically) and `refs` only as the atomic it is.
-unsafe impl Generational for crate::tensor::SetSlot {
-    const GEN: usize = core::mem::offset_of!(crate::tensor::SetSlot, generation);
-    const REFS: usize = core::mem::offset_of!(crate::tensor::SetSlot, refs);
-}
-
 impl<T: Generational> Arena<T> {
     /// The `(index, generation)` a handle of slot `p` carries, read now, for a slot the
     /// caller owns (just made, or held by an owner reference), whose generation therefore
@@ -435,17 +427,25 @@ impl<T: Generational> Arena<T> {
         index: u32,
         generation: u32,
         kind: crate::handle::HandleKind,
-    ) -> Result<(*mut T, &AtomicU64), crate::Error> {
-        let p = self.slot(index).ok_or(crate::Error::forged(kind))?;
+    ) -> Result<(*mut T, &AtomicU64), crate::handle::HandleError> {
+        use crate::handle::{HandleError, HandleFault};
+        let forged = HandleError {
+            kind,
+            fault: HandleFault::Forged,
+        };
+        let p = self.slot(index).ok_or(forged)?;
         if generation & 1 == 0 {
-            return Err(crate::Error::forged(kind));
+            return Err(forged);
         }
         // SAFETY: `p` is a slot of this arena (`slot` bounds-checked the index).
         let (gen, refs) = unsafe { self.words(p) };
         if crate::handle::pin(gen, refs, generation) {
             Ok((p, refs))
         } else {
-            Err(crate::Error::stale(kind))
+            Err(HandleError {
+                kind,
+                fault: HandleFault::Stale,
+            })
         }
     }
 

@@ -326,6 +326,12 @@ impl Error {
     }
 }
 
+impl From<crate::handle::HandleError> for Error {
+    fn from(e: crate::handle::HandleError) -> Self {
+        Error::InvalidHandle(e)
+    }
+}
+
 impl From<ArenaFull> for Error {
     fn from(a: ArenaFull) -> Self {
         Error::ArenaFull(a)

@@ -51,7 +51,7 @@ pub use handle::{
     DmemHandle, HandleError, HandleFault, HandleKind, ModelHandle, SetHandle, TensorHandle,
 };
 pub use ledger::{DeviceTotals, UsageSel};
-pub use vcore::{CoreSel, LogicalCore};
+pub use device::{CoreSel, LogicalCore};
 
 // What the public types promise about their traits, checked at compile time (the promises of
 // the types in `handle`, `sync`, `cell` and `dmem` sit beside them).

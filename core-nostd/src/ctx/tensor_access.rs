@@ -729,6 +729,13 @@ impl<'a> Nrt<'a> {
 // `DataLock` that is unlocked when zeroed (checked in `sync`) around an empty body (a zero
 // length, zeroed handle words and names).
 unsafe impl ZeroValid for SetSlot {}
+// SAFETY: `generation` is a u32 at offset 0 and `refs` an AtomicU64 at 8 (repr(C), pinned
+// by the const asserts beside the type); the core reaches `generation` only through
+// `Arena::words` (atomically) and `refs` only as the atomic it is.
+unsafe impl crate::arena::Generational for SetSlot {
+    const GEN: usize = core::mem::offset_of!(SetSlot, generation);
+    const REFS: usize = core::mem::offset_of!(SetSlot, refs);
+}
 // SAFETY: integers and bytes; zero is an unused entry.
 unsafe impl ZeroValid for crate::tensor::SetEntry {}
 
