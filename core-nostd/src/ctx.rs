@@ -130,15 +130,9 @@ mod access;
 mod bind;
 mod guards;
 mod lifecycle;
-mod model_access;
-mod tensor_access;
 
 pub(crate) use bind::{Binder, Part};
 pub(crate) use guards::*;
-pub(crate) use model_access::*;
-pub(crate) use tensor_access::{
-    BindChunk, BoundTensors, Last, StorageMem, StorageOwner, StorageRef, TensorRef,
-};
 
 /// Per-device state the project keeps beside `mla_t`: libnrt's 590 008 bytes leave 11 bytes
 /// of gaps, so the peaks and the host DMA ledger (like the driver's sysfs `total`/`peak`

@@ -46,12 +46,12 @@ pub use static_assertions as __static_assertions;
 
 pub use config::Capacity;
 pub use ctx::{CoreState, InitOptions, Nrt, StaticState, StorageFree};
+pub use device::{CoreSel, LogicalCore};
 pub use error::{Error, InvalidArg, Result};
 pub use handle::{
     DmemHandle, HandleError, HandleFault, HandleKind, ModelHandle, SetHandle, TensorHandle,
 };
 pub use ledger::{DeviceTotals, UsageSel};
-pub use device::{CoreSel, LogicalCore};
 
 // What the public types promise about their traits, checked at compile time (the promises of
 // the types in `handle`, `sync`, `cell` and `dmem` sit beside them).

@@ -51,7 +51,10 @@ pub fn code_only(text: &str) -> String {
         let c = b[i];
         let prev_ident = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
         if c == b'/' && b.get(i + 1) == Some(&b'/') {
-            let end = b[i..].iter().position(|&x| x == b'\n').map_or(b.len(), |n| i + n);
+            let end = b[i..]
+                .iter()
+                .position(|&x| x == b'\n')
+                .map_or(b.len(), |n| i + n);
             blank(&mut out, &b[i..end]);
             i = end;
         } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
@@ -69,14 +72,11 @@ pub fn code_only(text: &str) -> String {
             }
             blank(&mut out, &b[i..j]);
             i = j;
-        } else if !prev_ident
-            && (c == b'r' || (c == b'b' && b.get(i + 1) == Some(&b'r')))
-            && {
-                let s = if c == b'b' { i + 2 } else { i + 1 };
-                let h = b[s..].iter().take_while(|&&x| x == b'#').count();
-                b.get(s + h) == Some(&b'"')
-            }
-        {
+        } else if !prev_ident && (c == b'r' || (c == b'b' && b.get(i + 1) == Some(&b'r'))) && {
+            let s = if c == b'b' { i + 2 } else { i + 1 };
+            let h = b[s..].iter().take_while(|&&x| x == b'#').count();
+            b.get(s + h) == Some(&b'"')
+        } {
             let s = if c == b'b' { i + 2 } else { i + 1 };
             let hashes = b[s..].iter().take_while(|&&x| x == b'#').count();
             let mut close = vec![b'"'];
@@ -205,7 +205,12 @@ fn first_segments(rest: &str) -> Vec<String> {
         }
         parts
             .iter()
-            .map(|p| p.trim_start().chars().take_while(|&c| is_ident(c)).collect())
+            .map(|p| {
+                p.trim_start()
+                    .chars()
+                    .take_while(|&c| is_ident(c))
+                    .collect()
+            })
             .filter(|p: &String| !p.is_empty())
             .collect()
     } else {
@@ -466,10 +471,7 @@ fn impl_type_name(header: &str) -> Option<String> {
         }
         h = h[cut..].trim();
     }
-    let path: String = h
-        .chars()
-        .take_while(|&c| is_ident(c) || c == ':')
-        .collect();
+    let path: String = h.chars().take_while(|&c| is_ident(c) || c == ':').collect();
     let name = path.rsplit("::").next()?.to_owned();
     (!name.is_empty()).then_some(name)
 }
@@ -523,9 +525,7 @@ pub fn check(files: &[Source]) -> Result<String, String> {
     );
     for (ty, n) in &fns {
         if *n > PUB_FN_MAX {
-            failures.push(format!(
-                "type `{ty}` has {n} pub fn (at most {PUB_FN_MAX})"
-            ));
+            failures.push(format!("type `{ty}` has {n} pub fn (at most {PUB_FN_MAX})"));
         }
     }
     if failures.is_empty() {
@@ -574,13 +574,18 @@ mod tests {
             src("arena.rs", "use crate::{abi::X, model::Y};\n"),
             src("abi.rs", "fn f() {}\n"),
             src("model/mod.rs", "use crate::Thing;\n"),
-            src("b.rs", "fn g() -> crate::model::Z {}\n#[cfg(test)]\nmod tests { use crate::arena; }\n"),
+            src(
+                "b.rs",
+                "fn g() -> crate::model::Z {}\n#[cfg(test)]\nmod tests { use crate::arena; }\n",
+            ),
         ];
         let (modules, g) = graph(&files);
         assert!(g["arena"].contains_key("model"));
         assert!(g["model"].contains_key("b"), "re-export maps to its module");
         assert!(!g["b"].contains_key("arena"), "test code is not read");
-        assert!(find_cycle(&modules, &g).unwrap().contains(&"model".to_owned()));
+        assert!(find_cycle(&modules, &g)
+            .unwrap()
+            .contains(&"model".to_owned()));
         let err = check(&files).unwrap_err();
         assert!(err.contains("mechanism module `arena` imports behaviour module `model`"));
         assert!(err.contains("module cycle"));
@@ -591,7 +596,9 @@ mod tests {
 
     #[test]
     fn pub_fns_are_counted_per_type_across_files() {
-        let many: String = (0..=PUB_FN_MAX).map(|i| format!("    pub fn f{i}(&self) {{}}\n")).collect();
+        let many: String = (0..=PUB_FN_MAX)
+            .map(|i| format!("    pub fn f{i}(&self) {{}}\n"))
+            .collect();
         let files = [
             src("a.rs", "impl<'a> Nrt<'a> {\n    pub fn x(&self) {}\n    pub(crate) fn y() {}\n    pub const fn z() {}\n}\nimpl Tr for Nrt<'_> { pub fn no() {} }\n"),
             src("b.rs", &format!("impl Nrt<'_> {{\n{many}}}\n")),

@@ -139,7 +139,7 @@ impl<'a> Nrt<'a> {
     /// its coordinates ([`Self::tpb_coords`]: address arithmetic, no dereference), or `None`
     /// for a pointer that is not exactly a core of the tree. What the accessors below take
     /// instead of trusting a caller's pointer.
-    pub(super) fn tree_tpb(&self, tpb: *const tpb_t) -> Option<*mut tpb_t> {
+    pub(crate) fn tree_tpb(&self, tpb: *const tpb_t) -> Option<*mut tpb_t> {
         let (d, t) = self.tpb_coords(tpb);
         (d < constants::MAX_MLA_PER_PROCESS as u32 && t < constants::TPBS_PER_MLA as u32)
             .then(|| self.tpb_ptr(d, t))

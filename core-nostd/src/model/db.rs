@@ -1,10 +1,11 @@
 //! The per-core model database (spec §4.3, §4.4): `add_model`, the handle lookup with its
 //! reference, `remove_model`'s unlink-then-drain, and the queries over resident models.
 
+use super::access::{DrainedModel, ModelRef};
 use super::{ModelInfo, ModelIo};
 use crate::abi::*;
 use crate::arena::Fresh;
-use crate::ctx::{DrainedModel, InCall, InFlight, ModelRef, Nrt};
+use crate::ctx::{InCall, InFlight, Nrt};
 use crate::error::{Error, Result};
 use crate::handle::{HandleKind, ModelHandle};
 use crate::vcore::LogicalCore;

@@ -1,9 +1,10 @@
 //! The exec seam (spec §4.6): one model executes at a time per physical core, holding a
 //! model reference, and the declared IO an execution binds.
 
+use super::access::ExecHold;
 use super::{IoUsage, ModelIo};
 use crate::abi::*;
-use crate::ctx::{ExecHold, Nrt};
+use crate::ctx::Nrt;
 use crate::error::{Error, Result};
 use crate::handle::ModelHandle;
 

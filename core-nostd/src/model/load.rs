@@ -4,13 +4,14 @@
 
 use core::ptr::null_mut;
 
+use super::access::DrainedModel;
 use super::{tdrv_get_unique_h_model, ModelSpec, IO_DIMS_MAX, IO_NAME_MAX};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::arena::{Fresh, GiveBack};
 use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
 use crate::cstr::copy_c_name;
-use crate::ctx::{DrainedModel, Exclusive, InCall, Nrt};
+use crate::ctx::{Exclusive, InCall, Nrt};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
 use crate::handle::ModelHandle;

@@ -7,12 +7,16 @@
 //! per-core `model_db` and the lookups and queries over it), `exec` (the exec seam and the
 //! IO an execution binds) and `sbuf` (the SBUF carveout, spec §8).
 //!
-//! No `unsafe` here or in the sub-modules: the model's raw memory — the
+//! No `unsafe` here or in the sub-modules but `access`: the model's raw memory — the
 //! core's `model_db` behind `model_db_lock`, `model_t` slots, their IO tables, mem_ref sets
 //! and cleanup records, `h_running_model` — is reached through the accessors of
-//! `ctx/model_access.rs` (see docs/UNSAFE.md).
+//! [`access`] (see docs/UNSAFE.md).
 #![deny(unsafe_code)]
 
+// The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each
+// block argued (docs/UNSAFE.md).
+#[allow(unsafe_code)]
+pub(crate) mod access;
 mod db;
 mod exec;
 mod load;

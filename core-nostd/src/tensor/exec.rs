@@ -4,12 +4,13 @@
 
 use core::sync::atomic::Ordering;
 
-use crate::ctx::{BoundTensors, Nrt};
+use super::access::BoundTensors;
+use crate::ctx::Nrt;
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{ModelHandle, SetHandle};
 use crate::model::ExecGuard;
 
-pub(crate) use crate::ctx::BindChunk;
+pub(crate) use super::access::BindChunk;
 
 /// Tensors per chunk of an execution's bound list (`Capacity::bind_chunks` counts chunks).
 pub const BIND_CHUNK: usize = 64;

@@ -3,9 +3,10 @@
 
 use core::sync::atomic::Ordering;
 
+use super::access::{StorageMem, StorageRef, TensorRef};
 use super::{DeviceAllocationInfo, Tensor};
 use crate::abi::*;
-use crate::ctx::{InCall, Nrt, StorageMem, StorageRef, TensorRef};
+use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::TensorHandle;
 use crate::sync::relax;

@@ -13,10 +13,14 @@
 //! `io` (reads, writes, memset, copy, windows, counters), `exec` (the execute data path),
 //! `set` (tensor sets). The VIRTUAL tensors' [`HostMem`] providers live in
 //! [`crate::host_heap`] (re-exported here), and every raw access to a tensor, a storage or a
-//! set slot goes through the accessors of `ctx/tensor_access.rs` (docs/UNSAFE.md), so this
+//! set slot goes through the accessors of [`access`] (docs/UNSAFE.md), so the rest of this
 //! module is `deny(unsafe_code)` but for [`Nrt::tensor_attach_buffer`]'s declaration.
 #![deny(unsafe_code)]
 
+// The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each
+// block argued (docs/UNSAFE.md).
+#[allow(unsafe_code)]
+pub(crate) mod access;
 mod exec;
 mod io;
 mod pool;
@@ -34,11 +38,12 @@ use core::ptr::NonNull;
 
 use crate::abi::*;
 use crate::cstr::c_name;
-use crate::ctx::{Exclusive, InCall, Last, Nrt, StorageMem, StorageOwner};
+use crate::ctx::{Exclusive, InCall, Nrt};
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{Dropped, HandleKind, TensorHandle};
 use crate::vcore::{CoreSel, LogicalCore};
+use access::{Last, StorageMem, StorageOwner};
 
 /// Where a tensor lives (`nrt_tensor_placement_t`, public `nrt.h`).
 #[repr(u32)]

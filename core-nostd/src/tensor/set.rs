@@ -32,7 +32,7 @@ const _: () = assert!(core::mem::offset_of!(SetSlot, generation) == 0);
 const _: () = assert!(core::mem::offset_of!(SetSlot, refs) == 8);
 
 // `SetSlot` is valid all-zero: its `ZeroValid` impl sits with the set slot's accessors
-// (`ctx/tensor_access.rs`).
+// (`tensor/access.rs`).
 
 /// One named tensor of a set.
 #[repr(C)]

@@ -1,6 +1,6 @@
 //! The tensor, storage and tensor-set arenas' accessors (spec §7.1, §7.3): every raw pointer
-//! `tensor` needs is reached here, through a type that proves the access sound, so `tensor`
-//! itself is `deny(unsafe_code)` (docs/UNSAFE.md).
+//! `tensor` needs is reached here, through a type that proves the access sound, so the rest of
+//! `tensor/` is `deny(unsafe_code)` (docs/UNSAFE.md).
 //!
 //! What proves what:
 //! * [`SlotPin`] (a tensor's or a set's pin, the protocol of [`crate::handle`]): the object
@@ -21,8 +21,13 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::{addr_of, addr_of_mut, NonNull};
 
-use super::*;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::abi::meta::ZeroValid;
+use crate::abi::*;
 use crate::arena::Fresh;
+use crate::ctx::*;
+use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped, HandleKind, SetHandle, TensorHandle};
 use crate::host_heap::HostMem;
 use crate::sync::relax;
