@@ -7,25 +7,29 @@
 //! failure path restores the ledger, the arenas and the driver to their state before the call.
 //!
 //! This file holds the request and report types, the dmem pin and the public gated API;
-//! the other jobs have a file each: `allocator` (the allocator tier: create, destroy, the
-//! list and its books, the weak GC indexes), `alloc` (`dmem_alloc_internal`: the category
+//! the other jobs have a file each: `access` (the raw accessors: the allocator tier's create,
+//! destroy, list and books, the weak GC indexes, and every read and write of a `dmem_t` slot's
+//! fields), `alloc` (`dmem_alloc_internal`: the category
 //! tables, the ledger booking and the aligned-alloc emulation) and `free` (references,
 //! free and finalize).
 // Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
 // tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
 // stale or foreign pointer is an error, not undefined behaviour.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
+#![deny(unsafe_code)]
 
+// The domain's raw accessors: the one file of `dmem/` where `unsafe` is allowed, each block
+// argued (docs/UNSAFE.md).
+#[allow(unsafe_code)]
+mod access;
 mod alloc;
-mod allocator;
 mod free;
 mod pool;
 
 pub use alloc::align_offset;
 pub(crate) use pool::DmemPool;
 
-use core::ptr::addr_of_mut;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::arena::GiveBack;
@@ -211,9 +215,7 @@ impl<'a> Nrt<'a> {
     pub fn dmem_acquire_reference(&self, h: DmemHandle) -> Result<()> {
         let _call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        // SAFETY: `p.m` is pinned: a slot of the dmem arena that stays whole.
-        let (_, refs) = unsafe { self.st.dmem.dmems.words(p.m) };
-        if handle::add_owner(refs) {
+        if handle::add_owner(p.refs) {
             Ok(())
         } else {
             Err(Error::stale(HandleKind::Dmem))
@@ -239,10 +241,7 @@ impl<'a> Nrt<'a> {
     pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, h: DmemHandle) -> Result<()> {
         let call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        // SAFETY: pinned slot; the field is accessed atomically (see dmem_release_ref).
-        if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*p.m).allocator)).load(Ordering::Acquire) }
-            != al
-        {
+        if self.dmem_allocator_of(&p) != al {
             return Err(Error::ForeignDmem);
         }
         self.dmem_free_pinned(&call, p)
@@ -252,25 +251,7 @@ impl<'a> Nrt<'a> {
     pub fn dmem_info(&self, h: DmemHandle) -> Result<DmemInfo> {
         let _call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        let m = p.m;
-        // SAFETY: pinned: these fields were written before the dmem was published and are
-        // not written again until it is finalised, which waits for this pin.
-        unsafe {
-            Ok(DmemInfo {
-                size: (*m).size,
-                align: (*m).align,
-                pa: (*m)._pa,
-                align_offset: (*m).align_offset,
-                allocated_size: (*m).allocated_size,
-                mem_handle: (*m).mem_handle,
-                mem_type: (*m).mem_type,
-                mem_usage_type: (*m).mem_usage_type,
-                tdram_channel: (*m).tdram_channel,
-                device_id: (*m).device_id,
-                nc_id: (*m).nc_id,
-                ref_count: ((*m).ref_count.load(Ordering::Acquire) & handle::OWNERS) as u32,
-            })
-        }
+        Ok(self.dmem_info_of(&p))
     }
 
     /// The handle of a dmem met while walking an allocator ([`Self::allocator_for_each`]):
@@ -278,8 +259,7 @@ impl<'a> Nrt<'a> {
     pub fn dmem_handle_of(&self, d: &dmem_t) -> Option<DmemHandle> {
         let m = d as *const dmem_t;
         let index = self.st.dmem.dmems.index_of(m)? as u32;
-        // SAFETY: a slot of the dmem arena (index_of checked it); the words are atomics.
-        let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
+        let (gen, refs) = self.st.dmem.dmems.words_of(m)?;
         let generation = gen.load(Ordering::Acquire);
         if generation & 1 == 0 || refs.load(Ordering::Acquire) & handle::OWNERS == 0 {
             return None;
