@@ -223,7 +223,7 @@ fn first_segments(rest: &str) -> Vec<String> {
     }
 }
 
-/// The top-level module a file below `src/` belongs to (`ctx/guards.rs` → `ctx`), or `None`
+/// The top-level module a file below `src/` belongs to (`ctx/lifecycle.rs` → `ctx`), or `None`
 /// for the crate root.
 fn top_module(rel: &str) -> Option<String> {
     let first = rel.split('/').next()?;

@@ -168,6 +168,25 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> DynResult {
     Ok(())
 }
 
+/// Whether `path`'s module, or one of its ancestors, is declared under `#[allow(unsafe_code)]`
+/// (a domain's raw accessors and their children).
+fn fenced(path: &str, files: &[FileCount]) -> bool {
+    let mut at = path;
+    while let Some(up) = parent_of(at, files) {
+        let module = at.strip_suffix("/mod.rs").unwrap_or(at);
+        let name = module.rsplit('/').next().unwrap_or(module);
+        if up
+            .fenced
+            .iter()
+            .any(|c| c == name.strip_suffix(".rs").unwrap_or(name))
+        {
+            return true;
+        }
+        at = &up.path;
+    }
+    false
+}
+
 /// The Markdown table, [`BEGIN`] and [`END`] included, one row a file and a total row.
 pub fn table(files: &[FileCount]) -> String {
     let mut t = String::new();
@@ -176,13 +195,7 @@ pub fn table(files: &[FileCount]) -> String {
     t.push_str("| module | `grep -c unsafe` | code sites | `deny(unsafe_code)` |\n");
     t.push_str("|---|---:|---:|---|\n");
     for f in files {
-        let fence = parent_of(&f.path, files).is_some_and(|up| {
-            let module = f.path.strip_suffix("/mod.rs").unwrap_or(&f.path);
-            let name = module.rsplit('/').next().unwrap_or(module);
-            up.fenced
-                .iter()
-                .any(|c| c == name.strip_suffix(".rs").unwrap_or(name))
-        });
+        let fence = fenced(&f.path, files);
         let deny = match f.deny.as_deref() {
             None if fence => "no: the domain's raw accessors (`#[allow]` on the `mod`)".to_owned(),
             None => String::new(),
