@@ -246,13 +246,15 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         .collect::<Result<_, _>>()?;
     let before = s
         .nrt()
-        .vnc_usage(LogicalCore::from_c(mid_core))
+        .ledger()
+        .logical_core_usage(LogicalCore::from_c(mid_core))
         .map_err(fail)?;
     s.unload(&mid)
         .map_err(|e| fail(format!("unloading {mid}: {e}")))?;
     let after = s
         .nrt()
-        .vnc_usage(LogicalCore::from_c(mid_core))
+        .ledger()
+        .logical_core_usage(LogicalCore::from_c(mid_core))
         .map_err(fail)?;
     o.line(&format!(
         "   {:<26} {:>12} {:>12} {:>12}",
@@ -332,7 +334,8 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     ))?;
     let used_before = s
         .nrt()
-        .dmem_get_memory_stats(LogicalCore::from_c(oom_core))
+        .ledger()
+        .memory_stats(LogicalCore::from_c(oom_core))
         .map(|x| x.bytes_used)
         .unwrap_or(0);
     // With -q the deliberate OOM is not logged as an error: the verdict line says how it went.
@@ -368,7 +371,8 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
             }
             let used_after = s
                 .nrt()
-                .dmem_get_memory_stats(LogicalCore::from_c(oom_core))
+                .ledger()
+                .memory_stats(LogicalCore::from_c(oom_core))
                 .map(|x| x.bytes_used)
                 .unwrap_or(0);
             o.verdict(

@@ -179,7 +179,10 @@ pub fn collect(s: &Session, source: &str) -> Report {
             limit: st.bytes_limit,
             peak: st.bytes_peak,
             usage: ins.vnc_usage(LogicalCore::from_c(v)).unwrap_or_default(),
-            models: nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap_or(0),
+            models: nrt
+                .models()
+                .on_core(LogicalCore::from_c(v), &mut [])
+                .unwrap_or(0),
         });
     }
     let models = s
@@ -189,7 +192,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
             // One walk of the model's heaps: the total is the subgraphs' sum.
             let subgraphs = s.subgraph_footprints(m.handle).unwrap_or_default();
             let (dev, host) = total_footprint(&subgraphs);
-            let info = nrt.model_info(m.handle).unwrap_or_default();
+            let info = nrt.models().info(m.handle).unwrap_or_default();
             let device = nrt
                 .virtual_core(LogicalCore::from_c(m.core))
                 .ok()

@@ -6,7 +6,7 @@
 //! all-zero, so it lives in `.bss` (firmware, the C ABI singleton) or in a zeroed allocation
 //! (independent instances for Rust users and tests) and is never built on the stack.
 //!
-//! Every raw access to the tree and the block's storage is in [`access`] (and its children:
+//! Every raw access to the tree and the block's storage is in `access` (and its children:
 //! the lock guards, the storage binder, the storage itself); the rest of `ctx` is safe code.
 
 #![deny(unsafe_code)]

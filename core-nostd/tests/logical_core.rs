@@ -58,7 +58,7 @@ fn an_index_kept_across_a_smaller_reinit_is_an_error_not_another_core() {
         Some(Error::LogicalCoreOutOfRange { vnc: 3, owned: 2 })
     );
     assert_eq!(
-        n.dmem_get_memory_stats(last),
+        n.ledger().memory_stats(last),
         Err(Error::LogicalCoreOutOfRange { vnc: 3, owned: 2 })
     );
     n.close().unwrap();

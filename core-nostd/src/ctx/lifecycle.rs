@@ -91,8 +91,8 @@ impl<'a> Nrt<'a> {
         self.db_physical_core_get_mla_and_tpb(&pc).map(|(_, t)| t)
     }
 
-    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `(dev, core)`.
-    pub fn core_allocator(&self, dev: u32, core: u32) -> Result<*mut dmem_allocator_t> {
+    /// The body of [`crate::dmem::DeviceMemory::core_allocator`].
+    pub(crate) fn core_allocator(&self, dev: u32, core: u32) -> Result<*mut dmem_allocator_t> {
         let _g = self.enter()?;
         let tpb = self.tpb(dev, core)?;
         let al = self.tpb_allocator(&_g, tpb);

@@ -128,9 +128,8 @@ impl<'a> Nrt<'a> {
             .map_err(|_| Error::InvalidArgument(InvalidArg::AllocatorNotLive))
     }
 
-    /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is
-    /// not live, and outside `init`…`close`.
-    pub fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
+    /// The body of [`crate::dmem::DeviceMemory::allocator_usage`].
+    pub(crate) fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
         let Ok(_call) = self.enter() else {
             return (0, 0);
         };
@@ -144,11 +143,8 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: `f` must
-    /// not allocate from, free into, measure ([`Self::allocator_usage`]) or walk `al` (that
-    /// call would wait for the lock forever). `Closed` /
-    /// `Uninitialized` outside `init`…`close`; an allocator that is not live has no dmems.
-    pub fn allocator_for_each(
+    /// The body of [`crate::dmem::DeviceMemory::allocator_for_each`].
+    pub(crate) fn allocator_for_each(
         &self,
         al: *mut dmem_allocator_t,
         f: impl FnMut(&dmem_t),
@@ -178,11 +174,8 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// Walks `al`'s list under its lock and checks it ([`crate::list::List::check`]): every
-    /// link symmetric, and as many dmems as the allocator's own count says. The outer error is
-    /// the call's (`Closed`, `Uninitialized`, an allocator that is not live), the inner one
-    /// the list's.
-    pub fn allocator_check(
+    /// The body of [`crate::dmem::DeviceMemory::allocator_check`].
+    pub(crate) fn allocator_check(
         &self,
         al: *mut dmem_allocator_t,
     ) -> Result<core::result::Result<(), ListError>> {

@@ -47,10 +47,8 @@ impl ExecGuard<'_> {
 }
 
 impl<'a> Nrt<'a> {
-    /// The exec seam (spec §4.6): takes a reference on `h` (so an unload waits), then each of
-    /// its physical cores' exec locks in order (one model executes at a time per core), and
-    /// marks it `h_running_model`. Dropping the guard undoes all three.
-    pub fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
+    /// The body of [`crate::model::Models::exec_begin`].
+    pub(crate) fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
         let call = self.enter()?;
         let (tpb0, vnc) = self.model_tpb(&call, h)?;
         let m = self.get_model_ref_count(tpb0, h.h_model())?;

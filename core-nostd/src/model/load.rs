@@ -150,15 +150,8 @@ impl<'a> Nrt<'a> {
             .unwrap_or(0)
     }
 
-    /// Loads a model onto logical core `vnc` (spec §5): builds one MODEL heap per subgraph in
-    /// an mr_set slot and moves it into the `model_t` (zeroing the slot), validates the SBUF
-    /// carveout on CAYMAN, makes the allocations, claims scratchpad pages, stages GPSIMD
-    /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger's
-    /// bytes, every allocator and every arena's slots are as before. The model's own heaps go
-    /// straight back, not through the quarantines (nobody saw them); scratchpad pages and the
-    /// shared ext-isa copy, which others could see once claimed, go through them. High-water marks — the ledger's
-    /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
-    pub fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<ModelHandle> {
+    /// The body of [`crate::model::Models::load`].
+    pub(crate) fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<ModelHandle> {
         let call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(&call, vnc)?;
         let g = self.dev_geom(&call, v.tpbs[0].device_id);
@@ -436,18 +429,8 @@ impl<'a> Nrt<'a> {
         m.release();
     }
 
-    /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
-    /// `model_free` (spec §4.5, §5.4). No other model's memory changes. `Closed` /
-    /// `Uninitialized` outside an initialised runtime (spec §7.2 state gate). A handle
-    /// already unloaded (at any age), forged, or of another runtime is
-    /// [`Error::InvalidHandle`] and nothing changes; of two racing unloads of one model,
-    /// exactly one unloads it.
-    ///
-    /// As with `close`: a thread must not unload while it holds an
-    /// [`ExecGuard`](super::ExecGuard) of a model on the same core. The guard holds the core's exec lock; an execution of the model being
-    /// unloaded that waits for that lock already holds a model reference; and the unload
-    /// waits for the model's references to go. The three would wait for each other forever.
-    pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
+    /// The body of [`crate::model::Models::unload`].
+    pub(crate) fn unload_model(&self, h: ModelHandle) -> Result<()> {
         let call = self.enter()?;
         let (tpb, _) = self.model_tpb(&call, h)?;
         let m = self.remove_model(tpb, h.h_model())?;

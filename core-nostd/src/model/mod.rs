@@ -10,7 +10,7 @@
 //! No `unsafe` here or in the sub-modules but `access`: the model's raw memory — the
 //! core's `model_db` behind `model_db_lock`, `model_t` slots, their IO tables, mem_ref sets
 //! and cleanup records, `h_running_model` — is reached through the accessors of
-//! [`access`] (see docs/UNSAFE.md).
+//! `access` (see docs/UNSAFE.md).
 #![deny(unsafe_code)]
 
 // The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each
@@ -22,11 +22,13 @@ mod exec;
 mod load;
 mod pool;
 mod sbuf;
+mod view;
 
 pub use exec::ExecGuard;
 pub use load::name_key;
 pub(crate) use pool::ModelPool;
 pub use sbuf::SbufCarveout;
+pub use view::Models;
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -148,7 +150,7 @@ pub enum IoUsage {
 }
 
 /// One declared input or output of a resident model, as
-/// [`Nrt::for_each_model_io`](crate::ctx::Nrt::for_each_model_io) lends it (borrowed from the
+/// [`Models::for_each_io`](crate::model::Models::for_each_io) lends it (borrowed from the
 /// model's IO table while the call holds a reference on the model).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

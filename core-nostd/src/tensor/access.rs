@@ -703,7 +703,7 @@ impl<'a> Nrt<'a> {
     ///
     /// # Safety
     /// `buf` is valid for reads and writes of `size` bytes until no tensor views it any more
-    /// (the contract of [`Nrt::tensor_attach_buffer`]), and no other thread uses the tensor
+    /// (the contract of [`Tensors::attach_buffer`](crate::tensor::Tensors::attach_buffer)), and no other thread uses the tensor
     /// during this call (its window is rewritten without a lock, as in libnrt).
     pub(crate) unsafe fn tensor_attach(
         &self,

@@ -254,7 +254,8 @@ impl Measurer {
             };
             if s.rt
                 .nrt()
-                .load_model(LogicalCore::from_c(core), &spec)
+                .models()
+                .load(LogicalCore::from_c(core), &spec)
                 .is_err()
             {
                 return Some((empty, channel_size, Took::Unknown));
