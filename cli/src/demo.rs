@@ -129,7 +129,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     };
     let nrt = s.nrt();
     let g = nrt.geom(0);
-    let ncores = nrt.visible_vnc_count().max(1) as i64;
+    let ncores = nrt.visible_logical_core_count().max(1) as i64;
     o.heading(&format!(
         "nrt-dmem demo · {} ({} device{}: {} NeuronCores, {} HBM × {}) · LNC {} → {} logical cores",
         s.runtime().config().device,
@@ -138,7 +138,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         g.cores,
         g.channels,
         fmt_bytes(g.channel_size),
-        nrt.lnc_size(),
+        nrt.logical_core_size(),
         ncores
     ))?;
 
@@ -312,11 +312,11 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     o.line("")?;
     let hbm = s
         .nrt()
-        .vtpb_get_default_hbm_idx(LogicalCore::from_c(oom_core))
+        .logical_core_hbm(LogicalCore::from_c(oom_core))
         .unwrap_or(0);
     let dev = s
         .nrt()
-        .virtual_core(LogicalCore::from_c(oom_core))
+        .logical_core_entry(LogicalCore::from_c(oom_core))
         .ok()
         .and_then(|v| v.cores().first().map(|p| p.device_id))
         .unwrap_or(0);

@@ -45,7 +45,7 @@ fn main() -> Result<(), Error> {
     assert_eq!(&back, b"hello");
     nrt.tensors().free(t)?;
 
-    let core = nrt.virtual_core(core0)?.tpbs[0];
+    let core = nrt.logical_core_entry(core0)?.tpbs[0];
     let booked = nrt
         .ledger()
         .device(core.device_id, core.device_tpb_idx, WEIGHT);

@@ -240,19 +240,22 @@ impl<'a> Nrt<'a> {
 
 impl Inspector<'_> {
     /// [`Ledger::memory_stats`](crate::ledger::Ledger::memory_stats), also after `close`.
-    pub fn dmem_get_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
+    #[doc(alias = "dmem_get_memory_stats")]
+    pub fn memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
         let call = self.0.inspect()?;
         self.0.vnc_memory_stats(&call, vnc)
     }
 
     /// [`Ledger::logical_core_usage`](crate::ledger::Ledger::logical_core_usage), also after `close`.
-    pub fn vnc_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
+    #[doc(alias = "vnc_usage")]
+    pub fn logical_core_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
         let call = self.0.inspect()?;
         self.0.vnc_breakdown(&call, vnc)
     }
 
-    /// [`Nrt::virtual_core`], also after `close`.
-    pub fn virtual_core(&self, vnc: LogicalCore) -> Result<virtual_core_t> {
+    /// [`Nrt::logical_core_entry`], also after `close`.
+    #[doc(alias = "virtual_core")]
+    pub fn logical_core_entry(&self, vnc: LogicalCore) -> Result<virtual_core_t> {
         let call = self.0.inspect()?;
         self.0.vtpb_get_virtual_core(&call, vnc).copied()
     }

@@ -162,27 +162,33 @@ impl Nrt<'_> {
 
     /// Logical cores this process owns (`nrt_get_visible_vnc_count`); 0 while the runtime is
     /// not initialised.
-    pub fn visible_vnc_count(&self) -> u32 {
+    #[doc(alias = "visible_vnc_count")]
+    #[doc(alias = "nrt_get_visible_vnc_count")]
+    pub fn visible_logical_core_count(&self) -> u32 {
         self.gated(0, |g| self.vcores(g).num_owned)
     }
 
-    /// [`Self::visible_vnc_count`] as a step of a gated call (`call`).
+    /// [`Self::visible_logical_core_count`] as a step of a gated call (`call`).
     pub(crate) fn owned_vnc_count(&self, call: &impl InCall) -> u32 {
         self.vcores(call).num_owned
     }
 
     /// Logical cores present on all attached devices (`nrt_get_total_vnc_count`); 0 while the
     /// runtime is not initialised.
-    pub fn total_vnc_count(&self) -> u32 {
+    #[doc(alias = "total_vnc_count")]
+    #[doc(alias = "nrt_get_total_vnc_count")]
+    pub fn total_logical_core_count(&self) -> u32 {
         self.gated(0, |g| self.vcores(g).num_total)
     }
 
     /// The LNC size in force; 0 while the runtime is not initialised.
-    pub fn lnc_size(&self) -> u32 {
+    #[doc(alias = "lnc_size")]
+    #[doc(alias = "NEURON_RT_VIRTUAL_CORE_SIZE")]
+    pub fn logical_core_size(&self) -> u32 {
         self.gated(0, |g| self.vcores(g).lnc_size)
     }
 
-    /// [`Self::lnc_size`] as a step of a gated call or of `init` (`call`).
+    /// [`Self::logical_core_size`] as a step of a gated call or of `init` (`call`).
     pub(crate) fn lnc(&self, call: &impl InCall) -> u32 {
         self.vcores(call).lnc_size
     }
@@ -196,15 +202,17 @@ impl Nrt<'_> {
         self.vtpb_get_virtual_core(&call, c).map(|_| c)
     }
 
-    /// The logical cores this process owns, in order (`0..visible_vnc_count()`, spec §9);
+    /// The logical cores this process owns, in order (`0..visible_logical_core_count()`, spec §9);
     /// none while the runtime is not initialised.
     pub fn logical_cores(&self) -> impl Iterator<Item = LogicalCore> {
-        (0..self.visible_vnc_count()).map(LogicalCore::new)
+        (0..self.visible_logical_core_count()).map(LogicalCore::new)
     }
 
     /// The owned logical core `idx` (`vtpb_get_virtual_core`), as a copy read inside the gate.
-    /// `Closed` after `close` ([`crate::ledger::Inspector::virtual_core`] reads a closed one).
-    pub fn virtual_core(&self, idx: LogicalCore) -> Result<virtual_core_t> {
+    /// `Closed` after `close` ([`crate::ledger::Inspector::logical_core_entry`] reads a closed one).
+    #[doc(alias = "virtual_core")]
+    #[doc(alias = "vtpb_get_virtual_core")]
+    pub fn logical_core_entry(&self, idx: LogicalCore) -> Result<virtual_core_t> {
         let call = self.enter()?;
         self.vtpb_get_virtual_core(&call, idx).copied()
     }
@@ -227,7 +235,8 @@ impl Nrt<'_> {
     }
 
     /// `vtpb_get_default_hbm_idx`: the HBM channel a logical core's tensors go to.
-    pub fn vtpb_get_default_hbm_idx(&self, idx: LogicalCore) -> Result<u32> {
+    #[doc(alias = "vtpb_get_default_hbm_idx")]
+    pub fn logical_core_hbm(&self, idx: LogicalCore) -> Result<u32> {
         let call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(&call, idx)?;
         Ok(self.vcore_default_hbm(&call, &v))

@@ -914,8 +914,8 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
         while !stop.load(Ordering::Relaxed) {
             let devices = n.num_devices();
             let g = n.geom(0);
-            let lnc = n.lnc_size();
-            let vc = n.inspector().virtual_core(LogicalCore::new(0));
+            let lnc = n.logical_core_size();
+            let vc = n.inspector().logical_core_entry(LogicalCore::new(0));
             let (rows, _) = n.ledger().snapshot(0);
             // Each answer is whole on its own (the runtime may change between two calls).
             assert!(devices == 0 || devices == 1, "{devices} devices");
@@ -954,10 +954,10 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     n.close().unwrap();
     assert_eq!(n.num_devices(), 1);
     assert_eq!(n.geom(0).channels, 4);
-    assert_eq!(n.visible_vnc_count(), 4);
-    assert_eq!(n.lnc_size(), 2);
+    assert_eq!(n.visible_logical_core_count(), 4);
+    assert_eq!(n.logical_core_size(), 2);
     assert_eq!(
-        n.virtual_core(LogicalCore::new(3)).unwrap_err(),
+        n.logical_core_entry(LogicalCore::new(3)).unwrap_err(),
         Error::Closed
     );
     assert_eq!(
@@ -970,11 +970,17 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     );
     let ins = n.inspector();
     assert_eq!(
-        ins.virtual_core(LogicalCore::new(3)).unwrap().cores().len(),
+        ins.logical_core_entry(LogicalCore::new(3))
+            .unwrap()
+            .cores()
+            .len(),
         2
     );
-    assert_eq!(ins.vnc_usage(LogicalCore::new(0)).unwrap().device[22], 0);
-    let stats = ins.dmem_get_memory_stats(LogicalCore::new(0)).unwrap();
+    assert_eq!(
+        ins.logical_core_usage(LogicalCore::new(0)).unwrap().device[22],
+        0
+    );
+    let stats = ins.memory_stats(LogicalCore::new(0)).unwrap();
     assert_eq!(
         stats.bytes_used, 0,
         "close reclaimed what the dmem API left"

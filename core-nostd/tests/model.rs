@@ -539,7 +539,7 @@ fn bad_model_inputs() {
 fn subgraphs_spread_over_the_logical_cores_physical_cores() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    assert_eq!(n.lnc_size(), 2);
+    assert_eq!(n.logical_core_size(), 2);
     let a = allocs();
     let mut s = spec("sg2", &a);
     s.subgraphs = 2;

@@ -86,11 +86,11 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "num_devices" => return Some(n.num_devices()).and(v()),
         "geom" => return Some(n.geom(0)).and(v()),
         "driver_bytes_in_use" => return Some(n.driver_bytes_in_use()).and(v()),
-        "visible_vnc_count" => return Some(n.visible_vnc_count()).and(v()),
-        "total_vnc_count" => return Some(n.total_vnc_count()).and(v()),
-        "lnc_size" => return Some(n.lnc_size()).and(v()),
-        "virtual_core" => st(n.virtual_core(LogicalCore::new(0))),
-        "vtpb_get_default_hbm_idx" => st(n.vtpb_get_default_hbm_idx(LogicalCore::new(0))),
+        "visible_vnc_count" => return Some(n.visible_logical_core_count()).and(v()),
+        "total_vnc_count" => return Some(n.total_logical_core_count()).and(v()),
+        "lnc_size" => return Some(n.logical_core_size()).and(v()),
+        "virtual_core" => st(n.logical_core_entry(LogicalCore::new(0))),
+        "vtpb_get_default_hbm_idx" => st(n.logical_core_hbm(LogicalCore::new(0))),
         "core_allocator" => st(n.dmem().core_allocator(0, 0)),
         "tensor_allocate" => {
             st(n.tensors()
@@ -176,11 +176,9 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "dmem_get_memory_stats" => st(n.ledger().memory_stats(LogicalCore::new(0))),
         "vnc_usage" => st(n.ledger().logical_core_usage(LogicalCore::new(0))),
         "reset_peak" => st(n.ledger().reset_peak(LogicalCore::new(0))),
-        "inspector().dmem_get_memory_stats" => {
-            st(n.inspector().dmem_get_memory_stats(LogicalCore::new(0)))
-        }
-        "inspector().vnc_usage" => st(n.inspector().vnc_usage(LogicalCore::new(0))),
-        "inspector().virtual_core" => st(n.inspector().virtual_core(LogicalCore::new(0))),
+        "inspector().dmem_get_memory_stats" => st(n.inspector().memory_stats(LogicalCore::new(0))),
+        "inspector().vnc_usage" => st(n.inspector().logical_core_usage(LogicalCore::new(0))),
+        "inspector().virtual_core" => st(n.inspector().logical_core_entry(LogicalCore::new(0))),
         "device_totals" => st(n.ledger().device_totals(0)),
         "ledger_hbm" => return Some(n.ledger().hbm(0)).and(v()),
         "ledger_device" => return Some(n.ledger().device(0, 0, UsageSel::Total)).and(v()),

@@ -952,7 +952,7 @@ fn any_core_is_core_0_off_device_and_fails_the_range_gate_as_minus_1_on_device()
         &HEAP,
     );
     let n = f.nrt();
-    let owned = n.visible_vnc_count();
+    let owned = n.visible_logical_core_count();
     let v = n
         .tensors()
         .allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))

@@ -476,11 +476,11 @@ pub unsafe extern "C" fn nrtx_get_vnc_hbm_stats(
     entry("nrtx_get_vnc_hbm_stats", || {
         global::with_rt(|r| {
             let nrt = r.rt.nrt();
-            let v = nrt.virtual_core(LogicalCore::from_c(vnc))?;
+            let v = nrt.logical_core_entry(LogicalCore::from_c(vnc))?;
             let s = hbm_stats(
                 r,
                 v.tpbs[0].device_id,
-                nrt.vtpb_get_default_hbm_idx(LogicalCore::from_c(vnc))?,
+                nrt.logical_core_hbm(LogicalCore::from_c(vnc))?,
             )?;
             // SAFETY: caller contract.
             unsafe {

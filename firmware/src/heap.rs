@@ -72,7 +72,7 @@ impl Run {
             4 * MIB,
             Some("boxed"),
         )?;
-        let pc = theirs.virtual_core(LogicalCore::FIRST)?.tpbs[0];
+        let pc = theirs.logical_core_entry(LogicalCore::FIRST)?.tpbs[0];
         let booked = theirs
             .ledger()
             .device(pc.device_id, pc.device_tpb_idx, TENSOR);

@@ -344,8 +344,8 @@ impl Run {
         let _ = writeln!(
             self.out,
             "  init          LNC {}, {} logical cores; driver holds {} after bring-up",
-            n.lnc_size(),
-            n.visible_vnc_count(),
+            n.logical_core_size(),
+            n.visible_logical_core_count(),
             Mib(n.driver_bytes_in_use())
         );
 
@@ -387,7 +387,7 @@ impl Run {
                 .tensors()
                 .allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name))?;
             let info = n.tensors().device_allocation_info(*t)?;
-            let pc = n.virtual_core(vnc)?.tpbs[0];
+            let pc = n.logical_core_entry(vnc)?.tpbs[0];
             let booked = n.ledger().device(pc.device_id, pc.device_tpb_idx, TENSOR);
             self.check(
                 booked >= 4 * MIB,

@@ -223,7 +223,7 @@ impl ModelFile {
 /// no model on it; when every core has one, the core with the fewest (the lowest index on a
 /// tie). The one statement of the rule: libnrt.so's `nrt_load` and the planner use it.
 pub fn first_free_core(nrt: &Nrt<'_>) -> i64 {
-    (0..i64::from(nrt.visible_vnc_count()))
+    (0..i64::from(nrt.visible_logical_core_count()))
         .min_by_key(|&v| {
             nrt.models()
                 .on_core(LogicalCore::from_c(v), &mut [])
@@ -365,7 +365,7 @@ fn load_neff_spec(
     n: &NeffModel,
     allow_legacy: bool,
 ) -> Result<ModelHandle, LoadError> {
-    let v = nrt.virtual_core(vnc)?;
+    let v = nrt.logical_core_entry(vnc)?;
     let arch = nrt.geom(v.tpbs[0].device_id).arch;
     n.check_arch(arch, allow_legacy)?;
     let storage = n.spec()?;

@@ -865,11 +865,11 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     }
 
     let hbm = hbm_plan(&s.rt, &owned, resident);
-    let cores = (0..i64::from(nrt.visible_vnc_count()))
+    let cores = (0..i64::from(nrt.visible_logical_core_count()))
         .map(|v| core_plan(&nrt, v, &hbm))
         .collect();
-    let visible = i64::from(nrt.visible_vnc_count());
-    let lnc = nrt.lnc_size();
+    let visible = i64::from(nrt.visible_logical_core_count());
+    let lnc = nrt.logical_core_size();
     let first_failure = first.map(|(i, core, error, oom, measure)| {
         let oom = oom.and_then(|(e, ch)| {
             let most = match (measure, e) {

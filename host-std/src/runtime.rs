@@ -324,7 +324,7 @@ impl HostRuntime {
         };
         let device = nrt
             .inspector()
-            .virtual_core(info.vnc)
+            .logical_core_entry(info.vnc)
             .ok()
             .and_then(|v| v.cores().first().map(|p| p.device_id))
             .unwrap_or(0);

@@ -65,7 +65,7 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
     let nrt = rt.nrt();
     assert_eq!(p.models.len(), set.len());
     for (i, (label, bytes)) in set.iter().enumerate() {
-        let core = (0..i64::from(nrt.visible_vnc_count()))
+        let core = (0..i64::from(nrt.visible_logical_core_count()))
             .min_by_key(|&v| {
                 nrt.models()
                     .on_core(LogicalCore::from_c(v), &mut [])

@@ -437,10 +437,10 @@ impl Session {
     /// Records every logical core's device usage under `name`.
     pub fn snapshot(&mut self, name: &str) {
         let nrt = self.rt.nrt();
-        let rows = (0..nrt.visible_vnc_count() as i64)
+        let rows = (0..nrt.visible_logical_core_count() as i64)
             .map(|v| {
                 nrt.inspector()
-                    .vnc_usage(LogicalCore::from_c(v))
+                    .logical_core_usage(LogicalCore::from_c(v))
                     .map(|u| u.device)
                     .unwrap_or([0; 23])
             })
@@ -468,8 +468,8 @@ impl Session {
         // Expectations may follow a `close` step: they read what the runtime left.
         let ins = nrt.inspector();
         if let Some(core) = x.core {
-            let stats = ins.dmem_get_memory_stats(LogicalCore::from_c(core));
-            let usage = ins.vnc_usage(LogicalCore::from_c(core));
+            let stats = ins.memory_stats(LogicalCore::from_c(core));
+            let usage = ins.logical_core_usage(LogicalCore::from_c(core));
             match (stats, usage) {
                 (Ok(s), Ok(u)) => {
                     if let Some(why) = x.used.check(s.bytes_used) {
@@ -491,7 +491,9 @@ impl Session {
                 }
             }
             if let Some(snap) = &x.unchanged_since {
-                let now = ins.vnc_usage(LogicalCore::from_c(core)).map(|u| u.device);
+                let now = ins
+                    .logical_core_usage(LogicalCore::from_c(core))
+                    .map(|u| u.device);
                 match (self.snapshots.get(snap), now) {
                     (None, _) => out.push(format!("no snapshot named `{snap}` was taken")),
                     (Some(rows), Ok(now)) => match rows.get(core as usize) {

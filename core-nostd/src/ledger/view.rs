@@ -59,7 +59,7 @@ impl<'a> Ledger<'a> {
     }
 
     /// Per-usage breakdown of logical core `vnc` (sum over its physical cores). `Closed`
-    /// after `close` (docs/STATES.md); [`Inspector::vnc_usage`] reads a closed runtime.
+    /// after `close` (docs/STATES.md); [`Inspector::logical_core_usage`] reads a closed runtime.
     #[doc(alias = "vnc_usage")]
     #[inline]
     pub fn logical_core_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
@@ -74,7 +74,7 @@ impl<'a> Ledger<'a> {
     /// as used, so used can exceed the limit.
     ///
     /// `Closed` after `close`, as `nrt_get_vnc_memory_stats` (docs/STATES.md);
-    /// [`Inspector::dmem_get_memory_stats`] reads a closed runtime.
+    /// [`Inspector::memory_stats`] reads a closed runtime.
     #[doc(alias = "dmem_get_memory_stats")]
     #[inline]
     pub fn memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {

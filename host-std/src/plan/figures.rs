@@ -11,7 +11,7 @@ pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64, hbm: &[HbmPlan]) -> CorePlan {
         .memory_stats(LogicalCore::from_c(v))
         .unwrap_or_default();
     let pcores = nrt
-        .virtual_core(LogicalCore::from_c(v))
+        .logical_core_entry(LogicalCore::from_c(v))
         .map(|c| c.cores().to_vec())
         .unwrap_or_default();
     let physical = pcores
@@ -121,7 +121,7 @@ pub(super) fn hbm_plan(
     // a model's tensors is that model's.
     for o in owned {
         let Some(dev) = nrt
-            .virtual_core(LogicalCore::from_c(o.core))
+            .logical_core_entry(LogicalCore::from_c(o.core))
             .ok()
             .and_then(|v| v.cores().first().map(|p| p.device_id))
         else {

@@ -79,7 +79,7 @@ pub(super) struct SharedPieces {
 /// The [`SharedPieces`] model `p` would reuse on logical core `core` of `nrt`.
 pub(super) fn shared_pieces(nrt: &Nrt<'_>, p: &Parsed, core: i64) -> SharedPieces {
     let Some(pc) = nrt
-        .virtual_core(LogicalCore::from_c(core))
+        .logical_core_entry(LogicalCore::from_c(core))
         .ok()
         .and_then(|v| v.cores().first().copied())
     else {

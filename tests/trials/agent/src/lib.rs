@@ -59,7 +59,7 @@ impl From<Error> for AgentError {
 pub fn serve(workers: u32, rounds: u32) -> Result<AgentReport, AgentError> {
     let rt = HostRuntime::start(RuntimeConfig::default()).map_err(AgentError::Start)?;
     let nrt = rt.nrt();
-    let cores = workers.min(nrt.visible_vnc_count());
+    let cores = workers.min(nrt.visible_logical_core_count());
     let manifest = Manifest::parse(MANIFEST.as_bytes()).map_err(AgentError::Manifest)?;
     let spec = manifest.spec();
     let core0 = nrt.logical_core(0)?;

@@ -105,7 +105,7 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
     nrt.tensors().read(t, &mut read_back, 0)?;
     nrt.tensors().free(t)?;
 
-    let core = nrt.virtual_core(LogicalCore::FIRST)?.tpbs[0];
+    let core = nrt.logical_core_entry(LogicalCore::FIRST)?.tpbs[0];
     let (dev, tpb) = (core.device_id, core.device_tpb_idx);
     let weights_booked = nrt.ledger().device(dev, tpb, WEIGHT);
     let core_total = nrt.ledger().device(dev, tpb, UsageSel::Total);
