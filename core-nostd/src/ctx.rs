@@ -118,6 +118,29 @@ pub type MemRefSet = HtBuckets<{ constants::MEM_REF_SET_BUCKETS }>;
 /// Offset of `tpb_t.scratchpad`.
 const TPB_SCRATCHPAD: usize = core::mem::offset_of!(tpb_t, scratchpad);
 
+/// The runtime's lifecycle state ([`Nrt::lifecycle`]; libnrt's `NRT_STATE_*`, spec §7.2).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Lifecycle {
+    /// Before the first `init` (and while a failed `init` is undone).
+    Uninit,
+    /// Initialised: calls are let in.
+    Init,
+    /// Closed: calls fail with `Closed` until the next `init`.
+    Closed,
+}
+
+impl Lifecycle {
+    /// libnrt's `NRT_STATE_*` value.
+    pub const fn to_c(self) -> u32 {
+        match self {
+            Lifecycle::Uninit => STATE_UNINIT,
+            Lifecycle::Init => STATE_INIT,
+            Lifecycle::Closed => STATE_CLOSED,
+        }
+    }
+}
+
 /// Runtime lifecycle (`NRT_STATE_*`).
 pub const STATE_UNINIT: u32 = 0;
 /// Initialised.

@@ -177,7 +177,7 @@ tensor_fwd!(
 );
 tensor_fwd!(
     /// [`Tensors::pending`](crate::tensor::Tensors::pending) of `t`.
-    tensor_pending() -> (u64, u64)
+    tensor_pending() -> crate::tensor::Pending
 );
 
 /// [`Tensors::copy`](crate::tensor::Tensors::copy) between two tensor pointers.

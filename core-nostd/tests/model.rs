@@ -9,9 +9,11 @@ use nrt_core::dmem::AllocArgs;
 use nrt_core::driver::Driver;
 use nrt_core::ledger::UsageSel;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout};
+use nrt_core::scratchpad::ScratchpadInfo;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::ulib::UlibRequest;
+use nrt_core::ulib::UlibStats;
 use nrt_core::LogicalCore;
 use nrt_core::{Error, HandleError, HandleFault, HandleKind, InitOptions, ModelHandle};
 
@@ -207,7 +209,7 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
         );
         assert_eq!(
             n.ulib_shared_stats(0, 0).unwrap(),
-            (0, 0),
+            UlibStats::default(),
             "point {k} left a staged ext-isa"
         );
     }
@@ -296,14 +298,26 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
     let hs: Vec<_> = (0..3)
         .map(|_| n.models().load(LogicalCore::new(0), &s).unwrap())
         .collect();
-    assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 3));
+    assert_eq!(
+        n.ulib_shared_stats(0, 0).unwrap(),
+        UlibStats {
+            stages: 1,
+            users: 3
+        }
+    );
     let lib_bytes = n
         .ledger()
         .device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB);
     assert!(lib_bytes >= 65536);
     n.models().unload(hs[0]).unwrap();
     n.models().unload(hs[1]).unwrap();
-    assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 1));
+    assert_eq!(
+        n.ulib_shared_stats(0, 0).unwrap(),
+        UlibStats {
+            stages: 1,
+            users: 1
+        }
+    );
     assert_eq!(
         n.ledger()
             .device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB),
@@ -378,7 +392,14 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
         })
         .collect();
     assert_eq!(rc, vec![3, 3, 2]);
-    assert_eq!(n.scratchpad_info(0, 0).unwrap(), (4 << 20, 3, false));
+    assert_eq!(
+        n.scratchpad_info(0, 0).unwrap(),
+        ScratchpadInfo {
+            page_size: 4 << 20,
+            pages: 3,
+            contiguous: false
+        }
+    );
     let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD;
     assert_eq!(n.ledger().device(0, 0, scr), 12 << 20);
     let (page, off) = n
@@ -410,7 +431,14 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
     let mut s = spec("c", &[]);
     s.scratchpad_bytes = 100 << 20;
     n.models().load(LogicalCore::new(0), &s).unwrap();
-    assert_eq!(n.scratchpad_info(0, 0).unwrap(), (64 << 20, 2, true));
+    assert_eq!(
+        n.scratchpad_info(0, 0).unwrap(),
+        ScratchpadInfo {
+            page_size: 64 << 20,
+            pages: 2,
+            contiguous: true
+        }
+    );
     let (first, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
     let (second, _) = n.tdrv_scratchpad_get_mem(0, 0, 64 << 20, 1).unwrap();
     let p0 = n.scratchpad_page(0, 0, 0).unwrap().0.unwrap();
@@ -430,7 +458,7 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
             ..Default::default()
         })
         .unwrap();
-    assert!(!g.nrt().scratchpad_info(0, 0).unwrap().2);
+    assert!(!g.nrt().scratchpad_info(0, 0).unwrap().contiguous);
 }
 
 #[test]

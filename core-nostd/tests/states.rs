@@ -80,7 +80,7 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "init" => st(n.init(&InitOptions::default())),
         "close" => st(n.close()),
         "check_state" => st(n.check_state()),
-        "lifecycle" => return n.lifecycle().checked_add(0).and(v()),
+        "lifecycle" => return Some(n.lifecycle()).and(v()),
         "new" => return Some(Nrt::new(n.state(), n.driver())).and(v()),
         "driver" | "state" => return v(),
         "num_devices" => return Some(n.num_devices()).and(v()),
@@ -137,7 +137,7 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "set_get" => st(n.sets().get(k.s, "x")),
         "set_len" => st(n.sets().len(k.s)),
         "dmem_allocator_create" | "dmem_allocator_destroy" => {
-            let pcore = if n.lifecycle() == nrt_core::ctx::STATE_INIT {
+            let pcore = if n.lifecycle() == nrt_core::Lifecycle::Init {
                 // SAFETY: in the init state `al` is the kit's live allocator.
                 unsafe { (*k.al).pcore }
             } else {

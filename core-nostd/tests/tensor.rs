@@ -4,6 +4,7 @@
 mod common;
 
 use nrt_core::ledger::UsageSel;
+use nrt_core::tensor::Pending;
 use nrt_core::tensor::Placement;
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -315,7 +316,7 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
     n.tensors().read(y, &mut out, 0).unwrap();
     assert_eq!(out, [2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0]);
     assert_eq!(n.tensors().output_completion(y).unwrap(), 1);
-    assert_eq!(n.tensors().pending(y).unwrap(), (0, 0));
+    assert_eq!(n.tensors().pending(y).unwrap(), Pending::default());
     n.tensors().reset_output_completion(y).unwrap();
     assert_eq!(n.tensors().output_completion(y).unwrap(), 0);
     assert_eq!(n.sets().len(si).unwrap(), 2);
@@ -600,7 +601,7 @@ fn an_execute_in_flight_when_close_begins_completes() {
             std::thread::yield_now();
         }
         let close = s.spawn(|| n.close());
-        while n.lifecycle() != nrt_core::ctx::STATE_CLOSED {
+        while n.lifecycle() != nrt_core::Lifecycle::Closed {
             std::thread::yield_now();
         }
         drv.hooks.go.store(true, SeqCst);
@@ -735,8 +736,8 @@ fn an_unwinding_execute_leaves_no_pending_marks() {
         n.tensors().execute(h, si, so)
     }));
     assert!(r.is_err(), "the driver's panic unwound through execute");
-    assert_eq!(n.tensors().pending(x).unwrap(), (0, 0));
-    assert_eq!(n.tensors().pending(a).unwrap(), (0, 0));
+    assert_eq!(n.tensors().pending(x).unwrap(), Pending::default());
+    assert_eq!(n.tensors().pending(a).unwrap(), Pending::default());
     let mut buf = [0u8; 64];
     n.tensors().read(x, &mut buf, 0).unwrap();
     n.close().unwrap();

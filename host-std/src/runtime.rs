@@ -355,7 +355,7 @@ impl HostRuntime {
 
 impl Drop for HostRuntime {
     fn drop(&mut self) {
-        if self.nrt().lifecycle() == nrt_core::ctx::STATE_INIT {
+        if self.nrt().lifecycle() == nrt_core::Lifecycle::Init {
             let _ = self.nrt().close();
         }
     }

@@ -205,7 +205,13 @@ fn concurrent_first_loads_stage_the_ext_isa_once() {
         })
         .collect();
     let hs: Vec<_> = hs.into_iter().map(|t| t.join().unwrap()).collect();
-    assert_eq!(rt.nrt().ulib_shared_stats(0, 0).unwrap(), (1, 8));
+    assert_eq!(
+        rt.nrt().ulib_shared_stats(0, 0).unwrap(),
+        nrt_core::ulib::UlibStats {
+            stages: 1,
+            users: 8
+        }
+    );
     for h in hs {
         rt.nrt().models().unload(h).unwrap();
     }

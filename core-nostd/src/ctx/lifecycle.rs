@@ -4,14 +4,23 @@
 use super::*;
 
 impl<'a> Nrt<'a> {
-    /// Lifecycle state (`STATE_*`).
-    pub fn lifecycle(&self) -> u32 {
+    /// The runtime's lifecycle state (libnrt's `NRT_STATE_*`, spec §7.2).
+    pub fn lifecycle(&self) -> Lifecycle {
+        match self.state_word() {
+            STATE_INIT => Lifecycle::Init,
+            STATE_CLOSED => Lifecycle::Closed,
+            _ => Lifecycle::Uninit,
+        }
+    }
+
+    /// The state word itself (`STATE_*`).
+    pub(crate) fn state_word(&self) -> u32 {
         self.st.state.load(Ordering::Acquire)
     }
 
     /// The state gate of the public API (spec §7.2): `Uninitialized` before init, `Closed` after.
     pub fn check_state(&self) -> Result<()> {
-        match self.lifecycle() {
+        match self.state_word() {
             STATE_INIT => Ok(()),
             STATE_CLOSED => Err(Error::Closed),
             _ => Err(Error::Uninitialized),
@@ -110,7 +119,7 @@ impl<'a> Nrt<'a> {
     /// and the logical-core table (spec §9). Fails cleanly (nothing left allocated).
     pub fn init(&self, opts: &InitOptions) -> Result<()> {
         let mut lock = self.st.init_lock.lock();
-        if self.lifecycle() == STATE_INIT {
+        if self.state_word() == STATE_INIT {
             self.check_bound()?;
             return Err(Error::AlreadyInitialized);
         }
@@ -119,7 +128,7 @@ impl<'a> Nrt<'a> {
         self.st.active_calls.close(crate::sync::relax);
         let _reopen = ReopenOnDrop(&self.st.active_calls);
         let mut ex = Exclusive::new(&mut lock);
-        if self.lifecycle() == STATE_CLOSED {
+        if self.state_word() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
             self.zero_tree(&mut ex);
             self.reset_geometry(&mut ex);
@@ -214,8 +223,8 @@ impl<'a> Nrt<'a> {
     pub fn close(&self) -> Result<()> {
         let mut lock = self.st.init_lock.lock();
         self.check_bound()?;
-        if self.lifecycle() != STATE_INIT {
-            return Err(if self.lifecycle() == STATE_CLOSED {
+        if self.state_word() != STATE_INIT {
+            return Err(if self.state_word() == STATE_CLOSED {
                 Error::Closed
             } else {
                 Error::Uninitialized

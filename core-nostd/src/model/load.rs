@@ -508,7 +508,10 @@ mod tests {
         n.unload_model(hx).unwrap();
         assert_eq!(
             n.ulib_shared_stats(0, 0).unwrap(),
-            (1, 0),
+            crate::ulib::UlibStats {
+                stages: 1,
+                users: 0
+            },
             "copy stays cached"
         );
         let plain = ModelSpec {
@@ -528,7 +531,7 @@ mod tests {
         n.ulib_unstage_for_test(0, 0);
         let hb = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
-        assert_eq!(before.2, (0, 0), "nothing cached");
+        assert_eq!(before.2, crate::ulib::UlibStats::default(), "nothing cached");
         set_last_model_handle_for_test(hb.h_model().id - 1);
         assert_eq!(
             n.load_model(LogicalCore::new(0), &g).unwrap_err(),

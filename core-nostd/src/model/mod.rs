@@ -64,8 +64,8 @@ pub fn tdrv_get_unique_h_model() -> H_MODEL {
     }
 }
 
-/// Sets the process-global counter (tests of the wrap-around only).
-#[doc(hidden)]
+/// Sets the process-global counter (tests of the wrap-around only; feature `test-hooks`).
+#[cfg(any(test, feature = "test-hooks"))]
 pub fn set_last_model_handle_for_test(v: u32) {
     LAST_MODEL_HANDLE.store(v, Ordering::SeqCst);
 }

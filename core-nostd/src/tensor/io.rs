@@ -270,15 +270,25 @@ impl<'a> Nrt<'a> {
     }
 
     /// The body of [`crate::tensor::Tensors::pending`].
-    pub(crate) fn tensor_pending(&self, h: TensorHandle) -> Result<(u64, u64)> {
+    pub(crate) fn tensor_pending(&self, h: TensorHandle) -> Result<Pending> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let (s, _, _) = self.storage_of(self.tensor_ref(&pin)?)?;
-        Ok((
-            s.pending_reads().load(Ordering::Acquire),
-            s.pending_writes().load(Ordering::Acquire),
-        ))
+        Ok(Pending {
+            reads: s.pending_reads().load(Ordering::Acquire),
+            writes: s.pending_writes().load(Ordering::Acquire),
+        })
     }
+}
+
+/// The executions that will read and write a tensor's storage ([`super::Tensors::pending`]:
+/// `pending_exec_count_read`, `pending_exec_count_write`, spec §7.4).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Executions that will read it.
+    pub reads: u64,
+    /// Executions that will write it.
+    pub writes: u64,
 }
 
 /// `[offset, offset+len)` inside `size`, overflow-checked.

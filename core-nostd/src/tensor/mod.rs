@@ -30,7 +30,7 @@ mod view;
 pub use crate::host_heap::{ArenaHostMem, HeapHostMem, HostMem};
 pub use exec::BIND_CHUNK;
 pub(crate) use exec::EXEC_DATA_STRIPES;
-pub use io::check_window;
+pub use io::{check_window, Pending};
 pub(crate) use pool::TensorPool;
 pub(crate) use set::{SetBody, SetEntry};
 pub use set::{SetSlot, SET_CHUNK};

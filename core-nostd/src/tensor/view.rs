@@ -109,10 +109,11 @@ impl<'a> Tensors<'a> {
         self.0.tensor_reset_output_completion(h)
     }
 
-    /// `(pending_exec_count_read, pending_exec_count_write)` of a tensor's storage.
+    /// The executions pending on a tensor's storage (`pending_exec_count_read`,
+    /// `pending_exec_count_write`).
     #[doc(alias = "tensor_pending")]
     #[inline]
-    pub fn pending(&self, h: TensorHandle) -> Result<(u64, u64)> {
+    pub fn pending(&self, h: TensorHandle) -> Result<Pending> {
         self.0.tensor_pending(h)
     }
 

@@ -86,9 +86,11 @@ pub(super) fn shared_pieces(nrt: &Nrt<'_>, p: &Parsed, core: i64) -> SharedPiece
         return SharedPieces::default();
     };
     let (dev, tpb) = (pc.device_id, pc.device_tpb_idx);
-    let (page, have, _) = nrt.scratchpad_info(dev, tpb).unwrap_or((1, 0, false));
+    let (page, have) = nrt
+        .scratchpad_info(dev, tpb)
+        .map_or((1, 0), |s| (s.page_size, s.pages));
     let page = page.max(1);
-    let staged = nrt.ulib_shared_stats(dev, tpb).is_ok_and(|(n, _)| n > 0);
+    let staged = nrt.ulib_shared_stats(dev, tpb).is_ok_and(|s| s.stages > 0);
     with_spec(&p.file, |s| SharedPieces {
         // A core's pages are claimed from the first one on, so those it has are a prefix.
         scratchpad_bytes: s.scratchpad_bytes.div_ceil(page).min(u64::from(have)) * page,
