@@ -73,7 +73,10 @@ pub fn dmem_path_vs_carve(quick: bool) -> Option<PathComparison> {
         .ok()?;
         let n = Nrt::new(&st, &*sim);
         n.init(&InitOptions::default()).ok()?;
-        let al = n.dmem().core_allocator(0, 0).ok()?;
+        let al = n
+            .dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+            .ok()?;
         let channel = Preset::Trn2.device_info().hbm_channel_size;
         let mut carve = Carve::<{ nrt_core::sim::MAIN_NODES }>::new_boxed();
         carve.init(0, channel - FIRMWARE_CARVEOUT, 4096).ok()?;

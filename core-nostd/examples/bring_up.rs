@@ -45,10 +45,8 @@ fn main() -> Result<(), Error> {
     assert_eq!(&back, b"hello");
     nrt.tensors().free(t)?;
 
-    let core = nrt.logical_core_entry(core0)?.tpbs[0];
-    let booked = nrt
-        .ledger()
-        .device(core.device_id, core.device_tpb_idx, WEIGHT);
+    let core = nrt.physical_cores(core0)?[0];
+    let booked = nrt.ledger().device(core.device, core.core, WEIGHT);
     println!(
         "model h{}: {booked} B of weights booked on logical core 0",
         model.h_model().id

@@ -173,6 +173,57 @@ impl From<LogicalCore> for CoreSel {
     }
 }
 
+/// A physical NeuronCore: core `core` of device `device` (libnrt's `physical_core_t`:
+/// `device_id`, `device_tpb_idx`, spec §1, §9). A name, checked when used.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PhysicalCore {
+    /// The device index.
+    pub device: u32,
+    /// The core on the device.
+    pub core: u32,
+}
+
+impl PhysicalCore {
+    /// Core `core` of device `device`.
+    pub const fn new(device: u32, core: u32) -> Self {
+        PhysicalCore { device, core }
+    }
+}
+
+impl core::fmt::Display for PhysicalCore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}:{}", self.device, self.core)
+    }
+}
+
+/// The physical cores of one logical core, in order ([`crate::Nrt::physical_cores`]; at most
+/// `MAX_LNC_SIZE`, spec §9).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhysicalCores {
+    cores: [PhysicalCore; 2],
+    len: usize,
+}
+
+impl PhysicalCores {
+    /// From a list (the first two, at most).
+    pub fn from_slice(cores: &[PhysicalCore]) -> Self {
+        let mut out = PhysicalCores::default();
+        for (slot, c) in out.cores.iter_mut().zip(cores) {
+            *slot = *c;
+            out.len += 1;
+        }
+        out
+    }
+}
+
+impl core::ops::Deref for PhysicalCores {
+    type Target = [PhysicalCore];
+    fn deref(&self) -> &[PhysicalCore] {
+        &self.cores[..self.len]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -217,6 +217,20 @@ impl Nrt<'_> {
         self.vtpb_get_virtual_core(&call, idx).copied()
     }
 
+    /// The physical cores of owned logical core `idx`, in order (spec §9): what ordinary use
+    /// needs of [`Self::logical_core_entry`], without the ABI struct.
+    pub fn physical_cores(&self, idx: LogicalCore) -> Result<crate::device::PhysicalCores> {
+        let call = self.enter()?;
+        let v = self.vtpb_get_virtual_core(&call, idx)?;
+        let mut cores = [crate::device::PhysicalCore::default(); 2];
+        let mut n = 0;
+        for (slot, p) in cores.iter_mut().zip(v.cores()) {
+            *slot = crate::device::PhysicalCore::new(p.device_id, p.device_tpb_idx);
+            n += 1;
+        }
+        Ok(crate::device::PhysicalCores::from_slice(&cores[..n]))
+    }
+
     /// `vtpb_get_virtual_core(idx)`: the owned logical core `idx`, bounds-checked (spec §9).
     /// The reference is only good while the gate token `call` is borrowed.
     pub(crate) fn vtpb_get_virtual_core<'g>(

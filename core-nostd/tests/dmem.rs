@@ -27,7 +27,10 @@ fn assert_list_valid(n: &nrt_core::Nrt<'_>, al: *mut dmem_allocator_t) {
 fn alloc_books_and_free_returns() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 1).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 1))
+        .unwrap();
     let m = n
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "t0"), None)
@@ -59,7 +62,10 @@ fn alloc_books_and_free_returns() {
 fn every_bad_input_is_refused_and_changes_nothing() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let keep = n
         .dmem()
         .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "keep"), None)
@@ -183,7 +189,7 @@ fn every_bad_input_is_refused_and_changes_nothing() {
     // Core out of range, and a pcore that is not a core of the context tree: refused, the
     // latter without being dereferenced.
     assert!(matches!(
-        n.dmem().core_allocator(0, 9),
+        n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 9)),
         Err(Error::CoreOutOfRange { device: 0, tpb: 9 })
     ));
     let mut bogus = physical_core_t::new(0, 1);
@@ -221,7 +227,10 @@ fn every_bad_input_is_refused_and_changes_nothing() {
         Err(Error::InvalidHandle(_))
     ));
     // Double free and foreign dmem.
-    let other = n.dmem().core_allocator(0, 1).unwrap();
+    let other = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 1))
+        .unwrap();
     assert_eq!(n.dmem().free_in(other, keep), Err(Error::ForeignDmem));
     n.dmem().free(keep).unwrap();
     assert_eq!(n.dmem().free(keep), Err(stale(nrt_core::HandleKind::Dmem)));
@@ -238,7 +247,10 @@ fn every_bad_input_is_refused_and_changes_nothing() {
 fn a_stale_dmem_does_not_alias_the_next_allocation() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let a = n
         .dmem()
         .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
@@ -263,7 +275,10 @@ fn a_stale_dmem_does_not_alias_the_next_allocation() {
 fn oom_routes_device_and_host_differently() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let before = snapshot(&n);
     let e = n
         .dmem()
@@ -310,7 +325,10 @@ fn oom_routes_device_and_host_differently() {
 fn arena_exhaustion_is_its_own_error() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let mut live = Vec::new();
     let err = loop {
         let hbm = (live.len() % 4) as u32;
@@ -342,7 +360,10 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
     cfg.aligned_alloc = false;
     let f = Fixture::up(cfg, InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     for align in [4096u64, 1 << 16, 1 << 21] {
         let m = n
             .dmem()
@@ -369,7 +390,9 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
     let m = n2
         .dmem()
         .alloc(
-            n2.dmem().core_allocator(0, 0).unwrap(),
+            n2.dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+                .unwrap(),
             &AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16),
             None,
         )
@@ -385,7 +408,10 @@ fn failed_allocations_do_not_shorten_double_free_detection() {
     // stale pointer into someone else's live allocation.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let stale = stale_dmem(&n, al);
     let before = (snapshot(&n), n.state().arena_stats());
     // Exactly as many failures as the quarantine holds: enough to age the stale slot out if
@@ -412,7 +438,10 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     // and later ones go straight to it.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     f.sim.set_aligned_alloc(false);
     let calls = f.sim.alloc_calls();
     let args = AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16);
@@ -435,7 +464,10 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     n.dmem().free(m).unwrap();
     n.close().unwrap();
     n.init(&InitOptions::default()).unwrap();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let m = n.dmem().alloc(al, &args, None).unwrap();
     // SAFETY: live.
     let offset = n.dmem().info(m).unwrap().align_offset;
@@ -447,7 +479,10 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
 fn destroy_keeps_shared_dmems_until_their_last_reference() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let pc = n.dmem().core_allocator(0, 0).unwrap();
+    let pc = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     // SAFETY: live allocator.
     let pcore = unsafe { (*pc).pcore };
     let al = n
@@ -513,11 +548,11 @@ proptest! {
         let n = f.nrt();
         let mut live: Vec<(nrt_core::DmemHandle, u32, bool, u32, u64, u32)> = Vec::new();
         // What the runtime itself keeps on each core's GLOBAL allocator.
-        let base: Vec<u64> = (0..8).map(|c| n.dmem().allocator_usage(n.dmem().core_allocator(0, c).unwrap()).0).collect();
+        let base: Vec<u64> = (0..8).map(|c| n.dmem().allocator_usage(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, c)).unwrap()).0).collect();
         for op in ops {
             match op {
                 Op::Alloc { core, host, usage, kib, align_log } => {
-                    let al = n.dmem().core_allocator(0, core).unwrap();
+                    let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, core)).unwrap();
                     let align = if align_log == 0 { 0 } else { 1u64 << (align_log + 5) };
                     let a = if host { AllocArgs::host(kib * 1024, dma_mem_usage_type_t::from_raw(usage).unwrap(), "p") } else {
                         AllocArgs::device(kib * 1024, core / 2, dma_mem_usage_type_t::from_raw(usage).unwrap(), "p").aligned(align)
@@ -559,7 +594,7 @@ proptest! {
             }
             // Every core's list is whole and holds the runtime's own dmems plus the model's.
             for core in 0..8u32 {
-                let al = n.dmem().core_allocator(0, core).unwrap();
+                let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, core)).unwrap();
                 assert_list_valid(&n, al);
                 let mine = live.iter().filter(|l| l.1 == core).count() as u64;
                 prop_assert_eq!(n.dmem().allocator_usage(al).0, base[core as usize] + mine);
@@ -604,7 +639,10 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
             let (f, stop) = (&f, &stop);
             s.spawn(move || {
                 let n = f.nrt();
-                let al = n.dmem().core_allocator(0, core).unwrap();
+                let al = n
+                    .dmem()
+                    .core_allocator(nrt_core::PhysicalCore::new(0, core))
+                    .unwrap();
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let a = n
@@ -649,7 +687,12 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
             if round % 100 == 0 {
                 // The lists the writers are linking into and out of are whole at every look.
                 for core in 0..2 {
-                    assert_list_valid(&n, n.dmem().core_allocator(0, core).unwrap());
+                    assert_list_valid(
+                        &n,
+                        n.dmem()
+                            .core_allocator(nrt_core::PhysicalCore::new(0, core))
+                            .unwrap(),
+                    );
                 }
             }
         }
@@ -657,7 +700,12 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
     let n = f.nrt();
     assert_eq!(n.ledger().snapshot(0), ([[0; 23]; 8], [[0; 23]; 8]));
     for core in 0..8 {
-        assert_list_valid(&n, n.dmem().core_allocator(0, core).unwrap());
+        assert_list_valid(
+            &n,
+            n.dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, core))
+                .unwrap(),
+        );
     }
     n.close().unwrap();
 }
@@ -676,7 +724,10 @@ fn oom_dump_lines_stay_whole_under_concurrent_allocation() {
             let (f, stop) = (&f, &stop);
             s.spawn(move || {
                 let n = f.nrt();
-                let al = n.dmem().core_allocator(0, core).unwrap();
+                let al = n
+                    .dmem()
+                    .core_allocator(nrt_core::PhysicalCore::new(0, core))
+                    .unwrap();
                 let hints: Vec<String> = (1..=8).map(|k| format!("mib-{k}")).collect();
                 let mut i = 0usize;
                 while !stop.load(Ordering::Relaxed) {
@@ -731,7 +782,12 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     // SAFETY: a live allocator.
-    let pcore = unsafe { (*n.dmem().core_allocator(0, 3).unwrap()).pcore };
+    let pcore = unsafe {
+        (*n.dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(0, 3))
+            .unwrap())
+        .pcore
+    };
     let mine = n
         .dmem()
         .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
@@ -740,7 +796,10 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
         .dmem()
         .alloc(mine, &AllocArgs::device(3 << 20, 1, TENSOR, "mine"), None)
         .unwrap();
-    let global = n.dmem().core_allocator(0, 0).unwrap();
+    let global = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let shared = n
         .dmem()
         .alloc(
@@ -796,7 +855,10 @@ fn the_limit_is_the_hbm_size_at_every_lnc() {
         }
         if lnc == Some(1) {
             // Core 0 takes 20 GiB of the HBM it shares with core 1.
-            let al = n.dmem().core_allocator(0, 0).unwrap();
+            let al = n
+                .dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+                .unwrap();
             let big = n
                 .dmem()
                 .alloc(al, &AllocArgs::device(20 * GIB, 0, TENSOR, "big"), None)
@@ -817,14 +879,19 @@ fn the_runtime_works_again_after_close_and_init() {
     let old = n
         .dmem()
         .alloc(
-            n.dmem().core_allocator(0, 0).unwrap(),
+            n.dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+                .unwrap(),
             &AllocArgs::device(4096, 0, TENSOR, "old"),
             None,
         )
         .unwrap();
     n.close().unwrap();
     n.init(&InitOptions::default()).unwrap();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let m = n
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "new"), None)
@@ -845,7 +912,10 @@ fn the_runtime_works_again_after_close_and_init() {
 fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let global = n.dmem().core_allocator(0, 0).unwrap();
+    let global = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let t = device_tensor(&n, 0, 4096, "t");
     let allocs = [nrt_core::model::ModelAlloc {
         usage: TENSOR,
@@ -944,7 +1014,10 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
 fn a_closed_runtime_can_be_inspected_until_init() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let m = n
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "left"), None)
@@ -992,7 +1065,10 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     let mut dump = String::new();
     n.ledger().dump(&mut dump, 0, None, 4).unwrap();
     assert!(dump.contains("ND 0 memory usage"), "{dump}");
-    assert_eq!(n.dmem().core_allocator(0, 0), Err(Error::Closed));
+    assert_eq!(
+        n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0)),
+        Err(Error::Closed)
+    );
     assert_eq!(
         n.dmem()
             .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "x"), None),
@@ -1049,7 +1125,7 @@ proptest! {
         };
         let f = Fixture::up(cfg, InitOptions::default());
         let n = f.nrt();
-        let al = n.dmem().core_allocator(0, 0).unwrap();
+        let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0)).unwrap();
         let mut live = Vec::new();
         for op in ops {
             match op {
@@ -1124,7 +1200,10 @@ fn the_oom_report_says_why_in_one_line() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let dev = |size: u64| AllocArgs::device(size, 0, TENSOR, "t");
     // 32 MiB main pool, 16 MiB small-object region: 8 + 8 + 8 MiB, free the middle one
     let a: Vec<_> = (0..3)
@@ -1194,7 +1273,10 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
     std::thread::scope(|s| {
         for &c in &cores {
             s.spawn(move || {
-                let al = n.dmem().core_allocator(0, c).unwrap();
+                let al = n
+                    .dmem()
+                    .core_allocator(nrt_core::PhysicalCore::new(0, c))
+                    .unwrap();
                 let mut kept = Vec::new();
                 for i in 0..2000u64 {
                     let size = 4096 * (1 + i % 7);

@@ -134,7 +134,10 @@ fn a_stale_dmem_handle_stays_an_error_after_100k_frees() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let args = AllocArgs::device(4096, 0, TENSOR, "x");
     let stale = n.dmem().alloc(al, &args, None).unwrap();
     n.dmem().free(stale).unwrap();
@@ -184,7 +187,10 @@ fn forged_handles_never_resolve() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let live_t: Vec<TensorHandle> = (0..32).map(|i| filled(&n, 16, i as u8)).collect();
     let live_d: Vec<DmemHandle> = (0..32)
         .map(|_| {
@@ -261,7 +267,10 @@ fn foreign_closed_and_reinitialised_handles_are_refused() {
     let foreign = Some(HandleFault::Foreign);
     assert_eq!(fault(nb.tensors().free(ta).unwrap_err()), foreign);
     assert_eq!(fault(nb.tensors().size(ta).unwrap_err()), foreign);
-    let al = na.dmem().core_allocator(0, 0).unwrap();
+    let al = na
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let da = na
         .dmem()
         .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
@@ -391,7 +400,10 @@ fn a_dmem_freed_twice_while_another_thread_uses_it() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     for round in 0..1000u64 {
         let size = 4096 * (1 + round % 4);
         let m = n

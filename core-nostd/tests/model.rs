@@ -224,7 +224,10 @@ fn failed_loads_do_not_shorten_double_free_detection() {
     // someone else's live allocation.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let stale = stale_dmem(&n, al);
     let too_big = [
         ModelAlloc {
@@ -737,7 +740,10 @@ fn close_waits_for_in_flight_calls() {
             }));
             // The low-level dmem calls pass the same gate: an allocation racing close is
             // either torn down with its allocator or refused, never linked into a dead one.
-            let al_addr = n.dmem().core_allocator(0, 0).unwrap() as usize;
+            let al_addr = n
+                .dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+                .unwrap() as usize;
             let ready = &ready;
             hs.push(sc.spawn(move || {
                 ready.fetch_add(1, Ordering::SeqCst);

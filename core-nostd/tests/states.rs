@@ -28,7 +28,10 @@ struct Kit {
 
 impl Kit {
     fn make(n: &Nrt<'_>) -> Kit {
-        let al = n.dmem().core_allocator(0, 0).expect("allocator");
+        let al = n
+            .dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+            .expect("allocator");
         Kit {
             t: n.tensors()
                 .allocate(
@@ -91,7 +94,7 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "lnc_size" => return Some(n.logical_core_size()).and(v()),
         "virtual_core" => st(n.logical_core_entry(LogicalCore::new(0))),
         "vtpb_get_default_hbm_idx" => st(n.logical_core_hbm(LogicalCore::new(0))),
-        "core_allocator" => st(n.dmem().core_allocator(0, 0)),
+        "core_allocator" => st(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0))),
         "tensor_allocate" => {
             st(n.tensors()
                 .allocate(Placement::Device, LogicalCore::new(0).into(), 64, None))

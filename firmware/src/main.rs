@@ -522,7 +522,7 @@ impl Run {
         // The fillers name core 0's physical core, as its GLOBAL allocator does (an allocator
         // must name a core of the context tree); they are never allocated from.
         // SAFETY: `core_allocator` returns a live allocator of the running core.
-        let pcore = unsafe { (*n.dmem().core_allocator(0, 0)?).pcore };
+        let pcore = unsafe { (*n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0))?).pcore };
         let mut fillers = [null_mut(); CAPS.allocators as usize];
         let mut count = 0;
         let err = loop {
@@ -618,7 +618,7 @@ impl Run {
     fn bad_double_free(&mut self) -> Result<(), Error> {
         let n = self.nrt;
         let before = self.snapshot();
-        let al = n.dmem().core_allocator(0, 1)?;
+        let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 1))?;
         let m = n.dmem().alloc(
             al,
             &AllocArgs::device(64 * KIB, 0, TENSOR, "fw.twice"),

@@ -23,7 +23,10 @@ fn runtime(device: &str) -> HostRuntime {
 /// 8 MiB hole and from the 4 MiB hole.
 fn placed(rt: &HostRuntime) -> (u64, u64) {
     let nrt = rt.nrt();
-    let al = nrt.dmem().core_allocator(0, 0).unwrap();
+    let al = nrt
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let alloc = |size| {
         let h = nrt
             .dmem()

@@ -3,6 +3,7 @@
 //! allocator's list.
 
 use super::*;
+use crate::device::PhysicalCore;
 use crate::handle::DmemHandle;
 use crate::list::ListError;
 
@@ -20,10 +21,10 @@ impl<'a> Nrt<'a> {
 }
 
 impl<'a> DeviceMemory<'a> {
-    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `(dev, core)`.
+    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `core`.
     #[inline]
-    pub fn core_allocator(&self, dev: u32, core: u32) -> Result<*mut dmem_allocator_t> {
-        self.0.core_allocator(dev, core)
+    pub fn core_allocator(&self, core: PhysicalCore) -> Result<*mut dmem_allocator_t> {
+        self.0.core_allocator(core.device, core.core)
     }
 
     /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is

@@ -531,7 +531,11 @@ mod tests {
         n.ulib_unstage_for_test(0, 0);
         let hb = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
-        assert_eq!(before.2, crate::ulib::UlibStats::default(), "nothing cached");
+        assert_eq!(
+            before.2,
+            crate::ulib::UlibStats::default(),
+            "nothing cached"
+        );
         set_last_model_handle_for_test(hb.h_model().id - 1);
         assert_eq!(
             n.load_model(LogicalCore::new(0), &g).unwrap_err(),

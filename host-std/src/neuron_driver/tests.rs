@@ -195,7 +195,10 @@ fn an_einval_for_another_reason_does_not_turn_native_alignment_off() {
     let st = nrt_core::CoreState::new_boxed();
     let n = nrt_core::Nrt::new(&st, &drv);
     n.init(&nrt_core::InitOptions::default()).unwrap();
-    let al = n.dmem().core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let used = || {
         let s = drv.pool_stats(0, false, 0).unwrap();
         s.capacity - s.free

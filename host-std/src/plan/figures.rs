@@ -110,7 +110,10 @@ pub(super) fn hbm_plan(
     }
     for dev in 0..nrt.num_devices() {
         for c in 0..nrt.geom(dev).cores {
-            if let Ok(al) = nrt.dmem().core_allocator(dev, c) {
+            if let Ok(al) = nrt
+                .dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(dev, c))
+            {
                 let _ = nrt
                     .dmem()
                     .allocator_for_each(al, &mut |d: &nrt_core::abi::dmem_t| add(d, None));
