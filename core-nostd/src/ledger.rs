@@ -16,7 +16,7 @@
 
 mod view;
 
-pub use view::Ledger;
+pub use view::{Ledger, LedgerSnapshot};
 
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU64, Ordering};

@@ -52,7 +52,7 @@ pub use error::{Error, InvalidArg, Result};
 pub use handle::{
     DmemHandle, HandleError, HandleFault, HandleKind, ModelHandle, SetHandle, TensorHandle,
 };
-pub use ledger::{DeviceTotals, Ledger, UsageSel};
+pub use ledger::{DeviceTotals, Ledger, LedgerSnapshot, UsageSel};
 pub use model::Models;
 pub use tensor::{Sets, Tensors};
 

@@ -666,7 +666,7 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
         let _stop = StopOnDrop(&stop); // stops the writers if an assertion fails
         let n = f.nrt();
         for round in 0..3_000 {
-            let (dev, _) = n.ledger().snapshot(0);
+            let dev = n.ledger().snapshot(0).device;
             for (nc, row) in dev.iter().enumerate() {
                 let sum: u64 = row[..22].iter().sum();
                 assert_eq!(
@@ -698,7 +698,13 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
         }
     });
     let n = f.nrt();
-    assert_eq!(n.ledger().snapshot(0), ([[0; 23]; 8], [[0; 23]; 8]));
+    assert_eq!(
+        n.ledger().snapshot(0),
+        nrt_core::LedgerSnapshot {
+            device: [[0; 23]; 8],
+            host: [[0; 23]; 8]
+        }
+    );
     for core in 0..8 {
         assert_list_valid(
             &n,
@@ -986,7 +992,7 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
             let g = n.geom(0);
             let lnc = n.logical_core_size();
             let vc = n.inspector().logical_core_entry(LogicalCore::new(0));
-            let (rows, _) = n.ledger().snapshot(0);
+            let rows = n.ledger().snapshot(0).device;
             // Each answer is whole on its own (the runtime may change between two calls).
             assert!(devices == 0 || devices == 1, "{devices} devices");
             assert!(g.channels == 0 || (g.channels, g.cores) == (4, 8), "{g:?}");
@@ -1060,7 +1066,7 @@ fn a_closed_runtime_can_be_inspected_until_init() {
     );
     assert!(stats.bytes_limit > 0);
     assert_eq!(stats.bytes_peak, 1 << 20, "peaks survive close");
-    assert_eq!(n.ledger().snapshot(0).0[0][22], 0);
+    assert_eq!(n.ledger().snapshot(0).device[0][22], 0);
     assert_eq!(n.ledger().device_totals(0).unwrap().device_bytes, 0);
     let mut dump = String::new();
     n.ledger().dump(&mut dump, 0, None, 4).unwrap();
@@ -1303,7 +1309,7 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
     let (device, device_peak) = (totals.device_bytes, totals.device_peak);
     assert_eq!(device, per_core);
     assert_eq!(n.ledger().hbm(0).iter().sum::<u64>(), per_core);
-    let (rows, _) = n.ledger().snapshot(0);
+    let rows = n.ledger().snapshot(0).device;
     for row in rows {
         assert_eq!(row[..22].iter().sum::<u64>(), row[22]);
     }

@@ -97,7 +97,10 @@ impl Run {
         // `close` reclaims the tensor left live.
         theirs.close()?;
         let left = theirs.driver_bytes_in_use();
-        let (dev_rows, host_rows) = theirs.ledger().snapshot(0);
+        let nrt_core::LedgerSnapshot {
+            device: dev_rows,
+            host: host_rows,
+        } = theirs.ledger().snapshot(0);
         let ledger_zero = dev_rows.iter().chain(&host_rows).flatten().all(|b| *b == 0);
         self.check(
             left == 0 && ledger_zero,

@@ -209,7 +209,7 @@ const UNLOADED: usize = 1;
 /// Everything observable that a failed call must leave unchanged.
 #[derive(PartialEq, Eq)]
 struct Snapshot {
-    ledger: ([[u64; 23]; 8], [[u64; 23]; 8]),
+    ledger: nrt_core::LedgerSnapshot,
     driver_bytes: u64,
     arena_live: [usize; CoreState::ARENA_COUNT],
     models: usize,
@@ -669,7 +669,10 @@ impl Run {
                 }
             }
         }
-        let (dev_rows, host_rows) = n.ledger().snapshot(0);
+        let nrt_core::LedgerSnapshot {
+            device: dev_rows,
+            host: host_rows,
+        } = n.ledger().snapshot(0);
         let ledger_zero = dev_rows
             .iter()
             .chain(host_rows.iter())

@@ -23,9 +23,7 @@ fn runtime(preset: Preset) -> HostRuntime {
 }
 
 /// What must not change when a load is refused: the ledger of device 0 and the driver.
-type Ledger = [[u64; 23]; 8];
-
-fn state(rt: &HostRuntime) -> ((Ledger, Ledger), u64) {
+fn state(rt: &HostRuntime) -> (nrt_core::LedgerSnapshot, u64) {
     let nrt = rt.nrt();
     (nrt.ledger().snapshot(0), nrt.driver_bytes_in_use())
 }

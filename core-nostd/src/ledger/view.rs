@@ -48,14 +48,14 @@ impl<'a> Ledger<'a> {
         self.0.ledger_host(dev, tpb, usage)
     }
 
-    /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`, each core's
-    /// rows read under that core's ledger lock (consistent per core: every row sums to its
-    /// `[nc][22]`). All zero for a
-    /// device that is not attached, or while the runtime is not initialised.
+    /// The whole ledger of one device ([`LedgerSnapshot`]), each core's rows read under that
+    /// core's ledger lock (consistent per core: every row sums to its `[nc][22]`). All zero for
+    /// a device that is not attached, or while the runtime is not initialised.
     #[doc(alias = "ledger_snapshot")]
     #[inline]
-    pub fn snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
-        self.0.ledger_snapshot(dev)
+    pub fn snapshot(&self, dev: u32) -> LedgerSnapshot {
+        let (device, host) = self.0.ledger_snapshot(dev);
+        LedgerSnapshot { device, host }
     }
 
     /// Per-usage breakdown of logical core `vnc` (sum over its physical cores). `Closed`
@@ -125,4 +125,14 @@ impl<'a> Ledger<'a> {
     ) -> fmt::Result {
         self.0.dump_ledger(w, dev, failed, top)
     }
+}
+
+/// One device's ledger ([`Ledger::snapshot`], spec §3.4): bytes per `[physical core][usage]`,
+/// column 22 the core's total.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LedgerSnapshot {
+    /// Device memory (`memory_usage_nc`).
+    pub device: [[u64; 23]; 8],
+    /// Host DMA memory, booked apart as libnrt does.
+    pub host: [[u64; 23]; 8],
 }

@@ -75,8 +75,8 @@ pub fn close_and_check_drained(n: &Nrt<'_>) {
     assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
 }
 
-/// One device's ledger: `(device rows, host rows)`.
-pub type Ledger = ([[u64; 23]; 8], [[u64; 23]; 8]);
+/// One device's ledger: device rows and host rows.
+pub type Ledger = nrt_core::LedgerSnapshot;
 
 /// Every ledger row of every device, plus the driver's view: equal before/after a failed call.
 pub fn snapshot(n: &Nrt<'_>) -> (Vec<Ledger>, u64) {
