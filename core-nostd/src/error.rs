@@ -406,7 +406,7 @@ impl fmt::Display for Error {
                 .unwrap_or(mem_alloc_category_t::MAX);
                 write!(
                     f,
-                    "Failed to allocate {:.3}MB (usage: {}) on ND {}:NC {} (HBM {}, type {})",
+                    "Failed to allocate {}MB (usage: {}) on ND {}:NC {} (HBM {}, type {})",
                     mb(size),
                     category.counter_name(),
                     device,
@@ -421,7 +421,7 @@ impl fmt::Display for Error {
             }
             Error::HostOom { size, dma } => write!(
                 f,
-                "Failed to allocate {:.3}MB of {}",
+                "Failed to allocate {}MB of {}",
                 mb(size),
                 if dma {
                     "host DMA memory"

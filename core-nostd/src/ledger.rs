@@ -677,7 +677,7 @@ impl Nrt<'_> {
         let g = self.dev_geom(call, dev);
         writeln!(
             w,
-            "ND {} memory usage ({} HBM x {:.3}MB, {} cores):",
+            "ND {} memory usage ({} HBM x {}MB, {} cores):",
             dev,
             g.channels,
             mb(g.channel_size),
@@ -711,7 +711,7 @@ impl Nrt<'_> {
             let runtime = r[TOTAL] - code - rings - coll - tens - cons - scr;
             writeln!(
                 w,
-                "  NC {:<3} {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB",
+                "  NC {:<3} {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB",
                 nc,
                 mb(r[TOTAL]),
                 mb(code),
@@ -766,7 +766,7 @@ impl Nrt<'_> {
             };
             writeln!(
                 w,
-                "    {:>10.3}MB  NC {} {} {} usage {:<20} {}",
+                "    {:>10}MB  NC {} {} {} usage {:<20} {}",
                 mb(e.size),
                 e.nc_id,
                 loc,
