@@ -8,9 +8,10 @@
 //! allocation (independent instances for Rust users, tests and the C ABI singleton), never on
 //! the stack.
 
+use crate::atomic::AtomicU64;
 use core::cell::UnsafeCell;
 use core::ptr::{addr_of_mut, null_mut};
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;

@@ -14,8 +14,9 @@
 // pointer is an error or a no-op, not undefined behaviour (docs/UNSAFE.md).
 #![deny(unsafe_code)]
 
+use crate::atomic::AtomicU64;
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::abi::tables::{aggr_index, category_for};
 use crate::abi::*;

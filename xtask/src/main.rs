@@ -835,15 +835,30 @@ fn firmware(args: &[String]) -> DynResult {
     Ok(())
 }
 
-/// The firmware part of `ci`: the core builds with each logging backend (and none), the
-/// firmware crate passes clippy with its own profile (the workspace clippy run skips its
+/// The firmware part of `ci`: the core builds with each logging backend (and none), its unit
+/// tests pass on `portable-atomic`'s 64-bit atomics (what targets without native ones use),
+/// the firmware crate passes clippy with its own profile (the workspace clippy run skips its
 /// binary: it needs `--features image`), and the image runs within its footprint targets.
 fn firmware_ci() -> DynResult {
+    run("test nrt-core --lib on portable-atomic's AtomicU64", {
+        let mut c = cargo();
+        c.args([
+            "test",
+            "--quiet",
+            "-p",
+            "nrt-core",
+            "--lib",
+            "--features",
+            "portable-atomic",
+        ]);
+        c
+    })?;
     for (what, features) in [
         ("no default features", None),
         ("defmt", Some("defmt")),
         ("log", Some("log")),
         ("alloc", Some("alloc")),
+        ("heap-host-mem", Some("heap-host-mem")),
     ] {
         run(&format!("build nrt-core: {what}"), {
             let mut c = cargo();

@@ -6,8 +6,9 @@
 //! zeroed allocation and is never built on the stack.
 #![allow(non_camel_case_types, missing_docs)]
 
+use crate::atomic::AtomicU64;
 use core::ffi::{c_char, c_void};
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::AtomicU32;
 
 use crate::abi_struct;
 
