@@ -393,6 +393,23 @@ impl Nrt<'_> {
         );
     }
 
+    /// Bytes this runtime holds (spec §3.4): its ledger's device (HBM) and host DMA bytes over
+    /// every attached device, a per-runtime figure (another runtime or process on the same
+    /// driver is not counted; [`Nrt::driver_pool_bytes_in_use`] is the driver's). 0 after
+    /// `close` (readable then). Errors: the gate's (`Uninitialized` before the first `init`
+    /// or while `init` or `close` is at work).
+    pub fn runtime_bytes_in_use(&self) -> Result<u64> {
+        let call = self.inspect()?;
+        let mut held: u64 = 0;
+        for dev in 0..self.attached_devices(&call) {
+            let host = core_totals(&self.dev_ext(dev).host_usage_nc);
+            held = held
+                .saturating_add(core_totals(self.ledger_rows(dev)))
+                .saturating_add(host);
+        }
+        Ok(held)
+    }
+
     /// Device-wide aggregates of `dev` (spec §3.4). `Uninitialized` / `Closed` outside an
     /// initialised runtime, `DeviceOutOfRange` for a device that is not attached.
     pub fn device_totals(&self, dev: u32) -> Result<DeviceTotals> {

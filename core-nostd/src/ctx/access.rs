@@ -34,13 +34,17 @@ impl<'a> Nrt<'a> {
     }
 
     /// `Ok` when this view names the driver and host provider its state block was
-    /// initialised with (or the block is not initialised: nothing is bound yet).
+    /// initialised with (or the block is not initialised: nothing is bound yet);
+    /// `MissingHostProvider` for a view of the right driver without the provider,
+    /// `ForeignResources` otherwise.
     #[inline]
     pub(crate) fn check_bound(&self) -> Result<()> {
         let drv = self.st.bound_drv.load(Ordering::Relaxed);
         let host = self.st.bound_host.load(Ordering::Relaxed);
         if drv == 0 || (drv == addr(self.drv) && host == self.host.map_or(0, addr)) {
             Ok(())
+        } else if drv == addr(self.drv) && self.host.is_none() {
+            Err(Error::MissingHostProvider)
         } else {
             Err(Error::ForeignResources)
         }
