@@ -542,13 +542,13 @@ impl CoreState {
         self.ctx.cast_const().cast()
     }
 
-    /// Where the parts of this block's context region lie ([`ContextLayout`]).
+    /// Where the parts of this block's context region lie ([`ContextLayout`], spec §1).
     pub fn context_layout(&self) -> ContextLayout {
         self.ctx_layout
     }
 
-    /// Bytes the last re-initialisation ([`Nrt::init`] after [`Nrt::close`]) zeroed of the
-    /// context region: the first member, the devices that runtime attached, the tail and
+    /// Bytes the last re-initialisation ([`Nrt::init`] after [`Nrt::close`], spec §1, §12)
+    /// zeroed of the context region: the first member, the devices that runtime attached, the tail and
     /// their side state, not the devices it never used (0 before any re-initialisation).
     pub fn reinit_bytes(&self) -> usize {
         self.reinit_bytes.load(Ordering::Relaxed)

@@ -406,7 +406,7 @@ impl<'a> Nrt<'a> {
     }
 
     /// Bytes in use in the driver's pools of the attached devices (every HBM channel and the
-    /// host DMA pool): a per-driver figure, `capacity - free` of each pool, so it counts
+    /// host DMA pool, spec §3.2): a per-driver figure, `capacity - free` of each pool, so it counts
     /// what every client of that driver holds, not only this runtime
     /// ([`Self::runtime_bytes_in_use`] is this runtime's). Readable while up and after
     /// `close`. Errors: the gate's (`Uninitialized` before the first `init` or while `init`
