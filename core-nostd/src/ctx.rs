@@ -391,8 +391,8 @@ impl Plan {
     }
 }
 
-/// Zeroed storage for one [`CoreState`] and its arenas in a `static` (firmware without a
-/// heap: it lands in `.bss`), sized at compile time for a [`Capacity`]:
+/// Zeroed storage for one [`CoreState`], its context tree and its arenas in a `static`
+/// (firmware without a heap: it lands in `.bss`), sized at compile time for a [`Capacity`]:
 /// `static STATE: StaticState<{ CoreState::storage_bytes(&CAPS) }> = StaticState::new();`
 /// then [`StaticState::bind`] once at startup.
 #[repr(C, align(64))]
