@@ -447,7 +447,8 @@ impl<const B: usize> Default for StaticState<B> {
 
 // SAFETY: every member is zero-valid: the abi structs by their own ZeroValid impls, the pools
 // by theirs (below), the plain-integer tables trivially, a zero lock is unlocked, state 0 is
-// UNINIT and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
+// UNINIT, a null `ctx` is an unbound block (only bound blocks are handed out: `StaticState::bind`,
+// `with_storage`) and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
 unsafe impl ZeroValid for CoreState {}
 // SAFETY: arenas and side tables are zero-valid (unbound: no slots) and so are atomics.
 unsafe impl ZeroValid for crate::dmem::DmemPool {}
