@@ -546,6 +546,51 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// The shim's state block holds libnrt's whole `tdrv_ctx_t` (32 devices) at the start of
+    /// its storage mapping, and the context's pages are in core dumps (no `dd` flag) although
+    /// the rest of the mapping is left out until its slots are used.
+    #[test]
+    fn the_shim_context_is_libnrt_whole_and_dumped() {
+        let caps = nrt_core::Capacity {
+            dmems: 65536,
+            ..crate::config::HOST_CAPACITY
+        };
+        let st = state_block(&caps).unwrap();
+        let l = st.context_layout();
+        assert!(l.is_full(), "{l:?}");
+        assert_eq!(
+            l.tail,
+            core::mem::offset_of!(nrt_core::abi::tdrv_ctx_t, num_ptpb)
+        );
+        let at = st.context_addr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let flags_at = |addr: usize| -> Option<String> {
+            let mut inside = false;
+            for line in smaps.lines() {
+                if let Some((range, _)) = line.split_once(' ') {
+                    if let Some((a, b)) = range.split_once('-') {
+                        if let (Ok(a), Ok(b)) =
+                            (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                        {
+                            inside = (a..b).contains(&addr);
+                            continue;
+                        }
+                    }
+                }
+                if inside {
+                    if let Some(f) = line.strip_prefix("VmFlags:") {
+                        return Some(f.to_string());
+                    }
+                }
+            }
+            None
+        };
+        let ctx = flags_at(at).expect("the context is mapped");
+        assert!(!ctx.split_whitespace().any(|f| f == "dd"), "{ctx}");
+        let arenas = flags_at(at + l.bytes + (64 << 20)).expect("the arenas are mapped");
+        assert!(arenas.split_whitespace().any(|f| f == "dd"), "{arenas}");
+    }
+
     /// The report directory keeps the newest files of exited processes up to the bound, never
     /// a running process's file, and leaves other files alone.
     #[test]
