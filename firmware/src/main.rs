@@ -43,6 +43,7 @@ use core::ptr::null_mut;
 
 use nrt_core::abi::*;
 use nrt_core::cell::ZeroedCell;
+use nrt_core::ctx::ContextLayout;
 use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
@@ -326,10 +327,11 @@ impl Run {
         }
         let _ = writeln!(
             self.out,
-            "  static state  {} profile: CoreState {} B + arenas {} B + SimDevice {} B in .bss (zero pages until touched)",
+            "  static state  {} profile: CoreState {} B + context {} B + arenas {} B + SimDevice {} B in .bss (zero pages until touched)",
             profile::NAME,
             CoreState::BYTES,
-            CoreState::storage_bytes(&CAPS),
+            ContextLayout::of(CAPS.devices).bytes,
+            CoreState::storage_bytes(&CAPS) - ContextLayout::of(CAPS.devices).bytes,
             size_of::<Sim>()
         );
     }

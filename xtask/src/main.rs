@@ -765,7 +765,7 @@ fn firmware(args: &[String]) -> DynResult {
             verdict(size_ok)
         );
         println!(
-            "  bss        {:>10} B  {:>9.1} MiB  (static CoreState + arenas {} B, static SimDevice {} B){}",
+            "  bss        {:>10} B  {:>9.1} MiB  (static CoreState + context + arenas {} B, static SimDevice {} B){}",
             sizes.bss,
             kib(sizes.bss) / 1024.0,
             opt(sizes.state),
