@@ -80,12 +80,14 @@ pub enum BuildError {
     Capacity(nrt_core::Error),
 }
 
-/// A state block whose arenas hold `caps`, in one anonymous `MAP_NORESERVE` mapping: pages are
+/// A state block whose context tree and arenas hold `caps`, in one anonymous `MAP_NORESERVE`
+/// mapping (the context first, libnrt's whole `tdrv_ctx_t` for the shim's 32 devices): pages are
 /// committed only as slots are used, so capacity that is never used costs address space, not
 /// memory (also under valgrind, whose `calloc` writes every byte). The mapping starts out of
 /// core dumps (`MADV_DONTDUMP`: `gcore` writes every page of a readable mapping, touched or
-/// not), and each arena's slots are put back as they come into use (`dump_in_use`), so a
-/// core holds the runtime's `dmem_t`s and `model_t`s, which `nrt-dmem inspect --core` reads,
+/// not); the context region is put back when the block is bound and each arena's slots as they
+/// come into use (`dump_in_use`), so a core holds the context tree, the runtime's `dmem_t`s and
+/// `model_t`s, which `nrt-dmem inspect --core` reads,
 /// and not gigabytes of zeros. The side tables beside the arenas (tensor names, model IO
 /// tables, free stacks) stay out of core dumps.
 pub fn state_block(caps: &nrt_core::Capacity) -> Result<Box<CoreState>, BuildError> {
