@@ -2,18 +2,21 @@
 //! the [`Nrt`] handle every operation goes through, bring-up (`db_tdrv_ctx_init`), the resolver
 //! (`db_physical_core_get_mla_and_tpb`, §1.1) and teardown (`tdrv_destroy`, §12).
 //!
-//! [`CoreState`] holds the 18.9 MB `tdrv_ctx_t` plus every static arena; it is valid when
-//! all-zero, so it lives in `.bss` (firmware, the C ABI singleton) or in a zeroed allocation
-//! (independent instances for Rust users and tests) and is never built on the stack.
+//! [`CoreState`] is a header bound to its storage: the context region (the `tdrv_ctx_t`
+//! holding `Capacity::devices` devices, [`ContextLayout`]) and every static arena. Both are
+//! valid when all-zero, so they live in `.bss` (firmware, [`StaticState`]) or in a zeroed
+//! allocation (independent instances for Rust users, tests and the C ABI singleton), never on
+//! the stack.
 //!
 //! Every raw access to the tree and the block's storage is in `access` (and its children:
 //! the lock guards, the storage binder, the storage itself); the rest of `ctx` is safe code.
 
 #![deny(unsafe_code)]
 
+use crate::atomic::AtomicU64;
 use core::cell::UnsafeCell;
 use core::ptr::{addr_of_mut, null_mut};
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
@@ -205,15 +208,137 @@ pub(crate) struct CoreExt {
     pub(crate) ulib_users: AtomicU32,
 }
 
-/// Everything the core owns: the context tree and all static arenas. Valid when all-zero.
+/// The members `tdrv_ctx_t` places after `mla[32]` (spec §1; facts v2 `tdrv_ctx_t`), in
+/// libnrt's order and spacing: in a context of 32 devices they lie at libnrt's offsets, in a
+/// compact one right after the last device ([`ContextLayout::tail`]). Valid when all-zero.
+#[repr(C)]
+pub struct CtxTail {
+    /// `tdrv_ctx_t.num_ptpb`: entries of `ptpbs` in use.
+    pub num_ptpb: u32,
+    _reserved_4: [u8; 4],
+    /// `tdrv_ctx_t.ptpbs`: the flat physical-core index.
+    pub ptpbs: [ptpb_info_t; 256],
+    /// `tdrv_ctx_t.host_did_to_rid_map`: host device id → routing id.
+    pub host_did_to_rid_map: [u32; 32],
+    /// `tdrv_ctx_t.host_did_to_rid_map_size`.
+    pub host_did_to_rid_map_size: u32,
+    _reserved_4236: [u8; 4],
+    /// `tdrv_ctx_t.reservation_id`.
+    pub reservation_id: u64,
+    /// `tdrv_ctx_t.pod_type`.
+    pub pod_type: u32,
+    /// `tdrv_ctx_t.pod_sz`.
+    pub pod_sz: u32,
+    /// `tdrv_ctx_t.pod_node_id`.
+    pub pod_node_id: u32,
+    /// `tdrv_ctx_t.pod_mode`.
+    pub pod_mode: u32,
+    /// `tdrv_ctx_t.target`: the arch of device 0.
+    pub target: u32,
+    _reserved_4268: [u8; 124],
+}
+
+/// Offset of `mla[0]` in `tdrv_ctx_t`.
+const MLA_AT: usize = core::mem::offset_of!(tdrv_ctx_t, mla);
+/// Offset of the first member after `mla[32]` in `tdrv_ctx_t`.
+const TAIL_AT: usize = core::mem::offset_of!(tdrv_ctx_t, num_ptpb);
+
+// The tail mirrors libnrt's members after `mla[32]` byte for byte.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(offset_of!(tdrv_ctx_t, num_mla) == 0);
+    assert!(TAIL_AT == MLA_AT + constants::MAX_MLA_PER_PROCESS * size_of::<mla_t>());
+    assert!(TAIL_AT + size_of::<CtxTail>() == size_of::<tdrv_ctx_t>());
+    assert!(core::mem::align_of::<CtxTail>() <= 8);
+    assert!(TAIL_AT + offset_of!(CtxTail, ptpbs) == offset_of!(tdrv_ctx_t, ptpbs));
+    assert!(
+        TAIL_AT + offset_of!(CtxTail, host_did_to_rid_map)
+            == offset_of!(tdrv_ctx_t, host_did_to_rid_map)
+    );
+    assert!(
+        TAIL_AT + offset_of!(CtxTail, host_did_to_rid_map_size)
+            == offset_of!(tdrv_ctx_t, host_did_to_rid_map_size)
+    );
+    assert!(
+        TAIL_AT + offset_of!(CtxTail, reservation_id) == offset_of!(tdrv_ctx_t, reservation_id)
+    );
+    assert!(TAIL_AT + offset_of!(CtxTail, pod_type) == offset_of!(tdrv_ctx_t, pod_type));
+    assert!(TAIL_AT + offset_of!(CtxTail, pod_mode) == offset_of!(tdrv_ctx_t, pod_mode));
+    assert!(TAIL_AT + offset_of!(CtxTail, target) == offset_of!(tdrv_ctx_t, target));
+};
+
+/// Where the parts of a state block's context region lie, for the number of devices it holds
+/// (`Capacity::devices`, spec §1). The region starts the storage (64-aligned) and is the
+/// address C publishes as `tdrv_ctx_0` ([`CoreState::context_addr`]):
+///
+/// - `tdrv_ctx_t.num_mla` and `mla[0..devices]` at libnrt's offsets, so a debugger reading
+///   them with libnrt's DWARF finds them;
+/// - the members libnrt places after `mla[32]` ([`CtxTail`]) at [`Self::tail`]: libnrt's
+///   offset for 32 devices (the region is then exactly libnrt's `tdrv_ctx_t`), right after
+///   `mla[devices - 1]` for a compact profile (where libnrt's DWARF does not find them);
+/// - the project's per-device and per-core side state (`DevExt`, `CoreExt`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContextLayout {
+    /// Devices (`mla_t` slots) the context holds.
+    pub devices: u32,
+    /// Offset of [`CtxTail`] (`num_ptpb` onwards).
+    pub tail: usize,
+    /// Offset of the per-device side state.
+    pub dev_ext: usize,
+    /// Offset of the per-core side state.
+    pub core_ext: usize,
+    /// Bytes of the region (a multiple of 64).
+    pub bytes: usize,
+}
+
+impl ContextLayout {
+    /// The layout for `devices` devices (1..=32; clamped into that range).
+    pub const fn of(devices: u32) -> ContextLayout {
+        use core::mem::size_of;
+        let n = if devices == 0 {
+            1
+        } else if devices as usize > constants::MAX_MLA_PER_PROCESS {
+            constants::MAX_MLA_PER_PROCESS
+        } else {
+            devices as usize
+        };
+        let tail = MLA_AT + n * size_of::<mla_t>();
+        let dev_ext = (tail + size_of::<CtxTail>()).next_multiple_of(64);
+        let core_ext = (dev_ext + n * size_of::<DevExt>()).next_multiple_of(64);
+        let bytes =
+            (core_ext + n * constants::TPBS_PER_MLA * size_of::<CoreExt>()).next_multiple_of(64);
+        ContextLayout {
+            devices: n as u32,
+            tail,
+            dev_ext,
+            core_ext,
+            bytes,
+        }
+    }
+
+    /// Whether the region is libnrt's whole `tdrv_ctx_t` (32 devices: every member at
+    /// libnrt's offset).
+    pub const fn is_full(&self) -> bool {
+        self.tail == TAIL_AT
+    }
+}
+
+const _: () = assert!(ContextLayout::of(32).is_full());
+const _: () = assert!(core::mem::align_of::<DevExt>() <= 64);
+const _: () = assert!(core::mem::align_of::<CoreExt>() <= 64);
+
+/// Everything the core owns: the context tree and all static arenas. Valid when all-zero;
+/// reachable only bound to its storage ([`StaticState::bind`], [`CoreState::with_storage`]).
 #[repr(C)]
 pub struct CoreState {
-    pub(crate) ctx: UnsafeCell<tdrv_ctx_t>,
-    /// Per-device side state; rewritten (zeroed) only by `zero_tree`, under its contract.
-    pub(crate) dev_ext: UnsafeCell<[DevExt; constants::MAX_MLA_PER_PROCESS]>,
-    /// Per-core side state; rewritten (zeroed) only by `zero_tree`, under its contract.
-    pub(crate) core_ext:
-        UnsafeCell<[[CoreExt; constants::TPBS_PER_MLA]; constants::MAX_MLA_PER_PROCESS]>,
+    /// The context region in the storage ([`ContextLayout`]): `tdrv_ctx_t`'s first member and
+    /// `mla[0..devices]` at libnrt's offsets, the members libnrt places after `mla[32]`
+    /// ([`CtxTail`]), then the per-device and per-core side state. Null until bound.
+    pub(crate) ctx: *mut u8,
+    /// Where the parts of the context region lie (all-zero until bound).
+    pub(crate) ctx_layout: ContextLayout,
+    /// Bytes the last re-initialisation zeroed ([`CoreState::reinit_bytes`]).
+    pub(crate) reinit_bytes: AtomicUsize,
     pub(crate) geom: UnsafeCell<[DevGeom; constants::MAX_MLA_PER_PROCESS]>,
     pub(crate) vc: UnsafeCell<VcoreTable>,
     pub(crate) settings: UnsafeCell<Settings>,
@@ -250,11 +375,14 @@ pub struct CoreState {
     pub(crate) tensor: crate::tensor::TensorPool,
 }
 
-/// Where each pool's region starts in a state block's storage, for a [`Capacity`]: the pools'
-/// own `parts` lists summed, the lists their `bind` methods then hand out (one computation for
-/// both sizing and binding, so the two cannot disagree).
+/// Where each part of a state block's storage starts, for a [`Capacity`]: the context region
+/// ([`ContextLayout`]) first, then the pools' regions, their own `parts` lists summed, the
+/// lists their `bind` methods then hand out (one computation for both sizing and binding, so
+/// the two cannot disagree).
 #[derive(Copy, Clone, Debug)]
 struct Plan {
+    /// The context region (at offset 0).
+    ctx: ContextLayout,
     /// Offsets of the dmem, model and tensor regions.
     at: [usize; 3],
     /// Their sizes.
@@ -265,21 +393,24 @@ struct Plan {
 impl Plan {
     /// The layout for `c` (which [`Capacity::check`] accepted: no overflow at 2^24 slots).
     const fn of(c: &Capacity) -> Plan {
+        let ctx = ContextLayout::of(c.devices);
         let bytes = [
             Part::total(&crate::dmem::DmemPool::parts(c)),
             Part::total(&crate::model::ModelPool::parts(c)),
             Part::total(&crate::tensor::TensorPool::parts(c)),
         ];
+        let at0 = ctx.bytes;
         Plan {
-            at: [0, bytes[0], bytes[0] + bytes[1]],
+            ctx,
+            at: [at0, at0 + bytes[0], at0 + bytes[0] + bytes[1]],
             bytes,
-            total: bytes[0] + bytes[1] + bytes[2],
+            total: at0 + bytes[0] + bytes[1] + bytes[2],
         }
     }
 }
 
-/// Zeroed storage for one [`CoreState`] and its arenas in a `static` (firmware without a
-/// heap: it lands in `.bss`), sized at compile time for a [`Capacity`]:
+/// Zeroed storage for one [`CoreState`], its context tree and its arenas in a `static`
+/// (firmware without a heap: it lands in `.bss`), sized at compile time for a [`Capacity`]:
 /// `static STATE: StaticState<{ CoreState::storage_bytes(&CAPS) }> = StaticState::new();`
 /// then [`StaticState::bind`] once at startup.
 #[repr(C, align(64))]

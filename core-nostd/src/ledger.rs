@@ -18,8 +18,9 @@ mod view;
 
 pub use view::{Ledger, LedgerSnapshot};
 
+use crate::atomic::AtomicU64;
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::abi::tables::{aggr_index, category_for};
 use crate::abi::*;
@@ -399,6 +400,23 @@ impl Nrt<'_> {
         );
     }
 
+    /// Bytes this runtime holds (spec §3.4): its ledger's device (HBM) and host DMA bytes over
+    /// every attached device, a per-runtime figure (another runtime or process on the same
+    /// driver is not counted; [`Nrt::driver_pool_bytes_in_use`] is the driver's). 0 after
+    /// `close` (readable then). Errors: the gate's (`Uninitialized` before the first `init`
+    /// or while `init` or `close` is at work).
+    pub fn runtime_bytes_in_use(&self) -> Result<u64> {
+        let call = self.inspect()?;
+        let mut held: u64 = 0;
+        for dev in 0..self.attached_devices(&call) {
+            let host = core_totals(&self.dev_ext(dev).host_usage_nc);
+            held = held
+                .saturating_add(core_totals(self.ledger_rows(dev)))
+                .saturating_add(host);
+        }
+        Ok(held)
+    }
+
     /// The body of [`crate::ledger::Ledger::device_totals`].
     pub(crate) fn device_totals(&self, dev: u32) -> Result<DeviceTotals> {
         let call = self.inspect()?;
@@ -660,7 +678,7 @@ impl Nrt<'_> {
         let g = self.dev_geom(call, dev);
         writeln!(
             w,
-            "ND {} memory usage ({} HBM x {:.3}MB, {} cores):",
+            "ND {} memory usage ({} HBM x {}MB, {} cores):",
             dev,
             g.channels,
             mb(g.channel_size),
@@ -694,7 +712,7 @@ impl Nrt<'_> {
             let runtime = r[TOTAL] - code - rings - coll - tens - cons - scr;
             writeln!(
                 w,
-                "  NC {:<3} {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB",
+                "  NC {:<3} {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB",
                 nc,
                 mb(r[TOTAL]),
                 mb(code),
@@ -749,7 +767,7 @@ impl Nrt<'_> {
             };
             writeln!(
                 w,
-                "    {:>10.3}MB  NC {} {} {} usage {:<20} {}",
+                "    {:>10}MB  NC {} {} {} usage {:<20} {}",
                 mb(e.size),
                 e.nc_id,
                 loc,

@@ -259,7 +259,7 @@ pub const GATE_SHARDS: usize = 16;
 
 /// Bytes between the hot words of adjacent per-core / per-shard items: two cache lines, so
 /// two items' first words never share a line whatever the base address (padding, not
-/// alignment: an over-aligned member would over-align the 47 MB `CoreState` and the
+/// alignment: an over-aligned member would over-align `CoreState`, its storage and the
 /// simulator, and `Box::new_zeroed` then memsets them instead of using calloc's lazily
 /// zeroed pages).
 pub const LINE_STRIDE: usize = 128;

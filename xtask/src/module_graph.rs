@@ -36,6 +36,7 @@ pub const MECHANISM: &[&str] = &[
     "sim",
     "device",
     "host_heap",
+    "atomic",
 ];
 
 /// The behaviour modules that still import each other through `ctx` (its state block holds

@@ -42,13 +42,17 @@ impl<'a> Nrt<'a> {
     }
 
     /// `Ok` when this view names the driver and host provider its state block was
-    /// initialised with (or the block is not initialised: nothing is bound yet).
+    /// initialised with (or the block is not initialised: nothing is bound yet);
+    /// `MissingHostProvider` for a view of the right driver without the provider,
+    /// `ForeignResources` otherwise.
     #[inline]
     pub(crate) fn check_bound(&self) -> Result<()> {
         let drv = self.st.bound_drv.load(Ordering::Relaxed);
         let host = self.st.bound_host.load(Ordering::Relaxed);
         if drv == 0 || (drv == addr(self.drv) && host == self.host.map_or(0, addr)) {
             Ok(())
+        } else if drv == addr(self.drv) && self.host.is_none() {
+            Err(Error::MissingHostProvider)
         } else {
             Err(Error::ForeignResources)
         }
@@ -64,31 +68,72 @@ impl<'a> Nrt<'a> {
         self.st
     }
 
-    pub(crate) fn ctx(&self) -> *mut tdrv_ctx_t {
-        self.st.ctx.get()
+    /// Devices the context region holds (`mla_t` slots, 1..=32).
+    #[inline]
+    pub(crate) fn ctx_devices(&self) -> u32 {
+        self.st.ctx_layout.devices
     }
 
-    /// Raw pointer to `mla[dev]` (no check).
+    /// `tdrv_ctx_t.num_mla`, the region's first member.
+    pub(crate) fn num_mla_ptr(&self) -> *mut u32 {
+        self.st.ctx.cast()
+    }
+
+    /// The members libnrt places after `mla[32]` ([`CtxTail`], where [`ContextLayout::tail`]
+    /// says). Address only.
+    pub(crate) fn ctx_tail(&self) -> *mut CtxTail {
+        self.st.ctx.wrapping_add(self.st.ctx_layout.tail).cast()
+    }
+
+    /// Raw pointer to `mla[dev]` (address only, no check: callers check
+    /// `dev < ctx_devices()` before dereferencing).
     pub(crate) fn mla_ptr(&self, dev: u32) -> *mut mla_t {
-        // SAFETY: in-bounds projection of the context; callers check `dev < 32`.
-        unsafe { addr_of_mut!((*self.ctx()).mla[dev as usize]) }
+        self.st
+            .ctx
+            .wrapping_add(core::mem::offset_of!(tdrv_ctx_t, mla))
+            .wrapping_add(dev as usize * core::mem::size_of::<mla_t>())
+            .cast()
     }
 
-    /// The project's side state of device `dev` (`dev < 32`, else device 0's: callers check).
+    /// The last device index of the region, for the clamping accessors.
+    #[inline]
+    fn last_dev(&self, dev: u32) -> usize {
+        (dev as usize).min(self.ctx_devices().max(1) as usize - 1)
+    }
+
+    /// The project's side state of device `dev` (clamped in range: callers check).
     pub(crate) fn dev_ext(&self, dev: u32) -> &'a DevExt {
-        // SAFETY: in-bounds; the table is written only by `zero_tree`, whose contract excludes
-        // every user of the runtime (so no reference handed out here is live then).
-        unsafe { &(*self.st.dev_ext.get())[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)] }
+        let p = self
+            .st
+            .ctx
+            .wrapping_add(self.st.ctx_layout.dev_ext)
+            .cast::<DevExt>()
+            .wrapping_add(self.last_dev(dev));
+        // SAFETY: in the bound context region (an index below `devices`, 64-aligned start,
+        // `DevExt`'s alignment is at most 64), valid as long as the state (`'a`); the entries
+        // are written only by `zero_tree`, whose contract excludes every user of the runtime
+        // (so no reference handed out here is live then).
+        unsafe { &*p }
     }
 
     /// The project's side state of core `(dev, tpb)` (indices clamped in range: callers check).
     pub(crate) fn core_ext(&self, dev: u32, tpb: u32) -> &'a CoreExt {
-        // SAFETY: in-bounds; the table is written only by `zero_tree`, whose contract excludes
-        // every user of the runtime (so no reference handed out here is live then).
-        unsafe {
-            &(*self.st.core_ext.get())[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)]
-                [(tpb as usize).min(constants::TPBS_PER_MLA - 1)]
-        }
+        let i = self.last_dev(dev) * constants::TPBS_PER_MLA
+            + (tpb as usize).min(constants::TPBS_PER_MLA - 1);
+        let p = self
+            .st
+            .ctx
+            .wrapping_add(self.st.ctx_layout.core_ext)
+            .cast::<CoreExt>()
+            .wrapping_add(i);
+        // SAFETY: as `dev_ext`: in the bound region, below `devices * 8` entries; rewritten
+        // only by `zero_tree` under its contract.
+        unsafe { &*p }
+    }
+
+    /// The first per-core side-state entry (address only).
+    pub(crate) fn core_ext_base(&self) -> *const CoreExt {
+        self.st.ctx.wrapping_add(self.st.ctx_layout.core_ext).cast()
     }
 
     /// The `physical_core_t` of core `(dev, tpb)`, which its GLOBAL allocator and dmems point
@@ -98,12 +143,9 @@ impl<'a> Nrt<'a> {
     }
 
     /// `(device, core)` of a `tpb_t` of this runtime's tree, by address arithmetic (no
-    /// dereference; `(32, 8)`, out of range, for a pointer outside the tree).
+    /// dereference; `(devices, 8)`, out of range, for a pointer outside the tree).
     pub(crate) fn tpb_coords(&self, tpb: *const tpb_t) -> (u32, u32) {
-        let out = (
-            constants::MAX_MLA_PER_PROCESS as u32,
-            constants::TPBS_PER_MLA as u32,
-        );
+        let out = (self.ctx_devices(), constants::TPBS_PER_MLA as u32);
         let first = self.mla_ptr(0) as usize;
         let Some(addr) = (tpb as usize).checked_sub(first) else {
             return out;
@@ -116,7 +158,7 @@ impl<'a> Nrt<'a> {
             return out;
         };
         let t = within / core::mem::size_of::<tpb_t>();
-        if d >= constants::MAX_MLA_PER_PROCESS
+        if d >= self.ctx_devices() as usize
             || t >= constants::TPBS_PER_MLA
             || within % core::mem::size_of::<tpb_t>() != 0
         {
@@ -137,10 +179,14 @@ impl<'a> Nrt<'a> {
         self.dev_geom(call, d).default_hbm(t)
     }
 
-    /// Raw pointer to `mla[dev]._tpbs[tpb]` (no check).
+    /// Raw pointer to `mla[dev]._tpbs[tpb]` (address only, no check: callers check the
+    /// indices before dereferencing).
     pub(crate) fn tpb_ptr(&self, dev: u32, tpb: u32) -> *mut tpb_t {
-        // SAFETY: in-bounds projection; callers check the indices.
-        unsafe { addr_of_mut!((*self.mla_ptr(dev))._tpbs[tpb as usize]) }
+        self.mla_ptr(dev)
+            .cast::<u8>()
+            .wrapping_add(core::mem::offset_of!(mla_t, _tpbs))
+            .wrapping_add(tpb as usize * core::mem::size_of::<tpb_t>())
+            .cast()
     }
 
     /// The `tpb_t` of this runtime's tree that `tpb` points at, re-derived from the tree by
@@ -149,8 +195,7 @@ impl<'a> Nrt<'a> {
     /// instead of trusting a caller's pointer.
     pub(crate) fn tree_tpb(&self, tpb: *const tpb_t) -> Option<*mut tpb_t> {
         let (d, t) = self.tpb_coords(tpb);
-        (d < constants::MAX_MLA_PER_PROCESS as u32 && t < constants::TPBS_PER_MLA as u32)
-            .then(|| self.tpb_ptr(d, t))
+        (d < self.ctx_devices() && t < constants::TPBS_PER_MLA as u32).then(|| self.tpb_ptr(d, t))
     }
 
     /// The index of device `mla` in the tree (address arithmetic, no dereference), `None` for
@@ -159,14 +204,14 @@ impl<'a> Nrt<'a> {
     pub(crate) fn mla_index(&self, mla: *const mla_t) -> Option<u32> {
         let off = (mla as usize).checked_sub(self.mla_ptr(0) as usize)?;
         let sz = core::mem::size_of::<mla_t>();
-        (off % sz == 0 && off / sz < constants::MAX_MLA_PER_PROCESS).then_some((off / sz) as u32)
+        (off % sz == 0 && off / sz < self.ctx_devices() as usize).then_some((off / sz) as u32)
     }
 
     /// Device `dev`'s `dmem_logger.memory_usage_nc` (spec §3.4), the ledger's device rows
     /// (`dev` clamped in range: callers check).
     #[inline]
     pub(crate) fn ledger_rows(&self, dev: u32) -> &'a [[AtomicU64; 23]; 8] {
-        let mla = self.mla_ptr((dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1) as u32);
+        let mla = self.mla_ptr(self.last_dev(dev) as u32);
         // SAFETY: `mla` is a device of the tree (in bounds, aligned), which lives as long as
         // the state block (`'a`). The rows are atomics, read and written only atomically, and
         // rewritten wholesale only by `zero_tree`, whose contract (the `Exclusive` token's
@@ -450,8 +495,8 @@ impl<'a> Nrt<'a> {
                 contiguous_scratchpad: opts.contiguous_scratchpad as u32,
                 _pad: 0,
             };
-            let ctx = self.ctx();
-            (*ctx).num_mla = n;
+            *self.num_mla_ptr() = n;
+            let tail = self.ctx_tail();
             for (d, info) in infos.iter().enumerate().take(n as usize) {
                 let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
                 (*self.st.geom.get())[d] = DevGeom::from_info(info);
@@ -466,15 +511,15 @@ impl<'a> Nrt<'a> {
                 for t in 0..info.cores_per_device.min(constants::TPBS_PER_MLA as u32) {
                     (*mla).tpb_map.map[t as usize] = 1;
                     // The flat physical-core index libnrt keeps beside the tree (spec §1).
-                    let k = (*ctx).num_ptpb as usize;
-                    if k < (*ctx).ptpbs.len() {
-                        (*ctx).ptpbs[k].tpb_idx = t;
-                        (*ctx).ptpbs[k].mla = mla;
-                        (*ctx).num_ptpb += 1;
+                    let k = (*tail).num_ptpb as usize;
+                    if k < (*tail).ptpbs.len() {
+                        (*tail).ptpbs[k].tpb_idx = t;
+                        (*tail).ptpbs[k].mla = mla;
+                        (*tail).num_ptpb += 1;
                     }
                 }
             }
-            (*ctx).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
+            (*tail).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
             let mut map = [0u32; 32];
             if self.drv.host_device_id_rid_map(&mut map).is_err() {
                 // Identity fallback (spec §1: single-device routing is the identity).
@@ -482,8 +527,8 @@ impl<'a> Nrt<'a> {
                     *m = i as u32;
                 }
             }
-            (*ctx).host_did_to_rid_map = map;
-            (*ctx).host_did_to_rid_map_size = n;
+            (*tail).host_did_to_rid_map = map;
+            (*tail).host_did_to_rid_map_size = n;
             for d in 0..n {
                 (*self.mla_ptr(d)).routing_id = map[d as usize];
             }
@@ -502,15 +547,36 @@ impl<'a> Nrt<'a> {
     }
 
     /// Resets the context tree and its per-device and per-core side tables to all-zero
-    /// (UNINIT). Under `init`'s token `_ex`:
-    /// `init_lock` held and the gate shut and drained (or never open), so nobody uses the tree.
+    /// (UNINIT): the first member, the devices the runtime attached (`num_mla`), the tail and
+    /// their side state; devices never attached were never written and stay zero. Records the
+    /// bytes it zeroed ([`CoreState::reinit_bytes`]).
+    /// Under `init`'s token `_ex`: `init_lock` held and the gate shut and drained (or never
+    /// open), so nobody uses the tree.
     pub(super) fn zero_tree(&self, _ex: &mut Exclusive<'_>) {
-        // SAFETY: per the token nobody reads or writes these blocks now, and all-zero is
-        // their valid unused state (ZeroValid members, atomics, unlocked locks).
+        use core::mem::size_of;
+        let l = self.st.ctx_layout;
+        // SAFETY: per the token nobody reads or writes the region now; every range below
+        // lies in the bound region (`num_mla` never exceeds `devices`: `init` clamps it), and
+        // all-zero is its valid unused state (ZeroValid members, atomics, unlocked locks).
         unsafe {
-            core::ptr::write_bytes(self.ctx() as *mut u8, 0, core::mem::size_of::<tdrv_ctx_t>());
-            core::ptr::write_bytes(self.st.dev_ext.get(), 0, 1);
-            core::ptr::write_bytes(self.st.core_ext.get(), 0, 1);
+            let used = (*self.num_mla_ptr()).min(l.devices) as usize;
+            let base = self.st.ctx;
+            let mla_at = core::mem::offset_of!(tdrv_ctx_t, mla);
+            let parts = [
+                (0, mla_at + used * size_of::<mla_t>()),
+                (l.tail, size_of::<CtxTail>()),
+                (l.dev_ext, used * size_of::<DevExt>()),
+                (
+                    l.core_ext,
+                    used * constants::TPBS_PER_MLA * size_of::<CoreExt>(),
+                ),
+            ];
+            let mut zeroed = 0;
+            for (at, len) in parts {
+                core::ptr::write_bytes(base.add(at), 0, len);
+                zeroed += len;
+            }
+            self.st.reinit_bytes.store(zeroed, Ordering::Relaxed);
         }
     }
 
@@ -574,7 +640,7 @@ impl<'a> Nrt<'a> {
         // gate is open: no such write is under way) or `init` / `close`'s own `Exclusive`
         // (this read is one of its steps). A copy of one field: no reference to the tree is
         // made.
-        unsafe { (*self.ctx()).num_mla }
+        unsafe { *self.num_mla_ptr() }
     }
 
     /// `db_physical_core_get_mla_and_tpb` (spec §1.1): where libnrt asserts a live device and
@@ -584,7 +650,7 @@ impl<'a> Nrt<'a> {
         pc: &physical_core_t,
     ) -> Result<(*mut mla_t, *mut tpb_t)> {
         let (d, t) = (pc.device_id, pc.device_tpb_idx);
-        if d as usize >= constants::MAX_MLA_PER_PROCESS || t as usize >= constants::TPBS_PER_MLA {
+        if d >= self.ctx_devices() || t as usize >= constants::TPBS_PER_MLA {
             return Err(Error::CoreOutOfRange { device: d, tpb: t });
         }
         let mla = self.mla_ptr(d);
@@ -704,6 +770,100 @@ mod tests {
             ]
             .map(|(name, n)| (name, n as usize));
             assert_eq!(got, want, "{caps:?}");
+        }
+    }
+
+    /// A compact context (one device) keeps `num_mla` and `mla[0]` at libnrt's offsets from
+    /// the published address, puts the members after `mla[32]` right after `mla[0]` instead
+    /// of at libnrt's offset, and costs one device's bytes; a 32-device context is libnrt's
+    /// `tdrv_ctx_t` whole, tail at libnrt's offsets.
+    #[test]
+    fn a_compact_context_keeps_libnrt_offsets_for_the_devices_it_holds() {
+        use core::mem::{offset_of, size_of};
+        for (caps, devices) in [(Capacity::ONE_DEVICE, 1u32), (Capacity::DEFAULT, 32)] {
+            let st = CoreState::with_capacity(&caps).unwrap();
+            let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
+            let n = Nrt::new(&st, &*sim);
+            n.init(&InitOptions::default()).unwrap();
+            let base = st.context_addr() as usize;
+            let l = st.context_layout();
+            assert_eq!(l.devices, devices);
+            assert_eq!(
+                n.mla_ptr(0) as usize - base,
+                offset_of!(tdrv_ctx_t, mla),
+                "mla[0] at libnrt's offset"
+            );
+            let tail = n.ctx_tail() as usize - base;
+            assert_eq!(tail, l.tail);
+            if devices == 32 {
+                assert!(l.is_full());
+                assert_eq!(tail, offset_of!(tdrv_ctx_t, num_ptpb));
+            } else {
+                assert!(!l.is_full());
+                assert_eq!(tail, offset_of!(tdrv_ctx_t, mla) + size_of::<mla_t>());
+                assert!(l.bytes < size_of::<tdrv_ctx_t>() / 16, "{l:?}");
+            }
+            let call = n.enter().unwrap();
+            let cores = n.dev_geom(&call, 0).cores;
+            // SAFETY: a gated call is in flight, so `init` / `close`, the only writers of the
+            // tree, are not running; copies of plain fields.
+            let (num_mla, used, idx, num_ptpb, first) = unsafe {
+                let m = n.mla_ptr(0);
+                let t = n.ctx_tail();
+                (
+                    *n.num_mla_ptr(),
+                    (*m).is_used,
+                    (*m).mla_idx,
+                    (*t).num_ptpb,
+                    (*t).ptpbs[0].mla,
+                )
+            };
+            assert_eq!((num_mla, used, idx), (1, 1, 0));
+            assert_eq!((num_ptpb, first), (cores, n.mla_ptr(0)));
+            // Resolving a device the context does not hold is refused, not read.
+            let far = physical_core_t::new(devices, 0);
+            assert!(n.db_physical_core_get_mla_and_tpb(&far).is_err());
+            drop(call);
+            n.close().unwrap();
+        }
+        assert!(
+            CoreState::storage_bytes(&Capacity::DEFAULT)
+                - CoreState::storage_bytes(&Capacity {
+                    devices: 1,
+                    ..Capacity::DEFAULT
+                })
+                >= 31 * size_of::<mla_t>()
+        );
+    }
+
+    /// A re-initialisation zeroes the devices the closed runtime attached, the first member,
+    /// the tail and their side state, not the 32-device context the block holds.
+    #[test]
+    fn a_reinit_zeroes_only_the_devices_that_were_used() {
+        use core::mem::size_of;
+        let st = CoreState::with_capacity(&Capacity::DEFAULT).unwrap();
+        assert!(st.context_layout().is_full());
+        let per_device = size_of::<mla_t>()
+            + size_of::<DevExt>()
+            + constants::TPBS_PER_MLA * size_of::<CoreExt>();
+        let fixed = core::mem::offset_of!(tdrv_ctx_t, mla) + size_of::<CtxTail>();
+        assert_eq!(st.reinit_bytes(), 0, "no re-initialisation yet");
+        for devices in [1u32, 2, 1] {
+            let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, devices)).unwrap();
+            let n = Nrt::new(&st, &*sim);
+            n.init(&InitOptions::default()).unwrap();
+            n.close().unwrap();
+            // The next init zeroes what this runtime used.
+            let next = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+            let m = Nrt::new(&st, &*next);
+            m.init(&InitOptions::default()).unwrap();
+            assert_eq!(
+                st.reinit_bytes(),
+                fixed + devices as usize * per_device,
+                "after a runtime of {devices} device(s)"
+            );
+            assert!(st.reinit_bytes() < st.context_layout().bytes / 8);
+            m.close().unwrap();
         }
     }
 

@@ -76,14 +76,14 @@ impl<'a> Nrt<'a> {
     /// `(device, core)` when `p` is the `pcore` of one of the runtime's cores (address
     /// arithmetic only: a foreign pointer is never dereferenced).
     pub(crate) fn tree_pcore(&self, p: *const physical_core_t) -> Option<(u32, u32)> {
-        let first = self.st.core_ext.get() as usize;
+        let first = self.core_ext_base() as usize;
         let addr = (p as usize).checked_sub(first)?;
         let (i, rest) = (
             addr / core::mem::size_of::<CoreExt>(),
             addr % core::mem::size_of::<CoreExt>(),
         );
         if rest != core::mem::offset_of!(CoreExt, pcore)
-            || i >= constants::MAX_MLA_PER_PROCESS * constants::TPBS_PER_MLA
+            || i >= self.ctx_devices() as usize * constants::TPBS_PER_MLA
         {
             return None;
         }
@@ -137,9 +137,10 @@ impl<'a> Nrt<'a> {
             .drv
             .device_count()
             .min(constants::MAX_MLA_PER_PROCESS as u32);
-        // The state block holds model_dbs for `caps.devices` devices: the rest are not
-        // attached (like devices past 32), and the log says which setting would attach them.
-        let cap = self.st.caps.devices;
+        // The state block holds a context and model_dbs for `caps.devices` devices: the rest
+        // are not attached (like devices past 32), and the log says which setting would
+        // attach them.
+        let cap = self.st.caps.devices.min(self.ctx_devices());
         if n > cap {
             warn!(
                 "init: attaching {} of {} device(s): raise Capacity.devices",
@@ -148,7 +149,7 @@ impl<'a> Nrt<'a> {
         }
         let n = n.min(cap);
         if n == 0 {
-            return Err(Error::Driver(errno::ENODEV));
+            return Err(Error::NoDevices);
         }
         let mut infos = [None; constants::MAX_MLA_PER_PROCESS];
         for (d, slot) in infos.iter_mut().enumerate().take(n as usize) {
@@ -261,24 +262,35 @@ impl<'a> Nrt<'a> {
         Ok(())
     }
 
-    /// Total bytes the driver still holds for this runtime, over every pool of every device.
-    /// 0 while `init` or `close` is at work, and before the first `init`.
-    pub fn driver_bytes_in_use(&self) -> u64 {
-        let Ok(call) = self.inspect() else {
-            return 0;
-        };
-        let mut used = 0;
+    /// Bytes in use in the driver's pools of the attached devices (every HBM channel and the
+    /// host DMA pool, spec §3.2): a per-driver figure, `capacity - free` of each pool, so it counts
+    /// what every client of that driver holds, not only this runtime
+    /// ([`Self::runtime_bytes_in_use`] is this runtime's). Readable while up and after
+    /// `close`. Errors: the gate's (`Uninitialized` before the first `init` or while `init`
+    /// or `close` is at work), the driver's refusal of a pool's statistics (`Driver`), and a
+    /// pool reporting more free bytes than it has (`Driver(EIO)`).
+    pub fn driver_pool_bytes_in_use(&self) -> Result<u64> {
+        let call = self.inspect()?;
+        let mut used: u64 = 0;
         for d in 0..self.attached_devices(&call) {
             let g = self.dev_geom(&call, d);
-            for h in 0..g.channels {
-                if let Ok(s) = self.drv.pool_stats(d, false, h) {
-                    used += s.capacity - s.free;
-                }
-            }
-            if let Ok(s) = self.drv.pool_stats(d, true, 0) {
-                used += s.capacity - s.free;
+            let pools = (0..g.channels).map(|h| (false, h)).chain([(true, 0)]);
+            for (host, h) in pools {
+                let s = self.drv.pool_stats(d, host, h).map_err(Error::Driver)?;
+                let held = s
+                    .capacity
+                    .checked_sub(s.free)
+                    .ok_or(Error::Driver(errno::EIO))?;
+                used = used.saturating_add(held);
             }
         }
-        used
+        Ok(used)
+    }
+
+    /// [`Self::driver_pool_bytes_in_use`], 0 when it fails (before the first `init`, or a
+    /// pool the driver would not report): a per-driver figure, kept for callers that want a
+    /// plain number.
+    pub fn driver_bytes_in_use(&self) -> u64 {
+        self.driver_pool_bytes_in_use().unwrap_or(0)
     }
 }

@@ -79,7 +79,7 @@ pub fn drain_with<R: Atomic<Int = u64>>(ref_count: &R, relax: impl FnMut(u32)) {
 
 /// [`drain_with`] that spins, then relaxes through the integrator's hook (the std shim yields
 /// the thread, so a long drain does not burn a core).
-pub fn drain(ref_count: &core::sync::atomic::AtomicU64) {
+pub fn drain(ref_count: &crate::atomic::AtomicU64) {
     drain_with(ref_count, relax)
 }
 

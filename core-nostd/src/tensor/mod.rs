@@ -27,7 +27,9 @@ mod pool;
 mod set;
 mod view;
 
-pub use crate::host_heap::{ArenaHostMem, HeapHostMem, HostMem};
+#[cfg(feature = "heap-host-mem")]
+pub use crate::host_heap::HeapHostMem;
+pub use crate::host_heap::{ArenaHostMem, HostMem};
 pub use exec::BIND_CHUNK;
 pub(crate) use exec::EXEC_DATA_STRIPES;
 pub use io::{check_window, Pending};

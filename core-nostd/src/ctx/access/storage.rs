@@ -55,7 +55,8 @@ impl<const B: usize> Default for StaticState<B> {
 
 // SAFETY: every member is zero-valid: the abi structs by their own ZeroValid impls, the pools
 // by theirs (below), the plain-integer tables trivially, a zero lock is unlocked, state 0 is
-// UNINIT and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
+// UNINIT, a null `ctx` is an unbound block (only bound blocks are handed out: `StaticState::bind`,
+// `with_storage`) and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
 unsafe impl ZeroValid for CoreState {}
 // SAFETY: arenas and side tables are zero-valid (unbound: no slots) and so are atomics.
 unsafe impl ZeroValid for crate::dmem::DmemPool {}
@@ -71,7 +72,7 @@ unsafe impl ZeroValid for crate::ledger::LedgerPool {}
 // SAFETY: repr(C) of integers and integer arrays: all-zero is an empty entry.
 unsafe impl ZeroValid for crate::model::ModelIoEntry {}
 // Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
-// the whole 47 MB block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
+// the whole block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
 const _: () = assert!(core::mem::align_of::<CoreState>() <= 16);
 // SAFETY: all shared mutation goes through atomics, the nrt_mutex_t locks placed where libnrt
 // places them, or the arenas' own locks; raw pointers inside point into this same block.
@@ -80,12 +81,13 @@ unsafe impl Sync for CoreState {}
 unsafe impl Send for CoreState {}
 
 impl CoreState {
-    /// Bytes of one `CoreState` header (the fixed part: the ABI context, the per-device and
-    /// per-core side state, the arena headers); the arenas' storage comes on top
+    /// Bytes of one `CoreState` header (the fixed part: the arena headers, the logical-core
+    /// table, the device geometry); the context region and the arenas' storage come on top
     /// ([`Self::storage_bytes`]). Untouched pages cost nothing.
     pub const BYTES: usize = core::mem::size_of::<Self>();
 
-    /// Bytes of arena storage a state block of capacity `caps` needs (0 for a capacity
+    /// Bytes of storage a state block of capacity `caps` needs: its context region for
+    /// `caps.devices` devices ([`Self::context_layout`]) and its arenas (0 for a capacity
     /// [`Capacity::check`] refuses).
     pub const fn storage_bytes(caps: &Capacity) -> usize {
         match caps.check() {
@@ -94,8 +96,8 @@ impl CoreState {
         }
     }
 
-    /// Binds every pool's arenas to its region of `base` (each pool's `bind` walks the same
-    /// `parts` list that sized its region). Returns whether every part was bound exactly (by
+    /// Binds the context region and every pool's arenas to their regions of `base` (each
+    /// pool's `bind` walks the same `parts` list that sized its region). Returns whether every part was bound exactly (by
     /// construction it is; a refused part leaves its arena unbound: full, not unsound).
     ///
     /// # Safety
@@ -109,6 +111,12 @@ impl CoreState {
         in_use: Option<crate::arena::InUse>,
     ) -> bool {
         let p = Plan::of(caps);
+        self.ctx = base;
+        self.ctx_layout = p.ctx;
+        // The context region is what debuggers and core-file readers walk from `tdrv_ctx_0`.
+        if let Some(hook) = in_use {
+            hook(base, p.ctx.bytes);
+        }
         // SAFETY: the regions lie one after another inside the storage (`p.total` =
         // `storage_bytes(caps)` bytes, contract), each a sum of multiples of 64, so each
         // starts 64-aligned, in bounds and disjoint from the others; zeroed, unshared and
@@ -136,9 +144,23 @@ impl CoreState {
 
     /// The address of this block's context tree (the `tdrv_ctx_t` libnrt's `tdrv_ctx_0`
     /// points at, spec §1), for a C library to publish where debuggers and `nrt-dmem inspect`
-    /// look for it. Only an address: nothing may read or write the tree through it.
+    /// look for it. It holds [`Self::context_layout`]`.devices` devices: all of libnrt's
+    /// `tdrv_ctx_t` for 32, its first member and `mla[0..devices]` otherwise. Only an address:
+    /// nothing may read or write the tree through it.
     pub fn context_addr(&self) -> *const tdrv_ctx_t {
-        self.ctx.get()
+        self.ctx.cast_const().cast()
+    }
+
+    /// Where the parts of this block's context region lie ([`ContextLayout`], spec §1).
+    pub fn context_layout(&self) -> ContextLayout {
+        self.ctx_layout
+    }
+
+    /// Bytes the last re-initialisation ([`Nrt::init`] after [`Nrt::close`], spec §1, §12)
+    /// zeroed of the context region: the first member, the devices that runtime attached, the tail and
+    /// their side state, not the devices it never used (0 before any re-initialisation).
+    pub fn reinit_bytes(&self) -> usize {
+        self.reinit_bytes.load(Ordering::Relaxed)
     }
 
     /// A zeroed state on the heap with [`Capacity::DEFAULT`] (feature `alloc`): an
