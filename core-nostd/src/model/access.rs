@@ -25,7 +25,8 @@
 
 use core::ptr::{addr_of, addr_of_mut, NonNull};
 
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::atomic::AtomicU64;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::*;
 use crate::arena::Chain;

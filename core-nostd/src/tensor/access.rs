@@ -21,7 +21,8 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::{addr_of, addr_of_mut, NonNull};
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use crate::atomic::AtomicU64;
+use core::sync::atomic::Ordering;
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
