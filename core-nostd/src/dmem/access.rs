@@ -4,9 +4,10 @@
 //! The rest of `dmem/` is `#![deny(unsafe_code)]`: this is the one file of the domain where
 //! `unsafe` is allowed.
 //!
-//! Three accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
+//! Four accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
 //! `owned_dmem_fixed` does for the ledger: [`Nrt::dmem_write_fresh`] ("`m` is a fresh slot
-//! this call owns"), [`Nrt::dmem_cancel_unlinked`] ("`m` is unlinked, its one owner is this
+//! this call owns"), [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just
+//! made"), [`Nrt::dmem_cancel_unlinked`] ("`m` is unlinked, its one owner is this
 //! call, no handle of it was handed out") and [`Nrt::dmem_reclaim`] ("the gate is shut and
 //! every allocator is gone").
 
@@ -307,17 +308,16 @@ impl<'a> Nrt<'a> {
         handle::publish(gen, refs);
     }
 
-    /// Links live dmem `m` before `al`'s dummy tail, under `al`'s lock (`al` is live: the
-    /// call resolved it with [`Self::allocator_core`] and the caller's gate keeps it so).
+    /// Links live dmem `m` before `al`'s dummy tail, under `al`'s lock. Contract: `al` was
+    /// resolved live by [`Self::allocator_core`] in this call, and `m` is the dmem this call
+    /// just made and published (the alloc path's last steps; not checked again here, to keep
+    /// the path at its cost).
     pub(super) fn allocator_link(
         &self,
         al: *mut dmem_allocator_t,
         m: Dmem,
     ) -> core::result::Result<(), ListError> {
-        if !self.st.dmem.allocators.is_live(al) || !self.st.dmem.dmems.is_live(m) {
-            return Err(ListError::NotLinked);
-        }
-        // SAFETY: live allocator (checked), its lock held for the call; `m` is a live dmem.
+        // SAFETY: live allocator (contract), its lock held for the call; `m` is a live dmem.
         unsafe {
             let _g = (*al).lock.lock();
             Self::list_insert_tail(al, m)
