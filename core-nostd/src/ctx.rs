@@ -214,6 +214,9 @@ pub struct CoreState {
     /// count to drain.
     pub(crate) active_calls: ShardedGate,
     pub(crate) init_lock: nrt_mutex_t,
+    /// What threads hold while they run callbacks or keep an exec lock past a call
+    /// ([`crate::sync::Reentry`]): the calls that would wait for their own thread are refused.
+    pub(crate) reentry: crate::sync::Reentry,
     /// The ledger's own state beside the tree's rows: the last device OOM
     /// ([`crate::ledger::LedgerPool`]).
     pub(crate) ledger: crate::ledger::LedgerPool,

@@ -153,8 +153,14 @@ pub enum Error {
     },
     /// The operation is refused on this device class (spec §7.2 host-on-CAYMAN).
     Unsupported(&'static str),
-    /// A wait ran out of time.
-    Timeout,
+    /// A bounded wait gave up (the integrator's wait hook said so, or the wait limit was
+    /// reached, `crate::sync::set_wait_hook`): what it waited for. Nothing changed.
+    /// NRT_TIMEOUT.
+    Timeout(crate::sync::WaitFor),
+    /// The call would wait for its own thread (it holds what the call waits for: an
+    /// `ExecGuard`, a model or allocator callback): refused at once, nothing changed.
+    /// NRT_FAILURE.
+    WouldDeadlock(crate::sync::WaitFor),
     /// `init` on a runtime that is already initialised (`close` it first). NRT_FAILURE, as
     /// the C ABI's `nrt_init` answers (docs/STATES.md): the arguments are fine, the state is
     /// not, so it is not NRT_INVALID.
@@ -294,7 +300,8 @@ impl Error {
             Error::Driver(errno::ENOMEM) => NRT_RESOURCE,
             Error::Driver(_) => NRT_FAILURE,
             Error::Unsupported(_) => NRT_RESOURCE,
-            Error::Timeout => NRT_TIMEOUT,
+            Error::Timeout(_) => NRT_TIMEOUT,
+            Error::WouldDeadlock(_) => NRT_FAILURE,
             Error::Uninitialized => NRT_UNINITIALIZED,
             Error::Closed => NRT_CLOSED,
             _ => NRT_INVALID,
@@ -481,7 +488,11 @@ impl fmt::Display for Error {
                 "window [{offset}, {offset}+{len}) is outside the object of {size} bytes"
             ),
             Error::Unsupported(m) => f.write_str(m),
-            Error::Timeout => f.write_str("timed out"),
+            Error::Timeout(w) => write!(f, "timed out waiting for {w}"),
+            Error::WouldDeadlock(w) => write!(
+                f,
+                "the calling thread holds {w} itself: the call would wait for it forever"
+            ),
             Error::AlreadyInitialized => {
                 f.write_str("the runtime is already initialized (call nrt_close first)")
             }

@@ -148,8 +148,8 @@ impl<'a> Nrt<'a> {
         }
         // Readers of a closed runtime (`inspect`) are let out before the tree is rewritten;
         // the gate opens again however this returns.
-        self.st.active_calls.close(crate::sync::relax);
         let _reopen = ReopenOnDrop(&self.st.active_calls);
+        self.st.active_calls.close_bounded()?;
         let mut ex = Exclusive::new(&mut lock);
         if self.lifecycle() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
@@ -340,9 +340,14 @@ impl<'a> Nrt<'a> {
     /// fails with `Closed`.
     ///
     /// Calls racing `close` either complete before the teardown starts (close first waits for
-    /// every API call in flight, see `Nrt::enter`) or fail with `Closed`. Executions hold a
-    /// model reference, which the unload drains (spec §4.5): a thread must not call `close`
-    /// while it holds an [`crate::model::ExecGuard`] itself, or it waits for itself forever.
+    /// every API call in flight, see `Nrt::enter`) or fail with `Closed`. Executions and
+    /// `ExecGuard`s hold a model reference, which close drains before it tears anything down
+    /// (spec §4.5). Both waits are bounded (`crate::sync::wait_bounded`): when one gives up,
+    /// `close` returns `Timeout` naming what it waited for (the calls in flight, or a model
+    /// still referenced: a leaked `ExecGuard`) and the runtime stays initialised, unchanged.
+    /// A thread that holds an `ExecGuard` or runs a model or allocator callback would wait
+    /// for itself: with a thread token (`crate::sync::set_thread_token_hook`) it is refused at
+    /// once with `WouldDeadlock`.
     pub fn close(&self) -> Result<()> {
         let mut lock = self.st.init_lock.lock();
         self.check_bound()?;
@@ -353,11 +358,31 @@ impl<'a> Nrt<'a> {
                 Error::Uninitialized
             });
         }
+        if let Some(key) = self.st.reentry.mine() {
+            return Err(Error::WouldDeadlock(crate::sync::reentry_key::wait_for(
+                key,
+            )));
+        }
         // New API calls fail from here on; wait for the ones already past the gate, then for
-        // in-flight executions (drained in remove_model).
+        // the model references (executions, guards) still out.
         self.st.state.store(STATE_CLOSED, Ordering::Release);
-        self.st.active_calls.close(crate::sync::relax);
+        let reopen = |e: Error| {
+            self.st.state.store(STATE_INIT, Ordering::Release);
+            self.st.active_calls.open();
+            warn!("close: {}; the runtime stays initialised", e);
+            e
+        };
+        self.st.active_calls.close_bounded().map_err(reopen)?;
         let ex = Exclusive::new(&mut lock);
+        for vnc in (0..self.owned_vnc_count(&ex)).map(crate::vcore::LogicalCore::new) {
+            let Ok(v) = self.vtpb_get_virtual_core(&ex, vnc) else {
+                continue;
+            };
+            let Ok(tpb) = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx) else {
+                continue;
+            };
+            self.wait_models_idle(tpb).map_err(reopen)?;
+        }
         // No call is in flight: from here no handle of this runtime resolves again.
         self.st.epoch.store(0, Ordering::Release);
         self.unload_all_models(&ex);

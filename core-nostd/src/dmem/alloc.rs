@@ -58,6 +58,8 @@ impl<'a> Nrt<'a> {
         if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
+        // Its own thread walking `al` would hold the lock step 7 takes.
+        self.allocator_reachable(al)?;
         // SAFETY: live allocator; pcore was set at creation and points into the tree.
         let pcore = unsafe { (*al).pcore };
         if pcore.is_null() {

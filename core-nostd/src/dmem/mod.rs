@@ -183,6 +183,7 @@ impl<'a> Nrt<'a> {
         if self.st.dmem.allocators.is_live(al) && !self.is_caller_owned(al) {
             return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
         }
+        self.allocator_reachable(al)?;
         self.allocator_destroy(&call, al, GiveBack::Release)
     }
 
@@ -312,6 +313,9 @@ impl<'a> Nrt<'a> {
     /// A free through a handle, once pinned: drops one owner; the last one waits for every
     /// other pin to go, then unlinks and finalises.
     fn dmem_free_pinned(&self, call: &impl InCall, p: DmemPin<'_>) -> Result<()> {
+        // The last owner's free takes the allocator's lock: refused before anything changes
+        // when the calling thread walks that allocator.
+        self.allocator_reachable(self.allocator_of(p.m))?;
         match handle::drop_owner(p.refs) {
             Dropped::NoOwner => Err(Error::stale(HandleKind::Dmem)),
             Dropped::Shared => Ok(()),
@@ -324,6 +328,14 @@ impl<'a> Nrt<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// The allocator whose list holds `m` (null once detached). `m` is pinned or owned by the
+    /// caller.
+    pub(crate) fn allocator_of(&self, m: Dmem) -> *mut dmem_allocator_t {
+        // SAFETY: a slot of the dmem arena the caller pins or owns; the field is accessed
+        // atomically (see `dmem_release_ref`).
+        unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
     }
 
     /// Whether `h` names a live dmem of this runtime (it may be freed the moment after).

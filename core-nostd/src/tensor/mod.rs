@@ -274,6 +274,13 @@ impl<'a> Nrt<'a> {
     pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
         let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
+        // Freeing the storage takes its allocator's lock: refused before anything changes
+        // when the calling thread walks that allocator (`Nrt::allocator_for_each`).
+        if let Ok((s, _, _)) = self.tensor_ref(&pin).and_then(|t| self.storage_of(t)) {
+            if let StorageMem::Dma(m) = s.mem() {
+                self.allocator_reachable(self.allocator_of(m as Dmem))?;
+            }
+        }
         match pin.drop_owner() {
             Ok(last) => {
                 self.tensor_finalize(&call, last);
