@@ -1,0 +1,72 @@
+//! The std shim's bounded waits (`nrt_host::wait`): a long legitimate wait (an execution
+//! holding the core on another thread) still succeeds under the default bound, and the
+//! thread token the shim installs makes a same-thread re-entry an immediate error.
+
+use std::time::{Duration, Instant};
+
+use nrt_core::model::{ModelSpec, TensorDecl};
+use nrt_core::sync::WaitFor;
+use nrt_core::tensor::Placement;
+use nrt_core::{Error, LogicalCore};
+use nrt_host::config::{DeviceChoice, RuntimeConfig};
+use nrt_host::HostRuntime;
+
+/// How long the other thread holds the core: far past any busy phase, well inside the
+/// default bound.
+const HOLD: Duration = Duration::from_secs(2);
+
+#[test]
+fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() {
+    assert!(nrt_host::DEFAULT_WAIT_LIMIT > HOLD * 5);
+    let rt = HostRuntime::start(RuntimeConfig {
+        device: DeviceChoice::sim(nrt_core::sim::Preset::Trn2, 1),
+        ..Default::default()
+    })
+    .expect("runtime");
+    let n = rt.nrt();
+    let (ins, outs) = ([TensorDecl::new("in", 64)], [TensorDecl::new("out", 64)]);
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let m = n.load_model(LogicalCore::FIRST, &spec).unwrap();
+    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    for (set, name) in [(si, "in"), (so, "out")] {
+        let t = n
+            .tensor_allocate(Placement::Device, LogicalCore::FIRST.into(), 64, Some(name))
+            .unwrap();
+        n.set_add(set, name, t).unwrap();
+    }
+    let g = n.exec_begin(m).unwrap();
+    // The shim's thread token: the holder's own execute is refused at once.
+    let t0 = Instant::now();
+    assert!(matches!(
+        n.execute(m, si, so),
+        Err(Error::WouldDeadlock(WaitFor::ExecLock { .. }))
+    ));
+    assert!(t0.elapsed() < HOLD, "refused without waiting");
+    std::thread::scope(|s| {
+        let exec = s.spawn(|| {
+            let t0 = Instant::now();
+            (n.execute(m, si, so), t0.elapsed())
+        });
+        let unload = s.spawn(|| {
+            std::thread::sleep(HOLD / 4);
+            n.unload_model(m)
+        });
+        std::thread::sleep(HOLD);
+        drop(g);
+        let (r, waited) = exec.join().unwrap();
+        r.expect("the execution waited for the guard and ran");
+        assert!(waited >= HOLD / 2, "it did wait: {waited:?}");
+        unload
+            .join()
+            .unwrap()
+            .expect("the unload waited for the guard and the execution");
+    });
+    n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0);
+}
