@@ -187,6 +187,45 @@ pub(crate) struct CoreExt {
     pub(crate) ulib_users: AtomicU32,
 }
 
+/// Blocks the driver refused to free (`memory_free` failed) since `init`: it still holds
+/// them. All-zero is none.
+#[derive(Default)]
+pub(crate) struct DriverKeptBooks {
+    blocks: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl DriverKeptBooks {
+    /// One more block of `bytes` kept.
+    pub(crate) fn note(&self, bytes: u64) {
+        self.blocks.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    /// `(blocks, bytes)`.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (
+            self.blocks.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+    /// Back to none (a new `init`).
+    pub(crate) fn reset(&self) {
+        self.blocks.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+    }
+}
+
+/// What the driver refused to free (its `memory_free` failed) since the runtime's `init`, and
+/// still holds: [`Nrt::driver_kept`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DriverKept {
+    /// Blocks.
+    pub blocks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 /// Everything the core owns: the context tree and all static arenas. Valid when all-zero.
 #[repr(C)]
 pub struct CoreState {
@@ -217,6 +256,8 @@ pub struct CoreState {
     /// What threads hold while they run callbacks or keep an exec lock past a call
     /// ([`crate::sync::Reentry`]): the calls that would wait for their own thread are refused.
     pub(crate) reentry: crate::sync::Reentry,
+    /// What the driver refused to free since `init` ([`Nrt::driver_kept`]).
+    pub(crate) driver_kept: DriverKeptBooks,
     /// The ledger's own state beside the tree's rows: the last device OOM
     /// ([`crate::ledger::LedgerPool`]).
     pub(crate) ledger: crate::ledger::LedgerPool,

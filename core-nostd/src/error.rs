@@ -157,6 +157,28 @@ pub enum Error {
     /// reached, `crate::sync::set_wait_hook`): what it waited for. Nothing changed.
     /// NRT_TIMEOUT.
     Timeout(crate::sync::WaitFor),
+    /// The driver answered what cannot be (a pool with more free bytes than capacity, a page
+    /// size that is not a power of two, more HBM channels than the ABI holds, allocation
+    /// handle 0, an address outside its window …): the answer is refused, nothing of it is
+    /// used. NRT_FAILURE.
+    BadDriver {
+        /// What was wrong.
+        what: &'static str,
+        /// The value the driver gave.
+        value: u64,
+    },
+    /// The driver refused to free memory the runtime gave back (`memory_free` failed): the
+    /// call did everything else (the object is gone from the runtime), but the driver still
+    /// holds these blocks, which the ledger keeps counting and
+    /// `Nrt::driver_kept` reports. NRT_FAILURE.
+    DriverKept {
+        /// Blocks the driver kept.
+        blocks: u32,
+        /// Their bytes.
+        bytes: u64,
+        /// The driver's last refusal.
+        errno: Errno,
+    },
     /// The call would wait for its own thread (it holds what the call waits for: an
     /// `ExecGuard`, a model or allocator callback): refused at once, nothing changed.
     /// NRT_FAILURE.
@@ -301,7 +323,9 @@ impl Error {
             Error::Driver(_) => NRT_FAILURE,
             Error::Unsupported(_) => NRT_RESOURCE,
             Error::Timeout(_) => NRT_TIMEOUT,
-            Error::WouldDeadlock(_) => NRT_FAILURE,
+            Error::WouldDeadlock(_) | Error::DriverKept { .. } | Error::BadDriver { .. } => {
+                NRT_FAILURE
+            }
             Error::Uninitialized => NRT_UNINITIALIZED,
             Error::Closed => NRT_CLOSED,
             _ => NRT_INVALID,
@@ -489,6 +513,18 @@ impl fmt::Display for Error {
             ),
             Error::Unsupported(m) => f.write_str(m),
             Error::Timeout(w) => write!(f, "timed out waiting for {w}"),
+            Error::BadDriver { what, value } => {
+                write!(f, "the driver's answer is refused: {what} (it said {value})")
+            }
+            Error::DriverKept {
+                blocks,
+                bytes,
+                errno,
+            } => write!(
+                f,
+                "the driver refused to free {blocks} block(s) of {bytes} bytes (driver error \
+                 {errno}): it still holds them"
+            ),
             Error::WouldDeadlock(w) => write!(
                 f,
                 "the calling thread holds {w} itself: the call would wait for it forever"

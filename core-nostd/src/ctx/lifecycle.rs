@@ -46,6 +46,7 @@ impl<'a> Nrt<'a> {
         let g = InFlight {
             active: &self.st.active_calls,
             shard,
+            kept: core::cell::Cell::new(Kept::default()),
         };
         self.check_bound()?;
         match self.st.state.load(Ordering::Acquire) {
@@ -151,6 +152,7 @@ impl<'a> Nrt<'a> {
         let _reopen = ReopenOnDrop(&self.st.active_calls);
         self.st.active_calls.close_bounded()?;
         let mut ex = Exclusive::new(&mut lock);
+        self.st.driver_kept.reset();
         if self.lifecycle() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
             // SAFETY: init_lock held, the runtime is closed and the gate shut and drained:
@@ -180,10 +182,10 @@ impl<'a> Nrt<'a> {
         let mut infos = [None; constants::MAX_MLA_PER_PROCESS];
         for (d, slot) in infos.iter_mut().enumerate().take(n as usize) {
             let info = self.drv.device_info(d as u32).map_err(Error::Driver)?;
-            if info.cores_per_device == 0
-                || info.cores_per_device as usize > constants::TPBS_PER_MLA
-            {
-                return Err(Error::Driver(errno::EINVAL));
+            // What the driver says is checked before anything is sized from it.
+            if let Err(e) = info.check() {
+                error!("init: device {}: {}", d, e);
+                return Err(e);
             }
             *slot = Some(info);
         }
@@ -348,6 +350,10 @@ impl<'a> Nrt<'a> {
     /// A thread that holds an `ExecGuard` or runs a model or allocator callback would wait
     /// for itself: with a thread token (`crate::sync::set_thread_token_hook`) it is refused at
     /// once with `WouldDeadlock`.
+    ///
+    /// [`Error::DriverKept`] when the driver refused to free blocks of this runtime since
+    /// `init` (during the close or before): the runtime is closed, and the driver still holds
+    /// them ([`Nrt::driver_kept`]; the ledger keeps them booked).
     pub fn close(&self) -> Result<()> {
         let mut lock = self.st.init_lock.lock();
         self.check_bound()?;
@@ -406,7 +412,37 @@ impl<'a> Nrt<'a> {
         // Readers of the closed runtime are welcome again (API calls see CLOSED and fail).
         self.st.active_calls.open();
         info!("nrt-core closed");
-        Ok(())
+        // Closed either way; what the driver still holds of this runtime is said.
+        match self.st.driver_kept.get() {
+            (0, _) => Ok(()),
+            (blocks, bytes) => Err(Error::DriverKept {
+                blocks: u32::try_from(blocks).unwrap_or(u32::MAX),
+                bytes,
+                errno: ex.kept().get().errno.unwrap_or(errno::EIO),
+            }),
+        }
+    }
+
+    /// The driver's statistics of a pool, checked ([`crate::driver::PoolStats::check`]):
+    /// `Driver(errno)` when it refuses, `BadDriver` when what it says cannot be.
+    pub fn pool_stats_checked(
+        &self,
+        dev: u32,
+        host: bool,
+        hbm: u32,
+    ) -> Result<crate::driver::PoolStats> {
+        let s = self.drv.pool_stats(dev, host, hbm).map_err(Error::Driver)?;
+        s.check()?;
+        Ok(s)
+    }
+
+    /// What the driver refused to free since the runtime's `init` (its `memory_free`
+    /// failed): blocks it still holds, which the ledger keeps booked. Readable after `close`
+    /// (until the next `init`); `Uninitialized` before the first `init`.
+    pub fn driver_kept(&self) -> Result<DriverKept> {
+        let _call = self.inspect()?;
+        let (blocks, bytes) = self.st.driver_kept.get();
+        Ok(DriverKept { blocks, bytes })
     }
 
     /// Total bytes the driver still holds for this runtime, over every pool of every device.
@@ -419,12 +455,12 @@ impl<'a> Nrt<'a> {
         for d in 0..self.attached_devices(&call) {
             let g = self.dev_geom(&call, d);
             for h in 0..g.channels {
-                if let Ok(s) = self.drv.pool_stats(d, false, h) {
-                    used += s.capacity - s.free;
+                if let Ok(s) = self.pool_stats_checked(d, false, h) {
+                    used += s.used();
                 }
             }
-            if let Ok(s) = self.drv.pool_stats(d, true, 0) {
-                used += s.capacity - s.free;
+            if let Ok(s) = self.pool_stats_checked(d, true, 0) {
+                used += s.used();
             }
         }
         used

@@ -154,6 +154,12 @@ impl<'a> Nrt<'a> {
                 return Err(self.alloc_failed(call, dev, nc_id, hbm, a, usage, host, emulate, e));
             }
         };
+        // What the driver handed back is checked before it is recorded anywhere.
+        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size) {
+            undo_meta();
+            error!("dmem_alloc: {}", e);
+            return Err(e);
+        }
         // 5. fields
         // SAFETY: `m` is a fresh zeroed slot owned by this call.
         unsafe {
@@ -224,6 +230,43 @@ impl<'a> Nrt<'a> {
             }
         }
         Ok(m)
+    }
+
+    /// Checks a block the driver returned: handle 0 is no handle (nothing can be freed), and
+    /// the block `[pa, pa + size)` must lie in the driver's window when it states one
+    /// ([`crate::driver::Driver::pa_window`]); a block outside is given back to the driver.
+    fn check_driver_block(
+        &self,
+        dev: u32,
+        host: bool,
+        handle: u64,
+        pa: u64,
+        size: u64,
+    ) -> Result<()> {
+        if handle == 0 {
+            return Err(Error::BadDriver {
+                what: "memory_alloc: allocation handle 0",
+                value: 0,
+            });
+        }
+        let inside = match self.drv.pa_window(dev, host) {
+            None => pa.checked_add(size).is_some(),
+            Some((base, len)) => {
+                pa >= base
+                    && pa
+                        .checked_add(size)
+                        .zip(base.checked_add(len))
+                        .is_some_and(|(end, wend)| end <= wend)
+            }
+        };
+        if !inside {
+            let _ = self.drv.memory_free(dev, handle);
+            return Err(Error::BadDriver {
+                what: "memory_alloc: block outside the driver's address window",
+                value: pa,
+            });
+        }
+        Ok(())
     }
 
     /// Whether device `dev` takes aligned requests natively (spec §3.2 `ndl_supports_align`).

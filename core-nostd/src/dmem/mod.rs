@@ -184,7 +184,8 @@ impl<'a> Nrt<'a> {
             return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
         }
         self.allocator_reachable(al)?;
-        self.allocator_destroy(&call, al, GiveBack::Release)
+        self.allocator_destroy(&call, al, GiveBack::Release)?;
+        call.kept_result()
     }
 
     /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
@@ -231,7 +232,8 @@ impl<'a> Nrt<'a> {
     pub fn dmem_free(&self, h: DmemHandle) -> Result<()> {
         let call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        self.dmem_free_pinned(&call, p)
+        self.dmem_free_pinned(&call, p)?;
+        call.kept_result()
     }
 
     /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
@@ -246,7 +248,8 @@ impl<'a> Nrt<'a> {
         {
             return Err(Error::ForeignDmem);
         }
-        self.dmem_free_pinned(&call, p)
+        self.dmem_free_pinned(&call, p)?;
+        call.kept_result()
     }
 
     /// The fields of a live dmem fixed at its allocation (see [`DmemInfo`]).

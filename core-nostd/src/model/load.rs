@@ -449,6 +449,9 @@ impl<'a> Nrt<'a> {
     /// ([`Nrt::for_each_model_dmem`], [`Nrt::for_each_model_io`]), would wait for itself: with
     /// a thread token (`crate::sync::set_thread_token_hook`) it is refused at once with
     /// `WouldDeadlock`, else the bounded wait gives up.
+    ///
+    /// [`Error::DriverKept`] when the driver refused to free some of the model's memory: the
+    /// model is unloaded, the driver still holds those blocks ([`Nrt::driver_kept`]).
     pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
         let call = self.enter()?;
         let (tpb, vnc) = self.model_tpb(&call, h)?;
@@ -468,7 +471,8 @@ impl<'a> Nrt<'a> {
         }
         let m = self.remove_model(tpb, h.h_model())?;
         self.model_free(&call, m);
-        Ok(())
+        // The model is gone either way; blocks the driver kept are said.
+        call.kept_result()
     }
 
     /// Teardown: unloads every resident model.

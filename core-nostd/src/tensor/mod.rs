@@ -271,6 +271,8 @@ impl<'a> Nrt<'a> {
     /// call using it on another thread is done. A stale (already freed, at any age), forged
     /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
+    /// [`Error::DriverKept`] when the driver refused to free the storage's memory: the
+    /// tensor is freed, the driver still holds the block ([`Nrt::driver_kept`]).
     pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
         let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
@@ -284,7 +286,8 @@ impl<'a> Nrt<'a> {
         match pin.drop_owner() {
             Ok(last) => {
                 self.tensor_finalize(&call, last);
-                Ok(())
+                // The tensor is gone either way; a block the driver kept is said.
+                call.kept_result()
             }
             // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
             Err(Dropped::Shared) => Ok(()),
