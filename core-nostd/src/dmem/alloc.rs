@@ -260,7 +260,10 @@ impl<'a> Nrt<'a> {
             }
         };
         if !inside {
-            let _ = self.drv.memory_free(dev, handle);
+            if self.drv.memory_free(dev, handle).is_err() {
+                // Refused twice over: the block stays the driver's, and is counted so.
+                self.st.driver_kept.note(size);
+            }
             return Err(Error::BadDriver {
                 what: "memory_alloc: block outside the driver's address window",
                 value: pa,
