@@ -284,12 +284,10 @@ fn allocating_in_the_allocator_being_walked_is_refused_at_once() {
         Error::WouldDeadlock(WaitFor::AllocatorLock)
     );
     // Another allocator is fine from the same callback.
+    // SAFETY: a live allocator.
+    let pcore = unsafe { (*al).pcore };
     let other = n
-        // SAFETY: a live allocator.
-        .dmem_allocator_create(
-            unsafe { (*al).pcore },
-            dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL,
-        )
+        .dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
         .unwrap();
     let mut ok = None;
     n.allocator_for_each(al, |_| {
