@@ -179,9 +179,9 @@ pub enum Error {
         /// The driver's last refusal.
         errno: Errno,
     },
-    /// The call would wait for its own thread (it holds what the call waits for: an
-    /// `ExecGuard`, a model or allocator callback): refused at once, nothing changed.
-    /// NRT_FAILURE.
+    /// The call would wait for its own thread: it was made from a callback that holds what
+    /// it waits for (a model reference, an allocator's lock). Refused at once, nothing
+    /// changed. NRT_FAILURE.
     WouldDeadlock(crate::sync::WaitFor),
     /// `init` on a runtime that is already initialised (`close` it first). NRT_FAILURE, as
     /// the C ABI's `nrt_init` answers (docs/STATES.md): the arguments are fine, the state is

@@ -173,9 +173,10 @@ static TOKEN_HOOK: spin::Once<fn() -> usize> = spin::Once::new();
 /// Installs the function that names the calling thread (task, hart context …) with a token
 /// no other live thread has, never 0 (the std shim: the address of a thread-local). One-shot,
 /// like [`set_relax_hook`]. With it the core refuses at once, with
-/// [`Error::WouldDeadlock`], a call that would wait for its own thread (an `execute` while the
-/// thread holds an `ExecGuard` of the core, an unload from a callback on the model, …);
-/// without it such a call waits until its bounded wait gives up ([`Error::Timeout`]).
+/// [`Error::WouldDeadlock`], a call from a callback that would wait for the callback's own
+/// call (an unload of the model or a `close` from a model callback, an allocation, free or
+/// walk of the allocator being walked); without it such a call waits until its bounded wait
+/// gives up ([`Error::Timeout`]).
 pub fn set_thread_token_hook(hook: fn() -> usize) {
     TOKEN_HOOK.call_once(|| hook);
 }
@@ -191,9 +192,11 @@ pub fn thread_token() -> usize {
 /// bounded).
 pub const REENTRY_SLOTS: usize = 16;
 
-/// What a thread holds while it runs code the core does not control (a callback) or returns
-/// to its caller holding a lock (an `ExecGuard`): a key per kind, so a call that would wait
-/// for it on the same thread is refused at once. All-zero is empty.
+/// What a thread holds while it runs code the core does not control (a callback that holds a
+/// model reference and a call in flight, or an allocator's lock): a key per kind, so a call
+/// from the callback that would wait for it is refused at once. Callbacks run on the thread
+/// that made the call, so the thread token is proof. (An `ExecGuard` is not recorded: it is
+/// `Send`, and may be dropped on another thread.) All-zero is empty.
 pub struct Reentry {
     owners: [AtomicUsize; REENTRY_SLOTS],
     keys: [core::sync::atomic::AtomicU64; REENTRY_SLOTS],
@@ -209,10 +212,6 @@ pub mod reentry_key {
     pub const fn allocator(al: usize) -> u64 {
         (2 << 56) | (al as u64 & 0x00ff_ffff_ffff_ffff)
     }
-    /// The exec lock of core `(device, core)` (an execution or an `ExecGuard`).
-    pub const fn exec(device: u32, core: u32) -> u64 {
-        (3 << 56) | ((device as u64) << 8) | core as u64
-    }
     /// The kind of `key`.
     pub const fn kind(key: u64) -> u64 {
         key >> 56
@@ -221,12 +220,7 @@ pub mod reentry_key {
     pub const fn wait_for(key: u64) -> super::WaitFor {
         match kind(key) {
             1 => super::WaitFor::ModelDrain { model: key as u32 },
-            2 => super::WaitFor::AllocatorLock,
-            3 => super::WaitFor::ExecLock {
-                device: ((key >> 8) & 0xffff_ffff) as u32,
-                core: (key & 0xff) as u32,
-            },
-            _ => super::WaitFor::CallsInFlight,
+            _ => super::WaitFor::AllocatorLock,
         }
     }
 }

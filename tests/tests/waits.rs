@@ -1,6 +1,7 @@
 //! The std shim's bounded waits (`nrt_host::wait`): a long legitimate wait (an execution
 //! holding the core on another thread) still succeeds under the default bound, and the
-//! thread token the shim installs makes a same-thread re-entry an immediate error.
+//! thread token the shim installs makes an unload from a callback on the model an immediate
+//! error.
 
 use std::time::{Duration, Instant};
 
@@ -40,14 +41,21 @@ fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() 
             .unwrap();
         n.set_add(set, name, t).unwrap();
     }
-    let g = n.exec_begin(m).unwrap();
-    // The shim's thread token: the holder's own execute is refused at once.
+    // The shim's thread token: an unload from the model's own callback is refused at once.
     let t0 = Instant::now();
-    assert!(matches!(
-        n.execute(m, si, so),
-        Err(Error::WouldDeadlock(WaitFor::ExecLock { .. }))
-    ));
+    let mut got = None;
+    n.for_each_model_io(m, |_| {
+        got.get_or_insert(n.unload_model(m));
+    })
+    .unwrap();
+    assert_eq!(
+        got.unwrap(),
+        Err(Error::WouldDeadlock(WaitFor::ModelDrain {
+            model: m.h_model().id
+        }))
+    );
     assert!(t0.elapsed() < HOLD, "refused without waiting");
+    let g = n.exec_begin(m).unwrap();
     std::thread::scope(|s| {
         let exec = s.spawn(|| {
             let t0 = Instant::now();

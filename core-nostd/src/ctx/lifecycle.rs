@@ -346,10 +346,10 @@ impl<'a> Nrt<'a> {
     /// `ExecGuard`s hold a model reference, which close drains before it tears anything down
     /// (spec §4.5). Both waits are bounded (`crate::sync::wait_bounded`): when one gives up,
     /// `close` returns `Timeout` naming what it waited for (the calls in flight, or a model
-    /// still referenced: a leaked `ExecGuard`) and the runtime stays initialised, unchanged.
-    /// A thread that holds an `ExecGuard` or runs a model or allocator callback would wait
-    /// for itself: with a thread token (`crate::sync::set_thread_token_hook`) it is refused at
-    /// once with `WouldDeadlock`.
+    /// still referenced: an `ExecGuard` held past the bound or leaked, the caller's own
+    /// included) and the runtime stays initialised, unchanged. A thread that runs a model or
+    /// allocator callback would wait for itself: with a thread token
+    /// (`crate::sync::set_thread_token_hook`) it is refused at once with `WouldDeadlock`.
     ///
     /// [`Error::DriverKept`] when the driver refused to free blocks of this runtime since
     /// `init` (during the close or before): the runtime is closed, and the driver still holds

@@ -447,11 +447,10 @@ pub(crate) struct ExecHold<'a> {
 }
 
 /// One core's exec lock held, with `h_running_model` set; dropping it clears the mark, then
-/// releases the lock (and the holder's re-entry entry).
+/// releases the lock.
 struct CoreExecLock<'a> {
     running: &'a AtomicU32,
     _lock: MutexGuard<'a>,
-    _held: crate::sync::ReentryEntry<'a>,
 }
 
 impl Drop for CoreExecLock<'_> {
@@ -478,8 +477,7 @@ impl<'a> ExecHold<'a> {
     /// Takes core `tpb`'s exec lock as the hold's `j`-th core (one model executes at a time
     /// per core), counts the execution on the core and marks the model `h_running_model`.
     /// `CoreOutOfRange`, and nothing taken, for a pointer that is not a core of the tree or
-    /// `j >= 2`; `WouldDeadlock` when the calling thread holds the lock already (an
-    /// `ExecGuard` of its own); `Timeout` when the bounded wait for the lock gives up.
+    /// `j >= 2`; `Timeout` when the bounded wait for the lock gives up.
     pub(crate) fn lock_core(&mut self, nrt: &Nrt<'a>, j: usize, tpb: *const tpb_t) -> Result<()> {
         let Some(t) = nrt.tree_tpb(tpb) else {
             return Err(Error::CoreOutOfRange {
@@ -492,11 +490,9 @@ impl<'a> ExecHold<'a> {
             return Err(Error::CoreOutOfRange { device: d, tpb: i });
         };
         let ext = nrt.core_ext(d, i);
-        let what = crate::sync::WaitFor::ExecLock { device: d, core: i };
-        let key = crate::sync::reentry_key::exec(d, i);
-        nrt.st.reentry.refuse(key, what)?;
-        let lock = ext.exec_lock.lock_bounded(what)?;
-        let held = nrt.st.reentry.hold(key);
+        let lock = ext
+            .exec_lock
+            .lock_bounded(crate::sync::WaitFor::ExecLock { device: d, core: i })?;
         ext.exec_count.fetch_add(1, Ordering::Relaxed);
         // SAFETY: `t` is a `tpb_t` of the tree (re-derived from its coordinates), which lives
         // as long as the state block (`'a`); `h_running_model` is a 4-byte, 4-aligned
@@ -511,7 +507,6 @@ impl<'a> ExecHold<'a> {
         *slot = Some(CoreExecLock {
             running,
             _lock: lock,
-            _held: held,
         });
         Ok(())
     }

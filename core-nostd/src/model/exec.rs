@@ -52,9 +52,9 @@ impl<'a> Nrt<'a> {
     ///
     /// The wait for a core's exec lock is bounded (`crate::sync::wait_bounded`): `Timeout`
     /// naming the core when the wait hook gives up (an execution that outlives the bound, a
-    /// guard that was leaked). A thread that holds an `ExecGuard` of the core itself is
-    /// refused at once with `WouldDeadlock` when a thread token is installed
-    /// (`crate::sync::set_thread_token_hook`), as it would wait for itself.
+    /// guard that was leaked, or one the calling thread holds itself). A guard is `Send` (an
+    /// execution may complete on another thread), so the thread that took it is no proof
+    /// that it still holds it: these waits are not refused early, they are bounded.
     pub fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
         let call = self.enter()?;
         let (tpb0, vnc) = self.model_tpb(&call, h)?;

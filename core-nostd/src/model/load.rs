@@ -443,10 +443,10 @@ impl<'a> Nrt<'a> {
     /// exactly one unloads it.
     ///
     /// The wait for the model's references is bounded (`crate::sync::wait_bounded`): when it
-    /// gives up, `Timeout` names the model, which stays loaded (a leaked
-    /// [`ExecGuard`](super::ExecGuard) keeps it so). A thread that holds an `ExecGuard` of a
-    /// model on the model's cores, or that unloads from a callback on the model
-    /// ([`Nrt::for_each_model_dmem`], [`Nrt::for_each_model_io`]), would wait for itself: with
+    /// gives up, `Timeout` names the model, which stays loaded (an
+    /// [`ExecGuard`](super::ExecGuard) held past the bound or leaked keeps it so, the caller's
+    /// own included). A thread that unloads from a callback on the model
+    /// ([`Nrt::for_each_model_dmem`], [`Nrt::for_each_model_io`]) would wait for itself: with
     /// a thread token (`crate::sync::set_thread_token_hook`) it is refused at once with
     /// `WouldDeadlock`, else the bounded wait gives up.
     ///
@@ -454,21 +454,13 @@ impl<'a> Nrt<'a> {
     /// model is unloaded, the driver still holds those blocks ([`Nrt::driver_kept`]).
     pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
         let call = self.enter()?;
-        let (tpb, vnc) = self.model_tpb(&call, h)?;
+        let (tpb, _) = self.model_tpb(&call, h)?;
         self.st.reentry.refuse(
             crate::sync::reentry_key::model(h.h_model().id),
             crate::sync::WaitFor::ModelDrain {
                 model: h.h_model().id,
             },
         )?;
-        let v = *self.vtpb_get_virtual_core(&call, vnc)?;
-        for p in &v.tpbs[..v.num_tpbs.min(2) as usize] {
-            let (device, core) = (p.device_id, p.device_tpb_idx);
-            self.st.reentry.refuse(
-                crate::sync::reentry_key::exec(device, core),
-                crate::sync::WaitFor::ExecLock { device, core },
-            )?;
-        }
         let m = self.remove_model(tpb, h.h_model())?;
         self.model_free(&call, m);
         // The model is gone either way; blocks the driver kept are said.
