@@ -215,6 +215,51 @@ impl DriverKeptBooks {
     }
 }
 
+/// Counters of the first [`HANDLE_FILTER`] hash buckets of `(device, driver handle)`: a
+/// bucket at 0 holds no live dmem's handle, so a new handle that lands there is certainly not
+/// in use; only one that lands in a counted bucket is looked for among the live dmems (a
+/// driver that hands out a handle twice). A counter that reaches 255 stays there. All-zero is
+/// empty.
+pub(crate) struct HandleFilter {
+    buckets: [AtomicU8; HANDLE_FILTER],
+}
+
+/// Buckets of a [`HandleFilter`] (8 KiB).
+pub(crate) const HANDLE_FILTER: usize = 1 << 13;
+
+impl HandleFilter {
+    fn bucket(&self, dev: u32, handle: u64) -> &AtomicU8 {
+        let h = (handle ^ (u64::from(dev) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.buckets[(h >> 51) as usize % HANDLE_FILTER]
+    }
+    /// Whether a live dmem may hold `handle` on `dev`.
+    pub(crate) fn maybe(&self, dev: u32, handle: u64) -> bool {
+        self.bucket(dev, handle).load(Ordering::Acquire) != 0
+    }
+    /// A dmem holding `handle` on `dev` is published.
+    pub(crate) fn add(&self, dev: u32, handle: u64) {
+        let _ = self
+            .bucket(dev, handle)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c < u8::MAX).then_some(c + 1)
+            });
+    }
+    /// That dmem is finalised.
+    pub(crate) fn remove(&self, dev: u32, handle: u64) {
+        let _ = self
+            .bucket(dev, handle)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c > 0 && c < u8::MAX).then(|| c - 1)
+            });
+    }
+    /// Empty (a new `init`).
+    pub(crate) fn clear(&self) {
+        for b in &self.buckets {
+            b.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// What the driver refused to free (its `memory_free` failed) since the runtime's `init`, and
 /// still holds: [`Nrt::driver_kept`].
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -258,6 +303,8 @@ pub struct CoreState {
     pub(crate) reentry: crate::sync::Reentry,
     /// What the driver refused to free since `init` ([`Nrt::driver_kept`]).
     pub(crate) driver_kept: DriverKeptBooks,
+    /// The driver handles of live dmems, as a counting filter ([`HandleFilter`]).
+    pub(crate) live_handles: HandleFilter,
     /// The ledger's own state beside the tree's rows: the last device OOM
     /// ([`crate::ledger::LedgerPool`]).
     pub(crate) ledger: crate::ledger::LedgerPool,

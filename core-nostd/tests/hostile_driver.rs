@@ -345,6 +345,44 @@ fn handle_zero_and_blocks_outside_the_window_are_refused_and_given_back() {
 }
 
 #[test]
+fn the_same_handle_twice_is_refused() {
+    let drv = Hostile::new(
+        Hostility {
+            dup_handle_pct: 100,
+            ..Default::default()
+        },
+        5,
+    );
+    let st = CoreState::new_boxed();
+    let n = Nrt::new(&st, &drv);
+    n.init(&InitOptions::default()).unwrap();
+    let al = n.core_allocator(0, 0).unwrap();
+    let a = AllocArgs::device(
+        4096,
+        0,
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
+        "d",
+    );
+    let first = n.dmem_alloc(al, &a, None).expect("the first handle is new");
+    let held = n.dmem_info(first).unwrap().mem_handle;
+    let booked = ledger_bytes(&n);
+    // The driver answers each request with the handle of its previous block: the first
+    // repeat is the live one's.
+    let e = n.dmem_alloc(al, &a, None).unwrap_err();
+    assert!(
+        matches!(e, Error::BadDriver { what, value } if what.contains("already holds") && value == held),
+        "{e:?}"
+    );
+    assert_eq!(
+        ledger_bytes(&n),
+        booked,
+        "nothing booked for the refused answers"
+    );
+    n.dmem_free(first).unwrap();
+    n.close().unwrap();
+}
+
+#[test]
 fn refused_frees_are_reported_by_each_call_and_by_close() {
     let drv = Hostile::new(
         Hostility {

@@ -153,6 +153,7 @@ impl<'a> Nrt<'a> {
         self.st.active_calls.close_bounded()?;
         let mut ex = Exclusive::new(&mut lock);
         self.st.driver_kept.reset();
+        self.st.live_handles.clear();
         if self.lifecycle() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
             // SAFETY: init_lock held, the runtime is closed and the gate shut and drained:

@@ -160,6 +160,16 @@ impl<'a> Nrt<'a> {
             error!("dmem_alloc: {}", e);
             return Err(e);
         }
+        if self.handle_in_use(dev, handle) {
+            // Not given back: freeing it would free the block of the dmem that holds it.
+            undo_meta();
+            let e = Error::BadDriver {
+                what: "memory_alloc: a handle a live allocation already holds",
+                value: handle,
+            };
+            error!("dmem_alloc: {}", e);
+            return Err(e);
+        }
         // 5. fields
         // SAFETY: `m` is a fresh zeroed slot owned by this call.
         unsafe {
@@ -189,6 +199,7 @@ impl<'a> Nrt<'a> {
         // SAFETY: `m` is a slot of the dmem arena.
         let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
         handle::publish(gen, refs);
+        self.st.live_handles.add(dev, handle);
         // 6. ledger + trace
         self.dml_add_entry(call, mla, Action::Alloc, m);
         // 7. link before dummy_tail
@@ -270,6 +281,21 @@ impl<'a> Nrt<'a> {
             });
         }
         Ok(())
+    }
+
+    /// Whether a live, owned dmem of device `dev` holds driver handle `handle` (a driver that
+    /// hands a handle out twice). The filter answers most calls; a counted bucket costs a walk
+    /// of the live dmems. A dmem being finalised (no owner left) does not count: its block may
+    /// be freed already and its handle reused.
+    fn handle_in_use(&self, dev: u32, handle: u64) -> bool {
+        if !self.st.live_handles.maybe(dev, handle) {
+            return false;
+        }
+        let mut found = false;
+        self.for_each_dmem_fixed(|d| {
+            found |= d.device_id == dev && d.mem_handle == handle && d.refs != 0;
+        });
+        found
     }
 
     /// Whether device `dev` takes aligned requests natively (spec §3.2 `ndl_supports_align`).

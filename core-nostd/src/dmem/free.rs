@@ -111,6 +111,7 @@ impl<'a> Nrt<'a> {
             if !(*m)._va.is_null() {
                 let _ = self.drv.memory_unmap(dev, (*m).mem_handle);
             }
+            self.st.live_handles.remove(dev, (*m).mem_handle);
             match self.drv.memory_free(dev, (*m).mem_handle) {
                 Ok(()) => self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m),
                 Err(e) => {
