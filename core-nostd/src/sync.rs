@@ -14,7 +14,12 @@
 //!   wait hook at each look whether to go on, and gives up with [`Error::Timeout`] naming
 //!   what it waited for.
 //! * Re-entry detection ([`set_thread_token_hook`], [`Reentry`]): with a thread token the
-//!   core refuses at once the calls that would wait for the caller's own thread.
+//!   core refuses at once a call from a callback that would wait for the callback's own call.
+//!
+//! The other waits of the core (an arena shard's books, a `model_db`, a ledger row, a tensor's
+//! op lock and pending writers, the pins of an object being freed) last as long as a section
+//! of the core itself — none is held across a callback or returned to the caller — so they
+//! end when that section does.
 
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -55,7 +60,7 @@ impl spin::RelaxStrategy for Relax {
 #[non_exhaustive]
 pub enum WaitFor {
     /// The exec lock of physical core `core` of device `device`, held by an execution or an
-    /// `ExecGuard`.
+    /// `ExecGuard` (the caller's own, another thread's, or a leaked one).
     ExecLock {
         /// Device.
         device: u32,
@@ -73,10 +78,6 @@ pub enum WaitFor {
     CallsInFlight,
     /// An allocator's list lock, held while a walk calls its callback.
     AllocatorLock,
-    /// An execution writing a tensor that is being read.
-    TensorWrite,
-    /// Calls that pinned an object being freed.
-    Pins,
     /// An output completion count (the std shim's `nrt_tensor_check_output_completion`).
     Completion,
 }
@@ -90,8 +91,6 @@ impl core::fmt::Display for WaitFor {
             WaitFor::ModelDrain { model } => write!(f, "the references on model {model}"),
             WaitFor::CallsInFlight => f.write_str("the API calls in flight"),
             WaitFor::AllocatorLock => f.write_str("an allocator's lock"),
-            WaitFor::TensorWrite => f.write_str("an execution writing the tensor"),
-            WaitFor::Pins => f.write_str("the calls using an object being freed"),
             WaitFor::Completion => f.write_str("an output completion"),
         }
     }
