@@ -215,47 +215,69 @@ impl DriverKeptBooks {
     }
 }
 
-/// Counters of the first [`HANDLE_FILTER`] hash buckets of `(device, driver handle)`: a
-/// bucket at 0 holds no live dmem's handle, so a new handle that lands there is certainly not
-/// in use; only one that lands in a counted bucket is looked for among the live dmems (a
-/// driver that hands out a handle twice). A counter that reaches 255 stays there. All-zero is
-/// empty.
-pub(crate) struct HandleFilter {
-    buckets: [AtomicU8; HANDLE_FILTER],
+/// The driver handles of live dmems, as a set of keys (`handle ^ device << 59`) in
+/// [`LIVE_HANDLE_SLOTS`] slots, each key in one of the [`LIVE_HANDLE_PROBES`] slots after its
+/// hash: a new handle is looked for in those slots only (one or two cache lines). A key finds
+/// no free slot when the set is crowded, and is then not recorded: the check misses it (a
+/// duplicate of it goes unnoticed) but never refuses a handle that is not in use, since a
+/// found key is confirmed among the live dmems. All-zero is empty.
+pub(crate) struct LiveHandles {
+    slots: [AtomicU64; LIVE_HANDLE_SLOTS],
 }
 
-/// Buckets of a [`HandleFilter`] (8 KiB).
-pub(crate) const HANDLE_FILTER: usize = 1 << 13;
+/// Slots of [`LiveHandles`] (32 KiB).
+pub(crate) const LIVE_HANDLE_SLOTS: usize = 1 << 12;
+/// Slots a key may sit in, from its hash on.
+pub(crate) const LIVE_HANDLE_PROBES: usize = 16;
 
-impl HandleFilter {
-    fn bucket(&self, dev: u32, handle: u64) -> &AtomicU8 {
-        let h = (handle ^ (u64::from(dev) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.buckets[(h >> 51) as usize % HANDLE_FILTER]
+impl LiveHandles {
+    /// The key of `(dev, handle)` (0, the empty slot, is never a key: handle 0 is refused
+    /// before anything is recorded).
+    fn key(dev: u32, handle: u64) -> u64 {
+        handle ^ (u64::from(dev) << 59)
     }
-    /// Whether a live dmem may hold `handle` on `dev`.
+    fn probe(&self, key: u64) -> impl Iterator<Item = &AtomicU64> {
+        let h = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
+        (0..LIVE_HANDLE_PROBES).map(move |i| &self.slots[(h + i) % LIVE_HANDLE_SLOTS])
+    }
+    /// Whether a live dmem may hold `handle` on `dev` (a key collision is possible only
+    /// between handles that use their top five bits).
     pub(crate) fn maybe(&self, dev: u32, handle: u64) -> bool {
-        self.bucket(dev, handle).load(Ordering::Acquire) != 0
+        let key = Self::key(dev, handle);
+        key != 0 && self.probe(key).any(|s| s.load(Ordering::Acquire) == key)
     }
     /// A dmem holding `handle` on `dev` is published.
     pub(crate) fn add(&self, dev: u32, handle: u64) {
-        let _ = self
-            .bucket(dev, handle)
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c < u8::MAX).then_some(c + 1)
-            });
+        let key = Self::key(dev, handle);
+        if key == 0 {
+            return;
+        }
+        for s in self.probe(key) {
+            if s.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
     }
     /// That dmem is finalised.
     pub(crate) fn remove(&self, dev: u32, handle: u64) {
-        let _ = self
-            .bucket(dev, handle)
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c > 0 && c < u8::MAX).then(|| c - 1)
-            });
+        let key = Self::key(dev, handle);
+        if key == 0 {
+            return;
+        }
+        for s in self.probe(key) {
+            if s.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
     }
     /// Empty (a new `init`).
     pub(crate) fn clear(&self) {
-        for b in &self.buckets {
-            b.store(0, Ordering::Relaxed);
+        for s in &self.slots {
+            s.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -303,8 +325,8 @@ pub struct CoreState {
     pub(crate) reentry: crate::sync::Reentry,
     /// What the driver refused to free since `init` ([`Nrt::driver_kept`]).
     pub(crate) driver_kept: DriverKeptBooks,
-    /// The driver handles of live dmems, as a counting filter ([`HandleFilter`]).
-    pub(crate) live_handles: HandleFilter,
+    /// The driver handles of live dmems ([`LiveHandles`]).
+    pub(crate) live_handles: LiveHandles,
     /// The ledger's own state beside the tree's rows: the last device OOM
     /// ([`crate::ledger::LedgerPool`]).
     pub(crate) ledger: crate::ledger::LedgerPool,

@@ -197,6 +197,8 @@ pub const REENTRY_SLOTS: usize = 16;
 /// that made the call, so the thread token is proof. (An `ExecGuard` is not recorded: it is
 /// `Send`, and may be dropped on another thread.) All-zero is empty.
 pub struct Reentry {
+    /// Slots taken (a table nobody uses is read with one load).
+    taken: AtomicU32,
     owners: [AtomicUsize; REENTRY_SLOTS],
     keys: [core::sync::atomic::AtomicU64; REENTRY_SLOTS],
 }
@@ -236,6 +238,7 @@ impl Drop for ReentryEntry<'_> {
         if self.slot < REENTRY_SLOTS {
             self.table.keys[self.slot].store(0, Ordering::Relaxed);
             self.table.owners[self.slot].store(0, Ordering::Release);
+            self.table.taken.fetch_sub(1, Ordering::Release);
         }
     }
 }
@@ -244,6 +247,7 @@ impl Reentry {
     /// An empty table.
     pub const fn new() -> Self {
         Reentry {
+            taken: AtomicU32::new(0),
             owners: [const { AtomicUsize::new(0) }; REENTRY_SLOTS],
             keys: [const { core::sync::atomic::AtomicU64::new(0) }; REENTRY_SLOTS],
         }
@@ -258,6 +262,7 @@ impl Reentry {
                 if o.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
+                    self.taken.fetch_add(1, Ordering::AcqRel);
                     self.keys[i].store(key, Ordering::Release);
                     return ReentryEntry {
                         table: self,
@@ -274,6 +279,11 @@ impl Reentry {
 
     /// Whether the calling thread holds a key `pred` accepts.
     pub fn held_by_me(&self, mut pred: impl FnMut(u64) -> bool) -> bool {
+        // The calling thread's own entries, if any, were counted before this call (by the
+        // thread itself): a zero count means none of them exists.
+        if self.taken.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let me = thread_token();
         me != 0
             && self
@@ -286,7 +296,7 @@ impl Reentry {
     /// A key the calling thread holds (`None`: none, or no thread token).
     pub fn mine(&self) -> Option<u64> {
         let me = thread_token();
-        if me == 0 {
+        if me == 0 || self.taken.load(Ordering::Acquire) == 0 {
             return None;
         }
         self.owners

@@ -59,7 +59,10 @@ impl<'a> Nrt<'a> {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
         // Its own thread walking `al` would hold the lock step 7 takes.
-        self.allocator_reachable(al)?;
+        self.st.reentry.refuse(
+            crate::sync::reentry_key::allocator(al as usize),
+            crate::sync::WaitFor::AllocatorLock,
+        )?;
         // SAFETY: live allocator; pcore was set at creation and points into the tree.
         let pcore = unsafe { (*al).pcore };
         if pcore.is_null() {
@@ -205,14 +208,24 @@ impl<'a> Nrt<'a> {
         // 7. link before dummy_tail
         // SAFETY: live allocator, its lock held for the call; `m` is a live dmem.
         let linked = unsafe {
-            let _g = (*al).lock.lock();
-            Self::list_insert_tail(al, m)
+            match (*al).lock.lock_bounded(crate::sync::WaitFor::AllocatorLock) {
+                Ok(g) => {
+                    let r = Self::list_insert_tail(al, m).map_err(|e| {
+                        // A fresh slot starts zeroed, so unlinked: a refusal means the arena
+                        // handed out a node that is still on some allocator's list.
+                        error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
+                        Error::ForeignDmem
+                    });
+                    drop(g);
+                    r
+                }
+                // A walk of `al` outlasted the bound.
+                Err(e) => Err(e),
+            }
         };
         if let Err(e) = linked {
-            // A fresh slot starts zeroed, so unlinked: a refusal means the arena handed out a
-            // node that is still on some allocator's list. Undo everything (the dmem was never
-            // on this list and its handle was never returned) and refuse the call.
-            error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
+            // Undo everything (the dmem was never on this list and its handle was never
+            // returned) and refuse the call.
             if !ref_node.is_null() {
                 let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
@@ -222,7 +235,7 @@ impl<'a> Nrt<'a> {
                 self.st.dmem.dmems.words(m).1.store(0, Ordering::Release);
                 self.dmem_finalize(call, m, GiveBack::Cancel);
             }
-            return Err(Error::ForeignDmem);
+            return Err(e);
         }
         // 8. weak GC index
         if let Some(list) = ref_list {
@@ -284,9 +297,10 @@ impl<'a> Nrt<'a> {
     }
 
     /// Whether a live, owned dmem of device `dev` holds driver handle `handle` (a driver that
-    /// hands a handle out twice). The filter answers most calls; a counted bucket costs a walk
-    /// of the live dmems. A dmem being finalised (no owner left) does not count: its block may
-    /// be freed already and its handle reused.
+    /// hands a handle out twice). The set of live handles answers; a handle found there is
+    /// confirmed among the live dmems (a walk, only for a repeated handle). A dmem being
+    /// finalised (no owner left) does not count: its block may be freed already and its
+    /// handle reused.
     fn handle_in_use(&self, dev: u32, handle: u64) -> bool {
         if !self.st.live_handles.maybe(dev, handle) {
             return false;
