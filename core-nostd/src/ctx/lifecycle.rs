@@ -356,6 +356,13 @@ impl<'a> Nrt<'a> {
     /// `init` (during the close or before): the runtime is closed, and the driver still holds
     /// them ([`Nrt::driver_kept`]; the ledger keeps them booked).
     pub fn close(&self) -> Result<()> {
+        // From a callback: refused before `init_lock`, which an `init` or `close` waiting for
+        // this callback's call holds.
+        if let Some(key) = self.st.reentry.mine() {
+            return Err(Error::WouldDeadlock(crate::sync::reentry_key::wait_for(
+                key,
+            )));
+        }
         let mut lock = self.st.init_lock.lock();
         self.check_bound()?;
         if self.lifecycle() != STATE_INIT {
@@ -364,11 +371,6 @@ impl<'a> Nrt<'a> {
             } else {
                 Error::Uninitialized
             });
-        }
-        if let Some(key) = self.st.reentry.mine() {
-            return Err(Error::WouldDeadlock(crate::sync::reentry_key::wait_for(
-                key,
-            )));
         }
         // New API calls fail from here on; wait for the ones already past the gate, then for
         // the model references (executions, guards) still out.
