@@ -547,6 +547,43 @@ mod tests {
     use std::string::ToString;
 
     #[test]
+    fn waits_and_driver_answers_map_to_their_statuses_and_say_what() {
+        use crate::sync::WaitFor;
+        let t = Error::Timeout(WaitFor::ExecLock { device: 1, core: 3 });
+        assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
+        assert_eq!(
+            t.to_string(),
+            "timed out waiting for the exec lock of device 1 core 3"
+        );
+        let t = Error::Timeout(WaitFor::ModelDrain { model: 7 });
+        assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
+        assert!(t.to_string().ends_with("the references on model 7"), "{t}");
+        let d = Error::WouldDeadlock(WaitFor::AllocatorLock);
+        assert_eq!(d.status(), NRT_STATUS::NRT_FAILURE);
+        assert!(d.to_string().contains("an allocator's lock"), "{d}");
+        let k = Error::DriverKept {
+            blocks: 2,
+            bytes: 12288,
+            errno: errno::EBUSY,
+        };
+        assert_eq!(k.status(), NRT_STATUS::NRT_FAILURE);
+        assert_eq!(
+            k.to_string(),
+            "the driver refused to free 2 block(s) of 12288 bytes (driver error 16 (EBUSY)): it \
+             still holds them"
+        );
+        let b = Error::BadDriver {
+            what: "pool_stats: free bytes above capacity",
+            value: 5,
+        };
+        assert_eq!(b.status(), NRT_STATUS::NRT_FAILURE);
+        assert_eq!(
+            b.to_string(),
+            "the driver's answer is refused: pool_stats: free bytes above capacity (it said 5)"
+        );
+    }
+
+    #[test]
     fn every_invalid_argument_keeps_its_message_and_nrt_invalid() {
         let mut seen = std::collections::BTreeSet::new();
         for &a in InvalidArg::ALL {
