@@ -19,9 +19,10 @@
 //! over the shards (the peak is the sum of the shards' peaks: an upper bound of the arena's
 //! true high-water mark, equal to it while one shard is in use).
 
+use crate::atomic::AtomicU64;
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::sync::DataLock;

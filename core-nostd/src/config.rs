@@ -8,12 +8,15 @@
 
 /// How many slots each arena of a [`crate::CoreState`] has, and into how many shards the
 /// arenas are cut. [`Capacity::DEFAULT`] is the sizing for 32 devices;
-/// [`Capacity::ONE_DEVICE`] is a small profile for one-device firmware. The 18.9 MB ABI
-/// context `tdrv_ctx_t` is fixed whatever the capacity (spec §1, facts v2).
+/// [`Capacity::ONE_DEVICE`] is a small profile for one-device firmware. `devices` also sizes
+/// the ABI context (`tdrv_ctx_t` holds `mla[devices]`, 590 008 B each: the full 18.9 MB
+/// context for 32, [`crate::ctx::ContextLayout`]; spec §1, facts v2).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Capacity {
-    /// Devices the runtime attaches at most (1..=32; sizes the per-core model_db arena).
+    /// Devices the runtime attaches at most (1..=32): sizes the context tree (its `mla_t`
+    /// slots and their side state, [`crate::ctx::ContextLayout`]) and the per-core model_db
+    /// arena. 32 keeps libnrt's whole `tdrv_ctx_t`.
     pub devices: u32,
     /// Live `dmem_t` allocations (192 B each) across all devices; also the dmem reference
     /// nodes and the mem_ref_set nodes.
@@ -71,23 +74,23 @@ impl Capacity {
         shards: crate::arena::MAX_SHARDS as u32,
     };
 
-    /// A one-device firmware profile (8 cores): 2 048 dmems, 1 024 tensors, 16 models with
-    /// 32 subgraphs between them (a mem_ref_set is 49 KiB, the largest slot), 512 IO tensors,
-    /// 1 024 set entries and 1 024 bound tensors: 3.63 MB of arena storage beside the fixed
-    /// 19.2 MB `CoreState`.
+    /// A one-device firmware profile (8 cores): 512 dmems, 256 tensors, 8 models with 8
+    /// subgraphs between them (a mem_ref_set is 49 KiB, the largest slot), 128 IO tensors,
+    /// 256 set entries and 512 bound tensors; with its one-device context region the whole
+    /// storage ([`crate::CoreState::storage_bytes`]) is under 1.6 MiB.
     pub const ONE_DEVICE: Capacity = Capacity {
         devices: 1,
-        dmems: 2048,
-        allocators: 64,
-        models: 16,
-        io_chunks: 64,
-        mr_sets: 32,
-        ulib_sets: 32,
-        tensors: 1024,
-        storages: 1024,
-        sets: 32,
-        set_chunks: 64,
-        bind_chunks: 16,
+        dmems: 512,
+        allocators: 32,
+        models: 8,
+        io_chunks: 16,
+        mr_sets: 8,
+        ulib_sets: 8,
+        tensors: 256,
+        storages: 256,
+        sets: 8,
+        set_chunks: 16,
+        bind_chunks: 8,
         shards: 2,
     };
 

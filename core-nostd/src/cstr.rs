@@ -76,14 +76,105 @@ impl fmt::Display for Printable<'_> {
     }
 }
 
-/// Bytes as libnrt's reports print them: MB (2^20) as a float.
-pub(crate) fn mb(b: u64) -> f64 {
-    b as f64 / (1024.0 * 1024.0)
+/// Bytes as libnrt's reports print them: MB (2^20) with three decimals (`%.3f`).
+pub(crate) fn mb(b: u64) -> Fixed3 {
+    Fixed3(b, 1 << 20)
+}
+
+/// `num / unit` with three decimals, rounded as `%.3f` rounds the exact quotient (half to
+/// even), computed in integers so that no float formatting is linked into an image. Honours
+/// width and alignment (`{:>10}`); a precision is not meaningful for it.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Fixed3(pub(crate) u64, pub(crate) u64);
+
+impl fmt::Display for Fixed3 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unit = u128::from(self.1.max(1));
+        let q = u128::from(self.0) * 1000;
+        let (mut whole, rem) = (q / unit, q % unit);
+        if rem * 2 > unit || (rem * 2 == unit && whole % 2 == 1) {
+            whole += 1;
+        }
+        // "18446744073709551615.000" is the longest text: 24 bytes.
+        let mut buf = StackText::<32>::new();
+        let _ = write!(buf, "{}.{:03}", whole / 1000, whole % 1000);
+        f.pad(buf.as_str())
+    }
+}
+
+/// A small text buffer on the stack (writes past its end are cut off).
+struct StackText<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> StackText<N> {
+    fn new() -> Self {
+        StackText {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole `&str`s are appended (`write_str` refuses what does not fit whole).
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl<const N: usize> fmt::Write for StackText<N> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self
+            .len
+            .checked_add(s.len())
+            .filter(|e| *e <= N)
+            .ok_or(fmt::Error)?;
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The integer MB text is what `%.3f` (and Rust's float formatting) prints of the exact
+    /// quotient, ties included, at any width.
+    #[test]
+    fn mb_text_matches_float_formatting_without_floats() {
+        extern crate std;
+        use std::format;
+        let mib = 1u64 << 20;
+        for b in [
+            0,
+            1,
+            524,
+            525,
+            1536,
+            mib - 1,
+            mib,
+            mib + 524_288,
+            3 * mib / 2048,
+            65536 * mib,
+            24 << 30,
+            (1 << 53) - 1,
+        ] {
+            let want = format!("{:.3}", b as f64 / mib as f64);
+            assert_eq!(format!("{}", mb(b)), want, "{b}");
+            assert_eq!(
+                format!("{:>12}", mb(b)),
+                format!("{:>12.3}", b as f64 / mib as f64)
+            );
+        }
+        // 0.0005 MB exactly (a tie) rounds to even, as `%.3f` does.
+        assert_eq!(format!("{}", Fixed3(1, 2000)), "0.000");
+        assert_eq!(format!("{}", Fixed3(3, 2000)), "0.002");
+        assert_eq!(
+            format!("{}", mb(u64::MAX)).len(),
+            "17592186044416.000".len()
+        );
+    }
 
     #[test]
     fn names_round_trip_and_truncate_at_a_character() {

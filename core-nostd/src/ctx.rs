@@ -2,13 +2,16 @@
 //! the [`Nrt`] handle every operation goes through, bring-up (`db_tdrv_ctx_init`), the resolver
 //! (`db_physical_core_get_mla_and_tpb`, §1.1) and teardown (`tdrv_destroy`, §12).
 //!
-//! [`CoreState`] holds the 18.9 MB `tdrv_ctx_t` plus every static arena; it is valid when
-//! all-zero, so it lives in `.bss` (firmware, the C ABI singleton) or in a zeroed allocation
-//! (independent instances for Rust users and tests) and is never built on the stack.
+//! [`CoreState`] is a header bound to its storage: the context region (the `tdrv_ctx_t`
+//! holding `Capacity::devices` devices, [`ContextLayout`]) and every static arena. Both are
+//! valid when all-zero, so they live in `.bss` (firmware, [`StaticState`]) or in a zeroed
+//! allocation (independent instances for Rust users, tests and the C ABI singleton), never on
+//! the stack.
 
+use crate::atomic::AtomicU64;
 use core::cell::UnsafeCell;
 use core::ptr::{addr_of_mut, null_mut};
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
@@ -293,15 +296,137 @@ pub struct DriverKept {
     pub bytes: u64,
 }
 
-/// Everything the core owns: the context tree and all static arenas. Valid when all-zero.
+/// The members `tdrv_ctx_t` places after `mla[32]` (spec §1; facts v2 `tdrv_ctx_t`), in
+/// libnrt's order and spacing: in a context of 32 devices they lie at libnrt's offsets, in a
+/// compact one right after the last device ([`ContextLayout::tail`]). Valid when all-zero.
+#[repr(C)]
+pub struct CtxTail {
+    /// `tdrv_ctx_t.num_ptpb`: entries of `ptpbs` in use.
+    pub num_ptpb: u32,
+    _reserved_4: [u8; 4],
+    /// `tdrv_ctx_t.ptpbs`: the flat physical-core index.
+    pub ptpbs: [ptpb_info_t; 256],
+    /// `tdrv_ctx_t.host_did_to_rid_map`: host device id → routing id.
+    pub host_did_to_rid_map: [u32; 32],
+    /// `tdrv_ctx_t.host_did_to_rid_map_size`.
+    pub host_did_to_rid_map_size: u32,
+    _reserved_4236: [u8; 4],
+    /// `tdrv_ctx_t.reservation_id`.
+    pub reservation_id: u64,
+    /// `tdrv_ctx_t.pod_type`.
+    pub pod_type: u32,
+    /// `tdrv_ctx_t.pod_sz`.
+    pub pod_sz: u32,
+    /// `tdrv_ctx_t.pod_node_id`.
+    pub pod_node_id: u32,
+    /// `tdrv_ctx_t.pod_mode`.
+    pub pod_mode: u32,
+    /// `tdrv_ctx_t.target`: the arch of device 0.
+    pub target: u32,
+    _reserved_4268: [u8; 124],
+}
+
+/// Offset of `mla[0]` in `tdrv_ctx_t`.
+const MLA_AT: usize = core::mem::offset_of!(tdrv_ctx_t, mla);
+/// Offset of the first member after `mla[32]` in `tdrv_ctx_t`.
+const TAIL_AT: usize = core::mem::offset_of!(tdrv_ctx_t, num_ptpb);
+
+// The tail mirrors libnrt's members after `mla[32]` byte for byte.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(offset_of!(tdrv_ctx_t, num_mla) == 0);
+    assert!(TAIL_AT == MLA_AT + constants::MAX_MLA_PER_PROCESS * size_of::<mla_t>());
+    assert!(TAIL_AT + size_of::<CtxTail>() == size_of::<tdrv_ctx_t>());
+    assert!(core::mem::align_of::<CtxTail>() <= 8);
+    assert!(TAIL_AT + offset_of!(CtxTail, ptpbs) == offset_of!(tdrv_ctx_t, ptpbs));
+    assert!(
+        TAIL_AT + offset_of!(CtxTail, host_did_to_rid_map)
+            == offset_of!(tdrv_ctx_t, host_did_to_rid_map)
+    );
+    assert!(
+        TAIL_AT + offset_of!(CtxTail, host_did_to_rid_map_size)
+            == offset_of!(tdrv_ctx_t, host_did_to_rid_map_size)
+    );
+    assert!(
+        TAIL_AT + offset_of!(CtxTail, reservation_id) == offset_of!(tdrv_ctx_t, reservation_id)
+    );
+    assert!(TAIL_AT + offset_of!(CtxTail, pod_type) == offset_of!(tdrv_ctx_t, pod_type));
+    assert!(TAIL_AT + offset_of!(CtxTail, pod_mode) == offset_of!(tdrv_ctx_t, pod_mode));
+    assert!(TAIL_AT + offset_of!(CtxTail, target) == offset_of!(tdrv_ctx_t, target));
+};
+
+/// Where the parts of a state block's context region lie, for the number of devices it holds
+/// (`Capacity::devices`, spec §1). The region starts the storage (64-aligned) and is the
+/// address C publishes as `tdrv_ctx_0` ([`CoreState::context_addr`]):
+///
+/// - `tdrv_ctx_t.num_mla` and `mla[0..devices]` at libnrt's offsets, so a debugger reading
+///   them with libnrt's DWARF finds them;
+/// - the members libnrt places after `mla[32]` ([`CtxTail`]) at [`Self::tail`]: libnrt's
+///   offset for 32 devices (the region is then exactly libnrt's `tdrv_ctx_t`), right after
+///   `mla[devices - 1]` for a compact profile (where libnrt's DWARF does not find them);
+/// - the project's per-device and per-core side state (`DevExt`, `CoreExt`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContextLayout {
+    /// Devices (`mla_t` slots) the context holds.
+    pub devices: u32,
+    /// Offset of [`CtxTail`] (`num_ptpb` onwards).
+    pub tail: usize,
+    /// Offset of the per-device side state.
+    pub dev_ext: usize,
+    /// Offset of the per-core side state.
+    pub core_ext: usize,
+    /// Bytes of the region (a multiple of 64).
+    pub bytes: usize,
+}
+
+impl ContextLayout {
+    /// The layout for `devices` devices (1..=32; clamped into that range).
+    pub const fn of(devices: u32) -> ContextLayout {
+        use core::mem::size_of;
+        let n = if devices == 0 {
+            1
+        } else if devices as usize > constants::MAX_MLA_PER_PROCESS {
+            constants::MAX_MLA_PER_PROCESS
+        } else {
+            devices as usize
+        };
+        let tail = MLA_AT + n * size_of::<mla_t>();
+        let dev_ext = (tail + size_of::<CtxTail>()).next_multiple_of(64);
+        let core_ext = (dev_ext + n * size_of::<DevExt>()).next_multiple_of(64);
+        let bytes =
+            (core_ext + n * constants::TPBS_PER_MLA * size_of::<CoreExt>()).next_multiple_of(64);
+        ContextLayout {
+            devices: n as u32,
+            tail,
+            dev_ext,
+            core_ext,
+            bytes,
+        }
+    }
+
+    /// Whether the region is libnrt's whole `tdrv_ctx_t` (32 devices: every member at
+    /// libnrt's offset).
+    pub const fn is_full(&self) -> bool {
+        self.tail == TAIL_AT
+    }
+}
+
+const _: () = assert!(ContextLayout::of(32).is_full());
+const _: () = assert!(core::mem::align_of::<DevExt>() <= 64);
+const _: () = assert!(core::mem::align_of::<CoreExt>() <= 64);
+
+/// Everything the core owns: the context tree and all static arenas. Valid when all-zero;
+/// reachable only bound to its storage ([`StaticState::bind`], [`CoreState::with_storage`]).
 #[repr(C)]
 pub struct CoreState {
-    pub(crate) ctx: UnsafeCell<tdrv_ctx_t>,
-    /// Per-device side state; rewritten (zeroed) only by `zero_tree`, under its contract.
-    pub(crate) dev_ext: UnsafeCell<[DevExt; constants::MAX_MLA_PER_PROCESS]>,
-    /// Per-core side state; rewritten (zeroed) only by `zero_tree`, under its contract.
-    pub(crate) core_ext:
-        UnsafeCell<[[CoreExt; constants::TPBS_PER_MLA]; constants::MAX_MLA_PER_PROCESS]>,
+    /// The context region in the storage ([`ContextLayout`]): `tdrv_ctx_t`'s first member and
+    /// `mla[0..devices]` at libnrt's offsets, the members libnrt places after `mla[32]`
+    /// ([`CtxTail`]), then the per-device and per-core side state. Null until bound.
+    pub(crate) ctx: *mut u8,
+    /// Where the parts of the context region lie (all-zero until bound).
+    pub(crate) ctx_layout: ContextLayout,
+    /// Bytes the last re-initialisation zeroed ([`CoreState::reinit_bytes`]).
+    pub(crate) reinit_bytes: AtomicUsize,
     pub(crate) geom: UnsafeCell<[DevGeom; constants::MAX_MLA_PER_PROCESS]>,
     pub(crate) vc: UnsafeCell<VcoreTable>,
     pub(crate) settings: UnsafeCell<Settings>,
@@ -345,11 +470,14 @@ pub struct CoreState {
     pub(crate) tensor: crate::tensor::TensorPool,
 }
 
-/// Where each pool's region starts in a state block's storage, for a [`Capacity`]: the pools'
-/// own `parts` lists summed, the lists their `bind` methods then hand out (one computation for
-/// both sizing and binding, so the two cannot disagree).
+/// Where each part of a state block's storage starts, for a [`Capacity`]: the context region
+/// ([`ContextLayout`]) first, then the pools' regions, their own `parts` lists summed, the
+/// lists their `bind` methods then hand out (one computation for both sizing and binding, so
+/// the two cannot disagree).
 #[derive(Copy, Clone, Debug)]
 struct Plan {
+    /// The context region (at offset 0).
+    ctx: ContextLayout,
     /// Offsets of the dmem, model and tensor regions.
     at: [usize; 3],
     /// Their sizes.
@@ -360,21 +488,24 @@ struct Plan {
 impl Plan {
     /// The layout for `c` (which [`Capacity::check`] accepted: no overflow at 2^24 slots).
     const fn of(c: &Capacity) -> Plan {
+        let ctx = ContextLayout::of(c.devices);
         let bytes = [
             Part::total(&crate::dmem::DmemPool::parts(c)),
             Part::total(&crate::model::ModelPool::parts(c)),
             Part::total(&crate::tensor::TensorPool::parts(c)),
         ];
+        let at0 = ctx.bytes;
         Plan {
-            at: [0, bytes[0], bytes[0] + bytes[1]],
+            ctx,
+            at: [at0, at0 + bytes[0], at0 + bytes[0] + bytes[1]],
             bytes,
-            total: bytes[0] + bytes[1] + bytes[2],
+            total: at0 + bytes[0] + bytes[1] + bytes[2],
         }
     }
 }
 
-/// Zeroed storage for one [`CoreState`] and its arenas in a `static` (firmware without a
-/// heap: it lands in `.bss`), sized at compile time for a [`Capacity`]:
+/// Zeroed storage for one [`CoreState`], its context tree and its arenas in a `static`
+/// (firmware without a heap: it lands in `.bss`), sized at compile time for a [`Capacity`]:
 /// `static STATE: StaticState<{ CoreState::storage_bytes(&CAPS) }> = StaticState::new();`
 /// then [`StaticState::bind`] once at startup.
 #[repr(C, align(64))]
@@ -429,7 +560,8 @@ impl<const B: usize> Default for StaticState<B> {
 
 // SAFETY: every member is zero-valid: the abi structs by their own ZeroValid impls, the pools
 // by theirs (below), the plain-integer tables trivially, a zero lock is unlocked, state 0 is
-// UNINIT and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
+// UNINIT, a null `ctx` is an unbound block (only bound blocks are handed out: `StaticState::bind`,
+// `with_storage`) and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
 unsafe impl ZeroValid for CoreState {}
 // SAFETY: arenas and side tables are zero-valid (unbound: no slots) and so are atomics.
 unsafe impl ZeroValid for crate::dmem::DmemPool {}
@@ -445,7 +577,7 @@ unsafe impl ZeroValid for crate::ledger::LedgerPool {}
 // SAFETY: repr(C) of integers and integer arrays: all-zero is an empty entry.
 unsafe impl ZeroValid for crate::model::ModelIoEntry {}
 // Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
-// the whole 47 MB block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
+// the whole block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
 const _: () = assert!(core::mem::align_of::<CoreState>() <= 16);
 // SAFETY: all shared mutation goes through atomics, the nrt_mutex_t locks placed where libnrt
 // places them, or the arenas' own locks; raw pointers inside point into this same block.
@@ -454,12 +586,13 @@ unsafe impl Sync for CoreState {}
 unsafe impl Send for CoreState {}
 
 impl CoreState {
-    /// Bytes of one `CoreState` header (the fixed part: the ABI context, the per-device and
-    /// per-core side state, the arena headers); the arenas' storage comes on top
+    /// Bytes of one `CoreState` header (the fixed part: the arena headers, the logical-core
+    /// table, the device geometry); the context region and the arenas' storage come on top
     /// ([`Self::storage_bytes`]). Untouched pages cost nothing.
     pub const BYTES: usize = core::mem::size_of::<Self>();
 
-    /// Bytes of arena storage a state block of capacity `caps` needs (0 for a capacity
+    /// Bytes of storage a state block of capacity `caps` needs: its context region for
+    /// `caps.devices` devices ([`Self::context_layout`]) and its arenas (0 for a capacity
     /// [`Capacity::check`] refuses).
     pub const fn storage_bytes(caps: &Capacity) -> usize {
         match caps.check() {
@@ -468,8 +601,8 @@ impl CoreState {
         }
     }
 
-    /// Binds every pool's arenas to its region of `base` (each pool's `bind` walks the same
-    /// `parts` list that sized its region). Returns whether every part was bound exactly (by
+    /// Binds the context region and every pool's arenas to their regions of `base` (each
+    /// pool's `bind` walks the same `parts` list that sized its region). Returns whether every part was bound exactly (by
     /// construction it is; a refused part leaves its arena unbound: full, not unsound).
     ///
     /// # Safety
@@ -483,6 +616,12 @@ impl CoreState {
         in_use: Option<crate::arena::InUse>,
     ) -> bool {
         let p = Plan::of(caps);
+        self.ctx = base;
+        self.ctx_layout = p.ctx;
+        // The context region is what debuggers and core-file readers walk from `tdrv_ctx_0`.
+        if let Some(hook) = in_use {
+            hook(base, p.ctx.bytes);
+        }
         // SAFETY: the regions lie one after another inside the storage (`p.total` =
         // `storage_bytes(caps)` bytes, contract), each a sum of multiples of 64, so each
         // starts 64-aligned, in bounds and disjoint from the others; zeroed, unshared and
@@ -510,9 +649,23 @@ impl CoreState {
 
     /// The address of this block's context tree (the `tdrv_ctx_t` libnrt's `tdrv_ctx_0`
     /// points at, spec §1), for a C library to publish where debuggers and `nrt-dmem inspect`
-    /// look for it. Only an address: nothing may read or write the tree through it.
+    /// look for it. It holds [`Self::context_layout`]`.devices` devices: all of libnrt's
+    /// `tdrv_ctx_t` for 32, its first member and `mla[0..devices]` otherwise. Only an address:
+    /// nothing may read or write the tree through it.
     pub fn context_addr(&self) -> *const tdrv_ctx_t {
-        self.ctx.get()
+        self.ctx.cast_const().cast()
+    }
+
+    /// Where the parts of this block's context region lie ([`ContextLayout`], spec §1).
+    pub fn context_layout(&self) -> ContextLayout {
+        self.ctx_layout
+    }
+
+    /// Bytes the last re-initialisation ([`Nrt::init`] after [`Nrt::close`], spec §1, §12)
+    /// zeroed of the context region: the first member, the devices that runtime attached, the tail and
+    /// their side state, not the devices it never used (0 before any re-initialisation).
+    pub fn reinit_bytes(&self) -> usize {
+        self.reinit_bytes.load(Ordering::Relaxed)
     }
 
     /// A zeroed state on the heap with [`Capacity::DEFAULT`] (feature `alloc`): an
@@ -793,6 +946,100 @@ mod tests {
             ]
             .map(|(name, n)| (name, n as usize));
             assert_eq!(got, want, "{caps:?}");
+        }
+    }
+
+    /// A compact context (one device) keeps `num_mla` and `mla[0]` at libnrt's offsets from
+    /// the published address, puts the members after `mla[32]` right after `mla[0]` instead
+    /// of at libnrt's offset, and costs one device's bytes; a 32-device context is libnrt's
+    /// `tdrv_ctx_t` whole, tail at libnrt's offsets.
+    #[test]
+    fn a_compact_context_keeps_libnrt_offsets_for_the_devices_it_holds() {
+        use core::mem::{offset_of, size_of};
+        for (caps, devices) in [(Capacity::ONE_DEVICE, 1u32), (Capacity::DEFAULT, 32)] {
+            let st = CoreState::with_capacity(&caps).unwrap();
+            let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
+            let n = Nrt::new(&st, &*sim);
+            n.init(&InitOptions::default()).unwrap();
+            let base = st.context_addr() as usize;
+            let l = st.context_layout();
+            assert_eq!(l.devices, devices);
+            assert_eq!(
+                n.mla_ptr(0) as usize - base,
+                offset_of!(tdrv_ctx_t, mla),
+                "mla[0] at libnrt's offset"
+            );
+            let tail = n.ctx_tail() as usize - base;
+            assert_eq!(tail, l.tail);
+            if devices == 32 {
+                assert!(l.is_full());
+                assert_eq!(tail, offset_of!(tdrv_ctx_t, num_ptpb));
+            } else {
+                assert!(!l.is_full());
+                assert_eq!(tail, offset_of!(tdrv_ctx_t, mla) + size_of::<mla_t>());
+                assert!(l.bytes < size_of::<tdrv_ctx_t>() / 16, "{l:?}");
+            }
+            let call = n.enter().unwrap();
+            let cores = n.dev_geom(&call, 0).cores;
+            // SAFETY: a gated call is in flight, so `init` / `close`, the only writers of the
+            // tree, are not running; copies of plain fields.
+            let (num_mla, used, idx, num_ptpb, first) = unsafe {
+                let m = n.mla_ptr(0);
+                let t = n.ctx_tail();
+                (
+                    *n.num_mla_ptr(),
+                    (*m).is_used,
+                    (*m).mla_idx,
+                    (*t).num_ptpb,
+                    (*t).ptpbs[0].mla,
+                )
+            };
+            assert_eq!((num_mla, used, idx), (1, 1, 0));
+            assert_eq!((num_ptpb, first), (cores, n.mla_ptr(0)));
+            // Resolving a device the context does not hold is refused, not read.
+            let far = physical_core_t::new(devices, 0);
+            assert!(n.db_physical_core_get_mla_and_tpb(&far).is_err());
+            drop(call);
+            n.close().unwrap();
+        }
+        assert!(
+            CoreState::storage_bytes(&Capacity::DEFAULT)
+                - CoreState::storage_bytes(&Capacity {
+                    devices: 1,
+                    ..Capacity::DEFAULT
+                })
+                >= 31 * size_of::<mla_t>()
+        );
+    }
+
+    /// A re-initialisation zeroes the devices the closed runtime attached, the first member,
+    /// the tail and their side state, not the 32-device context the block holds.
+    #[test]
+    fn a_reinit_zeroes_only_the_devices_that_were_used() {
+        use core::mem::size_of;
+        let st = CoreState::with_capacity(&Capacity::DEFAULT).unwrap();
+        assert!(st.context_layout().is_full());
+        let per_device = size_of::<mla_t>()
+            + size_of::<DevExt>()
+            + constants::TPBS_PER_MLA * size_of::<CoreExt>();
+        let fixed = core::mem::offset_of!(tdrv_ctx_t, mla) + size_of::<CtxTail>();
+        assert_eq!(st.reinit_bytes(), 0, "no re-initialisation yet");
+        for devices in [1u32, 2, 1] {
+            let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, devices)).unwrap();
+            let n = Nrt::new(&st, &*sim);
+            n.init(&InitOptions::default()).unwrap();
+            n.close().unwrap();
+            // The next init zeroes what this runtime used.
+            let next = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+            let m = Nrt::new(&st, &*next);
+            m.init(&InitOptions::default()).unwrap();
+            assert_eq!(
+                st.reinit_bytes(),
+                fixed + devices as usize * per_device,
+                "after a runtime of {devices} device(s)"
+            );
+            assert!(st.reinit_bytes() < st.context_layout().bytes / 8);
+            m.close().unwrap();
         }
     }
 

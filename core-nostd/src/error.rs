@@ -78,6 +78,13 @@ pub enum Error {
     /// provider than the state block was initialised with. Nothing was
     /// done.
     ForeignResources,
+    /// The call came through a view built without a host-memory provider
+    /// ([`crate::Nrt::new`]) while the state block was initialised with one: build the view
+    /// with [`crate::Nrt::with_host`] and that provider. Nothing was done. NRT_INVALID.
+    MissingHostProvider,
+    /// `init` found no device to attach: the driver reports none (a simulated device that
+    /// was never initialised, or no device present). NRT_FAILURE.
+    NoDevices,
     /// A [`crate::Capacity`] field out of range (`Capacity::check`; the message names the
     /// field and its range). NRT_INVALID.
     InvalidCapacity(&'static str),
@@ -311,7 +318,10 @@ impl Error {
             Error::DeviceOom { .. } => NRT_RESOURCE,
             Error::HostOom { .. } => NRT_FAIL_HOST_MEM_ALLOC,
             Error::ArenaFull(_) => NRT_RESOURCE,
-            Error::ForeignResources | Error::InvalidCapacity(_) => NRT_INVALID,
+            Error::ForeignResources | Error::MissingHostProvider | Error::InvalidCapacity(_) => {
+                NRT_INVALID
+            }
+            Error::NoDevices => NRT_FAILURE,
             // libnrt's status for a model that is not loaded (public API §2, `nrt_unload`).
             Error::InvalidHandle(crate::handle::HandleError {
                 kind: crate::handle::HandleKind::Model,
@@ -408,6 +418,14 @@ impl fmt::Display for Error {
                 "this runtime is bound to another driver or host-memory provider (the ones it \
                  was initialised with): the call was refused",
             ),
+            Error::MissingHostProvider => f.write_str(
+                "this view has no host-memory provider but the runtime was initialised with \
+                 one: build it with Nrt::with_host and that provider; the call was refused",
+            ),
+            Error::NoDevices => f.write_str(
+                "no device to attach: the driver reports 0 devices (a simulated device not \
+                 initialised, or no device present)",
+            ),
             Error::InvalidCapacity(m) => write!(f, "invalid capacity: {m}"),
             Error::ArenaFull(a) if a.setting.is_empty() => write!(
                 f,
@@ -437,7 +455,7 @@ impl fmt::Display for Error {
                 .unwrap_or(mem_alloc_category_t::MAX);
                 write!(
                     f,
-                    "Failed to allocate {:.3}MB (usage: {}) on ND {}:NC {} (HBM {}, type {})",
+                    "Failed to allocate {}MB (usage: {}) on ND {}:NC {} (HBM {}, type {})",
                     mb(size),
                     category.counter_name(),
                     device,
@@ -452,7 +470,7 @@ impl fmt::Display for Error {
             }
             Error::HostOom { size, dma } => write!(
                 f,
-                "Failed to allocate {:.3}MB of {}",
+                "Failed to allocate {}MB of {}",
                 mb(size),
                 if dma {
                     "host DMA memory"

@@ -425,7 +425,8 @@ pub(crate) fn next_epoch() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::sync::atomic::{AtomicU32, AtomicU64};
+    use crate::atomic::AtomicU64;
+    use core::sync::atomic::AtomicU32;
 
     #[test]
     fn lifecycle_of_one_slot() {

@@ -3,8 +3,9 @@
 //!
 //! * [`ArenaHostMem`] places blocks with the core's own [`crate::carve::Carve`] (TLSF, node
 //!   table outside the bytes, generation-checked ids): the default.
-//! * [`HeapHostMem`] places them with `linked_list_allocator::Heap`, kept
-//!   as the measured peer: see the figures beside [`ArenaHostMem`] and `docs/PERFORMANCE.md`.
+//! * `HeapHostMem` (feature `heap-host-mem`) places them with `linked_list_allocator::Heap`,
+//!   kept as the measured peer: see the figures beside [`ArenaHostMem`] and
+//!   `docs/PERFORMANCE.md`.
 //!
 //! Both hold their allocator in the lock that guards it ([`crate::sync::DataLock`]) and put a
 //! 64-byte header in front of every block, in the bytes they hand out ranges of
@@ -15,6 +16,7 @@
 //! This is a mechanism module: the raw byte ranges it hands out are the one thing here that
 //! needs `unsafe`, and `tensor` (which only calls [`HostMem`]) stays `deny(unsafe_code)`.
 
+#[cfg(feature = "heap-host-mem")]
 use core::alloc::Layout;
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
@@ -114,7 +116,7 @@ impl<const N: usize> HostBytes<N> {
 /// live block (a double free, a foreign or stale pointer) changes nothing: the header's carve
 /// id is generation-checked.
 ///
-/// The default over [`HeapHostMem`], by measurement:
+/// The default over `HeapHostMem` (feature `heap-host-mem`), by measurement:
 /// `./target/release/nrt-bench --host-mem --json` (both pools through `HostMem`, repetitions
 /// alternating, medians of CPU time; 5 runs on a busy shared 2-core machine, load ≈ 9): on
 /// the VIRTUAL tensor mix the heap took 1.26–1.34× the carve's time per alloc or free
@@ -203,6 +205,7 @@ impl<const BYTES: usize, const NODES: usize> HostMem for ArenaHostMem<BYTES, NOD
     }
 }
 
+#[cfg(feature = "heap-host-mem")]
 /// [`HostMem`] over `linked_list_allocator::Heap`, the measured peer: the same
 /// fixed byte array and 64-byte header as [`ArenaHostMem`], placed first-fit by the crate's
 /// hole list. The first `BYTES / 512` bytes (rounded up to 64) hold a bitmap of live block
@@ -214,18 +217,21 @@ pub struct HeapHostMem<const BYTES: usize> {
     bytes: HostBytes<BYTES>,
 }
 
+#[cfg(feature = "heap-host-mem")]
 /// [`HeapHostMem`]'s heap under its lock, with the live-block bitmap that lock guards.
 struct HeapLocked<'g> {
     state: lock_api::MutexGuard<'g, crate::sync::RawSpin, HeapState>,
     map: &'g mut [u8],
 }
 
+#[cfg(feature = "heap-host-mem")]
 struct HeapState {
     heap: linked_list_allocator::Heap,
     /// Offset of the heap's first byte in the array (after the bitmap); 0 before `init`.
     heap_at: usize,
 }
 
+#[cfg(feature = "heap-host-mem")]
 impl<const BYTES: usize> HeapHostMem<BYTES> {
     /// Bitmap bytes: one bit per 64-byte unit of the array, rounded up to 64 bytes.
     const MAP: usize = (BYTES / ALIGN).div_ceil(8).next_multiple_of(ALIGN);
@@ -281,12 +287,14 @@ impl<const BYTES: usize> HeapHostMem<BYTES> {
     }
 }
 
+#[cfg(feature = "heap-host-mem")]
 impl<const BYTES: usize> Default for HeapHostMem<BYTES> {
     fn default() -> Self {
         Self::new()
     }
 }
 
+#[cfg(feature = "heap-host-mem")]
 impl<const BYTES: usize> HostMem for HeapHostMem<BYTES> {
     fn alloc(&self, size: usize) -> Option<NonNull<u8>> {
         let layout = Layout::from_size_align(size.checked_add(HDR)?, ALIGN).ok()?;
@@ -384,6 +392,7 @@ mod tests {
         pool_contract(&P, &|| P.free_bytes());
     }
 
+    #[cfg(feature = "heap-host-mem")]
     #[test]
     fn heap_pool_keeps_the_host_mem_contract() {
         static P: HeapHostMem<{ 64 << 10 }> = HeapHostMem::new();

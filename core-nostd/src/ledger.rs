@@ -14,8 +14,9 @@
 // pointer is an error or a no-op, not undefined behaviour (docs/UNSAFE.md).
 #![deny(unsafe_code)]
 
+use crate::atomic::AtomicU64;
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::abi::tables::{aggr_index, category_for};
 use crate::abi::*;
@@ -392,6 +393,23 @@ impl Nrt<'_> {
         );
     }
 
+    /// Bytes this runtime holds (spec §3.4): its ledger's device (HBM) and host DMA bytes over
+    /// every attached device, a per-runtime figure (another runtime or process on the same
+    /// driver is not counted; [`Nrt::driver_pool_bytes_in_use`] is the driver's). 0 after
+    /// `close` (readable then). Errors: the gate's (`Uninitialized` before the first `init`
+    /// or while `init` or `close` is at work).
+    pub fn runtime_bytes_in_use(&self) -> Result<u64> {
+        let call = self.inspect()?;
+        let mut held: u64 = 0;
+        for dev in 0..self.attached_devices(&call) {
+            let host = core_totals(&self.dev_ext(dev).host_usage_nc);
+            held = held
+                .saturating_add(core_totals(self.ledger_rows(dev)))
+                .saturating_add(host);
+        }
+        Ok(held)
+    }
+
     /// Device-wide aggregates of `dev` (spec §3.4). `Uninitialized` / `Closed` outside an
     /// initialised runtime, `DeviceOutOfRange` for a device that is not attached.
     pub fn device_totals(&self, dev: u32) -> Result<DeviceTotals> {
@@ -677,7 +695,7 @@ impl Nrt<'_> {
         let g = self.dev_geom(call, dev);
         writeln!(
             w,
-            "ND {} memory usage ({} HBM x {:.3}MB, {} cores):",
+            "ND {} memory usage ({} HBM x {}MB, {} cores):",
             dev,
             g.channels,
             mb(g.channel_size),
@@ -711,7 +729,7 @@ impl Nrt<'_> {
             let runtime = r[TOTAL] - code - rings - coll - tens - cons - scr;
             writeln!(
                 w,
-                "  NC {:<3} {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB {:>10.3}MB",
+                "  NC {:<3} {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB {:>10}MB",
                 nc,
                 mb(r[TOTAL]),
                 mb(code),
@@ -766,7 +784,7 @@ impl Nrt<'_> {
             };
             writeln!(
                 w,
-                "    {:>10.3}MB  NC {} {} {} usage {:<20} {}",
+                "    {:>10}MB  NC {} {} {} usage {:<20} {}",
                 mb(e.size),
                 e.nc_id,
                 loc,

@@ -15,6 +15,7 @@ mod fmt;
 
 pub mod abi;
 pub mod arena;
+pub mod atomic;
 pub mod carve;
 pub mod cell;
 pub mod config;

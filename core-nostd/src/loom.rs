@@ -17,11 +17,13 @@ pub use core::sync::atomic::Ordering;
 /// The atomics a model is built from: loom's under `cfg(loom)` (the loom tests), `core`'s
 /// otherwise. The runtime's own words are always `core`'s (see the module docs).
 pub mod atomic {
+    #[cfg(not(loom))]
+    pub use crate::atomic::AtomicU64;
     #[cfg(loom)]
     pub use ::loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
     pub use core::sync::atomic::Ordering;
     #[cfg(not(loom))]
-    pub use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+    pub use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 }
 
 /// The operations the core's protocols use on one atomic integer word, under the inherent
@@ -97,7 +99,7 @@ macro_rules! impl_atomic {
 
 impl_atomic!(
     core::sync::atomic::AtomicU32 => u32,
-    core::sync::atomic::AtomicU64 => u64,
+    crate::atomic::AtomicU64 => u64,
 );
 
 #[cfg(loom)]

@@ -215,7 +215,7 @@ impl fmt::Display for OomCause {
                 emulation: 0,
             } => write!(
                 f,
-                "why: HBM {hbm} is full: {:.3}MB free, {:.3}MB needed",
+                "why: HBM {hbm} is full: {}MB free, {}MB needed",
                 mb(free),
                 mb(needed)
             ),
@@ -228,8 +228,8 @@ impl fmt::Display for OomCause {
                 emulation,
             } => write!(
                 f,
-                "why: HBM {hbm} is full: {:.3}MB free, {:.3}MB needed ({:.3}MB at a \
-                 {emulation}-byte alignment, plus the {:.3}MB the runtime over-allocates to \
+                "why: HBM {hbm} is full: {}MB free, {}MB needed ({}MB at a \
+                 {emulation}-byte alignment, plus the {}MB the runtime over-allocates to \
                  emulate it)",
                 mb(free),
                 mb(needed.saturating_add(emulation)),
@@ -243,8 +243,8 @@ impl fmt::Display for OomCause {
                 small_object_free,
             } => write!(
                 f,
-                "why: HBM {hbm} has no free block of {:.3}MB: largest free block {:.3}MB; the \
-                 rest of its free bytes are fragments, {:.3}MB of them in the small-object \
+                "why: HBM {hbm} has no free block of {}MB: largest free block {}MB; the \
+                 rest of its free bytes are fragments, {}MB of them in the small-object \
                  region (the first choice of requests <= 512KB)",
                 mb(needed),
                 mb(largest),
@@ -259,13 +259,13 @@ impl fmt::Display for OomCause {
             } => {
                 write!(
                     f,
-                    "why: alignment: HBM {hbm} has free blocks of up to {:.3}MB, but ",
+                    "why: alignment: HBM {hbm} has free blocks of up to {}MB, but ",
                     mb(largest_unaligned)
                 )?;
                 match largest_aligned {
                     Some(l) => write!(
                         f,
-                        "the largest {align}-byte aligned request it can take is {:.3}MB",
+                        "the largest {align}-byte aligned request it can take is {}MB",
                         mb(l)
                     )?,
                     None => write!(
@@ -276,13 +276,13 @@ impl fmt::Display for OomCause {
                 }
                 write!(
                     f,
-                    ", {:.3}MB needed; the device may be running out of alignment boundaries",
+                    ", {}MB needed; the device may be running out of alignment boundaries",
                     mb(needed)
                 )
             }
             OomCause::Refused { hbm, needed } => write!(
                 f,
-                "why: the driver refused {:.3}MB on HBM {hbm} although a free block holds it \
+                "why: the driver refused {}MB on HBM {hbm} although a free block holds it \
                  now (its allocation metadata is exhausted, a fault was injected, or memory \
                  was freed since the failure)",
                 mb(needed)
@@ -298,7 +298,7 @@ pub fn write_hbm_line(w: &mut dyn fmt::Write, hbm: u32, s: &PoolStats, align: u6
     let permille = s.fragmentation_permille();
     write!(
         w,
-        "  HBM {}: {:.3}MB free of {:.3}MB allocatable, largest free block {:.3}MB",
+        "  HBM {}: {}MB free of {}MB allocatable, largest free block {}MB",
         hbm,
         mb(s.free),
         mb(s.capacity),
@@ -309,7 +309,7 @@ pub fn write_hbm_line(w: &mut dyn fmt::Write, hbm: u32, s: &PoolStats, align: u6
     }
     writeln!(
         w,
-        ", small-object region (requests <= 512KB) {:.3}MB free, largest {:.3}MB, \
+        ", small-object region (requests <= 512KB) {}MB free, largest {}MB, \
          fragmentation {}.{}%, {} allocations",
         mb(s.small_object_free),
         mb(s.small_object_largest_free),
@@ -371,7 +371,7 @@ impl fmt::Display for Size {
                 return if self.0.is_multiple_of(u) {
                     write!(f, "{}{n}", self.0 / u)
                 } else {
-                    write!(f, "{:.3}{n}", self.0 as f64 / u as f64)
+                    write!(f, "{}{n}", crate::cstr::Fixed3(self.0, u))
                 };
             }
         }

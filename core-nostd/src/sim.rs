@@ -47,8 +47,9 @@
 //! nothing until a pool is used, [`SimDevice::init`] touches a few hundred bytes per pool, and
 //! nodes are taken in order, so the memory in use follows the allocations live at the peak.
 
+use crate::atomic::AtomicU64;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::al_hal_tpb_arch_type_t;
 use crate::abi::meta::ZeroValid;

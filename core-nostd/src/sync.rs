@@ -200,7 +200,7 @@ pub struct Reentry {
     /// Slots taken (a table nobody uses is read with one load).
     taken: AtomicU32,
     owners: [AtomicUsize; REENTRY_SLOTS],
-    keys: [core::sync::atomic::AtomicU64; REENTRY_SLOTS],
+    keys: [crate::atomic::AtomicU64; REENTRY_SLOTS],
 }
 
 /// Keys of a [`Reentry`] table: the kind in the top byte, the object below.
@@ -249,7 +249,7 @@ impl Reentry {
         Reentry {
             taken: AtomicU32::new(0),
             owners: [const { AtomicUsize::new(0) }; REENTRY_SLOTS],
-            keys: [const { core::sync::atomic::AtomicU64::new(0) }; REENTRY_SLOTS],
+            keys: [const { crate::atomic::AtomicU64::new(0) }; REENTRY_SLOTS],
         }
     }
 
@@ -556,7 +556,7 @@ pub const GATE_SHARDS: usize = 16;
 
 /// Bytes between the hot words of adjacent per-core / per-shard items: two cache lines, so
 /// two items' first words never share a line whatever the base address (padding, not
-/// alignment: an over-aligned member would over-align the 47 MB `CoreState` and the
+/// alignment: an over-aligned member would over-align `CoreState`, its storage and the
 /// simulator, and `Box::new_zeroed` then memsets them instead of using calloc's lazily
 /// zeroed pages).
 pub const LINE_STRIDE: usize = 128;

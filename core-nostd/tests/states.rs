@@ -82,6 +82,8 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "num_devices" => return Some(n.num_devices()).and(v()),
         "geom" => return Some(n.geom(0)).and(v()),
         "driver_bytes_in_use" => return Some(n.driver_bytes_in_use()).and(v()),
+        "driver_pool_bytes_in_use" => st(n.driver_pool_bytes_in_use()),
+        "runtime_bytes_in_use" => st(n.runtime_bytes_in_use()),
         "visible_vnc_count" => return Some(n.visible_vnc_count()).and(v()),
         "total_vnc_count" => return Some(n.total_vnc_count()).and(v()),
         "lnc_size" => return Some(n.lnc_size()).and(v()),

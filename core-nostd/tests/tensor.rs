@@ -867,9 +867,18 @@ fn a_view_over_other_resources_is_refused() {
         wrong.init(&InitOptions::default()),
         Err(Error::ForeignResources)
     );
-    // The right driver without the bound provider, or with another one: refused too.
+    // The right driver without the bound provider: refused, naming what is missing; with
+    // another provider: refused as foreign.
     let no_host = Nrt::new(&f.st, &*f.sim);
-    assert_eq!(no_host.tensor_get_size(t), Err(Error::ForeignResources));
+    assert_eq!(no_host.tensor_get_size(t), Err(Error::MissingHostProvider));
+    let dev = no_host.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 4096, None);
+    assert_eq!(dev, Err(Error::MissingHostProvider));
+    let msg = Error::MissingHostProvider.to_string();
+    assert!(
+        msg.contains("host-memory provider") && msg.contains("with_host"),
+        "{msg}"
+    );
+    assert_eq!(Error::MissingHostProvider.status(), NRT_STATUS::NRT_INVALID);
     let other_host = Nrt::with_host(&f.st, &*f.sim, &OTHER);
     assert_eq!(other_host.tensor_free(t), Err(Error::ForeignResources));
     // No call takes a per-call provider any more: a free always goes to the bound one.

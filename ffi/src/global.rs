@@ -426,7 +426,8 @@ pub(crate) fn init(build: impl FnOnce() -> Res<HostRuntime>) -> Res {
     }
     let rt = build()?;
     let epoch = nrt_core::raw::epoch(&rt.nrt());
-    // The tree lives in the runtime's boxed state block: its address does not move with it.
+    // The tree lives in the state block's storage (the first bytes of its mapping, 32 devices:
+    // libnrt's whole `tdrv_ctx_t`): its address does not move with the runtime.
     let tree = rt.nrt().state().context_addr().cast_mut();
     *g.life = Life::Init(Box::new(Runtime {
         rt,

@@ -7,7 +7,7 @@
 //! That it links at all is the proof that nothing in the core's dependency graph needs `std`
 //! (a std crate would bring a second `panic_impl` and `libc`), and by default it allocates
 //! nothing on a heap (it has no global allocator): the core's state ([`CoreState`], the
-//! 18.9 MB context tree and every arena) and the simulated device ([`SimDevice`]) are
+//! context tree sized for the profile's devices and every arena) and the simulated device ([`SimDevice`]) are
 //! zero-valid `.bss` statics that cost memory only where they are touched.
 //!
 //! The run: bring up a simulated trn2, load three models onto logical core 0, allocate device
@@ -43,6 +43,7 @@ use core::ptr::null_mut;
 
 use nrt_core::abi::*;
 use nrt_core::cell::ZeroedCell;
+use nrt_core::ctx::ContextLayout;
 use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
@@ -57,7 +58,7 @@ const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
 /// The image's capacity profile (the integrator sizes the storage): one device by default
-/// (`.bss` within the 24 MiB `cargo xtask firmware` enforces), the 32-device sizing with the
+/// (`.bss` and peak RSS within the 4 MiB each `cargo xtask firmware` enforces), the 32-device sizing with the
 /// `full` feature.
 mod profile {
     use nrt_core::sim::SimDevice;
@@ -326,10 +327,11 @@ impl Run {
         }
         let _ = writeln!(
             self.out,
-            "  static state  {} profile: CoreState {} B + arenas {} B + SimDevice {} B in .bss (zero pages until touched)",
+            "  static state  {} profile: CoreState {} B + context {} B + arenas {} B + SimDevice {} B in .bss (zero pages until touched)",
             profile::NAME,
             CoreState::BYTES,
-            CoreState::storage_bytes(&CAPS),
+            ContextLayout::of(CAPS.devices).bytes,
+            CoreState::storage_bytes(&CAPS) - ContextLayout::of(CAPS.devices).bytes,
             size_of::<Sim>()
         );
     }

@@ -80,12 +80,14 @@ pub enum BuildError {
     Capacity(nrt_core::Error),
 }
 
-/// A state block whose arenas hold `caps`, in one anonymous `MAP_NORESERVE` mapping: pages are
+/// A state block whose context tree and arenas hold `caps`, in one anonymous `MAP_NORESERVE`
+/// mapping (the context first, libnrt's whole `tdrv_ctx_t` for the shim's 32 devices): pages are
 /// committed only as slots are used, so capacity that is never used costs address space, not
 /// memory (also under valgrind, whose `calloc` writes every byte). The mapping starts out of
 /// core dumps (`MADV_DONTDUMP`: `gcore` writes every page of a readable mapping, touched or
-/// not), and each arena's slots are put back as they come into use (`dump_in_use`), so a
-/// core holds the runtime's `dmem_t`s and `model_t`s, which `nrt-dmem inspect --core` reads,
+/// not); the context region is put back when the block is bound and each arena's slots as they
+/// come into use (`dump_in_use`), so a core holds the context tree, the runtime's `dmem_t`s and
+/// `model_t`s, which `nrt-dmem inspect --core` reads,
 /// and not gigabytes of zeros. The side tables beside the arenas (tensor names, model IO
 /// tables, free stacks) stay out of core dumps.
 pub fn state_block(caps: &nrt_core::Capacity) -> Result<Box<CoreState>, BuildError> {
@@ -549,6 +551,51 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shim's state block holds libnrt's whole `tdrv_ctx_t` (32 devices) at the start of
+    /// its storage mapping, and the context's pages are in core dumps (no `dd` flag) although
+    /// the rest of the mapping is left out until its slots are used.
+    #[test]
+    fn the_shim_context_is_libnrt_whole_and_dumped() {
+        let caps = nrt_core::Capacity {
+            dmems: 65536,
+            ..crate::config::HOST_CAPACITY
+        };
+        let st = state_block(&caps).unwrap();
+        let l = st.context_layout();
+        assert!(l.is_full(), "{l:?}");
+        assert_eq!(
+            l.tail,
+            core::mem::offset_of!(nrt_core::abi::tdrv_ctx_t, num_ptpb)
+        );
+        let at = st.context_addr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let flags_at = |addr: usize| -> Option<String> {
+            let mut inside = false;
+            for line in smaps.lines() {
+                if let Some((range, _)) = line.split_once(' ') {
+                    if let Some((a, b)) = range.split_once('-') {
+                        if let (Ok(a), Ok(b)) =
+                            (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                        {
+                            inside = (a..b).contains(&addr);
+                            continue;
+                        }
+                    }
+                }
+                if inside {
+                    if let Some(f) = line.strip_prefix("VmFlags:") {
+                        return Some(f.to_string());
+                    }
+                }
+            }
+            None
+        };
+        let ctx = flags_at(at).expect("the context is mapped");
+        assert!(!ctx.split_whitespace().any(|f| f == "dd"), "{ctx}");
+        let arenas = flags_at(at + l.bytes + (64 << 20)).expect("the arenas are mapped");
+        assert!(arenas.split_whitespace().any(|f| f == "dd"), "{arenas}");
+    }
 
     /// The report directory keeps the newest files of exited processes up to the bound, never
     /// a running process's file, and leaves other files alone.

@@ -45,6 +45,7 @@ pub fn generate() -> String {
         ));
     }
     o.push_str(SIDE_TABLES);
+    o.push_str(&context_profiles());
 
     for s in abi::STRUCTS {
         o.push_str(&format!(
@@ -147,6 +148,28 @@ pub fn generate() -> String {
     o
 }
 
+/// The context region's parts for a few device counts (`ContextLayout`): where the tail
+/// lies and what the region costs.
+fn context_profiles() -> String {
+    use nrt_core::ctx::ContextLayout;
+    let mut o = String::from(
+        "| devices | `mla[devices-1]` at | tail (`num_ptpb`) at | at libnrt's offset | region bytes |\n|---|---|---|---|---|\n",
+    );
+    for d in [1u32, 2, 4, 16, 32] {
+        let l = ContextLayout::of(d);
+        o.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            d,
+            grouped(8 + (d as usize - 1) * std::mem::size_of::<nrt_core::abi::mla_t>()),
+            grouped(l.tail),
+            if l.is_full() { "yes" } else { "no" },
+            grouped(l.bytes)
+        ));
+    }
+    o.push('\n');
+    o
+}
+
 /// Where the project's own state lives when libnrt's bytes leave no room for it (never on a
 /// member libnrt has).
 const SIDE_TABLES: &str = "\n### Where the project's own state lives\n\n\
@@ -156,9 +179,19 @@ libnrt leaves (marked `chosen` below: `dmem_t` 68..127 and 176..191, the gaps of
 36..39). What does not fit any gap lives beside the tree, in `nrt-core`'s `CoreState`, never in \
 libnrt's bytes:\n\n\
 | state | where it lives |\n|---|---|\n\
-| per-(core, usage) peaks, host DMA ledger and peaks, device/host totals and peaks, OOM count | `CoreState::dev_ext[dev]` (`DevExt`) |\n\
-| a core's `physical_core_t`, execution lock and count, ext-isa stage/use counts, init flag | `CoreState::core_ext[dev][core]` (`CoreExt`) |\n\
+| per-(core, usage) peaks, host DMA ledger and peaks, device/host totals and peaks, OOM count | the context region after the tail, one `DevExt` per device (`ContextLayout::dev_ext`) |\n\
+| a core's `physical_core_t`, execution lock and count, ext-isa stage/use counts, init flag | the context region after the devices' `DevExt`, one `CoreExt` per core (`ContextLayout::core_ext`) |\n\
 | device geometry (cores, HBM channels, sizes, arch) | `CoreState::geom[dev]` (`DevGeom`) |\n\
 | a logical core's default HBM | computed from its owner core |\n\
 | a tensor's name text (256 bytes) | one buffer per tensor slot, `TensorPool::tensor_names` |\n\
-| a model's IO table (name, size, dtype, shape per tensor) | a chain of 8-entry chunks per model slot, `ModelPool::model_io` and `io_chunks` |\n\n";
+| a model's IO table (name, size, dtype, shape per tensor) | a chain of 8-entry chunks per model slot, `ModelPool::model_io` and `io_chunks` |\n\n\
+### The context tree of a compact profile\n\n\
+The integrator sizes the context too: `Capacity::devices` (1..=32) is the number of `mla_t` \
+slots the state's context region holds (`nrt_core::ctx::ContextLayout`). The region starts at the \
+address published as `tdrv_ctx_0`. With 32 devices (the default profile: the std shim, \
+`libnrt.so`) it is libnrt's whole `tdrv_ctx_t`, every member at its offset. With fewer, \
+`num_mla` and `mla[0..devices]` stay at libnrt's offsets, so a debugger reading them with \
+libnrt's DWARF finds them; the members libnrt places after `mla[32]` (`num_ptpb`, `ptpbs`, \
+`host_did_to_rid_map`, `host_did_to_rid_map_size`, `reservation_id`, `pod_*`, `target`, the \
+reserved block: `nrt_core::ctx::CtxTail`, same order and spacing) follow `mla[devices - 1]` \
+instead, where libnrt's DWARF does not look:\n\n";

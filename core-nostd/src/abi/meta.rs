@@ -178,7 +178,7 @@ scalar_ctype! {
     i8 => "int8_t", i32 => "int32_t", i64 => "int64_t", usize => "size_t",
     core::sync::atomic::AtomicU8 => "uint8_t",
     core::sync::atomic::AtomicU32 => "uint32_t",
-    core::sync::atomic::AtomicU64 => "uint64_t",
+    crate::atomic::AtomicU64 => "uint64_t",
     *mut core::ffi::c_void => "void *",
     *mut core::ffi::c_char => "char *",
 }

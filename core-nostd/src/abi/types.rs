@@ -2,12 +2,13 @@
 //!
 //! Offsets tagged `Observed`/`Inferred` are the spec's; `Chosen` ones are this project's
 //! placement of a member the spec names but does not place; `Reserved` spans keep libnrt's size.
-//! Every struct is valid when all-zero ("unused"), so the 18.9 MB context lives in `.bss` or a
-//! zeroed allocation and is never built on the stack.
+//! Every struct is valid when all-zero ("unused"), so the context (18.9 MB for 32 devices)
+//! lives in `.bss` or a zeroed allocation and is never built on the stack.
 #![allow(non_camel_case_types, missing_docs)]
 
+use crate::atomic::AtomicU64;
 use core::ffi::{c_char, c_void};
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::AtomicU32;
 
 use crate::abi_struct;
 

@@ -34,13 +34,17 @@ impl<'a> Nrt<'a> {
     }
 
     /// `Ok` when this view names the driver and host provider its state block was
-    /// initialised with (or the block is not initialised: nothing is bound yet).
+    /// initialised with (or the block is not initialised: nothing is bound yet);
+    /// `MissingHostProvider` for a view of the right driver without the provider,
+    /// `ForeignResources` otherwise.
     #[inline]
     pub(crate) fn check_bound(&self) -> Result<()> {
         let drv = self.st.bound_drv.load(Ordering::Relaxed);
         let host = self.st.bound_host.load(Ordering::Relaxed);
         if drv == 0 || (drv == addr(self.drv) && host == self.host.map_or(0, addr)) {
             Ok(())
+        } else if drv == addr(self.drv) && self.host.is_none() {
+            Err(Error::MissingHostProvider)
         } else {
             Err(Error::ForeignResources)
         }
@@ -56,31 +60,72 @@ impl<'a> Nrt<'a> {
         self.st
     }
 
-    pub(crate) fn ctx(&self) -> *mut tdrv_ctx_t {
-        self.st.ctx.get()
+    /// Devices the context region holds (`mla_t` slots, 1..=32).
+    #[inline]
+    pub(crate) fn ctx_devices(&self) -> u32 {
+        self.st.ctx_layout.devices
     }
 
-    /// Raw pointer to `mla[dev]` (no check).
+    /// `tdrv_ctx_t.num_mla`, the region's first member.
+    pub(crate) fn num_mla_ptr(&self) -> *mut u32 {
+        self.st.ctx.cast()
+    }
+
+    /// The members libnrt places after `mla[32]` ([`CtxTail`], where [`ContextLayout::tail`]
+    /// says). Address only.
+    pub(crate) fn ctx_tail(&self) -> *mut CtxTail {
+        self.st.ctx.wrapping_add(self.st.ctx_layout.tail).cast()
+    }
+
+    /// Raw pointer to `mla[dev]` (address only, no check: callers check
+    /// `dev < ctx_devices()` before dereferencing).
     pub(crate) fn mla_ptr(&self, dev: u32) -> *mut mla_t {
-        // SAFETY: in-bounds projection of the context; callers check `dev < 32`.
-        unsafe { addr_of_mut!((*self.ctx()).mla[dev as usize]) }
+        self.st
+            .ctx
+            .wrapping_add(core::mem::offset_of!(tdrv_ctx_t, mla))
+            .wrapping_add(dev as usize * core::mem::size_of::<mla_t>())
+            .cast()
     }
 
-    /// The project's side state of device `dev` (`dev < 32`, else device 0's: callers check).
+    /// The last device index of the region, for the clamping accessors.
+    #[inline]
+    fn last_dev(&self, dev: u32) -> usize {
+        (dev as usize).min(self.ctx_devices().max(1) as usize - 1)
+    }
+
+    /// The project's side state of device `dev` (clamped in range: callers check).
     pub(crate) fn dev_ext(&self, dev: u32) -> &'a DevExt {
-        // SAFETY: in-bounds; the table is written only by `zero_tree`, whose contract excludes
-        // every user of the runtime (so no reference handed out here is live then).
-        unsafe { &(*self.st.dev_ext.get())[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)] }
+        let p = self
+            .st
+            .ctx
+            .wrapping_add(self.st.ctx_layout.dev_ext)
+            .cast::<DevExt>()
+            .wrapping_add(self.last_dev(dev));
+        // SAFETY: in the bound context region (an index below `devices`, 64-aligned start,
+        // `DevExt`'s alignment is at most 64), valid as long as the state (`'a`); the entries
+        // are written only by `zero_tree`, whose contract excludes every user of the runtime
+        // (so no reference handed out here is live then).
+        unsafe { &*p }
     }
 
     /// The project's side state of core `(dev, tpb)` (indices clamped in range: callers check).
     pub(crate) fn core_ext(&self, dev: u32, tpb: u32) -> &'a CoreExt {
-        // SAFETY: in-bounds; the table is written only by `zero_tree`, whose contract excludes
-        // every user of the runtime (so no reference handed out here is live then).
-        unsafe {
-            &(*self.st.core_ext.get())[(dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1)]
-                [(tpb as usize).min(constants::TPBS_PER_MLA - 1)]
-        }
+        let i = self.last_dev(dev) * constants::TPBS_PER_MLA
+            + (tpb as usize).min(constants::TPBS_PER_MLA - 1);
+        let p = self
+            .st
+            .ctx
+            .wrapping_add(self.st.ctx_layout.core_ext)
+            .cast::<CoreExt>()
+            .wrapping_add(i);
+        // SAFETY: as `dev_ext`: in the bound region, below `devices * 8` entries; rewritten
+        // only by `zero_tree` under its contract.
+        unsafe { &*p }
+    }
+
+    /// The first per-core side-state entry (address only).
+    pub(crate) fn core_ext_base(&self) -> *const CoreExt {
+        self.st.ctx.wrapping_add(self.st.ctx_layout.core_ext).cast()
     }
 
     /// The `physical_core_t` of core `(dev, tpb)`, which its GLOBAL allocator and dmems point
@@ -90,12 +135,9 @@ impl<'a> Nrt<'a> {
     }
 
     /// `(device, core)` of a `tpb_t` of this runtime's tree, by address arithmetic (no
-    /// dereference; `(32, 8)`, out of range, for a pointer outside the tree).
+    /// dereference; `(devices, 8)`, out of range, for a pointer outside the tree).
     pub(crate) fn tpb_coords(&self, tpb: *const tpb_t) -> (u32, u32) {
-        let out = (
-            constants::MAX_MLA_PER_PROCESS as u32,
-            constants::TPBS_PER_MLA as u32,
-        );
+        let out = (self.ctx_devices(), constants::TPBS_PER_MLA as u32);
         let first = self.mla_ptr(0) as usize;
         let Some(addr) = (tpb as usize).checked_sub(first) else {
             return out;
@@ -108,7 +150,7 @@ impl<'a> Nrt<'a> {
             return out;
         };
         let t = within / core::mem::size_of::<tpb_t>();
-        if d >= constants::MAX_MLA_PER_PROCESS
+        if d >= self.ctx_devices() as usize
             || t >= constants::TPBS_PER_MLA
             || within % core::mem::size_of::<tpb_t>() != 0
         {
@@ -129,10 +171,14 @@ impl<'a> Nrt<'a> {
         self.dev_geom(call, d).default_hbm(t)
     }
 
-    /// Raw pointer to `mla[dev]._tpbs[tpb]` (no check).
+    /// Raw pointer to `mla[dev]._tpbs[tpb]` (address only, no check: callers check the
+    /// indices before dereferencing).
     pub(crate) fn tpb_ptr(&self, dev: u32, tpb: u32) -> *mut tpb_t {
-        // SAFETY: in-bounds projection; callers check the indices.
-        unsafe { addr_of_mut!((*self.mla_ptr(dev))._tpbs[tpb as usize]) }
+        self.mla_ptr(dev)
+            .cast::<u8>()
+            .wrapping_add(core::mem::offset_of!(mla_t, _tpbs))
+            .wrapping_add(tpb as usize * core::mem::size_of::<tpb_t>())
+            .cast()
     }
 
     /// The `tpb_t` of this runtime's tree that `tpb` points at, re-derived from the tree by
@@ -141,8 +187,7 @@ impl<'a> Nrt<'a> {
     /// instead of trusting a caller's pointer.
     pub(super) fn tree_tpb(&self, tpb: *const tpb_t) -> Option<*mut tpb_t> {
         let (d, t) = self.tpb_coords(tpb);
-        (d < constants::MAX_MLA_PER_PROCESS as u32 && t < constants::TPBS_PER_MLA as u32)
-            .then(|| self.tpb_ptr(d, t))
+        (d < self.ctx_devices() && t < constants::TPBS_PER_MLA as u32).then(|| self.tpb_ptr(d, t))
     }
 
     /// The index of device `mla` in the tree (address arithmetic, no dereference), `None` for
@@ -151,14 +196,14 @@ impl<'a> Nrt<'a> {
     pub(crate) fn mla_index(&self, mla: *const mla_t) -> Option<u32> {
         let off = (mla as usize).checked_sub(self.mla_ptr(0) as usize)?;
         let sz = core::mem::size_of::<mla_t>();
-        (off % sz == 0 && off / sz < constants::MAX_MLA_PER_PROCESS).then_some((off / sz) as u32)
+        (off % sz == 0 && off / sz < self.ctx_devices() as usize).then_some((off / sz) as u32)
     }
 
     /// Device `dev`'s `dmem_logger.memory_usage_nc` (spec §3.4), the ledger's device rows
     /// (`dev` clamped in range: callers check).
     #[inline]
     pub(crate) fn ledger_rows(&self, dev: u32) -> &'a [[AtomicU64; 23]; 8] {
-        let mla = self.mla_ptr((dev as usize).min(constants::MAX_MLA_PER_PROCESS - 1) as u32);
+        let mla = self.mla_ptr(self.last_dev(dev) as u32);
         // SAFETY: `mla` is a device of the tree (in bounds, aligned), which lives as long as
         // the state block (`'a`). The rows are atomics, read and written only atomically, and
         // rewritten wholesale only by `zero_tree`, whose contract (the `Exclusive` token's

@@ -73,7 +73,7 @@ impl<'a> Nrt<'a> {
         // gate is open: no such write is under way) or `init` / `close`'s own `Exclusive`
         // (this read is one of its steps). A copy of one field: no reference to the tree is
         // made.
-        unsafe { (*self.ctx()).num_mla }
+        unsafe { *self.num_mla_ptr() }
     }
 
     /// `db_physical_core_get_mla_and_tpb` (spec §1.1): where libnrt asserts a live device and
@@ -83,7 +83,7 @@ impl<'a> Nrt<'a> {
         pc: &physical_core_t,
     ) -> Result<(*mut mla_t, *mut tpb_t)> {
         let (d, t) = (pc.device_id, pc.device_tpb_idx);
-        if d as usize >= constants::MAX_MLA_PER_PROCESS || t as usize >= constants::TPBS_PER_MLA {
+        if d >= self.ctx_devices() || t as usize >= constants::TPBS_PER_MLA {
             return Err(Error::CoreOutOfRange { device: d, tpb: t });
         }
         let mla = self.mla_ptr(d);
@@ -99,14 +99,14 @@ impl<'a> Nrt<'a> {
     /// `(device, core)` when `p` is the `pcore` of one of the runtime's cores (address
     /// arithmetic only: a foreign pointer is never dereferenced).
     pub(crate) fn tree_pcore(&self, p: *const physical_core_t) -> Option<(u32, u32)> {
-        let first = self.st.core_ext.get() as usize;
+        let first = self.core_ext_base() as usize;
         let addr = (p as usize).checked_sub(first)?;
         let (i, rest) = (
             addr / core::mem::size_of::<CoreExt>(),
             addr % core::mem::size_of::<CoreExt>(),
         );
         if rest != core::mem::offset_of!(CoreExt, pcore)
-            || i >= constants::MAX_MLA_PER_PROCESS * constants::TPBS_PER_MLA
+            || i >= self.ctx_devices() as usize * constants::TPBS_PER_MLA
         {
             return None;
         }
@@ -167,9 +167,10 @@ impl<'a> Nrt<'a> {
             .drv
             .device_count()
             .min(constants::MAX_MLA_PER_PROCESS as u32);
-        // The state block holds model_dbs for `caps.devices` devices: the rest are not
-        // attached (like devices past 32), and the log says which setting would attach them.
-        let cap = self.st.caps.devices;
+        // The state block holds a context and model_dbs for `caps.devices` devices: the rest
+        // are not attached (like devices past 32), and the log says which setting would
+        // attach them.
+        let cap = self.st.caps.devices.min(self.ctx_devices());
         if n > cap {
             warn!(
                 "init: attaching {} of {} device(s): raise Capacity.devices",
@@ -178,7 +179,7 @@ impl<'a> Nrt<'a> {
         }
         let n = n.min(cap);
         if n == 0 {
-            return Err(Error::Driver(errno::ENODEV));
+            return Err(Error::NoDevices);
         }
         let mut infos = [None; constants::MAX_MLA_PER_PROCESS];
         for (d, slot) in infos.iter_mut().enumerate().take(n as usize) {
@@ -200,8 +201,8 @@ impl<'a> Nrt<'a> {
                 contiguous_scratchpad: opts.contiguous_scratchpad as u32,
                 _pad: 0,
             };
-            let ctx = self.ctx();
-            (*ctx).num_mla = n;
+            *self.num_mla_ptr() = n;
+            let tail = self.ctx_tail();
             for (d, info) in infos.iter().enumerate().take(n as usize) {
                 let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
                 (*self.st.geom.get())[d] = DevGeom::from_info(info);
@@ -216,15 +217,15 @@ impl<'a> Nrt<'a> {
                 for t in 0..info.cores_per_device.min(constants::TPBS_PER_MLA as u32) {
                     (*mla).tpb_map.map[t as usize] = 1;
                     // The flat physical-core index libnrt keeps beside the tree (spec §1).
-                    let k = (*ctx).num_ptpb as usize;
-                    if k < (*ctx).ptpbs.len() {
-                        (*ctx).ptpbs[k].tpb_idx = t;
-                        (*ctx).ptpbs[k].mla = mla;
-                        (*ctx).num_ptpb += 1;
+                    let k = (*tail).num_ptpb as usize;
+                    if k < (*tail).ptpbs.len() {
+                        (*tail).ptpbs[k].tpb_idx = t;
+                        (*tail).ptpbs[k].mla = mla;
+                        (*tail).num_ptpb += 1;
                     }
                 }
             }
-            (*ctx).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
+            (*tail).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
             let mut map = [0u32; 32];
             if self.drv.host_device_id_rid_map(&mut map).is_err() {
                 // Identity fallback (spec §1: single-device routing is the identity).
@@ -232,8 +233,8 @@ impl<'a> Nrt<'a> {
                     *m = i as u32;
                 }
             }
-            (*ctx).host_did_to_rid_map = map;
-            (*ctx).host_did_to_rid_map_size = n;
+            (*tail).host_did_to_rid_map = map;
+            (*tail).host_did_to_rid_map_size = n;
             for d in 0..n {
                 (*self.mla_ptr(d)).routing_id = map[d as usize];
             }
@@ -263,17 +264,37 @@ impl<'a> Nrt<'a> {
     }
 
     /// Resets the context tree and its per-device and per-core side tables to all-zero
-    /// (UNINIT).
+    /// (UNINIT): the first member, the devices the runtime attached (`num_mla`), the tail and
+    /// their side state; devices never attached were never written and stay zero. Records the
+    /// bytes it zeroed ([`CoreState::reinit_bytes`]).
     ///
     /// # Safety
     /// Nobody may use the tree: `init_lock` held and the gate shut and drained (or never open).
     unsafe fn zero_tree(&self) {
-        // SAFETY: per the contract nobody reads or writes these blocks now, and all-zero is
-        // their valid unused state (ZeroValid members, atomics, unlocked locks).
+        use core::mem::size_of;
+        let l = self.st.ctx_layout;
+        // SAFETY: per the contract nobody reads or writes the region now; every range below
+        // lies in the bound region (`num_mla` never exceeds `devices`: `init` clamps it), and
+        // all-zero is its valid unused state (ZeroValid members, atomics, unlocked locks).
         unsafe {
-            core::ptr::write_bytes(self.ctx() as *mut u8, 0, core::mem::size_of::<tdrv_ctx_t>());
-            core::ptr::write_bytes(self.st.dev_ext.get(), 0, 1);
-            core::ptr::write_bytes(self.st.core_ext.get(), 0, 1);
+            let used = (*self.num_mla_ptr()).min(l.devices) as usize;
+            let base = self.st.ctx;
+            let mla_at = core::mem::offset_of!(tdrv_ctx_t, mla);
+            let parts = [
+                (0, mla_at + used * size_of::<mla_t>()),
+                (l.tail, size_of::<CtxTail>()),
+                (l.dev_ext, used * size_of::<DevExt>()),
+                (
+                    l.core_ext,
+                    used * constants::TPBS_PER_MLA * size_of::<CoreExt>(),
+                ),
+            ];
+            let mut zeroed = 0;
+            for (at, len) in parts {
+                core::ptr::write_bytes(base.add(at), 0, len);
+                zeroed += len;
+            }
+            self.st.reinit_bytes.store(zeroed, Ordering::Relaxed);
         }
     }
 
@@ -448,24 +469,32 @@ impl<'a> Nrt<'a> {
         Ok(DriverKept { blocks, bytes })
     }
 
-    /// Total bytes the driver still holds for this runtime, over every pool of every device.
-    /// 0 while `init` or `close` is at work, and before the first `init`.
-    pub fn driver_bytes_in_use(&self) -> u64 {
-        let Ok(call) = self.inspect() else {
-            return 0;
-        };
-        let mut used = 0;
+    /// Bytes in use in the driver's pools of the attached devices (every HBM channel and the
+    /// host DMA pool, spec §3.2): a per-driver figure, `capacity - free` of each pool, so it counts
+    /// what every client of that driver holds, not only this runtime
+    /// ([`Self::runtime_bytes_in_use`] is this runtime's). Readable while up and after
+    /// `close`. Errors: the gate's (`Uninitialized` before the first `init` or while `init`
+    /// or `close` is at work), the driver's refusal of a pool's statistics (`Driver`), and
+    /// statistics that cannot be, such as more free bytes than capacity (`BadDriver`,
+    /// [`Self::pool_stats_checked`]).
+    pub fn driver_pool_bytes_in_use(&self) -> Result<u64> {
+        let call = self.inspect()?;
+        let mut used: u64 = 0;
         for d in 0..self.attached_devices(&call) {
             let g = self.dev_geom(&call, d);
-            for h in 0..g.channels {
-                if let Ok(s) = self.pool_stats_checked(d, false, h) {
-                    used += s.used();
-                }
-            }
-            if let Ok(s) = self.pool_stats_checked(d, true, 0) {
-                used += s.used();
+            let pools = (0..g.channels).map(|h| (false, h)).chain([(true, 0)]);
+            for (host, h) in pools {
+                let s = self.pool_stats_checked(d, host, h)?;
+                used = used.saturating_add(s.used());
             }
         }
-        used
+        Ok(used)
+    }
+
+    /// [`Self::driver_pool_bytes_in_use`], 0 when it fails (before the first `init`, or a
+    /// pool the driver would not report): a per-driver figure, kept for callers that want a
+    /// plain number.
+    pub fn driver_bytes_in_use(&self) -> u64 {
+        self.driver_pool_bytes_in_use().unwrap_or(0)
     }
 }

@@ -127,7 +127,7 @@ pub struct DmemInfo {
 /// A pinned dmem ([`Nrt::dmem_pin`]): the object stays whole until this drops.
 pub(crate) struct DmemPin<'a> {
     pub(crate) m: Dmem,
-    refs: &'a core::sync::atomic::AtomicU64,
+    refs: &'a crate::atomic::AtomicU64,
 }
 
 // A pin is one count in the reference word: a copy would unpin twice.

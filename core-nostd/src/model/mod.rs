@@ -73,7 +73,7 @@ pub fn drain_with<R: Atomic<Int = u64>>(ref_count: &R, relax: impl FnMut(u32)) {
 /// [`drain_with`] bounded by the integrator's wait hook (`crate::sync::wait_bounded`):
 /// `Timeout(what)` when it gives up.
 pub fn drain_bounded(
-    ref_count: &core::sync::atomic::AtomicU64,
+    ref_count: &crate::atomic::AtomicU64,
     what: crate::sync::WaitFor,
 ) -> crate::error::Result<()> {
     crate::sync::wait_bounded(what, || ref_count.load(Ordering::Acquire) == 0)

@@ -22,7 +22,9 @@ mod io;
 mod pool;
 mod set;
 
-pub use crate::host_heap::{ArenaHostMem, HeapHostMem, HostMem};
+#[cfg(feature = "heap-host-mem")]
+pub use crate::host_heap::HeapHostMem;
+pub use crate::host_heap::{ArenaHostMem, HostMem};
 pub use exec::BIND_CHUNK;
 pub(crate) use exec::EXEC_DATA_STRIPES;
 pub use io::check_window;

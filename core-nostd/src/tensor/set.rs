@@ -21,7 +21,7 @@ pub struct SetSlot {
     pub(crate) generation: u32,
     _pad: u32,
     /// Owners (1 while the set lives) and pins.
-    pub(crate) refs: core::sync::atomic::AtomicU64,
+    pub(crate) refs: crate::atomic::AtomicU64,
     /// The entries, behind the lock that guards them (`SetPin::body`, the one way to them):
     /// taken by `set_add`, `set_get`, `set_len` and an execution's binding, only while the set
     /// is pinned.
