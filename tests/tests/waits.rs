@@ -62,7 +62,11 @@ fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() 
             (n.execute(m, si, so), t0.elapsed())
         });
         let unload = s.spawn(|| {
-            std::thread::sleep(HOLD / 4);
+            // Once the execution holds its reference (beside the guard's), the unload waits
+            // for both.
+            while n.model_info(m).map_or(0, |i| i.ref_count) < 2 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             n.unload_model(m)
         });
         std::thread::sleep(HOLD);
