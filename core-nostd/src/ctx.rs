@@ -255,9 +255,11 @@ impl LiveHandles {
         if key == 0 {
             return;
         }
+        // A read first: a failed compare-exchange still takes the line.
         for s in self.probe(key) {
-            if s.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+            if s.load(Ordering::Relaxed) == 0
+                && s.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
             {
                 return;
             }
@@ -270,8 +272,9 @@ impl LiveHandles {
             return;
         }
         for s in self.probe(key) {
-            if s.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+            if s.load(Ordering::Relaxed) == key
+                && s.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
             {
                 return;
             }

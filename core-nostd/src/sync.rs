@@ -199,6 +199,8 @@ pub const REENTRY_SLOTS: usize = 16;
 pub struct Reentry {
     /// Slots taken (a table nobody uses is read with one load).
     taken: AtomicU32,
+    /// Allocator walks in progress on any thread, token or not ([`Reentry::walk`]).
+    walks: AtomicU32,
     owners: [AtomicUsize; REENTRY_SLOTS],
     keys: [crate::atomic::AtomicU64; REENTRY_SLOTS],
 }
@@ -226,6 +228,16 @@ pub mod reentry_key {
     }
 }
 
+/// An allocator walk counted by [`Reentry::walk`], uncounted when dropped.
+#[must_use = "the walk is counted only while the entry lives"]
+pub struct WalkEntry<'a>(&'a AtomicU32);
+
+impl Drop for WalkEntry<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A [`Reentry`] entry, removed when dropped.
 #[must_use = "the entry is removed when dropped"]
 pub struct ReentryEntry<'a> {
@@ -248,6 +260,7 @@ impl Reentry {
     pub const fn new() -> Self {
         Reentry {
             taken: AtomicU32::new(0),
+            walks: AtomicU32::new(0),
             owners: [const { AtomicUsize::new(0) }; REENTRY_SLOTS],
             keys: [const { crate::atomic::AtomicU64::new(0) }; REENTRY_SLOTS],
         }
@@ -291,6 +304,18 @@ impl Reentry {
                 .iter()
                 .zip(&self.keys)
                 .any(|(o, k)| o.load(Ordering::Acquire) == me && pred(k.load(Ordering::Acquire)))
+    }
+
+    /// Counts an allocator walk (its callback may call in) until the returned guard drops.
+    pub fn walk(&self) -> WalkEntry<'_> {
+        self.walks.fetch_add(1, Ordering::AcqRel);
+        WalkEntry(&self.walks)
+    }
+
+    /// Whether an allocator walk is in progress on some thread (a walk that begins after
+    /// this answer runs on another thread than the caller's).
+    pub fn walking(&self) -> bool {
+        self.walks.load(Ordering::Acquire) != 0
     }
 
     /// A key the calling thread holds (`None`: none, or no thread token).

@@ -166,6 +166,7 @@ impl<'a> Nrt<'a> {
         }
         let key = reentry_key::allocator(al as usize);
         self.st.reentry.refuse(key, WaitFor::AllocatorLock)?;
+        let _counted = self.st.reentry.walk();
         // SAFETY: live allocator, walked under its lock; its linked dmems are live (a dmem is
         // unlinked under this lock before it is finalised).
         unsafe {
@@ -181,9 +182,10 @@ impl<'a> Nrt<'a> {
     /// Refuses a call that would wait for `al`'s lock while its own thread walks `al`
     /// ([`Self::allocator_for_each`]): `WouldDeadlock` when the thread token shows it, else a
     /// bounded probe of the lock (`Timeout` when it gives up). Nothing is held afterwards. A
-    /// null or dead allocator passes (the call refuses it itself).
+    /// null or dead allocator passes (the call refuses it itself), and so does any allocator
+    /// while no walk is in progress (its lock is then held only for sections of the core).
     pub(crate) fn allocator_reachable(&self, al: *mut dmem_allocator_t) -> Result<()> {
-        if al.is_null() || !self.st.dmem.allocators.is_live(al) {
+        if !self.st.reentry.walking() || al.is_null() || !self.st.dmem.allocators.is_live(al) {
             return Ok(());
         }
         self.st
