@@ -160,8 +160,36 @@ pub enum Error {
     },
     /// The operation is refused on this device class (spec §7.2 host-on-CAYMAN).
     Unsupported(&'static str),
-    /// A wait ran out of time.
-    Timeout,
+    /// A bounded wait gave up (the integrator's wait hook said so, or the wait limit was
+    /// reached, `crate::sync::set_wait_hook`): what it waited for. Nothing changed.
+    /// NRT_TIMEOUT.
+    Timeout(crate::sync::WaitFor),
+    /// The driver answered what cannot be (a pool with more free bytes than capacity, a page
+    /// size that is not a power of two, more HBM channels than the ABI holds, allocation
+    /// handle 0, an address outside its window …): the answer is refused, nothing of it is
+    /// used. NRT_FAILURE.
+    BadDriver {
+        /// What was wrong.
+        what: &'static str,
+        /// The value the driver gave.
+        value: u64,
+    },
+    /// The driver refused to free memory the runtime gave back (`memory_free` failed): the
+    /// call did everything else (the object is gone from the runtime), but the driver still
+    /// holds these blocks, which the ledger keeps counting and
+    /// `Nrt::driver_kept` reports. NRT_FAILURE.
+    DriverKept {
+        /// Blocks the driver kept.
+        blocks: u32,
+        /// Their bytes.
+        bytes: u64,
+        /// The driver's last refusal.
+        errno: Errno,
+    },
+    /// The call would wait for its own thread: it was made from a callback that holds what
+    /// it waits for (a model reference, an allocator's lock). Refused at once, nothing
+    /// changed. NRT_FAILURE.
+    WouldDeadlock(crate::sync::WaitFor),
     /// `init` on a runtime that is already initialised (`close` it first). NRT_FAILURE, as
     /// the C ABI's `nrt_init` answers (docs/STATES.md): the arguments are fine, the state is
     /// not, so it is not NRT_INVALID.
@@ -304,7 +332,10 @@ impl Error {
             Error::Driver(errno::ENOMEM) => NRT_RESOURCE,
             Error::Driver(_) => NRT_FAILURE,
             Error::Unsupported(_) => NRT_RESOURCE,
-            Error::Timeout => NRT_TIMEOUT,
+            Error::Timeout(_) => NRT_TIMEOUT,
+            Error::WouldDeadlock(_) | Error::DriverKept { .. } | Error::BadDriver { .. } => {
+                NRT_FAILURE
+            }
             Error::Uninitialized => NRT_UNINITIALIZED,
             Error::Closed => NRT_CLOSED,
             _ => NRT_INVALID,
@@ -499,7 +530,23 @@ impl fmt::Display for Error {
                 "window [{offset}, {offset}+{len}) is outside the object of {size} bytes"
             ),
             Error::Unsupported(m) => f.write_str(m),
-            Error::Timeout => f.write_str("timed out"),
+            Error::Timeout(w) => write!(f, "timed out waiting for {w}"),
+            Error::BadDriver { what, value } => {
+                write!(f, "the driver's answer is refused: {what} (it said {value})")
+            }
+            Error::DriverKept {
+                blocks,
+                bytes,
+                errno,
+            } => write!(
+                f,
+                "the driver refused to free {blocks} block(s) of {bytes} bytes (driver error \
+                 {errno}): it still holds them"
+            ),
+            Error::WouldDeadlock(w) => write!(
+                f,
+                "the calling thread holds {w} itself: the call would wait for it forever"
+            ),
             Error::AlreadyInitialized => {
                 f.write_str("the runtime is already initialized (call nrt_close first)")
             }
@@ -516,6 +563,43 @@ mod tests {
     extern crate std;
     use super::*;
     use std::string::ToString;
+
+    #[test]
+    fn waits_and_driver_answers_map_to_their_statuses_and_say_what() {
+        use crate::sync::WaitFor;
+        let t = Error::Timeout(WaitFor::ExecLock { device: 1, core: 3 });
+        assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
+        assert_eq!(
+            t.to_string(),
+            "timed out waiting for the exec lock of device 1 core 3"
+        );
+        let t = Error::Timeout(WaitFor::ModelDrain { model: 7 });
+        assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
+        assert!(t.to_string().ends_with("the references on model 7"), "{t}");
+        let d = Error::WouldDeadlock(WaitFor::AllocatorLock);
+        assert_eq!(d.status(), NRT_STATUS::NRT_FAILURE);
+        assert!(d.to_string().contains("an allocator's lock"), "{d}");
+        let k = Error::DriverKept {
+            blocks: 2,
+            bytes: 12288,
+            errno: errno::EBUSY,
+        };
+        assert_eq!(k.status(), NRT_STATUS::NRT_FAILURE);
+        assert_eq!(
+            k.to_string(),
+            "the driver refused to free 2 block(s) of 12288 bytes (driver error 16 (EBUSY)): it \
+             still holds them"
+        );
+        let b = Error::BadDriver {
+            what: "pool_stats: free bytes above capacity",
+            value: 5,
+        };
+        assert_eq!(b.status(), NRT_STATUS::NRT_FAILURE);
+        assert_eq!(
+            b.to_string(),
+            "the driver's answer is refused: pool_stats: free bytes above capacity (it said 5)"
+        );
+    }
 
     #[test]
     fn every_invalid_argument_keeps_its_message_and_nrt_invalid() {

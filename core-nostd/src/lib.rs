@@ -46,7 +46,7 @@ pub mod vcore;
 pub use static_assertions as __static_assertions;
 
 pub use config::Capacity;
-pub use ctx::{CoreState, InitOptions, Nrt, StaticState, StorageFree};
+pub use ctx::{CoreState, DriverKept, InitOptions, Nrt, StaticState, StorageFree};
 pub use error::{Error, InvalidArg, Result};
 pub use handle::{
     DmemHandle, HandleError, HandleFault, HandleKind, ModelHandle, SetHandle, TensorHandle,

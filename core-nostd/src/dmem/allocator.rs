@@ -11,6 +11,7 @@ use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped};
 use crate::list::{allocator_list, ListError, WeakIndex};
+use crate::sync::{reentry_key, WaitFor};
 
 impl<'a> Nrt<'a> {
     /// Marks whether `al` (a live allocator) was made through the public API.
@@ -120,33 +121,37 @@ impl<'a> Nrt<'a> {
     }
 
     /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is
-    /// not live, and outside `init`…`close`.
+    /// not live, outside `init`…`close`, and when the calling thread walks `al` or the wait
+    /// for its lock gives up ([`Self::allocator_for_each`]).
     pub fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
         let Ok(_call) = self.enter() else {
             return (0, 0);
         };
-        if !self.st.dmem.allocators.is_live(al) {
+        if !self.st.dmem.allocators.is_live(al) || self.allocator_reachable(al).is_err() {
             return (0, 0);
         }
         // SAFETY: live allocator; counters are maintained under its lock.
         unsafe {
-            let _g = (*al).lock.lock();
+            let Ok(_g) = (*al).lock.lock_bounded(WaitFor::AllocatorLock) else {
+                return (0, 0);
+            };
             ((*al).count, (*al).bytes)
         }
     }
 
-    /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: `f` must
-    /// not allocate from, free into, measure ([`Self::allocator_usage`]) or walk `al` (that
-    /// call would wait for the lock forever). `Closed` /
-    /// `Uninitialized` outside `init`…`close`; an allocator that is not live has no dmems.
+    /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: a call
+    /// from `f` that allocates from, frees into, measures ([`Self::allocator_usage`]) or walks
+    /// `al` is refused at once with [`Error::WouldDeadlock`] when a thread token is installed
+    /// (`crate::sync::set_thread_token_hook`), else when its bounded wait for the lock gives
+    /// up ([`Error::Timeout`]). `Closed` / `Uninitialized` outside `init`…`close`; an
+    /// allocator that is not live has no dmems.
     pub fn allocator_for_each(
         &self,
         al: *mut dmem_allocator_t,
         f: impl FnMut(&dmem_t),
     ) -> Result<()> {
         let call = self.enter()?;
-        self.allocator_walk(&call, al, f);
-        Ok(())
+        self.allocator_walk(&call, al, f)
     }
 
     /// [`Self::allocator_for_each`] as a step of a gated call (`_call`).
@@ -155,18 +160,41 @@ impl<'a> Nrt<'a> {
         _call: &impl InCall,
         al: *mut dmem_allocator_t,
         mut f: impl FnMut(&dmem_t),
-    ) {
+    ) -> Result<()> {
         if !self.st.dmem.allocators.is_live(al) {
-            return;
+            return Ok(());
         }
+        let key = reentry_key::allocator(al as usize);
+        self.st.reentry.refuse(key, WaitFor::AllocatorLock)?;
+        let _counted = self.st.reentry.walk();
         // SAFETY: live allocator, walked under its lock; its linked dmems are live (a dmem is
         // unlinked under this lock before it is finalised).
         unsafe {
-            let _g = (*al).lock.lock();
+            let _g = (*al).lock.lock_bounded(WaitFor::AllocatorLock)?;
+            let _walking = self.st.reentry.hold(key);
             for n in allocator_list(al).iter() {
                 f(n.as_ref());
             }
         }
+        Ok(())
+    }
+
+    /// Refuses a call that would wait for `al`'s lock while its own thread walks `al`
+    /// ([`Self::allocator_for_each`]): `WouldDeadlock` when the thread token shows it, else a
+    /// bounded probe of the lock (`Timeout` when it gives up). Nothing is held afterwards. A
+    /// null or dead allocator passes (the call refuses it itself), and so does any allocator
+    /// while no walk is in progress (its lock is then held only for sections of the core).
+    pub(crate) fn allocator_reachable(&self, al: *mut dmem_allocator_t) -> Result<()> {
+        if !self.st.reentry.walking() || al.is_null() || !self.st.dmem.allocators.is_live(al) {
+            return Ok(());
+        }
+        self.st
+            .reentry
+            .refuse(reentry_key::allocator(al as usize), WaitFor::AllocatorLock)?;
+        // SAFETY: a live allocator slot; only its lock word (an atomic) is touched.
+        let lock = unsafe { &*core::ptr::addr_of!((*al).lock) };
+        drop(lock.lock_bounded(WaitFor::AllocatorLock)?);
+        Ok(())
     }
 
     /// Walks `al`'s list under its lock and checks it ([`crate::list::List::check`]): every
@@ -181,9 +209,10 @@ impl<'a> Nrt<'a> {
         if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
+        self.allocator_reachable(al)?;
         // SAFETY: live allocator, checked under its lock.
         unsafe {
-            let _g = (*al).lock.lock();
+            let _g = (*al).lock.lock_bounded(WaitFor::AllocatorLock)?;
             // More than the arena's slots cannot be linked: refused without a walk, so a
             // corrupt count does not make a cycle a long walk.
             let len = match usize::try_from((*al).count) {

@@ -32,6 +32,7 @@ impl<'a> Nrt<'a> {
         if !self.st.dmem.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
+        self.allocator_reachable(self.allocator_of(m))?;
         if self.dmem_release_ref(call, m, GiveBack::Release) {
             Ok(())
         } else {
@@ -110,8 +111,24 @@ impl<'a> Nrt<'a> {
             if !(*m)._va.is_null() {
                 let _ = self.drv.memory_unmap(dev, (*m).mem_handle);
             }
-            let _ = self.drv.memory_free(dev, (*m).mem_handle);
-            self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m);
+            self.st.live_handles.remove(dev, (*m).mem_handle);
+            match self.drv.memory_free(dev, (*m).mem_handle) {
+                Ok(()) => self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m),
+                Err(e) => {
+                    // The driver still holds the block: the ledger keeps it booked (it
+                    // stays true about device memory), the runtime's figures count it and
+                    // the call reports it.
+                    let bytes = (*m).allocated_size;
+                    error!(
+                        "dmem_free: the driver refused to free {} bytes (handle {:#x}): {}",
+                        bytes,
+                        (*m).mem_handle,
+                        e
+                    );
+                    self.st.driver_kept.note(bytes);
+                    call.note_kept(bytes, e);
+                }
+            }
             (*m).hint = null_mut();
             // The slot reads as free before it can be handed out again.
             handle::retire(self.st.dmem.dmems.words(m).0);

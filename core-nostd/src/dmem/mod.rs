@@ -183,7 +183,9 @@ impl<'a> Nrt<'a> {
         if self.st.dmem.allocators.is_live(al) && !self.is_caller_owned(al) {
             return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
         }
-        self.allocator_destroy(&call, al, GiveBack::Release)
+        self.allocator_reachable(al)?;
+        self.allocator_destroy(&call, al, GiveBack::Release)?;
+        call.kept_result()
     }
 
     /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
@@ -230,7 +232,8 @@ impl<'a> Nrt<'a> {
     pub fn dmem_free(&self, h: DmemHandle) -> Result<()> {
         let call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        self.dmem_free_pinned(&call, p)
+        self.dmem_free_pinned(&call, p)?;
+        call.kept_result()
     }
 
     /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
@@ -245,7 +248,8 @@ impl<'a> Nrt<'a> {
         {
             return Err(Error::ForeignDmem);
         }
-        self.dmem_free_pinned(&call, p)
+        self.dmem_free_pinned(&call, p)?;
+        call.kept_result()
     }
 
     /// The fields of a live dmem fixed at its allocation (see [`DmemInfo`]).
@@ -312,6 +316,9 @@ impl<'a> Nrt<'a> {
     /// A free through a handle, once pinned: drops one owner; the last one waits for every
     /// other pin to go, then unlinks and finalises.
     fn dmem_free_pinned(&self, call: &impl InCall, p: DmemPin<'_>) -> Result<()> {
+        // The last owner's free takes the allocator's lock: refused before anything changes
+        // when the calling thread walks that allocator.
+        self.allocator_reachable(self.allocator_of(p.m))?;
         match handle::drop_owner(p.refs) {
             Dropped::NoOwner => Err(Error::stale(HandleKind::Dmem)),
             Dropped::Shared => Ok(()),
@@ -324,6 +331,14 @@ impl<'a> Nrt<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// The allocator whose list holds `m` (null once detached). `m` is pinned or owned by the
+    /// caller.
+    pub(crate) fn allocator_of(&self, m: Dmem) -> *mut dmem_allocator_t {
+        // SAFETY: a slot of the dmem arena the caller pins or owns; the field is accessed
+        // atomically (see `dmem_release_ref`).
+        unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
     }
 
     /// Whether `h` names a live dmem of this runtime (it may be freed the moment after).

@@ -4,7 +4,7 @@
 use super::{IoUsage, ModelIo};
 use crate::abi::*;
 use crate::ctx::{ExecHold, Nrt};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::handle::ModelHandle;
 
 /// Executing: holds the model reference and every physical core's exec lock (spec §4.6).
@@ -49,6 +49,12 @@ impl<'a> Nrt<'a> {
     /// The exec seam (spec §4.6): takes a reference on `h` (so an unload waits), then each of
     /// its physical cores' exec locks in order (one model executes at a time per core), and
     /// marks it `h_running_model`. Dropping the guard undoes all three.
+    ///
+    /// The wait for a core's exec lock is bounded (`crate::sync::wait_bounded`): `Timeout`
+    /// naming the core when the wait hook gives up (an execution that outlives the bound, a
+    /// guard that was leaked, or one the calling thread holds itself). A guard is `Send` (an
+    /// execution may complete on another thread), so the thread that took it is no proof
+    /// that it still holds it: these waits are not refused early, they are bounded.
     pub fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
         let call = self.enter()?;
         let (tpb0, vnc) = self.model_tpb(&call, h)?;
@@ -60,13 +66,7 @@ impl<'a> Nrt<'a> {
         for j in 0..v.num_tpbs.min(2) as usize {
             let (dev, core) = (v.tpbs[j].device_id, v.tpbs[j].device_tpb_idx);
             let tpb = self.tpb(dev, core)?;
-            if !g.hold.lock_core(self, j, tpb) {
-                // `tpb` came from the resolver, so it is a core of the tree.
-                return Err(Error::CoreOutOfRange {
-                    device: dev,
-                    tpb: core,
-                });
-            }
+            g.hold.lock_core(self, j, tpb)?;
         }
         g.hold
             .model()

@@ -442,16 +442,29 @@ impl<'a> Nrt<'a> {
     /// [`Error::InvalidHandle`] and nothing changes; of two racing unloads of one model,
     /// exactly one unloads it.
     ///
-    /// As with `close`: a thread must not unload while it holds an
-    /// [`ExecGuard`](super::ExecGuard) of a model on the same core. The guard holds the core's exec lock; an execution of the model being
-    /// unloaded that waits for that lock already holds a model reference; and the unload
-    /// waits for the model's references to go. The three would wait for each other forever.
+    /// The wait for the model's references is bounded (`crate::sync::wait_bounded`): when it
+    /// gives up, `Timeout` names the model, which stays loaded (an
+    /// [`ExecGuard`](super::ExecGuard) held past the bound or leaked keeps it so, the caller's
+    /// own included). A thread that unloads from a callback on the model
+    /// ([`Nrt::for_each_model_dmem`], [`Nrt::for_each_model_io`]) would wait for itself: with
+    /// a thread token (`crate::sync::set_thread_token_hook`) it is refused at once with
+    /// `WouldDeadlock`, else the bounded wait gives up.
+    ///
+    /// [`Error::DriverKept`] when the driver refused to free some of the model's memory: the
+    /// model is unloaded, the driver still holds those blocks ([`Nrt::driver_kept`]).
     pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
         let call = self.enter()?;
         let (tpb, _) = self.model_tpb(&call, h)?;
+        self.st.reentry.refuse(
+            crate::sync::reentry_key::model(h.h_model().id),
+            crate::sync::WaitFor::ModelDrain {
+                model: h.h_model().id,
+            },
+        )?;
         let m = self.remove_model(tpb, h.h_model())?;
         self.model_free(&call, m);
-        Ok(())
+        // The model is gone either way; blocks the driver kept are said.
+        call.kept_result()
     }
 
     /// Teardown: unloads every resident model.
@@ -472,11 +485,15 @@ impl<'a> Nrt<'a> {
                     first
                 });
                 match next {
-                    Some(id) => {
-                        if let Ok(m) = self.remove_model(tpb, H_MODEL { id }) {
-                            self.model_free(ex, m);
+                    Some(id) => match self.remove_model(tpb, H_MODEL { id }) {
+                        Ok(m) => self.model_free(ex, m),
+                        // `close` drained every model first (`wait_models_idle`): not
+                        // reachable; the model stays rather than the loop spinning on it.
+                        Err(e) => {
+                            error!("close: model {} stays loaded: {}", id, e);
+                            break;
                         }
-                    }
+                    },
                     None => break,
                 }
             }

@@ -273,13 +273,23 @@ impl<'a> Nrt<'a> {
     /// call using it on another thread is done. A stale (already freed, at any age), forged
     /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
+    /// [`Error::DriverKept`] when the driver refused to free the storage's memory: the
+    /// tensor is freed, the driver still holds the block ([`Nrt::driver_kept`]).
     pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
         let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
+        // Freeing the storage takes its allocator's lock: refused before anything changes
+        // when the calling thread walks that allocator (`Nrt::allocator_for_each`).
+        if let Ok((s, _, _)) = self.tensor_ref(&pin).and_then(|t| self.storage_of(t)) {
+            if let StorageMem::Dma(m) = s.mem() {
+                self.allocator_reachable(self.allocator_of(m as Dmem))?;
+            }
+        }
         match pin.drop_owner() {
             Ok(last) => {
                 self.tensor_finalize(&call, last);
-                Ok(())
+                // The tensor is gone either way; a block the driver kept is said.
+                call.kept_result()
             }
             // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
             Err(Dropped::Shared) => Ok(()),
