@@ -27,18 +27,7 @@ use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use crate::abi::meta::ZeroValid;
 use crate::sync::DataLock;
 
-/// The arena had no free slot.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct ArenaFull {
-    /// Which arena (for the message).
-    pub arena: &'static str,
-    /// Its capacity.
-    pub capacity: usize,
-    /// The setting that raises it (a [`crate::config::Capacity`] field and the std shim's
-    /// environment variable), or "" for an arena nobody configured.
-    pub setting: &'static str,
-}
+pub use crate::error::ArenaFull;
 
 /// Why a slot could not be released.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -69,8 +58,7 @@ pub enum GiveBack {
 /// freed in between. Handle-named slots do not depend on it (their generation is checked).
 pub const QUARANTINE: usize = 64;
 
-/// Most shards an arena is cut into (a capacity chooses up to this many).
-pub const MAX_SHARDS: usize = 8;
+pub use crate::config::MAX_SHARDS;
 
 /// Where the next shard to come into use starts handing out never-used slots. A new state
 /// block often lands at the address of the one just freed (a runtime closed and initialised

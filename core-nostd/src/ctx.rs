@@ -208,6 +208,115 @@ pub(crate) struct CoreExt {
     pub(crate) ulib_users: AtomicU32,
 }
 
+/// Blocks the driver refused to free (`memory_free` failed) since `init`: it still holds
+/// them. All-zero is none.
+#[derive(Default)]
+pub(crate) struct DriverKeptBooks {
+    blocks: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl DriverKeptBooks {
+    /// One more block of `bytes` kept.
+    pub(crate) fn note(&self, bytes: u64) {
+        self.blocks.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    /// `(blocks, bytes)`.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (
+            self.blocks.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+    /// Back to none (a new `init`).
+    pub(crate) fn reset(&self) {
+        self.blocks.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The driver handles of live dmems, as a set of keys (`handle ^ device << 59`) in
+/// [`LIVE_HANDLE_SLOTS`] slots, each key in one of the [`LIVE_HANDLE_PROBES`] slots after its
+/// hash: a new handle is looked for in those slots only (one or two cache lines). A key finds
+/// no free slot when the set is crowded, and is then not recorded: the check misses it (a
+/// duplicate of it goes unnoticed) but never refuses a handle that is not in use, since a
+/// found key is confirmed among the live dmems. All-zero is empty.
+pub(crate) struct LiveHandles {
+    slots: [AtomicU64; LIVE_HANDLE_SLOTS],
+}
+
+/// Slots of [`LiveHandles`] (32 KiB).
+pub(crate) const LIVE_HANDLE_SLOTS: usize = 1 << 12;
+/// Slots a key may sit in, from its hash on.
+pub(crate) const LIVE_HANDLE_PROBES: usize = 16;
+
+impl LiveHandles {
+    /// The key of `(dev, handle)` (0, the empty slot, is never a key: handle 0 is refused
+    /// before anything is recorded).
+    fn key(dev: u32, handle: u64) -> u64 {
+        handle ^ (u64::from(dev) << 59)
+    }
+    fn probe(&self, key: u64) -> impl Iterator<Item = &AtomicU64> {
+        let h = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
+        (0..LIVE_HANDLE_PROBES).map(move |i| &self.slots[(h + i) % LIVE_HANDLE_SLOTS])
+    }
+    /// Whether a live dmem may hold `handle` on `dev` (a key collision is possible only
+    /// between handles that use their top five bits).
+    pub(crate) fn maybe(&self, dev: u32, handle: u64) -> bool {
+        let key = Self::key(dev, handle);
+        key != 0 && self.probe(key).any(|s| s.load(Ordering::Acquire) == key)
+    }
+    /// A dmem holding `handle` on `dev` is published.
+    pub(crate) fn add(&self, dev: u32, handle: u64) {
+        let key = Self::key(dev, handle);
+        if key == 0 {
+            return;
+        }
+        // A read first: a failed compare-exchange still takes the line.
+        for s in self.probe(key) {
+            if s.load(Ordering::Relaxed) == 0
+                && s.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+        }
+    }
+    /// That dmem is finalised.
+    pub(crate) fn remove(&self, dev: u32, handle: u64) {
+        let key = Self::key(dev, handle);
+        if key == 0 {
+            return;
+        }
+        for s in self.probe(key) {
+            if s.load(Ordering::Relaxed) == key
+                && s.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+        }
+    }
+    /// Empty (a new `init`).
+    pub(crate) fn clear(&self) {
+        for s in &self.slots {
+            s.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the driver refused to free (its `memory_free` failed) since the runtime's `init`, and
+/// still holds: [`Nrt::driver_kept`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DriverKept {
+    /// Blocks.
+    pub blocks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 /// The members `tdrv_ctx_t` places after `mla[32]` (spec §1; facts v2 `tdrv_ctx_t`), in
 /// libnrt's order and spacing: in a context of 32 devices they lie at libnrt's offsets, in a
 /// compact one right after the last device ([`ContextLayout::tail`]). Valid when all-zero.
@@ -357,6 +466,13 @@ pub struct CoreState {
     /// count to drain.
     pub(crate) active_calls: ShardedGate,
     pub(crate) init_lock: nrt_mutex_t,
+    /// What threads hold while they run callbacks or keep an exec lock past a call
+    /// ([`crate::sync::Reentry`]): the calls that would wait for their own thread are refused.
+    pub(crate) reentry: crate::sync::Reentry,
+    /// What the driver refused to free since `init` ([`Nrt::driver_kept`]).
+    pub(crate) driver_kept: DriverKeptBooks,
+    /// The driver handles of live dmems ([`LiveHandles`]).
+    pub(crate) live_handles: LiveHandles,
     /// The ledger's own state beside the tree's rows: the last device OOM
     /// ([`crate::ledger::LedgerPool`]).
     pub(crate) ledger: crate::ledger::LedgerPool,

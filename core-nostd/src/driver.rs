@@ -7,98 +7,7 @@
 
 use crate::abi::al_hal_tpb_arch_type_t;
 
-/// errno values the driver portal returns (Linux numbering).
-pub mod errno {
-    /// Operation not permitted.
-    pub const EPERM: Errno = Errno(1);
-    /// No such file or directory (no device node).
-    pub const ENOENT: Errno = Errno(2);
-    /// I/O error.
-    pub const EIO: Errno = Errno(5);
-    /// Bad file descriptor.
-    pub const EBADF: Errno = Errno(9);
-    /// Out of memory in the requested pool.
-    pub const ENOMEM: Errno = Errno(12);
-    /// Bad address (copy outside an allocation).
-    pub const EFAULT: Errno = Errno(14);
-    /// Device or resource busy.
-    pub const EBUSY: Errno = Errno(16);
-    /// No such device.
-    pub const ENODEV: Errno = Errno(19);
-    /// Invalid argument.
-    pub const EINVAL: Errno = Errno(22);
-    /// Inappropriate ioctl (command unknown to this driver version).
-    pub const ENOTTY: Errno = Errno(25);
-    /// Operation not supported.
-    pub const EOPNOTSUPP: Errno = Errno(95);
-
-    use super::Errno;
-
-    /// The symbolic name of an errno value.
-    pub const fn name(e: Errno) -> &'static str {
-        match e {
-            EPERM => "EPERM",
-            ENOENT => "ENOENT",
-            EIO => "EIO",
-            EBADF => "EBADF",
-            ENOMEM => "ENOMEM",
-            EFAULT => "EFAULT",
-            EBUSY => "EBUSY",
-            ENODEV => "ENODEV",
-            EINVAL => "EINVAL",
-            ENOTTY => "ENOTTY",
-            EOPNOTSUPP => "EOPNOTSUPP",
-            _ => "E?",
-        }
-    }
-}
-
-/// An errno value returned by the driver (Linux numbering, positive), as a type rather than a
-/// bare `i32` (docs/STYLE.md #21, vmm-sys-util's `errno::Error`): a driver failure cannot be
-/// confused with a count or an index. The named values are in [`errno`].
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[repr(transparent)]
-pub struct Errno(i32);
-
-impl Errno {
-    /// The errno of raw value `raw` (as the kernel or libc reports it).
-    pub const fn new(raw: i32) -> Self {
-        Errno(raw)
-    }
-    /// The raw value.
-    pub const fn raw(self) -> i32 {
-        self.0
-    }
-    /// The symbolic name (`"ENOMEM"`), or `"E?"` for a value [`errno`] does not name.
-    pub const fn name(self) -> &'static str {
-        errno::name(self)
-    }
-}
-
-impl From<i32> for Errno {
-    fn from(raw: i32) -> Self {
-        Errno(raw)
-    }
-}
-
-impl From<Errno> for i32 {
-    fn from(e: Errno) -> Self {
-        e.0
-    }
-}
-
-impl core::fmt::Debug for Errno {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}({})", self.name(), self.0)
-    }
-}
-
-impl core::fmt::Display for Errno {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{} ({})", self.0, self.name())
-    }
-}
+pub use crate::error::{errno, Errno};
 
 /// Driver feature bits (`DRIVER_INFO_GET.feature_flags1`, public ioctl ABI).
 pub mod feature {
@@ -142,7 +51,48 @@ pub struct DeviceInfo {
     pub page_size: u64,
 }
 
+/// Largest page size a driver may declare (1 GiB).
+pub const PAGE_SIZE_MAX: u64 = 1 << 30;
+
 impl DeviceInfo {
+    /// Checks what a driver said about a device before anything uses it: 1..=8 cores, at most
+    /// the ABI's HBM channels (`MAX_HBM_CHANNELS`, spec §3.4), a page size that is a power of
+    /// two up to [`PAGE_SIZE_MAX`], and channel bytes whose total fits 64 bits. The error
+    /// names the field and the value.
+    pub fn check(&self) -> Result<(), crate::error::Error> {
+        use crate::abi::constants::{MAX_HBM_CHANNELS, TPBS_PER_MLA};
+        let bad = |what, value: u64| Err(crate::error::Error::BadDriver { what, value });
+        if self.cores_per_device == 0 || self.cores_per_device as usize > TPBS_PER_MLA {
+            return bad(
+                "device_info: cores_per_device outside 1..=8",
+                self.cores_per_device.into(),
+            );
+        }
+        if self.hbm_channels as usize > MAX_HBM_CHANNELS {
+            return bad(
+                "device_info: more HBM channels than the ABI holds (4)",
+                self.hbm_channels.into(),
+            );
+        }
+        if !self.page_size.is_power_of_two() || self.page_size > PAGE_SIZE_MAX {
+            return bad(
+                "device_info: page size not a power of two up to 1 GiB",
+                self.page_size,
+            );
+        }
+        if self
+            .hbm_channel_size
+            .checked_mul(self.hbm_channels.into())
+            .is_none()
+        {
+            return bad(
+                "device_info: HBM channels' total bytes overflow 64 bits",
+                self.hbm_channel_size,
+            );
+        }
+        Ok(())
+    }
+
     /// The HBM channel that serves physical core `tpb_idx` (public ABI §3 "HBM ↔ core"):
     /// v2 (SUNDA) core i → HBM i; v3+ cores 2i and 2i+1 share HBM i.
     pub fn default_hbm_for_core(&self, tpb_idx: u32) -> u32 {
@@ -268,6 +218,46 @@ pub struct PoolStats {
 }
 
 impl PoolStats {
+    /// Checks what a driver said about a pool before anything uses it: free ≤ capacity, and
+    /// each part of free (largest block, fragments, the small-object region and its largest
+    /// block) ≤ what contains it. The error names the field and the value.
+    pub fn check(&self) -> Result<(), crate::error::Error> {
+        let bad = |what, value| Err(crate::error::Error::BadDriver { what, value });
+        if self.free > self.capacity {
+            return bad("pool_stats: free bytes above capacity", self.free);
+        }
+        if self.largest_free > self.free {
+            return bad(
+                "pool_stats: largest free block above free bytes",
+                self.largest_free,
+            );
+        }
+        if self.fragmented_free > self.free {
+            return bad(
+                "pool_stats: fragmented bytes above free bytes",
+                self.fragmented_free,
+            );
+        }
+        if self.small_object_free > self.free {
+            return bad(
+                "pool_stats: small-object free bytes above free bytes",
+                self.small_object_free,
+            );
+        }
+        if self.small_object_largest_free > self.small_object_free {
+            return bad(
+                "pool_stats: small-object largest block above its free bytes",
+                self.small_object_largest_free,
+            );
+        }
+        Ok(())
+    }
+
+    /// Bytes in use (`capacity - free`), for statistics that passed [`Self::check`].
+    pub const fn used(&self) -> u64 {
+        self.capacity.saturating_sub(self.free)
+    }
+
     /// The statistics of a one-region pool.
     pub const fn one_region(capacity: u64, free: u64, largest_free: u64, allocations: u64) -> Self {
         PoolStats {
@@ -437,6 +427,12 @@ pub trait Driver: Sync {
         let _ = (dev, hbm_idx);
         Err(errno::EOPNOTSUPP)
     }
+    /// The physical-address window of device `dev`'s HBM (`host == false`) or host DMA pool:
+    /// `(base, bytes)`. When the driver states one, every allocation it returns must lie in
+    /// it (the runtime refuses one that does not); `None` (the default): no window is checked.
+    fn pa_window(&self, _dev: u32, _host: bool) -> Option<(u64, u64)> {
+        None
+    }
     /// The host-device-id → routing-id map (spec §1); `EOPNOTSUPP` makes the runtime fall back
     /// to the identity.
     fn host_device_id_rid_map(&self, _out: &mut [u32; 32]) -> Result<(), Errno> {
@@ -477,7 +473,7 @@ macro_rules! forward_driver {
     ($to:ident => all) => {
         $crate::forward_driver!($to => device_count, device_info, memory_alloc, memory_alloc_pa,
             memory_get_pa, memory_free, memory_unmap, get_copy_buf, copy_in, copy_out, fill,
-            pool_stats, hbm_stats_aligned, free_histogram, host_device_id_rid_map);
+            pool_stats, hbm_stats_aligned, free_histogram, pa_window, host_device_id_rid_map);
     };
     ($to:ident => $($m:ident),+ $(,)?) => {
         $( $crate::forward_driver!(@one $to $m); )+
@@ -609,6 +605,11 @@ macro_rules! forward_driver {
             $crate::driver::Errno,
         > {
             $crate::driver::Driver::free_histogram(&*self.$to, dev, hbm_idx)
+        }
+    };
+    (@one $to:ident pa_window) => {
+        fn pa_window(&self, dev: u32, host: bool) -> ::core::option::Option<(u64, u64)> {
+            $crate::driver::Driver::pa_window(&*self.$to, dev, host)
         }
     };
     (@one $to:ident host_device_id_rid_map) => {

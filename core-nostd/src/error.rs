@@ -7,9 +7,156 @@ use core::fmt;
 
 use crate::abi::tables::category_for;
 use crate::abi::{dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t, NRT_STATUS};
-use crate::arena::ArenaFull;
 use crate::cstr::mb;
-use crate::driver::{errno, Errno};
+
+/// errno values the driver portal returns (Linux numbering).
+pub mod errno {
+    /// Operation not permitted.
+    pub const EPERM: Errno = Errno(1);
+    /// No such file or directory (no device node).
+    pub const ENOENT: Errno = Errno(2);
+    /// I/O error.
+    pub const EIO: Errno = Errno(5);
+    /// Bad file descriptor.
+    pub const EBADF: Errno = Errno(9);
+    /// Out of memory in the requested pool.
+    pub const ENOMEM: Errno = Errno(12);
+    /// Bad address (copy outside an allocation).
+    pub const EFAULT: Errno = Errno(14);
+    /// Device or resource busy.
+    pub const EBUSY: Errno = Errno(16);
+    /// No such device.
+    pub const ENODEV: Errno = Errno(19);
+    /// Invalid argument.
+    pub const EINVAL: Errno = Errno(22);
+    /// Inappropriate ioctl (command unknown to this driver version).
+    pub const ENOTTY: Errno = Errno(25);
+    /// Operation not supported.
+    pub const EOPNOTSUPP: Errno = Errno(95);
+
+    use super::Errno;
+
+    /// The symbolic name of an errno value.
+    pub const fn name(e: Errno) -> &'static str {
+        match e {
+            EPERM => "EPERM",
+            ENOENT => "ENOENT",
+            EIO => "EIO",
+            EBADF => "EBADF",
+            ENOMEM => "ENOMEM",
+            EFAULT => "EFAULT",
+            EBUSY => "EBUSY",
+            ENODEV => "ENODEV",
+            EINVAL => "EINVAL",
+            ENOTTY => "ENOTTY",
+            EOPNOTSUPP => "EOPNOTSUPP",
+            _ => "E?",
+        }
+    }
+}
+
+/// An errno value returned by the driver (Linux numbering, positive), as a type rather than a
+/// bare `i32` (docs/STYLE.md #21, vmm-sys-util's `errno::Error`): a driver failure cannot be
+/// confused with a count or an index. The named values are in [`errno`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct Errno(i32);
+
+impl Errno {
+    /// The errno of raw value `raw` (as the kernel or libc reports it).
+    pub const fn new(raw: i32) -> Self {
+        Errno(raw)
+    }
+    /// The raw value.
+    pub const fn raw(self) -> i32 {
+        self.0
+    }
+    /// The symbolic name (`"ENOMEM"`), or `"E?"` for a value [`errno`] does not name.
+    pub const fn name(self) -> &'static str {
+        errno::name(self)
+    }
+}
+
+impl From<i32> for Errno {
+    fn from(raw: i32) -> Self {
+        Errno(raw)
+    }
+}
+
+impl From<Errno> for i32 {
+    fn from(e: Errno) -> Self {
+        e.0
+    }
+}
+
+impl core::fmt::Debug for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}({})", self.name(), self.0)
+    }
+}
+
+impl core::fmt::Display for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} ({})", self.0, self.name())
+    }
+}
+
+/// What a bounded wait waits for (spec §4.5 drain, §4.6 exec seam, §12 teardown): carried by
+/// [`Error::Timeout`] and [`Error::WouldDeadlock`] and handed to the wait hook.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum WaitFor {
+    /// The exec lock of physical core `core` of device `device`, held by an execution or an
+    /// `ExecGuard` (the caller's own, another thread's, or a leaked one).
+    ExecLock {
+        /// Device.
+        device: u32,
+        /// Physical core on the device.
+        core: u32,
+    },
+    /// The references on model `model` (its `H_MODEL` id): executions, `ExecGuard`s and
+    /// model callbacks in flight, which an unload or `close` drains.
+    ModelDrain {
+        /// The model's `H_MODEL` id.
+        model: u32,
+    },
+    /// The API calls in flight, which `init` and `close` let finish before they rewrite the
+    /// runtime (a model or allocator callback is such a call while it runs).
+    CallsInFlight,
+    /// An allocator's list lock, held while a walk calls its callback.
+    AllocatorLock,
+    /// An output completion count (the std shim's `nrt_tensor_check_output_completion`).
+    Completion,
+}
+
+impl core::fmt::Display for WaitFor {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            WaitFor::ExecLock { device, core } => {
+                write!(f, "the exec lock of device {device} core {core}")
+            }
+            WaitFor::ModelDrain { model } => write!(f, "the references on model {model}"),
+            WaitFor::CallsInFlight => f.write_str("the API calls in flight"),
+            WaitFor::AllocatorLock => f.write_str("an allocator's lock"),
+            WaitFor::Completion => f.write_str("an output completion"),
+        }
+    }
+}
+
+/// The arena had no free slot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ArenaFull {
+    /// Which arena (for the message).
+    pub arena: &'static str,
+    /// Its capacity.
+    pub capacity: usize,
+    /// The setting that raises it (a [`crate::config::Capacity`] field and the std shim's
+    /// environment variable), or "" for an arena nobody configured.
+    pub setting: &'static str,
+}
 
 /// Result alias of the core.
 pub type Result<T, E = Error> = core::result::Result<T, E>;
@@ -160,8 +307,36 @@ pub enum Error {
     },
     /// The operation is refused on this device class (spec §7.2 host-on-CAYMAN).
     Unsupported(&'static str),
-    /// A wait ran out of time.
-    Timeout,
+    /// A bounded wait gave up (the integrator's wait hook said so, or the wait limit was
+    /// reached, `crate::sync::set_wait_hook`): what it waited for. Nothing changed.
+    /// NRT_TIMEOUT.
+    Timeout(WaitFor),
+    /// The driver answered what cannot be (a pool with more free bytes than capacity, a page
+    /// size that is not a power of two, more HBM channels than the ABI holds, allocation
+    /// handle 0, an address outside its window …): the answer is refused, nothing of it is
+    /// used. NRT_FAILURE.
+    BadDriver {
+        /// What was wrong.
+        what: &'static str,
+        /// The value the driver gave.
+        value: u64,
+    },
+    /// The driver refused to free memory the runtime gave back (`memory_free` failed): the
+    /// call did everything else (the object is gone from the runtime), but the driver still
+    /// holds these blocks, which the ledger keeps counting and
+    /// `Nrt::driver_kept` reports. NRT_FAILURE.
+    DriverKept {
+        /// Blocks the driver kept.
+        blocks: u32,
+        /// Their bytes.
+        bytes: u64,
+        /// The driver's last refusal.
+        errno: Errno,
+    },
+    /// The call would wait for its own thread: it was made from a callback that holds what
+    /// it waits for (a model reference, an allocator's lock). Refused at once, nothing
+    /// changed. NRT_FAILURE.
+    WouldDeadlock(WaitFor),
     /// `init` on a runtime that is already initialised (`close` it first). NRT_FAILURE, as
     /// the C ABI's `nrt_init` answers (docs/STATES.md): the arguments are fine, the state is
     /// not, so it is not NRT_INVALID.
@@ -304,7 +479,10 @@ impl Error {
             Error::Driver(errno::ENOMEM) => NRT_RESOURCE,
             Error::Driver(_) => NRT_FAILURE,
             Error::Unsupported(_) => NRT_RESOURCE,
-            Error::Timeout => NRT_TIMEOUT,
+            Error::Timeout(_) => NRT_TIMEOUT,
+            Error::WouldDeadlock(_) | Error::DriverKept { .. } | Error::BadDriver { .. } => {
+                NRT_FAILURE
+            }
             Error::Uninitialized => NRT_UNINITIALIZED,
             Error::Closed => NRT_CLOSED,
             _ => NRT_INVALID,
@@ -505,7 +683,23 @@ impl fmt::Display for Error {
                 "window [{offset}, {offset}+{len}) is outside the object of {size} bytes"
             ),
             Error::Unsupported(m) => f.write_str(m),
-            Error::Timeout => f.write_str("timed out"),
+            Error::Timeout(w) => write!(f, "timed out waiting for {w}"),
+            Error::BadDriver { what, value } => {
+                write!(f, "the driver's answer is refused: {what} (it said {value})")
+            }
+            Error::DriverKept {
+                blocks,
+                bytes,
+                errno,
+            } => write!(
+                f,
+                "the driver refused to free {blocks} block(s) of {bytes} bytes (driver error \
+                 {errno}): it still holds them"
+            ),
+            Error::WouldDeadlock(w) => write!(
+                f,
+                "the calling thread holds {w} itself: the call would wait for it forever"
+            ),
             Error::AlreadyInitialized => {
                 f.write_str("the runtime is already initialized (call nrt_close first)")
             }
@@ -522,6 +716,43 @@ mod tests {
     extern crate std;
     use super::*;
     use std::string::ToString;
+
+    #[test]
+    fn waits_and_driver_answers_map_to_their_statuses_and_say_what() {
+        use WaitFor;
+        let t = Error::Timeout(WaitFor::ExecLock { device: 1, core: 3 });
+        assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
+        assert_eq!(
+            t.to_string(),
+            "timed out waiting for the exec lock of device 1 core 3"
+        );
+        let t = Error::Timeout(WaitFor::ModelDrain { model: 7 });
+        assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
+        assert!(t.to_string().ends_with("the references on model 7"), "{t}");
+        let d = Error::WouldDeadlock(WaitFor::AllocatorLock);
+        assert_eq!(d.status(), NRT_STATUS::NRT_FAILURE);
+        assert!(d.to_string().contains("an allocator's lock"), "{d}");
+        let k = Error::DriverKept {
+            blocks: 2,
+            bytes: 12288,
+            errno: errno::EBUSY,
+        };
+        assert_eq!(k.status(), NRT_STATUS::NRT_FAILURE);
+        assert_eq!(
+            k.to_string(),
+            "the driver refused to free 2 block(s) of 12288 bytes (driver error 16 (EBUSY)): it \
+             still holds them"
+        );
+        let b = Error::BadDriver {
+            what: "pool_stats: free bytes above capacity",
+            value: 5,
+        };
+        assert_eq!(b.status(), NRT_STATUS::NRT_FAILURE);
+        assert_eq!(
+            b.to_string(),
+            "the driver's answer is refused: pool_stats: free bytes above capacity (it said 5)"
+        );
+    }
 
     #[test]
     fn every_invalid_argument_keeps_its_message_and_nrt_invalid() {

@@ -728,7 +728,7 @@ impl Nrt<'_> {
             match &failing {
                 Some(c) if c.hbm == h => write_hbm_line(w, h, &c.shown, c.shown_align)?,
                 _ => {
-                    if let Ok(s) = self.drv.pool_stats(dev, false, h) {
+                    if let Ok(s) = self.pool_stats_checked(dev, false, h) {
                         write_hbm_line(w, h, &s, 0)?;
                     }
                 }

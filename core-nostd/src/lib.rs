@@ -46,7 +46,7 @@ pub mod vcore;
 pub use static_assertions as __static_assertions;
 
 pub use config::Capacity;
-pub use ctx::{CoreState, InitOptions, Lifecycle, Nrt, StaticState, StorageFree};
+pub use ctx::{CoreState, DriverKept, InitOptions, Lifecycle, Nrt, StaticState, StorageFree};
 pub use device::{CoreSel, LogicalCore, PhysicalCore, PhysicalCores};
 pub use dmem::DeviceMemory;
 pub use error::{Error, InvalidArg, Result};

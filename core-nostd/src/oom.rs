@@ -422,11 +422,12 @@ impl Nrt<'_> {
         // may have moved since, and reading it here could latch and warn.
         let native = !emulated;
         let req = FailedRequest::new(size, align, native, g.page_size.max(1))?;
-        let plain = self.drv.pool_stats(dev, false, hbm).ok()?;
+        let plain = self.pool_stats_checked(dev, false, hbm).ok()?;
         let at_align = if req.driver_align() != 0 {
             self.drv
                 .hbm_stats_aligned(dev, hbm, req.driver_align())
                 .ok()
+                .filter(|s| s.check().is_ok())
         } else {
             None
         };

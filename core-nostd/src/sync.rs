@@ -8,8 +8,22 @@
 //!   install a relax hook once (the std shim yields the thread), so long waits do not burn a
 //!   core; without one a wait spins.
 //! * The in-flight call gate ([`ShardedGate`]) and [`wait_until`].
+//! * Bounded waits ([`WaitFor`], [`set_wait_hook`], [`set_wait_limit`]): every wait that can
+//!   outlast a call of the core (an exec lock a guard holds, a model's references, the calls
+//!   in flight `close` waits for, an allocator's lock during a walk) asks the integrator's
+//!   wait hook at each look whether to go on, and gives up with [`Error::Timeout`] naming
+//!   what it waited for.
+//! * Re-entry detection ([`set_thread_token_hook`], [`Reentry`]): with a thread token the
+//!   core refuses at once a call from a callback that would wait for the callback's own call.
+//!
+//! The other waits of the core (an arena shard's books, a `model_db`, a ledger row, a tensor's
+//! op lock and pending writers, the pins of an object being freed) last as long as a section
+//! of the core itself — none is held across a callback or returned to the caller — so they
+//! end when that section does.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use crate::error::{Error, Result};
 
 use crate::abi::nrt_mutex_t;
 use crate::loom::Atomic;
@@ -36,6 +50,273 @@ impl spin::RelaxStrategy for Relax {
             Some(hook) => hook(),
             None => core::hint::spin_loop(),
         }
+    }
+}
+
+pub use crate::error::WaitFor;
+
+/// What the wait hook answers at each look of a bounded wait.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum WaitStep {
+    /// Look again (the hook has relaxed: yielded, slept, or spun).
+    Wait,
+    /// Give up: the wait returns [`Error::Timeout`] with its [`WaitFor`].
+    GiveUp,
+}
+
+/// The integrator's wait hook: called at each look of a bounded wait after a short busy phase,
+/// with what is waited for and how many times the hook was called for this wait (0 at the
+/// first call of each wait). It relaxes (yields the thread, sleeps, …) and decides whether to
+/// go on.
+pub type WaitHook = fn(WaitFor, u32) -> WaitStep;
+
+/// The installed wait hook (`None`: spin up to the [`set_wait_limit`] looks).
+static WAIT_HOOK: DataLock<Option<WaitHook>> = DataLock::new(None);
+
+/// Looks a wait makes without a hook before it gives up ([`set_wait_limit`]).
+static WAIT_LIMIT: AtomicU32 = AtomicU32::new(DEFAULT_WAIT_LIMIT);
+
+/// The default of [`set_wait_limit`]: 2^26 looks (at a `spin_loop` hint each, seconds on
+/// current cores).
+pub const DEFAULT_WAIT_LIMIT: u32 = 1 << 26;
+
+/// Installs (or, with `None`, removes) the wait hook that bounds every bounded wait
+/// ([`WaitHook`]). Replaces any hook installed before. Without one, a wait spins and gives up
+/// after the [`set_wait_limit`] looks.
+pub fn set_wait_hook(hook: Option<WaitHook>) {
+    *WAIT_HOOK.lock() = hook;
+}
+
+/// Sets how many looks a bounded wait makes without a wait hook before it gives up
+/// ([`DEFAULT_WAIT_LIMIT`] until set; at least 1).
+pub fn set_wait_limit(looks: u32) {
+    WAIT_LIMIT.store(looks.max(1), Ordering::Relaxed);
+}
+
+/// Waits until `done()` holds, bounded: spins for a short busy phase, then asks the wait hook
+/// (or counts against the [`set_wait_limit`] looks) at each look. `Err(Timeout(what))` when the
+/// hook gives up or the limit is reached.
+pub fn wait_bounded(what: WaitFor, mut done: impl FnMut() -> bool) -> Result<()> {
+    use spin::RelaxStrategy;
+    let mut i = 0u32;
+    let mut asked = 0u32;
+    let hook = *WAIT_HOOK.lock();
+    let limit = WAIT_LIMIT.load(Ordering::Relaxed);
+    while !done() {
+        if i < SPINS_BEFORE_RELAX {
+            spin::relax::Spin::relax();
+            i += 1;
+            continue;
+        }
+        let step = match hook {
+            Some(h) => h(what, asked),
+            None if asked >= limit => WaitStep::GiveUp,
+            None => {
+                core::hint::spin_loop();
+                WaitStep::Wait
+            }
+        };
+        if step == WaitStep::GiveUp {
+            return Err(Error::Timeout(what));
+        }
+        asked = asked.saturating_add(1);
+    }
+    Ok(())
+}
+
+/// The integrator's thread-token hook ([`set_thread_token_hook`]).
+static TOKEN_HOOK: spin::Once<fn() -> usize> = spin::Once::new();
+
+/// Installs the function that names the calling thread (task, hart context …) with a token
+/// no other live thread has, never 0 (the std shim: the address of a thread-local). One-shot,
+/// like [`set_relax_hook`]. With it the core refuses at once, with
+/// [`Error::WouldDeadlock`], a call from a callback that would wait for the callback's own
+/// call (an unload of the model or a `close` from a model callback, an allocation, free or
+/// walk of the allocator being walked); without it such a call waits until its bounded wait
+/// gives up ([`Error::Timeout`]).
+pub fn set_thread_token_hook(hook: fn() -> usize) {
+    TOKEN_HOOK.call_once(|| hook);
+}
+
+/// The calling thread's token (0: no hook installed, nothing is detected).
+#[inline]
+pub fn thread_token() -> usize {
+    TOKEN_HOOK.get().map_or(0, |h| h())
+}
+
+/// Slots of a [`Reentry`] table: threads that can be inside a callback of one runtime at
+/// once and still be detected (a table that is full detects nothing more; the waits stay
+/// bounded).
+pub const REENTRY_SLOTS: usize = 16;
+
+/// What a thread holds while it runs code the core does not control (a callback that holds a
+/// model reference and a call in flight, or an allocator's lock): a key per kind, so a call
+/// from the callback that would wait for it is refused at once. Callbacks run on the thread
+/// that made the call, so the thread token is proof. (An `ExecGuard` is not recorded: it is
+/// `Send`, and may be dropped on another thread.) All-zero is empty.
+pub struct Reentry {
+    /// Slots taken (a table nobody uses is read with one load).
+    taken: AtomicU32,
+    /// Allocator walks in progress on any thread, token or not ([`Reentry::walk`]).
+    walks: AtomicU32,
+    owners: [AtomicUsize; REENTRY_SLOTS],
+    keys: [crate::atomic::AtomicU64; REENTRY_SLOTS],
+}
+
+/// Keys of a [`Reentry`] table: the kind in the top byte, the object below.
+pub mod reentry_key {
+    /// A callback holding a reference on model `id` and a call in flight.
+    pub const fn model(id: u32) -> u64 {
+        (1 << 56) | id as u64
+    }
+    /// A walk holding the lock of the allocator at address `al`.
+    pub const fn allocator(al: usize) -> u64 {
+        (2 << 56) | (al as u64 & 0x00ff_ffff_ffff_ffff)
+    }
+    /// The kind of `key`.
+    pub const fn kind(key: u64) -> u64 {
+        key >> 56
+    }
+    /// What a call that needs `key` released waits for.
+    pub const fn wait_for(key: u64) -> super::WaitFor {
+        match kind(key) {
+            1 => super::WaitFor::ModelDrain { model: key as u32 },
+            _ => super::WaitFor::AllocatorLock,
+        }
+    }
+}
+
+/// An allocator walk counted by [`Reentry::walk`], uncounted when dropped.
+#[must_use = "the walk is counted only while the entry lives"]
+pub struct WalkEntry<'a>(&'a AtomicU32);
+
+impl Drop for WalkEntry<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A [`Reentry`] entry, removed when dropped.
+#[must_use = "the entry is removed when dropped"]
+pub struct ReentryEntry<'a> {
+    table: &'a Reentry,
+    slot: usize,
+}
+
+impl Drop for ReentryEntry<'_> {
+    fn drop(&mut self) {
+        if self.slot < REENTRY_SLOTS {
+            self.table.keys[self.slot].store(0, Ordering::Relaxed);
+            self.table.owners[self.slot].store(0, Ordering::Release);
+            self.table.taken.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+impl Reentry {
+    /// An empty table.
+    pub const fn new() -> Self {
+        Reentry {
+            taken: AtomicU32::new(0),
+            walks: AtomicU32::new(0),
+            owners: [const { AtomicUsize::new(0) }; REENTRY_SLOTS],
+            keys: [const { crate::atomic::AtomicU64::new(0) }; REENTRY_SLOTS],
+        }
+    }
+
+    /// Records that the calling thread holds `key` until the entry drops (nothing is recorded
+    /// without a thread token, or with the table full).
+    pub fn hold(&self, key: u64) -> ReentryEntry<'_> {
+        let me = thread_token();
+        if me != 0 {
+            for (i, o) in self.owners.iter().enumerate() {
+                if o.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    self.taken.fetch_add(1, Ordering::AcqRel);
+                    self.keys[i].store(key, Ordering::Release);
+                    return ReentryEntry {
+                        table: self,
+                        slot: i,
+                    };
+                }
+            }
+        }
+        ReentryEntry {
+            table: self,
+            slot: REENTRY_SLOTS,
+        }
+    }
+
+    /// Whether the calling thread holds a key `pred` accepts.
+    pub fn held_by_me(&self, mut pred: impl FnMut(u64) -> bool) -> bool {
+        // The calling thread's own entries, if any, were counted before this call (by the
+        // thread itself): a zero count means none of them exists.
+        if self.taken.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let me = thread_token();
+        me != 0
+            && self
+                .owners
+                .iter()
+                .zip(&self.keys)
+                .any(|(o, k)| o.load(Ordering::Acquire) == me && pred(k.load(Ordering::Acquire)))
+    }
+
+    /// Counts an allocator walk (its callback may call in) until the returned guard drops.
+    pub fn walk(&self) -> WalkEntry<'_> {
+        self.walks.fetch_add(1, Ordering::AcqRel);
+        WalkEntry(&self.walks)
+    }
+
+    /// Whether an allocator walk is in progress on some thread (a walk that begins after
+    /// this answer runs on another thread than the caller's).
+    pub fn walking(&self) -> bool {
+        self.walks.load(Ordering::Acquire) != 0
+    }
+
+    /// A key the calling thread holds (`None`: none, or no thread token).
+    pub fn mine(&self) -> Option<u64> {
+        let me = thread_token();
+        if me == 0 || self.taken.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.owners
+            .iter()
+            .zip(&self.keys)
+            .find(|(o, _)| o.load(Ordering::Acquire) == me)
+            .map(|(_, k)| k.load(Ordering::Acquire))
+    }
+
+    /// `Err(WouldDeadlock(what))` when the calling thread holds `key`.
+    pub fn refuse(&self, key: u64, what: WaitFor) -> Result<()> {
+        if self.held_by_me(|k| k == key) {
+            return Err(Error::WouldDeadlock(what));
+        }
+        Ok(())
+    }
+}
+
+impl Default for Reentry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl nrt_mutex_t {
+    /// [`Self::lock`], bounded ([`wait_bounded`]): `Err(Timeout(what))` when the wait gives up.
+    pub fn lock_bounded(&self, what: WaitFor) -> Result<MutexGuard<'_>> {
+        if let Some(g) = self.try_lock() {
+            return Ok(g);
+        }
+        let mut got = None;
+        wait_bounded(what, || {
+            got = self.try_lock();
+            got.is_some()
+        })?;
+        got.ok_or(Error::Timeout(what))
     }
 }
 
@@ -348,6 +629,20 @@ impl<W: Atomic<Int = u32>, const N: usize> ShardedGate<W, N> {
         for s in &self.shards {
             gate_close(&s.0, &mut relax);
         }
+    }
+
+    /// [`Self::close`] with a bounded wait ([`wait_bounded`], [`WaitFor::CallsInFlight`]):
+    /// `Timeout` when it gives up, the gate still shut (the caller opens it again).
+    pub fn close_bounded(&self) -> Result<()> {
+        for s in &self.shards {
+            gate_shut(&s.0);
+        }
+        for s in &self.shards {
+            wait_bounded(WaitFor::CallsInFlight, || {
+                s.0.load(Ordering::Acquire) & !GATE_CLOSED == 0
+            })?;
+        }
+        Ok(())
     }
 
     /// [`gate_open`] on every shard.

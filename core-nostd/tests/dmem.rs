@@ -977,13 +977,25 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
+    use std::sync::atomic::AtomicU32;
     let stop = AtomicBool::new(false);
+    let (seen_up, seen_down) = (AtomicU32::new(0), AtomicU32::new(0));
     std::thread::scope(|s| {
         s.spawn(|| {
             let _stop = StopOnDrop(&stop);
-            for _ in 0..300 {
+            // At least 300 cycles, and on until the reader has seen both states (a loaded
+            // machine may not schedule it during the first 300), with a bound.
+            for i in 0..200_000 {
                 n.close().unwrap();
                 n.init(&InitOptions::default()).unwrap();
+                let seen =
+                    seen_up.load(Ordering::Relaxed) > 0 && seen_down.load(Ordering::Relaxed) > 0;
+                if i >= 300 && seen {
+                    break;
+                }
+                if i >= 300 {
+                    std::thread::yield_now();
+                }
             }
         });
         let (mut up, mut down) = (0u32, 0u32);
@@ -1003,9 +1015,11 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
             }
             assert!(rows.iter().all(|r| r[22] == r[..22].iter().sum::<u64>()));
             if devices == 1 {
-                up += 1
+                up += 1;
+                seen_up.store(up, Ordering::Relaxed);
             } else {
-                down += 1
+                down += 1;
+                seen_down.store(down, Ordering::Relaxed);
             }
         }
         assert!(up > 0, "never saw the runtime up ({down} down)");

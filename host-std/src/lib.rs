@@ -43,6 +43,7 @@ pub mod shared;
 pub mod simdev;
 pub mod tensor_info;
 pub mod units;
+pub mod wait;
 pub mod zeroed;
 
 pub use backing::HostReservation;
@@ -53,3 +54,4 @@ pub use model_file::{LoadError, ModelFile};
 pub use neuron_driver::{AllocVariant, Geometry, NeuronDriver};
 pub use runtime::{HostRuntime, MallocHostMem};
 pub use simdev::HostSim;
+pub use wait::{install_waits, set_wait_limit, DEFAULT_WAIT_LIMIT};

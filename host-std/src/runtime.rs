@@ -157,7 +157,7 @@ fn dump_in_use(at: *const u8, len: usize) {
 impl HostRuntime {
     /// Builds the driver the configuration names (does not initialise the runtime).
     pub fn new(config: RuntimeConfig) -> Result<Self, BuildError> {
-        nrt_core::sync::set_relax_hook(std::thread::yield_now);
+        crate::wait::install_waits();
         let backend = match config.device {
             DeviceChoice::Sim {
                 preset,
@@ -202,7 +202,7 @@ impl HostRuntime {
     /// Builds a runtime on a simulated device already made (a copy of a shared device's pools,
     /// `HostSim::from_snapshot`) and initialises it; `config.device` only names it.
     pub fn start_on(config: RuntimeConfig, sim: HostSim) -> Result<Self, StartError> {
-        nrt_core::sync::set_relax_hook(std::thread::yield_now);
+        crate::wait::install_waits();
         let st = state_block(&config.capacity_for(&sim)).map_err(StartError::Build)?;
         let rt = HostRuntime {
             st,
@@ -296,7 +296,11 @@ impl HostRuntime {
             let wait = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => left,
-                    _ => return Err(nrt_core::Error::Timeout),
+                    _ => {
+                        return Err(nrt_core::Error::Timeout(
+                            nrt_core::sync::WaitFor::Completion,
+                        ))
+                    }
                 },
                 None => Duration::from_millis(100),
             };

@@ -64,6 +64,19 @@ fn ci() -> DynResult {
         c.args(["test", "--workspace"]).env(tools::REQUIRE_VAR, "1");
         c
     })?;
+    // Arithmetic on a lying driver's numbers must not wrap where debug builds would trap.
+    run("hostile driver (nrt-core, release)", {
+        let mut c = cargo();
+        c.args([
+            "test",
+            "--release",
+            "-p",
+            "nrt-core",
+            "--test",
+            "hostile_driver",
+        ]);
+        c
+    })?;
     // The bring-up an integrator copies: `cargo test` builds it, this runs it.
     run("example: nrt-core bring_up", {
         let mut c = cargo();

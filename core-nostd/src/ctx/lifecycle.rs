@@ -55,6 +55,7 @@ impl<'a> Nrt<'a> {
         let g = InFlight {
             active: &self.st.active_calls,
             shard,
+            kept: core::cell::Cell::new(Kept::default()),
         };
         self.check_bound()?;
         match self.st.state.load(Ordering::Acquire) {
@@ -125,9 +126,11 @@ impl<'a> Nrt<'a> {
         }
         // Readers of a closed runtime (`inspect`) are let out before the tree is rewritten;
         // the gate opens again however this returns.
-        self.st.active_calls.close(crate::sync::relax);
         let _reopen = ReopenOnDrop(&self.st.active_calls);
+        self.st.active_calls.close_bounded()?;
         let mut ex = Exclusive::new(&mut lock);
+        self.st.driver_kept.reset();
+        self.st.live_handles.clear();
         if self.state_word() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
             self.zero_tree(&mut ex);
@@ -154,10 +157,10 @@ impl<'a> Nrt<'a> {
         let mut infos = [None; constants::MAX_MLA_PER_PROCESS];
         for (d, slot) in infos.iter_mut().enumerate().take(n as usize) {
             let info = self.drv.device_info(d as u32).map_err(Error::Driver)?;
-            if info.cores_per_device == 0
-                || info.cores_per_device as usize > constants::TPBS_PER_MLA
-            {
-                return Err(Error::Driver(errno::EINVAL));
+            // What the driver says is checked before anything is sized from it.
+            if let Err(e) = info.check() {
+                error!("init: device {}: {}", d, e);
+                return Err(e);
             }
             *slot = Some(info);
         }
@@ -218,10 +221,26 @@ impl<'a> Nrt<'a> {
     /// fails with `Closed`.
     ///
     /// Calls racing `close` either complete before the teardown starts (close first waits for
-    /// every API call in flight, see `Nrt::enter`) or fail with `Closed`. Executions hold a
-    /// model reference, which the unload drains (spec §4.5): a thread must not call `close`
-    /// while it holds an [`crate::model::ExecGuard`] itself, or it waits for itself forever.
+    /// every API call in flight, see `Nrt::enter`) or fail with `Closed`. Executions and
+    /// `ExecGuard`s hold a model reference, which close drains before it tears anything down
+    /// (spec §4.5). Both waits are bounded (`crate::sync::wait_bounded`): when one gives up,
+    /// `close` returns `Timeout` naming what it waited for (the calls in flight, or a model
+    /// still referenced: an `ExecGuard` held past the bound or leaked, the caller's own
+    /// included) and the runtime stays initialised, unchanged. A thread that runs a model or
+    /// allocator callback would wait for itself: with a thread token
+    /// (`crate::sync::set_thread_token_hook`) it is refused at once with `WouldDeadlock`.
+    ///
+    /// [`Error::DriverKept`] when the driver refused to free blocks of this runtime since
+    /// `init` (during the close or before): the runtime is closed, and the driver still holds
+    /// them ([`Nrt::driver_kept`]; the ledger keeps them booked).
     pub fn close(&self) -> Result<()> {
+        // From a callback: refused before `init_lock`, which an `init` or `close` waiting for
+        // this callback's call holds.
+        if let Some(key) = self.st.reentry.mine() {
+            return Err(Error::WouldDeadlock(crate::sync::reentry_key::wait_for(
+                key,
+            )));
+        }
         let mut lock = self.st.init_lock.lock();
         self.check_bound()?;
         if self.state_word() != STATE_INIT {
@@ -232,10 +251,25 @@ impl<'a> Nrt<'a> {
             });
         }
         // New API calls fail from here on; wait for the ones already past the gate, then for
-        // in-flight executions (drained in remove_model).
+        // the model references (executions, guards) still out.
         self.st.state.store(STATE_CLOSED, Ordering::Release);
-        self.st.active_calls.close(crate::sync::relax);
+        let reopen = |e: Error| {
+            self.st.state.store(STATE_INIT, Ordering::Release);
+            self.st.active_calls.open();
+            warn!("close: {}; the runtime stays initialised", e);
+            e
+        };
+        self.st.active_calls.close_bounded().map_err(reopen)?;
         let ex = Exclusive::new(&mut lock);
+        for vnc in (0..self.owned_vnc_count(&ex)).map(crate::vcore::LogicalCore::new) {
+            let Ok(v) = self.vtpb_get_virtual_core(&ex, vnc) else {
+                continue;
+            };
+            let Ok(tpb) = self.tpb(v.tpbs[0].device_id, v.tpbs[0].device_tpb_idx) else {
+                continue;
+            };
+            self.wait_models_idle(tpb).map_err(reopen)?;
+        }
         // No call is in flight: from here no handle of this runtime resolves again.
         self.st.epoch.store(0, Ordering::Release);
         self.unload_all_models(&ex);
@@ -259,7 +293,37 @@ impl<'a> Nrt<'a> {
         // Readers of the closed runtime are welcome again (API calls see CLOSED and fail).
         self.st.active_calls.open();
         info!("nrt-core closed");
-        Ok(())
+        // Closed either way; what the driver still holds of this runtime is said.
+        match self.st.driver_kept.get() {
+            (0, _) => Ok(()),
+            (blocks, bytes) => Err(Error::DriverKept {
+                blocks: u32::try_from(blocks).unwrap_or(u32::MAX),
+                bytes,
+                errno: ex.kept().get().errno.unwrap_or(errno::EIO),
+            }),
+        }
+    }
+
+    /// The driver's statistics of a pool, checked ([`crate::driver::PoolStats::check`]):
+    /// `Driver(errno)` when it refuses, `BadDriver` when what it says cannot be.
+    pub fn pool_stats_checked(
+        &self,
+        dev: u32,
+        host: bool,
+        hbm: u32,
+    ) -> Result<crate::driver::PoolStats> {
+        let s = self.drv.pool_stats(dev, host, hbm).map_err(Error::Driver)?;
+        s.check()?;
+        Ok(s)
+    }
+
+    /// What the driver refused to free since the runtime's `init` (its `memory_free`
+    /// failed): blocks it still holds, which the ledger keeps booked. Readable after `close`
+    /// (until the next `init`); `Uninitialized` before the first `init`.
+    pub fn driver_kept(&self) -> Result<DriverKept> {
+        let _call = self.inspect()?;
+        let (blocks, bytes) = self.st.driver_kept.get();
+        Ok(DriverKept { blocks, bytes })
     }
 
     /// Bytes in use in the driver's pools of the attached devices (every HBM channel and the
@@ -267,8 +331,9 @@ impl<'a> Nrt<'a> {
     /// what every client of that driver holds, not only this runtime
     /// ([`Self::runtime_bytes_in_use`] is this runtime's). Readable while up and after
     /// `close`. Errors: the gate's (`Uninitialized` before the first `init` or while `init`
-    /// or `close` is at work), the driver's refusal of a pool's statistics (`Driver`), and a
-    /// pool reporting more free bytes than it has (`Driver(EIO)`).
+    /// or `close` is at work), the driver's refusal of a pool's statistics (`Driver`), and
+    /// statistics that cannot be, such as more free bytes than capacity (`BadDriver`,
+    /// [`Self::pool_stats_checked`]).
     pub fn driver_pool_bytes_in_use(&self) -> Result<u64> {
         let call = self.inspect()?;
         let mut used: u64 = 0;
@@ -276,12 +341,8 @@ impl<'a> Nrt<'a> {
             let g = self.dev_geom(&call, d);
             let pools = (0..g.channels).map(|h| (false, h)).chain([(true, 0)]);
             for (host, h) in pools {
-                let s = self.drv.pool_stats(d, host, h).map_err(Error::Driver)?;
-                let held = s
-                    .capacity
-                    .checked_sub(s.free)
-                    .ok_or(Error::Driver(errno::EIO))?;
-                used = used.saturating_add(held);
+                let s = self.pool_stats_checked(d, host, h)?;
+                used = used.saturating_add(s.used());
             }
         }
         Ok(used)

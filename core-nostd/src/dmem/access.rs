@@ -21,6 +21,7 @@ use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped};
 use crate::list::{allocator_list, ListError, WeakIndex};
+use crate::sync::{reentry_key, WaitFor};
 
 impl<'a> Nrt<'a> {
     /// Marks whether `al` (a live allocator) was made through the public API.
@@ -134,12 +135,14 @@ impl<'a> Nrt<'a> {
         let Ok(_call) = self.enter() else {
             return (0, 0);
         };
-        if !self.st.dmem.allocators.is_live(al) {
+        if !self.st.dmem.allocators.is_live(al) || self.allocator_reachable(al).is_err() {
             return (0, 0);
         }
         // SAFETY: live allocator; counters are maintained under its lock.
         unsafe {
-            let _g = (*al).lock.lock();
+            let Ok(_g) = (*al).lock.lock_bounded(WaitFor::AllocatorLock) else {
+                return (0, 0);
+            };
             ((*al).count, (*al).bytes)
         }
     }
@@ -151,8 +154,7 @@ impl<'a> Nrt<'a> {
         f: impl FnMut(&dmem_t),
     ) -> Result<()> {
         let call = self.enter()?;
-        self.allocator_walk(&call, al, f);
-        Ok(())
+        self.allocator_walk(&call, al, f)
     }
 
     /// [`Self::allocator_for_each`] as a step of a gated call (`_call`).
@@ -161,18 +163,41 @@ impl<'a> Nrt<'a> {
         _call: &impl InCall,
         al: *mut dmem_allocator_t,
         mut f: impl FnMut(&dmem_t),
-    ) {
+    ) -> Result<()> {
         if !self.st.dmem.allocators.is_live(al) {
-            return;
+            return Ok(());
         }
+        let key = reentry_key::allocator(al as usize);
+        self.st.reentry.refuse(key, WaitFor::AllocatorLock)?;
+        let _counted = self.st.reentry.walk();
         // SAFETY: live allocator, walked under its lock; its linked dmems are live (a dmem is
         // unlinked under this lock before it is finalised).
         unsafe {
-            let _g = (*al).lock.lock();
+            let _g = (*al).lock.lock_bounded(WaitFor::AllocatorLock)?;
+            let _walking = self.st.reentry.hold(key);
             for n in allocator_list(al).iter() {
                 f(n.as_ref());
             }
         }
+        Ok(())
+    }
+
+    /// Refuses a call that would wait for `al`'s lock while its own thread walks `al`
+    /// ([`Self::allocator_for_each`]): `WouldDeadlock` when the thread token shows it, else a
+    /// bounded probe of the lock (`Timeout` when it gives up). Nothing is held afterwards. A
+    /// null or dead allocator passes (the call refuses it itself), and so does any allocator
+    /// while no walk is in progress (its lock is then held only for sections of the core).
+    pub(crate) fn allocator_reachable(&self, al: *mut dmem_allocator_t) -> Result<()> {
+        if !self.st.reentry.walking() || al.is_null() || !self.st.dmem.allocators.is_live(al) {
+            return Ok(());
+        }
+        self.st
+            .reentry
+            .refuse(reentry_key::allocator(al as usize), WaitFor::AllocatorLock)?;
+        // SAFETY: a live allocator slot; only its lock word (an atomic) is touched.
+        let lock = unsafe { &*core::ptr::addr_of!((*al).lock) };
+        drop(lock.lock_bounded(WaitFor::AllocatorLock)?);
+        Ok(())
     }
 
     /// The body of [`crate::dmem::DeviceMemory::allocator_check`].
@@ -184,9 +209,10 @@ impl<'a> Nrt<'a> {
         if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
+        self.allocator_reachable(al)?;
         // SAFETY: live allocator, checked under its lock.
         unsafe {
-            let _g = (*al).lock.lock();
+            let _g = (*al).lock.lock_bounded(WaitFor::AllocatorLock)?;
             // More than the arena's slots cannot be linked: refused without a walk, so a
             // corrupt count does not make a cycle a long walk.
             let len = match usize::try_from((*al).count) {
@@ -262,6 +288,10 @@ impl<'a> Nrt<'a> {
         if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
         }
+        // Its own thread walking `al` would hold the lock the alloc path's link takes.
+        self.st
+            .reentry
+            .refuse(reentry_key::allocator(al as usize), WaitFor::AllocatorLock)?;
         // SAFETY: live allocator; pcore was set at creation and points into the tree.
         let pcore = unsafe { (*al).pcore };
         if pcore.is_null() {
@@ -312,15 +342,16 @@ impl<'a> Nrt<'a> {
     /// resolved live by [`Self::allocator_core`] in this call, and `m` is the dmem this call
     /// just made and published (the alloc path's last steps; not checked again here, to keep
     /// the path at its cost).
-    pub(super) fn allocator_link(
-        &self,
-        al: *mut dmem_allocator_t,
-        m: Dmem,
-    ) -> core::result::Result<(), ListError> {
-        // SAFETY: live allocator (contract), its lock held for the call; `m` is a live dmem.
+    pub(super) fn allocator_link(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
+        // SAFETY: live allocator (contract), its lock held for the link; `m` is a live dmem.
         unsafe {
-            let _g = (*al).lock.lock();
-            Self::list_insert_tail(al, m)
+            let _g = (*al).lock.lock_bounded(WaitFor::AllocatorLock)?;
+            Self::list_insert_tail(al, m).map_err(|e| {
+                // A fresh slot starts zeroed, so unlinked: a refusal means the arena handed
+                // out a node that is still on some allocator's list.
+                error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
+                Error::ForeignDmem
+            })
         }
     }
 
@@ -365,6 +396,14 @@ impl<'a> Nrt<'a> {
             (*node).dmem = m;
             WeakIndex::new(NonNull::new_unchecked(list)).push_back(NonNull::new_unchecked(node))
         }
+    }
+
+    /// The allocator whose list holds `m` (null once detached). Contract: `m` is pinned or
+    /// owned by the caller.
+    pub(crate) fn allocator_of(&self, m: Dmem) -> *mut dmem_allocator_t {
+        // SAFETY: a slot of the dmem arena the caller pins or owns; the field is accessed
+        // atomically (see `dmem_release_ref`).
+        unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
     }
 
     /// The allocator a pinned dmem is on (null once detached).
@@ -440,8 +479,24 @@ impl<'a> Nrt<'a> {
             if !(*m)._va.is_null() {
                 let _ = self.drv.memory_unmap(dev, (*m).mem_handle);
             }
-            let _ = self.drv.memory_free(dev, (*m).mem_handle);
-            self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m);
+            self.st.live_handles.remove(dev, (*m).mem_handle);
+            match self.drv.memory_free(dev, (*m).mem_handle) {
+                Ok(()) => self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m),
+                Err(e) => {
+                    // The driver still holds the block: the ledger keeps it booked (it
+                    // stays true about device memory), the runtime's figures count it and
+                    // the call reports it.
+                    let bytes = (*m).allocated_size;
+                    error!(
+                        "dmem_free: the driver refused to free {} bytes (handle {:#x}): {}",
+                        bytes,
+                        (*m).mem_handle,
+                        e
+                    );
+                    self.st.driver_kept.note(bytes);
+                    call.note_kept(bytes, e);
+                }
+            }
             (*m).hint = null_mut();
             // The slot reads as free before it can be handed out again.
             handle::retire(self.st.dmem.dmems.words(m).0);

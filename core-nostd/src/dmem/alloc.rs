@@ -143,6 +143,22 @@ impl<'a> Nrt<'a> {
                 return Err(self.alloc_failed(call, dev, nc_id, hbm, a, usage, host, emulate, e));
             }
         };
+        // What the driver handed back is checked before it is recorded anywhere.
+        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size) {
+            undo_meta();
+            error!("dmem_alloc: {}", e);
+            return Err(e);
+        }
+        if self.handle_in_use(dev, handle) {
+            // Not given back: freeing it would free the block of the dmem that holds it.
+            undo_meta();
+            let e = Error::BadDriver {
+                what: "memory_alloc: a handle a live allocation already holds",
+                value: handle,
+            };
+            error!("dmem_alloc: {}", e);
+            return Err(e);
+        }
         // 5. fields, then publish them (generation, then one owner) to readers of live slots
         //    (the OOM dump) and to resolvers of the new handle.
         self.dmem_write_fresh(
@@ -164,20 +180,19 @@ impl<'a> Nrt<'a> {
                 dev,
             },
         );
+        self.st.live_handles.add(dev, handle);
         // 6. ledger + trace
         self.dml_add_entry(call, mla, Action::Alloc, m);
         // 7. link before dummy_tail
         let linked = self.allocator_link(al, m);
         if let Err(e) = linked {
-            // A fresh slot starts zeroed, so unlinked: a refusal means the arena handed out a
-            // node that is still on some allocator's list. Undo everything (the dmem was never
-            // on this list and its handle was never returned) and refuse the call.
-            error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
+            // Undo everything (the dmem was never on this list and its handle was never
+            // returned) and refuse the call.
             if !ref_node.is_null() {
                 let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
             self.dmem_cancel_unlinked(call, m);
-            return Err(Error::ForeignDmem);
+            return Err(e);
         }
         // 8. weak GC index
         if let Some(list) = ref_list {
@@ -190,6 +205,62 @@ impl<'a> Nrt<'a> {
             }
         }
         Ok(m)
+    }
+
+    /// Checks a block the driver returned: handle 0 is no handle (nothing can be freed), and
+    /// the block `[pa, pa + size)` must lie in the driver's window when it states one
+    /// ([`crate::driver::Driver::pa_window`]); a block outside is given back to the driver.
+    fn check_driver_block(
+        &self,
+        dev: u32,
+        host: bool,
+        handle: u64,
+        pa: u64,
+        size: u64,
+    ) -> Result<()> {
+        if handle == 0 {
+            return Err(Error::BadDriver {
+                what: "memory_alloc: allocation handle 0",
+                value: 0,
+            });
+        }
+        let inside = match self.drv.pa_window(dev, host) {
+            None => pa.checked_add(size).is_some(),
+            Some((base, len)) => {
+                pa >= base
+                    && pa
+                        .checked_add(size)
+                        .zip(base.checked_add(len))
+                        .is_some_and(|(end, wend)| end <= wend)
+            }
+        };
+        if !inside {
+            if self.drv.memory_free(dev, handle).is_err() {
+                // Refused twice over: the block stays the driver's, and is counted so.
+                self.st.driver_kept.note(size);
+            }
+            return Err(Error::BadDriver {
+                what: "memory_alloc: block outside the driver's address window",
+                value: pa,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether a live, owned dmem of device `dev` holds driver handle `handle` (a driver that
+    /// hands a handle out twice). The set of live handles answers; a handle found there is
+    /// confirmed among the live dmems (a walk, only for a repeated handle). A dmem being
+    /// finalised (no owner left) does not count: its block may be freed already and its
+    /// handle reused.
+    fn handle_in_use(&self, dev: u32, handle: u64) -> bool {
+        if !self.st.live_handles.maybe(dev, handle) {
+            return false;
+        }
+        let mut found = false;
+        self.for_each_dmem_fixed(|d| {
+            found |= d.device_id == dev && d.mem_handle == handle && d.refs != 0;
+        });
+        found
     }
 
     /// Whether device `dev` takes aligned requests natively (spec §3.2 `ndl_supports_align`).

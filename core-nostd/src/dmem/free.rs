@@ -30,6 +30,7 @@ impl<'a> Nrt<'a> {
         if !self.st.dmem.dmems.is_live(m) {
             return Err(self.not_live(m));
         }
+        self.allocator_reachable(self.allocator_of(m))?;
         if self.dmem_release_ref(call, m, GiveBack::Release) {
             Ok(())
         } else {

@@ -168,7 +168,9 @@ impl<'a> Nrt<'a> {
         if self.st.dmem.allocators.is_live(al) && !self.is_caller_owned(al) {
             return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
         }
-        self.allocator_destroy(&call, al, GiveBack::Release)
+        self.allocator_reachable(al)?;
+        self.allocator_destroy(&call, al, GiveBack::Release)?;
+        call.kept_result()
     }
 
     /// The body of [`crate::dmem::DeviceMemory::alloc`].
@@ -198,7 +200,8 @@ impl<'a> Nrt<'a> {
     pub(crate) fn dmem_free(&self, h: DmemHandle) -> Result<()> {
         let call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        self.dmem_free_pinned(&call, p)
+        self.dmem_free_pinned(&call, p)?;
+        call.kept_result()
     }
 
     /// The body of [`crate::dmem::DeviceMemory::free_in`].
@@ -208,7 +211,8 @@ impl<'a> Nrt<'a> {
         if self.dmem_allocator_of(&p) != al {
             return Err(Error::ForeignDmem);
         }
-        self.dmem_free_pinned(&call, p)
+        self.dmem_free_pinned(&call, p)?;
+        call.kept_result()
     }
 
     /// The body of [`crate::dmem::DeviceMemory::info`].
@@ -255,6 +259,9 @@ impl<'a> Nrt<'a> {
     /// A free through a handle, once pinned: drops one owner; the last one waits for every
     /// other pin to go, then unlinks and finalises.
     fn dmem_free_pinned(&self, call: &impl InCall, p: DmemPin<'_>) -> Result<()> {
+        // The last owner's free takes the allocator's lock: refused before anything changes
+        // when the calling thread walks that allocator.
+        self.allocator_reachable(self.allocator_of(p.m))?;
         match handle::drop_owner(p.refs) {
             Dropped::NoOwner => Err(Error::stale(HandleKind::Dmem)),
             Dropped::Shared => Ok(()),

@@ -28,16 +28,19 @@ impl<'a> DeviceMemory<'a> {
     }
 
     /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is
-    /// not live, and outside `init`…`close`.
+    /// not live, outside `init`…`close`, and when the calling thread walks `al` or the wait
+    /// for its lock gives up ([`Self::allocator_for_each`]).
     #[inline]
     pub fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
         self.0.allocator_usage(al)
     }
 
-    /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: `f` must
-    /// not allocate from, free into, measure ([`Self::allocator_usage`]) or walk `al` (that
-    /// call would wait for the lock forever). `Closed` /
-    /// `Uninitialized` outside `init`…`close`; an allocator that is not live has no dmems.
+    /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: a call
+    /// from `f` that allocates from, frees into, measures ([`Self::allocator_usage`]) or walks
+    /// `al` is refused at once with [`Error::WouldDeadlock`] when a thread token is installed
+    /// (`crate::sync::set_thread_token_hook`), else when its bounded wait for the lock gives
+    /// up ([`Error::Timeout`]). `Closed` / `Uninitialized` outside `init`…`close`; an
+    /// allocator that is not live has no dmems.
     #[inline]
     pub fn allocator_for_each(
         &self,

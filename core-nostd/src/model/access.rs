@@ -181,6 +181,56 @@ impl<'a> ModelDbGuard<'a> {
         })
     }
 
+    /// Links again a model [`Self::unlink`] took out of this table and whose drain gave up
+    /// (the unload failed: the model stays resident). A model of that id already linked (not
+    /// reachable: ids are unique) leaves the model out, said loudly.
+    pub(crate) fn relink(&mut self, u: UnlinkedModel<'a>) {
+        let p = u.m.as_ptr();
+        // SAFETY: `p` is a live, published model slot of this runtime's arena (the unlink
+        // checked it, and nothing released it: the `UnlinkedModel` is its only claim); its
+        // `h_model` is fixed.
+        let id = unsafe { addr_of!((*p).h_model).read() }.id;
+        if self.contains(id) {
+            error!(
+                "unload: model {} cannot be linked again: its id is taken",
+                id
+            );
+            return;
+        }
+        // SAFETY: `db` as in `contains`, and `&mut self` makes this the only use of the guard.
+        // The node left this table at the unlink and is in no chain; the slot stays valid
+        // memory as long as the arena.
+        unsafe {
+            ht::ht_insert(
+                self.db,
+                id as u64,
+                addr_of_mut!((*p).ht_node),
+                p.cast::<core::ffi::c_void>(),
+            );
+        }
+    }
+
+    /// The id of a linked model that some call holds a reference on (`None`: every model
+    /// is idle).
+    pub(crate) fn busy_model(&self) -> Option<u32> {
+        let mut busy = None;
+        // SAFETY: as `contains`; each linked node is the `ht_node` of a live model slot (only
+        // `insert` and `relink` link, and only such slots), whose `ref_count` is an atomic,
+        // read atomically.
+        unsafe {
+            ht::for_each(self.db, |node| {
+                let m = model_of(node);
+                if busy.is_none()
+                    && self.st.model.models.is_live(m)
+                    && (*addr_of!((*m).ref_count)).load(Ordering::Acquire) != 0
+                {
+                    busy = Some((*node).key as u32);
+                }
+            })
+        }
+        busy
+    }
+
     /// Calls `f` on the id of every linked model (bucket order). `f` cannot reach the table:
     /// it is handed ids, not nodes.
     pub(crate) fn for_each_id(&self, mut f: impl FnMut(u32)) {
@@ -321,15 +371,25 @@ impl<'a> UnlinkedModel<'a> {
     /// `remove_model`'s drain (spec §4.5: `while (ref_count != 0) _mm_pause()`): waits until
     /// every reference taken before the unlink is dropped. Call it with no lock held that an
     /// execution of this model may wait for.
-    pub(crate) fn drain(self) -> DrainedModel<'a> {
+    ///
+    /// Bounded (`crate::sync::wait_bounded`): when the wait gives up, the model comes back
+    /// with the error, still unlinked and referenced, for the caller to link again
+    /// ([`ModelDbGuard::relink`]).
+    pub(crate) fn drain(self) -> core::result::Result<DrainedModel<'a>, (Error, Self)> {
         // SAFETY: `m` is a live model slot (checked at the unlink) that nothing releases but
         // the `DrainedModel` made below; `ref_count` is an atomic, accessed only atomically.
         let refs = unsafe { &*addr_of!((*self.m.as_ptr()).ref_count) };
-        crate::model::drain(refs);
-        DrainedModel {
+        let what = crate::sync::WaitFor::ModelDrain {
+            // SAFETY: as above; `h_model` is fixed while the model is resident or unlinked.
+            model: unsafe { addr_of!((*self.m.as_ptr()).h_model).read() }.id,
+        };
+        if let Err(e) = crate::model::drain_bounded(refs, what) {
+            return Err((e, self));
+        }
+        Ok(DrainedModel {
             st: self.st,
             m: self.m,
-        }
+        })
     }
 }
 
@@ -423,17 +483,23 @@ impl<'a> ExecHold<'a> {
 
     /// Takes core `tpb`'s exec lock as the hold's `j`-th core (one model executes at a time
     /// per core), counts the execution on the core and marks the model `h_running_model`.
-    /// `false`, and nothing taken, for a pointer that is not a core of the tree or `j >= 2`.
-    pub(crate) fn lock_core(&mut self, nrt: &Nrt<'a>, j: usize, tpb: *const tpb_t) -> bool {
+    /// `CoreOutOfRange`, and nothing taken, for a pointer that is not a core of the tree or
+    /// `j >= 2`; `Timeout` when the bounded wait for the lock gives up.
+    pub(crate) fn lock_core(&mut self, nrt: &Nrt<'a>, j: usize, tpb: *const tpb_t) -> Result<()> {
         let Some(t) = nrt.tree_tpb(tpb) else {
-            return false;
-        };
-        let Some(slot) = self.cores.get_mut(j) else {
-            return false;
+            return Err(Error::CoreOutOfRange {
+                device: u32::MAX,
+                tpb: u32::MAX,
+            });
         };
         let (d, i) = nrt.tpb_coords(t);
+        let Some(slot) = self.cores.get_mut(j) else {
+            return Err(Error::CoreOutOfRange { device: d, tpb: i });
+        };
         let ext = nrt.core_ext(d, i);
-        let lock = ext.exec_lock.lock();
+        let lock = ext
+            .exec_lock
+            .lock_bounded(crate::sync::WaitFor::ExecLock { device: d, core: i })?;
         ext.exec_count.fetch_add(1, Ordering::Relaxed);
         // SAFETY: `t` is a `tpb_t` of the tree (re-derived from its coordinates), which lives
         // as long as the state block (`'a`); `h_running_model` is a 4-byte, 4-aligned
@@ -449,7 +515,7 @@ impl<'a> ExecHold<'a> {
             running,
             _lock: lock,
         });
-        true
+        Ok(())
     }
 }
 

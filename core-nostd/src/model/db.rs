@@ -59,13 +59,47 @@ impl<'a> Nrt<'a> {
     /// `remove_model` (spec §4.5): unlinks `h` from the lookup first (no new execution can
     /// acquire it), then, with the lock released, drains until every in-flight user has
     /// released it. A table torn down by `close` is `Closed`.
+    ///
+    /// The drain is bounded: when it gives up (`Timeout`), the model is linked again and
+    /// stays resident, as if the unload had not been called.
     pub(super) fn remove_model(&self, tpb: *mut tpb_t, h: H_MODEL) -> Result<DrainedModel<'a>> {
         let unlinked = self
             .model_db_lock(tpb)
             .ok_or(Error::Closed)?
             .unlink(h.id)
             .ok_or(Error::stale(HandleKind::Model))?;
-        Ok(unlinked.drain())
+        match unlinked.drain() {
+            Ok(d) => Ok(d),
+            Err((e, u)) => {
+                match self.model_db_lock(tpb) {
+                    Some(mut db) => db.relink(u),
+                    // Not reachable inside a gated call (close waits for it); the model
+                    // stays out of every table and its memory held.
+                    None => error!("unload: model {} has no table to go back to", h.id),
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits (bounded) until no model on core `tpb` is referenced: `close`'s drain before it
+    /// tears anything down, so a model held past the bound (a leaked `ExecGuard`) fails the
+    /// close with `Timeout` naming it and leaves the runtime as it was.
+    pub(crate) fn wait_models_idle(&self, tpb: *mut tpb_t) -> Result<()> {
+        let Some(first) = self.model_db_lock(tpb).and_then(|db| db.busy_model()) else {
+            return Ok(());
+        };
+        let mut busy = Some(first);
+        let r =
+            crate::sync::wait_bounded(crate::sync::WaitFor::ModelDrain { model: first }, || {
+                busy = self.model_db_lock(tpb).and_then(|db| db.busy_model());
+                busy.is_none()
+            });
+        r.map_err(|_| {
+            Error::Timeout(crate::sync::WaitFor::ModelDrain {
+                model: busy.unwrap_or(first),
+            })
+        })
     }
 
     /// The body of [`crate::model::Models::info`].
@@ -91,10 +125,10 @@ impl<'a> Nrt<'a> {
                         info.by_usage[(d.mem_usage_type as usize).min(21)] += d.allocated_size;
                         info.by_usage[22] += d.allocated_size;
                     }
-                });
+                })?;
             }
-            info
-        })
+            Ok(info)
+        })?
     }
 
     /// The body of [`crate::model::Models::for_each_dmem`].
@@ -107,14 +141,16 @@ impl<'a> Nrt<'a> {
             let allocators = m.sg_allocators();
             let n = (m.num_subgraphs() as usize).min(allocators.len());
             for (sg, al) in allocators[..n].iter().enumerate() {
-                self.allocator_walk(call, *al, |d| f(sg as u32, d));
+                self.allocator_walk(call, *al, |d| f(sg as u32, d))?;
             }
-        })
+            Ok(())
+        })?
     }
 
     /// Runs `f` inside the state gate on a resident model while holding a reference on it (so
     /// an unload waits): `f(the call's gate token, model, logical core, references held by
-    /// others)`.
+    /// others)`. While `f` runs, the thread is recorded as holding the model
+    /// ([`crate::sync::Reentry`]): an unload of it or a `close` from `f` is refused at once.
     fn with_model<R>(
         &self,
         h: ModelHandle,
@@ -123,6 +159,10 @@ impl<'a> Nrt<'a> {
         let call = self.enter()?;
         let (tpb, vnc) = self.model_tpb(&call, h)?;
         let m = self.get_model_ref_count(tpb, h.h_model())?;
+        let _held = self
+            .st
+            .reentry
+            .hold(crate::sync::reentry_key::model(h.h_model().id));
         Ok(f(&call, &m, vnc, m.other_refs()))
     }
 

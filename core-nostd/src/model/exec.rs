@@ -5,7 +5,7 @@ use super::access::ExecHold;
 use super::{IoUsage, ModelIo};
 use crate::abi::*;
 use crate::ctx::Nrt;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::handle::ModelHandle;
 
 /// Executing: holds the model reference and every physical core's exec lock (spec §4.6).
@@ -59,13 +59,7 @@ impl<'a> Nrt<'a> {
         for j in 0..v.num_tpbs.min(2) as usize {
             let (dev, core) = (v.tpbs[j].device_id, v.tpbs[j].device_tpb_idx);
             let tpb = self.tpb(dev, core)?;
-            if !g.hold.lock_core(self, j, tpb) {
-                // `tpb` came from the resolver, so it is a core of the tree.
-                return Err(Error::CoreOutOfRange {
-                    device: dev,
-                    tpb: core,
-                });
-            }
+            g.hold.lock_core(self, j, tpb)?;
         }
         g.hold
             .model()

@@ -34,7 +34,6 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::*;
 use crate::loom::Atomic;
-use crate::sync::relax;
 use crate::ulib::UlibRequest;
 use crate::vcore::LogicalCore;
 
@@ -77,10 +76,13 @@ pub fn drain_with<R: Atomic<Int = u64>>(ref_count: &R, relax: impl FnMut(u32)) {
     crate::sync::wait_until(|| ref_count.load(Ordering::Acquire) == 0, relax)
 }
 
-/// [`drain_with`] that spins, then relaxes through the integrator's hook (the std shim yields
-/// the thread, so a long drain does not burn a core).
-pub fn drain(ref_count: &crate::atomic::AtomicU64) {
-    drain_with(ref_count, relax)
+/// [`drain_with`] bounded by the integrator's wait hook (`crate::sync::wait_bounded`):
+/// `Timeout(what)` when it gives up.
+pub fn drain_bounded(
+    ref_count: &crate::atomic::AtomicU64,
+    what: crate::sync::WaitFor,
+) -> crate::error::Result<()> {
+    crate::sync::wait_bounded(what, || ref_count.load(Ordering::Acquire) == 0)
 }
 
 /// One allocation a model makes at load (a NEFF's memory request; the manifest's

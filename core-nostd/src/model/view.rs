@@ -67,6 +67,12 @@ impl<'a> Models<'a> {
     /// The exec seam (spec §4.6): takes a reference on `h` (so an unload waits), then each of
     /// its physical cores' exec locks in order (one model executes at a time per core), and
     /// marks it `h_running_model`. Dropping the guard undoes all three.
+    ///
+    /// The wait for a core's exec lock is bounded (`crate::sync::wait_bounded`): `Timeout`
+    /// naming the core when the wait hook gives up (an execution that outlives the bound, a
+    /// guard that was leaked, or one the calling thread holds itself). A guard is `Send` (an
+    /// execution may complete on another thread), so the thread that took it is no proof
+    /// that it still holds it: these waits are not refused early, they are bounded.
     #[inline]
     pub fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
         self.0.exec_begin(h)
@@ -93,10 +99,16 @@ impl<'a> Models<'a> {
     /// [`Error::InvalidHandle`](crate::Error::InvalidHandle) and nothing changes; of two racing unloads of one model,
     /// exactly one unloads it.
     ///
-    /// As with `close`: a thread must not unload while it holds an
-    /// [`ExecGuard`](super::ExecGuard) of a model on the same core. The guard holds the core's exec lock; an execution of the model being
-    /// unloaded that waits for that lock already holds a model reference; and the unload
-    /// waits for the model's references to go. The three would wait for each other forever.
+    /// The wait for the model's references is bounded (`crate::sync::wait_bounded`): when it
+    /// gives up, `Timeout` names the model, which stays loaded (an
+    /// [`ExecGuard`](super::ExecGuard) held past the bound or leaked keeps it so, the caller's
+    /// own included). A thread that unloads from a callback on the model
+    /// ([`Self::for_each_dmem`], [`Self::for_each_io`]) would wait for itself: with
+    /// a thread token (`crate::sync::set_thread_token_hook`) it is refused at once with
+    /// `WouldDeadlock`, else the bounded wait gives up.
+    ///
+    /// [`Error::DriverKept`](crate::Error::DriverKept) when the driver refused to free some of the model's memory: the
+    /// model is unloaded, the driver still holds those blocks ([`crate::Nrt::driver_kept`]).
     #[doc(alias = "unload_model")]
     #[inline]
     pub fn unload(&self, h: ModelHandle) -> Result<()> {

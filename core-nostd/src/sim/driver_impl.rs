@@ -30,6 +30,19 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
         self.alloc_block(dev, req)
     }
 
+    /// The address map of the module docs: HBM channels back to back from 0, the host pool
+    /// from [`HOST_PA_BASE`].
+    fn pa_window(&self, dev: u32, host: bool) -> Option<(u64, u64)> {
+        if dev >= self.device_count {
+            return None;
+        }
+        Some(if host {
+            (HOST_PA_BASE, self.host_capacity)
+        } else {
+            (0, self.channels as u64 * self.channel_size)
+        })
+    }
+
     fn memory_get_pa(&self, dev: u32, handle: u64) -> Result<u64, Errno> {
         self.memory_info(dev, handle).map(|i| i.pa)
     }

@@ -255,10 +255,18 @@ impl<'a> Nrt<'a> {
     pub(crate) fn tensor_free(&self, h: TensorHandle) -> Result<()> {
         let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
+        // Freeing the storage takes its allocator's lock: refused before anything changes
+        // when the calling thread walks that allocator (`DeviceMemory::allocator_for_each`).
+        if let Ok((s, _, _)) = self.tensor_ref(&pin).and_then(|t| self.storage_of(t)) {
+            if let StorageMem::Dma(m) = s.mem() {
+                self.allocator_reachable(self.allocator_of(m as Dmem))?;
+            }
+        }
         match pin.drop_owner() {
             Ok(last) => {
                 self.tensor_finalize(&call, last);
-                Ok(())
+                // The tensor is gone either way; a block the driver kept is said.
+                call.kept_result()
             }
             // A tensor has one owner, so never Shared; NoOwner: a racing free took it.
             Err(Dropped::Shared) => Ok(()),

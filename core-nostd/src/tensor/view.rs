@@ -193,6 +193,8 @@ impl<'a> Tensors<'a> {
     /// call using it on another thread is done. A stale (already freed, at any age), forged
     /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
     /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
+    /// [`Error::DriverKept`] when the driver refused to free the storage's memory: the
+    /// tensor is freed, the driver still holds the block ([`crate::Nrt::driver_kept`]).
     #[doc(alias = "tensor_free")]
     #[inline]
     pub fn free(&self, h: TensorHandle) -> Result<()> {

@@ -10,6 +10,17 @@ use super::super::*;
 pub(crate) struct InFlight<'a> {
     pub(in crate::ctx) active: &'a ShardedGate,
     pub(in crate::ctx) shard: usize,
+    /// What the driver refused to free during this call.
+    pub(in crate::ctx) kept: core::cell::Cell<Kept>,
+}
+
+/// Blocks the driver refused to free during one call (`memory_free` failed), reported by the
+/// call as [`Error::DriverKept`].
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct Kept {
+    pub(crate) blocks: u32,
+    pub(crate) bytes: u64,
+    pub(crate) errno: Option<crate::driver::Errno>,
 }
 
 impl Drop for InFlight<'_> {
@@ -31,10 +42,47 @@ impl Drop for InFlight<'_> {
 /// is checked by the compiler rather than promised in a comment; a public method is
 /// `let call = self.enter()?; self.step(&call, …)`. Sealed: implemented by those two types
 /// only, which are themselves made only by the gate and by `init` / `close`.
-pub(crate) trait InCall: sealed::Sealed {}
+pub(crate) trait InCall: sealed::Sealed {
+    /// What the driver refused to free during the call so far.
+    fn kept(&self) -> &core::cell::Cell<Kept>;
 
-impl InCall for InFlight<'_> {}
-impl InCall for Exclusive<'_> {}
+    /// Records that the driver refused to free `bytes` (`errno`).
+    fn note_kept(&self, bytes: u64, errno: crate::driver::Errno) {
+        let k = self.kept().get();
+        self.kept().set(Kept {
+            blocks: k.blocks.saturating_add(1),
+            bytes: k.bytes.saturating_add(bytes),
+            errno: Some(errno),
+        });
+    }
+
+    /// `Err(DriverKept)` when the driver refused a free during the call.
+    fn kept_result(&self) -> Result<()> {
+        match self.kept().get() {
+            Kept {
+                blocks,
+                bytes,
+                errno: Some(errno),
+            } => Err(Error::DriverKept {
+                blocks,
+                bytes,
+                errno,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl InCall for InFlight<'_> {
+    fn kept(&self) -> &core::cell::Cell<Kept> {
+        &self.kept
+    }
+}
+impl InCall for Exclusive<'_> {
+    fn kept(&self) -> &core::cell::Cell<Kept> {
+        &self.kept
+    }
+}
 
 mod sealed {
     /// Keeps [`super::InCall`] to the two token types of this module.
@@ -61,6 +109,7 @@ impl Drop for ReopenOnDrop<'_> {
 /// cannot overlap.
 pub(crate) struct Exclusive<'g> {
     _init_lock: core::marker::PhantomData<&'g mut ()>,
+    kept: core::cell::Cell<Kept>,
 }
 
 impl<'g> Exclusive<'g> {
@@ -70,6 +119,7 @@ impl<'g> Exclusive<'g> {
     pub(in crate::ctx) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
         Exclusive {
             _init_lock: core::marker::PhantomData,
+            kept: core::cell::Cell::new(Kept::default()),
         }
     }
 }

@@ -1,0 +1,86 @@
+//! The std shim's bounded waits (`nrt_host::wait`): a long legitimate wait (an execution
+//! holding the core on another thread) still succeeds under the default bound, and the
+//! thread token the shim installs makes an unload from a callback on the model an immediate
+//! error.
+
+use std::time::{Duration, Instant};
+
+use nrt_core::model::{ModelSpec, TensorDecl};
+use nrt_core::sync::WaitFor;
+use nrt_core::tensor::Placement;
+use nrt_core::{Error, LogicalCore};
+use nrt_host::config::{DeviceChoice, RuntimeConfig};
+use nrt_host::HostRuntime;
+
+/// How long the other thread holds the core: far past any busy phase, well inside the
+/// default bound.
+const HOLD: Duration = Duration::from_secs(2);
+
+#[test]
+fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() {
+    assert!(nrt_host::DEFAULT_WAIT_LIMIT > HOLD * 5);
+    let rt = HostRuntime::start(RuntimeConfig {
+        device: DeviceChoice::sim(nrt_core::sim::Preset::Trn2, 1),
+        ..Default::default()
+    })
+    .expect("runtime");
+    let n = rt.nrt();
+    let (ins, outs) = ([TensorDecl::new("in", 64)], [TensorDecl::new("out", 64)]);
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let m = n.models().load(LogicalCore::FIRST, &spec).unwrap();
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
+    for (set, name) in [(si, "in"), (so, "out")] {
+        let t = n
+            .tensors()
+            .allocate(Placement::Device, LogicalCore::FIRST.into(), 64, Some(name))
+            .unwrap();
+        n.sets().add(set, name, t).unwrap();
+    }
+    // The shim's thread token: an unload from the model's own callback is refused at once.
+    let t0 = Instant::now();
+    let mut got = None;
+    n.models()
+        .for_each_io(m, |_| {
+            got.get_or_insert(n.models().unload(m));
+        })
+        .unwrap();
+    assert_eq!(
+        got.unwrap(),
+        Err(Error::WouldDeadlock(WaitFor::ModelDrain {
+            model: m.h_model().id
+        }))
+    );
+    assert!(t0.elapsed() < HOLD, "refused without waiting");
+    let g = n.models().exec_begin(m).unwrap();
+    std::thread::scope(|s| {
+        let exec = s.spawn(|| {
+            let t0 = Instant::now();
+            (n.tensors().execute(m, si, so), t0.elapsed())
+        });
+        let unload = s.spawn(|| {
+            // Once the execution holds its reference (beside the guard's), the unload waits
+            // for both.
+            while n.models().info(m).map_or(0, |i| i.ref_count) < 2 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            n.models().unload(m)
+        });
+        std::thread::sleep(HOLD);
+        drop(g);
+        let (r, waited) = exec.join().unwrap();
+        r.expect("the execution waited for the guard and ran");
+        assert!(waited >= HOLD / 2, "it did wait: {waited:?}");
+        unload
+            .join()
+            .unwrap()
+            .expect("the unload waited for the guard and the execution");
+    });
+    n.close().unwrap();
+    assert_eq!(n.driver_bytes_in_use(), 0);
+}
