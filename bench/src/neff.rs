@@ -131,7 +131,10 @@ pub fn neff_load_vs_floor(quick: bool) -> Result<NeffLoad, String> {
             if let model_file::ModelFile::Neff(n) = &l.file {
                 passes = n.archive.passes;
             }
-            rt.nrt().unload_model(l.handle).map_err(|e| e.to_string())?;
+            rt.nrt()
+                .models()
+                .unload(l.handle)
+                .map_err(|e| e.to_string())?;
             Ok(ns)
         };
         let timed_floor = || {

@@ -73,7 +73,10 @@ pub fn dmem_path_vs_carve(quick: bool) -> Option<PathComparison> {
         .ok()?;
         let n = Nrt::new(&st, &*sim);
         n.init(&InitOptions::default()).ok()?;
-        let al = n.core_allocator(0, 0).ok()?;
+        let al = n
+            .dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+            .ok()?;
         let channel = Preset::Trn2.device_info().hbm_channel_size;
         let mut carve = Carve::<{ nrt_core::sim::MAIN_NODES }>::new_boxed();
         carve.init(0, channel - FIRMWARE_CARVEOUT, 4096).ok()?;
@@ -86,22 +89,23 @@ pub fn dmem_path_vs_carve(quick: bool) -> Option<PathComparison> {
                 match *op {
                     PathOp::Alloc { slot, size } => {
                         dm[slot] = Some(
-                            n.dmem_alloc(
-                                al,
-                                &AllocArgs::device(size, 0, DMA_MEM_USAGE_TYPE_TENSOR, "bench"),
-                                None,
-                            )
-                            .ok()?,
+                            n.dmem()
+                                .alloc(
+                                    al,
+                                    &AllocArgs::device(size, 0, DMA_MEM_USAGE_TYPE_TENSOR, "bench"),
+                                    None,
+                                )
+                                .ok()?,
                         );
                     }
-                    PathOp::Free { slot } => n.dmem_free(dm[slot]?).ok()?,
+                    PathOp::Free { slot } => n.dmem().free(dm[slot]?).ok()?,
                 }
             }
             t_dmem.push((thread_cpu_ns() - t0) as f64 / trace.len() as f64);
             for m in dm.iter_mut() {
                 if let Some(h) = m.take() {
-                    if n.dmem_is_live(h) {
-                        n.dmem_free(h).ok()?;
+                    if n.dmem().is_live(h) {
+                        n.dmem().free(h).ok()?;
                     }
                 }
             }
@@ -199,10 +203,11 @@ pub fn tensor_threads(
     let work = |vnc: LogicalCore| -> Option<()> {
         for _ in 0..ops {
             let t = n
-                .tensor_allocate(placement, vnc.into(), 4096, Some("bench"))
+                .tensors()
+                .allocate(placement, vnc.into(), 4096, Some("bench"))
                 .ok()?;
-            n.tensor_write(t, &data, 0).ok()?;
-            n.tensor_free(t).ok()?;
+            n.tensors().write(t, &data, 0).ok()?;
+            n.tensors().free(t).ok()?;
         }
         Some(())
     };
@@ -282,7 +287,8 @@ pub fn tensor_scale(quick: bool) -> Option<TensorScale> {
     const WINDOW: usize = 64;
     let alloc = |rt: &HostRuntime| {
         rt.nrt()
-            .tensor_allocate(Placement::Device, LogicalCore::FIRST.into(), 4096, None)
+            .tensors()
+            .allocate(Placement::Device, LogicalCore::FIRST.into(), 4096, None)
             .ok()
     };
     let start = || HostRuntime::start(RuntimeConfig::default()).ok();
@@ -294,7 +300,7 @@ pub fn tensor_scale(quick: bool) -> Option<TensorScale> {
         for _ in 0..ops {
             recent.push_back(alloc(rt)?);
             if recent.len() > WINDOW {
-                rt.nrt().tensor_free(recent.pop_front()?).ok()?;
+                rt.nrt().tensors().free(recent.pop_front()?).ok()?;
             }
         }
         Some(t0.elapsed().as_nanos() as f64 / ops as f64)
@@ -303,7 +309,7 @@ pub fn tensor_scale(quick: bool) -> Option<TensorScale> {
         let t0 = Instant::now();
         for _ in 0..ops {
             let i = rng.gen_range(0..live.len());
-            rt.nrt().tensor_free(live[i]).ok()?;
+            rt.nrt().tensors().free(live[i]).ok()?;
             live[i] = alloc(rt)?;
         }
         Some(t0.elapsed().as_nanos() as f64 / ops as f64)
@@ -326,7 +332,7 @@ pub fn tensor_scale(quick: bool) -> Option<TensorScale> {
     }
     for (rt, live, recent) in [(&a, la, ra), (&b, lb, rb)] {
         for t in live.into_iter().chain(recent) {
-            rt.nrt().tensor_free(t).ok()?;
+            rt.nrt().tensors().free(t).ok()?;
         }
     }
     let (window_ratio, random_ratio) =

@@ -129,7 +129,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     };
     let nrt = s.nrt();
     let g = nrt.geom(0);
-    let ncores = nrt.visible_vnc_count().max(1) as i64;
+    let ncores = nrt.visible_logical_core_count().max(1) as i64;
     o.heading(&format!(
         "nrt-dmem demo · {} ({} device{}: {} NeuronCores, {} HBM × {}) · LNC {} → {} logical cores",
         s.runtime().config().device,
@@ -138,7 +138,7 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         g.cores,
         g.channels,
         fmt_bytes(g.channel_size),
-        nrt.lnc_size(),
+        nrt.logical_core_size(),
         ncores
     ))?;
 
@@ -246,13 +246,15 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
         .collect::<Result<_, _>>()?;
     let before = s
         .nrt()
-        .vnc_usage(LogicalCore::from_c(mid_core))
+        .ledger()
+        .logical_core_usage(LogicalCore::from_c(mid_core))
         .map_err(fail)?;
     s.unload(&mid)
         .map_err(|e| fail(format!("unloading {mid}: {e}")))?;
     let after = s
         .nrt()
-        .vnc_usage(LogicalCore::from_c(mid_core))
+        .ledger()
+        .logical_core_usage(LogicalCore::from_c(mid_core))
         .map_err(fail)?;
     o.line(&format!(
         "   {:<26} {:>12} {:>12} {:>12}",
@@ -310,11 +312,11 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     o.line("")?;
     let hbm = s
         .nrt()
-        .vtpb_get_default_hbm_idx(LogicalCore::from_c(oom_core))
+        .logical_core_hbm(LogicalCore::from_c(oom_core))
         .unwrap_or(0);
     let dev = s
         .nrt()
-        .virtual_core(LogicalCore::from_c(oom_core))
+        .logical_core_entry(LogicalCore::from_c(oom_core))
         .ok()
         .and_then(|v| v.cores().first().map(|p| p.device_id))
         .unwrap_or(0);
@@ -332,7 +334,8 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     ))?;
     let used_before = s
         .nrt()
-        .dmem_get_memory_stats(LogicalCore::from_c(oom_core))
+        .ledger()
+        .memory_stats(LogicalCore::from_c(oom_core))
         .map(|x| x.bytes_used)
         .unwrap_or(0);
     // With -q the deliberate OOM is not logged as an error: the verdict line says how it went.
@@ -368,7 +371,8 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
             }
             let used_after = s
                 .nrt()
-                .dmem_get_memory_stats(LogicalCore::from_c(oom_core))
+                .ledger()
+                .memory_stats(LogicalCore::from_c(oom_core))
                 .map(|x| x.bytes_used)
                 .unwrap_or(0);
             o.verdict(

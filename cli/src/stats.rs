@@ -159,9 +159,9 @@ pub fn collect(s: &Session, source: &str) -> Report {
     // A scenario may have closed the runtime: the report reads what it left (docs/STATES.md).
     let ins = nrt.inspector();
     let mut cores = Vec::new();
-    for v in 0..nrt.visible_vnc_count() as i64 {
+    for v in 0..nrt.visible_logical_core_count() as i64 {
         let tpbs = ins
-            .virtual_core(LogicalCore::from_c(v))
+            .logical_core_entry(LogicalCore::from_c(v))
             .map(|v| {
                 v.cores()
                     .iter()
@@ -169,17 +169,20 @@ pub fn collect(s: &Session, source: &str) -> Report {
                     .collect()
             })
             .unwrap_or_default();
-        let st = ins
-            .dmem_get_memory_stats(LogicalCore::from_c(v))
-            .unwrap_or_default();
+        let st = ins.memory_stats(LogicalCore::from_c(v)).unwrap_or_default();
         cores.push(CoreStats {
             index: v,
             tpbs,
             used: st.bytes_used,
             limit: st.bytes_limit,
             peak: st.bytes_peak,
-            usage: ins.vnc_usage(LogicalCore::from_c(v)).unwrap_or_default(),
-            models: nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap_or(0),
+            usage: ins
+                .logical_core_usage(LogicalCore::from_c(v))
+                .unwrap_or_default(),
+            models: nrt
+                .models()
+                .on_core(LogicalCore::from_c(v), &mut [])
+                .unwrap_or(0),
         });
     }
     let models = s
@@ -189,9 +192,9 @@ pub fn collect(s: &Session, source: &str) -> Report {
             // One walk of the model's heaps: the total is the subgraphs' sum.
             let subgraphs = s.subgraph_footprints(m.handle).unwrap_or_default();
             let (dev, host) = total_footprint(&subgraphs);
-            let info = nrt.model_info(m.handle).unwrap_or_default();
+            let info = nrt.models().info(m.handle).unwrap_or_default();
             let device = nrt
-                .virtual_core(LogicalCore::from_c(m.core))
+                .logical_core_entry(LogicalCore::from_c(m.core))
                 .ok()
                 .and_then(|v| v.cores().first().map(|p| p.device_id))
                 .unwrap_or(0);
@@ -227,7 +230,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
     Report {
         source: source.to_string(),
         device: s.runtime().config().device.to_string(),
-        lnc_size: nrt.lnc_size(),
+        lnc_size: nrt.logical_core_size(),
         cores,
         models,
         hbm,

@@ -34,17 +34,19 @@ fn main() -> Result<(), Error> {
         ..Default::default()
     };
     let core0 = nrt.logical_core(0)?;
-    let model = nrt.load_model(core0, &spec)?;
+    let model = nrt.models().load(core0, &spec)?;
 
-    let t = nrt.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"))?;
-    nrt.tensor_write(t, b"hello", 0)?;
+    let t = nrt
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"))?;
+    nrt.tensors().write(t, b"hello", 0)?;
     let mut back = [0u8; 5];
-    nrt.tensor_read(t, &mut back, 0)?;
+    nrt.tensors().read(t, &mut back, 0)?;
     assert_eq!(&back, b"hello");
-    nrt.tensor_free(t)?;
+    nrt.tensors().free(t)?;
 
-    let core = nrt.virtual_core(core0)?.tpbs[0];
-    let booked = nrt.ledger_device(core.device_id, core.device_tpb_idx, WEIGHT);
+    let core = nrt.physical_cores(core0)?[0];
+    let booked = nrt.ledger().device(core.device, core.core, WEIGHT);
     println!(
         "model h{}: {booked} B of weights booked on logical core 0",
         model.h_model().id

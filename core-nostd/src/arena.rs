@@ -27,18 +27,7 @@ use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use crate::abi::meta::ZeroValid;
 use crate::sync::DataLock;
 
-/// The arena had no free slot.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct ArenaFull {
-    /// Which arena (for the message).
-    pub arena: &'static str,
-    /// Its capacity.
-    pub capacity: usize,
-    /// The setting that raises it (a [`crate::config::Capacity`] field and the std shim's
-    /// environment variable), or "" for an arena nobody configured.
-    pub setting: &'static str,
-}
+pub use crate::error::ArenaFull;
 
 /// Why a slot could not be released.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -69,8 +58,7 @@ pub enum GiveBack {
 /// freed in between. Handle-named slots do not depend on it (their generation is checked).
 pub const QUARANTINE: usize = 64;
 
-/// Most shards an arena is cut into (a capacity chooses up to this many).
-pub const MAX_SHARDS: usize = 8;
+pub use crate::config::MAX_SHARDS;
 
 /// Where the next shard to come into use starts handing out never-used slots. A new state
 /// block often lands at the address of the one just freed (a runtime closed and initialised
@@ -403,14 +391,6 @@ unsafe impl Generational for crate::abi::nrt_tensor_t {
     const REFS: usize = core::mem::offset_of!(crate::abi::nrt_tensor_t, ref_count);
 }
 
-// SAFETY: `generation` is a u32 at offset 0 and `refs` an AtomicU64 at 8 (repr(C), pinned
-// by the const asserts beside the type); the core reaches `generation` only through
-// `Arena::words` (atomically) and `refs` only as the atomic it is.
-unsafe impl Generational for crate::tensor::SetSlot {
-    const GEN: usize = core::mem::offset_of!(crate::tensor::SetSlot, generation);
-    const REFS: usize = core::mem::offset_of!(crate::tensor::SetSlot, refs);
-}
-
 impl<T: Generational> Arena<T> {
     /// The `(index, generation)` a handle of slot `p` carries, read now, for a slot the
     /// caller owns (just made, or held by an owner reference), whose generation therefore
@@ -436,17 +416,25 @@ impl<T: Generational> Arena<T> {
         index: u32,
         generation: u32,
         kind: crate::handle::HandleKind,
-    ) -> Result<(*mut T, &AtomicU64), crate::Error> {
-        let p = self.slot(index).ok_or(crate::Error::forged(kind))?;
+    ) -> Result<(*mut T, &AtomicU64), crate::handle::HandleError> {
+        use crate::handle::{HandleError, HandleFault};
+        let forged = HandleError {
+            kind,
+            fault: HandleFault::Forged,
+        };
+        let p = self.slot(index).ok_or(forged)?;
         if generation & 1 == 0 {
-            return Err(crate::Error::forged(kind));
+            return Err(forged);
         }
         // SAFETY: `p` is a slot of this arena (`slot` bounds-checked the index).
         let (gen, refs) = unsafe { self.words(p) };
         if crate::handle::pin(gen, refs, generation) {
             Ok((p, refs))
         } else {
-            Err(crate::Error::stale(kind))
+            Err(HandleError {
+                kind,
+                fault: HandleFault::Stale,
+            })
         }
     }
 

@@ -46,7 +46,7 @@ pub struct Capacity {
     /// each (1 KiB): an execution of `n` inputs and outputs holds `n / 64` rounded up while it
     /// runs.
     pub bind_chunks: u32,
-    /// Shards per arena (1..=[`crate::arena::MAX_SHARDS`]): calls preferring different
+    /// Shards per arena (1..=[`MAX_SHARDS`]): calls preferring different
     /// shards (different cores) take different locks.
     pub shards: u32,
 }
@@ -71,7 +71,7 @@ impl Capacity {
         sets: 1024,
         set_chunks: 1024,
         bind_chunks: 512,
-        shards: crate::arena::MAX_SHARDS as u32,
+        shards: MAX_SHARDS as u32,
     };
 
     /// A one-device firmware profile (8 cores): 512 dmems, 256 tensors, 8 models with 8
@@ -95,13 +95,13 @@ impl Capacity {
     };
 
     /// `Ok` when every field is in range: `devices` in 1..=32, `shards` in
-    /// 1..=[`crate::arena::MAX_SHARDS`], every arena 1..=[`MAX_ARENA_SLOTS`] slots (enough
+    /// 1..=[`MAX_SHARDS`], every arena 1..=[`MAX_ARENA_SLOTS`] slots (enough
     /// allocators for one GLOBAL per core of every device). The message names the field.
     pub const fn check(&self) -> Result<(), &'static str> {
         if self.devices == 0 || self.devices as usize > constants::MAX_MLA_PER_PROCESS {
             return Err("Capacity.devices must be 1..=32");
         }
-        if self.shards == 0 || self.shards as usize > crate::arena::MAX_SHARDS {
+        if self.shards == 0 || self.shards as usize > MAX_SHARDS {
             return Err("Capacity.shards must be 1..=8");
         }
         let arenas = [
@@ -146,6 +146,9 @@ const _: () = assert!(Capacity::DEFAULT.check().is_ok());
 const _: () = assert!(Capacity::ONE_DEVICE.check().is_ok());
 
 use crate::abi::constants;
+
+/// Most shards an arena is cut into (a capacity chooses up to this many).
+pub const MAX_SHARDS: usize = 8;
 
 /// Buckets of each core's model_db (power of two, spec §4.1).
 pub const MODEL_DB_BUCKETS: usize = 64;

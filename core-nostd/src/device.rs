@@ -77,6 +77,153 @@ const _: () = {
     }
 };
 
+/// A logical NeuronCore of this process, by its application-visible index (`vtpb_idx`,
+/// `0..owned`, spec §9).
+///
+/// A `LogicalCore` names an index, not a claim: the runtime checks it against the cores the
+/// process owns at every call (spec §7.2 range gate), so one kept across `close` and a
+/// re-initialisation with fewer cores is an error ([`crate::Error::LogicalCoreOutOfRange`]), never
+/// another core. [`crate::Nrt::logical_core`] is the checked constructor; [`LogicalCore::new`]
+/// names an index without a runtime (checked when used).
+///
+/// It keeps the C value it was made from ([`LogicalCore::from_c`]), so a C caller's `-5`
+/// fails the range gate at the same point and with the same message as in libnrt.
+///
+/// The default is [`LogicalCore::FIRST`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct LogicalCore(i64);
+
+impl LogicalCore {
+    /// Logical core 0, which every initialised runtime owns (an empty owned slice is refused
+    /// at init, spec §9).
+    pub const FIRST: LogicalCore = LogicalCore(0);
+
+    /// Logical core `index`, unchecked until used (spec §9).
+    pub const fn new(index: u32) -> Self {
+        LogicalCore(index as i64)
+    }
+
+    /// The one conversion from the C ABI's `int` / `int32_t` / `int64_t` logical-core argument
+    /// (spec §9). Any value is kept as given, a negative or too large one included: the
+    /// runtime's range gate refuses it where libnrt does, naming the value.
+    pub fn from_c(vnc: impl Into<i64>) -> Self {
+        LogicalCore(vnc.into())
+    }
+
+    /// The value as the C ABI writes it (the index, or the out-of-range C value it was made
+    /// from).
+    pub const fn to_c(self) -> i64 {
+        self.0
+    }
+
+    /// The index, if it is one (`None` for a negative or too large C value).
+    pub fn index(self) -> Option<u32> {
+        u32::try_from(self.0).ok()
+    }
+}
+
+impl core::fmt::Display for LogicalCore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl From<u32> for LogicalCore {
+    fn from(index: u32) -> Self {
+        LogicalCore::new(index)
+    }
+}
+
+/// Which logical core a tensor goes to (`nrt_tensor_allocate`'s `vnc`, spec §7.2): VIRTUAL
+/// and HOST tensors accept "any" (the C `-1`), which is logical core 0; a DEVICE tensor needs
+/// a core, and "any" fails its range gate as `-1`, as in libnrt.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CoreSel {
+    /// Any core (C `-1`).
+    Any,
+    /// This logical core.
+    Core(LogicalCore),
+}
+
+impl CoreSel {
+    /// The C ABI's value: `-1` is [`CoreSel::Any`], anything else [`LogicalCore::from_c`].
+    pub fn from_c(vnc: impl Into<i64>) -> Self {
+        let vnc = vnc.into();
+        if vnc == -1 {
+            CoreSel::Any
+        } else {
+            CoreSel::Core(LogicalCore::from_c(vnc))
+        }
+    }
+
+    /// The value as the C ABI writes it (`-1` for [`CoreSel::Any`]).
+    pub const fn to_c(self) -> i64 {
+        match self {
+            CoreSel::Any => -1,
+            CoreSel::Core(c) => c.to_c(),
+        }
+    }
+}
+
+impl From<LogicalCore> for CoreSel {
+    fn from(c: LogicalCore) -> Self {
+        CoreSel::Core(c)
+    }
+}
+
+/// A physical NeuronCore: core `core` of device `device` (libnrt's `physical_core_t`:
+/// `device_id`, `device_tpb_idx`, spec §1, §9). A name, checked when used.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PhysicalCore {
+    /// The device index.
+    pub device: u32,
+    /// The core on the device.
+    pub core: u32,
+}
+
+impl PhysicalCore {
+    /// Core `core` of device `device`.
+    pub const fn new(device: u32, core: u32) -> Self {
+        PhysicalCore { device, core }
+    }
+}
+
+impl core::fmt::Display for PhysicalCore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}:{}", self.device, self.core)
+    }
+}
+
+/// The physical cores of one logical core, in order ([`crate::Nrt::physical_cores`]; at most
+/// `MAX_LNC_SIZE`, spec §9).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhysicalCores {
+    cores: [PhysicalCore; 2],
+    len: usize,
+}
+
+impl PhysicalCores {
+    /// From a list (the first two, at most).
+    pub fn from_slice(cores: &[PhysicalCore]) -> Self {
+        let mut out = PhysicalCores::default();
+        for (slot, c) in out.cores.iter_mut().zip(cores) {
+            *slot = *c;
+            out.len += 1;
+        }
+        out
+    }
+}
+
+impl core::ops::Deref for PhysicalCores {
+    type Target = [PhysicalCore];
+    fn deref(&self) -> &[PhysicalCore] {
+        &self.cores[..self.len]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,9 +7,156 @@ use core::fmt;
 
 use crate::abi::tables::category_for;
 use crate::abi::{dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t, NRT_STATUS};
-use crate::arena::ArenaFull;
 use crate::cstr::mb;
-use crate::driver::{errno, Errno};
+
+/// errno values the driver portal returns (Linux numbering).
+pub mod errno {
+    /// Operation not permitted.
+    pub const EPERM: Errno = Errno(1);
+    /// No such file or directory (no device node).
+    pub const ENOENT: Errno = Errno(2);
+    /// I/O error.
+    pub const EIO: Errno = Errno(5);
+    /// Bad file descriptor.
+    pub const EBADF: Errno = Errno(9);
+    /// Out of memory in the requested pool.
+    pub const ENOMEM: Errno = Errno(12);
+    /// Bad address (copy outside an allocation).
+    pub const EFAULT: Errno = Errno(14);
+    /// Device or resource busy.
+    pub const EBUSY: Errno = Errno(16);
+    /// No such device.
+    pub const ENODEV: Errno = Errno(19);
+    /// Invalid argument.
+    pub const EINVAL: Errno = Errno(22);
+    /// Inappropriate ioctl (command unknown to this driver version).
+    pub const ENOTTY: Errno = Errno(25);
+    /// Operation not supported.
+    pub const EOPNOTSUPP: Errno = Errno(95);
+
+    use super::Errno;
+
+    /// The symbolic name of an errno value.
+    pub const fn name(e: Errno) -> &'static str {
+        match e {
+            EPERM => "EPERM",
+            ENOENT => "ENOENT",
+            EIO => "EIO",
+            EBADF => "EBADF",
+            ENOMEM => "ENOMEM",
+            EFAULT => "EFAULT",
+            EBUSY => "EBUSY",
+            ENODEV => "ENODEV",
+            EINVAL => "EINVAL",
+            ENOTTY => "ENOTTY",
+            EOPNOTSUPP => "EOPNOTSUPP",
+            _ => "E?",
+        }
+    }
+}
+
+/// An errno value returned by the driver (Linux numbering, positive), as a type rather than a
+/// bare `i32` (docs/STYLE.md #21, vmm-sys-util's `errno::Error`): a driver failure cannot be
+/// confused with a count or an index. The named values are in [`errno`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct Errno(i32);
+
+impl Errno {
+    /// The errno of raw value `raw` (as the kernel or libc reports it).
+    pub const fn new(raw: i32) -> Self {
+        Errno(raw)
+    }
+    /// The raw value.
+    pub const fn raw(self) -> i32 {
+        self.0
+    }
+    /// The symbolic name (`"ENOMEM"`), or `"E?"` for a value [`errno`] does not name.
+    pub const fn name(self) -> &'static str {
+        errno::name(self)
+    }
+}
+
+impl From<i32> for Errno {
+    fn from(raw: i32) -> Self {
+        Errno(raw)
+    }
+}
+
+impl From<Errno> for i32 {
+    fn from(e: Errno) -> Self {
+        e.0
+    }
+}
+
+impl core::fmt::Debug for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}({})", self.name(), self.0)
+    }
+}
+
+impl core::fmt::Display for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} ({})", self.0, self.name())
+    }
+}
+
+/// What a bounded wait waits for (spec §4.5 drain, §4.6 exec seam, §12 teardown): carried by
+/// [`Error::Timeout`] and [`Error::WouldDeadlock`] and handed to the wait hook.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum WaitFor {
+    /// The exec lock of physical core `core` of device `device`, held by an execution or an
+    /// `ExecGuard` (the caller's own, another thread's, or a leaked one).
+    ExecLock {
+        /// Device.
+        device: u32,
+        /// Physical core on the device.
+        core: u32,
+    },
+    /// The references on model `model` (its `H_MODEL` id): executions, `ExecGuard`s and
+    /// model callbacks in flight, which an unload or `close` drains.
+    ModelDrain {
+        /// The model's `H_MODEL` id.
+        model: u32,
+    },
+    /// The API calls in flight, which `init` and `close` let finish before they rewrite the
+    /// runtime (a model or allocator callback is such a call while it runs).
+    CallsInFlight,
+    /// An allocator's list lock, held while a walk calls its callback.
+    AllocatorLock,
+    /// An output completion count (the std shim's `nrt_tensor_check_output_completion`).
+    Completion,
+}
+
+impl core::fmt::Display for WaitFor {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            WaitFor::ExecLock { device, core } => {
+                write!(f, "the exec lock of device {device} core {core}")
+            }
+            WaitFor::ModelDrain { model } => write!(f, "the references on model {model}"),
+            WaitFor::CallsInFlight => f.write_str("the API calls in flight"),
+            WaitFor::AllocatorLock => f.write_str("an allocator's lock"),
+            WaitFor::Completion => f.write_str("an output completion"),
+        }
+    }
+}
+
+/// The arena had no free slot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct ArenaFull {
+    /// Which arena (for the message).
+    pub arena: &'static str,
+    /// Its capacity.
+    pub capacity: usize,
+    /// The setting that raises it (a [`crate::config::Capacity`] field and the std shim's
+    /// environment variable), or "" for an arena nobody configured.
+    pub setting: &'static str,
+}
 
 /// Result alias of the core.
 pub type Result<T, E = Error> = core::result::Result<T, E>;
@@ -163,7 +310,7 @@ pub enum Error {
     /// A bounded wait gave up (the integrator's wait hook said so, or the wait limit was
     /// reached, `crate::sync::set_wait_hook`): what it waited for. Nothing changed.
     /// NRT_TIMEOUT.
-    Timeout(crate::sync::WaitFor),
+    Timeout(WaitFor),
     /// The driver answered what cannot be (a pool with more free bytes than capacity, a page
     /// size that is not a power of two, more HBM channels than the ABI holds, allocation
     /// handle 0, an address outside its window …): the answer is refused, nothing of it is
@@ -189,7 +336,7 @@ pub enum Error {
     /// The call would wait for its own thread: it was made from a callback that holds what
     /// it waits for (a model reference, an allocator's lock). Refused at once, nothing
     /// changed. NRT_FAILURE.
-    WouldDeadlock(crate::sync::WaitFor),
+    WouldDeadlock(WaitFor),
     /// `init` on a runtime that is already initialised (`close` it first). NRT_FAILURE, as
     /// the C ABI's `nrt_init` answers (docs/STATES.md): the arguments are fine, the state is
     /// not, so it is not NRT_INVALID.
@@ -364,6 +511,12 @@ impl Error {
             kind,
             fault: crate::handle::HandleFault::Foreign,
         })
+    }
+}
+
+impl From<crate::handle::HandleError> for Error {
+    fn from(e: crate::handle::HandleError) -> Self {
+        Error::InvalidHandle(e)
     }
 }
 
@@ -566,7 +719,7 @@ mod tests {
 
     #[test]
     fn waits_and_driver_answers_map_to_their_statuses_and_say_what() {
-        use crate::sync::WaitFor;
+        use WaitFor;
         let t = Error::Timeout(WaitFor::ExecLock { device: 1, core: 3 });
         assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
         assert_eq!(

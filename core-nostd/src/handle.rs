@@ -404,8 +404,8 @@ impl ModelHandle {
     }
 
     /// The logical core the model was loaded on (spec §9).
-    pub const fn core(self) -> crate::vcore::LogicalCore {
-        crate::vcore::LogicalCore::new(self.0.index)
+    pub const fn core(self) -> crate::device::LogicalCore {
+        crate::device::LogicalCore::new(self.0.index)
     }
 }
 

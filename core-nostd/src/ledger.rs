@@ -14,6 +14,10 @@
 // pointer is an error or a no-op, not undefined behaviour (docs/UNSAFE.md).
 #![deny(unsafe_code)]
 
+mod view;
+
+pub use view::{Ledger, LedgerSnapshot};
+
 use crate::atomic::AtomicU64;
 use core::fmt::{self, Write};
 use core::sync::atomic::Ordering;
@@ -68,7 +72,7 @@ impl From<dma_mem_usage_type_t> for UsageSel {
 }
 
 /// Device-wide aggregates of one device (`dma_mem_log_t`'s totals, spec §3.4), as
-/// [`Nrt::device_totals`] returns them.
+/// [`Ledger::device_totals`](crate::ledger::Ledger::device_totals) returns them.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct DeviceTotals {
@@ -236,20 +240,23 @@ impl<'a> Nrt<'a> {
 }
 
 impl Inspector<'_> {
-    /// [`Nrt::dmem_get_memory_stats`], also after `close`.
-    pub fn dmem_get_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
+    /// [`Ledger::memory_stats`](crate::ledger::Ledger::memory_stats), also after `close`.
+    #[doc(alias = "dmem_get_memory_stats")]
+    pub fn memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
         let call = self.0.inspect()?;
         self.0.vnc_memory_stats(&call, vnc)
     }
 
-    /// [`Nrt::vnc_usage`], also after `close`.
-    pub fn vnc_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
+    /// [`Ledger::logical_core_usage`](crate::ledger::Ledger::logical_core_usage), also after `close`.
+    #[doc(alias = "vnc_usage")]
+    pub fn logical_core_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
         let call = self.0.inspect()?;
         self.0.vnc_breakdown(&call, vnc)
     }
 
-    /// [`Nrt::virtual_core`], also after `close`.
-    pub fn virtual_core(&self, vnc: LogicalCore) -> Result<virtual_core_t> {
+    /// [`Nrt::logical_core_entry`], also after `close`.
+    #[doc(alias = "virtual_core")]
+    pub fn logical_core_entry(&self, vnc: LogicalCore) -> Result<virtual_core_t> {
         let call = self.0.inspect()?;
         self.0.vtpb_get_virtual_core(&call, vnc).copied()
     }
@@ -410,9 +417,8 @@ impl Nrt<'_> {
         Ok(held)
     }
 
-    /// Device-wide aggregates of `dev` (spec §3.4). `Uninitialized` / `Closed` outside an
-    /// initialised runtime, `DeviceOutOfRange` for a device that is not attached.
-    pub fn device_totals(&self, dev: u32) -> Result<DeviceTotals> {
+    /// The body of [`crate::ledger::Ledger::device_totals`].
+    pub(crate) fn device_totals(&self, dev: u32) -> Result<DeviceTotals> {
         let call = self.inspect()?;
         if dev >= self.attached_devices(&call) {
             return Err(Error::DeviceOutOfRange(dev));
@@ -428,9 +434,8 @@ impl Nrt<'_> {
         })
     }
 
-    /// Device bytes per HBM channel of `dev` (`dma_mem_log_t.memory_usage[4]`, spec §3.4);
-    /// all zero for a device that is not attached, or while the runtime is not initialised.
-    pub fn ledger_hbm(&self, dev: u32) -> [u64; constants::MAX_HBM_CHANNELS] {
+    /// The body of [`crate::ledger::Ledger::hbm`].
+    pub(crate) fn ledger_hbm(&self, dev: u32) -> [u64; constants::MAX_HBM_CHANNELS] {
         let mut out = [0; constants::MAX_HBM_CHANNELS];
         let Ok(call) = self.inspect() else {
             return out;
@@ -447,15 +452,13 @@ impl Nrt<'_> {
         out
     }
 
-    /// Device bytes booked to physical core `(dev, tpb)` under `usage` (a usage type, or
-    /// [`UsageSel::Total`]).
-    pub fn ledger_device(&self, dev: u32, tpb: u32, usage: impl Into<UsageSel>) -> u64 {
+    /// The body of [`crate::ledger::Ledger::device`].
+    pub(crate) fn ledger_device(&self, dev: u32, tpb: u32, usage: impl Into<UsageSel>) -> u64 {
         self.ledger_cell(dev, tpb, usage.into().index(), false)
     }
 
-    /// Host DMA bytes booked to physical core `(dev, tpb)` under `usage` (a usage type, or
-    /// [`UsageSel::Total`]).
-    pub fn ledger_host(&self, dev: u32, tpb: u32, usage: impl Into<UsageSel>) -> u64 {
+    /// The body of [`crate::ledger::Ledger::host`].
+    pub(crate) fn ledger_host(&self, dev: u32, tpb: u32, usage: impl Into<UsageSel>) -> u64 {
         self.ledger_cell(dev, tpb, usage.into().index(), true)
     }
 
@@ -479,11 +482,8 @@ impl Nrt<'_> {
         rows[tpb as usize][usage].load(Ordering::Acquire)
     }
 
-    /// The whole ledger of one device: `(device rows, host rows)`, `[nc][usage]`, each core's
-    /// rows read under that core's ledger lock (consistent per core: every row sums to its
-    /// `[nc][22]`). All zero for a
-    /// device that is not attached, or while the runtime is not initialised.
-    pub fn ledger_snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
+    /// The body of [`crate::ledger::Ledger::snapshot`].
+    pub(crate) fn ledger_snapshot(&self, dev: u32) -> ([[u64; 23]; 8], [[u64; 23]; 8]) {
         match self.inspect() {
             Ok(call) => self.read_ledger(&call, dev),
             Err(_) => ([[0; 23]; 8], [[0; 23]; 8]),
@@ -538,9 +538,8 @@ impl Nrt<'_> {
         }
     }
 
-    /// Per-usage breakdown of logical core `vnc` (sum over its physical cores). `Closed`
-    /// after `close` (docs/STATES.md); [`Inspector::vnc_usage`] reads a closed runtime.
-    pub fn vnc_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
+    /// The body of [`crate::ledger::Ledger::logical_core_usage`].
+    pub(crate) fn vnc_usage(&self, vnc: LogicalCore) -> Result<UsageBreakdown> {
         let call = self.enter()?;
         self.vnc_breakdown(&call, vnc)
     }
@@ -559,16 +558,8 @@ impl Nrt<'_> {
         Ok(b)
     }
 
-    /// `dmem_get_memory_stats` (spec §7.4): used = Σ `[nc][22]` over the logical core's
-    /// physical cores (on every HBM); limit = `aws_hal_get_hbm_size()` of the HBM they
-    /// allocate from by default, each HBM counted once. The limit does not depend on the LNC
-    /// size: at LNC 1 on trn2 each of the two cores on an HBM reports that whole HBM (they
-    /// share it, first come first served). Allocations placed on other HBMs (`hbm_idx`) count
-    /// as used, so used can exceed the limit.
-    ///
-    /// `Closed` after `close`, as `nrt_get_vnc_memory_stats` (docs/STATES.md);
-    /// [`Inspector::dmem_get_memory_stats`] reads a closed runtime.
-    pub fn dmem_get_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
+    /// The body of [`crate::ledger::Ledger::memory_stats`].
+    pub(crate) fn dmem_get_memory_stats(&self, vnc: LogicalCore) -> Result<VncMemoryStats> {
         let call = self.enter()?;
         self.vnc_memory_stats(&call, vnc)
     }
@@ -597,10 +588,8 @@ impl Nrt<'_> {
         Ok(s)
     }
 
-    /// Resets every peak of logical core `vnc` to its current value (CUDA-style
-    /// `reset_peak_memory_stats`). Under the ledger lock no update can slip between the load
-    /// of a row and the store of its peak.
-    pub fn reset_peak(&self, vnc: LogicalCore) -> Result<()> {
+    /// The body of [`crate::ledger::Ledger::reset_peak`].
+    pub(crate) fn reset_peak(&self, vnc: LogicalCore) -> Result<()> {
         let call = self.enter()?;
         self.for_each_vnc_core(&call, vnc, |row, ext, nc| {
             for (u, cell) in row.iter().enumerate() {
@@ -633,9 +622,8 @@ impl Nrt<'_> {
         rec.dump_len = w.len;
     }
 
-    /// Writes the OOM table captured when the last device OOM happened (what libnrt dumps and
-    /// writes to a file on `ENOMEM`); nothing when there was none.
-    pub fn last_oom_dump(&self, w: &mut dyn Write) -> fmt::Result {
+    /// The body of [`crate::ledger::Ledger::last_oom_dump`].
+    pub(crate) fn last_oom_dump(&self, w: &mut dyn Write) -> fmt::Result {
         let rec = self.st.ledger.oom.lock();
         if !rec.set {
             return Ok(());
@@ -643,23 +631,18 @@ impl Nrt<'_> {
         w.write_str(rec.dump_text())
     }
 
-    /// The failing channel of the most recent device OOM, measured at the moment of the
-    /// failure (what the OOM table's "why" line says, as figures): its HBM, its figures in the
-    /// request's terms and the cause. `None` when there was no device OOM, or its channel
-    /// could not be measured.
-    pub fn last_oom_channel(&self) -> Option<crate::oom::FailingChannel> {
+    /// The body of [`crate::ledger::Ledger::last_oom_channel`].
+    pub(crate) fn last_oom_channel(&self) -> Option<crate::oom::FailingChannel> {
         self.st.ledger.oom.lock().channel()
     }
 
-    /// The most recent device OOM of this runtime, if any.
-    pub fn last_oom(&self) -> Option<Error> {
+    /// The body of [`crate::ledger::Ledger::last_oom`].
+    pub(crate) fn last_oom(&self) -> Option<Error> {
         self.st.ledger.oom.lock().error()
     }
 
-    /// `dml_dump` / `dml_log_dev_mem` (spec §3.4): the utilisation table of device `dev` —
-    /// one row per core with total and the categories users know from libnrt's OOM reports —
-    /// followed by the `top` largest live allocations with their hints. Heap-free.
-    pub fn dump_ledger(
+    /// The body of [`crate::ledger::Ledger::dump`].
+    pub(crate) fn dump_ledger(
         &self,
         w: &mut dyn Write,
         dev: u32,

@@ -46,13 +46,16 @@ pub mod vcore;
 pub use static_assertions as __static_assertions;
 
 pub use config::Capacity;
-pub use ctx::{CoreState, DriverKept, InitOptions, Nrt, StaticState, StorageFree};
+pub use ctx::{CoreState, DriverKept, InitOptions, Lifecycle, Nrt, StaticState, StorageFree};
+pub use device::{CoreSel, LogicalCore, PhysicalCore, PhysicalCores};
+pub use dmem::DeviceMemory;
 pub use error::{Error, InvalidArg, Result};
 pub use handle::{
     DmemHandle, HandleError, HandleFault, HandleKind, ModelHandle, SetHandle, TensorHandle,
 };
-pub use ledger::{DeviceTotals, UsageSel};
-pub use vcore::{CoreSel, LogicalCore};
+pub use ledger::{DeviceTotals, Ledger, LedgerSnapshot, UsageSel};
+pub use model::Models;
+pub use tensor::{Sets, Tensors};
 
 // What the public types promise about their traits, checked at compile time (the promises of
 // the types in `handle`, `sync`, `cell` and `dmem` sit beside them).

@@ -140,7 +140,7 @@ pub enum OomCause {
     },
     /// The figures say the request fits: the driver refused for another reason (its
     /// allocation metadata is exhausted, or a fault was injected), or — for a table drawn
-    /// after the fact ([`Nrt::dump_ledger`] with an old error) — memory was freed since.
+    /// after the fact ([`Ledger::dump`](crate::ledger::Ledger::dump) with an old error) — memory was freed since.
     Refused {
         /// HBM channel.
         hbm: u32,
@@ -380,7 +380,7 @@ impl fmt::Display for Size {
 }
 
 /// The failing channel of a device OOM, as the report shows it, measured inside the failing
-/// allocation (before any rollback): [`Nrt::last_oom_channel`].
+/// allocation (before any rollback): [`Ledger::last_oom_channel`](crate::ledger::Ledger::last_oom_channel).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FailingChannel {
     /// HBM channel.

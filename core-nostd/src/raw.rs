@@ -61,7 +61,7 @@ pub unsafe fn tensor_check(n: &Nrt<'_>, t: *const nrt_tensor_t) -> Result<()> {
     n.tensor_check(t)
 }
 
-/// [`Nrt::tensor_allocate`] with the C placement and logical-core values (the C ABI's entry).
+/// [`Tensors::allocate`](crate::tensor::Tensors::allocate) with the C placement and logical-core values (the C ABI's entry).
 /// The state gate answers first (NRT_UNINITIALIZED / NRT_CLOSED), then a value that is not a
 /// [`Placement`] is `InvalidArgument(InvalidArg::Placement)`, the order of the safe call's
 /// gates; `vnc` goes through [`CoreSel::from_c`] (`-1` is any core).
@@ -79,13 +79,13 @@ pub fn tensor_allocate(
     n.tensor_allocate(placement, CoreSel::from_c(vnc), size, name)
 }
 
-/// [`Nrt::tensor_allocate_empty`], returning the tensor's pointer.
+/// [`Tensors::allocate_empty`](crate::tensor::Tensors::allocate_empty), returning the tensor's pointer.
 pub fn tensor_allocate_empty(n: &Nrt<'_>, name: Option<&str>) -> Result<Tensor> {
     let h = n.tensor_allocate_empty(name)?;
     n.tensor_slot(h).ok_or(Error::stale(HandleKind::Tensor))
 }
 
-/// [`Nrt::tensor_allocate_slice`] of `src`, returning the slice's pointer.
+/// [`Tensors::allocate_slice`](crate::tensor::Tensors::allocate_slice) of `src`, returning the slice's pointer.
 ///
 /// # Safety
 /// The module contract for `src`.
@@ -102,7 +102,7 @@ pub unsafe fn tensor_allocate_slice(
     n.tensor_slot(s).ok_or(Error::stale(HandleKind::Tensor))
 }
 
-/// [`Nrt::tensor_free`] of `t`.
+/// [`Tensors::free`](crate::tensor::Tensors::free) of `t`.
 ///
 /// # Safety
 /// The module contract for `t`; afterwards the pointer is dead.
@@ -111,10 +111,10 @@ pub unsafe fn tensor_free(n: &Nrt<'_>, t: *const nrt_tensor_t) -> Result<()> {
     n.tensor_free(unsafe { tensor_handle(n, t) }?)
 }
 
-/// [`Nrt::tensor_attach_buffer`] on `t`.
+/// [`Tensors::attach_buffer`](crate::tensor::Tensors::attach_buffer) on `t`.
 ///
 /// # Safety
-/// The module contract for `t`, and [`Nrt::tensor_attach_buffer`]'s for `buf`.
+/// The module contract for `t`, and [`Tensors::attach_buffer`](crate::tensor::Tensors::attach_buffer)'s for `buf`.
 pub unsafe fn tensor_attach_buffer(
     n: &Nrt<'_>,
     t: *const nrt_tensor_t,
@@ -140,47 +140,47 @@ macro_rules! tensor_fwd {
 }
 
 tensor_fwd!(
-    /// [`Nrt::tensor_get_size`] of `t`.
+    /// [`Tensors::size`](crate::tensor::Tensors::size) of `t`.
     tensor_get_size() -> u64
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_name`] of `t`.
+    /// [`Tensors::name`](crate::tensor::Tensors::name) of `t`.
     tensor_name() -> TensorName
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_read`] from `t`.
+    /// [`Tensors::read`](crate::tensor::Tensors::read) from `t`.
     tensor_read(buf: &mut [u8], offset: u64) -> ()
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_write`] to `t`.
+    /// [`Tensors::write`](crate::tensor::Tensors::write) to `t`.
     tensor_write(buf: &[u8], offset: u64) -> ()
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_memset`] of `t`.
+    /// [`Tensors::memset`](crate::tensor::Tensors::memset) of `t`.
     tensor_memset(offset: u64, value: u8, size: u64) -> ()
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_get_va`] of `t`.
+    /// [`Tensors::va`](crate::tensor::Tensors::va) of `t`.
     tensor_get_va() -> *mut u8
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_device_allocation_info`] of `t`.
+    /// [`Tensors::device_allocation_info`](crate::tensor::Tensors::device_allocation_info) of `t`.
     tensor_device_allocation_info() -> DeviceAllocationInfo
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_output_completion`] of `t`.
+    /// [`Tensors::output_completion`](crate::tensor::Tensors::output_completion) of `t`.
     tensor_output_completion() -> u64
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_reset_output_completion`] of `t`.
+    /// [`Tensors::reset_output_completion`](crate::tensor::Tensors::reset_output_completion) of `t`.
     tensor_reset_output_completion() -> ()
 );
 tensor_fwd!(
-    /// [`Nrt::tensor_pending`] of `t`.
-    tensor_pending() -> (u64, u64)
+    /// [`Tensors::pending`](crate::tensor::Tensors::pending) of `t`.
+    tensor_pending() -> crate::tensor::Pending
 );
 
-/// [`Nrt::tensor_copy`] between two tensor pointers.
+/// [`Tensors::copy`](crate::tensor::Tensors::copy) between two tensor pointers.
 ///
 /// # Safety
 /// The module contract for `src` and `dst`.
@@ -217,7 +217,7 @@ pub fn dmem_ptr(n: &Nrt<'_>, h: DmemHandle) -> Result<Dmem> {
     Ok(pin.m)
 }
 
-/// [`Nrt::dmem_alloc`], returning the dmem's pointer.
+/// [`DeviceMemory::alloc`](crate::dmem::DeviceMemory::alloc), returning the dmem's pointer.
 pub fn dmem_alloc(
     n: &Nrt<'_>,
     al: *mut dmem_allocator_t,
@@ -231,7 +231,7 @@ pub fn dmem_alloc(
         .ok_or(Error::stale(HandleKind::Dmem))
 }
 
-/// [`Nrt::dmem_free`] of `m` (a pointer that is not a live dmem is [`Error::DoubleFree`]).
+/// [`DeviceMemory::free`](crate::dmem::DeviceMemory::free) of `m` (a pointer that is not a live dmem is [`Error::DoubleFree`]).
 ///
 /// # Safety
 /// The module contract for `m`; the caller's owner reference is dropped.
@@ -240,7 +240,7 @@ pub unsafe fn dmem_free(n: &Nrt<'_>, m: *const dmem_t) -> Result<()> {
     n.dmem_free(unsafe { dmem_handle(n, m) }?)
 }
 
-/// [`Nrt::dmem_acquire_reference`] on `m`.
+/// [`DeviceMemory::acquire_reference`](crate::dmem::DeviceMemory::acquire_reference) on `m`.
 ///
 /// # Safety
 /// The module contract for `m`.
@@ -249,7 +249,7 @@ pub unsafe fn dmem_acquire_reference(n: &Nrt<'_>, m: *const dmem_t) -> Result<()
     n.dmem_acquire_reference(unsafe { dmem_handle(n, m) }?)
 }
 
-/// [`Nrt::dmem_info`] of `m`.
+/// [`DeviceMemory::info`](crate::dmem::DeviceMemory::info) of `m`.
 ///
 /// # Safety
 /// The module contract for `m`.

@@ -14,6 +14,17 @@ use crate::driver::feature;
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::DmemHandle;
 
+/// A core's scratchpad as [`Nrt::scratchpad_info`] reports it (spec §8).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ScratchpadInfo {
+    /// Bytes per page.
+    pub page_size: u64,
+    /// Pages in use.
+    pub pages: u32,
+    /// Whether the pages are one contiguous allocation.
+    pub contiguous: bool,
+}
+
 impl Nrt<'_> {
     /// `tdrv_scratchpad_init` (spec §8): page size from the settings, or contiguous 64 MiB
     /// pages when `experimental_contiguous_scratchpad` && arch > SUNDA && LNC > 1 && the driver
@@ -209,10 +220,12 @@ impl Nrt<'_> {
         })?
     }
 
-    /// `(page_size, pages in use, is_contiguous)` of a core's scratchpad.
-    pub fn scratchpad_info(&self, dev: u32, core: u32) -> Result<(u64, u32, bool)> {
-        self.with_scratchpad(dev, core, |sp| {
-            (sp.page_size(), sp.view().0, sp.is_contiguous())
+    /// A core's scratchpad: its page size, pages in use and whether it is contiguous (spec §8).
+    pub fn scratchpad_info(&self, dev: u32, core: u32) -> Result<ScratchpadInfo> {
+        self.with_scratchpad(dev, core, |sp| ScratchpadInfo {
+            page_size: sp.page_size(),
+            pages: sp.view().0,
+            contiguous: sp.is_contiguous(),
         })
     }
 

@@ -53,48 +53,7 @@ impl spin::RelaxStrategy for Relax {
     }
 }
 
-/// What a bounded wait waits for (spec §4.5 drain, §4.6 exec seam, §12 teardown): carried by
-/// [`Error::Timeout`] and [`Error::WouldDeadlock`] and handed to the wait hook.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum WaitFor {
-    /// The exec lock of physical core `core` of device `device`, held by an execution or an
-    /// `ExecGuard` (the caller's own, another thread's, or a leaked one).
-    ExecLock {
-        /// Device.
-        device: u32,
-        /// Physical core on the device.
-        core: u32,
-    },
-    /// The references on model `model` (its `H_MODEL` id): executions, `ExecGuard`s and
-    /// model callbacks in flight, which an unload or `close` drains.
-    ModelDrain {
-        /// The model's `H_MODEL` id.
-        model: u32,
-    },
-    /// The API calls in flight, which `init` and `close` let finish before they rewrite the
-    /// runtime (a model or allocator callback is such a call while it runs).
-    CallsInFlight,
-    /// An allocator's list lock, held while a walk calls its callback.
-    AllocatorLock,
-    /// An output completion count (the std shim's `nrt_tensor_check_output_completion`).
-    Completion,
-}
-
-impl core::fmt::Display for WaitFor {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            WaitFor::ExecLock { device, core } => {
-                write!(f, "the exec lock of device {device} core {core}")
-            }
-            WaitFor::ModelDrain { model } => write!(f, "the references on model {model}"),
-            WaitFor::CallsInFlight => f.write_str("the API calls in flight"),
-            WaitFor::AllocatorLock => f.write_str("an allocator's lock"),
-            WaitFor::Completion => f.write_str("an output completion"),
-        }
-    }
-}
+pub use crate::error::WaitFor;
 
 /// What the wait hook answers at each look of a bounded wait.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -31,6 +31,15 @@ pub struct UlibRequest {
     pub bytes: u64,
 }
 
+/// The shared ext-isa library of one core ([`Nrt::ulib_shared_stats`], spec §6).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct UlibStats {
+    /// Times it was staged (once however many models use it).
+    pub stages: u32,
+    /// Models that use it now.
+    pub users: u32,
+}
+
 impl UlibRequest {
     /// Bytes the libraries take once each is padded to `LIB_ALIGN`; an error for a request
     /// of no bytes or one too large to count (checked before a load allocates anything).
@@ -297,8 +306,9 @@ impl Nrt<'_> {
         ext.ulib_users.store(0, Ordering::Release);
     }
 
-    /// Drops a core's cached ext-isa copy when no model uses it (tests; teardown does this).
-    #[doc(hidden)]
+    /// Drops a core's cached ext-isa copy when no model uses it (tests, feature `test-hooks`;
+    /// teardown does this).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn ulib_unstage_for_test(&self, dev: u32, core: u32) {
         let Ok(call) = self.enter() else {
             return;
@@ -309,13 +319,13 @@ impl Nrt<'_> {
     }
 
     /// How many times the shared ext-isa library was staged on a core (exactly once however
-    /// many models use it), and how many models use it now.
-    pub fn ulib_shared_stats(&self, dev: u32, core: u32) -> Result<(u32, u32)> {
+    /// many models use it), and how many models use it now (spec §6).
+    pub fn ulib_shared_stats(&self, dev: u32, core: u32) -> Result<UlibStats> {
         let _call = self.enter()?;
         let ext = self.tpb_ext(self.tpb(dev, core)?);
-        Ok((
-            ext.ulib_stage_count.load(Ordering::Acquire),
-            ext.ulib_users.load(Ordering::Acquire),
-        ))
+        Ok(UlibStats {
+            stages: ext.ulib_stage_count.load(Ordering::Acquire),
+            users: ext.ulib_users.load(Ordering::Acquire),
+        })
     }
 }

@@ -9,101 +9,7 @@ use crate::config::{MAX_LNC_SIZE, MAX_VCORES};
 use crate::ctx::{DevGeom, Exclusive, InCall, InFlight, Nrt};
 use crate::error::{Error, Result, VncRule};
 
-/// A logical NeuronCore of this process, by its application-visible index (`vtpb_idx`,
-/// `0..owned`, spec §9).
-///
-/// A `LogicalCore` names an index, not a claim: the runtime checks it against the cores the
-/// process owns at every call (spec §7.2 range gate), so one kept across `close` and a
-/// re-initialisation with fewer cores is an error ([`Error::LogicalCoreOutOfRange`]), never
-/// another core. [`Nrt::logical_core`] is the checked constructor; [`LogicalCore::new`]
-/// names an index without a runtime (checked when used).
-///
-/// It keeps the C value it was made from ([`LogicalCore::from_c`]), so a C caller's `-5`
-/// fails the range gate at the same point and with the same message as in libnrt.
-///
-/// The default is [`LogicalCore::FIRST`].
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct LogicalCore(i64);
-
-impl LogicalCore {
-    /// Logical core 0, which every initialised runtime owns (an empty owned slice is refused
-    /// at init, spec §9).
-    pub const FIRST: LogicalCore = LogicalCore(0);
-
-    /// Logical core `index`, unchecked until used (spec §9).
-    pub const fn new(index: u32) -> Self {
-        LogicalCore(index as i64)
-    }
-
-    /// The one conversion from the C ABI's `int` / `int32_t` / `int64_t` logical-core argument
-    /// (spec §9). Any value is kept as given, a negative or too large one included: the
-    /// runtime's range gate refuses it where libnrt does, naming the value.
-    pub fn from_c(vnc: impl Into<i64>) -> Self {
-        LogicalCore(vnc.into())
-    }
-
-    /// The value as the C ABI writes it (the index, or the out-of-range C value it was made
-    /// from).
-    pub const fn to_c(self) -> i64 {
-        self.0
-    }
-
-    /// The index, if it is one (`None` for a negative or too large C value).
-    pub fn index(self) -> Option<u32> {
-        u32::try_from(self.0).ok()
-    }
-}
-
-impl core::fmt::Display for LogicalCore {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl From<u32> for LogicalCore {
-    fn from(index: u32) -> Self {
-        LogicalCore::new(index)
-    }
-}
-
-/// Which logical core a tensor goes to (`nrt_tensor_allocate`'s `vnc`, spec §7.2): VIRTUAL
-/// and HOST tensors accept "any" (the C `-1`), which is logical core 0; a DEVICE tensor needs
-/// a core, and "any" fails its range gate as `-1`, as in libnrt.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum CoreSel {
-    /// Any core (C `-1`).
-    Any,
-    /// This logical core.
-    Core(LogicalCore),
-}
-
-impl CoreSel {
-    /// The C ABI's value: `-1` is [`CoreSel::Any`], anything else [`LogicalCore::from_c`].
-    pub fn from_c(vnc: impl Into<i64>) -> Self {
-        let vnc = vnc.into();
-        if vnc == -1 {
-            CoreSel::Any
-        } else {
-            CoreSel::Core(LogicalCore::from_c(vnc))
-        }
-    }
-
-    /// The value as the C ABI writes it (`-1` for [`CoreSel::Any`]).
-    pub const fn to_c(self) -> i64 {
-        match self {
-            CoreSel::Any => -1,
-            CoreSel::Core(c) => c.to_c(),
-        }
-    }
-}
-
-impl From<LogicalCore> for CoreSel {
-    fn from(c: LogicalCore) -> Self {
-        CoreSel::Core(c)
-    }
-}
+pub use crate::device::{CoreSel, LogicalCore};
 
 /// Logical-core configuration (`NEURON_RT_VIRTUAL_CORE_SIZE`, `NEURON_RT_VISIBLE_CORES`,
 /// `NEURON_RT_NUM_CORES`, already parsed).
@@ -256,27 +162,33 @@ impl Nrt<'_> {
 
     /// Logical cores this process owns (`nrt_get_visible_vnc_count`); 0 while the runtime is
     /// not initialised.
-    pub fn visible_vnc_count(&self) -> u32 {
+    #[doc(alias = "visible_vnc_count")]
+    #[doc(alias = "nrt_get_visible_vnc_count")]
+    pub fn visible_logical_core_count(&self) -> u32 {
         self.gated(0, |g| self.vcores(g).num_owned)
     }
 
-    /// [`Self::visible_vnc_count`] as a step of a gated call (`call`).
+    /// [`Self::visible_logical_core_count`] as a step of a gated call (`call`).
     pub(crate) fn owned_vnc_count(&self, call: &impl InCall) -> u32 {
         self.vcores(call).num_owned
     }
 
     /// Logical cores present on all attached devices (`nrt_get_total_vnc_count`); 0 while the
     /// runtime is not initialised.
-    pub fn total_vnc_count(&self) -> u32 {
+    #[doc(alias = "total_vnc_count")]
+    #[doc(alias = "nrt_get_total_vnc_count")]
+    pub fn total_logical_core_count(&self) -> u32 {
         self.gated(0, |g| self.vcores(g).num_total)
     }
 
     /// The LNC size in force; 0 while the runtime is not initialised.
-    pub fn lnc_size(&self) -> u32 {
+    #[doc(alias = "lnc_size")]
+    #[doc(alias = "NEURON_RT_VIRTUAL_CORE_SIZE")]
+    pub fn logical_core_size(&self) -> u32 {
         self.gated(0, |g| self.vcores(g).lnc_size)
     }
 
-    /// [`Self::lnc_size`] as a step of a gated call or of `init` (`call`).
+    /// [`Self::logical_core_size`] as a step of a gated call or of `init` (`call`).
     pub(crate) fn lnc(&self, call: &impl InCall) -> u32 {
         self.vcores(call).lnc_size
     }
@@ -290,17 +202,33 @@ impl Nrt<'_> {
         self.vtpb_get_virtual_core(&call, c).map(|_| c)
     }
 
-    /// The logical cores this process owns, in order (`0..visible_vnc_count()`, spec §9);
+    /// The logical cores this process owns, in order (`0..visible_logical_core_count()`, spec §9);
     /// none while the runtime is not initialised.
     pub fn logical_cores(&self) -> impl Iterator<Item = LogicalCore> {
-        (0..self.visible_vnc_count()).map(LogicalCore::new)
+        (0..self.visible_logical_core_count()).map(LogicalCore::new)
     }
 
     /// The owned logical core `idx` (`vtpb_get_virtual_core`), as a copy read inside the gate.
-    /// `Closed` after `close` ([`crate::ledger::Inspector::virtual_core`] reads a closed one).
-    pub fn virtual_core(&self, idx: LogicalCore) -> Result<virtual_core_t> {
+    /// `Closed` after `close` ([`crate::ledger::Inspector::logical_core_entry`] reads a closed one).
+    #[doc(alias = "virtual_core")]
+    #[doc(alias = "vtpb_get_virtual_core")]
+    pub fn logical_core_entry(&self, idx: LogicalCore) -> Result<virtual_core_t> {
         let call = self.enter()?;
         self.vtpb_get_virtual_core(&call, idx).copied()
+    }
+
+    /// The physical cores of owned logical core `idx`, in order (spec §9): what ordinary use
+    /// needs of [`Self::logical_core_entry`], without the ABI struct.
+    pub fn physical_cores(&self, idx: LogicalCore) -> Result<crate::device::PhysicalCores> {
+        let call = self.enter()?;
+        let v = self.vtpb_get_virtual_core(&call, idx)?;
+        let mut cores = [crate::device::PhysicalCore::default(); 2];
+        let mut n = 0;
+        for (slot, p) in cores.iter_mut().zip(v.cores()) {
+            *slot = crate::device::PhysicalCore::new(p.device_id, p.device_tpb_idx);
+            n += 1;
+        }
+        Ok(crate::device::PhysicalCores::from_slice(&cores[..n]))
     }
 
     /// `vtpb_get_virtual_core(idx)`: the owned logical core `idx`, bounds-checked (spec §9).
@@ -321,7 +249,8 @@ impl Nrt<'_> {
     }
 
     /// `vtpb_get_default_hbm_idx`: the HBM channel a logical core's tensors go to.
-    pub fn vtpb_get_default_hbm_idx(&self, idx: LogicalCore) -> Result<u32> {
+    #[doc(alias = "vtpb_get_default_hbm_idx")]
+    pub fn logical_core_hbm(&self, idx: LogicalCore) -> Result<u32> {
         let call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(&call, idx)?;
         Ok(self.vcore_default_hbm(&call, &v))

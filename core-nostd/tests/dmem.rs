@@ -12,11 +12,11 @@ use nrt_core::LogicalCore;
 use nrt_core::{Error, InitOptions};
 use proptest::prelude::*;
 
-/// `al`'s list is whole (`List::assert_valid` through `Nrt::allocator_check`): every link
+/// `al`'s list is whole (`List::assert_valid` through `DeviceMemory::allocator_check`): every link
 /// symmetric and as many dmems linked as the allocator counts.
 #[track_caller]
 fn assert_list_valid(n: &nrt_core::Nrt<'_>, al: *mut dmem_allocator_t) {
-    match n.allocator_check(al) {
+    match n.dmem().allocator_check(al) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => panic!("allocator list invalid: {e}"),
         Err(e) => panic!("allocator not checkable: {e}"),
@@ -27,28 +27,33 @@ fn assert_list_valid(n: &nrt_core::Nrt<'_>, al: *mut dmem_allocator_t) {
 fn alloc_books_and_free_returns() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 1).unwrap();
-    let m = n
-        .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "t0"), None)
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 1))
         .unwrap();
-    assert_eq!(n.ledger_device(0, 1, TENSOR), 1 << 20);
-    assert_eq!(n.ledger_device(0, 1, UsageSel::Total), 1 << 20);
-    assert_eq!(n.allocator_usage(al), (1, 1 << 20));
+    let m = n
+        .dmem()
+        .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "t0"), None)
+        .unwrap();
+    assert_eq!(n.ledger().device(0, 1, TENSOR), 1 << 20);
+    assert_eq!(n.ledger().device(0, 1, UsageSel::Total), 1 << 20);
+    assert_eq!(n.dmem().allocator_usage(al), (1, 1 << 20));
     assert_list_valid(&n, al);
     let h = n
-        .dmem_alloc(al, &AllocArgs::host(8192, TENSOR, "h0"), None)
+        .dmem()
+        .alloc(al, &AllocArgs::host(8192, TENSOR, "h0"), None)
         .unwrap();
-    assert_eq!(n.ledger_host(0, 1, TENSOR), 8192);
+    assert_eq!(n.ledger().host(0, 1, TENSOR), 8192);
     assert_eq!(
-        n.ledger_device(0, 1, UsageSel::Total),
+        n.ledger().device(0, 1, UsageSel::Total),
         1 << 20,
         "host bytes are not HBM usage"
     );
-    n.dmem_free(m).unwrap();
-    n.dmem_free(h).unwrap();
-    assert_eq!(n.ledger_device(0, 1, UsageSel::Total), 0);
-    assert_eq!(n.ledger_host(0, 1, UsageSel::Total), 0);
-    assert_eq!(n.allocator_usage(al), (0, 0));
+    n.dmem().free(m).unwrap();
+    n.dmem().free(h).unwrap();
+    assert_eq!(n.ledger().device(0, 1, UsageSel::Total), 0);
+    assert_eq!(n.ledger().host(0, 1, UsageSel::Total), 0);
+    assert_eq!(n.dmem().allocator_usage(al), (0, 0));
     assert_list_valid(&n, al);
     close_and_check_drained(&n);
 }
@@ -57,9 +62,13 @@ fn alloc_books_and_free_returns() {
 fn every_bad_input_is_refused_and_changes_nothing() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let keep = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "keep"), None)
+        .dmem()
+        .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "keep"), None)
         .unwrap();
     let before = snapshot(&n);
     let dev = dma_mem_location_t::TONGA_DRAM as u32;
@@ -142,7 +151,7 @@ fn every_bad_input_is_refused_and_changes_nothing() {
         ),
     ];
     for (a, st) in &bad {
-        let e = n.dmem_alloc(al, a, None).unwrap_err();
+        let e = n.dmem().alloc(al, a, None).unwrap_err();
         assert_eq!(e.status(), *st, "{a:?} → {e}");
         assert_eq!(snapshot(&n), before, "{a:?} changed state");
     }
@@ -158,7 +167,7 @@ fn every_bad_input_is_refused_and_changes_nothing() {
             hint: "h",
         };
         let invalid = constants::HOST_CATEGORY_INVALID_USAGE_INDICES.contains(&(u as usize));
-        match n.dmem_alloc(al, &a, None) {
+        match n.dmem().alloc(al, &a, None) {
             Err(e @ Error::UsageInvalidForLocation { .. }) => {
                 assert!(invalid, "usage {u} refused on the host: {e}");
                 assert_eq!(e.status(), NRT_STATUS::NRT_INVALID);
@@ -171,7 +180,7 @@ fn every_bad_input_is_refused_and_changes_nothing() {
             }
             Ok(m) => {
                 assert!(!invalid, "usage {u} accepted on the host");
-                n.dmem_free(m).unwrap();
+                n.dmem().free(m).unwrap();
             }
             Err(e) => panic!("usage {u} on the host: {e}"),
         }
@@ -180,12 +189,13 @@ fn every_bad_input_is_refused_and_changes_nothing() {
     // Core out of range, and a pcore that is not a core of the context tree: refused, the
     // latter without being dereferenced.
     assert!(matches!(
-        n.core_allocator(0, 9),
+        n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 9)),
         Err(Error::CoreOutOfRange { device: 0, tpb: 9 })
     ));
     let mut bogus = physical_core_t::new(0, 1);
     assert!(matches!(
-        n.dmem_allocator_create(&mut bogus, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL),
+        n.dmem()
+            .allocator_create(&mut bogus, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL),
         Err(Error::InvalidArgument(_))
     ));
     // A ref_list that is not a live dmem_list_t: refused before anything is charged.
@@ -194,7 +204,8 @@ fn every_bad_input_is_refused_and_changes_nothing() {
         tail: std::ptr::null_mut(),
     };
     let e = n
-        .dmem_alloc(
+        .dmem()
+        .alloc(
             al,
             &AllocArgs::device(4096, 0, TENSOR, "x"),
             Some(&mut not_a_list),
@@ -204,25 +215,30 @@ fn every_bad_input_is_refused_and_changes_nothing() {
     // An aligned host allocation while the driver aligns natively: its host pool refuses
     // alignment, so the request is refused up front with a clear error.
     let e = n
-        .dmem_alloc(al, &AllocArgs::host(4096, TENSOR, "h").aligned(4096), None)
+        .dmem()
+        .alloc(al, &AllocArgs::host(4096, TENSOR, "h").aligned(4096), None)
         .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{e}");
     assert_eq!(snapshot(&n), before);
     // A handle that was never issued is refused, not reported as a double free.
     assert!(matches!(
-        n.dmem_free(nrt_core::DmemHandle::from_parts(u32::MAX, 1, 1)),
+        n.dmem()
+            .free(nrt_core::DmemHandle::from_parts(u32::MAX, 1, 1)),
         Err(Error::InvalidHandle(_))
     ));
     // Double free and foreign dmem.
-    let other = n.core_allocator(0, 1).unwrap();
-    assert_eq!(n.dmem_free_in(other, keep), Err(Error::ForeignDmem));
-    n.dmem_free(keep).unwrap();
-    assert_eq!(n.dmem_free(keep), Err(stale(nrt_core::HandleKind::Dmem)));
+    let other = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 1))
+        .unwrap();
+    assert_eq!(n.dmem().free_in(other, keep), Err(Error::ForeignDmem));
+    n.dmem().free(keep).unwrap();
+    assert_eq!(n.dmem().free(keep), Err(stale(nrt_core::HandleKind::Dmem)));
     assert_eq!(
-        n.dmem_acquire_reference(keep),
+        n.dmem().acquire_reference(keep),
         Err(stale(nrt_core::HandleKind::Dmem))
     );
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
 }
 
 /// A stale dmem handle (freed, then freed again after another allocation) is reported as a
@@ -231,33 +247,42 @@ fn every_bad_input_is_refused_and_changes_nothing() {
 fn a_stale_dmem_does_not_alias_the_next_allocation() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
-    let a = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
         .unwrap();
-    n.dmem_free(a).unwrap();
+    let a = n
+        .dmem()
+        .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
+        .unwrap();
+    n.dmem().free(a).unwrap();
     let b = n
-        .dmem_alloc(al, &AllocArgs::device(8192, 0, TENSOR, "b"), None)
+        .dmem()
+        .alloc(al, &AllocArgs::device(8192, 0, TENSOR, "b"), None)
         .unwrap();
     assert_ne!(a, b);
-    assert_eq!(n.dmem_free(a), Err(stale(nrt_core::HandleKind::Dmem)));
+    assert_eq!(n.dmem().free(a), Err(stale(nrt_core::HandleKind::Dmem)));
     assert_eq!(
-        n.ledger_device(0, 0, UsageSel::Total),
+        n.ledger().device(0, 0, UsageSel::Total),
         8192,
         "b is still booked"
     );
-    n.dmem_free(b).unwrap();
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
+    n.dmem().free(b).unwrap();
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
 }
 
 #[test]
 fn oom_routes_device_and_host_differently() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let before = snapshot(&n);
     let e = n
-        .dmem_alloc(al, &AllocArgs::device(200 << 30, 0, TENSOR, "huge"), None)
+        .dmem()
+        .alloc(al, &AllocArgs::device(200 << 30, 0, TENSOR, "huge"), None)
         .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE);
     assert!(e.to_string().contains("Failed to allocate"), "{e}");
@@ -265,9 +290,10 @@ fn oom_routes_device_and_host_differently() {
         e.to_string().contains("(usage: tensors) on ND 0:NC 0"),
         "{e}"
     );
-    assert_eq!(n.last_oom(), Some(e));
+    assert_eq!(n.ledger().last_oom(), Some(e));
     let e = n
-        .dmem_alloc(
+        .dmem()
+        .alloc(
             al,
             &AllocArgs::device(200 << 30, 0, TENSOR, "huge").aligned(1 << 20),
             None,
@@ -275,17 +301,19 @@ fn oom_routes_device_and_host_differently() {
         .unwrap_err();
     assert!(e.to_string().contains("alignment boundaries"), "{e}");
     let e = n
-        .dmem_alloc(al, &AllocArgs::host(64 << 30, TENSOR, "hostbig"), None)
+        .dmem()
+        .alloc(al, &AllocArgs::host(64 << 30, TENSOR, "hostbig"), None)
         .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC);
     assert_eq!(snapshot(&n), before);
     assert_eq!(
-        n.device_totals(0).unwrap().device_ooms,
+        n.ledger().device_totals(0).unwrap().device_ooms,
         2,
         "the two device OOMs, not the host one"
     );
     let mut dump = String::new();
-    n.dump_ledger(&mut dump, 0, n.last_oom().as_ref(), 5)
+    n.ledger()
+        .dump(&mut dump, 0, n.ledger().last_oom().as_ref(), 5)
         .unwrap();
     assert!(
         dump.contains("NC 0") && dump.contains("largest free block"),
@@ -297,11 +325,17 @@ fn oom_routes_device_and_host_differently() {
 fn arena_exhaustion_is_its_own_error() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let mut live = Vec::new();
     let err = loop {
         let hbm = (live.len() % 4) as u32;
-        match n.dmem_alloc(al, &AllocArgs::device(4096, hbm, TENSOR, "fill"), None) {
+        match n
+            .dmem()
+            .alloc(al, &AllocArgs::device(4096, hbm, TENSOR, "fill"), None)
+        {
             Ok(m) => live.push(m),
             Err(e) => break e,
         }
@@ -310,13 +344,14 @@ fn arena_exhaustion_is_its_own_error() {
     assert_eq!(live.len(), nrt_core::Capacity::DEFAULT.dmems as usize);
     let before = snapshot(&n);
     assert!(n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "x"), None)
+        .dmem()
+        .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "x"), None)
         .is_err());
     assert_eq!(snapshot(&n), before);
     for m in live {
-        n.dmem_free(m).unwrap();
+        n.dmem().free(m).unwrap();
     }
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
 }
 
 #[test]
@@ -325,16 +360,20 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
     cfg.aligned_alloc = false;
     let f = Fixture::up(cfg, InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     for align in [4096u64, 1 << 16, 1 << 21] {
         let m = n
-            .dmem_alloc(
+            .dmem()
+            .alloc(
                 al,
                 &AllocArgs::device(10_000, 0, TENSOR, "a").aligned(align),
                 None,
             )
             .unwrap();
-        let d = n.dmem_info(m).unwrap();
+        let d = n.dmem().info(m).unwrap();
         assert_eq!(d.align_offset, align_offset(d.pa, align));
         assert_eq!((d.pa + d.align_offset) % align, 0);
         assert!(
@@ -342,20 +381,23 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
             "quirk: aligned pa gets a full alignment"
         );
         assert_eq!(d.allocated_size, 10_000 + d.align_offset);
-        n.dmem_free(m).unwrap();
+        n.dmem().free(m).unwrap();
     }
     // Native path: the driver aligns, no offset.
     f.sim.set_aligned_alloc(true);
     let g = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n2 = g.nrt();
     let m = n2
-        .dmem_alloc(
-            n2.core_allocator(0, 0).unwrap(),
+        .dmem()
+        .alloc(
+            n2.dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+                .unwrap(),
             &AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16),
             None,
         )
         .unwrap();
-    let d = n2.dmem_info(m).unwrap();
+    let d = n2.dmem().info(m).unwrap();
     assert_eq!((d.align_offset, d.pa % (1 << 16)), (0, 0));
 }
 
@@ -366,14 +408,18 @@ fn failed_allocations_do_not_shorten_double_free_detection() {
     // stale pointer into someone else's live allocation.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let stale = stale_dmem(&n, al);
     let before = (snapshot(&n), n.state().arena_stats());
     // Exactly as many failures as the quarantine holds: enough to age the stale slot out if
     // each failure went through it.
     for _ in 0..nrt_core::arena::QUARANTINE {
         let e = n
-            .dmem_alloc(al, &AllocArgs::device(1 << 50, 0, TENSOR, "oom"), None)
+            .dmem()
+            .alloc(al, &AllocArgs::device(1 << 50, 0, TENSOR, "oom"), None)
             .unwrap_err();
         assert!(matches!(e, Error::DeviceOom { .. }), "{e}");
     }
@@ -392,68 +438,80 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     // and later ones go straight to it.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     f.sim.set_aligned_alloc(false);
     let calls = f.sim.alloc_calls();
     let args = AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16);
-    let m = n.dmem_alloc(al, &args, None).unwrap();
+    let m = n.dmem().alloc(al, &args, None).unwrap();
     assert_eq!(f.sim.alloc_calls() - calls, 2, "refused, then emulated");
-    let d = n.dmem_info(m).unwrap();
+    let d = n.dmem().info(m).unwrap();
     assert_eq!(d.align_offset, align_offset(d.pa, 1 << 16));
     assert_eq!((d.pa + d.align_offset) % (1 << 16), 0);
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), d.allocated_size);
-    let m2 = n.dmem_alloc(al, &args, None).unwrap();
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), d.allocated_size);
+    let m2 = n.dmem().alloc(al, &args, None).unwrap();
     assert_eq!(f.sim.alloc_calls() - calls, 3, "latched: no second refusal");
-    n.dmem_free(m).unwrap();
-    n.dmem_free(m2).unwrap();
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
+    n.dmem().free(m).unwrap();
+    n.dmem().free(m2).unwrap();
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
     // The latch holds even if the driver takes alignments again, until the next init.
     f.sim.set_aligned_alloc(true);
-    let m = n.dmem_alloc(al, &args, None).unwrap();
+    let m = n.dmem().alloc(al, &args, None).unwrap();
     // SAFETY: live.
-    assert!(n.dmem_info(m).unwrap().align_offset > 0, "still emulated");
-    n.dmem_free(m).unwrap();
+    assert!(n.dmem().info(m).unwrap().align_offset > 0, "still emulated");
+    n.dmem().free(m).unwrap();
     n.close().unwrap();
     n.init(&InitOptions::default()).unwrap();
-    let al = n.core_allocator(0, 0).unwrap();
-    let m = n.dmem_alloc(al, &args, None).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
+    let m = n.dmem().alloc(al, &args, None).unwrap();
     // SAFETY: live.
-    let offset = n.dmem_info(m).unwrap().align_offset;
+    let offset = n.dmem().info(m).unwrap().align_offset;
     assert_eq!(offset, 0, "init asks the device again");
-    n.dmem_free(m).unwrap();
+    n.dmem().free(m).unwrap();
 }
 
 #[test]
 fn destroy_keeps_shared_dmems_until_their_last_reference() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let pc = n.core_allocator(0, 0).unwrap();
+    let pc = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     // SAFETY: live allocator.
     let pcore = unsafe { (*pc).pcore };
     let al = n
-        .dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+        .dmem()
+        .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
         .unwrap();
     let shared = n
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "shared"), None)
+        .dmem()
+        .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "shared"), None)
         .unwrap();
     let _own = n
-        .dmem_alloc(al, &AllocArgs::device(8192, 0, TENSOR, "own"), None)
+        .dmem()
+        .alloc(al, &AllocArgs::device(8192, 0, TENSOR, "own"), None)
         .unwrap();
-    n.dmem_acquire_reference(shared).unwrap();
+    n.dmem().acquire_reference(shared).unwrap();
     assert_list_valid(&n, al);
-    assert_eq!(n.allocator_usage(al), (2, 4096 + 8192));
-    n.dmem_allocator_destroy(al).unwrap();
+    assert_eq!(n.dmem().allocator_usage(al), (2, 4096 + 8192));
+    n.dmem().allocator_destroy(al).unwrap();
     assert!(
-        matches!(n.allocator_check(al), Err(Error::InvalidArgument(_))),
+        matches!(n.dmem().allocator_check(al), Err(Error::InvalidArgument(_))),
         "a destroyed allocator is not checkable"
     );
     assert_eq!(
-        n.ledger_device(0, 0, UsageSel::Total),
+        n.ledger().device(0, 0, UsageSel::Total),
         4096,
         "only the shared dmem survives"
     );
-    n.dmem_free(shared).unwrap();
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
+    n.dmem().free(shared).unwrap();
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
 }
 
 #[derive(Debug, Clone)]
@@ -490,19 +548,19 @@ proptest! {
         let n = f.nrt();
         let mut live: Vec<(nrt_core::DmemHandle, u32, bool, u32, u64, u32)> = Vec::new();
         // What the runtime itself keeps on each core's GLOBAL allocator.
-        let base: Vec<u64> = (0..8).map(|c| n.allocator_usage(n.core_allocator(0, c).unwrap()).0).collect();
+        let base: Vec<u64> = (0..8).map(|c| n.dmem().allocator_usage(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, c)).unwrap()).0).collect();
         for op in ops {
             match op {
                 Op::Alloc { core, host, usage, kib, align_log } => {
-                    let al = n.core_allocator(0, core).unwrap();
+                    let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, core)).unwrap();
                     let align = if align_log == 0 { 0 } else { 1u64 << (align_log + 5) };
                     let a = if host { AllocArgs::host(kib * 1024, dma_mem_usage_type_t::from_raw(usage).unwrap(), "p") } else {
                         AllocArgs::device(kib * 1024, core / 2, dma_mem_usage_type_t::from_raw(usage).unwrap(), "p").aligned(align)
                     };
-                    match n.dmem_alloc(al, &a, None) {
+                    match n.dmem().alloc(al, &a, None) {
                         Ok(m) => {
                             // SAFETY: live.
-                            let bytes = n.dmem_info(m).unwrap().allocated_size;
+                            let bytes = n.dmem().info(m).unwrap().allocated_size;
                             live.push((m, core, host, usage, bytes, 1));
                         }
                         Err(e) => prop_assert!(
@@ -516,13 +574,13 @@ proptest! {
                 }
                 Op::Free(i) if !live.is_empty() => {
                     let i = i % live.len();
-                    n.dmem_free(live[i].0).unwrap();
+                    n.dmem().free(live[i].0).unwrap();
                     live[i].5 -= 1;
                     if live[i].5 == 0 { live.swap_remove(i); }
                 }
                 Op::Acquire(i) if !live.is_empty() => {
                     let i = i % live.len();
-                    n.dmem_acquire_reference(live[i].0).unwrap();
+                    n.dmem().acquire_reference(live[i].0).unwrap();
                     live[i].5 += 1;
                 }
                 _ => {}
@@ -530,26 +588,26 @@ proptest! {
             for core in 0..8u32 {
                 for usage in 0..23usize {
                     let want = |host: bool| live.iter().filter(|l| l.1 == core && l.2 == host && (usage == 22 || l.3 as usize == usage)).map(|l| l.4).sum::<u64>();
-                    prop_assert_eq!(n.ledger_device(0, core, UsageSel::from_index(usage).unwrap()), want(false));
-                    prop_assert_eq!(n.ledger_host(0, core, UsageSel::from_index(usage).unwrap()), want(true));
+                    prop_assert_eq!(n.ledger().device(0, core, UsageSel::from_index(usage).unwrap()), want(false));
+                    prop_assert_eq!(n.ledger().host(0, core, UsageSel::from_index(usage).unwrap()), want(true));
                 }
             }
             // Every core's list is whole and holds the runtime's own dmems plus the model's.
             for core in 0..8u32 {
-                let al = n.core_allocator(0, core).unwrap();
+                let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, core)).unwrap();
                 assert_list_valid(&n, al);
                 let mine = live.iter().filter(|l| l.1 == core).count() as u64;
-                prop_assert_eq!(n.allocator_usage(al).0, base[core as usize] + mine);
+                prop_assert_eq!(n.dmem().allocator_usage(al).0, base[core as usize] + mine);
             }
             // `memory_usage[4]`: device bytes per HBM channel (device allocations go to core / 2).
-            let hbm = n.ledger_hbm(0);
+            let hbm = n.ledger().hbm(0);
             for (h, have) in hbm.iter().enumerate() {
                 let want: u64 = live.iter().filter(|l| !l.2 && (l.1 / 2) as usize == h).map(|l| l.4).sum();
                 prop_assert_eq!(*have, want, "HBM {}", h);
             }
             let mut ranges: Vec<(u64, u64, u32)> = live.iter().filter(|l| !l.2).map(|l| {
                 // SAFETY: live.
-                let d = n.dmem_info(l.0).unwrap();
+                let d = n.dmem().info(l.0).unwrap();
                 (d.pa, d.pa + d.size + d.align_offset, d.tdram_channel)
             }).collect();
             ranges.sort();
@@ -558,10 +616,10 @@ proptest! {
             }
         }
         for l in &live {
-            for _ in 0..l.5 { n.dmem_free(l.0).unwrap(); }
+            for _ in 0..l.5 { n.dmem().free(l.0).unwrap(); }
         }
-        for core in 0..8 { prop_assert_eq!(n.ledger_device(0, core, UsageSel::Total), 0); }
-        prop_assert_eq!(n.ledger_hbm(0), [0; 4]);
+        for core in 0..8 { prop_assert_eq!(n.ledger().device(0, core, UsageSel::Total), 0); }
+        prop_assert_eq!(n.ledger().hbm(0), [0; 4]);
         n.close().unwrap();
         prop_assert_eq!(n.driver_bytes_in_use(), 0);
     }
@@ -581,21 +639,26 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
             let (f, stop) = (&f, &stop);
             s.spawn(move || {
                 let n = f.nrt();
-                let al = n.core_allocator(0, core).unwrap();
+                let al = n
+                    .dmem()
+                    .core_allocator(nrt_core::PhysicalCore::new(0, core))
+                    .unwrap();
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let a = n
-                        .dmem_alloc(
+                        .dmem()
+                        .alloc(
                             al,
                             &AllocArgs::device(4096 * (1 + i % 7), 0, TENSOR, "a"),
                             None,
                         )
                         .unwrap();
                     let b = n
-                        .dmem_alloc(al, &AllocArgs::device(8192, 0, COLLECTIVES, "b"), None)
+                        .dmem()
+                        .alloc(al, &AllocArgs::device(8192, 0, COLLECTIVES, "b"), None)
                         .unwrap();
-                    n.dmem_free(a).unwrap();
-                    n.dmem_free(b).unwrap();
+                    n.dmem().free(a).unwrap();
+                    n.dmem().free(b).unwrap();
                     i += 1;
                 }
             });
@@ -603,7 +666,7 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
         let _stop = StopOnDrop(&stop); // stops the writers if an assertion fails
         let n = f.nrt();
         for round in 0..3_000 {
-            let (dev, _) = n.ledger_snapshot(0);
+            let dev = n.ledger().snapshot(0).device;
             for (nc, row) in dev.iter().enumerate() {
                 let sum: u64 = row[..22].iter().sum();
                 assert_eq!(
@@ -612,9 +675,9 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
                 );
             }
             if round % 3 == 0 {
-                n.reset_peak(LogicalCore::new(0)).unwrap();
+                n.ledger().reset_peak(LogicalCore::new(0)).unwrap();
             }
-            let u = n.vnc_usage(LogicalCore::new(0)).unwrap();
+            let u = n.ledger().logical_core_usage(LogicalCore::new(0)).unwrap();
             for c in 0..23 {
                 assert!(
                     u.device_peak[c] >= u.device[c],
@@ -624,15 +687,31 @@ fn ledger_snapshots_stay_consistent_under_concurrent_allocation() {
             if round % 100 == 0 {
                 // The lists the writers are linking into and out of are whole at every look.
                 for core in 0..2 {
-                    assert_list_valid(&n, n.core_allocator(0, core).unwrap());
+                    assert_list_valid(
+                        &n,
+                        n.dmem()
+                            .core_allocator(nrt_core::PhysicalCore::new(0, core))
+                            .unwrap(),
+                    );
                 }
             }
         }
     });
     let n = f.nrt();
-    assert_eq!(n.ledger_snapshot(0), ([[0; 23]; 8], [[0; 23]; 8]));
+    assert_eq!(
+        n.ledger().snapshot(0),
+        nrt_core::LedgerSnapshot {
+            device: [[0; 23]; 8],
+            host: [[0; 23]; 8]
+        }
+    );
     for core in 0..8 {
-        assert_list_valid(&n, n.core_allocator(0, core).unwrap());
+        assert_list_valid(
+            &n,
+            n.dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, core))
+                .unwrap(),
+        );
     }
     n.close().unwrap();
 }
@@ -651,19 +730,23 @@ fn oom_dump_lines_stay_whole_under_concurrent_allocation() {
             let (f, stop) = (&f, &stop);
             s.spawn(move || {
                 let n = f.nrt();
-                let al = n.core_allocator(0, core).unwrap();
+                let al = n
+                    .dmem()
+                    .core_allocator(nrt_core::PhysicalCore::new(0, core))
+                    .unwrap();
                 let hints: Vec<String> = (1..=8).map(|k| format!("mib-{k}")).collect();
                 let mut i = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     let k = 1 + (i * 7 + core as usize) % 8;
                     let m = n
-                        .dmem_alloc(
+                        .dmem()
+                        .alloc(
                             al,
                             &AllocArgs::device(k as u64 * MIB, 0, TENSOR, &hints[k - 1]),
                             None,
                         )
                         .unwrap();
-                    n.dmem_free(m).unwrap();
+                    n.dmem().free(m).unwrap();
                     i += 1;
                 }
             });
@@ -673,7 +756,7 @@ fn oom_dump_lines_stay_whole_under_concurrent_allocation() {
         let mut listed = 0;
         for round in 0..1_500 {
             let mut out = String::new();
-            n.dump_ledger(&mut out, 0, None, 4).unwrap();
+            n.ledger().dump(&mut out, 0, None, 4).unwrap();
             for line in out
                 .lines()
                 .skip_while(|l| !l.contains("largest live allocations"))
@@ -705,37 +788,49 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     // SAFETY: a live allocator.
-    let pcore = unsafe { (*n.core_allocator(0, 3).unwrap()).pcore };
+    let pcore = unsafe {
+        (*n.dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(0, 3))
+            .unwrap())
+        .pcore
+    };
     let mine = n
-        .dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+        .dmem()
+        .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
         .unwrap();
     let a = n
-        .dmem_alloc(mine, &AllocArgs::device(3 << 20, 1, TENSOR, "mine"), None)
+        .dmem()
+        .alloc(mine, &AllocArgs::device(3 << 20, 1, TENSOR, "mine"), None)
         .unwrap();
-    let global = n.core_allocator(0, 0).unwrap();
+    let global = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let shared = n
-        .dmem_alloc(
+        .dmem()
+        .alloc(
             global,
             &AllocArgs::device(1 << 20, 0, TENSOR, "shared"),
             None,
         )
         .unwrap();
-    n.dmem_acquire_reference(shared).unwrap();
+    n.dmem().acquire_reference(shared).unwrap();
     assert!(n.driver_bytes_in_use() >= 4 << 20);
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
     for (name, s) in n.state().arena_stats() {
         assert_eq!(s.live, 0, "close left {name} slots live");
     }
-    assert_eq!(n.dmem_free(a), Err(Error::Closed));
-    assert_eq!(n.dmem_free(shared), Err(Error::Closed));
-    assert_eq!(n.dmem_acquire_reference(shared), Err(Error::Closed));
+    assert_eq!(n.dmem().free(a), Err(Error::Closed));
+    assert_eq!(n.dmem().free(shared), Err(Error::Closed));
+    assert_eq!(n.dmem().acquire_reference(shared), Err(Error::Closed));
     assert_eq!(
-        n.dmem_alloc(global, &AllocArgs::device(4096, 0, TENSOR, "late"), None),
+        n.dmem()
+            .alloc(global, &AllocArgs::device(4096, 0, TENSOR, "late"), None),
         Err(Error::Closed)
     );
-    assert_eq!(n.dmem_allocator_destroy(mine), Err(Error::Closed));
-    assert_eq!(n.allocator_usage(mine), (0, 0));
+    assert_eq!(n.dmem().allocator_destroy(mine), Err(Error::Closed));
+    assert_eq!(n.dmem().allocator_usage(mine), (0, 0));
 }
 
 /// The limit of `nrt_get_vnc_memory_stats` is the HBM size (spec §7.4 `aws_hal_get_hbm_size()`)
@@ -761,18 +856,22 @@ fn the_limit_is_the_hbm_size_at_every_lnc() {
         let f = Fixture::up(SimConfig::new(preset, 1), opts);
         let n = f.nrt();
         for vnc in n.logical_cores() {
-            let s = n.dmem_get_memory_stats(vnc).unwrap();
+            let s = n.ledger().memory_stats(vnc).unwrap();
             assert_eq!(s.bytes_limit, limit, "{preset:?} lnc {lnc:?} vnc {vnc}");
         }
         if lnc == Some(1) {
             // Core 0 takes 20 GiB of the HBM it shares with core 1.
-            let al = n.core_allocator(0, 0).unwrap();
-            let big = n
-                .dmem_alloc(al, &AllocArgs::device(20 * GIB, 0, TENSOR, "big"), None)
+            let al = n
+                .dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
                 .unwrap();
-            let s = n.dmem_get_memory_stats(LogicalCore::new(0)).unwrap();
+            let big = n
+                .dmem()
+                .alloc(al, &AllocArgs::device(20 * GIB, 0, TENSOR, "big"), None)
+                .unwrap();
+            let s = n.ledger().memory_stats(LogicalCore::new(0)).unwrap();
             assert!(s.bytes_used <= s.bytes_limit, "{s:?}");
-            n.dmem_free(big).unwrap();
+            n.dmem().free(big).unwrap();
         }
     }
 }
@@ -784,23 +883,30 @@ fn the_runtime_works_again_after_close_and_init() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     let old = n
-        .dmem_alloc(
-            n.core_allocator(0, 0).unwrap(),
+        .dmem()
+        .alloc(
+            n.dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+                .unwrap(),
             &AllocArgs::device(4096, 0, TENSOR, "old"),
             None,
         )
         .unwrap();
     n.close().unwrap();
     n.init(&InitOptions::default()).unwrap();
-    let al = n.core_allocator(0, 0).unwrap();
-    let m = n
-        .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "new"), None)
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
         .unwrap();
-    assert_eq!(n.allocator_usage(al), (1, 1 << 20));
-    n.dmem_free(m).unwrap();
-    assert!(n.dmem_free(old).is_err(), "a pointer from before close");
+    let m = n
+        .dmem()
+        .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "new"), None)
+        .unwrap();
+    assert_eq!(n.dmem().allocator_usage(al), (1, 1 << 20));
+    n.dmem().free(m).unwrap();
+    assert!(n.dmem().free(old).is_err(), "a pointer from before close");
     let t = device_tensor(&n, 0, 4096, "t");
-    n.tensor_free(t).unwrap();
+    n.tensors().free(t).unwrap();
     close_and_check_drained(&n);
 }
 
@@ -812,7 +918,10 @@ fn the_runtime_works_again_after_close_and_init() {
 fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let global = n.core_allocator(0, 0).unwrap();
+    let global = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let t = device_tensor(&n, 0, 4096, "t");
     let allocs = [nrt_core::model::ModelAlloc {
         usage: TENSOR,
@@ -822,7 +931,8 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
         hint: "w",
     }];
     let h = n
-        .load_model(
+        .models()
+        .load(
             LogicalCore::new(0),
             &nrt_core::model::ModelSpec {
                 name: "m",
@@ -833,13 +943,14 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
         )
         .unwrap();
     let mut model_al = std::ptr::null_mut();
-    n.for_each_model_dmem(h, |_, d| model_al = d.allocator)
+    n.models()
+        .for_each_dmem(h, |_, d| model_al = d.allocator)
         .unwrap();
     assert!(!model_al.is_null());
     let before = snapshot(&n);
     for al in [global, model_al] {
         assert_eq!(
-            n.dmem_allocator_destroy(al).map_err(|e| e.status()),
+            n.dmem().allocator_destroy(al).map_err(|e| e.status()),
             Err(NRT_STATUS::NRT_INVALID)
         );
     }
@@ -847,11 +958,12 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     // SAFETY: a live allocator.
     let pcore = unsafe { (*global).pcore };
     let mine = n
-        .dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+        .dmem()
+        .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
         .unwrap();
-    n.dmem_allocator_destroy(mine).unwrap();
-    n.unload_model(h).unwrap();
-    n.tensor_free(t).unwrap();
+    n.dmem().allocator_destroy(mine).unwrap();
+    n.models().unload(h).unwrap();
+    n.tensors().free(t).unwrap();
     close_and_check_drained(&n);
 }
 
@@ -876,8 +988,8 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
             for i in 0..200_000 {
                 n.close().unwrap();
                 n.init(&InitOptions::default()).unwrap();
-                let seen = seen_up.load(Ordering::Relaxed) > 0
-                    && seen_down.load(Ordering::Relaxed) > 0;
+                let seen =
+                    seen_up.load(Ordering::Relaxed) > 0 && seen_down.load(Ordering::Relaxed) > 0;
                 if i >= 300 && seen {
                     break;
                 }
@@ -890,9 +1002,9 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
         while !stop.load(Ordering::Relaxed) {
             let devices = n.num_devices();
             let g = n.geom(0);
-            let lnc = n.lnc_size();
-            let vc = n.inspector().virtual_core(LogicalCore::new(0));
-            let (rows, _) = n.ledger_snapshot(0);
+            let lnc = n.logical_core_size();
+            let vc = n.inspector().logical_core_entry(LogicalCore::new(0));
+            let rows = n.ledger().snapshot(0).device;
             // Each answer is whole on its own (the runtime may change between two calls).
             assert!(devices == 0 || devices == 1, "{devices} devices");
             assert!(g.channels == 0 || (g.channels, g.cores) == (4, 8), "{g:?}");
@@ -922,52 +1034,70 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
 fn a_closed_runtime_can_be_inspected_until_init() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
-    let m = n
-        .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "left"), None)
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
         .unwrap();
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 1 << 20);
+    let m = n
+        .dmem()
+        .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "left"), None)
+        .unwrap();
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 1 << 20);
     let _ = m; // left for close to reclaim
     n.close().unwrap();
     assert_eq!(n.num_devices(), 1);
     assert_eq!(n.geom(0).channels, 4);
-    assert_eq!(n.visible_vnc_count(), 4);
-    assert_eq!(n.lnc_size(), 2);
+    assert_eq!(n.visible_logical_core_count(), 4);
+    assert_eq!(n.logical_core_size(), 2);
     assert_eq!(
-        n.virtual_core(LogicalCore::new(3)).unwrap_err(),
+        n.logical_core_entry(LogicalCore::new(3)).unwrap_err(),
         Error::Closed
     );
     assert_eq!(
-        n.dmem_get_memory_stats(LogicalCore::new(0)),
+        n.ledger().memory_stats(LogicalCore::new(0)),
         Err(Error::Closed)
     );
-    assert_eq!(n.vnc_usage(LogicalCore::new(0)), Err(Error::Closed));
+    assert_eq!(
+        n.ledger().logical_core_usage(LogicalCore::new(0)),
+        Err(Error::Closed)
+    );
     let ins = n.inspector();
     assert_eq!(
-        ins.virtual_core(LogicalCore::new(3)).unwrap().cores().len(),
+        ins.logical_core_entry(LogicalCore::new(3))
+            .unwrap()
+            .cores()
+            .len(),
         2
     );
-    assert_eq!(ins.vnc_usage(LogicalCore::new(0)).unwrap().device[22], 0);
-    let stats = ins.dmem_get_memory_stats(LogicalCore::new(0)).unwrap();
+    assert_eq!(
+        ins.logical_core_usage(LogicalCore::new(0)).unwrap().device[22],
+        0
+    );
+    let stats = ins.memory_stats(LogicalCore::new(0)).unwrap();
     assert_eq!(
         stats.bytes_used, 0,
         "close reclaimed what the dmem API left"
     );
     assert!(stats.bytes_limit > 0);
     assert_eq!(stats.bytes_peak, 1 << 20, "peaks survive close");
-    assert_eq!(n.ledger_snapshot(0).0[0][22], 0);
-    assert_eq!(n.device_totals(0).unwrap().device_bytes, 0);
+    assert_eq!(n.ledger().snapshot(0).device[0][22], 0);
+    assert_eq!(n.ledger().device_totals(0).unwrap().device_bytes, 0);
     let mut dump = String::new();
-    n.dump_ledger(&mut dump, 0, None, 4).unwrap();
+    n.ledger().dump(&mut dump, 0, None, 4).unwrap();
     assert!(dump.contains("ND 0 memory usage"), "{dump}");
-    assert_eq!(n.core_allocator(0, 0), Err(Error::Closed));
     assert_eq!(
-        n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "x"), None),
+        n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0)),
+        Err(Error::Closed)
+    );
+    assert_eq!(
+        n.dmem()
+            .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "x"), None),
         Err(Error::Closed)
     );
     n.init(&InitOptions::default()).unwrap();
     assert_eq!(
-        n.dmem_get_memory_stats(LogicalCore::new(0))
+        n.ledger()
+            .memory_stats(LogicalCore::new(0))
             .unwrap()
             .bytes_peak,
         0,
@@ -1015,18 +1145,18 @@ proptest! {
         };
         let f = Fixture::up(cfg, InitOptions::default());
         let n = f.nrt();
-        let al = n.core_allocator(0, 0).unwrap();
+        let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0)).unwrap();
         let mut live = Vec::new();
         for op in ops {
             match op {
                 OomOp::Alloc { bytes, align_log2 } => {
                     let align = if align_log2 == 0 { 0 } else { 1u64 << align_log2 };
                     let a = AllocArgs::device(bytes, 0, TENSOR, "t").aligned(align);
-                    match n.dmem_alloc(al, &a, None) {
+                    match n.dmem().alloc(al, &a, None) {
                         Ok(m) => live.push(m),
                         Err(e @ Error::DeviceOom { size, .. }) => {
                             let mut dump = String::new();
-                            n.last_oom_dump(&mut dump).unwrap();
+                            n.ledger().last_oom_dump(&mut dump).unwrap();
                             let why: Vec<&str> =
                                 dump.lines().filter(|l| l.starts_with("why: ")).collect();
                             prop_assert_eq!(why.len(), 1, "{}", dump);
@@ -1058,13 +1188,13 @@ proptest! {
                 }
                 OomOp::Free(k) => {
                     if !live.is_empty() {
-                        n.dmem_free(live.swap_remove(k % live.len())).unwrap();
+                        n.dmem().free(live.swap_remove(k % live.len())).unwrap();
                     }
                 }
             }
         }
         for m in live {
-            n.dmem_free(m).unwrap();
+            n.dmem().free(m).unwrap();
         }
         n.close().unwrap();
     }
@@ -1078,7 +1208,7 @@ fn the_oom_report_says_why_in_one_line() {
     const MIB: u64 = 1 << 20;
     let why = |n: &nrt_core::Nrt<'_>| {
         let mut dump = String::new();
-        n.last_oom_dump(&mut dump).unwrap();
+        n.ledger().last_oom_dump(&mut dump).unwrap();
         let line = dump.lines().find(|l| l.starts_with("why: ")).unwrap_or("");
         (line.to_string(), dump)
     };
@@ -1090,15 +1220,18 @@ fn the_oom_report_says_why_in_one_line() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let dev = |size: u64| AllocArgs::device(size, 0, TENSOR, "t");
     // 32 MiB main pool, 16 MiB small-object region: 8 + 8 + 8 MiB, free the middle one
     let a: Vec<_> = (0..3)
-        .map(|_| n.dmem_alloc(al, &dev(8 * MIB), None).unwrap())
+        .map(|_| n.dmem().alloc(al, &dev(8 * MIB), None).unwrap())
         .collect();
-    n.dmem_free(a[1]).unwrap();
+    n.dmem().free(a[1]).unwrap();
     // 16 MiB free in the main pool, in two 8 MiB blocks: no block of 12 MiB
-    n.dmem_alloc(al, &dev(12 * MIB), None).unwrap_err();
+    n.dmem().alloc(al, &dev(12 * MIB), None).unwrap_err();
     let (w, dump) = why(&n);
     assert!(
         w.contains("no free block of 12.000MB: largest free block 8.000MB; ")
@@ -1111,7 +1244,7 @@ fn the_oom_report_says_why_in_one_line() {
         "{dump}"
     );
     // 40 MiB: more than the channel's 32 MiB free
-    n.dmem_alloc(al, &dev(40 * MIB), None).unwrap_err();
+    n.dmem().alloc(al, &dev(40 * MIB), None).unwrap_err();
     let (w, dump) = why(&n);
     assert!(
         w.contains("HBM 0 is full: 32.000MB free, 40.000MB needed"),
@@ -1119,8 +1252,9 @@ fn the_oom_report_says_why_in_one_line() {
     );
     // Fill one 8 MiB hole: the main pool's one free block is then [24, 32) or [40, 48) MiB
     // of the channel, and neither holds a 16 MiB boundary with 4 MiB after it.
-    let b = n.dmem_alloc(al, &dev(8 * MIB), None).unwrap();
-    n.dmem_alloc(al, &dev(4 * MIB).aligned(16 * MIB), None)
+    let b = n.dmem().alloc(al, &dev(8 * MIB), None).unwrap();
+    n.dmem()
+        .alloc(al, &dev(4 * MIB).aligned(16 * MIB), None)
         .unwrap_err();
     let (w, dump) = why(&n);
     assert!(
@@ -1134,14 +1268,14 @@ fn the_oom_report_says_why_in_one_line() {
     );
     // an injected fault: the figures say it fits, and the report says so
     f.sim.fail_nth_alloc(1);
-    n.dmem_alloc(al, &dev(MIB), None).unwrap_err();
+    n.dmem().alloc(al, &dev(MIB), None).unwrap_err();
     let (w, dump) = why(&n);
     assert!(
         w.contains("the driver refused 1.000MB on HBM 0 although"),
         "{dump}"
     );
     for m in [a[0], a[2], b] {
-        n.dmem_free(m).unwrap();
+        n.dmem().free(m).unwrap();
     }
     n.close().unwrap();
 }
@@ -1159,17 +1293,21 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
     std::thread::scope(|s| {
         for &c in &cores {
             s.spawn(move || {
-                let al = n.core_allocator(0, c).unwrap();
+                let al = n
+                    .dmem()
+                    .core_allocator(nrt_core::PhysicalCore::new(0, c))
+                    .unwrap();
                 let mut kept = Vec::new();
                 for i in 0..2000u64 {
                     let size = 4096 * (1 + i % 7);
                     let m = n
-                        .dmem_alloc(al, &AllocArgs::device(size, 0, TENSOR, "race"), None)
+                        .dmem()
+                        .alloc(al, &AllocArgs::device(size, 0, TENSOR, "race"), None)
                         .unwrap();
                     if i % 100 == 0 {
                         kept.push(m);
                     } else {
-                        n.dmem_free(m).unwrap();
+                        n.dmem().free(m).unwrap();
                     }
                 }
                 kept.len()
@@ -1178,19 +1316,19 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
     });
     let per_core: u64 = cores
         .iter()
-        .map(|&c| n.ledger_device(0, c, UsageSel::Total))
+        .map(|&c| n.ledger().device(0, c, UsageSel::Total))
         .sum();
     assert!(per_core > 0);
-    let totals = n.device_totals(0).unwrap();
+    let totals = n.ledger().device_totals(0).unwrap();
     let (device, device_peak) = (totals.device_bytes, totals.device_peak);
     assert_eq!(device, per_core);
-    assert_eq!(n.ledger_hbm(0).iter().sum::<u64>(), per_core);
-    let (rows, _) = n.ledger_snapshot(0);
+    assert_eq!(n.ledger().hbm(0).iter().sum::<u64>(), per_core);
+    let rows = n.ledger().snapshot(0).device;
     for row in rows {
         assert_eq!(row[..22].iter().sum::<u64>(), row[22]);
     }
-    let stats0 = n.dmem_get_memory_stats(LogicalCore::new(0)).unwrap();
-    let stats1 = n.dmem_get_memory_stats(LogicalCore::new(1)).unwrap();
+    let stats0 = n.ledger().memory_stats(LogicalCore::new(0)).unwrap();
+    let stats1 = n.ledger().memory_stats(LogicalCore::new(1)).unwrap();
     assert!(
         device_peak >= device,
         "peak {device_peak} below the total {device}"

@@ -31,15 +31,16 @@ fn fault(e: Error) -> Option<HandleFault> {
 /// A device tensor of `len` bytes filled with `byte`.
 fn filled(n: &Nrt<'_>, len: usize, byte: u8) -> TensorHandle {
     let t = n
-        .tensor_allocate(DEVICE, LogicalCore::new(0).into(), len as u64, None)
+        .tensors()
+        .allocate(DEVICE, LogicalCore::new(0).into(), len as u64, None)
         .unwrap();
-    n.tensor_write(t, &vec![byte; len], 0).unwrap();
+    n.tensors().write(t, &vec![byte; len], 0).unwrap();
     t
 }
 
 fn bytes(n: &Nrt<'_>, t: TensorHandle, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
-    n.tensor_read(t, &mut b, 0).unwrap();
+    n.tensors().read(t, &mut b, 0).unwrap();
     b
 }
 
@@ -63,14 +64,14 @@ fn a_stale_tensor_handle_stays_an_error_after_100k_frees() {
     );
     let n = f.nrt();
     let stale = filled(&n, 64, 0xaa);
-    n.tensor_free(stale).unwrap();
+    n.tensors().free(stale).unwrap();
     let (idx, _, _) = stale.to_parts();
     // Fill the arena and empty it again, over and over: every slot, the stale one's
     // included, is reused once per round.
     let (mut frees, mut reused) = (0u32, 0u32);
     let mut all = Vec::with_capacity(nrt_core::Capacity::DEFAULT.tensors as usize);
     while frees < 100_000 {
-        while let Ok(t) = n.tensor_allocate_empty(None) {
+        while let Ok(t) = n.tensors().allocate_empty(None) {
             assert_ne!(
                 t, stale,
                 "after {frees} frees: the stale handle was issued again"
@@ -79,36 +80,43 @@ fn a_stale_tensor_handle_stays_an_error_after_100k_frees() {
             all.push(t);
         }
         for t in all.drain(..) {
-            n.tensor_free(t).unwrap();
+            n.tensors().free(t).unwrap();
             frees += 1;
         }
     }
     assert!(reused > 5, "the slot was reused ({reused} times)");
     // A new tensor in the very slot the stale handle names.
-    while let Ok(t) = n.tensor_allocate(DEVICE, LogicalCore::new(0).into(), 64, None) {
+    while let Ok(t) = n
+        .tensors()
+        .allocate(DEVICE, LogicalCore::new(0).into(), 64, None)
+    {
         all.push(t);
     }
     let at = all.iter().position(|t| t.to_parts().0 == idx).unwrap();
     let victim = all.swap_remove(at);
     for t in all.drain(..) {
-        n.tensor_free(t).unwrap();
+        n.tensors().free(t).unwrap();
     }
-    n.tensor_write(victim, &[0x5c; 64], 0).unwrap();
+    n.tensors().write(victim, &[0x5c; 64], 0).unwrap();
     let stale_err = Err(stale_of(HandleKind::Tensor));
-    assert_eq!(n.tensor_write(stale, &[0xff; 64], 0), stale_err);
-    assert_eq!(n.tensor_memset(stale, 0, 0xee, 64), stale_err);
+    assert_eq!(n.tensors().write(stale, &[0xff; 64], 0), stale_err);
+    assert_eq!(n.tensors().memset(stale, 0, 0xee, 64), stale_err);
     let mut b = [0u8; 64];
-    assert_eq!(n.tensor_read(stale, &mut b, 0), stale_err);
-    assert_eq!(n.tensor_get_size(stale), Err(stale_of(HandleKind::Tensor)));
-    assert_eq!(n.tensor_copy(victim, 0, stale, 0, 8), stale_err);
-    assert!(n.tensor_allocate_slice(stale, 0, 8, None).is_err());
-    assert_eq!(n.tensor_free(stale), stale_err, "a double free at any age");
+    assert_eq!(n.tensors().read(stale, &mut b, 0), stale_err);
+    assert_eq!(n.tensors().size(stale), Err(stale_of(HandleKind::Tensor)));
+    assert_eq!(n.tensors().copy(victim, 0, stale, 0, 8), stale_err);
+    assert!(n.tensors().allocate_slice(stale, 0, 8, None).is_err());
+    assert_eq!(
+        n.tensors().free(stale),
+        stale_err,
+        "a double free at any age"
+    );
     assert_eq!(
         bytes(&n, victim, 64),
         vec![0x5c; 64],
         "the slot's new tensor"
     );
-    n.tensor_free(victim).unwrap();
+    n.tensors().free(victim).unwrap();
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
@@ -126,45 +134,49 @@ fn a_stale_dmem_handle_stays_an_error_after_100k_frees() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let args = AllocArgs::device(4096, 0, TENSOR, "x");
-    let stale = n.dmem_alloc(al, &args, None).unwrap();
-    n.dmem_free(stale).unwrap();
+    let stale = n.dmem().alloc(al, &args, None).unwrap();
+    n.dmem().free(stale).unwrap();
     assert_eq!(
-        n.dmem_free(stale),
+        n.dmem().free(stale),
         Err(stale_of(HandleKind::Dmem)),
         "at once"
     );
     let idx = stale.to_parts().0;
     let mut reused = 0;
     for _ in 0..100_000 {
-        let m = n.dmem_alloc(al, &args, None).unwrap();
+        let m = n.dmem().alloc(al, &args, None).unwrap();
         reused += (m.to_parts().0 == idx) as u32;
-        n.dmem_free(m).unwrap();
+        n.dmem().free(m).unwrap();
     }
     assert!(reused > 100, "the slot was reused ({reused} times)");
     let theirs = loop {
         let m = n
-            .dmem_alloc(al, &AllocArgs::device(8192, 0, TENSOR, "theirs"), None)
+            .dmem()
+            .alloc(al, &AllocArgs::device(8192, 0, TENSOR, "theirs"), None)
             .unwrap();
         if m.to_parts().0 == idx {
             break m;
         }
-        n.dmem_free(m).unwrap();
+        n.dmem().free(m).unwrap();
     };
     let before = snapshot(&n);
-    assert_eq!(n.dmem_free(stale), Err(stale_of(HandleKind::Dmem)));
+    assert_eq!(n.dmem().free(stale), Err(stale_of(HandleKind::Dmem)));
     assert_eq!(
-        n.dmem_acquire_reference(stale),
+        n.dmem().acquire_reference(stale),
         Err(stale_of(HandleKind::Dmem))
     );
-    assert!(n.dmem_info(stale).is_err());
-    assert!(!n.dmem_is_live(stale));
+    assert!(n.dmem().info(stale).is_err());
+    assert!(!n.dmem().is_live(stale));
     assert_eq!(snapshot(&n), before, "nothing freed");
-    assert_eq!(n.dmem_info(theirs).unwrap().size, 8192);
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 8192);
-    n.dmem_free(theirs).unwrap();
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
+    assert_eq!(n.dmem().info(theirs).unwrap().size, 8192);
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 8192);
+    n.dmem().free(theirs).unwrap();
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
 }
 
 /// Random bits are never a live object: every call refuses them and changes nothing.
@@ -175,11 +187,15 @@ fn forged_handles_never_resolve() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let live_t: Vec<TensorHandle> = (0..32).map(|i| filled(&n, 16, i as u8)).collect();
     let live_d: Vec<DmemHandle> = (0..32)
         .map(|_| {
-            n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "d"), None)
+            n.dmem()
+                .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "d"), None)
                 .unwrap()
         })
         .collect();
@@ -204,14 +220,15 @@ fn forged_handles_never_resolve() {
         if live_t.contains(&t) || live_d.contains(&d) {
             continue; // the bits of a real handle are that handle
         }
-        assert!(fault(n.tensor_write(t, &[0; 16], 0).unwrap_err()).is_some());
-        assert!(fault(n.tensor_free(t).unwrap_err()).is_some());
-        assert!(fault(n.dmem_free(d).unwrap_err()).is_some());
-        assert!(fault(n.dmem_acquire_reference(d).unwrap_err()).is_some());
+        assert!(fault(n.tensors().write(t, &[0; 16], 0).unwrap_err()).is_some());
+        assert!(fault(n.tensors().free(t).unwrap_err()).is_some());
+        assert!(fault(n.dmem().free(d).unwrap_err()).is_some());
+        assert!(fault(n.dmem().acquire_reference(d).unwrap_err()).is_some());
     }
     assert_eq!(
         fault(
-            n.tensor_get_size(TensorHandle::from_parts(u32::MAX, 1, epoch))
+            n.tensors()
+                .size(TensorHandle::from_parts(u32::MAX, 1, epoch))
                 .unwrap_err()
         ),
         Some(HandleFault::Forged),
@@ -219,7 +236,8 @@ fn forged_handles_never_resolve() {
     );
     assert_eq!(
         fault(
-            n.dmem_free(DmemHandle::from_parts(0, 2, epoch))
+            n.dmem()
+                .free(DmemHandle::from_parts(0, 2, epoch))
                 .unwrap_err()
         ),
         Some(HandleFault::Forged),
@@ -247,24 +265,28 @@ fn foreign_closed_and_reinitialised_handles_are_refused() {
     let ta = filled(&na, 32, 1);
     let tb = filled(&nb, 32, 2);
     let foreign = Some(HandleFault::Foreign);
-    assert_eq!(fault(nb.tensor_free(ta).unwrap_err()), foreign);
-    assert_eq!(fault(nb.tensor_get_size(ta).unwrap_err()), foreign);
-    let al = na.core_allocator(0, 0).unwrap();
-    let da = na
-        .dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
+    assert_eq!(fault(nb.tensors().free(ta).unwrap_err()), foreign);
+    assert_eq!(fault(nb.tensors().size(ta).unwrap_err()), foreign);
+    let al = na
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
         .unwrap();
-    assert_eq!(fault(nb.dmem_free(da).unwrap_err()), foreign);
+    let da = na
+        .dmem()
+        .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
+        .unwrap();
+    assert_eq!(fault(nb.dmem().free(da).unwrap_err()), foreign);
     assert_eq!(bytes(&nb, tb, 32), vec![2; 32]);
     // After close: the gate refuses every call.
     na.close().unwrap();
-    assert_eq!(na.tensor_get_size(ta), Err(Error::Closed));
-    assert_eq!(na.dmem_free(da), Err(Error::Closed));
+    assert_eq!(na.tensors().size(ta), Err(Error::Closed));
+    assert_eq!(na.dmem().free(da), Err(Error::Closed));
     // After close + init: the old handle names nothing of the new runtime.
     na.init(&InitOptions::default()).unwrap();
     let ta2 = filled(&na, 32, 3);
-    assert_eq!(fault(na.tensor_get_size(ta).unwrap_err()), foreign);
-    assert_eq!(fault(na.tensor_free(ta).unwrap_err()), foreign);
-    assert_eq!(fault(na.dmem_free(da).unwrap_err()), foreign);
+    assert_eq!(fault(na.tensors().size(ta).unwrap_err()), foreign);
+    assert_eq!(fault(na.tensors().free(ta).unwrap_err()), foreign);
+    assert_eq!(fault(na.dmem().free(da).unwrap_err()), foreign);
     assert_eq!(bytes(&na, ta2, 32), vec![3; 32]);
     // A state block freed and another allocated (often at the same address).
     let c = Fixture::new(SimConfig::scaled_down(Preset::Trn2, 1));
@@ -282,7 +304,7 @@ fn foreign_closed_and_reinitialised_handles_are_refused() {
     n.init(&InitOptions::default()).unwrap();
     let t = filled(&n, 16, 5);
     assert_ne!(t, old);
-    assert_eq!(fault(n.tensor_get_size(old).unwrap_err()), foreign);
+    assert_eq!(fault(n.tensors().size(old).unwrap_err()), foreign);
     assert_eq!(bytes(&n, t, 16), vec![5; 16]);
 }
 
@@ -300,10 +322,10 @@ fn a_handle_freed_while_other_threads_use_it() {
     let n = f.nrt();
     // Use up the fresh slots, so freed slots are reused within a few rounds.
     let fill: Vec<_> = (0..8192)
-        .map_while(|_| n.tensor_allocate_empty(None).ok())
+        .map_while(|_| n.tensors().allocate_empty(None).ok())
         .collect();
     for t in fill {
-        n.tensor_free(t).unwrap();
+        n.tensors().free(t).unwrap();
     }
     let rounds = 1000;
     let (mut ok_reads, mut refused) = (0u64, 0u64);
@@ -317,7 +339,7 @@ fn a_handle_freed_while_other_threads_use_it() {
                 let (mut ok, mut no) = (0u64, 0u64);
                 ready.fetch_add(1, SeqCst);
                 loop {
-                    match n.tensor_read(t, &mut b, 0) {
+                    match n.tensors().read(t, &mut b, 0) {
                         Ok(()) => {
                             assert!(b.iter().all(|x| *x == tag), "round {round}: foreign bytes");
                             ok += 1;
@@ -334,7 +356,7 @@ fn a_handle_freed_while_other_threads_use_it() {
             let writer = s.spawn(|| {
                 ready.fetch_add(1, SeqCst);
                 loop {
-                    match n.tensor_write(t, &[tag; 64], 0) {
+                    match n.tensors().write(t, &[tag; 64], 0) {
                         Ok(()) => {}
                         Err(e) => {
                             assert_eq!(e, stale(HandleKind::Tensor), "round {round}");
@@ -351,13 +373,13 @@ fn a_handle_freed_while_other_threads_use_it() {
             for _ in 0..(round % 64) * 16 {
                 std::hint::spin_loop();
             }
-            n.tensor_free(t).unwrap();
+            n.tensors().free(t).unwrap();
             // The slot may now hold another tensor: the old handle must not reach it.
             let next = filled(&n, LEN, 0);
             let rw = reader.join().unwrap();
             writer.join().unwrap();
             assert_eq!(bytes(&n, next, LEN), vec![0; LEN], "round {round}");
-            n.tensor_free(next).unwrap();
+            n.tensors().free(next).unwrap();
             (rw.0, rw.1)
         });
         ok_reads += r;
@@ -378,11 +400,15 @@ fn a_dmem_freed_twice_while_another_thread_uses_it() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     for round in 0..1000u64 {
         let size = 4096 * (1 + round % 4);
         let m = n
-            .dmem_alloc(al, &AllocArgs::device(size, 0, TENSOR, "r"), None)
+            .dmem()
+            .alloc(al, &AllocArgs::device(size, 0, TENSOR, "r"), None)
             .unwrap();
         let go = AtomicBool::new(false);
         let wins = std::thread::scope(|s| {
@@ -391,7 +417,7 @@ fn a_dmem_freed_twice_while_another_thread_uses_it() {
                     std::hint::spin_loop();
                 }
                 loop {
-                    match n.dmem_info(m) {
+                    match n.dmem().info(m) {
                         Ok(i) => assert_eq!(i.size, size, "round {round}"),
                         Err(e) => {
                             assert_eq!(e, stale(HandleKind::Dmem));
@@ -404,21 +430,22 @@ fn a_dmem_freed_twice_while_another_thread_uses_it() {
                 while !go.load(SeqCst) {
                     std::hint::spin_loop();
                 }
-                n.dmem_free(m).is_ok() as u32
+                n.dmem().free(m).is_ok() as u32
             });
             go.store(true, SeqCst);
-            let first = n.dmem_free(m).is_ok() as u32;
+            let first = n.dmem().free(m).is_ok() as u32;
             let reuse = n
-                .dmem_alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "n"), None)
+                .dmem()
+                .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "n"), None)
                 .unwrap();
             let w = first + second.join().unwrap();
             user.join().unwrap();
-            assert_eq!(n.dmem_info(reuse).unwrap().size, 1 << 20, "round {round}");
-            n.dmem_free(reuse).unwrap();
+            assert_eq!(n.dmem().info(reuse).unwrap().size, 1 << 20, "round {round}");
+            n.dmem().free(reuse).unwrap();
             w
         });
         assert_eq!(wins, 1, "round {round}: exactly one free wins");
-        assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0, "round {round}");
+        assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0, "round {round}");
     }
 }
 
@@ -432,7 +459,7 @@ fn a_full_tensor_arena_is_an_error() {
     let n = f.nrt();
     let mut all = Vec::new();
     let err = loop {
-        match n.tensor_allocate_empty(None) {
+        match n.tensors().allocate_empty(None) {
             Ok(t) => all.push(t),
             Err(e) => break e,
         }
@@ -442,14 +469,14 @@ fn a_full_tensor_arena_is_an_error() {
         "{err}"
     );
     assert_eq!(all.len(), nrt_core::Capacity::DEFAULT.tensors as usize);
-    assert_eq!(n.tensor_get_size(all[17]), Ok(0));
-    n.tensor_free(all[17]).unwrap();
-    let t = n.tensor_allocate_empty(None).unwrap();
+    assert_eq!(n.tensors().size(all[17]), Ok(0));
+    n.tensors().free(all[17]).unwrap();
+    let t = n.tensors().allocate_empty(None).unwrap();
     assert_ne!(t, all[17]);
-    assert!(n.tensor_get_size(all[17]).is_err());
+    assert!(n.tensors().size(all[17]).is_err());
     all[17] = t;
     for t in all {
-        n.tensor_free(t).unwrap();
+        n.tensors().free(t).unwrap();
     }
 }
 
@@ -498,12 +525,12 @@ proptest! {
                 Op::Free(i) if !order.is_empty() => {
                     let t = order.swap_remove(i % order.len());
                     live.remove(&t);
-                    n.tensor_free(t).unwrap();
+                    n.tensors().free(t).unwrap();
                     dead.push(t);
                 }
                 Op::Write(i, b) if !order.is_empty() => {
                     let t = order[i % order.len()];
-                    n.tensor_write(t, &[b; LEN], 0).unwrap();
+                    n.tensors().write(t, &[b; LEN], 0).unwrap();
                     live.insert(t, b);
                 }
                 Op::Read(i) if !order.is_empty() => {
@@ -512,15 +539,15 @@ proptest! {
                 }
                 Op::UseStale(i) if !dead.is_empty() => {
                     let t = dead[i % dead.len()];
-                    prop_assert_eq!(n.tensor_write(t, &[0xee; LEN], 0), Err(stale(HandleKind::Tensor)));
-                    prop_assert_eq!(n.tensor_free(t), Err(stale(HandleKind::Tensor)));
+                    prop_assert_eq!(n.tensors().write(t, &[0xee; LEN], 0), Err(stale(HandleKind::Tensor)));
+                    prop_assert_eq!(n.tensors().free(t), Err(stale(HandleKind::Tensor)));
                 }
                 Op::Forge(i, g) => {
                     let epoch = order.first().or(dead.first()).map_or(1, |t| t.to_parts().2);
                     let t = TensorHandle::from_parts(i, g, epoch);
                     if !live.contains_key(&t) {
-                        prop_assert!(n.tensor_write(t, &[0xdd; LEN], 0).is_err());
-                        prop_assert!(n.tensor_get_size(t).is_err());
+                        prop_assert!(n.tensors().write(t, &[0xdd; LEN], 0).is_err());
+                        prop_assert!(n.tensors().size(t).is_err());
                     }
                 }
                 _ => {}

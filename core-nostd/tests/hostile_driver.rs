@@ -225,7 +225,7 @@ fn spec() -> ModelSpec<'static> {
 
 /// Device and host bytes the ledger books on device 0.
 fn ledger_bytes(n: &Nrt<'_>) -> u64 {
-    let (d, h) = n.ledger_snapshot(0);
+    let nrt_core::LedgerSnapshot { device: d, host: h } = n.ledger().snapshot(0);
     d.iter().chain(h.iter()).map(|r| r[22]).sum()
 }
 
@@ -292,10 +292,13 @@ fn lying_pool_statistics_are_refused_never_subtracted() {
             dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
             "big",
         );
-        let al = n.core_allocator(0, 0).unwrap();
-        assert!(n.dmem_alloc(al, &a, None).is_err(), "{name}");
+        let al = n
+            .dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+            .unwrap();
+        assert!(n.dmem().alloc(al, &a, None).is_err(), "{name}");
         let mut text = String::new();
-        let _ = n.dump_ledger(&mut text, 0, None, 8);
+        let _ = n.ledger().dump(&mut text, 0, None, 8);
         assert_eq!(n.close(), Ok(()), "{name}");
     }
 }
@@ -322,7 +325,10 @@ fn handle_zero_and_blocks_outside_the_window_are_refused_and_given_back() {
         let st = CoreState::new_boxed();
         let n = Nrt::new(&st, &drv);
         n.init(&InitOptions::default()).unwrap();
-        let al = n.core_allocator(0, 0).unwrap();
+        let al = n
+            .dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+            .unwrap();
         for a in [
             AllocArgs::device(
                 4096,
@@ -332,13 +338,13 @@ fn handle_zero_and_blocks_outside_the_window_are_refused_and_given_back() {
             ),
             AllocArgs::host(4096, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR, "h"),
         ] {
-            let e = n.dmem_alloc(al, &a, None).unwrap_err();
+            let e = n.dmem().alloc(al, &a, None).unwrap_err();
             assert!(
                 matches!(e, Error::BadDriver { what: w, .. } if w == what),
                 "{e:?}"
             );
         }
-        assert!(n.load_model(LogicalCore::FIRST, &spec()).is_err());
+        assert!(n.models().load(LogicalCore::FIRST, &spec()).is_err());
         assert_eq!(ledger_bytes(&n), 0, "nothing booked");
         n.close().unwrap();
     }
@@ -356,19 +362,25 @@ fn the_same_handle_twice_is_refused() {
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let a = AllocArgs::device(
         4096,
         0,
         dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
         "d",
     );
-    let first = n.dmem_alloc(al, &a, None).expect("the first handle is new");
-    let held = n.dmem_info(first).unwrap().mem_handle;
+    let first = n
+        .dmem()
+        .alloc(al, &a, None)
+        .expect("the first handle is new");
+    let held = n.dmem().info(first).unwrap().mem_handle;
     let booked = ledger_bytes(&n);
     // The driver answers each request with the handle of its previous block: the first
     // repeat is the live one's.
-    let e = n.dmem_alloc(al, &a, None).unwrap_err();
+    let e = n.dmem().alloc(al, &a, None).unwrap_err();
     assert!(
         matches!(e, Error::BadDriver { what, value } if what.contains("already holds") && value == held),
         "{e:?}"
@@ -378,7 +390,7 @@ fn the_same_handle_twice_is_refused() {
         booked,
         "nothing booked for the refused answers"
     );
-    n.dmem_free(first).unwrap();
+    n.dmem().free(first).unwrap();
     n.close().unwrap();
 }
 
@@ -395,16 +407,17 @@ fn refused_frees_are_reported_by_each_call_and_by_close() {
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
     let t = n
-        .tensor_allocate(
+        .tensors()
+        .allocate(
             Placement::Device,
             LogicalCore::FIRST.into(),
             8192,
             Some("t"),
         )
         .unwrap();
-    let m = n.load_model(LogicalCore::FIRST, &spec()).unwrap();
+    let m = n.models().load(LogicalCore::FIRST, &spec()).unwrap();
     let booked = ledger_bytes(&n);
-    let e = n.tensor_free(t).unwrap_err();
+    let e = n.tensors().free(t).unwrap_err();
     assert!(
         matches!(
             e,
@@ -418,13 +431,13 @@ fn refused_frees_are_reported_by_each_call_and_by_close() {
     );
     assert!(e.to_string().contains("8192 bytes"), "{e}");
     assert!(
-        n.tensor_get_size(t).is_err(),
+        n.tensors().size(t).is_err(),
         "the tensor is gone all the same"
     );
-    let e = n.unload_model(m).unwrap_err();
+    let e = n.models().unload(m).unwrap_err();
     assert!(matches!(e, Error::DriverKept { blocks: 2, .. }), "{e:?}");
     assert!(
-        n.model_core(m).is_err(),
+        n.models().core(m).is_err(),
         "the model is unloaded all the same"
     );
     // The ledger still books what the driver holds.
@@ -440,7 +453,7 @@ fn refused_frees_are_reported_by_each_call_and_by_close() {
     assert_eq!(e.status(), NRT_STATUS::NRT_FAILURE);
     assert_eq!(
         n.lifecycle(),
-        nrt_core::ctx::STATE_CLOSED,
+        nrt_core::Lifecycle::Closed,
         "closed all the same"
     );
     assert_eq!(n.driver_kept().unwrap(), kept, "readable after close");
@@ -517,32 +530,32 @@ proptest! {
             return Ok(());
         }
         let (mut models, mut tensors, mut dmems, mut sets) = (vec![], vec![], vec![], vec![]);
-        let al = n.core_allocator(0, 0).unwrap();
+        let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0)).unwrap();
         for op in ops {
             bounded(|| match op {
                 Op::Load => {
-                    if let Ok(m) = n.load_model(LogicalCore::FIRST, &spec()) {
+                    if let Ok(m) = n.models().load(LogicalCore::FIRST, &spec()) {
                         models.push(m);
                     }
                 }
                 Op::Unload(i) if !models.is_empty() => {
                     let m = models.swap_remove(i % models.len());
-                    match n.unload_model(m) {
+                    match n.models().unload(m) {
                         Ok(()) | Err(Error::DriverKept { .. }) => {}
                         Err(e) => panic!("unload: {e:?}"),
                     }
                 }
                 Op::Tensor(size) => {
-                    if let Ok(t) = n.tensor_allocate(
+                    if let Ok(t) = n.tensors().allocate(
                         Placement::Device, LogicalCore::FIRST.into(), size, Some("in"),
                     ) {
-                        let _ = n.tensor_write(t, &[1; 64], 0);
+                        let _ = n.tensors().write(t, &[1; 64], 0);
                         tensors.push(t);
                     }
                 }
                 Op::FreeTensor(i) if !tensors.is_empty() => {
                     let t = tensors.swap_remove(i % tensors.len());
-                    match n.tensor_free(t) {
+                    match n.tensors().free(t) {
                         Ok(()) | Err(Error::DriverKept { .. }) => {}
                         Err(e) => panic!("tensor_free: {e:?}"),
                     }
@@ -554,32 +567,32 @@ proptest! {
                     } else {
                         AllocArgs::device(size, 0, u, "d")
                     };
-                    if let Ok(d) = n.dmem_alloc(al, &a, None) {
+                    if let Ok(d) = n.dmem().alloc(al, &a, None) {
                         dmems.push(d);
                     }
                 }
                 Op::FreeDmem(i) if !dmems.is_empty() => {
                     // A duplicated handle may have been freed under this one: an error is
                     // fine, a panic is not.
-                    let _ = n.dmem_free(dmems.swap_remove(i % dmems.len()));
+                    let _ = n.dmem().free(dmems.swap_remove(i % dmems.len()));
                 }
                 Op::Execute(i) if !models.is_empty() && tensors.len() >= 2 => {
                     let m = models[i % models.len()];
-                    let (si, so) = match (n.set_create(), n.set_create()) {
+                    let (si, so) = match (n.sets().create(), n.sets().create()) {
                         (Ok(a), Ok(b)) => (a, b),
                         _ => return,
                     };
                     sets.push(si);
                     sets.push(so);
-                    let _ = n.set_add(si, "in", tensors[0]);
-                    let _ = n.set_add(so, "out", tensors[1]);
-                    let _ = n.execute(m, si, so);
+                    let _ = n.sets().add(si, "in", tensors[0]);
+                    let _ = n.sets().add(so, "out", tensors[1]);
+                    let _ = n.tensors().execute(m, si, so);
                 }
                 Op::Stats => {
                     let _ = n.driver_bytes_in_use();
                     let _ = n.pool_stats_checked(0, false, 0);
                     let mut s = String::new();
-                    let _ = n.dump_ledger(&mut s, 0, None, 8);
+                    let _ = n.ledger().dump(&mut s, 0, None, 8);
                 }
                 _ => {}
             });
@@ -596,6 +609,6 @@ proptest! {
             }
             Err(e) => prop_assert!(false, "close: {:?}", e),
         }
-        prop_assert_eq!(n.lifecycle(), nrt_core::ctx::STATE_CLOSED);
+        prop_assert_eq!(n.lifecycle(), nrt_core::Lifecycle::Closed);
     }
 }

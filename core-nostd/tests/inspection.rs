@@ -41,16 +41,18 @@ fn runtime_figures_count_this_runtime_and_driver_figures_every_client() {
 
     let core = LogicalCore::new(0).into();
     let ta = a
-        .tensor_allocate(Placement::Device, core, MIB, None)
+        .tensors()
+        .allocate(Placement::Device, core, MIB, None)
         .unwrap();
     let tb = b
-        .tensor_allocate(Placement::Device, core, 3 * MIB, None)
+        .tensors()
+        .allocate(Placement::Device, core, 3 * MIB, None)
         .unwrap();
     assert_eq!(a.runtime_bytes_in_use(), Ok(a0 + MIB));
     assert_eq!(b.runtime_bytes_in_use(), Ok(b0 + 3 * MIB));
     assert_eq!(a.driver_pool_bytes_in_use(), Ok(drv0 + 4 * MIB));
 
-    a.tensor_free(ta).unwrap();
+    a.tensors().free(ta).unwrap();
     a.close().unwrap();
     assert_eq!(a.runtime_bytes_in_use(), Ok(0), "closed: holds nothing");
     assert_eq!(
@@ -58,7 +60,7 @@ fn runtime_figures_count_this_runtime_and_driver_figures_every_client() {
         Ok(drv0 - a0 + 3 * MIB),
         "the driver still serves the other runtime"
     );
-    b.tensor_free(tb).unwrap();
+    b.tensors().free(tb).unwrap();
     b.close().unwrap();
     assert_eq!(b.driver_pool_bytes_in_use(), Ok(0));
 }

@@ -17,7 +17,7 @@ fn the_checked_constructor_names_how_many_cores_the_process_owns() {
     assert_eq!(n.logical_core(0), Err(Error::Uninitialized));
     assert_eq!(n.logical_cores().count(), 0, "no cores before init");
     n.init(&InitOptions::default()).unwrap();
-    let owned = n.visible_vnc_count();
+    let owned = n.visible_logical_core_count();
     assert_eq!(owned, 4, "trn2: 8 physical cores at LNC 2");
     for i in 0..owned {
         assert_eq!(n.logical_core(i), Ok(LogicalCore::new(i)));
@@ -42,7 +42,7 @@ fn an_index_kept_across_a_smaller_reinit_is_an_error_not_another_core() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     let last = n.logical_core(3).unwrap();
-    assert_eq!(n.virtual_core(last).unwrap().vtpb_idx, 3);
+    assert_eq!(n.logical_core_entry(last).unwrap().vtpb_idx, 3);
     n.close().unwrap();
     let two = InitOptions {
         vcores: VcoreOptions {
@@ -52,13 +52,13 @@ fn an_index_kept_across_a_smaller_reinit_is_an_error_not_another_core() {
         ..Default::default()
     };
     n.init(&two).unwrap();
-    assert_eq!(n.visible_vnc_count(), 2);
+    assert_eq!(n.visible_logical_core_count(), 2);
     assert_eq!(
-        n.virtual_core(last).err(),
+        n.logical_core_entry(last).err(),
         Some(Error::LogicalCoreOutOfRange { vnc: 3, owned: 2 })
     );
     assert_eq!(
-        n.dmem_get_memory_stats(last),
+        n.ledger().memory_stats(last),
         Err(Error::LogicalCoreOutOfRange { vnc: 3, owned: 2 })
     );
     n.close().unwrap();
@@ -78,7 +78,7 @@ fn the_c_value_is_kept_so_the_range_gate_names_it() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
     for c in [-5, -1, 1 << 40] {
-        let e = n.virtual_core(LogicalCore::from_c(c)).unwrap_err();
+        let e = n.logical_core_entry(LogicalCore::from_c(c)).unwrap_err();
         assert_eq!(e, Error::LogicalCoreOutOfRange { vnc: c, owned: 4 });
         assert_eq!(
             e.to_string(),

@@ -9,9 +9,11 @@ use nrt_core::dmem::AllocArgs;
 use nrt_core::driver::Driver;
 use nrt_core::ledger::UsageSel;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout};
+use nrt_core::scratchpad::ScratchpadInfo;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::ulib::UlibRequest;
+use nrt_core::ulib::UlibStats;
 use nrt_core::LogicalCore;
 use nrt_core::{Error, HandleError, HandleFault, HandleKind, InitOptions, ModelHandle};
 
@@ -65,14 +67,15 @@ fn spec<'a>(name: &'a str, a: &'a [ModelAlloc<'a>]) -> ModelSpec<'a> {
 fn stamp(f: &Fixture, h: ModelHandle, pattern: u8) -> Vec<(u64, u64)> {
     let n = f.nrt();
     let mut out = Vec::new();
-    let st = n.model_info(h).unwrap();
+    let st = n.models().info(h).unwrap();
     assert!(st.allocations > 0);
-    n.for_each_model_dmem(h, |_, d| {
-        if d.mem_type == DEV as u32 {
-            out.push((d.mem_handle, d.size));
-        }
-    })
-    .unwrap();
+    n.models()
+        .for_each_dmem(h, |_, d| {
+            if d.mem_type == DEV as u32 {
+                out.push((d.mem_handle, d.size));
+            }
+        })
+        .unwrap();
     for (handle, size) in &out {
         f.sim
             .copy_in(0, *handle, 0, &vec![pattern; (*size).min(8192) as usize])
@@ -100,41 +103,52 @@ fn three_models_share_a_core_and_unload_frees_exactly_one() {
     );
     let n = f.nrt();
     let a = allocs();
-    let h1 = n.load_model(LogicalCore::new(0), &spec("m1", &a)).unwrap();
+    let h1 = n
+        .models()
+        .load(LogicalCore::new(0), &spec("m1", &a))
+        .unwrap();
     let after1 = n
-        .dmem_get_memory_stats(LogicalCore::new(0))
+        .ledger()
+        .memory_stats(LogicalCore::new(0))
         .unwrap()
         .bytes_used;
-    let h2 = n.load_model(LogicalCore::new(0), &spec("m2", &a)).unwrap();
+    let h2 = n
+        .models()
+        .load(LogicalCore::new(0), &spec("m2", &a))
+        .unwrap();
     let after2 = n
-        .dmem_get_memory_stats(LogicalCore::new(0))
+        .ledger()
+        .memory_stats(LogicalCore::new(0))
         .unwrap()
         .bytes_used;
-    let h3 = n.load_model(LogicalCore::new(0), &spec("m3", &a)).unwrap();
+    let h3 = n
+        .models()
+        .load(LogicalCore::new(0), &spec("m3", &a))
+        .unwrap();
     assert!(h1.h_model().id != 0 && h2.h_model().id != 0 && h3.h_model().id != 0);
     assert!(h1 != h2 && h2 != h3 && h1 != h3);
     let mut on = [ModelHandle::from_parts(0, 0, 0); 8];
-    assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 3);
+    assert_eq!(n.models().on_core(LogicalCore::new(0), &mut on).unwrap(), 3);
     let s1 = stamp(&f, h1, 0x11);
     let s3 = stamp(&f, h3, 0x33);
-    let i1 = n.model_info(h1).unwrap();
-    let i3 = n.model_info(h3).unwrap();
-    let ledger_before = n.vnc_usage(LogicalCore::new(0)).unwrap();
+    let i1 = n.models().info(h1).unwrap();
+    let i3 = n.models().info(h3).unwrap();
+    let ledger_before = n.ledger().logical_core_usage(LogicalCore::new(0)).unwrap();
     let m2_bytes = after2 - after1;
-    n.unload_model(h2).unwrap();
-    let ledger_after = n.vnc_usage(LogicalCore::new(0)).unwrap();
+    n.models().unload(h2).unwrap();
+    let ledger_after = n.ledger().logical_core_usage(LogicalCore::new(0)).unwrap();
     assert_eq!(
         ledger_before.device[22] - ledger_after.device[22],
         m2_bytes,
         "only m2's bytes went"
     );
-    assert_eq!(n.model_info(h1).unwrap(), i1);
-    assert_eq!(n.model_info(h3).unwrap(), i3);
+    assert_eq!(n.models().info(h1).unwrap(), i1);
+    assert_eq!(n.models().info(h3).unwrap(), i3);
     check_stamp(&f, &s1, 0x11);
     check_stamp(&f, &s3, 0x33);
-    assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 2);
+    assert_eq!(n.models().on_core(LogicalCore::new(0), &mut on).unwrap(), 2);
     assert_eq!(
-        n.unload_model(h2),
+        n.models().unload(h2),
         Err(Error::InvalidHandle(HandleError {
             kind: HandleKind::Model,
             fault: HandleFault::Stale
@@ -143,7 +157,7 @@ fn three_models_share_a_core_and_unload_frees_exactly_one() {
     );
     let zero = ModelHandle::from_parts(0, 0, h1.to_parts().2);
     assert_eq!(
-        n.unload_model(zero).unwrap_err().status(),
+        n.models().unload(zero).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID_HANDLE
     );
     // Teardown with models still loaded returns every byte to the driver.
@@ -165,16 +179,16 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
     });
     // Count the driver allocations one successful load makes.
     let c0 = f.sim.alloc_calls();
-    let h = n.load_model(LogicalCore::new(0), &s).unwrap();
+    let h = n.models().load(LogicalCore::new(0), &s).unwrap();
     let points = f.sim.alloc_calls() - c0;
-    n.unload_model(h).unwrap();
+    n.models().unload(h).unwrap();
     n.ulib_unstage_for_test(0, 0);
     assert!(points >= 8, "allocations: {points}");
     for k in 1..=points {
         let before = snapshot(&n);
         let arenas = n.state().arena_stats().map(|(name, s)| (name, s.live));
         f.sim.fail_nth_alloc(k);
-        let e = n.load_model(LogicalCore::new(0), &s).unwrap_err();
+        let e = n.models().load(LogicalCore::new(0), &s).unwrap_err();
         f.sim.clear_faults();
         // Device ENOMEM is NRT_RESOURCE; the host IO queue's is NRT_FAIL_HOST_MEM_ALLOC (§3.2).
         let host_point = matches!(e, Error::HostOom { .. });
@@ -195,12 +209,12 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
         );
         assert_eq!(
             n.ulib_shared_stats(0, 0).unwrap(),
-            (0, 0),
+            UlibStats::default(),
             "point {k} left a staged ext-isa"
         );
     }
     // And it still loads afterwards.
-    n.load_model(LogicalCore::new(0), &s).unwrap();
+    n.models().load(LogicalCore::new(0), &s).unwrap();
 }
 
 #[test]
@@ -210,7 +224,10 @@ fn failed_loads_do_not_shorten_double_free_detection() {
     // someone else's live allocation.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let stale = stale_dmem(&n, al);
     let too_big = [
         ModelAlloc {
@@ -234,7 +251,8 @@ fn failed_loads_do_not_shorten_double_free_detection() {
     // holds would age the stale slot out if they went through it.
     for _ in 0..nrt_core::arena::QUARANTINE {
         let e = n
-            .load_model(LogicalCore::new(0), &spec("retry", &too_big))
+            .models()
+            .load(LogicalCore::new(0), &spec("retry", &too_big))
             .unwrap_err();
         assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE, "{e}");
     }
@@ -258,13 +276,16 @@ fn gpsimd_libs_are_checked_before_anything_is_allocated() {
     };
     let calls = f.sim.alloc_calls();
     assert_eq!(
-        n.load_model(LogicalCore::new(0), &s).unwrap_err().status(),
+        n.models()
+            .load(LogicalCore::new(0), &s)
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(f.sim.alloc_calls(), calls);
     s.gpsimd_libs = Some(UlibRequest { count: 0, bytes: 0 });
-    let h = n.load_model(LogicalCore::new(0), &s).unwrap();
-    n.unload_model(h).unwrap();
+    let h = n.models().load(LogicalCore::new(0), &s).unwrap();
+    n.models().unload(h).unwrap();
 }
 
 #[test]
@@ -278,16 +299,31 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
         bytes: 65536,
     });
     let hs: Vec<_> = (0..3)
-        .map(|_| n.load_model(LogicalCore::new(0), &s).unwrap())
+        .map(|_| n.models().load(LogicalCore::new(0), &s).unwrap())
         .collect();
-    assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 3));
-    let lib_bytes = n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB);
-    assert!(lib_bytes >= 65536);
-    n.unload_model(hs[0]).unwrap();
-    n.unload_model(hs[1]).unwrap();
-    assert_eq!(n.ulib_shared_stats(0, 0).unwrap(), (1, 1));
     assert_eq!(
-        n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB),
+        n.ulib_shared_stats(0, 0).unwrap(),
+        UlibStats {
+            stages: 1,
+            users: 3
+        }
+    );
+    let lib_bytes = n
+        .ledger()
+        .device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB);
+    assert!(lib_bytes >= 65536);
+    n.models().unload(hs[0]).unwrap();
+    n.models().unload(hs[1]).unwrap();
+    assert_eq!(
+        n.ulib_shared_stats(0, 0).unwrap(),
+        UlibStats {
+            stages: 1,
+            users: 1
+        }
+    );
+    assert_eq!(
+        n.ledger()
+            .device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB),
         lib_bytes,
         "shared copy survives"
     );
@@ -296,21 +332,21 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
         count: 3,
         bytes: 4096,
     });
-    let h = n.load_model(LogicalCore::new(0), &s).unwrap();
-    assert!(!n.model_info(h).unwrap().shared_ulib);
+    let h = n.models().load(LogicalCore::new(0), &s).unwrap();
+    assert!(!n.models().info(h).unwrap().shared_ulib);
     assert!(
-        n.model_info(h).unwrap().by_usage
+        n.models().info(h).unwrap().by_usage
             [dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize]
             > 0
     );
-    n.unload_model(h).unwrap();
+    n.models().unload(h).unwrap();
     // More than 9: NRT_FAILURE, nothing allocated.
     let before = snapshot(&n);
     s.gpsimd_libs = Some(UlibRequest {
         count: 10,
         bytes: 4096,
     });
-    let e = n.load_model(LogicalCore::new(0), &s).unwrap_err();
+    let e = n.models().load(LogicalCore::new(0), &s).unwrap_err();
     assert_eq!(
         (e, e.status()),
         (Error::TooManyLibs(10), NRT_STATUS::NRT_FAILURE)
@@ -320,13 +356,13 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
     // model loads, its libraries ignored.
     let f2 = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n2 = f2.nrt();
-    let h = n2.load_model(LogicalCore::new(0), &s).unwrap();
+    let h = n2.models().load(LogicalCore::new(0), &s).unwrap();
     assert_eq!(
-        n2.model_info(h).unwrap().by_usage
+        n2.models().info(h).unwrap().by_usage
             [dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB as usize],
         0
     );
-    n2.unload_model(h).unwrap();
+    n2.models().unload(h).unwrap();
 }
 
 #[test]
@@ -343,8 +379,8 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     small.scratchpad_bytes = 6 << 20; // 2 pages
     let mut big = spec("big", &[]);
     big.scratchpad_bytes = 10 << 20; // 3 pages
-    let hs = n.load_model(LogicalCore::new(0), &small).unwrap();
-    let hb = n.load_model(LogicalCore::new(0), &big).unwrap();
+    let hs = n.models().load(LogicalCore::new(0), &small).unwrap();
+    let hb = n.models().load(LogicalCore::new(0), &big).unwrap();
     let refs: Vec<u32> = (0..4)
         .map(|i| n.scratchpad_page(0, 0, i).unwrap().1)
         .collect();
@@ -355,27 +391,34 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     let rc: Vec<u64> = (0..3)
         .map(|i| {
             let m = n.scratchpad_page(0, 0, i).unwrap().0.unwrap();
-            u64::from(n.dmem_info(m).unwrap().ref_count)
+            u64::from(n.dmem().info(m).unwrap().ref_count)
         })
         .collect();
     assert_eq!(rc, vec![3, 3, 2]);
-    assert_eq!(n.scratchpad_info(0, 0).unwrap(), (4 << 20, 3, false));
+    assert_eq!(
+        n.scratchpad_info(0, 0).unwrap(),
+        ScratchpadInfo {
+            page_size: 4 << 20,
+            pages: 3,
+            contiguous: false
+        }
+    );
     let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD;
-    assert_eq!(n.ledger_device(0, 0, scr), 12 << 20);
+    assert_eq!(n.ledger().device(0, 0, scr), 12 << 20);
     let (page, off) = n
         .tdrv_scratchpad_get_mem(0, 0, (4 << 20) + 100, 16)
         .unwrap();
     assert_eq!(off, 100);
-    assert!(n.dmem_is_live(page));
+    assert!(n.dmem().is_live(page));
     assert!(n.tdrv_scratchpad_get_mem(0, 0, 12 << 20, 1).is_err());
-    n.unload_model(hb).unwrap();
+    n.models().unload(hb).unwrap();
     assert_eq!(
-        n.ledger_device(0, 0, scr),
+        n.ledger().device(0, 0, scr),
         8 << 20,
         "page 2 went with its last user"
     );
-    n.unload_model(hs).unwrap();
-    assert_eq!(n.ledger_device(0, 0, scr), 0);
+    n.models().unload(hs).unwrap();
+    assert_eq!(n.ledger().device(0, 0, scr), 0);
 }
 
 #[test]
@@ -390,8 +433,15 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
     let n = f.nrt();
     let mut s = spec("c", &[]);
     s.scratchpad_bytes = 100 << 20;
-    n.load_model(LogicalCore::new(0), &s).unwrap();
-    assert_eq!(n.scratchpad_info(0, 0).unwrap(), (64 << 20, 2, true));
+    n.models().load(LogicalCore::new(0), &s).unwrap();
+    assert_eq!(
+        n.scratchpad_info(0, 0).unwrap(),
+        ScratchpadInfo {
+            page_size: 64 << 20,
+            pages: 2,
+            contiguous: true
+        }
+    );
     let (first, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
     let (second, _) = n.tdrv_scratchpad_get_mem(0, 0, 64 << 20, 1).unwrap();
     let p0 = n.scratchpad_page(0, 0, 0).unwrap().0.unwrap();
@@ -411,7 +461,7 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
             ..Default::default()
         })
         .unwrap();
-    assert!(!g.nrt().scratchpad_info(0, 0).unwrap().2);
+    assert!(!g.nrt().scratchpad_info(0, 0).unwrap().contiguous);
 }
 
 #[test]
@@ -427,7 +477,7 @@ fn sbuf_carveout_is_checked_on_cayman_only() {
     let n = f.nrt();
     let mut s = spec("sb", &[]);
     s.sbuf_carveout = Some(good);
-    n.load_model(LogicalCore::new(0), &s).unwrap();
+    n.models().load(LogicalCore::new(0), &s).unwrap();
     let before = snapshot(&n);
     for bad in [
         SbufCarveout { ty: 0, ..good },
@@ -446,7 +496,7 @@ fn sbuf_carveout_is_checked_on_cayman_only() {
         SbufCarveout { size: 16, ..good },
     ] {
         s.sbuf_carveout = Some(bad);
-        let e = n.load_model(LogicalCore::new(0), &s).unwrap_err();
+        let e = n.models().load(LogicalCore::new(0), &s).unwrap_err();
         assert!(matches!(e, Error::BadCarveout(_)), "{e}");
         assert_eq!(e.status(), NRT_STATUS::NRT_INVALID);
         assert_eq!(snapshot(&n), before);
@@ -454,7 +504,7 @@ fn sbuf_carveout_is_checked_on_cayman_only() {
     // SUNDA does not look at it.
     let g = Fixture::up(SimConfig::new(Preset::Trn1, 1), InitOptions::default());
     s.sbuf_carveout = Some(SbufCarveout { size: 16, ..good });
-    g.nrt().load_model(LogicalCore::new(0), &s).unwrap();
+    g.nrt().models().load(LogicalCore::new(0), &s).unwrap();
 }
 
 #[test]
@@ -465,16 +515,16 @@ fn bad_model_inputs() {
     let mut s = spec("bad", &a);
     s.subgraphs = 0;
     assert!(matches!(
-        n.load_model(LogicalCore::new(0), &s),
+        n.models().load(LogicalCore::new(0), &s),
         Err(Error::InvalidModel(_))
     ));
     s.subgraphs = 1;
     assert!(matches!(
-        n.load_model(LogicalCore::new(4), &s),
+        n.models().load(LogicalCore::new(4), &s),
         Err(Error::LogicalCoreOutOfRange { vnc: 4, owned: 4 })
     ));
     assert!(matches!(
-        n.load_model(LogicalCore::from_c(-1), &s),
+        n.models().load(LogicalCore::from_c(-1), &s),
         Err(Error::LogicalCoreOutOfRange { .. })
     ));
     // A value outside 0..=22 does not compile (typed usage); the ledger's total column is
@@ -484,7 +534,7 @@ fn bad_model_inputs() {
         ..a[0]
     }];
     assert!(matches!(
-        n.load_model(LogicalCore::new(0), &spec("u", &wrong)),
+        n.models().load(LogicalCore::new(0), &spec("u", &wrong)),
         Err(Error::InvalidUsage(22))
     ));
     let nowhere = [ModelAlloc {
@@ -492,7 +542,7 @@ fn bad_model_inputs() {
         ..a[0]
     }];
     assert!(matches!(
-        n.load_model(LogicalCore::new(0), &spec("l", &nowhere)),
+        n.models().load(LogicalCore::new(0), &spec("l", &nowhere)),
         Err(Error::InvalidLocation(_))
     ));
     let scratch_on_host = [ModelAlloc {
@@ -501,39 +551,41 @@ fn bad_model_inputs() {
         ..a[0]
     }];
     assert!(matches!(
-        n.load_model(LogicalCore::new(0), &spec("r", &scratch_on_host)),
+        n.models()
+            .load(LogicalCore::new(0), &spec("r", &scratch_on_host)),
         Err(Error::UsageInvalidForLocation { .. })
     ));
     let never = ModelHandle::from_parts(0, 987654, nrt_core::raw::epoch(&n));
     assert_eq!(
-        n.unload_model(never),
+        n.models().unload(never),
         Err(Error::InvalidHandle(HandleError {
             kind: HandleKind::Model,
             fault: HandleFault::Stale
         }))
     );
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0);
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
 }
 
 #[test]
 fn subgraphs_spread_over_the_logical_cores_physical_cores() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    assert_eq!(n.lnc_size(), 2);
+    assert_eq!(n.logical_core_size(), 2);
     let a = allocs();
     let mut s = spec("sg2", &a);
     s.subgraphs = 2;
-    let h = n.load_model(LogicalCore::new(1), &s).unwrap();
+    let h = n.models().load(LogicalCore::new(1), &s).unwrap();
     assert!(
-        n.ledger_device(0, 2, UsageSel::Total) > 0 && n.ledger_device(0, 3, UsageSel::Total) > 0
+        n.ledger().device(0, 2, UsageSel::Total) > 0
+            && n.ledger().device(0, 3, UsageSel::Total) > 0
     );
     assert_eq!(
-        n.ledger_device(0, 2, UsageSel::Total),
-        n.ledger_device(0, 3, UsageSel::Total)
+        n.ledger().device(0, 2, UsageSel::Total),
+        n.ledger().device(0, 3, UsageSel::Total)
     );
-    n.unload_model(h).unwrap();
+    n.models().unload(h).unwrap();
     assert_eq!(
-        n.ledger_device(0, 2, UsageSel::Total) + n.ledger_device(0, 3, UsageSel::Total),
+        n.ledger().device(0, 2, UsageSel::Total) + n.ledger().device(0, 3, UsageSel::Total),
         0
     );
 }
@@ -545,7 +597,7 @@ fn handles_are_unique_across_cores_and_never_zero() {
     let mut seen = std::collections::HashSet::new();
     for vnc in n.logical_cores() {
         for _ in 0..3 {
-            let h = n.load_model(vnc, &spec("h", &[])).unwrap();
+            let h = n.models().load(vnc, &spec("h", &[])).unwrap();
             assert!(h.h_model().id != 0 && seen.insert(h.h_model().id));
         }
     }
@@ -573,12 +625,13 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
         },
     ];
     let e = n
-        .load_model(LogicalCore::new(0), &spec("oom", &big))
+        .models()
+        .load(LogicalCore::new(0), &spec("oom", &big))
         .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE);
-    assert_eq!(n.ledger_device(0, 0, UsageSel::Total), 0, "rolled back");
+    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0, "rolled back");
     let mut dump = String::new();
-    n.last_oom_dump(&mut dump).unwrap();
+    n.ledger().last_oom_dump(&mut dump).unwrap();
     assert!(
         dump.starts_with(
             "Failed to allocate 30720.000MB (usage: constants) on ND 0:NC 0 (HBM 0, type WEIGHT)"
@@ -597,19 +650,26 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
 fn models_on_after_close_is_closed() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let h = n.load_model(LogicalCore::new(0), &spec("m", &[])).unwrap();
+    let h = n
+        .models()
+        .load(LogicalCore::new(0), &spec("m", &[]))
+        .unwrap();
     let mut on = [ModelHandle::from_parts(0, 0, 0); 4];
-    assert_eq!(n.models_on(LogicalCore::new(0), &mut on).unwrap(), 1);
+    assert_eq!(n.models().on_core(LogicalCore::new(0), &mut on).unwrap(), 1);
     assert_eq!(on[0], h);
     n.close().unwrap();
-    let e = n.models_on(LogicalCore::new(0), &mut on).unwrap_err();
+    let e = n
+        .models()
+        .on_core(LogicalCore::new(0), &mut on)
+        .unwrap_err();
     assert_eq!(e, Error::Closed);
     assert_eq!(e.status(), NRT_STATUS::NRT_CLOSED);
     let fresh = Fixture::trn2();
     assert_eq!(
         fresh
             .nrt()
-            .models_on(LogicalCore::new(0), &mut on)
+            .models()
+            .on_core(LogicalCore::new(0), &mut on)
             .unwrap_err(),
         Error::Uninitialized
     );
@@ -631,7 +691,10 @@ fn close_waits_for_in_flight_calls() {
         iters += 1;
         let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
         let n = f.nrt();
-        let h = n.load_model(LogicalCore::new(0), &spec("m", &a)).unwrap();
+        let h = n
+            .models()
+            .load(LogicalCore::new(0), &spec("m", &a))
+            .unwrap();
         let ready = AtomicU32::new(0);
         std::thread::scope(|sc| {
             let mut hs = Vec::new();
@@ -639,7 +702,7 @@ fn close_waits_for_in_flight_calls() {
                 hs.push(sc.spawn(|| {
                     ready.fetch_add(1, Ordering::SeqCst);
                     loop {
-                        if let Err(e) = n.model_info(h) {
+                        if let Err(e) = n.models().info(h) {
                             return e;
                         }
                     }
@@ -648,8 +711,8 @@ fn close_waits_for_in_flight_calls() {
             hs.push(sc.spawn(|| {
                 ready.fetch_add(1, Ordering::SeqCst);
                 loop {
-                    match n.load_model(LogicalCore::new(0), &spec("l", &a)) {
-                        Ok(h) => match n.unload_model(h) {
+                    match n.models().load(LogicalCore::new(0), &spec("l", &a)) {
+                        Ok(h) => match n.models().unload(h) {
                             Ok(()) => {}
                             Err(e) => return e,
                         },
@@ -660,14 +723,14 @@ fn close_waits_for_in_flight_calls() {
             hs.push(sc.spawn(|| {
                 ready.fetch_add(1, Ordering::SeqCst);
                 loop {
-                    match n.tensor_allocate(
+                    match n.tensors().allocate(
                         Placement::Device,
                         LogicalCore::new(0).into(),
                         4096,
                         Some("t"),
                     ) {
                         Ok(t) => {
-                            if let Err(e) = n.tensor_free(t) {
+                            if let Err(e) = n.tensors().free(t) {
                                 return e;
                             }
                         }
@@ -677,22 +740,26 @@ fn close_waits_for_in_flight_calls() {
             }));
             // The low-level dmem calls pass the same gate: an allocation racing close is
             // either torn down with its allocator or refused, never linked into a dead one.
-            let al_addr = n.core_allocator(0, 0).unwrap() as usize;
+            let al_addr = n
+                .dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+                .unwrap() as usize;
             let ready = &ready;
             hs.push(sc.spawn(move || {
                 ready.fetch_add(1, Ordering::SeqCst);
                 let al = al_addr as *mut dmem_allocator_t;
                 let args = AllocArgs::device(64 << 10, 0, TENSOR, "raw");
                 loop {
-                    let m = match n.dmem_alloc(al, &args, None) {
+                    let m = match n.dmem().alloc(al, &args, None) {
                         Ok(m) => m,
                         Err(e) => return e,
                     };
                     let step = n
-                        .dmem_acquire_reference(m)
-                        .and_then(|()| n.dmem_free(m))
-                        .and_then(|()| n.allocator_for_each(al, |_| {}))
-                        .and_then(|()| n.dmem_free_in(al, m));
+                        .dmem()
+                        .acquire_reference(m)
+                        .and_then(|()| n.dmem().free(m))
+                        .and_then(|()| n.dmem().allocator_for_each(al, |_| {}))
+                        .and_then(|()| n.dmem().free_in(al, m));
                     if let Err(e) = step {
                         return e;
                     }

@@ -34,7 +34,7 @@ fn up() -> Fixture {
 /// bytes and every arena's live count.
 fn state(n: &Nrt<'_>) -> impl PartialEq + std::fmt::Debug {
     (
-        n.ledger_snapshot(0),
+        n.ledger().snapshot(0),
         n.driver_bytes_in_use(),
         n.state().arena_stats().map(|(name, s)| (name, s.live)),
     )
@@ -65,24 +65,31 @@ fn load(n: &Nrt<'_>, vnc: u32) -> ModelHandle {
         outputs: &IO_OUT,
         ..Default::default()
     };
-    n.load_model(LogicalCore::new(vnc), &spec).unwrap()
+    n.models().load(LogicalCore::new(vnc), &spec).unwrap()
 }
 
 /// Every model call through `h` is refused with `(Model, want)` and changes nothing.
 fn model_refused(n: &Nrt<'_>, h: ModelHandle, want: HandleFault) {
     let before = state(n);
     let m = Some((HandleKind::Model, want));
-    assert_eq!(fault(n.unload_model(h).unwrap_err()), m, "unload {h:?}");
-    assert_eq!(fault(n.model_info(h).unwrap_err()), m, "model_info {h:?}");
-    assert_eq!(fault(n.model_core(h).unwrap_err()), m);
-    assert_eq!(fault(n.exec_begin(h).err().unwrap()), m);
-    assert_eq!(fault(n.for_each_model_dmem(h, |_, _| ()).unwrap_err()), m);
-    assert_eq!(fault(n.for_each_model_io(h, |_| ()).unwrap_err()), m);
-    let s = n.set_create().unwrap();
-    assert_eq!(fault(n.execute(h, s, s).unwrap_err()), m);
-    n.set_destroy(s).unwrap();
+    assert_eq!(fault(n.models().unload(h).unwrap_err()), m, "unload {h:?}");
     assert_eq!(
-        n.unload_model(h).unwrap_err().status(),
+        fault(n.models().info(h).unwrap_err()),
+        m,
+        "model_info {h:?}"
+    );
+    assert_eq!(fault(n.models().core(h).unwrap_err()), m);
+    assert_eq!(fault(n.models().exec_begin(h).err().unwrap()), m);
+    assert_eq!(
+        fault(n.models().for_each_dmem(h, |_, _| ()).unwrap_err()),
+        m
+    );
+    assert_eq!(fault(n.models().for_each_io(h, |_| ()).unwrap_err()), m);
+    let s = n.sets().create().unwrap();
+    assert_eq!(fault(n.tensors().execute(h, s, s).unwrap_err()), m);
+    n.sets().destroy(s).unwrap();
+    assert_eq!(
+        n.models().unload(h).unwrap_err().status(),
         nrt_core::abi::NRT_STATUS::NRT_INVALID_HANDLE,
         "the C API's status for a model that is not loaded"
     );
@@ -91,16 +98,16 @@ fn model_refused(n: &Nrt<'_>, h: ModelHandle, want: HandleFault) {
 
 /// Every set call through `h` is refused with `(Set, want)` and changes nothing.
 fn set_refused(n: &Nrt<'_>, h: SetHandle, live: ModelHandle, want: HandleFault) {
-    let t = n.tensor_allocate_empty(None).unwrap();
+    let t = n.tensors().allocate_empty(None).unwrap();
     let before = state(n);
     let s = Some((HandleKind::Set, want));
-    assert_eq!(fault(n.set_destroy(h).unwrap_err()), s, "destroy {h:?}");
-    assert_eq!(fault(n.set_add(h, "in", t).unwrap_err()), s);
-    assert_eq!(fault(n.set_get(h, "in").unwrap_err()), s);
-    assert_eq!(fault(n.set_len(h).unwrap_err()), s);
-    assert_eq!(fault(n.execute(live, h, h).unwrap_err()), s);
+    assert_eq!(fault(n.sets().destroy(h).unwrap_err()), s, "destroy {h:?}");
+    assert_eq!(fault(n.sets().add(h, "in", t).unwrap_err()), s);
+    assert_eq!(fault(n.sets().get(h, "in").unwrap_err()), s);
+    assert_eq!(fault(n.sets().len(h).unwrap_err()), s);
+    assert_eq!(fault(n.tensors().execute(live, h, h).unwrap_err()), s);
     assert_eq!(state(n), before, "a refused set call changed something");
-    n.tensor_free(t).unwrap();
+    n.tensors().free(t).unwrap();
 }
 
 #[test]
@@ -112,8 +119,8 @@ fn model_and_set_handles_are_plain_shareable_values() {
     let n = f.nrt();
     let h = load(&n, 1);
     assert_eq!(h.core(), LogicalCore::new(1));
-    assert_eq!(n.model_core(h), Ok(LogicalCore::new(1)));
-    assert_eq!(n.model_info(h).unwrap().handle, h.h_model().id);
+    assert_eq!(n.models().core(h), Ok(LogicalCore::new(1)));
+    assert_eq!(n.models().info(h).unwrap().handle, h.h_model().id);
     assert_eq!(ModelHandle::from_bits(h.to_bits()), h);
 }
 
@@ -124,16 +131,17 @@ fn the_model_io_table_is_what_the_model_declared() {
     let n = f.nrt();
     let h = load(&n, 0);
     let mut got = Vec::new();
-    n.for_each_model_io(h, |io| {
-        got.push((
-            io.name.to_string(),
-            io.usage,
-            io.size,
-            io.dtype,
-            io.shape.to_vec(),
-        ))
-    })
-    .unwrap();
+    n.models()
+        .for_each_io(h, |io| {
+            got.push((
+                io.name.to_string(),
+                io.usage,
+                io.size,
+                io.dtype,
+                io.shape.to_vec(),
+            ))
+        })
+        .unwrap();
     use nrt_core::model::IoUsage::*;
     assert_eq!(
         got,
@@ -151,14 +159,15 @@ fn the_model_io_table_is_what_the_model_declared() {
         inputs: io,
         ..Default::default()
     };
-    let hl = n.load_model(LogicalCore::FIRST, &spec(&ok)).unwrap();
-    n.for_each_model_io(hl, |io| assert_eq!(io.name, long))
+    let hl = n.models().load(LogicalCore::FIRST, &spec(&ok)).unwrap();
+    n.models()
+        .for_each_io(hl, |io| assert_eq!(io.name, long))
         .unwrap();
     let longer = "n".repeat(256);
     let bad = [TensorDecl::new(&longer, 8)];
     let before = state(&n);
     assert!(matches!(
-        n.load_model(LogicalCore::FIRST, &spec(&bad)),
+        n.models().load(LogicalCore::FIRST, &spec(&bad)),
         Err(Error::InvalidModel(_))
     ));
     let dims = [1u32; 33];
@@ -167,7 +176,7 @@ fn the_model_io_table_is_what_the_model_declared() {
         ..TensorDecl::new("d", 8)
     }];
     assert!(matches!(
-        n.load_model(LogicalCore::FIRST, &spec(&deep)),
+        n.models().load(LogicalCore::FIRST, &spec(&deep)),
         Err(Error::InvalidModel(_))
     ));
     assert_eq!(state(&n), before);
@@ -196,38 +205,43 @@ fn a_model_declares_a_thousand_io_pairs() {
         outputs: &outs,
         ..Default::default()
     };
-    let h = n.load_model(LogicalCore::FIRST, &spec).unwrap();
+    let h = n.models().load(LogicalCore::FIRST, &spec).unwrap();
     let mut got = Vec::new();
-    n.for_each_model_io(h, |io| got.push(io.name.to_string()))
+    n.models()
+        .for_each_io(h, |io| got.push(io.name.to_string()))
         .unwrap();
     assert_eq!(got, names);
-    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
     let mut tensors = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let t = n
-            .tensor_allocate(Placement::Device, LogicalCore::FIRST.into(), 8, Some(name))
+            .tensors()
+            .allocate(Placement::Device, LogicalCore::FIRST.into(), 8, Some(name))
             .unwrap();
         if i < pairs {
-            n.tensor_write(t, &(i as u64).to_le_bytes(), 0).unwrap();
+            n.tensors().write(t, &(i as u64).to_le_bytes(), 0).unwrap();
         }
-        n.set_add(if i < pairs { si } else { so }, name, t).unwrap();
+        n.sets()
+            .add(if i < pairs { si } else { so }, name, t)
+            .unwrap();
         tensors.push(t);
     }
-    n.execute(h, si, so).unwrap();
+    n.tensors().execute(h, si, so).unwrap();
     for i in 0..pairs {
         let mut b = [0u8; 8];
-        n.tensor_read(tensors[pairs + i], &mut b, 0).unwrap();
+        n.tensors().read(tensors[pairs + i], &mut b, 0).unwrap();
         assert_eq!(u64::from_le_bytes(b), i as u64, "output {i}");
     }
     assert_eq!(arena_live(&n, "bound tensor chunk"), 0, "pins ended");
-    n.unload_model(h).unwrap();
+    n.models().unload(h).unwrap();
     assert_eq!(arena_live(&n, "model io chunk"), 0);
     // More IO than the chunk arena holds (DEFAULT: 512 chunks of 8): refused, nothing kept.
     let many = decl(0..2 * pairs);
     let too_big: Vec<_> = many.iter().chain(&many).chain(&many).copied().collect();
     let before = state(&n);
     let e = n
-        .load_model(
+        .models()
+        .load(
             LogicalCore::FIRST,
             &ModelSpec {
                 inputs: &too_big,
@@ -241,7 +255,7 @@ fn a_model_declares_a_thousand_io_pairs() {
     );
     assert_eq!(state(&n), before);
     for t in tensors {
-        n.tensor_free(t).unwrap();
+        n.tensors().free(t).unwrap();
     }
 }
 
@@ -252,18 +266,22 @@ fn a_stale_model_handle_stays_an_error_after_100k_unloads() {
     let f = up();
     let n = f.nrt();
     let stale = load(&n, 0);
-    n.unload_model(stale).unwrap();
+    n.models().unload(stale).unwrap();
     for _ in 0..100_000 {
         let h = load(&n, 0);
         assert_ne!(h, stale);
-        n.unload_model(h).unwrap();
+        n.models().unload(h).unwrap();
     }
     let live = load(&n, 0);
-    let info = n.model_info(live).unwrap();
+    let info = n.models().info(live).unwrap();
     model_refused(&n, stale, HandleFault::Stale);
-    assert_eq!(n.model_info(live).unwrap(), info, "the live model changed");
+    assert_eq!(
+        n.models().info(live).unwrap(),
+        info,
+        "the live model changed"
+    );
     // Unloaded twice: the second one is refused the same way.
-    n.unload_model(live).unwrap();
+    n.models().unload(live).unwrap();
     model_refused(&n, live, HandleFault::Stale);
 }
 
@@ -274,15 +292,15 @@ fn a_stale_set_handle_stays_an_error_after_100k_destroys() {
     let f = up();
     let n = f.nrt();
     let m = load(&n, 0);
-    let stale = n.set_create().unwrap();
-    n.set_destroy(stale).unwrap();
+    let stale = n.sets().create().unwrap();
+    n.sets().destroy(stale).unwrap();
     let (idx, _, _) = stale.to_parts();
     // Fill the arena and empty it again, over and over: every slot, the stale one's
     // included, is reused once per round.
     let (mut destroys, mut reused) = (0u32, 0u32);
     let mut all = Vec::new();
     while destroys < 100_000 {
-        while let Ok(s) = n.set_create() {
+        while let Ok(s) = n.sets().create() {
             assert_ne!(
                 s, stale,
                 "after {destroys} destroys: the stale handle came back"
@@ -291,18 +309,18 @@ fn a_stale_set_handle_stays_an_error_after_100k_destroys() {
             all.push(s);
         }
         for s in all.drain(..) {
-            n.set_destroy(s).unwrap();
+            n.sets().destroy(s).unwrap();
             destroys += 1;
         }
     }
     assert!(reused > 0, "the stale handle's slot was never reused");
-    let t = n.tensor_allocate_empty(None).unwrap();
-    let live = n.set_create().unwrap();
-    n.set_add(live, "x", t).unwrap();
+    let t = n.tensors().allocate_empty(None).unwrap();
+    let live = n.sets().create().unwrap();
+    n.sets().add(live, "x", t).unwrap();
     set_refused(&n, stale, m, HandleFault::Stale);
-    assert_eq!(n.set_get(live, "x"), Ok(Some(t)));
-    assert_eq!(n.set_len(live), Ok(1));
-    n.set_destroy(live).unwrap();
+    assert_eq!(n.sets().get(live, "x"), Ok(Some(t)));
+    assert_eq!(n.sets().len(live), Ok(1));
+    n.sets().destroy(live).unwrap();
     set_refused(&n, live, m, HandleFault::Stale);
 }
 
@@ -335,7 +353,7 @@ fn forged_model_and_set_handles_are_refused() {
         ModelHandle::from_parts(vnc, id.wrapping_add(12345), epoch),
         HandleFault::Stale,
     );
-    let s = n.set_create().unwrap();
+    let s = n.sets().create().unwrap();
     let (i, g, e) = s.to_parts();
     set_refused(
         &n,
@@ -355,8 +373,8 @@ fn forged_model_and_set_handles_are_refused() {
         live,
         HandleFault::Stale,
     );
-    assert_eq!(n.set_len(s), Ok(0));
-    assert!(n.model_info(live).is_ok());
+    assert_eq!(n.sets().len(s), Ok(0));
+    assert!(n.models().info(live).is_ok());
 }
 
 /// Handles of another runtime, of this one after close, and after close + init (also with a
@@ -365,25 +383,25 @@ fn forged_model_and_set_handles_are_refused() {
 fn foreign_closed_and_reinitialised_model_and_set_handles_are_refused() {
     let (a, b) = (up(), up());
     let (na, nb) = (a.nrt(), b.nrt());
-    let (ma, sa) = (load(&na, 0), na.set_create().unwrap());
+    let (ma, sa) = (load(&na, 0), na.sets().create().unwrap());
     let mb = load(&nb, 0);
     model_refused(&nb, ma, HandleFault::Foreign);
     set_refused(&nb, sa, mb, HandleFault::Foreign);
     na.close().unwrap();
-    assert_eq!(na.unload_model(ma), Err(Error::Closed));
-    assert_eq!(na.set_destroy(sa), Err(Error::Closed));
+    assert_eq!(na.models().unload(ma), Err(Error::Closed));
+    assert_eq!(na.sets().destroy(sa), Err(Error::Closed));
     na.init(&InitOptions::default()).unwrap();
     let ma2 = load(&na, 0);
     model_refused(&na, ma, HandleFault::Foreign);
     set_refused(&na, sa, ma2, HandleFault::Foreign);
-    assert!(na.model_info(ma2).is_ok());
+    assert!(na.models().info(ma2).is_ok());
     let c = Fixture::new(SimConfig::scaled_down(Preset::Trn2, 1));
     let sim: &nrt_core::sim::SimDevice = &c.sim;
     let (old_m, old_s) = {
         let st = CoreState::new_boxed();
         let n = Nrt::new(&st, sim);
         n.init(&InitOptions::default()).unwrap();
-        let hs = (load(&n, 0), n.set_create().unwrap());
+        let hs = (load(&n, 0), n.sets().create().unwrap());
         n.close().unwrap();
         hs
     };
@@ -403,19 +421,21 @@ fn a_model_unloaded_while_other_threads_use_it() {
     let f = up();
     let n = f.nrt();
     let keep = load(&n, 1);
-    let kept = n.model_info(keep).unwrap();
+    let kept = n.models().info(keep).unwrap();
     let t = [0u8; 16];
     let (ti, to) = (
-        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+        n.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
             .unwrap(),
-        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+        n.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
             .unwrap(),
     );
-    n.tensor_write(ti, &t, 0).unwrap();
-    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
-    n.set_add(si, "in", ti).unwrap();
-    n.set_add(so, "out", to).unwrap();
-    let base = n.ledger_snapshot(0);
+    n.tensors().write(ti, &t, 0).unwrap();
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
+    n.sets().add(si, "in", ti).unwrap();
+    n.sets().add(so, "out", to).unwrap();
+    let base = n.ledger().snapshot(0);
     for round in 0..200 {
         let h = load(&n, 0);
         let done = AtomicBool::new(false);
@@ -423,10 +443,11 @@ fn a_model_unloaded_while_other_threads_use_it() {
             let user = s.spawn(|| {
                 while !done.load(SeqCst) {
                     for r in [
-                        n.model_info(h)
+                        n.models()
+                            .info(h)
                             .map(|i| assert_eq!(i.handle, h.h_model().id)),
-                        n.execute(h, si, so),
-                        n.model_core(h).map(|_| ()),
+                        n.tensors().execute(h, si, so),
+                        n.models().core(h).map(|_| ()),
                     ] {
                         if let Err(e) = r {
                             assert_eq!(
@@ -438,7 +459,7 @@ fn a_model_unloaded_while_other_threads_use_it() {
                     }
                 }
             });
-            let unloads: Vec<_> = (0..2).map(|_| s.spawn(|| n.unload_model(h))).collect();
+            let unloads: Vec<_> = (0..2).map(|_| s.spawn(|| n.models().unload(h))).collect();
             let wins = unloads
                 .into_iter()
                 .map(|u| u.join().unwrap())
@@ -451,11 +472,11 @@ fn a_model_unloaded_while_other_threads_use_it() {
         assert_eq!(wins, 1, "round {round}: exactly one unload wins");
     }
     assert_eq!(
-        n.ledger_snapshot(0),
+        n.ledger().snapshot(0),
         base,
         "every unloaded model's bytes went back"
     );
-    assert_eq!(n.model_info(keep).unwrap(), kept);
+    assert_eq!(n.models().info(keep).unwrap(), kept);
 }
 
 /// A set destroyed on one thread while others add to it and execute with it: each call
@@ -467,23 +488,25 @@ fn a_set_destroyed_while_other_threads_use_it() {
     let n = f.nrt();
     let m = load(&n, 0);
     let (ti, to) = (
-        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+        n.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
             .unwrap(),
-        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+        n.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
             .unwrap(),
     );
     let sets_live = || arena_live(&n, "tensor_set");
     for round in 0..200 {
-        let s = n.set_create().unwrap();
-        n.set_add(s, "in", ti).unwrap();
+        let s = n.sets().create().unwrap();
+        n.sets().add(s, "in", ti).unwrap();
         let done = AtomicBool::new(false);
         let wins = std::thread::scope(|sc| {
             let user = sc.spawn(|| {
                 while !done.load(SeqCst) {
                     for r in [
-                        n.set_add(s, "out", to),
-                        n.execute(m, s, s),
-                        n.set_len(s).map(|_| ()),
+                        n.sets().add(s, "out", to),
+                        n.tensors().execute(m, s, s),
+                        n.sets().len(s).map(|_| ()),
                     ] {
                         if let Err(e) = r {
                             assert_eq!(
@@ -495,7 +518,7 @@ fn a_set_destroyed_while_other_threads_use_it() {
                     }
                 }
             });
-            let destroys: Vec<_> = (0..2).map(|_| sc.spawn(|| n.set_destroy(s))).collect();
+            let destroys: Vec<_> = (0..2).map(|_| sc.spawn(|| n.sets().destroy(s))).collect();
             let wins = destroys
                 .into_iter()
                 .map(|d| d.join().unwrap())
@@ -519,7 +542,7 @@ fn full_set_arena_and_full_sets_are_errors() {
     let n = f.nrt();
     let mut all = Vec::new();
     let err = loop {
-        match n.set_create() {
+        match n.sets().create() {
             Ok(s) => all.push(s),
             Err(e) => break e,
         }
@@ -530,53 +553,53 @@ fn full_set_arena_and_full_sets_are_errors() {
         "{err}"
     );
     assert!(err.to_string().contains("NRT_DMEM_MAX_SETS"), "{err}");
-    n.set_destroy(all[7]).unwrap();
-    all[7] = n.set_create().unwrap();
+    n.sets().destroy(all[7]).unwrap();
+    all[7] = n.sets().create().unwrap();
     let s = all[0];
     let ts: Vec<_> = (0..3)
-        .map(|_| n.tensor_allocate_empty(None).unwrap())
+        .map(|_| n.tensors().allocate_empty(None).unwrap())
         .collect();
     let room = nrt_core::Capacity::DEFAULT.set_chunks as usize * SET_CHUNK;
     for i in 0..room {
-        n.set_add(s, &format!("t{i}"), ts[i % 2]).unwrap();
+        n.sets().add(s, &format!("t{i}"), ts[i % 2]).unwrap();
     }
-    assert_eq!(n.set_len(s), Ok(room));
-    n.set_add(s, "t3", ts[2]).unwrap();
-    assert_eq!(n.set_get(s, "t3"), Ok(Some(ts[2])));
+    assert_eq!(n.sets().len(s), Ok(room));
+    n.sets().add(s, "t3", ts[2]).unwrap();
+    assert_eq!(n.sets().get(s, "t3"), Ok(Some(ts[2])));
     assert_eq!(
-        n.set_get(s, &format!("t{}", room - 1)),
+        n.sets().get(s, &format!("t{}", room - 1)),
         Ok(Some(ts[(room - 1) % 2]))
     );
     let before_full = state(&n);
-    let e = n.set_add(all[1], "one too many", ts[0]).unwrap_err();
+    let e = n.sets().add(all[1], "one too many", ts[0]).unwrap_err();
     assert!(
         matches!(e, Error::ArenaFull(a) if a.setting.contains("set_chunks")),
         "{e}"
     );
     assert_eq!(e.status(), nrt_core::abi::NRT_STATUS::NRT_RESOURCE);
     assert_eq!(state(&n), before_full);
-    assert_eq!(n.set_len(all[1]), Ok(0));
+    assert_eq!(n.sets().len(all[1]), Ok(0));
     assert!(matches!(
-        n.set_add(s, &"n".repeat(256), ts[0]),
+        n.sets().add(s, &"n".repeat(256), ts[0]),
         Err(Error::InvalidArgument(_))
     ));
-    n.tensor_free(ts[1]).unwrap();
+    n.tensors().free(ts[1]).unwrap();
     let freed = ts[1];
     let before_freed = state(&n);
     assert_eq!(
-        fault(n.set_add(all[2], "x", freed).unwrap_err()),
+        fault(n.sets().add(all[2], "x", freed).unwrap_err()),
         Some((HandleKind::Tensor, HandleFault::Stale)),
         "a freed tensor is refused when added"
     );
     assert_eq!(state(&n), before_freed);
-    assert_eq!(n.set_len(s), Ok(room));
+    assert_eq!(n.sets().len(s), Ok(room));
     // Destroying the set gives its entries back: another set can take them.
-    n.set_destroy(s).unwrap();
+    n.sets().destroy(s).unwrap();
     assert_eq!(arena_live(&n, "tensor set chunk"), 0);
-    n.set_add(all[1], &"n".repeat(255), ts[0]).unwrap();
-    assert_eq!(n.set_get(all[1], &"n".repeat(255)), Ok(Some(ts[0])));
+    n.sets().add(all[1], &"n".repeat(255), ts[0]).unwrap();
+    assert_eq!(n.sets().get(all[1], &"n".repeat(255)), Ok(Some(ts[0])));
     for s in &all[1..] {
-        n.set_destroy(*s).unwrap();
+        n.sets().destroy(*s).unwrap();
     }
 }
 
@@ -595,7 +618,7 @@ fn close_frees_every_set() {
     let f = up();
     let n = f.nrt();
     for _ in 0..10 {
-        n.set_create().unwrap();
+        n.sets().create().unwrap();
     }
     assert_eq!(arena_live(&n, "tensor_set"), 10);
     n.close().unwrap();

@@ -78,16 +78,16 @@ fn load(n: &Nrt<'_>) -> ModelHandle {
         outputs: &OUTS,
         ..Default::default()
     };
-    n.load_model(LogicalCore::FIRST, &spec).unwrap()
+    n.models().load(LogicalCore::FIRST, &spec).unwrap()
 }
 
 /// Input and output sets bound to fresh tensors.
 fn sets(n: &Nrt<'_>) -> (nrt_core::SetHandle, nrt_core::SetHandle) {
-    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
     let i = device_tensor(n, 0, 64, "in");
     let o = device_tensor(n, 0, 64, "out");
-    n.set_add(si, "in", i).unwrap();
-    n.set_add(so, "out", o).unwrap();
+    n.sets().add(si, "in", i).unwrap();
+    n.sets().add(so, "out", o).unwrap();
     (si, so)
 }
 
@@ -109,10 +109,10 @@ fn execute_while_holding_an_exec_guard_of_the_model_times_out() {
     let n = f.nrt();
     let m = load(&n);
     let (si, so) = sets(&n);
-    let g = n.exec_begin(m).unwrap();
+    let g = n.models().exec_begin(m).unwrap();
     // The guard is `Send`: its thread is no proof, so the wait is bounded, not refused.
     let t0 = Instant::now();
-    let e = timed(|| n.execute(m, si, so).unwrap_err());
+    let e = timed(|| n.tensors().execute(m, si, so).unwrap_err());
     assert!(
         matches!(e, Error::Timeout(WaitFor::ExecLock { device: 0, .. })),
         "{e:?}"
@@ -121,7 +121,8 @@ fn execute_while_holding_an_exec_guard_of_the_model_times_out() {
     assert_eq!(e.status(), NRT_STATUS::NRT_TIMEOUT);
     assert!(e.to_string().contains("exec lock of device 0"), "{e}");
     drop(g);
-    n.execute(m, si, so)
+    n.tensors()
+        .execute(m, si, so)
         .expect("works once the guard is dropped");
     close_and_check_drained(&n);
 }
@@ -131,18 +132,18 @@ fn a_forgotten_exec_guard_then_unload_is_an_error_not_a_hang() {
     let f = up();
     let n = f.nrt();
     let m = load(&n);
-    std::mem::forget(n.exec_begin(m).unwrap());
+    std::mem::forget(n.models().exec_begin(m).unwrap());
     let id = m.h_model().id;
     for e in [
-        timed(|| n.unload_model(m).unwrap_err()),
-        timed(|| on_other_thread(|| n.unload_model(m).unwrap_err())),
+        timed(|| n.models().unload(m).unwrap_err()),
+        timed(|| on_other_thread(|| n.models().unload(m).unwrap_err())),
     ] {
         assert_eq!(e, Error::Timeout(WaitFor::ModelDrain { model: id }));
         assert_eq!(e.status(), NRT_STATUS::NRT_TIMEOUT);
         assert!(e.to_string().contains(&format!("model {id}")), "{e}");
     }
     // The model stays loaded (linked again after each failed drain).
-    assert_eq!(n.model_core(m).unwrap(), LogicalCore::FIRST);
+    assert_eq!(n.models().core(m).unwrap(), LogicalCore::FIRST);
 }
 
 #[test]
@@ -151,7 +152,8 @@ fn a_forgotten_exec_guard_then_close_is_an_error_and_the_runtime_stays_up() {
     let n = f.nrt();
     let m = load(&n);
     let other = n
-        .load_model(
+        .models()
+        .load(
             LogicalCore::new(1),
             &ModelSpec {
                 name: "other",
@@ -160,7 +162,7 @@ fn a_forgotten_exec_guard_then_close_is_an_error_and_the_runtime_stays_up() {
             },
         )
         .unwrap();
-    std::mem::forget(n.exec_begin(m).unwrap());
+    std::mem::forget(n.models().exec_begin(m).unwrap());
     for e in [
         timed(|| n.close().unwrap_err()),
         timed(|| on_other_thread(|| n.close().unwrap_err())),
@@ -174,12 +176,12 @@ fn a_forgotten_exec_guard_then_close_is_an_error_and_the_runtime_stays_up() {
     }
     assert_eq!(
         n.lifecycle(),
-        nrt_core::ctx::STATE_INIT,
+        nrt_core::Lifecycle::Init,
         "close changed nothing"
     );
     // Other cores go on working.
-    n.unload_model(other).unwrap();
-    assert_eq!(n.model_core(m).unwrap(), LogicalCore::FIRST);
+    n.models().unload(other).unwrap();
+    assert_eq!(n.models().core(m).unwrap(), LogicalCore::FIRST);
 }
 
 #[test]
@@ -188,10 +190,10 @@ fn a_forgotten_exec_guard_then_execute_is_an_error_not_a_hang() {
     let n = f.nrt();
     let m = load(&n);
     let (si, so) = sets(&n);
-    std::mem::forget(n.exec_begin(m).unwrap());
+    std::mem::forget(n.models().exec_begin(m).unwrap());
     for e in [
-        timed(|| n.execute(m, si, so).unwrap_err()),
-        timed(|| on_other_thread(|| n.execute(m, si, so).unwrap_err())),
+        timed(|| n.tensors().execute(m, si, so).unwrap_err()),
+        timed(|| on_other_thread(|| n.tensors().execute(m, si, so).unwrap_err())),
     ] {
         assert!(
             matches!(e, Error::Timeout(WaitFor::ExecLock { device: 0, .. })),
@@ -208,9 +210,9 @@ fn unloading_the_model_from_its_dmem_callback_is_refused_at_once() {
     let mut got = None;
     let mut seen = 0;
     timed(|| {
-        n.for_each_model_dmem(m, |_, _| {
+        n.models().for_each_dmem(m, |_, _| {
             seen += 1;
-            got.get_or_insert(n.unload_model(m));
+            got.get_or_insert(n.models().unload(m));
         })
     })
     .unwrap();
@@ -221,7 +223,8 @@ fn unloading_the_model_from_its_dmem_callback_is_refused_at_once() {
             model: m.h_model().id
         })
     );
-    n.unload_model(m)
+    n.models()
+        .unload(m)
         .expect("unloads once the callback is done");
     close_and_check_drained(&n);
 }
@@ -232,7 +235,11 @@ fn unloading_the_model_from_its_io_callback_is_refused_at_once() {
     let n = f.nrt();
     let m = load(&n);
     let mut got = Vec::new();
-    timed(|| n.for_each_model_io(m, |_| got.push(n.unload_model(m)))).unwrap();
+    timed(|| {
+        n.models()
+            .for_each_io(m, |_| got.push(n.models().unload(m)))
+    })
+    .unwrap();
     assert_eq!(got.len(), 2, "one input, one output");
     for r in got {
         assert_eq!(
@@ -244,12 +251,13 @@ fn unloading_the_model_from_its_io_callback_is_refused_at_once() {
     }
     // A close from the callback is refused too.
     let mut closed = None;
-    n.for_each_model_io(m, |_| {
-        closed.get_or_insert(n.close());
-    })
-    .unwrap();
+    n.models()
+        .for_each_io(m, |_| {
+            closed.get_or_insert(n.close());
+        })
+        .unwrap();
     assert!(matches!(closed.unwrap(), Err(Error::WouldDeadlock(_))));
-    n.unload_model(m).unwrap();
+    n.models().unload(m).unwrap();
     close_and_check_drained(&n);
 }
 
@@ -257,16 +265,23 @@ fn unloading_the_model_from_its_io_callback_is_refused_at_once() {
 fn allocating_in_the_allocator_being_walked_is_refused_at_once() {
     let f = up();
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let a = AllocArgs::device(
         4096,
         0,
         dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
         "x",
     );
-    let first = n.dmem_alloc(al, &a, None).unwrap();
+    let first = n.dmem().alloc(al, &a, None).unwrap();
     let mut got = Vec::new();
-    timed(|| n.allocator_for_each(al, |_| got.push(n.dmem_alloc(al, &a, None)))).unwrap();
+    timed(|| {
+        n.dmem()
+            .allocator_for_each(al, |_| got.push(n.dmem().alloc(al, &a, None)))
+    })
+    .unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(
         got[0].unwrap_err(),
@@ -276,15 +291,17 @@ fn allocating_in_the_allocator_being_walked_is_refused_at_once() {
     // SAFETY: a live allocator.
     let pcore = unsafe { (*al).pcore };
     let other = n
-        .dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+        .dmem()
+        .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
         .unwrap();
     let mut ok = None;
-    n.allocator_for_each(al, |_| {
-        ok.get_or_insert(n.dmem_alloc(other, &a, None));
-    })
-    .unwrap();
+    n.dmem()
+        .allocator_for_each(al, |_| {
+            ok.get_or_insert(n.dmem().alloc(other, &a, None));
+        })
+        .unwrap();
     ok.unwrap().expect("a different allocator is not locked");
-    n.dmem_free(first).unwrap();
+    n.dmem().free(first).unwrap();
     close_and_check_drained(&n);
 }
 
@@ -292,22 +309,25 @@ fn allocating_in_the_allocator_being_walked_is_refused_at_once() {
 fn freeing_in_the_allocator_being_walked_is_refused_at_once() {
     let f = up();
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let a = AllocArgs::device(
         4096,
         0,
         dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
         "x",
     );
-    let d = n.dmem_alloc(al, &a, None).unwrap();
+    let d = n.dmem().alloc(al, &a, None).unwrap();
     let t = device_tensor(&n, 0, 4096, "t");
     let mut got = Vec::new();
     timed(|| {
-        n.allocator_for_each(al, |_| {
+        n.dmem().allocator_for_each(al, |_| {
             if got.is_empty() {
-                got.push(n.dmem_free(d));
-                got.push(n.tensor_free(t));
-                got.push(n.allocator_for_each(al, |_| {}));
+                got.push(n.dmem().free(d));
+                got.push(n.tensors().free(t));
+                got.push(n.dmem().allocator_for_each(al, |_| {}));
             }
         })
     })
@@ -316,8 +336,8 @@ fn freeing_in_the_allocator_being_walked_is_refused_at_once() {
         assert_eq!(r.unwrap_err(), Error::WouldDeadlock(WaitFor::AllocatorLock));
     }
     // Nothing was freed: both go now.
-    n.dmem_free(d).unwrap();
-    n.tensor_free(t).unwrap();
+    n.dmem().free(d).unwrap();
+    n.tensors().free(t).unwrap();
     close_and_check_drained(&n);
 }
 
@@ -326,8 +346,8 @@ fn unload_while_holding_an_exec_guard_times_out_and_keeps_the_model() {
     let f = up();
     let n = f.nrt();
     let m = load(&n);
-    let g = n.exec_begin(m).unwrap();
-    let e = timed(|| n.unload_model(m).unwrap_err());
+    let g = n.models().exec_begin(m).unwrap();
+    let e = timed(|| n.models().unload(m).unwrap_err());
     assert_eq!(
         e,
         Error::Timeout(WaitFor::ModelDrain {
@@ -335,7 +355,7 @@ fn unload_while_holding_an_exec_guard_times_out_and_keeps_the_model() {
         })
     );
     drop(g);
-    n.unload_model(m).unwrap();
+    n.models().unload(m).unwrap();
     close_and_check_drained(&n);
 }
 
@@ -344,7 +364,7 @@ fn close_while_holding_an_exec_guard_times_out_and_the_runtime_stays_up() {
     let f = up();
     let n = f.nrt();
     let m = load(&n);
-    let g = n.exec_begin(m).unwrap();
+    let g = n.models().exec_begin(m).unwrap();
     let e = timed(|| n.close().unwrap_err());
     assert_eq!(
         e,
@@ -352,7 +372,7 @@ fn close_while_holding_an_exec_guard_times_out_and_the_runtime_stays_up() {
             model: m.h_model().id
         })
     );
-    assert_eq!(n.lifecycle(), nrt_core::ctx::STATE_INIT);
+    assert_eq!(n.lifecycle(), nrt_core::Lifecycle::Init);
     drop(g);
     close_and_check_drained(&n);
 }
@@ -363,9 +383,9 @@ fn an_execution_waits_for_a_guard_another_thread_holds_within_the_bound() {
     let n = f.nrt();
     let m = load(&n);
     let (si, so) = sets(&n);
-    let g = n.exec_begin(m).unwrap();
+    let g = n.models().exec_begin(m).unwrap();
     std::thread::scope(|s| {
-        let waiter = s.spawn(|| n.execute(m, si, so));
+        let waiter = s.spawn(|| n.tensors().execute(m, si, so));
         std::thread::sleep(LIMIT / 3);
         drop(g);
         waiter

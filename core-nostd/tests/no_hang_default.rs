@@ -45,7 +45,7 @@ fn load(n: &Nrt<'_>) -> ModelHandle {
         outputs: &OUTS,
         ..Default::default()
     };
-    n.load_model(LogicalCore::FIRST, &spec).unwrap()
+    n.models().load(LogicalCore::FIRST, &spec).unwrap()
 }
 
 fn timed<R>(f: impl FnOnce() -> R) -> R {
@@ -60,12 +60,15 @@ fn execute_while_holding_an_exec_guard_times_out() {
     let f = up();
     let n = f.nrt();
     let m = load(&n);
-    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
-    n.set_add(si, "in", device_tensor(&n, 0, 64, "in")).unwrap();
-    n.set_add(so, "out", device_tensor(&n, 0, 64, "out"))
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
+    n.sets()
+        .add(si, "in", device_tensor(&n, 0, 64, "in"))
         .unwrap();
-    let g = n.exec_begin(m).unwrap();
-    let e = timed(|| n.execute(m, si, so).unwrap_err());
+    n.sets()
+        .add(so, "out", device_tensor(&n, 0, 64, "out"))
+        .unwrap();
+    let g = n.models().exec_begin(m).unwrap();
+    let e = timed(|| n.tensors().execute(m, si, so).unwrap_err());
     assert!(
         matches!(e, Error::Timeout(WaitFor::ExecLock { device: 0, .. })),
         "{e:?}"
@@ -74,17 +77,17 @@ fn execute_while_holding_an_exec_guard_times_out() {
     // Unload and close wait for the guard's reference, and give up.
     let id = m.h_model().id;
     assert_eq!(
-        timed(|| n.unload_model(m)).unwrap_err(),
+        timed(|| n.models().unload(m)).unwrap_err(),
         Error::Timeout(WaitFor::ModelDrain { model: id })
     );
     assert_eq!(
         timed(|| n.close()).unwrap_err(),
         Error::Timeout(WaitFor::ModelDrain { model: id })
     );
-    assert_eq!(n.lifecycle(), nrt_core::ctx::STATE_INIT);
+    assert_eq!(n.lifecycle(), nrt_core::Lifecycle::Init);
     drop(g);
-    n.execute(m, si, so).unwrap();
-    n.unload_model(m).expect("the model stayed loaded");
+    n.tensors().execute(m, si, so).unwrap();
+    n.models().unload(m).expect("the model stayed loaded");
     close_and_check_drained(&n);
 }
 
@@ -95,13 +98,13 @@ fn unload_or_close_from_a_model_callback_times_out_and_changes_nothing() {
     let m = load(&n);
     let (mut unload, mut close) = (None, None);
     timed(|| {
-        n.for_each_model_dmem(m, |_, _| {
-            unload.get_or_insert(n.unload_model(m));
+        n.models().for_each_dmem(m, |_, _| {
+            unload.get_or_insert(n.models().unload(m));
         })
     })
     .unwrap();
     timed(|| {
-        n.for_each_model_io(m, |_| {
+        n.models().for_each_io(m, |_| {
             close.get_or_insert(n.close());
         })
     })
@@ -117,8 +120,8 @@ fn unload_or_close_from_a_model_callback_times_out_and_changes_nothing() {
         Error::Timeout(WaitFor::CallsInFlight)
     );
     // Still loaded, linked again: found, unloaded, closed.
-    assert_eq!(n.model_core(m).unwrap(), LogicalCore::FIRST);
-    n.unload_model(m).unwrap();
+    assert_eq!(n.models().core(m).unwrap(), LogicalCore::FIRST);
+    n.models().unload(m).unwrap();
     close_and_check_drained(&n);
 }
 
@@ -126,23 +129,26 @@ fn unload_or_close_from_a_model_callback_times_out_and_changes_nothing() {
 fn allocating_or_freeing_in_the_allocator_being_walked_times_out() {
     let f = up();
     let n = f.nrt();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let a = AllocArgs::device(
         4096,
         0,
         dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
         "x",
     );
-    let d = n.dmem_alloc(al, &a, None).unwrap();
+    let d = n.dmem().alloc(al, &a, None).unwrap();
     let t = device_tensor(&n, 0, 4096, "t");
     let before = n.driver_bytes_in_use();
     let mut got = Vec::new();
     timed(|| {
-        n.allocator_for_each(al, |_| {
+        n.dmem().allocator_for_each(al, |_| {
             if got.is_empty() {
-                got.push(n.dmem_alloc(al, &a, None).map(|_| ()));
-                got.push(n.dmem_free(d));
-                got.push(n.tensor_free(t));
+                got.push(n.dmem().alloc(al, &a, None).map(|_| ()));
+                got.push(n.dmem().free(d));
+                got.push(n.tensors().free(t));
             }
         })
     })
@@ -155,7 +161,7 @@ fn allocating_or_freeing_in_the_allocator_being_walked_times_out() {
         before,
         "nothing allocated or freed"
     );
-    n.dmem_free(d).unwrap();
-    n.tensor_free(t).unwrap();
+    n.dmem().free(d).unwrap();
+    n.tensors().free(t).unwrap();
     close_and_check_drained(&n);
 }

@@ -68,13 +68,22 @@ fn run(hook: impl FnOnce(&Nrt<'_>, &Seen) + Send + 'static) {
         ..Default::default()
     };
     assert_eq!(
-        n.load_model(LogicalCore::new(0), &s).unwrap_err().status(),
+        n.models()
+            .load(LogicalCore::new(0), &s)
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_RESOURCE
     );
     let page = nrt_core::DmemHandle::from_bits(seen.lock().unwrap().expect("hook saw the page"));
-    assert!(!n.dmem_is_live(page), "the page was freed by the rollback");
+    assert!(
+        !n.dmem().is_live(page),
+        "the page was freed by the rollback"
+    );
     // The caller's copy of the page pointer is now stale: it must stay detectable.
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     assert_stale_still_detected(&n, al, page);
 }
 
@@ -97,10 +106,10 @@ fn a_page_another_model_shared_during_a_failing_load_is_not_cancelled() {
             scratchpad_bytes: 4096,
             ..Default::default()
         };
-        let h = n.load_model(LogicalCore::new(0), &s).unwrap();
+        let h = n.models().load(LogicalCore::new(0), &s).unwrap();
         let (m, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
         *seen.lock().unwrap() = Some(m.to_bits());
-        n.unload_model(h).unwrap();
+        n.models().unload(h).unwrap();
     });
 }
 
@@ -134,7 +143,10 @@ fn an_emulated_retry_that_runs_out_reports_the_channel_it_saw() {
     let align = 1u64 << 20;
     // Fits natively at a 1 MiB boundary of an empty channel, not with `align` bytes on top.
     let size = largest - 4096;
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let a = nrt_core::dmem::AllocArgs::device(
         size,
         0,
@@ -142,13 +154,13 @@ fn an_emulated_retry_that_runs_out_reports_the_channel_it_saw() {
         "big",
     )
     .aligned(align);
-    let e = n.dmem_alloc(al, &a, None).unwrap_err();
+    let e = n.dmem().alloc(al, &a, None).unwrap_err();
     assert!(
         matches!(e, nrt_core::Error::DeviceOom { emulated: true, .. }),
         "{e:?}"
     );
     let mut dump = String::new();
-    n.last_oom_dump(&mut dump).unwrap();
+    n.ledger().last_oom_dump(&mut dump).unwrap();
     let line = dump
         .lines()
         .find(|l| l.trim_start().starts_with("HBM 0:"))

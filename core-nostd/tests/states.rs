@@ -28,21 +28,27 @@ struct Kit {
 
 impl Kit {
     fn make(n: &Nrt<'_>) -> Kit {
-        let al = n.core_allocator(0, 0).expect("allocator");
+        let al = n
+            .dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+            .expect("allocator");
         Kit {
-            t: n.tensor_allocate(
-                Placement::Device,
-                LogicalCore::new(0).into(),
-                64,
-                Some("kit"),
-            )
-            .expect("tensor"),
-            d: n.dmem_alloc(al, &AllocArgs::device(4096, 0, TENSOR, "kit"), None)
+            t: n.tensors()
+                .allocate(
+                    Placement::Device,
+                    LogicalCore::new(0).into(),
+                    64,
+                    Some("kit"),
+                )
+                .expect("tensor"),
+            d: n.dmem()
+                .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "kit"), None)
                 .expect("dmem"),
             al,
-            m: n.load_model(LogicalCore::new(0), &model_spec())
+            m: n.models()
+                .load(LogicalCore::new(0), &model_spec())
                 .expect("model"),
-            s: n.set_create().expect("set"),
+            s: n.sets().create().expect("set"),
         }
     }
 }
@@ -64,7 +70,8 @@ fn st<T>(r: Result<T>) -> String {
 
 /// A fresh tensor in the live runtime (consumed by the call), the kit's otherwise.
 fn fresh_t(n: &Nrt<'_>, k: &Kit) -> TensorHandle {
-    n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 64, None)
+    n.tensors()
+        .allocate(Placement::Device, LogicalCore::new(0).into(), 64, None)
         .unwrap_or(k.t)
 }
 
@@ -76,7 +83,7 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "init" => st(n.init(&InitOptions::default())),
         "close" => st(n.close()),
         "check_state" => st(n.check_state()),
-        "lifecycle" => return n.lifecycle().checked_add(0).and(v()),
+        "lifecycle" => return Some(n.lifecycle()).and(v()),
         "new" => return Some(Nrt::new(n.state(), n.driver())).and(v()),
         "driver" | "state" => return v(),
         "num_devices" => return Some(n.num_devices()).and(v()),
@@ -84,104 +91,108 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "driver_bytes_in_use" => return Some(n.driver_bytes_in_use()).and(v()),
         "driver_pool_bytes_in_use" => st(n.driver_pool_bytes_in_use()),
         "runtime_bytes_in_use" => st(n.runtime_bytes_in_use()),
-        "visible_vnc_count" => return Some(n.visible_vnc_count()).and(v()),
-        "total_vnc_count" => return Some(n.total_vnc_count()).and(v()),
-        "lnc_size" => return Some(n.lnc_size()).and(v()),
-        "virtual_core" => st(n.virtual_core(LogicalCore::new(0))),
-        "vtpb_get_default_hbm_idx" => st(n.vtpb_get_default_hbm_idx(LogicalCore::new(0))),
-        "core_allocator" => st(n.core_allocator(0, 0)),
+        "visible_vnc_count" => return Some(n.visible_logical_core_count()).and(v()),
+        "total_vnc_count" => return Some(n.total_logical_core_count()).and(v()),
+        "lnc_size" => return Some(n.logical_core_size()).and(v()),
+        "virtual_core" => st(n.logical_core_entry(LogicalCore::new(0))),
+        "vtpb_get_default_hbm_idx" => st(n.logical_core_hbm(LogicalCore::new(0))),
+        "core_allocator" => st(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0))),
         "tensor_allocate" => {
-            st(n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 64, None))
+            st(n.tensors()
+                .allocate(Placement::Device, LogicalCore::new(0).into(), 64, None))
         }
-        "tensor_allocate_empty" => st(n.tensor_allocate_empty(None)),
+        "tensor_allocate_empty" => st(n.tensors().allocate_empty(None)),
         "tensor_attach_buffer" => {
-            let e = n.tensor_allocate_empty(None).unwrap_or(k.t);
+            let e = n.tensors().allocate_empty(None).unwrap_or(k.t);
             let leaked: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
             // SAFETY: a leaked buffer outlives every tensor.
-            st(unsafe { n.tensor_attach_buffer(e, leaked.as_mut_ptr(), 64) })
+            st(unsafe { n.tensors().attach_buffer(e, leaked.as_mut_ptr(), 64) })
         }
-        "tensor_allocate_slice" => st(n.tensor_allocate_slice(k.t, 0, 8, None)),
-        "tensor_free" => st(n.tensor_free(fresh_t(n, k))),
-        "tensor_get_size" => st(n.tensor_get_size(k.t)),
-        "tensor_name" => st(n.tensor_name(k.t)),
-        "tensor_write" => st(n.tensor_write(k.t, &buf, 0)),
-        "tensor_read" => st(n.tensor_read(k.t, &mut buf, 0)),
-        "tensor_memset" => st(n.tensor_memset(k.t, 0, 1, 8)),
-        "tensor_copy" => st(n.tensor_copy(k.t, 0, fresh_t(n, k), 0, 8)),
-        "tensor_get_va" => st(n.tensor_get_va(k.t)),
-        "tensor_device_allocation_info" => st(n.tensor_device_allocation_info(k.t)),
-        "tensor_output_completion" => st(n.tensor_output_completion(k.t)),
-        "tensor_reset_output_completion" => st(n.tensor_reset_output_completion(k.t)),
-        "tensor_pending" => st(n.tensor_pending(k.t)),
-        "load_model" => st(n.load_model(LogicalCore::new(0), &model_spec())),
+        "tensor_allocate_slice" => st(n.tensors().allocate_slice(k.t, 0, 8, None)),
+        "tensor_free" => st(n.tensors().free(fresh_t(n, k))),
+        "tensor_get_size" => st(n.tensors().size(k.t)),
+        "tensor_name" => st(n.tensors().name(k.t)),
+        "tensor_write" => st(n.tensors().write(k.t, &buf, 0)),
+        "tensor_read" => st(n.tensors().read(k.t, &mut buf, 0)),
+        "tensor_memset" => st(n.tensors().memset(k.t, 0, 1, 8)),
+        "tensor_copy" => st(n.tensors().copy(k.t, 0, fresh_t(n, k), 0, 8)),
+        "tensor_get_va" => st(n.tensors().va(k.t)),
+        "tensor_device_allocation_info" => st(n.tensors().device_allocation_info(k.t)),
+        "tensor_output_completion" => st(n.tensors().output_completion(k.t)),
+        "tensor_reset_output_completion" => st(n.tensors().reset_output_completion(k.t)),
+        "tensor_pending" => st(n.tensors().pending(k.t)),
+        "load_model" => st(n.models().load(LogicalCore::new(0), &model_spec())),
         "unload_model" => {
             let m = n
-                .load_model(LogicalCore::new(1), &model_spec())
+                .models()
+                .load(LogicalCore::new(1), &model_spec())
                 .unwrap_or(k.m);
-            st(n.unload_model(m))
+            st(n.models().unload(m))
         }
-        "exec_begin" => st(n.exec_begin(k.m)),
-        "execute" => st(n.execute(k.m, k.s, k.s)),
-        "model_info" => st(n.model_info(k.m)),
-        "for_each_model_dmem" => st(n.for_each_model_dmem(k.m, |_, _| ())),
-        "models_on" => st(n.models_on(LogicalCore::new(0), &mut [])),
-        "for_each_model_io" => st(n.for_each_model_io(k.m, |_| ())),
-        "model_core" => st(n.model_core(k.m)),
-        "set_create" => st(n.set_create()),
-        "set_destroy" => st(n.set_destroy(n.set_create().unwrap_or(k.s))),
-        "set_add" => st(n.set_add(k.s, "x", k.t)),
-        "set_get" => st(n.set_get(k.s, "x")),
-        "set_len" => st(n.set_len(k.s)),
+        "exec_begin" => st(n.models().exec_begin(k.m)),
+        "execute" => st(n.tensors().execute(k.m, k.s, k.s)),
+        "model_info" => st(n.models().info(k.m)),
+        "for_each_model_dmem" => st(n.models().for_each_dmem(k.m, |_, _| ())),
+        "models_on" => st(n.models().on_core(LogicalCore::new(0), &mut [])),
+        "for_each_model_io" => st(n.models().for_each_io(k.m, |_| ())),
+        "model_core" => st(n.models().core(k.m)),
+        "set_create" => st(n.sets().create()),
+        "set_destroy" => st(n.sets().destroy(n.sets().create().unwrap_or(k.s))),
+        "set_add" => st(n.sets().add(k.s, "x", k.t)),
+        "set_get" => st(n.sets().get(k.s, "x")),
+        "set_len" => st(n.sets().len(k.s)),
         "dmem_allocator_create" | "dmem_allocator_destroy" => {
-            let pcore = if n.lifecycle() == nrt_core::ctx::STATE_INIT {
+            let pcore = if n.lifecycle() == nrt_core::Lifecycle::Init {
                 // SAFETY: in the init state `al` is the kit's live allocator.
                 unsafe { (*k.al).pcore }
             } else {
                 std::ptr::null_mut()
             };
-            let made =
-                n.dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL);
+            let made = n
+                .dmem()
+                .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL);
             if name == "dmem_allocator_create" {
                 st(made)
             } else {
-                st(n.dmem_allocator_destroy(made.unwrap_or(k.al)))
+                st(n.dmem().allocator_destroy(made.unwrap_or(k.al)))
             }
         }
-        "dmem_alloc" => st(n.dmem_alloc(k.al, &AllocArgs::device(4096, 0, TENSOR, "s"), None)),
-        "dmem_acquire_reference" => st(n.dmem_acquire_reference(k.d)),
+        "dmem_alloc" => st(n
+            .dmem()
+            .alloc(k.al, &AllocArgs::device(4096, 0, TENSOR, "s"), None)),
+        "dmem_acquire_reference" => st(n.dmem().acquire_reference(k.d)),
         "dmem_free" | "dmem_free_in" => {
             let d = n
-                .dmem_alloc(k.al, &AllocArgs::device(4096, 0, TENSOR, "s"), None)
+                .dmem()
+                .alloc(k.al, &AllocArgs::device(4096, 0, TENSOR, "s"), None)
                 .unwrap_or(k.d);
             if name == "dmem_free" {
-                st(n.dmem_free(d))
+                st(n.dmem().free(d))
             } else {
-                st(n.dmem_free_in(k.al, d))
+                st(n.dmem().free_in(k.al, d))
             }
         }
-        "dmem_info" => st(n.dmem_info(k.d)),
-        "allocator_for_each" => st(n.allocator_for_each(k.al, |_| ())),
+        "dmem_info" => st(n.dmem().info(k.d)),
+        "allocator_for_each" => st(n.dmem().allocator_for_each(k.al, |_| ())),
         "dmem_handle_of" | "dmem_is_live" | "allocator_usage" => {
-            let _ = (n.dmem_is_live(k.d), n.allocator_usage(k.al));
+            let _ = (n.dmem().is_live(k.d), n.dmem().allocator_usage(k.al));
             return v();
         }
-        "dmem_get_memory_stats" => st(n.dmem_get_memory_stats(LogicalCore::new(0))),
-        "vnc_usage" => st(n.vnc_usage(LogicalCore::new(0))),
-        "reset_peak" => st(n.reset_peak(LogicalCore::new(0))),
-        "inspector().dmem_get_memory_stats" => {
-            st(n.inspector().dmem_get_memory_stats(LogicalCore::new(0)))
-        }
-        "inspector().vnc_usage" => st(n.inspector().vnc_usage(LogicalCore::new(0))),
-        "inspector().virtual_core" => st(n.inspector().virtual_core(LogicalCore::new(0))),
-        "device_totals" => st(n.device_totals(0)),
-        "ledger_hbm" => return Some(n.ledger_hbm(0)).and(v()),
-        "ledger_device" => return Some(n.ledger_device(0, 0, UsageSel::Total)).and(v()),
-        "ledger_host" => return Some(n.ledger_host(0, 0, UsageSel::Total)).and(v()),
-        "ledger_snapshot" => return Some(n.ledger_snapshot(0)).and(v()),
-        "dump_ledger" => return Some(n.dump_ledger(&mut String::new(), 0, None, 2)).and(v()),
-        "last_oom" => return Some(n.last_oom()).and(v()),
-        "last_oom_dump" => return Some(n.last_oom_dump(&mut String::new())).and(v()),
-        "last_oom_channel" => return Some(n.last_oom_channel()).and(v()),
+        "dmem_get_memory_stats" => st(n.ledger().memory_stats(LogicalCore::new(0))),
+        "vnc_usage" => st(n.ledger().logical_core_usage(LogicalCore::new(0))),
+        "reset_peak" => st(n.ledger().reset_peak(LogicalCore::new(0))),
+        "inspector().dmem_get_memory_stats" => st(n.inspector().memory_stats(LogicalCore::new(0))),
+        "inspector().vnc_usage" => st(n.inspector().logical_core_usage(LogicalCore::new(0))),
+        "inspector().virtual_core" => st(n.inspector().logical_core_entry(LogicalCore::new(0))),
+        "device_totals" => st(n.ledger().device_totals(0)),
+        "ledger_hbm" => return Some(n.ledger().hbm(0)).and(v()),
+        "ledger_device" => return Some(n.ledger().device(0, 0, UsageSel::Total)).and(v()),
+        "ledger_host" => return Some(n.ledger().host(0, 0, UsageSel::Total)).and(v()),
+        "ledger_snapshot" => return Some(n.ledger().snapshot(0)).and(v()),
+        "dump_ledger" => return Some(n.ledger().dump(&mut String::new(), 0, None, 2)).and(v()),
+        "last_oom" => return Some(n.ledger().last_oom()).and(v()),
+        "last_oom_dump" => return Some(n.ledger().last_oom_dump(&mut String::new())).and(v()),
+        "last_oom_channel" => return Some(n.ledger().last_oom_channel()).and(v()),
         "tdrv_scratchpad_get_mem" => st(n.tdrv_scratchpad_get_mem(0, 0, 0, 64)),
         "scratchpad_info" => st(n.scratchpad_info(0, 0)),
         "scratchpad_page" => st(n.scratchpad_page(0, 0, 0)),

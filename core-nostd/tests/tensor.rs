@@ -4,6 +4,7 @@
 mod common;
 
 use nrt_core::ledger::UsageSel;
+use nrt_core::tensor::Pending;
 use nrt_core::tensor::Placement;
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -44,7 +45,8 @@ fn gates_in_order() {
     let f = Fixture::new(SimConfig::scaled_down(Preset::Trn2, 1));
     let n = f.nrt();
     assert_eq!(
-        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("t"))
+        n.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("t"))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_UNINITIALIZED
@@ -52,13 +54,15 @@ fn gates_in_order() {
     n.init(&InitOptions::default()).unwrap();
     // range gate before the host-on-CAYMAN gate
     assert_eq!(
-        n.tensor_allocate(Placement::Host, LogicalCore::new(9).into(), 16, Some("t"))
+        n.tensors()
+            .allocate(Placement::Host, LogicalCore::new(9).into(), 16, Some("t"))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     let e = n
-        .tensor_allocate(Placement::Host, LogicalCore::new(0).into(), 16, Some("t"))
+        .tensors()
+        .allocate(Placement::Host, LogicalCore::new(0).into(), 16, Some("t"))
         .unwrap_err();
     assert_eq!(
         e.status(),
@@ -72,26 +76,29 @@ fn gates_in_order() {
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(
-        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 0, Some("t"))
+        n.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 0, Some("t"))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     let long = "x".repeat(256);
     assert_eq!(
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            Some(&long)
-        )
-        .unwrap_err()
-        .status(),
+        n.tensors()
+            .allocate(
+                Placement::Device,
+                LogicalCore::new(0).into(),
+                16,
+                Some(&long)
+            )
+            .unwrap_err()
+            .status(),
         NRT_STATUS::NRT_INVALID
     );
     n.close().unwrap();
     assert_eq!(
-        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("t"))
+        n.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("t"))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_CLOSED
@@ -106,7 +113,8 @@ fn device_tensor_round_trip_slices_and_info() {
     );
     let n = f.nrt();
     let t = n
-        .tensor_allocate(
+        .tensors()
+        .allocate(
             Placement::Device,
             LogicalCore::new(1).into(),
             8192,
@@ -114,50 +122,55 @@ fn device_tensor_round_trip_slices_and_info() {
         )
         .unwrap();
     assert_eq!(
-        n.ledger_device(0, 2, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
+        n.ledger()
+            .device(0, 2, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
         8192,
         "vnc 1 = cores 2,3; GLOBAL heap of core 2"
     );
     let data: Vec<u8> = (0..8192u32).map(|i| i as u8).collect();
-    n.tensor_write(t, &data, 0).unwrap();
+    n.tensors().write(t, &data, 0).unwrap();
     let mut back = vec![0u8; 8192];
-    n.tensor_read(t, &mut back, 0).unwrap();
+    n.tensors().read(t, &mut back, 0).unwrap();
     assert_eq!(back, data);
     assert!(matches!(
-        n.tensor_write(t, &data, 1),
+        n.tensors().write(t, &data, 1),
         Err(Error::OutOfBounds { .. })
     ));
     assert!(matches!(
-        n.tensor_read(t, &mut back, u64::MAX),
+        n.tensors().read(t, &mut back, u64::MAX),
         Err(Error::OutOfBounds { .. })
     ));
-    let info = n.tensor_device_allocation_info(t).unwrap();
+    let info = n.tensors().device_allocation_info(t).unwrap();
     assert_eq!((info.size, info.hbm_index), (8192, 1));
     let s = n
-        .tensor_allocate_slice(t, 4096, 100, Some("slice"))
+        .tensors()
+        .allocate_slice(t, 4096, 100, Some("slice"))
         .unwrap();
     let mut b = vec![0u8; 100];
-    n.tensor_read(s, &mut b, 0).unwrap();
+    n.tensors().read(s, &mut b, 0).unwrap();
     assert_eq!(b, data[4096..4196]);
     assert_eq!(
-        n.tensor_device_allocation_info(s).unwrap().physical_address,
+        n.tensors()
+            .device_allocation_info(s)
+            .unwrap()
+            .physical_address,
         info.physical_address + 4096
     );
-    assert!(n.tensor_allocate_slice(t, 8000, 500, None).is_err());
-    n.tensor_memset(s, 0, 0xee, 100).unwrap();
-    n.tensor_free(t).unwrap();
+    assert!(n.tensors().allocate_slice(t, 8000, 500, None).is_err());
+    n.tensors().memset(s, 0, 0xee, 100).unwrap();
+    n.tensors().free(t).unwrap();
     assert_eq!(
-        n.tensor_free(t).unwrap_err().status(),
+        n.tensors().free(t).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "double free detected"
     );
     // The slice keeps the storage alive.
-    n.tensor_read(s, &mut b, 0).unwrap();
+    n.tensors().read(s, &mut b, 0).unwrap();
     assert!(b.iter().all(|x| *x == 0xee));
-    assert_eq!(n.ledger_device(0, 2, UsageSel::Total), 8192);
-    n.tensor_free(s).unwrap();
+    assert_eq!(n.ledger().device(0, 2, UsageSel::Total), 8192);
+    n.tensors().free(s).unwrap();
     assert_eq!(
-        n.ledger_device(0, 2, UsageSel::Total),
+        n.ledger().device(0, 2, UsageSel::Total),
         0,
         "freed with the last user"
     );
@@ -172,19 +185,23 @@ fn virtual_attach_copy_and_host_placement() {
     );
     let n = f.nrt();
     let v = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))
         .unwrap();
-    assert!(!n.tensor_get_va(v).unwrap().is_null());
-    n.tensor_write(v, &[7u8; 64], 0).unwrap();
+    assert!(!n.tensors().va(v).unwrap().is_null());
+    n.tensors().write(v, &[7u8; 64], 0).unwrap();
     let h = n
-        .tensor_allocate(Placement::Host, LogicalCore::new(0).into(), 64, Some("h"))
+        .tensors()
+        .allocate(Placement::Host, LogicalCore::new(0).into(), 64, Some("h"))
         .unwrap();
     assert_eq!(
-        n.ledger_host(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
+        n.ledger()
+            .host(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
         64
     );
     let d0 = n
-        .tensor_allocate(
+        .tensors()
+        .allocate(
             Placement::Device,
             LogicalCore::new(0).into(),
             64,
@@ -192,7 +209,8 @@ fn virtual_attach_copy_and_host_placement() {
         )
         .unwrap();
     let d1 = n
-        .tensor_allocate(
+        .tensors()
+        .allocate(
             Placement::Device,
             LogicalCore::new(1).into(),
             64,
@@ -201,45 +219,50 @@ fn virtual_attach_copy_and_host_placement() {
         .unwrap();
     // A host tensor records its logical core's default HBM, as a device one does (spec §7.2).
     let h1 = n
-        .tensor_allocate(Placement::Host, LogicalCore::new(1).into(), 64, Some("h1"))
+        .tensors()
+        .allocate(Placement::Host, LogicalCore::new(1).into(), 64, Some("h1"))
         .unwrap();
-    assert_eq!(n.tensor_device_allocation_info(h1).unwrap().hbm_index, 1);
-    assert_eq!(n.tensor_device_allocation_info(d1).unwrap().hbm_index, 1);
-    n.tensor_free(h1).unwrap();
-    n.tensor_copy(v, 0, d0, 0, 64).unwrap();
-    n.tensor_copy(d0, 0, h, 0, 64).unwrap();
+    assert_eq!(n.tensors().device_allocation_info(h1).unwrap().hbm_index, 1);
+    assert_eq!(n.tensors().device_allocation_info(d1).unwrap().hbm_index, 1);
+    n.tensors().free(h1).unwrap();
+    n.tensors().copy(v, 0, d0, 0, 64).unwrap();
+    n.tensors().copy(d0, 0, h, 0, 64).unwrap();
     let mut b = [0u8; 64];
-    n.tensor_read(h, &mut b, 0).unwrap();
+    n.tensors().read(h, &mut b, 0).unwrap();
     assert_eq!(b, [7u8; 64]);
     assert_eq!(
-        n.tensor_copy(d0, 0, d1, 0, 64).unwrap_err().status(),
+        n.tensors().copy(d0, 0, d1, 0, 64).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "device copies stay on a core"
     );
     let mut buf = vec![1u8; 32];
-    let e = n.tensor_allocate_empty(Some("e")).unwrap();
-    assert!(n.tensor_read(e, &mut b[..1], 0).is_err(), "no storage yet");
+    let e = n.tensors().allocate_empty(Some("e")).unwrap();
+    assert!(
+        n.tensors().read(e, &mut b[..1], 0).is_err(),
+        "no storage yet"
+    );
     // SAFETY: `buf` (32 bytes) outlives `e`, which is freed below; nothing else touches it
     // meanwhile.
-    unsafe { n.tensor_attach_buffer(e, buf.as_mut_ptr(), 32) }.unwrap();
-    n.tensor_write(e, &[9u8; 4], 0).unwrap();
-    n.tensor_free(e).unwrap();
+    unsafe { n.tensors().attach_buffer(e, buf.as_mut_ptr(), 32) }.unwrap();
+    n.tensors().write(e, &[9u8; 4], 0).unwrap();
+    n.tensors().free(e).unwrap();
     assert_eq!(
         &buf[..5],
         &[9, 9, 9, 9, 1],
         "the caller's buffer is never freed by us"
     );
     for t in [v, h, d0, d1] {
-        n.tensor_free(t).unwrap();
+        n.tensors().free(t).unwrap();
     }
     assert_eq!(
-        n.tensor_free(TensorHandle::from_parts(0, 0, 0))
+        n.tensors()
+            .free(TensorHandle::from_parts(0, 0, 0))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_INVALID
     );
     assert_eq!(
-        n.tensor_free(v).unwrap_err(),
+        n.tensors().free(v).unwrap_err(),
         common::stale(nrt_core::HandleKind::Tensor),
         "double free"
     );
@@ -258,46 +281,47 @@ fn execute_binds_by_name_and_copies_inputs_to_outputs() {
     let outs = [TensorDecl::new("x", 16), TensorDecl::new("y", 12)];
     let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name, size| {
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            size,
-            Some(name),
-        )
-        .unwrap()
+        n.tensors()
+            .allocate(
+                Placement::Device,
+                LogicalCore::new(0).into(),
+                size,
+                Some(name),
+            )
+            .unwrap()
     };
     let (a, b, x, y) = (mk("a", 16), mk("b", 8), mk("x", 16), mk("y", 12));
-    n.tensor_write(a, &[1u8; 16], 0).unwrap();
-    n.tensor_write(b, &[2u8; 8], 0).unwrap();
-    n.tensor_write(y, &[0xffu8; 12], 0).unwrap();
-    let si = n.set_create().unwrap();
-    let so = n.set_create().unwrap();
-    n.set_add(si, "a", a).unwrap();
-    n.set_add(so, "x", x).unwrap();
+    n.tensors().write(a, &[1u8; 16], 0).unwrap();
+    n.tensors().write(b, &[2u8; 8], 0).unwrap();
+    n.tensors().write(y, &[0xffu8; 12], 0).unwrap();
+    let si = n.sets().create().unwrap();
+    let so = n.sets().create().unwrap();
+    n.sets().add(si, "a", a).unwrap();
+    n.sets().add(so, "x", x).unwrap();
     assert_eq!(
-        n.execute(h, si, so).unwrap_err().status(),
+        n.tensors().execute(h, si, so).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "missing input b"
     );
-    n.set_add(si, "b", b).unwrap();
-    n.set_add(so, "y", a).unwrap();
+    n.sets().add(si, "b", b).unwrap();
+    n.sets().add(so, "y", a).unwrap();
     assert_eq!(
-        n.execute(h, si, so).unwrap_err().status(),
+        n.tensors().execute(h, si, so).unwrap_err().status(),
         NRT_STATUS::NRT_INVALID,
         "wrong size"
     );
-    n.set_add(so, "y", y).unwrap();
-    n.execute(h, si, so).unwrap();
+    n.sets().add(so, "y", y).unwrap();
+    n.tensors().execute(h, si, so).unwrap();
     let mut out = [0u8; 12];
-    n.tensor_read(y, &mut out, 0).unwrap();
+    n.tensors().read(y, &mut out, 0).unwrap();
     assert_eq!(out, [2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0]);
-    assert_eq!(n.tensor_output_completion(y).unwrap(), 1);
-    assert_eq!(n.tensor_pending(y).unwrap(), (0, 0));
-    n.tensor_reset_output_completion(y).unwrap();
-    assert_eq!(n.tensor_output_completion(y).unwrap(), 0);
-    assert_eq!(n.set_len(si).unwrap(), 2);
-    n.unload_model(h).unwrap();
-    assert!(n.execute(h, si, so).is_err());
+    assert_eq!(n.tensors().output_completion(y).unwrap(), 1);
+    assert_eq!(n.tensors().pending(y).unwrap(), Pending::default());
+    n.tensors().reset_output_completion(y).unwrap();
+    assert_eq!(n.tensors().output_completion(y).unwrap(), 0);
+    assert_eq!(n.sets().len(si).unwrap(), 2);
+    n.models().unload(h).unwrap();
+    assert!(n.tensors().execute(h, si, so).is_err());
 }
 
 #[test]
@@ -306,18 +330,20 @@ fn independent_instances_do_not_share_state() {
     let st = CoreState::new_boxed();
     let n2 = Nrt::new(&st, &*f1.sim);
     assert_eq!(
-        n2.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+        n2.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_UNINITIALIZED
     );
     let t = f1
         .nrt()
-        .tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
+        .tensors()
+        .allocate(Placement::Device, LogicalCore::new(0).into(), 16, None)
         .unwrap();
     assert!(
         matches!(
-            n2.tensor_get_size(t),
+            n2.tensors().size(t),
             Err(Error::Uninitialized | Error::InvalidHandle(_))
         ),
         "another instance's tensor is foreign"
@@ -344,7 +370,8 @@ fn too_large_requests_fail_as_out_of_memory_whatever_the_size() {
     ] {
         for size in [u64::MAX, u64::MAX / 2 + 1, u64::MAX / 2, 1 << 40] {
             let e = n
-                .tensor_allocate(placement, core(), size, Some("huge"))
+                .tensors()
+                .allocate(placement, core(), size, Some("huge"))
                 .unwrap_err();
             assert_eq!(e.status(), status, "{placement:?} of {size} bytes: {e}");
         }
@@ -365,24 +392,27 @@ fn virtual_tensors_from_a_static_arena() {
     let n = f.nrt();
     let before = POOL.free_bytes();
     let a = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 1000, Some("a"))
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 1000, Some("a"))
         .unwrap();
     let b = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("b"))
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 4096, Some("b"))
         .unwrap();
-    n.tensor_write(a, &[3u8; 1000], 0).unwrap();
-    n.tensor_copy(a, 0, b, 100, 1000).unwrap();
+    n.tensors().write(a, &[3u8; 1000], 0).unwrap();
+    n.tensors().copy(a, 0, b, 100, 1000).unwrap();
     let mut out = [0u8; 1100];
-    n.tensor_read(b, &mut out, 0).unwrap();
+    n.tensors().read(b, &mut out, 0).unwrap();
     assert!(out[..100].iter().all(|x| *x == 0) && out[100..].iter().all(|x| *x == 3));
     assert_eq!(
-        n.tensor_allocate(Placement::Virtual, CoreSel::Any, 2 << 20, Some("big"))
+        n.tensors()
+            .allocate(Placement::Virtual, CoreSel::Any, 2 << 20, Some("big"))
             .unwrap_err()
             .status(),
         NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC
     );
-    n.tensor_free(a).unwrap();
-    n.tensor_free(b).unwrap();
+    n.tensors().free(a).unwrap();
+    n.tensors().free(b).unwrap();
     assert_eq!(POOL.free_bytes(), before.min(1 << 20));
 }
 
@@ -392,12 +422,12 @@ fn virtual_tensors_from_a_static_arena() {
 fn tensor_name_outlives_the_tensor() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let t = n.tensor_allocate_empty(Some("alpha")).unwrap();
-    let name = n.tensor_name(t).unwrap();
-    n.tensor_free(t).unwrap();
+    let t = n.tensors().allocate_empty(Some("alpha")).unwrap();
+    let name = n.tensors().name(t).unwrap();
+    n.tensors().free(t).unwrap();
     let mut others = Vec::new();
     loop {
-        let u = n.tensor_allocate_empty(Some("ZZZZZ")).unwrap();
+        let u = n.tensors().allocate_empty(Some("ZZZZZ")).unwrap();
         others.push(u);
         if u.to_parts().0 == t.to_parts().0 {
             break; // the freed slot is reused (fresh slots go first)
@@ -405,22 +435,29 @@ fn tensor_name_outlives_the_tensor() {
     }
     assert_ne!(others.last(), Some(&t), "a new handle for the reused slot");
     assert_eq!(
-        n.tensor_name(t).unwrap_err(),
+        n.tensors().name(t).unwrap_err(),
         common::stale(nrt_core::HandleKind::Tensor),
         "the old handle does not name the slot's new tensor"
     );
-    assert_eq!(&*n.tensor_name(*others.last().unwrap()).unwrap(), "ZZZZZ");
+    assert_eq!(
+        &*n.tensors().name(*others.last().unwrap()).unwrap(),
+        "ZZZZZ"
+    );
     assert_eq!(
         &*name, "alpha",
         "the name read before the free is unchanged"
     );
     for u in others {
-        n.tensor_free(u).unwrap();
+        n.tensors().free(u).unwrap();
     }
     let long = "n".repeat(255);
-    let t = n.tensor_allocate_empty(Some(&long)).unwrap();
-    assert_eq!(&*n.tensor_name(t).unwrap(), long.as_str(), "255 bytes fit");
-    n.tensor_free(t).unwrap();
+    let t = n.tensors().allocate_empty(Some(&long)).unwrap();
+    assert_eq!(
+        &*n.tensors().name(t).unwrap(),
+        long.as_str(),
+        "255 bytes fit"
+    );
+    n.tensors().free(t).unwrap();
 }
 
 /// `tensor_copy` within one storage with overlapping ranges: the 4 KiB chunks went forward, so
@@ -437,22 +474,24 @@ fn overlapping_copy_within_a_storage_is_memmove() {
     let n = f.nrt();
     let pattern: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
     let check = |t, src: u64, dst: u64, len: u64, what: &str| {
-        n.tensor_write(t, &pattern, 0).unwrap();
-        n.tensor_copy(t, src, t, dst, len).unwrap();
+        n.tensors().write(t, &pattern, 0).unwrap();
+        n.tensors().copy(t, src, t, dst, len).unwrap();
         let mut want = pattern.clone();
         want.copy_within(src as usize..(src + len) as usize, dst as usize);
         let mut got = vec![0u8; 16384];
-        n.tensor_read(t, &mut got, 0).unwrap();
+        n.tensors().read(t, &mut got, 0).unwrap();
         assert!(
             got == want,
             "{what}: copy({src} -> {dst}, {len}) is not memmove"
         );
     };
     let v = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 16384, Some("v"))
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 16384, Some("v"))
         .unwrap();
     let d = n
-        .tensor_allocate(
+        .tensors()
+        .allocate(
             Placement::Device,
             LogicalCore::new(0).into(),
             16384,
@@ -467,17 +506,20 @@ fn overlapping_copy_within_a_storage_is_memmove() {
         check(t, 0, 0, 16384, what);
     }
     // Two slices of one storage: [0, 12K) and [100, 12K + 100).
-    let lo = n.tensor_allocate_slice(v, 0, 12288, Some("lo")).unwrap();
-    let hi = n.tensor_allocate_slice(v, 100, 12288, Some("hi")).unwrap();
-    n.tensor_write(v, &pattern, 0).unwrap();
-    n.tensor_copy(lo, 0, hi, 0, 8192).unwrap();
+    let lo = n.tensors().allocate_slice(v, 0, 12288, Some("lo")).unwrap();
+    let hi = n
+        .tensors()
+        .allocate_slice(v, 100, 12288, Some("hi"))
+        .unwrap();
+    n.tensors().write(v, &pattern, 0).unwrap();
+    n.tensors().copy(lo, 0, hi, 0, 8192).unwrap();
     let mut want = pattern.clone();
     want.copy_within(0..8192, 100);
     let mut got = vec![0u8; 16384];
-    n.tensor_read(v, &mut got, 0).unwrap();
+    n.tensors().read(v, &mut got, 0).unwrap();
     assert!(got == want, "slices sharing a storage: not memmove");
     for t in [lo, hi, v, d] {
-        n.tensor_free(t).unwrap();
+        n.tensors().free(t).unwrap();
     }
 }
 
@@ -535,30 +577,31 @@ fn an_execute_in_flight_when_close_begins_completes() {
     let outs = [TensorDecl::new("x", 16), TensorDecl::new("y", 16)];
     let h = load_io_model(&n, 0, &ins, &outs);
     let mk = |name| {
-        n.tensor_allocate(
-            Placement::Device,
-            LogicalCore::new(0).into(),
-            16,
-            Some(name),
-        )
-        .unwrap()
+        n.tensors()
+            .allocate(
+                Placement::Device,
+                LogicalCore::new(0).into(),
+                16,
+                Some(name),
+            )
+            .unwrap()
     };
     let (a, b, x, y) = (mk("a"), mk("b"), mk("x"), mk("y"));
-    n.tensor_write(a, &[1; 16], 0).unwrap();
-    n.tensor_write(b, &[2; 16], 0).unwrap();
-    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
-    n.set_add(si, "a", a).unwrap();
-    n.set_add(si, "b", b).unwrap();
-    n.set_add(so, "x", x).unwrap();
-    n.set_add(so, "y", y).unwrap();
+    n.tensors().write(a, &[1; 16], 0).unwrap();
+    n.tensors().write(b, &[2; 16], 0).unwrap();
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
+    n.sets().add(si, "a", a).unwrap();
+    n.sets().add(si, "b", b).unwrap();
+    n.sets().add(so, "x", x).unwrap();
+    n.sets().add(so, "y", y).unwrap();
     drv.hooks.armed.store(true, SeqCst);
     std::thread::scope(|s| {
-        let exec = s.spawn(|| n.execute(h, si, so));
+        let exec = s.spawn(|| n.tensors().execute(h, si, so));
         while !drv.hooks.parked.load(SeqCst) {
             std::thread::yield_now();
         }
         let close = s.spawn(|| n.close());
-        while n.lifecycle() != nrt_core::ctx::STATE_CLOSED {
+        while n.lifecycle() != nrt_core::Lifecycle::Closed {
             std::thread::yield_now();
         }
         drv.hooks.go.store(true, SeqCst);
@@ -593,19 +636,21 @@ fn copy_model(
     let outs = [TensorDecl::new("x", out)];
     let h = load_io_model(n, 0, &ins, &outs);
     let a = n
-        .tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("a"))
+        .tensors()
+        .allocate(Placement::Device, LogicalCore::new(0).into(), 16, Some("a"))
         .unwrap();
     let x = n
-        .tensor_allocate(
+        .tensors()
+        .allocate(
             Placement::Device,
             LogicalCore::new(0).into(),
             out,
             Some("x"),
         )
         .unwrap();
-    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
-    n.set_add(si, "a", a).unwrap();
-    n.set_add(so, "x", x).unwrap();
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
+    n.sets().add(si, "a", a).unwrap();
+    n.sets().add(so, "x", x).unwrap();
     (h, a, x, si, so)
 }
 
@@ -619,7 +664,7 @@ fn load_io_model(n: &Nrt<'_>, vnc: i64, ins: &[TensorDecl], outs: &[TensorDecl])
         outputs: outs,
         ..Default::default()
     };
-    n.load_model(LogicalCore::from_c(vnc), &spec).unwrap()
+    n.models().load(LogicalCore::from_c(vnc), &spec).unwrap()
 }
 
 /// A read never sees an output half written (spec §7.1: a tensor cannot be read until the
@@ -635,11 +680,11 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
     let n = f.nrt();
     const OUT: usize = 64 << 10;
     let (h, a, x, si, so) = copy_model(&n, OUT as u64);
-    n.tensor_write(a, &[0x11; 16], 0).unwrap();
+    n.tensors().write(a, &[0x11; 16], 0).unwrap();
     let old = vec![0xffu8; OUT];
     let mut new = vec![0u8; OUT];
     new[..16].fill(0x11);
-    n.tensor_write(x, &old, 0).unwrap(); // before the reader's first look
+    n.tensors().write(x, &old, 0).unwrap(); // before the reader's first look
     let (started, done) = (AtomicBool::new(false), AtomicBool::new(false));
     let xa = x;
     std::thread::scope(|sc| {
@@ -648,7 +693,7 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
             let mut reads = 0u64;
             started.store(true, SeqCst);
             while !done.load(SeqCst) {
-                n.tensor_read(xa, &mut buf, 0).unwrap();
+                n.tensors().read(xa, &mut buf, 0).unwrap();
                 assert!(
                     buf == old || buf == new,
                     "read {reads}: half an output (head {:#x}, byte 16 {:#x})",
@@ -663,16 +708,16 @@ fn reads_wait_for_the_execution_writing_the_tensor() {
             std::hint::spin_loop();
         }
         for _ in 0..2000 {
-            n.tensor_write(x, &old, 0).unwrap();
-            n.execute(h, si, so).unwrap();
+            n.tensors().write(x, &old, 0).unwrap();
+            n.tensors().execute(h, si, so).unwrap();
         }
         done.store(true, SeqCst);
         assert!(reader.join().unwrap() > 0);
     });
     for t in [a, x] {
-        n.tensor_free(t).unwrap();
+        n.tensors().free(t).unwrap();
     }
-    n.unload_model(h).unwrap();
+    n.models().unload(h).unwrap();
 }
 
 /// An execution that unwinds (a driver panicking in the middle of its outputs) takes its
@@ -687,12 +732,14 @@ fn an_unwinding_execute_leaves_no_pending_marks() {
     let (h, a, x, si, so) = copy_model(&n, 64);
     // The 16 input bytes are copied, then the rest of the output is filled: that panics.
     drv.hooks.panic_in_fill.store(true, SeqCst);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| n.execute(h, si, so)));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        n.tensors().execute(h, si, so)
+    }));
     assert!(r.is_err(), "the driver's panic unwound through execute");
-    assert_eq!(n.tensor_pending(x).unwrap(), (0, 0));
-    assert_eq!(n.tensor_pending(a).unwrap(), (0, 0));
+    assert_eq!(n.tensors().pending(x).unwrap(), Pending::default());
+    assert_eq!(n.tensors().pending(a).unwrap(), Pending::default());
     let mut buf = [0u8; 64];
-    n.tensor_read(x, &mut buf, 0).unwrap();
+    n.tensors().read(x, &mut buf, 0).unwrap();
     n.close().unwrap();
     assert_eq!(n.driver_bytes_in_use(), 0);
 }
@@ -717,16 +764,17 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     };
     let (p, c) = (load(0, "a", "x"), load(1, "x", "z"));
     let mk = |name| {
-        n.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), N, Some(name))
+        n.tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), N, Some(name))
             .unwrap()
     };
     let (a1, a2, x, z) = (mk("a"), mk("a"), mk("x"), mk("z"));
-    n.tensor_write(a1, &vec![0x11; N as usize], 0).unwrap();
-    n.tensor_write(a2, &vec![0x22; N as usize], 0).unwrap();
-    n.tensor_write(x, &vec![0x11; N as usize], 0).unwrap();
+    n.tensors().write(a1, &vec![0x11; N as usize], 0).unwrap();
+    n.tensors().write(a2, &vec![0x22; N as usize], 0).unwrap();
+    n.tensors().write(x, &vec![0x11; N as usize], 0).unwrap();
     let set = |name, t| {
-        let s = n.set_create().unwrap();
-        n.set_add(s, name, t).unwrap();
+        let s = n.sets().create().unwrap();
+        n.sets().add(s, name, t).unwrap();
         s
     };
     let (sa1, sa2, sx, sz) = (set("a", a1), set("a", a2), set("x", x), set("z", z));
@@ -734,15 +782,15 @@ fn an_execution_never_reads_half_of_another_executions_output() {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             while !done.load(SeqCst) {
-                n.execute(p, sa1, sx).unwrap();
-                n.execute(p, sa2, sx).unwrap();
+                n.tensors().execute(p, sa1, sx).unwrap();
+                n.tensors().execute(p, sa2, sx).unwrap();
             }
         });
         let _stop = StopOnDrop(&done);
         let mut buf = vec![0u8; N as usize];
         for i in 0..1000 {
-            n.execute(c, sx, sz).unwrap();
-            n.tensor_read(z, &mut buf, 0).unwrap();
+            n.tensors().execute(c, sx, sz).unwrap();
+            n.tensors().read(z, &mut buf, 0).unwrap();
             assert!(
                 buf.iter().all(|b| *b == buf[0]),
                 "execution {i} read half an output: first {:#x}, last {:#x}",
@@ -767,7 +815,8 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
     let outs = [TensorDecl::new("x", N), TensorDecl::new("y", N)];
     let m = load_io_model(&n, 0, &ins, &outs);
     let on = |vnc, name| {
-        n.tensor_allocate(Placement::Device, vnc, N, Some(name))
+        n.tensors()
+            .allocate(Placement::Device, vnc, N, Some(name))
             .unwrap()
     };
     let (a, b, x, y) = (
@@ -776,18 +825,18 @@ fn a_refused_execution_leaves_every_output_as_it_was() {
         on(LogicalCore::new(0).into(), "x"),
         on(LogicalCore::new(1).into(), "y"),
     );
-    n.tensor_write(a, &[0x11; N as usize], 0).unwrap();
-    n.tensor_write(x, &[0x77; N as usize], 0).unwrap();
-    let si = n.set_create().unwrap();
-    n.set_add(si, "a", a).unwrap();
-    n.set_add(si, "b", b).unwrap();
-    let so = n.set_create().unwrap();
-    n.set_add(so, "x", x).unwrap();
-    n.set_add(so, "y", y).unwrap();
-    let e = n.execute(m, si, so).unwrap_err();
+    n.tensors().write(a, &[0x11; N as usize], 0).unwrap();
+    n.tensors().write(x, &[0x77; N as usize], 0).unwrap();
+    let si = n.sets().create().unwrap();
+    n.sets().add(si, "a", a).unwrap();
+    n.sets().add(si, "b", b).unwrap();
+    let so = n.sets().create().unwrap();
+    n.sets().add(so, "x", x).unwrap();
+    n.sets().add(so, "y", y).unwrap();
+    let e = n.tensors().execute(m, si, so).unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_INVALID, "{e}");
     let mut buf = [0u8; N as usize];
-    n.tensor_read(x, &mut buf, 0).unwrap();
+    n.tensors().read(x, &mut buf, 0).unwrap();
     assert!(buf.iter().all(|&v| v == 0x77), "output x was written");
     n.close().unwrap();
 }
@@ -820,21 +869,25 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
     );
     let n = f.nrt();
     for size in [64u64, 4096, 100_000] {
-        n.tensor_allocate(Placement::Virtual, CoreSel::Any, size, Some("left"))
+        n.tensors()
+            .allocate(Placement::Virtual, CoreSel::Any, size, Some("left"))
             .unwrap();
     }
     let slice_src = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 512, Some("src"))
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 512, Some("src"))
         .unwrap();
-    n.tensor_allocate_slice(slice_src, 0, 256, Some("slice"))
+    n.tensors()
+        .allocate_slice(slice_src, 0, 256, Some("slice"))
         .unwrap();
-    n.tensor_allocate(
-        Placement::Device,
-        LogicalCore::new(0).into(),
-        4096,
-        Some("dev"),
-    )
-    .unwrap();
+    n.tensors()
+        .allocate(
+            Placement::Device,
+            LogicalCore::new(0).into(),
+            4096,
+            Some("dev"),
+        )
+        .unwrap();
     assert_eq!(out(), 64 + 4096 + 100_000 + 512);
     n.close().unwrap();
     assert_eq!(out(), 0, "close left VIRTUAL bytes with the host provider");
@@ -851,15 +904,18 @@ fn a_view_over_other_resources_is_refused() {
     );
     let n = f.nrt();
     let t = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("mine"))
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 64, Some("mine"))
         .unwrap();
     let before = snapshot(&n);
     // Another driver over the same state block: every call is refused, nothing changes.
     let other_sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
     let wrong = Nrt::with_host(&f.st, &*other_sim, &HEAP);
-    assert_eq!(wrong.tensor_free(t), Err(Error::ForeignResources));
+    assert_eq!(wrong.tensors().free(t), Err(Error::ForeignResources));
     assert_eq!(
-        wrong.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 4096, None),
+        wrong
+            .tensors()
+            .allocate(Placement::Device, LogicalCore::new(0).into(), 4096, None),
         Err(Error::ForeignResources)
     );
     assert_eq!(wrong.close(), Err(Error::ForeignResources));
@@ -870,8 +926,10 @@ fn a_view_over_other_resources_is_refused() {
     // The right driver without the bound provider: refused, naming what is missing; with
     // another provider: refused as foreign.
     let no_host = Nrt::new(&f.st, &*f.sim);
-    assert_eq!(no_host.tensor_get_size(t), Err(Error::MissingHostProvider));
-    let dev = no_host.tensor_allocate(Placement::Device, LogicalCore::new(0).into(), 4096, None);
+    assert_eq!(no_host.tensors().size(t), Err(Error::MissingHostProvider));
+    let dev = no_host
+        .tensors()
+        .allocate(Placement::Device, LogicalCore::new(0).into(), 4096, None);
     assert_eq!(dev, Err(Error::MissingHostProvider));
     let msg = Error::MissingHostProvider.to_string();
     assert!(
@@ -880,7 +938,7 @@ fn a_view_over_other_resources_is_refused() {
     );
     assert_eq!(Error::MissingHostProvider.status(), NRT_STATUS::NRT_INVALID);
     let other_host = Nrt::with_host(&f.st, &*f.sim, &OTHER);
-    assert_eq!(other_host.tensor_free(t), Err(Error::ForeignResources));
+    assert_eq!(other_host.tensors().free(t), Err(Error::ForeignResources));
     // No call takes a per-call provider any more: a free always goes to the bound one.
     assert_eq!(
         Error::ForeignResources.status(),
@@ -888,13 +946,13 @@ fn a_view_over_other_resources_is_refused() {
         "a caller's mistake"
     );
     assert_eq!(snapshot(&n), before);
-    assert_eq!(n.tensor_get_size(t), Ok(64));
-    n.tensor_free(t).unwrap();
+    assert_eq!(n.tensors().size(t), Ok(64));
+    n.tensors().free(t).unwrap();
     n.close().unwrap();
     // After close, a new init may bind other resources.
     let again = Nrt::new(&f.st, &*other_sim);
     again.init(&InitOptions::default()).unwrap();
-    assert_eq!(n.tensor_get_size(t), Err(Error::ForeignResources));
+    assert_eq!(n.tensors().size(t), Err(Error::ForeignResources));
     again.close().unwrap();
 }
 
@@ -906,22 +964,29 @@ fn any_core_is_core_0_off_device_and_fails_the_range_gate_as_minus_1_on_device()
         &HEAP,
     );
     let n = f.nrt();
-    let owned = n.visible_vnc_count();
+    let owned = n.visible_logical_core_count();
     let v = n
-        .tensor_allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 64, Some("v"))
         .unwrap();
     let h = n
-        .tensor_allocate(Placement::Host, CoreSel::Any, 64, Some("h"))
+        .tensors()
+        .allocate(Placement::Host, CoreSel::Any, 64, Some("h"))
         .unwrap();
-    let host = n.vnc_usage(LogicalCore::FIRST).unwrap().host;
+    let host = n
+        .ledger()
+        .logical_core_usage(LogicalCore::FIRST)
+        .unwrap()
+        .host;
     assert!(
         host.iter().any(|&b| b >= 64),
         "HOST tensor booked on core 0"
     );
     assert_eq!(
-        n.tensor_allocate(Placement::Device, CoreSel::Any, 64, Some("d")),
+        n.tensors()
+            .allocate(Placement::Device, CoreSel::Any, 64, Some("d")),
         Err(Error::LogicalCoreOutOfRange { vnc: -1, owned })
     );
-    n.tensor_free(v).unwrap();
-    n.tensor_free(h).unwrap();
+    n.tensors().free(v).unwrap();
+    n.tensors().free(h).unwrap();
 }

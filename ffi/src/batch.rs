@@ -90,11 +90,11 @@ fn copy(r: &Runtime, t: nrt_core::TensorHandle, op: &nrt_tensor_batch_op_t, writ
     if write {
         // SAFETY: checked non-NULL for a non-empty op; caller contract for its size.
         let b = unsafe { in_bytes(op.buffer as *const u8, op.size as usize, "buffer") }?;
-        Ok(nrt.tensor_write(t, b, op.offset)?)
+        Ok(nrt.tensors().write(t, b, op.offset)?)
     } else {
         // SAFETY: as above; the caller's buffers do not overlap each other's use here.
         let b = unsafe { out_bytes(op.buffer as *mut u8, op.size as usize, "buffer") }?;
-        Ok(nrt.tensor_read(t, b, op.offset)?)
+        Ok(nrt.tensors().read(t, b, op.offset)?)
     }
 }
 

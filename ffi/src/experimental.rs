@@ -4,7 +4,7 @@
 //! `NRT_FAILURE` and one log line.
 //!
 //! The tensor table comes from the core's per-model IO table
-//! ([`nrt_core::Nrt::for_each_model_io`]: name, usage, size, dtype, shape), which the load
+//! ([`nrt_core::Models::for_each_io`]: name, usage, size, dtype, shape), which the load
 //! filled from the model's declarations (a manifest's `inputs`/`outputs`, a NEFF's
 //! `neff.json`); this file never looks at where they came from.
 
@@ -86,7 +86,7 @@ pub type NRT_ASYNC_EXEC_STATUS_CALLBACK = Option<
 /// layout they were allocated with: `nrt_free_model_tensor_info` frees only these.
 static ARRAYS: LazyLock<Mutex<BTreeMap<usize, Layout>>> = LazyLock::new(Default::default);
 
-/// One row of the table, as the core's IO table holds it ([`nrt_core::Nrt::for_each_model_io`]).
+/// One row of the table, as the core's IO table holds it ([`nrt_core::Models::for_each_io`]).
 struct IoRow {
     name: String,
     usage: nrt_tensor_usage_t,
@@ -173,7 +173,7 @@ pub unsafe extern "C" fn nrt_get_model_tensor_info(
             }
             let h = r.model(model)?;
             let mut io = Vec::new();
-            r.rt.nrt().for_each_model_io(h, |t| {
+            r.rt.nrt().models().for_each_io(h, |t| {
                 io.push(IoRow {
                     name: t.name.to_string(),
                     usage: match t.usage {
@@ -420,7 +420,7 @@ pub unsafe extern "C" fn nrt_get_model_info(
         global::with_rt(|r| {
             let h = r.model(model)?;
             // A model's core is one the runtime loaded it on: always an index.
-            let vnc = r.rt.nrt().model_core(h)?.index().unwrap_or(u32::MAX);
+            let vnc = r.rt.nrt().models().core(h)?.index().unwrap_or(u32::MAX);
             // SAFETY: caller contract.
             unsafe {
                 put_sized(

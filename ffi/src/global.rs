@@ -172,7 +172,7 @@ impl Runtime {
         match self.encode(KIND_TENSOR, index, generation) {
             Some(v) => Ok(handle_ptr(v)),
             None => {
-                let _ = self.rt.nrt().tensor_free(h);
+                let _ = self.rt.nrt().tensors().free(h);
                 Err(too_many("tensor", index))
             }
         }
@@ -206,7 +206,7 @@ impl Runtime {
         match self.encode(KIND_SET, index, generation) {
             Some(v) => Ok(handle_ptr(v)),
             None => {
-                let _ = self.rt.nrt().set_destroy(h);
+                let _ = self.rt.nrt().sets().destroy(h);
                 Err(too_many("tensor set", index))
             }
         }

@@ -253,7 +253,7 @@ pub(crate) unsafe fn per_model(
     what: &str,
 ) -> Res {
     global::with_rt(|r| {
-        r.rt.nrt().model_core(r.model(model)?)?;
+        r.rt.nrt().models().core(r.model(model)?)?;
         // SAFETY: caller contract.
         unsafe { put(out, v, what) }
     })

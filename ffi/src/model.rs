@@ -120,7 +120,7 @@ pub unsafe extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
     entry("nrt_unload", || {
         global::with_rt(|r| {
             let h = r.model(model)?;
-            r.rt.nrt().unload_model(h)?;
+            r.rt.nrt().models().unload(h)?;
             r.rt.note_unloaded(h);
             Ok(())
         })
@@ -161,7 +161,7 @@ pub(crate) fn execute(
         );
         if ins.is_err() || outs.is_err() {
             // The model is checked before the sets, as the core's execute does.
-            r.rt.nrt().model_core(h)?;
+            r.rt.nrt().models().core(h)?;
         }
         let (ins, outs) = (ins?, outs?);
         for _ in 0..repeat {

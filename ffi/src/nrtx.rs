@@ -234,8 +234,8 @@ pub unsafe extern "C" fn nrtx_get_vnc_memory_stats(
     entry("nrtx_get_vnc_memory_stats", || {
         global::with_rt(|r| {
             let n = r.rt.nrt();
-            let s = n.dmem_get_memory_stats(LogicalCore::from_c(vnc))?;
-            let u = n.vnc_usage(LogicalCore::from_c(vnc))?;
+            let s = n.ledger().memory_stats(LogicalCore::from_c(vnc))?;
+            let u = n.ledger().logical_core_usage(LogicalCore::from_c(vnc))?;
             let v = nrtx_vnc_memory_stats_t {
                 bytes_used: s.bytes_used,
                 bytes_limit: s.bytes_limit,
@@ -262,7 +262,7 @@ pub unsafe extern "C" fn nrtx_get_vnc_memory_stats(
 #[no_mangle]
 pub extern "C" fn nrtx_reset_vnc_memory_peak(vnc: u32) -> NRT_STATUS {
     entry("nrtx_reset_vnc_memory_peak", || {
-        global::with_rt(|r| Ok(r.rt.nrt().reset_peak(LogicalCore::from_c(vnc))?))
+        global::with_rt(|r| Ok(r.rt.nrt().ledger().reset_peak(LogicalCore::from_c(vnc))?))
     })
 }
 
@@ -281,7 +281,10 @@ pub unsafe extern "C" fn nrtx_get_vnc_usage(
 ) -> NRT_STATUS {
     entry("nrtx_get_vnc_usage", || {
         global::with_rt(|r| {
-            let u = r.rt.nrt().vnc_usage(LogicalCore::from_c(vnc))?;
+            let u =
+                r.rt.nrt()
+                    .ledger()
+                    .logical_core_usage(LogicalCore::from_c(vnc))?;
             let v = nrtx_vnc_usage_t {
                 device: u.device,
                 device_peak: u.device_peak,
@@ -473,11 +476,11 @@ pub unsafe extern "C" fn nrtx_get_vnc_hbm_stats(
     entry("nrtx_get_vnc_hbm_stats", || {
         global::with_rt(|r| {
             let nrt = r.rt.nrt();
-            let v = nrt.virtual_core(LogicalCore::from_c(vnc))?;
+            let v = nrt.logical_core_entry(LogicalCore::from_c(vnc))?;
             let s = hbm_stats(
                 r,
                 v.tpbs[0].device_id,
-                nrt.vtpb_get_default_hbm_idx(LogicalCore::from_c(vnc))?,
+                nrt.logical_core_hbm(LogicalCore::from_c(vnc))?,
             )?;
             // SAFETY: caller contract.
             unsafe {
@@ -507,7 +510,7 @@ pub unsafe extern "C" fn nrtx_get_model_memory(
 ) -> NRT_STATUS {
     entry("nrtx_get_model_memory", || {
         global::with_rt(|r| {
-            let i = r.rt.nrt().model_info(r.model(model)?)?;
+            let i = r.rt.nrt().models().info(r.model(model)?)?;
             let v = nrtx_model_memory_t {
                 // A model's core is one the runtime found it on: always an index.
                 vnc: i.vnc.index().unwrap_or(u32::MAX),
@@ -532,7 +535,7 @@ pub(crate) fn oom_report_text(r: &global::Runtime, failed: Option<Error>) -> Str
         return table;
     }
     let mut s = String::from("no device out-of-memory error since nrt_init\n");
-    let _ = n.dump_ledger(&mut s, 0, None, 8);
+    let _ = n.ledger().dump(&mut s, 0, None, 8);
     s
 }
 

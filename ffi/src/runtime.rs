@@ -105,7 +105,10 @@ fn count(running: fn(&nrt_core::Nrt<'_>) -> u32, from_config: fn() -> Res<u32>) 
 /// `vnc_count` is NULL or valid for a write.
 pub(crate) unsafe fn total_vnc_count(func: &'static str, vnc_count: *mut u32) -> NRT_STATUS {
     entry(func, || {
-        let total = count(|n| n.total_vnc_count(), || Ok(total_from_config()?.0))?;
+        let total = count(
+            |n| n.total_logical_core_count(),
+            || Ok(total_from_config()?.0),
+        )?;
         // SAFETY: caller contract.
         unsafe { put(vnc_count, total, "vnc_count") }
     })
@@ -117,7 +120,7 @@ pub(crate) unsafe fn total_vnc_count(func: &'static str, vnc_count: *mut u32) ->
 /// `vnc_count` is NULL or valid for a write.
 pub(crate) unsafe fn visible_vnc_count(func: &'static str, vnc_count: *mut u32) -> NRT_STATUS {
     entry(func, || {
-        let visible = count(|n| n.visible_vnc_count(), visible_from_config)?;
+        let visible = count(|n| n.visible_logical_core_count(), visible_from_config)?;
         // SAFETY: caller contract.
         unsafe { put(vnc_count, visible, "vnc_count") }
     })

@@ -1,5 +1,5 @@
 //! Tensor sets (public API §2; spec §7.3): name → tensor, the inputs or outputs of one
-//! `nrt_execute`. A set lives in the core's set arena (`Nrt::set_create`, sized by
+//! `nrt_execute`. A set lives in the core's set arena (`Sets::create`, sized by
 //! `NRT_DMEM_MAX_SETS`); the `nrt_tensor_set_t *` C holds is its `SetHandle` encoded in the
 //! pointer value (`Runtime::set_ptr`), decoded at each call and checked by the core
 //! (generation, epoch), never dereferenced. `nrt_close` frees every set (docs/STATES.md).
@@ -22,7 +22,7 @@ pub unsafe extern "C" fn nrt_allocate_tensor_set(result: *mut *mut nrt_tensor_se
             if result.is_null() {
                 return Err(Fail::invalid("result is NULL"));
             }
-            let p = r.set_ptr(r.rt.nrt().set_create()?)?;
+            let p = r.set_ptr(r.rt.nrt().sets().create()?)?;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(result, p, "result") }
         })
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut nrt_tensor
         let Some(set) = (unsafe { global::take_nulled(tensor_set) }) else {
             return Ok(());
         };
-        global::with_rt(|r| Ok(r.rt.nrt().set_destroy(r.set(set, "tensor_set")?)?))
+        global::with_rt(|r| Ok(r.rt.nrt().sets().destroy(r.set(set, "tensor_set")?)?))
     })
 }
 
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn nrt_add_tensor_to_tensor_set(
             let name = unsafe { required_name(tensor_name, "tensor_name") }?;
             let t = r.tensor(tensor)?;
             let s = r.set(tensor_set, "tensor_set")?;
-            Ok(r.rt.nrt().set_add(s, name, t)?)
+            Ok(r.rt.nrt().sets().add(s, name, t)?)
         })
     })
 }
@@ -91,7 +91,7 @@ pub unsafe extern "C" fn nrt_get_tensor_from_tensor_set(
                 return Err(Fail::invalid("tensor is NULL"));
             }
             let s = r.set(tensor_set, "tensor_set")?;
-            let t = r.rt.nrt().set_get(s, name)?.ok_or_else(|| {
+            let t = r.rt.nrt().sets().get(s, name)?.ok_or_else(|| {
                 Fail::invalid(format_args!("the tensor set has no tensor named {name:?}"))
             })?;
             let p = r.existing_tensor_ptr(t)?;

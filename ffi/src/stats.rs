@@ -25,7 +25,7 @@ pub unsafe extern "C" fn nrt_get_vnc_memory_stats(
 ) -> NRT_STATUS {
     entry("nrt_get_vnc_memory_stats", || {
         global::with_rt(|r| {
-            let s = r.rt.nrt().dmem_get_memory_stats(LogicalCore::from_c(vnc))?;
+            let s = r.rt.nrt().ledger().memory_stats(LogicalCore::from_c(vnc))?;
             let v = nrt_vnc_memory_stats_t {
                 bytes_used: s.bytes_used as usize,
                 bytes_limit: s.bytes_limit as usize,

@@ -69,14 +69,14 @@ pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
         };
         // The core's free: exactly one of racing frees releases the tensor, after every
         // call using it on another thread is done; the others get InvalidHandle.
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_free(r.tensor(t)?)?))
+        global::with_rt(|r| Ok(r.rt.nrt().tensors().free(r.tensor(t)?)?))
     })
 }
 
 /// The window `[offset, offset + size)` of a live tensor, checked before any caller buffer is
 /// formed into a slice.
 pub(crate) fn window(r: &Runtime, t: nrt_core::TensorHandle, offset: usize, size: usize) -> Res {
-    let len = r.rt.nrt().tensor_get_size(t)?;
+    let len = r.rt.nrt().tensors().size(t)?;
     check_window(offset as u64, size as u64, len)?;
     Ok(())
 }
@@ -98,7 +98,7 @@ pub unsafe extern "C" fn nrt_tensor_read(
             window(r, t, offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { out_bytes(buf as *mut u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_read(t, b, offset as u64)?)
+            Ok(r.rt.nrt().tensors().read(t, b, offset as u64)?)
         })
     })
 }
@@ -120,7 +120,7 @@ pub unsafe extern "C" fn nrt_tensor_write(
             window(r, t, offset, size)?;
             // SAFETY: caller contract.
             let b = unsafe { in_bytes(buf as *const u8, size, "buf") }?;
-            Ok(r.rt.nrt().tensor_write(t, b, offset as u64)?)
+            Ok(r.rt.nrt().tensors().write(t, b, offset as u64)?)
         })
     })
 }
@@ -140,7 +140,7 @@ pub unsafe extern "C" fn nrt_tensor_copy(
 ) -> NRT_STATUS {
     entry("nrt_tensor_copy", || {
         global::with_rt(|r| {
-            Ok(r.rt.nrt().tensor_copy(
+            Ok(r.rt.nrt().tensors().copy(
                 r.tensor(src)?,
                 src_offset as u64,
                 r.tensor(dst)?,
@@ -158,7 +158,7 @@ pub unsafe extern "C" fn nrt_tensor_copy(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_size(tensor: *const nrt_tensor_t) -> usize {
     global::entry_value("nrt_tensor_get_size", 0, || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_size(r.tensor(tensor)?)? as usize))
+        global::with_rt(|r| Ok(r.rt.nrt().tensors().size(r.tensor(tensor)?)? as usize))
     })
 }
 
@@ -177,7 +177,8 @@ pub unsafe extern "C" fn nrt_tensor_memset(
         global::with_rt(|r| {
             Ok(r.rt
                 .nrt()
-                .tensor_memset(r.tensor(tensor)?, offset, value as u8, size as u64)?)
+                .tensors()
+                .memset(r.tensor(tensor)?, offset, value as u8, size as u64)?)
         })
     })
 }
@@ -198,7 +199,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_empty(
             }
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
-            let t = r.rt.nrt().tensor_allocate_empty(name)?;
+            let t = r.rt.nrt().tensors().allocate_empty(name)?;
             let h = r.tensor_ptr(t)?;
             // SAFETY: checked non-null; caller contract.
             unsafe { put(tensor, h, "tensor") }
@@ -226,7 +227,8 @@ pub unsafe extern "C" fn nrt_tensor_attach_buffer(
             // and writes of `size` bytes for as long as the tensor (or a slice of it) views it.
             Ok(unsafe {
                 r.rt.nrt()
-                    .tensor_attach_buffer(t, buffer as *mut u8, size as u64)
+                    .tensors()
+                    .attach_buffer(t, buffer as *mut u8, size as u64)
             }?)
         })
     })
@@ -253,7 +255,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
             }
             // SAFETY: caller contract.
             let name = unsafe { read_name(name, "name") }?;
-            let t = r.rt.nrt().tensor_allocate_slice(
+            let t = r.rt.nrt().tensors().allocate_slice(
                 r.tensor(tensor_source)?,
                 offset as u64,
                 size as u64,
@@ -274,7 +276,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_slice(
 #[no_mangle]
 pub unsafe extern "C" fn nrt_tensor_get_va(tensor: *const nrt_tensor_t) -> *mut c_void {
     global::entry_value("nrt_tensor_get_va", std::ptr::null_mut(), || {
-        global::with_rt(|r| Ok(r.rt.nrt().tensor_get_va(r.tensor(tensor)?)? as *mut c_void))
+        global::with_rt(|r| Ok(r.rt.nrt().tensors().va(r.tensor(tensor)?)? as *mut c_void))
     })
 }
 
@@ -295,7 +297,8 @@ pub unsafe extern "C" fn nrt_tensor_get_device_allocation_info(
             }
             let i =
                 r.rt.nrt()
-                    .tensor_device_allocation_info(r.tensor(tensor)?)?;
+                    .tensors()
+                    .device_allocation_info(r.tensor(tensor)?)?;
             let v = nrt_tensor_device_allocation_info_t {
                 physical_address: i.physical_address,
                 size: i.size as usize,
@@ -371,7 +374,8 @@ pub unsafe extern "C" fn nrt_tensor_reset_output_completion(
         global::with_rt(|r| {
             Ok(r.rt
                 .nrt()
-                .tensor_reset_output_completion(r.tensor(output_tensor)?)?)
+                .tensors()
+                .reset_output_completion(r.tensor(output_tensor)?)?)
         })
     })
 }

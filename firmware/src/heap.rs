@@ -65,24 +65,26 @@ impl Run {
         let theirs = Nrt::new(&state, &*sim);
         theirs.init(&InitOptions::default())?;
 
-        let ours_ledger = ours.ledger_snapshot(0);
-        let t = theirs.tensor_allocate(
+        let ours_ledger = ours.ledger().snapshot(0);
+        let t = theirs.tensors().allocate(
             Placement::Device,
             LogicalCore::FIRST.into(),
             4 * MIB,
             Some("boxed"),
         )?;
-        let pc = theirs.virtual_core(LogicalCore::FIRST)?.tpbs[0];
-        let booked = theirs.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
+        let pc = theirs.logical_core_entry(LogicalCore::FIRST)?.tpbs[0];
+        let booked = theirs
+            .ledger()
+            .device(pc.device_id, pc.device_tpb_idx, TENSOR);
         self.check(
-            booked >= 4 * MIB && ours.ledger_snapshot(0) == ours_ledger,
+            booked >= 4 * MIB && ours.ledger().snapshot(0) == ours_ledger,
             format_args!(
                 "boxed runtime: {booked} B booked on its own ledger; static ledger unchanged: {}",
-                ours.ledger_snapshot(0) == ours_ledger
+                ours.ledger().snapshot(0) == ours_ledger
             ),
         );
-        let mine = ours.tensor_allocate_empty(Some("static"))?;
-        let refused = (ours.tensor_get_size(t), theirs.tensor_get_size(mine));
+        let mine = ours.tensors().allocate_empty(Some("static"))?;
+        let refused = (ours.tensors().size(t), theirs.tensors().size(mine));
         self.check(
             matches!(
                 refused,
@@ -90,12 +92,15 @@ impl Run {
             ),
             format_args!("handles crossed between the runtimes: {refused:?}"),
         );
-        ours.tensor_free(mine)?;
+        ours.tensors().free(mine)?;
 
         // `close` reclaims the tensor left live.
         theirs.close()?;
         let left = theirs.driver_bytes_in_use();
-        let (dev_rows, host_rows) = theirs.ledger_snapshot(0);
+        let nrt_core::LedgerSnapshot {
+            device: dev_rows,
+            host: host_rows,
+        } = theirs.ledger().snapshot(0);
         let ledger_zero = dev_rows.iter().chain(&host_rows).flatten().all(|b| *b == 0);
         self.check(
             left == 0 && ledger_zero,

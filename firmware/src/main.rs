@@ -210,7 +210,7 @@ const UNLOADED: usize = 1;
 /// Everything observable that a failed call must leave unchanged.
 #[derive(PartialEq, Eq)]
 struct Snapshot {
-    ledger: ([[u64; 23]; 8], [[u64; 23]; 8]),
+    ledger: nrt_core::LedgerSnapshot,
     driver_bytes: u64,
     arena_live: [usize; CoreState::ARENA_COUNT],
     models: usize,
@@ -300,10 +300,14 @@ impl Run {
         }
         let mut on = [ModelHandle::from_parts(0, 0, 0); CAPS.models as usize];
         Snapshot {
-            ledger: self.nrt.ledger_snapshot(0),
+            ledger: self.nrt.ledger().snapshot(0),
             driver_bytes: self.nrt.driver_bytes_in_use(),
             arena_live,
-            models: self.nrt.models_on(MODEL_VNC, &mut on).unwrap_or(usize::MAX),
+            models: self
+                .nrt
+                .models()
+                .on_core(MODEL_VNC, &mut on)
+                .unwrap_or(usize::MAX),
         }
     }
 
@@ -342,8 +346,8 @@ impl Run {
         let _ = writeln!(
             self.out,
             "  init          LNC {}, {} logical cores; driver holds {} after bring-up",
-            n.lnc_size(),
-            n.visible_vnc_count(),
+            n.logical_core_size(),
+            n.visible_logical_core_count(),
             Mib(n.driver_bytes_in_use())
         );
 
@@ -352,8 +356,8 @@ impl Run {
         let mut bytes = [0u64; 3];
         for (i, spec) in MODELS.iter().enumerate() {
             let before = n.driver_bytes_in_use();
-            handles[i] = n.load_model(MODEL_VNC, spec)?;
-            let info = n.model_info(handles[i])?;
+            handles[i] = n.models().load(MODEL_VNC, spec)?;
+            let info = n.models().info(handles[i])?;
             bytes[i] = info.bytes;
             let _ = writeln!(
                 self.out,
@@ -366,7 +370,7 @@ impl Run {
             );
         }
         let mut on = [ModelHandle::from_parts(0, 0, 0); 8];
-        let resident = n.models_on(MODEL_VNC, &mut on)?;
+        let resident = n.models().on_core(MODEL_VNC, &mut on)?;
         self.check(
             resident == 3,
             format_args!("{resident} models resident on vnc {MODEL_VNC}, expected 3"),
@@ -381,10 +385,12 @@ impl Run {
             } else {
                 "output0"
             };
-            *t = n.tensor_allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name))?;
-            let info = n.tensor_device_allocation_info(*t)?;
-            let pc = n.virtual_core(vnc)?.tpbs[0];
-            let booked = n.ledger_device(pc.device_id, pc.device_tpb_idx, TENSOR);
+            *t = n
+                .tensors()
+                .allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name))?;
+            let info = n.tensors().device_allocation_info(*t)?;
+            let pc = n.logical_core_entry(vnc)?.tpbs[0];
+            let booked = n.ledger().device(pc.device_id, pc.device_tpb_idx, TENSOR);
             self.check(
                 booked >= 4 * MIB,
                 format_args!("tensor on vnc {vnc}: only {booked} B booked as TENSOR"),
@@ -402,15 +408,17 @@ impl Run {
             );
         }
         // A VIRTUAL tensor: plain host bytes from a static arena (no heap), written and read back.
-        let v = n.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("scratch"))?;
-        n.tensor_write(v, &[0xa5; 64], 100)?;
+        let v = n
+            .tensors()
+            .allocate(Placement::Virtual, CoreSel::Any, 4096, Some("scratch"))?;
+        n.tensors().write(v, &[0xa5; 64], 100)?;
         let mut back = [0u8; 64];
-        n.tensor_read(v, &mut back, 100)?;
+        n.tensors().read(v, &mut back, 100)?;
         self.check(
             back == [0xa5; 64],
             format_args!("VIRTUAL tensor bytes did not round-trip"),
         );
-        n.tensor_free(v)?;
+        n.tensors().free(v)?;
         self.check(
             HOST_POOL.free_bytes() == HOST_POOL_BYTES as u64,
             format_args!("VIRTUAL tensor memory not returned to the static pool"),
@@ -420,13 +428,13 @@ impl Run {
             "  tensor        scratch    VIRTUAL, 4 KiB from a static pool: bytes round-trip, freed"
         );
         // One is freed here, the other is left for `close` to reclaim.
-        n.tensor_free(tensors[0])?;
+        n.tensors().free(tensors[0])?;
 
         // Unload one model: exactly its bytes go, the others stay.
         let h = handles[UNLOADED];
-        let others: [_; 2] = [n.model_info(handles[0])?, n.model_info(handles[2])?];
+        let others: [_; 2] = [n.models().info(handles[0])?, n.models().info(handles[2])?];
         let before = n.driver_bytes_in_use();
-        n.unload_model(h)?;
+        n.models().unload(h)?;
         let freed = before - n.driver_bytes_in_use();
         self.check(
             freed == bytes[UNLOADED],
@@ -437,10 +445,10 @@ impl Run {
             ),
         );
         self.check(
-            n.model_info(handles[0])? == others[0] && n.model_info(handles[2])? == others[1],
+            n.models().info(handles[0])? == others[0] && n.models().info(handles[2])? == others[1],
             format_args!("unloading h{} changed another model", h.h_model().id),
         );
-        let resident = n.models_on(MODEL_VNC, &mut on)?;
+        let resident = n.models().on_core(MODEL_VNC, &mut on)?;
         self.check(
             resident == 2,
             format_args!("{resident} models resident after unload, expected 2"),
@@ -468,20 +476,20 @@ impl Run {
         let mut taken = [TensorHandle::from_parts(0, 0, 0); CAPS.tensors as usize];
         let mut count = 0;
         let err = loop {
-            match n.tensor_allocate_empty(Some("filler")) {
+            match n.tensors().allocate_empty(Some("filler")) {
                 Ok(t) if count < taken.len() => {
                     taken[count] = t;
                     count += 1;
                 }
                 Ok(t) => {
-                    n.tensor_free(t)?;
+                    n.tensors().free(t)?;
                     break None;
                 }
                 Err(e) => break Some(e),
             }
         };
         let before = self.snapshot();
-        let again = n.tensor_allocate(
+        let again = n.tensors().allocate(
             Placement::Device,
             LogicalCore::FIRST.into(),
             MIB,
@@ -489,7 +497,7 @@ impl Run {
         );
         let unchanged = self.snapshot() == before;
         for t in &taken[..count] {
-            n.tensor_free(*t)?;
+            n.tensors().free(*t)?;
         }
         let ok = matches!(err, Some(Error::ArenaFull(a)) if a.arena == "nrt_tensor_t" && a.capacity == (CAPS.tensors as usize))
             && count + 1 == (CAPS.tensors as usize) // one slot is held by the tensor `close` frees
@@ -516,14 +524,17 @@ impl Run {
         // The fillers name core 0's physical core, as its GLOBAL allocator does (an allocator
         // must name a core of the context tree); they are never allocated from.
         // SAFETY: `core_allocator` returns a live allocator of the running core.
-        let pcore = unsafe { (*n.core_allocator(0, 0)?).pcore };
+        let pcore = unsafe { (*n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0))?).pcore };
         let mut fillers = [null_mut(); CAPS.allocators as usize];
         let mut count = 0;
         let err = loop {
             if count == fillers.len() {
                 break None;
             }
-            match n.dmem_allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL) {
+            match n
+                .dmem()
+                .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
+            {
                 Ok(al) => {
                     fillers[count] = al;
                     count += 1;
@@ -532,10 +543,10 @@ impl Run {
             }
         };
         let before = self.snapshot();
-        let r = n.load_model(MODEL_VNC, &MODELS[2]);
+        let r = n.models().load(MODEL_VNC, &MODELS[2]);
         let unchanged = self.snapshot() == before;
         for al in &fillers[..count] {
-            n.dmem_allocator_destroy(*al)?;
+            n.dmem().allocator_destroy(*al)?;
         }
         let ok = matches!(err, Some(Error::ArenaFull(a)) if a.arena == "dmem_allocator_t")
             && matches!(r, Err(Error::ArenaFull(a)) if a.arena == "dmem_allocator_t")
@@ -562,10 +573,10 @@ impl Run {
     fn bad_oom_during_load(&mut self) -> Result<(), Error> {
         let n = self.nrt;
         let before = self.snapshot();
-        let r = n.load_model(MODEL_VNC, &OVERSIZED);
+        let r = n.models().load(MODEL_VNC, &OVERSIZED);
         let unchanged = self.snapshot() == before;
         let ok = matches!(r, Err(Error::DeviceOom { size, .. }) if size == 64 * GIB)
-            && n.last_oom() == r.err()
+            && n.ledger().last_oom() == r.err()
             && unchanged;
         self.check(
             ok,
@@ -581,9 +592,11 @@ impl Run {
     fn bad_unknown_handle(&mut self, unloaded: ModelHandle) -> Result<(), Error> {
         let n = self.nrt;
         let before = self.snapshot();
-        let twice = n.unload_model(unloaded);
+        let twice = n.models().unload(unloaded);
         let (vnc, _, epoch) = unloaded.to_parts();
-        let never = n.model_info(ModelHandle::from_parts(vnc, u32::MAX, epoch));
+        let never = n
+            .models()
+            .info(ModelHandle::from_parts(vnc, u32::MAX, epoch));
         let unchanged = self.snapshot() == before;
         let stale = Error::InvalidHandle(HandleError {
             kind: HandleKind::Model,
@@ -607,14 +620,14 @@ impl Run {
     fn bad_double_free(&mut self) -> Result<(), Error> {
         let n = self.nrt;
         let before = self.snapshot();
-        let al = n.core_allocator(0, 1)?;
-        let m = n.dmem_alloc(
+        let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 1))?;
+        let m = n.dmem().alloc(
             al,
             &AllocArgs::device(64 * KIB, 0, TENSOR, "fw.twice"),
             None,
         )?;
-        n.dmem_free(m)?;
-        let second = n.dmem_free(m);
+        n.dmem().free(m)?;
+        let second = n.dmem().free(m);
         let unchanged = self.snapshot() == before;
         self.check(
             matches!(second, Err(Error::InvalidHandle(_))) && unchanged,
@@ -632,7 +645,7 @@ impl Run {
         if let Err(e) = n.close() {
             self.fail(format_args!("close: {e}"));
         }
-        let after_close = n.load_model(MODEL_VNC, &MODELS[0]);
+        let after_close = n.models().load(MODEL_VNC, &MODELS[0]);
         self.check(
             after_close == Err(Error::Closed),
             format_args!("load after close: {after_close:?}, expected Closed"),
@@ -658,7 +671,10 @@ impl Run {
                 }
             }
         }
-        let (dev_rows, host_rows) = n.ledger_snapshot(0);
+        let nrt_core::LedgerSnapshot {
+            device: dev_rows,
+            host: host_rows,
+        } = n.ledger().snapshot(0);
         let ledger_zero = dev_rows
             .iter()
             .chain(host_rows.iter())

@@ -14,7 +14,7 @@
 //!
 //! [`Manifest::parse`] reads one (unknown keys, a wrong `format` and unknown usage names are
 //! refused with the JSON path, line and column); [`Manifest::spec`] lends it to
-//! [`nrt_core::model::load_model`](nrt_core::Nrt::load_model) as a
+//! [`nrt_core::model::load_model`](nrt_core::Models::load) as a
 //! [`ModelSpec`]. A real, compiled NEFF is recognised and refused with
 //! [`ManifestError::Neff`], which the C ABI reports as `NRT_UNSUPPORTED_NEFF_VERSION`.
 #![deny(unsafe_code)]

@@ -5,7 +5,7 @@
 //! [`load_source`] is `nrt_load`'s path. It tells the two apart by their first bytes (a NEFF's
 //! header is binary, a manifest is JSON text; a path that is not a regular file is a NEFF of
 //! no bytes, refused by its first gate). A NEFF is read as a stream: as soon as its footprint
-//! is known it is loaded through [`nrt_core::Nrt::load_model`] (all-or-nothing, the core's
+//! is known it is loaded through [`nrt_core::Models::load`] (all-or-nothing, the core's
 //! rollback) and each weight goes from the inflater into its WEIGHT allocation in chunks. Any
 //! refusal after the load — a later member, a truncated weight, a digest mismatch, a failed
 //! copy — unloads the model again, so the ledger and the driver end as they began.
@@ -206,7 +206,7 @@ impl ModelFile {
         allow_legacy: bool,
     ) -> Result<ModelHandle, LoadError> {
         match self {
-            ModelFile::Manifest(m) => Ok(nrt.load_model(vnc, &m.spec().as_spec())?),
+            ModelFile::Manifest(m) => Ok(nrt.models().load(vnc, &m.spec().as_spec())?),
             ModelFile::Neff(n) => {
                 let h = load_neff_spec(nrt, vnc, n, allow_legacy)?;
                 if let Err(e) = weight_slots(nrt, h, n) {
@@ -223,9 +223,10 @@ impl ModelFile {
 /// no model on it; when every core has one, the core with the fewest (the lowest index on a
 /// tie). The one statement of the rule: libnrt.so's `nrt_load` and the planner use it.
 pub fn first_free_core(nrt: &Nrt<'_>) -> i64 {
-    (0..i64::from(nrt.visible_vnc_count()))
+    (0..i64::from(nrt.visible_logical_core_count()))
         .min_by_key(|&v| {
-            nrt.models_on(LogicalCore::from_c(v), &mut [])
+            nrt.models()
+                .on_core(LogicalCore::from_c(v), &mut [])
                 .unwrap_or(usize::MAX)
         })
         .unwrap_or(0)
@@ -262,7 +263,8 @@ pub fn load_source(
     if !is_neff(src)? {
         let m = Manifest::parse(&manifest_bytes(src)?)?;
         let (handle, vnc) = place_and_load(nrt, place, |vnc| {
-            nrt.load_model(vnc, &m.spec().as_spec())
+            nrt.models()
+                .load(vnc, &m.spec().as_spec())
                 .map_err(|error| LoadError::Load {
                     error,
                     model: m.name.clone(),
@@ -348,7 +350,7 @@ fn place_and_load<T>(
 }
 
 fn unload_after_failure(nrt: &Nrt<'_>, h: ModelHandle) {
-    if let Err(u) = nrt.unload_model(h) {
+    if let Err(u) = nrt.models().unload(h) {
         log::error!(
             "unloading model {} after a failed load: {u}",
             h.h_model().id
@@ -363,11 +365,11 @@ fn load_neff_spec(
     n: &NeffModel,
     allow_legacy: bool,
 ) -> Result<ModelHandle, LoadError> {
-    let v = nrt.virtual_core(vnc)?;
+    let v = nrt.logical_core_entry(vnc)?;
     let arch = nrt.geom(v.tpbs[0].device_id).arch;
     n.check_arch(arch, allow_legacy)?;
     let storage = n.spec()?;
-    Ok(nrt.load_model(vnc, &storage.as_spec())?)
+    Ok(nrt.models().load(vnc, &storage.as_spec())?)
 }
 
 /// Where a weight goes: its WEIGHT allocation.
@@ -388,7 +390,7 @@ fn weight_slots(
     n: &NeffModel,
 ) -> nrt_core::Result<HashMap<(usize, usize), Slot>> {
     let mut dmems: Vec<Vec<(Slot, String)>> = (0..n.subgraphs.len()).map(|_| Vec::new()).collect();
-    nrt.for_each_model_dmem(h, |sg, d| {
+    nrt.models().for_each_dmem(h, |sg, d| {
         if let Some(s) = dmems.get_mut(sg as usize) {
             s.push((
                 Slot {

@@ -22,7 +22,7 @@
 //! and blocks, never from which of its allocations happened to fail. For the first device OOM
 //! the plan also says how many bytes were missing (the failing request against the largest
 //! block that would have held a request like it at the moment of the failure,
-//! [`Nrt::last_oom_channel`]) and which changes make the model fit, each tried on a fresh
+//! [`Ledger::last_oom_channel`](nrt_core::Ledger::last_oom_channel)) and which changes make the model fit, each tried on a fresh
 //! scratch device: another logical core, another LNC size, leaving out models resident on its
 //! core.
 #![deny(unsafe_code)]
@@ -633,7 +633,7 @@ impl Scratch {
         let failed = |e: &nrt_core::Error, error: String| Step::Failed {
             error,
             oom: matches!(e, nrt_core::Error::DeviceOom { .. })
-                .then(|| (*e, nrt.last_oom_channel())),
+                .then(|| (*e, nrt.ledger().last_oom_channel())),
             refused: !out_of_space(e),
         };
         // The scratch device's contents are never read: the weights are checked, not copied.
@@ -653,7 +653,7 @@ impl Scratch {
         let mut tensor_bytes = 0;
         if p.tensors {
             for t in p.file.tensor_info() {
-                match nrt.tensor_allocate(
+                match nrt.tensors().allocate(
                     Placement::Device,
                     CoreSel::from_c(core),
                     t.size,
@@ -681,11 +681,11 @@ impl Scratch {
     fn undo(&self, handle: ModelHandle, tensors: &[TensorHandle]) {
         let nrt = self.rt.nrt();
         for t in tensors {
-            if let Err(e) = nrt.tensor_free(*t) {
+            if let Err(e) = nrt.tensors().free(*t) {
                 log::warn!(target: "nrt_dmem::plan", "freeing a scratch tensor: {e}");
             }
         }
-        if let Err(e) = nrt.unload_model(handle) {
+        if let Err(e) = nrt.models().unload(handle) {
             log::warn!(target: "nrt_dmem::plan", "unloading a scratch model: {e}");
         }
     }
@@ -792,7 +792,7 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
                 tensor_bytes,
             } => {
                 let mut b = 0;
-                let _ = nrt.for_each_model_dmem(handle, |_, d| {
+                let _ = nrt.models().for_each_dmem(handle, |_, d| {
                     if d.mem_type == dma_mem_location_t::TONGA_DRAM as u32 {
                         b += d.size;
                     }
@@ -865,11 +865,11 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
     }
 
     let hbm = hbm_plan(&s.rt, &owned, resident);
-    let cores = (0..i64::from(nrt.visible_vnc_count()))
+    let cores = (0..i64::from(nrt.visible_logical_core_count()))
         .map(|v| core_plan(&nrt, v, &hbm))
         .collect();
-    let visible = i64::from(nrt.visible_vnc_count());
-    let lnc = nrt.lnc_size();
+    let visible = i64::from(nrt.visible_logical_core_count());
+    let lnc = nrt.logical_core_size();
     let first_failure = first.map(|(i, core, error, oom, measure)| {
         let oom = oom.and_then(|(e, ch)| {
             let most = match (measure, e) {

@@ -271,7 +271,7 @@ impl HostRuntime {
         inputs: nrt_core::SetHandle,
         outputs: nrt_core::SetHandle,
     ) -> nrt_core::Result<()> {
-        let r = self.nrt().execute(h, inputs, outputs);
+        let r = self.nrt().tensors().execute(h, inputs, outputs);
         let (m, cv) = &self.completions;
         *m.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         cv.notify_all();
@@ -290,7 +290,7 @@ impl HostRuntime {
         let (m, cv) = &self.completions;
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if self.nrt().tensor_output_completion(t)? >= expected {
+            if self.nrt().tensors().output_completion(t)? >= expected {
                 return Ok(());
             }
             let wait = match deadline {
@@ -325,16 +325,18 @@ impl HostRuntime {
     pub fn note_loaded(&self, h: nrt_core::ModelHandle, name: &str) {
         let Some(d) = self.shared() else { return };
         let nrt = self.nrt();
-        let Ok(info) = nrt.model_info(h) else { return };
+        let Ok(info) = nrt.models().info(h) else {
+            return;
+        };
         let device = nrt
             .inspector()
-            .virtual_core(info.vnc)
+            .logical_core_entry(info.vnc)
             .ok()
             .and_then(|v| v.cores().first().map(|p| p.device_id))
             .unwrap_or(0);
         let mut sgs =
             vec![[0u64; crate::shared::layout::MODEL_CLASSES]; info.subgraphs.max(1) as usize];
-        let _ = nrt.for_each_model_dmem(h, |sg, dm| {
+        let _ = nrt.models().for_each_dmem(h, |sg, dm| {
             let Some(row) = sgs.get_mut(sg as usize) else {
                 return;
             };
@@ -359,7 +361,7 @@ impl HostRuntime {
 
 impl Drop for HostRuntime {
     fn drop(&mut self) {
-        if self.nrt().lifecycle() == nrt_core::ctx::STATE_INIT {
+        if self.nrt().lifecycle() == nrt_core::Lifecycle::Init {
             let _ = self.nrt().close();
         }
     }
@@ -425,7 +427,7 @@ pub fn oom_table(nrt: &nrt_core::Nrt<'_>, err: &nrt_core::Error) -> Option<(u32,
         return None;
     };
     let mut s = String::new();
-    nrt.last_oom_dump(&mut s).ok()?;
+    nrt.ledger().last_oom_dump(&mut s).ok()?;
     Some((device, s))
 }
 

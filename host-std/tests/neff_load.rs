@@ -23,11 +23,9 @@ fn runtime(preset: Preset) -> HostRuntime {
 }
 
 /// What must not change when a load is refused: the ledger of device 0 and the driver.
-type Ledger = [[u64; 23]; 8];
-
-fn state(rt: &HostRuntime) -> ((Ledger, Ledger), u64) {
+fn state(rt: &HostRuntime) -> (nrt_core::LedgerSnapshot, u64) {
     let nrt = rt.nrt();
-    (nrt.ledger_snapshot(0), nrt.driver_bytes_in_use())
+    (nrt.ledger().snapshot(0), nrt.driver_bytes_in_use())
 }
 
 fn examples() -> Vec<PathBuf> {
@@ -69,13 +67,13 @@ fn packed_examples_book_what_their_manifests_book() {
             let hm = ModelFile::Manifest(m.clone())
                 .load_without_weights(&nrt, LogicalCore::new(0), false)
                 .unwrap();
-            let want = nrt.model_info(hm).unwrap();
-            nrt.unload_model(hm).unwrap();
+            let want = nrt.models().info(hm).unwrap();
+            nrt.models().unload(hm).unwrap();
             let before = state(&rt);
             let hn = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes)
                 .unwrap()
                 .0;
-            let got = nrt.model_info(hn).unwrap();
+            let got = nrt.models().info(hn).unwrap();
             assert_eq!(
                 (got.bytes, got.by_usage, got.allocations),
                 (want.bytes, want.by_usage, want.allocations),
@@ -86,7 +84,7 @@ fn packed_examples_book_what_their_manifests_book() {
                 (got.scratchpad_pages, got.shared_ulib),
                 (want.scratchpad_pages, want.shared_ulib)
             );
-            nrt.unload_model(hn).unwrap();
+            nrt.models().unload(hn).unwrap();
             assert_eq!(state(&rt), before, "unload frees exactly the NEFF's bytes");
         }
         rt.close().unwrap();
@@ -102,10 +100,10 @@ fn the_libnrt_fixture_loads_on_every_preset() {
         // On SUNDA the default ext-ISA library is staged once per core and stays cached after
         // its last user unloads (spec §6): warm it first, then a load/unload is exact.
         let (h, _) = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes).unwrap();
-        nrt.unload_model(h).unwrap();
+        nrt.models().unload(h).unwrap();
         let before = state(&rt);
         let (h, f) = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes).unwrap();
-        let info = nrt.model_info(h).unwrap();
+        let info = nrt.models().info(h).unwrap();
         // 256 B of SCRATCHPAD_NOT_SHARED (two 128 B tmp-bufs, exact), no WEIGHT (§12).
         assert_eq!(
             info.by_usage[U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED as usize],
@@ -119,7 +117,7 @@ fn the_libnrt_fixture_loads_on_every_preset() {
                 .collect::<Vec<_>>(),
             [("input", 128), ("output", 128)]
         );
-        nrt.unload_model(h).unwrap();
+        nrt.models().unload(h).unwrap();
         assert_eq!(state(&rt), before);
         rt.close().unwrap();
     }
@@ -170,19 +168,20 @@ fn weights_are_copied_into_their_allocation() {
     let nrt = rt.nrt();
     let (h, _) = model_file::load_bytes(&nrt, LogicalCore::new(0), &weighted(&content)).unwrap();
     let mut found = Vec::new();
-    nrt.for_each_model_dmem(h, |_, d| {
-        if d.mem_usage_type == U::DMA_MEM_USAGE_TYPE_WEIGHT as u32 {
-            found.push((d.device_id, d.mem_handle, d.align_offset, d.size));
-        }
-    })
-    .unwrap();
+    nrt.models()
+        .for_each_dmem(h, |_, d| {
+            if d.mem_usage_type == U::DMA_MEM_USAGE_TYPE_WEIGHT as u32 {
+                found.push((d.device_id, d.mem_handle, d.align_offset, d.size));
+            }
+        })
+        .unwrap();
     assert_eq!(found.len(), 1);
     let (dev, handle, at, size) = found[0];
     assert_eq!(size, 8192);
     let mut back = vec![0u8; 8192];
     rt.driver().copy_out(dev, handle, at, &mut back).unwrap();
     assert_eq!(back, content);
-    nrt.unload_model(h).unwrap();
+    nrt.models().unload(h).unwrap();
     rt.close().unwrap();
 }
 
@@ -329,7 +328,7 @@ fn device_dependent_refusals_leave_ledger_and_driver_unchanged() {
         if state(&rt) != before {
             wrong.push(format!("{what}: ledger or driver changed"));
         }
-        nrt.unload_model(keep).unwrap();
+        nrt.models().unload(keep).unwrap();
         rt.close().unwrap();
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
@@ -376,7 +375,7 @@ fn what_other_devices_accept() {
         )
         .unwrap();
         let h = l.handle;
-        nrt.unload_model(h).unwrap();
+        nrt.models().unload(h).unwrap();
     }
 }
 
@@ -412,10 +411,13 @@ fn subgraphs_with_different_footprints_each_book_their_own() {
     let before = state(&rt);
     let (h, _) = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes).unwrap();
     let scr = U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED;
-    let per_core: Vec<u64> = (0..2).map(|c| nrt.ledger_device(0, c, scr)).collect();
+    let per_core: Vec<u64> = (0..2).map(|c| nrt.ledger().device(0, c, scr)).collect();
     assert_eq!(per_core, [1 << 20, 2 << 20], "sg00 on nc0, sg01 on nc1");
-    assert_eq!(nrt.model_info(h).unwrap().by_usage[scr as usize], 3 << 20);
-    nrt.unload_model(h).unwrap();
+    assert_eq!(
+        nrt.models().info(h).unwrap().by_usage[scr as usize],
+        3 << 20
+    );
+    nrt.models().unload(h).unwrap();
     assert_eq!(state(&rt), before);
     rt.close().unwrap();
 }
@@ -437,7 +439,8 @@ fn noise(n: usize) -> Vec<u8> {
 fn weight_bytes(rt: &HostRuntime, h: nrt_core::ModelHandle) -> Vec<u8> {
     let mut found = Vec::new();
     rt.nrt()
-        .for_each_model_dmem(h, |_, d| {
+        .models()
+        .for_each_dmem(h, |_, d| {
             if d.mem_usage_type == U::DMA_MEM_USAGE_TYPE_WEIGHT as u32 {
                 found.push((d.device_id, d.mem_handle, d.align_offset, d.size));
             }
@@ -466,7 +469,7 @@ fn a_weight_before_its_def_json_and_a_file_load_the_same_bytes() {
     };
     assert_eq!(n.archive.passes, 2);
     assert_eq!(weight_bytes(&rt, h), content);
-    rt.nrt().unload_model(h).unwrap();
+    rt.nrt().models().unload(h).unwrap();
     // What `neff pack` writes: one pass, from a file.
     let path = std::env::temp_dir().join(format!("neff-load-{}.neff", std::process::id()));
     std::fs::write(&path, weighted(&content)).unwrap();
@@ -482,7 +485,7 @@ fn a_weight_before_its_def_json_and_a_file_load_the_same_bytes() {
     };
     assert_eq!(n.archive.passes, 1);
     assert_eq!(weight_bytes(&rt, h), content);
-    rt.nrt().unload_model(h).unwrap();
+    rt.nrt().models().unload(h).unwrap();
     std::fs::remove_file(&path).unwrap();
     rt.close().unwrap();
 }
@@ -545,7 +548,7 @@ fn refusals_after_the_load_began_roll_it_back() {
         assert!(e.to_string().contains(msg), "{what}: {e}");
         assert_eq!(state(&rt), before, "{what}: ledger or driver changed");
     }
-    nrt.unload_model(keep).unwrap();
+    nrt.models().unload(keep).unwrap();
     rt.close().unwrap();
 }
 

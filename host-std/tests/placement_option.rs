@@ -23,19 +23,23 @@ fn runtime(device: &str) -> HostRuntime {
 /// 8 MiB hole and from the 4 MiB hole.
 fn placed(rt: &HostRuntime) -> (u64, u64) {
     let nrt = rt.nrt();
-    let al = nrt.core_allocator(0, 0).unwrap();
+    let al = nrt
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let alloc = |size| {
         let h = nrt
-            .dmem_alloc(al, &AllocArgs::device(size, 0, TENSOR, "t"), None)
+            .dmem()
+            .alloc(al, &AllocArgs::device(size, 0, TENSOR, "t"), None)
             .unwrap();
-        (h, nrt.dmem_info(h).unwrap().pa)
+        (h, nrt.dmem().info(h).unwrap().pa)
     };
     let (a, a_pa) = alloc(8 * MIB);
     let _b = alloc(MIB);
     let (c, c_pa) = alloc(4 * MIB);
     let _d = alloc(MIB);
-    nrt.dmem_free(a).unwrap();
-    nrt.dmem_free(c).unwrap();
+    nrt.dmem().free(a).unwrap();
+    nrt.dmem().free(c).unwrap();
     let (_, pa) = alloc(4 * MIB);
     (pa.wrapping_sub(a_pa), pa.wrapping_sub(c_pa))
 }

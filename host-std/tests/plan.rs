@@ -65,8 +65,12 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
     let nrt = rt.nrt();
     assert_eq!(p.models.len(), set.len());
     for (i, (label, bytes)) in set.iter().enumerate() {
-        let core = (0..i64::from(nrt.visible_vnc_count()))
-            .min_by_key(|&v| nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap())
+        let core = (0..i64::from(nrt.visible_logical_core_count()))
+            .min_by_key(|&v| {
+                nrt.models()
+                    .on_core(LogicalCore::from_c(v), &mut [])
+                    .unwrap()
+            })
             .unwrap();
         let mut fits = false;
         let place = Place::Core(LogicalCore::from_c(core));
@@ -76,7 +80,7 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
             if tensors {
                 let mut made = Vec::new();
                 for t in f.tensor_info() {
-                    match nrt.tensor_allocate(
+                    match nrt.tensors().allocate(
                         Placement::Device,
                         CoreSel::from_c(core),
                         t.size,
@@ -91,9 +95,9 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
                 }
                 if !fits {
                     for t in made {
-                        nrt.tensor_free(t).unwrap();
+                        nrt.tensors().free(t).unwrap();
                     }
-                    nrt.unload_model(h).unwrap();
+                    nrt.models().unload(h).unwrap();
                 }
             }
         }
@@ -106,10 +110,15 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
     }
     for c in &p.cores {
         let st = nrt
-            .dmem_get_memory_stats(LogicalCore::from_c(c.index))
+            .ledger()
+            .memory_stats(LogicalCore::from_c(c.index))
             .unwrap();
         assert_eq!((c.used, c.limit), (st.bytes_used, st.bytes_limit));
-        let dev = nrt.vnc_usage(LogicalCore::from_c(c.index)).unwrap().device;
+        let dev = nrt
+            .ledger()
+            .logical_core_usage(LogicalCore::from_c(c.index))
+            .unwrap()
+            .device;
         let sum: u64 = c.usage.iter().map(|(_, b)| b).sum();
         assert_eq!(sum, dev[22], "{device}: core {} by usage", c.index);
         for (u, b) in &c.usage {
@@ -119,7 +128,7 @@ fn real_sequence_matches(device: &str, set: &[(String, Vec<u8>)], tensors: bool,
     }
     let mut n = 0;
     for d in 0..nrt.num_devices() {
-        let ledger = nrt.ledger_hbm(d);
+        let ledger = nrt.ledger().hbm(d);
         for h in 0..nrt.geom(d).channels {
             let ps = rt.driver().pool_stats(d, false, h).unwrap();
             let x = &p.hbm[n];

@@ -53,10 +53,10 @@ fn runtime(device: DeviceChoice) -> HostRuntime {
 fn resident_bytes(rt: &HostRuntime) -> u64 {
     let n = rt.nrt();
     let mut hs = [nrt_core::ModelHandle::from_parts(0, 0, 0); 128];
-    let k = n.models_on(LogicalCore::new(0), &mut hs).unwrap();
+    let k = n.models().on_core(LogicalCore::new(0), &mut hs).unwrap();
     hs[..k]
         .iter()
-        .map(|h| n.model_info(*h).map(|i| i.by_usage[22]).unwrap_or(0))
+        .map(|h| n.models().info(*h).map(|i| i.by_usage[22]).unwrap_or(0))
         .sum()
 }
 
@@ -72,7 +72,7 @@ fn threads_load_execute_unload_on_one_core() {
         ..Default::default()
     };
     // A long-lived model everyone executes.
-    let shared = rt.nrt().load_model(LogicalCore::new(0), &spec).unwrap();
+    let shared = rt.nrt().models().load(LogicalCore::new(0), &spec).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let loads = Arc::new(AtomicU64::new(0));
     let start = Arc::new(Barrier::new(6));
@@ -83,7 +83,7 @@ fn threads_load_execute_unload_on_one_core() {
             start.wait();
             // At least one execution each, however the scheduler treats this thread.
             loop {
-                let g = rt.nrt().exec_begin(shared).expect("exec");
+                let g = rt.nrt().models().exec_begin(shared).expect("exec");
                 assert_eq!(g.h_model(), shared.h_model());
                 if t == 0 {
                     std::thread::yield_now();
@@ -114,10 +114,11 @@ fn threads_load_execute_unload_on_one_core() {
             for _ in 0..LOADER_ROUNDS {
                 let h = rt
                     .nrt()
-                    .load_model(LogicalCore::new(0), &spec)
+                    .models()
+                    .load(LogicalCore::new(0), &spec)
                     .expect("load");
                 // Someone executes it while we unload: the unload must wait for the drain.
-                let g = rt.nrt().exec_begin(h).expect("exec");
+                let g = rt.nrt().models().exec_begin(h).expect("exec");
                 let in_exec = AtomicBool::new(true);
                 std::thread::scope(|s| {
                     s.spawn(|| {
@@ -125,14 +126,14 @@ fn threads_load_execute_unload_on_one_core() {
                         in_exec.store(false, Ordering::SeqCst);
                         drop(g);
                     });
-                    rt.nrt().unload_model(h).expect("unload");
+                    rt.nrt().models().unload(h).expect("unload");
                     assert!(
                         !in_exec.load(Ordering::SeqCst),
                         "unload returned while an execution held the model"
                     );
                 });
                 assert!(
-                    rt.nrt().exec_begin(h).is_err(),
+                    rt.nrt().models().exec_begin(h).is_err(),
                     "an unloaded handle cannot be executed"
                 );
                 loads.fetch_add(1, Ordering::Relaxed);
@@ -156,19 +157,23 @@ fn threads_load_execute_unload_on_one_core() {
     // plus the scratchpad pages it still holds.
     let n = rt.nrt();
     let used = n
-        .dmem_get_memory_stats(LogicalCore::new(0))
+        .ledger()
+        .memory_stats(LogicalCore::new(0))
         .unwrap()
         .bytes_used;
-    let scr = n.ledger_device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD);
+    let scr = n
+        .ledger()
+        .device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD);
     assert_eq!(used, resident_bytes(&rt) + scr);
     assert_eq!(
         n.scratchpad_page(0, 0, 0).unwrap().1,
         1,
         "only the shared model holds the page"
     );
-    n.unload_model(shared).unwrap();
+    n.models().unload(shared).unwrap();
     assert_eq!(
-        n.dmem_get_memory_stats(LogicalCore::new(0))
+        n.ledger()
+            .memory_stats(LogicalCore::new(0))
             .unwrap()
             .bytes_used,
         0
@@ -195,14 +200,20 @@ fn concurrent_first_loads_stage_the_ext_isa_once() {
                     ..Default::default()
                 };
                 start.wait();
-                rt.nrt().load_model(LogicalCore::new(0), &spec).unwrap()
+                rt.nrt().models().load(LogicalCore::new(0), &spec).unwrap()
             })
         })
         .collect();
     let hs: Vec<_> = hs.into_iter().map(|t| t.join().unwrap()).collect();
-    assert_eq!(rt.nrt().ulib_shared_stats(0, 0).unwrap(), (1, 8));
+    assert_eq!(
+        rt.nrt().ulib_shared_stats(0, 0).unwrap(),
+        nrt_core::ulib::UlibStats {
+            stages: 1,
+            users: 8
+        }
+    );
     for h in hs {
-        rt.nrt().unload_model(h).unwrap();
+        rt.nrt().models().unload(h).unwrap();
     }
 }
 
@@ -214,8 +225,8 @@ fn executions_are_serialised_per_core() {
         subgraphs: 1,
         ..Default::default()
     };
-    let h1 = rt.nrt().load_model(LogicalCore::new(0), &spec).unwrap();
-    let h2 = rt.nrt().load_model(LogicalCore::new(0), &spec).unwrap();
+    let h1 = rt.nrt().models().load(LogicalCore::new(0), &spec).unwrap();
+    let h2 = rt.nrt().models().load(LogicalCore::new(0), &spec).unwrap();
     let inside = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = [h1, h2, h1, h2]
         .into_iter()
@@ -223,7 +234,7 @@ fn executions_are_serialised_per_core() {
             let (rt, inside) = (rt.clone(), inside.clone());
             std::thread::spawn(move || {
                 for _ in 0..200 {
-                    let g = rt.nrt().exec_begin(h).unwrap();
+                    let g = rt.nrt().models().exec_begin(h).unwrap();
                     assert_eq!(
                         inside.fetch_add(1, Ordering::SeqCst),
                         0,

@@ -50,8 +50,12 @@ fn unsupported_aligned_allocation_is_warned_about_once_per_device() {
     n.init(&InitOptions::default()).expect("init");
     let args = AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16);
     let round_trip = |dev: u32| {
-        let al = n.core_allocator(dev, 0).expect("allocator");
-        n.dmem_free(n.dmem_alloc(al, &args, None).expect("alloc"))
+        let al = n
+            .dmem()
+            .core_allocator(nrt_core::PhysicalCore::new(dev, 0))
+            .expect("allocator");
+        n.dmem()
+            .free(n.dmem().alloc(al, &args, None).expect("alloc"))
             .expect("free");
     };
     let warned = |dev: u32| warnings_containing(&format!("nd{dev}: the driver {WARNING}"));

@@ -33,21 +33,23 @@ fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() 
         outputs: &outs,
         ..Default::default()
     };
-    let m = n.load_model(LogicalCore::FIRST, &spec).unwrap();
-    let (si, so) = (n.set_create().unwrap(), n.set_create().unwrap());
+    let m = n.models().load(LogicalCore::FIRST, &spec).unwrap();
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
     for (set, name) in [(si, "in"), (so, "out")] {
         let t = n
-            .tensor_allocate(Placement::Device, LogicalCore::FIRST.into(), 64, Some(name))
+            .tensors()
+            .allocate(Placement::Device, LogicalCore::FIRST.into(), 64, Some(name))
             .unwrap();
-        n.set_add(set, name, t).unwrap();
+        n.sets().add(set, name, t).unwrap();
     }
     // The shim's thread token: an unload from the model's own callback is refused at once.
     let t0 = Instant::now();
     let mut got = None;
-    n.for_each_model_io(m, |_| {
-        got.get_or_insert(n.unload_model(m));
-    })
-    .unwrap();
+    n.models()
+        .for_each_io(m, |_| {
+            got.get_or_insert(n.models().unload(m));
+        })
+        .unwrap();
     assert_eq!(
         got.unwrap(),
         Err(Error::WouldDeadlock(WaitFor::ModelDrain {
@@ -55,19 +57,19 @@ fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() 
         }))
     );
     assert!(t0.elapsed() < HOLD, "refused without waiting");
-    let g = n.exec_begin(m).unwrap();
+    let g = n.models().exec_begin(m).unwrap();
     std::thread::scope(|s| {
         let exec = s.spawn(|| {
             let t0 = Instant::now();
-            (n.execute(m, si, so), t0.elapsed())
+            (n.tensors().execute(m, si, so), t0.elapsed())
         });
         let unload = s.spawn(|| {
             // Once the execution holds its reference (beside the guard's), the unload waits
             // for both.
-            while n.model_info(m).map_or(0, |i| i.ref_count) < 2 {
+            while n.models().info(m).map_or(0, |i| i.ref_count) < 2 {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            n.unload_model(m)
+            n.models().unload(m)
         });
         std::thread::sleep(HOLD);
         drop(g);

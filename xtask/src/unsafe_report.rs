@@ -20,6 +20,9 @@ pub const END: &str = "<!-- unsafe-report:end -->";
 /// The directive that makes a module refuse new `unsafe` (it applies to its child modules too).
 const DENY: &str = "#![deny(unsafe_code)]";
 
+/// The attribute on a child module's declaration that fences it back in (a domain's `access`).
+const ALLOW: &str = "#[allow(unsafe_code)]";
+
 /// The counts of one source file.
 #[derive(Debug, PartialEq, Eq)]
 pub struct FileCount {
@@ -32,6 +35,9 @@ pub struct FileCount {
     /// `Some("")` if the file carries `#![deny(unsafe_code)]` itself, `Some(ancestor)` if it
     /// inherits it from the named ancestor module file, `None` if it is not under it.
     pub deny: Option<String>,
+    /// The child modules this file declares under `#[allow(unsafe_code)]`: a domain's fenced
+    /// raw accessors, which do not inherit its `deny`.
+    pub fenced: Vec<String>,
 }
 
 /// Whether `b` may stand next to a word (so `unsafe` in `not_unsafe` is not a match).
@@ -72,11 +78,22 @@ pub fn count_text(path: &str, text: &str) -> FileCount {
         .map(sites_on)
         .sum();
     let deny = text.lines().any(|l| l.trim() == DENY).then(String::new);
+    let lines_v: Vec<&str> = text.lines().map(str::trim).collect();
+    let fenced = lines_v
+        .windows(2)
+        .filter(|w| w[0] == ALLOW)
+        .filter_map(|w| {
+            let decl = w[1].strip_suffix(';')?;
+            let name = decl.rsplit(' ').next()?;
+            decl.split(' ').any(|t| t == "mod").then(|| name.to_owned())
+        })
+        .collect();
     FileCount {
         path: path.to_owned(),
         lines,
         sites,
         deny,
+        fenced,
     }
 }
 
@@ -112,6 +129,15 @@ pub fn count_tree(src: &Path) -> DynResult<Vec<FileCount>> {
         .map(|f| {
             let mut at = f;
             while let Some(up) = parent_of(&at.path, &files) {
+                let module = at.path.strip_suffix("/mod.rs").unwrap_or(&at.path);
+                let name = module.rsplit('/').next().unwrap_or(module);
+                if up
+                    .fenced
+                    .iter()
+                    .any(|c| c == name.strip_suffix(".rs").unwrap_or(name))
+                {
+                    return None;
+                }
                 if up.deny.as_deref() == Some("") {
                     return Some(up.path.clone());
                 }
@@ -142,6 +168,25 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> DynResult {
     Ok(())
 }
 
+/// Whether `path`'s module, or one of its ancestors, is declared under `#[allow(unsafe_code)]`
+/// (a domain's raw accessors and their children).
+fn fenced(path: &str, files: &[FileCount]) -> bool {
+    let mut at = path;
+    while let Some(up) = parent_of(at, files) {
+        let module = at.strip_suffix("/mod.rs").unwrap_or(at);
+        let name = module.rsplit('/').next().unwrap_or(module);
+        if up
+            .fenced
+            .iter()
+            .any(|c| c == name.strip_suffix(".rs").unwrap_or(name))
+        {
+            return true;
+        }
+        at = &up.path;
+    }
+    false
+}
+
 /// The Markdown table, [`BEGIN`] and [`END`] included, one row a file and a total row.
 pub fn table(files: &[FileCount]) -> String {
     let mut t = String::new();
@@ -150,7 +195,9 @@ pub fn table(files: &[FileCount]) -> String {
     t.push_str("| module | `grep -c unsafe` | code sites | `deny(unsafe_code)` |\n");
     t.push_str("|---|---:|---:|---|\n");
     for f in files {
+        let fence = fenced(&f.path, files);
         let deny = match f.deny.as_deref() {
+            None if fence => "no: the domain's raw accessors (`#[allow]` on the `mod`)".to_owned(),
             None => String::new(),
             Some("") => "yes".to_owned(),
             Some(from) => format!("yes (from {from})"),
@@ -242,7 +289,12 @@ let not_unsafe = unsafe_fnord;
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("a/b")).unwrap();
         std::fs::create_dir_all(dir.join("c")).unwrap();
-        std::fs::write(dir.join("a.rs"), "#![deny(unsafe_code)]\nmod b;\n").unwrap();
+        std::fs::write(
+            dir.join("a.rs"),
+            "#![deny(unsafe_code)]\nmod b;\n#[allow(unsafe_code)]\npub(crate) mod access;\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("a/access.rs"), "unsafe fn r() {}\n").unwrap();
         std::fs::write(dir.join("a/b.rs"), "mod d;\n").unwrap();
         std::fs::write(dir.join("a/b/d.rs"), "fn f() {}\n").unwrap();
         std::fs::write(dir.join("c/mod.rs"), "unsafe fn g() {}\n").unwrap();
@@ -257,13 +309,15 @@ let not_unsafe = unsafe_fnord;
             deny,
             [
                 ("a.rs", Some("")),
+                ("a/access.rs", None),
                 ("a/b.rs", Some("a.rs")),
                 ("a/b/d.rs", Some("a.rs")),
                 ("c/e.rs", None),
                 ("c/mod.rs", None),
             ]
         );
-        assert_eq!(files[4].sites, 1);
+        assert_eq!(files[5].sites, 1);
+        assert!(table(&files).contains("| a/access.rs | 1 | 1 | no: the domain's raw accessors"));
     }
 
     #[test]
@@ -274,6 +328,7 @@ let not_unsafe = unsafe_fnord;
             lines: 2,
             sites: 1,
             deny: None,
+            fenced: vec![],
         }];
         let new = splice(&doc, &table(&files)).unwrap();
         assert!(new.starts_with("head\n") && new.ends_with("\ntail\n"));

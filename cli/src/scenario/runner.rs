@@ -331,7 +331,8 @@ impl Runner<'_, '_> {
                 let before = self.s.model(name).ok().map(|m| m.core).and_then(|c| {
                     self.s
                         .nrt()
-                        .dmem_get_memory_stats(LogicalCore::from_c(c))
+                        .ledger()
+                        .memory_stats(LogicalCore::from_c(c))
                         .ok()
                         .map(|st| (c, st.bytes_used))
                 });
@@ -340,7 +341,8 @@ impl Runner<'_, '_> {
                         let after = self
                             .s
                             .nrt()
-                            .dmem_get_memory_stats(LogicalCore::from_c(c))
+                            .ledger()
+                            .memory_stats(LogicalCore::from_c(c))
                             .map_or(b, |s| s.bytes_used);
                         format!(" (core {c}: {} freed)", fmt_bytes(b.saturating_sub(after)))
                     }
@@ -386,6 +388,7 @@ impl Runner<'_, '_> {
                 format!("reset_peak core {core}"),
                 self.s
                     .nrt()
+                    .ledger()
                     .reset_peak(LogicalCore::from_c(*core))
                     .map(|_| String::new())
                     .map_err(StepError::from),

@@ -203,7 +203,11 @@ impl Session {
         }
         let storage = manifest.spec();
         let spec: ModelSpec<'_> = storage.as_spec();
-        let r = self.rt.nrt().load_model(LogicalCore::from_c(core), &spec);
+        let r = self
+            .rt
+            .nrt()
+            .models()
+            .load(LogicalCore::from_c(core), &spec);
         match r {
             Ok(h) => {
                 log::info!(target: "nrt_dmem::session", "loaded {name} on core {core} (handle {})", h.h_model().id);
@@ -228,7 +232,7 @@ impl Session {
             .position(|m| m.name == name)
             .ok_or_else(|| StepError::Usage(format!("no model named `{name}` is loaded")))?;
         let h = self.models[i].handle;
-        self.rt.nrt().unload_model(h)?;
+        self.rt.nrt().models().unload(h)?;
         self.rt.note_unloaded(h);
         self.models.remove(i);
         Ok(())
@@ -247,10 +251,11 @@ impl Session {
                 "a tensor named `{name}` already exists"
             )));
         }
-        let r = self
-            .rt
-            .nrt()
-            .tensor_allocate(placement, CoreSel::from_c(core), size, Some(name));
+        let r =
+            self.rt
+                .nrt()
+                .tensors()
+                .allocate(placement, CoreSel::from_c(core), size, Some(name));
         match r {
             Ok(t) => {
                 self.tensors.push(NamedTensor {
@@ -273,7 +278,7 @@ impl Session {
             .iter()
             .position(|t| t.name == name)
             .ok_or_else(|| StepError::Usage(format!("no tensor named `{name}`")))?;
-        self.rt.nrt().tensor_free(self.tensors[i].tensor)?;
+        self.rt.nrt().tensors().free(self.tensors[i].tensor)?;
         self.tensors.remove(i);
         Ok(())
     }
@@ -317,9 +322,9 @@ impl Session {
         let mut created: Vec<TensorHandle> = Vec::new();
         let mut sets = Vec::new();
         let result = (|| -> Result<u64, StepError> {
-            let ins = nrt.set_create()?;
+            let ins = nrt.sets().create()?;
             sets.push(ins);
-            let outs = nrt.set_create()?;
+            let outs = nrt.sets().create()?;
             sets.push(outs);
             let mut in_list = Vec::new();
             let mut out_list = Vec::new();
@@ -331,7 +336,7 @@ impl Session {
                     let t = match binds.iter().find(|(k, _)| *k == d.name) {
                         Some((_, tn)) => self.tensor(tn)?.tensor,
                         None => {
-                            let t = nrt.tensor_allocate(
+                            let t = nrt.tensors().allocate(
                                 Placement::Device,
                                 CoreSel::from_c(m.core),
                                 d.size,
@@ -341,8 +346,8 @@ impl Session {
                             t
                         }
                     };
-                    nrt.set_add(set, &d.name, t)?;
-                    list.push((t, nrt.tensor_get_size(t)?));
+                    nrt.sets().add(set, &d.name, t)?;
+                    list.push((t, nrt.tensors().size(t)?));
                 }
             }
             let mut written = 0u64;
@@ -352,7 +357,8 @@ impl Session {
                     let mut off = 0u64;
                     while off < *size {
                         let n = (*size - off).min(CHUNK as u64) as usize;
-                        nrt.tensor_write(*t, &stamped(&base, off / CHUNK as u64, n), off)?;
+                        nrt.tensors()
+                            .write(*t, &stamped(&base, off / CHUNK as u64, n), off)?;
                         off += n as u64;
                     }
                     written += size;
@@ -367,7 +373,7 @@ impl Session {
                     let mut off = 0u64;
                     while off < *size {
                         let n = (*size - off).min(CHUNK as u64) as usize;
-                        nrt.tensor_read(*t, &mut buf[..n], off)?;
+                        nrt.tensors().read(*t, &mut buf[..n], off)?;
                         let want: Vec<u8> = if off >= in_size {
                             vec![0; n]
                         } else {
@@ -392,10 +398,10 @@ impl Session {
             Ok(written)
         })();
         for s in sets {
-            let _ = nrt.set_destroy(s);
+            let _ = nrt.sets().destroy(s);
         }
         for t in created {
-            let _ = nrt.tensor_free(t);
+            let _ = nrt.tensors().free(t);
         }
         result.map_err(|e| self.note_error(e))
     }
@@ -408,9 +414,9 @@ impl Session {
 
     /// [`Self::footprint`] of each subgraph's MODEL heap (spec §5.2), in subgraph order.
     pub fn subgraph_footprints(&self, h: ModelHandle) -> Result<Vec<Footprint>, StepError> {
-        let subgraphs = self.rt.nrt().model_info(h)?.subgraphs as usize;
+        let subgraphs = self.rt.nrt().models().info(h)?.subgraphs as usize;
         let mut per: Vec<Footprint> = vec![([0; 23], [0; 23]); subgraphs];
-        self.rt.nrt().for_each_model_dmem(h, |sg, d| {
+        self.rt.nrt().models().for_each_dmem(h, |sg, d| {
             let sg = sg as usize;
             if per.len() <= sg {
                 per.resize(sg + 1, ([0; 23], [0; 23]));
@@ -431,10 +437,10 @@ impl Session {
     /// Records every logical core's device usage under `name`.
     pub fn snapshot(&mut self, name: &str) {
         let nrt = self.rt.nrt();
-        let rows = (0..nrt.visible_vnc_count() as i64)
+        let rows = (0..nrt.visible_logical_core_count() as i64)
             .map(|v| {
                 nrt.inspector()
-                    .vnc_usage(LogicalCore::from_c(v))
+                    .logical_core_usage(LogicalCore::from_c(v))
                     .map(|u| u.device)
                     .unwrap_or([0; 23])
             })
@@ -462,8 +468,8 @@ impl Session {
         // Expectations may follow a `close` step: they read what the runtime left.
         let ins = nrt.inspector();
         if let Some(core) = x.core {
-            let stats = ins.dmem_get_memory_stats(LogicalCore::from_c(core));
-            let usage = ins.vnc_usage(LogicalCore::from_c(core));
+            let stats = ins.memory_stats(LogicalCore::from_c(core));
+            let usage = ins.logical_core_usage(LogicalCore::from_c(core));
             match (stats, usage) {
                 (Ok(s), Ok(u)) => {
                     if let Some(why) = x.used.check(s.bytes_used) {
@@ -485,7 +491,9 @@ impl Session {
                 }
             }
             if let Some(snap) = &x.unchanged_since {
-                let now = ins.vnc_usage(LogicalCore::from_c(core)).map(|u| u.device);
+                let now = ins
+                    .logical_core_usage(LogicalCore::from_c(core))
+                    .map(|u| u.device);
                 match (self.snapshots.get(snap), now) {
                     (None, _) => out.push(format!("no snapshot named `{snap}` was taken")),
                     (Some(rows), Ok(now)) => match rows.get(core as usize) {
@@ -513,7 +521,7 @@ impl Session {
                 }
             }
             if let Some(n) = x.models_on_core {
-                match nrt.models_on(LogicalCore::from_c(core), &mut []) {
+                match nrt.models().on_core(LogicalCore::from_c(core), &mut []) {
                     Ok(have) if have as u64 == n => {}
                     Ok(have) => out.push(format!(
                         "core {core} has {have} models resident, expected {n}"

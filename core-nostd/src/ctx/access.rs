@@ -2,6 +2,14 @@
 //! a behaviour module needs is resolved and checked here, so those modules stay safe code.
 
 use super::*;
+use crate::arena::GiveBack;
+use crate::ht;
+
+pub(super) mod bind;
+pub(super) mod guards;
+mod storage;
+
+pub use storage::StorageFree;
 
 impl<'a> Nrt<'a> {
     /// Binds a state block to a driver, with no host-memory provider (VIRTUAL tensors are
@@ -185,7 +193,7 @@ impl<'a> Nrt<'a> {
     /// its coordinates ([`Self::tpb_coords`]: address arithmetic, no dereference), or `None`
     /// for a pointer that is not exactly a core of the tree. What the accessors below take
     /// instead of trusting a caller's pointer.
-    pub(super) fn tree_tpb(&self, tpb: *const tpb_t) -> Option<*mut tpb_t> {
+    pub(crate) fn tree_tpb(&self, tpb: *const tpb_t) -> Option<*mut tpb_t> {
         let (d, t) = self.tpb_coords(tpb);
         (d < self.ctx_devices() && t < constants::TPBS_PER_MLA as u32).then(|| self.tpb_ptr(d, t))
     }
@@ -464,5 +472,425 @@ impl<'a> Nrt<'a> {
             return Err(Error::foreign(kind));
         }
         Ok(())
+    }
+
+    /// `init`'s writes of the tree (spec §1): the settings, each attached device's `mla_t`
+    /// (geometry, routing, the core map) and the flat physical-core index. Under `init`'s
+    /// token `_ex`.
+    pub(super) fn tree_attach(
+        &self,
+        _ex: &mut Exclusive<'_>,
+        opts: &InitOptions,
+        n: u32,
+        infos: &[Option<crate::driver::DeviceInfo>; constants::MAX_MLA_PER_PROCESS],
+    ) -> Result<()> {
+        // SAFETY: `_ex` is `init`'s token: the state is not INIT, `init_lock` is held and the
+        // gate shut and drained, so nothing else touches the tree.
+        unsafe {
+            *self.st.settings.get() = Settings {
+                scratchpad_page_size: opts
+                    .scratchpad_page_size
+                    .filter(|p| *p > 0)
+                    .unwrap_or(DEFAULT_SCRATCHPAD_PAGE_SIZE),
+                contiguous_scratchpad: opts.contiguous_scratchpad as u32,
+                _pad: 0,
+            };
+            *self.num_mla_ptr() = n;
+            let tail = self.ctx_tail();
+            for (d, info) in infos.iter().enumerate().take(n as usize) {
+                let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
+                (*self.st.geom.get())[d] = DevGeom::from_info(info);
+                self.st.dmem.clear_align_latch(d as u32);
+                let mla = self.mla_ptr(d as u32);
+                (*mla).device = d as u64;
+                (*mla).mla_idx = d as u32;
+                (*mla).device_id = d as u32;
+                (*mla).host_device_id = d as u32;
+                (*mla).dmem_logger.mla_idx = d as u32;
+                (*mla).is_used = 1;
+                for t in 0..info.cores_per_device.min(constants::TPBS_PER_MLA as u32) {
+                    (*mla).tpb_map.map[t as usize] = 1;
+                    // The flat physical-core index libnrt keeps beside the tree (spec §1).
+                    let k = (*tail).num_ptpb as usize;
+                    if k < (*tail).ptpbs.len() {
+                        (*tail).ptpbs[k].tpb_idx = t;
+                        (*tail).ptpbs[k].mla = mla;
+                        (*tail).num_ptpb += 1;
+                    }
+                }
+            }
+            (*tail).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
+            let mut map = [0u32; 32];
+            if self.drv.host_device_id_rid_map(&mut map).is_err() {
+                // Identity fallback (spec §1: single-device routing is the identity).
+                for (i, m) in map.iter_mut().enumerate() {
+                    *m = i as u32;
+                }
+            }
+            (*tail).host_did_to_rid_map = map;
+            (*tail).host_did_to_rid_map_size = n;
+            for d in 0..n {
+                (*self.mla_ptr(d)).routing_id = map[d as usize];
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the device geometry of an earlier bring-up (a re-init after close), under
+    /// `init`'s token `_ex`.
+    pub(super) fn reset_geometry(&self, _ex: &mut Exclusive<'_>) {
+        // SAFETY: `_ex` is `init`'s token (init_lock held, the gate shut and drained): nobody
+        // reads the geometry now.
+        unsafe {
+            *self.st.geom.get() = [DevGeom::default(); constants::MAX_MLA_PER_PROCESS];
+        }
+    }
+
+    /// Resets the context tree and its per-device and per-core side tables to all-zero
+    /// (UNINIT): the first member, the devices the runtime attached (`num_mla`), the tail and
+    /// their side state; devices never attached were never written and stay zero. Records the
+    /// bytes it zeroed ([`CoreState::reinit_bytes`]).
+    /// Under `init`'s token `_ex`: `init_lock` held and the gate shut and drained (or never
+    /// open), so nobody uses the tree.
+    pub(super) fn zero_tree(&self, _ex: &mut Exclusive<'_>) {
+        use core::mem::size_of;
+        let l = self.st.ctx_layout;
+        // SAFETY: per the token nobody reads or writes the region now; every range below
+        // lies in the bound region (`num_mla` never exceeds `devices`: `init` clamps it), and
+        // all-zero is its valid unused state (ZeroValid members, atomics, unlocked locks).
+        unsafe {
+            let used = (*self.num_mla_ptr()).min(l.devices) as usize;
+            let base = self.st.ctx;
+            let mla_at = core::mem::offset_of!(tdrv_ctx_t, mla);
+            let parts = [
+                (0, mla_at + used * size_of::<mla_t>()),
+                (l.tail, size_of::<CtxTail>()),
+                (l.dev_ext, used * size_of::<DevExt>()),
+                (
+                    l.core_ext,
+                    used * constants::TPBS_PER_MLA * size_of::<CoreExt>(),
+                ),
+            ];
+            let mut zeroed = 0;
+            for (at, len) in parts {
+                core::ptr::write_bytes(base.add(at), 0, len);
+                zeroed += len;
+            }
+            self.st.reinit_bytes.store(zeroed, Ordering::Relaxed);
+        }
+    }
+
+    /// Brings up core `(d, t)` (spec §1, §5.1): its index, its `physical_core_t`, its GLOBAL
+    /// allocator, its model_db and its scratchpad. Under `init`'s token `ex`.
+    pub(super) fn core_bring_up(
+        &self,
+        ex: &mut Exclusive<'_>,
+        d: u32,
+        t: u32,
+        g: &DevGeom,
+    ) -> Result<()> {
+        let tpb = self.tpb_ptr(d, t);
+        // SAFETY: bring-up under init_lock (the token `ex`); tpb is in-bounds.
+        unsafe {
+            (*tpb).idx = t as i32;
+            let pcore = self.pcore_ptr(d, t);
+            (*pcore).device_id = d;
+            (*pcore).device_tpb_idx = t;
+            (*tpb).tpb_allocator = self.allocator_create(
+                &*ex,
+                pcore,
+                dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
+            )?;
+            let db = self.st.model.alloc_model_db()?;
+            ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
+            (*tpb).model_db = addr_of_mut!((*db).hdr);
+            self.tdrv_scratchpad_init(ex, tpb, g);
+        }
+        self.core_ext(d, t).is_init.store(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Frees what [`Self::core_bring_up`] built for core `(d, t)` (its GLOBAL allocator and
+    /// model_db), under `init` / `close`'s token `ex`.
+    pub(super) fn core_tear_down(&self, ex: &Exclusive<'_>, d: u32, t: u32) {
+        let tpb = self.tpb_ptr(d, t);
+        // SAFETY: teardown is single-threaded (`ex`: close / init hold init_lock).
+        unsafe {
+            if !(*tpb).tpb_allocator.is_null() {
+                let _ = self.allocator_destroy(ex, (*tpb).tpb_allocator, GiveBack::Release);
+                (*tpb).tpb_allocator = null_mut();
+            }
+            // Cleared under model_db_lock: a lookup holding the lock sees either the
+            // table or null, never a released slot.
+            let db = {
+                let _l = (*tpb).model_db_lock.lock();
+                core::mem::replace(&mut (*tpb).model_db, null_mut())
+            };
+            if !db.is_null() {
+                self.st.model.release_model_db(db as *const ModelDb);
+            }
+            self.core_ext(d, t).is_init.store(0, Ordering::Release);
+        }
+    }
+    /// [`Self::num_devices`] for the runtime's steps, read under their gate token `_call`
+    /// ([`InCall`]).
+    pub(crate) fn attached_devices(&self, _call: &impl InCall) -> u32 {
+        // SAFETY: written only by `init` (and zeroed by `zero_tree` in `init`), with the gate
+        // shut and drained, between its steps. The token `_call` is an in-flight guard (the
+        // gate is open: no such write is under way) or `init` / `close`'s own `Exclusive`
+        // (this read is one of its steps). A copy of one field: no reference to the tree is
+        // made.
+        unsafe { *self.num_mla_ptr() }
+    }
+
+    /// `db_physical_core_get_mla_and_tpb` (spec §1.1): where libnrt asserts a live device and
+    /// a mapped core, this returns [`Error::CoreOutOfRange`].
+    pub(crate) fn db_physical_core_get_mla_and_tpb(
+        &self,
+        pc: &physical_core_t,
+    ) -> Result<(*mut mla_t, *mut tpb_t)> {
+        let (d, t) = (pc.device_id, pc.device_tpb_idx);
+        if d >= self.ctx_devices() || t as usize >= constants::TPBS_PER_MLA {
+            return Err(Error::CoreOutOfRange { device: d, tpb: t });
+        }
+        let mla = self.mla_ptr(d);
+        // SAFETY: in-bounds; is_used/tpb_map are written at bring-up before use.
+        unsafe {
+            if (*mla).is_used == 0 || (*mla).tpb_map.map[t as usize] == 0 {
+                return Err(Error::CoreOutOfRange { device: d, tpb: t });
+            }
+        }
+        Ok((mla, self.tpb_ptr(d, t)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{Preset, SimConfig, SimDevice};
+
+    /// The accessors that replaced the behaviour modules' raw dereferences (docs/UNSAFE.md)
+    /// take any pointer: one that is not a core, device or dmem of this tree is refused, and
+    /// booking it changes nothing.
+    #[test]
+    fn accessors_refuse_pointers_outside_the_tree() {
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).unwrap();
+        let tpb = n.tpb(0, 0).unwrap();
+        let inside = tpb.cast::<u8>().wrapping_add(8).cast::<tpb_t>();
+        let mut foreign = [0u64; 8];
+        let foreign_tpb = foreign.as_mut_ptr().cast::<tpb_t>();
+        assert!(n.scratchpad_lock(tpb).is_some());
+        assert!(n.scratchpad_lock(inside).is_none(), "not a tpb_t's start");
+        assert!(n.scratchpad_lock(foreign_tpb).is_none());
+        assert!(n.ulib_cache_lock(foreign_tpb).is_none());
+        let call = n.enter().unwrap();
+        assert!(n.tpb_allocator(&call, foreign_tpb).is_null());
+        assert!(
+            !n.tpb_allocator(&call, tpb).is_null(),
+            "core 0's GLOBAL allocator"
+        );
+        assert_eq!(n.mla_index(n.mla_ptr(0)), Some(0));
+        assert_eq!(n.mla_index(foreign.as_ptr().cast()), None);
+
+        let foreign_dmem = foreign.as_ptr().cast::<dmem_t>();
+        assert!(n.dmem_fixed(foreign_dmem).is_none());
+        let before = n.ledger_snapshot(0);
+        n.dml_add_entry(
+            &call,
+            n.mla_ptr(0),
+            crate::dmem::Action::Alloc,
+            foreign_dmem,
+        );
+        assert_eq!(n.ledger_snapshot(0), before, "a foreign dmem books nothing");
+
+        // A live dmem reads back as allocated; once freed it is refused.
+        let args = crate::dmem::AllocArgs::device(
+            4096,
+            0,
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_GENERIC,
+            "probe",
+        );
+        let m = n
+            .dmem_alloc_internal(&call, n.tpb_allocator(&call, tpb), &args, None)
+            .unwrap();
+        let d = n.dmem_fixed(m).unwrap();
+        assert_eq!((d.device_id, d.allocated_size, d.refs), (0, 4096, 1));
+        assert_eq!(crate::cstr::c_name(&d.hint), "probe");
+        n.dmem_free_owned(&call, m).unwrap();
+        assert!(n.dmem_fixed(m).is_none(), "freed: no longer live");
+        drop(call);
+        n.close().unwrap();
+    }
+
+    /// Each pool binds its arenas from the same `parts` list that sized its region: for the
+    /// default, the one-device and an odd little capacity, every arena holds exactly what its
+    /// `Capacity` field asks for (a part bound out of order, or refused, would leave an arena
+    /// at another size or unbound, and fail `bind_storage`'s debug assertion first).
+    #[test]
+    fn every_arena_holds_what_its_capacity_asks() {
+        let odd = Capacity {
+            devices: 2,
+            dmems: 7,
+            allocators: 17,
+            models: 3,
+            io_chunks: 4,
+            mr_sets: 5,
+            ulib_sets: 1,
+            tensors: 9,
+            storages: 11,
+            sets: 2,
+            set_chunks: 6,
+            bind_chunks: 7,
+            shards: 3,
+        };
+        for caps in [Capacity::DEFAULT, Capacity::ONE_DEVICE, odd] {
+            let st = CoreState::with_capacity(&caps).unwrap();
+            let got = st.arena_stats().map(|(name, s)| (name, s.capacity));
+            let (d, m, mr) = (caps.dmems, caps.models, caps.mr_sets);
+            let want = [
+                ("dmem_t", d),
+                ("dmem_allocator_t", caps.allocators),
+                ("dmem_ref_node_t", d),
+                ("dmem_list_t", mr),
+                ("model_t", m),
+                ("model io chunk", caps.io_chunks),
+                ("model_db", caps.devices * constants::TPBS_PER_MLA as u32),
+                ("mem_ref_set", mr),
+                ("mem_ref_node", d),
+                ("tdrv_scratchpad_cleanup_info_t", m),
+                ("ulib_set", caps.ulib_sets),
+                ("nrt_tensor_t", caps.tensors),
+                ("nrt_tensor_storage_t", caps.storages),
+                ("tensor_set", caps.sets),
+                ("tensor set chunk", caps.set_chunks),
+                ("bound tensor chunk", caps.bind_chunks),
+            ]
+            .map(|(name, n)| (name, n as usize));
+            assert_eq!(got, want, "{caps:?}");
+        }
+    }
+
+    /// A compact context (one device) keeps `num_mla` and `mla[0]` at libnrt's offsets from
+    /// the published address, puts the members after `mla[32]` right after `mla[0]` instead
+    /// of at libnrt's offset, and costs one device's bytes; a 32-device context is libnrt's
+    /// `tdrv_ctx_t` whole, tail at libnrt's offsets.
+    #[test]
+    fn a_compact_context_keeps_libnrt_offsets_for_the_devices_it_holds() {
+        use core::mem::{offset_of, size_of};
+        for (caps, devices) in [(Capacity::ONE_DEVICE, 1u32), (Capacity::DEFAULT, 32)] {
+            let st = CoreState::with_capacity(&caps).unwrap();
+            let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
+            let n = Nrt::new(&st, &*sim);
+            n.init(&InitOptions::default()).unwrap();
+            let base = st.context_addr() as usize;
+            let l = st.context_layout();
+            assert_eq!(l.devices, devices);
+            assert_eq!(
+                n.mla_ptr(0) as usize - base,
+                offset_of!(tdrv_ctx_t, mla),
+                "mla[0] at libnrt's offset"
+            );
+            let tail = n.ctx_tail() as usize - base;
+            assert_eq!(tail, l.tail);
+            if devices == 32 {
+                assert!(l.is_full());
+                assert_eq!(tail, offset_of!(tdrv_ctx_t, num_ptpb));
+            } else {
+                assert!(!l.is_full());
+                assert_eq!(tail, offset_of!(tdrv_ctx_t, mla) + size_of::<mla_t>());
+                assert!(l.bytes < size_of::<tdrv_ctx_t>() / 16, "{l:?}");
+            }
+            let call = n.enter().unwrap();
+            let cores = n.dev_geom(&call, 0).cores;
+            // SAFETY: a gated call is in flight, so `init` / `close`, the only writers of the
+            // tree, are not running; copies of plain fields.
+            let (num_mla, used, idx, num_ptpb, first) = unsafe {
+                let m = n.mla_ptr(0);
+                let t = n.ctx_tail();
+                (
+                    *n.num_mla_ptr(),
+                    (*m).is_used,
+                    (*m).mla_idx,
+                    (*t).num_ptpb,
+                    (*t).ptpbs[0].mla,
+                )
+            };
+            assert_eq!((num_mla, used, idx), (1, 1, 0));
+            assert_eq!((num_ptpb, first), (cores, n.mla_ptr(0)));
+            // Resolving a device the context does not hold is refused, not read.
+            let far = physical_core_t::new(devices, 0);
+            assert!(n.db_physical_core_get_mla_and_tpb(&far).is_err());
+            drop(call);
+            n.close().unwrap();
+        }
+        assert!(
+            CoreState::storage_bytes(&Capacity::DEFAULT)
+                - CoreState::storage_bytes(&Capacity {
+                    devices: 1,
+                    ..Capacity::DEFAULT
+                })
+                >= 31 * size_of::<mla_t>()
+        );
+    }
+
+    /// A re-initialisation zeroes the devices the closed runtime attached, the first member,
+    /// the tail and their side state, not the 32-device context the block holds.
+    #[test]
+    fn a_reinit_zeroes_only_the_devices_that_were_used() {
+        use core::mem::size_of;
+        let st = CoreState::with_capacity(&Capacity::DEFAULT).unwrap();
+        assert!(st.context_layout().is_full());
+        let per_device = size_of::<mla_t>()
+            + size_of::<DevExt>()
+            + constants::TPBS_PER_MLA * size_of::<CoreExt>();
+        let fixed = core::mem::offset_of!(tdrv_ctx_t, mla) + size_of::<CtxTail>();
+        assert_eq!(st.reinit_bytes(), 0, "no re-initialisation yet");
+        for devices in [1u32, 2, 1] {
+            let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, devices)).unwrap();
+            let n = Nrt::new(&st, &*sim);
+            n.init(&InitOptions::default()).unwrap();
+            n.close().unwrap();
+            // The next init zeroes what this runtime used.
+            let next = SimDevice::new_boxed(&SimConfig::new(Preset::Trn1, 1)).unwrap();
+            let m = Nrt::new(&st, &*next);
+            m.init(&InitOptions::default()).unwrap();
+            assert_eq!(
+                st.reinit_bytes(),
+                fixed + devices as usize * per_device,
+                "after a runtime of {devices} device(s)"
+            );
+            assert!(st.reinit_bytes() < st.context_layout().bytes / 8);
+            m.close().unwrap();
+        }
+    }
+
+    /// The logical-core table `init` writes under its token: each owned core's physical cores
+    /// point back at its entry (spec §9).
+    #[test]
+    fn physical_cores_point_at_their_logical_core() {
+        let st = CoreState::new_boxed();
+        let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).unwrap();
+        let n = Nrt::new(&st, &*sim);
+        n.init(&InitOptions::default()).unwrap();
+        let g = n.enter().unwrap();
+        let vc = n.vcores(&g);
+        assert!(vc.num_owned > 0);
+        let entry = n.vcore_entry_ptrs();
+        for k in 0..vc.num_owned as usize {
+            let v = &vc.owned[k];
+            assert_eq!(v.vtpb_idx as usize, k);
+            for p in v.cores() {
+                assert_eq!(p.vcore, entry(k));
+                // SAFETY: a gated call is in flight (`g`), so `init` / `close`, the only
+                // writers of the cell, are not running.
+                let back = unsafe { (*n.pcore_ptr(p.device_id, p.device_tpb_idx)).vcore };
+                assert_eq!(back, entry(k));
+            }
+        }
+        drop(g);
+        n.close().unwrap();
     }
 }

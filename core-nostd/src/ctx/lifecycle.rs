@@ -4,14 +4,23 @@
 use super::*;
 
 impl<'a> Nrt<'a> {
-    /// Lifecycle state (`STATE_*`).
-    pub fn lifecycle(&self) -> u32 {
+    /// The runtime's lifecycle state (libnrt's `NRT_STATE_*`, spec §7.2).
+    pub fn lifecycle(&self) -> Lifecycle {
+        match self.state_word() {
+            STATE_INIT => Lifecycle::Init,
+            STATE_CLOSED => Lifecycle::Closed,
+            _ => Lifecycle::Uninit,
+        }
+    }
+
+    /// The state word itself (`STATE_*`).
+    pub(crate) fn state_word(&self) -> u32 {
         self.st.state.load(Ordering::Acquire)
     }
 
     /// The state gate of the public API (spec §7.2): `Uninitialized` before init, `Closed` after.
     pub fn check_state(&self) -> Result<()> {
-        match self.lifecycle() {
+        match self.state_word() {
             STATE_INIT => Ok(()),
             STATE_CLOSED => Err(Error::Closed),
             _ => Err(Error::Uninitialized),
@@ -65,37 +74,6 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// [`Self::num_devices`] for the runtime's steps, read under their gate token `_call`
-    /// ([`InCall`]).
-    pub(crate) fn attached_devices(&self, _call: &impl InCall) -> u32 {
-        // SAFETY: written only by `init` (and zeroed by `zero_tree` in `init`), with the gate
-        // shut and drained, between its steps. The token `_call` is an in-flight guard (the
-        // gate is open: no such write is under way) or `init` / `close`'s own `Exclusive`
-        // (this read is one of its steps). A copy of one field: no reference to the tree is
-        // made.
-        unsafe { *self.num_mla_ptr() }
-    }
-
-    /// `db_physical_core_get_mla_and_tpb` (spec §1.1): where libnrt asserts a live device and
-    /// a mapped core, this returns [`Error::CoreOutOfRange`].
-    pub(crate) fn db_physical_core_get_mla_and_tpb(
-        &self,
-        pc: &physical_core_t,
-    ) -> Result<(*mut mla_t, *mut tpb_t)> {
-        let (d, t) = (pc.device_id, pc.device_tpb_idx);
-        if d >= self.ctx_devices() || t as usize >= constants::TPBS_PER_MLA {
-            return Err(Error::CoreOutOfRange { device: d, tpb: t });
-        }
-        let mla = self.mla_ptr(d);
-        // SAFETY: in-bounds; is_used/tpb_map are written at bring-up before use.
-        unsafe {
-            if (*mla).is_used == 0 || (*mla).tpb_map.map[t as usize] == 0 {
-                return Err(Error::CoreOutOfRange { device: d, tpb: t });
-            }
-        }
-        Ok((mla, self.tpb_ptr(d, t)))
-    }
-
     /// `(device, core)` when `p` is the `pcore` of one of the runtime's cores (address
     /// arithmetic only: a foreign pointer is never dereferenced).
     pub(crate) fn tree_pcore(&self, p: *const physical_core_t) -> Option<(u32, u32)> {
@@ -123,12 +101,11 @@ impl<'a> Nrt<'a> {
         self.db_physical_core_get_mla_and_tpb(&pc).map(|(_, t)| t)
     }
 
-    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `(dev, core)`.
-    pub fn core_allocator(&self, dev: u32, core: u32) -> Result<*mut dmem_allocator_t> {
+    /// The body of [`crate::dmem::DeviceMemory::core_allocator`].
+    pub(crate) fn core_allocator(&self, dev: u32, core: u32) -> Result<*mut dmem_allocator_t> {
         let _g = self.enter()?;
         let tpb = self.tpb(dev, core)?;
-        // SAFETY: resolved tpb; set at bring-up.
-        let al = unsafe { (*tpb).tpb_allocator };
+        let al = self.tpb_allocator(&_g, tpb);
         if al.is_null() {
             return Err(Error::CoreOutOfRange {
                 device: dev,
@@ -143,7 +120,7 @@ impl<'a> Nrt<'a> {
     /// and the logical-core table (spec §9). Fails cleanly (nothing left allocated).
     pub fn init(&self, opts: &InitOptions) -> Result<()> {
         let mut lock = self.st.init_lock.lock();
-        if self.lifecycle() == STATE_INIT {
+        if self.state_word() == STATE_INIT {
             self.check_bound()?;
             return Err(Error::AlreadyInitialized);
         }
@@ -154,14 +131,10 @@ impl<'a> Nrt<'a> {
         let mut ex = Exclusive::new(&mut lock);
         self.st.driver_kept.reset();
         self.st.live_handles.clear();
-        if self.lifecycle() == STATE_CLOSED {
+        if self.state_word() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
-            // SAFETY: init_lock held, the runtime is closed and the gate shut and drained:
-            // nobody reads or uses the tree.
-            unsafe {
-                self.zero_tree();
-                *self.st.geom.get() = [DevGeom::default(); constants::MAX_MLA_PER_PROCESS];
-            }
+            self.zero_tree(&mut ex);
+            self.reset_geometry(&mut ex);
         }
         let n = self
             .drv
@@ -191,61 +164,14 @@ impl<'a> Nrt<'a> {
             }
             *slot = Some(info);
         }
-        // SAFETY: state is UNINIT and init_lock is held: nothing else touches the tree.
-        unsafe {
-            *self.st.settings.get() = Settings {
-                scratchpad_page_size: opts
-                    .scratchpad_page_size
-                    .filter(|p| *p > 0)
-                    .unwrap_or(DEFAULT_SCRATCHPAD_PAGE_SIZE),
-                contiguous_scratchpad: opts.contiguous_scratchpad as u32,
-                _pad: 0,
-            };
-            *self.num_mla_ptr() = n;
-            let tail = self.ctx_tail();
-            for (d, info) in infos.iter().enumerate().take(n as usize) {
-                let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
-                (*self.st.geom.get())[d] = DevGeom::from_info(info);
-                self.st.dmem.clear_align_latch(d as u32);
-                let mla = self.mla_ptr(d as u32);
-                (*mla).device = d as u64;
-                (*mla).mla_idx = d as u32;
-                (*mla).device_id = d as u32;
-                (*mla).host_device_id = d as u32;
-                (*mla).dmem_logger.mla_idx = d as u32;
-                (*mla).is_used = 1;
-                for t in 0..info.cores_per_device.min(constants::TPBS_PER_MLA as u32) {
-                    (*mla).tpb_map.map[t as usize] = 1;
-                    // The flat physical-core index libnrt keeps beside the tree (spec §1).
-                    let k = (*tail).num_ptpb as usize;
-                    if k < (*tail).ptpbs.len() {
-                        (*tail).ptpbs[k].tpb_idx = t;
-                        (*tail).ptpbs[k].mla = mla;
-                        (*tail).num_ptpb += 1;
-                    }
-                }
-            }
-            (*tail).target = infos[0].map(|i| i.arch as u32).unwrap_or(0);
-            let mut map = [0u32; 32];
-            if self.drv.host_device_id_rid_map(&mut map).is_err() {
-                // Identity fallback (spec §1: single-device routing is the identity).
-                for (i, m) in map.iter_mut().enumerate() {
-                    *m = i as u32;
-                }
-            }
-            (*tail).host_did_to_rid_map = map;
-            (*tail).host_did_to_rid_map_size = n;
-            for d in 0..n {
-                (*self.mla_ptr(d)).routing_id = map[d as usize];
-            }
-        }
+        self.tree_attach(&mut ex, opts, n, &infos)?;
         let r = self
             .vcores_init(&opts.vcores, &mut ex)
             .and_then(|_| self.init_cores(n, &mut ex));
         if let Err(e) = r {
             self.teardown_cores(&ex);
-            // SAFETY: still under init_lock; reset to the all-zero UNINIT tree.
-            unsafe { self.zero_tree() };
+            // Still under init_lock: reset to the all-zero UNINIT tree.
+            self.zero_tree(&mut ex);
             return Err(e);
         }
         // Handles of any earlier runtime in this block (or anywhere) never match this one.
@@ -263,63 +189,11 @@ impl<'a> Nrt<'a> {
         Ok(())
     }
 
-    /// Resets the context tree and its per-device and per-core side tables to all-zero
-    /// (UNINIT): the first member, the devices the runtime attached (`num_mla`), the tail and
-    /// their side state; devices never attached were never written and stay zero. Records the
-    /// bytes it zeroed ([`CoreState::reinit_bytes`]).
-    ///
-    /// # Safety
-    /// Nobody may use the tree: `init_lock` held and the gate shut and drained (or never open).
-    unsafe fn zero_tree(&self) {
-        use core::mem::size_of;
-        let l = self.st.ctx_layout;
-        // SAFETY: per the contract nobody reads or writes the region now; every range below
-        // lies in the bound region (`num_mla` never exceeds `devices`: `init` clamps it), and
-        // all-zero is its valid unused state (ZeroValid members, atomics, unlocked locks).
-        unsafe {
-            let used = (*self.num_mla_ptr()).min(l.devices) as usize;
-            let base = self.st.ctx;
-            let mla_at = core::mem::offset_of!(tdrv_ctx_t, mla);
-            let parts = [
-                (0, mla_at + used * size_of::<mla_t>()),
-                (l.tail, size_of::<CtxTail>()),
-                (l.dev_ext, used * size_of::<DevExt>()),
-                (
-                    l.core_ext,
-                    used * constants::TPBS_PER_MLA * size_of::<CoreExt>(),
-                ),
-            ];
-            let mut zeroed = 0;
-            for (at, len) in parts {
-                core::ptr::write_bytes(base.add(at), 0, len);
-                zeroed += len;
-            }
-            self.st.reinit_bytes.store(zeroed, Ordering::Relaxed);
-        }
-    }
-
     fn init_cores(&self, n: u32, ex: &mut Exclusive<'_>) -> Result<()> {
         for d in 0..n {
             let g = self.dev_geom(&*ex, d);
             for t in 0..g.cores {
-                let tpb = self.tpb_ptr(d, t);
-                // SAFETY: bring-up under init_lock; tpb is in-bounds.
-                unsafe {
-                    (*tpb).idx = t as i32;
-                    let pcore = self.pcore_ptr(d, t);
-                    (*pcore).device_id = d;
-                    (*pcore).device_tpb_idx = t;
-                    (*tpb).tpb_allocator = self.allocator_create(
-                        &*ex,
-                        pcore,
-                        dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
-                    )?;
-                    let db = self.st.model.alloc_model_db()?;
-                    ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
-                    (*tpb).model_db = addr_of_mut!((*db).hdr);
-                    self.tdrv_scratchpad_init(ex, tpb, &g);
-                    self.core_ext(d, t).is_init.store(1, Ordering::Release);
-                }
+                self.core_bring_up(ex, d, t, &g)?;
             }
         }
         Ok(())
@@ -329,24 +203,7 @@ impl<'a> Nrt<'a> {
     fn teardown_cores(&self, ex: &Exclusive<'_>) {
         for d in 0..self.attached_devices(ex) {
             for t in 0..constants::TPBS_PER_MLA as u32 {
-                let tpb = self.tpb_ptr(d, t);
-                // SAFETY: teardown is single-threaded by contract (close/init hold init_lock).
-                unsafe {
-                    if !(*tpb).tpb_allocator.is_null() {
-                        let _ = self.allocator_destroy(ex, (*tpb).tpb_allocator, GiveBack::Release);
-                        (*tpb).tpb_allocator = null_mut();
-                    }
-                    // Cleared under model_db_lock: a lookup holding the lock sees either the
-                    // table or null, never a released slot.
-                    let db = {
-                        let _l = (*tpb).model_db_lock.lock();
-                        core::mem::replace(&mut (*tpb).model_db, null_mut())
-                    };
-                    if !db.is_null() {
-                        self.st.model.release_model_db(db as *const ModelDb);
-                    }
-                    self.core_ext(d, t).is_init.store(0, Ordering::Release);
-                }
+                self.core_tear_down(ex, d, t);
             }
         }
     }
@@ -386,8 +243,8 @@ impl<'a> Nrt<'a> {
         }
         let mut lock = self.st.init_lock.lock();
         self.check_bound()?;
-        if self.lifecycle() != STATE_INIT {
-            return Err(if self.lifecycle() == STATE_CLOSED {
+        if self.state_word() != STATE_INIT {
+            return Err(if self.state_word() == STATE_CLOSED {
                 Error::Closed
             } else {
                 Error::Uninitialized

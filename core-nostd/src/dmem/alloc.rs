@@ -1,19 +1,16 @@
 //! `dmem_alloc_internal` (spec §3.2): the argument checks, the category tables, the ledger
 //! booking, the driver call with its ENOMEM split, and the aligned-alloc emulation.
 
-use core::ptr::{addr_of_mut, null_mut, NonNull};
+use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
+use super::access::{AllocatorCore, DmemFields};
 use super::{Action, AllocArgs, Dmem};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
-use crate::arena::GiveBack;
-use crate::cstr::copy_c_name;
 use crate::ctx::{InCall, Nrt};
 use crate::driver::{errno, AllocRequest, Errno};
 use crate::error::{Error, InvalidArg, Result};
-use crate::handle::{self};
-use crate::list::WeakIndex;
 
 impl<'a> Nrt<'a> {
     /// `dmem_alloc_internal` (spec §3.2): [`Self::dmem_alloc`] as a step of a gated call
@@ -55,23 +52,12 @@ impl<'a> Nrt<'a> {
         if cat == CATEGORY_INVALID {
             return Err(Error::UsageInvalidForLocation { usage, loc });
         }
-        if !self.st.dmem.allocators.is_live(al) {
-            return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
-        }
-        // Its own thread walking `al` would hold the lock step 7 takes.
-        self.st.reentry.refuse(
-            crate::sync::reentry_key::allocator(al as usize),
-            crate::sync::WaitFor::AllocatorLock,
-        )?;
-        // SAFETY: live allocator; pcore was set at creation and points into the tree.
-        let pcore = unsafe { (*al).pcore };
-        if pcore.is_null() {
-            return Err(Error::InvalidArgument(InvalidArg::AllocatorWithoutCore));
-        }
-        // SAFETY: pcore points into the context tree (a tpb's or model's physical_core_t).
-        let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
-        // SAFETY: resolved pointers are in-bounds and initialised.
-        let (dev, nc_id) = unsafe { ((*mla).mla_idx, (*tpb).idx as u32) };
+        let AllocatorCore {
+            pcore,
+            mla,
+            dev,
+            nc_id,
+        } = self.allocator_core(al)?;
         let g = self.dev_geom(call, dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a
@@ -173,79 +159,44 @@ impl<'a> Nrt<'a> {
             error!("dmem_alloc: {}", e);
             return Err(e);
         }
-        // 5. fields
-        // SAFETY: `m` is a fresh zeroed slot owned by this call.
-        unsafe {
-            copy_c_name(&mut (*m).hint_buf, a.hint);
-            (*m).mem_handle = handle;
-            (*m)._pa = pa;
-            (*m)._va = null_mut();
-            (*m).size = a.size;
-            (*m).align = a.align;
-            (*m).align_offset = if emulate {
-                align_offset(pa, a.align)
-            } else {
-                0
-            };
-            (*m).allocated_size = a.size + (*m).align_offset;
-            (*m).mem_type = loc as u32;
-            (*m).mem_usage_type = usage as u32;
-            (*m).tdram_channel = hbm;
-            (*m).pcore = pcore;
-            (*m).nc_id = nc_id;
-            (*m).device_id = dev;
-            (*m).hint = addr_of_mut!((*m).hint_buf) as *mut core::ffi::c_char;
-            (*m).cpy_buf = self.drv.get_copy_buf(dev, nc_id) as usize as *mut core::ffi::c_void;
-        }
-        // Last: publishes the fields above to readers of live slots (the OOM dump) and to
-        // resolvers of the new handle (generation, then one owner).
-        // SAFETY: `m` is a slot of the dmem arena.
-        let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
-        handle::publish(gen, refs);
+        // 5. fields, then publish them (generation, then one owner) to readers of live slots
+        //    (the OOM dump) and to resolvers of the new handle.
+        self.dmem_write_fresh(
+            m,
+            &DmemFields {
+                a,
+                handle,
+                pa,
+                align_offset: if emulate {
+                    align_offset(pa, a.align)
+                } else {
+                    0
+                },
+                loc,
+                usage,
+                hbm,
+                pcore,
+                nc_id,
+                dev,
+            },
+        );
         self.st.live_handles.add(dev, handle);
         // 6. ledger + trace
         self.dml_add_entry(call, mla, Action::Alloc, m);
         // 7. link before dummy_tail
-        // SAFETY: live allocator, its lock held for the call; `m` is a live dmem.
-        let linked = unsafe {
-            match (*al).lock.lock_bounded(crate::sync::WaitFor::AllocatorLock) {
-                Ok(g) => {
-                    let r = Self::list_insert_tail(al, m).map_err(|e| {
-                        // A fresh slot starts zeroed, so unlinked: a refusal means the arena
-                        // handed out a node that is still on some allocator's list.
-                        error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
-                        Error::ForeignDmem
-                    });
-                    drop(g);
-                    r
-                }
-                // A walk of `al` outlasted the bound.
-                Err(e) => Err(e),
-            }
-        };
+        let linked = self.allocator_link(al, m);
         if let Err(e) = linked {
             // Undo everything (the dmem was never on this list and its handle was never
             // returned) and refuse the call.
             if !ref_node.is_null() {
                 let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
-            // SAFETY: `m` is not on `al`'s list, its one owner is this call and no handle of
-            // it was handed out, so nothing else holds or pins it.
-            unsafe {
-                self.st.dmem.dmems.words(m).1.store(0, Ordering::Release);
-                self.dmem_finalize(call, m, GiveBack::Cancel);
-            }
+            self.dmem_cancel_unlinked(call, m);
             return Err(e);
         }
         // 8. weak GC index
         if let Some(list) = ref_list {
-            // SAFETY: ref_node is a fresh slot (zeroed: unlinked); the list is a live index
-            // (checked in step 1) that belongs to the caller, who serialises its use.
-            let pushed = unsafe {
-                (*ref_node).dmem = m;
-                WeakIndex::new(NonNull::new_unchecked(list))
-                    .push_back(NonNull::new_unchecked(ref_node))
-            };
+            let pushed = self.weak_index_push(list, ref_node, m);
             if let Err(e) = pushed {
                 // Only a fresh node can be pushed, and it is unlinked: record the refusal; the
                 // dmem stays allocated (on its allocator), only its weak entry is dropped.

@@ -7,25 +7,31 @@
 //! failure path restores the ledger, the arenas and the driver to their state before the call.
 //!
 //! This file holds the request and report types, the dmem pin and the public gated API;
-//! the other jobs have a file each: `allocator` (the allocator tier: create, destroy, the
-//! list and its books, the weak GC indexes), `alloc` (`dmem_alloc_internal`: the category
+//! the other jobs have a file each: `access` (the raw accessors: the allocator tier's create,
+//! destroy, list and books, the weak GC indexes, and every read and write of a `dmem_t` slot's
+//! fields), `alloc` (`dmem_alloc_internal`: the category
 //! tables, the ledger booking and the aligned-alloc emulation) and `free` (references,
 //! free and finalize).
 // Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
 // tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
 // stale or foreign pointer is an error, not undefined behaviour.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
+#![deny(unsafe_code)]
 
+// The domain's raw accessors: the one file of `dmem/` where `unsafe` is allowed, each block
+// argued (docs/UNSAFE.md).
+#[allow(unsafe_code)]
+mod access;
 mod alloc;
-mod allocator;
 mod free;
 mod pool;
+mod view;
 
 pub use alloc::align_offset;
 pub(crate) use pool::DmemPool;
+pub use view::DeviceMemory;
 
-use core::ptr::addr_of_mut;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::arena::GiveBack;
@@ -93,7 +99,7 @@ impl<'h> AllocArgs<'h> {
 /// safe API names dmems by [`DmemHandle`].
 pub type Dmem = *mut dmem_t;
 
-/// What [`Nrt::dmem_info`] reports of a live dmem: the fields fixed at allocation, copied
+/// What [`DeviceMemory::info`](crate::dmem::DeviceMemory::info) reports of a live dmem: the fields fixed at allocation, copied
 /// out under a pin (so they are never read from a slot someone else reuses).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -144,12 +150,8 @@ impl<'a> Nrt<'a> {
     // The public dmem API: each call passes the state gate ([`Nrt::enter`]), so it fails with
     // `Closed` instead of racing `close`'s teardown of the allocators and arenas.
 
-    /// `dmem_allocator_create` (spec §3.1): a GLOBAL or MODEL allocator for `pcore`, with its
-    /// dummy head/tail wired and its lock initialised. `pcore` must be the `pcore` of an
-    /// attached core's `tpb_t`: any other pointer is refused without being dereferenced.
-    ///
-    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_allocator_create(
+    /// The body of [`crate::dmem::DeviceMemory::allocator_create`].
+    pub(crate) fn dmem_allocator_create(
         &self,
         pcore: *mut physical_core_t,
         ty: dmem_allocator_type_t,
@@ -160,25 +162,8 @@ impl<'a> Nrt<'a> {
         Ok(al)
     }
 
-    /// `dmem_allocator_destroy` (spec §5.4): drops the allocator's reference on every dmem on
-    /// its list — one call reclaims a model's whole footprint — and releases the allocator.
-    /// A dmem still referenced elsewhere (a shared page) survives, detached, until its last
-    /// `dmem_free`.
-    ///
-    /// Only an allocator made with [`Self::dmem_allocator_create`] can be destroyed here. The
-    /// runtime's own (a core's GLOBAL allocator, which backs its tensors, scratchpad pages and
-    /// ext-isa copy; a loaded model's MODEL allocators) are refused with NRT_INVALID: the
-    /// runtime destroys them itself, at unload and close, and would otherwise destroy a slot
-    /// that someone else had been given meanwhile.
-    ///
-    /// The caller must not destroy an allocator while another of its threads allocates from
-    /// it or walks it (as with libnrt, whose allocator is freed under the caller's feet): the
-    /// allocator's slot is released and may be handed out again, and a call that resolved it
-    /// before the release would reach the new occupant. A call made after the destroy
-    /// returned is refused ("allocator is not live").
-    ///
-    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
+    /// The body of [`crate::dmem::DeviceMemory::allocator_destroy`].
+    pub(crate) fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
         let call = self.enter()?;
         if self.st.dmem.allocators.is_live(al) && !self.is_caller_owned(al) {
             return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
@@ -188,13 +173,8 @@ impl<'a> Nrt<'a> {
         call.kept_result()
     }
 
-    /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
-    ///
-    /// Checks every argument, books the allocation in the ledger, links it before `al`'s dummy
-    /// tail and, with `ref_list`, records it in that weak index. On any error nothing changes.
-    ///
-    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_alloc(
+    /// The body of [`crate::dmem::DeviceMemory::alloc`].
+    pub(crate) fn dmem_alloc(
         &self,
         al: *mut dmem_allocator_t,
         a: &AllocArgs<'_>,
@@ -205,85 +185,48 @@ impl<'a> Nrt<'a> {
         Ok(self.dmem_handle_of_owned(m))
     }
 
-    /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem (each owner
-    /// frees it once with [`Self::dmem_free`]).
-    ///
-    /// A stale, forged or foreign handle is [`Error::InvalidHandle`]. Fails with
-    /// [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_acquire_reference(&self, h: DmemHandle) -> Result<()> {
+    /// The body of [`crate::dmem::DeviceMemory::acquire_reference`].
+    pub(crate) fn dmem_acquire_reference(&self, h: DmemHandle) -> Result<()> {
         let _call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        // SAFETY: `p.m` is pinned: a slot of the dmem arena that stays whole.
-        let (_, refs) = unsafe { self.st.dmem.dmems.words(p.m) };
-        if handle::add_owner(refs) {
+        if handle::add_owner(p.refs) {
             Ok(())
         } else {
             Err(Error::stale(HandleKind::Dmem))
         }
     }
 
-    /// `dmem_free` (spec §3.2): drops one owner; the last one unmaps and frees the driver
-    /// memory, books the free in the ledger, unlinks from the allocator and releases the node
-    /// (after any call using the dmem on another thread has finished with it). A dmem with no
-    /// owner left — a double free, at any age — is [`Error::InvalidHandle`], as is a forged or
-    /// foreign handle; nothing of anyone else's is freed.
-    ///
-    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_free(&self, h: DmemHandle) -> Result<()> {
+    /// The body of [`crate::dmem::DeviceMemory::free`].
+    pub(crate) fn dmem_free(&self, h: DmemHandle) -> Result<()> {
         let call = self.enter()?;
         let p = self.dmem_pin(h)?;
         self.dmem_free_pinned(&call, p)?;
         call.kept_result()
     }
 
-    /// Like [`Self::dmem_free`], but refuses a dmem that is not on `al`'s list.
-    ///
-    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
-    pub fn dmem_free_in(&self, al: *mut dmem_allocator_t, h: DmemHandle) -> Result<()> {
+    /// The body of [`crate::dmem::DeviceMemory::free_in`].
+    pub(crate) fn dmem_free_in(&self, al: *mut dmem_allocator_t, h: DmemHandle) -> Result<()> {
         let call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        // SAFETY: pinned slot; the field is accessed atomically (see dmem_release_ref).
-        if unsafe { AtomicPtr::from_ptr(addr_of_mut!((*p.m).allocator)).load(Ordering::Acquire) }
-            != al
-        {
+        if self.dmem_allocator_of(&p) != al {
             return Err(Error::ForeignDmem);
         }
         self.dmem_free_pinned(&call, p)?;
         call.kept_result()
     }
 
-    /// The fields of a live dmem fixed at its allocation (see [`DmemInfo`]).
-    pub fn dmem_info(&self, h: DmemHandle) -> Result<DmemInfo> {
+    /// The body of [`crate::dmem::DeviceMemory::info`].
+    pub(crate) fn dmem_info(&self, h: DmemHandle) -> Result<DmemInfo> {
         let _call = self.enter()?;
         let p = self.dmem_pin(h)?;
-        let m = p.m;
-        // SAFETY: pinned: these fields were written before the dmem was published and are
-        // not written again until it is finalised, which waits for this pin.
-        unsafe {
-            Ok(DmemInfo {
-                size: (*m).size,
-                align: (*m).align,
-                pa: (*m)._pa,
-                align_offset: (*m).align_offset,
-                allocated_size: (*m).allocated_size,
-                mem_handle: (*m).mem_handle,
-                mem_type: (*m).mem_type,
-                mem_usage_type: (*m).mem_usage_type,
-                tdram_channel: (*m).tdram_channel,
-                device_id: (*m).device_id,
-                nc_id: (*m).nc_id,
-                ref_count: ((*m).ref_count.load(Ordering::Acquire) & handle::OWNERS) as u32,
-            })
-        }
+        Ok(self.dmem_info_of(&p))
     }
 
-    /// The handle of a dmem met while walking an allocator ([`Self::allocator_for_each`]):
-    /// `None` for a `dmem_t` that is not a live slot of this runtime's arena.
-    pub fn dmem_handle_of(&self, d: &dmem_t) -> Option<DmemHandle> {
+    /// The body of [`crate::dmem::DeviceMemory::handle_of`].
+    pub(crate) fn dmem_handle_of(&self, d: &dmem_t) -> Option<DmemHandle> {
         let m = d as *const dmem_t;
         let index = self.st.dmem.dmems.index_of(m)? as u32;
-        // SAFETY: a slot of the dmem arena (index_of checked it); the words are atomics.
-        let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
+        let (gen, refs) = self.st.dmem.dmems.words_of(m)?;
         let generation = gen.load(Ordering::Acquire);
         if generation & 1 == 0 || refs.load(Ordering::Acquire) & handle::OWNERS == 0 {
             return None;
@@ -333,16 +276,8 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// The allocator whose list holds `m` (null once detached). `m` is pinned or owned by the
-    /// caller.
-    pub(crate) fn allocator_of(&self, m: Dmem) -> *mut dmem_allocator_t {
-        // SAFETY: a slot of the dmem arena the caller pins or owns; the field is accessed
-        // atomically (see `dmem_release_ref`).
-        unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
-    }
-
-    /// Whether `h` names a live dmem of this runtime (it may be freed the moment after).
-    pub fn dmem_is_live(&self, h: DmemHandle) -> bool {
+    /// The body of [`crate::dmem::DeviceMemory::is_live`].
+    pub(crate) fn dmem_is_live(&self, h: DmemHandle) -> bool {
         let Ok(_call) = self.enter() else {
             return false;
         };

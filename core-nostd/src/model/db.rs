@@ -1,10 +1,11 @@
 //! The per-core model database (spec §4.3, §4.4): `add_model`, the handle lookup with its
 //! reference, `remove_model`'s unlink-then-drain, and the queries over resident models.
 
+use super::access::{DrainedModel, ModelRef};
 use super::{ModelInfo, ModelIo};
 use crate::abi::*;
 use crate::arena::Fresh;
-use crate::ctx::{DrainedModel, InCall, InFlight, ModelRef, Nrt};
+use crate::ctx::{InCall, InFlight, Nrt};
 use crate::error::{Error, Result};
 use crate::handle::{HandleKind, ModelHandle};
 use crate::vcore::LogicalCore;
@@ -101,9 +102,8 @@ impl<'a> Nrt<'a> {
         })
     }
 
-    /// Footprint of a resident model (spec §4.4 lookup + reference, §5). `Closed` /
-    /// `Uninitialized` outside an initialised runtime.
-    pub fn model_info(&self, h: ModelHandle) -> Result<ModelInfo> {
+    /// The body of [`crate::model::Models::info`].
+    pub(crate) fn model_info(&self, h: ModelHandle) -> Result<ModelInfo> {
         self.with_model(h, |call, m, vnc, refs| {
             let scratchpad_pages = self
                 .cleanup_claim(m.scratchpad_cleanup_info())
@@ -131,9 +131,8 @@ impl<'a> Nrt<'a> {
         })?
     }
 
-    /// Calls `f(subgraph, dmem)` on every dmem of a resident model's MODEL heaps, one heap per
-    /// subgraph (spec §5.2). `Closed` / `Uninitialized` outside an initialised runtime.
-    pub fn for_each_model_dmem(
+    /// The body of [`crate::model::Models::for_each_dmem`].
+    pub(crate) fn for_each_model_dmem(
         &self,
         h: ModelHandle,
         mut f: impl FnMut(u32, &dmem_t),
@@ -167,10 +166,8 @@ impl<'a> Nrt<'a> {
         Ok(f(&call, &m, vnc, m.other_refs()))
     }
 
-    /// Handles of the models resident on logical core `vnc` (the core's `model_db`, spec
-    /// §4.3): writes up to `out.len()` of them and returns how many there are. `Closed` /
-    /// `Uninitialized` outside an initialised runtime (the table only exists while it is).
-    pub fn models_on(&self, vnc: LogicalCore, out: &mut [ModelHandle]) -> Result<usize> {
+    /// The body of [`crate::model::Models::on_core`].
+    pub(crate) fn models_on(&self, vnc: LogicalCore, out: &mut [ModelHandle]) -> Result<usize> {
         let call = self.enter()?;
         let v = self.vtpb_get_virtual_core(&call, vnc)?;
         let (index, epoch) = (vnc.index().unwrap_or(u32::MAX), self.epoch());
@@ -188,19 +185,17 @@ impl<'a> Nrt<'a> {
         Ok(n)
     }
 
-    /// Calls `f` on each declared input, then each output, of a resident model, in the order
-    /// the model declared them: what `nrt_get_model_tensor_info` reports (name, usage, size,
-    /// dtype, shape). Holds a reference on the model meanwhile (an unload waits). A stale,
-    /// forged or foreign handle is [`Error::InvalidHandle`]; `Closed` / `Uninitialized`
-    /// outside an initialised runtime.
-    pub fn for_each_model_io(&self, h: ModelHandle, mut f: impl FnMut(&ModelIo<'_>)) -> Result<()> {
+    /// The body of [`crate::model::Models::for_each_io`].
+    pub(crate) fn for_each_model_io(
+        &self,
+        h: ModelHandle,
+        mut f: impl FnMut(&ModelIo<'_>),
+    ) -> Result<()> {
         self.with_model(h, |_, m, _, _| m.for_each_io(&mut f))
     }
 
-    /// The logical core of a resident model (`nrt_get_model_info`'s `vnc`), checking that
-    /// the model is still loaded: a stale, forged or foreign handle is
-    /// [`Error::InvalidHandle`].
-    pub fn model_core(&self, h: ModelHandle) -> Result<LogicalCore> {
+    /// The body of [`crate::model::Models::core`].
+    pub(crate) fn model_core(&self, h: ModelHandle) -> Result<LogicalCore> {
         self.with_model(h, |_, _, vnc, _| vnc)
     }
 }

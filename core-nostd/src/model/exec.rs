@@ -1,9 +1,10 @@
 //! The exec seam (spec §4.6): one model executes at a time per physical core, holding a
 //! model reference, and the declared IO an execution binds.
 
+use super::access::ExecHold;
 use super::{IoUsage, ModelIo};
 use crate::abi::*;
-use crate::ctx::{ExecHold, Nrt};
+use crate::ctx::Nrt;
 use crate::error::Result;
 use crate::handle::ModelHandle;
 
@@ -46,16 +47,8 @@ impl ExecGuard<'_> {
 }
 
 impl<'a> Nrt<'a> {
-    /// The exec seam (spec §4.6): takes a reference on `h` (so an unload waits), then each of
-    /// its physical cores' exec locks in order (one model executes at a time per core), and
-    /// marks it `h_running_model`. Dropping the guard undoes all three.
-    ///
-    /// The wait for a core's exec lock is bounded (`crate::sync::wait_bounded`): `Timeout`
-    /// naming the core when the wait hook gives up (an execution that outlives the bound, a
-    /// guard that was leaked, or one the calling thread holds itself). A guard is `Send` (an
-    /// execution may complete on another thread), so the thread that took it is no proof
-    /// that it still holds it: these waits are not refused early, they are bounded.
-    pub fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
+    /// The body of [`crate::model::Models::exec_begin`].
+    pub(crate) fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
         let call = self.enter()?;
         let (tpb0, vnc) = self.model_tpb(&call, h)?;
         let m = self.get_model_ref_count(tpb0, h.h_model())?;

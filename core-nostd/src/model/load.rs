@@ -4,13 +4,14 @@
 
 use core::ptr::null_mut;
 
+use super::access::DrainedModel;
 use super::{tdrv_get_unique_h_model, ModelSpec, IO_DIMS_MAX, IO_NAME_MAX};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::arena::{Fresh, GiveBack};
 use crate::config::{MAX_SUBGRAPHS, MEM_REF_NAME_LEN_MAX};
 use crate::cstr::copy_c_name;
-use crate::ctx::{DrainedModel, Exclusive, InCall, Nrt};
+use crate::ctx::{Exclusive, InCall, Nrt};
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
 use crate::handle::ModelHandle;
@@ -149,15 +150,8 @@ impl<'a> Nrt<'a> {
             .unwrap_or(0)
     }
 
-    /// Loads a model onto logical core `vnc` (spec §5): builds one MODEL heap per subgraph in
-    /// an mr_set slot and moves it into the `model_t` (zeroing the slot), validates the SBUF
-    /// carveout on CAYMAN, makes the allocations, claims scratchpad pages, stages GPSIMD
-    /// libraries on SUNDA, and `add_model`s it. All-or-nothing: on any failure the ledger's
-    /// bytes, every allocator and every arena's slots are as before. The model's own heaps go
-    /// straight back, not through the quarantines (nobody saw them); scratchpad pages and the
-    /// shared ext-isa copy, which others could see once claimed, go through them. High-water marks — the ledger's
-    /// peaks, an arena's peak — may remember the attempt, as the driver's peak counters do.
-    pub fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<ModelHandle> {
+    /// The body of [`crate::model::Models::load`].
+    pub(crate) fn load_model(&self, vnc: LogicalCore, spec: &ModelSpec<'_>) -> Result<ModelHandle> {
         let call = self.enter()?;
         let v = *self.vtpb_get_virtual_core(&call, vnc)?;
         let g = self.dev_geom(&call, v.tpbs[0].device_id);
@@ -435,24 +429,8 @@ impl<'a> Nrt<'a> {
         m.release();
     }
 
-    /// Unloads `h` (`nrt_unload`): `remove_model` (waits for in-flight executions), then
-    /// `model_free` (spec §4.5, §5.4). No other model's memory changes. `Closed` /
-    /// `Uninitialized` outside an initialised runtime (spec §7.2 state gate). A handle
-    /// already unloaded (at any age), forged, or of another runtime is
-    /// [`Error::InvalidHandle`] and nothing changes; of two racing unloads of one model,
-    /// exactly one unloads it.
-    ///
-    /// The wait for the model's references is bounded (`crate::sync::wait_bounded`): when it
-    /// gives up, `Timeout` names the model, which stays loaded (an
-    /// [`ExecGuard`](super::ExecGuard) held past the bound or leaked keeps it so, the caller's
-    /// own included). A thread that unloads from a callback on the model
-    /// ([`Nrt::for_each_model_dmem`], [`Nrt::for_each_model_io`]) would wait for itself: with
-    /// a thread token (`crate::sync::set_thread_token_hook`) it is refused at once with
-    /// `WouldDeadlock`, else the bounded wait gives up.
-    ///
-    /// [`Error::DriverKept`] when the driver refused to free some of the model's memory: the
-    /// model is unloaded, the driver still holds those blocks ([`Nrt::driver_kept`]).
-    pub fn unload_model(&self, h: ModelHandle) -> Result<()> {
+    /// The body of [`crate::model::Models::unload`].
+    pub(crate) fn unload_model(&self, h: ModelHandle) -> Result<()> {
         let call = self.enter()?;
         let (tpb, _) = self.model_tpb(&call, h)?;
         self.st.reentry.refuse(
@@ -541,7 +519,10 @@ mod tests {
         n.unload_model(hx).unwrap();
         assert_eq!(
             n.ulib_shared_stats(0, 0).unwrap(),
-            (1, 0),
+            crate::ulib::UlibStats {
+                stages: 1,
+                users: 0
+            },
             "copy stays cached"
         );
         let plain = ModelSpec {
@@ -561,7 +542,11 @@ mod tests {
         n.ulib_unstage_for_test(0, 0);
         let hb = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
-        assert_eq!(before.2, (0, 0), "nothing cached");
+        assert_eq!(
+            before.2,
+            crate::ulib::UlibStats::default(),
+            "nothing cached"
+        );
         set_last_model_handle_for_test(hb.h_model().id - 1);
         assert_eq!(
             n.load_model(LogicalCore::new(0), &g).unwrap_err(),

@@ -7,22 +7,28 @@
 //! per-core `model_db` and the lookups and queries over it), `exec` (the exec seam and the
 //! IO an execution binds) and `sbuf` (the SBUF carveout, spec §8).
 //!
-//! No `unsafe` here or in the sub-modules: the model's raw memory — the
+//! No `unsafe` here or in the sub-modules but `access`: the model's raw memory — the
 //! core's `model_db` behind `model_db_lock`, `model_t` slots, their IO tables, mem_ref sets
 //! and cleanup records, `h_running_model` — is reached through the accessors of
-//! `ctx/model_access.rs` (see docs/UNSAFE.md).
+//! `access` (see docs/UNSAFE.md).
 #![deny(unsafe_code)]
 
+// The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each
+// block argued (docs/UNSAFE.md).
+#[allow(unsafe_code)]
+pub(crate) mod access;
 mod db;
 mod exec;
 mod load;
 mod pool;
 mod sbuf;
+mod view;
 
 pub use exec::ExecGuard;
 pub use load::name_key;
 pub(crate) use pool::ModelPool;
 pub use sbuf::SbufCarveout;
+pub use view::Models;
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -57,8 +63,8 @@ pub fn tdrv_get_unique_h_model() -> H_MODEL {
     }
 }
 
-/// Sets the process-global counter (tests of the wrap-around only).
-#[doc(hidden)]
+/// Sets the process-global counter (tests of the wrap-around only; feature `test-hooks`).
+#[cfg(any(test, feature = "test-hooks"))]
 pub fn set_last_model_handle_for_test(v: u32) {
     LAST_MODEL_HANDLE.store(v, Ordering::SeqCst);
 }
@@ -146,7 +152,7 @@ pub enum IoUsage {
 }
 
 /// One declared input or output of a resident model, as
-/// [`Nrt::for_each_model_io`](crate::ctx::Nrt::for_each_model_io) lends it (borrowed from the
+/// [`Models::for_each_io`](crate::model::Models::for_each_io) lends it (borrowed from the
 /// model's IO table while the call holds a reference on the model).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

@@ -1,7 +1,7 @@
 //! The model domain's arenas (state split by domain): the one place they are
 //! declared, sized and bound. Their members are `pub(crate)` for two users only: the model
-//! module and its raw-memory accessors in `ctx/model_access.rs` (which must live outside the
-//! `deny(unsafe_code)` module); the rest of the core reaches them through the methods here.
+//! module and its raw-memory accessors in `model/access.rs` (the domain's one file outside
+//! `deny(unsafe_code)`); the rest of the core reaches them through the methods here.
 
 use crate::abi::*;
 use crate::arena::{Arena, ArenaStats, Chain, GiveBack, SideTable};

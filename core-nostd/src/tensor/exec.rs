@@ -4,27 +4,25 @@
 
 use core::sync::atomic::Ordering;
 
-use crate::ctx::{BoundTensors, Nrt};
+use super::access::BoundTensors;
+use crate::ctx::Nrt;
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{ModelHandle, SetHandle};
 use crate::model::ExecGuard;
 
-pub(crate) use crate::ctx::BindChunk;
+pub(crate) use super::access::BindChunk;
 
 /// Tensors per chunk of an execution's bound list (`Capacity::bind_chunks` counts chunks).
 pub const BIND_CHUNK: usize = 64;
 
 impl<'a> Nrt<'a> {
-    /// The execute data path behind `nrt_execute`: binds `inputs`/`outputs` (each `(name,
-    /// tensor)`) to the model's declared tensors by name — a missing or wrongly sized one is
-    /// NRT_INVALID — then, inside the exec seam, copies each input's bytes to the output of the
-    /// same position (zero-filling the rest) and bumps each output's completion count. A model
-    /// binds as many tensors as it declares (the `bind_chunks` arena holds them while the
-    /// execution runs; [`Error::ArenaFull`] when it cannot).
-    ///
-    /// The sets are tensor sets of this runtime ([`Nrt::set_create`]); a stale, forged or
-    /// foreign model or set handle is [`Error::InvalidHandle`], and nothing is written.
-    pub fn execute(&self, h: ModelHandle, inputs: SetHandle, outputs: SetHandle) -> Result<()> {
+    /// The body of [`crate::tensor::Tensors::execute`].
+    pub(crate) fn execute(
+        &self,
+        h: ModelHandle,
+        inputs: SetHandle,
+        outputs: SetHandle,
+    ) -> Result<()> {
         let call = self.enter()?;
         let g = self.exec_begin(h)?;
         // Every bound tensor stays pinned for the whole execution: a racing free waits.

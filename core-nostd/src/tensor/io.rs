@@ -3,9 +3,10 @@
 
 use core::sync::atomic::Ordering;
 
+use super::access::{StorageMem, StorageRef, TensorRef};
 use super::{DeviceAllocationInfo, Tensor};
 use crate::abi::*;
-use crate::ctx::{InCall, Nrt, StorageMem, StorageRef, TensorRef};
+use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::TensorHandle;
 use crate::sync::relax;
@@ -56,15 +57,15 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// `nrt_tensor_write`.
-    pub fn tensor_write(&self, h: TensorHandle, buf: &[u8], offset: u64) -> Result<()> {
+    /// The body of [`crate::tensor::Tensors::write`].
+    pub(crate) fn tensor_write(&self, h: TensorHandle, buf: &[u8], offset: u64) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         self.tensor_io(self.tensor_ref(&pin)?, offset, Some(buf), None)
     }
 
-    /// `nrt_tensor_read`. Waits for an execution writing the tensor (`when_written`).
-    pub fn tensor_read(&self, h: TensorHandle, buf: &mut [u8], offset: u64) -> Result<()> {
+    /// The body of [`crate::tensor::Tensors::read`].
+    pub(crate) fn tensor_read(&self, h: TensorHandle, buf: &mut [u8], offset: u64) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let t = self.tensor_ref(&pin)?;
@@ -94,8 +95,14 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// `nrt_tensor_memset`.
-    pub fn tensor_memset(&self, h: TensorHandle, offset: u64, value: u8, size: u64) -> Result<()> {
+    /// The body of [`crate::tensor::Tensors::memset`].
+    pub(crate) fn tensor_memset(
+        &self,
+        h: TensorHandle,
+        offset: u64,
+        value: u8,
+        size: u64,
+    ) -> Result<()> {
         let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         self.tensor_fill(&call, pin.as_ptr(), offset, value, size)
@@ -135,12 +142,8 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// `nrt_tensor_copy` (spec §7.1): `size` bytes from `src[src_off..]` to `dst[dst_off..]`;
-    /// two device tensors must be on the same physical core (else NRT_INVALID, as the public
-    /// API says). Overlapping ranges of one storage (one tensor, or slices sharing it) copy
-    /// as `memmove` does: the destination ends up holding the source's original bytes. Waits
-    /// for an execution writing `src` (`when_written`).
-    pub fn tensor_copy(
+    /// The body of [`crate::tensor::Tensors::copy`].
+    pub(crate) fn tensor_copy(
         &self,
         src: TensorHandle,
         src_off: u64,
@@ -219,17 +222,19 @@ impl<'a> Nrt<'a> {
         Ok(core::ptr::eq(ss.as_ptr(), ds.as_ptr()) && dbase + dst_off > sbase + src_off)
     }
 
-    /// `nrt_tensor_get_va`: host address of a VIRTUAL tensor's first byte; null for memory
-    /// the host cannot address (device and host-DMA tensors here).
-    pub fn tensor_get_va(&self, h: TensorHandle) -> Result<*mut u8> {
+    /// The body of [`crate::tensor::Tensors::va`].
+    pub(crate) fn tensor_get_va(&self, h: TensorHandle) -> Result<*mut u8> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let (s, base, _) = self.storage_of(self.tensor_ref(&pin)?)?;
         Ok(s.host_va(base))
     }
 
-    /// `nrt_tensor_get_device_allocation_info`.
-    pub fn tensor_device_allocation_info(&self, h: TensorHandle) -> Result<DeviceAllocationInfo> {
+    /// The body of [`crate::tensor::Tensors::device_allocation_info`].
+    pub(crate) fn tensor_device_allocation_info(
+        &self,
+        h: TensorHandle,
+    ) -> Result<DeviceAllocationInfo> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let (s, base, len) = self.storage_of(self.tensor_ref(&pin)?)?;
@@ -247,16 +252,16 @@ impl<'a> Nrt<'a> {
         })
     }
 
-    /// Output completions recorded on `t` (`output_completion_count`).
-    pub fn tensor_output_completion(&self, h: TensorHandle) -> Result<u64> {
+    /// The body of [`crate::tensor::Tensors::output_completion`].
+    pub(crate) fn tensor_output_completion(&self, h: TensorHandle) -> Result<u64> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let t = self.tensor_ref(&pin)?;
         Ok(t.completions().load(Ordering::Acquire))
     }
 
-    /// `nrt_tensor_reset_output_completion`.
-    pub fn tensor_reset_output_completion(&self, h: TensorHandle) -> Result<()> {
+    /// The body of [`crate::tensor::Tensors::reset_output_completion`].
+    pub(crate) fn tensor_reset_output_completion(&self, h: TensorHandle) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let t = self.tensor_ref(&pin)?;
@@ -264,16 +269,26 @@ impl<'a> Nrt<'a> {
         Ok(())
     }
 
-    /// `(pending_exec_count_read, pending_exec_count_write)` of a tensor's storage.
-    pub fn tensor_pending(&self, h: TensorHandle) -> Result<(u64, u64)> {
+    /// The body of [`crate::tensor::Tensors::pending`].
+    pub(crate) fn tensor_pending(&self, h: TensorHandle) -> Result<Pending> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let (s, _, _) = self.storage_of(self.tensor_ref(&pin)?)?;
-        Ok((
-            s.pending_reads().load(Ordering::Acquire),
-            s.pending_writes().load(Ordering::Acquire),
-        ))
+        Ok(Pending {
+            reads: s.pending_reads().load(Ordering::Acquire),
+            writes: s.pending_writes().load(Ordering::Acquire),
+        })
     }
+}
+
+/// The executions that will read and write a tensor's storage ([`super::Tensors::pending`]:
+/// `pending_exec_count_read`, `pending_exec_count_write`, spec §7.4).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Executions that will read it.
+    pub reads: u64,
+    /// Executions that will write it.
+    pub writes: u64,
 }
 
 /// `[offset, offset+len)` inside `size`, overflow-checked.

@@ -13,34 +13,41 @@
 //! `io` (reads, writes, memset, copy, windows, counters), `exec` (the execute data path),
 //! `set` (tensor sets). The VIRTUAL tensors' [`HostMem`] providers live in
 //! [`crate::host_heap`] (re-exported here), and every raw access to a tensor, a storage or a
-//! set slot goes through the accessors of `ctx/tensor_access.rs` (docs/UNSAFE.md), so this
-//! module is `deny(unsafe_code)` but for [`Nrt::tensor_attach_buffer`]'s declaration.
+//! set slot goes through the accessors of `access` (docs/UNSAFE.md), so the rest of this
+//! module is `deny(unsafe_code)` but for [`Tensors::attach_buffer`]'s declaration (and its body's).
 #![deny(unsafe_code)]
 
+// The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each
+// block argued (docs/UNSAFE.md).
+#[allow(unsafe_code)]
+pub(crate) mod access;
 mod exec;
 mod io;
 mod pool;
 mod set;
+mod view;
 
 #[cfg(feature = "heap-host-mem")]
 pub use crate::host_heap::HeapHostMem;
 pub use crate::host_heap::{ArenaHostMem, HostMem};
 pub use exec::BIND_CHUNK;
 pub(crate) use exec::EXEC_DATA_STRIPES;
-pub use io::check_window;
+pub use io::{check_window, Pending};
 pub(crate) use pool::TensorPool;
 pub(crate) use set::{SetBody, SetEntry};
 pub use set::{SetSlot, SET_CHUNK};
+pub use view::{Sets, Tensors};
 
 use core::ptr::NonNull;
 
 use crate::abi::*;
 use crate::cstr::c_name;
-use crate::ctx::{Exclusive, InCall, Last, Nrt, StorageMem, StorageOwner};
+use crate::ctx::{Exclusive, InCall, Nrt};
 use crate::dmem::{AllocArgs, Dmem};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{Dropped, HandleKind, TensorHandle};
 use crate::vcore::{CoreSel, LogicalCore};
+use access::{Last, StorageMem, StorageOwner};
 
 /// Where a tensor lives (`nrt_tensor_placement_t`, public `nrt.h`).
 #[repr(u32)]
@@ -92,7 +99,7 @@ pub type Tensor = *mut nrt_tensor_t;
 /// `nrt_tensor_info_t.name[NRT_TENSOR_NAME_MAX]` holds with its NUL (public API §2).
 pub const TENSOR_NAME_MAX: usize = 255;
 
-/// A tensor's name as [`Nrt::tensor_name`] returns it: an owned copy of the tensor's name text
+/// A tensor's name as [`Tensors::name`](crate::tensor::Tensors::name) returns it: an owned copy of the tensor's name text
 /// (spec §7.1), so it stays valid after the tensor is freed.
 pub type TensorName = heapless::String<{ TENSOR_NAME_MAX + 1 }>;
 
@@ -108,14 +115,8 @@ impl<'a> Nrt<'a> {
         self.st.tensor.tensors.slot(h.0.index)
     }
 
-    /// `nrt_tensor_allocate` → `tensor_allocate` (spec §7.2), gates in order: state, logical
-    /// core range (VIRTUAL and HOST accept [`CoreSel::Any`], logical core 0; on a DEVICE
-    /// tensor it fails the range gate as −1, spec §9), host placement on CAYMAN, then the
-    /// allocation.
-    ///
-    /// The placement is typed; the C value is checked in [`crate::raw::tensor_allocate`], after
-    /// the state gate as here.
-    pub fn tensor_allocate(
+    /// The body of [`crate::tensor::Tensors::allocate`].
+    pub(crate) fn tensor_allocate(
         &self,
         placement: Placement,
         vnc: CoreSel,
@@ -192,38 +193,20 @@ impl<'a> Nrt<'a> {
         Ok(t.publish(Some((sto, 0, size))))
     }
 
-    /// `nrt_tensor_allocate_empty`: a tensor with no storage yet.
-    pub fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<TensorHandle> {
+    /// The body of [`crate::tensor::Tensors::allocate_empty`].
+    pub(crate) fn tensor_allocate_empty(&self, name: Option<&str>) -> Result<TensorHandle> {
         let _call = self.enter()?;
         Ok(self.fresh_tensor(name.unwrap_or(""), 0)?.publish(None))
     }
 
-    /// `nrt_tensor_attach_buffer` (spec §7.1, MALLOC storage not owned by the tensor): makes
-    /// `t` a VIRTUAL view of the caller's buffer (never freed by us). Any previous storage is
-    /// released. `t` is checked; a null `buf` or a zero `size` is `InvalidArgument`.
-    ///
-    /// Unsafe because the runtime keeps `buf` and later safe calls (`tensor_write`,
-    /// `tensor_memset`, `tensor_copy`, `execute`, …) read and write through it.
-    ///
-    /// ```compile_fail,E0133
-    /// # fn f(n: nrt_core::Nrt<'_>, t: nrt_core::TensorHandle, b: &mut [u8; 16]) {
-    /// // Attaching needs `unsafe`: the caller vouches for the buffer.
-    /// let _ = n.tensor_attach_buffer(t, b.as_mut_ptr(), 16);
-    /// # }
-    /// ```
+    /// The body of [`crate::tensor::Tensors::attach_buffer`]: the same contract.
     ///
     /// # Safety
-    /// `buf` must be valid for reads and writes of `size` bytes, and must stay so (and not be
-    /// accessed through other references while a runtime call uses it) until no tensor views
-    /// it any more: `t` and every slice made from it are freed, or `t` gets another storage
-    /// and its slices are freed, or the runtime is closed.
-    ///
-    /// The storage is swapped without a lock: the caller must not attach while another
-    /// thread uses `t` (its old storage may be released under that call), as with libnrt.
-    // The one `unsafe` item of `tensor` (docs/UNSAFE.md): the declaration of the caller's
-    // promise about `buf`, and the call that hands that promise on to the accessor.
+    /// As [`crate::tensor::Tensors::attach_buffer`].
+    // One of the two `unsafe` items of `tensor` (docs/UNSAFE.md): the declaration of the
+    // caller's promise about `buf`, and the call that hands that promise on to the accessor.
     #[allow(unsafe_code)]
-    pub unsafe fn tensor_attach_buffer(
+    pub(crate) unsafe fn tensor_attach_buffer(
         &self,
         h: TensorHandle,
         buf: *mut u8,
@@ -245,9 +228,8 @@ impl<'a> Nrt<'a> {
         Ok(())
     }
 
-    /// `nrt_tensor_allocate_slice`: a new tensor viewing `[offset, offset+size)` of `src`,
-    /// sharing its ref-counted storage (freed with the last user).
-    pub fn tensor_allocate_slice(
+    /// The body of [`crate::tensor::Tensors::allocate_slice`].
+    pub(crate) fn tensor_allocate_slice(
         &self,
         src: TensorHandle,
         offset: u64,
@@ -269,17 +251,12 @@ impl<'a> Nrt<'a> {
         Ok(t.publish(Some((sto.share(), base + offset, size))))
     }
 
-    /// `nrt_tensor_free`: releases the tensor and its reference on the storage, once any
-    /// call using it on another thread is done. A stale (already freed, at any age), forged
-    /// or foreign handle is [`Error::InvalidHandle`], and nothing is freed. `Closed` /
-    /// `Uninitialized` outside an initialised runtime (close frees every tensor, spec §12).
-    /// [`Error::DriverKept`] when the driver refused to free the storage's memory: the
-    /// tensor is freed, the driver still holds the block ([`Nrt::driver_kept`]).
-    pub fn tensor_free(&self, h: TensorHandle) -> Result<()> {
+    /// The body of [`crate::tensor::Tensors::free`].
+    pub(crate) fn tensor_free(&self, h: TensorHandle) -> Result<()> {
         let call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         // Freeing the storage takes its allocator's lock: refused before anything changes
-        // when the calling thread walks that allocator (`Nrt::allocator_for_each`).
+        // when the calling thread walks that allocator (`DeviceMemory::allocator_for_each`).
         if let Ok((s, _, _)) = self.tensor_ref(&pin).and_then(|t| self.storage_of(t)) {
             if let StorageMem::Dma(m) = s.mem() {
                 self.allocator_reachable(self.allocator_of(m as Dmem))?;
@@ -346,16 +323,15 @@ impl<'a> Nrt<'a> {
         });
     }
 
-    /// Bytes of a tensor.
-    pub fn tensor_get_size(&self, h: TensorHandle) -> Result<u64> {
+    /// The body of [`crate::tensor::Tensors::size`].
+    pub(crate) fn tensor_get_size(&self, h: TensorHandle) -> Result<u64> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         Ok(self.tensor_ref(&pin)?.size())
     }
 
-    /// The tensor's name (`nrt_tensor_t.name`, spec §7.1), copied out: the slot's `name_buf`
-    /// is reused by the next tensor once `t` is freed, so no borrow of it is handed out.
-    pub fn tensor_name(&self, h: TensorHandle) -> Result<TensorName> {
+    /// The body of [`crate::tensor::Tensors::name`].
+    pub(crate) fn tensor_name(&self, h: TensorHandle) -> Result<TensorName> {
         let _call = self.enter()?;
         let pin = self.tensor_pin(h)?;
         let text = c_name(self.tensor_name_bytes(self.tensor_ref(&pin)?));

@@ -1,7 +1,7 @@
 //! The tensor domain's arenas (state split by domain): the one place they
 //! are declared, sized and bound. Their members are `pub(crate)` for two users only: the
-//! tensor module and its raw-memory accessors in `ctx/tensor_access.rs` (which must live
-//! outside the `deny(unsafe_code)` module).
+//! tensor module and its raw-memory accessors in `tensor/access.rs` (the domain's one file
+//! outside `deny(unsafe_code)`).
 
 use crate::abi::*;
 use crate::arena::{Arena, ArenaStats, SideTable};

@@ -32,7 +32,7 @@ const _: () = assert!(core::mem::offset_of!(SetSlot, generation) == 0);
 const _: () = assert!(core::mem::offset_of!(SetSlot, refs) == 8);
 
 // `SetSlot` is valid all-zero: its `ZeroValid` impl sits with the set slot's accessors
-// (`ctx/tensor_access.rs`).
+// (`tensor/access.rs`).
 
 /// One named tensor of a set.
 #[repr(C)]
@@ -87,10 +87,8 @@ impl SetBody {
 }
 
 impl<'a> Nrt<'a> {
-    /// `nrt_allocate_tensor_set`: an empty tensor set of this runtime. A full set arena is
-    /// [`Error::ArenaFull`] naming the setting that raises it (`Capacity.sets`,
-    /// `NRT_DMEM_MAX_SETS`).
-    pub fn set_create(&self) -> Result<SetHandle> {
+    /// The body of [`crate::tensor::Sets::create`].
+    pub(crate) fn set_create(&self) -> Result<SetHandle> {
         let _call = self.enter()?;
         // Generation and reference words left alone: resolvers of old handles may read them.
         let (p, index) = self.st.tensor.sets.alloc_handle("tensor set", true, 0)?;
@@ -109,12 +107,8 @@ impl<'a> Nrt<'a> {
         }))
     }
 
-    /// `nrt_destroy_tensor_set`: frees the set (not its tensors), once any call using it on
-    /// another thread is done. A stale (already destroyed, at any age), forged or foreign
-    /// handle is [`Error::InvalidHandle`] and nothing changes. `Closed` / `Uninitialized`
-    /// outside an initialised runtime: `close` frees every set (spec §12), so a set of a
-    /// closed runtime is already gone.
-    pub fn set_destroy(&self, h: SetHandle) -> Result<()> {
+    /// The body of [`crate::tensor::Sets::destroy`].
+    pub(crate) fn set_destroy(&self, h: SetHandle) -> Result<()> {
         let _call = self.enter()?;
         let pin = self.set_pin(h)?;
         match pin.drop_owner() {
@@ -153,13 +147,8 @@ impl<'a> Nrt<'a> {
         });
     }
 
-    /// `nrt_add_tensor_to_tensor_set`: adds tensor `t` under `name` (at most
-    /// [`TENSOR_NAME_MAX`] bytes), replacing a tensor of the same name. `t` must be a live
-    /// tensor of this runtime now ([`Error::InvalidHandle`] otherwise); one freed later makes
-    /// an execution that binds it fail with [`Error::InvalidHandle`]. A set holds as many
-    /// tensors as the `set_chunks` arena has room for ([`Error::ArenaFull`], NRT_RESOURCE,
-    /// beyond). A failed add changes nothing.
-    pub fn set_add(&self, h: SetHandle, name: &str, t: TensorHandle) -> Result<()> {
+    /// The body of [`crate::tensor::Sets::add`].
+    pub(crate) fn set_add(&self, h: SetHandle, name: &str, t: TensorHandle) -> Result<()> {
         let _call = self.enter()?;
         if name.len() > TENSOR_NAME_MAX {
             return Err(Error::InvalidArgument(InvalidArg::TensorNameTooLong));
@@ -184,18 +173,16 @@ impl<'a> Nrt<'a> {
         Ok(())
     }
 
-    /// `nrt_get_tensor_from_tensor_set`: the tensor stored under `name` (`None` when the set
-    /// has none). The handle is returned as stored: a tensor freed since is refused where
-    /// it is used.
-    pub fn set_get(&self, h: SetHandle, name: &str) -> Result<Option<TensorHandle>> {
+    /// The body of [`crate::tensor::Sets::get`].
+    pub(crate) fn set_get(&self, h: SetHandle, name: &str) -> Result<Option<TensorHandle>> {
         let _call = self.enter()?;
         let pin = self.set_pin(h)?;
         let found = pin.body().get(&self.st.tensor.set_chunks, name);
         Ok(found)
     }
 
-    /// Tensors in set `h`.
-    pub fn set_len(&self, h: SetHandle) -> Result<usize> {
+    /// The body of [`crate::tensor::Sets::len`].
+    pub(crate) fn set_len(&self, h: SetHandle) -> Result<usize> {
         let _call = self.enter()?;
         let pin = self.set_pin(h)?;
         let len = pin.body().entries.len();

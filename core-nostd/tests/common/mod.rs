@@ -59,13 +59,14 @@ impl Fixture {
 
 /// A DEVICE tensor of `size` bytes named `name` on logical core `core` (the call must succeed).
 pub fn device_tensor(n: &Nrt<'_>, core: u32, size: u64, name: &str) -> nrt_core::TensorHandle {
-    n.tensor_allocate(
-        nrt_core::tensor::Placement::Device,
-        nrt_core::LogicalCore::new(core).into(),
-        size,
-        Some(name),
-    )
-    .unwrap()
+    n.tensors()
+        .allocate(
+            nrt_core::tensor::Placement::Device,
+            nrt_core::LogicalCore::new(core).into(),
+            size,
+            Some(name),
+        )
+        .unwrap()
 }
 
 /// Closes the runtime and checks that it gave every byte back to the driver.
@@ -74,13 +75,15 @@ pub fn close_and_check_drained(n: &Nrt<'_>) {
     assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
 }
 
-/// One device's ledger: `(device rows, host rows)`.
-pub type Ledger = ([[u64; 23]; 8], [[u64; 23]; 8]);
+/// One device's ledger: device rows and host rows.
+pub type Ledger = nrt_core::LedgerSnapshot;
 
 /// Every ledger row of every device, plus the driver's view: equal before/after a failed call.
 pub fn snapshot(n: &Nrt<'_>) -> (Vec<Ledger>, u64) {
     (
-        (0..n.num_devices()).map(|d| n.ledger_snapshot(d)).collect(),
+        (0..n.num_devices())
+            .map(|d| n.ledger().snapshot(d))
+            .collect(),
         n.driver_bytes_in_use(),
     )
 }
@@ -108,8 +111,8 @@ pub fn stale(kind: nrt_core::HandleKind) -> nrt_core::Error {
 /// A dmem handle its owner has already freed: what a caller's stale copy holds.
 pub fn stale_dmem(n: &Nrt<'_>, al: *mut dmem_allocator_t) -> nrt_core::DmemHandle {
     let args = nrt_core::dmem::AllocArgs::device(4096, 0, TENSOR, "mine");
-    let m = n.dmem_alloc(al, &args, None).unwrap();
-    n.dmem_free(m).unwrap();
+    let m = n.dmem().alloc(al, &args, None).unwrap();
+    n.dmem().free(m).unwrap();
     m
 }
 
@@ -121,13 +124,13 @@ pub fn assert_stale_still_detected(
     stale: nrt_core::DmemHandle,
 ) {
     let args = nrt_core::dmem::AllocArgs::device(4096, 0, TENSOR, "theirs");
-    let fresh = n.dmem_alloc(al, &args, None).unwrap();
+    let fresh = n.dmem().alloc(al, &args, None).unwrap();
     assert_ne!(fresh, stale, "the stale slot was handed out again");
     assert_eq!(
-        n.dmem_free(stale),
+        n.dmem().free(stale),
         Err(self::stale(nrt_core::HandleKind::Dmem))
     );
-    n.dmem_free(fresh).unwrap();
+    n.dmem().free(fresh).unwrap();
 }
 
 /// What a test does just before some of a simulated device's driver calls ([`HookedSim`]);

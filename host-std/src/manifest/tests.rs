@@ -389,7 +389,8 @@ fn shipped_examples_load_together_on_one_core_of_trn2_and_trn1() {
         let rt = crate::HostRuntime::start(cfg).unwrap();
         let nrt = rt.nrt();
         let before = nrt
-            .dmem_get_memory_stats(LogicalCore::new(0))
+            .ledger()
+            .memory_stats(LogicalCore::new(0))
             .unwrap()
             .bytes_used;
         let mut handles = Vec::new();
@@ -397,9 +398,10 @@ fn shipped_examples_load_together_on_one_core_of_trn2_and_trn1() {
             let m = Manifest::from_path(p).unwrap();
             let s = m.spec();
             let h = nrt
-                .load_model(LogicalCore::new(0), &s.as_spec())
+                .models()
+                .load(LogicalCore::new(0), &s.as_spec())
                 .unwrap_or_else(|e| panic!("{preset:?} {}: {e}", p.display()));
-            let info = nrt.model_info(h).unwrap();
+            let info = nrt.models().info(h).unwrap();
             assert!(
                 info.bytes >= m.requested_bytes(Location::Device),
                 "{}: {} < {}",
@@ -410,13 +412,14 @@ fn shipped_examples_load_together_on_one_core_of_trn2_and_trn1() {
             handles.push(h);
         }
         assert!(
-            nrt.dmem_get_memory_stats(LogicalCore::new(0))
+            nrt.ledger()
+                .memory_stats(LogicalCore::new(0))
                 .unwrap()
                 .bytes_used
                 > before
         );
         for h in handles {
-            nrt.unload_model(h).unwrap();
+            nrt.models().unload(h).unwrap();
         }
         rt.close().unwrap();
     }

@@ -195,7 +195,10 @@ fn an_einval_for_another_reason_does_not_turn_native_alignment_off() {
     let st = nrt_core::CoreState::new_boxed();
     let n = nrt_core::Nrt::new(&st, &drv);
     n.init(&nrt_core::InitOptions::default()).unwrap();
-    let al = n.core_allocator(0, 0).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
     let used = || {
         let s = drv.pool_stats(0, false, 0).unwrap();
         s.capacity - s.free
@@ -203,14 +206,14 @@ fn an_einval_for_another_reason_does_not_turn_native_alignment_off() {
     let small = AllocArgs::device(64 << 10, 0, TENSOR, "s").aligned(64 << 10);
     let big = AllocArgs::device(4 * GIB, 0, TENSOR, "big").aligned(64 << 10);
     assert_eq!(
-        n.dmem_alloc(al, &big, None),
+        n.dmem().alloc(al, &big, None),
         Err(nrt_core::Error::Driver(errno::EINVAL))
     );
     let u0 = used();
-    let m = n.dmem_alloc(al, &small, None).unwrap();
+    let m = n.dmem().alloc(al, &small, None).unwrap();
     assert_eq!(used() - u0, 64 << 10, "still native: no over-allocation");
-    assert_eq!(n.dmem_info(m).unwrap().align_offset, 0);
-    n.dmem_free(m).unwrap();
+    assert_eq!(n.dmem().info(m).unwrap().align_offset, 0);
+    n.dmem().free(m).unwrap();
     n.close().unwrap();
 }
 

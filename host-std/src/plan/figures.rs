@@ -7,10 +7,11 @@ use super::*;
 /// in `hbm` it draws from ([`CorePlan::headroom`]).
 pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64, hbm: &[HbmPlan]) -> CorePlan {
     let st = nrt
-        .dmem_get_memory_stats(LogicalCore::from_c(v))
+        .ledger()
+        .memory_stats(LogicalCore::from_c(v))
         .unwrap_or_default();
     let pcores = nrt
-        .virtual_core(LogicalCore::from_c(v))
+        .logical_core_entry(LogicalCore::from_c(v))
         .map(|c| c.cores().to_vec())
         .unwrap_or_default();
     let physical = pcores
@@ -37,7 +38,10 @@ pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64, hbm: &[HbmPlan]) -> CorePlan {
     CorePlan {
         index: v,
         physical,
-        models: nrt.models_on(LogicalCore::from_c(v), &mut []).unwrap_or(0),
+        models: nrt
+            .models()
+            .on_core(LogicalCore::from_c(v), &mut [])
+            .unwrap_or(0),
         used: st.bytes_used,
         limit: st.bytes_limit,
         headroom: st
@@ -45,7 +49,8 @@ pub(super) fn core_plan(nrt: &Nrt<'_>, v: i64, hbm: &[HbmPlan]) -> CorePlan {
             .saturating_sub(st.bytes_used)
             .min(channel_free),
         usage: usage_list(
-            &nrt.vnc_usage(LogicalCore::from_c(v))
+            &nrt.ledger()
+                .logical_core_usage(LogicalCore::from_c(v))
                 .unwrap_or_default()
                 .device,
         ),
@@ -99,12 +104,19 @@ pub(super) fn hbm_plan(
     };
     // The models' own heaps first: a block is listed once, with its model.
     for o in owned {
-        let _ = nrt.for_each_model_dmem(o.handle, |_, d| add(d, Some(o.model)));
+        let _ = nrt
+            .models()
+            .for_each_dmem(o.handle, |_, d| add(d, Some(o.model)));
     }
     for dev in 0..nrt.num_devices() {
         for c in 0..nrt.geom(dev).cores {
-            if let Ok(al) = nrt.core_allocator(dev, c) {
-                let _ = nrt.allocator_for_each(al, &mut |d: &nrt_core::abi::dmem_t| add(d, None));
+            if let Ok(al) = nrt
+                .dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(dev, c))
+            {
+                let _ = nrt
+                    .dmem()
+                    .allocator_for_each(al, &mut |d: &nrt_core::abi::dmem_t| add(d, None));
             }
         }
     }
@@ -112,14 +124,14 @@ pub(super) fn hbm_plan(
     // a model's tensors is that model's.
     for o in owned {
         let Some(dev) = nrt
-            .virtual_core(LogicalCore::from_c(o.core))
+            .logical_core_entry(LogicalCore::from_c(o.core))
             .ok()
             .and_then(|v| v.cores().first().map(|p| p.device_id))
         else {
             continue;
         };
         for t in &o.tensors {
-            let Ok(i) = nrt.tensor_device_allocation_info(*t) else {
+            let Ok(i) = nrt.tensors().device_allocation_info(*t) else {
                 continue;
             };
             let Ok(hbm) = u32::try_from(i.hbm_index) else {
@@ -152,7 +164,7 @@ pub(super) fn hbm_plan(
     let mut out = Vec::new();
     for dev in 0..nrt.num_devices() {
         let g = nrt.geom(dev);
-        let ledger = nrt.ledger_hbm(dev);
+        let ledger = nrt.ledger().hbm(dev);
         for h in 0..g.channels {
             let p = drv
                 .pool_stats(dev, false, h)

@@ -79,16 +79,18 @@ pub(super) struct SharedPieces {
 /// The [`SharedPieces`] model `p` would reuse on logical core `core` of `nrt`.
 pub(super) fn shared_pieces(nrt: &Nrt<'_>, p: &Parsed, core: i64) -> SharedPieces {
     let Some(pc) = nrt
-        .virtual_core(LogicalCore::from_c(core))
+        .logical_core_entry(LogicalCore::from_c(core))
         .ok()
         .and_then(|v| v.cores().first().copied())
     else {
         return SharedPieces::default();
     };
     let (dev, tpb) = (pc.device_id, pc.device_tpb_idx);
-    let (page, have, _) = nrt.scratchpad_info(dev, tpb).unwrap_or((1, 0, false));
+    let (page, have) = nrt
+        .scratchpad_info(dev, tpb)
+        .map_or((1, 0), |s| (s.page_size, s.pages));
     let page = page.max(1);
-    let staged = nrt.ulib_shared_stats(dev, tpb).is_ok_and(|(n, _)| n > 0);
+    let staged = nrt.ulib_shared_stats(dev, tpb).is_ok_and(|s| s.stages > 0);
     with_spec(&p.file, |s| SharedPieces {
         // A core's pages are claimed from the first one on, so those it has are a prefix.
         scratchpad_bytes: s.scratchpad_bytes.div_ceil(page).min(u64::from(have)) * page,
@@ -254,7 +256,8 @@ impl Measurer {
             };
             if s.rt
                 .nrt()
-                .load_model(LogicalCore::from_c(core), &spec)
+                .models()
+                .load(LogicalCore::from_c(core), &spec)
                 .is_err()
             {
                 return Some((empty, channel_size, Took::Unknown));

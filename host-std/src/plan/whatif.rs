@@ -132,7 +132,7 @@ pub(super) fn what_ifs(
         c.vcores.lnc_size = Some(size);
         // Not a size this device takes (or the visible cores do not exist then), or one it
         // ignores (the in-force size is another).
-        if !start(c, r.base).is_ok_and(|s| s.rt.nrt().lnc_size() == size) {
+        if !start(c, r.base).is_ok_and(|s| s.rt.nrt().logical_core_size() == size) {
             continue;
         }
         out.push(verdict(

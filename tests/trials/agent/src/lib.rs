@@ -59,11 +59,11 @@ impl From<Error> for AgentError {
 pub fn serve(workers: u32, rounds: u32) -> Result<AgentReport, AgentError> {
     let rt = HostRuntime::start(RuntimeConfig::default()).map_err(AgentError::Start)?;
     let nrt = rt.nrt();
-    let cores = workers.min(nrt.visible_vnc_count());
+    let cores = workers.min(nrt.visible_logical_core_count());
     let manifest = Manifest::parse(MANIFEST.as_bytes()).map_err(AgentError::Manifest)?;
     let spec = manifest.spec();
     let core0 = nrt.logical_core(0)?;
-    let model = nrt.load_model(core0, &spec.as_spec())?;
+    let model = nrt.models().load(core0, &spec.as_spec())?;
 
     let round_trips = std::thread::scope(|s| {
         let workers: Vec<_> = (0..cores)
@@ -74,15 +74,15 @@ pub fn serve(workers: u32, rounds: u32) -> Result<AgentReport, AgentError> {
                     let payload = [core as u8 ^ 0x5a; 256];
                     let mut back = [0u8; 256];
                     for _ in 0..rounds {
-                        let t = nrt.tensor_allocate(
+                        let t = nrt.tensors().allocate(
                             Placement::Device,
                             LogicalCore::new(core).into(),
                             4096,
                             Some("work"),
                         )?;
-                        nrt.tensor_write(t, &payload, 128)?;
-                        nrt.tensor_read(t, &mut back, 128)?;
-                        nrt.tensor_free(t)?;
+                        nrt.tensors().write(t, &payload, 128)?;
+                        nrt.tensors().read(t, &mut back, 128)?;
+                        nrt.tensors().free(t)?;
                         if back != payload {
                             return Err(AgentError::Corrupt { core });
                         }
@@ -97,12 +97,12 @@ pub fn serve(workers: u32, rounds: u32) -> Result<AgentReport, AgentError> {
             .collect::<Result<Vec<u32>, AgentError>>()
     })?;
 
-    let core0_loaded = nrt.dmem_get_memory_stats(core0)?;
-    let device0_loaded = nrt.device_totals(0)?;
-    nrt.unload_model(model)?;
-    let core0_idle = nrt.dmem_get_memory_stats(core0)?;
+    let core0_loaded = nrt.ledger().memory_stats(core0)?;
+    let device0_loaded = nrt.ledger().device_totals(0)?;
+    nrt.models().unload(model)?;
+    let core0_idle = nrt.ledger().memory_stats(core0)?;
     rt.close()?;
-    let stats_after_close = nrt.dmem_get_memory_stats(core0);
+    let stats_after_close = nrt.ledger().memory_stats(core0);
     Ok(AgentReport {
         cores,
         round_trips,

@@ -94,19 +94,21 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
         allocations: &ALLOCS,
         ..Default::default()
     };
-    let model = nrt.load_model(LogicalCore::FIRST, &spec)?;
+    let model = nrt.models().load(LogicalCore::FIRST, &spec)?;
     let _ = writeln!(log, "loaded model h{}", model.h_model().id);
 
-    let t = nrt.tensor_allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"))?;
-    nrt.tensor_write(t, b"hello", 0)?;
+    let t = nrt
+        .tensors()
+        .allocate(Placement::Virtual, CoreSel::Any, 4096, Some("x"))?;
+    nrt.tensors().write(t, b"hello", 0)?;
     let mut read_back = [0u8; 5];
-    nrt.tensor_read(t, &mut read_back, 0)?;
-    nrt.tensor_free(t)?;
+    nrt.tensors().read(t, &mut read_back, 0)?;
+    nrt.tensors().free(t)?;
 
-    let core = nrt.virtual_core(LogicalCore::FIRST)?.tpbs[0];
+    let core = nrt.logical_core_entry(LogicalCore::FIRST)?.tpbs[0];
     let (dev, tpb) = (core.device_id, core.device_tpb_idx);
-    let weights_booked = nrt.ledger_device(dev, tpb, WEIGHT);
-    let core_total = nrt.ledger_device(dev, tpb, UsageSel::Total);
+    let weights_booked = nrt.ledger().device(dev, tpb, WEIGHT);
+    let core_total = nrt.ledger().device(dev, tpb, UsageSel::Total);
     let _ = writeln!(
         log,
         "ledger nd{dev}:nc{tpb}: {weights_booked} B {} of {core_total} B",
@@ -119,7 +121,7 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
         weights_booked,
         core_total,
         driver_bytes_after_close: nrt.driver_bytes_in_use(),
-        core_total_after_close: nrt.ledger_device(dev, tpb, UsageSel::Total),
+        core_total_after_close: nrt.ledger().device(dev, tpb, UsageSel::Total),
     };
     let _ = writeln!(
         log,

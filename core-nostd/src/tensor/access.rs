@@ -1,6 +1,6 @@
 //! The tensor, storage and tensor-set arenas' accessors (spec §7.1, §7.3): every raw pointer
-//! `tensor` needs is reached here, through a type that proves the access sound, so `tensor`
-//! itself is `deny(unsafe_code)` (docs/UNSAFE.md).
+//! `tensor` needs is reached here, through a type that proves the access sound, so the rest of
+//! `tensor/` is `deny(unsafe_code)` (docs/UNSAFE.md).
 //!
 //! What proves what:
 //! * [`SlotPin`] (a tensor's or a set's pin, the protocol of [`crate::handle`]): the object
@@ -21,8 +21,14 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::{addr_of, addr_of_mut, NonNull};
 
-use super::*;
+use crate::atomic::AtomicU64;
+use core::sync::atomic::Ordering;
+
+use crate::abi::meta::ZeroValid;
+use crate::abi::*;
 use crate::arena::Fresh;
+use crate::ctx::*;
+use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped, HandleKind, SetHandle, TensorHandle};
 use crate::host_heap::HostMem;
 use crate::sync::relax;
@@ -698,7 +704,7 @@ impl<'a> Nrt<'a> {
     ///
     /// # Safety
     /// `buf` is valid for reads and writes of `size` bytes until no tensor views it any more
-    /// (the contract of [`Nrt::tensor_attach_buffer`]), and no other thread uses the tensor
+    /// (the contract of [`Tensors::attach_buffer`](crate::tensor::Tensors::attach_buffer)), and no other thread uses the tensor
     /// during this call (its window is rewritten without a lock, as in libnrt).
     pub(crate) unsafe fn tensor_attach(
         &self,
@@ -729,6 +735,13 @@ impl<'a> Nrt<'a> {
 // `DataLock` that is unlocked when zeroed (checked in `sync`) around an empty body (a zero
 // length, zeroed handle words and names).
 unsafe impl ZeroValid for SetSlot {}
+// SAFETY: `generation` is a u32 at offset 0 and `refs` an AtomicU64 at 8 (repr(C), pinned
+// by the const asserts beside the type); the core reaches `generation` only through
+// `Arena::words` (atomically) and `refs` only as the atomic it is.
+unsafe impl crate::arena::Generational for SetSlot {
+    const GEN: usize = core::mem::offset_of!(SetSlot, generation);
+    const REFS: usize = core::mem::offset_of!(SetSlot, refs);
+}
 // SAFETY: integers and bytes; zero is an unused entry.
 unsafe impl ZeroValid for crate::tensor::SetEntry {}
 

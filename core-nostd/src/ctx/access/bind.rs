@@ -5,7 +5,7 @@
 //! binder is the only code that touches the raw storage, so the pools bind their own arenas
 //! in safe code and cannot reach past their region.
 
-use super::*;
+use super::super::*;
 use crate::arena::{InUse, STORAGE_ALIGN};
 
 /// One part of a pool's storage: an arena of `len` slots in `shards` shards, or a side table
@@ -79,7 +79,7 @@ impl Binder {
     /// # Safety
     /// `base` is [`STORAGE_ALIGN`]-aligned and points at `len` zeroed bytes that nobody else
     /// uses, valid as long as the state block whose pools this binder is given to.
-    pub(super) unsafe fn new(base: *mut u8, len: usize, in_use: Option<InUse>) -> Self {
+    pub(in crate::ctx) unsafe fn new(base: *mut u8, len: usize, in_use: Option<InUse>) -> Self {
         Binder {
             base,
             len,
@@ -143,7 +143,7 @@ impl Binder {
     }
 
     /// True when every part was bound and the region was used exactly.
-    pub(super) fn finish(self) -> bool {
+    pub(in crate::ctx) fn finish(self) -> bool {
         !self.refused && self.at == self.len
     }
 }

@@ -1,6 +1,6 @@
-//! The context tree's accessors for the model module (spec §4.3–§4.6, §5):
-//! `model/` is `#![deny(unsafe_code)]`, so every raw access a model needs is made and argued
-//! here, where the owner of the memory can see every other access to it.
+//! The model domain's raw accessors (spec §4.3–§4.6, §5): the rest of `model/` is
+//! `#![deny(unsafe_code)]`, so every raw access a model needs is made and argued here, the one
+//! file of the domain where `unsafe` is allowed.
 //!
 //! A model slot (`model_t` in the `models` arena) is in one of three states, and each has
 //! its own type:
@@ -25,10 +25,17 @@
 
 use core::ptr::{addr_of, addr_of_mut, NonNull};
 
-use super::*;
+use crate::atomic::AtomicU64;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::abi::*;
 use crate::arena::Chain;
 use crate::arena::Fresh;
+use crate::arena::GiveBack;
 use crate::cstr::c_name;
+use crate::ctx::*;
+use crate::error::{Error, Result};
+use crate::ht;
 use crate::model::{IoUsage, ModelIo, ModelIoEntry, IO_DIMS_MAX};
 use crate::sync::MutexGuard;
 

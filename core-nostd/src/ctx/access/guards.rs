@@ -1,17 +1,17 @@
 //! The guards and tokens of the context tree's locks and gates (spec §7.2, §8, §6, §12): what
 //! an accessor hands out so that no borrow outlives its lock or its call.
 
-use super::*;
+use super::super::*;
 
 /// One public API call in flight (spec §7.2 state gate, §12 teardown): holds a count that
 /// `close` waits on before it tears anything down. Taken by [`Nrt::enter`]; dropping it ends
 /// the call.
 #[must_use = "the call is in flight only while the guard lives"]
 pub(crate) struct InFlight<'a> {
-    pub(super) active: &'a ShardedGate,
-    pub(super) shard: usize,
+    pub(in crate::ctx) active: &'a ShardedGate,
+    pub(in crate::ctx) shard: usize,
     /// What the driver refused to free during this call.
-    pub(super) kept: core::cell::Cell<Kept>,
+    pub(in crate::ctx) kept: core::cell::Cell<Kept>,
 }
 
 /// Blocks the driver refused to free during one call (`memory_free` failed), reported by the
@@ -92,7 +92,7 @@ mod sealed {
 }
 
 /// Opens the gate `init` shut, on whichever path `init` returns.
-pub(super) struct ReopenOnDrop<'a>(pub(super) &'a ShardedGate);
+pub(in crate::ctx) struct ReopenOnDrop<'a>(pub(in crate::ctx) &'a ShardedGate);
 
 impl Drop for ReopenOnDrop<'_> {
     fn drop(&mut self) {
@@ -116,7 +116,7 @@ impl<'g> Exclusive<'g> {
     /// The token of the caller that holds `init_lock` (`lock`) and has shut and drained the
     /// gate (`active_calls.close`). Private to this module: `init` and `close` are its only
     /// callers, each right after it shut the gate.
-    pub(super) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
+    pub(in crate::ctx) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
         Exclusive {
             _init_lock: core::marker::PhantomData,
             kept: core::cell::Cell::new(Kept::default()),
@@ -129,8 +129,8 @@ impl<'g> Exclusive<'g> {
 /// borrow outlives the lock). The page size and mode are written by bring-up alone
 /// ([`Nrt::scratchpad_setup`], under the [`Exclusive`] token) and read as copies.
 pub(crate) struct ScratchpadGuard<'a> {
-    pub(super) sp: *mut tdrv_scratchpad_t,
-    pub(super) _lock: crate::sync::MutexGuard<'a>,
+    pub(in crate::ctx) sp: *mut tdrv_scratchpad_t,
+    pub(in crate::ctx) _lock: crate::sync::MutexGuard<'a>,
 }
 
 impl ScratchpadGuard<'_> {
@@ -179,8 +179,8 @@ impl ScratchpadGuard<'_> {
 /// A core's cached ext-isa library set (`tpb_sunda_t.ulib_set_info_extisa_only`, spec §6) with
 /// `ulib_staging_lock` held: the pointer is read and written only by the lock's holder.
 pub(crate) struct UlibCacheGuard<'a> {
-    pub(super) slot: *mut *mut ucode_lib_set_info_t,
-    pub(super) _lock: crate::sync::MutexGuard<'a>,
+    pub(in crate::ctx) slot: *mut *mut ucode_lib_set_info_t,
+    pub(in crate::ctx) _lock: crate::sync::MutexGuard<'a>,
 }
 
 impl UlibCacheGuard<'_> {
@@ -223,7 +223,10 @@ impl DmemFixed {
     /// [`Arena::for_each_live`]), or the caller owns the dmem (see
     /// [`Nrt::owned_dmem_fixed`]).
     #[inline]
-    pub(super) unsafe fn read(arena: &Arena<dmem_t>, m: *const dmem_t) -> Option<DmemFixed> {
+    pub(in crate::ctx) unsafe fn read(
+        arena: &Arena<dmem_t>,
+        m: *const dmem_t,
+    ) -> Option<DmemFixed> {
         // SAFETY: `m` is a slot of `arena` (contract).
         let (gen, refs) = unsafe { arena.words(m) };
         let refs = refs.load(Ordering::Acquire);

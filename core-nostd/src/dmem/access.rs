@@ -1,0 +1,542 @@
+//! The dmem domain's raw accessors (spec §3.1, §3.2): the allocator tier (GLOBAL and MODEL
+//! allocators, their dmem lists and books, their walks and checks), the weak GC indexes
+//! (`dmem_list_t`) that reference dmems, and every read and write of a `dmem_t` slot's fields.
+//! The rest of `dmem/` is `#![deny(unsafe_code)]`: this is the one file of the domain where
+//! `unsafe` is allowed.
+//!
+//! Four accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
+//! `owned_dmem_fixed` does for the ledger: [`Nrt::dmem_write_fresh`] ("`m` is a fresh slot
+//! this call owns"), [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just
+//! made"), [`Nrt::dmem_cancel_unlinked`] ("`m` is unlinked, its one owner is this
+//! call, no handle of it was handed out") and [`Nrt::dmem_reclaim`] ("the gate is shut and
+//! every allocator is gone").
+
+use core::ptr::{addr_of_mut, null_mut, NonNull};
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use super::{Action, AllocArgs, Dmem, DmemInfo, DmemPin};
+use crate::abi::*;
+use crate::arena::GiveBack;
+use crate::ctx::{InCall, Nrt};
+use crate::error::{Error, InvalidArg, Result};
+use crate::handle::{self, Dropped};
+use crate::list::{allocator_list, ListError, WeakIndex};
+use crate::sync::{reentry_key, WaitFor};
+
+impl<'a> Nrt<'a> {
+    /// Marks whether `al` (a live allocator) was made through the public API.
+    pub(super) fn set_caller_owned(&self, al: *mut dmem_allocator_t, caller: bool) {
+        if let Some(f) = self
+            .st
+            .dmem
+            .allocators
+            .index_of(al)
+            .and_then(|i| self.st.dmem.caller_allocators.flag(i))
+        {
+            f.store(caller as u8, Ordering::Release);
+        }
+    }
+
+    /// Whether `al` was made through the public API (see [`Self::set_caller_owned`]).
+    pub(super) fn is_caller_owned(&self, al: *mut dmem_allocator_t) -> bool {
+        self.st
+            .dmem
+            .allocators
+            .index_of(al)
+            .and_then(|i| self.st.dmem.caller_allocators.flag(i))
+            .is_some_and(|f| f.load(Ordering::Acquire) == 1)
+    }
+
+    /// [`Self::dmem_allocator_create`] as a step of a gated call or of `init` (`_call`),
+    /// without marking the allocator the caller's (the runtime's own allocators).
+    pub(crate) fn allocator_create(
+        &self,
+        _call: &impl InCall,
+        pcore: *mut physical_core_t,
+        ty: dmem_allocator_type_t,
+    ) -> Result<*mut dmem_allocator_t> {
+        let (dev, core) = self
+            .tree_pcore(pcore)
+            .ok_or(Error::InvalidArgument(InvalidArg::PcoreNotInTree))?;
+        self.tpb(dev, core)?; // attached
+        let al = self.st.dmem.allocators.alloc("dmem_allocator_t")?.as_ptr();
+        // SAFETY: fresh zeroed slot owned by us (no other thread can reach it yet, so its
+        // list is ours without the lock).
+        unsafe {
+            (*al).r#type = ty as u32;
+            (*al).pcore = pcore;
+            allocator_list(al).init();
+        }
+        Ok(al)
+    }
+
+    /// [`Self::dmem_allocator_destroy`] as a step of a gated call or of `close` (`call`),
+    /// for any live allocator (the runtime's own too). `how` says how the slots go back:
+    /// [`GiveBack::Cancel`] only for a rollback of allocations nobody else saw.
+    pub(crate) fn allocator_destroy(
+        &self,
+        call: &impl InCall,
+        al: *mut dmem_allocator_t,
+        how: GiveBack,
+    ) -> Result<()> {
+        if !self.st.dmem.allocators.is_live(al) {
+            return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
+        }
+        loop {
+            // SAFETY: `al` is live; the list is only modified under its lock. A linked dmem
+            // is not finalised yet (finalising unlinks it under this lock first).
+            let (first, pinned) = unsafe {
+                let _g = (*al).lock.lock();
+                let Some(n) = allocator_list(al).first() else {
+                    break;
+                };
+                let n = n.as_ptr();
+                // Pinned before it is detached, so it stays whole however a racing free goes.
+                // No pin when its last owner is already gone: that free finalises it, and
+                // finds it detached.
+                let pinned = handle::add_pin_if_owned(self.st.dmem.dmems.words(n).1);
+                // Detach: the allocator no longer owns it. The first node of the list is
+                // linked, so this cannot be refused; if it were (a corrupt list), stop here
+                // rather than loop on it: the allocator is still released below.
+                if let Err(e) = Self::list_unlink(al, n) {
+                    error!(
+                        "dmem_allocator_destroy: {}; the rest of the list is abandoned",
+                        e
+                    );
+                    if pinned {
+                        handle::unpin(self.st.dmem.dmems.words(n).1);
+                    }
+                    break;
+                }
+                (n, pinned)
+            };
+            if pinned {
+                // SAFETY: a slot of the dmem arena, pinned above.
+                let refs = unsafe { self.st.dmem.dmems.words(first).1 };
+                match handle::drop_owner(refs) {
+                    Dropped::Last => {
+                        handle::wait_drained(refs, 1, crate::sync::relax);
+                        self.dmem_unlink_and_finalize(call, first, how);
+                    }
+                    _ => handle::unpin(refs),
+                }
+            }
+        }
+        self.set_caller_owned(al, false);
+        self.st
+            .dmem
+            .allocators
+            .give_back(al, how)
+            .map_err(|_| Error::InvalidArgument(InvalidArg::AllocatorNotLive))
+    }
+
+    /// The body of [`crate::dmem::DeviceMemory::allocator_usage`].
+    pub(crate) fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
+        let Ok(_call) = self.enter() else {
+            return (0, 0);
+        };
+        if !self.st.dmem.allocators.is_live(al) || self.allocator_reachable(al).is_err() {
+            return (0, 0);
+        }
+        // SAFETY: live allocator; counters are maintained under its lock.
+        unsafe {
+            let Ok(_g) = (*al).lock.lock_bounded(WaitFor::AllocatorLock) else {
+                return (0, 0);
+            };
+            ((*al).count, (*al).bytes)
+        }
+    }
+
+    /// The body of [`crate::dmem::DeviceMemory::allocator_for_each`].
+    pub(crate) fn allocator_for_each(
+        &self,
+        al: *mut dmem_allocator_t,
+        f: impl FnMut(&dmem_t),
+    ) -> Result<()> {
+        let call = self.enter()?;
+        self.allocator_walk(&call, al, f)
+    }
+
+    /// [`Self::allocator_for_each`] as a step of a gated call (`_call`).
+    pub(crate) fn allocator_walk(
+        &self,
+        _call: &impl InCall,
+        al: *mut dmem_allocator_t,
+        mut f: impl FnMut(&dmem_t),
+    ) -> Result<()> {
+        if !self.st.dmem.allocators.is_live(al) {
+            return Ok(());
+        }
+        let key = reentry_key::allocator(al as usize);
+        self.st.reentry.refuse(key, WaitFor::AllocatorLock)?;
+        let _counted = self.st.reentry.walk();
+        // SAFETY: live allocator, walked under its lock; its linked dmems are live (a dmem is
+        // unlinked under this lock before it is finalised).
+        unsafe {
+            let _g = (*al).lock.lock_bounded(WaitFor::AllocatorLock)?;
+            let _walking = self.st.reentry.hold(key);
+            for n in allocator_list(al).iter() {
+                f(n.as_ref());
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a call that would wait for `al`'s lock while its own thread walks `al`
+    /// ([`Self::allocator_for_each`]): `WouldDeadlock` when the thread token shows it, else a
+    /// bounded probe of the lock (`Timeout` when it gives up). Nothing is held afterwards. A
+    /// null or dead allocator passes (the call refuses it itself), and so does any allocator
+    /// while no walk is in progress (its lock is then held only for sections of the core).
+    pub(crate) fn allocator_reachable(&self, al: *mut dmem_allocator_t) -> Result<()> {
+        if !self.st.reentry.walking() || al.is_null() || !self.st.dmem.allocators.is_live(al) {
+            return Ok(());
+        }
+        self.st
+            .reentry
+            .refuse(reentry_key::allocator(al as usize), WaitFor::AllocatorLock)?;
+        // SAFETY: a live allocator slot; only its lock word (an atomic) is touched.
+        let lock = unsafe { &*core::ptr::addr_of!((*al).lock) };
+        drop(lock.lock_bounded(WaitFor::AllocatorLock)?);
+        Ok(())
+    }
+
+    /// The body of [`crate::dmem::DeviceMemory::allocator_check`].
+    pub(crate) fn allocator_check(
+        &self,
+        al: *mut dmem_allocator_t,
+    ) -> Result<core::result::Result<(), ListError>> {
+        let _call = self.enter()?;
+        if !self.st.dmem.allocators.is_live(al) {
+            return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
+        }
+        self.allocator_reachable(al)?;
+        // SAFETY: live allocator, checked under its lock.
+        unsafe {
+            let _g = (*al).lock.lock_bounded(WaitFor::AllocatorLock)?;
+            // More than the arena's slots cannot be linked: refused without a walk, so a
+            // corrupt count does not make a cycle a long walk.
+            let len = match usize::try_from((*al).count) {
+                Ok(n) if n <= self.st.dmem.dmems.capacity() => n,
+                _ => return Ok(Err(ListError::Broken)),
+            };
+            Ok(allocator_list(al).check(len))
+        }
+    }
+
+    /// `list_insert_before(&al->dummy_tail, m)` and the allocator's books. A dmem that is
+    /// already on a list is refused ([`ListError::AlreadyLinked`]), changing nothing.
+    ///
+    /// # Safety
+    /// `al` live, its lock held; `m` a live dmem.
+    pub(super) unsafe fn list_insert_tail(
+        al: *mut dmem_allocator_t,
+        m: Dmem,
+    ) -> core::result::Result<(), ListError> {
+        // SAFETY: `al` live with its lock held, so its list is ours; `m` is live and guarded by
+        // the same lock once linked (caller contract).
+        unsafe {
+            allocator_list(al).push_back(NonNull::new_unchecked(m))?;
+            AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).store(al, Ordering::Release);
+            (*al).count += 1;
+            (*al).bytes += (*m).allocated_size;
+        }
+        Ok(())
+    }
+
+    /// Unlinks `m` from `al` and takes it off the allocator's books. A dmem on no list is
+    /// refused ([`ListError::NotLinked`]), changing nothing.
+    ///
+    /// # Safety
+    /// `al` live, its lock held; `m` a live dmem whose `allocator` is `al` (so if linked, it
+    /// is on `al`'s list).
+    pub(super) unsafe fn list_unlink(
+        al: *mut dmem_allocator_t,
+        m: Dmem,
+    ) -> core::result::Result<(), ListError> {
+        // SAFETY: caller contract, as in `list_insert_tail`.
+        unsafe {
+            allocator_list(al).remove(NonNull::new_unchecked(m))?;
+            AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).store(null_mut(), Ordering::Release);
+            (*al).count -= 1;
+            (*al).bytes -= (*m).allocated_size;
+        }
+        Ok(())
+    }
+
+    /// A weak GC index (`dmem_list_t`) from the arena.
+    pub(crate) fn dmem_list_new(&self) -> Result<*mut dmem_list_t> {
+        Ok(self.st.dmem.dmem_lists.alloc("dmem_list_t")?.as_ptr())
+    }
+
+    /// Releases a weak index and its nodes (not the dmems: the list does not own them).
+    pub(crate) fn dmem_list_destroy(&self, list: *mut dmem_list_t, how: GiveBack) {
+        if list.is_null() {
+            return;
+        }
+        // SAFETY: non-null, a live index whose nodes came from `ref_nodes` and are owned by
+        // it; the caller (model free) is its only user now.
+        let mut index = unsafe { WeakIndex::new(NonNull::new_unchecked(list)) };
+        index.drain(|n| {
+            let _ = self.st.dmem.ref_nodes.give_back(n.as_ptr(), how);
+        });
+        let _ = self.st.dmem.dmem_lists.give_back(list, how);
+    }
+
+    /// The core allocator `al` allocates for: its `physical_core_t` (set at creation),
+    /// resolved in the context tree. An allocator that is not live, or has no core, is refused.
+    pub(super) fn allocator_core(&self, al: *mut dmem_allocator_t) -> Result<AllocatorCore> {
+        if !self.st.dmem.allocators.is_live(al) {
+            return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
+        }
+        // Its own thread walking `al` would hold the lock the alloc path's link takes.
+        self.st
+            .reentry
+            .refuse(reentry_key::allocator(al as usize), WaitFor::AllocatorLock)?;
+        // SAFETY: live allocator; pcore was set at creation and points into the tree.
+        let pcore = unsafe { (*al).pcore };
+        if pcore.is_null() {
+            return Err(Error::InvalidArgument(InvalidArg::AllocatorWithoutCore));
+        }
+        // SAFETY: pcore points into the context tree (a tpb's or model's physical_core_t).
+        let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
+        // SAFETY: resolved pointers are in-bounds and initialised.
+        let (dev, nc_id) = unsafe { ((*mla).mla_idx, (*tpb).idx as u32) };
+        Ok(AllocatorCore {
+            pcore,
+            mla,
+            dev,
+            nc_id,
+        })
+    }
+
+    /// Writes the fields of fresh dmem `m` (spec §3.2 step 5) and publishes it: generation,
+    /// then one owner. Contract: `m` is a fresh zeroed slot of the dmem arena that this call
+    /// owns (just taken with `alloc_handle`, not yet published).
+    pub(super) fn dmem_write_fresh(&self, m: Dmem, f: &DmemFields<'_, '_>) {
+        // SAFETY: `m` is a fresh zeroed slot owned by this call (contract).
+        unsafe {
+            crate::cstr::copy_c_name(&mut (*m).hint_buf, f.a.hint);
+            (*m).mem_handle = f.handle;
+            (*m)._pa = f.pa;
+            (*m)._va = null_mut();
+            (*m).size = f.a.size;
+            (*m).align = f.a.align;
+            (*m).align_offset = f.align_offset;
+            (*m).allocated_size = f.a.size + f.align_offset;
+            (*m).mem_type = f.loc as u32;
+            (*m).mem_usage_type = f.usage as u32;
+            (*m).tdram_channel = f.hbm;
+            (*m).pcore = f.pcore;
+            (*m).nc_id = f.nc_id;
+            (*m).device_id = f.dev;
+            (*m).hint = addr_of_mut!((*m).hint_buf) as *mut core::ffi::c_char;
+            (*m).cpy_buf = self.drv.get_copy_buf(f.dev, f.nc_id) as usize as *mut core::ffi::c_void;
+        }
+        // Last: publishes the fields above.
+        // SAFETY: `m` is a slot of the dmem arena.
+        let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
+        handle::publish(gen, refs);
+    }
+
+    /// Links live dmem `m` before `al`'s dummy tail, under `al`'s lock. Contract: `al` was
+    /// resolved live by [`Self::allocator_core`] in this call, and `m` is the dmem this call
+    /// just made and published (the alloc path's last steps; not checked again here, to keep
+    /// the path at its cost).
+    pub(super) fn allocator_link(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
+        // SAFETY: live allocator (contract), its lock held for the link; `m` is a live dmem.
+        unsafe {
+            let _g = (*al).lock.lock_bounded(WaitFor::AllocatorLock)?;
+            Self::list_insert_tail(al, m).map_err(|e| {
+                // A fresh slot starts zeroed, so unlinked: a refusal means the arena handed
+                // out a node that is still on some allocator's list.
+                error!("dmem_alloc: {}: the fresh dmem slot is already linked", e);
+                Error::ForeignDmem
+            })
+        }
+    }
+
+    /// Undoes a dmem that was never linked and whose handle was never returned: drops its one
+    /// owner and finalises it. Contract: `m` is not on any allocator's list, its one owner is
+    /// this call, and no handle of it was handed out, so nothing else holds or pins it.
+    pub(super) fn dmem_cancel_unlinked(&self, call: &impl InCall, m: Dmem) {
+        // SAFETY: the contract above: nothing else holds or pins `m`.
+        unsafe {
+            self.st.dmem.dmems.words(m).1.store(0, Ordering::Release);
+            self.dmem_finalize(call, m, GiveBack::Cancel);
+        }
+    }
+
+    /// `close`'s release of a dmem left behind. Contract: the gate is shut and every allocator
+    /// is gone, so `m` (a live slot) is detached and no other thread holds or pins it.
+    pub(super) fn dmem_reclaim(&self, ex: &crate::ctx::Exclusive<'_>, m: Dmem) {
+        if !self.st.dmem.dmems.is_live(m) {
+            return;
+        }
+        // SAFETY: the contract above: dropping its last references is ours.
+        unsafe {
+            self.st.dmem.dmems.words(m).1.store(0, Ordering::Release);
+            self.dmem_finalize(ex, m, GiveBack::Release);
+        }
+    }
+
+    /// Pushes fresh weak-index node `node` naming `m` onto the live index `list` (which the
+    /// caller checked live and serialises). A node or list that is not a live slot is refused.
+    pub(super) fn weak_index_push(
+        &self,
+        list: *mut dmem_list_t,
+        node: *mut dmem_ref_node_t,
+        m: Dmem,
+    ) -> core::result::Result<(), ListError> {
+        if !self.st.dmem.dmem_lists.is_live(list) || !self.st.dmem.ref_nodes.is_live(node) {
+            return Err(ListError::NotLinked);
+        }
+        // SAFETY: `node` is a live slot handed to this call (a fresh one is zeroed: unlinked);
+        // the list is a live index that belongs to the caller, who serialises its use.
+        unsafe {
+            (*node).dmem = m;
+            WeakIndex::new(NonNull::new_unchecked(list)).push_back(NonNull::new_unchecked(node))
+        }
+    }
+
+    /// The allocator whose list holds `m` (null once detached). Contract: `m` is pinned or
+    /// owned by the caller.
+    pub(crate) fn allocator_of(&self, m: Dmem) -> *mut dmem_allocator_t {
+        // SAFETY: a slot of the dmem arena the caller pins or owns; the field is accessed
+        // atomically (see `dmem_release_ref`).
+        unsafe { AtomicPtr::from_ptr(addr_of_mut!((*m).allocator)).load(Ordering::Acquire) }
+    }
+
+    /// The allocator a pinned dmem is on (null once detached).
+    pub(super) fn dmem_allocator_of(&self, p: &DmemPin<'_>) -> *mut dmem_allocator_t {
+        // SAFETY: pinned slot; the field is accessed atomically (see dmem_unlink_and_finalize).
+        unsafe { AtomicPtr::from_ptr(addr_of_mut!((*p.m).allocator)).load(Ordering::Acquire) }
+    }
+
+    /// The fields of a pinned dmem fixed at its allocation.
+    pub(super) fn dmem_info_of(&self, p: &DmemPin<'_>) -> DmemInfo {
+        let m = p.m;
+        // SAFETY: pinned: these fields were written before the dmem was published and are
+        // not written again until it is finalised, which waits for this pin.
+        unsafe {
+            DmemInfo {
+                size: (*m).size,
+                align: (*m).align,
+                pa: (*m)._pa,
+                align_offset: (*m).align_offset,
+                allocated_size: (*m).allocated_size,
+                mem_handle: (*m).mem_handle,
+                mem_type: (*m).mem_type,
+                mem_usage_type: (*m).mem_usage_type,
+                tdram_channel: (*m).tdram_channel,
+                device_id: (*m).device_id,
+                nc_id: (*m).nc_id,
+                ref_count: ((*m).ref_count.load(Ordering::Acquire) & handle::OWNERS) as u32,
+            }
+        }
+    }
+
+    /// A dmem whose last owner is gone and whose pins have drained: unlinks it from its
+    /// allocator (under the allocator's lock, so a concurrent walk never sees a freed node)
+    /// and returns everything to the driver, the ledger and the arenas.
+    pub(super) fn dmem_unlink_and_finalize(&self, call: &impl InCall, m: Dmem, how: GiveBack) {
+        // SAFETY: nobody else uses `m` any more (drained), except an allocator destroy that
+        // may detach it concurrently: `allocator` is read/written atomically for that, and is
+        // null once detached.
+        unsafe {
+            let al_slot = AtomicPtr::from_ptr(addr_of_mut!((*m).allocator));
+            loop {
+                let al = al_slot.load(Ordering::Acquire);
+                if al.is_null() {
+                    break;
+                }
+                let g = (*al).lock.lock();
+                if al_slot.load(Ordering::Acquire) != al {
+                    drop(g);
+                    continue; // detached meanwhile: retry on the new state
+                }
+                // `allocator` non-null under its lock means linked: a refusal is a corrupt
+                // list, said loudly; the dmem is finalised either way (nothing else holds it).
+                if let Err(e) = Self::list_unlink(al, m) {
+                    error!("dmem_free: {}: the dmem is finalised off-list", e);
+                    al_slot.store(null_mut(), Ordering::Release);
+                }
+                drop(g);
+                break;
+            }
+            self.dmem_finalize(call, m, how);
+        }
+    }
+
+    /// Returns an unlinked, unreferenced dmem to the driver, ledger and arenas.
+    ///
+    /// # Safety
+    /// `m` is live, unlinked and its reference word reached zero with no pin left (we are the
+    /// only user).
+    pub(super) unsafe fn dmem_finalize(&self, call: &impl InCall, m: Dmem, how: GiveBack) {
+        // SAFETY: caller contract.
+        unsafe {
+            let dev = (*m).device_id;
+            if !(*m)._va.is_null() {
+                let _ = self.drv.memory_unmap(dev, (*m).mem_handle);
+            }
+            self.st.live_handles.remove(dev, (*m).mem_handle);
+            match self.drv.memory_free(dev, (*m).mem_handle) {
+                Ok(()) => self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m),
+                Err(e) => {
+                    // The driver still holds the block: the ledger keeps it booked (it
+                    // stays true about device memory), the runtime's figures count it and
+                    // the call reports it.
+                    let bytes = (*m).allocated_size;
+                    error!(
+                        "dmem_free: the driver refused to free {} bytes (handle {:#x}): {}",
+                        bytes,
+                        (*m).mem_handle,
+                        e
+                    );
+                    self.st.driver_kept.note(bytes);
+                    call.note_kept(bytes, e);
+                }
+            }
+            (*m).hint = null_mut();
+            // The slot reads as free before it can be handed out again.
+            handle::retire(self.st.dmem.dmems.words(m).0);
+            let _ = self.st.dmem.dmems.give_back(m, how);
+        }
+    }
+}
+
+/// The core an allocator allocates for ([`Nrt::allocator_core`]).
+pub(super) struct AllocatorCore {
+    /// The allocator's `physical_core_t` (in the context tree).
+    pub(super) pcore: *mut physical_core_t,
+    /// Its device's `mla_t`.
+    pub(super) mla: *mut mla_t,
+    /// Its device index.
+    pub(super) dev: u32,
+    /// Its core on the device.
+    pub(super) nc_id: u32,
+}
+
+/// What [`Nrt::dmem_write_fresh`] writes into a fresh dmem (spec §3.2 step 5).
+pub(super) struct DmemFields<'r, 'h> {
+    /// The request (size, align, hint).
+    pub(super) a: &'r AllocArgs<'h>,
+    /// The driver's handle.
+    pub(super) handle: u64,
+    /// The physical address.
+    pub(super) pa: u64,
+    /// The aligned-alloc emulation's offset (0 when the driver aligned it).
+    pub(super) align_offset: u64,
+    /// Host or device memory.
+    pub(super) loc: dma_mem_location_t,
+    /// The usage type.
+    pub(super) usage: dma_mem_usage_type_t,
+    /// The HBM channel.
+    pub(super) hbm: u32,
+    /// The allocator's core.
+    pub(super) pcore: *mut physical_core_t,
+    /// Its core on the device.
+    pub(super) nc_id: u32,
+    /// Its device.
+    pub(super) dev: u32,
+}

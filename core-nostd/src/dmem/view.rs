@@ -1,0 +1,175 @@
+//! [`DeviceMemory`]: the runtime's device-memory calls (spec §3), a view borrowed from
+//! [`Nrt::dmem`]: allocator tiers, alloc / free / acquire, and the walks and checks of an
+//! allocator's list.
+
+use super::*;
+use crate::device::PhysicalCore;
+use crate::handle::DmemHandle;
+use crate::list::ListError;
+
+/// The runtime's device memory (spec §3): [`Nrt::dmem`]. A copy of the runtime view, so it
+/// costs nothing to make and may be kept as long as the runtime.
+#[derive(Copy, Clone)]
+pub struct DeviceMemory<'a>(pub(crate) Nrt<'a>);
+
+impl<'a> Nrt<'a> {
+    /// The device-memory calls (spec §3).
+    #[inline]
+    pub fn dmem(&self) -> DeviceMemory<'a> {
+        DeviceMemory(*self)
+    }
+}
+
+impl<'a> DeviceMemory<'a> {
+    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `core`.
+    #[inline]
+    pub fn core_allocator(&self, core: PhysicalCore) -> Result<*mut dmem_allocator_t> {
+        self.0.core_allocator(core.device, core.core)
+    }
+
+    /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is
+    /// not live, outside `init`…`close`, and when the calling thread walks `al` or the wait
+    /// for its lock gives up ([`Self::allocator_for_each`]).
+    #[inline]
+    pub fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
+        self.0.allocator_usage(al)
+    }
+
+    /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: a call
+    /// from `f` that allocates from, frees into, measures ([`Self::allocator_usage`]) or walks
+    /// `al` is refused at once with [`Error::WouldDeadlock`] when a thread token is installed
+    /// (`crate::sync::set_thread_token_hook`), else when its bounded wait for the lock gives
+    /// up ([`Error::Timeout`]). `Closed` / `Uninitialized` outside `init`…`close`; an
+    /// allocator that is not live has no dmems.
+    #[inline]
+    pub fn allocator_for_each(
+        &self,
+        al: *mut dmem_allocator_t,
+        f: impl FnMut(&dmem_t),
+    ) -> Result<()> {
+        self.0.allocator_for_each(al, f)
+    }
+
+    /// Walks `al`'s list under its lock and checks it ([`crate::list::List::check`]): every
+    /// link symmetric, and as many dmems as the allocator's own count says. The outer error is
+    /// the call's (`Closed`, `Uninitialized`, an allocator that is not live), the inner one
+    /// the list's.
+    #[inline]
+    pub fn allocator_check(
+        &self,
+        al: *mut dmem_allocator_t,
+    ) -> Result<core::result::Result<(), ListError>> {
+        self.0.allocator_check(al)
+    }
+
+    /// `dmem_allocator_create` (spec §3.1): a GLOBAL or MODEL allocator for `pcore`, with its
+    /// dummy head/tail wired and its lock initialised. `pcore` must be the `pcore` of an
+    /// attached core's `tpb_t`: any other pointer is refused without being dereferenced.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    #[doc(alias = "dmem_allocator_create")]
+    #[inline]
+    pub fn allocator_create(
+        &self,
+        pcore: *mut physical_core_t,
+        ty: dmem_allocator_type_t,
+    ) -> Result<*mut dmem_allocator_t> {
+        self.0.dmem_allocator_create(pcore, ty)
+    }
+
+    /// `dmem_allocator_destroy` (spec §5.4): drops the allocator's reference on every dmem on
+    /// its list — one call reclaims a model's whole footprint — and releases the allocator.
+    /// A dmem still referenced elsewhere (a shared page) survives, detached, until its last
+    /// `dmem_free`.
+    ///
+    /// Only an allocator made with [`Self::allocator_create`] can be destroyed here. The
+    /// runtime's own (a core's GLOBAL allocator, which backs its tensors, scratchpad pages and
+    /// ext-isa copy; a loaded model's MODEL allocators) are refused with NRT_INVALID: the
+    /// runtime destroys them itself, at unload and close, and would otherwise destroy a slot
+    /// that someone else had been given meanwhile.
+    ///
+    /// The caller must not destroy an allocator while another of its threads allocates from
+    /// it or walks it (as with libnrt, whose allocator is freed under the caller's feet): the
+    /// allocator's slot is released and may be handed out again, and a call that resolved it
+    /// before the release would reach the new occupant. A call made after the destroy
+    /// returned is refused ("allocator is not live").
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    #[doc(alias = "dmem_allocator_destroy")]
+    #[inline]
+    pub fn allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
+        self.0.dmem_allocator_destroy(al)
+    }
+
+    /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
+    ///
+    /// Checks every argument, books the allocation in the ledger, links it before `al`'s dummy
+    /// tail and, with `ref_list`, records it in that weak index. On any error nothing changes.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    #[doc(alias = "dmem_alloc")]
+    #[inline]
+    pub fn alloc(
+        &self,
+        al: *mut dmem_allocator_t,
+        a: &AllocArgs<'_>,
+        ref_list: Option<*mut dmem_list_t>,
+    ) -> Result<DmemHandle> {
+        self.0.dmem_alloc(al, a, ref_list)
+    }
+
+    /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem (each owner
+    /// frees it once with [`Self::free`]).
+    ///
+    /// A stale, forged or foreign handle is [`Error::InvalidHandle`]. Fails with
+    /// [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    #[doc(alias = "dmem_acquire_reference")]
+    #[inline]
+    pub fn acquire_reference(&self, h: DmemHandle) -> Result<()> {
+        self.0.dmem_acquire_reference(h)
+    }
+
+    /// `dmem_free` (spec §3.2): drops one owner; the last one unmaps and frees the driver
+    /// memory, books the free in the ledger, unlinks from the allocator and releases the node
+    /// (after any call using the dmem on another thread has finished with it). A dmem with no
+    /// owner left — a double free, at any age — is [`Error::InvalidHandle`], as is a forged or
+    /// foreign handle; nothing of anyone else's is freed.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    #[doc(alias = "dmem_free")]
+    #[inline]
+    pub fn free(&self, h: DmemHandle) -> Result<()> {
+        self.0.dmem_free(h)
+    }
+
+    /// Like [`Self::free`], but refuses a dmem that is not on `al`'s list.
+    ///
+    /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
+    #[doc(alias = "dmem_free_in")]
+    #[inline]
+    pub fn free_in(&self, al: *mut dmem_allocator_t, h: DmemHandle) -> Result<()> {
+        self.0.dmem_free_in(al, h)
+    }
+
+    /// The fields of a live dmem fixed at its allocation (see [`DmemInfo`]).
+    #[doc(alias = "dmem_info")]
+    #[inline]
+    pub fn info(&self, h: DmemHandle) -> Result<DmemInfo> {
+        self.0.dmem_info(h)
+    }
+
+    /// The handle of a dmem met while walking an allocator ([`Self::allocator_for_each`]):
+    /// `None` for a `dmem_t` that is not a live slot of this runtime's arena.
+    #[doc(alias = "dmem_handle_of")]
+    #[inline]
+    pub fn handle_of(&self, d: &dmem_t) -> Option<DmemHandle> {
+        self.0.dmem_handle_of(d)
+    }
+
+    /// Whether `h` names a live dmem of this runtime (it may be freed the moment after).
+    #[doc(alias = "dmem_is_live")]
+    #[inline]
+    pub fn is_live(&self, h: DmemHandle) -> bool {
+        self.0.dmem_is_live(h)
+    }
+}
