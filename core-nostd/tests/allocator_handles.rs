@@ -103,7 +103,11 @@ fn a_destroyed_allocator_handle_is_refused_at_any_age() {
         HandleFault::Forged,
     );
     let (i, g, e) = global.to_parts();
-    assert_refused(&n, AllocatorHandle::from_parts(i, g + 1, e), HandleFault::Forged);
+    assert_refused(
+        &n,
+        AllocatorHandle::from_parts(i, g + 1, e),
+        HandleFault::Forged,
+    );
     close_and_check_drained(&n);
 }
 
@@ -127,7 +131,10 @@ fn a_foreign_allocator_handle_is_refused() {
     let ma = na.dmem().allocator_create(core, MODEL).unwrap();
     assert_refused(&nb, ga, HandleFault::Foreign);
     assert_refused(&nb, ma, HandleFault::Foreign);
-    assert!(na.dmem().allocator_is_live(ma), "b's refusals left a's alone");
+    assert!(
+        na.dmem().allocator_is_live(ma),
+        "b's refusals left a's alone"
+    );
     na.dmem().allocator_destroy(ma).unwrap();
     // Closed and initialised again: the old handles are of another epoch.
     na.close().unwrap();

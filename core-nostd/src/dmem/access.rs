@@ -44,7 +44,8 @@ impl<'a> Nrt<'a> {
     /// allocator slot yields a handle every resolver refuses.
     pub(crate) fn allocator_handle_owned(&self, al: *const dmem_allocator_t) -> AllocatorHandle {
         let st: &'a crate::ctx::CoreState = self.st;
-        let (index, generation) = match (st.dmem.allocators.index_of(al), self.allocator_words(al)) {
+        let (index, generation) = match (st.dmem.allocators.index_of(al), self.allocator_words(al))
+        {
             (Some(i), Some(w)) => (i as u32, w.gen.load(Ordering::Acquire)),
             _ => (u32::MAX, 0),
         };
@@ -74,7 +75,9 @@ impl<'a> Nrt<'a> {
     }
 
     /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the allocator cannot be
-    /// destroyed, nor its slot reused, until the pin drops.
+    /// destroyed, nor its slot reused, until the pin drops. Called inside a gated call (the
+    /// caller holds an [`InCall`]): a core's GLOBAL allocator, which only `close` destroys, is
+    /// resolved by its generation alone, without a pin.
     #[inline]
     pub(super) fn allocator_pin(&self, h: AllocatorHandle) -> Result<AllocatorPin<'a>> {
         self.check_epoch(h.0, HandleKind::Allocator)?;
@@ -89,8 +92,17 @@ impl<'a> Nrt<'a> {
             .allocator_words
             .entry(h.0.index as usize)
             .ok_or(forged)?;
+        // `stable` is written before the generation is published and cleared only by a
+        // destroy, which for a GLOBAL allocator runs under `close`'s exclusive token.
+        if w.gen.load(Ordering::Acquire) == h.0.generation && w.stable.load(Ordering::Acquire) == 1
+        {
+            return Ok(AllocatorPin { al, refs: None });
+        }
         if handle::pin(&w.gen, &w.refs, h.0.generation) {
-            Ok(AllocatorPin { al, refs: &w.refs })
+            Ok(AllocatorPin {
+                al,
+                refs: Some(&w.refs),
+            })
         } else {
             Err(Error::stale(HandleKind::Allocator))
         }
@@ -100,8 +112,11 @@ impl<'a> Nrt<'a> {
     /// pin in one step, so no call can pin it any more. Refused (`AllocatorInUse`, nothing
     /// changed) while any other call has it pinned: an allocation, a walk, or another destroy.
     pub(super) fn allocator_claim(&self, p: AllocatorPin<'_>) -> Result<()> {
-        let claimed = p
-            .refs
+        let Some(refs) = p.refs else {
+            // Unpinned: a core's GLOBAL allocator, the runtime's.
+            return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
+        };
+        let claimed = refs
             .compare_exchange(1 + handle::PIN, 0, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if claimed {
@@ -166,9 +181,19 @@ impl<'a> Nrt<'a> {
             allocator_list(al).init();
         }
         if let Some(w) = self.allocator_words(al) {
+            w.stable.store(0, Ordering::Release);
             handle::publish(&w.gen, &w.refs);
         }
         Ok(al)
+    }
+
+    /// Marks `al` a core's GLOBAL allocator (`tpb_allocator`), made by `init` (`_ex`: its
+    /// exclusive token, so no call is in flight): it lives until `close`, so a gated call
+    /// resolves its handle without a pin ([`Self::allocator_pin`]).
+    pub(crate) fn allocator_mark_core(&self, _ex: &impl InCall, al: *mut dmem_allocator_t) {
+        if let Some(w) = self.allocator_words(al) {
+            w.stable.store(1, Ordering::Release);
+        }
     }
 
     /// [`Self::dmem_allocator_destroy`] as a step of a gated call or of `close` (`call`),
@@ -233,6 +258,7 @@ impl<'a> Nrt<'a> {
         }
         self.set_caller_owned(al, false);
         if let Some(w) = words {
+            w.stable.store(0, Ordering::Release);
             handle::retire(&w.gen);
         }
         self.st

@@ -148,9 +148,11 @@ impl Drop for DmemPin<'_> {
 
 /// A pinned allocator ([`Nrt::allocator_pin`]): it cannot be destroyed, nor its slot reused,
 /// until this drops.
+/// A core's GLOBAL allocator is not pinned (`refs` is `None`): only `close` destroys it, and the
+/// state gate keeps `close` out while the call runs.
 pub(crate) struct AllocatorPin<'a> {
     pub(crate) al: *mut dmem_allocator_t,
-    refs: &'a crate::atomic::AtomicU64,
+    refs: Option<&'a crate::atomic::AtomicU64>,
 }
 
 // A pin is one count in the reference word: a copy would unpin twice.
@@ -159,7 +161,9 @@ static_assertions::assert_not_impl_any!(AllocatorPin<'static>: Clone, Copy);
 impl Drop for AllocatorPin<'_> {
     #[inline]
     fn drop(&mut self) {
-        handle::unpin(self.refs);
+        if let Some(refs) = self.refs {
+            handle::unpin(refs);
+        }
     }
 }
 

@@ -37,11 +37,13 @@ pub(crate) struct DmemPool {
 }
 
 /// The handle words of one allocator slot ([`DmemPool::allocator_words`]): its generation (odd
-/// while an allocator lives in the slot) and its reference word (one owner while it lives,
-/// plus a pin per call using it through a handle).
+/// while an allocator lives in the slot), its reference word (one owner while it lives, plus a
+/// pin per call using it through a handle), and whether it is a core's GLOBAL allocator, which
+/// lives from `init` to `close` and so needs no pin inside a gated call.
 #[derive(Default)]
 pub(crate) struct AllocatorWords {
     pub(in crate::dmem) gen: core::sync::atomic::AtomicU32,
+    pub(in crate::dmem) stable: core::sync::atomic::AtomicU32,
     pub(in crate::dmem) refs: AtomicU64,
 }
 
