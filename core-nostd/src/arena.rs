@@ -299,7 +299,7 @@ impl<U> SideTable<U> {
 }
 
 /// A side-table entry made only of atomics, so a shared reference to it may be handed to any
-/// thread at any time ([`SideTable::entry`]).
+/// thread at any time (the crate-internal `SideTable::entry`).
 ///
 /// # Safety
 /// All-zero bytes are a valid `Self`, and every field is an atomic (or a struct of them)
