@@ -97,6 +97,7 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "virtual_core" => st(n.logical_core_entry(LogicalCore::new(0))),
         "vtpb_get_default_hbm_idx" => st(n.logical_core_hbm(LogicalCore::new(0))),
         "core_allocator" => st(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0))),
+        "allocator_core" => st(n.dmem().allocator_core(k.al)),
         "tensor_allocate" => {
             st(n.tensors()
                 .allocate(Placement::Device, LogicalCore::new(0).into(), 64, None))

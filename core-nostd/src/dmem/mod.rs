@@ -12,9 +12,10 @@
 //! fields), `alloc` (`dmem_alloc_internal`: the category
 //! tables, the ledger booking and the aligned-alloc emulation) and `free` (references,
 //! free and finalize).
-// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
-// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
-// stale or foreign pointer is an error, not undefined behaviour.
+// The safe API names dmems and allocators by generation-checked handles; the pointer
+// arguments left (a weak index `dmem_list_t`, the raw layer's allocator) are arena slots,
+// each checked with `Arena::is_live` before it is dereferenced, so a stale or foreign
+// pointer is an error, not undefined behaviour.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 #![deny(unsafe_code)]
 
