@@ -256,7 +256,12 @@ fn init_refuses_every_lie_in_device_info() {
         );
         assert_eq!(e.status(), NRT_STATUS::NRT_FAILURE, "{name}");
         assert!(e.to_string().contains("device_info"), "{name}: {e}");
-        assert_eq!(n.driver_bytes_in_use(), 0, "{name}");
+        // Never up: no figure to read, and nothing was asked of the driver.
+        assert_eq!(
+            n.driver_pool_bytes_in_use(),
+            Err(Error::Uninitialized),
+            "{name}"
+        );
         assert_eq!(
             drv.inner.alloc_calls(),
             0,
@@ -283,8 +288,12 @@ fn lying_pool_statistics_are_refused_never_subtracted() {
             matches!(e, Error::BadDriver { what, .. } if what.starts_with("pool_stats")),
             "{name}: {e:?}"
         );
-        // The figures built on them skip the lie rather than wrap or trap.
-        assert_eq!(n.driver_bytes_in_use(), 0, "{name}");
+        // The figure built on them is refused too, never wrapped or trapped.
+        let figure = n.driver_pool_bytes_in_use();
+        assert!(
+            matches!(figure, Err(Error::BadDriver { .. })),
+            "{name}: {figure:?}"
+        );
         // An OOM report reads the statistics: it says less, but it is made.
         let a = AllocArgs::device(
             1 << 40,
@@ -526,7 +535,9 @@ proptest! {
         let st = CoreState::new_boxed();
         let n = Nrt::new(&st, &drv);
         if bounded(|| n.init(&InitOptions::default())).is_err() {
-            prop_assert_eq!(n.driver_bytes_in_use(), 0);
+            // A refused init holds nothing: no figure, or an empty one.
+            let figure = n.driver_pool_bytes_in_use();
+            prop_assert!(!matches!(figure, Ok(b) if b != 0), "{:?}", figure);
             return Ok(());
         }
         let (mut models, mut tensors, mut dmems, mut sets) = (vec![], vec![], vec![], vec![]);
@@ -589,7 +600,7 @@ proptest! {
                     let _ = n.tensors().execute(m, si, so);
                 }
                 Op::Stats => {
-                    let _ = n.driver_bytes_in_use();
+                    let _ = n.driver_pool_bytes_in_use();
                     let _ = n.pool_stats_checked(0, false, 0);
                     let mut s = String::new();
                     let _ = n.ledger().dump(&mut s, 0, None, 8);
