@@ -388,9 +388,13 @@ pub fn run(s: &mut Session, out: &mut dyn Write, ui: &Ui, full: bool) -> Result<
     // 5. Teardown.
     o.line("")?;
     o.heading("5. Tear down (nrt_close)")?;
-    let held = s.driver_bytes();
+    let pools = |s: &Session| {
+        s.driver_bytes()
+            .map_err(|e| fail(format!("driver pools: {e}")))
+    };
+    let held = pools(s)?;
     s.close().map_err(|e| fail(format!("nrt_close: {e}")))?;
-    let left = s.driver_bytes();
+    let left = pools(s)?;
     o.verdict(
         left == 0,
         &format!(

@@ -74,8 +74,8 @@ pub struct Report {
     pub hbm_free_blocks: Vec<(u32, u32, FreeHistogram, FreeHistogram)>,
     /// `(device, pool)` host DMA pools.
     pub host_pools: Vec<(u32, PoolStats)>,
-    /// Bytes the driver holds.
-    pub driver_bytes: u64,
+    /// Bytes in use in the driver's pools, or why they could not be read.
+    pub driver_bytes: Result<u64, String>,
     /// On a shared simulated device: its name, this process's slot and the
     /// device-wide figures of every process.
     pub device_wide: Option<(String, usize, nrt_host::shared::reader::Snapshot)>,
@@ -236,7 +236,7 @@ pub fn collect(s: &Session, source: &str) -> Report {
         hbm,
         hbm_free_blocks,
         host_pools,
-        driver_bytes: nrt.driver_bytes_in_use(),
+        driver_bytes: nrt.driver_pool_bytes_in_use().map_err(|e| e.to_string()),
         device_wide: s
             .runtime()
             .shared()
@@ -415,7 +415,10 @@ pub fn to_json(r: &Report) -> Value {
                 }
                 v
             }).collect::<Vec<_>>(),
-            "driver_bytes_in_use": r.driver_bytes,
+            "driver_bytes_in_use": match &r.driver_bytes {
+                Ok(b) => serde_json::json!(b),
+                Err(e) => serde_json::json!({ "error": e }),
+            },
             "device_wide": r.device_wide.as_ref().map(|(name, slot, snap)| {
                 super::monitor::device_wide_json(&shared_file(name), name, Some(*slot), snap)
             }),
@@ -589,11 +592,10 @@ pub fn write_text(r: &Report, out: &mut dyn Write, color: bool) -> io::Result<()
             )?;
         }
     } else {
-        writeln!(
-            out,
-            "  driver holds {} for this runtime",
-            fmt_bytes(r.driver_bytes)
-        )?;
+        match &r.driver_bytes {
+            Ok(b) => writeln!(out, "  driver holds {} for this runtime", fmt_bytes(*b))?,
+            Err(e) => writeln!(out, "  driver pools unreadable: {e}")?,
+        }
     }
     Ok(())
 }

@@ -52,7 +52,7 @@ fn main() -> Result<(), Error> {
         model.h_model().id
     );
     nrt.close()?; // unloads the model too: every byte goes back
-    assert_eq!(nrt.driver_bytes_in_use(), 0);
+    assert_eq!(nrt.driver_pool_bytes_in_use()?, 0);
     println!("closed: the driver holds 0 B");
     Ok(())
 }

@@ -237,16 +237,19 @@ impl DriverKeptBooks {
 }
 
 /// The driver handles of live dmems, as a set of keys (`handle ^ device << 59`) in
-/// [`LIVE_HANDLE_SLOTS`] slots, each key in one of the [`LIVE_HANDLE_PROBES`] slots after its
-/// hash: a new handle is looked for in those slots only (one or two cache lines). A key finds
-/// no free slot when the set is crowded, and is then not recorded: the check misses it (a
-/// duplicate of it goes unnoticed) but never refuses a handle that is not in use, since a
-/// found key is confirmed among the live dmems. All-zero is empty.
+/// [`LIVE_HANDLE_SLOTS`] slots, each key in one of the [`LIVE_HANDLE_PROBES`] slots from its
+/// hash on: a new handle is looked for in those slots only (two or three cache lines). The
+/// windows of the last hashes run into `LIVE_HANDLE_PROBES - 1` slots past the hashed ones
+/// instead of wrapping around, so every window is one contiguous run, scanned without index
+/// arithmetic (the check is on the allocation path). A key finds no free slot when the set is
+/// crowded, and is then not recorded: the check misses it (a duplicate of it goes unnoticed)
+/// but never refuses a handle that is not in use, since a found key is confirmed among the
+/// live dmems. All-zero is empty.
 pub(crate) struct LiveHandles {
-    slots: [AtomicU64; LIVE_HANDLE_SLOTS],
+    slots: [AtomicU64; LIVE_HANDLE_SLOTS + LIVE_HANDLE_PROBES - 1],
 }
 
-/// Slots of [`LiveHandles`] (32 KiB).
+/// Slots a hash picks in [`LiveHandles`] (32 KiB, and the last window's tail).
 pub(crate) const LIVE_HANDLE_SLOTS: usize = 1 << 12;
 /// Slots a key may sit in, from its hash on.
 pub(crate) const LIVE_HANDLE_PROBES: usize = 16;
@@ -257,15 +260,23 @@ impl LiveHandles {
     fn key(dev: u32, handle: u64) -> u64 {
         handle ^ (u64::from(dev) << 59)
     }
-    fn probe(&self, key: u64) -> impl Iterator<Item = &AtomicU64> {
+    /// The window of `key`: [`LIVE_HANDLE_PROBES`] slots from its hash (below
+    /// [`LIVE_HANDLE_SLOTS`]: the top 12 bits) on.
+    fn probe(&self, key: u64) -> &[AtomicU64] {
+        const { assert!(LIVE_HANDLE_SLOTS == 1 << 12) };
         let h = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
-        (0..LIVE_HANDLE_PROBES).map(move |i| &self.slots[(h + i) % LIVE_HANDLE_SLOTS])
+        // Always in bounds (h < LIVE_HANDLE_SLOTS); the empty window is never taken.
+        self.slots.get(h..h + LIVE_HANDLE_PROBES).unwrap_or(&[])
     }
     /// Whether a live dmem may hold `handle` on `dev` (a key collision is possible only
     /// between handles that use their top five bits).
     pub(crate) fn maybe(&self, dev: u32, handle: u64) -> bool {
         let key = Self::key(dev, handle);
-        key != 0 && self.probe(key).any(|s| s.load(Ordering::Acquire) == key)
+        key != 0
+            && self
+                .probe(key)
+                .iter()
+                .any(|s| s.load(Ordering::Acquire) == key)
     }
     /// A dmem holding `handle` on `dev` is published.
     pub(crate) fn add(&self, dev: u32, handle: u64) {

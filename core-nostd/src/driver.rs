@@ -359,7 +359,7 @@ impl PoolStats {
 /// let nrt = Nrt::new(&state, &drv);
 /// let r = nrt.init(&InitOptions::default());
 /// assert_eq!(r, Err(Error::Driver(errno::EOPNOTSUPP)));
-/// assert_eq!(nrt.driver_bytes_in_use(), 0);
+/// assert_eq!(nrt.driver_pool_bytes_in_use(), Err(Error::Uninitialized)); // never up
 /// ```
 pub trait Driver: Sync {
     /// Devices this driver exposes (≤ 32).

@@ -630,7 +630,7 @@ proptest! {
         for core in 0..8 { prop_assert_eq!(n.ledger().device(0, core, UsageSel::Total), 0); }
         prop_assert_eq!(n.ledger().hbm(0), [0; 4]);
         n.close().unwrap();
-        prop_assert_eq!(n.driver_bytes_in_use(), 0);
+        prop_assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
     }
 }
 
@@ -825,9 +825,13 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
         )
         .unwrap();
     n.dmem().acquire_reference(shared).unwrap();
-    assert!(n.driver_bytes_in_use() >= 4 << 20);
+    assert!(n.driver_pool_bytes_in_use().unwrap() >= 4 << 20);
     n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
+    assert_eq!(
+        n.driver_pool_bytes_in_use().unwrap(),
+        0,
+        "close left memory behind"
+    );
     for (name, s) in n.state().arena_stats() {
         assert_eq!(s.live, 0, "close left {name} slots live");
     }
@@ -1182,15 +1186,18 @@ proptest! {
                                 .find(|l| l.trim_start().starts_with("HBM 0:"))
                                 .unwrap();
                             let requested = size as f64 / (1024.0 * 1024.0);
+                            // The report prints MB to three decimals: a block just below the
+                            // request may print up to half a unit above it.
+                            let below = |mb: f64| mb - 0.0005 < requested;
                             let largest = mb_after(line, "largest free block").unwrap();
-                            prop_assert!(largest < requested, "{} MB: {}", requested, dump);
+                            prop_assert!(below(largest), "{} MB: {}", requested, dump);
                             if size <= 512 * 1024 {
                                 let small_region = line
                                     .split("small-object region")
                                     .nth(1)
                                     .and_then(|r| mb_after(r, "largest"))
                                     .unwrap();
-                                prop_assert!(small_region < requested, "{}", dump);
+                                prop_assert!(below(small_region), "{}", dump);
                             }
                         }
                         Err(e) => prop_assert!(false, "unexpected {}", e),

@@ -118,7 +118,7 @@ fn a_stale_tensor_handle_stays_an_error_after_100k_frees() {
     );
     n.tensors().free(victim).unwrap();
     n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
 }
 
 fn stale_of(kind: HandleKind) -> Error {
@@ -388,7 +388,7 @@ fn a_handle_freed_while_other_threads_use_it() {
     assert_eq!(refused, rounds, "every reader ended on the stale error");
     assert!(ok_reads > 0);
     n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
 }
 
 /// The same race on dmems, with a second free racing the first (exactly one wins) and the
@@ -561,6 +561,6 @@ proptest! {
             live.len()
         );
         n.close().unwrap();
-        prop_assert_eq!(n.driver_bytes_in_use(), 0);
+        prop_assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
     }
 }

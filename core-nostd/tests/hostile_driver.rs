@@ -33,6 +33,8 @@ struct Hostility {
     zero_handle_pct: u32,
     /// Return the previous handle again.
     dup_handle_pct: u32,
+    /// A repeated handle comes with an address outside the window.
+    dup_outside: bool,
     /// Return an address outside the window.
     outside_pct: u32,
     /// Refuse a free.
@@ -139,15 +141,15 @@ impl Driver for Hostile {
         if self.roll(self.how.zero_handle_pct) {
             return Ok((0, pa));
         }
+        let bad = if req.host {
+            HOST_PA_BASE - 4096
+        } else {
+            u64::MAX - 4096
+        };
         if prev != 0 && self.roll(self.how.dup_handle_pct) {
-            return Ok((prev, pa));
+            return Ok((prev, if self.how.dup_outside { bad } else { pa }));
         }
         if self.roll(self.how.outside_pct) {
-            let bad = if req.host {
-                HOST_PA_BASE - 4096
-            } else {
-                u64::MAX - 4096
-            };
             return Ok((h, bad));
         }
         Ok((h, pa))
@@ -256,7 +258,12 @@ fn init_refuses_every_lie_in_device_info() {
         );
         assert_eq!(e.status(), NRT_STATUS::NRT_FAILURE, "{name}");
         assert!(e.to_string().contains("device_info"), "{name}: {e}");
-        assert_eq!(n.driver_bytes_in_use(), 0, "{name}");
+        // Never up: no figure to read, and nothing was asked of the driver.
+        assert_eq!(
+            n.driver_pool_bytes_in_use(),
+            Err(Error::Uninitialized),
+            "{name}"
+        );
         assert_eq!(
             drv.inner.alloc_calls(),
             0,
@@ -283,8 +290,12 @@ fn lying_pool_statistics_are_refused_never_subtracted() {
             matches!(e, Error::BadDriver { what, .. } if what.starts_with("pool_stats")),
             "{name}: {e:?}"
         );
-        // The figures built on them skip the lie rather than wrap or trap.
-        assert_eq!(n.driver_bytes_in_use(), 0, "{name}");
+        // The figure built on them is refused too, never wrapped or trapped.
+        let figure = n.driver_pool_bytes_in_use();
+        assert!(
+            matches!(figure, Err(Error::BadDriver { .. })),
+            "{name}: {figure:?}"
+        );
         // An OOM report reads the statistics: it says less, but it is made.
         let a = AllocArgs::device(
             1 << 40,
@@ -394,6 +405,45 @@ fn the_same_handle_twice_is_refused() {
     n.close().unwrap();
 }
 
+/// A live allocation's handle repeated with a block outside the window is refused as a
+/// repeat: giving that block back would free the live allocation's.
+#[test]
+fn a_repeated_handle_outside_the_window_is_not_given_back() {
+    let drv = Hostile::new(
+        Hostility {
+            dup_handle_pct: 100,
+            dup_outside: true,
+            ..Default::default()
+        },
+        9,
+    );
+    let st = CoreState::new_boxed();
+    let n = Nrt::new(&st, &drv);
+    n.init(&InitOptions::default()).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
+    let a = AllocArgs::device(
+        4096,
+        0,
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
+        "d",
+    );
+    let first = n.dmem().alloc(al, &a, None).expect("a new handle");
+    let held = n.dmem().info(first).unwrap().mem_handle;
+    let e = n.dmem().alloc(al, &a, None).unwrap_err();
+    assert!(
+        matches!(e, Error::BadDriver { what, value } if what.contains("already holds") && value == held),
+        "{e:?}"
+    );
+    // The live block is still the driver's to free: exactly once, by its owner.
+    n.dmem().free(first).unwrap();
+    assert_eq!(drv.free_errors.load(SeqCst), 0);
+    assert_eq!(ledger_bytes(&n), 0);
+    n.close().unwrap();
+}
+
 #[test]
 fn refused_frees_are_reported_by_each_call_and_by_close() {
     let drv = Hostile::new(
@@ -498,14 +548,16 @@ fn hostility() -> impl Strategy<Value = Hostility> {
         0u32..10,
         0u32..10,
         0u32..30,
+        any::<bool>(),
     )
-        .prop_map(|(i, s, f, z, d, o, r)| Hostility {
+        .prop_map(|(i, s, f, z, d, o, r, dup_outside)| Hostility {
             // An info lie fails init; keep most sessions past it.
             info_lie: if i % 3 == 0 { i } else { 0 },
             stats_lie: s,
             fail_pct: f,
             zero_handle_pct: z,
             dup_handle_pct: d,
+            dup_outside,
             outside_pct: o,
             refuse_free_pct: r,
         })
@@ -526,7 +578,9 @@ proptest! {
         let st = CoreState::new_boxed();
         let n = Nrt::new(&st, &drv);
         if bounded(|| n.init(&InitOptions::default())).is_err() {
-            prop_assert_eq!(n.driver_bytes_in_use(), 0);
+            // A refused init holds nothing: no figure, or an empty one.
+            let figure = n.driver_pool_bytes_in_use();
+            prop_assert!(!matches!(figure, Ok(b) if b != 0), "{:?}", figure);
             return Ok(());
         }
         let (mut models, mut tensors, mut dmems, mut sets) = (vec![], vec![], vec![], vec![]);
@@ -589,7 +643,7 @@ proptest! {
                     let _ = n.tensors().execute(m, si, so);
                 }
                 Op::Stats => {
-                    let _ = n.driver_bytes_in_use();
+                    let _ = n.driver_pool_bytes_in_use();
                     let _ = n.pool_stats_checked(0, false, 0);
                     let mut s = String::new();
                     let _ = n.ledger().dump(&mut s, 0, None, 8);

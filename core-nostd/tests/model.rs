@@ -162,7 +162,7 @@ fn three_models_share_a_core_and_unload_frees_exactly_one() {
     );
     // Teardown with models still loaded returns every byte to the driver.
     n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
 }
 
 #[test]
@@ -773,7 +773,11 @@ fn close_waits_for_in_flight_calls() {
                 assert_eq!(j.join().unwrap(), Error::Closed);
             }
         });
-        assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
+        assert_eq!(
+            n.driver_pool_bytes_in_use().unwrap(),
+            0,
+            "close left memory behind"
+        );
         for (name, s) in n.state().arena_stats() {
             assert_eq!(s.live, 0, "close left {name} slots live");
         }

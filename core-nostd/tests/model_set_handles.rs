@@ -35,7 +35,7 @@ fn up() -> Fixture {
 fn state(n: &Nrt<'_>) -> impl PartialEq + std::fmt::Debug {
     (
         n.ledger().snapshot(0),
-        n.driver_bytes_in_use(),
+        n.driver_pool_bytes_in_use().unwrap(),
         n.state().arena_stats().map(|(name, s)| (name, s.live)),
     )
 }

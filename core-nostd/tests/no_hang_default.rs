@@ -141,7 +141,7 @@ fn allocating_or_freeing_in_the_allocator_being_walked_times_out() {
     );
     let d = n.dmem().alloc(al, &a, None).unwrap();
     let t = device_tensor(&n, 0, 4096, "t");
-    let before = n.driver_bytes_in_use();
+    let before = n.driver_pool_bytes_in_use().unwrap();
     let mut got = Vec::new();
     timed(|| {
         n.dmem().allocator_for_each(al, |_| {
@@ -157,7 +157,7 @@ fn allocating_or_freeing_in_the_allocator_being_walked_times_out() {
         assert_eq!(r.unwrap_err(), Error::Timeout(WaitFor::AllocatorLock));
     }
     assert_eq!(
-        n.driver_bytes_in_use(),
+        n.driver_pool_bytes_in_use().unwrap(),
         before,
         "nothing allocated or freed"
     );

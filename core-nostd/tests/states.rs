@@ -88,7 +88,7 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "driver" | "state" => return v(),
         "num_devices" => return Some(n.num_devices()).and(v()),
         "geom" => return Some(n.geom(0)).and(v()),
-        "driver_bytes_in_use" => return Some(n.driver_bytes_in_use()).and(v()),
+        "driver_bytes_in_use" => return Some(n.driver_pool_bytes_in_use().unwrap()).and(v()),
         "driver_pool_bytes_in_use" => st(n.driver_pool_bytes_in_use()),
         "runtime_bytes_in_use" => st(n.runtime_bytes_in_use()),
         "visible_vnc_count" => return Some(n.visible_logical_core_count()).and(v()),

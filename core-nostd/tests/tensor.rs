@@ -267,7 +267,7 @@ fn virtual_attach_copy_and_host_placement() {
         "double free"
     );
     n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
 }
 
 #[test]
@@ -363,7 +363,7 @@ fn too_large_requests_fail_as_out_of_memory_whatever_the_size() {
     );
     let n = f.nrt();
     let core = || CoreSel::from(LogicalCore::new(0));
-    let before = n.driver_bytes_in_use();
+    let before = n.driver_pool_bytes_in_use().unwrap();
     for (placement, status) in [
         (Placement::Device, NRT_STATUS::NRT_RESOURCE),
         (Placement::Host, NRT_STATUS::NRT_FAIL_HOST_MEM_ALLOC),
@@ -376,7 +376,7 @@ fn too_large_requests_fail_as_out_of_memory_whatever_the_size() {
             assert_eq!(e.status(), status, "{placement:?} of {size} bytes: {e}");
         }
     }
-    assert_eq!(n.driver_bytes_in_use(), before);
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), before);
     n.close().unwrap();
 }
 
@@ -613,7 +613,7 @@ fn an_execute_in_flight_when_close_begins_completes() {
         assert_eq!(close.join().unwrap(), Ok(()));
     });
     assert_eq!(
-        n.driver_bytes_in_use(),
+        n.driver_pool_bytes_in_use().unwrap(),
         0,
         "close still released everything"
     );
@@ -741,7 +741,7 @@ fn an_unwinding_execute_leaves_no_pending_marks() {
     let mut buf = [0u8; 64];
     n.tensors().read(x, &mut buf, 0).unwrap();
     n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
 }
 
 /// An execution does not read its inputs while another execution is writing them (spec §7.1:
@@ -891,7 +891,7 @@ fn close_returns_live_virtual_tensors_bytes_to_the_bound_provider() {
     assert_eq!(out(), 64 + 4096 + 100_000 + 512);
     n.close().unwrap();
     assert_eq!(out(), 0, "close left VIRTUAL bytes with the host provider");
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
 }
 
 #[test]

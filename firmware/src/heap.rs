@@ -96,7 +96,7 @@ impl Run {
 
         // `close` reclaims the tensor left live.
         theirs.close()?;
-        let left = theirs.driver_bytes_in_use();
+        let left = theirs.driver_pool_bytes_in_use()?;
         let nrt_core::LedgerSnapshot {
             device: dev_rows,
             host: host_rows,

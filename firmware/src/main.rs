@@ -211,7 +211,7 @@ const UNLOADED: usize = 1;
 #[derive(PartialEq, Eq)]
 struct Snapshot {
     ledger: nrt_core::LedgerSnapshot,
-    driver_bytes: u64,
+    driver_bytes: Result<u64, Error>,
     arena_live: [usize; CoreState::ARENA_COUNT],
     models: usize,
 }
@@ -301,7 +301,7 @@ impl Run {
         let mut on = [ModelHandle::from_parts(0, 0, 0); CAPS.models as usize];
         Snapshot {
             ledger: self.nrt.ledger().snapshot(0),
-            driver_bytes: self.nrt.driver_bytes_in_use(),
+            driver_bytes: self.nrt.driver_pool_bytes_in_use(),
             arena_live,
             models: self
                 .nrt
@@ -348,14 +348,14 @@ impl Run {
             "  init          LNC {}, {} logical cores; driver holds {} after bring-up",
             n.logical_core_size(),
             n.visible_logical_core_count(),
-            Mib(n.driver_bytes_in_use())
+            Mib(n.driver_pool_bytes_in_use()?)
         );
 
         // Three models on one logical core.
         let mut handles = [ModelHandle::from_parts(0, 0, 0); 3];
         let mut bytes = [0u64; 3];
         for (i, spec) in MODELS.iter().enumerate() {
-            let before = n.driver_bytes_in_use();
+            let before = n.driver_pool_bytes_in_use()?;
             handles[i] = n.models().load(MODEL_VNC, spec)?;
             let info = n.models().info(handles[i])?;
             bytes[i] = info.bytes;
@@ -366,7 +366,7 @@ impl Run {
                 handles[i].h_model().id,
                 MODEL_VNC,
                 Mib(info.bytes),
-                Mib(n.driver_bytes_in_use() - before)
+                Mib(n.driver_pool_bytes_in_use()? - before)
             );
         }
         let mut on = [ModelHandle::from_parts(0, 0, 0); 8];
@@ -433,9 +433,9 @@ impl Run {
         // Unload one model: exactly its bytes go, the others stay.
         let h = handles[UNLOADED];
         let others: [_; 2] = [n.models().info(handles[0])?, n.models().info(handles[2])?];
-        let before = n.driver_bytes_in_use();
+        let before = n.driver_pool_bytes_in_use()?;
         n.models().unload(h)?;
-        let freed = before - n.driver_bytes_in_use();
+        let freed = before - n.driver_pool_bytes_in_use()?;
         self.check(
             freed == bytes[UNLOADED],
             format_args!(
@@ -650,11 +650,12 @@ impl Run {
             after_close == Err(Error::Closed),
             format_args!("load after close: {after_close:?}, expected Closed"),
         );
-        let in_use = n.driver_bytes_in_use();
+        let in_use = n.driver_pool_bytes_in_use();
         self.check(
-            in_use == 0,
-            format_args!("driver still holds {in_use} B after close"),
+            in_use == Ok(0),
+            format_args!("driver pools after close: {in_use:?}, expected 0 B in use"),
         );
+        let in_use = in_use.unwrap_or(u64::MAX);
         let drv = n.driver();
         let mut pools = 0;
         for dev in 0..drv.device_count() {

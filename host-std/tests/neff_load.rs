@@ -25,7 +25,10 @@ fn runtime(preset: Preset) -> HostRuntime {
 /// What must not change when a load is refused: the ledger of device 0 and the driver.
 fn state(rt: &HostRuntime) -> (nrt_core::LedgerSnapshot, u64) {
     let nrt = rt.nrt();
-    (nrt.ledger().snapshot(0), nrt.driver_bytes_in_use())
+    (
+        nrt.ledger().snapshot(0),
+        nrt.driver_pool_bytes_in_use().unwrap(),
+    )
 }
 
 fn examples() -> Vec<PathBuf> {

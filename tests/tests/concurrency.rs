@@ -179,7 +179,7 @@ fn threads_load_execute_unload_on_one_core() {
         0
     );
     rt.close().unwrap();
-    assert_eq!(rt.nrt().driver_bytes_in_use(), 0);
+    assert_eq!(rt.nrt().driver_pool_bytes_in_use().unwrap(), 0);
 }
 
 #[test]

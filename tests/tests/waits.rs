@@ -82,5 +82,5 @@ fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() 
             .expect("the unload waited for the guard and the execution");
     });
     n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0);
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
 }

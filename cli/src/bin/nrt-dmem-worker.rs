@@ -131,6 +131,9 @@ fn stats(s: &Session) -> String {
                 procs.join(",")
             )
         }
-        None => format!("own={}", s.nrt().driver_bytes_in_use()),
+        None => match s.nrt().driver_pool_bytes_in_use() {
+            Ok(b) => format!("own={b}"),
+            Err(e) => format!("own=? ({e})"),
+        },
     }
 }

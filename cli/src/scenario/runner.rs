@@ -408,10 +408,10 @@ impl Runner<'_, '_> {
                 (text, r)
             }
             Action::Close => {
-                let r = self
-                    .s
-                    .close()
-                    .map(|_| format!(": driver holds {}", fmt_bytes(self.s.driver_bytes())));
+                let r = self.s.close().map(|_| match self.s.driver_bytes() {
+                    Ok(b) => format!(": driver holds {}", fmt_bytes(b)),
+                    Err(e) => format!(": driver pools unreadable ({e})"),
+                });
                 ("close".into(), r)
             }
             Action::Snapshot { name } => {

@@ -215,7 +215,7 @@ impl<'a> Nrt<'a> {
     ///
     /// Deliberate difference: libnrt's teardown leaves no tree behind; this keeps the tree's
     /// devices and ledger (all zero by then) readable until the next [`Nrt::init`], which
-    /// clears it, so a closed runtime can still be inspected (`driver_bytes_in_use`, the
+    /// clears it, so a closed runtime can still be inspected (`driver_pool_bytes_in_use`, the
     /// ledger, the last OOM). The C library clears its `tdrv_ctx_0` pointer at `nrt_close`,
     /// as libnrt does. The per-core GLOBAL allocators and model databases are gone, and every gated call
     /// fails with `Closed`.
@@ -346,12 +346,5 @@ impl<'a> Nrt<'a> {
             }
         }
         Ok(used)
-    }
-
-    /// [`Self::driver_pool_bytes_in_use`], 0 when it fails (before the first `init`, or a
-    /// pool the driver would not report): a per-driver figure, kept for callers that want a
-    /// plain number.
-    pub fn driver_bytes_in_use(&self) -> u64 {
-        self.driver_pool_bytes_in_use().unwrap_or(0)
     }
 }

@@ -143,19 +143,20 @@ impl<'a> Nrt<'a> {
                 return Err(self.alloc_failed(call, dev, nc_id, hbm, a, usage, host, emulate, e));
             }
         };
-        // What the driver handed back is checked before it is recorded anywhere.
-        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size) {
-            undo_meta();
-            error!("dmem_alloc: {}", e);
-            return Err(e);
-        }
-        if self.handle_in_use(dev, handle) {
-            // Not given back: freeing it would free the block of the dmem that holds it.
+        // What the driver handed back is checked before it is recorded anywhere. A repeated
+        // handle first: it is never given back (freeing it would free the block of the dmem
+        // that holds it), whatever else is wrong with the answer.
+        if handle != 0 && self.handle_in_use(dev, handle) {
             undo_meta();
             let e = Error::BadDriver {
                 what: "memory_alloc: a handle a live allocation already holds",
                 value: handle,
             };
+            error!("dmem_alloc: {}", e);
+            return Err(e);
+        }
+        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size) {
+            undo_meta();
             error!("dmem_alloc: {}", e);
             return Err(e);
         }

@@ -501,7 +501,7 @@ mod tests {
         let state = |n: &Nrt<'_>| {
             (
                 n.ledger_snapshot(0),
-                n.driver_bytes_in_use(),
+                n.driver_pool_bytes_in_use().unwrap(),
                 n.ulib_shared_stats(0, 0).unwrap(),
                 n.state().arena_stats().map(|(_, s)| s.live),
             )

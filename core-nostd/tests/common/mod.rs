@@ -72,7 +72,11 @@ pub fn device_tensor(n: &Nrt<'_>, core: u32, size: u64, name: &str) -> nrt_core:
 /// Closes the runtime and checks that it gave every byte back to the driver.
 pub fn close_and_check_drained(n: &Nrt<'_>) {
     n.close().unwrap();
-    assert_eq!(n.driver_bytes_in_use(), 0, "close left memory behind");
+    assert_eq!(
+        n.driver_pool_bytes_in_use().unwrap(),
+        0,
+        "close left memory behind"
+    );
 }
 
 /// One device's ledger: device rows and host rows.
@@ -84,7 +88,7 @@ pub fn snapshot(n: &Nrt<'_>) -> (Vec<Ledger>, u64) {
         (0..n.num_devices())
             .map(|d| n.ledger().snapshot(d))
             .collect(),
-        n.driver_bytes_in_use(),
+        n.driver_pool_bytes_in_use().unwrap(),
     )
 }
 

@@ -120,7 +120,7 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
         read_back,
         weights_booked,
         core_total,
-        driver_bytes_after_close: nrt.driver_bytes_in_use(),
+        driver_bytes_after_close: nrt.driver_pool_bytes_in_use()?,
         core_total_after_close: nrt.ledger().device(dev, tpb, UsageSel::Total),
     };
     let _ = writeln!(
