@@ -298,6 +298,27 @@ impl<U> SideTable<U> {
     }
 }
 
+/// A side-table entry made only of atomics, so a shared reference to it may be handed to any
+/// thread at any time (the crate-internal `SideTable::entry`).
+///
+/// # Safety
+/// All-zero bytes are a valid `Self`, and every field is an atomic (or a struct of them)
+/// that every access treats as such.
+pub unsafe trait AtomicEntry: Sync {}
+
+// SAFETY: an atomic byte; zero is valid.
+unsafe impl AtomicEntry for AtomicU8 {}
+
+impl<U: AtomicEntry> SideTable<U> {
+    /// Entry `i` of a table of atomics, `None` past the table.
+    #[inline]
+    pub(crate) fn entry(&self, i: usize) -> Option<&U> {
+        // SAFETY: in bounds of the bound storage (zero-valid atomics, `AtomicEntry`), which
+        // lives as long as `self`; atomics are only ever accessed atomically.
+        (i < self.len).then(|| unsafe { &*self.ptr.add(i) })
+    }
+}
+
 impl SideTable<AtomicU8> {
     /// Entry `i` of a table of flags.
     pub(crate) fn flag(&self, i: usize) -> Option<&AtomicU8> {
@@ -496,6 +517,11 @@ impl<T: Generational> Arena<T> {
         // SAFETY: `index_of` confirmed `p` is a slot of this arena.
         Some(unsafe { self.words(p) })
     }
+}
+
+impl<T: ZeroValid> Arena<T> {
+    /// Bytes of the arena header (the storage comes on top: [`Self::storage_bytes`]).
+    pub const HEADER_BYTES: usize = core::mem::size_of::<Self>();
 
     /// The slot at `index` (live or not), or `None` past the arena.
     #[inline]
@@ -503,11 +529,6 @@ impl<T: Generational> Arena<T> {
         // SAFETY: in bounds of the bound storage (index < cap); no reference is created.
         (index < self.cap).then(|| unsafe { (*self.slots.add(index as usize)).get() })
     }
-}
-
-impl<T: ZeroValid> Arena<T> {
-    /// Bytes of the arena header (the storage comes on top: [`Self::storage_bytes`]).
-    pub const HEADER_BYTES: usize = core::mem::size_of::<Self>();
 
     /// Storage bytes of an arena of `cap` slots: the slots, their live flags and the free
     /// stacks, each rounded up to [`STORAGE_ALIGN`].

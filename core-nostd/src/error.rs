@@ -383,6 +383,9 @@ invalid_args! {
     PcoreNotInTree => "pcore is not a physical core of the context tree",
     /// An allocator pointer that is not a live `dmem_allocator_t` of this runtime.
     AllocatorNotLive => "allocator is not live",
+    /// `dmem_allocator_destroy` of an allocator another call is using right now (an
+    /// allocation, a walk, another destroy): refused, nothing changed; destroy it after.
+    AllocatorInUse => "allocator is in use by another call (allocation, walk or destroy); nothing was destroyed",
     /// A `ref_list` that is not a live `dmem_list_t`.
     RefListNotLive => "ref_list is not a live dmem_list_t",
     /// An allocator whose `pcore` is NULL.

@@ -1,13 +1,13 @@
 //! Typed, generation-checked handles (docs/STYLE.md #16): how the safe API names
-//! the dmems, tensors, tensor sets and models it hands out ([`DmemHandle`], [`TensorHandle`],
-//! [`SetHandle`], [`ModelHandle`]), and the pin protocol that makes a handle used on one
+//! the dmems, tensors, tensor sets, allocators and models it hands out ([`DmemHandle`],
+//! [`TensorHandle`], [`SetHandle`], [`AllocatorHandle`], [`ModelHandle`]), and the pin protocol that makes a handle used on one
 //! thread while another frees it an error or a completed operation, never a use after free.
 //!
 //! # What a handle is
 //!
-//! A dmem, tensor or set handle is `(index, generation, epoch)`: the object's arena slot, the
-//! slot's generation when the object was made (the ABI's `dmem_t.generation` @68 /
-//! `nrt_tensor_t.generation` @44; a set slot's own word), and the runtime's epoch, a process-wide counter bumped by every `init` (so a handle
+//! A dmem, tensor, set or allocator handle is `(index, generation, epoch)`: the object's arena
+//! slot, the slot's generation when the object was made (the ABI's `dmem_t.generation` @68 /
+//! `nrt_tensor_t.generation` @44; a set slot's own word; an allocator slot's side-table word), and the runtime's epoch, a process-wide counter bumped by every `init` (so a handle
 //! of another runtime, of a closed one, or of this one before it was initialised again never
 //! matches: state blocks can be freed and re-allocated at the same address, the epoch cannot
 //! repeat). Generations are odd while an object lives in the slot and even while it is free;
@@ -206,6 +206,8 @@ pub enum HandleKind {
     Model,
     /// A [`SetHandle`].
     Set,
+    /// An [`AllocatorHandle`].
+    Allocator,
 }
 
 /// Why a handle was refused.
@@ -239,6 +241,7 @@ impl fmt::Display for HandleError {
             HandleKind::Tensor => "tensor",
             HandleKind::Model => "model",
             HandleKind::Set => "tensor set",
+            HandleKind::Allocator => "allocator",
         };
         match self.fault {
             HandleFault::Stale if self.kind == HandleKind::Model => write!(
@@ -271,6 +274,14 @@ static_assertions::assert_impl_all!(
 );
 static_assertions::assert_impl_all!(
     TensorHandle: Copy,
+    Send,
+    Sync,
+    Eq,
+    core::hash::Hash,
+    fmt::Debug
+);
+static_assertions::assert_impl_all!(
+    AllocatorHandle: Copy,
     Send,
     Sync,
     Eq,
@@ -376,6 +387,17 @@ handle_type!(
     /// bound.
     SetHandle,
     HandleKind::Set
+);
+
+handle_type!(
+    /// A dmem allocator (`dmem_allocator_t`, spec §3.1: a core's GLOBAL allocator, or one made
+    /// with `DeviceMemory::allocator_create`) of one runtime, as the safe API names it:
+    /// `Copy + Send + Sync`; a destroyed, forged or foreign one is refused at any age
+    /// (`Error::InvalidHandle`). Its generation and reference words live in a side table of
+    /// the allocator arena (the ABI struct has no room for them); the protocol and the wrap
+    /// bound are the module docs'.
+    AllocatorHandle,
+    HandleKind::Allocator
 );
 
 handle_type!(

@@ -51,7 +51,8 @@ pub use device::{CoreSel, LogicalCore, PhysicalCore, PhysicalCores};
 pub use dmem::DeviceMemory;
 pub use error::{Error, InvalidArg, Result};
 pub use handle::{
-    DmemHandle, HandleError, HandleFault, HandleKind, ModelHandle, SetHandle, TensorHandle,
+    AllocatorHandle, DmemHandle, HandleError, HandleFault, HandleKind, ModelHandle, SetHandle,
+    TensorHandle,
 };
 pub use ledger::{DeviceTotals, Ledger, LedgerSnapshot, UsageSel};
 pub use model::Models;

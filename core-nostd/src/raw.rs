@@ -24,7 +24,7 @@ use crate::abi::{dmem_allocator_t, dmem_list_t, dmem_t, nrt_tensor_t};
 use crate::ctx::Nrt;
 use crate::dmem::{AllocArgs, Dmem, DmemInfo};
 use crate::error::{Error, InvalidArg, Result};
-use crate::handle::{DmemHandle, HandleKind, TensorHandle};
+use crate::handle::{AllocatorHandle, DmemHandle, HandleKind, TensorHandle};
 use crate::tensor::{DeviceAllocationInfo, Placement, Tensor, TensorName};
 use crate::vcore::CoreSel;
 
@@ -215,6 +215,33 @@ pub fn dmem_ptr(n: &Nrt<'_>, h: DmemHandle) -> Result<Dmem> {
     let _call = n.enter()?;
     let pin = n.dmem_pin(h)?;
     Ok(pin.m)
+}
+
+/// The pointer behind a live allocator handle (valid until the allocator is destroyed: the
+/// caller keeps it alive while it uses the pointer).
+pub fn allocator_ptr(n: &Nrt<'_>, h: AllocatorHandle) -> Result<*mut dmem_allocator_t> {
+    n.with_allocator(h, Ok)
+}
+
+/// `dmem_allocator_create` in libnrt's shape (spec §3.1): an allocator for `pcore` (the
+/// `pcore` of an attached core's `tpb_t`; any other pointer is refused without being
+/// dereferenced), returned by pointer. The caller destroys it with [`allocator_destroy`] (or
+/// [`DeviceMemory::allocator_destroy`](crate::dmem::DeviceMemory::allocator_destroy) through
+/// [`DeviceMemory::allocator_handle_of`](crate::dmem::DeviceMemory::allocator_handle_of)).
+pub fn allocator_create(
+    n: &Nrt<'_>,
+    pcore: *mut crate::abi::physical_core_t,
+    ty: crate::abi::dmem_allocator_type_t,
+) -> Result<*mut dmem_allocator_t> {
+    n.dmem_allocator_create(pcore, ty)
+}
+
+/// `dmem_allocator_destroy` in libnrt's shape (spec §5.4), `al` by pointer.
+///
+/// # Safety
+/// The module contract for `al`: no other thread uses it while this runs or afterwards.
+pub unsafe fn allocator_destroy(n: &Nrt<'_>, al: *mut dmem_allocator_t) -> Result<()> {
+    n.dmem_allocator_destroy(al)
 }
 
 /// [`DeviceMemory::alloc`](crate::dmem::DeviceMemory::alloc), returning the dmem's pointer.

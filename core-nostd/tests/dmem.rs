@@ -15,7 +15,7 @@ use proptest::prelude::*;
 /// `al`'s list is whole (`List::assert_valid` through `DeviceMemory::allocator_check`): every link
 /// symmetric and as many dmems linked as the allocator counts.
 #[track_caller]
-fn assert_list_valid(n: &nrt_core::Nrt<'_>, al: *mut dmem_allocator_t) {
+fn assert_list_valid(n: &nrt_core::Nrt<'_>, al: nrt_core::AllocatorHandle) {
     match n.dmem().allocator_check(al) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => panic!("allocator list invalid: {e}"),
@@ -194,9 +194,19 @@ fn every_bad_input_is_refused_and_changes_nothing() {
     ));
     let mut bogus = physical_core_t::new(0, 1);
     assert!(matches!(
-        n.dmem()
-            .allocator_create(&mut bogus, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL),
+        nrt_core::raw::allocator_create(
+            &n,
+            &mut bogus,
+            dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL
+        ),
         Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        n.dmem().allocator_create(
+            nrt_core::PhysicalCore::new(0, 9),
+            dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL
+        ),
+        Err(Error::CoreOutOfRange { device: 0, tpb: 9 })
     ));
     // A ref_list that is not a live dmem_list_t: refused before anything is charged.
     let mut not_a_list = dmem_list_t {
@@ -483,8 +493,7 @@ fn destroy_keeps_shared_dmems_until_their_last_reference() {
         .dmem()
         .core_allocator(nrt_core::PhysicalCore::new(0, 0))
         .unwrap();
-    // SAFETY: live allocator.
-    let pcore = unsafe { (*pc).pcore };
+    let pcore = n.dmem().allocator_core(pc).unwrap();
     let al = n
         .dmem()
         .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
@@ -502,7 +511,7 @@ fn destroy_keeps_shared_dmems_until_their_last_reference() {
     assert_eq!(n.dmem().allocator_usage(al), (2, 4096 + 8192));
     n.dmem().allocator_destroy(al).unwrap();
     assert!(
-        matches!(n.dmem().allocator_check(al), Err(Error::InvalidArgument(_))),
+        matches!(n.dmem().allocator_check(al), Err(Error::InvalidHandle(_))),
         "a destroyed allocator is not checkable"
     );
     assert_eq!(
@@ -787,13 +796,14 @@ fn oom_dump_lines_stay_whole_under_concurrent_allocation() {
 fn close_reclaims_what_the_dmem_api_left_behind() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    // SAFETY: a live allocator.
-    let pcore = unsafe {
-        (*n.dmem()
-            .core_allocator(nrt_core::PhysicalCore::new(0, 3))
-            .unwrap())
-        .pcore
-    };
+    let pcore = n
+        .dmem()
+        .allocator_core(
+            n.dmem()
+                .core_allocator(nrt_core::PhysicalCore::new(0, 3))
+                .unwrap(),
+        )
+        .unwrap();
     let mine = n
         .dmem()
         .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)
@@ -952,6 +962,7 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
         .unwrap();
     assert!(!model_al.is_null());
     let before = snapshot(&n);
+    let model_al = n.dmem().allocator_handle_of(model_al).unwrap();
     for al in [global, model_al] {
         assert_eq!(
             n.dmem().allocator_destroy(al).map_err(|e| e.status()),
@@ -959,8 +970,7 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
         );
     }
     assert_eq!(snapshot(&n), before);
-    // SAFETY: a live allocator.
-    let pcore = unsafe { (*global).pcore };
+    let pcore = n.dmem().allocator_core(global).unwrap();
     let mine = n
         .dmem()
         .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)

@@ -740,14 +740,13 @@ fn close_waits_for_in_flight_calls() {
             }));
             // The low-level dmem calls pass the same gate: an allocation racing close is
             // either torn down with its allocator or refused, never linked into a dead one.
-            let al_addr = n
+            let al = n
                 .dmem()
                 .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-                .unwrap() as usize;
+                .unwrap();
             let ready = &ready;
             hs.push(sc.spawn(move || {
                 ready.fetch_add(1, Ordering::SeqCst);
-                let al = al_addr as *mut dmem_allocator_t;
                 let args = AllocArgs::device(64 << 10, 0, TENSOR, "raw");
                 loop {
                     let m = match n.dmem().alloc(al, &args, None) {

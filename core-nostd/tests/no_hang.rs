@@ -288,8 +288,7 @@ fn allocating_in_the_allocator_being_walked_is_refused_at_once() {
         Error::WouldDeadlock(WaitFor::AllocatorLock)
     );
     // Another allocator is fine from the same callback.
-    // SAFETY: a live allocator.
-    let pcore = unsafe { (*al).pcore };
+    let pcore = n.dmem().allocator_core(al).unwrap();
     let other = n
         .dmem()
         .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL)

@@ -21,7 +21,7 @@ use nrt_core::{DmemHandle, InitOptions, ModelHandle, Nrt, Result, SetHandle, Ten
 struct Kit {
     t: TensorHandle,
     d: DmemHandle,
-    al: *mut dmem_allocator_t,
+    al: nrt_core::AllocatorHandle,
     m: ModelHandle,
     s: SetHandle,
 }
@@ -97,6 +97,7 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "virtual_core" => st(n.logical_core_entry(LogicalCore::new(0))),
         "vtpb_get_default_hbm_idx" => st(n.logical_core_hbm(LogicalCore::new(0))),
         "core_allocator" => st(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0))),
+        "allocator_core" => st(n.dmem().allocator_core(k.al)),
         "tensor_allocate" => {
             st(n.tensors()
                 .allocate(Placement::Device, LogicalCore::new(0).into(), 64, None))
@@ -142,12 +143,10 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "set_get" => st(n.sets().get(k.s, "x")),
         "set_len" => st(n.sets().len(k.s)),
         "dmem_allocator_create" | "dmem_allocator_destroy" => {
-            let pcore = if n.lifecycle() == nrt_core::Lifecycle::Init {
-                // SAFETY: in the init state `al` is the kit's live allocator.
-                unsafe { (*k.al).pcore }
-            } else {
-                std::ptr::null_mut()
-            };
+            let pcore = n
+                .dmem()
+                .allocator_core(k.al)
+                .unwrap_or(nrt_core::PhysicalCore::new(0, 0));
             let made = n
                 .dmem()
                 .allocator_create(pcore, dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_MODEL);

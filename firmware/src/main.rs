@@ -523,9 +523,9 @@ impl Run {
         let n = self.nrt;
         // The fillers name core 0's physical core, as its GLOBAL allocator does (an allocator
         // must name a core of the context tree); they are never allocated from.
-        // SAFETY: `core_allocator` returns a live allocator of the running core.
-        let pcore = unsafe { (*n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0))?).pcore };
-        let mut fillers = [null_mut(); CAPS.allocators as usize];
+        let pcore = nrt_core::PhysicalCore::new(0, 0);
+        // Placeholder bits (a handle no call accepts) for the slots not filled.
+        let mut fillers = [nrt_core::AllocatorHandle::from_bits(0); CAPS.allocators as usize];
         let mut count = 0;
         let err = loop {
             if count == fillers.len() {

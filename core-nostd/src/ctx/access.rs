@@ -601,6 +601,7 @@ impl<'a> Nrt<'a> {
                 pcore,
                 dmem_allocator_type_t::DMEM_ALLOCATOR_TYPE_GLOBAL,
             )?;
+            self.allocator_mark_core(&*ex, (*tpb).tpb_allocator);
             let db = self.st.model.alloc_model_db()?;
             ht::ht_init(addr_of_mut!((*db).hdr), MODEL_DB_BUCKETS);
             (*tpb).model_db = addr_of_mut!((*db).hdr);

@@ -14,16 +14,129 @@
 use core::ptr::{addr_of_mut, null_mut, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use super::{Action, AllocArgs, Dmem, DmemInfo, DmemPin};
+use super::pool::AllocatorWords;
+use super::{Action, AllocArgs, AllocatorPin, Dmem, DmemInfo, DmemPin};
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
-use crate::handle::{self, Dropped};
+use crate::handle::{self, AllocatorHandle, Dropped, HandleKind};
 use crate::list::{allocator_list, ListError, WeakIndex};
 use crate::sync::{reentry_key, WaitFor};
 
+// SAFETY: two atomics; all-zero bytes are an even generation and an empty word (a free slot).
+unsafe impl crate::abi::meta::ZeroValid for AllocatorWords {}
+// SAFETY: only atomics, and every access to them is atomic.
+unsafe impl crate::arena::AtomicEntry for AllocatorWords {}
+
 impl<'a> Nrt<'a> {
+    /// The handle words of allocator slot `al` (live or not); `None` for a pointer that is
+    /// not a slot of the allocator arena.
+    #[inline]
+    fn allocator_words(&self, al: *const dmem_allocator_t) -> Option<&'a AllocatorWords> {
+        let st: &'a crate::ctx::CoreState = self.st;
+        let i = st.dmem.allocators.index_of(al)?;
+        st.dmem.allocator_words.entry(i)
+    }
+
+    /// The handle of live allocator `al`, which the caller keeps alive for the call (a
+    /// runtime-owned one it just resolved, or one it just made). A pointer that is not an
+    /// allocator slot yields a handle every resolver refuses.
+    pub(crate) fn allocator_handle_owned(&self, al: *const dmem_allocator_t) -> AllocatorHandle {
+        let st: &'a crate::ctx::CoreState = self.st;
+        let (index, generation) = match (st.dmem.allocators.index_of(al), self.allocator_words(al))
+        {
+            (Some(i), Some(w)) => (i as u32, w.gen.load(Ordering::Acquire)),
+            _ => (u32::MAX, 0),
+        };
+        AllocatorHandle(handle::Raw {
+            index,
+            generation,
+            epoch: self.epoch(),
+        })
+    }
+
+    /// The handle of `al` if it is a live allocator of this runtime right now (it may be
+    /// destroyed the moment after: the handle is then refused).
+    pub(crate) fn allocator_handle_of(
+        &self,
+        al: *const dmem_allocator_t,
+    ) -> Option<AllocatorHandle> {
+        let w = self.allocator_words(al)?;
+        let generation = w.gen.load(Ordering::Acquire);
+        if generation & 1 == 0 || w.refs.load(Ordering::Acquire) & handle::OWNERS == 0 {
+            return None;
+        }
+        Some(AllocatorHandle(handle::Raw {
+            index: self.st.dmem.allocators.index_of(al)? as u32,
+            generation,
+            epoch: self.epoch(),
+        }))
+    }
+
+    /// Resolves and pins `h` (the pin protocol of [`crate::handle`]): the allocator cannot be
+    /// destroyed, nor its slot reused, until the pin drops. Called inside a gated call (the
+    /// caller holds an [`InCall`]): a core's GLOBAL allocator, which only `close` destroys, is
+    /// resolved by its generation alone, without a pin.
+    #[inline]
+    pub(super) fn allocator_pin(&self, h: AllocatorHandle) -> Result<AllocatorPin<'a>> {
+        self.check_epoch(h.0, HandleKind::Allocator)?;
+        let st: &'a crate::ctx::CoreState = self.st;
+        let forged = Error::forged(HandleKind::Allocator);
+        if h.0.generation & 1 == 0 {
+            return Err(forged);
+        }
+        let al = st.dmem.allocators.slot(h.0.index).ok_or(forged)?;
+        let w = st
+            .dmem
+            .allocator_words
+            .entry(h.0.index as usize)
+            .ok_or(forged)?;
+        // `stable` is written before the generation is published and cleared only by a
+        // destroy, which for a GLOBAL allocator runs under `close`'s exclusive token.
+        if w.gen.load(Ordering::Acquire) == h.0.generation && w.stable.load(Ordering::Acquire) == 1
+        {
+            return Ok(AllocatorPin { al, refs: None });
+        }
+        if handle::pin(&w.gen, &w.refs, h.0.generation) {
+            Ok(AllocatorPin {
+                al,
+                refs: Some(&w.refs),
+            })
+        } else {
+            Err(Error::stale(HandleKind::Allocator))
+        }
+    }
+
+    /// The public destroy's claim on a pinned allocator: takes its one owner and the caller's
+    /// pin in one step, so no call can pin it any more. Refused (`AllocatorInUse`, nothing
+    /// changed) while any other call has it pinned: an allocation, a walk, or another destroy.
+    pub(super) fn allocator_claim(&self, p: AllocatorPin<'_>) -> Result<()> {
+        let Some(refs) = p.refs else {
+            // Unpinned: a core's GLOBAL allocator, the runtime's.
+            return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
+        };
+        let claimed = refs
+            .compare_exchange(1 + handle::PIN, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if claimed {
+            // The pin went with the owner.
+            core::mem::forget(p);
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(InvalidArg::AllocatorInUse))
+        }
+    }
+
+    /// The physical core allocator `al` (pinned by the caller) allocates for.
+    pub(super) fn allocator_pcore(&self, al: *mut dmem_allocator_t) -> Result<(u32, u32)> {
+        // SAFETY: the caller's pin keeps `al` live; `pcore` is written once, at creation,
+        // before the allocator is published.
+        let pcore = unsafe { (*al).pcore };
+        self.tree_pcore(pcore)
+            .ok_or(Error::InvalidArgument(InvalidArg::AllocatorWithoutCore))
+    }
+
     /// Marks whether `al` (a live allocator) was made through the public API.
     pub(super) fn set_caller_owned(&self, al: *mut dmem_allocator_t, caller: bool) {
         if let Some(f) = self
@@ -67,7 +180,20 @@ impl<'a> Nrt<'a> {
             (*al).pcore = pcore;
             allocator_list(al).init();
         }
+        if let Some(w) = self.allocator_words(al) {
+            w.stable.store(0, Ordering::Release);
+            handle::publish(&w.gen, &w.refs);
+        }
         Ok(al)
+    }
+
+    /// Marks `al` a core's GLOBAL allocator (`tpb_allocator`), made by `init` (`_ex`: its
+    /// exclusive token, so no call is in flight): it lives until `close`, so a gated call
+    /// resolves its handle without a pin ([`Self::allocator_pin`]).
+    pub(crate) fn allocator_mark_core(&self, _ex: &impl InCall, al: *mut dmem_allocator_t) {
+        if let Some(w) = self.allocator_words(al) {
+            w.stable.store(1, Ordering::Release);
+        }
     }
 
     /// [`Self::dmem_allocator_destroy`] as a step of a gated call or of `close` (`call`),
@@ -81,6 +207,14 @@ impl<'a> Nrt<'a> {
     ) -> Result<()> {
         if !self.st.dmem.allocators.is_live(al) {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
+        }
+        let words = self.allocator_words(al);
+        if let Some(w) = words {
+            // No new pins through handles; those in flight finish first (the public destroy
+            // claimed the owner already, refusing while any was in flight).
+            if handle::drop_owner(&w.refs) != Dropped::NoOwner {
+                handle::wait_drained(&w.refs, 0, crate::sync::relax);
+            }
         }
         loop {
             // SAFETY: `al` is live; the list is only modified under its lock. A linked dmem
@@ -123,6 +257,10 @@ impl<'a> Nrt<'a> {
             }
         }
         self.set_caller_owned(al, false);
+        if let Some(w) = words {
+            w.stable.store(0, Ordering::Release);
+            handle::retire(&w.gen);
+        }
         self.st
             .dmem
             .allocators

@@ -12,9 +12,10 @@
 //! fields), `alloc` (`dmem_alloc_internal`: the category
 //! tables, the ledger booking and the aligned-alloc emulation) and `free` (references,
 //! free and finalize).
-// Pointer arguments of this module's safe API are arena handles (`dmem_t`, allocator,
-// tensor slots): each is checked with `Arena::is_live` before it is dereferenced, so a
-// stale or foreign pointer is an error, not undefined behaviour.
+// The safe API names dmems and allocators by generation-checked handles; the pointer
+// arguments left (a weak index `dmem_list_t`, the raw layer's allocator) are arena slots,
+// each checked with `Arena::is_live` before it is dereferenced, so a stale or foreign
+// pointer is an error, not undefined behaviour.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 #![deny(unsafe_code)]
 
@@ -38,7 +39,7 @@ use crate::arena::GiveBack;
 use crate::cstr::c_name;
 use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
-use crate::handle::{self, DmemHandle, Dropped, HandleKind};
+use crate::handle::{self, AllocatorHandle, DmemHandle, Dropped, HandleKind};
 
 /// `DMEM_ACTION_*` of `dml_add_entry`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -146,6 +147,27 @@ impl Drop for DmemPin<'_> {
     }
 }
 
+/// A pinned allocator ([`Nrt::allocator_pin`]): it cannot be destroyed, nor its slot reused,
+/// until this drops.
+/// A core's GLOBAL allocator is not pinned (`refs` is `None`): only `close` destroys it, and the
+/// state gate keeps `close` out while the call runs.
+pub(crate) struct AllocatorPin<'a> {
+    pub(crate) al: *mut dmem_allocator_t,
+    refs: Option<&'a crate::atomic::AtomicU64>,
+}
+
+// A pin is one count in the reference word: a copy would unpin twice.
+static_assertions::assert_not_impl_any!(AllocatorPin<'static>: Clone, Copy);
+
+impl Drop for AllocatorPin<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(refs) = self.refs {
+            handle::unpin(refs);
+        }
+    }
+}
+
 impl<'a> Nrt<'a> {
     // The public dmem API: each call passes the state gate ([`Nrt::enter`]), so it fails with
     // `Closed` instead of racing `close`'s teardown of the allocators and arenas.
@@ -162,7 +184,7 @@ impl<'a> Nrt<'a> {
         Ok(al)
     }
 
-    /// The body of [`crate::dmem::DeviceMemory::allocator_destroy`].
+    /// The body of the raw `dmem_allocator_destroy` ([`crate::raw`]): `al` by pointer.
     pub(crate) fn dmem_allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
         let call = self.enter()?;
         if self.st.dmem.allocators.is_live(al) && !self.is_caller_owned(al) {
@@ -173,7 +195,86 @@ impl<'a> Nrt<'a> {
         call.kept_result()
     }
 
+    /// The body of [`crate::dmem::DeviceMemory::allocator_create`].
+    pub(crate) fn dmem_allocator_create_handle(
+        &self,
+        core: crate::device::PhysicalCore,
+        ty: dmem_allocator_type_t,
+    ) -> Result<AllocatorHandle> {
+        let call = self.enter()?;
+        self.tpb(core.device, core.core)?; // attached, in range
+        let pcore = self.pcore_ptr(core.device, core.core);
+        let al = self.allocator_create(&call, pcore, ty)?;
+        self.set_caller_owned(al, true);
+        Ok(self.allocator_handle_owned(al))
+    }
+
+    /// The body of [`crate::dmem::DeviceMemory::allocator_destroy`]: refused while another
+    /// call uses the allocator (it is claimed before anything changes, so no call can start
+    /// on it meanwhile and none is cut off in the middle).
+    pub(crate) fn dmem_allocator_destroy_handle(&self, h: AllocatorHandle) -> Result<()> {
+        let call = self.enter()?;
+        let p = self.allocator_pin(h)?;
+        let al = p.al;
+        if !self.is_caller_owned(al) {
+            return Err(Error::InvalidArgument(InvalidArg::RuntimeOwnedAllocator));
+        }
+        self.allocator_reachable(al)?;
+        self.allocator_claim(p)?;
+        self.allocator_destroy(&call, al, GiveBack::Release)?;
+        call.kept_result()
+    }
+
+    /// The body of [`crate::dmem::DeviceMemory::core_allocator`].
+    pub(crate) fn core_allocator_handle(
+        &self,
+        core: crate::device::PhysicalCore,
+    ) -> Result<AllocatorHandle> {
+        // The GLOBAL allocator lives until `close`; `core_allocator` passes the gate, and a
+        // handle read after a `close` is of the old epoch, refused everywhere.
+        let al = self.core_allocator(core.device, core.core)?;
+        Ok(self.allocator_handle_owned(al))
+    }
+
+    /// The body of [`crate::dmem::DeviceMemory::allocator_core`].
+    pub(crate) fn dmem_allocator_core(
+        &self,
+        h: AllocatorHandle,
+    ) -> Result<crate::device::PhysicalCore> {
+        let _call = self.enter()?;
+        let p = self.allocator_pin(h)?;
+        let (device, core) = self.allocator_pcore(p.al)?;
+        Ok(crate::device::PhysicalCore { device, core })
+    }
+
     /// The body of [`crate::dmem::DeviceMemory::alloc`].
+    #[inline]
+    pub(crate) fn dmem_alloc_in(
+        &self,
+        h: AllocatorHandle,
+        a: &AllocArgs<'_>,
+        ref_list: Option<*mut dmem_list_t>,
+    ) -> Result<DmemHandle> {
+        let call = self.enter()?;
+        let p = self.allocator_pin(h)?;
+        let m = self.dmem_alloc_internal(&call, p.al, a, ref_list)?;
+        Ok(self.dmem_handle_of_owned(m))
+    }
+
+    /// Runs `f` on the allocator `h` names, pinned for the call (so it is not destroyed
+    /// under `f`).
+    #[inline]
+    pub(crate) fn with_allocator<R>(
+        &self,
+        h: AllocatorHandle,
+        f: impl FnOnce(*mut dmem_allocator_t) -> Result<R>,
+    ) -> Result<R> {
+        let _call = self.enter()?;
+        let p = self.allocator_pin(h)?;
+        f(p.al)
+    }
+
+    /// The body of the raw `dmem_alloc` ([`crate::raw`]): `al` by pointer.
     pub(crate) fn dmem_alloc(
         &self,
         al: *mut dmem_allocator_t,

@@ -4,6 +4,8 @@
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
+use crate::atomic::AtomicU64;
+
 use crate::abi::*;
 use crate::arena::{Arena, ArenaStats, SideTable};
 use crate::config::Capacity;
@@ -19,6 +21,13 @@ pub(crate) struct DmemPool {
     /// `dmem_allocator_create` (the caller's to destroy), 0 when the runtime owns it (a core's
     /// GLOBAL allocator, a model's MODEL allocators).
     pub(in crate::dmem) caller_allocators: SideTable<AtomicU8>,
+    /// Per `allocators` slot: the generation and reference words that [`AllocatorHandle`]s
+    /// resolve against (the pin protocol of [`crate::handle`]; the ABI's `dmem_allocator_t`
+    /// has no room for them). They outlive the slot's occupants, so a handle of a destroyed
+    /// allocator never names the slot's next one.
+    ///
+    /// [`AllocatorHandle`]: crate::handle::AllocatorHandle
+    pub(in crate::dmem) allocator_words: SideTable<AllocatorWords>,
     /// Per device: 1 once aligned allocation is known to be unsupported (the device said so
     /// at bring-up, or the driver refused an aligned request) and the one-shot WARN is out:
     /// the latch of spec §3.2's `ndl_supports_align`. Cleared by `init`.
@@ -27,13 +36,24 @@ pub(crate) struct DmemPool {
     pub(in crate::dmem) dmem_lists: Arena<dmem_list_t>,
 }
 
+/// The handle words of one allocator slot ([`DmemPool::allocator_words`]): its generation (odd
+/// while an allocator lives in the slot), its reference word (one owner while it lives, plus a
+/// pin per call using it through a handle), and whether it is a core's GLOBAL allocator, which
+/// lives from `init` to `close` and so needs no pin inside a gated call.
+#[derive(Default)]
+pub(crate) struct AllocatorWords {
+    pub(in crate::dmem) gen: core::sync::atomic::AtomicU32,
+    pub(in crate::dmem) stable: core::sync::atomic::AtomicU32,
+    pub(in crate::dmem) refs: AtomicU64,
+}
+
 impl DmemPool {
     /// Arenas in the pool (its share of [`crate::ctx::CoreState::arena_stats`]).
     pub(crate) const ARENAS: usize = 4;
 
     /// The pool's storage parts for `c`, in the order [`Self::bind`] hands them out: the one
     /// list that sizes the pool's region and binds it.
-    pub(crate) const fn parts(c: &Capacity) -> [Part; 5] {
+    pub(crate) const fn parts(c: &Capacity) -> [Part; 6] {
         let (d, al, mr, sh) = (
             c.dmems as usize,
             c.allocators as usize,
@@ -44,6 +64,7 @@ impl DmemPool {
             Part::arena::<dmem_t>(d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)"),
             Part::arena::<dmem_allocator_t>(al, sh, "Capacity.allocators"),
             Part::side_table::<AtomicU8>(al),
+            Part::side_table::<AllocatorWords>(al),
             Part::arena::<dmem_ref_node_t>(d, sh, "Capacity.dmems (NRT_DMEM_MAX_DMEMS)"),
             Part::arena::<dmem_list_t>(mr, 1, "Capacity.mr_sets (NRT_DMEM_MAX_MODELS)"),
         ]
@@ -51,10 +72,11 @@ impl DmemPool {
 
     /// Binds the arenas to the pool's region (`b`), as [`Self::parts`] lays it out.
     pub(crate) fn bind(&mut self, b: &mut Binder, c: &Capacity) {
-        let [dmems, allocators, caller, ref_nodes, lists] = Self::parts(c);
+        let [dmems, allocators, caller, words, ref_nodes, lists] = Self::parts(c);
         b.arena(&mut self.dmems, dmems);
         b.arena(&mut self.allocators, allocators);
         b.side_table(&mut self.caller_allocators, caller);
+        b.side_table(&mut self.allocator_words, words);
         b.arena(&mut self.ref_nodes, ref_nodes);
         b.arena(&mut self.dmem_lists, lists);
     }

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::device::PhysicalCore;
-use crate::handle::DmemHandle;
+use crate::handle::{AllocatorHandle, DmemHandle};
 use crate::list::ListError;
 
 /// The runtime's device memory (spec §3): [`Nrt::dmem`]. A copy of the runtime view, so it
@@ -21,60 +21,83 @@ impl<'a> Nrt<'a> {
 }
 
 impl<'a> DeviceMemory<'a> {
-    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `core`.
+    /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `core`. The
+    /// runtime owns it (it lives until `close`; [`Self::allocator_destroy`] refuses it).
     #[inline]
-    pub fn core_allocator(&self, core: PhysicalCore) -> Result<*mut dmem_allocator_t> {
-        self.0.core_allocator(core.device, core.core)
+    pub fn core_allocator(&self, core: PhysicalCore) -> Result<AllocatorHandle> {
+        self.0.core_allocator_handle(core)
+    }
+
+    /// The physical core allocator `al` allocates for (spec §3.1: its `pcore`). A destroyed,
+    /// forged or foreign handle is [`Error::InvalidHandle`].
+    #[inline]
+    pub fn allocator_core(&self, al: AllocatorHandle) -> Result<PhysicalCore> {
+        self.0.dmem_allocator_core(al)
+    }
+
+    /// The handle of allocator `al` (a `dmem_allocator_t` the raw or C API names by pointer)
+    /// when it is a live allocator of this runtime right now; `None` otherwise. Safe for any
+    /// pointer: it is only compared with the allocator arena's bounds, never dereferenced.
+    #[inline]
+    pub fn allocator_handle_of(&self, al: *const dmem_allocator_t) -> Option<AllocatorHandle> {
+        self.0.allocator_handle_of(al)
+    }
+
+    /// Whether `al` names a live allocator of this runtime (it may be destroyed the moment
+    /// after).
+    #[inline]
+    pub fn allocator_is_live(&self, al: AllocatorHandle) -> bool {
+        self.0.with_allocator(al, |_| Ok(())).is_ok()
     }
 
     /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is
     /// not live, outside `init`…`close`, and when the calling thread walks `al` or the wait
     /// for its lock gives up ([`Self::allocator_for_each`]).
     #[inline]
-    pub fn allocator_usage(&self, al: *mut dmem_allocator_t) -> (u64, u64) {
-        self.0.allocator_usage(al)
+    pub fn allocator_usage(&self, al: AllocatorHandle) -> (u64, u64) {
+        self.0
+            .with_allocator(al, |p| Ok(self.0.allocator_usage(p)))
+            .unwrap_or((0, 0))
     }
 
     /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: a call
     /// from `f` that allocates from, frees into, measures ([`Self::allocator_usage`]) or walks
     /// `al` is refused at once with [`Error::WouldDeadlock`] when a thread token is installed
     /// (`crate::sync::set_thread_token_hook`), else when its bounded wait for the lock gives
-    /// up ([`Error::Timeout`]). `Closed` / `Uninitialized` outside `init`…`close`; an
-    /// allocator that is not live has no dmems.
+    /// up ([`Error::Timeout`]). `Closed` / `Uninitialized` outside `init`…`close`; a
+    /// destroyed, forged or foreign handle is [`Error::InvalidHandle`]. The allocator cannot
+    /// be destroyed during the walk (such a destroy is refused).
     #[inline]
-    pub fn allocator_for_each(
-        &self,
-        al: *mut dmem_allocator_t,
-        f: impl FnMut(&dmem_t),
-    ) -> Result<()> {
-        self.0.allocator_for_each(al, f)
+    pub fn allocator_for_each(&self, al: AllocatorHandle, f: impl FnMut(&dmem_t)) -> Result<()> {
+        self.0
+            .with_allocator(al, |p| self.0.allocator_for_each(p, f))
     }
 
     /// Walks `al`'s list under its lock and checks it ([`crate::list::List::check`]): every
     /// link symmetric, and as many dmems as the allocator's own count says. The outer error is
-    /// the call's (`Closed`, `Uninitialized`, an allocator that is not live), the inner one
-    /// the list's.
+    /// the call's (`Closed`, `Uninitialized`, [`Error::InvalidHandle`]), the inner one the
+    /// list's.
     #[inline]
     pub fn allocator_check(
         &self,
-        al: *mut dmem_allocator_t,
+        al: AllocatorHandle,
     ) -> Result<core::result::Result<(), ListError>> {
-        self.0.allocator_check(al)
+        self.0.with_allocator(al, |p| self.0.allocator_check(p))
     }
 
-    /// `dmem_allocator_create` (spec §3.1): a GLOBAL or MODEL allocator for `pcore`, with its
-    /// dummy head/tail wired and its lock initialised. `pcore` must be the `pcore` of an
-    /// attached core's `tpb_t`: any other pointer is refused without being dereferenced.
+    /// `dmem_allocator_create` (spec §3.1): a GLOBAL or MODEL allocator for physical core
+    /// `core` (which must be attached), with its dummy head/tail wired and its lock
+    /// initialised. The caller owns it: [`Self::allocator_destroy`] releases it.
     ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     #[doc(alias = "dmem_allocator_create")]
     #[inline]
     pub fn allocator_create(
         &self,
-        pcore: *mut physical_core_t,
+        core: PhysicalCore,
         ty: dmem_allocator_type_t,
-    ) -> Result<*mut dmem_allocator_t> {
-        self.0.dmem_allocator_create(pcore, ty)
+    ) -> Result<AllocatorHandle> {
+        self.0.dmem_allocator_create_handle(core, ty)
     }
 
     /// `dmem_allocator_destroy` (spec §5.4): drops the allocator's reference on every dmem on
@@ -88,17 +111,16 @@ impl<'a> DeviceMemory<'a> {
     /// runtime destroys them itself, at unload and close, and would otherwise destroy a slot
     /// that someone else had been given meanwhile.
     ///
-    /// The caller must not destroy an allocator while another of its threads allocates from
-    /// it or walks it (as with libnrt, whose allocator is freed under the caller's feet): the
-    /// allocator's slot is released and may be handed out again, and a call that resolved it
-    /// before the release would reach the new occupant. A call made after the destroy
-    /// returned is refused ("allocator is not live").
+    /// A destroy while another call uses the allocator (an allocation from it, a walk of it,
+    /// another destroy) is refused with NRT_INVALID (`AllocatorInUse`) and changes nothing;
+    /// once a destroy has claimed the allocator, every later call through its handle (or a
+    /// copy of it, at any age) is [`Error::InvalidHandle`].
     ///
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     #[doc(alias = "dmem_allocator_destroy")]
     #[inline]
-    pub fn allocator_destroy(&self, al: *mut dmem_allocator_t) -> Result<()> {
-        self.0.dmem_allocator_destroy(al)
+    pub fn allocator_destroy(&self, al: AllocatorHandle) -> Result<()> {
+        self.0.dmem_allocator_destroy_handle(al)
     }
 
     /// `dmem_alloc` (align 0) / `dmem_alloc_aligned` → `dmem_alloc_internal` (spec §3.2).
@@ -111,11 +133,11 @@ impl<'a> DeviceMemory<'a> {
     #[inline]
     pub fn alloc(
         &self,
-        al: *mut dmem_allocator_t,
+        al: AllocatorHandle,
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<DmemHandle> {
-        self.0.dmem_alloc(al, a, ref_list)
+        self.0.dmem_alloc_in(al, a, ref_list)
     }
 
     /// `dmem_acquire_reference` (spec §3.2): one more owner of a shared dmem (each owner
@@ -147,8 +169,8 @@ impl<'a> DeviceMemory<'a> {
     /// Fails with [`Error::Closed`] / [`Error::Uninitialized`] outside `init`…`close`.
     #[doc(alias = "dmem_free_in")]
     #[inline]
-    pub fn free_in(&self, al: *mut dmem_allocator_t, h: DmemHandle) -> Result<()> {
-        self.0.dmem_free_in(al, h)
+    pub fn free_in(&self, al: AllocatorHandle, h: DmemHandle) -> Result<()> {
+        self.0.with_allocator(al, |p| self.0.dmem_free_in(p, h))
     }
 
     /// The fields of a live dmem fixed at its allocation (see [`DmemInfo`]).

@@ -113,7 +113,7 @@ pub fn stale(kind: nrt_core::HandleKind) -> nrt_core::Error {
 }
 
 /// A dmem handle its owner has already freed: what a caller's stale copy holds.
-pub fn stale_dmem(n: &Nrt<'_>, al: *mut dmem_allocator_t) -> nrt_core::DmemHandle {
+pub fn stale_dmem(n: &Nrt<'_>, al: nrt_core::AllocatorHandle) -> nrt_core::DmemHandle {
     let args = nrt_core::dmem::AllocArgs::device(4096, 0, TENSOR, "mine");
     let m = n.dmem().alloc(al, &args, None).unwrap();
     n.dmem().free(m).unwrap();
@@ -124,7 +124,7 @@ pub fn stale_dmem(n: &Nrt<'_>, al: *mut dmem_allocator_t) -> nrt_core::DmemHandl
 /// and freeing `stale` again is a reported double free that touches nothing.
 pub fn assert_stale_still_detected(
     n: &Nrt<'_>,
-    al: *mut dmem_allocator_t,
+    al: nrt_core::AllocatorHandle,
     stale: nrt_core::DmemHandle,
 ) {
     let args = nrt_core::dmem::AllocArgs::device(4096, 0, TENSOR, "theirs");
