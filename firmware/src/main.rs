@@ -39,7 +39,6 @@ mod rt;
 
 use core::fmt::{self, Write};
 use core::mem::size_of;
-use core::ptr::null_mut;
 
 use nrt_core::abi::*;
 use nrt_core::cell::ZeroedCell;
