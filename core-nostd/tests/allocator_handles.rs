@@ -160,6 +160,7 @@ fn destroy_racing_alloc_on_two_threads() {
     for round in 0..200 {
         let al = n.dmem().allocator_create(core, MODEL).unwrap();
         let go = AtomicBool::new(false);
+        let first_done = AtomicBool::new(false);
         let kept = AtomicU64::new(0);
         let (allocs, refusals, busy) = std::thread::scope(|sc| {
             let alloc = sc.spawn(|| {
@@ -172,6 +173,7 @@ fn destroy_racing_alloc_on_two_threads() {
                     match n.dmem().alloc(al, &args, None) {
                         Ok(m) => {
                             ok += 1;
+                            first_done.store(true, SeqCst);
                             // Keep every other one: the destroy must drop them.
                             if i % 2 == 0 {
                                 kept.fetch_add(1, SeqCst);
@@ -193,12 +195,20 @@ fn destroy_racing_alloc_on_two_threads() {
                 }
                 (ok, no)
             });
-            go.store(true, SeqCst);
+            // Both outcomes whatever the scheduler does: every fourth round the destroy goes
+            // first (the allocations are refused), every odd round it waits for one allocation
+            // to complete, the others race from the start.
             let mut busy = 0u64;
-            if round % 2 == 1 {
-                std::thread::yield_now();
+            if round % 4 == 0 {
+                n.dmem().allocator_destroy(al).unwrap();
             }
-            loop {
+            go.store(true, SeqCst);
+            if round % 2 == 1 {
+                while !first_done.load(SeqCst) && !alloc.is_finished() {
+                    std::thread::yield_now();
+                }
+            }
+            while round % 4 != 0 {
                 match n.dmem().allocator_destroy(al) {
                     Ok(()) => break,
                     Err(Error::InvalidArgument(InvalidArg::AllocatorInUse)) => {
