@@ -208,14 +208,16 @@ fn destroy_racing_alloc_on_two_threads() {
                     std::thread::yield_now();
                 }
             }
-            while round % 4 != 0 {
-                match n.dmem().allocator_destroy(al) {
-                    Ok(()) => break,
-                    Err(Error::InvalidArgument(InvalidArg::AllocatorInUse)) => {
-                        busy += 1;
-                        std::hint::spin_loop();
+            if round % 4 != 0 {
+                loop {
+                    match n.dmem().allocator_destroy(al) {
+                        Ok(()) => break,
+                        Err(Error::InvalidArgument(InvalidArg::AllocatorInUse)) => {
+                            busy += 1;
+                            std::hint::spin_loop();
+                        }
+                        Err(e) => panic!("destroy: unexpected {e}"),
                     }
-                    Err(e) => panic!("destroy: unexpected {e}"),
                 }
             }
             let (ok, no) = alloc.join().unwrap();
