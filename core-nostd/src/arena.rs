@@ -308,6 +308,8 @@ pub unsafe trait AtomicEntry: Sync {}
 
 // SAFETY: an atomic byte; zero is valid.
 unsafe impl AtomicEntry for AtomicU8 {}
+// SAFETY: an atomic word; zero is valid.
+unsafe impl AtomicEntry for core::sync::atomic::AtomicU32 {}
 
 impl<U: AtomicEntry> SideTable<U> {
     /// Entry `i` of a table of atomics, `None` past the table.

@@ -236,83 +236,154 @@ impl DriverKeptBooks {
     }
 }
 
-/// The driver handles of live dmems, as a set of keys (`handle ^ device << 59`) in
-/// [`LIVE_HANDLE_SLOTS`] slots, each key in one of the [`LIVE_HANDLE_PROBES`] slots from its
-/// hash on: a new handle is looked for in those slots only (two or three cache lines). The
-/// windows of the last hashes run into `LIVE_HANDLE_PROBES - 1` slots past the hashed ones
-/// instead of wrapping around, so every window is one contiguous run, scanned without index
-/// arithmetic (the check is on the allocation path). A key finds no free slot when the set is
-/// crowded, and is then not recorded: the check misses it (a duplicate of it goes unnoticed)
-/// but never refuses a handle that is not in use, since a found key is confirmed among the
-/// live dmems. All-zero is empty.
+/// The driver handles of live dmems, exactly: a chained hash table keyed by (device, driver
+/// handle) whose entries are the dmems' own arena slots. Every live dmem has one driver handle,
+/// so a link per dmem slot ([`Capacity::dmems`]) holds every entry there can be: the table
+/// never fills and never forgets a handle. Its buckets (a power of two, at least one per dmem
+/// slot) each carry a lock bit: an insertion with its duplicate check, or a removal, is one
+/// locked step on one bucket, and lookups of different buckets never meet. All-zero is an
+/// unbound table (every lookup empty, every claim refused); bound, all-zero is empty.
 pub(crate) struct LiveHandles {
-    slots: [AtomicU64; LIVE_HANDLE_SLOTS + LIVE_HANDLE_PROBES - 1],
+    /// Per bucket: [`LIVE_LOCK`] while a thread works on the chain, and the slot + 1 of the
+    /// chain's first dmem (0: empty chain).
+    buckets: SideTable<AtomicU32>,
+    /// Per dmem slot, while the slot's dmem is in the table: its key and the next slot of its
+    /// chain (+ 1; 0 ends it). Read and written only under its bucket's lock.
+    links: SideTable<LiveLink>,
 }
 
-/// Slots a hash picks in [`LiveHandles`] (32 KiB, and the last window's tail).
-pub(crate) const LIVE_HANDLE_SLOTS: usize = 1 << 12;
-/// Slots a key may sit in, from its hash on.
-pub(crate) const LIVE_HANDLE_PROBES: usize = 16;
+/// The lock bit of a [`LiveHandles`] bucket.
+const LIVE_LOCK: u32 = 1 << 31;
+
+/// One dmem slot's entry in [`LiveHandles`]. Valid when all-zero.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct LiveLink {
+    pub(crate) handle: AtomicU64,
+    pub(crate) dev: AtomicU32,
+    pub(crate) next: AtomicU32,
+}
 
 impl LiveHandles {
-    /// The key of `(dev, handle)` (0, the empty slot, is never a key: handle 0 is refused
-    /// before anything is recorded).
-    fn key(dev: u32, handle: u64) -> u64 {
-        handle ^ (u64::from(dev) << 59)
+    /// The table's storage parts for `c`, in the order [`Self::bind`] takes them: buckets
+    /// (the power of two at or above `c.dmems`), then one link per dmem slot.
+    pub(crate) const fn parts(c: &Capacity) -> [Part; 2] {
+        let d = c.dmems as usize;
+        [
+            Part::side_table::<AtomicU32>(d.next_power_of_two()),
+            Part::side_table::<LiveLink>(d),
+        ]
     }
-    /// The window of `key`: [`LIVE_HANDLE_PROBES`] slots from its hash (below
-    /// [`LIVE_HANDLE_SLOTS`]: the top 12 bits) on.
-    fn probe(&self, key: u64) -> &[AtomicU64] {
-        const { assert!(LIVE_HANDLE_SLOTS == 1 << 12) };
-        let h = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
-        // Always in bounds (h < LIVE_HANDLE_SLOTS); the empty window is never taken.
-        self.slots.get(h..h + LIVE_HANDLE_PROBES).unwrap_or(&[])
+
+    /// Binds the table to its region (`b`), as [`Self::parts`] lays it out.
+    pub(crate) fn bind(&mut self, b: &mut Binder, c: &Capacity) {
+        let [buckets, links] = Self::parts(c);
+        b.side_table(&mut self.buckets, buckets);
+        b.side_table(&mut self.links, links);
     }
-    /// Whether a live dmem may hold `handle` on `dev` (a key collision is possible only
-    /// between handles that use their top five bits).
-    pub(crate) fn maybe(&self, dev: u32, handle: u64) -> bool {
-        let key = Self::key(dev, handle);
-        key != 0
-            && self
-                .probe(key)
-                .iter()
-                .any(|s| s.load(Ordering::Acquire) == key)
+
+    /// The bucket of `(dev, handle)` (the table's buckets are a power of two).
+    #[inline]
+    fn bucket(&self, dev: u32, handle: u64) -> Option<&AtomicU32> {
+        let n = self.buckets.entries();
+        let key = handle ^ (u64::from(dev) << 59) ^ u64::from(dev);
+        let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        self.buckets.entry(h as usize & n.wrapping_sub(1))
     }
-    /// A dmem holding `handle` on `dev` is published.
-    pub(crate) fn add(&self, dev: u32, handle: u64) {
-        let key = Self::key(dev, handle);
-        if key == 0 {
-            return;
-        }
-        // A read first: a failed compare-exchange still takes the line.
-        for s in self.probe(key) {
-            if s.load(Ordering::Relaxed) == 0
-                && s.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed)
+
+    /// Takes bucket `b`'s lock; returns the chain's head (slot + 1, 0 for none). A chain is
+    /// held for a walk of at most the table's links, so the wait is bounded by that.
+    #[inline]
+    fn lock(b: &AtomicU32) -> u32 {
+        let mut spins = 0u32;
+        loop {
+            let w = b.load(Ordering::Relaxed);
+            if w & LIVE_LOCK == 0
+                && b.compare_exchange_weak(w, w | LIVE_LOCK, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return;
+                return w;
             }
+            crate::sync::relax(spins);
+            spins = spins.saturating_add(1);
         }
     }
-    /// That dmem is finalised.
-    pub(crate) fn remove(&self, dev: u32, handle: u64) {
-        let key = Self::key(dev, handle);
-        if key == 0 {
+
+    /// Records that the dmem of arena slot `slot` holds `handle` on `dev`, unless a live dmem
+    /// holds it already: `false` then (nothing recorded), and for a slot past the table.
+    pub(crate) fn claim(&self, dev: u32, handle: u64, slot: usize) -> bool {
+        let (Some(b), Some(mine)) = (self.bucket(dev, handle), self.links.entry(slot)) else {
+            return false;
+        };
+        let head = Self::lock(b);
+        let mut at = head;
+        // At most one step per link: a chain is never longer than the table.
+        for _ in 0..self.links.entries() {
+            let Some(l) = (at as usize)
+                .checked_sub(1)
+                .and_then(|i| self.links.entry(i))
+            else {
+                break;
+            };
+            if l.handle.load(Ordering::Relaxed) == handle && l.dev.load(Ordering::Relaxed) == dev {
+                b.store(head, Ordering::Release);
+                return false;
+            }
+            at = l.next.load(Ordering::Relaxed);
+        }
+        mine.handle.store(handle, Ordering::Relaxed);
+        mine.dev.store(dev, Ordering::Relaxed);
+        mine.next.store(head, Ordering::Relaxed);
+        // Unlocks and publishes the new head (`slot + 1 < LIVE_LOCK`: a side table has fewer
+        // than 2^31 entries).
+        b.store(slot as u32 + 1, Ordering::Release);
+        true
+    }
+
+    /// The dmem of arena slot `slot`, which holds `handle` on `dev`, is finalised: its entry
+    /// goes (nothing changes when the table does not hold it).
+    pub(crate) fn remove(&self, dev: u32, handle: u64, slot: usize) {
+        let Some(b) = self.bucket(dev, handle) else {
             return;
-        }
-        for s in self.probe(key) {
-            if s.load(Ordering::Relaxed) == key
-                && s.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
+        };
+        let head = Self::lock(b);
+        let target = slot as u32 + 1;
+        let mut new_head = head;
+        let mut prev: Option<&LiveLink> = None;
+        let mut at = head;
+        for _ in 0..self.links.entries() {
+            let Some(l) = (at as usize)
+                .checked_sub(1)
+                .and_then(|i| self.links.entry(i))
+            else {
+                break;
+            };
+            let next = l.next.load(Ordering::Relaxed);
+            if at == target
+                && l.handle.load(Ordering::Relaxed) == handle
+                && l.dev.load(Ordering::Relaxed) == dev
             {
-                return;
+                match prev {
+                    Some(p) => p.next.store(next, Ordering::Relaxed),
+                    None => new_head = next,
+                }
+                break;
             }
+            prev = Some(l);
+            at = next;
         }
+        b.store(new_head, Ordering::Release);
     }
-    /// Empty (a new `init`).
+
+    /// Empty (a new `init` with no dmem live: every entry left would be stale). Buckets that
+    /// are already empty are only read, so untouched storage stays untouched.
     pub(crate) fn clear(&self) {
-        for s in &self.slots {
-            s.store(0, Ordering::Relaxed);
+        for i in 0..self.buckets.entries() {
+            if let Some(b) = self.buckets.entry(i) {
+                if b.load(Ordering::Relaxed) != 0 {
+                    b.store(0, Ordering::Relaxed);
+                }
+            }
         }
     }
 }
@@ -510,10 +581,10 @@ pub struct CoreState {
 struct Plan {
     /// The context region (at offset 0).
     ctx: ContextLayout,
-    /// Offsets of the dmem, model and tensor regions.
-    at: [usize; 3],
+    /// Offsets of the dmem, model and tensor regions, and of the live-handle table's.
+    at: [usize; 4],
     /// Their sizes.
-    bytes: [usize; 3],
+    bytes: [usize; 4],
     total: usize,
 }
 
@@ -525,13 +596,20 @@ impl Plan {
             Part::total(&crate::dmem::DmemPool::parts(c)),
             Part::total(&crate::model::ModelPool::parts(c)),
             Part::total(&crate::tensor::TensorPool::parts(c)),
+            Part::total(&LiveHandles::parts(c)),
         ];
         let at0 = ctx.bytes;
+        let at = [
+            at0,
+            at0 + bytes[0],
+            at0 + bytes[0] + bytes[1],
+            at0 + bytes[0] + bytes[1] + bytes[2],
+        ];
         Plan {
             ctx,
-            at: [at0, at0 + bytes[0], at0 + bytes[0] + bytes[1]],
+            at,
             bytes,
-            total: at0 + bytes[0] + bytes[1] + bytes[2],
+            total: at[3] + bytes[3],
         }
     }
 }

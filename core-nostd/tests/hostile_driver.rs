@@ -74,6 +74,9 @@ struct Hostile {
     last_handle: AtomicU64,
     /// `memory_free` calls answered with an error.
     free_errors: AtomicU32,
+    /// When non-zero, the handle every allocation is answered with (its block placed all
+    /// the same).
+    repeat: AtomicU64,
 }
 
 impl Hostile {
@@ -84,6 +87,7 @@ impl Hostile {
             rng: AtomicU64::new(seed | 1),
             last_handle: AtomicU64::new(0),
             free_errors: AtomicU32::new(0),
+            repeat: AtomicU64::new(0),
         }
     }
 
@@ -138,6 +142,10 @@ impl Driver for Hostile {
         self.fail()?;
         let (h, pa) = self.inner.memory_alloc_pa(dev, req)?;
         let prev = self.last_handle.swap(h, SeqCst);
+        let repeat = self.repeat.load(SeqCst);
+        if repeat != 0 {
+            return Ok((repeat, pa));
+        }
         if self.roll(self.how.zero_handle_pct) {
             return Ok((0, pa));
         }
@@ -439,6 +447,58 @@ fn a_repeated_handle_outside_the_window_is_not_given_back() {
     );
     // The live block is still the driver's to free: exactly once, by its owner.
     n.dmem().free(first).unwrap();
+    assert_eq!(drv.free_errors.load(SeqCst), 0);
+    assert_eq!(ledger_bytes(&n), 0);
+    n.close().unwrap();
+}
+
+/// The set of live handles is exact: with far more allocations live than a window of a
+/// few thousand handles would hold, the handle of any one of them repeated is refused, and
+/// nothing of the refused answers is booked or given back.
+#[test]
+fn a_repeated_handle_is_refused_among_thousands_of_live_allocations() {
+    const LIVE: usize = 12_000;
+    let drv = Hostile::new(Hostility::default(), 1);
+    let st = CoreState::new_boxed();
+    let n = Nrt::new(&st, &drv);
+    n.init(&InitOptions::default()).unwrap();
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap();
+    let a = AllocArgs::device(
+        4096,
+        0,
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
+        "d",
+    );
+    let live: Vec<_> = (0..LIVE)
+        .map(|i| {
+            n.dmem()
+                .alloc(al, &a, None)
+                .unwrap_or_else(|e| panic!("allocation {i}: {e:?}"))
+        })
+        .collect();
+    let booked = ledger_bytes(&n);
+    for i in [0, 1, 4095, 4096, LIVE / 2, LIVE - 2, LIVE - 1] {
+        let held = n.dmem().info(live[i]).unwrap().mem_handle;
+        drv.repeat.store(held, SeqCst);
+        let e = n.dmem().alloc(al, &a, None).unwrap_err();
+        assert!(
+            matches!(e, Error::BadDriver { what, value } if what.contains("already holds") && value == held),
+            "live allocation {i}: {e:?}"
+        );
+        assert_eq!(
+            ledger_bytes(&n),
+            booked,
+            "nothing booked for allocation {i}'s repeat"
+        );
+    }
+    drv.repeat.store(0, SeqCst);
+    // Every live block is still the driver's to free, exactly once, by its owner.
+    for h in live {
+        n.dmem().free(h).unwrap();
+    }
     assert_eq!(drv.free_errors.load(SeqCst), 0);
     assert_eq!(ledger_bytes(&n), 0);
     n.close().unwrap();

@@ -130,7 +130,9 @@ impl<'a> Nrt<'a> {
         self.st.active_calls.close_bounded()?;
         let mut ex = Exclusive::new(&mut lock);
         self.st.driver_kept.reset();
-        self.st.live_handles.clear();
+        if self.st.dmem.dmems().stats().live == 0 {
+            self.st.live_handles.clear();
+        }
         if self.state_word() == STATE_CLOSED {
             // Re-init after close: start again from the all-zero tree.
             self.zero_tree(&mut ex);

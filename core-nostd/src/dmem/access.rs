@@ -617,7 +617,9 @@ impl<'a> Nrt<'a> {
             if !(*m)._va.is_null() {
                 let _ = self.drv.memory_unmap(dev, (*m).mem_handle);
             }
-            self.st.live_handles.remove(dev, (*m).mem_handle);
+            if let Some(slot) = self.st.dmem.dmems.index_of(m) {
+                self.st.live_handles.remove(dev, (*m).mem_handle, slot);
+            }
             match self.drv.memory_free(dev, (*m).mem_handle) {
                 Ok(()) => self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m),
                 Err(e) => {

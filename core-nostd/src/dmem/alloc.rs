@@ -79,13 +79,8 @@ impl<'a> Nrt<'a> {
         //    error and needs no driver rollback). The generation and reference words are left
         //    alone: resolvers of old handles may be reading them.
         let shard = crate::ctx::core_shard(dev, nc_id);
-        let m = self
-            .st
-            .dmem
-            .dmems
-            .alloc_handle("dmem_t", false, shard)?
-            .0
-            .as_ptr();
+        let (m, slot) = self.st.dmem.dmems.alloc_handle("dmem_t", false, shard)?;
+        let (m, slot) = (m.as_ptr(), slot as usize);
         let ref_node = match ref_list {
             Some(_) => match self.st.dmem.ref_nodes.alloc_in(shard, "dmem_ref_node_t") {
                 Ok(n) => n.as_ptr(),
@@ -143,10 +138,12 @@ impl<'a> Nrt<'a> {
                 return Err(self.alloc_failed(call, dev, nc_id, hbm, a, usage, host, emulate, e));
             }
         };
-        // What the driver handed back is checked before it is recorded anywhere. A repeated
-        // handle first: it is never given back (freeing it would free the block of the dmem
-        // that holds it), whatever else is wrong with the answer.
-        if handle != 0 && self.handle_in_use(dev, handle) {
+        // What the driver handed back is checked before anything else is recorded. A
+        // repeated handle first: it is never given back (freeing it would free the block of
+        // the dmem that holds it), whatever else is wrong with the answer. The set of live
+        // handles records the new one with the same step (taken out again if the answer is
+        // refused after all, before the block goes back to the driver).
+        if handle != 0 && !self.st.live_handles.claim(dev, handle, slot) {
             undo_meta();
             let e = Error::BadDriver {
                 what: "memory_alloc: a handle a live allocation already holds",
@@ -155,7 +152,7 @@ impl<'a> Nrt<'a> {
             error!("dmem_alloc: {}", e);
             return Err(e);
         }
-        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size) {
+        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size, slot) {
             undo_meta();
             error!("dmem_alloc: {}", e);
             return Err(e);
@@ -181,7 +178,6 @@ impl<'a> Nrt<'a> {
                 dev,
             },
         );
-        self.st.live_handles.add(dev, handle);
         // 6. ledger + trace
         self.dml_add_entry(call, mla, Action::Alloc, m);
         // 7. link before dummy_tail
@@ -210,7 +206,8 @@ impl<'a> Nrt<'a> {
 
     /// Checks a block the driver returned: handle 0 is no handle (nothing can be freed), and
     /// the block `[pa, pa + size)` must lie in the driver's window when it states one
-    /// ([`crate::driver::Driver::pa_window`]); a block outside is given back to the driver.
+    /// ([`crate::driver::Driver::pa_window`]); a block outside is taken out of the set of
+    /// live handles (where dmem slot `slot` claimed it) and given back to the driver.
     fn check_driver_block(
         &self,
         dev: u32,
@@ -218,6 +215,7 @@ impl<'a> Nrt<'a> {
         handle: u64,
         pa: u64,
         size: u64,
+        slot: usize,
     ) -> Result<()> {
         if handle == 0 {
             return Err(Error::BadDriver {
@@ -236,6 +234,7 @@ impl<'a> Nrt<'a> {
             }
         };
         if !inside {
+            self.st.live_handles.remove(dev, handle, slot);
             if self.drv.memory_free(dev, handle).is_err() {
                 // Refused twice over: the block stays the driver's, and is counted so.
                 self.st.driver_kept.note(size);
@@ -246,22 +245,6 @@ impl<'a> Nrt<'a> {
             });
         }
         Ok(())
-    }
-
-    /// Whether a live, owned dmem of device `dev` holds driver handle `handle` (a driver that
-    /// hands a handle out twice). The set of live handles answers; a handle found there is
-    /// confirmed among the live dmems (a walk, only for a repeated handle). A dmem being
-    /// finalised (no owner left) does not count: its block may be freed already and its
-    /// handle reused.
-    fn handle_in_use(&self, dev: u32, handle: u64) -> bool {
-        if !self.st.live_handles.maybe(dev, handle) {
-            return false;
-        }
-        let mut found = false;
-        self.for_each_dmem_fixed(|d| {
-            found |= d.device_id == dev && d.mem_handle == handle && d.refs != 0;
-        });
-        found
     }
 
     /// Whether device `dev` takes aligned requests natively (spec §3.2 `ndl_supports_align`).

@@ -71,6 +71,10 @@ unsafe impl ZeroValid for crate::tensor::TensorPool {}
 unsafe impl ZeroValid for crate::ledger::LedgerPool {}
 // SAFETY: repr(C) of integers and integer arrays: all-zero is an empty entry.
 unsafe impl ZeroValid for crate::model::ModelIoEntry {}
+// SAFETY: three atomic integers: all-zero is an unused link.
+unsafe impl ZeroValid for LiveLink {}
+// SAFETY: only atomics, and every access to them is atomic.
+unsafe impl crate::arena::AtomicEntry for LiveLink {}
 // Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
 // the whole block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
 const _: () = assert!(core::mem::align_of::<CoreState>() <= 16);
@@ -121,18 +125,20 @@ impl CoreState {
         // `storage_bytes(caps)` bytes, contract), each a sum of multiples of 64, so each
         // starts 64-aligned, in bounds and disjoint from the others; zeroed, unshared and
         // valid as long as `self`, whose pools are the only ones given these binders.
-        let (mut d, mut m, mut t) = unsafe {
+        let (mut d, mut m, mut t, mut h) = unsafe {
             (
                 Binder::new(base.add(p.at[0]), p.bytes[0], in_use),
                 Binder::new(base.add(p.at[1]), p.bytes[1], in_use),
                 Binder::new(base.add(p.at[2]), p.bytes[2], in_use),
+                Binder::new(base.add(p.at[3]), p.bytes[3], in_use),
             )
         };
         self.dmem.bind(&mut d, caps);
         self.model.bind(&mut m, caps);
         self.tensor.bind(&mut t, caps);
+        self.live_handles.bind(&mut h, caps);
         self.caps = *caps;
-        let bound = d.finish() & m.finish() & t.finish();
+        let bound = d.finish() & m.finish() & t.finish() & h.finish();
         debug_assert!(bound, "a pool's bind does not follow its parts list");
         bound
     }
