@@ -340,14 +340,14 @@ impl LiveHandles {
         true
     }
 
-    /// The dmem of arena slot `slot`, which holds `handle` on `dev`, is finalised: its entry
-    /// goes (nothing changes when the table does not hold it).
-    pub(crate) fn remove(&self, dev: u32, handle: u64, slot: usize) {
+    /// The dmem that holds `handle` on `dev` is finalised: its entry goes (nothing changes
+    /// when the table does not hold it). A key is in the table once at most ([`Self::claim`]),
+    /// so the entry found is that dmem's.
+    pub(crate) fn remove(&self, dev: u32, handle: u64) {
         let Some(b) = self.bucket(dev, handle) else {
             return;
         };
         let head = Self::lock(b);
-        let target = slot as u32 + 1;
         let mut new_head = head;
         let mut prev: Option<&LiveLink> = None;
         let mut at = head;
@@ -359,10 +359,7 @@ impl LiveHandles {
                 break;
             };
             let next = l.next.load(Ordering::Relaxed);
-            if at == target
-                && l.handle.load(Ordering::Relaxed) == handle
-                && l.dev.load(Ordering::Relaxed) == dev
-            {
+            if l.handle.load(Ordering::Relaxed) == handle && l.dev.load(Ordering::Relaxed) == dev {
                 match prev {
                     Some(p) => p.next.store(next, Ordering::Relaxed),
                     None => new_head = next,

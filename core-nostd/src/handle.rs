@@ -170,6 +170,22 @@ pub fn add_owner<R: Atomic<Int = u64>>(refs: &R) -> bool {
     }
 }
 
+/// The free through a handle in its common case, one step: the caller's pin is the only one
+/// and its owner the last, so the word goes straight from one owner and one pin to 0, as
+/// [`drop_owner`] then [`wait_drained`]`(refs, 1, …)` would leave it. `false` (nothing
+/// changed) in any other case, which those two handle.
+#[inline]
+pub fn release_sole_pinned<R: Atomic<Int = u64>>(refs: &R) -> bool {
+    loop {
+        match refs.compare_exchange_weak(1 + PIN, 0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            // A spurious failure: the word is still the sole case.
+            Err(now) if now == 1 + PIN => {}
+            Err(_) => return false,
+        }
+    }
+}
+
 /// After [`Dropped::Last`]: waits until the only pins left are the caller's own `own` (0 for
 /// a free through an owned raw pointer, 1 through a handle), calling `relax` between looks,
 /// then clears the word. When it returns, every call that pinned the object has ended and
@@ -449,6 +465,26 @@ mod tests {
     use super::*;
     use crate::atomic::AtomicU64;
     use core::sync::atomic::AtomicU32;
+
+    /// The one-step free takes only the sole case (one owner, the caller's pin alone) and
+    /// leaves the word as `drop_owner` + `wait_drained` would; any other word is untouched.
+    #[test]
+    fn the_sole_pinned_owner_is_released_in_one_step() {
+        let (g, r) = (AtomicU32::new(0), AtomicU64::new(0));
+        let a = publish(&g, &r);
+        assert!(pin(&g, &r, a));
+        assert!(pin(&g, &r, a), "a second pin");
+        assert!(!release_sole_pinned(&r), "another call has it pinned");
+        assert_eq!(r.load(Ordering::Acquire), 1 + 2 * PIN);
+        unpin(&r);
+        assert!(add_owner(&r));
+        assert!(!release_sole_pinned(&r), "another owner");
+        assert_eq!(drop_owner(&r), Dropped::Shared);
+        assert!(release_sole_pinned(&r));
+        assert_eq!(r.load(Ordering::Acquire), 0, "drained: no owner, no pin");
+        assert!(!pin(&g, &r, a), "no new pins");
+        assert!(!release_sole_pinned(&r), "nothing left to release");
+    }
 
     #[test]
     fn lifecycle_of_one_slot() {

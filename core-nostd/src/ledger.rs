@@ -317,8 +317,57 @@ fn core_totals(rows: &[[AtomicU64; 23]; 8]) -> u64 {
     rows.iter().map(|r| r[TOTAL].load(Ordering::Relaxed)).sum()
 }
 
+/// What one dmem books in its device's ledger ([`Nrt::dml_book`]): the fields of the dmem
+/// that place its bytes.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Booking {
+    /// Device (of the tree).
+    pub(crate) dev: u32,
+    /// Physical core on the device (`nc_id`).
+    pub(crate) nc: u32,
+    /// Raw `dma_mem_usage_type_t`.
+    pub(crate) usage: u32,
+    /// HBM channel (`tdram_channel`).
+    pub(crate) channel: u32,
+    /// Bytes booked (`allocated_size`).
+    pub(crate) bytes: u64,
+    /// Host DMA memory (booked in the host rows).
+    pub(crate) host: bool,
+}
+
 impl Nrt<'_> {
-    /// `dml_add_entry` (spec §3.2 step 6): books `m` in its device's ledger (`[nc][usage]` and
+    /// `dml_add_entry` by pointer (spec §3.2 step 6): resolves device `mla` in the tree and
+    /// reads `m`'s booking, then [`Self::dml_book`]. A pointer outside the tree, or a dmem that
+    /// is not live, books nothing. The dmem path books through `dml_book` directly, with
+    /// what it holds already.
+    #[cfg(test)]
+    pub(crate) fn dml_add_entry(
+        &self,
+        call: &impl InCall,
+        mla: *mut mla_t,
+        action: Action,
+        m: *const dmem_t,
+    ) {
+        // The device is resolved, not trusted: a pointer outside the tree books nothing, as
+        // does a dmem that is not live (the caller owns `m`: `owned_dmem_fixed`).
+        let (Some(dev), Some(d)) = (self.mla_index(mla), self.owned_dmem_fixed(m)) else {
+            return;
+        };
+        self.dml_book(
+            call,
+            &Booking {
+                dev,
+                nc: d.nc_id,
+                usage: d.mem_usage_type,
+                channel: d.tdram_channel,
+                bytes: d.allocated_size,
+                host: d.mem_type == dma_mem_location_t::HOST_DRAM as u32,
+            },
+            action,
+        );
+    }
+
+    /// `dml_add_entry` (spec §3.2 step 6): books a dmem (`b`) in its device's ledger (`[nc][usage]` and
     /// `[nc][22]`, device or host side), updates peaks and aggregates, and emits the trace line.
     ///
     /// Deliberate difference: spec §3.4 books every byte in `memory_usage_nc`. Host DMA bytes
@@ -335,22 +384,17 @@ impl Nrt<'_> {
     /// loaded): exact while one core of the device allocates at a time; with allocations
     /// and frees racing on several cores, the peak can be off by the bytes of the updates in
     /// flight during that read.
-    pub(crate) fn dml_add_entry(
-        &self,
-        call: &impl InCall,
-        mla: *mut mla_t,
-        action: Action,
-        m: *const dmem_t,
-    ) {
-        // The device is resolved, not trusted: a pointer outside the tree books nothing, as
-        // does a dmem that is not live (the caller owns `m`: `owned_dmem_fixed`).
-        let (Some(dev), Some(d)) = (self.mla_index(mla), self.owned_dmem_fixed(m)) else {
-            return;
-        };
-        let nc = (d.nc_id as usize).min(constants::TPBS_PER_MLA - 1);
-        let usage = (d.mem_usage_type as usize).min(TOTAL - 1);
-        let bytes = d.allocated_size;
-        let host = d.mem_type == dma_mem_location_t::HOST_DRAM as u32;
+    ///
+    /// The caller holds the booking already (the dmem path: the allocation it just made, the
+    /// dmem it finalises), so nothing is resolved again: `b.dev` is a device of the tree (the
+    /// caller resolved it); the core and usage are clamped into the rows.
+    #[inline]
+    pub(crate) fn dml_book(&self, call: &impl InCall, b: &Booking, action: Action) {
+        let dev = b.dev;
+        let nc = (b.nc as usize).min(constants::TPBS_PER_MLA - 1);
+        let usage = (b.usage as usize).min(TOTAL - 1);
+        let bytes = b.bytes;
+        let host = b.host;
         let ext = self.dev_ext(dev);
         let (rows, peaks, total_peak) = if host {
             (&ext.host_usage_nc, &ext.host_peak_nc, &ext.peak_host_bytes)
@@ -363,7 +407,7 @@ impl Nrt<'_> {
         };
         // `memory_usage[4]`: device bytes per HBM channel (spec §3.4), kept per core.
         let channel = (!host)
-            .then(|| ext.hbm_nc[nc].0.get(d.tdram_channel as usize))
+            .then(|| ext.hbm_nc[nc].0.get(b.channel as usize))
             .flatten();
         let g = ext.ledger_locks[nc].0.lock();
         match action {
@@ -394,7 +438,7 @@ impl Nrt<'_> {
         trace!(
             "MEM_USAGE: {} bytes, channel {}, total ({}/{})",
             bytes,
-            d.tdram_channel,
+            b.channel,
             rows[nc][TOTAL].load(Ordering::Relaxed),
             self.dev_geom(call, dev).channel_size
         );

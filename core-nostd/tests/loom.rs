@@ -1,9 +1,9 @@
 //! loom models of the core's concurrency protocols, run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p nrt-core --test loom --release` (`cargo xtask loom`).
 //! They drive the very functions the runtime uses (`mint_handle`, `drain_with`, `stage_once`,
-//! the handle pin protocol `publish` / `pin` / `unpin` / `drop_owner` / `add_owner` /
-//! `wait_drained` / `retire`, the runtime's `ShardedGate` on two shards, the sharded arena's
-//! `ShardBooks`) over loom's atomics and mutex. The atomics come through the core's one loom
+//! the handle pin protocol `publish` / `pin` / `unpin` / `release_sole_pinned` /
+//! `drop_owner` / `add_owner` / `wait_drained` / `retire`, the runtime's `ShardedGate` on two
+//! shards, the sharded arena's `ShardBooks`) over loom's atomics and mutex. The atomics come through the core's one loom
 //! facade (`nrt_core::loom`: loom's under `cfg(loom)`), the types those functions are generic
 //! over.
 #![cfg(loom)]
@@ -11,7 +11,9 @@
 use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use nrt_core::handle::{add_owner, drop_owner, pin, publish, retire, unpin, wait_drained, Dropped};
+use nrt_core::handle::{
+    add_owner, drop_owner, pin, publish, release_sole_pinned, retire, unpin, wait_drained, Dropped,
+};
 use nrt_core::loom::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use nrt_core::model::{drain_with, mint_handle};
 use nrt_core::sync::{ShardedGate, GATE_CLOSED};
@@ -156,6 +158,11 @@ impl Slot {
         if !pin(&self.gen, &self.refs, want) {
             return None;
         }
+        // The common case first, as `dmem_free` takes it: the last owner and the only pin,
+        // dropped and drained in one step.
+        if release_sole_pinned(&self.refs) {
+            return Some(self.finalise(reuse));
+        }
         match drop_owner(&self.refs) {
             Dropped::NoOwner => {
                 unpin(&self.refs);
@@ -167,19 +174,25 @@ impl Slot {
             }
             Dropped::Last => {
                 wait_drained(&self.refs, 1, |_| thread::yield_now());
-                // SAFETY: the last owner after every pin drained: no reader can hold the fields.
-                self.data.with_mut(|d| unsafe { *d = 0 });
-                self.finalised.fetch_add(1, Ordering::AcqRel);
-                retire(&self.gen);
-                if let Some(tag) = reuse {
-                    self.finalised.store(0, Ordering::Release);
-                    // SAFETY: still before `publish`: no handle can pin the new object yet.
-                    self.data.with_mut(|d| unsafe { *d = tag });
-                    publish(&self.gen, &self.refs);
-                }
-                Some(true)
+                Some(self.finalise(reuse))
             }
         }
+    }
+
+    /// The last owner's teardown once every pin drained: the fields go (a non-atomic write),
+    /// the slot retires and, with `reuse`, a new object is published in it. `true`.
+    fn finalise(&self, reuse: Option<u32>) -> bool {
+        // SAFETY: the last owner after every pin drained: no reader can hold the fields.
+        self.data.with_mut(|d| unsafe { *d = 0 });
+        self.finalised.fetch_add(1, Ordering::AcqRel);
+        retire(&self.gen);
+        if let Some(tag) = reuse {
+            self.finalised.store(0, Ordering::Release);
+            // SAFETY: still before `publish`: no handle can pin the new object yet.
+            self.data.with_mut(|d| unsafe { *d = tag });
+            publish(&self.gen, &self.refs);
+        }
+        true
     }
 }
 

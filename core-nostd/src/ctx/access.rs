@@ -201,6 +201,7 @@ impl<'a> Nrt<'a> {
     /// The index of device `mla` in the tree (address arithmetic, no dereference), `None` for
     /// a pointer that is not exactly an `mla_t` of the tree.
     #[inline]
+    #[cfg(test)]
     pub(crate) fn mla_index(&self, mla: *const mla_t) -> Option<u32> {
         let off = (mla as usize).checked_sub(self.mla_ptr(0) as usize)?;
         let sz = core::mem::size_of::<mla_t>();
@@ -231,12 +232,10 @@ impl<'a> Nrt<'a> {
             .flatten()
     }
 
-    /// [`Self::dmem_fixed`] without the shard lock, for the ledger's booking on the
-    /// allocation hot path (`dml_add_entry`; the lock cost the dmem path about 8 %). Its two
-    /// callers own `m`: `dmem_alloc` after publishing it (its one owner reference, not yet
-    /// returned), and `dmem_finalize` before retiring it (the last reference gone, the slot
-    /// given back only after this). A pointer that is not a live slot reads as `None`; the
-    /// ownership is the crate-internal contract of this function.
+    /// [`Self::dmem_fixed`] without the shard lock, for callers that own `m` (the tensor IO
+    /// steps, whose storage holds its dmem's reference; `dml_add_entry` by pointer), so it is
+    /// neither released nor handed out again during the read. A pointer that is not a live
+    /// slot reads as `None`; the ownership is the crate-internal contract of this function.
     #[inline]
     pub(crate) fn owned_dmem_fixed(&self, m: *const dmem_t) -> Option<DmemFixed> {
         if !self.st.dmem.dmems().is_live(m) {

@@ -439,12 +439,7 @@ impl<'a> Nrt<'a> {
         let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
         // SAFETY: resolved pointers are in-bounds and initialised.
         let (dev, nc_id) = unsafe { ((*mla).mla_idx, (*tpb).idx as u32) };
-        Ok(AllocatorCore {
-            pcore,
-            mla,
-            dev,
-            nc_id,
-        })
+        Ok(AllocatorCore { pcore, dev, nc_id })
     }
 
     /// Writes the fields of fresh dmem `m` (spec §3.2 step 5) and publishes it: generation,
@@ -617,11 +612,22 @@ impl<'a> Nrt<'a> {
             if !(*m)._va.is_null() {
                 let _ = self.drv.memory_unmap(dev, (*m).mem_handle);
             }
-            if let Some(slot) = self.st.dmem.dmems.index_of(m) {
-                self.st.live_handles.remove(dev, (*m).mem_handle, slot);
-            }
+            self.st.live_handles.remove(dev, (*m).mem_handle);
             match self.drv.memory_free(dev, (*m).mem_handle) {
-                Ok(()) => self.dml_add_entry(call, self.mla_ptr(dev), Action::Free, m),
+                // The booking `dml_add_entry` would read back: the dmem's own fields, fixed
+                // since its allocation resolved `dev` in the tree.
+                Ok(()) => self.dml_book(
+                    call,
+                    &crate::ledger::Booking {
+                        dev,
+                        nc: (*m).nc_id,
+                        usage: (*m).mem_usage_type,
+                        channel: (*m).tdram_channel,
+                        bytes: (*m).allocated_size,
+                        host: (*m).mem_type == dma_mem_location_t::HOST_DRAM as u32,
+                    },
+                    Action::Free,
+                ),
                 Err(e) => {
                     // The driver still holds the block: the ledger keeps it booked (it
                     // stays true about device memory), the runtime's figures count it and
@@ -649,8 +655,6 @@ impl<'a> Nrt<'a> {
 pub(super) struct AllocatorCore {
     /// The allocator's `physical_core_t` (in the context tree).
     pub(super) pcore: *mut physical_core_t,
-    /// Its device's `mla_t`.
-    pub(super) mla: *mut mla_t,
     /// Its device index.
     pub(super) dev: u32,
     /// Its core on the device.

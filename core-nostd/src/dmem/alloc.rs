@@ -11,6 +11,7 @@ use crate::abi::*;
 use crate::ctx::{InCall, Nrt};
 use crate::driver::{errno, AllocRequest, Errno};
 use crate::error::{Error, InvalidArg, Result};
+use crate::ledger::Booking;
 
 impl<'a> Nrt<'a> {
     /// `dmem_alloc_internal` (spec §3.2): [`Self::dmem_alloc`] as a step of a gated call
@@ -52,12 +53,7 @@ impl<'a> Nrt<'a> {
         if cat == CATEGORY_INVALID {
             return Err(Error::UsageInvalidForLocation { usage, loc });
         }
-        let AllocatorCore {
-            pcore,
-            mla,
-            dev,
-            nc_id,
-        } = self.allocator_core(al)?;
+        let AllocatorCore { pcore, dev, nc_id } = self.allocator_core(al)?;
         let g = self.dev_geom(call, dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a
@@ -152,24 +148,25 @@ impl<'a> Nrt<'a> {
             error!("dmem_alloc: {}", e);
             return Err(e);
         }
-        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size, slot) {
+        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size) {
             undo_meta();
             error!("dmem_alloc: {}", e);
             return Err(e);
         }
         // 5. fields, then publish them (generation, then one owner) to readers of live slots
         //    (the OOM dump) and to resolvers of the new handle.
+        let offset = if emulate {
+            align_offset(pa, a.align)
+        } else {
+            0
+        };
         self.dmem_write_fresh(
             m,
             &DmemFields {
                 a,
                 handle,
                 pa,
-                align_offset: if emulate {
-                    align_offset(pa, a.align)
-                } else {
-                    0
-                },
+                align_offset: offset,
                 loc,
                 usage,
                 hbm,
@@ -178,8 +175,19 @@ impl<'a> Nrt<'a> {
                 dev,
             },
         );
-        // 6. ledger + trace
-        self.dml_add_entry(call, mla, Action::Alloc, m);
+        // 6. ledger + trace (the booking `dml_add_entry` would read back from the dmem)
+        self.dml_book(
+            call,
+            &Booking {
+                dev,
+                nc: nc_id,
+                usage: usage as u32,
+                channel: hbm,
+                bytes: a.size + offset,
+                host,
+            },
+            Action::Alloc,
+        );
         // 7. link before dummy_tail
         let linked = self.allocator_link(al, m);
         if let Err(e) = linked {
@@ -207,7 +215,7 @@ impl<'a> Nrt<'a> {
     /// Checks a block the driver returned: handle 0 is no handle (nothing can be freed), and
     /// the block `[pa, pa + size)` must lie in the driver's window when it states one
     /// ([`crate::driver::Driver::pa_window`]); a block outside is taken out of the set of
-    /// live handles (where dmem slot `slot` claimed it) and given back to the driver.
+    /// live handles (where the allocation claimed it) and given back to the driver.
     fn check_driver_block(
         &self,
         dev: u32,
@@ -215,7 +223,6 @@ impl<'a> Nrt<'a> {
         handle: u64,
         pa: u64,
         size: u64,
-        slot: usize,
     ) -> Result<()> {
         if handle == 0 {
             return Err(Error::BadDriver {
@@ -234,7 +241,7 @@ impl<'a> Nrt<'a> {
             }
         };
         if !inside {
-            self.st.live_handles.remove(dev, handle, slot);
+            self.st.live_handles.remove(dev, handle);
             if self.drv.memory_free(dev, handle).is_err() {
                 // Refused twice over: the block stays the driver's, and is counted so.
                 self.st.driver_kept.note(size);

@@ -363,6 +363,14 @@ impl<'a> Nrt<'a> {
         // The last owner's free takes the allocator's lock: refused before anything changes
         // when the calling thread walks that allocator.
         self.allocator_reachable(self.allocator_of(p.m))?;
+        if handle::release_sole_pinned(p.refs) {
+            // The last owner and the only pin, dropped and drained in one step: the pin went
+            // with the owner.
+            let m = p.m;
+            core::mem::forget(p);
+            self.dmem_unlink_and_finalize(call, m, GiveBack::Release);
+            return Ok(());
+        }
         match handle::drop_owner(p.refs) {
             Dropped::NoOwner => Err(Error::stale(HandleKind::Dmem)),
             Dropped::Shared => Ok(()),
