@@ -252,6 +252,12 @@ pub(crate) struct LiveHandles {
     links: SideTable<LiveLink>,
 }
 
+/// Dmem slots per [`LiveHandles`] bucket (rounded to a power of two of buckets): a full
+/// arena's chains average this long, and the buckets take a quarter of a `u32` per dmem
+/// slot (32 KiB for [`Capacity::DEFAULT`]), so the ones a run of allocations touches stay in
+/// cache.
+const LIVE_LOAD: usize = 4;
+
 /// The lock bit of a [`LiveHandles`] bucket.
 const LIVE_LOCK: u32 = 1 << 31;
 
@@ -270,7 +276,7 @@ impl LiveHandles {
     pub(crate) const fn parts(c: &Capacity) -> [Part; 2] {
         let d = c.dmems as usize;
         [
-            Part::side_table::<AtomicU32>(d.next_power_of_two()),
+            Part::side_table::<AtomicU32>(d.div_ceil(LIVE_LOAD).next_power_of_two()),
             Part::side_table::<LiveLink>(d),
         ]
     }
