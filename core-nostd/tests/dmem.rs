@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use nrt_core::abi::*;
-use nrt_core::dmem::{align_offset, AllocArgs};
+use nrt_core::dmem::{align_offset, AllocArgs, AllocatorUsage};
 use nrt_core::ledger::UsageSel;
 use nrt_core::sim::{Placement, Preset, SimConfig};
 use nrt_core::LogicalCore;
@@ -41,7 +41,13 @@ fn alloc_books_and_free_returns() {
         n.ledger().device(PhysicalCore::new(0, 1), UsageSel::Total),
         1 << 20
     );
-    assert_eq!(n.dmem().allocator_usage(al), (1, 1 << 20));
+    assert_eq!(
+        n.dmem().allocator_usage(al),
+        Ok(AllocatorUsage {
+            dmems: 1,
+            bytes: 1 << 20
+        })
+    );
     assert_list_valid(&n, al);
     let h = n
         .dmem()
@@ -60,7 +66,10 @@ fn alloc_books_and_free_returns() {
         0
     );
     assert_eq!(n.ledger().host(PhysicalCore::new(0, 1), UsageSel::Total), 0);
-    assert_eq!(n.dmem().allocator_usage(al), (0, 0));
+    assert_eq!(
+        n.dmem().allocator_usage(al),
+        Ok(AllocatorUsage { dmems: 0, bytes: 0 })
+    );
     assert_list_valid(&n, al);
     close_and_check_drained(&n);
 }
@@ -530,7 +539,13 @@ fn destroy_keeps_shared_dmems_until_their_last_reference() {
         .unwrap();
     n.dmem().acquire_reference(shared).unwrap();
     assert_list_valid(&n, al);
-    assert_eq!(n.dmem().allocator_usage(al), (2, 4096 + 8192));
+    assert_eq!(
+        n.dmem().allocator_usage(al),
+        Ok(AllocatorUsage {
+            dmems: 2,
+            bytes: 4096 + 8192
+        })
+    );
     n.dmem().allocator_destroy(al).unwrap();
     assert!(
         matches!(n.dmem().allocator_check(al), Err(Error::InvalidHandle(_))),
@@ -582,7 +597,7 @@ proptest! {
         let n = f.nrt();
         let mut live: Vec<(nrt_core::DmemHandle, u32, bool, u32, u64, u32)> = Vec::new();
         // What the runtime itself keeps on each core's GLOBAL allocator.
-        let base: Vec<u64> = (0..8).map(|c| n.dmem().allocator_usage(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, c)).unwrap()).0).collect();
+        let base: Vec<u64> = (0..8).map(|c| n.dmem().allocator_usage(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, c)).unwrap()).unwrap().dmems).collect();
         for op in ops {
             match op {
                 Op::Alloc { core, host, usage, kib, align_log } => {
@@ -631,7 +646,7 @@ proptest! {
                 let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, core)).unwrap();
                 assert_list_valid(&n, al);
                 let mine = live.iter().filter(|l| l.1 == core).count() as u64;
-                prop_assert_eq!(n.dmem().allocator_usage(al).0, base[core as usize] + mine);
+                prop_assert_eq!(n.dmem().allocator_usage(al).unwrap().dmems, base[core as usize] + mine);
             }
             // `memory_usage[4]`: device bytes per HBM channel (device allocations go to core / 2).
             let hbm = n.ledger().hbm(0);
@@ -869,7 +884,7 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
         Err(Error::Closed)
     );
     assert_eq!(n.dmem().allocator_destroy(mine), Err(Error::Closed));
-    assert_eq!(n.dmem().allocator_usage(mine), (0, 0));
+    assert_eq!(n.dmem().allocator_usage(mine), Err(Error::Closed));
 }
 
 /// The limit of `nrt_get_vnc_memory_stats` is the HBM size (spec §7.4 `aws_hal_get_hbm_size()`)
@@ -941,7 +956,13 @@ fn the_runtime_works_again_after_close_and_init() {
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "new"), None)
         .unwrap();
-    assert_eq!(n.dmem().allocator_usage(al), (1, 1 << 20));
+    assert_eq!(
+        n.dmem().allocator_usage(al),
+        Ok(AllocatorUsage {
+            dmems: 1,
+            bytes: 1 << 20
+        })
+    );
     n.dmem().free(m).unwrap();
     assert!(n.dmem().free(old).is_err(), "a pointer from before close");
     let t = device_tensor(&n, 0, 4096, "t");

@@ -174,10 +174,8 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         }
         "dmem_info" => st(n.dmem().info(k.d)),
         "allocator_for_each" => st(n.dmem().allocator_for_each(k.al, |_| ())),
-        "dmem_handle_of" | "dmem_is_live" | "allocator_usage" => {
-            let _ = (n.dmem().is_live(k.d), n.dmem().allocator_usage(k.al));
-            return v();
-        }
+        "dmem_handle_of" | "dmem_is_live" => return Some(n.dmem().is_live(k.d)).and(v()),
+        "allocator_usage" => st(n.dmem().allocator_usage(k.al)),
         "dmem_get_memory_stats" => st(n.ledger().memory_stats(LogicalCore::new(0))),
         "vnc_usage" => st(n.ledger().logical_core_usage(LogicalCore::new(0))),
         "reset_peak" => st(n.ledger().reset_peak(LogicalCore::new(0))),
