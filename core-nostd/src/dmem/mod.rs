@@ -100,6 +100,17 @@ impl<'h> AllocArgs<'h> {
 /// safe API names dmems by [`DmemHandle`].
 pub type Dmem = *mut dmem_t;
 
+/// What [`DeviceMemory::allocator_usage`](crate::dmem::DeviceMemory::allocator_usage) reports
+/// of an allocator: the dmems on its list and their allocated bytes (spec §3.1).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AllocatorUsage {
+    /// Dmems on the allocator's list.
+    pub dmems: u64,
+    /// Their allocated bytes (`allocated_size`, alignment padding included).
+    pub bytes: u64,
+}
+
 /// What [`DeviceMemory::info`](crate::dmem::DeviceMemory::info) reports of a live dmem: the fields fixed at allocation, copied
 /// out under a pin (so they are never read from a slot someone else reuses).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -129,6 +140,21 @@ pub struct DmemInfo {
     pub nc_id: u32,
     /// Owners right now (libnrt's `ref_count`).
     pub ref_count: u32,
+}
+
+/// A dmem as a walk hands it to its callback ([`DeviceMemory::allocator_for_each`],
+/// [`crate::model::Models::for_each_dmem`]): read under its allocator's lock, which keeps it
+/// linked and whole while the callback runs (spec §3.1).
+#[derive(Copy, Clone, Debug)]
+pub struct DmemEntry<'w> {
+    /// Its handle (live after the walk only while someone owns the dmem).
+    pub handle: DmemHandle,
+    /// The allocator it is on.
+    pub allocator: Option<AllocatorHandle>,
+    /// Its fields fixed at allocation, and its owners now.
+    pub info: DmemInfo,
+    /// Its hint (`hint_buf`).
+    pub hint: &'w str,
 }
 
 /// A pinned dmem ([`Nrt::dmem_pin`]): the object stays whole until this drops.
@@ -395,6 +421,6 @@ impl<'a> Nrt<'a> {
 }
 
 /// The hint of a dmem as text.
-pub fn dmem_hint(m: &dmem_t) -> &str {
+pub(crate) fn dmem_hint(m: &dmem_t) -> &str {
     c_name(&m.hint_buf)
 }

@@ -50,14 +50,16 @@ impl<'a> DeviceMemory<'a> {
         self.0.with_allocator(al, |_| Ok(())).is_ok()
     }
 
-    /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is
-    /// not live, outside `init`…`close`, and when the calling thread walks `al` or the wait
-    /// for its lock gives up ([`Self::allocator_for_each`]).
+    /// The dmems on `al`'s list and their allocated bytes ([`AllocatorUsage`]).
+    /// `InvalidHandle` for an allocator that is not live, `Closed` / `NotInitialized` outside
+    /// `init`…`close`, `WouldDeadlock` when the calling thread walks `al`, `Timeout` when the
+    /// wait for its lock gives up ([`Self::allocator_for_each`]).
     #[inline]
-    pub fn allocator_usage(&self, al: AllocatorHandle) -> (u64, u64) {
-        self.0
-            .with_allocator(al, |p| Ok(self.0.allocator_usage(p)))
-            .unwrap_or((0, 0))
+    pub fn allocator_usage(&self, al: AllocatorHandle) -> Result<AllocatorUsage> {
+        self.0.with_allocator(al, |p| {
+            let (dmems, bytes) = self.0.allocator_usage(p);
+            Ok(AllocatorUsage { dmems, bytes })
+        })
     }
 
     /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: a call
@@ -68,9 +70,15 @@ impl<'a> DeviceMemory<'a> {
     /// destroyed, forged or foreign handle is [`Error::InvalidHandle`]. The allocator cannot
     /// be destroyed during the walk (such a destroy is refused).
     #[inline]
-    pub fn allocator_for_each(&self, al: AllocatorHandle, f: impl FnMut(&dmem_t)) -> Result<()> {
-        self.0
-            .with_allocator(al, |p| self.0.allocator_for_each(p, f))
+    pub fn allocator_for_each(
+        &self,
+        al: AllocatorHandle,
+        mut f: impl FnMut(&DmemEntry<'_>),
+    ) -> Result<()> {
+        self.0.with_allocator(al, |p| {
+            self.0
+                .allocator_for_each(p, |d| f(&self.0.dmem_entry(p, d)))
+        })
     }
 
     /// Walks `al`'s list under its lock and checks it ([`crate::list::List::check`]): every
