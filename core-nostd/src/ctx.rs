@@ -671,3 +671,86 @@ pub struct Nrt<'a> {
 fn addr<T: ?Sized>(r: &T) -> usize {
     (r as *const T).cast::<()>() as usize
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The set of live handles keeps every key it was given however its chains share
+    /// buckets: a held key is refused, a removed one (head, middle or tail of its chain) can
+    /// be claimed again, and removing a key it does not hold changes nothing.
+    #[test]
+    fn live_handles_are_exact_along_shared_chains() {
+        let st = CoreState::with_capacity(&Capacity {
+            dmems: 16,
+            ..Capacity::ONE_DEVICE
+        })
+        .unwrap();
+        let t = &st.live_handles;
+        assert_eq!(t.buckets.entries(), 4, "a bucket per four dmem slots");
+        // Sixteen keys over four buckets: chains of four on average.
+        let key = |i: usize| {
+            (
+                0xb000_0000_0000_0000 | (i as u64) << 28 | i as u64,
+                i as u32 % 2,
+            )
+        };
+        for i in 0..16 {
+            let (h, d) = key(i);
+            assert!(t.claim(d, h, i), "key {i} is new");
+        }
+        for i in 0..16 {
+            let (h, d) = key(i);
+            assert!(!t.claim(d, h, (i + 1) % 16), "key {i} is held");
+            assert!(!t.claim(d ^ 1, h, 16), "slot 16 is past the table");
+        }
+        // Out of every chain, in an order that takes heads, middles and tails.
+        for i in [5, 0, 15, 7, 10] {
+            let (h, d) = key(i);
+            t.remove(d, h);
+            assert!(t.claim(d, h, i), "key {i} was removed");
+            t.remove(d, h);
+        }
+        for i in 0..16 {
+            let (h, d) = key(i);
+            let removed = [5, 0, 15, 7, 10].contains(&i);
+            assert_eq!(t.claim(d, h, i), removed, "key {i}");
+        }
+        t.remove(0, 0x1234);
+        t.remove(key(3).1 ^ 1, key(3).0);
+        assert!(
+            !t.claim(key(3).1, key(3).0, 3),
+            "the same handle on another device is another key"
+        );
+        t.clear();
+        assert!(t.claim(key(3).1, key(3).0, 3), "cleared");
+    }
+
+    /// Threads claiming and removing keys that share buckets never lose or duplicate one.
+    #[test]
+    fn live_handles_hold_under_racing_chain_edits() {
+        extern crate std;
+        let st = CoreState::with_capacity(&Capacity {
+            dmems: 16,
+            ..Capacity::ONE_DEVICE
+        })
+        .unwrap();
+        let t = &st.live_handles;
+        std::thread::scope(|s| {
+            for slot in 0..8usize {
+                s.spawn(move || {
+                    let h = 0xb000_0000_0000_0000 | (slot as u64) << 28 | slot as u64;
+                    for _ in 0..20_000 {
+                        assert!(t.claim(0, h, slot), "slot {slot}'s key is not held");
+                        assert!(!t.claim(0, h, slot + 8), "slot {slot}'s key is held");
+                        t.remove(0, h);
+                    }
+                });
+            }
+        });
+        for slot in 0..8usize {
+            let h = 0xb000_0000_0000_0000 | (slot as u64) << 28 | slot as u64;
+            assert!(t.claim(0, h, slot), "left empty");
+        }
+    }
+}
