@@ -13,8 +13,7 @@ use crate::sync::WaitFor;
 
 /// Executing (spec §4.6): the execution holds its model referenced and each of its physical
 /// cores (their `h_running_model` naming the model). Dropping it ends the execution: the
-/// cores are freed, then the model reference released; after that nothing of the runtime is
-/// touched (`close` may finish, a later `init` rewrite the cores).
+/// cores are freed, then the model reference released (from then on `close` may finish).
 ///
 /// The guard stays on the thread that began the execution (it is not `Send`, like a
 /// `MutexGuard`): with a thread token (`crate::sync::set_thread_token_hook`) a call of that
