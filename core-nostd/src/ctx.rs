@@ -198,8 +198,9 @@ pub(crate) struct CoreExt {
     pub(crate) pcore: UnsafeCell<physical_core_t>,
     /// 1 between bring-up and teardown of the core.
     pub(crate) is_init: AtomicU8,
-    /// Held by an execution on this core (spec §7.2: one execution per core at a time).
-    pub(crate) exec_lock: nrt_mutex_t,
+    /// The execution holding this core, if any (spec §4.6, §7.2: one execution per core at a
+    /// time): taken by `exec_begin`, freed by the guard's drop or `Models::revoke_exec`.
+    pub(crate) exec: crate::sync::ExecSlot,
     /// Executions run on this core.
     pub(crate) exec_count: AtomicU64,
     /// Times the ext-isa library was staged on this core (spec §6).
@@ -554,6 +555,10 @@ pub struct CoreState {
     /// What threads hold while they run callbacks or keep an exec lock past a call
     /// ([`crate::sync::Reentry`]): the calls that would wait for their own thread are refused.
     pub(crate) reentry: crate::sync::Reentry,
+    /// The gate an `ExecGuard`'s drop passes to touch its cores' slots, shut by `zero_tree`
+    /// while it rewrites them (`sync::gate_enter` protocol on one word): a guard whose
+    /// execution was revoked may be dropped while `init` rewrites the tree.
+    pub(crate) exec_gate: AtomicU32,
     /// What the driver refused to free since `init` ([`Nrt::driver_kept`]).
     pub(crate) driver_kept: DriverKeptBooks,
     /// The driver handles of live dmems ([`LiveHandles`]).

@@ -337,6 +337,14 @@ pub enum Error {
     /// it waits for (a model reference, an allocator's lock). Refused at once, nothing
     /// changed. NRT_FAILURE.
     WouldDeadlock(WaitFor),
+    /// The execution was ended by `Models::revoke_exec` (spec §4.6): its guard holds nothing
+    /// any more (named by the execution's first core). NRT_FAILURE.
+    ExecRevoked {
+        /// Device.
+        device: u32,
+        /// Physical core on the device.
+        core: u32,
+    },
     /// `init` on a runtime that is already initialised (`close` it first). NRT_FAILURE, as
     /// the C ABI's `nrt_init` answers (docs/STATES.md): the arguments are fine, the state is
     /// not, so it is not NRT_INVALID.
@@ -483,9 +491,10 @@ impl Error {
             Error::Driver(_) => NRT_FAILURE,
             Error::Unsupported(_) => NRT_RESOURCE,
             Error::Timeout(_) => NRT_TIMEOUT,
-            Error::WouldDeadlock(_) | Error::DriverKept { .. } | Error::BadDriver { .. } => {
-                NRT_FAILURE
-            }
+            Error::WouldDeadlock(_)
+            | Error::ExecRevoked { .. }
+            | Error::DriverKept { .. }
+            | Error::BadDriver { .. } => NRT_FAILURE,
             Error::Uninitialized => NRT_UNINITIALIZED,
             Error::Closed => NRT_CLOSED,
             _ => NRT_INVALID,
@@ -686,6 +695,11 @@ impl fmt::Display for Error {
                 "window [{offset}, {offset}+{len}) is outside the object of {size} bytes"
             ),
             Error::Unsupported(m) => f.write_str(m),
+            Error::Timeout(w @ (WaitFor::ExecLock { .. } | WaitFor::ModelDrain { .. })) => write!(
+                f,
+                "timed out waiting for {w} (an execution held past the bound, or leaked: \
+                 Models::revoke_exec ends it)"
+            ),
             Error::Timeout(w) => write!(f, "timed out waiting for {w}"),
             Error::BadDriver { what, value } => {
                 write!(f, "the driver's answer is refused: {what} (it said {value})")
@@ -702,6 +716,10 @@ impl fmt::Display for Error {
             Error::WouldDeadlock(w) => write!(
                 f,
                 "the calling thread holds {w} itself: the call would wait for it forever"
+            ),
+            Error::ExecRevoked { device, core } => write!(
+                f,
+                "the execution on device {device} core {core} was revoked (Models::revoke_exec)"
             ),
             Error::AlreadyInitialized => {
                 f.write_str("the runtime is already initialized (call nrt_close first)")
@@ -727,11 +745,21 @@ mod tests {
         assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
         assert_eq!(
             t.to_string(),
-            "timed out waiting for the exec lock of device 1 core 3"
+            "timed out waiting for the exec lock of device 1 core 3 (an execution held past \
+             the bound, or leaked: Models::revoke_exec ends it)"
         );
         let t = Error::Timeout(WaitFor::ModelDrain { model: 7 });
         assert_eq!(t.status(), NRT_STATUS::NRT_TIMEOUT);
-        assert!(t.to_string().ends_with("the references on model 7"), "{t}");
+        assert!(t.to_string().contains("the references on model 7"), "{t}");
+        assert!(t.to_string().contains("Models::revoke_exec"), "{t}");
+        let t = Error::Timeout(WaitFor::CallsInFlight);
+        assert_eq!(
+            t.to_string(),
+            "timed out waiting for the API calls in flight"
+        );
+        let r = Error::ExecRevoked { device: 0, core: 1 };
+        assert_eq!(r.status(), NRT_STATUS::NRT_FAILURE);
+        assert!(r.to_string().contains("device 0 core 1 was revoked"), "{r}");
         let d = Error::WouldDeadlock(WaitFor::AllocatorLock);
         assert_eq!(d.status(), NRT_STATUS::NRT_FAILURE);
         assert!(d.to_string().contains("an allocator's lock"), "{d}");

@@ -69,7 +69,6 @@ static_assertions::assert_impl_all!(CoreState: Send, Sync, abi::meta::ZeroValid)
 static_assertions::assert_impl_all!(Nrt<'static>: Send, Sync);
 // Errors are plain values (`Error` stays `Copy`).
 static_assertions::assert_impl_all!(Error: Copy, Send, Sync, core::fmt::Debug, core::fmt::Display);
-// An execution's guard may finish on another thread (an async completion), but it holds the
-// model reference and the exec locks: a copy would release them twice.
-static_assertions::assert_impl_all!(model::ExecGuard<'static>: Send);
-static_assertions::assert_not_impl_any!(model::ExecGuard<'static>: Clone, Copy);
+// An execution belongs to the thread that began it (its cores record that thread, so that
+// thread's calls that would wait for it are refused), and a copy would end it twice.
+static_assertions::assert_not_impl_any!(model::ExecGuard<'static>: Send, Clone, Copy);

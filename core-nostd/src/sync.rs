@@ -14,7 +14,9 @@
 //!   wait hook at each look whether to go on, and gives up with [`Error::Timeout`] naming
 //!   what it waited for.
 //! * Re-entry detection ([`set_thread_token_hook`], [`Reentry`]): with a thread token the
-//!   core refuses at once a call from a callback that would wait for the callback's own call.
+//!   core refuses at once a call from a callback that would wait for the callback's own call,
+//!   or from a thread that would wait for its own execution (recorded in the core's
+//!   `ExecSlot`).
 //!
 //! The other waits of the core (an arena shard's books, a `model_db`, a ledger row, a tensor's
 //! op lock and pending writers, the pins of an object being freed) last as long as a section
@@ -133,8 +135,9 @@ static TOKEN_HOOK: spin::Once<fn() -> usize> = spin::Once::new();
 /// like [`set_relax_hook`]. With it the core refuses at once, with
 /// [`Error::WouldDeadlock`], a call from a callback that would wait for the callback's own
 /// call (an unload of the model or a `close` from a model callback, an allocation, free or
-/// walk of the allocator being walked); without it such a call waits until its bounded wait
-/// gives up ([`Error::Timeout`]).
+/// walk of the allocator being walked) and a call that would wait for an execution the
+/// calling thread began (an execution on its cores, an unload of its model, `close`);
+/// without it such a call waits until its bounded wait gives up ([`Error::Timeout`]).
 pub fn set_thread_token_hook(hook: fn() -> usize) {
     TOKEN_HOOK.call_once(|| hook);
 }
@@ -153,8 +156,8 @@ pub const REENTRY_SLOTS: usize = 16;
 /// What a thread holds while it runs code the core does not control (a callback that holds a
 /// model reference and a call in flight, or an allocator's lock): a key per kind, so a call
 /// from the callback that would wait for it is refused at once. Callbacks run on the thread
-/// that made the call, so the thread token is proof. (An `ExecGuard` is not recorded: it is
-/// `Send`, and may be dropped on another thread.) All-zero is empty.
+/// that made the call, so the thread token is proof. (An execution's thread is recorded on
+/// its cores instead, in their `ExecSlot`s.) All-zero is empty.
 pub struct Reentry {
     /// Slots taken (a table nobody uses is read with one load).
     taken: AtomicU32,
@@ -318,6 +321,103 @@ impl nrt_mutex_t {
         })?;
         got.ok_or(Error::Timeout(what))
     }
+}
+
+/// One physical core's execution slot (spec §4.6): which execution holds the core, if any.
+/// An execution takes the slot when it begins and owns it until its guard drops or
+/// `Models::revoke_exec` ends it; whoever frees the slot first (compared by ticket, under the
+/// slot's lock) is the only one that releases what the execution held. The lock is held for
+/// a few stores only, never across a call of the integrator's. All-zero is free.
+pub(crate) struct ExecSlot(DataLock<ExecRecord>);
+
+/// What an [`ExecSlot`] records of the execution holding its core.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct ExecRecord {
+    /// The execution's ticket ([`next_exec_ticket`]); 0: the core is free.
+    pub(crate) ticket: u64,
+    /// The thread that began the execution ([`thread_token`]; 0 without a token hook).
+    pub(crate) token: usize,
+    /// The counted model reference the execution holds, on its first core only (null on the
+    /// second): released by whoever frees the first core's slot.
+    pub(crate) model: *mut crate::abi::model_t,
+    /// The model's handle words (`ModelHandle::to_parts`).
+    pub(crate) handle: (u32, u32, u32),
+    /// The execution's cores `(device, core)`, first then second (`u32::MAX` for none).
+    pub(crate) cores: [(u32, u32); 2],
+}
+
+/// A `(device, core)` pair that names no core.
+const NO_CORE: (u32, u32) = (u32::MAX, u32::MAX);
+
+impl ExecRecord {
+    /// The free slot's record.
+    pub(crate) const FREE: ExecRecord = ExecRecord {
+        ticket: 0,
+        token: 0,
+        model: core::ptr::null_mut(),
+        handle: (0, 0, 0),
+        cores: [NO_CORE; 2],
+    };
+
+    /// Whether the calling thread began this execution (never without a token hook).
+    pub(crate) fn mine(&self) -> bool {
+        let me = thread_token();
+        self.ticket != 0 && me != 0 && self.token == me
+    }
+}
+
+impl ExecSlot {
+    /// A copy of the record (a free slot's ticket is 0).
+    pub(crate) fn get(&self) -> ExecRecord {
+        *self.0.lock()
+    }
+
+    /// Takes the slot for `rec` if it is free, running `f` under the slot's lock once taken
+    /// (it marks the core); else the record of the execution holding it.
+    pub(crate) fn try_take(
+        &self,
+        rec: &ExecRecord,
+        f: impl FnOnce(),
+    ) -> core::result::Result<(), ExecRecord> {
+        let mut r = self.0.lock();
+        if r.ticket != 0 {
+            return Err(*r);
+        }
+        *r = *rec;
+        f();
+        Ok(())
+    }
+
+    /// Frees the slot if execution `ticket` holds it, running `f` under the slot's lock first
+    /// (it clears the core's mark): the freed record, or `None` when another execution holds
+    /// the slot or it is free (someone else ended `ticket`).
+    pub(crate) fn end(&self, ticket: u64, f: impl FnOnce()) -> Option<ExecRecord> {
+        let mut r = self.0.lock();
+        if ticket == 0 || r.ticket != ticket {
+            return None;
+        }
+        f();
+        Some(core::mem::replace(&mut *r, ExecRecord::FREE))
+    }
+
+    /// Whether execution `ticket` holds the slot.
+    pub(crate) fn held_by(&self, ticket: u64) -> bool {
+        self.with_held(ticket, |_| ()).is_some()
+    }
+
+    /// `f` on the record under the slot's lock if execution `ticket` holds the slot (so it
+    /// cannot end while `f` runs); `None` otherwise.
+    pub(crate) fn with_held<R>(&self, ticket: u64, f: impl FnOnce(&ExecRecord) -> R) -> Option<R> {
+        let r = self.0.lock();
+        (ticket != 0 && r.ticket == ticket).then(|| f(&r))
+    }
+}
+
+/// A process-unique execution ticket (never 0): a slot compares tickets, so an execution
+/// that was ended never names a later one.
+pub(crate) fn next_exec_ticket() -> u64 {
+    static NEXT: crate::atomic::AtomicU64 = crate::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Busy iterations a wait spins before it relaxes through [`Relax`].

@@ -118,15 +118,19 @@ fn threads_load_execute_unload_on_one_core() {
                     .models()
                     .load(LogicalCore::new(0), &spec)
                     .expect("load");
-                // Someone executes it while we unload: the unload must wait for the drain.
-                let g = rt.nrt().models().exec_begin(h).expect("exec");
+                // Someone executes it while we unload: the unload must wait for the drain. The
+                // guard stays on the thread that began the execution (it is not `Send`).
                 let in_exec = AtomicBool::new(true);
+                let begun = Barrier::new(2);
                 std::thread::scope(|s| {
                     s.spawn(|| {
+                        let g = rt.nrt().models().exec_begin(h).expect("exec");
+                        begun.wait();
                         std::thread::sleep(Duration::from_millis(2));
                         in_exec.store(false, Ordering::SeqCst);
                         drop(g);
                     });
+                    begun.wait();
                     rt.nrt().models().unload(h).expect("unload");
                     assert!(
                         !in_exec.load(Ordering::SeqCst),

@@ -84,3 +84,52 @@ fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() 
     n.close().unwrap();
     assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
 }
+
+#[test]
+fn the_threads_own_execution_is_refused_at_once_and_a_leaked_one_is_revoked() {
+    let rt = HostRuntime::start(RuntimeConfig {
+        device: DeviceChoice::sim(nrt_core::sim::Preset::Trn2, 1),
+        ..Default::default()
+    })
+    .expect("runtime");
+    let n = rt.nrt();
+    let (ins, outs) = ([TensorDecl::new("in", 64)], [TensorDecl::new("out", 64)]);
+    let spec = ModelSpec {
+        name: "m",
+        subgraphs: 1,
+        inputs: &ins,
+        outputs: &outs,
+        ..Default::default()
+    };
+    let m = n.models().load(LogicalCore::FIRST, &spec).unwrap();
+    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
+    for (set, name) in [(si, "in"), (so, "out")] {
+        let t = n
+            .tensors()
+            .allocate(Placement::Device, LogicalCore::FIRST.into(), 64, Some(name))
+            .unwrap();
+        n.sets().add(set, name, t).unwrap();
+    }
+    let core = n.physical_cores(LogicalCore::FIRST).unwrap()[0];
+    let drain = WaitFor::ModelDrain {
+        model: m.h_model().id,
+    };
+    // The shim's thread token: every call of this thread that would wait for its own
+    // execution is refused without waiting, leaked guard or not.
+    let g = n.models().exec_begin(m).unwrap();
+    std::mem::forget(g);
+    let t0 = Instant::now();
+    assert!(matches!(
+        n.tensors().execute(m, si, so),
+        Err(Error::WouldDeadlock(WaitFor::ExecLock { .. }))
+    ));
+    assert_eq!(n.models().unload(m), Err(Error::WouldDeadlock(drain)));
+    assert_eq!(n.close(), Err(Error::WouldDeadlock(drain)));
+    assert!(t0.elapsed() < HOLD, "refused without waiting");
+    // The recovery ends the leaked execution; everything works again.
+    assert_eq!(n.models().revoke_exec(core), Ok(Some(m)));
+    n.tensors().execute(m, si, so).expect("the core is free");
+    n.models().unload(m).expect("the model is idle");
+    n.close().unwrap();
+    assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
+}

@@ -554,9 +554,13 @@ impl<'a> Nrt<'a> {
     pub(super) fn zero_tree(&self, _ex: &mut Exclusive<'_>) {
         use core::mem::size_of;
         let l = self.st.ctx_layout;
-        // SAFETY: per the token nobody reads or writes the region now; every range below
-        // lies in the bound region (`num_mla` never exceeds `devices`: `init` clamps it), and
-        // all-zero is its valid unused state (ZeroValid members, atomics, unlocked locks).
+        // The one user the token does not exclude: an `ExecGuard` whose execution was revoked,
+        // dropped on its own thread. It touches its cores' slots only inside this gate.
+        crate::sync::gate_close(&self.st.exec_gate, crate::sync::relax);
+        // SAFETY: per the token and the exec gate (shut above) nobody reads or writes the
+        // region now; every range below lies in the bound region (`num_mla` never exceeds
+        // `devices`: `init` clamps it), and all-zero is its valid unused state (ZeroValid
+        // members, atomics, unlocked locks).
         unsafe {
             let used = (*self.num_mla_ptr()).min(l.devices) as usize;
             let base = self.st.ctx;
@@ -577,6 +581,7 @@ impl<'a> Nrt<'a> {
             }
             self.st.reinit_bytes.store(zeroed, Ordering::Relaxed);
         }
+        crate::sync::gate_open(&self.st.exec_gate);
     }
 
     /// Brings up core `(d, t)` (spec §1, §5.1): its index, its `physical_core_t`, its GLOBAL

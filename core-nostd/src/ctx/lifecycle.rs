@@ -227,10 +227,11 @@ impl<'a> Nrt<'a> {
     /// `ExecGuard`s hold a model reference, which close drains before it tears anything down
     /// (spec §4.5). Both waits are bounded (`crate::sync::wait_bounded`): when one gives up,
     /// `close` returns `Timeout` naming what it waited for (the calls in flight, or a model
-    /// still referenced: an `ExecGuard` held past the bound or leaked, the caller's own
-    /// included) and the runtime stays initialised, unchanged. A thread that runs a model or
-    /// allocator callback would wait for itself: with a thread token
-    /// (`crate::sync::set_thread_token_hook`) it is refused at once with `WouldDeadlock`.
+    /// still referenced: an `ExecGuard` held past the bound or leaked, which
+    /// `Models::revoke_exec` ends) and the runtime stays initialised, unchanged. A thread that
+    /// runs a model or allocator callback, or whose own execution holds a core, would wait
+    /// for itself: with a thread token (`crate::sync::set_thread_token_hook`) it is refused at
+    /// once with `WouldDeadlock`.
     ///
     /// [`Error::DriverKept`] when the driver refused to free blocks of this runtime since
     /// `init` (during the close or before): the runtime is closed, and the driver still holds
@@ -252,6 +253,8 @@ impl<'a> Nrt<'a> {
                 Error::Uninitialized
             });
         }
+        // An execution the calling thread began would be waited for below.
+        self.refuse_own_exec_any()?;
         // New API calls fail from here on; wait for the ones already past the gate, then for
         // the model references (executions, guards) still out.
         self.st.state.store(STATE_CLOSED, Ordering::Release);

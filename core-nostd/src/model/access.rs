@@ -35,6 +35,7 @@ use crate::arena::GiveBack;
 use crate::cstr::c_name;
 use crate::ctx::*;
 use crate::error::{Error, Result};
+use crate::handle::ModelHandle;
 use crate::ht;
 use crate::model::{IoUsage, ModelIo, ModelIoEntry, IO_DIMS_MAX};
 use crate::sync::MutexGuard;
@@ -281,6 +282,28 @@ macro_rules! fixed_members {
 }
 
 impl<'a> ModelRef<'a> {
+    /// The reference a [`ModelRef`] on `m` counted and then forgot.
+    ///
+    /// # Safety
+    ///
+    /// `m` is a model slot of `st`'s arena on which a `ModelRef` counted a reference that
+    /// was forgotten (not dropped), and no other `from_counted` call takes that reference.
+    unsafe fn from_counted(st: &'a CoreState, m: NonNull<model_t>) -> Self {
+        ModelRef { st, m }
+    }
+
+    /// One more reference on `m`, which a counted reference keeps live.
+    ///
+    /// # Safety
+    ///
+    /// `m` is a model slot of `st`'s arena on which some reference is counted, and stays
+    /// counted until this call returns.
+    unsafe fn count_another(st: &'a CoreState, m: NonNull<model_t>) -> Self {
+        let r = ModelRef { st, m };
+        r.refs().fetch_add(1, Ordering::AcqRel);
+        r
+    }
+
     fn refs(&self) -> &AtomicU64 {
         // SAFETY: a live slot while this reference is counted (see `fixed_members`);
         // `ref_count` is an atomic, accessed only atomically, and the reference covers it
@@ -300,8 +323,6 @@ impl<'a> ModelRef<'a> {
     }
 
     fixed_members! {
-        /// `h_model`.
-        h_model: H_MODEL;
         /// Subgraphs.
         num_subgraphs: u32;
         /// Declared inputs.
@@ -312,8 +333,6 @@ impl<'a> ModelRef<'a> {
         sg_allocators: [*mut dmem_allocator_t; 8];
         /// The model's scratchpad cleanup record.
         scratchpad_cleanup_info: *mut tdrv_scratchpad_cleanup_info_t;
-        /// The model's first physical core.
-        pcore: physical_core_t;
     }
 
     /// The model's IO table (its side-table chain, `CoreState::model_io`), borrowed from this
@@ -443,79 +462,242 @@ impl core::ops::DerefMut for DrainedModel<'_> {
     }
 }
 
-/// An execution's hold on its model and cores (spec §4.6): a counted reference on the model
-/// and each physical core's exec lock, with `tpb_t.h_running_model` naming the model while
-/// the lock is held. The cores are released before the reference (fields drop in order):
-/// once the reference falls, `close` may finish and a later `init` rewrite the cores, their
-/// locks included.
+/// An execution's hold on its model and cores (spec §4.6), what an `ExecGuard` keeps: the
+/// execution's ticket, its model's handle and its cores. The counted model reference is the
+/// hold's only until its first core is taken; from then on that core's slot
+/// ([`crate::sync::ExecSlot`]) owns it, and whoever frees that slot — this hold's drop or
+/// `Models::revoke_exec` — releases it, once ([`Nrt::exec_end`]). While a slot names this
+/// ticket, its core's `tpb_t.h_running_model` names the model.
+///
+/// Not `Send`: an execution belongs to the thread that began it, which the slots record, so
+/// a call of that thread that would wait for the execution is refused at once.
 pub(crate) struct ExecHold<'a> {
-    cores: [Option<CoreExecLock<'a>>; 2],
-    model: ModelRef<'a>,
+    nrt: Nrt<'a>,
+    ticket: u64,
+    handle: ModelHandle,
+    /// The thread that began the execution ([`crate::sync::thread_token`]).
+    token: usize,
+    /// The execution's cores `(device, core)`, in order (`u32::MAX` past the last).
+    cores: [(u32, u32); 2],
+    /// Cores taken so far (in order).
+    taken: usize,
+    /// The model reference, until the first core's slot takes it.
+    model: Option<ModelRef<'a>>,
+    _thread: core::marker::PhantomData<*const ()>,
 }
 
-/// One core's exec lock held, with `h_running_model` set; dropping it clears the mark, then
-/// releases the lock.
-struct CoreExecLock<'a> {
-    running: &'a AtomicU32,
-    _lock: MutexGuard<'a>,
-}
-
-impl Drop for CoreExecLock<'_> {
+impl Drop for ExecHold<'_> {
     fn drop(&mut self) {
-        // Under the exec lock, which `_lock` releases after this body.
-        self.running.store(0, Ordering::Relaxed);
+        if self.taken == 0 {
+            // The reference is still the hold's: it drops with the field.
+            return;
+        }
+        // Inside the exec gate `zero_tree` shuts. Shut means `init` is rewriting the tree, so
+        // this runtime was closed (every model drained) or never initialised: no slot names
+        // this execution any more (it was revoked), and there is nothing to release.
+        let gate = &self.nrt.st.exec_gate;
+        if !crate::sync::gate_enter(gate) {
+            return;
+        }
+        let _ = self.nrt.exec_end(self.ticket, self.cores);
+        crate::sync::gate_exit(gate);
     }
 }
 
 impl<'a> ExecHold<'a> {
-    /// A hold on `model` and no core yet.
-    pub(crate) fn new(model: ModelRef<'a>) -> Self {
+    /// A hold of a new execution of `model` (named `handle`) on `cores`, none taken yet.
+    pub(crate) fn new(
+        nrt: Nrt<'a>,
+        model: ModelRef<'a>,
+        handle: ModelHandle,
+        cores: [(u32, u32); 2],
+    ) -> Self {
         ExecHold {
-            cores: [None, None],
-            model,
+            nrt,
+            ticket: crate::sync::next_exec_ticket(),
+            handle,
+            token: crate::sync::thread_token(),
+            cores,
+            taken: 0,
+            model: Some(model),
+            _thread: core::marker::PhantomData,
         }
     }
 
-    /// The model held.
-    pub(crate) fn model(&self) -> &ModelRef<'a> {
-        &self.model
+    /// The model's handle.
+    pub(crate) fn handle(&self) -> ModelHandle {
+        self.handle
     }
 
-    /// Takes core `tpb`'s exec lock as the hold's `j`-th core (one model executes at a time
-    /// per core), counts the execution on the core and marks the model `h_running_model`.
-    /// `CoreOutOfRange`, and nothing taken, for a pointer that is not a core of the tree or
-    /// `j >= 2`; `Timeout` when the bounded wait for the lock gives up.
-    pub(crate) fn lock_core(&mut self, nrt: &Nrt<'a>, j: usize, tpb: *const tpb_t) -> Result<()> {
-        let Some(t) = nrt.tree_tpb(tpb) else {
+    /// The runtime the execution runs in.
+    pub(crate) fn nrt(&self) -> Nrt<'a> {
+        self.nrt
+    }
+
+    /// The execution's first core.
+    pub(crate) fn first_core(&self) -> (u32, u32) {
+        self.cores[0]
+    }
+
+    /// `Ok` while the execution holds its first core; `ExecRevoked` naming it once
+    /// `Models::revoke_exec` ended the execution (or before it was taken). Call it inside a
+    /// gated call.
+    pub(crate) fn check(&self) -> Result<()> {
+        let (d, i) = self.cores[0];
+        if self.taken > 0
+            && d < self.nrt.ctx_devices()
+            && self.nrt.core_ext(d, i).exec.held_by(self.ticket)
+        {
+            return Ok(());
+        }
+        Err(Error::ExecRevoked { device: d, core: i })
+    }
+
+    /// A reference of its own on the model, taken while the execution holds its first core
+    /// (under that slot's lock, so the reference the slot owns is not released meanwhile);
+    /// `ExecRevoked` once the execution was ended. Call it inside a gated call.
+    pub(crate) fn model_ref(&self) -> Result<ModelRef<'a>> {
+        let (d, i) = self.cores[0];
+        let revoked = Error::ExecRevoked { device: d, core: i };
+        if self.taken == 0 || d >= self.nrt.ctx_devices() {
+            return Err(revoked);
+        }
+        let st = self.nrt.st;
+        self.nrt
+            .core_ext(d, i)
+            .exec
+            .with_held(self.ticket, |rec| {
+                let m = NonNull::new(rec.model)?;
+                // SAFETY: the slot names this execution and its lock is held, so the
+                // reference it owns on `m` (moved there by `lock_next_core`) is counted and
+                // stays so meanwhile (`exec_end` takes the record out under this lock before
+                // it releases the reference): `m` is a live model slot of this runtime, and
+                // one more count is a reference of its own.
+                Some(unsafe { ModelRef::count_another(st, m) })
+            })
+            .flatten()
+            .ok_or(revoked)
+    }
+
+    /// Takes the hold's next core (one model executes at a time per core), counts the
+    /// execution on the core and marks the model `h_running_model`; the first core's slot
+    /// takes the model reference. Inside a gated call. `CoreOutOfRange`, and nothing taken,
+    /// for a core that is not present; `WouldDeadlock` at once when the calling thread's own
+    /// execution holds the core (with a thread token), else `Timeout` when the bounded wait
+    /// gives up; `ExecRevoked` when the execution was revoked while it waited for this core.
+    pub(crate) fn lock_next_core(&mut self) -> Result<()> {
+        let j = self.taken;
+        let Some(&(d, i)) = self.cores.get(j) else {
             return Err(Error::CoreOutOfRange {
                 device: u32::MAX,
                 tpb: u32::MAX,
             });
         };
-        let (d, i) = nrt.tpb_coords(t);
-        let Some(slot) = self.cores.get_mut(j) else {
+        let tpb = self.nrt.tpb(d, i)?;
+        let Some(t) = self.nrt.tree_tpb(tpb) else {
             return Err(Error::CoreOutOfRange { device: d, tpb: i });
         };
-        let ext = nrt.core_ext(d, i);
-        let lock = ext
-            .exec_lock
-            .lock_bounded(crate::sync::WaitFor::ExecLock { device: d, core: i })?;
-        ext.exec_count.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: `t` is a `tpb_t` of the tree (re-derived from its coordinates), which lives
-        // as long as the state block (`'a`); `h_running_model` is a 4-byte, 4-aligned
-        // `H_MODEL { id: u32 }`, viewed as the atomic it is used as. Its other writer is
-        // `zero_tree`, in `init` / `close` with the gate drained; `close` gets there only after
-        // draining every model, and this hold keeps `model` referenced for as long as the
-        // view lives (the cores drop first), so the two never overlap. Every other access is
-        // through this view, under the core's exec lock.
-        let running =
-            unsafe { AtomicU32::from_ptr(addr_of_mut!((*t).h_running_model).cast::<u32>()) };
-        running.store(self.model.h_model().id, Ordering::Relaxed);
-        *slot = Some(CoreExecLock {
-            running,
-            _lock: lock,
-        });
+        let running = running_model(t);
+        let id = self.handle.h_model().id;
+        let rec = crate::sync::ExecRecord {
+            ticket: self.ticket,
+            token: self.token,
+            model: match (&self.model, j) {
+                (Some(m), 0) => m.m.as_ptr(),
+                _ => core::ptr::null_mut(),
+            },
+            handle: self.handle.to_parts(),
+            cores: self.cores,
+        };
+        let slot = &self.nrt.core_ext(d, i).exec;
+        let what = crate::sync::WaitFor::ExecLock { device: d, core: i };
+        // Counted under the slot's lock, while the reference is still this hold's: once the
+        // lock is released a revoke may end the execution and release it.
+        let first = self.model.as_ref().filter(|_| j == 0);
+        let take = || {
+            slot.try_take(&rec, || {
+                running.store(id, Ordering::Relaxed);
+                if let Some(m) = first {
+                    m.exec_count().fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        if let Err(holder) = take() {
+            if holder.mine() {
+                return Err(Error::WouldDeadlock(what));
+            }
+            crate::sync::wait_bounded(what, || take().is_ok())?;
+        }
+        self.taken = j + 1;
+        self.nrt
+            .core_ext(d, i)
+            .exec_count
+            .fetch_add(1, Ordering::Relaxed);
+        if j == 0 {
+            // The slot owns the reference from here ([`Nrt::exec_end`] releases it); the
+            // model is not touched through this one again.
+            core::mem::forget(self.model.take());
+        } else if let Err(e) = self.check() {
+            // Revoked while this core was awaited: the core goes back at once.
+            let _ = self.nrt.exec_slot_end(self.ticket, (d, i));
+            return Err(e);
+        }
         Ok(())
+    }
+}
+
+/// `tpb_t.h_running_model` of core `t` (a `tpb_t` of the tree), viewed as the atomic it is
+/// used as.
+fn running_model<'a>(t: *mut tpb_t) -> &'a AtomicU32 {
+    // SAFETY: `t` is a `tpb_t` of the tree (re-derived from its coordinates by the callers),
+    // which lives as long as the state block; `h_running_model` is a 4-byte, 4-aligned
+    // `H_MODEL { id: u32 }`. It is accessed only through this view, atomically, except by
+    // `zero_tree`, which no access overlaps: the callers are gated calls (`init` drains them
+    // before it rewrites the tree) or an `ExecHold`'s drop inside the exec gate `zero_tree`
+    // shuts.
+    unsafe { AtomicU32::from_ptr(addr_of_mut!((*t).h_running_model).cast::<u32>()) }
+}
+
+impl<'a> Nrt<'a> {
+    /// Frees core `(d, i)`'s slot if execution `ticket` holds it, clearing the core's
+    /// `h_running_model` first: the freed record, `None` when the slot names another
+    /// execution or none. Inside a gated call or the exec gate.
+    pub(crate) fn exec_slot_end(
+        &self,
+        ticket: u64,
+        (d, i): (u32, u32),
+    ) -> Option<crate::sync::ExecRecord> {
+        if d >= self.ctx_devices() || i as usize >= constants::TPBS_PER_MLA {
+            return None;
+        }
+        let running = running_model(self.tpb_ptr(d, i));
+        self.core_ext(d, i)
+            .exec
+            .end(ticket, || running.store(0, Ordering::Relaxed))
+    }
+
+    /// Ends execution `ticket` on `cores` (spec §4.6), whoever calls: frees each core's slot
+    /// that still names it, the first core first, and, when this call freed the first core,
+    /// releases the model reference that slot owned. The first core's record when this call
+    /// ended the execution; `None` when it had ended already (a racing drop or revoke did the
+    /// releasing, exactly once). Inside a gated call or the exec gate.
+    pub(crate) fn exec_end(
+        &self,
+        ticket: u64,
+        cores: [(u32, u32); 2],
+    ) -> Option<crate::sync::ExecRecord> {
+        let won = self.exec_slot_end(ticket, cores[0]);
+        let _ = self.exec_slot_end(ticket, cores[1]);
+        let rec = won?;
+        if let Some(m) = NonNull::new(rec.model) {
+            // SAFETY: `rec` is the record this call took out of the first core's slot under
+            // its lock (the ticket matched), so no other call got it: the slot owned a
+            // reference counted on `m` (moved there by `lock_next_core`, which forgot its
+            // `ModelRef`), and this is the one place it is released. A counted reference
+            // keeps the slot live, so `m` is a live model slot of this runtime.
+            drop(unsafe { ModelRef::from_counted(self.st, m) });
+        }
+        Some(rec)
     }
 }
 

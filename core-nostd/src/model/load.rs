@@ -433,6 +433,7 @@ impl<'a> Nrt<'a> {
     pub(crate) fn unload_model(&self, h: ModelHandle) -> Result<()> {
         let call = self.enter()?;
         let (tpb, _) = self.model_tpb(&call, h)?;
+        self.refuse_own_exec_of(&call, h)?;
         self.st.reentry.refuse(
             crate::sync::reentry_key::model(h.h_model().id),
             crate::sync::WaitFor::ModelDrain {

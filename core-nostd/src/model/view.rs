@@ -66,17 +66,37 @@ impl<'a> Models<'a> {
     }
 
     /// The exec seam (spec §4.6): takes a reference on `h` (so an unload waits), then each of
-    /// its physical cores' exec locks in order (one model executes at a time per core), and
-    /// marks it `h_running_model`. Dropping the guard undoes all three.
+    /// its physical cores in order (one model executes at a time per core), and marks it
+    /// `h_running_model`. Dropping the guard undoes all three.
     ///
-    /// The wait for a core's exec lock is bounded (`crate::sync::wait_bounded`): `Timeout`
-    /// naming the core when the wait hook gives up (an execution that outlives the bound, a
-    /// guard that was leaked, or one the calling thread holds itself). A guard is `Send` (an
-    /// execution may complete on another thread), so the thread that took it is no proof
-    /// that it still holds it: these waits are not refused early, they are bounded.
+    /// The guard stays on the calling thread (not `Send`), which each core records: with a
+    /// thread token (`crate::sync::set_thread_token_hook`) a call of this thread that would
+    /// wait for the execution — `exec_begin` or an execution on one of its cores, an unload
+    /// of `h`, `close` — is refused at once with [`Error::WouldDeadlock`](crate::Error::WouldDeadlock).
+    /// Another thread's wait for a core is bounded (`crate::sync::wait_bounded`): `Timeout`
+    /// naming the core when the wait hook gives up. An execution held too long, or whose
+    /// guard was leaked, is ended by [`Self::revoke_exec`].
     #[inline]
     pub fn exec_begin(&self, h: ModelHandle) -> Result<ExecGuard<'a>> {
         self.0.exec_begin(h)
+    }
+
+    /// Ends the execution that holds physical core `core`, whoever began it and whether or
+    /// not its guard still lives (spec §4.6): frees each of its cores (their
+    /// `h_running_model` cleared) and releases the model reference it held, so executions on
+    /// those cores, an unload of the model and `close` work again. The recovery for an
+    /// [`ExecGuard`](super::ExecGuard) that was leaked or is held past any reasonable time (a
+    /// watchdog's call). Returns the model whose execution it ended; `None` when no execution
+    /// holds the core (or one ended meanwhile). `CoreOutOfRange` for a core that is not
+    /// present; `Closed` / `Uninitialized` outside an initialised runtime.
+    ///
+    /// Memory-safe with the guard alive: the guard then holds nothing — its drop releases
+    /// nothing, [`ExecGuard::check`](super::ExecGuard::check) and an execution binding
+    /// through it answer [`Error::ExecRevoked`](crate::Error::ExecRevoked) — but the work it
+    /// stands for is not stopped: a new execution may use the cores while it goes on.
+    #[inline]
+    pub fn revoke_exec(&self, core: crate::PhysicalCore) -> Result<Option<ModelHandle>> {
+        self.0.revoke_exec(core)
     }
 
     /// Loads a model onto logical core `vnc` (spec §5): builds one MODEL heap per subgraph in
@@ -102,11 +122,12 @@ impl<'a> Models<'a> {
     ///
     /// The wait for the model's references is bounded (`crate::sync::wait_bounded`): when it
     /// gives up, `Timeout` names the model, which stays loaded (an
-    /// [`ExecGuard`](super::ExecGuard) held past the bound or leaked keeps it so, the caller's
-    /// own included). A thread that unloads from a callback on the model
-    /// ([`Self::for_each_dmem`], [`Self::for_each_io`]) would wait for itself: with
-    /// a thread token (`crate::sync::set_thread_token_hook`) it is refused at once with
-    /// `WouldDeadlock`, else the bounded wait gives up.
+    /// [`ExecGuard`](super::ExecGuard) held past the bound or leaked keeps it so:
+    /// [`Self::revoke_exec`] ends such an execution). A thread that unloads from a callback on
+    /// the model ([`Self::for_each_dmem`], [`Self::for_each_io`]) or while its own execution
+    /// of the model holds a core would wait for itself: with a thread token
+    /// (`crate::sync::set_thread_token_hook`) it is refused at once with `WouldDeadlock`,
+    /// else the bounded wait gives up.
     ///
     /// [`Error::DriverKept`](crate::Error::DriverKept) when the driver refused to free some of the model's memory: the
     /// model is unloaded, the driver still holds those blocks ([`crate::Nrt::driver_kept`]).

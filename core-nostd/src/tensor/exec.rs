@@ -5,7 +5,7 @@
 use core::sync::atomic::Ordering;
 
 use super::access::BoundTensors;
-use crate::ctx::Nrt;
+use crate::ctx::{InFlight, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{ModelHandle, SetHandle};
 use crate::model::ExecGuard;
@@ -27,8 +27,8 @@ impl<'a> Nrt<'a> {
         let g = self.exec_begin(h)?;
         // Every bound tensor stays pinned for the whole execution: a racing free waits.
         let mut bound = BoundTensors::new(self);
-        let ni = self.bind(&g, false, inputs, &mut bound)?;
-        let no = self.bind(&g, true, outputs, &mut bound)?;
+        let ni = self.bind(&call, &g, false, inputs, &mut bound)?;
+        let no = self.bind(&call, &g, true, outputs, &mut bound)?;
         let at = |b: &BoundTensors<'_>, i: usize| {
             b.get(i)
                 .ok_or(Error::InvalidArgument(InvalidArg::TooManyBound))
@@ -97,6 +97,7 @@ impl<'a> Nrt<'a> {
     /// set, are what the execution uses.
     fn bind(
         &self,
+        call: &InFlight<'_>,
         g: &ExecGuard<'_>,
         output: bool,
         set: SetHandle,
@@ -107,7 +108,7 @@ impl<'a> Nrt<'a> {
         let chunks = &self.st.tensor.set_chunks;
         let shard = g.shard();
         let mut r = Ok(0);
-        g.for_each_io(output, |io| {
+        g.for_each_io(call, output, |io| {
             let Ok(n) = r else {
                 return;
             };
@@ -127,7 +128,7 @@ impl<'a> Nrt<'a> {
                 }
                 Ok(n + 1)
             })();
-        });
+        })?;
         r
     }
 }
