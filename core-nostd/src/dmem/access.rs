@@ -5,7 +5,7 @@
 //! `unsafe` is allowed.
 //!
 //! Four accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
-//! `owned_dmem_fixed` does for the ledger: [`Nrt::dmem_write_fresh`] ("`m` is a fresh slot
+//! `owned_dmem_fixed` does for tensor IO: [`Nrt::dmem_write_fresh`] ("`m` is a fresh slot
 //! this call owns"), [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just
 //! made"), [`Nrt::dmem_cancel_unlinked`] ("`m` is unlinked, its one owner is this
 //! call, no handle of it was handed out") and [`Nrt::dmem_reclaim`] ("the gate is shut and
