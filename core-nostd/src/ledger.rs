@@ -297,6 +297,7 @@ pub(crate) struct CoreChannels(
 /// Adds to a counter and raises its high-water mark. Caller holds the core's ledger lock, so
 /// plain loads and stores suffice: one lock acquisition replaces three read-modify-writes per
 /// update.
+#[inline]
 fn add_locked(cur: &AtomicU64, peak: &AtomicU64, delta: u64) {
     let now = cur.load(Ordering::Relaxed).wrapping_add(delta);
     cur.store(now, Ordering::Relaxed);
@@ -306,6 +307,7 @@ fn add_locked(cur: &AtomicU64, peak: &AtomicU64, delta: u64) {
 }
 
 /// Takes from a counter (caller holds the core's ledger lock).
+#[inline]
 fn sub_locked(cur: &AtomicU64, delta: u64) {
     cur.store(
         cur.load(Ordering::Relaxed).wrapping_sub(delta),
@@ -314,6 +316,7 @@ fn sub_locked(cur: &AtomicU64, delta: u64) {
 }
 
 /// The sum of every core's `[nc][22]` (relaxed loads; no lock).
+#[inline]
 fn core_totals(rows: &[[AtomicU64; 23]; 8]) -> u64 {
     rows.iter().map(|r| r[TOTAL].load(Ordering::Relaxed)).sum()
 }

@@ -102,6 +102,7 @@ impl<'a> Nrt<'a> {
     }
 
     /// The project's side state of device `dev` (clamped in range: callers check).
+    #[inline]
     pub(crate) fn dev_ext(&self, dev: u32) -> &'a DevExt {
         let p = self
             .st
