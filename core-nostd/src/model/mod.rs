@@ -135,8 +135,8 @@ impl<'a> TensorDecl<'a> {
 
 /// Longest declared input / output name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`,
 /// what `nrt_tensor_info_t.name` holds with its NUL and the longest name a tensor set binds
-/// ([`crate::tensor::TENSOR_NAME_MAX`]).
-pub const IO_NAME_MAX: usize = crate::tensor::TENSOR_NAME_MAX;
+/// ([`crate::config::TENSOR_NAME_MAX`]).
+pub const IO_NAME_MAX: usize = crate::config::TENSOR_NAME_MAX;
 
 /// Most dimensions of a declared tensor (the NEFF reader's `MAX_DIMS`, neff-format §6).
 pub const IO_DIMS_MAX: usize = 32;

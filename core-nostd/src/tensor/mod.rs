@@ -95,9 +95,7 @@ pub struct DeviceAllocationInfo {
 /// safe API names tensors by [`TensorHandle`].
 pub type Tensor = *mut nrt_tensor_t;
 
-/// Longest tensor name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`, what the public
-/// `nrt_tensor_info_t.name[NRT_TENSOR_NAME_MAX]` holds with its NUL (public API §2).
-pub const TENSOR_NAME_MAX: usize = 255;
+pub use crate::config::TENSOR_NAME_MAX;
 
 /// A tensor's name as [`Tensors::name`](crate::tensor::Tensors::name) returns it: an owned copy of the tensor's name text
 /// (spec §7.1), so it stays valid after the tensor is freed.
