@@ -26,7 +26,7 @@ use crate::driver::{errno, DeviceInfo, Driver};
 use crate::error::{Error, InvalidArg, Result};
 use crate::ht::HtBuckets;
 use crate::sync::ShardedGate;
-use crate::vcore::{VcoreOptions, VcoreTable};
+use state::vcore::{VcoreOptions, VcoreTable};
 
 /// Geometry of one attached device, as the driver reported it at bring-up.
 #[repr(C)]
@@ -156,6 +156,7 @@ pub const STATE_CLOSED: u32 = 2;
 #[allow(unsafe_code)]
 mod access;
 mod lifecycle;
+pub(crate) mod state;
 
 pub(crate) use access::bind::{Binder, Part};
 pub(crate) use access::guards::*;
@@ -175,11 +176,11 @@ pub(crate) struct DevExt {
     pub(crate) host_peak_nc: [[AtomicU64; 23]; 8],
     /// Device bytes per (core, HBM channel): `dma_mem_log_t.memory_usage[4]` kept per core
     /// and summed on read (`ledger_hbm`), so cores on different channels share no counter.
-    pub(crate) hbm_nc: [crate::ledger::CoreChannels; 8],
+    pub(crate) hbm_nc: [state::ledger::CoreChannels; 8],
     /// The ledger lock of each core: held by every update of that core's rows and by readers
     /// that want one core's rows consistent (each row sums to its `[nc][22]`). Per core, on
     /// its own cache line: allocations on different cores never meet here.
-    pub(crate) ledger_locks: [crate::ledger::CoreLock; 8],
+    pub(crate) ledger_locks: [state::ledger::CoreLock; 8],
     /// High-water mark of the device's HBM bytes (the sum of its cores' `[nc][22]`; see
     /// `dml_add_entry` for how exact it is under concurrent allocation).
     pub(crate) peak_device_bytes: AtomicU64,
@@ -485,8 +486,8 @@ pub struct CoreState {
     /// The driver handles of live dmems ([`LiveHandles`]).
     pub(crate) live_handles: LiveHandles,
     /// The ledger's own state beside the tree's rows: the last device OOM
-    /// ([`crate::ledger::LedgerPool`]).
-    pub(crate) ledger: crate::ledger::LedgerPool,
+    /// ([`state::ledger::LedgerPool`]).
+    pub(crate) ledger: state::ledger::LedgerPool,
     /// The capacities the arenas were bound with (all-zero until bound).
     pub(crate) caps: Capacity,
     /// The storage, when this block owns it (`owned_bytes` bytes, given back on drop by

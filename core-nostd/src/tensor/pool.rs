@@ -28,7 +28,7 @@ pub(crate) struct TensorPool {
     /// ([`super::exec::ExecDataGuard`]): an execution takes the stripes of the storages it binds,
     /// so executions sharing a tensor serialise and independent ones (one per core) rarely
     /// meet.
-    pub(crate) exec_data_locks: [crate::ledger::CoreLock; super::EXEC_DATA_STRIPES],
+    pub(crate) exec_data_locks: [crate::ctx::state::ledger::CoreLock; super::EXEC_DATA_STRIPES],
 }
 
 impl TensorPool {

@@ -264,7 +264,7 @@ pub(crate) struct LastOom {
     /// The error.
     pub(crate) last: core::mem::MaybeUninit<Error>,
     /// The failing channel's figures at the moment of the OOM.
-    pub(crate) channel: core::mem::MaybeUninit<Option<crate::oom::FailingChannel>>,
+    pub(crate) channel: core::mem::MaybeUninit<Option<crate::ctx::state::oom::FailingChannel>>,
     /// The OOM table as it was then; `dump_len` bytes of it are written.
     pub(crate) dump: [u8; OOM_DUMP_BYTES],
     /// Bytes of `dump` in use.
@@ -273,7 +273,11 @@ pub(crate) struct LastOom {
 
 impl LastOom {
     /// Records `e` and its failing channel (the table is written into `dump` by the caller).
-    pub(crate) fn record(&mut self, e: Error, channel: Option<crate::oom::FailingChannel>) {
+    pub(crate) fn record(
+        &mut self,
+        e: Error,
+        channel: Option<crate::ctx::state::oom::FailingChannel>,
+    ) {
         self.last.write(e);
         self.channel.write(channel);
         self.set = true;
@@ -286,7 +290,7 @@ impl LastOom {
     }
 
     /// The failing channel of the last OOM (`None` also when there was none).
-    pub(crate) fn channel(&self) -> Option<crate::oom::FailingChannel> {
+    pub(crate) fn channel(&self) -> Option<crate::ctx::state::oom::FailingChannel> {
         // SAFETY: `set` becomes true only in `record`, after `channel` was written.
         self.set
             .then(|| unsafe { self.channel.assume_init() })

@@ -68,7 +68,7 @@ unsafe impl ZeroValid for crate::tensor::TensorPool {}
 // SAFETY: `oom.last` and `oom.channel` are MaybeUninit, only read after `set` became true (a
 // zero `bool` is false); a zero `nrt_mutex_t` is unlocked, so the `lock_api::Mutex` around it,
 // a raw lock and an UnsafeCell of zero-valid data, is zero-valid too.
-unsafe impl ZeroValid for crate::ledger::LedgerPool {}
+unsafe impl ZeroValid for crate::ctx::state::ledger::LedgerPool {}
 // SAFETY: repr(C) of integers and integer arrays: all-zero is an empty entry.
 unsafe impl ZeroValid for crate::model::ModelIoEntry {}
 // Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
