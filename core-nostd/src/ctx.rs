@@ -496,7 +496,7 @@ pub struct CoreState {
     pub(crate) owned_bytes: usize,
     pub(crate) owned_free: Option<StorageFree>,
     /// The dmem domain's arenas (spec §3): dmems, allocators, weak GC indexes.
-    pub(crate) dmem: crate::dmem::DmemPool,
+    pub(crate) dmem: state::dmem::DmemPool,
     /// The model domain's arenas (spec §4, §5, §6): models, model_dbs, mem_ref sets, ulib sets.
     pub(crate) model: crate::model::ModelPool,
     /// The tensor domain's arenas (spec §7): tensors, storages, sets, the execute data locks.
@@ -523,7 +523,7 @@ impl Plan {
     const fn of(c: &Capacity) -> Plan {
         let ctx = ContextLayout::of(c.devices);
         let bytes = [
-            Part::total(&crate::dmem::DmemPool::parts(c)),
+            Part::total(&state::dmem::DmemPool::parts(c)),
             Part::total(&crate::model::ModelPool::parts(c)),
             Part::total(&crate::tensor::TensorPool::parts(c)),
         ];

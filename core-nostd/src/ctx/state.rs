@@ -3,6 +3,7 @@
 //! domain's steps over its data (`impl Nrt` blocks, views) live in the domain's module, which
 //! re-exports the public types from here; this layer imports no domain.
 
+pub(crate) mod dmem;
 pub(crate) mod ledger;
 pub(crate) mod oom;
 pub(crate) mod vcore;

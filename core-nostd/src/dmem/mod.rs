@@ -25,11 +25,9 @@
 mod access;
 mod alloc;
 mod free;
-mod pool;
 mod view;
 
 pub use alloc::align_offset;
-pub(crate) use pool::DmemPool;
 pub use view::DeviceMemory;
 
 use core::sync::atomic::Ordering;

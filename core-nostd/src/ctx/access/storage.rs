@@ -59,7 +59,7 @@ impl<const B: usize> Default for StaticState<B> {
 // `with_storage`) and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
 unsafe impl ZeroValid for CoreState {}
 // SAFETY: arenas and side tables are zero-valid (unbound: no slots) and so are atomics.
-unsafe impl ZeroValid for crate::dmem::DmemPool {}
+unsafe impl ZeroValid for crate::ctx::state::dmem::DmemPool {}
 // SAFETY: arenas and side tables only (unbound when zero).
 unsafe impl ZeroValid for crate::model::ModelPool {}
 // SAFETY: arenas and side tables (unbound when zero) and an array of locks (a zero
@@ -261,7 +261,7 @@ impl CoreState {
     }
 
     /// Number of static arenas in a `CoreState` (the length of [`Self::arena_stats`]).
-    pub const ARENA_COUNT: usize = crate::dmem::DmemPool::ARENAS
+    pub const ARENA_COUNT: usize = crate::ctx::state::dmem::DmemPool::ARENAS
         + crate::model::ModelPool::ARENAS
         + crate::tensor::TensorPool::ARENAS;
 
