@@ -498,7 +498,7 @@ pub struct CoreState {
     /// The dmem domain's arenas (spec §3): dmems, allocators, weak GC indexes.
     pub(crate) dmem: state::dmem::DmemPool,
     /// The model domain's arenas (spec §4, §5, §6): models, model_dbs, mem_ref sets, ulib sets.
-    pub(crate) model: crate::model::ModelPool,
+    pub(crate) model: state::model::ModelPool,
     /// The tensor domain's arenas (spec §7): tensors, storages, sets, the execute data locks.
     pub(crate) tensor: crate::tensor::TensorPool,
 }
@@ -524,7 +524,7 @@ impl Plan {
         let ctx = ContextLayout::of(c.devices);
         let bytes = [
             Part::total(&state::dmem::DmemPool::parts(c)),
-            Part::total(&crate::model::ModelPool::parts(c)),
+            Part::total(&state::model::ModelPool::parts(c)),
             Part::total(&crate::tensor::TensorPool::parts(c)),
         ];
         let at0 = ctx.bytes;

@@ -5,5 +5,6 @@
 
 pub(crate) mod dmem;
 pub(crate) mod ledger;
+pub(crate) mod model;
 pub(crate) mod oom;
 pub(crate) mod vcore;
