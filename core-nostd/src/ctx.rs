@@ -500,7 +500,7 @@ pub struct CoreState {
     /// The model domain's arenas (spec §4, §5, §6): models, model_dbs, mem_ref sets, ulib sets.
     pub(crate) model: state::model::ModelPool,
     /// The tensor domain's arenas (spec §7): tensors, storages, sets, the execute data locks.
-    pub(crate) tensor: crate::tensor::TensorPool,
+    pub(crate) tensor: state::tensor::TensorPool,
 }
 
 /// Where each part of a state block's storage starts, for a [`Capacity`]: the context region
@@ -525,7 +525,7 @@ impl Plan {
         let bytes = [
             Part::total(&state::dmem::DmemPool::parts(c)),
             Part::total(&state::model::ModelPool::parts(c)),
-            Part::total(&crate::tensor::TensorPool::parts(c)),
+            Part::total(&state::tensor::TensorPool::parts(c)),
         ];
         let at0 = ctx.bytes;
         Plan {
@@ -584,7 +584,7 @@ pub struct InitOptions {
 pub struct Nrt<'a> {
     pub(crate) st: &'a CoreState,
     pub(crate) drv: &'a dyn Driver,
-    pub(crate) host: Option<&'a dyn crate::tensor::HostMem>,
+    pub(crate) host: Option<&'a dyn crate::host_heap::HostMem>,
 }
 
 /// The address of a borrowed resource (the data pointer: vtables are not unique).

@@ -27,7 +27,7 @@ impl<'a> Nrt<'a> {
     pub fn with_host(
         st: &'a CoreState,
         drv: &'a dyn Driver,
-        host: &'a dyn crate::tensor::HostMem,
+        host: &'a dyn crate::host_heap::HostMem,
     ) -> Self {
         Nrt {
             st,
@@ -37,7 +37,7 @@ impl<'a> Nrt<'a> {
     }
 
     /// The host-memory provider this view binds (None: VIRTUAL tensors unsupported).
-    pub fn host_mem(&self) -> Option<&'a dyn crate::tensor::HostMem> {
+    pub fn host_mem(&self) -> Option<&'a dyn crate::host_heap::HostMem> {
         self.host
     }
 

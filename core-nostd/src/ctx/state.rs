@@ -7,4 +7,5 @@ pub(crate) mod dmem;
 pub(crate) mod ledger;
 pub(crate) mod model;
 pub(crate) mod oom;
+pub(crate) mod tensor;
 pub(crate) mod vcore;

@@ -23,19 +23,15 @@
 pub(crate) mod access;
 mod exec;
 mod io;
-mod pool;
 mod set;
 mod view;
 
+pub(crate) use crate::ctx::state::tensor::{SetBody, SetEntry};
+pub use crate::ctx::state::tensor::{SetSlot, BIND_CHUNK, SET_CHUNK};
 #[cfg(feature = "heap-host-mem")]
 pub use crate::host_heap::HeapHostMem;
 pub use crate::host_heap::{ArenaHostMem, HostMem};
-pub use exec::BIND_CHUNK;
-pub(crate) use exec::EXEC_DATA_STRIPES;
 pub use io::{check_window, Pending};
-pub(crate) use pool::TensorPool;
-pub(crate) use set::{SetBody, SetEntry};
-pub use set::{SetSlot, SET_CHUNK};
 pub use view::{Sets, Tensors};
 
 use core::ptr::NonNull;

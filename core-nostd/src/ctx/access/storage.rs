@@ -64,7 +64,7 @@ unsafe impl ZeroValid for crate::ctx::state::dmem::DmemPool {}
 unsafe impl ZeroValid for crate::ctx::state::model::ModelPool {}
 // SAFETY: arenas and side tables (unbound when zero) and an array of locks (a zero
 // `CoreLock` holds an unlocked `nrt_mutex_t`).
-unsafe impl ZeroValid for crate::tensor::TensorPool {}
+unsafe impl ZeroValid for crate::ctx::state::tensor::TensorPool {}
 // SAFETY: `oom.last` and `oom.channel` are MaybeUninit, only read after `set` became true (a
 // zero `bool` is false); a zero `nrt_mutex_t` is unlocked, so the `lock_api::Mutex` around it,
 // a raw lock and an UnsafeCell of zero-valid data, is zero-valid too.
@@ -263,7 +263,7 @@ impl CoreState {
     /// Number of static arenas in a `CoreState` (the length of [`Self::arena_stats`]).
     pub const ARENA_COUNT: usize = crate::ctx::state::dmem::DmemPool::ARENAS
         + crate::ctx::state::model::ModelPool::ARENAS
-        + crate::tensor::TensorPool::ARENAS;
+        + crate::ctx::state::tensor::TensorPool::ARENAS;
 
     /// Per-arena occupancy, for footprint reports.
     pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); Self::ARENA_COUNT] {
