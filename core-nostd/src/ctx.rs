@@ -155,7 +155,7 @@ pub const STATE_CLOSED: u32 = 2;
 // argued (docs/UNSAFE.md).
 #[allow(unsafe_code)]
 mod access;
-mod lifecycle;
+mod gate;
 pub(crate) mod state;
 
 pub(crate) use access::bind::{Binder, Part};
@@ -588,6 +588,6 @@ pub struct Nrt<'a> {
 }
 
 /// The address of a borrowed resource (the data pointer: vtables are not unique).
-fn addr<T: ?Sized>(r: &T) -> usize {
+pub(crate) fn addr<T: ?Sized>(r: &T) -> usize {
     (r as *const T).cast::<()>() as usize
 }

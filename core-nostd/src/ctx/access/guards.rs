@@ -92,7 +92,7 @@ mod sealed {
 }
 
 /// Opens the gate `init` shut, on whichever path `init` returns.
-pub(in crate::ctx) struct ReopenOnDrop<'a>(pub(in crate::ctx) &'a ShardedGate);
+pub(crate) struct ReopenOnDrop<'a>(pub(crate) &'a ShardedGate);
 
 impl Drop for ReopenOnDrop<'_> {
     fn drop(&mut self) {
@@ -116,7 +116,7 @@ impl<'g> Exclusive<'g> {
     /// The token of the caller that holds `init_lock` (`lock`) and has shut and drained the
     /// gate (`active_calls.close`). Private to this module: `init` and `close` are its only
     /// callers, each right after it shut the gate.
-    pub(in crate::ctx) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
+    pub(crate) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
         Exclusive {
             _init_lock: core::marker::PhantomData,
             kept: core::cell::Cell::new(Kept::default()),
