@@ -41,6 +41,8 @@ pub enum OomCause {
         align: u64,
         /// The largest request at that alignment that would succeed; `None` when the driver
         /// cannot measure it ([`Driver::hbm_stats_aligned`] refused).
+        ///
+        /// [`Driver::hbm_stats_aligned`]: crate::driver::Driver::hbm_stats_aligned
         largest_aligned: Option<u64>,
         /// The largest unaligned request that would succeed.
         largest_unaligned: u64,
