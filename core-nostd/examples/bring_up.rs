@@ -46,7 +46,7 @@ fn main() -> Result<(), Error> {
     nrt.tensors().free(t)?;
 
     let core = nrt.physical_cores(core0)?[0];
-    let booked = nrt.ledger().device(core.device, core.core, WEIGHT);
+    let booked = nrt.ledger().device(core, WEIGHT);
     println!(
         "model h{}: {booked} B of weights booked on logical core 0",
         model.h_model().id

@@ -26,6 +26,7 @@ use crate::abi::tables::{aggr_index, category_for};
 use crate::abi::*;
 use crate::cstr::{c_name, mb, Printable};
 use crate::ctx::{DevExt, DmemFixed, InCall, Nrt};
+use crate::device::PhysicalCore;
 use crate::dmem::Action;
 use crate::error::{Error, Result};
 use crate::oom::{write_free_histogram, write_hbm_line};

@@ -9,6 +9,7 @@
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::ctx::{DevGeom, Exclusive, InCall, Nrt, ScratchpadGuard};
+use crate::device::PhysicalCore;
 use crate::dmem::AllocArgs;
 use crate::driver::feature;
 use crate::error::{Error, InvalidArg, Result};
@@ -23,6 +24,24 @@ pub struct ScratchpadInfo {
     pub pages: u32,
     /// Whether the pages are one contiguous allocation.
     pub contiguous: bool,
+}
+
+/// Where a scratchpad window lies, as [`Nrt::tdrv_scratchpad_get_mem`] maps it (spec §8).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ScratchpadWindow {
+    /// The page's backing dmem.
+    pub page: DmemHandle,
+    /// The window's offset in that page.
+    pub offset: u64,
+}
+
+/// One scratchpad page as [`Nrt::scratchpad_page`] reports it (spec §8).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ScratchpadPage {
+    /// The page's backing dmem, if it has one.
+    pub mem: Option<DmemHandle>,
+    /// The references the models hold on the page.
+    pub refs: u32,
 }
 
 impl Nrt<'_> {
@@ -168,13 +187,13 @@ impl Nrt<'_> {
         *num_pages = 0;
     }
 
-    /// Runs `f` on the scratchpad of physical core `(dev, core)` with its lock held.
+    /// Runs `f` on the scratchpad of physical core `core` with its lock held.
     fn with_scratchpad<R>(
         &self,
-        dev: u32,
-        core: u32,
+        core: PhysicalCore,
         f: impl FnOnce(&ScratchpadGuard<'_>) -> R,
     ) -> Result<R> {
+        let PhysicalCore { device: dev, core } = core;
         // The scratchpad is torn down by `close`: an API call, gated (docs/STATES.md).
         let _call = self.enter()?;
         let tpb = self.tpb(dev, core)?;
@@ -186,16 +205,15 @@ impl Nrt<'_> {
     }
 
     /// `tdrv_scratchpad_get_mem` (spec §8): maps a scratchpad window to `(page dmem, offset in
-    /// page)`. Contiguous mode lays pages out in reverse order (the driver carves them growing
-    /// backwards from the end of the pool).
+    /// page)` ([`ScratchpadWindow`]). Contiguous mode lays pages out in reverse order (the
+    /// driver carves them growing backwards from the end of the pool).
     pub fn tdrv_scratchpad_get_mem(
         &self,
-        dev: u32,
-        core: u32,
+        core: PhysicalCore,
         offset: u64,
         size: u64,
-    ) -> Result<(DmemHandle, u64)> {
-        self.with_scratchpad(dev, core, |sp| {
+    ) -> Result<ScratchpadWindow> {
+        self.with_scratchpad(core, |sp| {
             let ps = sp.page_size().max(1);
             let (n, pages) = sp.view();
             let n = n as u64;
@@ -216,34 +234,32 @@ impl Nrt<'_> {
                 return Err(outside);
             }
             // The page holds a reference on `m` while the scratchpad lock is held.
-            Ok((self.dmem_handle_of_owned(m), in_page))
+            Ok(ScratchpadWindow {
+                page: self.dmem_handle_of_owned(m),
+                offset: in_page,
+            })
         })?
     }
 
     /// A core's scratchpad: its page size, pages in use and whether it is contiguous (spec §8).
-    pub fn scratchpad_info(&self, dev: u32, core: u32) -> Result<ScratchpadInfo> {
-        self.with_scratchpad(dev, core, |sp| ScratchpadInfo {
+    pub fn scratchpad_info(&self, core: PhysicalCore) -> Result<ScratchpadInfo> {
+        self.with_scratchpad(core, |sp| ScratchpadInfo {
             page_size: sp.page_size(),
             pages: sp.view().0,
             contiguous: sp.is_contiguous(),
         })
     }
 
-    /// Scratchpad page `i` of a core: `(backing dmem, if any, references held)`.
-    pub fn scratchpad_page(
-        &self,
-        dev: u32,
-        core: u32,
-        i: usize,
-    ) -> Result<(Option<DmemHandle>, u32)> {
-        self.with_scratchpad(dev, core, |sp| {
+    /// Scratchpad page `i` of a core: its backing dmem and references ([`ScratchpadPage`]).
+    pub fn scratchpad_page(&self, core: PhysicalCore, i: usize) -> Result<ScratchpadPage> {
+        self.with_scratchpad(core, |sp| {
             sp.view()
                 .1
                 .get(i)
                 // The page holds a reference on its dmem while the scratchpad lock is held.
-                .map(|p| {
-                    let h = (!p.mem.is_null()).then(|| self.dmem_handle_of_owned(p.mem));
-                    (h, p.refs)
+                .map(|p| ScratchpadPage {
+                    mem: (!p.mem.is_null()).then(|| self.dmem_handle_of_owned(p.mem)),
+                    refs: p.refs,
                 })
                 .ok_or(Error::InvalidArgument(InvalidArg::PageIndex))
         })?

@@ -13,6 +13,7 @@ use core::sync::atomic::Ordering;
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::ctx::{Exclusive, InCall, Nrt, UlibSet};
+use crate::device::PhysicalCore;
 use crate::dmem::AllocArgs;
 use crate::error::{Error, Result};
 
@@ -309,20 +310,20 @@ impl Nrt<'_> {
     /// Drops a core's cached ext-isa copy when no model uses it (tests, feature `test-hooks`;
     /// teardown does this).
     #[cfg(any(test, feature = "test-hooks"))]
-    pub fn ulib_unstage_for_test(&self, dev: u32, core: u32) {
+    pub fn ulib_unstage_for_test(&self, core: PhysicalCore) {
         let Ok(call) = self.enter() else {
             return;
         };
-        if let Ok(tpb) = self.tpb(dev, core) {
+        if let Ok(tpb) = self.tpb(core.device, core.core) {
             self.ulib_unstage_if_unused(&call, tpb, GiveBack::Release);
         }
     }
 
     /// How many times the shared ext-isa library was staged on a core (exactly once however
     /// many models use it), and how many models use it now (spec §6).
-    pub fn ulib_shared_stats(&self, dev: u32, core: u32) -> Result<UlibStats> {
+    pub fn ulib_shared_stats(&self, core: PhysicalCore) -> Result<UlibStats> {
         let _call = self.enter()?;
-        let ext = self.tpb_ext(self.tpb(dev, core)?);
+        let ext = self.tpb_ext(self.tpb(core.device, core.core)?);
         Ok(UlibStats {
             stages: ext.ulib_stage_count.load(Ordering::Acquire),
             users: ext.ulib_users.load(Ordering::Acquire),

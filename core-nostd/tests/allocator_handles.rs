@@ -35,7 +35,7 @@ fn assert_refused(n: &Nrt<'_>, al: AllocatorHandle, fault: HandleFault) {
     assert_eq!(n.dmem().allocator_destroy(al), Err(e));
     assert_eq!(n.dmem().allocator_for_each(al, |_| ()), Err(e));
     assert_eq!(n.dmem().allocator_check(al), Err(e));
-    assert_eq!(n.dmem().allocator_usage(al), (0, 0));
+    assert_eq!(n.dmem().allocator_usage(al), Err(e));
     assert!(!n.dmem().allocator_is_live(al));
     // As for dmem handles, and as the raw API answers a dead allocator pointer.
     assert_eq!(e.status(), NRT_STATUS::NRT_INVALID);
@@ -57,7 +57,7 @@ fn a_destroyed_allocator_handle_is_refused_at_any_age() {
         .dmem()
         .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "m"), None)
         .unwrap();
-    assert_eq!(n.dmem().allocator_usage(al).0, 1);
+    assert_eq!(n.dmem().allocator_usage(al).unwrap().dmems, 1);
     n.dmem().allocator_destroy(al).unwrap();
     assert!(!n.dmem().is_live(m), "the destroy dropped its dmem");
     assert_refused(&n, al, HandleFault::Stale);
@@ -87,7 +87,7 @@ fn a_destroyed_allocator_handle_is_refused_at_any_age() {
         .dmem()
         .alloc(live, &AllocArgs::device(4096, 0, TENSOR, "d"), None)
         .unwrap();
-    assert_eq!(n.dmem().allocator_usage(live).0, 1);
+    assert_eq!(n.dmem().allocator_usage(live).unwrap().dmems, 1);
     n.dmem().free_in(live, d).unwrap();
     n.dmem().allocator_destroy(live).unwrap();
     // A core's GLOBAL allocator is the runtime's: refused, and it stays usable.

@@ -5,10 +5,11 @@ mod common;
 
 use common::*;
 use nrt_core::abi::*;
-use nrt_core::dmem::{align_offset, AllocArgs};
+use nrt_core::dmem::{align_offset, AllocArgs, AllocatorUsage};
 use nrt_core::ledger::UsageSel;
 use nrt_core::sim::{Placement, Preset, SimConfig};
 use nrt_core::LogicalCore;
+use nrt_core::PhysicalCore;
 use nrt_core::{Error, InitOptions};
 use proptest::prelude::*;
 
@@ -35,25 +36,40 @@ fn alloc_books_and_free_returns() {
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "t0"), None)
         .unwrap();
-    assert_eq!(n.ledger().device(0, 1, TENSOR), 1 << 20);
-    assert_eq!(n.ledger().device(0, 1, UsageSel::Total), 1 << 20);
-    assert_eq!(n.dmem().allocator_usage(al), (1, 1 << 20));
+    assert_eq!(n.ledger().device(PhysicalCore::new(0, 1), TENSOR), 1 << 20);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 1), UsageSel::Total),
+        1 << 20
+    );
+    assert_eq!(
+        n.dmem().allocator_usage(al),
+        Ok(AllocatorUsage {
+            dmems: 1,
+            bytes: 1 << 20
+        })
+    );
     assert_list_valid(&n, al);
     let h = n
         .dmem()
         .alloc(al, &AllocArgs::host(8192, TENSOR, "h0"), None)
         .unwrap();
-    assert_eq!(n.ledger().host(0, 1, TENSOR), 8192);
+    assert_eq!(n.ledger().host(PhysicalCore::new(0, 1), TENSOR), 8192);
     assert_eq!(
-        n.ledger().device(0, 1, UsageSel::Total),
+        n.ledger().device(PhysicalCore::new(0, 1), UsageSel::Total),
         1 << 20,
         "host bytes are not HBM usage"
     );
     n.dmem().free(m).unwrap();
     n.dmem().free(h).unwrap();
-    assert_eq!(n.ledger().device(0, 1, UsageSel::Total), 0);
-    assert_eq!(n.ledger().host(0, 1, UsageSel::Total), 0);
-    assert_eq!(n.dmem().allocator_usage(al), (0, 0));
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 1), UsageSel::Total),
+        0
+    );
+    assert_eq!(n.ledger().host(PhysicalCore::new(0, 1), UsageSel::Total), 0);
+    assert_eq!(
+        n.dmem().allocator_usage(al),
+        Ok(AllocatorUsage { dmems: 0, bytes: 0 })
+    );
     assert_list_valid(&n, al);
     close_and_check_drained(&n);
 }
@@ -248,7 +264,10 @@ fn every_bad_input_is_refused_and_changes_nothing() {
         n.dmem().acquire_reference(keep),
         Err(stale(nrt_core::HandleKind::Dmem))
     );
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        0
+    );
 }
 
 /// A stale dmem handle (freed, then freed again after another allocation) is reported as a
@@ -273,12 +292,15 @@ fn a_stale_dmem_does_not_alias_the_next_allocation() {
     assert_ne!(a, b);
     assert_eq!(n.dmem().free(a), Err(stale(nrt_core::HandleKind::Dmem)));
     assert_eq!(
-        n.ledger().device(0, 0, UsageSel::Total),
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
         8192,
         "b is still booked"
     );
     n.dmem().free(b).unwrap();
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        0
+    );
 }
 
 #[test]
@@ -361,7 +383,10 @@ fn arena_exhaustion_is_its_own_error() {
     for m in live {
         n.dmem().free(m).unwrap();
     }
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        0
+    );
 }
 
 #[test]
@@ -460,12 +485,18 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     let d = n.dmem().info(m).unwrap();
     assert_eq!(d.align_offset, align_offset(d.pa, 1 << 16));
     assert_eq!((d.pa + d.align_offset) % (1 << 16), 0);
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), d.allocated_size);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        d.allocated_size
+    );
     let m2 = n.dmem().alloc(al, &args, None).unwrap();
     assert_eq!(f.sim.alloc_calls() - calls, 3, "latched: no second refusal");
     n.dmem().free(m).unwrap();
     n.dmem().free(m2).unwrap();
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        0
+    );
     // The latch holds even if the driver takes alignments again, until the next init.
     f.sim.set_aligned_alloc(true);
     let m = n.dmem().alloc(al, &args, None).unwrap();
@@ -508,19 +539,28 @@ fn destroy_keeps_shared_dmems_until_their_last_reference() {
         .unwrap();
     n.dmem().acquire_reference(shared).unwrap();
     assert_list_valid(&n, al);
-    assert_eq!(n.dmem().allocator_usage(al), (2, 4096 + 8192));
+    assert_eq!(
+        n.dmem().allocator_usage(al),
+        Ok(AllocatorUsage {
+            dmems: 2,
+            bytes: 4096 + 8192
+        })
+    );
     n.dmem().allocator_destroy(al).unwrap();
     assert!(
         matches!(n.dmem().allocator_check(al), Err(Error::InvalidHandle(_))),
         "a destroyed allocator is not checkable"
     );
     assert_eq!(
-        n.ledger().device(0, 0, UsageSel::Total),
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
         4096,
         "only the shared dmem survives"
     );
     n.dmem().free(shared).unwrap();
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        0
+    );
 }
 
 #[derive(Debug, Clone)]
@@ -557,7 +597,7 @@ proptest! {
         let n = f.nrt();
         let mut live: Vec<(nrt_core::DmemHandle, u32, bool, u32, u64, u32)> = Vec::new();
         // What the runtime itself keeps on each core's GLOBAL allocator.
-        let base: Vec<u64> = (0..8).map(|c| n.dmem().allocator_usage(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, c)).unwrap()).0).collect();
+        let base: Vec<u64> = (0..8).map(|c| n.dmem().allocator_usage(n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, c)).unwrap()).unwrap().dmems).collect();
         for op in ops {
             match op {
                 Op::Alloc { core, host, usage, kib, align_log } => {
@@ -597,8 +637,8 @@ proptest! {
             for core in 0..8u32 {
                 for usage in 0..23usize {
                     let want = |host: bool| live.iter().filter(|l| l.1 == core && l.2 == host && (usage == 22 || l.3 as usize == usage)).map(|l| l.4).sum::<u64>();
-                    prop_assert_eq!(n.ledger().device(0, core, UsageSel::from_index(usage).unwrap()), want(false));
-                    prop_assert_eq!(n.ledger().host(0, core, UsageSel::from_index(usage).unwrap()), want(true));
+                    prop_assert_eq!(n.ledger().device(PhysicalCore::new(0, core), UsageSel::from_index(usage).unwrap()), want(false));
+                    prop_assert_eq!(n.ledger().host(PhysicalCore::new(0, core), UsageSel::from_index(usage).unwrap()), want(true));
                 }
             }
             // Every core's list is whole and holds the runtime's own dmems plus the model's.
@@ -606,7 +646,7 @@ proptest! {
                 let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, core)).unwrap();
                 assert_list_valid(&n, al);
                 let mine = live.iter().filter(|l| l.1 == core).count() as u64;
-                prop_assert_eq!(n.dmem().allocator_usage(al).0, base[core as usize] + mine);
+                prop_assert_eq!(n.dmem().allocator_usage(al).unwrap().dmems, base[core as usize] + mine);
             }
             // `memory_usage[4]`: device bytes per HBM channel (device allocations go to core / 2).
             let hbm = n.ledger().hbm(0);
@@ -627,7 +667,7 @@ proptest! {
         for l in &live {
             for _ in 0..l.5 { n.dmem().free(l.0).unwrap(); }
         }
-        for core in 0..8 { prop_assert_eq!(n.ledger().device(0, core, UsageSel::Total), 0); }
+        for core in 0..8 { prop_assert_eq!(n.ledger().device(PhysicalCore::new(0, core), UsageSel::Total), 0); }
         prop_assert_eq!(n.ledger().hbm(0), [0; 4]);
         n.close().unwrap();
         prop_assert_eq!(n.driver_pool_bytes_in_use().unwrap(), 0);
@@ -844,7 +884,7 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
         Err(Error::Closed)
     );
     assert_eq!(n.dmem().allocator_destroy(mine), Err(Error::Closed));
-    assert_eq!(n.dmem().allocator_usage(mine), (0, 0));
+    assert_eq!(n.dmem().allocator_usage(mine), Err(Error::Closed));
 }
 
 /// The limit of `nrt_get_vnc_memory_stats` is the HBM size (spec §7.4 `aws_hal_get_hbm_size()`)
@@ -916,7 +956,13 @@ fn the_runtime_works_again_after_close_and_init() {
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "new"), None)
         .unwrap();
-    assert_eq!(n.dmem().allocator_usage(al), (1, 1 << 20));
+    assert_eq!(
+        n.dmem().allocator_usage(al),
+        Ok(AllocatorUsage {
+            dmems: 1,
+            bytes: 1 << 20
+        })
+    );
     n.dmem().free(m).unwrap();
     assert!(n.dmem().free(old).is_err(), "a pointer from before close");
     let t = device_tensor(&n, 0, 4096, "t");
@@ -1056,7 +1102,10 @@ fn a_closed_runtime_can_be_inspected_until_init() {
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "left"), None)
         .unwrap();
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 1 << 20);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        1 << 20
+    );
     let _ = m; // left for close to reclaim
     n.close().unwrap();
     assert_eq!(n.num_devices(), 1);
@@ -1333,7 +1382,7 @@ fn racing_cores_keep_the_device_ledger_the_sum_of_theirs() {
     });
     let per_core: u64 = cores
         .iter()
-        .map(|&c| n.ledger().device(0, c, UsageSel::Total))
+        .map(|&c| n.ledger().device(PhysicalCore::new(0, c), UsageSel::Total))
         .sum();
     assert!(per_core > 0);
     let totals = n.ledger().device_totals(0).unwrap();

@@ -5,6 +5,7 @@
 mod common;
 
 use nrt_core::ledger::UsageSel;
+use nrt_core::PhysicalCore;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 
@@ -174,9 +175,15 @@ fn a_stale_dmem_handle_stays_an_error_after_100k_frees() {
     assert!(!n.dmem().is_live(stale));
     assert_eq!(snapshot(&n), before, "nothing freed");
     assert_eq!(n.dmem().info(theirs).unwrap().size, 8192);
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 8192);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        8192
+    );
     n.dmem().free(theirs).unwrap();
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        0
+    );
 }
 
 /// Random bits are never a live object: every call refuses them and changes nothing.
@@ -445,7 +452,11 @@ fn a_dmem_freed_twice_while_another_thread_uses_it() {
             w
         });
         assert_eq!(wins, 1, "round {round}: exactly one free wins");
-        assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0, "round {round}");
+        assert_eq!(
+            n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+            0,
+            "round {round}"
+        );
     }
 }
 

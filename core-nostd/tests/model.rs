@@ -15,6 +15,7 @@ use nrt_core::tensor::Placement;
 use nrt_core::ulib::UlibRequest;
 use nrt_core::ulib::UlibStats;
 use nrt_core::LogicalCore;
+use nrt_core::PhysicalCore;
 use nrt_core::{Error, HandleError, HandleFault, HandleKind, InitOptions, ModelHandle};
 
 const DEV: dma_mem_location_t = dma_mem_location_t::TONGA_DRAM;
@@ -182,7 +183,7 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
     let h = n.models().load(LogicalCore::new(0), &s).unwrap();
     let points = f.sim.alloc_calls() - c0;
     n.models().unload(h).unwrap();
-    n.ulib_unstage_for_test(0, 0);
+    n.ulib_unstage_for_test(PhysicalCore::new(0, 0));
     assert!(points >= 8, "allocations: {points}");
     for k in 1..=points {
         let before = snapshot(&n);
@@ -208,7 +209,7 @@ fn a_failure_at_every_allocation_point_rolls_back_exactly() {
             "point {k} leaked metadata"
         );
         assert_eq!(
-            n.ulib_shared_stats(0, 0).unwrap(),
+            n.ulib_shared_stats(PhysicalCore::new(0, 0)).unwrap(),
             UlibStats::default(),
             "point {k} left a staged ext-isa"
         );
@@ -302,28 +303,31 @@ fn ext_isa_is_staged_once_per_core_and_shared() {
         .map(|_| n.models().load(LogicalCore::new(0), &s).unwrap())
         .collect();
     assert_eq!(
-        n.ulib_shared_stats(0, 0).unwrap(),
+        n.ulib_shared_stats(PhysicalCore::new(0, 0)).unwrap(),
         UlibStats {
             stages: 1,
             users: 3
         }
     );
-    let lib_bytes = n
-        .ledger()
-        .device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB);
+    let lib_bytes = n.ledger().device(
+        PhysicalCore::new(0, 0),
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB,
+    );
     assert!(lib_bytes >= 65536);
     n.models().unload(hs[0]).unwrap();
     n.models().unload(hs[1]).unwrap();
     assert_eq!(
-        n.ulib_shared_stats(0, 0).unwrap(),
+        n.ulib_shared_stats(PhysicalCore::new(0, 0)).unwrap(),
         UlibStats {
             stages: 1,
             users: 1
         }
     );
     assert_eq!(
-        n.ledger()
-            .device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB),
+        n.ledger().device(
+            PhysicalCore::new(0, 0),
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_UCODE_LIB
+        ),
         lib_bytes,
         "shared copy survives"
     );
@@ -382,7 +386,7 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     let hs = n.models().load(LogicalCore::new(0), &small).unwrap();
     let hb = n.models().load(LogicalCore::new(0), &big).unwrap();
     let refs: Vec<u32> = (0..4)
-        .map(|i| n.scratchpad_page(0, 0, i).unwrap().1)
+        .map(|i| n.scratchpad_page(PhysicalCore::new(0, 0), i).unwrap().refs)
         .collect();
     assert_eq!(refs, vec![2, 2, 1, 0]);
     // Each page dmem holds one reference per model plus the page's own (GLOBAL) one, so the
@@ -390,13 +394,17 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
     // hit whichever dmem reused the slot meanwhile.
     let rc: Vec<u64> = (0..3)
         .map(|i| {
-            let m = n.scratchpad_page(0, 0, i).unwrap().0.unwrap();
+            let m = n
+                .scratchpad_page(PhysicalCore::new(0, 0), i)
+                .unwrap()
+                .mem
+                .unwrap();
             u64::from(n.dmem().info(m).unwrap().ref_count)
         })
         .collect();
     assert_eq!(rc, vec![3, 3, 2]);
     assert_eq!(
-        n.scratchpad_info(0, 0).unwrap(),
+        n.scratchpad_info(PhysicalCore::new(0, 0)).unwrap(),
         ScratchpadInfo {
             page_size: 4 << 20,
             pages: 3,
@@ -404,21 +412,24 @@ fn scratchpad_pages_are_shared_and_ref_counted() {
         }
     );
     let scr = dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD;
-    assert_eq!(n.ledger().device(0, 0, scr), 12 << 20);
-    let (page, off) = n
-        .tdrv_scratchpad_get_mem(0, 0, (4 << 20) + 100, 16)
+    assert_eq!(n.ledger().device(PhysicalCore::new(0, 0), scr), 12 << 20);
+    let w = n
+        .tdrv_scratchpad_get_mem(PhysicalCore::new(0, 0), (4 << 20) + 100, 16)
         .unwrap();
+    let (page, off) = (w.page, w.offset);
     assert_eq!(off, 100);
     assert!(n.dmem().is_live(page));
-    assert!(n.tdrv_scratchpad_get_mem(0, 0, 12 << 20, 1).is_err());
+    assert!(n
+        .tdrv_scratchpad_get_mem(PhysicalCore::new(0, 0), 12 << 20, 1)
+        .is_err());
     n.models().unload(hb).unwrap();
     assert_eq!(
-        n.ledger().device(0, 0, scr),
+        n.ledger().device(PhysicalCore::new(0, 0), scr),
         8 << 20,
         "page 2 went with its last user"
     );
     n.models().unload(hs).unwrap();
-    assert_eq!(n.ledger().device(0, 0, scr), 0);
+    assert_eq!(n.ledger().device(PhysicalCore::new(0, 0), scr), 0);
 }
 
 #[test]
@@ -435,19 +446,32 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
     s.scratchpad_bytes = 100 << 20;
     n.models().load(LogicalCore::new(0), &s).unwrap();
     assert_eq!(
-        n.scratchpad_info(0, 0).unwrap(),
+        n.scratchpad_info(PhysicalCore::new(0, 0)).unwrap(),
         ScratchpadInfo {
             page_size: 64 << 20,
             pages: 2,
             contiguous: true
         }
     );
-    let (first, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
-    let (second, _) = n.tdrv_scratchpad_get_mem(0, 0, 64 << 20, 1).unwrap();
-    let p0 = n.scratchpad_page(0, 0, 0).unwrap().0.unwrap();
+    let first = n
+        .tdrv_scratchpad_get_mem(PhysicalCore::new(0, 0), 0, 1)
+        .unwrap()
+        .page;
+    let second = n
+        .tdrv_scratchpad_get_mem(PhysicalCore::new(0, 0), 64 << 20, 1)
+        .unwrap()
+        .page;
+    let p0 = n
+        .scratchpad_page(PhysicalCore::new(0, 0), 0)
+        .unwrap()
+        .mem
+        .unwrap();
     assert_eq!(
         first,
-        n.scratchpad_page(0, 0, 1).unwrap().0.unwrap(),
+        n.scratchpad_page(PhysicalCore::new(0, 0), 1)
+            .unwrap()
+            .mem
+            .unwrap(),
         "offset 0 maps to the last page"
     );
     assert_eq!(second, p0);
@@ -461,7 +485,12 @@ fn contiguous_scratchpad_uses_64mib_pages_in_reverse_order() {
             ..Default::default()
         })
         .unwrap();
-    assert!(!g.nrt().scratchpad_info(0, 0).unwrap().contiguous);
+    assert!(
+        !g.nrt()
+            .scratchpad_info(PhysicalCore::new(0, 0))
+            .unwrap()
+            .contiguous
+    );
 }
 
 #[test]
@@ -563,7 +592,10 @@ fn bad_model_inputs() {
             fault: HandleFault::Stale
         }))
     );
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        0
+    );
 }
 
 #[test]
@@ -576,16 +608,17 @@ fn subgraphs_spread_over_the_logical_cores_physical_cores() {
     s.subgraphs = 2;
     let h = n.models().load(LogicalCore::new(1), &s).unwrap();
     assert!(
-        n.ledger().device(0, 2, UsageSel::Total) > 0
-            && n.ledger().device(0, 3, UsageSel::Total) > 0
+        n.ledger().device(PhysicalCore::new(0, 2), UsageSel::Total) > 0
+            && n.ledger().device(PhysicalCore::new(0, 3), UsageSel::Total) > 0
     );
     assert_eq!(
-        n.ledger().device(0, 2, UsageSel::Total),
-        n.ledger().device(0, 3, UsageSel::Total)
+        n.ledger().device(PhysicalCore::new(0, 2), UsageSel::Total),
+        n.ledger().device(PhysicalCore::new(0, 3), UsageSel::Total)
     );
     n.models().unload(h).unwrap();
     assert_eq!(
-        n.ledger().device(0, 2, UsageSel::Total) + n.ledger().device(0, 3, UsageSel::Total),
+        n.ledger().device(PhysicalCore::new(0, 2), UsageSel::Total)
+            + n.ledger().device(PhysicalCore::new(0, 3), UsageSel::Total),
         0
     );
 }
@@ -629,7 +662,11 @@ fn the_oom_table_is_captured_before_the_load_rolls_back() {
         .load(LogicalCore::new(0), &spec("oom", &big))
         .unwrap_err();
     assert_eq!(e.status(), NRT_STATUS::NRT_RESOURCE);
-    assert_eq!(n.ledger().device(0, 0, UsageSel::Total), 0, "rolled back");
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total),
+        0,
+        "rolled back"
+    );
     let mut dump = String::new();
     n.ledger().last_oom_dump(&mut dump).unwrap();
     assert!(

@@ -14,6 +14,7 @@ use nrt_core::model::ModelSpec;
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::ulib::UlibRequest;
 use nrt_core::LogicalCore;
+use nrt_core::PhysicalCore;
 use nrt_core::{CoreState, InitOptions, Nrt};
 
 /// What the hook does: runs once, with a runtime over the same state.
@@ -91,7 +92,10 @@ fn run(hook: impl FnOnce(&Nrt<'_>, &Seen) + Send + 'static) {
 #[test]
 fn a_page_read_through_the_public_api_during_a_failing_load_is_not_cancelled() {
     run(|n, seen| {
-        let (m, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
+        let m = n
+            .tdrv_scratchpad_get_mem(PhysicalCore::new(0, 0), 0, 1)
+            .unwrap()
+            .page;
         *seen.lock().unwrap() = Some(m.to_bits());
     });
 }
@@ -107,7 +111,10 @@ fn a_page_another_model_shared_during_a_failing_load_is_not_cancelled() {
             ..Default::default()
         };
         let h = n.models().load(LogicalCore::new(0), &s).unwrap();
-        let (m, _) = n.tdrv_scratchpad_get_mem(0, 0, 0, 1).unwrap();
+        let m = n
+            .tdrv_scratchpad_get_mem(PhysicalCore::new(0, 0), 0, 1)
+            .unwrap()
+            .page;
         *seen.lock().unwrap() = Some(m.to_bits());
         n.models().unload(h).unwrap();
     });

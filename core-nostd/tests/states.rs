@@ -14,6 +14,7 @@ use nrt_core::model::ModelSpec;
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
 use nrt_core::LogicalCore;
+use nrt_core::PhysicalCore;
 use nrt_core::{DmemHandle, InitOptions, ModelHandle, Nrt, Result, SetHandle, TensorHandle};
 
 /// Objects the calls work on, made by a live runtime (this one, or a donor for the uninit
@@ -173,10 +174,8 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         }
         "dmem_info" => st(n.dmem().info(k.d)),
         "allocator_for_each" => st(n.dmem().allocator_for_each(k.al, |_| ())),
-        "dmem_handle_of" | "dmem_is_live" | "allocator_usage" => {
-            let _ = (n.dmem().is_live(k.d), n.dmem().allocator_usage(k.al));
-            return v();
-        }
+        "dmem_handle_of" | "dmem_is_live" => return Some(n.dmem().is_live(k.d)).and(v()),
+        "allocator_usage" => st(n.dmem().allocator_usage(k.al)),
         "dmem_get_memory_stats" => st(n.ledger().memory_stats(LogicalCore::new(0))),
         "vnc_usage" => st(n.ledger().logical_core_usage(LogicalCore::new(0))),
         "reset_peak" => st(n.ledger().reset_peak(LogicalCore::new(0))),
@@ -185,19 +184,23 @@ fn answer(n: &Nrt<'_>, k: &Kit, name: &str) -> Option<String> {
         "inspector().virtual_core" => st(n.inspector().logical_core_entry(LogicalCore::new(0))),
         "device_totals" => st(n.ledger().device_totals(0)),
         "ledger_hbm" => return Some(n.ledger().hbm(0)).and(v()),
-        "ledger_device" => return Some(n.ledger().device(0, 0, UsageSel::Total)).and(v()),
-        "ledger_host" => return Some(n.ledger().host(0, 0, UsageSel::Total)).and(v()),
+        "ledger_device" => {
+            return Some(n.ledger().device(PhysicalCore::new(0, 0), UsageSel::Total)).and(v())
+        }
+        "ledger_host" => {
+            return Some(n.ledger().host(PhysicalCore::new(0, 0), UsageSel::Total)).and(v())
+        }
         "ledger_snapshot" => return Some(n.ledger().snapshot(0)).and(v()),
         "dump_ledger" => return Some(n.ledger().dump(&mut String::new(), 0, None, 2)).and(v()),
         "last_oom" => return Some(n.ledger().last_oom()).and(v()),
         "last_oom_dump" => return Some(n.ledger().last_oom_dump(&mut String::new())).and(v()),
         "last_oom_channel" => return Some(n.ledger().last_oom_channel()).and(v()),
-        "tdrv_scratchpad_get_mem" => st(n.tdrv_scratchpad_get_mem(0, 0, 0, 64)),
-        "scratchpad_info" => st(n.scratchpad_info(0, 0)),
-        "scratchpad_page" => st(n.scratchpad_page(0, 0, 0)),
-        "ulib_shared_stats" => st(n.ulib_shared_stats(0, 0)),
+        "tdrv_scratchpad_get_mem" => st(n.tdrv_scratchpad_get_mem(PhysicalCore::new(0, 0), 0, 64)),
+        "scratchpad_info" => st(n.scratchpad_info(PhysicalCore::new(0, 0))),
+        "scratchpad_page" => st(n.scratchpad_page(PhysicalCore::new(0, 0), 0)),
+        "ulib_shared_stats" => st(n.ulib_shared_stats(PhysicalCore::new(0, 0))),
         "ulib_unstage_for_test" => {
-            n.ulib_unstage_for_test(0, 0);
+            n.ulib_unstage_for_test(PhysicalCore::new(0, 0));
             return v();
         }
         _ => return None,

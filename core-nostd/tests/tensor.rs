@@ -6,6 +6,7 @@ mod common;
 use nrt_core::ledger::UsageSel;
 use nrt_core::tensor::Pending;
 use nrt_core::tensor::Placement;
+use nrt_core::PhysicalCore;
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -122,8 +123,10 @@ fn device_tensor_round_trip_slices_and_info() {
         )
         .unwrap();
     assert_eq!(
-        n.ledger()
-            .device(0, 2, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
+        n.ledger().device(
+            PhysicalCore::new(0, 2),
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR
+        ),
         8192,
         "vnc 1 = cores 2,3; GLOBAL heap of core 2"
     );
@@ -167,10 +170,13 @@ fn device_tensor_round_trip_slices_and_info() {
     // The slice keeps the storage alive.
     n.tensors().read(s, &mut b, 0).unwrap();
     assert!(b.iter().all(|x| *x == 0xee));
-    assert_eq!(n.ledger().device(0, 2, UsageSel::Total), 8192);
+    assert_eq!(
+        n.ledger().device(PhysicalCore::new(0, 2), UsageSel::Total),
+        8192
+    );
     n.tensors().free(s).unwrap();
     assert_eq!(
-        n.ledger().device(0, 2, UsageSel::Total),
+        n.ledger().device(PhysicalCore::new(0, 2), UsageSel::Total),
         0,
         "freed with the last user"
     );
@@ -195,8 +201,10 @@ fn virtual_attach_copy_and_host_placement() {
         .allocate(Placement::Host, LogicalCore::new(0).into(), 64, Some("h"))
         .unwrap();
     assert_eq!(
-        n.ledger()
-            .host(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR),
+        n.ledger().host(
+            PhysicalCore::new(0, 0),
+            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR
+        ),
         64
     );
     let d0 = n

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use nrt_core::abi::{dma_mem_usage_type_t as U, NRT_STATUS};
 use nrt_core::sim::Preset;
 use nrt_core::LogicalCore;
+use nrt_core::PhysicalCore;
 use nrt_host::config::{DeviceChoice, RuntimeConfig};
 use nrt_host::model_file::{self, ModelFile, Place};
 use nrt_host::{HostRuntime, Manifest};
@@ -414,7 +415,9 @@ fn subgraphs_with_different_footprints_each_book_their_own() {
     let before = state(&rt);
     let (h, _) = model_file::load_bytes(&nrt, LogicalCore::new(0), &bytes).unwrap();
     let scr = U::DMA_MEM_USAGE_TYPE_SCRATCHPAD_NOT_SHARED;
-    let per_core: Vec<u64> = (0..2).map(|c| nrt.ledger().device(0, c, scr)).collect();
+    let per_core: Vec<u64> = (0..2)
+        .map(|c| nrt.ledger().device(PhysicalCore::new(0, c), scr))
+        .collect();
     assert_eq!(per_core, [1 << 20, 2 << 20], "sg00 on nc0, sg01 on nc1");
     assert_eq!(
         nrt.models().info(h).unwrap().by_usage[scr as usize],

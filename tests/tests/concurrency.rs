@@ -10,6 +10,7 @@ use nrt_core::abi::*;
 use nrt_core::model::{ModelAlloc, ModelSpec};
 use nrt_core::ulib::UlibRequest;
 use nrt_core::LogicalCore;
+use nrt_core::PhysicalCore;
 use nrt_host::config::{DeviceChoice, RuntimeConfig};
 use nrt_host::HostRuntime;
 
@@ -161,12 +162,13 @@ fn threads_load_execute_unload_on_one_core() {
         .memory_stats(LogicalCore::new(0))
         .unwrap()
         .bytes_used;
-    let scr = n
-        .ledger()
-        .device(0, 0, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD);
+    let scr = n.ledger().device(
+        PhysicalCore::new(0, 0),
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_SCRATCHPAD,
+    );
     assert_eq!(used, resident_bytes(&rt) + scr);
     assert_eq!(
-        n.scratchpad_page(0, 0, 0).unwrap().1,
+        n.scratchpad_page(PhysicalCore::new(0, 0), 0).unwrap().refs,
         1,
         "only the shared model holds the page"
     );
@@ -206,7 +208,7 @@ fn concurrent_first_loads_stage_the_ext_isa_once() {
         .collect();
     let hs: Vec<_> = hs.into_iter().map(|t| t.join().unwrap()).collect();
     assert_eq!(
-        rt.nrt().ulib_shared_stats(0, 0).unwrap(),
+        rt.nrt().ulib_shared_stats(PhysicalCore::new(0, 0)).unwrap(),
         nrt_core::ulib::UlibStats {
             stages: 1,
             users: 8

@@ -98,6 +98,17 @@ impl<'h> AllocArgs<'h> {
 /// safe API names dmems by [`DmemHandle`].
 pub type Dmem = *mut dmem_t;
 
+/// What [`DeviceMemory::allocator_usage`](crate::dmem::DeviceMemory::allocator_usage) reports
+/// of an allocator: the dmems on its list and their allocated bytes (spec §3.1).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct AllocatorUsage {
+    /// Dmems on the allocator's list.
+    pub dmems: u64,
+    /// Their allocated bytes (`allocated_size`, alignment padding included).
+    pub bytes: u64,
+}
+
 /// What [`DeviceMemory::info`](crate::dmem::DeviceMemory::info) reports of a live dmem: the fields fixed at allocation, copied
 /// out under a pin (so they are never read from a slot someone else reuses).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

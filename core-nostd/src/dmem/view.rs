@@ -50,14 +50,16 @@ impl<'a> DeviceMemory<'a> {
         self.0.with_allocator(al, |_| Ok(())).is_ok()
     }
 
-    /// Number of dmems on `al`'s list and their allocated bytes; `(0, 0)` for an allocator that is
-    /// not live, outside `init`…`close`, and when the calling thread walks `al` or the wait
-    /// for its lock gives up ([`Self::allocator_for_each`]).
+    /// The dmems on `al`'s list and their allocated bytes ([`AllocatorUsage`]).
+    /// `InvalidHandle` for an allocator that is not live, `Closed` / `NotInitialized` outside
+    /// `init`…`close`, `WouldDeadlock` when the calling thread walks `al`, `Timeout` when the
+    /// wait for its lock gives up ([`Self::allocator_for_each`]).
     #[inline]
-    pub fn allocator_usage(&self, al: AllocatorHandle) -> (u64, u64) {
-        self.0
-            .with_allocator(al, |p| Ok(self.0.allocator_usage(p)))
-            .unwrap_or((0, 0))
+    pub fn allocator_usage(&self, al: AllocatorHandle) -> Result<AllocatorUsage> {
+        self.0.with_allocator(al, |p| {
+            let (dmems, bytes) = self.0.allocator_usage(p);
+            Ok(AllocatorUsage { dmems, bytes })
+        })
     }
 
     /// Calls `f` on every dmem of `al` under its list lock, which is not reentrant: a call

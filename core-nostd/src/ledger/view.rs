@@ -32,20 +32,20 @@ impl<'a> Ledger<'a> {
         self.0.ledger_hbm(dev)
     }
 
-    /// Device bytes booked to physical core `(dev, tpb)` under `usage` (a usage type, or
+    /// Device bytes booked to physical core `core` under `usage` (a usage type, or
     /// [`UsageSel::Total`]).
     #[doc(alias = "ledger_device")]
     #[inline]
-    pub fn device(&self, dev: u32, tpb: u32, usage: impl Into<UsageSel>) -> u64 {
-        self.0.ledger_device(dev, tpb, usage)
+    pub fn device(&self, core: PhysicalCore, usage: impl Into<UsageSel>) -> u64 {
+        self.0.ledger_device(core.device, core.core, usage)
     }
 
-    /// Host DMA bytes booked to physical core `(dev, tpb)` under `usage` (a usage type, or
+    /// Host DMA bytes booked to physical core `core` under `usage` (a usage type, or
     /// [`UsageSel::Total`]).
     #[doc(alias = "ledger_host")]
     #[inline]
-    pub fn host(&self, dev: u32, tpb: u32, usage: impl Into<UsageSel>) -> u64 {
-        self.0.ledger_host(dev, tpb, usage)
+    pub fn host(&self, core: PhysicalCore, usage: impl Into<UsageSel>) -> u64 {
+        self.0.ledger_host(core.device, core.core, usage)
     }
 
     /// The whole ledger of one device ([`LedgerSnapshot`]), each core's rows read under that

@@ -482,6 +482,7 @@ impl<'a> Nrt<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::PhysicalCore;
     use crate::model::set_last_model_handle_for_test;
     use crate::ulib::UlibRequest;
 
@@ -502,7 +503,7 @@ mod tests {
             (
                 n.ledger_snapshot(0),
                 n.driver_pool_bytes_in_use().unwrap(),
-                n.ulib_shared_stats(0, 0).unwrap(),
+                n.ulib_shared_stats(PhysicalCore::new(0, 0)).unwrap(),
                 n.state().arena_stats().map(|(_, s)| s.live),
             )
         };
@@ -518,7 +519,7 @@ mod tests {
         let hx = n.load_model(LogicalCore::new(0), &g).unwrap();
         n.unload_model(hx).unwrap();
         assert_eq!(
-            n.ulib_shared_stats(0, 0).unwrap(),
+            n.ulib_shared_stats(PhysicalCore::new(0, 0)).unwrap(),
             crate::ulib::UlibStats {
                 stages: 1,
                 users: 0
@@ -539,7 +540,7 @@ mod tests {
         assert_eq!(state(&n), before, "the rollback left everything as it was");
         // A load that stages the copy itself and fails still unstages it.
         n.unload_model(ha).unwrap();
-        n.ulib_unstage_for_test(0, 0);
+        n.ulib_unstage_for_test(PhysicalCore::new(0, 0));
         let hb = n.load_model(LogicalCore::new(0), &plain).unwrap();
         let before = state(&n);
         assert_eq!(

@@ -15,6 +15,7 @@ use nrt_core::abi::al_hal_tpb_arch_type_t;
 use nrt_core::model::ModelSpec;
 use nrt_core::oom::FailedRequest;
 use nrt_core::ulib::UlibRequest;
+use nrt_core::PhysicalCore;
 
 use super::*;
 
@@ -87,10 +88,12 @@ pub(super) fn shared_pieces(nrt: &Nrt<'_>, p: &Parsed, core: i64) -> SharedPiece
     };
     let (dev, tpb) = (pc.device_id, pc.device_tpb_idx);
     let (page, have) = nrt
-        .scratchpad_info(dev, tpb)
+        .scratchpad_info(PhysicalCore::new(dev, tpb))
         .map_or((1, 0), |s| (s.page_size, s.pages));
     let page = page.max(1);
-    let staged = nrt.ulib_shared_stats(dev, tpb).is_ok_and(|s| s.stages > 0);
+    let staged = nrt
+        .ulib_shared_stats(PhysicalCore::new(dev, tpb))
+        .is_ok_and(|s| s.stages > 0);
     with_spec(&p.file, |s| SharedPieces {
         // A core's pages are claimed from the first one on, so those it has are a prefix.
         scratchpad_bytes: s.scratchpad_bytes.div_ceil(page).min(u64::from(have)) * page,

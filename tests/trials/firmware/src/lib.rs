@@ -20,6 +20,7 @@ use nrt_core::cell::ZeroedCell;
 use nrt_core::model::{ModelAlloc, ModelSpec};
 use nrt_core::sim::{Preset, SimConfig, SimDevice};
 use nrt_core::tensor::{ArenaHostMem, Placement};
+use nrt_core::PhysicalCore;
 use nrt_core::{
     Capacity, CoreSel, CoreState, Error, InitOptions, LogicalCore, Nrt, StaticState, UsageSel,
 };
@@ -107,8 +108,10 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
 
     let core = nrt.logical_core_entry(LogicalCore::FIRST)?.tpbs[0];
     let (dev, tpb) = (core.device_id, core.device_tpb_idx);
-    let weights_booked = nrt.ledger().device(dev, tpb, WEIGHT);
-    let core_total = nrt.ledger().device(dev, tpb, UsageSel::Total);
+    let weights_booked = nrt.ledger().device(PhysicalCore::new(dev, tpb), WEIGHT);
+    let core_total = nrt
+        .ledger()
+        .device(PhysicalCore::new(dev, tpb), UsageSel::Total);
     let _ = writeln!(
         log,
         "ledger nd{dev}:nc{tpb}: {weights_booked} B {} of {core_total} B",
@@ -121,7 +124,9 @@ pub fn run(log: &mut dyn Write) -> Result<Report, TrialError> {
         weights_booked,
         core_total,
         driver_bytes_after_close: nrt.driver_pool_bytes_in_use()?,
-        core_total_after_close: nrt.ledger().device(dev, tpb, UsageSel::Total),
+        core_total_after_close: nrt
+            .ledger()
+            .device(PhysicalCore::new(dev, tpb), UsageSel::Total),
     };
     let _ = writeln!(
         log,
