@@ -1,6 +1,9 @@
 //! The process-global context tree `tdrv_ctx → mla[32] → tpb[8]` (spec §1): its state block,
-//! the [`Nrt`] handle every operation goes through, bring-up (`db_tdrv_ctx_init`), the resolver
-//! (`db_physical_core_get_mla_and_tpb`, §1.1) and teardown (`tdrv_destroy`, §12).
+//! the [`Nrt`] handle every operation goes through, the state gate and the resolver
+//! (`db_physical_core_get_mla_and_tpb`, §1.1). The data the block embeds for each domain is
+//! declared in `state` (one file per domain); bring-up (`db_tdrv_ctx_init`) and teardown
+//! (`tdrv_destroy`, §12), which call into the domains, are `crate::lifecycle`'s. `ctx` imports
+//! no domain.
 //!
 //! [`CoreState`] is a header bound to its storage: the context region (the `tdrv_ctx_t`
 //! holding `Capacity::devices` devices, [`ContextLayout`]) and every static arena. Both are

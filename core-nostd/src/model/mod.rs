@@ -10,7 +10,8 @@
 //! No `unsafe` here or in the sub-modules but `access`: the model's raw memory — the
 //! core's `model_db` behind `model_db_lock`, `model_t` slots, their IO tables, mem_ref sets
 //! and cleanup records, `h_running_model` — is reached through the accessors of
-//! `access` (see docs/UNSAFE.md).
+//! `access` (see docs/UNSAFE.md). The domain's pool of arenas and the IO table entries are
+//! declared with the state block, in `ctx/state/model.rs`.
 #![deny(unsafe_code)]
 
 // The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each

@@ -15,6 +15,8 @@
 //! [`crate::host_heap`] (re-exported here), and every raw access to a tensor, a storage or a
 //! set slot goes through the accessors of `access` (docs/UNSAFE.md), so the rest of this
 //! module is `deny(unsafe_code)` but for [`Tensors::attach_buffer`]'s declaration (and its body's).
+//! The domain's data — its pool of arenas, the set slots and entries, the bound-tensor chunks —
+//! is declared with the state block, in `ctx/state/tensor.rs`.
 #![deny(unsafe_code)]
 
 // The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each

@@ -1,5 +1,5 @@
-//! Tensor sets (spec §7.3, `nrt_tensor_set_t`): the set arena's slots, their entries and
-//! the `set_*` API.
+//! Tensor sets (spec §7.3, `nrt_tensor_set_t`): the lookups over a set's entries and the
+//! `set_*` API (the set arena's slots and entries are declared in `ctx/state/tensor.rs`).
 
 use super::TENSOR_NAME_MAX;
 use crate::arena::Arena;

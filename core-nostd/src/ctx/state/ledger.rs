@@ -8,8 +8,8 @@ use crate::atomic::AtomicU64;
 /// The ledger's state beside the tree's rows (state split by domain), as a
 /// [`crate::ctx::CoreState`] holds it. Valid when all-zero.
 pub(crate) struct LedgerPool {
-    /// The last device OOM (spec §3.2 `dml_driver_dump`), in the lock that guards it (issue
-    /// 17: a lock that holds its data). The core's own `nrt_mutex_t` rather than a
+    /// The last device OOM (spec §3.2 `dml_driver_dump`), in the lock that guards it (a lock
+    /// that holds its data). The core's own `nrt_mutex_t` rather than a
     /// [`crate::sync::DataLock`]: its holder writes the OOM table, which asks the driver for
     /// pool figures, and this lock's waits relax instead of spinning.
     pub(crate) oom: lock_api::Mutex<nrt_mutex_t, crate::ctx::LastOom>,
