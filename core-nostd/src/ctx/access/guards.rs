@@ -114,8 +114,8 @@ pub(crate) struct Exclusive<'g> {
 
 impl<'g> Exclusive<'g> {
     /// The token of the caller that holds `init_lock` (`lock`) and has shut and drained the
-    /// gate (`active_calls.close`). Private to this module: `init` and `close` are its only
-    /// callers, each right after it shut the gate.
+    /// gate (`active_calls.close`). Crate-visible for `crate::lifecycle`: its `init` and
+    /// `close` are the only callers, each right after it shut the gate.
     pub(crate) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
         Exclusive {
             _init_lock: core::marker::PhantomData,
