@@ -1002,13 +1002,12 @@ fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
             },
         )
         .unwrap();
-    let mut model_al = std::ptr::null_mut();
+    let mut model_al = None;
     n.models()
         .for_each_dmem(h, |_, d| model_al = d.allocator)
         .unwrap();
-    assert!(!model_al.is_null());
     let before = snapshot(&n);
-    let model_al = n.dmem().allocator_handle_of(model_al).unwrap();
+    let model_al = model_al.expect("the model's MODEL allocator");
     for al in [global, model_al] {
         assert_eq!(
             n.dmem().allocator_destroy(al).map_err(|e| e.status()),

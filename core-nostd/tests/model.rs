@@ -71,9 +71,9 @@ fn stamp(f: &Fixture, h: ModelHandle, pattern: u8) -> Vec<(u64, u64)> {
     let st = n.models().info(h).unwrap();
     assert!(st.allocations > 0);
     n.models()
-        .for_each_dmem(h, |_, d| {
-            if d.mem_type == DEV as u32 {
-                out.push((d.mem_handle, d.size));
+        .for_each_dmem(h, |_, e| {
+            if e.info.mem_type == DEV as u32 {
+                out.push((e.info.mem_handle, e.info.size));
             }
         })
         .unwrap();

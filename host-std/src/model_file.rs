@@ -390,7 +390,8 @@ fn weight_slots(
     n: &NeffModel,
 ) -> nrt_core::Result<HashMap<(usize, usize), Slot>> {
     let mut dmems: Vec<Vec<(Slot, String)>> = (0..n.subgraphs.len()).map(|_| Vec::new()).collect();
-    nrt.models().for_each_dmem(h, |sg, d| {
+    nrt.models().for_each_dmem(h, |sg, e| {
+        let d = &e.info;
         if let Some(s) = dmems.get_mut(sg as usize) {
             s.push((
                 Slot {
@@ -399,7 +400,7 @@ fn weight_slots(
                     at: d.align_offset,
                     len: d.size,
                 },
-                nrt_core::dmem::dmem_hint(d).to_string(),
+                e.hint.to_string(),
             ));
         }
     })?;

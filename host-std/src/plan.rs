@@ -792,7 +792,8 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
                 tensor_bytes,
             } => {
                 let mut b = 0;
-                let _ = nrt.models().for_each_dmem(handle, |_, d| {
+                let _ = nrt.models().for_each_dmem(handle, |_, e| {
+                    let d = &e.info;
                     if d.mem_type == dma_mem_location_t::TONGA_DRAM as u32 {
                         b += d.size;
                     }

@@ -340,7 +340,7 @@ impl HostRuntime {
             let Some(row) = sgs.get_mut(sg as usize) else {
                 return;
             };
-            row[model_class(dm)] += dm.allocated_size;
+            row[model_class(&dm.info)] += dm.info.allocated_size;
         });
         d.publish_model(
             h.h_model().id,
@@ -374,7 +374,7 @@ pub const PROCESS_TAG_VAR: &str = "NEURON_PROCESS_TAG";
 /// The [`crate::shared::layout::MODEL_CLASSES`] index of a model's dmem: device `constants`,
 /// `model_code`, `runtime_memory` (scratchpad and rings included), `tensors`; host
 /// `application_memory`, `constants`, `dma_buffers`, `tensors`.
-fn model_class(d: &nrt_core::abi::dmem_t) -> usize {
+fn model_class(d: &nrt_core::dmem::DmemInfo) -> usize {
     use nrt_core::abi::tables::category_for;
     use nrt_core::abi::{dma_mem_location_t, dma_mem_usage_type_t, mem_alloc_category_t as C};
     let host = d.mem_type == dma_mem_location_t::HOST_DRAM as u32;

@@ -173,7 +173,8 @@ fn weights_are_copied_into_their_allocation() {
     let (h, _) = model_file::load_bytes(&nrt, LogicalCore::new(0), &weighted(&content)).unwrap();
     let mut found = Vec::new();
     nrt.models()
-        .for_each_dmem(h, |_, d| {
+        .for_each_dmem(h, |_, e| {
+            let d = &e.info;
             if d.mem_usage_type == U::DMA_MEM_USAGE_TYPE_WEIGHT as u32 {
                 found.push((d.device_id, d.mem_handle, d.align_offset, d.size));
             }
@@ -446,7 +447,8 @@ fn weight_bytes(rt: &HostRuntime, h: nrt_core::ModelHandle) -> Vec<u8> {
     let mut found = Vec::new();
     rt.nrt()
         .models()
-        .for_each_dmem(h, |_, d| {
+        .for_each_dmem(h, |_, e| {
+            let d = &e.info;
             if d.mem_usage_type == U::DMA_MEM_USAGE_TYPE_WEIGHT as u32 {
                 found.push((d.device_id, d.mem_handle, d.align_offset, d.size));
             }

@@ -416,8 +416,8 @@ impl Session {
     pub fn subgraph_footprints(&self, h: ModelHandle) -> Result<Vec<Footprint>, StepError> {
         let subgraphs = self.rt.nrt().models().info(h)?.subgraphs as usize;
         let mut per: Vec<Footprint> = vec![([0; 23], [0; 23]); subgraphs];
-        self.rt.nrt().models().for_each_dmem(h, |sg, d| {
-            let sg = sg as usize;
+        self.rt.nrt().models().for_each_dmem(h, |sg, e| {
+            let (sg, d) = (sg as usize, &e.info);
             if per.len() <= sg {
                 per.resize(sg + 1, ([0; 23], [0; 23]));
             }

@@ -14,7 +14,7 @@
 use core::ptr::{addr_of_mut, null_mut, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use super::{Action, AllocArgs, AllocatorPin, Dmem, DmemInfo, DmemPin};
+use super::{Action, AllocArgs, AllocatorPin, Dmem, DmemEntry, DmemInfo, DmemPin};
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::ctx::state::dmem::AllocatorWords;
@@ -552,24 +552,27 @@ impl<'a> Nrt<'a> {
 
     /// The fields of a pinned dmem fixed at its allocation.
     pub(super) fn dmem_info_of(&self, p: &DmemPin<'_>) -> DmemInfo {
-        let m = p.m;
         // SAFETY: pinned: these fields were written before the dmem was published and are
         // not written again until it is finalised, which waits for this pin.
-        unsafe {
-            DmemInfo {
-                size: (*m).size,
-                align: (*m).align,
-                pa: (*m)._pa,
-                align_offset: (*m).align_offset,
-                allocated_size: (*m).allocated_size,
-                mem_handle: (*m).mem_handle,
-                mem_type: (*m).mem_type,
-                mem_usage_type: (*m).mem_usage_type,
-                tdram_channel: (*m).tdram_channel,
-                device_id: (*m).device_id,
-                nc_id: (*m).nc_id,
-                ref_count: ((*m).ref_count.load(Ordering::Acquire) & handle::OWNERS) as u32,
-            }
+        unsafe { dmem_info_raw(p.m) }
+    }
+
+    /// A dmem a walk found on `al`'s list, under that allocator's lock, as its callback sees it
+    /// ([`DmemEntry`]).
+    pub(crate) fn dmem_entry<'w>(
+        &self,
+        al: *const dmem_allocator_t,
+        d: &'w dmem_t,
+    ) -> DmemEntry<'w> {
+        let m = core::ptr::from_ref(d).cast_mut();
+        DmemEntry {
+            // Linked under the walk's lock: its slot is not reused before it is unlinked.
+            handle: self.dmem_handle_of_owned(m),
+            allocator: self.allocator_handle_of(al),
+            // SAFETY: `d` is a live dmem borrowed for the walk; its fixed fields are not
+            // written while it is linked, and `ref_count` is read atomically.
+            info: unsafe { dmem_info_raw(m) },
+            hint: super::dmem_hint(d),
         }
     }
 
@@ -677,4 +680,29 @@ pub(super) struct DmemFields<'r, 'h> {
     pub(super) nc_id: u32,
     /// Its device.
     pub(super) dev: u32,
+}
+
+/// A dmem's fields fixed at its allocation, and its owners now.
+///
+/// # Safety
+/// `m` is a live dmem whose fixed fields are not being written (pinned, or linked under its
+/// allocator's lock).
+unsafe fn dmem_info_raw(m: *const dmem_t) -> DmemInfo {
+    // SAFETY: the caller's contract.
+    unsafe {
+        DmemInfo {
+            size: (*m).size,
+            align: (*m).align,
+            pa: (*m)._pa,
+            align_offset: (*m).align_offset,
+            allocated_size: (*m).allocated_size,
+            mem_handle: (*m).mem_handle,
+            mem_type: (*m).mem_type,
+            mem_usage_type: (*m).mem_usage_type,
+            tdram_channel: (*m).tdram_channel,
+            device_id: (*m).device_id,
+            nc_id: (*m).nc_id,
+            ref_count: ((*m).ref_count.load(Ordering::Acquire) & handle::OWNERS) as u32,
+        }
+    }
 }

@@ -141,6 +141,21 @@ pub struct DmemInfo {
     pub ref_count: u32,
 }
 
+/// A dmem as a walk hands it to its callback ([`DeviceMemory::allocator_for_each`],
+/// [`crate::model::Models::for_each_dmem`]): read under its allocator's lock, which keeps it
+/// linked and whole while the callback runs (spec §3.1).
+#[derive(Copy, Clone, Debug)]
+pub struct DmemEntry<'w> {
+    /// Its handle (live after the walk only while someone owns the dmem).
+    pub handle: DmemHandle,
+    /// The allocator it is on.
+    pub allocator: Option<AllocatorHandle>,
+    /// Its fields fixed at allocation, and its owners now.
+    pub info: DmemInfo,
+    /// Its hint (`hint_buf`).
+    pub hint: &'w str,
+}
+
 /// A pinned dmem ([`Nrt::dmem_pin`]): the object stays whole until this drops.
 pub(crate) struct DmemPin<'a> {
     pub(crate) m: Dmem,
@@ -397,6 +412,6 @@ impl<'a> Nrt<'a> {
 }
 
 /// The hint of a dmem as text.
-pub fn dmem_hint(m: &dmem_t) -> &str {
+pub(crate) fn dmem_hint(m: &dmem_t) -> &str {
     c_name(&m.hint_buf)
 }

@@ -70,9 +70,15 @@ impl<'a> DeviceMemory<'a> {
     /// destroyed, forged or foreign handle is [`Error::InvalidHandle`]. The allocator cannot
     /// be destroyed during the walk (such a destroy is refused).
     #[inline]
-    pub fn allocator_for_each(&self, al: AllocatorHandle, f: impl FnMut(&dmem_t)) -> Result<()> {
-        self.0
-            .with_allocator(al, |p| self.0.allocator_for_each(p, f))
+    pub fn allocator_for_each(
+        &self,
+        al: AllocatorHandle,
+        mut f: impl FnMut(&DmemEntry<'_>),
+    ) -> Result<()> {
+        self.0.with_allocator(al, |p| {
+            self.0
+                .allocator_for_each(p, |d| f(&self.0.dmem_entry(p, d)))
+        })
     }
 
     /// Walks `al`'s list under its lock and checks it ([`crate::list::List::check`]): every

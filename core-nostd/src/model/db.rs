@@ -6,6 +6,7 @@ use super::{ModelInfo, ModelIo};
 use crate::abi::*;
 use crate::arena::Fresh;
 use crate::ctx::{InCall, InFlight, Nrt};
+use crate::dmem::DmemEntry;
 use crate::error::{Error, Result};
 use crate::handle::{HandleKind, ModelHandle};
 use crate::vcore::LogicalCore;
@@ -135,13 +136,13 @@ impl<'a> Nrt<'a> {
     pub(crate) fn for_each_model_dmem(
         &self,
         h: ModelHandle,
-        mut f: impl FnMut(u32, &dmem_t),
+        mut f: impl FnMut(u32, &DmemEntry<'_>),
     ) -> Result<()> {
         self.with_model(h, |call, m, _, _| {
             let allocators = m.sg_allocators();
             let n = (m.num_subgraphs() as usize).min(allocators.len());
             for (sg, al) in allocators[..n].iter().enumerate() {
-                self.allocator_walk(call, *al, |d| f(sg as u32, d))?;
+                self.allocator_walk(call, *al, |d| f(sg as u32, &self.dmem_entry(*al, d)))?;
             }
             Ok(())
         })?

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::ctx::Nrt;
+use crate::dmem::DmemEntry;
 use crate::error::Result;
 use crate::handle::ModelHandle;
 
@@ -31,7 +32,7 @@ impl<'a> Models<'a> {
     /// subgraph (spec §5.2). `Closed` / `Uninitialized` outside an initialised runtime.
     #[doc(alias = "for_each_model_dmem")]
     #[inline]
-    pub fn for_each_dmem(&self, h: ModelHandle, f: impl FnMut(u32, &dmem_t)) -> Result<()> {
+    pub fn for_each_dmem(&self, h: ModelHandle, f: impl FnMut(u32, &DmemEntry<'_>)) -> Result<()> {
         self.0.for_each_model_dmem(h, f)
     }
 

@@ -93,7 +93,7 @@ pub(super) fn hbm_plan(
         };
     let mut seen = std::collections::HashSet::new();
     let mut blocks: Vec<(u32, u32, Block)> = Vec::new();
-    let mut add = |d: &nrt_core::abi::dmem_t, model: Option<usize>| {
+    let mut add = |d: &nrt_core::dmem::DmemInfo, model: Option<usize>| {
         if d.mem_type != dma_mem_location_t::TONGA_DRAM as u32
             || !seen.insert((d.device_id, d.mem_handle))
         {
@@ -106,7 +106,7 @@ pub(super) fn hbm_plan(
     for o in owned {
         let _ = nrt
             .models()
-            .for_each_dmem(o.handle, |_, d| add(d, Some(o.model)));
+            .for_each_dmem(o.handle, |_, e| add(&e.info, Some(o.model)));
     }
     for dev in 0..nrt.num_devices() {
         for c in 0..nrt.geom(dev).cores {
@@ -114,9 +114,7 @@ pub(super) fn hbm_plan(
                 .dmem()
                 .core_allocator(nrt_core::PhysicalCore::new(dev, c))
             {
-                let _ = nrt
-                    .dmem()
-                    .allocator_for_each(al, &mut |d: &nrt_core::abi::dmem_t| add(d, None));
+                let _ = nrt.dmem().allocator_for_each(al, |e| add(&e.info, None));
             }
         }
     }
