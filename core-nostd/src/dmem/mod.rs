@@ -11,7 +11,8 @@
 //! destroy, list and books, the weak GC indexes, and every read and write of a `dmem_t` slot's
 //! fields), `alloc` (`dmem_alloc_internal`: the category
 //! tables, the ledger booking and the aligned-alloc emulation) and `free` (references,
-//! free and finalize).
+//! free and finalize). The domain's pool of arenas is declared with the state block, in
+//! `ctx/state/dmem.rs`.
 // The safe API names dmems and allocators by generation-checked handles; the pointer
 // arguments left (a weak index `dmem_list_t`, the raw layer's allocator) are arena slots,
 // each checked with `Arena::is_live` before it is dereferenced, so a stale or foreign
@@ -25,11 +26,9 @@
 mod access;
 mod alloc;
 mod free;
-mod pool;
 mod view;
 
 pub use alloc::align_offset;
-pub(crate) use pool::DmemPool;
 pub use view::DeviceMemory;
 
 use core::sync::atomic::Ordering;
