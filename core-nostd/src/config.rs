@@ -167,3 +167,7 @@ pub const MEM_REF_NAME_LEN_MAX: usize = HINT_LEN - 1;
 /// Bytes kept of the OOM table captured at the moment of the last device OOM (spec §3.4
 /// `dml_driver_dump`); a longer table is truncated.
 pub const OOM_DUMP_BYTES: usize = 8192;
+
+/// Longest tensor name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`, what the public
+/// `nrt_tensor_info_t.name[NRT_TENSOR_NAME_MAX]` holds with its NUL (public API §2).
+pub const TENSOR_NAME_MAX: usize = 255;

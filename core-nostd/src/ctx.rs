@@ -1,6 +1,9 @@
 //! The process-global context tree `tdrv_ctx → mla[32] → tpb[8]` (spec §1): its state block,
-//! the [`Nrt`] handle every operation goes through, bring-up (`db_tdrv_ctx_init`), the resolver
-//! (`db_physical_core_get_mla_and_tpb`, §1.1) and teardown (`tdrv_destroy`, §12).
+//! the [`Nrt`] handle every operation goes through, the state gate and the resolver
+//! (`db_physical_core_get_mla_and_tpb`, §1.1). The data the block embeds for each domain is
+//! declared in `state` (one file per domain); bring-up (`db_tdrv_ctx_init`) and teardown
+//! (`tdrv_destroy`, §12), which call into the domains, are `crate::lifecycle`'s. `ctx` imports
+//! no domain.
 //!
 //! [`CoreState`] is a header bound to its storage: the context region (the `tdrv_ctx_t`
 //! holding `Capacity::devices` devices, [`ContextLayout`]) and every static arena. Both are
@@ -26,7 +29,7 @@ use crate::driver::{errno, DeviceInfo, Driver};
 use crate::error::{Error, InvalidArg, Result};
 use crate::ht::HtBuckets;
 use crate::sync::ShardedGate;
-use crate::vcore::{VcoreOptions, VcoreTable};
+use state::vcore::{VcoreOptions, VcoreTable};
 
 /// Geometry of one attached device, as the driver reported it at bring-up.
 #[repr(C)]
@@ -155,7 +158,8 @@ pub const STATE_CLOSED: u32 = 2;
 // argued (docs/UNSAFE.md).
 #[allow(unsafe_code)]
 mod access;
-mod lifecycle;
+mod gate;
+pub(crate) mod state;
 
 pub(crate) use access::bind::{Binder, Part};
 pub(crate) use access::guards::*;
@@ -175,11 +179,11 @@ pub(crate) struct DevExt {
     pub(crate) host_peak_nc: [[AtomicU64; 23]; 8],
     /// Device bytes per (core, HBM channel): `dma_mem_log_t.memory_usage[4]` kept per core
     /// and summed on read (`ledger_hbm`), so cores on different channels share no counter.
-    pub(crate) hbm_nc: [crate::ledger::CoreChannels; 8],
+    pub(crate) hbm_nc: [state::ledger::CoreChannels; 8],
     /// The ledger lock of each core: held by every update of that core's rows and by readers
     /// that want one core's rows consistent (each row sums to its `[nc][22]`). Per core, on
     /// its own cache line: allocations on different cores never meet here.
-    pub(crate) ledger_locks: [crate::ledger::CoreLock; 8],
+    pub(crate) ledger_locks: [state::ledger::CoreLock; 8],
     /// High-water mark of the device's HBM bytes (the sum of its cores' `[nc][22]`; see
     /// `dml_add_entry` for how exact it is under concurrent allocation).
     pub(crate) peak_device_bytes: AtomicU64,
@@ -564,8 +568,8 @@ pub struct CoreState {
     /// The driver handles of live dmems ([`LiveHandles`]).
     pub(crate) live_handles: LiveHandles,
     /// The ledger's own state beside the tree's rows: the last device OOM
-    /// ([`crate::ledger::LedgerPool`]).
-    pub(crate) ledger: crate::ledger::LedgerPool,
+    /// ([`state::ledger::LedgerPool`]).
+    pub(crate) ledger: state::ledger::LedgerPool,
     /// The capacities the arenas were bound with (all-zero until bound).
     pub(crate) caps: Capacity,
     /// The storage, when this block owns it (`owned_bytes` bytes, given back on drop by
@@ -574,11 +578,11 @@ pub struct CoreState {
     pub(crate) owned_bytes: usize,
     pub(crate) owned_free: Option<StorageFree>,
     /// The dmem domain's arenas (spec §3): dmems, allocators, weak GC indexes.
-    pub(crate) dmem: crate::dmem::DmemPool,
+    pub(crate) dmem: state::dmem::DmemPool,
     /// The model domain's arenas (spec §4, §5, §6): models, model_dbs, mem_ref sets, ulib sets.
-    pub(crate) model: crate::model::ModelPool,
+    pub(crate) model: state::model::ModelPool,
     /// The tensor domain's arenas (spec §7): tensors, storages, sets, the execute data locks.
-    pub(crate) tensor: crate::tensor::TensorPool,
+    pub(crate) tensor: state::tensor::TensorPool,
 }
 
 /// Where each part of a state block's storage starts, for a [`Capacity`]: the context region
@@ -601,9 +605,9 @@ impl Plan {
     const fn of(c: &Capacity) -> Plan {
         let ctx = ContextLayout::of(c.devices);
         let bytes = [
-            Part::total(&crate::dmem::DmemPool::parts(c)),
-            Part::total(&crate::model::ModelPool::parts(c)),
-            Part::total(&crate::tensor::TensorPool::parts(c)),
+            Part::total(&state::dmem::DmemPool::parts(c)),
+            Part::total(&state::model::ModelPool::parts(c)),
+            Part::total(&state::tensor::TensorPool::parts(c)),
             Part::total(&LiveHandles::parts(c)),
         ];
         let at0 = ctx.bytes;
@@ -669,11 +673,11 @@ pub struct InitOptions {
 pub struct Nrt<'a> {
     pub(crate) st: &'a CoreState,
     pub(crate) drv: &'a dyn Driver,
-    pub(crate) host: Option<&'a dyn crate::tensor::HostMem>,
+    pub(crate) host: Option<&'a dyn crate::host_heap::HostMem>,
 }
 
 /// The address of a borrowed resource (the data pointer: vtables are not unique).
-fn addr<T: ?Sized>(r: &T) -> usize {
+pub(crate) fn addr<T: ?Sized>(r: &T) -> usize {
     (r as *const T).cast::<()>() as usize
 }
 

@@ -27,7 +27,7 @@ use crate::abi::*;
 use crate::cstr::{c_name, mb, Printable};
 use crate::ctx::{DevExt, DmemFixed, InCall, Nrt};
 use crate::device::PhysicalCore;
-use crate::dmem::Action;
+use crate::dmem::{Action, Booking};
 use crate::error::{Error, Result};
 use crate::oom::{write_free_histogram, write_hbm_line};
 use crate::vcore::LogicalCore;
@@ -263,37 +263,6 @@ impl Inspector<'_> {
     }
 }
 
-/// The ledger's state beside the tree's rows (state split by domain), as a
-/// [`crate::ctx::CoreState`] holds it. Valid when all-zero.
-pub(crate) struct LedgerPool {
-    /// The last device OOM (spec §3.2 `dml_driver_dump`), in the lock that guards it (issue
-    /// 17: a lock that holds its data). The core's own `nrt_mutex_t` rather than a
-    /// [`crate::sync::DataLock`]: its holder writes the OOM table, which asks the driver for
-    /// pool figures, and this lock's waits relax instead of spinning.
-    pub(in crate::ledger) oom: lock_api::Mutex<nrt_mutex_t, crate::ctx::LastOom>,
-}
-
-/// A lock on its own cache line: one core's ledger lock
-/// ([`crate::ctx::DevExt::ledger_locks`]), one stripe of the execute data lock
-/// (`TensorPool::exec_data_locks`). Valid when all-zero (an unlocked lock).
-///
-/// Padded to [`crate::sync::LINE_STRIDE`] bytes rather than aligned: an over-aligned member
-/// would over-align `CoreState`, and `Box::new_zeroed` then memsets all of it instead of
-/// using calloc's lazily zeroed pages.
-#[repr(C)]
-pub(crate) struct CoreLock(
-    pub(crate) crate::abi::nrt_mutex_t,
-    [u8; crate::sync::LINE_STRIDE - core::mem::size_of::<crate::abi::nrt_mutex_t>()],
-);
-
-/// One core's device bytes per HBM channel, on its own cache line
-/// ([`crate::ctx::DevExt::hbm_nc`]), padded like [`CoreLock`]. Valid when all-zero.
-#[repr(C)]
-pub(crate) struct CoreChannels(
-    pub(crate) [AtomicU64; constants::MAX_HBM_CHANNELS],
-    [u8; crate::sync::LINE_STRIDE - 8 * constants::MAX_HBM_CHANNELS],
-);
-
 /// Adds to a counter and raises its high-water mark. Caller holds the core's ledger lock, so
 /// plain loads and stores suffice: one lock acquisition replaces three read-modify-writes per
 /// update.
@@ -319,24 +288,6 @@ fn sub_locked(cur: &AtomicU64, delta: u64) {
 #[inline]
 fn core_totals(rows: &[[AtomicU64; 23]; 8]) -> u64 {
     rows.iter().map(|r| r[TOTAL].load(Ordering::Relaxed)).sum()
-}
-
-/// What one dmem books in its device's ledger ([`Nrt::dml_book`]): the fields of the dmem
-/// that place its bytes.
-#[derive(Copy, Clone, Debug)]
-pub(crate) struct Booking {
-    /// Device (of the tree).
-    pub(crate) dev: u32,
-    /// Physical core on the device (`nc_id`).
-    pub(crate) nc: u32,
-    /// Raw `dma_mem_usage_type_t`.
-    pub(crate) usage: u32,
-    /// HBM channel (`tdram_channel`).
-    pub(crate) channel: u32,
-    /// Bytes booked (`allocated_size`).
-    pub(crate) bytes: u64,
-    /// Host DMA memory (booked in the host rows).
-    pub(crate) host: bool,
 }
 
 impl Nrt<'_> {

@@ -29,6 +29,7 @@ pub mod handle;
 pub mod host_heap;
 pub mod ht;
 pub mod ledger;
+mod lifecycle;
 pub mod list;
 pub mod loom;
 pub mod model;

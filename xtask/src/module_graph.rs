@@ -5,9 +5,7 @@
 //!   is an edge `a → b` (a name the crate root re-exports counts for the module it comes from;
 //!   comments, strings and `#[cfg(test)]` code are not read);
 //! - a **mechanism** module imports no **behaviour** module;
-//! - the graph has no cycle (the first one found is printed), but for the one the behaviour
-//!   modules still form through `ctx` ([`KNOWN_CYCLE`]): outside `--strict` that one may
-//!   shrink but not grow, and no other may appear;
+//! - the graph has no cycle (the first one found is printed);
 //! - no type has more than [`PUB_FN_MAX`] `pub fn`s in its inherent `impl` blocks, counted
 //!   across all files.
 
@@ -37,13 +35,6 @@ pub const MECHANISM: &[&str] = &[
     "device",
     "host_heap",
     "atomic",
-];
-
-/// The behaviour modules that still import each other through `ctx` (its state block holds
-/// their pools; their steps are `impl Nrt` blocks). A cycle among these only is reported, not
-/// refused, unless `--strict`; a cycle through any other module is refused.
-pub const KNOWN_CYCLE: &[&str] = &[
-    "ctx", "dmem", "ledger", "model", "oom", "tensor", "ulib", "vcore",
 ];
 
 /// The most `pub fn`s one type may have (smoltcp's largest, `tcp::Socket`, has 43).
@@ -545,15 +536,8 @@ pub fn cycles(modules: &BTreeSet<String>, g: &Graph) -> Vec<BTreeSet<String>> {
     t.out
 }
 
-/// The strict check (any cycle fails, [`KNOWN_CYCLE`] included).
-#[cfg(test)]
+/// The report: the graph, then every broken rule; `Err` lists the failures.
 pub fn check(files: &[Source]) -> Result<String, String> {
-    check_with(files, true)
-}
-
-/// The report: the graph, then every broken rule; `Err` lists the failures. Unless `strict`,
-/// a cycle among the [`KNOWN_CYCLE`] modules only is reported, not refused.
-pub fn check_with(files: &[Source], strict: bool) -> Result<String, String> {
     let (modules, g) = graph(files);
     let mut report = String::new();
     let mut failures = Vec::new();
@@ -582,23 +566,18 @@ pub fn check_with(files: &[Source], strict: bool) -> Result<String, String> {
         let names: Vec<&str> = c.iter().map(String::as_str).collect();
         let _ = writeln!(report, "cycle among: {}", names.join(" "));
     }
-    let known = comps
-        .iter()
-        .all(|c| c.iter().all(|m| KNOWN_CYCLE.contains(&m.as_str())));
-    if strict || !known {
-        if let Some(cycle) = find_cycle(&modules, &g) {
-            let mut why = Vec::new();
-            for w in cycle.windows(2) {
-                let files = &g[&w[0]][&w[1]];
-                let first = files.iter().next().map_or("", String::as_str);
-                why.push(format!("{} -> {} ({first})", w[0], w[1]));
-            }
-            failures.push(format!(
-                "module cycle: {}\n    {}",
-                cycle.join(" -> "),
-                why.join("\n    ")
-            ));
+    if let Some(cycle) = find_cycle(&modules, &g) {
+        let mut why = Vec::new();
+        for w in cycle.windows(2) {
+            let files = &g[&w[0]][&w[1]];
+            let first = files.iter().next().map_or("", String::as_str);
+            why.push(format!("{} -> {} ({first})", w[0], w[1]));
         }
+        failures.push(format!(
+            "module cycle: {}\n    {}",
+            cycle.join(" -> "),
+            why.join("\n    ")
+        ));
     }
     let fns = pub_fns(files);
     let (widest, most) = fns
@@ -621,11 +600,11 @@ pub fn check_with(files: &[Source], strict: bool) -> Result<String, String> {
     }
 }
 
-/// `cargo xtask module-graph [--strict]`.
-pub fn run(root: &Path, strict: bool) -> DynResult {
+/// `cargo xtask module-graph`.
+pub fn run(root: &Path) -> DynResult {
     eprintln!("==> module graph of core-nostd/src (layers, cycles, pub fn per type)");
     let files = read_tree(&root.join("core-nostd").join("src"))?;
-    match check_with(&files, strict) {
+    match check(&files) {
         Ok(report) => {
             print!("{report}");
             Ok(())
@@ -679,20 +658,14 @@ mod tests {
         let ok = [src("arena.rs", "use crate::abi::X;\n"), src("abi.rs", "")];
         assert!(check(&ok).is_ok());
 
-        // The known cycle is reported, refused only when strict; one more module in it fails.
-        let known = [
+        // Every cycle is refused, the state layer's included.
+        let state = [
             src("ctx.rs", "use crate::dmem::X;\n"),
             src("dmem/mod.rs", "use crate::ctx::Nrt;\n"),
         ];
-        assert!(check_with(&known, false)
-            .unwrap()
-            .contains("cycle among: ctx dmem"));
-        assert!(check_with(&known, true).is_err());
-        let grown = [
-            src("ctx.rs", "use crate::scratchpad::X;\n"),
-            src("scratchpad.rs", "use crate::ctx::Nrt;\n"),
-        ];
-        assert!(check_with(&grown, false).is_err());
+        let err = check(&state).unwrap_err();
+        assert!(err.contains("cycle among: ctx dmem"), "{err}");
+        assert!(err.contains("module cycle: ctx -> dmem -> ctx"), "{err}");
     }
 
     #[test]

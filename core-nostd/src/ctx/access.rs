@@ -27,7 +27,7 @@ impl<'a> Nrt<'a> {
     pub fn with_host(
         st: &'a CoreState,
         drv: &'a dyn Driver,
-        host: &'a dyn crate::tensor::HostMem,
+        host: &'a dyn crate::host_heap::HostMem,
     ) -> Self {
         Nrt {
             st,
@@ -37,7 +37,7 @@ impl<'a> Nrt<'a> {
     }
 
     /// The host-memory provider this view binds (None: VIRTUAL tensors unsupported).
-    pub fn host_mem(&self) -> Option<&'a dyn crate::tensor::HostMem> {
+    pub fn host_mem(&self) -> Option<&'a dyn crate::host_heap::HostMem> {
         self.host
     }
 
@@ -477,7 +477,7 @@ impl<'a> Nrt<'a> {
     /// `init`'s writes of the tree (spec §1): the settings, each attached device's `mla_t`
     /// (geometry, routing, the core map) and the flat physical-core index. Under `init`'s
     /// token `_ex`.
-    pub(super) fn tree_attach(
+    pub(crate) fn tree_attach(
         &self,
         _ex: &mut Exclusive<'_>,
         opts: &InitOptions,
@@ -538,7 +538,7 @@ impl<'a> Nrt<'a> {
 
     /// Forgets the device geometry of an earlier bring-up (a re-init after close), under
     /// `init`'s token `_ex`.
-    pub(super) fn reset_geometry(&self, _ex: &mut Exclusive<'_>) {
+    pub(crate) fn reset_geometry(&self, _ex: &mut Exclusive<'_>) {
         // SAFETY: `_ex` is `init`'s token (init_lock held, the gate shut and drained): nobody
         // reads the geometry now.
         unsafe {
@@ -552,7 +552,7 @@ impl<'a> Nrt<'a> {
     /// bytes it zeroed ([`CoreState::reinit_bytes`]).
     /// Under `init`'s token `_ex`: `init_lock` held and the gate shut and drained (or never
     /// open), so nobody uses the tree.
-    pub(super) fn zero_tree(&self, _ex: &mut Exclusive<'_>) {
+    pub(crate) fn zero_tree(&self, _ex: &mut Exclusive<'_>) {
         use core::mem::size_of;
         let l = self.st.ctx_layout;
         // The one user the token does not exclude: an `ExecGuard` whose execution was revoked,
@@ -587,7 +587,7 @@ impl<'a> Nrt<'a> {
 
     /// Brings up core `(d, t)` (spec §1, §5.1): its index, its `physical_core_t`, its GLOBAL
     /// allocator, its model_db and its scratchpad. Under `init`'s token `ex`.
-    pub(super) fn core_bring_up(
+    pub(crate) fn core_bring_up(
         &self,
         ex: &mut Exclusive<'_>,
         d: u32,
@@ -618,7 +618,7 @@ impl<'a> Nrt<'a> {
 
     /// Frees what [`Self::core_bring_up`] built for core `(d, t)` (its GLOBAL allocator and
     /// model_db), under `init` / `close`'s token `ex`.
-    pub(super) fn core_tear_down(&self, ex: &Exclusive<'_>, d: u32, t: u32) {
+    pub(crate) fn core_tear_down(&self, ex: &Exclusive<'_>, d: u32, t: u32) {
         let tpb = self.tpb_ptr(d, t);
         // SAFETY: teardown is single-threaded (`ex`: close / init hold init_lock).
         unsafe {

@@ -14,10 +14,10 @@
 use core::ptr::{addr_of_mut, null_mut, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use super::pool::AllocatorWords;
 use super::{Action, AllocArgs, AllocatorPin, Dmem, DmemEntry, DmemInfo, DmemPin};
 use crate::abi::*;
 use crate::arena::GiveBack;
+use crate::ctx::state::dmem::AllocatorWords;
 use crate::ctx::{InCall, Nrt};
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, AllocatorHandle, Dropped, HandleKind};
@@ -621,7 +621,7 @@ impl<'a> Nrt<'a> {
                 // since its allocation resolved `dev` in the tree.
                 Ok(()) => self.dml_book(
                     call,
-                    &crate::ledger::Booking {
+                    &super::Booking {
                         dev,
                         nc: (*m).nc_id,
                         usage: (*m).mem_usage_type,

@@ -5,13 +5,12 @@ use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
 use super::access::{AllocatorCore, DmemFields};
-use super::{Action, AllocArgs, Dmem};
+use super::{Action, AllocArgs, Booking, Dmem};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::ctx::{InCall, Nrt};
 use crate::driver::{errno, AllocRequest, Errno};
 use crate::error::{Error, InvalidArg, Result};
-use crate::ledger::Booking;
 
 impl<'a> Nrt<'a> {
     /// `dmem_alloc_internal` (spec §3.2): [`Self::dmem_alloc`] as a step of a gated call

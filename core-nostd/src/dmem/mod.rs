@@ -11,7 +11,8 @@
 //! destroy, list and books, the weak GC indexes, and every read and write of a `dmem_t` slot's
 //! fields), `alloc` (`dmem_alloc_internal`: the category
 //! tables, the ledger booking and the aligned-alloc emulation) and `free` (references,
-//! free and finalize).
+//! free and finalize). The domain's pool of arenas is declared with the state block, in
+//! `ctx/state/dmem.rs`.
 // The safe API names dmems and allocators by generation-checked handles; the pointer
 // arguments left (a weak index `dmem_list_t`, the raw layer's allocator) are arena slots,
 // each checked with `Arena::is_live` before it is dereferenced, so a stale or foreign
@@ -25,11 +26,9 @@
 mod access;
 mod alloc;
 mod free;
-mod pool;
 mod view;
 
 pub use alloc::align_offset;
-pub(crate) use pool::DmemPool;
 pub use view::DeviceMemory;
 
 use core::sync::atomic::Ordering;
@@ -46,6 +45,24 @@ use crate::handle::{self, AllocatorHandle, DmemHandle, Dropped, HandleKind};
 pub(crate) enum Action {
     Alloc,
     Free,
+}
+
+/// What one dmem books in its device's ledger (the ledger's `Nrt::dml_book`): the fields of
+/// the dmem that place its bytes.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Booking {
+    /// Device (of the tree).
+    pub(crate) dev: u32,
+    /// Physical core on the device (`nc_id`).
+    pub(crate) nc: u32,
+    /// Raw `dma_mem_usage_type_t`.
+    pub(crate) usage: u32,
+    /// HBM channel (`tdram_channel`).
+    pub(crate) channel: u32,
+    /// Bytes booked (`allocated_size`).
+    pub(crate) bytes: u64,
+    /// Host DMA memory (booked in the host rows).
+    pub(crate) host: bool,
 }
 
 /// Arguments of one allocation (`dmem_alloc_internal`'s parameter list, spec §3.2).

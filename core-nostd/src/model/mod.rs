@@ -10,7 +10,8 @@
 //! No `unsafe` here or in the sub-modules but `access`: the model's raw memory — the
 //! core's `model_db` behind `model_db_lock`, `model_t` slots, their IO tables, mem_ref sets
 //! and cleanup records, `h_running_model` — is reached through the accessors of
-//! `access` (see docs/UNSAFE.md).
+//! `access` (see docs/UNSAFE.md). The domain's pool of arenas and the IO table entries are
+//! declared with the state block, in `ctx/state/model.rs`.
 #![deny(unsafe_code)]
 
 // The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each
@@ -20,13 +21,13 @@ pub(crate) mod access;
 mod db;
 mod exec;
 mod load;
-mod pool;
 mod sbuf;
 mod view;
 
+pub(crate) use crate::ctx::state::model::ModelIoEntry;
+pub use crate::ctx::state::model::{IO_CHUNK, IO_DIMS_MAX, IO_NAME_MAX};
 pub use exec::ExecGuard;
 pub use load::name_key;
-pub(crate) use pool::ModelPool;
 pub use sbuf::SbufCarveout;
 pub use view::Models;
 
@@ -133,14 +134,6 @@ impl<'a> TensorDecl<'a> {
     }
 }
 
-/// Longest declared input / output name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`,
-/// what `nrt_tensor_info_t.name` holds with its NUL and the longest name a tensor set binds
-/// ([`crate::tensor::TENSOR_NAME_MAX`]).
-pub const IO_NAME_MAX: usize = crate::tensor::TENSOR_NAME_MAX;
-
-/// Most dimensions of a declared tensor (the NEFF reader's `MAX_DIMS`, neff-format §6).
-pub const IO_DIMS_MAX: usize = 32;
-
 /// Whether a declared tensor is read or written by the model (`nrt_tensor_usage_t`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -235,26 +228,6 @@ pub struct ModelInfo {
     /// Current users (executions in flight).
     pub ref_count: u64,
 }
-
-/// One declared input or output of a resident model: what `nrt_get_model_tensor_info`
-/// returns for it (a NEFF's `neff.json` row, a manifest's tensor). `model_t` has no gap for a
-/// table, so each model slot has a [`crate::arena::Chain`] of these beside the model arena
-/// (`ModelPool::model_io`), in chunks of [`IO_CHUNK`] from the `io_chunks` arena: a model
-/// declares as many as it has. Valid when all-zero.
-#[repr(C)]
-pub(crate) struct ModelIoEntry {
-    pub(crate) size: u64,
-    pub(crate) dtype: u32,
-    pub(crate) ndim: u32,
-    pub(crate) shape: [u32; IO_DIMS_MAX],
-    pub(crate) name: [u8; IO_NAME_MAX + 1],
-}
-
-/// IO entries per chunk of a model's IO table (`Capacity::io_chunks` counts chunks).
-pub const IO_CHUNK: usize = 8;
-
-/// A chunk of model IO tables.
-pub(crate) type IoChunk = crate::arena::Chunk<ModelIoEntry, IO_CHUNK>;
 
 #[cfg(test)]
 mod tests {

@@ -27,6 +27,7 @@ use core::sync::atomic::Ordering;
 use crate::abi::meta::ZeroValid;
 use crate::abi::*;
 use crate::arena::Fresh;
+use crate::ctx::state::tensor::{BindChunk, Bound};
 use crate::ctx::*;
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped, HandleKind, SetHandle, TensorHandle};
@@ -745,23 +746,11 @@ unsafe impl crate::arena::Generational for SetSlot {
 // SAFETY: integers and bytes; zero is an unused entry.
 unsafe impl ZeroValid for crate::tensor::SetEntry {}
 
-/// One tensor an execution binds: pinned (its reference word), with the storage it viewed
-/// when the execution marked it (null until then).
-#[repr(C)]
-pub(crate) struct Bound {
-    t: *mut nrt_tensor_t,
-    refs: *const AtomicU64,
-    sto: *mut nrt_tensor_storage_t,
-}
-
 // SAFETY: null pointers: an unused entry.
 unsafe impl ZeroValid for Bound {}
 // SAFETY: the pointers name arena slots of a state block that every thread may reach; an
 // entry is only used by the execution whose list holds it.
 unsafe impl Send for Bound {}
-
-/// A chunk of the tensors executions bind.
-pub(crate) type BindChunk = crate::arena::Chunk<Bound, { crate::tensor::BIND_CHUNK }>;
 
 /// The tensors an execution binds, inputs first, each pinned until the list drops (so a racing
 /// free waits for the execution, spec §7.1), with the pending-exec marks on their storages

@@ -10,10 +10,7 @@ use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{ModelHandle, SetHandle};
 use crate::model::ExecGuard;
 
-pub(crate) use super::access::BindChunk;
-
-/// Tensors per chunk of an execution's bound list (`Capacity::bind_chunks` counts chunks).
-pub const BIND_CHUNK: usize = 64;
+use crate::ctx::state::tensor::EXEC_DATA_STRIPES;
 
 impl<'a> Nrt<'a> {
     /// The body of [`crate::tensor::Tensors::execute`].
@@ -132,9 +129,6 @@ impl<'a> Nrt<'a> {
         r
     }
 }
-
-/// Stripes of the execute data lock (`CoreState::exec_data_locks`): one bit each of a `u64`.
-pub(crate) const EXEC_DATA_STRIPES: usize = 64;
 
 impl Nrt<'_> {
     /// The execute data lock stripe of bound tensor `t`: its storage's arena slot, modulo the

@@ -15,6 +15,8 @@
 //! [`crate::host_heap`] (re-exported here), and every raw access to a tensor, a storage or a
 //! set slot goes through the accessors of `access` (docs/UNSAFE.md), so the rest of this
 //! module is `deny(unsafe_code)` but for [`Tensors::attach_buffer`]'s declaration (and its body's).
+//! The domain's data — its pool of arenas, the set slots and entries, the bound-tensor chunks —
+//! is declared with the state block, in `ctx/state/tensor.rs`.
 #![deny(unsafe_code)]
 
 // The domain's raw accessors: the one file of the domain where `unsafe` is allowed, each
@@ -23,19 +25,15 @@
 pub(crate) mod access;
 mod exec;
 mod io;
-mod pool;
 mod set;
 mod view;
 
+pub(crate) use crate::ctx::state::tensor::{SetBody, SetEntry};
+pub use crate::ctx::state::tensor::{SetSlot, BIND_CHUNK, SET_CHUNK};
 #[cfg(feature = "heap-host-mem")]
 pub use crate::host_heap::HeapHostMem;
 pub use crate::host_heap::{ArenaHostMem, HostMem};
-pub use exec::BIND_CHUNK;
-pub(crate) use exec::EXEC_DATA_STRIPES;
 pub use io::{check_window, Pending};
-pub(crate) use pool::TensorPool;
-pub(crate) use set::{SetBody, SetEntry};
-pub use set::{SetSlot, SET_CHUNK};
 pub use view::{Sets, Tensors};
 
 use core::ptr::NonNull;
@@ -95,9 +93,7 @@ pub struct DeviceAllocationInfo {
 /// safe API names tensors by [`TensorHandle`].
 pub type Tensor = *mut nrt_tensor_t;
 
-/// Longest tensor name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`, what the public
-/// `nrt_tensor_info_t.name[NRT_TENSOR_NAME_MAX]` holds with its NUL (public API §2).
-pub const TENSOR_NAME_MAX: usize = 255;
+pub use crate::config::TENSOR_NAME_MAX;
 
 /// A tensor's name as [`Tensors::name`](crate::tensor::Tensors::name) returns it: an owned copy of the tensor's name text
 /// (spec §7.1), so it stays valid after the tensor is freed.

@@ -1,60 +1,14 @@
-//! Tensor sets (spec §7.3, `nrt_tensor_set_t`): the set arena's slots, their entries and
-//! the `set_*` API.
+//! Tensor sets (spec §7.3, `nrt_tensor_set_t`): the lookups over a set's entries and the
+//! `set_*` API (the set arena's slots and entries are declared in `ctx/state/tensor.rs`).
 
 use super::TENSOR_NAME_MAX;
-use crate::arena::{Arena, Chain, Chunk};
+use crate::arena::Arena;
 use crate::cstr::c_name;
+use crate::ctx::state::tensor::{SetBody, SetChunk, SetSlot};
 use crate::ctx::Nrt;
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, Dropped, HandleKind, SetHandle, TensorHandle};
 use crate::sync::relax;
-
-/// Named tensors per chunk of a tensor set (`Capacity::set_chunks` counts chunks).
-pub const SET_CHUNK: usize = 16;
-
-/// One tensor set (`nrt_tensor_set_t`, spec §7.3; libnrt's `kbl_feature_map_set_t`): a slot
-/// of the core's set arena (`CoreState::sets`, sized by [`crate::Capacity::sets`]), named by
-/// a [`SetHandle`] through the pin protocol of [`crate::handle`]. Valid when all-zero.
-#[repr(C)]
-pub struct SetSlot {
-    /// The slot's generation (only through `Arena::words`, atomically).
-    pub(crate) generation: u32,
-    _pad: u32,
-    /// Owners (1 while the set lives) and pins.
-    pub(crate) refs: crate::atomic::AtomicU64,
-    /// The entries, behind the lock that guards them (`SetPin::body`, the one way to them):
-    /// taken by `set_add`, `set_get`, `set_len` and an execution's binding, only while the set
-    /// is pinned.
-    pub(crate) body: crate::sync::DataLock<SetBody>,
-}
-
-const _: () = assert!(core::mem::offset_of!(SetSlot, generation) == 0);
-const _: () = assert!(core::mem::offset_of!(SetSlot, refs) == 8);
-
-// `SetSlot` is valid all-zero: its `ZeroValid` impl sits with the set slot's accessors
-// (`tensor/access.rs`).
-
-/// One named tensor of a set.
-#[repr(C)]
-pub(crate) struct SetEntry {
-    /// [`name_hash`] of the name: compared before the name itself.
-    pub(crate) hash: u32,
-    /// The tensor's handle words.
-    pub(crate) tensor: [u32; 3],
-    pub(crate) name: [u8; TENSOR_NAME_MAX + 1],
-}
-
-// `SetEntry` is valid all-zero: its `ZeroValid` impl sits with the set slot's accessors.
-
-/// A chunk of tensor-set entries.
-pub(crate) type SetChunk = Chunk<SetEntry, SET_CHUNK>;
-
-/// A set's entries: (name, tensor handle words) pairs in insertion order, in chunks of the
-/// `set_chunks` arena, as many as the set is given.
-#[repr(C)]
-pub(crate) struct SetBody {
-    entries: Chain,
-}
 
 /// FNV-1a of a name: lookups compare it first, so binding a model's hundreds of tensors by
 /// name compares few names byte by byte.

@@ -92,7 +92,7 @@ mod sealed {
 }
 
 /// Opens the gate `init` shut, on whichever path `init` returns.
-pub(in crate::ctx) struct ReopenOnDrop<'a>(pub(in crate::ctx) &'a ShardedGate);
+pub(crate) struct ReopenOnDrop<'a>(pub(crate) &'a ShardedGate);
 
 impl Drop for ReopenOnDrop<'_> {
     fn drop(&mut self) {
@@ -114,9 +114,9 @@ pub(crate) struct Exclusive<'g> {
 
 impl<'g> Exclusive<'g> {
     /// The token of the caller that holds `init_lock` (`lock`) and has shut and drained the
-    /// gate (`active_calls.close`). Private to this module: `init` and `close` are its only
-    /// callers, each right after it shut the gate.
-    pub(in crate::ctx) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
+    /// gate (`active_calls.close`). Crate-visible for `crate::lifecycle`: its `init` and
+    /// `close` are the only callers, each right after it shut the gate.
+    pub(crate) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
         Exclusive {
             _init_lock: core::marker::PhantomData,
             kept: core::cell::Cell::new(Kept::default()),
@@ -264,7 +264,7 @@ pub(crate) struct LastOom {
     /// The error.
     pub(crate) last: core::mem::MaybeUninit<Error>,
     /// The failing channel's figures at the moment of the OOM.
-    pub(crate) channel: core::mem::MaybeUninit<Option<crate::oom::FailingChannel>>,
+    pub(crate) channel: core::mem::MaybeUninit<Option<crate::ctx::state::oom::FailingChannel>>,
     /// The OOM table as it was then; `dump_len` bytes of it are written.
     pub(crate) dump: [u8; OOM_DUMP_BYTES],
     /// Bytes of `dump` in use.
@@ -273,7 +273,11 @@ pub(crate) struct LastOom {
 
 impl LastOom {
     /// Records `e` and its failing channel (the table is written into `dump` by the caller).
-    pub(crate) fn record(&mut self, e: Error, channel: Option<crate::oom::FailingChannel>) {
+    pub(crate) fn record(
+        &mut self,
+        e: Error,
+        channel: Option<crate::ctx::state::oom::FailingChannel>,
+    ) {
         self.last.write(e);
         self.channel.write(channel);
         self.set = true;
@@ -286,7 +290,7 @@ impl LastOom {
     }
 
     /// The failing channel of the last OOM (`None` also when there was none).
-    pub(crate) fn channel(&self) -> Option<crate::oom::FailingChannel> {
+    pub(crate) fn channel(&self) -> Option<crate::ctx::state::oom::FailingChannel> {
         // SAFETY: `set` becomes true only in `record`, after `channel` was written.
         self.set
             .then(|| unsafe { self.channel.assume_init() })

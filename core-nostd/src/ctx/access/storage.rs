@@ -59,18 +59,18 @@ impl<const B: usize> Default for StaticState<B> {
 // `with_storage`) and a null `owned` owns nothing (a `None` `owned_free`: a null fn pointer).
 unsafe impl ZeroValid for CoreState {}
 // SAFETY: arenas and side tables are zero-valid (unbound: no slots) and so are atomics.
-unsafe impl ZeroValid for crate::dmem::DmemPool {}
+unsafe impl ZeroValid for crate::ctx::state::dmem::DmemPool {}
 // SAFETY: arenas and side tables only (unbound when zero).
-unsafe impl ZeroValid for crate::model::ModelPool {}
+unsafe impl ZeroValid for crate::ctx::state::model::ModelPool {}
 // SAFETY: arenas and side tables (unbound when zero) and an array of locks (a zero
 // `CoreLock` holds an unlocked `nrt_mutex_t`).
-unsafe impl ZeroValid for crate::tensor::TensorPool {}
+unsafe impl ZeroValid for crate::ctx::state::tensor::TensorPool {}
 // SAFETY: `oom.last` and `oom.channel` are MaybeUninit, only read after `set` became true (a
 // zero `bool` is false); a zero `nrt_mutex_t` is unlocked, so the `lock_api::Mutex` around it,
 // a raw lock and an UnsafeCell of zero-valid data, is zero-valid too.
-unsafe impl ZeroValid for crate::ledger::LedgerPool {}
+unsafe impl ZeroValid for crate::ctx::state::ledger::LedgerPool {}
 // SAFETY: repr(C) of integers and integer arrays: all-zero is an empty entry.
-unsafe impl ZeroValid for crate::model::ModelIoEntry {}
+unsafe impl ZeroValid for crate::ctx::state::model::ModelIoEntry {}
 // SAFETY: three atomic integers: all-zero is an unused link.
 unsafe impl ZeroValid for LiveLink {}
 // SAFETY: only atomics, and every access to them is atomic.
@@ -267,9 +267,9 @@ impl CoreState {
     }
 
     /// Number of static arenas in a `CoreState` (the length of [`Self::arena_stats`]).
-    pub const ARENA_COUNT: usize = crate::dmem::DmemPool::ARENAS
-        + crate::model::ModelPool::ARENAS
-        + crate::tensor::TensorPool::ARENAS;
+    pub const ARENA_COUNT: usize = crate::ctx::state::dmem::DmemPool::ARENAS
+        + crate::ctx::state::model::ModelPool::ARENAS
+        + crate::ctx::state::tensor::TensorPool::ARENAS;
 
     /// Per-arena occupancy, for footprint reports.
     pub fn arena_stats(&self) -> [(&'static str, crate::arena::ArenaStats); Self::ARENA_COUNT] {

@@ -14,10 +14,10 @@ use crate::error::Result;
 /// [`crate::ctx::CoreState`] holds them. Valid when all-zero (every arena unbound).
 pub(crate) struct ModelPool {
     pub(crate) models: Arena<model_t>,
-    /// Per `models` slot: the model's IO table, a chain of [`super::ModelIoEntry`] chunks.
+    /// Per `models` slot: the model's IO table, a chain of [`ModelIoEntry`] chunks.
     pub(crate) model_io: SideTable<Chain>,
     /// The chunks of the models' IO tables.
-    pub(crate) io_chunks: Arena<super::IoChunk>,
+    pub(crate) io_chunks: Arena<IoChunk>,
     pub(crate) model_dbs: Arena<ModelDb>,
     pub(crate) mem_ref_sets: Arena<MemRefSet>,
     pub(crate) mem_ref_nodes: Arena<ht_node_t>,
@@ -43,7 +43,7 @@ impl ModelPool {
         [
             Part::arena::<model_t>(m, 1, "Capacity.models (NRT_DMEM_MAX_MODELS)"),
             Part::side_table::<Chain>(m),
-            Part::arena::<super::IoChunk>(
+            Part::arena::<IoChunk>(
                 c.io_chunks as usize,
                 sh,
                 "Capacity.io_chunks (NRT_DMEM_MAX_MODELS)",
@@ -103,3 +103,31 @@ impl ModelPool {
         &self.ulib_sets
     }
 }
+
+/// Longest declared input / output name (bytes, excluding the NUL): `NRT_TENSOR_NAME_MAX - 1`,
+/// what `nrt_tensor_info_t.name` holds with its NUL and the longest name a tensor set binds
+/// ([`crate::config::TENSOR_NAME_MAX`]).
+pub const IO_NAME_MAX: usize = crate::config::TENSOR_NAME_MAX;
+
+/// Most dimensions of a declared tensor (the NEFF reader's `MAX_DIMS`, neff-format §6).
+pub const IO_DIMS_MAX: usize = 32;
+
+/// One declared input or output of a resident model: what `nrt_get_model_tensor_info`
+/// returns for it (a NEFF's `neff.json` row, a manifest's tensor). `model_t` has no gap for a
+/// table, so each model slot has a [`crate::arena::Chain`] of these beside the model arena
+/// (`ModelPool::model_io`), in chunks of [`IO_CHUNK`] from the `io_chunks` arena: a model
+/// declares as many as it has. Valid when all-zero.
+#[repr(C)]
+pub(crate) struct ModelIoEntry {
+    pub(crate) size: u64,
+    pub(crate) dtype: u32,
+    pub(crate) ndim: u32,
+    pub(crate) shape: [u32; IO_DIMS_MAX],
+    pub(crate) name: [u8; IO_NAME_MAX + 1],
+}
+
+/// IO entries per chunk of a model's IO table (`Capacity::io_chunks` counts chunks).
+pub const IO_CHUNK: usize = 8;
+
+/// A chunk of model IO tables.
+pub(crate) type IoChunk = crate::arena::Chunk<ModelIoEntry, IO_CHUNK>;

@@ -1,5 +1,5 @@
 //! The dmem domain's arenas (state split by domain): the one place they are
-//! declared, sized and bound. Their members are the dmem module's own; the rest of the core
+//! declared, sized and bound. Their members are the dmem module's; the rest of the core
 //! reaches them through the methods here.
 
 use core::sync::atomic::{AtomicU8, Ordering};
@@ -15,25 +15,25 @@ use crate::ctx::{Binder, Part};
 /// and the per-device aligned-alloc latch, as a [`crate::ctx::CoreState`] holds them. Valid
 /// when all-zero (every arena unbound).
 pub(crate) struct DmemPool {
-    pub(in crate::dmem) dmems: Arena<dmem_t>,
-    pub(in crate::dmem) allocators: Arena<dmem_allocator_t>,
+    pub(crate) dmems: Arena<dmem_t>,
+    pub(crate) allocators: Arena<dmem_allocator_t>,
     /// Per `allocators` slot: 1 when the allocator was made through the public
     /// `dmem_allocator_create` (the caller's to destroy), 0 when the runtime owns it (a core's
     /// GLOBAL allocator, a model's MODEL allocators).
-    pub(in crate::dmem) caller_allocators: SideTable<AtomicU8>,
+    pub(crate) caller_allocators: SideTable<AtomicU8>,
     /// Per `allocators` slot: the generation and reference words that [`AllocatorHandle`]s
     /// resolve against (the pin protocol of [`crate::handle`]; the ABI's `dmem_allocator_t`
     /// has no room for them). They outlive the slot's occupants, so a handle of a destroyed
     /// allocator never names the slot's next one.
     ///
     /// [`AllocatorHandle`]: crate::handle::AllocatorHandle
-    pub(in crate::dmem) allocator_words: SideTable<AllocatorWords>,
+    pub(crate) allocator_words: SideTable<AllocatorWords>,
     /// Per device: 1 once aligned allocation is known to be unsupported (the device said so
     /// at bring-up, or the driver refused an aligned request) and the one-shot WARN is out:
     /// the latch of spec §3.2's `ndl_supports_align`. Cleared by `init`.
-    pub(in crate::dmem) align_unsupported: [AtomicU8; constants::MAX_MLA_PER_PROCESS],
-    pub(in crate::dmem) ref_nodes: Arena<dmem_ref_node_t>,
-    pub(in crate::dmem) dmem_lists: Arena<dmem_list_t>,
+    pub(crate) align_unsupported: [AtomicU8; constants::MAX_MLA_PER_PROCESS],
+    pub(crate) ref_nodes: Arena<dmem_ref_node_t>,
+    pub(crate) dmem_lists: Arena<dmem_list_t>,
 }
 
 /// The handle words of one allocator slot ([`DmemPool::allocator_words`]): its generation (odd
@@ -42,9 +42,9 @@ pub(crate) struct DmemPool {
 /// lives from `init` to `close` and so needs no pin inside a gated call.
 #[derive(Default)]
 pub(crate) struct AllocatorWords {
-    pub(in crate::dmem) gen: core::sync::atomic::AtomicU32,
-    pub(in crate::dmem) stable: core::sync::atomic::AtomicU32,
-    pub(in crate::dmem) refs: AtomicU64,
+    pub(crate) gen: core::sync::atomic::AtomicU32,
+    pub(crate) stable: core::sync::atomic::AtomicU32,
+    pub(crate) refs: AtomicU64,
 }
 
 impl DmemPool {
