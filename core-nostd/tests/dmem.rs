@@ -78,10 +78,7 @@ fn alloc_books_and_free_returns() {
 fn every_bad_input_is_refused_and_changes_nothing() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let keep = n
         .dmem()
         .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "keep"), None)
@@ -276,10 +273,7 @@ fn every_bad_input_is_refused_and_changes_nothing() {
 fn a_stale_dmem_does_not_alias_the_next_allocation() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let a = n
         .dmem()
         .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
@@ -307,10 +301,7 @@ fn a_stale_dmem_does_not_alias_the_next_allocation() {
 fn oom_routes_device_and_host_differently() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let before = snapshot(&n);
     let e = n
         .dmem()
@@ -357,10 +348,7 @@ fn oom_routes_device_and_host_differently() {
 fn arena_exhaustion_is_its_own_error() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let mut live = Vec::new();
     let err = loop {
         let hbm = (live.len() % 4) as u32;
@@ -395,10 +383,7 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
     cfg.aligned_alloc = false;
     let f = Fixture::up(cfg, InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     for align in [4096u64, 1 << 16, 1 << 21] {
         let m = n
             .dmem()
@@ -425,9 +410,7 @@ fn aligned_alloc_emulation_reproduces_the_quirk() {
     let m = n2
         .dmem()
         .alloc(
-            n2.dmem()
-                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-                .unwrap(),
+            core0_allocator(&n2),
             &AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16),
             None,
         )
@@ -443,10 +426,7 @@ fn failed_allocations_do_not_shorten_double_free_detection() {
     // stale pointer into someone else's live allocation.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let stale = stale_dmem(&n, al);
     let before = (snapshot(&n), n.state().arena_stats());
     // Exactly as many failures as the quarantine holds: enough to age the stale slot out if
@@ -473,10 +453,7 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     // and later ones go straight to it.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     f.sim.set_aligned_alloc(false);
     let calls = f.sim.alloc_calls();
     let args = AllocArgs::device(10_000, 0, TENSOR, "a").aligned(1 << 16);
@@ -505,10 +482,7 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
     n.dmem().free(m).unwrap();
     n.close().unwrap();
     n.init(&InitOptions::default()).unwrap();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let m = n.dmem().alloc(al, &args, None).unwrap();
     // SAFETY: live.
     let offset = n.dmem().info(m).unwrap().align_offset;
@@ -520,10 +494,7 @@ fn a_driver_that_refuses_alignment_after_init_is_latched_and_emulated() {
 fn destroy_keeps_shared_dmems_until_their_last_reference() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let pc = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let pc = core0_allocator(&n);
     let pcore = n.dmem().allocator_core(pc).unwrap();
     let al = n
         .dmem()
@@ -852,10 +823,7 @@ fn close_reclaims_what_the_dmem_api_left_behind() {
         .dmem()
         .alloc(mine, &AllocArgs::device(3 << 20, 1, TENSOR, "mine"), None)
         .unwrap();
-    let global = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let global = core0_allocator(&n);
     let shared = n
         .dmem()
         .alloc(
@@ -915,10 +883,7 @@ fn the_limit_is_the_hbm_size_at_every_lnc() {
         }
         if lnc == Some(1) {
             // Core 0 takes 20 GiB of the HBM it shares with core 1.
-            let al = n
-                .dmem()
-                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-                .unwrap();
+            let al = core0_allocator(&n);
             let big = n
                 .dmem()
                 .alloc(al, &AllocArgs::device(20 * GIB, 0, TENSOR, "big"), None)
@@ -939,19 +904,14 @@ fn the_runtime_works_again_after_close_and_init() {
     let old = n
         .dmem()
         .alloc(
-            n.dmem()
-                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-                .unwrap(),
+            core0_allocator(&n),
             &AllocArgs::device(4096, 0, TENSOR, "old"),
             None,
         )
         .unwrap();
     n.close().unwrap();
     n.init(&InitOptions::default()).unwrap();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let m = n
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "new"), None)
@@ -978,10 +938,7 @@ fn the_runtime_works_again_after_close_and_init() {
 fn the_runtimes_own_allocators_cannot_be_destroyed_through_the_api() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let global = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let global = core0_allocator(&n);
     let t = device_tensor(&n, 0, 4096, "t");
     let allocs = [nrt_core::model::ModelAlloc {
         usage: TENSOR,
@@ -1093,10 +1050,7 @@ fn inspection_racing_close_and_init_sees_a_whole_runtime_or_none() {
 fn a_closed_runtime_can_be_inspected_until_init() {
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let m = n
         .dmem()
         .alloc(al, &AllocArgs::device(1 << 20, 0, TENSOR, "left"), None)
@@ -1207,7 +1161,7 @@ proptest! {
         };
         let f = Fixture::up(cfg, InitOptions::default());
         let n = f.nrt();
-        let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0)).unwrap();
+        let al = core0_allocator(&n);
         let mut live = Vec::new();
         for op in ops {
             match op {
@@ -1285,10 +1239,7 @@ fn the_oom_report_says_why_in_one_line() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let dev = |size: u64| AllocArgs::device(size, 0, TENSOR, "t");
     // 32 MiB main pool, 16 MiB small-object region: 8 + 8 + 8 MiB, free the middle one
     let a: Vec<_> = (0..3)

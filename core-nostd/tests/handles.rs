@@ -135,10 +135,7 @@ fn a_stale_dmem_handle_stays_an_error_after_100k_frees() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let args = AllocArgs::device(4096, 0, TENSOR, "x");
     let stale = n.dmem().alloc(al, &args, None).unwrap();
     n.dmem().free(stale).unwrap();
@@ -194,10 +191,7 @@ fn forged_handles_never_resolve() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let live_t: Vec<TensorHandle> = (0..32).map(|i| filled(&n, 16, i as u8)).collect();
     let live_d: Vec<DmemHandle> = (0..32)
         .map(|_| {
@@ -274,10 +268,7 @@ fn foreign_closed_and_reinitialised_handles_are_refused() {
     let foreign = Some(HandleFault::Foreign);
     assert_eq!(fault(nb.tensors().free(ta).unwrap_err()), foreign);
     assert_eq!(fault(nb.tensors().size(ta).unwrap_err()), foreign);
-    let al = na
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&na);
     let da = na
         .dmem()
         .alloc(al, &AllocArgs::device(4096, 0, TENSOR, "a"), None)
@@ -407,10 +398,7 @@ fn a_dmem_freed_twice_while_another_thread_uses_it() {
         InitOptions::default(),
     );
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     for round in 0..1000u64 {
         let size = 4096 * (1 + round % 4);
         let m = n

@@ -7,6 +7,7 @@
 //! Runs in debug and release (`cargo xtask ci` runs it with `--release`): arithmetic on the
 //! driver's numbers must neither trap (debug) nor wrap (release).
 mod common;
+use common::{core0_allocator, tensor_args};
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -305,16 +306,8 @@ fn lying_pool_statistics_are_refused_never_subtracted() {
             "{name}: {figure:?}"
         );
         // An OOM report reads the statistics: it says less, but it is made.
-        let a = AllocArgs::device(
-            1 << 40,
-            0,
-            dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
-            "big",
-        );
-        let al = n
-            .dmem()
-            .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-            .unwrap();
+        let a = tensor_args(1 << 40, "big");
+        let al = core0_allocator(&n);
         assert!(n.dmem().alloc(al, &a, None).is_err(), "{name}");
         let mut text = String::new();
         let _ = n.ledger().dump(&mut text, 0, None, 8);
@@ -344,17 +337,9 @@ fn handle_zero_and_blocks_outside_the_window_are_refused_and_given_back() {
         let st = CoreState::new_boxed();
         let n = Nrt::new(&st, &drv);
         n.init(&InitOptions::default()).unwrap();
-        let al = n
-            .dmem()
-            .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-            .unwrap();
+        let al = core0_allocator(&n);
         for a in [
-            AllocArgs::device(
-                4096,
-                0,
-                dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
-                "d",
-            ),
+            tensor_args(4096, "d"),
             AllocArgs::host(4096, dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR, "h"),
         ] {
             let e = n.dmem().alloc(al, &a, None).unwrap_err();
@@ -381,16 +366,8 @@ fn the_same_handle_twice_is_refused() {
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
-    let a = AllocArgs::device(
-        4096,
-        0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
-        "d",
-    );
+    let al = core0_allocator(&n);
+    let a = tensor_args(4096, "d");
     let first = n
         .dmem()
         .alloc(al, &a, None)
@@ -428,16 +405,8 @@ fn a_repeated_handle_outside_the_window_is_not_given_back() {
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
-    let a = AllocArgs::device(
-        4096,
-        0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
-        "d",
-    );
+    let al = core0_allocator(&n);
+    let a = tensor_args(4096, "d");
     let first = n.dmem().alloc(al, &a, None).expect("a new handle");
     let held = n.dmem().info(first).unwrap().mem_handle;
     let e = n.dmem().alloc(al, &a, None).unwrap_err();
@@ -462,16 +431,8 @@ fn a_repeated_handle_is_refused_among_thousands_of_live_allocations() {
     let st = CoreState::new_boxed();
     let n = Nrt::new(&st, &drv);
     n.init(&InitOptions::default()).unwrap();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
-    let a = AllocArgs::device(
-        4096,
-        0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
-        "d",
-    );
+    let al = core0_allocator(&n);
+    let a = tensor_args(4096, "d");
     let live: Vec<_> = (0..LIVE)
         .map(|i| {
             n.dmem()
@@ -644,7 +605,7 @@ proptest! {
             return Ok(());
         }
         let (mut models, mut tensors, mut dmems, mut sets) = (vec![], vec![], vec![], vec![]);
-        let al = n.dmem().core_allocator(nrt_core::PhysicalCore::new(0, 0)).unwrap();
+        let al = core0_allocator(&n);
         for op in ops {
             bounded(|| match op {
                 Op::Load => {

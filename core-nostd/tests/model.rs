@@ -225,10 +225,7 @@ fn failed_loads_do_not_shorten_double_free_detection() {
     // someone else's live allocation.
     let f = Fixture::up(SimConfig::new(Preset::Trn2, 1), InitOptions::default());
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let stale = stale_dmem(&n, al);
     let too_big = [
         ModelAlloc {
@@ -777,10 +774,7 @@ fn close_waits_for_in_flight_calls() {
             }));
             // The low-level dmem calls pass the same gate: an allocation racing close is
             // either torn down with its allocator or refused, never linked into a dead one.
-            let al = n
-                .dmem()
-                .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-                .unwrap();
+            let al = core0_allocator(&n);
             let ready = &ready;
             hs.push(sc.spawn(move || {
                 ready.fetch_add(1, Ordering::SeqCst);

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use nrt_core::abi::*;
-use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::sync::{WaitFor, WaitStep};
@@ -482,16 +481,8 @@ fn unloading_the_model_from_its_io_callback_is_refused_at_once() {
 fn allocating_in_the_allocator_being_walked_is_refused_at_once() {
     let f = up();
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
-    let a = AllocArgs::device(
-        4096,
-        0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
-        "x",
-    );
+    let al = core0_allocator(&n);
+    let a = tensor_args(4096, "x");
     let first = n.dmem().alloc(al, &a, None).unwrap();
     let mut got = Vec::new();
     timed(|| {
@@ -525,16 +516,8 @@ fn allocating_in_the_allocator_being_walked_is_refused_at_once() {
 fn freeing_in_the_allocator_being_walked_is_refused_at_once() {
     let f = up();
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
-    let a = AllocArgs::device(
-        4096,
-        0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
-        "x",
-    );
+    let al = core0_allocator(&n);
+    let a = tensor_args(4096, "x");
     let d = n.dmem().alloc(al, &a, None).unwrap();
     let t = device_tensor(&n, 0, 4096, "t");
     let mut got = Vec::new();

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use nrt_core::abi::*;
-use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::sync::WaitFor;
@@ -129,16 +128,8 @@ fn unload_or_close_from_a_model_callback_times_out_and_changes_nothing() {
 fn allocating_or_freeing_in_the_allocator_being_walked_times_out() {
     let f = up();
     let n = f.nrt();
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
-    let a = AllocArgs::device(
-        4096,
-        0,
-        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
-        "x",
-    );
+    let al = core0_allocator(&n);
+    let a = tensor_args(4096, "x");
     let d = n.dmem().alloc(al, &a, None).unwrap();
     let t = device_tensor(&n, 0, 4096, "t");
     let before = n.driver_pool_bytes_in_use().unwrap();

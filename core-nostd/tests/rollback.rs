@@ -81,10 +81,7 @@ fn run(hook: impl FnOnce(&Nrt<'_>, &Seen) + Send + 'static) {
         "the page was freed by the rollback"
     );
     // The caller's copy of the page pointer is now stale: it must stay detectable.
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     assert_stale_still_detected(&n, al, page);
 }
 
@@ -150,10 +147,7 @@ fn an_emulated_retry_that_runs_out_reports_the_channel_it_saw() {
     let align = 1u64 << 20;
     // Fits natively at a 1 MiB boundary of an empty channel, not with `align` bytes on top.
     let size = largest - 4096;
-    let al = n
-        .dmem()
-        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
-        .unwrap();
+    let al = core0_allocator(&n);
     let a = nrt_core::dmem::AllocArgs::device(
         size,
         0,

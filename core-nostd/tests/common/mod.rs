@@ -201,3 +201,20 @@ impl<H: DriverHooks> nrt_core::driver::Driver for HookedSim<H> {
         self.inner.fill(d, h, o, l, v)
     }
 }
+
+/// Physical core 0:0's GLOBAL allocator (the call must succeed).
+pub fn core0_allocator(n: &Nrt<'_>) -> nrt_core::AllocatorHandle {
+    n.dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .unwrap()
+}
+
+/// A DEVICE allocation of `size` bytes booked as TENSOR, hinted `name`.
+pub fn tensor_args(size: u64, name: &str) -> nrt_core::dmem::AllocArgs<'_> {
+    nrt_core::dmem::AllocArgs::device(
+        size,
+        0,
+        dma_mem_usage_type_t::DMA_MEM_USAGE_TYPE_TENSOR,
+        name,
+    )
+}
