@@ -72,10 +72,8 @@ impl Run {
             4 * MIB,
             Some("boxed"),
         )?;
-        let pc = theirs.logical_core_entry(LogicalCore::FIRST)?.tpbs[0];
-        let booked = theirs
-            .ledger()
-            .device(pc.device_id, pc.device_tpb_idx, TENSOR);
+        let pc = theirs.physical_cores(LogicalCore::FIRST)?[0];
+        let booked = theirs.ledger().device(pc, TENSOR);
         self.check(
             booked >= 4 * MIB && ours.ledger().snapshot(0) == ours_ledger,
             format_args!(

@@ -47,7 +47,6 @@ use nrt_core::dmem::AllocArgs;
 use nrt_core::model::{ModelAlloc, ModelSpec, SbufCarveout, TensorDecl};
 use nrt_core::sim::{Preset, SimConfig};
 use nrt_core::tensor::Placement;
-use nrt_core::PhysicalCore;
 use nrt_core::{CoreSel, CoreState, Error, InitOptions, LogicalCore, Nrt, StaticState};
 use nrt_core::{HandleError, HandleFault, HandleKind, ModelHandle, TensorHandle};
 
@@ -389,10 +388,8 @@ impl Run {
                 .tensors()
                 .allocate(Placement::Device, vnc.into(), 4 * MIB, Some(name))?;
             let info = n.tensors().device_allocation_info(*t)?;
-            let pc = n.logical_core_entry(vnc)?.tpbs[0];
-            let booked = n
-                .ledger()
-                .device(PhysicalCore::new(pc.device_id, pc.device_tpb_idx), TENSOR);
+            let pc = n.physical_cores(vnc)?[0];
+            let booked = n.ledger().device(pc, TENSOR);
             self.check(
                 booked >= 4 * MIB,
                 format_args!("tensor on vnc {vnc}: only {booked} B booked as TENSOR"),
@@ -402,8 +399,8 @@ impl Run {
                 "  tensor        {:<10} vnc {} = nd{}:nc{}, HBM {}, pa {:#x}, {}",
                 name,
                 vnc,
-                pc.device_id,
-                pc.device_tpb_idx,
+                pc.device,
+                pc.core,
                 info.hbm_index,
                 info.physical_address,
                 Mib(info.size)
