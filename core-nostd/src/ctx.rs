@@ -275,7 +275,23 @@ pub(crate) struct LiveLink {
     pub(crate) next: AtomicU32,
 }
 
+impl LiveLink {
+    /// Whether the entry holds `handle` on `dev` (read under its bucket's lock).
+    #[inline]
+    fn holds(&self, dev: u32, handle: u64) -> bool {
+        self.handle.load(Ordering::Relaxed) == handle && self.dev.load(Ordering::Relaxed) == dev
+    }
+}
+
 impl LiveHandles {
+    /// The link a chain word names (slot + 1; 0 names none).
+    #[inline]
+    fn link(&self, at: u32) -> Option<&LiveLink> {
+        (at as usize)
+            .checked_sub(1)
+            .and_then(|i| self.links.entry(i))
+    }
+
     /// The table's storage parts for `c`, in the order [`Self::bind`] takes them: buckets
     /// (the power of two at or above `c.dmems`), then one link per dmem slot.
     pub(crate) const fn parts(c: &Capacity) -> [Part; 2] {
@@ -330,13 +346,10 @@ impl LiveHandles {
         let mut at = head;
         // At most one step per link: a chain is never longer than the table.
         for _ in 0..self.links.entries() {
-            let Some(l) = (at as usize)
-                .checked_sub(1)
-                .and_then(|i| self.links.entry(i))
-            else {
+            let Some(l) = self.link(at) else {
                 break;
             };
-            if l.handle.load(Ordering::Relaxed) == handle && l.dev.load(Ordering::Relaxed) == dev {
+            if l.holds(dev, handle) {
                 b.store(head, Ordering::Release);
                 return false;
             }
@@ -363,14 +376,11 @@ impl LiveHandles {
         let mut prev: Option<&LiveLink> = None;
         let mut at = head;
         for _ in 0..self.links.entries() {
-            let Some(l) = (at as usize)
-                .checked_sub(1)
-                .and_then(|i| self.links.entry(i))
-            else {
+            let Some(l) = self.link(at) else {
                 break;
             };
             let next = l.next.load(Ordering::Relaxed);
-            if l.handle.load(Ordering::Relaxed) == handle && l.dev.load(Ordering::Relaxed) == dev {
+            if l.holds(dev, handle) {
                 match prev {
                     Some(p) => p.next.store(next, Ordering::Relaxed),
                     None => new_head = next,

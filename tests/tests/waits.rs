@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nrt_core::model::{ModelSpec, TensorDecl};
 use nrt_core::sync::WaitFor;
 use nrt_core::tensor::Placement;
-use nrt_core::{Error, LogicalCore};
+use nrt_core::{Error, LogicalCore, ModelHandle, SetHandle};
 use nrt_host::config::{DeviceChoice, RuntimeConfig};
 use nrt_host::HostRuntime;
 
@@ -16,15 +16,18 @@ use nrt_host::HostRuntime;
 /// default bound.
 const HOLD: Duration = Duration::from_secs(2);
 
-#[test]
-fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() {
-    assert!(nrt_host::DEFAULT_WAIT_LIMIT > HOLD * 5);
-    let rt = HostRuntime::start(RuntimeConfig {
+/// A shim runtime over a simulated trn2.
+fn runtime() -> HostRuntime {
+    HostRuntime::start(RuntimeConfig {
         device: DeviceChoice::sim(nrt_core::sim::Preset::Trn2, 1),
         ..Default::default()
     })
-    .expect("runtime");
-    let n = rt.nrt();
+    .expect("runtime")
+}
+
+/// A model with one 64-byte input and output on the first logical core, and its input and
+/// output sets, filled.
+fn one_model(n: &nrt_core::Nrt<'_>) -> (ModelHandle, SetHandle, SetHandle) {
     let (ins, outs) = ([TensorDecl::new("in", 64)], [TensorDecl::new("out", 64)]);
     let spec = ModelSpec {
         name: "m",
@@ -42,6 +45,15 @@ fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() 
             .unwrap();
         n.sets().add(set, name, t).unwrap();
     }
+    (m, si, so)
+}
+
+#[test]
+fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() {
+    assert!(nrt_host::DEFAULT_WAIT_LIMIT > HOLD * 5);
+    let rt = runtime();
+    let n = rt.nrt();
+    let (m, si, so) = one_model(&n);
     // The shim's thread token: an unload from the model's own callback is refused at once.
     let t0 = Instant::now();
     let mut got = None;
@@ -87,29 +99,9 @@ fn a_long_wait_for_another_threads_execution_succeeds_under_the_default_bound() 
 
 #[test]
 fn the_threads_own_execution_is_refused_at_once_and_a_leaked_one_is_revoked() {
-    let rt = HostRuntime::start(RuntimeConfig {
-        device: DeviceChoice::sim(nrt_core::sim::Preset::Trn2, 1),
-        ..Default::default()
-    })
-    .expect("runtime");
+    let rt = runtime();
     let n = rt.nrt();
-    let (ins, outs) = ([TensorDecl::new("in", 64)], [TensorDecl::new("out", 64)]);
-    let spec = ModelSpec {
-        name: "m",
-        subgraphs: 1,
-        inputs: &ins,
-        outputs: &outs,
-        ..Default::default()
-    };
-    let m = n.models().load(LogicalCore::FIRST, &spec).unwrap();
-    let (si, so) = (n.sets().create().unwrap(), n.sets().create().unwrap());
-    for (set, name) in [(si, "in"), (so, "out")] {
-        let t = n
-            .tensors()
-            .allocate(Placement::Device, LogicalCore::FIRST.into(), 64, Some(name))
-            .unwrap();
-        n.sets().add(set, name, t).unwrap();
-    }
+    let (m, si, so) = one_model(&n);
     let core = n.physical_cores(LogicalCore::FIRST).unwrap()[0];
     let drain = WaitFor::ModelDrain {
         model: m.h_model().id,
