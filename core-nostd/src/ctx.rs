@@ -244,8 +244,8 @@ impl DriverKeptBooks {
 /// The driver handles of live dmems, exactly: a chained hash table keyed by (device, driver
 /// handle) whose entries are the dmems' own arena slots. Every live dmem has one driver handle,
 /// so a link per dmem slot ([`Capacity::dmems`]) holds every entry there can be: the table
-/// never fills and never forgets a handle. Its buckets (a power of two, at least one per dmem
-/// slot) each carry a lock bit: an insertion with its duplicate check, or a removal, is one
+/// never fills and never forgets a handle. Its buckets (one per [`LIVE_LOAD`] dmem slots,
+/// rounded up to a power of two) each carry a lock bit: an insertion with its duplicate check, or a removal, is one
 /// locked step on one bucket, and lookups of different buckets never meet. All-zero is an
 /// unbound table (every lookup empty, every claim refused); bound, all-zero is empty.
 pub(crate) struct LiveHandles {
@@ -566,8 +566,9 @@ pub struct CoreState {
     /// count to drain.
     pub(crate) active_calls: ShardedGate,
     pub(crate) init_lock: nrt_mutex_t,
-    /// What threads hold while they run callbacks or keep an exec lock past a call
-    /// ([`crate::sync::Reentry`]): the calls that would wait for their own thread are refused.
+    /// What threads hold while they run callbacks ([`crate::sync::Reentry`]): the calls that
+    /// would wait for their own thread are refused (executions are recorded in their cores'
+    /// `ExecSlot`s instead).
     pub(crate) reentry: crate::sync::Reentry,
     /// The gate an `ExecGuard`'s drop passes to touch its cores' slots, shut by `zero_tree`
     /// while it rewrites them (`sync::gate_enter` protocol on one word): a guard whose

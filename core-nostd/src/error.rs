@@ -108,8 +108,8 @@ impl core::fmt::Display for Errno {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum WaitFor {
-    /// The exec lock of physical core `core` of device `device`, held by an execution or an
-    /// `ExecGuard` (the caller's own, another thread's, or a leaked one).
+    /// The exec lock of physical core `core` of device `device` (its exec slot), held by an
+    /// execution or an `ExecGuard` (the caller's own, another thread's, or a leaked one).
     ExecLock {
         /// Device.
         device: u32,

@@ -13,6 +13,10 @@ use crate::ctx::{
 use crate::driver::errno;
 use crate::error::{Error, Result};
 
+/// What `init` or `close` answer if the [`Exclusive`] token is refused: they hold this
+/// runtime's `init_lock` and have just shut the gate, so it is not refused.
+const NOT_EXCLUSIVE: Error = Error::Unsupported("init or close without the runtime to itself");
+
 impl Nrt<'_> {
     /// `db_tdrv_ctx_init` + `tdrv_init` (spec §1, §5.1): attaches every device the driver
     /// exposes, builds each core's GLOBAL allocator, model_db and scratchpad, the routing map,
@@ -27,7 +31,7 @@ impl Nrt<'_> {
         // the gate opens again however this returns.
         let _reopen = ReopenOnDrop(&self.st.active_calls);
         self.st.active_calls.close_bounded()?;
-        let mut ex = Exclusive::new(&mut lock);
+        let mut ex = self.exclusive(&mut lock).ok_or(NOT_EXCLUSIVE)?;
         self.st.driver_kept.reset();
         if self.st.dmem.dmems().stats().live == 0 {
             self.st.live_handles.clear();
@@ -164,7 +168,10 @@ impl Nrt<'_> {
             e
         };
         self.st.active_calls.close_bounded().map_err(reopen)?;
-        let ex = Exclusive::new(&mut lock);
+        let ex = self
+            .exclusive(&mut lock)
+            .ok_or(NOT_EXCLUSIVE)
+            .map_err(reopen)?;
         for vnc in (0..self.owned_vnc_count(&ex)).map(crate::vcore::LogicalCore::new) {
             let Ok(v) = self.vtpb_get_virtual_core(&ex, vnc) else {
                 continue;

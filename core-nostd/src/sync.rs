@@ -9,7 +9,7 @@
 //!   core; without one a wait spins.
 //! * The in-flight call gate ([`ShardedGate`]) and [`wait_until`].
 //! * Bounded waits ([`WaitFor`], [`set_wait_hook`], [`set_wait_limit`]): every wait that can
-//!   outlast a call of the core (an exec lock a guard holds, a model's references, the calls
+//!   outlast a call of the core (a core's exec slot a guard holds, a model's references, the calls
 //!   in flight `close` waits for, an allocator's lock during a walk) asks the integrator's
 //!   wait hook at each look whether to go on, and gives up with [`Error::Timeout`] naming
 //!   what it waited for.
@@ -137,7 +137,9 @@ static TOKEN_HOOK: spin::Once<fn() -> usize> = spin::Once::new();
 /// call (an unload of the model or a `close` from a model callback, an allocation, free or
 /// walk of the allocator being walked) and a call that would wait for an execution the
 /// calling thread began (an execution on its cores, an unload of its model, `close`);
-/// without it such a call waits until its bounded wait gives up ([`Error::Timeout`]).
+/// without it such a call waits until its bounded wait gives up ([`Error::Timeout`]). An
+/// execution leaked by a thread that has exited stays recorded with its token: a later thread
+/// given the same token is refused as its owner until `Models::revoke_exec` ends it.
 pub fn set_thread_token_hook(hook: fn() -> usize) {
     TOKEN_HOOK.call_once(|| hook);
 }
@@ -580,6 +582,13 @@ pub struct MutexGuard<'a> {
     m: &'a nrt_mutex_t,
 }
 
+impl MutexGuard<'_> {
+    /// Whether this guard holds `m`.
+    pub fn holds(&self, m: &nrt_mutex_t) -> bool {
+        core::ptr::eq(self.m, m)
+    }
+}
+
 impl Drop for MutexGuard<'_> {
     #[inline]
     fn drop(&mut self) {
@@ -743,6 +752,14 @@ impl<W: Atomic<Int = u32>, const N: usize> ShardedGate<W, N> {
             })?;
         }
         Ok(())
+    }
+
+    /// Whether every shard is shut (by [`Self::close`] or [`Self::close_bounded`], not yet
+    /// opened again).
+    pub fn is_shut(&self) -> bool {
+        self.shards
+            .iter()
+            .all(|s| s.0.load(Ordering::Acquire) & GATE_CLOSED != 0)
     }
 
     /// [`gate_open`] on every shard.

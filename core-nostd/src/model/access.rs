@@ -19,7 +19,7 @@
 //!   references ([`UnlinkedModel::drain`]): a [`DrainedModel`], the unload's alone, written
 //!   through `&mut model_t` until [`DrainedModel::release`] gives the slot back.
 //!
-//! Beside the model: the core's exec lock with `tpb_t.h_running_model` ([`ExecHold`]), the
+//! Beside the model: the cores' exec slots with `tpb_t.h_running_model` ([`ExecHold`]), the
 //! mem_ref sets of a model's subgraphs (`mem_ref_set_*`, their contents touched only under
 //! the set arena's shard lock) and the scratchpad cleanup records ([`Nrt::cleanup_record`]).
 
@@ -611,17 +611,7 @@ impl<'a> ExecHold<'a> {
         };
         let slot = &self.nrt.core_ext(d, i).exec;
         let what = crate::sync::WaitFor::ExecLock { device: d, core: i };
-        // Counted under the slot's lock, while the reference is still this hold's: once the
-        // lock is released a revoke may end the execution and release it.
-        let first = self.model.as_ref().filter(|_| j == 0);
-        let take = || {
-            slot.try_take(&rec, || {
-                running.store(id, Ordering::Relaxed);
-                if let Some(m) = first {
-                    m.exec_count().fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        };
+        let take = || slot.try_take(&rec, || running.store(id, Ordering::Relaxed));
         if let Err(holder) = take() {
             if holder.mine() {
                 return Err(Error::WouldDeadlock(what));

@@ -90,6 +90,12 @@ impl<'a> Nrt<'a> {
         for _ in 0..n {
             g.hold.lock_next_core()?;
         }
+        // Counted once every core is taken, through a reference of its own (a revoke may end
+        // the execution the moment it began: then it is not counted).
+        if let Ok(m) = g.hold.model_ref() {
+            m.exec_count()
+                .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        }
         Ok(g)
     }
 

@@ -88,7 +88,10 @@ impl<'a> Models<'a> {
     /// [`ExecGuard`](super::ExecGuard) that was leaked or is held past any reasonable time (a
     /// watchdog's call). Returns the model whose execution it ended; `None` when no execution
     /// holds the core (or one ended meanwhile). `CoreOutOfRange` for a core that is not
-    /// present; `Closed` / `Uninitialized` outside an initialised runtime.
+    /// present; `Closed` / `Uninitialized` outside an initialised runtime — also while
+    /// `close` waits for the execution's model: that wait gives up with `Timeout` and leaves
+    /// the runtime initialised, so the recovery is `close` → `Timeout` → `revoke_exec` →
+    /// `close`.
     ///
     /// Memory-safe with the guard alive: the guard then holds nothing — its drop releases
     /// nothing, [`ExecGuard::check`](super::ExecGuard::check) and an execution binding

@@ -103,8 +103,8 @@ impl Drop for ReopenOnDrop<'_> {
 /// Proof that `init` or `close` has the runtime to itself (spec §12; the gate
 /// token for the tables only those two rewrite): `init_lock` is held (the borrow of its guard
 /// is the lifetime) and the in-flight gate is shut and drained, so no API call and no reader
-/// of a closed runtime is in flight. Made only by [`Exclusive::new`], inside `init` and
-/// `close`, once the gate is shut; there is one `init_lock`, so at most one token exists.
+/// of a closed runtime is in flight. Made only by [`Nrt::exclusive`], which checks both, for
+/// `init` and `close`; there is one `init_lock`, so at most one token exists.
 /// Accessors that hand out `&mut` to those tables take `&mut Exclusive`, so two such borrows
 /// cannot overlap.
 pub(crate) struct Exclusive<'g> {
@@ -114,13 +114,25 @@ pub(crate) struct Exclusive<'g> {
 
 impl<'g> Exclusive<'g> {
     /// The token of the caller that holds `init_lock` (`lock`) and has shut and drained the
-    /// gate (`active_calls.close`). Crate-visible for `crate::lifecycle`: its `init` and
-    /// `close` are the only callers, each right after it shut the gate.
-    pub(crate) fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
+    /// gate (`active_calls.close_bounded`): [`Nrt::exclusive`] checks both.
+    fn new(_lock: &'g mut crate::sync::MutexGuard<'_>) -> Self {
         Exclusive {
             _init_lock: core::marker::PhantomData,
             kept: core::cell::Cell::new(Kept::default()),
         }
+    }
+}
+
+impl Nrt<'_> {
+    /// The [`Exclusive`] token for `init` and `close` (`crate::lifecycle`): made only from the
+    /// guard of this runtime's `init_lock`, once the in-flight gate is shut (and drained: the
+    /// caller's `close_bounded` returned); `None` otherwise.
+    pub(crate) fn exclusive<'g>(
+        &self,
+        lock: &'g mut crate::sync::MutexGuard<'_>,
+    ) -> Option<Exclusive<'g>> {
+        (lock.holds(&self.st.init_lock) && self.st.active_calls.is_shut())
+            .then(|| Exclusive::new(lock))
     }
 }
 
