@@ -240,6 +240,14 @@ fn ledger_bytes(n: &Nrt<'_>) -> u64 {
     d.iter().chain(h.iter()).map(|r| r[22]).sum()
 }
 
+/// `e` is the refusal of a driver answer that repeats `held`, the handle of a live block.
+fn assert_repeat_refused(e: Error, held: u64, what_of: &str) {
+    assert!(
+        matches!(e, Error::BadDriver { what, value } if what.contains("already holds") && value == held),
+        "{what_of}: {e:?}"
+    );
+}
+
 /// Every call must come back: a wait the driver could wedge would show here.
 fn bounded<R>(f: impl FnOnce() -> R) -> R {
     let t0 = Instant::now();
@@ -377,10 +385,7 @@ fn the_same_handle_twice_is_refused() {
     // The driver answers each request with the handle of its previous block: the first
     // repeat is the live one's.
     let e = n.dmem().alloc(al, &a, None).unwrap_err();
-    assert!(
-        matches!(e, Error::BadDriver { what, value } if what.contains("already holds") && value == held),
-        "{e:?}"
-    );
+    assert_repeat_refused(e, held, "the repeat");
     assert_eq!(
         ledger_bytes(&n),
         booked,
@@ -410,10 +415,7 @@ fn a_repeated_handle_outside_the_window_is_not_given_back() {
     let first = n.dmem().alloc(al, &a, None).expect("a new handle");
     let held = n.dmem().info(first).unwrap().mem_handle;
     let e = n.dmem().alloc(al, &a, None).unwrap_err();
-    assert!(
-        matches!(e, Error::BadDriver { what, value } if what.contains("already holds") && value == held),
-        "{e:?}"
-    );
+    assert_repeat_refused(e, held, "the repeat");
     // The live block is still the driver's to free: exactly once, by its owner.
     n.dmem().free(first).unwrap();
     assert_eq!(drv.free_errors.load(SeqCst), 0);
@@ -445,10 +447,7 @@ fn a_repeated_handle_is_refused_among_thousands_of_live_allocations() {
         let held = n.dmem().info(live[i]).unwrap().mem_handle;
         drv.repeat.store(held, SeqCst);
         let e = n.dmem().alloc(al, &a, None).unwrap_err();
-        assert!(
-            matches!(e, Error::BadDriver { what, value } if what.contains("already holds") && value == held),
-            "live allocation {i}: {e:?}"
-        );
+        assert_repeat_refused(e, held, &format!("live allocation {i}"));
         assert_eq!(
             ledger_bytes(&n),
             booked,
