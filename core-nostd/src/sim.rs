@@ -115,6 +115,12 @@ const H_POOL_SHIFT: u32 = 24;
 const H_GEN_SHIFT: u32 = 28;
 const H_TAG_SHIFT: u32 = 60;
 const H_TAG: u64 = 0b1011;
+const H_INDEX_MASK: u64 = (1 << H_INDEX_BITS) - 1;
+const H_DEV_MASK: u64 = ((1 << (H_POOL_SHIFT - H_DEV_SHIFT)) - 1) << H_DEV_SHIFT;
+const H_POOL_MASK: u64 = (1 << (H_GEN_SHIFT - H_POOL_SHIFT)) - 1;
+const H_TAG_MASK: u64 = !0 << H_TAG_SHIFT;
+/// Set in the pool field of host and scratchpad handles, clear in main and small-object ones.
+const H_NOT_HBM_BIT: u64 = (POOL_HOST as u64) << H_POOL_SHIFT;
 const POOL_HOST: u32 = 2 * MAX_HBM_CHANNELS;
 
 const _: () = {
@@ -127,6 +133,11 @@ const _: () = {
     assert!((MAX_DEVICES as u64) <= 1 << (H_POOL_SHIFT - H_DEV_SHIFT));
     assert!(((POOL_HOST + MAX_HBM_CHANNELS) as u64) < 1 << (H_GEN_SHIFT - H_POOL_SHIFT));
     assert!(H_GEN_SHIFT + 32 == H_TAG_SHIFT);
+    // Pool codes: main `c`, small-object `MAX_HBM_CHANNELS + c`, then `POOL_HOST` and up in a
+    // field of `2 * POOL_HOST` values, so one bit (`H_NOT_HBM_BIT`) tells main and
+    // small-object codes from all others, and `code % MAX_HBM_CHANNELS` is the channel of both.
+    assert!(MAX_HBM_CHANNELS.is_power_of_two() && POOL_HOST == 2 * MAX_HBM_CHANNELS);
+    assert!(1 << (H_GEN_SHIFT - H_POOL_SHIFT) == 2 * POOL_HOST as u64);
 };
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -197,6 +208,7 @@ struct Part<S> {
 
 impl<S> Part<S> {
     /// Runs `f` on the part's state with its lock held.
+    #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
         let _g = self.lock.lock();
         // SAFETY: the part's lock is held for the whole call, so this is the only reference
@@ -288,24 +300,28 @@ struct DeviceSlot<const NODES: usize> {
 /// `NODES / 2 - 1` live allocations per pool whatever the pattern, and one per node when the
 /// pool has no more pages than nodes). The defaults are the 32-device simulator with
 /// [`DEFAULT_NODES`] per pool; `SimDevice<1, 1024>` is a one-device profile of about 0.8 MB.
+// `repr(C)`, the settings first: every call reads them, and at the front they sit at small
+// offsets from `self` rather than after the gigabytes of slots. Every part's lock follows a
+// cache line of padding ([`Part`]), so none shares a line with them.
+#[repr(C)]
 pub struct SimDevice<const DEVICES: usize = 32, const NODES: usize = DEFAULT_NODES> {
-    slots: [DeviceSlot<NODES>; DEVICES],
     device_count: u32,
-    preset: u8,
     channels: u32,
     channel_size: u64,
     host_capacity: u64,
-    /// [`Placement`] as its discriminant.
-    placement: u8,
-    aligned_alloc: AtomicU32,
-    feature_flags: AtomicU64,
-    /// `memory_alloc` calls naming no attached device or no channel of one (the others are
-    /// counted per channel and host pool, [`ChannelState`], [`HostState`]).
-    stray_alloc_calls: AtomicU64,
     /// Fault: the allocation call that brings this from 1 to 0 fails.
     fail_countdown: AtomicU64,
     /// Fault: bit `c` set → every allocation of category `c` fails.
     fail_categories: AtomicU64,
+    /// `memory_alloc` calls naming no attached device or no channel of one (the others are
+    /// counted per channel and host pool, [`ChannelState`], [`HostState`]).
+    stray_alloc_calls: AtomicU64,
+    feature_flags: AtomicU64,
+    aligned_alloc: AtomicU32,
+    preset: u8,
+    /// [`Placement`] as its discriminant.
+    placement: u8,
+    slots: [DeviceSlot<NODES>; DEVICES],
 }
 
 // SAFETY: every member is zero-valid: the locks are unlocked when zero, atomics and integers
@@ -501,7 +517,91 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
     }
 
     /// MEM_ALLOC: carves the request from its pool; returns `(handle, physical address)`.
+    ///
+    /// The common request (HBM of an attached device, natural alignment, no scratchpad, no
+    /// fault armed) is answered here after a few combined tests; every other one goes through
+    /// [`SimDevice::alloc_checked`], the kernel's checks in order, and a refusal by the pool
+    /// through [`SimDevice::alloc_refused`].
+    #[inline(always)]
     fn alloc_block(&self, dev: u32, req: &AllocRequest) -> Result<(u64, u64), Errno> {
+        // What `check_alloc` and the fault switches pass without a word: HBM at the natural
+        // alignment in region 0 (one test for the three), a core in range, a category below
+        // the scratchpad's (so below `CATEGORY_MAX`), a size in `1..=i64::MAX` (page rounding
+        // cannot overflow, genalloc's `INT64_MAX` test passes), a channel and device that
+        // exist, and no fault armed (no countdown to step, no category bit). The request's
+        // own tests are combined without short-circuits: one branch for them.
+        let args_plain = ((req.align | req.region as u64 | req.host as u64) == 0)
+            & (req.nc_id < MAX_NC_ID)
+            & (req.category < CATEGORY_CONTIGUOUS_SCRATCHPAD)
+            & (req.size.wrapping_sub(1) < i64::MAX as u64);
+        if !args_plain
+            || req.hbm_idx >= self.channels
+            || dev >= self.device_count
+            || (self.fail_countdown.load(Ordering::Acquire)
+                | self.fail_categories.load(Ordering::Acquire))
+                != 0
+        {
+            return self.alloc_checked(dev, req);
+        }
+        let c = req.hbm_idx;
+        self.channel_part(dev, c).with(|st| {
+            st.alloc_calls += 1;
+            let size = (req.size + (PAGE_SIZE - 1)) & !(PAGE_SIZE - 1);
+            // Both placements try the small-object region first for a small request and the
+            // main pool first for a larger one; only the fallback differs (`alloc_refused`).
+            let small = size <= SMALL_OBJECT_MAX;
+            let (pool, carve) = if small {
+                (Pool::Small(c), &mut st.small)
+            } else {
+                (Pool::Main(c), &mut st.main)
+            };
+            match carve.alloc(size, 0) {
+                Ok(b) => Ok((Self::encode(dev, pool, b.id), b.addr)),
+                Err(e) => self.alloc_refused(dev, req, size, st, small, e),
+            }
+        })
+    }
+
+    /// HBM channel `c` of device `dev`, both known to exist (`dev < device_count <= DEVICES`,
+    /// `c < channels <= MAX_HBM_CHANNELS`): the remainders leave the indices unchanged and
+    /// spare the hot paths the bounds checks.
+    #[inline(always)]
+    fn channel_part(&self, dev: u32, c: u32) -> &Part<ChannelState<NODES>> {
+        &self.slots[dev as usize % DEVICES].channels[(c % MAX_HBM_CHANNELS) as usize]
+    }
+
+    /// The rest of a plain HBM request whose first pool refused it with `e`: the fallback
+    /// pool when the placement has one (a full small-object region falls back to the main
+    /// pool; under genalloc a full main pool falls back to the small-object region too), then
+    /// the refusal as [`SimDevice::placed`] reports it. Called with the channel's lock held.
+    #[cold]
+    #[inline(never)]
+    fn alloc_refused(
+        &self,
+        dev: u32,
+        req: &AllocRequest,
+        size: u64,
+        st: &mut ChannelState<NODES>,
+        small_first: bool,
+        e: CarveError,
+    ) -> Result<(u64, u64), Errno> {
+        let c = req.hbm_idx;
+        let (pool, r) = match e {
+            CarveError::OutOfSpace if small_first => (Pool::Main(c), st.main.alloc(size, 0)),
+            CarveError::OutOfSpace if self.genalloc() => (Pool::Small(c), st.small.alloc(size, 0)),
+            e if small_first => (Pool::Small(c), Err(e)),
+            e => (Pool::Main(c), Err(e)),
+        };
+        self.placed(dev, req, size, pool, r, || {
+            hbm_stats(&st.main, &st.small, req.align, self.genalloc())
+        })
+    }
+
+    /// MEM_ALLOC with every check of the kernel, in its order: the device, the arguments
+    /// ([`SimDevice::check_alloc`]), the injected faults, then the placement.
+    #[cold]
+    #[inline(never)]
+    fn alloc_checked(&self, dev: u32, req: &AllocRequest) -> Result<(u64, u64), Errno> {
         // Only touch the countdown (a CAS) when a fault is armed.
         let fire = self.fail_countdown.load(Ordering::Acquire) != 0
             && self
@@ -659,11 +759,57 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
         }
     }
 
+    /// MEM_FREE of any handle: decoded in full, then freed from its pool under that part's
+    /// lock (`EINVAL` for a handle that names no live allocation of device `dev`).
+    #[cold]
+    #[inline(never)]
+    fn free_decoded(&self, dev: u32, handle: u64) -> Result<(), Errno> {
+        let (pool, id) = self.decode(dev, handle)?;
+        if let Pool::Host = pool {
+            return self.slots[dev as usize]
+                .host
+                .with(|st| st.host.free(id).map(|_| ()).map_err(|_| errno::EINVAL));
+        }
+        let (Pool::Main(c) | Pool::Small(c) | Pool::Scratch(c)) = pool else {
+            return Err(errno::EINVAL);
+        };
+        self.with_channel(dev, c, |st| {
+            match pool {
+                Pool::Main(_) | Pool::Host => st.main.free(id),
+                Pool::Small(_) => st.small.free(id),
+                Pool::Scratch(_) => {
+                    let b = st.main.free(id).map_err(|_| errno::EINVAL)?;
+                    let sp = &mut st.scratchpad;
+                    let bottom = st.main.base() + st.main.capacity() - *sp;
+                    if b.addr != bottom {
+                        // The driver logs and carries on (`mc_free`): the scratchpad shrinks
+                        // by this block all the same.
+                        warn!(
+                            "nd{}: contiguous scratchpad: freeing page with pa {:#x}, expected \
+                             page with pa {:#x} to be freed first",
+                            dev, b.addr, bottom
+                        );
+                    }
+                    *sp = sp.saturating_sub(b.size);
+                    Ok(b)
+                }
+            }
+            .map(|_| ())
+            .map_err(|_| errno::EINVAL)
+        })
+    }
+
+    /// The tag and device bits of every handle of device `dev`.
+    #[inline]
+    const fn handle_prefix(dev: u32) -> u64 {
+        (H_TAG << H_TAG_SHIFT) | ((dev as u64) << H_DEV_SHIFT)
+    }
+
+    #[inline]
     fn encode(dev: u32, pool: Pool, id: CarveId) -> u64 {
-        (H_TAG << H_TAG_SHIFT)
+        Self::handle_prefix(dev)
             | ((id.generation() as u64) << H_GEN_SHIFT)
             | ((pool.code() as u64) << H_POOL_SHIFT)
-            | ((dev as u64) << H_DEV_SHIFT)
             | id.index() as u64
     }
 
@@ -672,22 +818,22 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
         if dev >= self.device_count {
             return Err(errno::ENODEV);
         }
-        if handle >> H_TAG_SHIFT != H_TAG {
+        // Tag and device in one test.
+        if handle & (H_TAG_MASK | H_DEV_MASK) != Self::handle_prefix(dev) {
             return Err(errno::EINVAL);
         }
-        let field = |shift: u32, bits: u32| ((handle >> shift) & ((1 << bits) - 1)) as u32;
-        if field(H_DEV_SHIFT, H_POOL_SHIFT - H_DEV_SHIFT) != dev {
-            return Err(errno::EINVAL);
-        }
-        let pool = Pool::from_code(field(H_POOL_SHIFT, H_GEN_SHIFT - H_POOL_SHIFT))
+        let pool = Pool::from_code(((handle >> H_POOL_SHIFT) & H_POOL_MASK) as u32)
             .ok_or(errno::EINVAL)?;
         if let Pool::Main(c) | Pool::Small(c) | Pool::Scratch(c) = pool {
             if c >= self.channels {
                 return Err(errno::EINVAL);
             }
         }
-        let id = CarveId::from_parts(field(0, H_INDEX_BITS), field(H_GEN_SHIFT, 32))
-            .ok_or(errno::EINVAL)?;
+        let id = CarveId::from_parts(
+            (handle & H_INDEX_MASK) as u32,
+            (handle >> H_GEN_SHIFT) as u32,
+        )
+        .ok_or(errno::EINVAL)?;
         Ok((pool, id))
     }
 

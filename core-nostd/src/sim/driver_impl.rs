@@ -48,39 +48,30 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
     }
 
     fn memory_free(&self, dev: u32, handle: u64) -> Result<(), Errno> {
-        let (pool, id) = self.decode(dev, handle)?;
-        if let Pool::Host = pool {
-            return self.slots[dev as usize]
-                .host
-                .with(|st| st.host.free(id).map(|_| ()).map_err(|_| errno::EINVAL));
-        }
-        let (Pool::Main(c) | Pool::Small(c) | Pool::Scratch(c)) = pool else {
-            return Err(errno::EINVAL);
-        };
-        self.with_channel(dev, c, |st| {
-            match pool {
-                Pool::Main(_) | Pool::Host => st.main.free(id),
-                Pool::Small(_) => st.small.free(id),
-                Pool::Scratch(_) => {
-                    let b = st.main.free(id).map_err(|_| errno::EINVAL)?;
-                    let sp = &mut st.scratchpad;
-                    let bottom = st.main.base() + st.main.capacity() - *sp;
-                    if b.addr != bottom {
-                        // The driver logs and carries on (`mc_free`): the scratchpad shrinks
-                        // by this block all the same.
-                        warn!(
-                            "nd{}: contiguous scratchpad: freeing page with pa {:#x}, expected \
-                             page with pa {:#x} to be freed first",
-                            dev, b.addr, bottom
-                        );
+        // A main-pool or small-object handle of this device (tag, device and pool kind in one
+        // test) for one of its channels, with a node index: what `decode` accepts as
+        // `Pool::Main` / `Pool::Small`, freed here under the channel's lock. Host and
+        // scratchpad handles, and everything `decode` refuses, take `free_decoded`.
+        let c = (handle >> H_POOL_SHIFT) as u32 % MAX_HBM_CHANNELS;
+        if handle & (H_TAG_MASK | H_DEV_MASK | H_NOT_HBM_BIT) == Self::handle_prefix(dev)
+            && dev < self.device_count
+            && c < self.channels
+        {
+            if let Some(id) = CarveId::from_parts(
+                (handle & H_INDEX_MASK) as u32,
+                (handle >> H_GEN_SHIFT) as u32,
+            ) {
+                let small = handle & ((MAX_HBM_CHANNELS as u64) << H_POOL_SHIFT) != 0;
+                return self.channel_part(dev, c).with(|st| {
+                    let carve = if small { &mut st.small } else { &mut st.main };
+                    match carve.free(id) {
+                        Ok(_) => Ok(()),
+                        Err(_) => Err(errno::EINVAL),
                     }
-                    *sp = sp.saturating_sub(b.size);
-                    Ok(b)
-                }
+                });
             }
-            .map(|_| ())
-            .map_err(|_| errno::EINVAL)
-        })
+        }
+        self.free_decoded(dev, handle)
     }
 
     fn copy_in(&self, dev: u32, handle: u64, offset: u64, src: &[u8]) -> Result<(), Errno> {

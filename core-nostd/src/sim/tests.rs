@@ -704,6 +704,63 @@ fn stale_and_foreign_handles_are_einval() {
 }
 
 #[test]
+fn handles_naming_no_channel_pool_or_node_are_einval() {
+    // Trn1 has two HBM channels: pool codes for channels 2 and 3 name nothing.
+    let s = sim(SimConfig::new(Preset::Trn1, 2));
+    let h = s.memory_alloc(0, &req(8192)).unwrap();
+    let code = |c: u32| h & !(H_POOL_MASK << H_POOL_SHIFT) | u64::from(c) << H_POOL_SHIFT;
+    assert_eq!(
+        code(MAX_HBM_CHANNELS),
+        h,
+        "a small-object handle of channel 0"
+    );
+    for c in [
+        0,
+        2,
+        3,
+        MAX_HBM_CHANNELS + 2,
+        MAX_HBM_CHANNELS + 3,
+        POOL_HOST,
+        POOL_HOST + 1,
+        POOL_HOST + 3,
+        H_POOL_MASK as u32,
+    ] {
+        assert_eq!(
+            s.memory_free(0, code(c)),
+            Err(errno::EINVAL),
+            "pool code {c}"
+        );
+    }
+    assert_eq!(
+        s.memory_free(0, h & !H_INDEX_MASK),
+        Err(errno::EINVAL),
+        "node 0"
+    );
+    assert_eq!(s.memory_free(2, h), Err(errno::ENODEV));
+    assert_eq!(s.memory_free(0, h), Ok(()));
+    // Host handles take the same call.
+    let hh = s.memory_alloc(1, &host_req(4096)).unwrap();
+    assert_eq!(s.memory_free(0, hh), Err(errno::EINVAL), "another device's");
+    assert_eq!(s.memory_free(1, hh), Ok(()));
+    assert_eq!(s.memory_free(1, hh), Err(errno::EINVAL), "double free");
+}
+
+#[test]
+fn sizes_beyond_int64_max_are_refused_by_each_placement() {
+    let too_big = i64::MAX as u64 + 1;
+    let g = sim(SimConfig::new(Preset::Trn2, 1));
+    assert_eq!(g.memory_alloc(0, &req(too_big)), Err(errno::EINVAL));
+    assert_eq!(g.memory_alloc(0, &req(u64::MAX)), Err(errno::EINVAL));
+    let t = sim(SimConfig {
+        placement: Placement::Tlsf,
+        ..SimConfig::new(Preset::Trn2, 1)
+    });
+    assert_eq!(t.memory_alloc(0, &req(too_big)), Err(errno::ENOMEM));
+    assert_eq!(t.memory_alloc(0, &req(u64::MAX)), Err(errno::ENOMEM));
+    assert_eq!((g.alloc_calls(), t.alloc_calls()), (2, 2));
+}
+
+#[test]
 fn fault_injection_and_call_count() {
     let s = sim(SimConfig::new(Preset::Trn2, 1));
     s.fail_nth_alloc(3);
