@@ -352,3 +352,60 @@ fn threads_on_different_shards_never_share_a_slot() {
     // docs), here at most 2 per shard.
     assert!(a.stats().peak <= 4, "{}", a.stats().peak);
 }
+
+/// `alloc_handle` takes from the preferred shard (modulo the shard count), borrows from the
+/// others, falls back on quarantined slots, reports a full arena, and tells the hook about
+/// the fresh runs it starts, like the other allocations; statistics follow every path.
+#[test]
+fn alloc_handle_takes_every_path_the_other_allocations_take() {
+    use crate::abi::dmem_t;
+    let a = sharded_told::<dmem_t>(8, 2, Some(tell));
+    // Shard 1 owns slots 4..8; shard 5 is shard 1 (modulo 2).
+    let mut held = std::vec::Vec::new();
+    for k in 0..4 {
+        let (p, i) = a.alloc_handle("d", false, 5).unwrap();
+        assert!(
+            (4..8).contains(&i),
+            "take {k}: slot {i} of the preferred shard"
+        );
+        assert_eq!(a.index_of(p.as_ptr()), Some(i as usize));
+        let told = TOLD.with(|t| {
+            t.borrow()
+                .iter()
+                .any(|&(at, len)| (at..at + len).contains(&(p.as_ptr() as usize)))
+        });
+        assert!(told, "slot {i} handed out untold");
+        held.push(p.as_ptr());
+    }
+    for k in 0..4 {
+        let (p, i) = a.alloc_handle("d", true, 1).unwrap();
+        assert!(
+            (0..4).contains(&i),
+            "take {k}: slot {i} borrowed from shard 0"
+        );
+        held.push(p.as_ptr());
+    }
+    let full = a.alloc_handle("d", false, 1).map(|_| ()).unwrap_err();
+    assert_eq!((full.arena, full.capacity), ("d", 8));
+    assert_eq!((a.stats().live, a.stats().peak), (8, 8));
+    for p in &held {
+        a.release(*p).unwrap();
+    }
+    assert_eq!(a.release(held[0]), Err(ReleaseError::NotLive));
+    // Every slot is quarantined now: the allocation still succeeds, with the oldest one.
+    let (p, _) = a.alloc_handle("d", false, 1).unwrap();
+    assert_eq!(p.as_ptr(), held[0], "shard 1's oldest quarantined slot");
+    assert_eq!((a.stats().live, a.stats().peak), (1, 8));
+    a.cancel(p.as_ptr()).unwrap();
+    assert_eq!(a.stats().live, 0);
+    // An unbound arena is full for every shard.
+    // SAFETY: Arena<dmem_t> is ZeroValid.
+    let u = unsafe { Box::<Arena<dmem_t>>::new_zeroed().assume_init() };
+    assert_eq!(
+        u.alloc_handle("d", false, 0)
+            .map(|_| ())
+            .unwrap_err()
+            .capacity,
+        0
+    );
+}
