@@ -285,6 +285,26 @@ struct Shard {
     books: DataLock<ShardBooks>,
 }
 
+/// `ceil(2^63 / per)`, the reciprocal [`shard_index`] multiplies by, for `per >= 1` slots
+/// per shard (0 for 0: every index then maps to shard 0).
+const fn shard_recip(per: u32) -> u64 {
+    if per == 0 {
+        0
+    } else {
+        (1u64 << 63).div_ceil(per as u64)
+    }
+}
+
+/// `index / per` for `recip = shard_recip(per)`, by one multiplication: exact for every
+/// `index < 2^31` and `1 <= per < 2^31` (with `c = ceil(2^63 / per)`, `c * per` exceeds
+/// `2^63` by less than `per <= 2^(63 - 31)`, which is Lemire, Kaser and Kurz's condition
+/// for `floor(index * c / 2^63)` to be the quotient of every 31-bit index). Slot indices
+/// are below `cap < 2^31` (`Arena::bind`).
+#[inline]
+fn shard_index(index: u32, recip: u64) -> usize {
+    ((u128::from(recip) * u128::from(index)) >> 63) as usize
+}
+
 /// Bytes `n` rounded up to the storage alignment.
 const fn up(n: usize) -> usize {
     n.div_ceil(STORAGE_ALIGN) * STORAGE_ALIGN
@@ -376,10 +396,11 @@ pub struct Arena<T> {
     /// read lock-free by `is_live`.
     live: *const AtomicU8,
     cap: u32,
-    /// Slots per shard (the last shard may be shorter).
-    shard_len: u32,
     /// Shards in use.
     nshards: u32,
+    /// `ceil(2^63 / per)` for `per` slots per shard (the last shard may be shorter): slot
+    /// `i`'s shard is `i * shard_recip >> 63` ([`shard_index`]).
+    shard_recip: u64,
     /// The setting that raises the capacity (for [`ArenaFull`]).
     setting: Option<&'static str>,
     /// Told about never-used slots as they come into use ([`InUse`]).
@@ -658,7 +679,7 @@ impl<T: ZeroValid> Arena<T> {
             }
         }
         self.cap = cap as u32;
-        self.shard_len = per as u32;
+        self.shard_recip = shard_recip(per as u32);
         self.nshards = n as u32;
         self.setting = Some(setting);
         self.in_use = in_use;
@@ -680,8 +701,10 @@ impl<T: ZeroValid> Arena<T> {
         unsafe { &*self.live.add(index) }
     }
 
+    /// The shard that owns slot `index` (`index < cap`).
+    #[inline]
     fn shard_of(&self, index: usize) -> &Shard {
-        &self.shards[(index / self.shard_len.max(1) as usize).min(MAX_SHARDS - 1)]
+        &self.shards[shard_index(index as u32, self.shard_recip).min(MAX_SHARDS - 1)]
     }
 
     #[cold]
@@ -926,9 +949,11 @@ impl<T: ZeroValid> Arena<T> {
         };
         let flag = self.live_flag(i);
         let mut b = self.shard_of(i).books.lock();
-        if flag.load(Ordering::Acquire) != 1 || !b.owns(i as u32) {
+        if flag.load(Ordering::Acquire) != 1 {
             return Err(ReleaseError::NotLive);
         }
+        // `shard_of` divides exactly, so the shard owns the slot.
+        debug_assert!(b.owns(i as u32));
         flag.store(0, Ordering::Release);
         match how {
             GiveBack::Release => b.put(i as u32),

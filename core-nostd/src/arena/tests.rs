@@ -409,3 +409,54 @@ fn alloc_handle_takes_every_path_the_other_allocations_take() {
         0
     );
 }
+
+/// The shard of a slot, by a multiplication, is the quotient of a division for every slot
+/// index an arena can have (below 2^31) and every shard length.
+#[test]
+fn the_shard_reciprocal_divides_exactly() {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let top = (1u32 << 31) - 1;
+    let mut pers = std::vec![
+        1,
+        2,
+        3,
+        5,
+        7,
+        64,
+        100,
+        4095,
+        4096,
+        4097,
+        12_345,
+        1 << 30,
+        top
+    ];
+    pers.extend((0..200).map(|_| 1 + (next() % u64::from(top)) as u32));
+    for per in pers {
+        let r = shard_recip(per);
+        let check = |n: u32| {
+            if n <= top {
+                assert_eq!(shard_index(n, r), (n / per) as usize, "{n} / {per}");
+            }
+        };
+        for n in [0, 1, top, top - 1] {
+            check(n);
+        }
+        for k in 0..64u32 {
+            let m = per.saturating_mul(k);
+            for n in [m.saturating_sub(1), m, m.saturating_add(1)] {
+                check(n);
+            }
+        }
+        for _ in 0..2000 {
+            check((next() % (u64::from(top) + 1)) as u32);
+        }
+    }
+    assert_eq!(shard_index(12_345, shard_recip(0)), 0, "unbound: shard 0");
+}
