@@ -546,10 +546,10 @@ impl<T: Generational> Arena<T> {
         // The common case in one locked step on the preferred shard; everything else (another
         // shard, quarantined slots, a fresh run to announce, a shard's first take, a full
         // arena) in cold calls.
-        if shard < self.nshards as usize {
-            // SAFETY: `nshards <= MAX_SHARDS` (`bind` clamps it; zero while unbound), so
-            // `shard` indexes `shards`.
-            let s = unsafe { self.shards.get_unchecked(shard) };
+        if let Some(first) = self.preferred(shard) {
+            // SAFETY: `first < nshards <= MAX_SHARDS` (`bind` clamps it), so it indexes
+            // `shards`.
+            let s = unsafe { self.shards.get_unchecked(first) };
             let mut b = s.books.lock();
             if b.drawn != 0 {
                 match b.take_drawn(fresh_first, false) {
@@ -811,13 +811,27 @@ impl<T: ZeroValid> Arena<T> {
         fresh_first: bool,
         shard: usize,
     ) -> Result<(*mut T, usize), ArenaFull> {
-        if shard < self.nshards as usize {
-            if let Some(got) = self.take_from(shard, fresh_first, false) {
+        if let Some(first) = self.preferred(shard) {
+            if let Some(got) = self.take_from(first, fresh_first, false) {
                 return Ok(got);
             }
-            return self.take_slot_slow(name, fresh_first, shard, true);
+            return self.take_slot_slow(name, fresh_first, first, true);
         }
         self.take_slot_slow(name, fresh_first, shard, false)
+    }
+
+    /// The shard an allocation preferring `shard` tries first: `shard` modulo the shard
+    /// count (divided only when out of range), `None` for an unbound arena.
+    #[inline]
+    fn preferred(&self, shard: usize) -> Option<usize> {
+        let n = self.nshards as usize;
+        if shard < n {
+            Some(shard)
+        } else if n == 0 {
+            None
+        } else {
+            Some(shard % n)
+        }
     }
 
     /// [`Self::take_slot`] past its first try: the preferred shard (`shard` modulo the shard
