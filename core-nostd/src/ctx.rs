@@ -382,8 +382,9 @@ impl LiveHandles {
     fn claim_locked(&self, b: &AtomicU32, head: u32, dev: u32, handle: u64, slot: usize) -> bool {
         let mut at = head;
         // At most one step per link: a chain is never longer than the table.
-        for _ in 0..self.links.entries() {
-            let Some(l) = self.link(at) else {
+        let mut left = self.links.entries();
+        while at != 0 && left != 0 {
+            let Some(l) = self.links.entry(at as usize - 1) else {
                 break;
             };
             if l.holds(dev, handle) {
@@ -391,6 +392,7 @@ impl LiveHandles {
                 return false;
             }
             at = l.next.load(Ordering::Relaxed);
+            left -= 1;
         }
         let Some(mine) = self.links.entry(slot) else {
             // Not reached: `claim` checked the slot against the table.
