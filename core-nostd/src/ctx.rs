@@ -33,7 +33,7 @@ use state::vcore::{VcoreOptions, VcoreTable};
 
 /// Geometry of one attached device, as the driver reported it at bring-up.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default)]
+#[derive(Copy, Clone, Debug)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct DevGeom {
     /// `al_hal_tpb_arch_type_t` value.
@@ -52,9 +52,37 @@ pub struct DevGeom {
     pub features: u64,
     /// Allocation granule.
     pub page_size: u64,
+    /// The driver's physical-address window of the device's HBM, `[base, base + bytes)`
+    /// ([`crate::driver::Driver::pa_window`]); `None`: the driver states none.
+    pub hbm_window: Option<(u64, u64)>,
+    /// The same for the device's host DMA pool.
+    pub host_window: Option<(u64, u64)>,
+    /// Each core's copy buffer (`Driver::get_copy_buf`), recorded in its dmems' `cpy_buf`.
+    pub copy_buf: [u64; constants::TPBS_PER_MLA],
+}
+
+impl Default for DevGeom {
+    fn default() -> Self {
+        Self::NONE
+    }
 }
 
 impl DevGeom {
+    /// No device: every figure zero, no window ([`Default`] as a constant).
+    pub const NONE: DevGeom = DevGeom {
+        arch: 0,
+        cores: 0,
+        channels: 0,
+        aligned_alloc: 0,
+        channel_size: 0,
+        host_capacity: 0,
+        features: 0,
+        page_size: 0,
+        hbm_window: None,
+        host_window: None,
+        copy_buf: [0; constants::TPBS_PER_MLA],
+    };
+
     fn from_info(i: &DeviceInfo) -> Self {
         DevGeom {
             arch: i.arch as u32,
@@ -65,6 +93,9 @@ impl DevGeom {
             host_capacity: i.host_dma_capacity,
             features: i.feature_flags,
             page_size: i.page_size,
+            hbm_window: None,
+            host_window: None,
+            copy_buf: [0; constants::TPBS_PER_MLA],
         }
     }
     /// The arch as an enum (INVALID for an unknown value).

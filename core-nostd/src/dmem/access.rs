@@ -474,7 +474,7 @@ impl<'a> Nrt<'a> {
             (*m).nc_id = f.nc_id;
             (*m).device_id = f.dev;
             (*m).hint = addr_of_mut!((*m).hint_buf) as *mut core::ffi::c_char;
-            (*m).cpy_buf = self.drv.get_copy_buf(f.dev, f.nc_id) as usize as *mut core::ffi::c_void;
+            (*m).cpy_buf = f.copy_buf as usize as *mut core::ffi::c_void;
         }
         // Last: publishes the fields above.
         // SAFETY: `m` is a slot of the dmem arena.
@@ -701,6 +701,8 @@ pub(super) struct DmemFields<'r, 'h> {
     pub(super) nc_id: u32,
     /// Its device.
     pub(super) dev: u32,
+    /// The core's copy buffer (`cpy_buf`, from the driver at bring-up).
+    pub(super) copy_buf: u64,
 }
 
 /// A dmem's fields fixed at its allocation, and its owners now.

@@ -53,7 +53,7 @@ impl<'a> Nrt<'a> {
             return Err(Error::UsageInvalidForLocation { usage, loc });
         }
         let AllocatorCore { pcore, dev, nc_id } = self.allocator_core(al)?;
-        let g = self.dev_geom(call, dev);
+        let g = self.dev_geom_ref(call, dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a
         // channel that does not exist would show in the trace line and the OOM table.
@@ -64,7 +64,7 @@ impl<'a> Nrt<'a> {
                 channels: g.channels,
             });
         }
-        let mut emulate = a.align != 0 && !self.aligned_alloc_supported(dev, &g);
+        let mut emulate = a.align != 0 && !self.aligned_alloc_supported(dev, g);
         if host && a.align != 0 && !emulate {
             // The driver's host pool refuses aligned requests (public ABI §3); said here, with
             // a clear message, instead of as the driver's bare EINVAL.
@@ -131,7 +131,8 @@ impl<'a> Nrt<'a> {
             error!("dmem_alloc: {}", e);
             return Err(e);
         }
-        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req.size) {
+        let window = if host { g.host_window } else { g.hbm_window };
+        if let Err(e) = self.check_driver_block(dev, window, handle, pa, req.size) {
             undo_meta();
             error!("dmem_alloc: {}", e);
             return Err(e);
@@ -156,6 +157,7 @@ impl<'a> Nrt<'a> {
                 pcore,
                 nc_id,
                 dev,
+                copy_buf: g.copy_buf.get(nc_id as usize).copied().unwrap_or(0),
             },
         );
         // 6. ledger + trace (the booking `dml_add_entry` would read back from the dmem)
@@ -231,13 +233,14 @@ impl<'a> Nrt<'a> {
 
     /// Checks a block the driver returned: handle 0 is no handle (nothing can be freed), and
     /// the block `[pa, pa + size)` must lie in the driver's window when it states one
-    /// ([`crate::driver::Driver::pa_window`]); a block outside is taken out of the set of
-    /// live handles (where the allocation claimed it) and given back to the driver.
+    /// (`window`: [`crate::driver::Driver::pa_window`] of the block's pool, read at bring-up);
+    /// a block outside is taken out of the set of live handles (where the allocation claimed
+    /// it) and given back to the driver.
     #[inline(always)]
     fn check_driver_block(
         &self,
         dev: u32,
-        host: bool,
+        window: Option<(u64, u64)>,
         handle: u64,
         pa: u64,
         size: u64,
@@ -248,7 +251,7 @@ impl<'a> Nrt<'a> {
                 value: 0,
             });
         }
-        let inside = match self.drv.pa_window(dev, host) {
+        let inside = match window {
             None => pa.checked_add(size).is_some(),
             Some((base, len)) => {
                 pa >= base
