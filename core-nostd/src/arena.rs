@@ -102,7 +102,8 @@ pub struct ShardBooks {
     q_len: u32,
     /// Slots freed by the last [`QUARANTINE`] releases, oldest first from `q_head`.
     quarantine: [u32; QUARANTINE],
-    /// Fresh slots (counted like `bump`) already announced to the arena's [`InUse`] hook.
+    /// Fresh slots (counted like `bump`) already announced to the arena's [`InUse`] hook
+    /// (`len` once known to have none).
     shown: u32,
 }
 
@@ -158,18 +159,21 @@ impl ShardBooks {
     /// Takes a slot off the books: a fresh one (first when `fresh_first`, or when the free
     /// stack is empty), else the most recently aged free one, else — only when `quarantined`
     /// — the oldest quarantined one. `None` when the shard has nothing of that kind.
+    #[inline]
     pub fn take(&mut self, fresh_first: bool, quarantined: bool) -> Option<u32> {
-        if self.drawn == 0 && self.len > 0 {
-            // The counter's value as a fraction of 2^32, scaled to the shard: consecutive
-            // shards land about len / φ apart whatever len is.
-            let x = FRESH_START.fetch_add(FRESH_STEP, Ordering::Relaxed);
-            self.fresh_start = ((u64::from(x) * u64::from(self.len)) >> 32) as u32;
-            self.drawn = 1;
+        if self.drawn == 0 {
+            self.draw();
         }
-        let fresh_left = self.bump < self.len;
-        let idx = if fresh_left && (fresh_first || self.top == 0) {
-            self.bump += 1;
-            self.start + (self.fresh_start + self.bump - 1) % self.len
+        self.take_drawn(fresh_first, quarantined)
+    }
+
+    /// [`Self::take`] once the fresh start is drawn.
+    #[inline]
+    fn take_drawn(&mut self, fresh_first: bool, quarantined: bool) -> Option<u32> {
+        let idx = if self.bump < self.len && (fresh_first || self.top == 0) {
+            let j = self.bump;
+            self.bump = j + 1;
+            self.start + self.fresh_offset(j)
         } else if self.top > 0 {
             self.top -= 1;
             // SAFETY: top < len, and `free` holds len entries (constructor contract).
@@ -180,34 +184,63 @@ impl ShardBooks {
             return None;
         };
         self.live += 1;
-        self.peak_raiser = 0;
         if self.live > self.peak {
             self.peak = self.live;
             self.peak_raiser = idx + 1;
+        } else {
+            self.peak_raiser = 0;
         }
         Some(idx)
     }
 
+    /// Draws the shard's fresh start from the process-wide sequence ([`FRESH_START`]): once,
+    /// at the shard's first take (an empty shard draws nothing).
+    #[cold]
+    #[inline(never)]
+    fn draw(&mut self) {
+        if self.len > 0 {
+            // The counter's value as a fraction of 2^32, scaled to the shard: consecutive
+            // shards land about len / φ apart whatever len is.
+            let x = FRESH_START.fetch_add(FRESH_STEP, Ordering::Relaxed);
+            self.fresh_start = ((u64::from(x) * u64::from(self.len)) >> 32) as u32;
+            self.drawn = 1;
+        }
+    }
+
+    /// The offset in the shard of the `j`-th fresh slot, `(fresh_start + j) % len` for
+    /// `j < len`: `fresh_start < len`, so one subtraction wraps it.
+    #[inline]
+    fn fresh_offset(&self, j: u32) -> u32 {
+        let o = self.fresh_start + j;
+        if o >= self.len {
+            o - self.len
+        } else {
+            o
+        }
+    }
+
     /// A live slot of this shard was released: it enters the quarantine (the oldest
     /// quarantined slot moves to the free stack when the ring is full).
+    #[inline]
     pub fn put(&mut self, index: u32) {
         self.live -= 1;
         if self.q_len as usize == QUARANTINE {
-            if let Some(aged) = self.pop_oldest() {
-                self.push_free(aged);
-            }
+            // The newest entry takes the oldest one's place, which then heads the ring.
+            let head = self.q_head as usize % QUARANTINE;
+            let aged = core::mem::replace(&mut self.quarantine[head], index);
+            self.q_head = (self.q_head + 1) % QUARANTINE as u32;
+            self.push_free(aged);
+        } else {
+            self.quarantine[(self.q_head + self.q_len) as usize % QUARANTINE] = index;
+            self.q_len += 1;
         }
-        self.quarantine[(self.q_head + self.q_len) as usize % QUARANTINE] = index;
-        self.q_len += 1;
     }
 
     /// The take that handed out `index` is undone: a fresh slot becomes fresh again, another
     /// goes on top of the free stack; the live count, and the peak if that take raised it,
     /// are restored.
     pub fn cancel(&mut self, index: u32) {
-        let newest_fresh =
-            self.start + (self.fresh_start + self.bump.wrapping_sub(1)) % self.len.max(1);
-        if self.bump > 0 && index == newest_fresh {
+        if self.bump > 0 && index == self.start + self.fresh_offset(self.bump - 1) {
             self.bump -= 1;
         } else {
             self.push_free(index);
@@ -221,6 +254,7 @@ impl ShardBooks {
 
     /// Pushes a free index: the stack and the ring hold distinct free indices of this shard,
     /// which has `len` slots, so the stack never overflows.
+    #[inline]
     fn push_free(&mut self, index: u32) {
         if self.top < self.len {
             // SAFETY: top < len, and `free` holds len entries (constructor contract).
@@ -249,6 +283,26 @@ impl ShardBooks {
 struct Shard {
     _pad: [u8; crate::sync::LINE_STRIDE],
     books: DataLock<ShardBooks>,
+}
+
+/// `ceil(2^63 / per)`, the reciprocal [`shard_index`] multiplies by, for `per >= 1` slots
+/// per shard (0 for 0: every index then maps to shard 0).
+const fn shard_recip(per: u32) -> u64 {
+    if per == 0 {
+        0
+    } else {
+        (1u64 << 63).div_ceil(per as u64)
+    }
+}
+
+/// `index / per` for `recip = shard_recip(per)`, by one multiplication: exact for every
+/// `index < 2^31` and `1 <= per < 2^31` (with `c = ceil(2^63 / per)`, `c * per` exceeds
+/// `2^63` by less than `per <= 2^(63 - 31)`, which is Lemire, Kaser and Kurz's condition
+/// for `floor(index * c / 2^63)` to be the quotient of every 31-bit index). Slot indices
+/// are below `cap < 2^31` (`Arena::bind`).
+#[inline]
+fn shard_index(index: u32, recip: u64) -> usize {
+    ((u128::from(recip) * u128::from(index)) >> 63) as usize
 }
 
 /// Bytes `n` rounded up to the storage alignment.
@@ -342,10 +396,11 @@ pub struct Arena<T> {
     /// read lock-free by `is_live`.
     live: *const AtomicU8,
     cap: u32,
-    /// Slots per shard (the last shard may be shorter).
-    shard_len: u32,
     /// Shards in use.
     nshards: u32,
+    /// `ceil(2^63 / per)` for `per` slots per shard (the last shard may be shorter): slot
+    /// `i`'s shard is `i * shard_recip >> 63` ([`shard_index`]).
+    shard_recip: u64,
     /// The setting that raises the capacity (for [`ArenaFull`]).
     setting: Option<&'static str>,
     /// Told about never-used slots as they come into use ([`InUse`]).
@@ -488,7 +543,61 @@ impl<T: Generational> Arena<T> {
         fresh_first: bool,
         shard: usize,
     ) -> Result<(NonNull<T>, u32), ArenaFull> {
-        let (p, idx) = self.take_slot(name, fresh_first, shard)?;
+        // The common case in one locked step on the preferred shard; everything else (another
+        // shard, quarantined slots, a fresh run to announce, a shard's first take, a full
+        // arena) in cold calls.
+        if let Some(first) = self.preferred(shard) {
+            // SAFETY: `first < nshards <= MAX_SHARDS` (`bind` clamps it), so it indexes
+            // `shards`.
+            let s = unsafe { self.shards.get_unchecked(first) };
+            let mut b = s.books.lock();
+            if b.drawn != 0 {
+                match b.take_drawn(fresh_first, false) {
+                    Some(i) if b.bump <= b.shown => {
+                        drop(b);
+                        return Ok(self.hand_out(i as usize));
+                    }
+                    Some(i) => return self.alloc_handle_announce(b, i as usize),
+                    None => {}
+                }
+            }
+        }
+        self.alloc_handle_slow(name, fresh_first, shard)
+    }
+
+    /// [`Self::alloc_handle`] when its take must tell the [`InUse`] hook about a fresh run
+    /// first (`b`: the locked books that handed out slot `i`).
+    #[cold]
+    #[inline(never)]
+    fn alloc_handle_announce(
+        &self,
+        mut b: lock_api::MutexGuard<'_, crate::sync::RawSpin, ShardBooks>,
+        i: usize,
+    ) -> Result<(NonNull<T>, u32), ArenaFull> {
+        self.announce(&mut b);
+        drop(b);
+        Ok(self.hand_out(i))
+    }
+
+    /// [`Self::alloc_handle`] past its first try: [`Self::take_slot_slow`] from the top.
+    #[cold]
+    #[inline(never)]
+    fn alloc_handle_slow(
+        &self,
+        name: &'static str,
+        fresh_first: bool,
+        shard: usize,
+    ) -> Result<(NonNull<T>, u32), ArenaFull> {
+        let (_, i) = self.take_slot_slow(name, fresh_first, shard, false)?;
+        Ok(self.hand_out(i))
+    }
+
+    /// Hands out slot `i`, just taken off the books: zeroes all but its generation and
+    /// reference words (see [`Self::alloc_handle`]) and marks it live.
+    #[inline]
+    fn hand_out(&self, i: usize) -> (NonNull<T>, u32) {
+        // SAFETY: a shard's books only hold indices of its range, below cap.
+        let p = unsafe { (*self.slots.add(i)).get() };
         let base = p as *mut u8;
         let (lo, hi) = if T::GEN < T::REFS {
             ((T::GEN, 4), (T::REFS, 8))
@@ -504,9 +613,9 @@ impl<T: Generational> Arena<T> {
             let end = hi.0 + hi.1;
             core::ptr::write_bytes(base.add(end), 0, core::mem::size_of::<T>() - end);
         }
-        self.live_flag(idx).store(1, Ordering::Release);
+        self.live_flag(i).store(1, Ordering::Release);
         // SAFETY: a slot pointer of bound storage is never null.
-        Ok((unsafe { NonNull::new_unchecked(p) }, idx as u32))
+        (unsafe { NonNull::new_unchecked(p) }, i as u32)
     }
 
     /// [`Self::words`] for any pointer: the generation and reference words of the slot `p`
@@ -570,7 +679,7 @@ impl<T: ZeroValid> Arena<T> {
             }
         }
         self.cap = cap as u32;
-        self.shard_len = per as u32;
+        self.shard_recip = shard_recip(per as u32);
         self.nshards = n as u32;
         self.setting = Some(setting);
         self.in_use = in_use;
@@ -592,10 +701,14 @@ impl<T: ZeroValid> Arena<T> {
         unsafe { &*self.live.add(index) }
     }
 
+    /// The shard that owns slot `index` (`index < cap`).
+    #[inline]
     fn shard_of(&self, index: usize) -> &Shard {
-        &self.shards[(index / self.shard_len.max(1) as usize).min(MAX_SHARDS - 1)]
+        &self.shards[shard_index(index as u32, self.shard_recip).min(MAX_SHARDS - 1)]
     }
 
+    #[cold]
+    #[inline(never)]
     fn full(&self, name: &'static str) -> ArenaFull {
         ArenaFull {
             arena: name,
@@ -698,32 +811,78 @@ impl<T: ZeroValid> Arena<T> {
         fresh_first: bool,
         shard: usize,
     ) -> Result<(*mut T, usize), ArenaFull> {
+        if let Some(first) = self.preferred(shard) {
+            if let Some(got) = self.take_from(first, fresh_first, false) {
+                return Ok(got);
+            }
+            return self.take_slot_slow(name, fresh_first, first, true);
+        }
+        self.take_slot_slow(name, fresh_first, shard, false)
+    }
+
+    /// The shard an allocation preferring `shard` tries first: `shard` modulo the shard
+    /// count (divided only when out of range), `None` for an unbound arena.
+    #[inline]
+    fn preferred(&self, shard: usize) -> Option<usize> {
+        let n = self.nshards as usize;
+        if shard < n {
+            Some(shard)
+        } else if n == 0 {
+            None
+        } else {
+            Some(shard % n)
+        }
+    }
+
+    /// [`Self::take_slot`] past its first try: the preferred shard (`shard` modulo the shard
+    /// count) and then the others, without quarantined slots and then with them. `tried`:
+    /// the preferred shard, in range, was already asked for an unquarantined slot.
+    #[cold]
+    #[inline(never)]
+    fn take_slot_slow(
+        &self,
+        name: &'static str,
+        fresh_first: bool,
+        shard: usize,
+        tried: bool,
+    ) -> Result<(*mut T, usize), ArenaFull> {
         let n = self.nshards as usize;
         if n == 0 {
             return Err(self.full(name));
         }
         let first = shard % n;
         for quarantined in [false, true] {
-            for k in 0..n {
-                let s = &self.shards[(first + k) % n];
-                let mut b = s.books.lock();
-                if let Some(i) = b.take(fresh_first, quarantined) {
-                    if b.bump > b.shown {
-                        self.announce(&mut b);
-                    }
-                    // SAFETY: a shard's books only hold indices of its range, below cap.
-                    return Ok((unsafe { (*self.slots.add(i as usize)).get() }, i as usize));
+            let skip = usize::from(tried && !quarantined);
+            for k in skip..n {
+                if let Some(got) = self.take_from((first + k) % n, fresh_first, quarantined) {
+                    return Ok(got);
                 }
             }
         }
         Err(self.full(name))
     }
 
+    /// One take from shard `s`'s books, under its lock (`None`: the shard has no slot of
+    /// that kind, or no shard `s`).
+    #[inline]
+    fn take_from(&self, s: usize, fresh_first: bool, quarantined: bool) -> Option<(*mut T, usize)> {
+        let mut b = self.shards.get(s)?.books.lock();
+        let i = b.take(fresh_first, quarantined)?;
+        if b.bump > b.shown {
+            self.announce(&mut b);
+        }
+        // SAFETY: a shard's books only hold indices of its range, below cap.
+        Some((unsafe { (*self.slots.add(i as usize)).get() }, i as usize))
+    }
+
     /// Tells the [`InUse`] hook about the shard's fresh slots from `shown` on, in whole runs
     /// of [`IN_USE_RUN`] bytes past `bump` (each run once: `shown` advances past it).
+    #[cold]
+    #[inline(never)]
     fn announce(&self, b: &mut ShardBooks) {
         let Some(hook) = self.in_use else {
-            b.shown = b.bump;
+            // No hook: nothing is ever to be told, so no fresh slot calls here again.
+            b.shown = b.len;
             return;
         };
         let size = core::mem::size_of::<UnsafeCell<T>>().max(1);
@@ -747,15 +906,14 @@ impl<T: ZeroValid> Arena<T> {
     }
 
     /// The slot index of `p`, when it points at a slot of this arena (live or not).
+    #[inline]
     pub(crate) fn index_of(&self, p: *const T) -> Option<usize> {
-        let base = self.slots as usize;
-        let addr = p as usize;
         let sz = core::mem::size_of::<UnsafeCell<T>>().max(1);
-        let cap = self.cap as usize;
-        if addr < base || addr >= base + cap * sz || !(addr - base).is_multiple_of(sz) {
-            return None;
-        }
-        Some((addr - base) / sz)
+        // An address below the storage wraps to an offset past it (the storage ends below
+        // the top of the address space), so one comparison bounds both sides.
+        let off = (p as usize).wrapping_sub(self.slots as usize);
+        let i = off / sz;
+        (i < self.cap as usize && i * sz == off).then_some(i)
     }
 
     /// The entry of a per-slot side table that belongs to `p`. A pointer this arena does not
@@ -800,12 +958,17 @@ impl<T: ZeroValid> Arena<T> {
     /// the liveness check and the flag's clearing happen under that shard's lock, so of two
     /// racing frees exactly one succeeds.
     pub fn give_back(&self, p: *const T, how: GiveBack) -> Result<(), ReleaseError> {
-        let i = self.index_of(p).ok_or(ReleaseError::Foreign)?;
+        let Some(i) = self.index_of(p) else {
+            return Err(ReleaseError::Foreign);
+        };
+        let flag = self.live_flag(i);
         let mut b = self.shard_of(i).books.lock();
-        if self.live_flag(i).load(Ordering::Acquire) != 1 || !b.owns(i as u32) {
+        if flag.load(Ordering::Acquire) != 1 {
             return Err(ReleaseError::NotLive);
         }
-        self.live_flag(i).store(0, Ordering::Release);
+        // `shard_of` divides exactly, so the shard owns the slot.
+        debug_assert!(b.owns(i as u32));
+        flag.store(0, Ordering::Release);
         match how {
             GiveBack::Release => b.put(i as u32),
             GiveBack::Cancel => b.cancel(i as u32),

@@ -33,7 +33,7 @@ use state::vcore::{VcoreOptions, VcoreTable};
 
 /// Geometry of one attached device, as the driver reported it at bring-up.
 #[repr(C)]
-#[derive(Copy, Clone, Debug, Default)]
+#[derive(Copy, Clone, Debug)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct DevGeom {
     /// `al_hal_tpb_arch_type_t` value.
@@ -52,9 +52,37 @@ pub struct DevGeom {
     pub features: u64,
     /// Allocation granule.
     pub page_size: u64,
+    /// The driver's physical-address window of the device's HBM, `[base, base + bytes)`
+    /// ([`crate::driver::Driver::pa_window`]); `None`: the driver states none.
+    pub hbm_window: Option<(u64, u64)>,
+    /// The same for the device's host DMA pool.
+    pub host_window: Option<(u64, u64)>,
+    /// Each core's copy buffer (`Driver::get_copy_buf`), recorded in its dmems' `cpy_buf`.
+    pub copy_buf: [u64; constants::TPBS_PER_MLA],
+}
+
+impl Default for DevGeom {
+    fn default() -> Self {
+        Self::NONE
+    }
 }
 
 impl DevGeom {
+    /// No device: every figure zero, no window ([`Default`] as a constant).
+    pub const NONE: DevGeom = DevGeom {
+        arch: 0,
+        cores: 0,
+        channels: 0,
+        aligned_alloc: 0,
+        channel_size: 0,
+        host_capacity: 0,
+        features: 0,
+        page_size: 0,
+        hbm_window: None,
+        host_window: None,
+        copy_buf: [0; constants::TPBS_PER_MLA],
+    };
+
     fn from_info(i: &DeviceInfo) -> Self {
         DevGeom {
             arch: i.arch as u32,
@@ -65,6 +93,9 @@ impl DevGeom {
             host_capacity: i.host_dma_capacity,
             features: i.feature_flags,
             page_size: i.page_size,
+            hbm_window: None,
+            host_window: None,
+            copy_buf: [0; constants::TPBS_PER_MLA],
         }
     }
     /// The arch as an enum (INVALID for an unknown value).
@@ -313,15 +344,30 @@ impl LiveHandles {
     #[inline]
     fn bucket(&self, dev: u32, handle: u64) -> Option<&AtomicU32> {
         let n = self.buckets.entries();
-        let key = handle ^ (u64::from(dev) << 59) ^ u64::from(dev);
+        // The device in the top bits (the 32 devices' ids fill them), where handles differ
+        // least.
+        let key = handle ^ u64::from(dev).rotate_right(5);
         let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
         self.buckets.entry(h as usize & n.wrapping_sub(1))
     }
 
-    /// Takes bucket `b`'s lock; returns the chain's head (slot + 1, 0 for none). A chain is
-    /// held for a walk of at most the table's links, so the wait is bounded by that.
+    /// One try at bucket `b`'s lock: the chain's head (slot + 1, 0 for none), or `None` when
+    /// the bucket is held (or the try lost a race for it).
     #[inline]
-    fn lock(b: &AtomicU32) -> u32 {
+    fn try_lock(b: &AtomicU32) -> Option<u32> {
+        let w = b.load(Ordering::Relaxed);
+        (w & LIVE_LOCK == 0
+            && b.compare_exchange_weak(w, w | LIVE_LOCK, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok())
+        .then_some(w)
+    }
+
+    /// Takes bucket `b`'s lock, waiting while another thread holds it; returns the chain's
+    /// head. A chain is held for a walk of at most the table's links, so the wait is bounded
+    /// by that.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(b: &AtomicU32) -> u32 {
         let mut spins = 0u32;
         loop {
             let w = b.load(Ordering::Relaxed);
@@ -339,14 +385,37 @@ impl LiveHandles {
     /// Records that the dmem of arena slot `slot` holds `handle` on `dev`, unless a live dmem
     /// holds it already: `false` then (nothing recorded), and for a slot past the table.
     pub(crate) fn claim(&self, dev: u32, handle: u64, slot: usize) -> bool {
-        let (Some(b), Some(mine)) = (self.bucket(dev, handle), self.links.entry(slot)) else {
+        if slot >= self.links.entries() {
+            return false;
+        }
+        let Some(b) = self.bucket(dev, handle) else {
             return false;
         };
-        let head = Self::lock(b);
+        match Self::try_lock(b) {
+            Some(head) => self.claim_locked(b, head, dev, handle, slot),
+            None => self.claim_contended(dev, handle, slot),
+        }
+    }
+
+    /// [`Self::claim`] waiting for a bucket another thread holds.
+    #[cold]
+    #[inline(never)]
+    fn claim_contended(&self, dev: u32, handle: u64, slot: usize) -> bool {
+        let Some(b) = self.bucket(dev, handle) else {
+            return false;
+        };
+        let head = Self::lock_contended(b);
+        self.claim_locked(b, head, dev, handle, slot)
+    }
+
+    /// [`Self::claim`] with bucket `b` locked (`head`: its chain).
+    #[inline]
+    fn claim_locked(&self, b: &AtomicU32, head: u32, dev: u32, handle: u64, slot: usize) -> bool {
         let mut at = head;
         // At most one step per link: a chain is never longer than the table.
-        for _ in 0..self.links.entries() {
-            let Some(l) = self.link(at) else {
+        let mut left = self.links.entries();
+        while at != 0 && left != 0 {
+            let Some(l) = self.links.entry(at as usize - 1) else {
                 break;
             };
             if l.holds(dev, handle) {
@@ -354,7 +423,13 @@ impl LiveHandles {
                 return false;
             }
             at = l.next.load(Ordering::Relaxed);
+            left -= 1;
         }
+        let Some(mine) = self.links.entry(slot) else {
+            // Not reached: `claim` checked the slot against the table.
+            b.store(head, Ordering::Release);
+            return false;
+        };
         mine.handle.store(handle, Ordering::Relaxed);
         mine.dev.store(dev, Ordering::Relaxed);
         mine.next.store(head, Ordering::Relaxed);
@@ -371,7 +446,26 @@ impl LiveHandles {
         let Some(b) = self.bucket(dev, handle) else {
             return;
         };
-        let head = Self::lock(b);
+        match Self::try_lock(b) {
+            Some(head) => self.remove_locked(b, head, dev, handle),
+            None => self.remove_contended(dev, handle),
+        }
+    }
+
+    /// [`Self::remove`] waiting for a bucket another thread holds.
+    #[cold]
+    #[inline(never)]
+    fn remove_contended(&self, dev: u32, handle: u64) {
+        let Some(b) = self.bucket(dev, handle) else {
+            return;
+        };
+        let head = Self::lock_contended(b);
+        self.remove_locked(b, head, dev, handle);
+    }
+
+    /// [`Self::remove`] with bucket `b` locked (`head`: its chain).
+    #[inline]
+    fn remove_locked(&self, b: &AtomicU32, head: u32, dev: u32, handle: u64) {
         let mut new_head = head;
         let mut prev: Option<&LiveLink> = None;
         let mut at = head;

@@ -390,6 +390,7 @@ pub trait Driver: Sync {
         Ok(())
     }
     /// `ndl_get_copy_buf`: the per-core staging buffer cookie recorded in `dmem_t.cpy_buf`.
+    /// Asked once per core at bring-up (`init`).
     fn get_copy_buf(&self, _dev: u32, nc_id: u32) -> u64 {
         0x1000 + nc_id as u64
     }
@@ -430,6 +431,8 @@ pub trait Driver: Sync {
     /// The physical-address window of device `dev`'s HBM (`host == false`) or host DMA pool:
     /// `(base, bytes)`. When the driver states one, every allocation it returns must lie in
     /// it (the runtime refuses one that does not); `None` (the default): no window is checked.
+    /// Asked once per device and pool at bring-up (`init`): a window is fixed while the
+    /// runtime is up.
     fn pa_window(&self, _dev: u32, _host: bool) -> Option<(u64, u64)> {
         None
     }

@@ -343,7 +343,7 @@ impl Nrt<'_> {
     /// The caller holds the booking already (the dmem path: the allocation it just made, the
     /// dmem it finalises), so nothing is resolved again: `b.dev` is a device of the tree (the
     /// caller resolved it); the core and usage are clamped into the rows.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn dml_book(&self, call: &impl InCall, b: &Booking, action: Action) {
         let dev = b.dev;
         let nc = (b.nc as usize).min(constants::TPBS_PER_MLA - 1);

@@ -312,10 +312,18 @@ impl Default for Reentry {
 
 impl nrt_mutex_t {
     /// [`Self::lock`], bounded ([`wait_bounded`]): `Err(Timeout(what))` when the wait gives up.
+    #[inline]
     pub fn lock_bounded(&self, what: WaitFor) -> Result<MutexGuard<'_>> {
-        if let Some(g) = self.try_lock() {
-            return Ok(g);
+        match self.try_lock() {
+            Some(g) => Ok(g),
+            None => self.lock_bounded_wait(what),
         }
+    }
+
+    /// [`Self::lock_bounded`] once the first try failed: the bounded wait.
+    #[cold]
+    #[inline(never)]
+    fn lock_bounded_wait(&self, what: WaitFor) -> Result<MutexGuard<'_>> {
         let mut got = None;
         wait_bounded(what, || {
             got = self.try_lock();

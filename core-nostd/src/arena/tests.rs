@@ -352,3 +352,111 @@ fn threads_on_different_shards_never_share_a_slot() {
     // docs), here at most 2 per shard.
     assert!(a.stats().peak <= 4, "{}", a.stats().peak);
 }
+
+/// `alloc_handle` takes from the preferred shard (modulo the shard count), borrows from the
+/// others, falls back on quarantined slots, reports a full arena, and tells the hook about
+/// the fresh runs it starts, like the other allocations; statistics follow every path.
+#[test]
+fn alloc_handle_takes_every_path_the_other_allocations_take() {
+    use crate::abi::dmem_t;
+    let a = sharded_told::<dmem_t>(8, 2, Some(tell));
+    // Shard 1 owns slots 4..8; shard 5 is shard 1 (modulo 2).
+    let mut held = std::vec::Vec::new();
+    for k in 0..4 {
+        let (p, i) = a.alloc_handle("d", false, 5).unwrap();
+        assert!(
+            (4..8).contains(&i),
+            "take {k}: slot {i} of the preferred shard"
+        );
+        assert_eq!(a.index_of(p.as_ptr()), Some(i as usize));
+        let told = TOLD.with(|t| {
+            t.borrow()
+                .iter()
+                .any(|&(at, len)| (at..at + len).contains(&(p.as_ptr() as usize)))
+        });
+        assert!(told, "slot {i} handed out untold");
+        held.push(p.as_ptr());
+    }
+    for k in 0..4 {
+        let (p, i) = a.alloc_handle("d", true, 1).unwrap();
+        assert!(
+            (0..4).contains(&i),
+            "take {k}: slot {i} borrowed from shard 0"
+        );
+        held.push(p.as_ptr());
+    }
+    let full = a.alloc_handle("d", false, 1).map(|_| ()).unwrap_err();
+    assert_eq!((full.arena, full.capacity), ("d", 8));
+    assert_eq!((a.stats().live, a.stats().peak), (8, 8));
+    for p in &held {
+        a.release(*p).unwrap();
+    }
+    assert_eq!(a.release(held[0]), Err(ReleaseError::NotLive));
+    // Every slot is quarantined now: the allocation still succeeds, with the oldest one.
+    let (p, _) = a.alloc_handle("d", false, 1).unwrap();
+    assert_eq!(p.as_ptr(), held[0], "shard 1's oldest quarantined slot");
+    assert_eq!((a.stats().live, a.stats().peak), (1, 8));
+    a.cancel(p.as_ptr()).unwrap();
+    assert_eq!(a.stats().live, 0);
+    // An unbound arena is full for every shard.
+    // SAFETY: Arena<dmem_t> is ZeroValid.
+    let u = unsafe { Box::<Arena<dmem_t>>::new_zeroed().assume_init() };
+    assert_eq!(
+        u.alloc_handle("d", false, 0)
+            .map(|_| ())
+            .unwrap_err()
+            .capacity,
+        0
+    );
+}
+
+/// The shard of a slot, by a multiplication, is the quotient of a division for every slot
+/// index an arena can have (below 2^31) and every shard length.
+#[test]
+fn the_shard_reciprocal_divides_exactly() {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let top = (1u32 << 31) - 1;
+    let mut pers = std::vec![
+        1,
+        2,
+        3,
+        5,
+        7,
+        64,
+        100,
+        4095,
+        4096,
+        4097,
+        12_345,
+        1 << 30,
+        top
+    ];
+    pers.extend((0..200).map(|_| 1 + (next() % u64::from(top)) as u32));
+    for per in pers {
+        let r = shard_recip(per);
+        let check = |n: u32| {
+            if n <= top {
+                assert_eq!(shard_index(n, r), (n / per) as usize, "{n} / {per}");
+            }
+        };
+        for n in [0, 1, top, top - 1] {
+            check(n);
+        }
+        for k in 0..64u32 {
+            let m = per.saturating_mul(k);
+            for n in [m.saturating_sub(1), m, m.saturating_add(1)] {
+                check(n);
+            }
+        }
+        for _ in 0..2000 {
+            check((next() % (u64::from(top) + 1)) as u32);
+        }
+    }
+    assert_eq!(shard_index(12_345, shard_recip(0)), 0, "unbound: shard 0");
+}

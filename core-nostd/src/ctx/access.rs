@@ -415,16 +415,29 @@ impl<'a> Nrt<'a> {
 
     /// [`Self::geom`] for the runtime's steps, read under their gate token `_call`
     /// ([`InCall`]).
-    pub(crate) fn dev_geom(&self, _call: &impl InCall, dev: u32) -> DevGeom {
+    pub(crate) fn dev_geom(&self, call: &impl InCall, dev: u32) -> DevGeom {
+        *self.dev_geom_ref(call, dev)
+    }
+
+    /// [`Self::dev_geom`] by reference, borrowed for as long as the token `_call` (the hot
+    /// path reads a few fields without copying the whole geometry).
+    #[inline]
+    pub(crate) fn dev_geom_ref<'c, C: InCall>(&self, _call: &'c C, dev: u32) -> &'c DevGeom
+    where
+        'a: 'c,
+    {
+        const NONE: &DevGeom = &DevGeom::NONE;
+        let st: &'a CoreState = self.st;
         if dev as usize >= constants::MAX_MLA_PER_PROCESS {
-            return DevGeom::default();
+            return NONE;
         }
         // SAFETY: written only by `init` (and zeroed by it on re-init), with `init_lock` held
-        // and the gate shut and drained, through the raw cell between its steps. The token
-        // `_call` is an in-flight guard (the gate is open: `init` is not writing) or `init` /
-        // `close`'s own `Exclusive` (this read is one of its steps, not during a write). A
-        // copy: no reference outlives the read.
-        unsafe { (*self.st.geom.get())[dev as usize] }
+        // and the gate shut and drained, through the raw cell between its steps, each under
+        // `&mut` of its `Exclusive` token. The token `_call` is an in-flight guard (the gate is
+        // open: `init` is not writing, and cannot start before the guard drops) or `init` /
+        // `close`'s own `Exclusive` (borrowed here, so no write can take it as `&mut` while
+        // the reference lives). The reference lives no longer than that borrow.
+        unsafe { &(*st.geom.get())[dev as usize] }
     }
 
     /// The runtime-wide settings (spec §8, §9) for the runtime's steps, read under their gate
@@ -499,7 +512,16 @@ impl<'a> Nrt<'a> {
             let tail = self.ctx_tail();
             for (d, info) in infos.iter().enumerate().take(n as usize) {
                 let info = info.as_ref().ok_or(Error::Driver(errno::ENODEV))?;
-                (*self.st.geom.get())[d] = DevGeom::from_info(info);
+                let mut geom = DevGeom::from_info(info);
+                // What the driver says once of the device's address map and copy buffers,
+                // read at bring-up like its geometry: the allocation path checks and records
+                // them on every call.
+                geom.hbm_window = self.drv.pa_window(d as u32, false);
+                geom.host_window = self.drv.pa_window(d as u32, true);
+                for (nc, b) in geom.copy_buf.iter_mut().enumerate() {
+                    *b = self.drv.get_copy_buf(d as u32, nc as u32);
+                }
+                (*self.st.geom.get())[d] = geom;
                 self.st.dmem.clear_align_latch(d as u32);
                 let mla = self.mla_ptr(d as u32);
                 (*mla).device = d as u64;

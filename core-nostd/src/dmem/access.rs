@@ -19,6 +19,7 @@ use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::ctx::state::dmem::AllocatorWords;
 use crate::ctx::{InCall, Nrt};
+use crate::driver::Errno;
 use crate::error::{Error, InvalidArg, Result};
 use crate::handle::{self, AllocatorHandle, Dropped, HandleKind};
 use crate::list::{allocator_list, ListError, WeakIndex};
@@ -182,6 +183,7 @@ impl<'a> Nrt<'a> {
         }
         if let Some(w) = self.allocator_words(al) {
             w.stable.store(0, Ordering::Release);
+            w.core.store(dev << 16 | core, Ordering::Release);
             handle::publish(&w.gen, &w.refs);
         }
         Ok(al)
@@ -366,6 +368,7 @@ impl<'a> Nrt<'a> {
     ///
     /// # Safety
     /// `al` live, its lock held; `m` a live dmem.
+    #[inline(always)]
     pub(super) unsafe fn list_insert_tail(
         al: *mut dmem_allocator_t,
         m: Dmem,
@@ -387,6 +390,7 @@ impl<'a> Nrt<'a> {
     /// # Safety
     /// `al` live, its lock held; `m` a live dmem whose `allocator` is `al` (so if linked, it
     /// is on `al`'s list).
+    #[inline(always)]
     pub(super) unsafe fn list_unlink(
         al: *mut dmem_allocator_t,
         m: Dmem,
@@ -420,31 +424,38 @@ impl<'a> Nrt<'a> {
         let _ = self.st.dmem.dmem_lists.give_back(list, how);
     }
 
-    /// The core allocator `al` allocates for: its `physical_core_t` (set at creation),
-    /// resolved in the context tree. An allocator that is not live, or has no core, is refused.
+    /// The core allocator `al` allocates for: its `physical_core_t` and the `(device, core)`
+    /// it was resolved to in the context tree at creation ([`AllocatorWords::core`]). An
+    /// allocator that is not live is refused, and so is a call from a thread that walks `al`.
+    #[inline]
     pub(super) fn allocator_core(&self, al: *mut dmem_allocator_t) -> Result<AllocatorCore> {
-        if !self.st.dmem.allocators.is_live(al) {
-            return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive));
-        }
+        let w = match self.allocator_words(al) {
+            Some(w) if self.st.dmem.allocators.is_live(al) => w,
+            _ => return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive)),
+        };
         // Its own thread walking `al` would hold the lock the alloc path's link takes.
-        self.st
-            .reentry
-            .refuse(reentry_key::allocator(al as usize), WaitFor::AllocatorLock)?;
-        // SAFETY: live allocator; pcore was set at creation and points into the tree.
+        if self.st.reentry.walking() {
+            self.st
+                .reentry
+                .refuse(reentry_key::allocator(al as usize), WaitFor::AllocatorLock)?;
+        }
+        // SAFETY: live allocator; pcore was set at creation, before it was published.
         let pcore = unsafe { (*al).pcore };
         if pcore.is_null() {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorWithoutCore));
         }
-        // SAFETY: pcore points into the context tree (a tpb's or model's physical_core_t).
-        let (mla, tpb) = self.db_physical_core_get_mla_and_tpb(unsafe { &*pcore })?;
-        // SAFETY: resolved pointers are in-bounds and initialised.
-        let (dev, nc_id) = unsafe { ((*mla).mla_idx, (*tpb).idx as u32) };
-        Ok(AllocatorCore { pcore, dev, nc_id })
+        let core = w.core.load(Ordering::Acquire);
+        Ok(AllocatorCore {
+            pcore,
+            dev: core >> 16,
+            nc_id: core & 0xffff,
+        })
     }
 
     /// Writes the fields of fresh dmem `m` (spec §3.2 step 5) and publishes it: generation,
     /// then one owner. Contract: `m` is a fresh zeroed slot of the dmem arena that this call
     /// owns (just taken with `alloc_handle`, not yet published).
+    #[inline(always)]
     pub(super) fn dmem_write_fresh(&self, m: Dmem, f: &DmemFields<'_, '_>) {
         // SAFETY: `m` is a fresh zeroed slot owned by this call (contract).
         unsafe {
@@ -463,7 +474,7 @@ impl<'a> Nrt<'a> {
             (*m).nc_id = f.nc_id;
             (*m).device_id = f.dev;
             (*m).hint = addr_of_mut!((*m).hint_buf) as *mut core::ffi::c_char;
-            (*m).cpy_buf = self.drv.get_copy_buf(f.dev, f.nc_id) as usize as *mut core::ffi::c_void;
+            (*m).cpy_buf = f.copy_buf as usize as *mut core::ffi::c_void;
         }
         // Last: publishes the fields above.
         // SAFETY: `m` is a slot of the dmem arena.
@@ -475,6 +486,7 @@ impl<'a> Nrt<'a> {
     /// resolved live by [`Self::allocator_core`] in this call, and `m` is the dmem this call
     /// just made and published (the alloc path's last steps; not checked again here, to keep
     /// the path at its cost).
+    #[inline(always)]
     pub(super) fn allocator_link(&self, al: *mut dmem_allocator_t, m: Dmem) -> Result<()> {
         // SAFETY: live allocator (contract), its lock held for the link; `m` is a live dmem.
         unsafe {
@@ -574,6 +586,7 @@ impl<'a> Nrt<'a> {
     /// A dmem whose last owner is gone and whose pins have drained: unlinks it from its
     /// allocator (under the allocator's lock, so a concurrent walk never sees a freed node)
     /// and returns everything to the driver, the ledger and the arenas.
+    #[inline(always)]
     pub(super) fn dmem_unlink_and_finalize(&self, call: &impl InCall, m: Dmem, how: GiveBack) {
         // SAFETY: nobody else uses `m` any more (drained), except an allocator destroy that
         // may detach it concurrently: `allocator` is read/written atomically for that, and is
@@ -603,11 +616,26 @@ impl<'a> Nrt<'a> {
         }
     }
 
+    /// A block the driver refused to free: it still holds it, so the ledger keeps it booked
+    /// (it stays true about device memory), the runtime's figures count it and the call
+    /// reports it.
+    #[cold]
+    #[inline(never)]
+    fn driver_kept_block(&self, call: &impl InCall, bytes: u64, handle: u64, e: Errno) {
+        error!(
+            "dmem_free: the driver refused to free {} bytes (handle {:#x}): {}",
+            bytes, handle, e
+        );
+        self.st.driver_kept.note(bytes);
+        call.note_kept(bytes, e);
+    }
+
     /// Returns an unlinked, unreferenced dmem to the driver, ledger and arenas.
     ///
     /// # Safety
     /// `m` is live, unlinked and its reference word reached zero with no pin left (we are the
     /// only user).
+    #[inline(always)]
     pub(super) unsafe fn dmem_finalize(&self, call: &impl InCall, m: Dmem, how: GiveBack) {
         // SAFETY: caller contract.
         unsafe {
@@ -631,20 +659,7 @@ impl<'a> Nrt<'a> {
                     },
                     Action::Free,
                 ),
-                Err(e) => {
-                    // The driver still holds the block: the ledger keeps it booked (it
-                    // stays true about device memory), the runtime's figures count it and
-                    // the call reports it.
-                    let bytes = (*m).allocated_size;
-                    error!(
-                        "dmem_free: the driver refused to free {} bytes (handle {:#x}): {}",
-                        bytes,
-                        (*m).mem_handle,
-                        e
-                    );
-                    self.st.driver_kept.note(bytes);
-                    call.note_kept(bytes, e);
-                }
+                Err(e) => self.driver_kept_block(call, (*m).allocated_size, (*m).mem_handle, e),
             }
             (*m).hint = null_mut();
             // The slot reads as free before it can be handed out again.
@@ -686,6 +701,8 @@ pub(super) struct DmemFields<'r, 'h> {
     pub(super) nc_id: u32,
     /// Its device.
     pub(super) dev: u32,
+    /// The core's copy buffer (`cpy_buf`, from the driver at bring-up).
+    pub(super) copy_buf: u64,
 }
 
 /// A dmem's fields fixed at its allocation, and its owners now.

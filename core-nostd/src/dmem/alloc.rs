@@ -53,7 +53,7 @@ impl<'a> Nrt<'a> {
             return Err(Error::UsageInvalidForLocation { usage, loc });
         }
         let AllocatorCore { pcore, dev, nc_id } = self.allocator_core(al)?;
-        let g = self.dev_geom(call, dev);
+        let g = self.dev_geom_ref(call, dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a
         // channel that does not exist would show in the trace line and the OOM table.
@@ -64,7 +64,7 @@ impl<'a> Nrt<'a> {
                 channels: g.channels,
             });
         }
-        let mut emulate = a.align != 0 && !self.aligned_alloc_supported(dev, &g);
+        let mut emulate = a.align != 0 && !self.aligned_alloc_supported(dev, g);
         if host && a.align != 0 && !emulate {
             // The driver's host pool refuses aligned requests (public ABI §3); said here, with
             // a clear message, instead of as the driver's bare EINVAL.
@@ -95,7 +95,7 @@ impl<'a> Nrt<'a> {
             let _ = self.st.dmem.dmems.cancel(m);
         };
         // 4. carve: natively aligned, or the over-allocate-and-offset emulation
-        let req = |emulate: bool| AllocRequest {
+        let mut req = AllocRequest {
             // Cannot overflow: size + align was checked above.
             size: if emulate { a.size + a.align } else { a.size },
             align: if emulate { 0 } else { a.align },
@@ -106,25 +106,9 @@ impl<'a> Nrt<'a> {
             category: cat,
         };
         // ndl_memory_alloc + ndl_memory_get_pa (steps 4–5)
-        let mut r = self.drv.memory_alloc_pa(dev, &req(emulate));
+        let mut r = self.drv.memory_alloc_pa(dev, &req);
         if r == Err(errno::EINVAL) && a.align != 0 && !emulate && !host {
-            // Perhaps the driver refuses aligned requests after all (the device said it took
-            // them). EINVAL has other causes, so the emulation is tried once, and only its
-            // success latches "unsupported" (as `ndl_supports_align` does). Its out-of-memory
-            // is reported as such; any other refusal keeps the driver's first answer.
-            match self.drv.memory_alloc_pa(dev, &req(true)) {
-                Ok(ok) => {
-                    self.latch_aligned_alloc_unsupported(dev);
-                    emulate = true;
-                    r = Ok(ok);
-                }
-                Err(errno::ENOMEM) => {
-                    // The emulated request is the one that ran out of memory.
-                    emulate = true;
-                    r = Err(errno::ENOMEM);
-                }
-                Err(_) => {}
-            }
+            (r, emulate) = self.alloc_aligned_refused(dev, &mut req, a);
         }
         let (handle, pa) = match r {
             Ok(r) => r,
@@ -147,7 +131,8 @@ impl<'a> Nrt<'a> {
             error!("dmem_alloc: {}", e);
             return Err(e);
         }
-        if let Err(e) = self.check_driver_block(dev, host, handle, pa, req(emulate).size) {
+        let window = if host { g.host_window } else { g.hbm_window };
+        if let Err(e) = self.check_driver_block(dev, window, handle, pa, req.size) {
             undo_meta();
             error!("dmem_alloc: {}", e);
             return Err(e);
@@ -172,6 +157,7 @@ impl<'a> Nrt<'a> {
                 pcore,
                 nc_id,
                 dev,
+                copy_buf: g.copy_buf.get(nc_id as usize).copied().unwrap_or(0),
             },
         );
         // 6. ledger + trace (the booking `dml_add_entry` would read back from the dmem)
@@ -211,14 +197,50 @@ impl<'a> Nrt<'a> {
         Ok(m)
     }
 
+    /// The driver refused an aligned request with EINVAL although the device said it takes
+    /// them: perhaps it does not after all. EINVAL has other causes, so the emulation (`req`
+    /// becomes `size + align`, unaligned) is tried once, and only its success latches
+    /// "unsupported" (as `ndl_supports_align` does). Its out-of-memory is reported as such;
+    /// any other refusal keeps the driver's first answer (and `req` as it was). Returns the
+    /// answer and whether it is the emulation's.
+    #[cold]
+    #[inline(never)]
+    fn alloc_aligned_refused(
+        &self,
+        dev: u32,
+        req: &mut AllocRequest,
+        a: &AllocArgs<'_>,
+    ) -> (core::result::Result<(u64, u64), Errno>, bool) {
+        let native = *req;
+        *req = AllocRequest {
+            size: a.size + a.align,
+            align: 0,
+            ..native
+        };
+        match self.drv.memory_alloc_pa(dev, req) {
+            Ok(ok) => {
+                self.latch_aligned_alloc_unsupported(dev);
+                (Ok(ok), true)
+            }
+            // The emulated request is the one that ran out of memory.
+            Err(errno::ENOMEM) => (Err(errno::ENOMEM), true),
+            Err(_) => {
+                *req = native;
+                (Err(errno::EINVAL), false)
+            }
+        }
+    }
+
     /// Checks a block the driver returned: handle 0 is no handle (nothing can be freed), and
     /// the block `[pa, pa + size)` must lie in the driver's window when it states one
-    /// ([`crate::driver::Driver::pa_window`]); a block outside is taken out of the set of
-    /// live handles (where the allocation claimed it) and given back to the driver.
+    /// (`window`: [`crate::driver::Driver::pa_window`] of the block's pool, read at bring-up);
+    /// a block outside is taken out of the set of live handles (where the allocation claimed
+    /// it) and given back to the driver.
+    #[inline(always)]
     fn check_driver_block(
         &self,
         dev: u32,
-        host: bool,
+        window: Option<(u64, u64)>,
         handle: u64,
         pa: u64,
         size: u64,
@@ -229,7 +251,7 @@ impl<'a> Nrt<'a> {
                 value: 0,
             });
         }
-        let inside = match self.drv.pa_window(dev, host) {
+        let inside = match window {
             None => pa.checked_add(size).is_some(),
             Some((base, len)) => {
                 pa >= base

@@ -384,6 +384,7 @@ impl<'a> Nrt<'a> {
 
     /// The handle of dmem `m`, which the caller owns (it was just allocated, or the caller
     /// holds an owner reference), so its generation cannot move under this call.
+    #[inline(always)]
     pub(crate) fn dmem_handle_of_owned(&self, m: Dmem) -> DmemHandle {
         DmemHandle(self.owned_handle(&self.st.dmem.dmems, m))
     }
@@ -402,6 +403,7 @@ impl<'a> Nrt<'a> {
 
     /// A free through a handle, once pinned: drops one owner; the last one waits for every
     /// other pin to go, then unlinks and finalises.
+    #[inline(always)]
     fn dmem_free_pinned(&self, call: &impl InCall, p: DmemPin<'_>) -> Result<()> {
         // The last owner's free takes the allocator's lock: refused before anything changes
         // when the calling thread walks that allocator.

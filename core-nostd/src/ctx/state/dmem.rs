@@ -39,12 +39,17 @@ pub(crate) struct DmemPool {
 /// The handle words of one allocator slot ([`DmemPool::allocator_words`]): its generation (odd
 /// while an allocator lives in the slot), its reference word (one owner while it lives, plus a
 /// pin per call using it through a handle), and whether it is a core's GLOBAL allocator, which
-/// lives from `init` to `close` and so needs no pin inside a gated call.
+/// lives from `init` to `close` and so needs no pin inside a gated call; and the physical core
+/// it allocates for, resolved in the context tree once, at its creation (the tree does not
+/// change between `init` and `close`, and no allocator outlives `close`).
 #[derive(Default)]
 pub(crate) struct AllocatorWords {
     pub(crate) gen: core::sync::atomic::AtomicU32,
     pub(crate) stable: core::sync::atomic::AtomicU32,
     pub(crate) refs: AtomicU64,
+    /// `device << 16 | core` of the allocator's `pcore`, written before the generation is
+    /// published.
+    pub(crate) core: core::sync::atomic::AtomicU32,
 }
 
 impl DmemPool {
