@@ -4,9 +4,9 @@
 //! The rest of `dmem/` is `#![deny(unsafe_code)]`: this is the one file of the domain where
 //! `unsafe` is allowed.
 //!
-//! Four accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
-//! `owned_dmem_fixed` does for tensor IO: [`Nrt::dmem_write_fresh`] ("`m` is a fresh slot
-//! this call owns"), [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just
+//! Five accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
+//! `owned_dmem_fixed` does for tensor IO: [`Nrt::dmem_write_request`] and
+//! [`Nrt::dmem_write_answer`] ("`m` is a fresh slot this call owns"), [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just
 //! made"), [`Nrt::dmem_cancel_unlinked`] ("`m` is unlinked, its one owner is this
 //! call, no handle of it was handed out") and [`Nrt::dmem_reclaim`] ("the gate is shut and
 //! every allocator is gone").
@@ -14,7 +14,7 @@
 use core::ptr::{addr_of_mut, null_mut, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use super::{Action, AllocArgs, AllocatorPin, Dmem, DmemEntry, DmemInfo, DmemPin};
+use super::{Action, AllocArgs, AllocatorPin, Booking, Dmem, DmemEntry, DmemInfo, DmemPin};
 use crate::abi::*;
 use crate::arena::GiveBack;
 use crate::ctx::state::dmem::AllocatorWords;
@@ -452,21 +452,18 @@ impl<'a> Nrt<'a> {
         })
     }
 
-    /// Writes the fields of fresh dmem `m` (spec §3.2 step 5) and publishes it: generation,
-    /// then one owner. Contract: `m` is a fresh zeroed slot of the dmem arena that this call
-    /// owns (just taken with `alloc_handle`, not yet published).
+    /// Writes the fields of fresh dmem `m` (spec §3.2 step 5) that the request fixes, before
+    /// the driver is asked (so they need not be held across its call). Contract: `m` is a
+    /// fresh zeroed slot of the dmem arena that this call owns (just taken with
+    /// `alloc_handle`, not yet published); if the call fails, the slot goes back unpublished
+    /// and is zeroed again when next taken.
     #[inline(always)]
-    pub(super) fn dmem_write_fresh(&self, m: Dmem, f: &DmemFields<'_, '_>) {
+    pub(super) fn dmem_write_request(&self, m: Dmem, f: &DmemFields<'_, '_>) {
         // SAFETY: `m` is a fresh zeroed slot owned by this call (contract).
         unsafe {
             crate::cstr::copy_c_name(&mut (*m).hint_buf, f.a.hint);
-            (*m).mem_handle = f.handle;
-            (*m)._pa = f.pa;
-            (*m)._va = null_mut();
             (*m).size = f.a.size;
             (*m).align = f.a.align;
-            (*m).align_offset = f.align_offset;
-            (*m).allocated_size = f.a.size + f.align_offset;
             (*m).mem_type = f.loc as u32;
             (*m).mem_usage_type = f.usage as u32;
             (*m).tdram_channel = f.hbm;
@@ -476,10 +473,33 @@ impl<'a> Nrt<'a> {
             (*m).hint = addr_of_mut!((*m).hint_buf) as *mut core::ffi::c_char;
             (*m).cpy_buf = f.copy_buf as usize as *mut core::ffi::c_void;
         }
+    }
+
+    /// Writes the driver's answer into dmem `m` ([`Self::dmem_write_request`] wrote the rest)
+    /// and publishes it: generation, then one owner. Returns its ledger booking. Contract: as
+    /// [`Self::dmem_write_request`], which ran first on `m`.
+    #[inline(always)]
+    pub(super) fn dmem_write_answer(
+        &self,
+        m: Dmem,
+        handle: u64,
+        pa: u64,
+        align_offset: u64,
+    ) -> Booking {
+        // SAFETY: `m` is a fresh slot owned by this call (contract); its request fields are
+        // written.
+        let booking = unsafe {
+            (*m).mem_handle = handle;
+            (*m)._pa = pa;
+            (*m).align_offset = align_offset;
+            (*m).allocated_size = (*m).size + align_offset;
+            booking_raw(m)
+        };
         // Last: publishes the fields above.
         // SAFETY: `m` is a slot of the dmem arena.
         let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
         handle::publish(gen, refs);
+        booking
     }
 
     /// Links live dmem `m` before `al`'s dummy tail, under `al`'s lock. Contract: `al` was
@@ -647,18 +667,7 @@ impl<'a> Nrt<'a> {
             match self.drv.memory_free(dev, (*m).mem_handle) {
                 // The booking `dml_add_entry` would read back: the dmem's own fields, fixed
                 // since its allocation resolved `dev` in the tree.
-                Ok(()) => self.dml_book(
-                    call,
-                    &super::Booking {
-                        dev,
-                        nc: (*m).nc_id,
-                        usage: (*m).mem_usage_type,
-                        channel: (*m).tdram_channel,
-                        bytes: (*m).allocated_size,
-                        host: (*m).mem_type == dma_mem_location_t::HOST_DRAM as u32,
-                    },
-                    Action::Free,
-                ),
+                Ok(()) => self.dml_book(call, &booking_raw(m), Action::Free),
                 Err(e) => self.driver_kept_block(call, (*m).allocated_size, (*m).mem_handle, e),
             }
             (*m).hint = null_mut();
@@ -679,16 +688,10 @@ pub(super) struct AllocatorCore {
     pub(super) nc_id: u32,
 }
 
-/// What [`Nrt::dmem_write_fresh`] writes into a fresh dmem (spec §3.2 step 5).
+/// What [`Nrt::dmem_write_request`] writes into a fresh dmem (spec §3.2 step 5).
 pub(super) struct DmemFields<'r, 'h> {
     /// The request (size, align, hint).
     pub(super) a: &'r AllocArgs<'h>,
-    /// The driver's handle.
-    pub(super) handle: u64,
-    /// The physical address.
-    pub(super) pa: u64,
-    /// The aligned-alloc emulation's offset (0 when the driver aligned it).
-    pub(super) align_offset: u64,
     /// Host or device memory.
     pub(super) loc: dma_mem_location_t,
     /// The usage type.
@@ -703,6 +706,27 @@ pub(super) struct DmemFields<'r, 'h> {
     pub(super) dev: u32,
     /// The core's copy buffer (`cpy_buf`, from the driver at bring-up).
     pub(super) copy_buf: u64,
+}
+
+/// The ledger booking of dmem `m` (what `dml_add_entry` reads back): its own fields, fixed
+/// since its allocation resolved its device in the tree.
+///
+/// # Safety
+/// `m` is a dmem whose fields are written and not being written (owned by the caller, or
+/// drained).
+#[inline(always)]
+unsafe fn booking_raw(m: *const dmem_t) -> Booking {
+    // SAFETY: the caller's contract.
+    unsafe {
+        Booking {
+            dev: (*m).device_id,
+            nc: (*m).nc_id,
+            usage: (*m).mem_usage_type,
+            channel: (*m).tdram_channel,
+            bytes: (*m).allocated_size,
+            host: (*m).mem_type == dma_mem_location_t::HOST_DRAM as u32,
+        }
+    }
 }
 
 /// A dmem's fields fixed at its allocation, and its owners now.

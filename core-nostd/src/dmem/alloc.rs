@@ -5,7 +5,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
 use super::access::{AllocatorCore, DmemFields};
-use super::{Action, AllocArgs, Booking, Dmem};
+use super::{Action, AllocArgs, Dmem};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::ctx::{InCall, Nrt};
@@ -94,6 +94,21 @@ impl<'a> Nrt<'a> {
             }
             let _ = self.st.dmem.dmems.cancel(m);
         };
+        // The fields the request fixes go into the slot now, not held across the driver's
+        // call (a failed call gives the slot back unpublished).
+        self.dmem_write_request(
+            m,
+            &DmemFields {
+                a,
+                loc,
+                usage,
+                hbm,
+                pcore,
+                nc_id,
+                dev,
+                copy_buf: g.copy_buf.get(nc_id as usize).copied().unwrap_or(0),
+            },
+        );
         // 4. carve: natively aligned, or the over-allocate-and-offset emulation
         let mut req = AllocRequest {
             // Cannot overflow: size + align was checked above.
@@ -144,35 +159,9 @@ impl<'a> Nrt<'a> {
         } else {
             0
         };
-        self.dmem_write_fresh(
-            m,
-            &DmemFields {
-                a,
-                handle,
-                pa,
-                align_offset: offset,
-                loc,
-                usage,
-                hbm,
-                pcore,
-                nc_id,
-                dev,
-                copy_buf: g.copy_buf.get(nc_id as usize).copied().unwrap_or(0),
-            },
-        );
+        let booking = self.dmem_write_answer(m, handle, pa, offset);
         // 6. ledger + trace (the booking `dml_add_entry` would read back from the dmem)
-        self.dml_book(
-            call,
-            &Booking {
-                dev,
-                nc: nc_id,
-                usage: usage as u32,
-                channel: hbm,
-                bytes: a.size + offset,
-                host,
-            },
-            Action::Alloc,
-        );
+        self.dml_book(call, &booking, Action::Alloc);
         // 7. link before dummy_tail
         let linked = self.allocator_link(al, m);
         if let Err(e) = linked {
