@@ -9,6 +9,7 @@ use core::fmt::{self, Write as _};
 ///
 /// Every caller fills a fresh (zeroed) arena slot, so only the text is written: the padding
 /// and terminator are already there. On the `dmem_alloc` path this halves the hint's cost.
+#[inline]
 pub(crate) fn copy_c_name(dst: &mut [u8], s: &str) {
     debug_assert!(
         dst.iter().all(|b| *b == 0),

@@ -185,6 +185,7 @@ impl<'a, T: Linked> List<'a, T> {
     ///
     /// # Safety
     /// `node` is live, and for `'a` it is guarded by the list's lock like the list's nodes.
+    #[inline]
     pub unsafe fn push_back(&mut self, node: NonNull<T>) -> Result<(), ListError> {
         // SAFETY: `node` is live (caller contract); the sentinels and linked nodes are live and
         // ours to write (constructor contract).
@@ -213,6 +214,7 @@ impl<'a, T: Linked> List<'a, T> {
     /// # Safety
     /// `node` is live and, if linked, on *this* list (the list does not walk itself to find
     /// out: the caller knows, e.g. from the dmem's `allocator` field).
+    #[inline]
     pub unsafe fn remove(&mut self, node: NonNull<T>) -> Result<(), ListError> {
         // SAFETY: `node` is live; its neighbours are nodes of this list (caller contract), so
         // live and ours to write (constructor contract).

@@ -278,6 +278,7 @@ impl Reentry {
 
     /// Whether an allocator walk is in progress on some thread (a walk that begins after
     /// this answer runs on another thread than the caller's).
+    #[inline]
     pub fn walking(&self) -> bool {
         self.walks.load(Ordering::Acquire) != 0
     }
@@ -489,6 +490,7 @@ impl nrt_mutex_t {
     }
 
     /// Acquires the lock if it is free.
+    #[inline]
     pub fn try_lock(&self) -> Option<MutexGuard<'_>> {
         self.state
             .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)

@@ -34,6 +34,7 @@ impl<'a> Nrt<'a> {
     /// a gated call made from inside another cannot deadlock with `close`; but made after
     /// `close` began it fails, so a call's own sub-steps take the guard this returns instead
     /// of entering again ([`InCall`]; `execute`'s copies).
+    #[inline]
     pub(crate) fn enter(&self) -> Result<InFlight<'a>> {
         self.pass_gate(false)
     }

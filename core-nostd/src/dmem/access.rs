@@ -327,8 +327,19 @@ impl<'a> Nrt<'a> {
     /// bounded probe of the lock (`Timeout` when it gives up). Nothing is held afterwards. A
     /// null or dead allocator passes (the call refuses it itself), and so does any allocator
     /// while no walk is in progress (its lock is then held only for sections of the core).
+    #[inline]
     pub(crate) fn allocator_reachable(&self, al: *mut dmem_allocator_t) -> Result<()> {
-        if !self.st.reentry.walking() || al.is_null() || !self.st.dmem.allocators.is_live(al) {
+        if !self.st.reentry.walking() {
+            return Ok(());
+        }
+        self.allocator_reachable_walking(al)
+    }
+
+    /// [`Self::allocator_reachable`] while some thread walks an allocator.
+    #[cold]
+    #[inline(never)]
+    fn allocator_reachable_walking(&self, al: *mut dmem_allocator_t) -> Result<()> {
+        if al.is_null() || !self.st.dmem.allocators.is_live(al) {
             return Ok(());
         }
         self.st
