@@ -957,6 +957,7 @@ impl<T: ZeroValid> Arena<T> {
     /// Returns `p` the way `how` says (see [`GiveBack`]), through the shard that owns it:
     /// the liveness check and the flag's clearing happen under that shard's lock, so of two
     /// racing frees exactly one succeeds.
+    #[inline]
     pub fn give_back(&self, p: *const T, how: GiveBack) -> Result<(), ReleaseError> {
         let Some(i) = self.index_of(p) else {
             return Err(ReleaseError::Foreign);

@@ -384,6 +384,7 @@ impl LiveHandles {
 
     /// Records that the dmem of arena slot `slot` holds `handle` on `dev`, unless a live dmem
     /// holds it already: `false` then (nothing recorded), and for a slot past the table.
+    #[inline]
     pub(crate) fn claim(&self, dev: u32, handle: u64, slot: usize) -> bool {
         if slot >= self.links.entries() {
             return false;
