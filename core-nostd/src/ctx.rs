@@ -57,7 +57,8 @@ pub struct DevGeom {
     pub hbm_window: Option<(u64, u64)>,
     /// The same for the device's host DMA pool.
     pub host_window: Option<(u64, u64)>,
-    /// Each core's copy buffer (`Driver::get_copy_buf`), recorded in its dmems' `cpy_buf`.
+    /// Each core's copy buffer (`Driver::get_copy_buf`), recorded in its dmems' `cpy_buf` (0
+    /// past the device's cores).
     pub copy_buf: [u64; constants::TPBS_PER_MLA],
 }
 
@@ -344,9 +345,10 @@ impl LiveHandles {
     #[inline]
     fn bucket(&self, dev: u32, handle: u64) -> Option<&AtomicU32> {
         let n = self.buckets.entries();
-        // The device in the top bits (the 32 devices' ids fill them), where handles differ
-        // least.
-        let key = handle ^ u64::from(dev).rotate_right(5);
+        // The device spread over every bit of the key (a multiply), so that the same handle
+        // value on two devices lands in different buckets: the bucket comes from product bits
+        // 32 and up, which only key bits below them reach.
+        let key = handle ^ u64::from(dev).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
         self.buckets.entry(h as usize & n.wrapping_sub(1))
     }

@@ -518,7 +518,8 @@ impl<'a> Nrt<'a> {
                 // them on every call.
                 geom.hbm_window = self.drv.pa_window(d as u32, false);
                 geom.host_window = self.drv.pa_window(d as u32, true);
-                for (nc, b) in geom.copy_buf.iter_mut().enumerate() {
+                let cores = info.cores_per_device.min(constants::TPBS_PER_MLA as u32) as usize;
+                for (nc, b) in geom.copy_buf.iter_mut().enumerate().take(cores) {
                     *b = self.drv.get_copy_buf(d as u32, nc as u32);
                 }
                 (*self.st.geom.get())[d] = geom;

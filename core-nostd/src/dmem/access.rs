@@ -6,10 +6,11 @@
 //!
 //! Five accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
 //! `owned_dmem_fixed` does for tensor IO: [`Nrt::dmem_write_request`] and
-//! [`Nrt::dmem_write_answer`] ("`m` is a fresh slot this call owns"), [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just
-//! made"), [`Nrt::dmem_cancel_unlinked`] ("`m` is unlinked, its one owner is this
-//! call, no handle of it was handed out") and [`Nrt::dmem_reclaim`] ("the gate is shut and
-//! every allocator is gone").
+//! [`Nrt::dmem_write_answer`] ("`m` is a fresh slot this call owns"),
+//! [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just made"),
+//! [`Nrt::dmem_cancel_unlinked`] ("`m` is unlinked, its one owner is this call, no handle of
+//! it was handed out") and [`Nrt::dmem_reclaim`] ("the gate is shut and every allocator is
+//! gone").
 
 use core::ptr::{addr_of_mut, null_mut, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -129,13 +130,15 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// The physical core allocator `al` (pinned by the caller) allocates for.
+    /// The physical core allocator `al` (pinned by the caller) allocates for: the
+    /// `(device, core)` [`AllocatorWords::core`] holds, resolved at its creation.
     pub(super) fn allocator_pcore(&self, al: *mut dmem_allocator_t) -> Result<(u32, u32)> {
-        // SAFETY: the caller's pin keeps `al` live; `pcore` is written once, at creation,
-        // before the allocator is published.
-        let pcore = unsafe { (*al).pcore };
-        self.tree_pcore(pcore)
-            .ok_or(Error::InvalidArgument(InvalidArg::AllocatorWithoutCore))
+        let core = self
+            .allocator_words(al)
+            .ok_or(Error::InvalidArgument(InvalidArg::AllocatorWithoutCore))?
+            .core
+            .load(Ordering::Acquire);
+        Ok((core >> 16, core & 0xffff))
     }
 
     /// Marks whether `al` (a live allocator) was made through the public API.

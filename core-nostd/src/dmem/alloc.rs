@@ -152,8 +152,8 @@ impl<'a> Nrt<'a> {
             error!("dmem_alloc: {}", e);
             return Err(e);
         }
-        // 5. fields, then publish them (generation, then one owner) to readers of live slots
-        //    (the OOM dump) and to resolvers of the new handle.
+        // 5. the driver's answer into the slot, then publish it (generation, then one owner)
+        //    to readers of live slots (the OOM dump) and to resolvers of the new handle.
         let offset = if emulate {
             align_offset(pa, a.align)
         } else {
