@@ -372,11 +372,7 @@ impl LiveHandles {
     fn lock_contended(b: &AtomicU32) -> u32 {
         let mut spins = 0u32;
         loop {
-            let w = b.load(Ordering::Relaxed);
-            if w & LIVE_LOCK == 0
-                && b.compare_exchange_weak(w, w | LIVE_LOCK, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
+            if let Some(w) = Self::try_lock(b) {
                 return w;
             }
             crate::sync::relax(spins);

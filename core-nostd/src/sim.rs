@@ -829,12 +829,18 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
                 return Err(errno::EINVAL);
             }
         }
-        let id = CarveId::from_parts(
+        let id = Self::handle_id(handle).ok_or(errno::EINVAL)?;
+        Ok((pool, id))
+    }
+
+    /// The pool node a handle names: its index and generation fields (`None` for a node
+    /// index no pool has).
+    #[inline]
+    fn handle_id(handle: u64) -> Option<CarveId> {
+        CarveId::from_parts(
             (handle & H_INDEX_MASK) as u32,
             (handle >> H_GEN_SHIFT) as u32,
         )
-        .ok_or(errno::EINVAL)?;
-        Ok((pool, id))
     }
 
     /// Validates a copy window of block `b` of `pool` and returns a pointer to its first

@@ -57,10 +57,7 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
             && dev < self.device_count
             && c < self.channels
         {
-            if let Some(id) = CarveId::from_parts(
-                (handle & H_INDEX_MASK) as u32,
-                (handle >> H_GEN_SHIFT) as u32,
-            ) {
+            if let Some(id) = Self::handle_id(handle) {
                 let small = handle & ((MAX_HBM_CHANNELS as u64) << H_POOL_SHIFT) != 0;
                 return self.channel_part(dev, c).with(|st| {
                     let carve = if small { &mut st.small } else { &mut st.main };
