@@ -98,11 +98,16 @@ impl<'a> Nrt<'a> {
         // destroy, which for a GLOBAL allocator runs under `close`'s exclusive token.
         if w.gen.load(Ordering::Acquire) == h.0.generation && w.stable.load(Ordering::Acquire) == 1
         {
-            return Ok(AllocatorPin { al, refs: None });
+            return Ok(AllocatorPin {
+                al,
+                words: w,
+                refs: None,
+            });
         }
         if handle::pin(&w.gen, &w.refs, h.0.generation) {
             Ok(AllocatorPin {
                 al,
+                words: w,
                 refs: Some(&w.refs),
             })
         } else {
@@ -441,11 +446,21 @@ impl<'a> Nrt<'a> {
     /// The core allocator `al` allocates for: its `physical_core_t` and the `(device, core)`
     /// it was resolved to in the context tree at creation ([`AllocatorWords::core`]). An
     /// allocator that is not live is refused, and so is a call from a thread that walks `al`.
+    /// `pinned`: its words, when this call resolved `al` through its handle (so they are not
+    /// looked up again).
     #[inline]
-    pub(super) fn allocator_core(&self, al: *mut dmem_allocator_t) -> Result<AllocatorCore> {
-        let w = match self.allocator_words(al) {
-            Some(w) if self.st.dmem.allocators.is_live(al) => w,
-            _ => return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive)),
+    pub(super) fn allocator_core(
+        &self,
+        al: *mut dmem_allocator_t,
+        pinned: Option<&AllocatorWords>,
+    ) -> Result<AllocatorCore> {
+        let w = match pinned {
+            // Resolved through its handle by this call, and pinned (or runtime-owned).
+            Some(w) => w,
+            None => match self.allocator_words(al) {
+                Some(w) if self.st.dmem.allocators.is_live(al) => w,
+                _ => return Err(Error::InvalidArgument(InvalidArg::AllocatorNotLive)),
+            },
         };
         // Its own thread walking `al` would hold the lock the alloc path's link takes.
         if self.st.reentry.walking() {

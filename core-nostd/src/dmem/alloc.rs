@@ -8,6 +8,7 @@ use super::access::{AllocatorCore, DmemFields};
 use super::{Action, AllocArgs, Dmem};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
+use crate::ctx::state::dmem::AllocatorWords;
 use crate::ctx::{InCall, Nrt};
 use crate::driver::{errno, AllocRequest, Errno};
 use crate::error::{Error, InvalidArg, Result};
@@ -22,16 +23,19 @@ impl<'a> Nrt<'a> {
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<Dmem> {
-        self.dmem_alloc_named(call, al, a, ref_list).map(|(m, _)| m)
+        self.dmem_alloc_named(call, al, None, a, ref_list)
+            .map(|(m, _)| m)
     }
 
     /// [`Self::dmem_alloc_internal`], returning the new dmem's handle words (arena slot and
     /// the generation it was published with) next to its pointer, for the public call.
+    /// `pinned`: `al`'s words when the call resolved it through its handle.
     #[inline(always)]
     pub(super) fn dmem_alloc_named(
         &self,
         call: &impl InCall,
         al: *mut dmem_allocator_t,
+        pinned: Option<&AllocatorWords>,
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<(Dmem, (u32, u32))> {
@@ -65,7 +69,7 @@ impl<'a> Nrt<'a> {
         if cat == CATEGORY_INVALID {
             return Err(Error::UsageInvalidForLocation { usage, loc });
         }
-        let AllocatorCore { pcore, dev, nc_id } = self.allocator_core(al)?;
+        let AllocatorCore { pcore, dev, nc_id } = self.allocator_core(al, pinned)?;
         let g = self.dev_geom_ref(call, dev);
         // Recorded for host allocations too (`tdram_channel`, spec §3.2 step 5): libnrt passes
         // the core's default HBM whatever the location. So it is checked for them too: a

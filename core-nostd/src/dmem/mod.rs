@@ -196,6 +196,8 @@ impl Drop for DmemPin<'_> {
 /// state gate keeps `close` out while the call runs.
 pub(crate) struct AllocatorPin<'a> {
     pub(crate) al: *mut dmem_allocator_t,
+    /// Its side words, found while resolving the handle.
+    pub(crate) words: &'a crate::ctx::state::dmem::AllocatorWords,
     refs: Option<&'a crate::atomic::AtomicU64>,
 }
 
@@ -300,7 +302,8 @@ impl<'a> Nrt<'a> {
     ) -> Result<DmemHandle> {
         let call = self.enter()?;
         let p = self.allocator_pin(h)?;
-        let (_, (index, generation)) = self.dmem_alloc_named(&call, p.al, a, ref_list)?;
+        let (_, (index, generation)) =
+            self.dmem_alloc_named(&call, p.al, Some(p.words), a, ref_list)?;
         Ok(DmemHandle(handle::Raw {
             index,
             generation,
