@@ -215,6 +215,28 @@ impl<S> Part<S> {
         // to the state (every other path takes the same lock or has `&mut self`).
         f(unsafe { &mut *self.state.get() })
     }
+
+    /// [`Part::with`] for a small `f` that captures little: an uncontended lock is taken
+    /// inline and `f` runs here; a contended one sends the whole call out of line
+    /// ([`Part::with_contended`]), so no wait loop's call sits between the caller's values
+    /// and `f`, and the caller keeps fewer of them in callee-saved registers.
+    #[inline(always)]
+    fn with_split<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+        match self.lock.try_lock() {
+            // SAFETY: the part's lock is held (by `_g`) for the whole call, so this is the
+            // only reference to the state (every other path takes the same lock or has
+            // `&mut self`).
+            Some(_g) => f(unsafe { &mut *self.state.get() }),
+            None => self.with_contended(f),
+        }
+    }
+
+    /// [`Part::with_split`] when the lock was held: waits for it, then runs `f`.
+    #[cold]
+    #[inline(never)]
+    fn with_contended<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+        self.with(f)
+    }
 }
 
 /// The driver's `mem_alloc_category_t` CONTIGUOUS_SCRATCHPAD_DEVICE (public ABI §3).
@@ -544,20 +566,20 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
             return self.alloc_checked(dev, req);
         }
         let c = req.hbm_idx;
+        let size = (req.size + (PAGE_SIZE - 1)) & !(PAGE_SIZE - 1);
+        // Both placements try the small-object region first for a small request and the
+        // main pool first for a larger one; only the fallback differs (`alloc_refused`).
+        let small = size <= SMALL_OBJECT_MAX;
+        // The handle's tag, device and pool bits from the pool chosen here: the carve's
+        // answer only adds the node's index and generation.
+        let pool = if small { Pool::Small(c) } else { Pool::Main(c) };
+        let prefix = Self::pool_prefix(dev, pool);
         self.channel_part(dev, c).with(|st| {
             st.alloc_calls += 1;
-            let size = (req.size + (PAGE_SIZE - 1)) & !(PAGE_SIZE - 1);
-            // Both placements try the small-object region first for a small request and the
-            // main pool first for a larger one; only the fallback differs (`alloc_refused`).
-            let small = size <= SMALL_OBJECT_MAX;
-            let (pool, carve) = if small {
-                (Pool::Small(c), &mut st.small)
-            } else {
-                (Pool::Main(c), &mut st.main)
-            };
+            let carve = if small { &mut st.small } else { &mut st.main };
             match carve.alloc(size, 0) {
-                Ok(b) => Ok((Self::encode(dev, pool, b.id), b.addr)),
-                Err(e) => self.alloc_refused(dev, req, size, st, small, e),
+                Ok(b) => Ok((prefix | Self::id_bits(b.id), b.addr)),
+                Err(e) => self.alloc_refused(dev, req, st, e),
             }
         })
     }
@@ -573,19 +595,22 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
     /// The rest of a plain HBM request whose first pool refused it with `e`: the fallback
     /// pool when the placement has one (a full small-object region falls back to the main
     /// pool; under genalloc a full main pool falls back to the small-object region too), then
-    /// the refusal as [`SimDevice::placed`] reports it. Called with the channel's lock held.
+    /// the refusal as [`SimDevice::placed`] reports it. Called with the channel's lock held,
+    /// for a request that passed [`SimDevice::alloc_block`]'s plain test (its size is at most
+    /// `i64::MAX`, so the page rounding cannot overflow); the rounded size and the first pool
+    /// are derived again here rather than kept live across the hot path's carve call.
     #[cold]
     #[inline(never)]
     fn alloc_refused(
         &self,
         dev: u32,
         req: &AllocRequest,
-        size: u64,
         st: &mut ChannelState<NODES>,
-        small_first: bool,
         e: CarveError,
     ) -> Result<(u64, u64), Errno> {
         let c = req.hbm_idx;
+        let size = (req.size + (PAGE_SIZE - 1)) & !(PAGE_SIZE - 1);
+        let small_first = size <= SMALL_OBJECT_MAX;
         let (pool, r) = match e {
             CarveError::OutOfSpace if small_first => (Pool::Main(c), st.main.alloc(size, 0)),
             CarveError::OutOfSpace if self.genalloc() => (Pool::Small(c), st.small.alloc(size, 0)),
@@ -805,12 +830,21 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
         (H_TAG << H_TAG_SHIFT) | ((dev as u64) << H_DEV_SHIFT)
     }
 
+    /// The tag, device and pool bits of the handles of `pool` on device `dev`.
+    #[inline]
+    const fn pool_prefix(dev: u32, pool: Pool) -> u64 {
+        Self::handle_prefix(dev) | ((pool.code() as u64) << H_POOL_SHIFT)
+    }
+
+    /// The node index and generation bits of a handle for `id`.
+    #[inline]
+    const fn id_bits(id: CarveId) -> u64 {
+        ((id.generation() as u64) << H_GEN_SHIFT) | id.index() as u64
+    }
+
     #[inline]
     fn encode(dev: u32, pool: Pool, id: CarveId) -> u64 {
-        Self::handle_prefix(dev)
-            | ((id.generation() as u64) << H_GEN_SHIFT)
-            | ((pool.code() as u64) << H_POOL_SHIFT)
-            | id.index() as u64
+        Self::pool_prefix(dev, pool) | Self::id_bits(id)
     }
 
     /// Splits a handle, checking everything that does not need the pool (`EINVAL`).

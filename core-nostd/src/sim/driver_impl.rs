@@ -59,7 +59,7 @@ impl<const DEVICES: usize, const NODES: usize> Driver for SimDevice<DEVICES, NOD
         {
             if let Some(id) = Self::handle_id(handle) {
                 let small = handle & ((MAX_HBM_CHANNELS as u64) << H_POOL_SHIFT) != 0;
-                return self.channel_part(dev, c).with(|st| {
+                return self.channel_part(dev, c).with_split(move |st| {
                     let carve = if small { &mut st.small } else { &mut st.main };
                     match carve.free(id) {
                         Ok(_) => Ok(()),
