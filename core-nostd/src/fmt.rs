@@ -19,3 +19,22 @@ macro_rules! debug { ($($arg:tt)*) => { nrt_log!(debug, $($arg)*) }; }
 macro_rules! info { ($($arg:tt)*) => { nrt_log!(info, $($arg)*) }; }
 macro_rules! warn { ($($arg:tt)*) => { nrt_log!(warn, $($arg)*) }; }
 macro_rules! error { ($($arg:tt)*) => { nrt_log!(error, $($arg)*) }; }
+
+/// Whether trace-level lines are kept: the `log` facade's level filter; with `defmt`, whose
+/// filter is applied at build time, always; without a logger, never. Lets a hot path keep the
+/// arguments of its trace line out of its own frame (in a cold call behind this test).
+#[inline(always)]
+pub(crate) fn trace_enabled() -> bool {
+    #[cfg(feature = "log")]
+    {
+        ::log::log_enabled!(target: "nrt", ::log::Level::Trace)
+    }
+    #[cfg(all(feature = "defmt", not(feature = "log")))]
+    {
+        true
+    }
+    #[cfg(not(any(feature = "log", feature = "defmt")))]
+    {
+        false
+    }
+}

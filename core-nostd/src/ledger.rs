@@ -388,13 +388,28 @@ impl Nrt<'_> {
                 total_peak.fetch_max(sum, Ordering::Relaxed);
             }
         }
-        // The figures are computed only when trace logging is on (the macro's arguments
-        // are not evaluated otherwise): this is the allocation hot path.
+        // The trace line's figures are gathered in a cold call, only when trace logging is
+        // on: this is the allocation hot path, and its bookings stay in registers.
+        if crate::fmt::trace_enabled() {
+            self.trace_usage(
+                call,
+                dev,
+                b.channel,
+                bytes,
+                rows[nc][TOTAL].load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// The `MEM_USAGE` trace line of one booking (spec §3.2 step 6).
+    #[cold]
+    #[inline(never)]
+    fn trace_usage(&self, call: &impl InCall, dev: u32, channel: u32, bytes: u64, core_total: u64) {
         trace!(
             "MEM_USAGE: {} bytes, channel {}, total ({}/{})",
             bytes,
-            b.channel,
-            rows[nc][TOTAL].load(Ordering::Relaxed),
+            channel,
+            core_total,
             self.dev_geom(call, dev).channel_size
         );
     }

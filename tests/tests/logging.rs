@@ -8,12 +8,13 @@ use nrt_core::driver::{errno, AllocRequest, Driver};
 use nrt_core::sim::{Placement, Preset, SimConfig, SimDevice};
 use nrt_core::{CoreState, InitOptions, Nrt};
 
-/// Every record at WARN or above.
+/// Every record the process-wide level filter lets through (WARN, or TRACE while a test
+/// raises it).
 struct Capture(Mutex<Vec<String>>);
 
 impl log::Log for Capture {
     fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Warn
+        m.level() <= log::max_level()
     }
     fn log(&self, r: &log::Record<'_>) {
         if self.enabled(r.metadata()) {
@@ -35,9 +36,45 @@ fn capture() {
     });
 }
 
+/// Records of any level containing `text`.
+fn lines_containing(text: &str) -> usize {
+    let v = CAPTURE.0.lock().unwrap_or_else(|p| p.into_inner());
+    v.iter().filter(|l| l.contains(text)).count()
+}
+
 fn warnings_containing(text: &str) -> usize {
     let v = CAPTURE.0.lock().unwrap_or_else(|p| p.into_inner());
     v.iter().filter(|l| l.contains(text)).count()
+}
+
+/// Each booking's `MEM_USAGE` trace line (spec §3.2 step 6) when trace logging is on, and
+/// none when it is off.
+#[test]
+fn bookings_are_traced_only_when_trace_logging_is_on() {
+    capture();
+    let st = CoreState::new_boxed();
+    let sim = SimDevice::new_boxed(&SimConfig::new(Preset::Trn2, 1)).expect("sim");
+    let n = Nrt::new(&st, &*sim);
+    n.init(&InitOptions::default()).expect("init");
+    let al = n
+        .dmem()
+        .core_allocator(nrt_core::PhysicalCore::new(0, 0))
+        .expect("allocator");
+    let round_trip = |size: u64| {
+        let h = n
+            .dmem()
+            .alloc(al, &AllocArgs::device(size, 0, TENSOR, "t"), None)
+            .expect("alloc");
+        n.dmem().free(h).expect("free");
+    };
+    round_trip(0x3_1000);
+    assert_eq!(lines_containing("MEM_USAGE: 200704 bytes"), 0);
+    log::set_max_level(log::LevelFilter::Trace);
+    round_trip(0x5_2000);
+    log::set_max_level(log::LevelFilter::Warn);
+    // The allocation's line and the free's.
+    assert_eq!(lines_containing("MEM_USAGE: 335872 bytes, channel 0"), 2);
+    n.close().expect("close");
 }
 
 #[test]

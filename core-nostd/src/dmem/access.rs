@@ -490,7 +490,8 @@ impl<'a> Nrt<'a> {
     }
 
     /// Writes the driver's answer into dmem `m` ([`Self::dmem_write_request`] wrote the rest)
-    /// and publishes it: generation, then one owner. Returns its ledger booking. Contract: as
+    /// and publishes it: generation, then one owner. Returns its ledger booking and the
+    /// generation its handles carry. Contract: as
     /// [`Self::dmem_write_request`], which ran first on `m`.
     #[inline(always)]
     pub(super) fn dmem_write_answer(
@@ -499,7 +500,7 @@ impl<'a> Nrt<'a> {
         handle: u64,
         pa: u64,
         align_offset: u64,
-    ) -> Booking {
+    ) -> (Booking, u32) {
         // SAFETY: `m` is a fresh slot owned by this call (contract); its request fields are
         // written.
         let booking = unsafe {
@@ -512,8 +513,7 @@ impl<'a> Nrt<'a> {
         // Last: publishes the fields above.
         // SAFETY: `m` is a slot of the dmem arena.
         let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
-        handle::publish(gen, refs);
-        booking
+        (booking, handle::publish(gen, refs))
     }
 
     /// Links live dmem `m` before `al`'s dummy tail, under `al`'s lock. Contract: `al` was

@@ -22,6 +22,19 @@ impl<'a> Nrt<'a> {
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<Dmem> {
+        self.dmem_alloc_named(call, al, a, ref_list).map(|(m, _)| m)
+    }
+
+    /// [`Self::dmem_alloc_internal`], returning the new dmem's handle words (arena slot and
+    /// the generation it was published with) next to its pointer, for the public call.
+    #[inline(always)]
+    pub(super) fn dmem_alloc_named(
+        &self,
+        call: &impl InCall,
+        al: *mut dmem_allocator_t,
+        a: &AllocArgs<'_>,
+        ref_list: Option<*mut dmem_list_t>,
+    ) -> Result<(Dmem, (u32, u32))> {
         // 1. arguments (no side effects yet)
         if ref_list.is_some_and(|l| !self.st.dmem.dmem_lists.is_live(l)) {
             return Err(Error::InvalidArgument(InvalidArg::RefListNotLive));
@@ -159,7 +172,7 @@ impl<'a> Nrt<'a> {
         } else {
             0
         };
-        let booking = self.dmem_write_answer(m, handle, pa, offset);
+        let (booking, generation) = self.dmem_write_answer(m, handle, pa, offset);
         // 6. ledger + trace (the booking `dml_add_entry` would read back from the dmem)
         self.dml_book(call, &booking, Action::Alloc);
         // 7. link before dummy_tail
@@ -183,7 +196,7 @@ impl<'a> Nrt<'a> {
                 let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
         }
-        Ok(m)
+        Ok((m, (slot as u32, generation)))
     }
 
     /// The driver refused an aligned request with EINVAL although the device said it takes

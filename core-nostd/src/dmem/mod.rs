@@ -300,8 +300,12 @@ impl<'a> Nrt<'a> {
     ) -> Result<DmemHandle> {
         let call = self.enter()?;
         let p = self.allocator_pin(h)?;
-        let m = self.dmem_alloc_internal(&call, p.al, a, ref_list)?;
-        Ok(self.dmem_handle_of_owned(m))
+        let (_, (index, generation)) = self.dmem_alloc_named(&call, p.al, a, ref_list)?;
+        Ok(DmemHandle(handle::Raw {
+            index,
+            generation,
+            epoch: self.epoch(),
+        }))
     }
 
     /// Runs `f` on the allocator `h` names, pinned for the call (so it is not destroyed
