@@ -281,8 +281,8 @@ impl DriverKeptBooks {
 /// locked step on one bucket, and lookups of different buckets never meet. All-zero is an
 /// unbound table (every lookup empty, every claim refused); bound, all-zero is empty.
 pub(crate) struct LiveHandles {
-    /// Per bucket: [`LIVE_LOCK`] while a thread works on the chain, and the slot + 1 of the
-    /// chain's first dmem (0: empty chain).
+    /// Per bucket: the slot + 1 of the chain's first dmem (0: empty chain), or [`LIVE_LOCK`]
+    /// alone while a thread works on the chain (that thread holds the head meanwhile).
     buckets: SideTable<AtomicU32>,
     /// Per dmem slot, while the slot's dmem is in the table: its key and the next slot of its
     /// chain (+ 1; 0 ends it). Read and written only under its bucket's lock.
@@ -345,35 +345,36 @@ impl LiveHandles {
     #[inline]
     fn bucket(&self, dev: u32, handle: u64) -> Option<&AtomicU32> {
         let n = self.buckets.entries();
-        // The device spread over every bit of the key (a multiply), so that the same handle
-        // value on two devices lands in different buckets: the bucket comes from product bits
-        // 32 and up, which only key bits below them reach.
-        let key = handle ^ u64::from(dev).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        // The handle mixed by one multiply (the bucket comes from product bits 32 and up),
+        // plus the device: the same handle on d devices, d up to the bucket count, lands in d
+        // different buckets.
+        let h = (handle.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32).wrapping_add(u64::from(dev));
         self.buckets.entry(h as usize & n.wrapping_sub(1))
     }
 
     /// One try at bucket `b`'s lock: the chain's head (slot + 1, 0 for none), or `None` when
-    /// the bucket is held (or the try lost a race for it).
+    /// the bucket is held. A swap, one instruction: while the bucket is held its word is only
+    /// the lock bit to everyone else (the holder keeps the head it took and stores the new one
+    /// to unlock), so a failed try writing [`LIVE_LOCK`] over it changes nothing.
     #[inline]
     fn try_lock(b: &AtomicU32) -> Option<u32> {
-        let w = b.load(Ordering::Relaxed);
-        (w & LIVE_LOCK == 0
-            && b.compare_exchange_weak(w, w | LIVE_LOCK, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok())
-        .then_some(w)
+        let w = b.swap(LIVE_LOCK, Ordering::Acquire);
+        (w & LIVE_LOCK == 0).then_some(w)
     }
 
     /// Takes bucket `b`'s lock, waiting while another thread holds it; returns the chain's
-    /// head. A chain is held for a walk of at most the table's links, so the wait is bounded
-    /// by that.
+    /// head. Waiters read the word until it is unlocked and only then try the swap, so they
+    /// do not keep writing the holder's cache line. A chain is held for a walk of at most the
+    /// table's links, so the wait is bounded by that.
     #[cold]
     #[inline(never)]
     fn lock_contended(b: &AtomicU32) -> u32 {
         let mut spins = 0u32;
         loop {
-            if let Some(w) = Self::try_lock(b) {
-                return w;
+            if b.load(Ordering::Relaxed) & LIVE_LOCK == 0 {
+                if let Some(w) = Self::try_lock(b) {
+                    return w;
+                }
             }
             crate::sync::relax(spins);
             spins = spins.saturating_add(1);
@@ -413,8 +414,8 @@ impl LiveHandles {
         let mut at = head;
         // At most one step per link: a chain is never longer than the table.
         let mut left = self.links.entries();
-        while at != 0 && left != 0 {
-            let Some(l) = self.links.entry(at as usize - 1) else {
+        while left != 0 {
+            let Some(l) = self.link(at) else {
                 break;
             };
             if l.holds(dev, handle) {
@@ -462,28 +463,37 @@ impl LiveHandles {
         self.remove_locked(b, head, dev, handle);
     }
 
-    /// [`Self::remove`] with bucket `b` locked (`head`: its chain).
+    /// [`Self::remove`] with bucket `b` locked (`head`: its chain). The head is tried on its
+    /// own first: chains are short until the arena is nearly full, so the entry is usually
+    /// there.
     #[inline]
     fn remove_locked(&self, b: &AtomicU32, head: u32, dev: u32, handle: u64) {
-        let mut new_head = head;
-        let mut prev: Option<&LiveLink> = None;
-        let mut at = head;
-        for _ in 0..self.links.entries() {
+        let Some(first) = self.link(head) else {
+            b.store(head, Ordering::Release);
+            return;
+        };
+        let next = first.next.load(Ordering::Relaxed);
+        if first.holds(dev, handle) {
+            b.store(next, Ordering::Release);
+            return;
+        }
+        let mut prev = first;
+        let mut at = next;
+        // At most one step per link, the head's included: a chain is never longer than the
+        // table.
+        for _ in 1..self.links.entries() {
             let Some(l) = self.link(at) else {
                 break;
             };
             let next = l.next.load(Ordering::Relaxed);
             if l.holds(dev, handle) {
-                match prev {
-                    Some(p) => p.next.store(next, Ordering::Relaxed),
-                    None => new_head = next,
-                }
+                prev.next.store(next, Ordering::Relaxed);
                 break;
             }
-            prev = Some(l);
+            prev = l;
             at = next;
         }
-        b.store(new_head, Ordering::Release);
+        b.store(head, Ordering::Release);
     }
 
     /// Empty (a new `init` with no dmem live: every entry left would be stale). Buckets that
@@ -808,6 +818,24 @@ mod tests {
                 i as u32 % 2,
             )
         };
+        // Every bucket is shared: each holds at least two of the keys.
+        for b in 0..4 {
+            let at = t.buckets.entry(b).unwrap() as *const AtomicU32;
+            let keys = (0..16)
+                .filter(|&i| core::ptr::eq(t.bucket(key(i).1, key(i).0).unwrap(), at))
+                .count();
+            assert!(keys >= 2, "bucket {b} holds {keys} keys");
+        }
+        // One handle on as many devices as there are buckets: as many buckets.
+        for i in 0..16 {
+            let h = key(i).0;
+            for (d, e) in (0..4u32).flat_map(|d| (0..d).map(move |e| (d, e))) {
+                assert!(!core::ptr::eq(
+                    t.bucket(d, h).unwrap(),
+                    t.bucket(e, h).unwrap()
+                ));
+            }
+        }
         for i in 0..16 {
             let (h, d) = key(i);
             assert!(t.claim(d, h, i), "key {i} is new");
