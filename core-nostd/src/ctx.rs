@@ -280,13 +280,20 @@ impl DriverKeptBooks {
 /// rounded up to a power of two) each carry a lock bit: an insertion with its duplicate check, or a removal, is one
 /// locked step on one bucket, and lookups of different buckets never meet. All-zero is an
 /// unbound table (every lookup empty, every claim refused); bound, all-zero is empty.
+///
+/// The table keeps no keys: a chain member's key is its dmem's own (`mem_handle`,
+/// `device_id`), which the caller's key test reads (`holds(slot, dev, handle)`: whether the
+/// dmem of `slot` holds `handle` on `dev`). The test is asked only about slots in the table,
+/// under their bucket's lock, and a slot's key must be in its dmem from its claim to its
+/// removal.
 pub(crate) struct LiveHandles {
     /// Per bucket: the slot + 1 of the chain's first dmem (0: empty chain), or [`LIVE_LOCK`]
     /// alone while a thread works on the chain (that thread holds the head meanwhile).
     buckets: SideTable<AtomicU32>,
-    /// Per dmem slot, while the slot's dmem is in the table: its key and the next slot of its
-    /// chain (+ 1; 0 ends it). Read and written only under its bucket's lock.
-    links: SideTable<LiveLink>,
+    /// Per dmem slot, while the slot's dmem is in the table: the next slot of its chain (+ 1;
+    /// 0 ends it). Read and written only under its bucket's lock. A `u32` per slot, so the
+    /// ones a run of operations touches stay in cache.
+    links: SideTable<AtomicU32>,
 }
 
 /// Dmem slots per [`LiveHandles`] bucket (rounded to a power of two of buckets): a full
@@ -298,30 +305,12 @@ const LIVE_LOAD: usize = 4;
 /// The lock bit of a [`LiveHandles`] bucket.
 const LIVE_LOCK: u32 = 1 << 31;
 
-/// One dmem slot's entry in [`LiveHandles`]. Valid when all-zero.
-#[repr(C)]
-#[derive(Default)]
-pub(crate) struct LiveLink {
-    pub(crate) handle: AtomicU64,
-    pub(crate) dev: AtomicU32,
-    pub(crate) next: AtomicU32,
-}
-
-impl LiveLink {
-    /// Whether the entry holds `handle` on `dev` (read under its bucket's lock).
-    #[inline]
-    fn holds(&self, dev: u32, handle: u64) -> bool {
-        self.handle.load(Ordering::Relaxed) == handle && self.dev.load(Ordering::Relaxed) == dev
-    }
-}
-
 impl LiveHandles {
-    /// The link a chain word names (slot + 1; 0 names none).
+    /// The link of the slot a chain word names (slot + 1; 0 names none), with that slot.
     #[inline]
-    fn link(&self, at: u32) -> Option<&LiveLink> {
-        (at as usize)
-            .checked_sub(1)
-            .and_then(|i| self.links.entry(i))
+    fn link(&self, at: u32) -> Option<(u32, &AtomicU32)> {
+        let slot = at.checked_sub(1)?;
+        Some((slot, self.links.entry(slot as usize)?))
     }
 
     /// The table's storage parts for `c`, in the order [`Self::bind`] takes them: buckets
@@ -330,7 +319,7 @@ impl LiveHandles {
         let d = c.dmems as usize;
         [
             Part::side_table::<AtomicU32>(d.div_ceil(LIVE_LOAD).next_power_of_two()),
-            Part::side_table::<LiveLink>(d),
+            Part::side_table::<AtomicU32>(d),
         ]
     }
 
@@ -383,8 +372,16 @@ impl LiveHandles {
 
     /// Records that the dmem of arena slot `slot` holds `handle` on `dev`, unless a live dmem
     /// holds it already: `false` then (nothing recorded), and for a slot past the table.
+    /// `holds` is the key test ([`LiveHandles`]); the dmem of `slot` must hold the key
+    /// already, as it does until its [`Self::remove`].
     #[inline]
-    pub(crate) fn claim(&self, dev: u32, handle: u64, slot: usize) -> bool {
+    pub(crate) fn claim(
+        &self,
+        dev: u32,
+        handle: u64,
+        slot: usize,
+        holds: impl Fn(u32, u32, u64) -> bool,
+    ) -> bool {
         if slot >= self.links.entries() {
             return false;
         }
@@ -392,37 +389,51 @@ impl LiveHandles {
             return false;
         };
         match Self::try_lock(b) {
-            Some(head) => self.claim_locked(b, head, dev, handle, slot),
-            None => self.claim_contended(dev, handle, slot),
+            Some(head) => self.claim_locked(b, head, dev, handle, slot, &holds),
+            None => self.claim_contended(dev, handle, slot, &holds),
         }
     }
 
     /// [`Self::claim`] waiting for a bucket another thread holds.
     #[cold]
     #[inline(never)]
-    fn claim_contended(&self, dev: u32, handle: u64, slot: usize) -> bool {
+    fn claim_contended(
+        &self,
+        dev: u32,
+        handle: u64,
+        slot: usize,
+        holds: &impl Fn(u32, u32, u64) -> bool,
+    ) -> bool {
         let Some(b) = self.bucket(dev, handle) else {
             return false;
         };
         let head = Self::lock_contended(b);
-        self.claim_locked(b, head, dev, handle, slot)
+        self.claim_locked(b, head, dev, handle, slot, holds)
     }
 
     /// [`Self::claim`] with bucket `b` locked (`head`: its chain).
     #[inline]
-    fn claim_locked(&self, b: &AtomicU32, head: u32, dev: u32, handle: u64, slot: usize) -> bool {
+    fn claim_locked(
+        &self,
+        b: &AtomicU32,
+        head: u32,
+        dev: u32,
+        handle: u64,
+        slot: usize,
+        holds: &impl Fn(u32, u32, u64) -> bool,
+    ) -> bool {
         let mut at = head;
         // At most one step per link: a chain is never longer than the table.
         let mut left = self.links.entries();
         while left != 0 {
-            let Some(l) = self.link(at) else {
+            let Some((s, l)) = self.link(at) else {
                 break;
             };
-            if l.holds(dev, handle) {
+            if holds(s, dev, handle) {
                 b.store(head, Ordering::Release);
                 return false;
             }
-            at = l.next.load(Ordering::Relaxed);
+            at = l.load(Ordering::Relaxed);
             left -= 1;
         }
         let Some(mine) = self.links.entry(slot) else {
@@ -430,9 +441,7 @@ impl LiveHandles {
             b.store(head, Ordering::Release);
             return false;
         };
-        mine.handle.store(handle, Ordering::Relaxed);
-        mine.dev.store(dev, Ordering::Relaxed);
-        mine.next.store(head, Ordering::Relaxed);
+        mine.store(head, Ordering::Relaxed);
         // Unlocks and publishes the new head (`slot + 1 < LIVE_LOCK`: a side table has fewer
         // than 2^31 entries).
         b.store(slot as u32 + 1, Ordering::Release);
@@ -441,39 +450,47 @@ impl LiveHandles {
 
     /// The dmem that holds `handle` on `dev` is finalised: its entry goes (nothing changes
     /// when the table does not hold it). A key is in the table once at most ([`Self::claim`]),
-    /// so the entry found is that dmem's.
-    pub(crate) fn remove(&self, dev: u32, handle: u64) {
+    /// so the entry found is that dmem's. `holds` is the key test ([`LiveHandles`]).
+    #[inline]
+    pub(crate) fn remove(&self, dev: u32, handle: u64, holds: impl Fn(u32, u32, u64) -> bool) {
         let Some(b) = self.bucket(dev, handle) else {
             return;
         };
         match Self::try_lock(b) {
-            Some(head) => self.remove_locked(b, head, dev, handle),
-            None => self.remove_contended(dev, handle),
+            Some(head) => self.remove_locked(b, head, dev, handle, &holds),
+            None => self.remove_contended(dev, handle, &holds),
         }
     }
 
     /// [`Self::remove`] waiting for a bucket another thread holds.
     #[cold]
     #[inline(never)]
-    fn remove_contended(&self, dev: u32, handle: u64) {
+    fn remove_contended(&self, dev: u32, handle: u64, holds: &impl Fn(u32, u32, u64) -> bool) {
         let Some(b) = self.bucket(dev, handle) else {
             return;
         };
         let head = Self::lock_contended(b);
-        self.remove_locked(b, head, dev, handle);
+        self.remove_locked(b, head, dev, handle, holds);
     }
 
     /// [`Self::remove`] with bucket `b` locked (`head`: its chain). The head is tried on its
     /// own first: chains are short until the arena is nearly full, so the entry is usually
     /// there.
     #[inline]
-    fn remove_locked(&self, b: &AtomicU32, head: u32, dev: u32, handle: u64) {
-        let Some(first) = self.link(head) else {
+    fn remove_locked(
+        &self,
+        b: &AtomicU32,
+        head: u32,
+        dev: u32,
+        handle: u64,
+        holds: &impl Fn(u32, u32, u64) -> bool,
+    ) {
+        let Some((s, first)) = self.link(head) else {
             b.store(head, Ordering::Release);
             return;
         };
-        let next = first.next.load(Ordering::Relaxed);
-        if first.holds(dev, handle) {
+        let next = first.load(Ordering::Relaxed);
+        if holds(s, dev, handle) {
             b.store(next, Ordering::Release);
             return;
         }
@@ -482,12 +499,12 @@ impl LiveHandles {
         // At most one step per link, the head's included: a chain is never longer than the
         // table.
         for _ in 1..self.links.entries() {
-            let Some(l) = self.link(at) else {
+            let Some((s, l)) = self.link(at) else {
                 break;
             };
-            let next = l.next.load(Ordering::Relaxed);
-            if l.holds(dev, handle) {
-                prev.next.store(next, Ordering::Relaxed);
+            let next = l.load(Ordering::Relaxed);
+            if holds(s, dev, handle) {
+                prev.store(next, Ordering::Relaxed);
                 break;
             }
             prev = l;
@@ -836,35 +853,37 @@ mod tests {
                 ));
             }
         }
+        // The key test reads the key table, as the dmem side reads a slot's dmem.
+        let holds = |s: u32, d: u32, h: u64| key(s as usize) == (h, d);
         for i in 0..16 {
             let (h, d) = key(i);
-            assert!(t.claim(d, h, i), "key {i} is new");
+            assert!(t.claim(d, h, i, holds), "key {i} is new");
         }
         for i in 0..16 {
             let (h, d) = key(i);
-            assert!(!t.claim(d, h, (i + 1) % 16), "key {i} is held");
-            assert!(!t.claim(d ^ 1, h, 16), "slot 16 is past the table");
+            assert!(!t.claim(d, h, (i + 1) % 16, holds), "key {i} is held");
+            assert!(!t.claim(d ^ 1, h, 16, holds), "slot 16 is past the table");
         }
         // Out of every chain, in an order that takes heads, middles and tails.
         for i in [5, 0, 15, 7, 10] {
             let (h, d) = key(i);
-            t.remove(d, h);
-            assert!(t.claim(d, h, i), "key {i} was removed");
-            t.remove(d, h);
+            t.remove(d, h, holds);
+            assert!(t.claim(d, h, i, holds), "key {i} was removed");
+            t.remove(d, h, holds);
         }
         for i in 0..16 {
             let (h, d) = key(i);
             let removed = [5, 0, 15, 7, 10].contains(&i);
-            assert_eq!(t.claim(d, h, i), removed, "key {i}");
+            assert_eq!(t.claim(d, h, i, holds), removed, "key {i}");
         }
-        t.remove(0, 0x1234);
-        t.remove(key(3).1 ^ 1, key(3).0);
+        t.remove(0, 0x1234, holds);
+        t.remove(key(3).1 ^ 1, key(3).0, holds);
         assert!(
-            !t.claim(key(3).1, key(3).0, 3),
+            !t.claim(key(3).1, key(3).0, 3, holds),
             "the same handle on another device is another key"
         );
         t.clear();
-        assert!(t.claim(key(3).1, key(3).0, 3), "cleared");
+        assert!(t.claim(key(3).1, key(3).0, 3, holds), "cleared");
     }
 
     /// Threads claiming and removing keys that share buckets never lose or duplicate one.
@@ -877,21 +896,23 @@ mod tests {
         })
         .unwrap();
         let t = &st.live_handles;
+        let key = |slot: usize| 0xb000_0000_0000_0000 | (slot as u64) << 28 | slot as u64;
+        // Slot `s` holds key `s` on device 0 (slots 8 and up are never claimed).
+        let holds = move |s: u32, d: u32, h: u64| d == 0 && h == key(s as usize);
         std::thread::scope(|s| {
             for slot in 0..8usize {
                 s.spawn(move || {
-                    let h = 0xb000_0000_0000_0000 | (slot as u64) << 28 | slot as u64;
+                    let h = key(slot);
                     for _ in 0..20_000 {
-                        assert!(t.claim(0, h, slot), "slot {slot}'s key is not held");
-                        assert!(!t.claim(0, h, slot + 8), "slot {slot}'s key is held");
-                        t.remove(0, h);
+                        assert!(t.claim(0, h, slot, holds), "slot {slot}'s key is not held");
+                        assert!(!t.claim(0, h, slot + 8, holds), "slot {slot}'s key is held");
+                        t.remove(0, h, holds);
                     }
                 });
             }
         });
         for slot in 0..8usize {
-            let h = 0xb000_0000_0000_0000 | (slot as u64) << 28 | slot as u64;
-            assert!(t.claim(0, h, slot), "left empty");
+            assert!(t.claim(0, key(slot), slot, holds), "left empty");
         }
     }
 }

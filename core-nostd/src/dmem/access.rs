@@ -4,15 +4,16 @@
 //! The rest of `dmem/` is `#![deny(unsafe_code)]`: this is the one file of the domain where
 //! `unsafe` is allowed.
 //!
-//! Five accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
-//! `owned_dmem_fixed` does for tensor IO: [`Nrt::dmem_write_request`] and
-//! [`Nrt::dmem_write_answer`] ("`m` is a fresh slot this call owns"),
-//! [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just made"),
+//! Seven accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
+//! `owned_dmem_fixed` does for tensor IO: [`Nrt::dmem_write_request`],
+//! [`Nrt::dmem_write_handle`] and [`Nrt::dmem_write_answer`] ("`m` is a fresh slot this call
+//! owns"), [`Nrt::dmem_holds_key`] ("`slot` is in the set of live handles, under its bucket's
+//! lock"), [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just made"),
 //! [`Nrt::dmem_cancel_unlinked`] ("`m` is unlinked, its one owner is this call, no handle of
 //! it was handed out") and [`Nrt::dmem_reclaim`] ("the gate is shut and every allocator is
 //! gone").
 
-use core::ptr::{addr_of_mut, null_mut, NonNull};
+use core::ptr::{addr_of, addr_of_mut, null_mut, NonNull};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use super::{Action, AllocArgs, AllocatorPin, Booking, Dmem, DmemEntry, DmemInfo, DmemPin};
@@ -504,22 +505,27 @@ impl<'a> Nrt<'a> {
         }
     }
 
-    /// Writes the driver's answer into dmem `m` ([`Self::dmem_write_request`] wrote the rest)
-    /// and publishes it: generation, then one owner. Returns its ledger booking and the
-    /// generation its handles carry. Contract: as
-    /// [`Self::dmem_write_request`], which ran first on `m`.
+    /// Writes the driver's handle into fresh dmem `m`, before the set of live handles is asked
+    /// to claim it: a slot in that set has its key (`mem_handle`, `device_id`, the latter
+    /// from [`Self::dmem_write_request`]) in its fields ([`Self::dmem_holds_key`]). Contract:
+    /// as [`Self::dmem_write_request`], which ran first on `m`.
     #[inline(always)]
-    pub(super) fn dmem_write_answer(
-        &self,
-        m: Dmem,
-        handle: u64,
-        pa: u64,
-        align_offset: u64,
-    ) -> (Booking, u32) {
+    pub(super) fn dmem_write_handle(&self, m: Dmem, handle: u64) {
+        // SAFETY: `m` is a fresh slot owned by this call (contract), not yet in the set of
+        // live handles, so no other thread reads it.
+        unsafe { (*m).mem_handle = handle };
+    }
+
+    /// Writes the rest of the driver's answer into dmem `m` ([`Self::dmem_write_request`] and
+    /// [`Self::dmem_write_handle`] wrote the other fields) and publishes it: generation, then
+    /// one owner. Returns its ledger booking and the generation its handles carry. Contract:
+    /// as [`Self::dmem_write_request`], which ran first on `m`.
+    #[inline(always)]
+    pub(super) fn dmem_write_answer(&self, m: Dmem, pa: u64, align_offset: u64) -> (Booking, u32) {
         // SAFETY: `m` is a fresh slot owned by this call (contract); its request fields are
-        // written.
+        // written. `mem_handle` is not written again: walkers of the set of live handles may
+        // be reading it.
         let booking = unsafe {
-            (*m).mem_handle = handle;
             (*m)._pa = pa;
             (*m).align_offset = align_offset;
             (*m).allocated_size = (*m).size + align_offset;
@@ -665,6 +671,27 @@ impl<'a> Nrt<'a> {
         }
     }
 
+    /// Whether the dmem of arena slot `slot` holds driver handle `handle` on device `dev`: the
+    /// key test of the set of live handles ([`crate::ctx::LiveHandles`]). Contract: `slot` is
+    /// in that set and the caller holds its bucket's lock (the set asks only about its chain
+    /// members).
+    #[inline(always)]
+    pub(super) fn dmem_holds_key(&self, slot: u32, dev: u32, handle: u64) -> bool {
+        let Some(m) = self.st.dmem.dmems.slot(slot) else {
+            return false;
+        };
+        // SAFETY: a slot of the dmem arena, read through raw pointers (no reference: other
+        // fields of a live dmem change meanwhile). The slot is in the set, so its key fields
+        // were written before its claim (`device_id` by `dmem_write_request`, `mem_handle` by
+        // `dmem_write_handle`), which the bucket lock orders before this read (the claim's
+        // unlock is a Release store, our lock an Acquire swap), and they are not written
+        // again until after its removal: the slot is zeroed only when handed out again, after
+        // `give_back`, which follows the removal.
+        unsafe {
+            addr_of!((*m).mem_handle).read() == handle && addr_of!((*m).device_id).read() == dev
+        }
+    }
+
     /// A block the driver refused to free: it still holds it, so the ledger keeps it booked
     /// (it stays true about device memory), the runtime's figures count it and the call
     /// reports it.
@@ -692,7 +719,9 @@ impl<'a> Nrt<'a> {
             if !(*m)._va.is_null() {
                 let _ = self.drv.memory_unmap(dev, (*m).mem_handle);
             }
-            self.st.live_handles.remove(dev, (*m).mem_handle);
+            self.st
+                .live_handles
+                .remove(dev, (*m).mem_handle, |s, d, h| self.dmem_holds_key(s, d, h));
             match self.drv.memory_free(dev, (*m).mem_handle) {
                 // The booking `dml_add_entry` would read back: the dmem's own fields, fixed
                 // since its allocation resolved `dev` in the tree.

@@ -154,7 +154,13 @@ impl<'a> Nrt<'a> {
         // the dmem that holds it), whatever else is wrong with the answer. The set of live
         // handles records the new one with the same step (taken out again if the answer is
         // refused after all, before the block goes back to the driver).
-        if handle != 0 && !self.st.live_handles.claim(dev, handle, slot) {
+        self.dmem_write_handle(m, handle);
+        if handle != 0
+            && !self
+                .st
+                .live_handles
+                .claim(dev, handle, slot, |s, d, h| self.dmem_holds_key(s, d, h))
+        {
             undo_meta();
             let e = Error::BadDriver {
                 what: "memory_alloc: a handle a live allocation already holds",
@@ -176,7 +182,7 @@ impl<'a> Nrt<'a> {
         } else {
             0
         };
-        let (booking, generation) = self.dmem_write_answer(m, handle, pa, offset);
+        let (booking, generation) = self.dmem_write_answer(m, pa, offset);
         // 6. ledger + trace (the booking `dml_add_entry` would read back from the dmem)
         self.dml_book(call, &booking, Action::Alloc);
         // 7. link before dummy_tail
@@ -268,7 +274,9 @@ impl<'a> Nrt<'a> {
             }
         };
         if !inside {
-            self.st.live_handles.remove(dev, handle);
+            self.st
+                .live_handles
+                .remove(dev, handle, |s, d, h| self.dmem_holds_key(s, d, h));
             if self.drv.memory_free(dev, handle).is_err() {
                 // Refused twice over: the block stays the driver's, and is counted so.
                 self.st.driver_kept.note(size);

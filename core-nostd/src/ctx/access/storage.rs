@@ -71,10 +71,6 @@ unsafe impl ZeroValid for crate::ctx::state::tensor::TensorPool {}
 unsafe impl ZeroValid for crate::ctx::state::ledger::LedgerPool {}
 // SAFETY: repr(C) of integers and integer arrays: all-zero is an empty entry.
 unsafe impl ZeroValid for crate::ctx::state::model::ModelIoEntry {}
-// SAFETY: three atomic integers: all-zero is an unused link.
-unsafe impl ZeroValid for LiveLink {}
-// SAFETY: only atomics, and every access to them is atomic.
-unsafe impl crate::arena::AtomicEntry for LiveLink {}
 // Not over-aligned: `Box::new_zeroed` of an alignment above the allocator's minimum memsets
 // the whole block instead of taking calloc's lazily zeroed pages (`sync::LINE_STRIDE`).
 const _: () = assert!(core::mem::align_of::<CoreState>() <= 16);
