@@ -309,8 +309,8 @@ impl LiveHandles {
     /// The link of the slot a chain word names (slot + 1; 0 names none), with that slot.
     #[inline]
     fn link(&self, at: u32) -> Option<(u32, &AtomicU32)> {
-        let slot = at.checked_sub(1)?;
-        Some((slot, self.links.entry(slot as usize)?))
+        let slot = (at as usize).checked_sub(1)?;
+        Some((slot as u32, self.links.entry(slot)?))
     }
 
     /// The table's storage parts for `c`, in the order [`Self::bind`] takes them: buckets
@@ -423,9 +423,10 @@ impl LiveHandles {
         holds: &impl Fn(u32, u32, u64) -> bool,
     ) -> bool {
         let mut at = head;
-        // At most one step per link: a chain is never longer than the table.
+        // At most one step per link: a chain is never longer than the table. The end of the
+        // chain (0) is tested first, so an empty chain (the usual claim) is one branch.
         let mut left = self.links.entries();
-        while left != 0 {
+        while at != 0 && left != 0 {
             let Some((s, l)) = self.link(at) else {
                 break;
             };
