@@ -7,20 +7,20 @@ use crate::device::PhysicalCore;
 use crate::handle::{AllocatorHandle, DmemHandle};
 use crate::list::ListError;
 
-/// The runtime's device memory (spec §3): [`Nrt::dmem`]. A copy of the runtime view, so it
-/// costs nothing to make and may be kept as long as the runtime.
+/// The runtime's device memory (spec §3): [`Nrt::dmem`]. A reference to the runtime view
+/// (one word to make and pass), kept as long as that view is borrowed.
 #[derive(Copy, Clone)]
-pub struct DeviceMemory<'a>(pub(crate) Nrt<'a>);
+pub struct DeviceMemory<'n, 'a>(pub(crate) &'n Nrt<'a>);
 
 impl<'a> Nrt<'a> {
     /// The device-memory calls (spec §3).
     #[inline]
-    pub fn dmem(&self) -> DeviceMemory<'a> {
-        DeviceMemory(*self)
+    pub fn dmem(&self) -> DeviceMemory<'_, 'a> {
+        DeviceMemory(self)
     }
 }
 
-impl<'a> DeviceMemory<'a> {
+impl<'a> DeviceMemory<'_, 'a> {
     /// The GLOBAL allocator (`tpb_allocator`, spec §5.1) of physical core `core`. The
     /// runtime owns it (it lives until `close`; [`Self::allocator_destroy`] refuses it).
     #[inline]

@@ -3,20 +3,20 @@
 
 use super::*;
 
-/// The runtime's usage ledger and statistics (spec §3.4, §10): [`Nrt::ledger`]. A copy of the
-/// runtime view.
+/// The runtime's usage ledger and statistics (spec §3.4, §10): [`Nrt::ledger`]. A reference
+/// to the runtime view.
 #[derive(Copy, Clone)]
-pub struct Ledger<'a>(pub(crate) Nrt<'a>);
+pub struct Ledger<'n, 'a>(pub(crate) &'n Nrt<'a>);
 
 impl<'a> Nrt<'a> {
     /// The ledger and statistics reads (spec §3.4, §10).
     #[inline]
-    pub fn ledger(&self) -> Ledger<'a> {
-        Ledger(*self)
+    pub fn ledger(&self) -> Ledger<'_, 'a> {
+        Ledger(self)
     }
 }
 
-impl<'a> Ledger<'a> {
+impl<'a> Ledger<'_, 'a> {
     /// Device-wide aggregates of `dev` (spec §3.4). `Uninitialized` / `Closed` outside an
     /// initialised runtime, `DeviceOutOfRange` for a device that is not attached.
     #[inline]

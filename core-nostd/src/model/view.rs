@@ -7,19 +7,19 @@ use crate::dmem::DmemEntry;
 use crate::error::Result;
 use crate::handle::ModelHandle;
 
-/// The runtime's models (spec §4, §5): [`Nrt::models`]. A copy of the runtime view.
+/// The runtime's models (spec §4, §5): [`Nrt::models`]. A reference to the runtime view.
 #[derive(Copy, Clone)]
-pub struct Models<'a>(pub(crate) Nrt<'a>);
+pub struct Models<'n, 'a>(pub(crate) &'n Nrt<'a>);
 
 impl<'a> Nrt<'a> {
     /// The model calls (spec §4, §5).
     #[inline]
-    pub fn models(&self) -> Models<'a> {
-        Models(*self)
+    pub fn models(&self) -> Models<'_, 'a> {
+        Models(self)
     }
 }
 
-impl<'a> Models<'a> {
+impl<'a> Models<'_, 'a> {
     /// Footprint of a resident model (spec §4.4 lookup + reference, §5). `Closed` /
     /// `Uninitialized` outside an initialised runtime.
     #[doc(alias = "model_info")]

@@ -4,29 +4,29 @@
 use super::*;
 use crate::handle::{ModelHandle, SetHandle, TensorHandle};
 
-/// The runtime's tensors (spec §7): [`Nrt::tensors`]. A copy of the runtime view.
+/// The runtime's tensors (spec §7): [`Nrt::tensors`]. A reference to the runtime view.
 #[derive(Copy, Clone)]
-pub struct Tensors<'a>(pub(crate) Nrt<'a>);
+pub struct Tensors<'n, 'a>(pub(crate) &'n Nrt<'a>);
 
-/// The runtime's tensor sets (spec §7.3): [`Nrt::sets`]. A copy of the runtime view.
+/// The runtime's tensor sets (spec §7.3): [`Nrt::sets`]. A reference to the runtime view.
 #[derive(Copy, Clone)]
-pub struct Sets<'a>(pub(crate) Nrt<'a>);
+pub struct Sets<'n, 'a>(pub(crate) &'n Nrt<'a>);
 
 impl<'a> Nrt<'a> {
     /// The tensor calls (spec §7).
     #[inline]
-    pub fn tensors(&self) -> Tensors<'a> {
-        Tensors(*self)
+    pub fn tensors(&self) -> Tensors<'_, 'a> {
+        Tensors(self)
     }
 
     /// The tensor-set calls (spec §7.3).
     #[inline]
-    pub fn sets(&self) -> Sets<'a> {
-        Sets(*self)
+    pub fn sets(&self) -> Sets<'_, 'a> {
+        Sets(self)
     }
 }
 
-impl<'a> Tensors<'a> {
+impl<'a> Tensors<'_, 'a> {
     /// The execute data path behind `nrt_execute`: binds `inputs`/`outputs` (each `(name,
     /// tensor)`) to the model's declared tensors by name — a missing or wrongly sized one is
     /// NRT_INVALID — then, inside the exec seam, copies each input's bytes to the output of the
@@ -217,7 +217,7 @@ impl<'a> Tensors<'a> {
     }
 }
 
-impl<'a> Sets<'a> {
+impl<'a> Sets<'_, 'a> {
     /// `nrt_allocate_tensor_set`: an empty tensor set of this runtime. A full set arena is
     /// [`Error::ArenaFull`] naming the setting that raises it (`Capacity.sets`,
     /// `NRT_DMEM_MAX_SETS`).
