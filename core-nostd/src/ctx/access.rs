@@ -49,7 +49,17 @@ impl<'a> Nrt<'a> {
     pub(crate) fn check_bound(&self) -> Result<()> {
         let drv = self.st.bound_drv.load(Ordering::Relaxed);
         let host = self.st.bound_host.load(Ordering::Relaxed);
-        if drv == 0 || (drv == addr(self.drv) && host == self.host.map_or(0, addr)) {
+        if drv == addr(self.drv) && host == self.host.map_or(0, addr) {
+            return Ok(());
+        }
+        self.check_bound_other(drv)
+    }
+
+    /// [`Self::check_bound`] when this view is not the bound one: fine while nothing is bound.
+    #[cold]
+    #[inline(never)]
+    fn check_bound_other(&self, drv: usize) -> Result<()> {
+        if drv == 0 {
             Ok(())
         } else if drv == addr(self.drv) && self.host.is_none() {
             Err(Error::MissingHostProvider)
