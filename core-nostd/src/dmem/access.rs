@@ -518,23 +518,28 @@ impl<'a> Nrt<'a> {
 
     /// Writes the rest of the driver's answer into dmem `m` ([`Self::dmem_write_request`] and
     /// [`Self::dmem_write_handle`] wrote the other fields) and publishes it: generation, then
-    /// one owner. Returns its ledger booking and the generation its handles carry. Contract:
-    /// as [`Self::dmem_write_request`], which ran first on `m`.
+    /// one owner. `allocated` is its `size + align_offset`. Returns the generation its
+    /// handles carry. Contract: as [`Self::dmem_write_request`], which ran first on `m`.
     #[inline(always)]
-    pub(super) fn dmem_write_answer(&self, m: Dmem, pa: u64, align_offset: u64) -> (Booking, u32) {
+    pub(super) fn dmem_write_answer(
+        &self,
+        m: Dmem,
+        pa: u64,
+        align_offset: u64,
+        allocated: u64,
+    ) -> u32 {
         // SAFETY: `m` is a fresh slot owned by this call (contract); its request fields are
         // written. `mem_handle` is not written again: walkers of the set of live handles may
         // be reading it.
-        let booking = unsafe {
+        unsafe {
             (*m)._pa = pa;
             (*m).align_offset = align_offset;
-            (*m).allocated_size = (*m).size + align_offset;
-            booking_raw(m)
-        };
+            (*m).allocated_size = allocated;
+        }
         // Last: publishes the fields above.
         // SAFETY: `m` is a slot of the dmem arena.
         let (gen, refs) = unsafe { self.st.dmem.dmems.words(m) };
-        (booking, handle::publish(gen, refs))
+        handle::publish(gen, refs)
     }
 
     /// Links live dmem `m` before `al`'s dummy tail, under `al`'s lock. Contract: `al` was

@@ -5,7 +5,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
 use super::access::{AllocatorCore, DmemFields};
-use super::{Action, AllocArgs, Dmem};
+use super::{Action, AllocArgs, Booking, Dmem};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::ctx::state::dmem::AllocatorWords;
@@ -182,8 +182,18 @@ impl<'a> Nrt<'a> {
         } else {
             0
         };
-        let (booking, generation) = self.dmem_write_answer(m, pa, offset);
-        // 6. ledger + trace (the booking `dml_add_entry` would read back from the dmem)
+        let allocated = a.size + offset; // offset <= align, and size + align was checked
+        let generation = self.dmem_write_answer(m, pa, offset, allocated);
+        // 6. ledger + trace: the booking `dml_add_entry` would read back from the dmem, from
+        //    the values just written into it.
+        let booking = Booking {
+            dev,
+            nc: nc_id,
+            usage: usage as u32,
+            channel: hbm,
+            bytes: allocated,
+            host,
+        };
         self.dml_book(call, &booking, Action::Alloc);
         // 7. link before dummy_tail
         let linked = self.allocator_link(al, m);
