@@ -282,7 +282,7 @@ impl DriverKeptBooks {
 /// unbound table (every lookup empty, every claim refused); bound, all-zero is empty.
 ///
 /// The table keeps no keys: a chain member's key is its dmem's own (`mem_handle`,
-/// `device_id`), which the caller's key test reads (`holds(slot, dev, handle)`: whether the
+/// `device_id`), which the caller's key test reads (`holds(dev, handle, slot)`: whether the
 /// dmem of `slot` holds `handle` on `dev`). The test is asked only about slots in the table,
 /// under their bucket's lock, and a slot's key must be in its dmem from its claim to its
 /// removal.
@@ -342,7 +342,7 @@ impl LiveHandles {
     }
 
     /// One try at bucket `b`'s lock: the chain's head (slot + 1, 0 for none), or `None` when
-    /// the bucket is held. A swap, one instruction: while the bucket is held its word is only
+    /// the bucket is held. One swap: while the bucket is held its word is only
     /// the lock bit to everyone else (the holder keeps the head it took and stores the new one
     /// to unlock), so a failed try writing [`LIVE_LOCK`] over it changes nothing.
     #[inline]
@@ -380,7 +380,7 @@ impl LiveHandles {
         dev: u32,
         handle: u64,
         slot: usize,
-        holds: impl Fn(u32, u32, u64) -> bool,
+        holds: impl Fn(u32, u64, u32) -> bool,
     ) -> bool {
         if slot >= self.links.entries() {
             return false;
@@ -402,7 +402,7 @@ impl LiveHandles {
         dev: u32,
         handle: u64,
         slot: usize,
-        holds: &impl Fn(u32, u32, u64) -> bool,
+        holds: &impl Fn(u32, u64, u32) -> bool,
     ) -> bool {
         let Some(b) = self.bucket(dev, handle) else {
             return false;
@@ -420,17 +420,16 @@ impl LiveHandles {
         dev: u32,
         handle: u64,
         slot: usize,
-        holds: &impl Fn(u32, u32, u64) -> bool,
+        holds: &impl Fn(u32, u64, u32) -> bool,
     ) -> bool {
         let mut at = head;
-        // At most one step per link: a chain is never longer than the table. The end of the
-        // chain (0) is tested first, so an empty chain (the usual claim) is one branch.
+        // At most one step per link: a chain is never longer than the table.
         let mut left = self.links.entries();
         while at != 0 && left != 0 {
             let Some((s, l)) = self.link(at) else {
                 break;
             };
-            if holds(s, dev, handle) {
+            if holds(dev, handle, s) {
                 b.store(head, Ordering::Release);
                 return false;
             }
@@ -453,7 +452,7 @@ impl LiveHandles {
     /// when the table does not hold it). A key is in the table once at most ([`Self::claim`]),
     /// so the entry found is that dmem's. `holds` is the key test ([`LiveHandles`]).
     #[inline]
-    pub(crate) fn remove(&self, dev: u32, handle: u64, holds: impl Fn(u32, u32, u64) -> bool) {
+    pub(crate) fn remove(&self, dev: u32, handle: u64, holds: impl Fn(u32, u64, u32) -> bool) {
         let Some(b) = self.bucket(dev, handle) else {
             return;
         };
@@ -466,7 +465,7 @@ impl LiveHandles {
     /// [`Self::remove`] waiting for a bucket another thread holds.
     #[cold]
     #[inline(never)]
-    fn remove_contended(&self, dev: u32, handle: u64, holds: &impl Fn(u32, u32, u64) -> bool) {
+    fn remove_contended(&self, dev: u32, handle: u64, holds: &impl Fn(u32, u64, u32) -> bool) {
         let Some(b) = self.bucket(dev, handle) else {
             return;
         };
@@ -484,14 +483,14 @@ impl LiveHandles {
         head: u32,
         dev: u32,
         handle: u64,
-        holds: &impl Fn(u32, u32, u64) -> bool,
+        holds: &impl Fn(u32, u64, u32) -> bool,
     ) {
         let Some((s, first)) = self.link(head) else {
             b.store(head, Ordering::Release);
             return;
         };
         let next = first.load(Ordering::Relaxed);
-        if holds(s, dev, handle) {
+        if holds(dev, handle, s) {
             b.store(next, Ordering::Release);
             return;
         }
@@ -504,7 +503,7 @@ impl LiveHandles {
                 break;
             };
             let next = l.load(Ordering::Relaxed);
-            if holds(s, dev, handle) {
+            if holds(dev, handle, s) {
                 prev.store(next, Ordering::Relaxed);
                 break;
             }
@@ -855,7 +854,7 @@ mod tests {
             }
         }
         // The key test reads the key table, as the dmem side reads a slot's dmem.
-        let holds = |s: u32, d: u32, h: u64| key(s as usize) == (h, d);
+        let holds = |d: u32, h: u64, s: u32| key(s as usize) == (h, d);
         for i in 0..16 {
             let (h, d) = key(i);
             assert!(t.claim(d, h, i, holds), "key {i} is new");
@@ -899,7 +898,7 @@ mod tests {
         let t = &st.live_handles;
         let key = |slot: usize| 0xb000_0000_0000_0000 | (slot as u64) << 28 | slot as u64;
         // Slot `s` holds key `s` on device 0 (slots 8 and up are never claimed).
-        let holds = move |s: u32, d: u32, h: u64| d == 0 && h == key(s as usize);
+        let holds = move |d: u32, h: u64, s: u32| d == 0 && h == key(s as usize);
         std::thread::scope(|s| {
             for slot in 0..8usize {
                 s.spawn(move || {

@@ -20,9 +20,10 @@ macro_rules! info { ($($arg:tt)*) => { nrt_log!(info, $($arg)*) }; }
 macro_rules! warn { ($($arg:tt)*) => { nrt_log!(warn, $($arg)*) }; }
 macro_rules! error { ($($arg:tt)*) => { nrt_log!(error, $($arg)*) }; }
 
-/// Whether trace-level lines are kept: the `log` facade's level filter; with `defmt`, whose
-/// filter is applied at build time, always; without a logger, never. Lets a hot path keep the
-/// arguments of its trace line out of its own frame (in a cold call behind this test).
+/// Whether trace-level lines are kept: the `log` facade's level filter; with `defmt`, always
+/// (its filter is applied at build time, inside the macro: the cold call behind this test
+/// then runs and logs nothing); without a logger, never. Lets a hot path keep the arguments of
+/// its trace line out of its own frame, in a cold call behind this test.
 #[inline(always)]
 pub(crate) fn trace_enabled() -> bool {
     #[cfg(feature = "log")]

@@ -13,7 +13,9 @@
 //! thread while the call runs. Freed pointers, pointers of another runtime and forged ones
 //! are refused when the core can tell (not a live arena slot), but a pointer kept past its
 //! free may name a new object, which the call would then use: that is the caller's bug to
-//! prevent.
+//! prevent. The objects' fields are the runtime's: a caller reads them, and writes none of a
+//! live object (other threads read them, `dmem_t`'s `mem_handle` and `device_id` for one, as
+//! the key of the set of live driver handles).
 //!
 //! Each function checks what it can (a live arena slot, the tensor magic), turns the pointer
 //! into the object's handle, and makes the safe call: the behaviour, the state gate and the

@@ -218,8 +218,8 @@ impl<S> Part<S> {
 
     /// [`Part::with`] for a small `f` that captures little: an uncontended lock is taken
     /// inline and `f` runs here; a contended one sends the whole call out of line
-    /// ([`Part::with_contended`]), so no wait loop's call sits between the caller's values
-    /// and `f`, and the caller keeps fewer of them in callee-saved registers.
+    /// ([`Part::with_contended`]), so the fast path has no call between the caller's values
+    /// and `f`.
     #[inline(always)]
     fn with_split<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
         match self.lock.try_lock() {

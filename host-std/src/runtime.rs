@@ -232,7 +232,8 @@ impl HostRuntime {
     }
 
     /// The core runtime view, bound to this runtime's driver and host memory (so `close`
-    /// returns VIRTUAL tensors' bytes too).
+    /// returns VIRTUAL tensors' bytes too). Its views (`dmem()`, `models()`, …) borrow it: bind
+    /// it first (`let n = rt.nrt();`) to keep one past the statement.
     pub fn nrt(&self) -> Nrt<'_> {
         Nrt::with_host(&self.st, self.driver(), &*self.host)
     }

@@ -42,9 +42,12 @@ fn lines_containing(text: &str) -> usize {
     v.iter().filter(|l| l.contains(text)).count()
 }
 
+/// WARN records containing `text`.
 fn warnings_containing(text: &str) -> usize {
     let v = CAPTURE.0.lock().unwrap_or_else(|p| p.into_inner());
-    v.iter().filter(|l| l.contains(text)).count()
+    v.iter()
+        .filter(|l| l.starts_with("WARN ") && l.contains(text))
+        .count()
 }
 
 /// Each booking's `MEM_USAGE` trace line (spec §3.2 step 6) when trace logging is on, and

@@ -4,8 +4,9 @@
 //! The rest of `dmem/` is `#![deny(unsafe_code)]`: this is the one file of the domain where
 //! `unsafe` is allowed.
 //!
-//! Seven accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
-//! `owned_dmem_fixed` does for tensor IO: [`Nrt::dmem_write_request`],
+//! Eight accessors rest on a crate-internal contract that their callers in `dmem/` keep, as
+//! `owned_dmem_fixed` does for tensor IO: [`Nrt::allocator_core`] ("`pinned` is `al`'s own
+//! words, its pin held"), [`Nrt::dmem_write_request`],
 //! [`Nrt::dmem_write_handle`] and [`Nrt::dmem_write_answer`] ("`m` is a fresh slot this call
 //! owns"), [`Nrt::dmem_holds_key`] ("`slot` is in the set of live handles, under its bucket's
 //! lock"), [`Nrt::allocator_link`] ("`al` resolved live in this call, `m` just made"),
@@ -445,10 +446,11 @@ impl<'a> Nrt<'a> {
     }
 
     /// The core allocator `al` allocates for: its `physical_core_t` and the `(device, core)`
-    /// it was resolved to in the context tree at creation ([`AllocatorWords::core`]). An
-    /// allocator that is not live is refused, and so is a call from a thread that walks `al`.
-    /// `pinned`: its words, when this call resolved `al` through its handle (so they are not
-    /// looked up again).
+    /// it was resolved to in the context tree at creation ([`AllocatorWords::core`]). A call
+    /// from a thread that walks `al` is refused. With `pinned` `None`, `al` is any pointer and
+    /// one that is not a live allocator is refused; `Some` is `al`'s own words, which this
+    /// call found resolving `al`'s handle and whose pin it holds (or `al` is runtime-owned),
+    /// so `al` is live (the caller's contract).
     #[inline]
     pub(super) fn allocator_core(
         &self,
@@ -469,7 +471,8 @@ impl<'a> Nrt<'a> {
                 .reentry
                 .refuse(reentry_key::allocator(al as usize), WaitFor::AllocatorLock)?;
         }
-        // SAFETY: live allocator; pcore was set at creation, before it was published.
+        // SAFETY: a live allocator (checked above, or by the pin `pinned` comes with); pcore
+        // was set at creation, before it was published.
         let pcore = unsafe { (*al).pcore };
         if pcore.is_null() {
             return Err(Error::InvalidArgument(InvalidArg::AllocatorWithoutCore));
@@ -681,7 +684,7 @@ impl<'a> Nrt<'a> {
     /// in that set and the caller holds its bucket's lock (the set asks only about its chain
     /// members).
     #[inline(always)]
-    pub(super) fn dmem_holds_key(&self, slot: u32, dev: u32, handle: u64) -> bool {
+    pub(super) fn dmem_holds_key(&self, dev: u32, handle: u64, slot: u32) -> bool {
         let Some(m) = self.st.dmem.dmems.slot(slot) else {
             return false;
         };
@@ -691,7 +694,8 @@ impl<'a> Nrt<'a> {
         // `dmem_write_handle`), which the bucket lock orders before this read (the claim's
         // unlock is a Release store, our lock an Acquire swap), and they are not written
         // again until after its removal: the slot is zeroed only when handed out again, after
-        // `give_back`, which follows the removal.
+        // `give_back`, which follows the removal (the arena shard's lock, taken by both
+        // `give_back` and the take before the zeroing, orders them).
         unsafe {
             addr_of!((*m).mem_handle).read() == handle && addr_of!((*m).device_id).read() == dev
         }
@@ -726,7 +730,7 @@ impl<'a> Nrt<'a> {
             }
             self.st
                 .live_handles
-                .remove(dev, (*m).mem_handle, |s, d, h| self.dmem_holds_key(s, d, h));
+                .remove(dev, (*m).mem_handle, |d, h, s| self.dmem_holds_key(d, h, s));
             match self.drv.memory_free(dev, (*m).mem_handle) {
                 // The booking `dml_add_entry` would read back: the dmem's own fields, fixed
                 // since its allocation resolved `dev` in the tree.

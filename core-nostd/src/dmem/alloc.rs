@@ -5,7 +5,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
 use super::access::{AllocatorCore, DmemFields};
-use super::{Action, AllocArgs, Booking, Dmem};
+use super::{Action, AllocArgs, Booking, Dmem, NewDmem};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::ctx::state::dmem::AllocatorWords;
@@ -23,13 +23,27 @@ impl<'a> Nrt<'a> {
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<Dmem> {
-        self.dmem_alloc_named(call, al, None, a, ref_list)
-            .map(|(m, _)| m)
+        self.dmem_alloc_new(call, al, a, ref_list).map(|n| n.m)
     }
 
-    /// [`Self::dmem_alloc_internal`], returning the new dmem's handle words (arena slot and
-    /// the generation it was published with) next to its pointer, for the public call.
-    /// `pinned`: `al`'s words when the call resolved it through its handle.
+    /// [`Self::dmem_alloc_named`] for an allocator named by pointer: one copy of the path
+    /// for the runtime's own calls and the raw layer (the public call by handle inlines its
+    /// own).
+    #[inline(never)]
+    pub(super) fn dmem_alloc_new(
+        &self,
+        call: &impl InCall,
+        al: *mut dmem_allocator_t,
+        a: &AllocArgs<'_>,
+        ref_list: Option<*mut dmem_list_t>,
+    ) -> Result<NewDmem> {
+        self.dmem_alloc_named(call, al, None, a, ref_list)
+    }
+
+    /// [`Self::dmem_alloc_internal`], returning the new dmem with its handle's words, for
+    /// the calls that hand out a handle. `pinned`: `al`'s own words, when this call resolved
+    /// `al` through its handle and holds its pin (or `al` is runtime-owned): `al` is then
+    /// known live and its words are not looked up again.
     #[inline(always)]
     pub(super) fn dmem_alloc_named(
         &self,
@@ -38,7 +52,7 @@ impl<'a> Nrt<'a> {
         pinned: Option<&AllocatorWords>,
         a: &AllocArgs<'_>,
         ref_list: Option<*mut dmem_list_t>,
-    ) -> Result<(Dmem, (u32, u32))> {
+    ) -> Result<NewDmem> {
         // 1. arguments (no side effects yet)
         if ref_list.is_some_and(|l| !self.st.dmem.dmem_lists.is_live(l)) {
             return Err(Error::InvalidArgument(InvalidArg::RefListNotLive));
@@ -159,7 +173,7 @@ impl<'a> Nrt<'a> {
             && !self
                 .st
                 .live_handles
-                .claim(dev, handle, slot, |s, d, h| self.dmem_holds_key(s, d, h))
+                .claim(dev, handle, slot, |d, h, s| self.dmem_holds_key(d, h, s))
         {
             undo_meta();
             let e = Error::BadDriver {
@@ -216,7 +230,11 @@ impl<'a> Nrt<'a> {
                 let _ = self.st.dmem.ref_nodes.cancel(ref_node);
             }
         }
-        Ok((m, (slot as u32, generation)))
+        Ok(NewDmem {
+            m,
+            index: slot as u32,
+            generation,
+        })
     }
 
     /// The driver refused an aligned request with EINVAL although the device said it takes
@@ -286,7 +304,7 @@ impl<'a> Nrt<'a> {
         if !inside {
             self.st
                 .live_handles
-                .remove(dev, handle, |s, d, h| self.dmem_holds_key(s, d, h));
+                .remove(dev, handle, |d, h, s| self.dmem_holds_key(d, h, s));
             if self.drv.memory_free(dev, handle).is_err() {
                 // Refused twice over: the block stays the driver's, and is counted so.
                 self.st.driver_kept.note(size);

@@ -47,6 +47,17 @@ pub(crate) enum Action {
     Free,
 }
 
+/// A dmem an allocation just made ([`Nrt::dmem_alloc_named`]): its pointer and its handle's
+/// words.
+pub(crate) struct NewDmem {
+    /// The dmem.
+    pub(crate) m: Dmem,
+    /// Its arena slot.
+    pub(crate) index: u32,
+    /// The generation it was published with.
+    pub(crate) generation: u32,
+}
+
 /// What one dmem books in its device's ledger (the ledger's `Nrt::dml_book`): the fields of
 /// the dmem that place its bytes.
 #[derive(Copy, Clone, Debug)]
@@ -302,13 +313,8 @@ impl<'a> Nrt<'a> {
     ) -> Result<DmemHandle> {
         let call = self.enter()?;
         let p = self.allocator_pin(h)?;
-        let (_, (index, generation)) =
-            self.dmem_alloc_named(&call, p.al, Some(p.words), a, ref_list)?;
-        Ok(DmemHandle(handle::Raw {
-            index,
-            generation,
-            epoch: self.epoch(),
-        }))
+        let n = self.dmem_alloc_named(&call, p.al, Some(p.words), a, ref_list)?;
+        Ok(self.new_dmem_handle(&n))
     }
 
     /// Runs `f` on the allocator `h` names, pinned for the call (so it is not destroyed
@@ -332,8 +338,20 @@ impl<'a> Nrt<'a> {
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<DmemHandle> {
         let call = self.enter()?;
-        let m = self.dmem_alloc_internal(&call, al, a, ref_list)?;
-        Ok(self.dmem_handle_of_owned(m))
+        let n = self.dmem_alloc_new(&call, al, a, ref_list)?;
+        Ok(self.new_dmem_handle(&n))
+    }
+
+    /// The handle of a dmem this call just made: its slot and the generation it was
+    /// published with (not read back: by then a walker could have found it, and another
+    /// thread freed it and its slot taken a new dmem).
+    #[inline(always)]
+    fn new_dmem_handle(&self, n: &NewDmem) -> DmemHandle {
+        DmemHandle(handle::Raw {
+            index: n.index,
+            generation: n.generation,
+            epoch: self.epoch(),
+        })
     }
 
     /// The body of [`crate::dmem::DeviceMemory::acquire_reference`].

@@ -8,7 +8,7 @@ use crate::handle::{AllocatorHandle, DmemHandle};
 use crate::list::ListError;
 
 /// The runtime's device memory (spec §3): [`Nrt::dmem`]. A reference to the runtime view
-/// (one word to make and pass), kept as long as that view is borrowed.
+/// (one word to make and pass), valid while the `Nrt` it borrows lives.
 #[derive(Copy, Clone)]
 pub struct DeviceMemory<'n, 'a>(pub(crate) &'n Nrt<'a>);
 
