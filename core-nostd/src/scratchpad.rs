@@ -100,7 +100,8 @@ impl Nrt<'_> {
                     "scratchpad_page",
                 );
                 self.dmem_alloc_internal(call, al, &args, None)
-                    .and_then(|m| {
+                    .and_then(|n| {
+                        let m = n.m;
                         page.mem = m;
                         *num_pages = (*num_pages).max(i as u32 + 1);
                         // The model's reference, beside the page's own.

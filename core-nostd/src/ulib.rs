@@ -141,7 +141,7 @@ impl Nrt<'_> {
                 0
             });
             match self.dmem_alloc_internal(call, al, &args, None) {
-                Ok(m) => got[i] = m,
+                Ok(n) => got[i] = n.m,
                 Err(e) => {
                     undo(&got[..i]);
                     return Err(e);

@@ -754,7 +754,8 @@ mod tests {
         );
         let m = n
             .dmem_alloc_internal(&call, n.tpb_allocator(&call, tpb), &args, None)
-            .unwrap();
+            .unwrap()
+            .m;
         let d = n.dmem_fixed(m).unwrap();
         assert_eq!((d.device_id, d.allocated_size, d.refs), (0, 4096, 1));
         assert_eq!(crate::cstr::c_name(&d.hint), "probe");

@@ -5,7 +5,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
 use super::access::{AllocatorCore, DmemFields};
-use super::{Action, AllocArgs, Booking, Dmem, NewDmem};
+use super::{Action, AllocArgs, Booking, NewDmem};
 use crate::abi::tables::{category_for, CATEGORY_INVALID};
 use crate::abi::*;
 use crate::ctx::state::dmem::AllocatorWords;
@@ -15,22 +15,11 @@ use crate::error::{Error, InvalidArg, Result};
 
 impl<'a> Nrt<'a> {
     /// `dmem_alloc_internal` (spec §3.2): [`Self::dmem_alloc`] as a step of a gated call
-    /// (`call`), returning the dmem's pointer (the runtime's own calls).
-    pub(crate) fn dmem_alloc_internal(
-        &self,
-        call: &impl InCall,
-        al: *mut dmem_allocator_t,
-        a: &AllocArgs<'_>,
-        ref_list: Option<*mut dmem_list_t>,
-    ) -> Result<Dmem> {
-        self.dmem_alloc_new(call, al, a, ref_list).map(|n| n.m)
-    }
-
-    /// [`Self::dmem_alloc_named`] for an allocator named by pointer: one copy of the path
-    /// for the runtime's own calls and the raw layer (the public call by handle inlines its
-    /// own).
+    /// (`call`), for an allocator named by pointer (the runtime's own calls and the raw
+    /// layer): the new dmem with its handle's words. One outlined copy of the path; the public
+    /// call by handle inlines its own ([`Self::dmem_alloc_named`]).
     #[inline(never)]
-    pub(super) fn dmem_alloc_new(
+    pub(crate) fn dmem_alloc_internal(
         &self,
         call: &impl InCall,
         al: *mut dmem_allocator_t,
@@ -40,8 +29,8 @@ impl<'a> Nrt<'a> {
         self.dmem_alloc_named(call, al, None, a, ref_list)
     }
 
-    /// [`Self::dmem_alloc_internal`], returning the new dmem with its handle's words, for
-    /// the calls that hand out a handle. `pinned`: `al`'s own words, when this call resolved
+    /// The allocation path of [`Self::dmem_alloc_internal`] and the public call by handle.
+    /// `pinned`: `al`'s own words, when this call resolved
     /// `al` through its handle and holds its pin (or `al` is runtime-owned): `al` is then
     /// known live and its words are not looked up again.
     #[inline(always)]

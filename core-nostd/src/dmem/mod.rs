@@ -338,7 +338,7 @@ impl<'a> Nrt<'a> {
         ref_list: Option<*mut dmem_list_t>,
     ) -> Result<DmemHandle> {
         let call = self.enter()?;
-        let n = self.dmem_alloc_new(&call, al, a, ref_list)?;
+        let n = self.dmem_alloc_internal(&call, al, a, ref_list)?;
         Ok(self.new_dmem_handle(&n))
     }
 

@@ -267,7 +267,7 @@ impl<'a> Nrt<'a> {
                     usage: a.usage as u32,
                     hint: a.hint,
                 };
-                let d = self.dmem_alloc_internal(call, al, &args, Some(list))?;
+                let d = self.dmem_alloc_internal(call, al, &args, Some(list))?.m;
                 if let Err(e) = self.mem_ref_set_add(set, name_key(a.hint), a.size, d) {
                     // Just allocated by this call: seen by nobody.
                     self.dmem_release_ref(call, d, GiveBack::Cancel);

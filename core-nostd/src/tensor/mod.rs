@@ -168,8 +168,9 @@ impl<'a> Nrt<'a> {
                         ..AllocArgs::host(size, usage, hint)
                     }
                 };
-                let m =
-                    self.dmem_alloc_internal(&call, self.tpb_allocator(&call, tpb), &args, None)?;
+                let m = self
+                    .dmem_alloc_internal(&call, self.tpb_allocator(&call, tpb), &args, None)?
+                    .m;
                 s.hbm_idx = hbm;
                 s.device_id = v.tpbs[0].device_id;
                 s.tpb_idx = v.tpbs[0].device_tpb_idx;
