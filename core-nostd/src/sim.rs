@@ -566,10 +566,7 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
             return self.alloc_checked(dev, req);
         }
         let c = req.hbm_idx;
-        let size = (req.size + (PAGE_SIZE - 1)) & !(PAGE_SIZE - 1);
-        // Both placements try the small-object region first for a small request and the
-        // main pool first for a larger one; only the fallback differs (`alloc_refused`).
-        let small = size <= SMALL_OBJECT_MAX;
+        let (size, small) = Self::plain_placement(req);
         // The handle's tag, device and pool bits from the pool chosen here: the carve's
         // answer only adds the node's index and generation.
         let pool = if small { Pool::Small(c) } else { Pool::Main(c) };
@@ -592,13 +589,24 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
         &self.slots[dev as usize % DEVICES].channels[(c % MAX_HBM_CHANNELS) as usize]
     }
 
+    /// A plain HBM request's page-rounded size, and whether its first pool is the
+    /// small-object region: both placements try that region first for a small request and
+    /// the main pool first for a larger one; only the fallback differs (`alloc_refused`).
+    /// For a request that passed [`SimDevice::alloc_block`]'s plain test (its size is at most
+    /// `i64::MAX`, so the rounding cannot overflow).
+    #[inline(always)]
+    fn plain_placement(req: &AllocRequest) -> (u64, bool) {
+        let size = (req.size + (PAGE_SIZE - 1)) & !(PAGE_SIZE - 1);
+        (size, size <= SMALL_OBJECT_MAX)
+    }
+
     /// The rest of a plain HBM request whose first pool refused it with `e`: the fallback
     /// pool when the placement has one (a full small-object region falls back to the main
     /// pool; under genalloc a full main pool falls back to the small-object region too), then
     /// the refusal as [`SimDevice::placed`] reports it. Called with the channel's lock held,
-    /// for a request that passed [`SimDevice::alloc_block`]'s plain test (its size is at most
-    /// `i64::MAX`, so the page rounding cannot overflow); the rounded size and the first pool
-    /// are derived again here rather than kept live across the hot path's carve call.
+    /// for a request that passed [`SimDevice::alloc_block`]'s plain test; its rounded size and
+    /// first pool are derived again here ([`SimDevice::plain_placement`]) rather than kept
+    /// live across the hot path's carve call.
     #[cold]
     #[inline(never)]
     fn alloc_refused(
@@ -609,8 +617,7 @@ impl<const DEVICES: usize, const NODES: usize> SimDevice<DEVICES, NODES> {
         e: CarveError,
     ) -> Result<(u64, u64), Errno> {
         let c = req.hbm_idx;
-        let size = (req.size + (PAGE_SIZE - 1)) & !(PAGE_SIZE - 1);
-        let small_first = size <= SMALL_OBJECT_MAX;
+        let (size, small_first) = Self::plain_placement(req);
         let (pool, r) = match e {
             CarveError::OutOfSpace if small_first => (Pool::Main(c), st.main.alloc(size, 0)),
             CarveError::OutOfSpace if self.genalloc() => (Pool::Small(c), st.small.alloc(size, 0)),

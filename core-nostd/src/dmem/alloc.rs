@@ -30,9 +30,9 @@ impl<'a> Nrt<'a> {
     }
 
     /// The allocation path of [`Self::dmem_alloc_internal`] and the public call by handle.
-    /// `pinned`: `al`'s own words, when this call resolved
-    /// `al` through its handle and holds its pin (or `al` is runtime-owned): `al` is then
-    /// known live and its words are not looked up again.
+    /// `pinned`: `al`'s own words, when this call resolved `al` through its handle and holds
+    /// its pin (or `al` is runtime-owned): `al` is then known live and its words are not looked
+    /// up again.
     #[inline(always)]
     pub(super) fn dmem_alloc_named(
         &self,
